@@ -1,0 +1,13 @@
+//! rodeo's data formats.
+//!
+//! Everything that crosses a boundary of rodeo as bytes is defined here, in one crate with no
+//! knowledge of threads, sockets or hardware:
+//!
+//! - [`checksum`]: the three checksum types of the event format (none, CRC16-CCITT, Adler-32),
+//!   incremental so a fragment can be summed while it is assembled from pieces.
+//!
+//! Every parser in this crate takes bytes or words from outside and returns a typed error on
+//! malformed input: none of them panics or reads out of bounds, whatever it is given. The fuzz
+//! targets in `fuzz/` hold them to that.
+
+pub mod checksum;

@@ -1,0 +1,1 @@
+//! rodeo's memory: pre-allocated, warmed-up pools of fixed-size chunks and pages.

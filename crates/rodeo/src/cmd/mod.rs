@@ -1,0 +1,37 @@
+//! Command-line interface: one module per subcommand, each with its own arguments struct.
+
+mod info;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// rodeo: software readout and dataflow for trigger and data acquisition.
+///
+/// Readout cards (real or emulated) feed fragment builders and event stores; a supervisor assigns
+/// events to data-collection nodes that run the trigger and build accepted events; loggers write
+/// them to files. `rodeo run` starts a whole partition on a built-in default configuration.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rodeo",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print what this build of rodeo is and what the machine offers it.
+    Info(info::Args),
+}
+
+/// Runs the parsed command; the exit code says whether what it checked was good.
+pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Info(args) => info::run(args),
+    }
+}

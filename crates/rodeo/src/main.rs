@@ -1,0 +1,36 @@
+//! The `rodeo` command: a thin layer that parses arguments and wires the library crates.
+
+mod cmd;
+mod report;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cmd::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RODEO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cmd::dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return std::process::ExitCode::SUCCESS;
+            }
+            eprintln!("rodeo: error: {err:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// A closed stdout (`rodeo dump f | head`) ends the command quietly, as ripgrep does.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
