@@ -1,0 +1,13 @@
+//! rodeo's transport layer: the dataflow protocol's messages and the endpoints they travel on.
+//!
+//! - [`message`]: the message types of `specs/dataflow-protocol.md`, a decoder that borrows the
+//!   received bytes (no allocation, no copy: lists are iterators over the payload) and an encoder
+//!   that appends to a reusable buffer.
+//! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`), checked before a socket sees them.
+//!
+//! The decoder treats every received byte as hostile: an unknown type, a size that disagrees with
+//! the bytes received, or a payload that does not parse is a typed [`message::DecodeError`], never
+//! a panic.
+
+pub mod endpoint;
+pub mod message;
