@@ -3,6 +3,7 @@
 //! - [`message`]: the message types of `specs/dataflow-protocol.md`, a decoder that borrows the
 //!   received bytes (no allocation, no copy: lists are iterators over the payload) and an encoder
 //!   that appends to a reusable buffer.
+//! - [`socket`]: ZeroMQ sockets with the protocol's framing, zero-copy frames and receive timeouts.
 //! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`), checked before a socket sees them.
 //!
 //! The decoder treats every received byte as hostile: an unknown type, a size that disagrees with
@@ -11,3 +12,4 @@
 
 pub mod endpoint;
 pub mod message;
+pub mod socket;

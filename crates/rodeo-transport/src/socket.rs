@@ -1,0 +1,456 @@
+//! ZeroMQ sockets as the dataflow protocol uses them.
+//!
+//! One [`Transport`] per process owns the ZeroMQ context (and so its I/O threads); every
+//! application of an embedded partition shares it, which is what makes `inproc://` endpoints
+//! reachable between them.
+//!
+//! # Frames and zero copy
+//!
+//! A protocol message is one ZeroMQ message of one or more frames; the receiver joins the frames.
+//! [`Socket::send`] takes [`Frame`]s: [`Frame::Copy`] copies bytes into the message (headers and
+//! small fields), [`Frame::ZeroCopy`] hands an owner of bytes to ZeroMQ, which sends the bytes where
+//! they lie and drops the owner once the bytes are on the wire (for tcp/ipc) or once the receiver
+//! released them (inproc). A readout node passes page handles this way: the page goes back to its
+//! pool when ZeroMQ is done with it, with no copy on the way.
+//!
+//! # Routing
+//!
+//! A ROUTER socket prefixes every received message with the sending peer's routing id and needs
+//! it as the first frame of every reply. [`Received::peer`] holds it; [`Socket::send_to`] puts it
+//! back. No empty delimiter frame is used (the protocol's rule), so DEALER peers see exactly the
+//! protocol frames.
+//!
+//! # Timeouts
+//!
+//! Nothing here waits forever: [`Socket::recv`] takes a timeout and returns `Ok(false)` when it
+//! expires, so every receive loop can check its stop flag.
+
+use std::ffi::c_void;
+
+use crate::endpoint::Endpoint;
+
+/// What went wrong in a socket operation, with the endpoint or operation named.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// Creating a socket or setting an option failed.
+    #[error("zeromq {op}: {source}")]
+    Setup {
+        /// The operation.
+        op: &'static str,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Binding an endpoint failed (in use, bad interface, missing directory).
+    #[error("cannot bind {endpoint}: {source} (is another process using it?)")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Connecting to an endpoint failed.
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Sending failed (peer unknown to a ROUTER, high-water mark with a timeout, context closed).
+    #[error("send failed: {source}")]
+    Send {
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Receiving failed (context closed, interrupted).
+    #[error("receive failed: {source}")]
+    Recv {
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+}
+
+/// The socket types the protocol uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketKind {
+    /// Binds a request endpoint; replies go to the peer that asked.
+    Router,
+    /// Connects to a ROUTER.
+    Dealer,
+    /// Publishes clears.
+    Pub,
+    /// Subscribes to clears.
+    Sub,
+}
+
+/// The per-process ZeroMQ context.
+#[derive(Clone)]
+pub struct Transport {
+    ctx: zmq::Context,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Transport")
+    }
+}
+
+impl Transport {
+    /// A context with `io_threads` ZeroMQ I/O threads (1 is enough below a few GB/s).
+    pub fn new(io_threads: u32) -> Result<Transport, TransportError> {
+        let ctx = zmq::Context::new();
+        let n = i32::try_from(io_threads.max(1)).unwrap_or(i32::MAX);
+        ctx.set_io_threads(n)
+            .map_err(|source| TransportError::Setup {
+                op: "set io threads",
+                source,
+            })?;
+        Ok(Transport { ctx })
+    }
+
+    /// A new socket of `kind`. Sockets are linger-free (a stopped application does not hang on
+    /// unsent messages) and a ROUTER reports unroutable replies instead of dropping them silently.
+    pub fn socket(&self, kind: SocketKind) -> Result<Socket, TransportError> {
+        let zkind = match kind {
+            SocketKind::Router => zmq::ROUTER,
+            SocketKind::Dealer => zmq::DEALER,
+            SocketKind::Pub => zmq::PUB,
+            SocketKind::Sub => zmq::SUB,
+        };
+        let inner = self
+            .ctx
+            .socket(zkind)
+            .map_err(|source| TransportError::Setup {
+                op: "create socket",
+                source,
+            })?;
+        let setup =
+            |r: zmq::Result<()>, op| r.map_err(|source| TransportError::Setup { op, source });
+        setup(inner.set_linger(0), "set linger")?;
+        if kind == SocketKind::Router {
+            setup(inner.set_router_mandatory(true), "set router mandatory")?;
+        }
+        if kind == SocketKind::Sub {
+            setup(inner.set_subscribe(b""), "subscribe")?;
+        }
+        Ok(Socket {
+            inner,
+            kind,
+            part: zmq::Message::new(),
+        })
+    }
+}
+
+/// A frame to send.
+pub enum Frame<'a> {
+    /// Bytes copied into the message.
+    Copy(&'a [u8]),
+    /// Bytes sent where they lie; ZeroMQ drops the owner when it no longer needs them.
+    ZeroCopy(Box<dyn FrameOwner>),
+}
+
+/// Something that owns bytes ZeroMQ may send without copying (a page handle, a `Vec<u8>`).
+///
+/// The bytes must stay where they are, unchanged, until the owner is dropped.
+pub trait FrameOwner: Send + 'static {
+    /// The bytes to send.
+    fn frame_bytes(&self) -> &[u8];
+}
+
+impl FrameOwner for Vec<u8> {
+    fn frame_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A received message: the peer's routing id (ROUTER only) and all frames joined.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// Routing id of the sender (empty unless received on a ROUTER).
+    pub peer: Vec<u8>,
+    /// The message's frames, joined.
+    pub bytes: Vec<u8>,
+    /// Number of frames the message had (not counting the routing id).
+    pub frames: u32,
+}
+
+/// A ZeroMQ socket with the protocol's framing.
+pub struct Socket {
+    inner: zmq::Socket,
+    kind: SocketKind,
+    part: zmq::Message,
+}
+
+impl std::fmt::Debug for Socket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Socket").field("kind", &self.kind).finish()
+    }
+}
+
+impl Socket {
+    /// Binds `endpoint`; returns the endpoint actually bound (tcp port 0 or `*` resolved).
+    pub fn bind(&self, endpoint: &Endpoint) -> Result<String, TransportError> {
+        self.inner
+            .bind(endpoint.as_str())
+            .map_err(|source| TransportError::Bind {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
+        Ok(self
+            .inner
+            .get_last_endpoint()
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_else(|| endpoint.to_string()))
+    }
+
+    /// Connects to `endpoint` (the peer may bind later; ZeroMQ reconnects by itself).
+    pub fn connect(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
+        self.inner
+            .connect(endpoint.as_str())
+            .map_err(|source| TransportError::Connect {
+                endpoint: endpoint.to_string(),
+                source,
+            })
+    }
+
+    /// Sets the send and receive high-water marks (messages queued per peer before back-pressure).
+    pub fn set_high_water_marks(&self, messages: u32) -> Result<(), TransportError> {
+        let n = i32::try_from(messages).unwrap_or(i32::MAX);
+        self.inner
+            .set_sndhwm(n)
+            .map_err(|source| TransportError::Setup {
+                op: "set sndhwm",
+                source,
+            })?;
+        self.inner
+            .set_rcvhwm(n)
+            .map_err(|source| TransportError::Setup {
+                op: "set rcvhwm",
+                source,
+            })
+    }
+
+    /// Sets the routing id this (DEALER) socket presents to a ROUTER.
+    pub fn set_identity(&self, id: &[u8]) -> Result<(), TransportError> {
+        self.inner
+            .set_identity(id)
+            .map_err(|source| TransportError::Setup {
+                op: "set identity",
+                source,
+            })
+    }
+
+    /// Sends one message made of `frames` (blocking while the high-water mark is reached).
+    pub fn send<'a>(
+        &mut self,
+        frames: impl IntoIterator<Item = Frame<'a>>,
+    ) -> Result<(), TransportError> {
+        let mut frames = frames.into_iter().peekable();
+        while let Some(frame) = frames.next() {
+            let more = frames.peek().is_some();
+            self.send_frame(frame, more)?;
+        }
+        Ok(())
+    }
+
+    /// Sends one message to the peer with routing id `peer` (ROUTER).
+    pub fn send_to<'a>(
+        &mut self,
+        peer: &[u8],
+        frames: impl IntoIterator<Item = Frame<'a>>,
+    ) -> Result<(), TransportError> {
+        self.send_frame(Frame::Copy(peer), true)?;
+        self.send(frames)
+    }
+
+    fn send_frame(&mut self, frame: Frame<'_>, more: bool) -> Result<(), TransportError> {
+        let flags = if more { zmq::SNDMORE } else { 0 };
+        match frame {
+            Frame::Copy(bytes) => self
+                .inner
+                .send(bytes, flags)
+                .map_err(|source| TransportError::Send { source }),
+            Frame::ZeroCopy(owner) => send_zero_copy(&mut self.inner, owner, flags),
+        }
+    }
+
+    /// Waits up to `timeout_ms` for a message and receives it into `msg` (reusing its buffers).
+    /// Returns `Ok(false)` when the timeout expired first.
+    pub fn recv(&mut self, msg: &mut Received, timeout_ms: i64) -> Result<bool, TransportError> {
+        let ready = self
+            .inner
+            .poll(zmq::POLLIN, timeout_ms)
+            .map_err(|source| TransportError::Recv { source })?;
+        if ready == 0 {
+            return Ok(false);
+        }
+        msg.peer.clear();
+        msg.bytes.clear();
+        msg.frames = 0;
+        let mut first = true;
+        loop {
+            self.inner
+                .recv(&mut self.part, 0)
+                .map_err(|source| TransportError::Recv { source })?;
+            if first && self.kind == SocketKind::Router {
+                msg.peer.extend_from_slice(&self.part);
+            } else {
+                msg.bytes.extend_from_slice(&self.part);
+                msg.frames += 1;
+            }
+            first = false;
+            if !self.part.get_more() {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// Frees a zero-copy frame's owner once ZeroMQ no longer needs its bytes.
+///
+/// # Safety
+///
+/// `hint` must be the pointer `send_zero_copy` obtained from `Box::into_raw` of a
+/// `Box<Box<dyn FrameOwner>>`, and this must be its only call (ZeroMQ calls the free function once).
+unsafe extern "C" fn free_owner(_data: *mut c_void, hint: *mut c_void) {
+    // SAFETY: by this function's contract, `hint` came from Box::into_raw of exactly this type and
+    // is freed only here, once.
+    drop(unsafe { Box::from_raw(hint.cast::<Box<dyn FrameOwner>>()) });
+}
+
+fn send_zero_copy(
+    sock: &mut zmq::Socket,
+    owner: Box<dyn FrameOwner>,
+    flags: i32,
+) -> Result<(), TransportError> {
+    let owner = Box::new(owner);
+    let bytes = owner.frame_bytes();
+    let (data, len) = (bytes.as_ptr().cast_mut().cast::<c_void>(), bytes.len());
+    let hint = Box::into_raw(owner).cast::<c_void>();
+    let mut msg = zmq_sys::zmq_msg_t::default();
+    // SAFETY: `msg` is a fresh zmq_msg_t; `data`/`len` describe bytes owned by the boxed owner at
+    // `hint`, which stays alive (and its bytes in place, per the FrameOwner contract) until ZeroMQ
+    // calls `free_owner(data, hint)`, which it does exactly once when the message is released.
+    // ZeroMQ never writes through `data` of a message it sends.
+    let rc = unsafe { zmq_sys::zmq_msg_init_data(&mut msg, data, len, Some(free_owner), hint) };
+    if rc != 0 {
+        // SAFETY: initialisation failed, so ZeroMQ did not take the owner: free it here, once.
+        unsafe { free_owner(data, hint) };
+        return Err(TransportError::Send {
+            source: zmq::Error::from_raw(zmq_errno()),
+        });
+    }
+    // SAFETY: `sock.as_mut_ptr()` is the live socket owned by `sock` (borrowed mutably, so no other
+    // thread uses it); `msg` was initialised above. On success ZeroMQ takes the message.
+    let rc = unsafe { zmq_sys::zmq_msg_send(&mut msg, sock.as_mut_ptr(), flags) };
+    if rc < 0 {
+        let err = zmq::Error::from_raw(zmq_errno());
+        // SAFETY: on failure the message still belongs to us; closing it releases the owner
+        // through `free_owner`.
+        unsafe { zmq_sys::zmq_msg_close(&mut msg) };
+        return Err(TransportError::Send { source: err });
+    }
+    Ok(())
+}
+
+fn zmq_errno() -> i32 {
+    // SAFETY: zmq_errno reads the calling thread's errno; no preconditions.
+    unsafe { zmq_sys::zmq_errno() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    struct Counted(Vec<u8>, Arc<AtomicU64>);
+    impl FrameOwner for Counted {
+        fn frame_bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn round_trip(endpoint: &str) {
+        let t = Transport::new(1).unwrap();
+        let server = t.socket(SocketKind::Router).unwrap();
+        let bound = server.bind(&Endpoint::parse(endpoint).unwrap()).unwrap();
+        let mut server = server;
+        let mut client = t.socket(SocketKind::Dealer).unwrap();
+        client.connect(&Endpoint::parse(&bound).unwrap()).unwrap();
+        let dropped = Arc::new(AtomicU64::new(0));
+        client
+            .send([
+                Frame::Copy(b"head"),
+                Frame::ZeroCopy(Box::new(Counted(b"-page-".to_vec(), dropped.clone()))),
+                Frame::ZeroCopy(Box::new(b"tail".to_vec())),
+            ])
+            .unwrap();
+        let mut msg = Received::default();
+        assert!(
+            server.recv(&mut msg, 5000).unwrap(),
+            "no message within 5 s on {bound}"
+        );
+        assert_eq!(msg.bytes, b"head-page-tail");
+        assert_eq!(msg.frames, 3);
+        assert!(!msg.peer.is_empty());
+        let peer = msg.peer.clone();
+        server.send_to(&peer, [Frame::Copy(b"reply")]).unwrap();
+        let mut reply = Received::default();
+        assert!(client.recv(&mut reply, 5000).unwrap());
+        assert_eq!(reply.bytes, b"reply");
+        assert!(reply.peer.is_empty());
+        // The zero-copy owner is released once ZeroMQ is done with it.
+        for _ in 0..500 {
+            if dropped.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn inproc_round_trip_with_zero_copy() {
+        round_trip("inproc://socket-test");
+    }
+
+    #[test]
+    fn tcp_round_trip_with_zero_copy() {
+        round_trip("tcp://127.0.0.1:*");
+    }
+
+    #[test]
+    fn recv_times_out() {
+        let t = Transport::new(1).unwrap();
+        let mut s = t.socket(SocketKind::Dealer).unwrap();
+        s.connect(&Endpoint::parse("inproc://nobody").unwrap())
+            .unwrap();
+        let mut msg = Received::default();
+        assert!(!s.recv(&mut msg, 10).unwrap());
+    }
+
+    #[test]
+    fn router_reports_unknown_peer() {
+        let t = Transport::new(1).unwrap();
+        let mut s = t.socket(SocketKind::Router).unwrap();
+        s.bind(&Endpoint::parse("inproc://router-unknown").unwrap())
+            .unwrap();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let err = s.send_to(
+            b"ghost",
+            [Frame::ZeroCopy(Box::new(Counted(vec![1], dropped.clone())))],
+        );
+        assert!(err.is_err());
+        // The owner of a frame that could not be sent is released, not leaked.
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+}
