@@ -1,0 +1,10 @@
+//! rodeo's readout: from the links to buffered fragments.
+//!
+//! - [`dma`]: the DMA-channel interface a card driver implements (the ALICE O2 model: the reader
+//!   pushes empty superpages, the card fills them, the reader pops filled ones), and
+//!   [`dma::EmulatedChannel`], a channel whose "card" is a thread running a [`dma::Generator`].
+//!
+//! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
+//! never on the emulator, so a real driver replaces the emulator without touching them.
+
+pub mod dma;
