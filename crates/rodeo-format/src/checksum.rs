@@ -20,9 +20,10 @@ const ADLER_MOD: u32 = 65_521;
 const ADLER_NMAX: usize = 5552;
 
 /// The checksum type word of a fragment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ChecksumType {
     /// No checksum word follows the payload (type word 0).
+    #[default]
     None,
     /// CRC16-CCITT, stored in the low half of the checksum word (type word 1).
     Crc16,
