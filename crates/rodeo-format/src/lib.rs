@@ -8,6 +8,7 @@
 //!   (AVX2, detected at run time) and slicing-by-16 CRC16.
 //! - [`fragment`]: ROD, ROB and full event fragments: validating zero-copy views over `&[u32]`,
 //!   typed errors with word offsets, source identifiers, status words, scatter-gather builders.
+//! - [`synth`]: synthetic events with checkable counter payloads and a realistic ROB mix.
 //!
 //! Every parser in this crate takes bytes or words from outside and returns a typed error on
 //! malformed input: none of them panics or reads out of bounds, whatever it is given. The fuzz
@@ -15,3 +16,4 @@
 
 pub mod checksum;
 pub mod fragment;
+pub mod synth;
