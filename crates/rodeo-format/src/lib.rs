@@ -5,9 +5,15 @@
 //!
 //! - [`checksum`]: the three checksum types of the event format (none, CRC16-CCITT, Adler-32),
 //!   incremental so a fragment can be summed while it is assembled from pieces.
+//! - [`felix`]: FELIX to-host blocks (encoder, decoder, per-E-link chunk reassembler) and the
+//!   default E-link packet format.
+//! - [`rawfile`]: raw-data files (writer with rotation and free-space check, streaming reader
+//!   with checksum validation and recovery of damaged files).
 //!
 //! Every parser in this crate takes bytes or words from outside and returns a typed error on
 //! malformed input: none of them panics or reads out of bounds, whatever it is given. The fuzz
 //! targets in `fuzz/` hold them to that.
 
 pub mod checksum;
+pub mod felix;
+pub mod rawfile;
