@@ -1,8 +1,8 @@
 //! The per-E-link block encoder used by emulators.
 
 use super::{
-    is_valid_block_size, BlockHeader, FelixError, SubchunkType, Trailer, TrailerFlags,
-    TrailerSize, BLOCK_HEADER_BYTES, MAX_ELINK, SEQUENCE_MODULO,
+    is_valid_block_size, BlockHeader, FelixError, SubchunkType, Trailer, TrailerFlags, TrailerSize,
+    BLOCK_HEADER_BYTES, MAX_ELINK, SEQUENCE_MODULO,
 };
 
 /// Packs the chunks of one E-link into FELIX blocks.

@@ -312,8 +312,10 @@ impl BlockHeader {
         let w0 = u16::from_le_bytes([b0, b1]);
         let marker = u16::from_le_bytes([b2, b3]);
         let elink = w0 & MAX_ELINK;
-        let trailer =
-            TrailerSize::from_marker(marker).ok_or(FelixError::BadMarker { elink, found: marker })?;
+        let trailer = TrailerSize::from_marker(marker).ok_or(FelixError::BadMarker {
+            elink,
+            found: marker,
+        })?;
         Ok(BlockHeader {
             elink,
             sequence: (w0 >> 11) as u8,

@@ -162,7 +162,11 @@ mod tests {
         buf[12] ^= 1;
         assert!(matches!(
             check_packet(0x123, &buf[..n]),
-            Err(FelixError::PatternMismatch { word: 1, offset: 12, .. })
+            Err(FelixError::PatternMismatch {
+                word: 1,
+                offset: 12,
+                ..
+            })
         ));
     }
 }

@@ -231,8 +231,8 @@ impl ElinkReassembler {
         if let Some(last) = self.last_sequence {
             let expected = (last + 1) % super::SEQUENCE_MODULO;
             if header.sequence != expected {
-                let lost = (header.sequence + super::SEQUENCE_MODULO - expected)
-                    % super::SEQUENCE_MODULO;
+                let lost =
+                    (header.sequence + super::SEQUENCE_MODULO - expected) % super::SEQUENCE_MODULO;
                 self.counters.block_gaps += 1;
                 self.counters.lost_blocks += u64::from(lost);
                 self.mark_gap(ChunkFlags::LOST_BLOCK);
