@@ -61,6 +61,30 @@ fn round_trip() {
     assert_eq!(summary.events, 50);
     assert_eq!(summary.adler, f.adler);
     assert_eq!(summary.event_bytes, f.event_bytes);
+    // The end record's checksum is the plain Adler-32 of the event records' bytes.
+    let bytes = std::fs::read(&f.path).unwrap();
+    let first = locations[0].offset as usize;
+    let records = &bytes[first..bytes.len() - 36];
+    assert_eq!(records.len() as u64, f.event_bytes);
+    assert_eq!(adler32(ADLER32_INIT, records), f.adler);
+    let tail: Vec<u32> = bytes[bytes.len() - 36..]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(
+        tail,
+        vec![
+            0x1234_DDDD,
+            9,
+            50,
+            0,
+            f.event_bytes as u32,
+            0,
+            f.adler,
+            0,
+            0xDDDD_1234
+        ]
+    );
     let owned: Vec<_> = RawFileReader::open(&f.path)
         .unwrap()
         .collect::<Result<_, _>>()

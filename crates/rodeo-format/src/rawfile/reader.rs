@@ -5,7 +5,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use super::{
-    FileStart, RawFileError, RecordKind, END_MARKER, END_RECORD_WORDS, END_TRAILER,
+    adler32_concat, FileStart, RawFileError, RecordKind, END_MARKER, END_RECORD_WORDS, END_TRAILER,
     EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, START_MARKER,
 };
 use crate::checksum::{adler32, ADLER32_INIT};
@@ -212,14 +212,16 @@ impl RawFileReader {
             })
     }
 
-    fn read_words<const N: usize>(&mut self) -> Result<([u32; N], Vec<u8>), RawFileError> {
-        let mut bytes = vec![0u8; N * 4];
-        self.read_bytes(&mut bytes)?;
+    /// Reads `N` (at most 8) little-endian words; returns them and their bytes.
+    fn read_words<const N: usize>(&mut self) -> Result<([u32; N], [u8; 32]), RawFileError> {
+        let mut buf = [0u8; 32];
+        let bytes = buf.get_mut(..N * 4).unwrap_or_default();
+        self.read_bytes(bytes)?;
         let mut words = [0u32; N];
         for (w, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
             *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         }
-        Ok((words, bytes))
+        Ok((words, buf))
     }
 
     fn read_start(&mut self) -> Result<FileStart, RawFileError> {
@@ -359,9 +361,11 @@ impl RawFileReader {
                 if needed > remaining {
                     return Err(truncated(RecordKind::Event(index), needed));
                 }
-                let mut file_adler = adler32(self.adler, &marker.to_le_bytes());
-                file_adler = adler32(file_adler, &rest);
-                let found = self.read_fragment(needed - header_bytes, &mut file_adler)?;
+                let mut header = [0u8; 16];
+                header[..4].copy_from_slice(&marker.to_le_bytes());
+                header[4..].copy_from_slice(&rest[..12]);
+                let fragment_bytes = needed - header_bytes;
+                let found = self.read_fragment(fragment_bytes)?;
                 if found != checksum {
                     return Err(RawFileError::Checksum {
                         index,
@@ -370,7 +374,7 @@ impl RawFileReader {
                         found,
                     });
                 }
-                self.adler = file_adler;
+                self.adler = adler32_concat(adler32(self.adler, &header), found, fragment_bytes);
                 self.pos += needed;
                 self.events += 1;
                 self.event_bytes += needed;
@@ -429,8 +433,8 @@ impl RawFileReader {
     }
 
     /// Reads `len` fragment bytes (already checked to lie within the file) into `self.words`;
-    /// returns their Adler-32 and continues `file_adler` over them.
-    fn read_fragment(&mut self, len: u64, file_adler: &mut u32) -> Result<u32, RawFileError> {
+    /// returns their Adler-32.
+    fn read_fragment(&mut self, len: u64) -> Result<u32, RawFileError> {
         self.words.clear();
         self.words.reserve((len / 4) as usize);
         let mut step = std::mem::take(&mut self.step);
@@ -447,7 +451,6 @@ impl RawFileReader {
                 break Err(e);
             }
             adler = adler32(adler, buf);
-            *file_adler = adler32(*file_adler, buf);
             self.words.extend(
                 buf.chunks_exact(4)
                     .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{
-    file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS, END_TRAILER,
-    EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
+    adler32_concat, file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS,
+    END_TRAILER, EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
 };
 use crate::checksum::{adler32, words_as_bytes, ADLER32_INIT};
 
@@ -235,24 +235,20 @@ impl RawFileWriter {
         {
             header[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
         }
-        let io = |source| RawFileError::Io {
-            op: "write",
-            path: file.writing.clone(),
-            source,
-        };
-        file.out.write_all(&header).map_err(io)?;
-        file.adler = adler32(file.adler, &header);
-        for p in pieces {
-            let bytes = words_as_bytes(p);
-            file.out
-                .write_all(bytes)
-                .map_err(|source| RawFileError::Io {
-                    op: "write",
-                    path: file.writing.clone(),
-                    source,
-                })?;
-            file.adler = adler32(file.adler, bytes);
+        let fragment_bytes = words * 4;
+        if let Err(source) = write_record(&mut file.out, &header, pieces) {
+            // The file is damaged: leave it as `.writing` (a reader recovers the events before
+            // this one) and let the next event open a new file.
+            let path = file.writing.clone();
+            self.current = None;
+            return Err(RawFileError::Io {
+                op: "write",
+                path,
+                source,
+            });
         }
+        let header_sum = adler32(file.adler, &header);
+        file.adler = adler32_concat(header_sum, checksum, fragment_bytes);
         let location = EventLocation {
             sequence: file.sequence,
             offset: file.bytes,
@@ -444,6 +440,14 @@ impl RawFileWriter {
         });
         Ok(())
     }
+}
+
+fn write_record(out: &mut BufWriter<File>, header: &[u8], pieces: &[&[u32]]) -> io::Result<()> {
+    out.write_all(header)?;
+    for p in pieces {
+        out.write_all(words_as_bytes(p))?;
+    }
+    Ok(())
 }
 
 /// Bytes available to unprivileged users on the file system holding `dir` (statvfs).
