@@ -17,6 +17,30 @@ use super::{
 /// Sinks are `FnMut(&[u8])` called with each finished block, valid only during the call: copy it
 /// where it belongs (a superpage, a file). [`ElinkEncoder::max_blocks_for`] bounds how many blocks
 /// one push can emit, so a caller can reserve superpage space first.
+///
+/// ```
+/// use rodeo_format::felix::{ElinkEncoder, Reassembler, TrailerSize};
+///
+/// let mut enc = ElinkEncoder::new(0x41, TrailerSize::Bits32, 1024)?;
+/// let mut superpage = vec![0u8; 16 * 1024];
+/// let mut used = 0;
+/// let chunk = [7u8; 3000];
+/// assert!(used + enc.max_blocks_for(chunk.len()) * enc.block_size() <= superpage.len());
+/// let mut sink = |block: &[u8]| {
+///     superpage[used..used + block.len()].copy_from_slice(block);
+///     used += block.len();
+/// };
+/// enc.push_chunk(&chunk, &mut sink);
+/// enc.flush(&mut sink);
+/// assert_eq!(used, 3 * 1024);
+///
+/// let mut reassembler = Reassembler::default();
+/// for block in superpage[..used].chunks_exact(1024) {
+///     reassembler.push_block(block, |c| assert_eq!((c.elink, c.data), (0x41, &chunk[..])))?;
+/// }
+/// assert_eq!(reassembler.counters().chunks, 1);
+/// # Ok::<(), rodeo_format::felix::FelixError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ElinkEncoder {
     elink: u16,

@@ -445,6 +445,14 @@ impl Reassembler {
         }
     }
 
+    /// Delivers the open chunk of one E-link as incomplete (e.g. when the fragment builder
+    /// gives up waiting for it); see [`ElinkReassembler::flush`].
+    pub fn flush_elink(&mut self, elink: u16, on_chunk: impl FnMut(Chunk<'_>)) {
+        if let Some(Some(state)) = self.elinks.get_mut(usize::from(elink)) {
+            state.flush(on_chunk);
+        }
+    }
+
     /// The reassembler of one E-link, if a block of it was seen.
     pub fn elink(&self, elink: u16) -> Option<&ElinkReassembler> {
         self.elinks.get(usize::from(elink))?.as_deref()

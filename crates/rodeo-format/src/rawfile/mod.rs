@@ -14,7 +14,8 @@
 //!             | Adler-32 over all event records | reserved (0) | 0xDDDD1234
 //! ```
 //!
-//! u64 fields are two words, low word first. The end record's Adler-32 runs over the complete
+//! u64 fields are two words, low word first. Fragments are written as they lie in memory
+//! (`words_as_bytes`), which is little-endian on every target rodeo supports. The end record's Adler-32 runs over the complete
 //! event records (their 4 header words included), in file order; its byte count is theirs.
 //!
 //! **End record size.** The spec gives the end record a size of 9 words but lists fields for 8.
