@@ -9,11 +9,17 @@
 //! - [`fragment`]: ROD, ROB and full event fragments: validating zero-copy views over `&[u32]`,
 //!   typed errors with word offsets, source identifiers, status words, scatter-gather builders.
 //! - [`synth`]: synthetic events with checkable counter payloads and a realistic ROB mix.
+//! - [`felix`]: FELIX to-host blocks (encoder, decoder, per-E-link chunk reassembler) and the
+//!   default E-link packet format.
+//! - [`rawfile`]: raw-data files (writer with rotation and free-space check, streaming reader
+//!   with checksum validation and recovery of damaged files).
 //!
 //! Every parser in this crate takes bytes or words from outside and returns a typed error on
 //! malformed input: none of them panics or reads out of bounds, whatever it is given. The fuzz
 //! targets in `fuzz/` hold them to that.
 
 pub mod checksum;
+pub mod felix;
 pub mod fragment;
+pub mod rawfile;
 pub mod synth;

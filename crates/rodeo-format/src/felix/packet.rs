@@ -1,0 +1,172 @@
+//! The default E-link packet format and the emulator's payload pattern.
+//!
+//! | word | field |
+//! |---|---|
+//! | 0 | extended L1ID |
+//! | 1 | bits 11..0 BCID, bits 31..16 number of payload words `n` |
+//! | 2 .. 2+n | payload: `pattern(elink, l1id, i)` for word `i` |
+//!
+//! Words are little-endian; a packet is exactly `8 + 4 n` bytes.
+//!
+//! The pattern is a 32-bit counter starting at a seed mixed from the E-link and the L1ID
+//! ([`packet_seed`]): `pattern(elink, l1id, i) = packet_seed(elink, l1id) + i` (wrapping). So any
+//! word of any packet can be checked knowing only its E-link, L1ID and index, and packets of
+//! different E-links or L1IDs differ.
+
+use super::{FelixError, MAX_ELINK};
+
+/// Bytes of the packet header (2 words).
+pub const PACKET_HEADER_BYTES: usize = 8;
+
+const MAX_BCID: u16 = 0xFFF;
+const MAX_PAYLOAD_WORDS: u32 = 0xFFFF;
+
+/// The header fields of a default-format packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketHeader {
+    /// Extended L1ID.
+    pub l1id: u32,
+    /// Bunch-crossing id (12 bits).
+    pub bcid: u16,
+    /// Number of payload words after the header.
+    pub payload_words: u32,
+}
+
+/// The first payload word of the packet of `elink` with `l1id`.
+pub fn packet_seed(elink: u16, l1id: u32) -> u32 {
+    l1id.wrapping_mul(0x9E37_79B1) ^ (u32::from(elink & MAX_ELINK) << 21)
+}
+
+/// Payload word `i` of the packet of `elink` with `l1id`.
+pub fn pattern(elink: u16, l1id: u32, i: u32) -> u32 {
+    packet_seed(elink, l1id).wrapping_add(i)
+}
+
+/// Length in bytes of a packet with `payload_words` payload words.
+pub fn packet_len(payload_words: u32) -> usize {
+    PACKET_HEADER_BYTES + 4 * payload_words as usize
+}
+
+/// Writes the packet of `elink` / `l1id` / `bcid` with `payload_words` pattern words at the
+/// start of `buf`; returns its length in bytes.
+pub fn encode_packet(
+    buf: &mut [u8],
+    elink: u16,
+    l1id: u32,
+    bcid: u16,
+    payload_words: u32,
+) -> Result<usize, FelixError> {
+    if bcid > MAX_BCID {
+        return Err(FelixError::PacketField {
+            field: "bcid",
+            value: u64::from(bcid),
+            max: u64::from(MAX_BCID),
+        });
+    }
+    if payload_words > MAX_PAYLOAD_WORDS {
+        return Err(FelixError::PacketField {
+            field: "payload_words",
+            value: u64::from(payload_words),
+            max: u64::from(MAX_PAYLOAD_WORDS),
+        });
+    }
+    let len = packet_len(payload_words);
+    let available = buf.len();
+    let out = buf.get_mut(..len).ok_or(FelixError::BufferTooSmall {
+        needed: len,
+        available,
+    })?;
+    let (header, payload) = out.split_at_mut(PACKET_HEADER_BYTES);
+    header[..4].copy_from_slice(&l1id.to_le_bytes());
+    header[4..].copy_from_slice(&(u32::from(bcid) | (payload_words << 16)).to_le_bytes());
+    let seed = packet_seed(elink, l1id);
+    for (i, word) in payload.chunks_exact_mut(4).enumerate() {
+        word.copy_from_slice(&seed.wrapping_add(i as u32).to_le_bytes());
+    }
+    Ok(len)
+}
+
+fn word_at(bytes: &[u8], index: usize) -> Option<u32> {
+    let w = bytes.get(index * 4..index * 4 + 4)?;
+    Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+}
+
+/// Parses a packet's header and checks that its length matches the declared payload.
+pub fn decode_packet(bytes: &[u8]) -> Result<PacketHeader, FelixError> {
+    let (Some(l1id), Some(w1)) = (word_at(bytes, 0), word_at(bytes, 1)) else {
+        return Err(FelixError::PacketTooShort { len: bytes.len() });
+    };
+    if bytes.len() % 4 != 0 {
+        return Err(FelixError::PacketTooShort { len: bytes.len() });
+    }
+    let header = PacketHeader {
+        l1id,
+        bcid: (w1 & 0xFFF) as u16,
+        payload_words: w1 >> 16,
+    };
+    let expected = packet_len(header.payload_words);
+    if expected != bytes.len() {
+        return Err(FelixError::PacketLength {
+            declared_words: header.payload_words,
+            expected,
+            found: bytes.len(),
+        });
+    }
+    Ok(header)
+}
+
+/// [`decode_packet`], then checks every payload word against [`pattern`] for `elink`.
+pub fn check_packet(elink: u16, bytes: &[u8]) -> Result<PacketHeader, FelixError> {
+    let header = decode_packet(bytes)?;
+    let seed = packet_seed(elink, header.l1id);
+    let payload = bytes.get(PACKET_HEADER_BYTES..).unwrap_or(&[]);
+    for (i, w) in payload.chunks_exact(4).enumerate() {
+        let found = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        let expected = seed.wrapping_add(i as u32);
+        if found != expected {
+            return Err(FelixError::PatternMismatch {
+                elink,
+                l1id: header.l1id,
+                word: i as u32,
+                offset: PACKET_HEADER_BYTES + 4 * i,
+                expected,
+                found,
+            });
+        }
+    }
+    Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packet_round_trip_and_checks() {
+        let mut buf = [0u8; 64];
+        let n = encode_packet(&mut buf, 0x123, 77, 0xABC, 5).unwrap();
+        assert_eq!(n, 28);
+        let h = check_packet(0x123, &buf[..n]).unwrap();
+        assert_eq!((h.l1id, h.bcid, h.payload_words), (77, 0xABC, 5));
+        assert!(matches!(
+            check_packet(0x124, &buf[..n]),
+            Err(FelixError::PatternMismatch { word: 0, .. })
+        ));
+        assert!(matches!(
+            decode_packet(&buf[..n - 4]),
+            Err(FelixError::PacketLength { .. })
+        ));
+        assert!(decode_packet(&buf[..7]).is_err());
+        assert!(encode_packet(&mut buf, 1, 1, 0x1000, 0).is_err());
+        assert!(encode_packet(&mut buf[..20], 1, 1, 1, 4).is_err());
+        buf[12] ^= 1;
+        assert!(matches!(
+            check_packet(0x123, &buf[..n]),
+            Err(FelixError::PatternMismatch {
+                word: 1,
+                offset: 12,
+                ..
+            })
+        ));
+    }
+}

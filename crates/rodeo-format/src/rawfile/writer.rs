@@ -1,0 +1,491 @@
+//! The rotating raw-data file writer.
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{
+    adler32_concat, file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS,
+    END_TRAILER, EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
+};
+use crate::checksum::{adler32, words_as_bytes, ADLER32_INIT};
+
+const END_RECORD_BYTES: u64 = END_RECORD_WORDS as u64 * 4;
+
+/// Configuration of a [`RawFileWriter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawFileConfig {
+    /// Output directory (must exist).
+    pub directory: PathBuf,
+    /// Run number.
+    pub run: u32,
+    /// Luminosity block written in each file's start record.
+    pub lumiblock: u32,
+    /// Application name (file names and start records).
+    pub app_name: String,
+    /// Stream name (file names and start records).
+    pub stream_name: String,
+    /// A file is closed before an event would make it larger than this (a single event larger
+    /// than the limit still gets a file of its own). Default 2 GiB.
+    pub max_file_bytes: u64,
+    /// A file is closed after this many events. Default: unlimited (`u64::MAX`).
+    pub max_events_per_file: u64,
+    /// The writer refuses to open a file when less than this many bytes are free. Default 64 MiB.
+    pub free_disk_margin_bytes: u64,
+    /// fsync the file (and then its directory) on close, before and after the rename. Default true.
+    pub fsync_on_close: bool,
+    /// Size of the write buffer. Default 4 MiB.
+    pub buffer_bytes: usize,
+    /// Sequence number of the first file. Default 1.
+    pub first_sequence: u32,
+}
+
+impl RawFileConfig {
+    /// A configuration with the defaults documented on each field.
+    pub fn new(
+        directory: impl Into<PathBuf>,
+        run: u32,
+        app_name: impl Into<String>,
+        stream_name: impl Into<String>,
+    ) -> RawFileConfig {
+        RawFileConfig {
+            directory: directory.into(),
+            run,
+            lumiblock: 0,
+            app_name: app_name.into(),
+            stream_name: stream_name.into(),
+            max_file_bytes: 2 << 30,
+            max_events_per_file: u64::MAX,
+            free_disk_margin_bytes: 64 << 20,
+            fsync_on_close: true,
+            buffer_bytes: 4 << 20,
+            first_sequence: 1,
+        }
+    }
+}
+
+/// Where an event was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventLocation {
+    /// Sequence number of the file (see [`RawFileWriter::current_path`] or the closed-file list).
+    pub sequence: u32,
+    /// Byte offset of the event record in the file.
+    pub offset: u64,
+    /// Index of the event within the file (0-based).
+    pub index: u64,
+}
+
+/// A file closed cleanly (end record written, fsync'ed if configured, renamed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedFile {
+    /// Final path.
+    pub path: PathBuf,
+    /// File sequence number.
+    pub sequence: u32,
+    /// Event records in the file.
+    pub events: u64,
+    /// Bytes of event records.
+    pub event_bytes: u64,
+    /// Total file size.
+    pub file_bytes: u64,
+    /// Adler-32 over the event records (as in the end record).
+    pub adler: u32,
+}
+
+/// Writer statistics (64-bit counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Events written.
+    pub events: u64,
+    /// Bytes of event records written.
+    pub event_bytes: u64,
+    /// All bytes written (records of every kind).
+    pub bytes: u64,
+    /// Files opened.
+    pub files_opened: u64,
+    /// Files closed cleanly.
+    pub files_closed: u64,
+    /// Files closed because the next event would exceed the size limit.
+    pub rotations_by_size: u64,
+    /// Files closed because they held the maximum number of events.
+    pub rotations_by_count: u64,
+}
+
+#[derive(Debug)]
+struct OpenFile {
+    out: BufWriter<File>,
+    writing: PathBuf,
+    final_path: PathBuf,
+    sequence: u32,
+    bytes: u64,
+    events: u64,
+    event_bytes: u64,
+    adler: u32,
+}
+
+/// Writes events into a sequence of raw-data files, rotating by size and event count.
+///
+/// The first file is opened by [`RawFileWriter::create`] (so a full disk or a bad directory is
+/// reported at start); later files are opened when an event needs them. Each file is written
+/// through a large [`BufWriter`] under its `.writing` name and renamed on a clean close.
+/// [`RawFileWriter::finish`] closes the last file; a writer dropped without `finish` leaves its
+/// file as `.writing` without an end record, exactly as a crash would, and the reader recovers
+/// its events.
+#[derive(Debug)]
+pub struct RawFileWriter {
+    config: RawFileConfig,
+    current: Option<OpenFile>,
+    next_sequence: u32,
+    closed: Vec<ClosedFile>,
+    stats: WriterStats,
+    start_record: Vec<u8>,
+}
+
+impl RawFileWriter {
+    /// Validates `config`, checks free disk space and opens the first file.
+    pub fn create(config: RawFileConfig) -> Result<RawFileWriter, RawFileError> {
+        for (what, name) in [
+            ("app_name", &config.app_name),
+            ("stream_name", &config.stream_name),
+        ] {
+            if !valid_name(name) {
+                return Err(RawFileError::Config {
+                    reason: format!(
+                        "{what} {name:?} must be 1 to 255 bytes without '.', '/' or NUL"
+                    ),
+                });
+            }
+        }
+        if config.max_events_per_file == 0 {
+            return Err(RawFileError::Config {
+                reason: "max_events_per_file must be at least 1".into(),
+            });
+        }
+        let mut writer = RawFileWriter {
+            next_sequence: config.first_sequence,
+            config,
+            current: None,
+            closed: Vec::new(),
+            stats: WriterStats::default(),
+            start_record: Vec::new(),
+        };
+        writer.open_next()?;
+        Ok(writer)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RawFileConfig {
+        &self.config
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    /// Files closed so far, in order.
+    pub fn closed_files(&self) -> &[ClosedFile] {
+        &self.closed
+    }
+
+    /// The `.writing` path of the open file, if one is open.
+    pub fn current_path(&self) -> Option<&Path> {
+        self.current.as_ref().map(|f| f.writing.as_path())
+    }
+
+    /// Writes one event record holding `fragment`.
+    pub fn write_event(
+        &mut self,
+        fragment: &[u32],
+        flags: u32,
+    ) -> Result<EventLocation, RawFileError> {
+        self.write_event_pieces(&[fragment], flags)
+    }
+
+    /// Writes one event record whose fragment is the concatenation of `pieces` (scatter-gather:
+    /// nothing is joined in memory; the checksum is accumulated piece by piece).
+    pub fn write_event_pieces(
+        &mut self,
+        pieces: &[&[u32]],
+        flags: u32,
+    ) -> Result<EventLocation, RawFileError> {
+        let words: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        let record_words = words + u64::from(EVENT_HEADER_WORDS);
+        let Ok(size_word) = u32::try_from(record_words) else {
+            return Err(RawFileError::EventTooLarge { words });
+        };
+        let record_bytes = record_words * 4;
+        self.rotate_if_needed(record_bytes)?;
+        let Some(file) = self.current.as_mut() else {
+            return Err(RawFileError::Config {
+                reason: "no open file".into(),
+            });
+        };
+        let checksum = pieces
+            .iter()
+            .fold(ADLER32_INIT, |a, p| adler32(a, words_as_bytes(p)));
+        let mut header = [0u8; 16];
+        for (i, w) in [EVENT_MARKER, size_word, flags, checksum]
+            .iter()
+            .enumerate()
+        {
+            header[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        let fragment_bytes = words * 4;
+        if let Err(source) = write_record(&mut file.out, &header, pieces) {
+            // The file is damaged: leave it as `.writing` (a reader recovers the events before
+            // this one) and let the next event open a new file.
+            let path = file.writing.clone();
+            self.current = None;
+            return Err(RawFileError::Io {
+                op: "write",
+                path,
+                source,
+            });
+        }
+        let header_sum = adler32(file.adler, &header);
+        file.adler = adler32_concat(header_sum, checksum, fragment_bytes);
+        let location = EventLocation {
+            sequence: file.sequence,
+            offset: file.bytes,
+            index: file.events,
+        };
+        file.bytes += record_bytes;
+        file.events += 1;
+        file.event_bytes += record_bytes;
+        self.stats.events += 1;
+        self.stats.event_bytes += record_bytes;
+        self.stats.bytes += record_bytes;
+        Ok(location)
+    }
+
+    /// Closes the open file (if it holds any event) so the next event starts a new one; the
+    /// lumiblock of the next file's start record becomes `lumiblock`.
+    pub fn rotate(&mut self, lumiblock: u32) -> Result<(), RawFileError> {
+        self.config.lumiblock = lumiblock;
+        match self.current.take() {
+            Some(f) if f.events == 0 => {
+                // Nothing written yet: drop the empty file and reuse its sequence number, so the
+                // next file's start record carries the new lumiblock.
+                self.next_sequence = f.sequence;
+                let OpenFile { out, writing, .. } = f;
+                drop(out);
+                fs::remove_file(&writing).map_err(|source| RawFileError::Io {
+                    op: "remove",
+                    path: writing,
+                    source,
+                })
+            }
+            Some(f) => {
+                self.current = Some(f);
+                self.close_current()
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the last file cleanly and returns every file closed by this writer.
+    pub fn finish(mut self) -> Result<Vec<ClosedFile>, RawFileError> {
+        self.close_current()?;
+        Ok(std::mem::take(&mut self.closed))
+    }
+
+    fn rotate_if_needed(&mut self, record_bytes: u64) -> Result<(), RawFileError> {
+        if let Some(f) = &self.current {
+            if f.events == 0 {
+                return Ok(());
+            }
+            if f.events >= self.config.max_events_per_file {
+                self.stats.rotations_by_count += 1;
+            } else if f.bytes + record_bytes + END_RECORD_BYTES > self.config.max_file_bytes {
+                self.stats.rotations_by_size += 1;
+            } else {
+                return Ok(());
+            }
+            self.close_current()?;
+        }
+        self.open_next()
+    }
+
+    fn open_next(&mut self) -> Result<(), RawFileError> {
+        let dir = &self.config.directory;
+        let free = free_disk_bytes(dir)?;
+        if free < self.config.free_disk_margin_bytes {
+            return Err(RawFileError::DiskSpace {
+                dir: dir.clone(),
+                free,
+                margin: self.config.free_disk_margin_bytes,
+            });
+        }
+        let sequence = self.next_sequence;
+        let name = file_name(
+            self.config.run,
+            &self.config.stream_name,
+            &self.config.app_name,
+            sequence,
+        );
+        let final_path = dir.join(&name);
+        let writing = dir.join(format!("{name}{WRITING_SUFFIX}"));
+        if final_path.exists() {
+            return Err(RawFileError::AlreadyExists { path: final_path });
+        }
+        let file = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&writing)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(RawFileError::AlreadyExists { path: writing })
+            }
+            Err(source) => {
+                return Err(RawFileError::Io {
+                    op: "create",
+                    path: writing,
+                    source,
+                })
+            }
+        };
+        let start = FileStart {
+            version: FORMAT_VERSION,
+            sequence,
+            creation_time_ns: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            run: self.config.run,
+            lumiblock: self.config.lumiblock,
+            app_name: self.config.app_name.clone(),
+            stream_name: self.config.stream_name.clone(),
+        };
+        self.start_record.clear();
+        start.encode(&mut self.start_record);
+        let mut out = BufWriter::with_capacity(self.config.buffer_bytes.max(4096), file);
+        out.write_all(&self.start_record)
+            .map_err(|source| RawFileError::Io {
+                op: "write",
+                path: writing.clone(),
+                source,
+            })?;
+        let bytes = self.start_record.len() as u64;
+        self.stats.bytes += bytes;
+        self.stats.files_opened += 1;
+        self.next_sequence = sequence.wrapping_add(1);
+        self.current = Some(OpenFile {
+            out,
+            writing,
+            final_path,
+            sequence,
+            bytes,
+            events: 0,
+            event_bytes: 0,
+            adler: ADLER32_INIT,
+        });
+        Ok(())
+    }
+
+    fn close_current(&mut self) -> Result<(), RawFileError> {
+        let Some(mut f) = self.current.take() else {
+            return Ok(());
+        };
+        let mut end = [0u8; END_RECORD_BYTES as usize];
+        let words = [
+            END_MARKER,
+            END_RECORD_WORDS,
+            f.events as u32,
+            (f.events >> 32) as u32,
+            f.event_bytes as u32,
+            (f.event_bytes >> 32) as u32,
+            f.adler,
+            0,
+            END_TRAILER,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            end[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        let err = |op, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| RawFileError::Io { op, path, source }
+        };
+        f.out.write_all(&end).map_err(err("write", &f.writing))?;
+        let file = f.out.into_inner().map_err(|e| RawFileError::Io {
+            op: "flush",
+            path: f.writing.clone(),
+            source: e.into_error(),
+        })?;
+        if self.config.fsync_on_close {
+            file.sync_all().map_err(err("fsync", &f.writing))?;
+        }
+        drop(file);
+        fs::rename(&f.writing, &f.final_path).map_err(err("rename", &f.writing))?;
+        if self.config.fsync_on_close {
+            File::open(&self.config.directory)
+                .and_then(|d| d.sync_all())
+                .map_err(err("fsync", &self.config.directory))?;
+        }
+        let file_bytes = f.bytes + END_RECORD_BYTES;
+        self.stats.bytes += END_RECORD_BYTES;
+        self.stats.files_closed += 1;
+        self.closed.push(ClosedFile {
+            path: f.final_path,
+            sequence: f.sequence,
+            events: f.events,
+            event_bytes: f.event_bytes,
+            file_bytes,
+            adler: f.adler,
+        });
+        Ok(())
+    }
+}
+
+fn write_record(out: &mut BufWriter<File>, header: &[u8], pieces: &[&[u32]]) -> io::Result<()> {
+    out.write_all(header)?;
+    for p in pieces {
+        out.write_all(words_as_bytes(p))?;
+    }
+    Ok(())
+}
+
+/// Bytes available to unprivileged users on the file system holding `dir` (statvfs).
+pub fn free_disk_bytes(dir: &Path) -> Result<u64, RawFileError> {
+    let c_path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| RawFileError::Config {
+        reason: format!("directory {} contains a NUL byte", dir.display()),
+    })?;
+    let mut stat = MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and `stat`
+    // points to writable memory of the size and alignment of `struct statvfs`, which statvfs
+    // fills completely on success and does not read.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(RawFileError::Io {
+            op: "statvfs",
+            path: dir.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: statvfs returned 0, so it initialised the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
+    let (avail, frsize) = (stat.f_bavail as u64, stat.f_frsize as u64);
+    Ok(avail.saturating_mul(frsize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statvfs_reports_free_space() {
+        let dir = std::env::temp_dir();
+        assert!(free_disk_bytes(&dir).unwrap() > 0);
+        let missing = dir.join("rodeo-no-such-directory-for-statvfs");
+        assert!(matches!(
+            free_disk_bytes(&missing),
+            Err(RawFileError::Io { op: "statvfs", .. })
+        ));
+    }
+}
