@@ -1,6 +1,7 @@
 //! The `rodeo` command: a thin layer that parses arguments and wires the library crates.
 
 mod cmd;
+mod progress;
 mod report;
 
 use clap::Parser;

@@ -1,6 +1,10 @@
 //! Command-line interface: one module per subcommand, each with its own arguments struct.
 
+mod dump;
+mod gen;
 mod info;
+mod run;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -25,6 +29,14 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run rodeo's main job on the built-in default configuration.
+    Run(run::Args),
+    /// Generate synthetic data: full events into raw-data files.
+    Gen(gen::Args),
+    /// Show the events and ROBs of a raw-data file.
+    Dump(dump::Args),
+    /// Check raw-data files: structure, every checksum, the end record.
+    Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
 }
@@ -32,6 +44,10 @@ enum Command {
 /// Runs the parsed command; the exit code says whether what it checked was good.
 pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Gen(args) => gen::run(args),
+        Command::Dump(args) => dump::run(args),
+        Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
     }
 }
