@@ -160,9 +160,7 @@ impl Chunk<'_> {
     pub fn words(&self) -> &[u32] {
         // SAFETY: the chunk is 8-byte aligned, chunk_bytes / 4 words long, exclusively ours,
         // and every bit pattern is a valid u32.
-        unsafe {
-            std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.pool.chunk_bytes() / 4)
-        }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.pool.chunk_bytes() / 4) }
     }
 
     /// The chunk's bytes as mutable 32-bit words.
@@ -296,8 +294,7 @@ impl<'p> PoolCache<'p> {
     fn publish_counters(&mut self) {
         let c = self.pool.raw.counters();
         if self.allocations > 0 {
-            c.allocations
-                .fetch_add(self.allocations, Ordering::Relaxed);
+            c.allocations.fetch_add(self.allocations, Ordering::Relaxed);
             self.allocations = 0;
         }
         if self.frees > 0 {

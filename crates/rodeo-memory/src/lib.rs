@@ -81,6 +81,8 @@ mod sync;
 
 pub use chunk::{Chunk, ChunkPool, PoolCache, PoolConfig};
 pub use error::{AllocError, Error};
-pub use page::{PageHandle, PagePool, PagePoolConfig, Superpage, SuperpagePool, SuperpagePoolConfig};
+pub use page::{
+    PageHandle, PagePool, PagePoolConfig, Superpage, SuperpagePool, SuperpagePoolConfig,
+};
 pub use region::{HugePages, Mlock, Region, RegionOptions, WarmupReport, BASE_PAGE, HUGE_PAGE};
 pub use stats::PoolStats;

@@ -192,9 +192,7 @@ impl Block {
     fn words(&self) -> &[u32] {
         // SAFETY: blocks are 8-byte aligned (page-aligned region, size a multiple of 8),
         // chunk_bytes / 4 words long, and every bit pattern is a valid u32.
-        unsafe {
-            std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.pool.chunk_bytes() / 4)
-        }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast(), self.pool.chunk_bytes() / 4) }
     }
 
     fn words_mut(&mut self) -> &mut [u32] {
@@ -208,10 +206,7 @@ impl Block {
 impl Drop for Block {
     fn drop(&mut self) {
         self.pool.free(self.idx);
-        self.pool
-            .counters()
-            .frees
-            .fetch_add(1, Ordering::Relaxed);
+        self.pool.counters().frees.fetch_add(1, Ordering::Relaxed);
     }
 }
 

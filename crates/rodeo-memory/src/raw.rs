@@ -244,8 +244,8 @@ impl RawPool {
     /// Gives chunk `idx` back.
     #[inline]
     pub(crate) fn free(&self, idx: u32) {
-        self.push_chain(idx, idx);
         self.counters.give_back(1);
+        self.push_chain(idx, idx);
     }
 
     /// Gives chunks back with one successful CAS: links them through `next`, then pushes the
@@ -258,8 +258,8 @@ impl RawPool {
             // The chunks are ours until the push below publishes them (rule 5).
             self.next[pair[0] as usize].store(pair[1], Ordering::Relaxed);
         }
-        self.push_chain(first, last);
         self.counters.give_back(idxs.len() as u64);
+        self.push_chain(first, last);
     }
 
     /// Pops the top of the free list (rule 1).
@@ -373,7 +373,8 @@ impl RawPool {
 
     pub(crate) fn stats(&self) -> PoolStats {
         let c = &self.counters;
-        let regions = self.committed.load(Ordering::Acquire) / u64::from(self.shape.chunks_per_region);
+        let regions =
+            self.committed.load(Ordering::Acquire) / u64::from(self.shape.chunks_per_region);
         PoolStats {
             allocations: c.allocations.load(Ordering::Relaxed),
             frees: c.frees.load(Ordering::Relaxed),

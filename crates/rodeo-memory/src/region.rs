@@ -106,7 +106,8 @@ impl WarmupReport {
         self.elapsed += other.elapsed;
         self.huge_pages |= other.huge_pages;
         if other.huge_pages_fallback.is_some() {
-            self.huge_pages_fallback.clone_from(&other.huge_pages_fallback);
+            self.huge_pages_fallback
+                .clone_from(&other.huge_pages_fallback);
         }
         self.mlocked_bytes += other.mlocked_bytes;
         if other.mlock_error.is_some() {
@@ -188,9 +189,8 @@ impl Region {
             HugePages::Transparent => {
                 let r = Region::map_plain(round_up(len, HUGE_PAGE), HUGE_PAGE)?;
                 // SAFETY: the range is exactly the usable part of a mapping we own.
-                let rc = unsafe {
-                    libc::madvise(r.base.as_ptr().cast(), r.len, libc::MADV_HUGEPAGE)
-                };
+                let rc =
+                    unsafe { libc::madvise(r.base.as_ptr().cast(), r.len, libc::MADV_HUGEPAGE) };
                 if rc == 0 {
                     report.huge_pages = true;
                     if let Some(reason) = thp_disabled_reason() {

@@ -33,10 +33,10 @@ pub struct PoolStats {
 pub(crate) struct Counters {
     pub(crate) allocations: AtomicU64,
     pub(crate) frees: AtomicU64,
-    /// Chunks that left the shared pool (monotonic).
-    pub(crate) taken: AtomicU64,
-    /// Chunks that came back to the shared pool (monotonic).
-    pub(crate) returned: AtomicU64,
+    /// Chunks out of the shared pool. Incremented after a chunk is taken and decremented before
+    /// it is pushed back, so it never exceeds the true number and the high-water mark is never
+    /// overstated; it is one atomic, so its running value is exact once threads are quiet.
+    pub(crate) out: AtomicU64,
     pub(crate) high_water: AtomicU64,
     pub(crate) exhaustions: AtomicU64,
 }
@@ -46,8 +46,7 @@ impl Counters {
         Counters {
             allocations: AtomicU64::new(0),
             frees: AtomicU64::new(0),
-            taken: AtomicU64::new(0),
-            returned: AtomicU64::new(0),
+            out: AtomicU64::new(0),
             high_water: AtomicU64::new(0),
             exhaustions: AtomicU64::new(0),
         }
@@ -56,25 +55,25 @@ impl Counters {
     /// `n` chunks left the shared pool; keeps the high-water mark.
     #[inline]
     pub(crate) fn take(&self, n: u64) {
-        let taken = self.taken.fetch_add(n, Ordering::Relaxed) + n;
-        let in_use = taken.saturating_sub(self.returned.load(Ordering::Relaxed));
+        let in_use = self.out.fetch_add(n, Ordering::Relaxed).wrapping_add(n);
         if in_use > self.high_water.load(Ordering::Relaxed) {
             self.high_water.fetch_max(in_use, Ordering::Relaxed);
         }
     }
 
-    /// `n` chunks came back to the shared pool.
+    /// `n` chunks are about to go back to the shared pool.
     #[inline]
     pub(crate) fn give_back(&self, n: u64) {
-        self.returned.fetch_add(n, Ordering::Relaxed);
+        self.out.fetch_sub(n, Ordering::Relaxed);
     }
 
     pub(crate) fn in_use(&self) -> u64 {
-        // Read `returned` first: a chunk is taken before it is returned, so this never underflows
-        // for a quiescent pool and saturates otherwise.
-        let returned = self.returned.load(Ordering::Relaxed);
-        self.taken
-            .load(Ordering::Relaxed)
-            .saturating_sub(returned)
+        // A decrement never precedes its chunk's increment, so `out` does not wrap; guard anyway.
+        let out = self.out.load(Ordering::Relaxed);
+        if out > u64::MAX / 2 {
+            0
+        } else {
+            out
+        }
     }
 }
