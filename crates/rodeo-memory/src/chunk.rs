@@ -5,7 +5,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
 use crate::error::{AllocError, Error};
-use crate::raw::{RawPool, Shape};
+use crate::raw::{RawPool, Shape, BATCH};
 use crate::region::{RegionOptions, WarmupReport};
 use crate::stats::PoolStats;
 use crate::sync::Ordering;
@@ -212,15 +212,14 @@ impl Drop for Chunk<'_> {
 }
 
 /// Chunks one [`PoolCache`] holds at most.
-const MAGAZINE: usize = 64;
-/// Chunks moved between a cache and the shared pool at once.
-const BATCH: usize = MAGAZINE / 2;
+const MAGAZINE: usize = 2 * BATCH;
 
 /// A small per-thread magazine of free chunks in front of a shared [`ChunkPool`].
 ///
 /// A thread creates one (`pool.cache()`) and keeps it; [`alloc`](PoolCache::alloc) and
 /// [`free`](PoolCache::free) then touch no shared cache line except when the magazine runs
-/// empty (refill: up to 32 chunks) or full (flush: 32 chunks pushed with one CAS). It is a
+/// empty (refill: a batch of 32 chunks from the depot with one CAS, else up to 32 from the free
+/// list or the bump index) or full (flush: 32 chunks pushed to the depot as one batch). It is a
 /// plain value owned by the thread (`Send`, not `Sync`), not thread-local magic, so its
 /// lifetime is explicit and dropping it returns its chunks.
 ///
@@ -271,6 +270,9 @@ impl<'p> PoolCache<'p> {
 
     /// Returns every cached chunk to the shared pool and publishes the cache's counters.
     pub fn flush(&mut self) {
+        while self.len >= BATCH {
+            self.flush_batch(BATCH);
+        }
         self.flush_batch(self.len);
         self.publish_counters();
     }
@@ -278,7 +280,9 @@ impl<'p> PoolCache<'p> {
     #[cold]
     fn refill(&mut self) -> Result<(), AllocError> {
         self.publish_counters();
-        let n = self.pool.raw.alloc_batch(&mut self.magazine[..BATCH])?;
+        let mut batch = [0; BATCH];
+        let n = self.pool.raw.alloc_batch(&mut batch)?;
+        self.magazine[..n].copy_from_slice(&batch[..n]);
         self.len = n;
         Ok(())
     }

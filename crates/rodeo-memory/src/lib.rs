@@ -28,6 +28,7 @@
 //! | word | bits | meaning |
 //! |---|---|---|
 //! | `head: AtomicU64` | `63..32` tag, `31..0` index | top of the free list; index `u32::MAX` = empty |
+//! | `depot: AtomicU64` | same as `head` | top of the stack of full 32-chunk batches (cache flushes) |
 //! | `next: [AtomicU32]` | one per chunk | the chunk below on the free list (only while free) |
 //! | `bump: AtomicU64` | | next never-used chunk index |
 //! | `committed: AtomicU64` | | chunks in published regions; `bump <= committed` always |
@@ -58,6 +59,14 @@
 //!    push CAS that publishes it). The push CAS is a release, the pop CAS an acquire, so the
 //!    chunk's contents written by its last owner are visible to its next owner.
 //! 6. Statistics are relaxed counters and never order anything.
+//! 7. The depot is a second tagged stack with the same rules; its nodes are batches of 32 free
+//!    chunks, named by the first chunk, whose *memory* holds the other 31 indices (pools with
+//!    chunks of at least 128 bytes; smaller chunks are flushed as linked chains onto the free
+//!    list). The flusher writes the indices before the push CAS (release); they are read only
+//!    by the thread whose pop CAS (acquire) took the batch, so the read is ordered and owned. A
+//!    cache refill therefore costs one CAS and one cache line, not a 32-link walk. A direct
+//!    allocation that finds the free list and bump empty breaks a batch up (one chunk for
+//!    itself, 31 linked onto the free list), so no chunk is ever out of reach.
 //!
 //! The lock-free parts are model-checked with loom (atomics come from a `sync` facade):
 //!

@@ -12,6 +12,10 @@ use crate::sync::{
 /// The index that means "no chunk" in the head word and in the links.
 pub(crate) const NIL: u32 = u32::MAX;
 
+/// Chunks moved between a per-thread cache and the shared pool at once; a full batch goes to
+/// the depot as one node.
+pub(crate) const BATCH: usize = 32;
+
 #[inline]
 fn pack(idx: u32, tag: u32) -> u64 {
     (u64::from(tag) << 32) | u64::from(idx)
@@ -96,6 +100,9 @@ enum Grow {
 pub(crate) struct RawPool {
     /// Free-list head: `tag << 32 | index` (rule 1).
     head: Padded<AtomicU64>,
+    /// Depot head: a stack of full batches, same format; a batch is named by its first chunk,
+    /// whose memory holds the other `BATCH - 1` indices (rule 7).
+    depot: Padded<AtomicU64>,
     /// Next never-used chunk index (rule 2).
     bump: Padded<AtomicU64>,
     /// Chunks in published regions (rule 3).
@@ -126,6 +133,7 @@ impl RawPool {
     pub(crate) fn new(shape: Shape) -> Result<RawPool, Error> {
         let pool = RawPool {
             head: Padded(AtomicU64::new(pack(NIL, 0))),
+            depot: Padded(AtomicU64::new(pack(NIL, 0))),
             bump: Padded(AtomicU64::new(0)),
             committed: AtomicU64::new(0),
             growing: AtomicBool::new(false),
@@ -180,7 +188,7 @@ impl RawPool {
     /// a region.
     #[inline]
     pub(crate) fn alloc(&self) -> Result<u32, AllocError> {
-        if let Some(idx) = self.pop().or_else(|| self.bump_one()) {
+        if let Some(idx) = self.pop(&self.head).or_else(|| self.bump_one()) {
             self.counters.take(1);
             return Ok(idx);
         }
@@ -190,7 +198,11 @@ impl RawPool {
     #[cold]
     fn alloc_slow(&self) -> Result<u32, AllocError> {
         loop {
-            if let Some(idx) = self.pop().or_else(|| self.bump_one()) {
+            if let Some(idx) = self
+                .pop(&self.head)
+                .or_else(|| self.bump_one())
+                .or_else(|| self.take_one_from_depot())
+            {
                 self.counters.take(1);
                 return Ok(idx);
             }
@@ -198,7 +210,7 @@ impl RawPool {
                 Grow::Grew => {}
                 Grow::Busy => yield_now(),
                 Grow::Full => {
-                    if let Some(idx) = self.pop() {
+                    if let Some(idx) = self.pop(&self.head).or_else(|| self.take_one_from_depot()) {
                         self.counters.take(1);
                         return Ok(idx);
                     }
@@ -212,25 +224,20 @@ impl RawPool {
         }
     }
 
-    /// Fills `out` with up to `out.len()` chunks (at least one on success): free list first,
-    /// then one bump of the whole remainder.
-    pub(crate) fn alloc_batch(&self, out: &mut [u32]) -> Result<usize, AllocError> {
-        let mut n = 0;
-        while n < out.len() {
-            match self.pop() {
-                Some(idx) => {
-                    out[n] = idx;
-                    n += 1;
-                }
-                None => break,
-            }
+    /// Fills `out` with up to `out.len()` chunks (at least one on success): a run of the free
+    /// list taken with one CAS, else one bump of the whole batch.
+    pub(crate) fn alloc_batch(&self, out: &mut [u32; BATCH]) -> Result<usize, AllocError> {
+        if self.pop_batch(out) {
+            self.counters.take(BATCH as u64);
+            return Ok(BATCH);
         }
-        if n < out.len() {
-            if let Some((first, count)) = self.bump_many((out.len() - n) as u64) {
-                for k in 0..count {
-                    out[n] = first + k;
-                    n += 1;
+        let mut n = self.pop_many(out);
+        if n == 0 {
+            if let Some((first, count)) = self.bump_many(out.len() as u64) {
+                for (k, slot) in out.iter_mut().take(count as usize).enumerate() {
+                    *slot = first + k as u32;
                 }
+                n = count as usize;
             }
         }
         if n > 0 {
@@ -245,7 +252,7 @@ impl RawPool {
     #[inline]
     pub(crate) fn free(&self, idx: u32) {
         self.counters.give_back(1);
-        self.push_chain(idx, idx);
+        self.push_chain(&self.head, idx, idx);
     }
 
     /// Gives chunks back with one successful CAS: links them through `next`, then pushes the
@@ -254,18 +261,59 @@ impl RawPool {
         let (Some(&first), Some(&last)) = (idxs.first(), idxs.last()) else {
             return;
         };
+        if idxs.len() == BATCH && self.shape.chunk_bytes >= 4 * BATCH {
+            self.counters.give_back(BATCH as u64);
+            let slots = self.addr(first).cast::<u32>();
+            for (k, &idx) in idxs[1..].iter().enumerate() {
+                // SAFETY: chunk `first` is ours (rule 5, rule 7), 8-byte aligned, and at least
+                // 4 * BATCH bytes long, so slots k < BATCH - 1 are inside it.
+                unsafe { slots.add(k).write(idx) };
+            }
+            self.push_chain(&self.depot, first, first);
+            return;
+        }
         for pair in idxs.windows(2) {
             // The chunks are ours until the push below publishes them (rule 5).
             self.next[pair[0] as usize].store(pair[1], Ordering::Relaxed);
         }
         self.counters.give_back(idxs.len() as u64);
-        self.push_chain(first, last);
+        self.push_chain(&self.head, first, last);
     }
 
-    /// Pops the top of the free list (rule 1).
+    /// Takes a whole batch from the depot: one CAS and one read of the batch's first chunk.
+    fn pop_batch(&self, out: &mut [u32; BATCH]) -> bool {
+        let Some(first) = self.pop(&self.depot) else {
+            return false;
+        };
+        out[0] = first;
+        let slots = self.addr(first).cast::<u32>().cast_const();
+        for (k, slot) in out[1..].iter_mut().enumerate() {
+            // SAFETY: the successful pop made batch `first` ours, and the acquire in it made
+            // the indices written before its push visible (rule 7); slots k < BATCH - 1 lie
+            // inside the chunk (free_batch only builds batches of chunks >= 4 * BATCH bytes).
+            *slot = unsafe { slots.add(k).read() };
+        }
+        true
+    }
+
+    /// Takes one chunk out of a depot batch and moves the rest to the free list (slow path of a
+    /// direct allocation, so that chunks parked in the depot are never out of reach).
+    fn take_one_from_depot(&self) -> Option<u32> {
+        let mut batch = [0; BATCH];
+        if !self.pop_batch(&mut batch) {
+            return None;
+        }
+        for pair in batch[1..].windows(2) {
+            self.next[pair[0] as usize].store(pair[1], Ordering::Relaxed);
+        }
+        self.push_chain(&self.head, batch[1], batch[BATCH - 1]);
+        Some(batch[0])
+    }
+
+    /// Pops the top of the stack at `head` (the free list or the depot; rule 1).
     #[inline]
-    fn pop(&self) -> Option<u32> {
-        let mut head = self.head.load(Ordering::Acquire);
+    fn pop(&self, stack: &AtomicU64) -> Option<u32> {
+        let mut head = stack.load(Ordering::Acquire);
         loop {
             let (idx, tag) = unpack(head);
             if idx == NIL {
@@ -274,7 +322,7 @@ impl RawPool {
             // May read a link that a concurrent pop + push of `idx` is rewriting; then the tag
             // has moved on and the CAS below fails (the ABA case).
             let below = self.next[idx as usize].load(Ordering::Relaxed);
-            match self.head.compare_exchange_weak(
+            match stack.compare_exchange_weak(
                 head,
                 pack(below, tag.wrapping_add(1)),
                 Ordering::AcqRel,
@@ -286,14 +334,51 @@ impl RawPool {
         }
     }
 
-    /// Pushes the chain `first ..= last` (already linked) on the free list (rule 1, rule 5).
+    /// Pops up to `out.len()` chunks from the top of the free list with one successful CAS
+    /// (rule 1): walks the links from the head it read, then swings the head past the run. A
+    /// successful CAS means the head word (tag included) did not change since it was read, so no
+    /// pop or push happened and the walked links were the list's; otherwise the walk may have
+    /// read links that were being rewritten, and it starts again.
+    fn pop_many(&self, out: &mut [u32]) -> usize {
+        let mut head = self.head.load(Ordering::Acquire);
+        'retry: loop {
+            let (top, tag) = unpack(head);
+            let mut idx = top;
+            let mut n = 0;
+            while idx != NIL && n < out.len() {
+                let Some(link) = self.next.get(idx as usize) else {
+                    // A torn walk (the list changed under us); the CAS would fail anyway.
+                    head = self.head.load(Ordering::Acquire);
+                    continue 'retry;
+                };
+                out[n] = idx;
+                n += 1;
+                idx = link.load(Ordering::Relaxed);
+            }
+            if n == 0 {
+                return 0;
+            }
+            match self.head.compare_exchange_weak(
+                head,
+                pack(idx, tag.wrapping_add(1)),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return n,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Pushes the chain `first ..= last` (already linked) on the stack at `stack` (rule 1,
+    /// rule 5).
     #[inline]
-    fn push_chain(&self, first: u32, last: u32) {
-        let mut head = self.head.load(Ordering::Relaxed);
+    fn push_chain(&self, stack: &AtomicU64, first: u32, last: u32) {
+        let mut head = stack.load(Ordering::Relaxed);
         loop {
             let (top, tag) = unpack(head);
             self.next[last as usize].store(top, Ordering::Relaxed);
-            match self.head.compare_exchange_weak(
+            match stack.compare_exchange_weak(
                 head,
                 pack(first, tag.wrapping_add(1)),
                 Ordering::Release,
@@ -389,13 +474,24 @@ impl RawPool {
         }
     }
 
-    /// Every chunk index that is on the free list, walking it (quiescent pools only; tests).
+    /// Every chunk index on the free list and in the depot (quiescent pools only; tests).
     pub(crate) fn free_list(&self) -> Vec<u32> {
         let mut out = Vec::new();
         let (mut idx, _) = unpack(self.head.load(Ordering::Acquire));
         while idx != NIL && out.len() <= self.shape.max_chunks() {
             out.push(idx);
             idx = self.next[idx as usize].load(Ordering::Relaxed);
+        }
+        let (mut batch, _) = unpack(self.depot.load(Ordering::Acquire));
+        while batch != NIL && out.len() <= self.shape.max_chunks() {
+            out.push(batch);
+            let slots = self.addr(batch).cast::<u32>().cast_const();
+            for k in 0..BATCH - 1 {
+                // SAFETY: the pool is quiescent (caller's promise), so the depot's batches are
+                // stable and their first chunks hold BATCH - 1 indices (rule 7).
+                out.push(unsafe { slots.add(k).read() });
+            }
+            batch = self.next[batch as usize].load(Ordering::Relaxed);
         }
         out
     }

@@ -20,8 +20,17 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn pool(chunks_per_region: usize, max_regions: usize, initial: usize) -> ChunkPool {
+    pool_of(8, chunks_per_region, max_regions, initial)
+}
+
+fn pool_of(
+    chunk_bytes: usize,
+    chunks_per_region: usize,
+    max_regions: usize,
+    initial: usize,
+) -> ChunkPool {
     ChunkPool::new(PoolConfig {
-        chunk_bytes: 8,
+        chunk_bytes,
         chunks_per_region,
         max_regions,
         initial_regions: initial,
@@ -185,5 +194,36 @@ fn loom_cache_flush_vs_pop() {
         assert_eq!(s.in_use, 0);
         let (free, never) = p.quiescent_free();
         assert_eq!(free.len() as u64 + never, 3);
+    });
+}
+
+/// A cache flushes a full batch to the depot while another thread, finding the free list and the
+/// bump index empty, breaks a depot batch up or reports exhaustion; no chunk is lost.
+#[test]
+fn loom_depot_flush_vs_direct_alloc() {
+    model(|| {
+        let p = Arc::new(pool_of(128, 32, 1, 1));
+        let t = {
+            let p = p.clone();
+            thread::spawn(move || {
+                let mut cache = p.cache();
+                // The other thread may hold one chunk meanwhile: take what is there.
+                let held: Vec<_> = (0..32).filter_map(|_| cache.alloc().ok()).collect();
+                for c in held {
+                    cache.free(c);
+                }
+                cache.flush();
+            })
+        };
+        let got = p.alloc();
+        let idx = got.as_ref().ok().map(|c| c.index());
+        drop(got);
+        t.join().unwrap();
+        let s = p.stats();
+        assert_eq!(s.in_use, 0, "{s:?} {idx:?}");
+        let (mut free, never) = p.quiescent_free();
+        free.sort_unstable();
+        free.dedup();
+        assert_eq!(free.len() as u64 + never, 32);
     });
 }

@@ -54,7 +54,7 @@ fn check(chunk: &Chunk<'_>, thread: usize, serial: u32) {
 #[test]
 fn pool_stress_no_double_hand_out_no_loss() {
     let pool = ChunkPool::new(PoolConfig {
-        chunk_bytes: 64,
+        chunk_bytes: 128, // >= 128: cache flushes go through the depot
         chunks_per_region: CHUNKS_PER_REGION,
         max_regions: MAX_REGIONS,
         initial_regions: 0, // growth races are part of the test

@@ -1,5 +1,6 @@
 //! Command-line interface: one module per subcommand, each with its own arguments struct.
 
+mod bench;
 mod info;
 
 use std::process::ExitCode;
@@ -27,11 +28,14 @@ pub(crate) struct Cli {
 enum Command {
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
+    /// Measure this machine as the papers did (`rodeo bench pool`, ...).
+    Bench(bench::Args),
 }
 
 /// Runs the parsed command; the exit code says whether what it checked was good.
 pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
