@@ -80,7 +80,23 @@ struct Row {
     p99_ns: f64,
     max_ns: f64,
     allocations: u64,
+    /// Involuntary context switches of the bench threads during the workload (median over
+    /// repetitions): a preemption inside a timed allocation sets `max_ns` to a scheduler slice.
+    preemptions: u64,
     wall_ms: f64,
+}
+
+/// Involuntary context switches of the calling thread so far.
+fn involuntary_switches() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we pass and reads nothing else.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    if rc == 0 {
+        u64::try_from(usage.ru_nivcsw).unwrap_or(0)
+    } else {
+        0
+    }
 }
 
 /// One allocator as seen by one thread of the workload.
@@ -131,7 +147,11 @@ fn workload<A: ThreadAlloc>(
 }
 
 /// Runs `make`'s per-thread allocators on `threads` threads started together.
-fn measure<A, F>(threads: usize, live_total: usize, make: F) -> anyhow::Result<(Histogram, f64)>
+fn measure<A, F>(
+    threads: usize,
+    live_total: usize,
+    make: F,
+) -> anyhow::Result<(Histogram, f64, u64)>
 where
     A: ThreadAlloc,
     F: Fn() -> A + Sync,
@@ -140,7 +160,7 @@ where
     let barrier = Barrier::new(threads);
     let peak = Barrier::new(threads);
     let start = Instant::now();
-    let results: Vec<anyhow::Result<Histogram>> = std::thread::scope(|s| {
+    let results: Vec<anyhow::Result<(Histogram, u64)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let (make, barrier, peak) = (&make, &barrier, &peak);
@@ -148,7 +168,9 @@ where
                     let mut hist = Histogram::new();
                     let mut a = make();
                     barrier.wait();
-                    workload(&mut a, per_thread, peak, &mut hist).map(|()| hist)
+                    let switches = involuntary_switches();
+                    workload(&mut a, per_thread, peak, &mut hist)?;
+                    Ok((hist, involuntary_switches() - switches))
                 })
             })
             .collect();
@@ -162,10 +184,13 @@ where
     });
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut total = Histogram::new();
+    let mut switches = 0;
     for r in results {
-        total.merge(&r?);
+        let (h, n) = r?;
+        total.merge(&h);
+        switches += n;
     }
-    Ok((total, wall_ms))
+    Ok((total, wall_ms, switches))
 }
 
 // --- rodeo ---------------------------------------------------------------------------------
@@ -381,7 +406,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     // The rodeo pool: sized to the live set plus one region of slack for the caches, mapped and
     // warmed before the run, and kept across repetitions as a real pool is kept across runs.
-    let mut config = PoolConfig::new(CHUNK, (live_mib << 20) + (64 << 20));
+    // 64 MiB regions (smaller for small workloads, so that smoke tests warm little memory).
+    let region_bytes = ((live_mib << 20) / 8).clamp(1 << 20, 64 << 20);
+    let chunks_per_region = region_bytes / CHUNK;
+    let max_regions = (live_mib << 20).div_ceil(region_bytes) + 1;
+    let mut config = PoolConfig {
+        chunks_per_region,
+        max_regions,
+        initial_regions: max_regions,
+        ..PoolConfig::new(CHUNK, live_mib << 20)
+    };
     config.region.huge_pages = match args.huge_pages {
         Huge::None => HugePages::None,
         Huge::Transparent => HugePages::Transparent,
@@ -391,25 +425,34 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let warm = pool.warmup_report();
     for _ in 0..args.repeat {
         for threads in [1, 2] {
-            let (h, ms) = measure(threads, live_chunks, || RodeoCached(pool.cache()))?;
-            record(&mut measured, "rodeo", threads, &h, ms);
-            let (h, ms) = measure(threads, live_chunks, || RodeoShared(&pool))?;
-            record(&mut measured, "rodeo_nocache", threads, &h, ms);
+            let (h, ms, sw) = measure(threads, live_chunks, || RodeoCached(pool.cache()))?;
+            record(&mut measured, "rodeo", threads, &h, ms, sw);
+            let (h, ms, sw) = measure(threads, live_chunks, || RodeoShared(&pool))?;
+            record(&mut measured, "rodeo_nocache", threads, &h, ms, sw);
         }
         for threads in [1, 2] {
-            let (h, ms) = measure(threads, live_chunks, || Malloc)?;
-            record(&mut measured, "malloc", threads, &h, ms);
+            let (h, ms, sw) = measure(threads, live_chunks, || Malloc)?;
+            record(&mut measured, "malloc", threads, &h, ms, sw);
         }
         for threads in [1, 2] {
             let eager = EagerPool::new();
-            let (h, ms) = measure(threads, live_chunks, || Eager(&eager))?;
-            record(&mut measured, "eager", threads, &h, ms);
+            let (h, ms, sw) = measure(threads, live_chunks, || Eager(&eager))?;
+            record(&mut measured, "eager", threads, &h, ms, sw);
         }
         let t = Instant::now();
+        let switches = involuntary_switches();
         let (cold, warm_touch) = first_touch(touch_mib << 20)?;
+        let sw = involuntary_switches() - switches;
         let touch_ms = t.elapsed().as_secs_f64() * 1e3;
-        record(&mut measured, "first_touch_cold", 1, &cold, touch_ms);
-        record(&mut measured, "first_touch_warm", 1, &warm_touch, touch_ms);
+        record(&mut measured, "first_touch_cold", 1, &cold, touch_ms, sw);
+        record(
+            &mut measured,
+            "first_touch_warm",
+            1,
+            &warm_touch,
+            touch_ms,
+            sw,
+        );
     }
     let pool_stats = pool.stats();
     drop(pool);
@@ -450,6 +493,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             p99_ns: round1(median(&m.p99) * ns_per_tick),
             max_ns: round1(median(&m.max) * ns_per_tick),
             allocations: m.allocations,
+            preemptions: median(&m.preemptions) as u64,
             wall_ms: round1(median(&m.wall_ms)),
         });
     }
@@ -505,6 +549,7 @@ struct Measured {
     avg: Vec<f64>,
     p99: Vec<f64>,
     max: Vec<f64>,
+    preemptions: Vec<f64>,
     wall_ms: Vec<f64>,
 }
 
@@ -514,6 +559,7 @@ fn record(
     threads: usize,
     h: &Histogram,
     wall_ms: f64,
+    preemptions: u64,
 ) {
     let pos = match measured
         .iter()
@@ -528,6 +574,7 @@ fn record(
                 avg: Vec::new(),
                 p99: Vec::new(),
                 max: Vec::new(),
+                preemptions: Vec::new(),
                 wall_ms: Vec::new(),
             });
             measured.len() - 1
@@ -537,6 +584,7 @@ fn record(
     m.avg.push(h.mean());
     m.p99.push(h.quantile(0.99));
     m.max.push(h.max() as f64);
+    m.preemptions.push(preemptions as f64);
     m.wall_ms.push(wall_ms);
 }
 
