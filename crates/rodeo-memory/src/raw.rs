@@ -427,9 +427,16 @@ impl RawPool {
         {
             return Ok(Grow::Busy);
         }
-        let result = self.grow_exclusive(force);
-        self.growing.store(false, Ordering::Release);
-        result
+        /// Clears the grow flag however `grow_exclusive` ends, a panic included, so that other
+        /// allocators never wait for a grower that is gone (rule 4).
+        struct Clear<'a>(&'a AtomicBool);
+        impl Drop for Clear<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _clear = Clear(&self.growing);
+        self.grow_exclusive(force)
     }
 
     fn grow_exclusive(&self, force: bool) -> Result<Grow, Error> {

@@ -284,7 +284,7 @@ impl Region {
                 if first >= last {
                     continue;
                 }
-                s.spawn(move || {
+                let touch = move || {
                     for page in first..last {
                         let p = (base + page * BASE_PAGE) as *mut u8;
                         // SAFETY: p is inside this region (page < len / BASE_PAGE), which stays
@@ -292,7 +292,15 @@ impl Region {
                         // each thread writes its own pages only.
                         unsafe { std::ptr::write_volatile(p, 0) };
                     }
-                });
+                };
+                // If no thread can be started, the caller's thread does the work.
+                if std::thread::Builder::new()
+                    .name("rodeo-warmup".into())
+                    .spawn_scoped(s, touch)
+                    .is_err()
+                {
+                    touch();
+                }
             }
         });
         pages as u64
