@@ -1,5 +1,6 @@
 //! Command-line interface: one module per subcommand, each with its own arguments struct.
 
+mod bench;
 mod dump;
 mod gen;
 mod info;
@@ -39,6 +40,8 @@ enum Command {
     Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
+    /// Measure this machine as the papers did (`rodeo bench pool`, ...).
+    Bench(bench::Args),
 }
 
 /// Runs the parsed command; the exit code says whether what it checked was good.
@@ -49,5 +52,6 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dump(args) => dump::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

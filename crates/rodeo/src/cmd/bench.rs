@@ -1,0 +1,33 @@
+//! `rodeo bench <kind>`: measurements from the papers, reproduced on this machine in one run.
+//!
+//! Each kind is a subcommand with its own arguments; every comparison it prints is measured in
+//! the same run, so a ratio stays meaningful on a noisy machine.
+
+mod pool;
+mod timing;
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+/// Arguments of `rodeo bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    kind: Kind,
+}
+
+/// What to measure.
+#[derive(Debug, Subcommand)]
+enum Kind {
+    /// The SW ROD talk's memory-pool table: allocation time (avg, p99, max) of the rodeo pool,
+    /// malloc and an eager (boost::pool-like) pool, with 1 and 2 threads, and the cost of
+    /// touching a cold versus a warm page.
+    Pool(pool::Args),
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.kind {
+        Kind::Pool(a) => pool::run(a),
+    }
+}
