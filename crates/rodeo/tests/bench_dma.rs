@@ -6,8 +6,14 @@ use serde_json::Value;
 
 #[test]
 fn bench_dma_json_shape() {
+    check("slink");
+    check("felix");
+}
+
+fn check(generator: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
         .args(["bench", "dma", "--quick", "--json", "--seconds", "0.05"])
+        .args(["--generator", generator])
         .output()
         .expect("run rodeo");
     assert!(
@@ -32,7 +38,7 @@ fn bench_dma_json_shape() {
                 "{key} in {row}"
             );
         }
-        assert_eq!(row["generator"], "slink");
+        assert_eq!(row["generator"], generator);
         seen.push((
             row["superpage_bytes"].as_u64().expect("superpage_bytes"),
             row["channels"].as_u64().expect("channels"),
