@@ -12,11 +12,9 @@
 //! ever split or dropped. The overflow queue is a reused byte buffer: no allocation per packet or
 //! block once it has grown to its high-water mark (about one L1ID's worth of blocks).
 
-use rodeo_format::felix::{
-    encode_packet, ElinkEncoder, FelixError, TrailerSize, DEFAULT_BLOCK_SIZE,
-};
+use rodeo_format::felix::{encode_packet, ElinkEncoder, TrailerSize, DEFAULT_BLOCK_SIZE};
 
-use super::{L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
+use super::{GeneratorError, L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
 use crate::dma::{Fill, Generator};
 
 /// Largest payload of a default-format packet, in words (a 16-bit field).
@@ -68,10 +66,10 @@ pub struct FelixGenerator {
 }
 
 impl FelixGenerator {
-    /// A generator at L1ID 0; fails on an invalid block size or an empty E-link list.
-    pub fn new(config: &FelixConfig) -> Result<FelixGenerator, FelixError> {
+    /// A generator at L1ID 0; fails on an empty E-link list or an invalid block size.
+    pub fn new(config: &FelixConfig) -> Result<FelixGenerator, GeneratorError> {
         if config.elinks.is_empty() {
-            return Err(FelixError::BlockSize { len: 0 });
+            return Err(GeneratorError::NoElinks);
         }
         let encoders = config
             .elinks
@@ -226,6 +224,26 @@ mod tests {
         }
         assert!(next.iter().all(|&n| n > 50), "{next:?}");
         assert_eq!(g.blocks(), 600);
+    }
+
+    #[test]
+    fn rejects_bad_configurations() {
+        let no_elinks = FelixConfig {
+            elinks: Vec::new(),
+            ..FelixConfig::default()
+        };
+        assert!(matches!(
+            FelixGenerator::new(&no_elinks),
+            Err(GeneratorError::NoElinks)
+        ));
+        let bad_block = FelixConfig {
+            block_size: 1000,
+            ..FelixConfig::default()
+        };
+        assert!(matches!(
+            FelixGenerator::new(&bad_block),
+            Err(GeneratorError::Felix(_))
+        ));
     }
 
     #[test]

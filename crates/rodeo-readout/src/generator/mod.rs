@@ -23,6 +23,17 @@ mod slink;
 pub use felix::{FelixConfig, FelixGenerator};
 pub use slink::{SlinkConfig, SlinkGenerator};
 
+/// Why a generator could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum GeneratorError {
+    /// A FELIX generator needs at least one E-link.
+    #[error("a FELIX generator needs at least one E-link")]
+    NoElinks,
+    /// The FELIX encoder rejected the configuration (block size).
+    #[error(transparent)]
+    Felix(#[from] rodeo_format::felix::FelixError),
+}
+
 /// Default L1ID wrap value: the 24-bit L1ID of the extended L1ID.
 pub const DEFAULT_L1ID_WRAP: u32 = 1 << 24;
 
