@@ -121,6 +121,15 @@ pub trait DmaChannel<S: SuperpageBuffer>: Send + Sync {
     fn status(&self) -> ChannelStatus;
 }
 
+impl SuperpageBuffer for rodeo_memory::Superpage {
+    fn as_bytes(&self) -> &[u8] {
+        self
+    }
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
 /// What a generator wrote into a buffer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Fill {

@@ -3,6 +3,7 @@
 //! Each kind is a subcommand with its own arguments; every comparison it prints is measured in
 //! the same run, so a ratio stays meaningful on a noisy machine.
 
+mod dma;
 mod pool;
 mod timing;
 
@@ -24,10 +25,14 @@ enum Kind {
     /// malloc and an eager (boost::pool-like) pool, with 1 and 2 threads, and the cost of
     /// touching a cold versus a warm page.
     Pool(pool::Args),
+    /// Emulated DMA channels (S-LINK-mode card threads) filling pool superpages: throughput per
+    /// superpage size with 1 and 2 channels, against this machine's memcpy bandwidth.
+    Dma(dma::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.kind {
         Kind::Pool(a) => pool::run(a),
+        Kind::Dma(a) => dma::run(a),
     }
 }

@@ -1,0 +1,231 @@
+//! S-LINK mode: whole ROD fragments, one per L1ID.
+//!
+//! Each unit is one ROD fragment of the event format, written as little-endian words:
+//!
+//! ```text
+//! [0xB0F00000]                      S-LINK begin control word (framing on)
+//! 9 header words                    marker, 9, version, source id, run, extended L1ID, BCID,
+//!                                   trigger type, detector event type
+//! 1 status word (0)                 status before data
+//! n data words                      counter_word(source id, extended L1ID, i)
+//! 3 trailer words                   1, n, 0
+//! [0xE0F00000]                      S-LINK end control word (framing on)
+//! ```
+//!
+//! The data is `rodeo_format::synth`'s counter payload, so [`rodeo_format::synth::check_counter`]
+//! checks every word. The header and trailer are written directly (the same words
+//! [`rodeo_format::fragment::RodBuilder`] writes) and the data in one pass straight into the
+//! superpage: the generator never copies a fragment twice and never allocates. A fragment's size
+//! is drawn once; if it does not fit the rest of the superpage it is kept for the next one, so
+//! the sequence of sizes does not depend on the superpage size.
+
+use rodeo_format::fragment::{
+    ROD_FORMAT_VERSION, ROD_HEADER_WORDS, ROD_MARKER, ROD_TRAILER_WORDS, SLINK_BEGIN, SLINK_END,
+};
+use rodeo_format::synth::counter_word;
+
+use super::{L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
+use crate::dma::{Fill, Generator};
+
+/// Status words of every generated fragment (one word, 0 = good, before the data).
+const STATUS_WORDS: usize = 1;
+
+/// Largest data block, in words: keeps one fragment far below any superpage size limit.
+const MAX_DATA_WORDS: u32 = 1 << 24;
+
+/// Configuration of a [`SlinkGenerator`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlinkConfig {
+    /// Source id written into every fragment (and seeding its payload).
+    pub source_id: u32,
+    /// Run number in the ROD header.
+    pub run_number: u32,
+    /// Data words per fragment (fixed or uniform); at most 2^24.
+    pub data_words: WordRange,
+    /// The L1ID wraps at this value, then the ECR increments (default 2^24).
+    pub l1id_wrap: u32,
+    /// Frame each fragment with the S-LINK control words 0xB0F00000 / 0xE0F00000.
+    pub framing: bool,
+    /// PRNG seed for the fragment sizes.
+    pub seed: u64,
+}
+
+impl Default for SlinkConfig {
+    fn default() -> SlinkConfig {
+        SlinkConfig {
+            source_id: 0x0011_0001,
+            run_number: 1,
+            data_words: WordRange::fixed(256),
+            l1id_wrap: DEFAULT_L1ID_WRAP,
+            framing: false,
+            seed: 0x5EED,
+        }
+    }
+}
+
+impl SlinkConfig {
+    /// Words of a fragment with `data_words` data words, control words included.
+    pub fn fragment_words(&self, data_words: u32) -> usize {
+        let framing = if self.framing { 2 } else { 0 };
+        framing + ROD_HEADER_WORDS + STATUS_WORDS + data_words as usize + ROD_TRAILER_WORDS
+    }
+}
+
+/// The S-LINK-mode generator: one ROD fragment per unit. See the module docs for the layout.
+#[derive(Debug, Clone)]
+pub struct SlinkGenerator {
+    config: SlinkConfig,
+    l1id: L1idCounter,
+    rng: Rng,
+    /// Data words of the next fragment (drawn, not yet written).
+    next_words: u32,
+}
+
+impl SlinkGenerator {
+    /// A generator at L1ID 0.
+    pub fn new(config: SlinkConfig) -> SlinkGenerator {
+        let mut config = config;
+        config.data_words = config.data_words.clamp(MAX_DATA_WORDS);
+        let mut rng = Rng::new(config.seed);
+        let next_words = config.data_words.draw(&mut rng);
+        SlinkGenerator {
+            l1id: L1idCounter::new(config.l1id_wrap),
+            config,
+            rng,
+            next_words,
+        }
+    }
+
+    /// The configuration (with the data size clamped).
+    pub fn config(&self) -> &SlinkConfig {
+        &self.config
+    }
+
+    /// Fragments generated so far.
+    pub fn fragments(&self) -> u64 {
+        self.l1id.events()
+    }
+
+    /// Writes one fragment of `ndata` data words into `out` (exactly its size).
+    fn write_fragment(&self, out: &mut [u8], ndata: u32) {
+        let c = &self.config;
+        let l1id = self.l1id.extended();
+        let mut at = 0usize;
+        let mut put = |w: u32| {
+            out[at..at + 4].copy_from_slice(&w.to_le_bytes());
+            at += 4;
+        };
+        if c.framing {
+            put(SLINK_BEGIN);
+        }
+        for w in [
+            ROD_MARKER,
+            ROD_HEADER_WORDS as u32,
+            ROD_FORMAT_VERSION,
+            c.source_id,
+            c.run_number,
+            l1id,
+            l1id.wrapping_mul(7) % 3564,
+            1,
+            0,
+            0, // the status word
+        ] {
+            put(w);
+        }
+        let data_bytes = 4 * ndata as usize;
+        let base = counter_word(c.source_id, l1id, 0);
+        for (i, w) in out[at..at + data_bytes].chunks_exact_mut(4).enumerate() {
+            w.copy_from_slice(&base.wrapping_add(i as u32).to_le_bytes());
+        }
+        at += data_bytes;
+        let mut put = |w: u32| {
+            out[at..at + 4].copy_from_slice(&w.to_le_bytes());
+            at += 4;
+        };
+        put(STATUS_WORDS as u32);
+        put(ndata);
+        put(0);
+        if c.framing {
+            put(SLINK_END);
+        }
+    }
+}
+
+impl Generator for SlinkGenerator {
+    fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+        let mut fill = Fill::default();
+        while fill.units < max_units {
+            let ndata = self.next_words;
+            let bytes = 4 * self.config.fragment_words(ndata);
+            let Some(out) = buf.get_mut(fill.bytes..fill.bytes + bytes) else {
+                break;
+            };
+            self.write_fragment(out, ndata);
+            fill.bytes += bytes;
+            fill.units += 1;
+            self.l1id.advance();
+            self.next_words = self.config.data_words.draw(&mut self.rng);
+        }
+        fill
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rodeo_format::fragment::RodFragment;
+    use rodeo_format::synth::check_counter;
+
+    use super::*;
+
+    fn words(bytes: &[u8]) -> Vec<u32> {
+        bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    #[test]
+    fn fragments_parse_and_check() {
+        let mut g = SlinkGenerator::new(SlinkConfig {
+            framing: true,
+            data_words: WordRange::uniform(0, 40),
+            l1id_wrap: 5,
+            ..SlinkConfig::default()
+        });
+        let mut buf = vec![0u8; 4096];
+        let f = g.fill(&mut buf, 12);
+        assert_eq!(f.units, 12);
+        let w = words(&buf[..f.bytes]);
+        let mut at = 0;
+        for n in 0..12 {
+            assert_eq!(w[at], SLINK_BEGIN);
+            let end = at + w[at + 1..].iter().position(|&x| x == SLINK_END).unwrap() + 1;
+            let rod = RodFragment::parse(&w[at + 1..end]).unwrap();
+            assert_eq!(rod.extended_l1id(), L1idCounter::expected(5, n));
+            assert_eq!(
+                check_counter(rod.data(), rod.source_id().word(), rod.extended_l1id()),
+                None
+            );
+            at = end + 1;
+        }
+        assert_eq!(at, w.len());
+    }
+
+    #[test]
+    fn never_splits_a_fragment() {
+        let mut g = SlinkGenerator::new(SlinkConfig {
+            data_words: WordRange::fixed(100),
+            ..SlinkConfig::default()
+        });
+        let mut buf = vec![0u8; 1000];
+        assert_eq!(
+            g.fill(&mut buf, u64::MAX),
+            Fill {
+                bytes: 904,
+                units: 2
+            }
+        );
+        assert_eq!(g.fill(&mut buf[..100], u64::MAX), Fill::default());
+        assert_eq!(g.fragments(), 2);
+    }
+}
