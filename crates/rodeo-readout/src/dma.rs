@@ -486,10 +486,20 @@ mod tests {
         .unwrap();
         ch.push_superpage(vec![0; 1000]).unwrap();
         ch.push_superpage(vec![0; 1000]).unwrap();
-        assert!(
-            ch.push_superpage(vec![0; 1000]).is_err(),
-            "transfer queue of depth 2 took a third superpage"
-        );
+        assert!(ch.transfer_queue_available() <= 2);
+        // Hold both superpages until the card has filled them and stalled (deterministic back-pressure).
+        let held = Instant::now();
+        while ch.status().counters.superpages < 2 || ch.status().counters.stalls == 0 {
+            assert!(
+                held.elapsed() < Duration::from_secs(20),
+                "card never filled both: {:?}",
+                ch.status()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Both superpages are on the ready queue now: the transfer queue (depth 2) is empty and
+        // takes exactly two more.
+        assert_eq!(ch.transfer_queue_available(), 2);
         let words = drain(&ch, 2000);
         assert!(
             words.iter().enumerate().all(|(i, &w)| w == i as u32),

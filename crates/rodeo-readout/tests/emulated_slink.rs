@@ -33,9 +33,23 @@ fn run(framing: bool, wrap: u32) {
         SlinkGenerator::new(cfg),
     )
     .unwrap();
+    let mut pushed = 0u64;
     while let Ok(sp) = pool.alloc() {
         ch.push_superpage(sp).unwrap();
+        pushed += 1;
     }
+    // Hold every superpage until the card has filled them all and stalled for want of an empty
+    // one: the back-pressure path, exercised deterministically (not left to the scheduler).
+    let held = Instant::now();
+    while ch.status().counters.superpages < pushed || ch.status().counters.stalls == 0 {
+        assert!(
+            held.elapsed() < Duration::from_secs(30),
+            "card never filled the pool: {:?}",
+            ch.status()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stalls_while_held = ch.status().counters.stalls;
     let mut seen = 0u64;
     let mut sequence = 0u64;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -98,7 +112,8 @@ fn run(framing: bool, wrap: u32) {
     }
     let st = ch.status();
     assert!(st.counters.units >= FRAGMENTS);
-    assert!(st.counters.stalls > 0, "four superpages never ran out");
+    assert!(stalls_while_held > 0, "four superpages never ran out");
+    assert!(st.counters.stalls >= stalls_while_held);
 }
 
 #[test]
