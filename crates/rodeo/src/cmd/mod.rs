@@ -15,7 +15,8 @@ use clap::{Parser, Subcommand};
 ///
 /// Readout cards (real or emulated) feed fragment builders and event stores; a supervisor assigns
 /// events to data-collection nodes that run the trigger and build accepted events; loggers write
-/// them to files. `rodeo run` starts a whole partition on a built-in default configuration.
+/// them to files. `rodeo run` runs the main job on a built-in default configuration; until the
+/// partition lands that is the file chain (generate, write, read back, verify, balance).
 #[derive(Debug, Parser)]
 #[command(
     name = "rodeo",
