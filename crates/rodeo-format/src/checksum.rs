@@ -318,9 +318,48 @@ const fn crc16_tables() -> [[u16; 256]; 16] {
     t
 }
 
+/// The Adler-32 of `A || B` from the Adler-32 of `A` (`first`), that of `B` (`second`) and the
+/// length of `B`, so a checksum over concatenated pieces needs no second pass over pieces
+/// already summed.
+///
+/// With `a` the byte sum plus one and `b` the sum of the successive `a` values (both modulo
+/// 65521): `a(AB) = a(A) + a(B) - 1` and `b(AB) = b(A) + b(B) + len(B) (a(A) - 1)`.
+pub fn adler32_concat(first: u32, second: u32, second_len: u64) -> u32 {
+    const MOD: u64 = 65_521;
+    let (a1, b1) = (u64::from(first & 0xFFFF), u64::from(first >> 16));
+    let (a2, b2) = (u64::from(second & 0xFFFF), u64::from(second >> 16));
+    let a = (a1 + a2 + MOD - 1) % MOD;
+    let b = (b1 + b2 + (second_len % MOD) * ((a1 + MOD - 1) % MOD)) % MOD;
+    ((b << 16) | a) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adler32_concat_matches_one_pass() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 31 + 7) as u8).collect();
+        for split in [0, 1, 3, 5552, 20_000, 50_000] {
+            let (x, y) = data.split_at(split);
+            let whole = adler32(ADLER32_INIT, &data);
+            let joined = adler32_concat(
+                adler32(ADLER32_INIT, x),
+                adler32(ADLER32_INIT, y),
+                y.len() as u64,
+            );
+            assert_eq!(joined, whole, "split {split}");
+        }
+        let ff = vec![0xFFu8; 100_000];
+        assert_eq!(
+            adler32_concat(
+                adler32(ADLER32_INIT, &ff[..1]),
+                adler32(ADLER32_INIT, &ff[1..]),
+                99_999
+            ),
+            adler32(ADLER32_INIT, &ff)
+        );
+    }
 
     #[test]
     fn crc16_check_value() {

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{
-    adler32_concat, file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS,
-    END_TRAILER, EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
+    file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS, END_TRAILER,
+    EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
 };
-use crate::checksum::{adler32, words_as_bytes, ADLER32_INIT};
+use crate::checksum::{adler32, adler32_concat, words_as_bytes, ADLER32_INIT};
 
 const END_RECORD_BYTES: u64 = END_RECORD_WORDS as u64 * 4;
 
