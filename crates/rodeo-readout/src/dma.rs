@@ -416,10 +416,7 @@ fn fill_superpage<G: Generator>(
             break;
         }
     }
-    if fill.units == 0
-        && !waits
-        && !generator.is_finished()
-        && !shared.stop.load(Ordering::Acquire)
+    if fill.units == 0 && !waits && !generator.is_finished() && !shared.stop.load(Ordering::Acquire)
     {
         return Filling::Unfit;
     }

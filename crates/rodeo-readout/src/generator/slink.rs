@@ -19,10 +19,10 @@
 //! is drawn once; if it does not fit the rest of the superpage it is kept for the next one, so
 //! the sequence of sizes does not depend on the superpage size.
 
+use rodeo_format::checksum::{crc16_words, CRC16_INIT};
 use rodeo_format::fragment::{
     ROD_FORMAT_VERSION, ROD_HEADER_WORDS, ROD_MARKER, ROD_TRAILER_WORDS, SLINK_BEGIN, SLINK_END,
 };
-use rodeo_format::checksum::{crc16_words, CRC16_INIT};
 use rodeo_format::synth::counter_word;
 
 use super::{L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
@@ -72,7 +72,12 @@ impl SlinkConfig {
     /// Words of a fragment with `data_words` data words, control words included.
     pub fn fragment_words(&self, data_words: u32) -> usize {
         let framing = if self.framing { 2 } else { 0 };
-        framing + usize::from(self.crc) + ROD_HEADER_WORDS + STATUS_WORDS + data_words as usize + ROD_TRAILER_WORDS
+        framing
+            + usize::from(self.crc)
+            + ROD_HEADER_WORDS
+            + STATUS_WORDS
+            + data_words as usize
+            + ROD_TRAILER_WORDS
     }
 }
 
