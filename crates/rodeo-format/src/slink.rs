@@ -326,24 +326,18 @@ impl SlinkChecker {
         mut status: Status,
         on_item: &mut impl FnMut(SlinkItem<'a>),
     ) {
-        let rod = if self.config.crc {
-            match body.split_last() {
-                Some((&crc, rod)) => {
-                    if u32::from(crc16_words(CRC16_INIT, rod)) != crc {
-                        self.counters.crc_errors += 1;
-                        status.insert(Status::ROB_TRANSMISSION);
-                        status.insert(Status::DATA_CORRUPTION);
-                    }
-                    rod
-                }
-                None => body,
-            }
-        } else {
-            body
+        let (rod, crc) = match body.split_last() {
+            Some((&crc, rod)) if self.config.crc => (rod, Some(crc)),
+            _ => (body, None),
         };
         if rod.len() < MIN_READABLE_WORDS {
             self.drop_words(words, from, to, DropReason::Short, on_item);
             return;
+        }
+        if crc.is_some_and(|crc| u32::from(crc16_words(CRC16_INIT, rod)) != crc) {
+            self.counters.crc_errors += 1;
+            status.insert(Status::ROB_TRANSMISSION);
+            status.insert(Status::DATA_CORRUPTION);
         }
         match RodFragment::parse(rod) {
             Ok(_) => {}

@@ -11,5 +11,10 @@
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
 
+pub mod card;
+pub mod corrupt;
 pub mod dma;
 pub mod generator;
+pub mod monitor;
+pub mod net;
+pub mod player;

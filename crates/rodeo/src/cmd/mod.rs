@@ -3,6 +3,7 @@
 mod bench;
 mod dump;
 mod gen;
+mod gen_link;
 mod info;
 mod run;
 mod verify;
