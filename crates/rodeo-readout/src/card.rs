@@ -188,6 +188,8 @@ pub struct CardChannel {
     pub slink: SlinkCheckConfig,
     /// Network receiver counters (network channels only).
     pub net: Option<Arc<NetCounters>>,
+    /// The address a network channel listens on (the port chosen when 0 was asked for).
+    pub address: Option<LinkAddress>,
 }
 
 /// A running card.
@@ -294,6 +296,7 @@ fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel
                 block_size: cfg.block_size,
                 slink: SlinkCheckConfig::default(),
                 net: None,
+                address: None,
             }
         }
         ChannelSource::Slink(cfg) => CardChannel {
@@ -313,6 +316,7 @@ fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel
             block_size: 0,
             slink: slink_check(cfg),
             net: None,
+            address: None,
         },
         ChannelSource::File { path, looping } => {
             let file = LinkFile::read(path).map_err(|source| CardError::LinkFile {
@@ -345,6 +349,7 @@ fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel
                     l1id_wrap: h.l1id_wrap,
                 },
                 net: None,
+                address: None,
             }
         }
         ChannelSource::Net {
@@ -389,6 +394,7 @@ fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel
                 block_size: *block_size,
                 slink: *slink,
                 net: Some(net),
+                address: Some(bound),
             }
         }
     })

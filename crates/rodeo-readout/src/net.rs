@@ -91,6 +91,36 @@ impl LinkAddress {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receive_buffer_grows() {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let small = set_receive_buffer(&s, 4096);
+        let large = set_receive_buffer(&s, 1 << 20);
+        assert!(small > 0 && large > small, "{small} -> {large}");
+    }
+
+    #[test]
+    fn addresses_parse() {
+        assert!(matches!(
+            LinkAddress::parse("udp://127.0.0.1:5000"),
+            Ok(LinkAddress::Udp(_))
+        ));
+        assert!(matches!(
+            LinkAddress::parse("tcp://localhost:5000"),
+            Ok(LinkAddress::Tcp(_))
+        ));
+        assert!(matches!(
+            LinkAddress::parse("http://x:1"),
+            Err(AddressError::Scheme(_))
+        ));
+        assert!(LinkAddress::parse("udp://no-port").is_err());
+    }
+}
+
 impl std::fmt::Display for LinkAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -162,6 +192,53 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+/// The socket receive buffer a UDP receiver asks for (the kernel may grant less: without
+/// privileges it caps the size at `net.core.rmem_max`).
+pub const UDP_RECEIVE_BUFFER: usize = 8 << 20;
+
+/// Asks for a receive buffer of `bytes`: first beyond the system limit (`SO_RCVBUFFORCE`,
+/// which needs `CAP_NET_ADMIN`), then within it. Returns the size granted (the kernel reports
+/// twice the usable size), or 0 if it cannot be read.
+pub fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> usize {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let value = bytes.min(i32::MAX as usize) as libc::c_int;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: `fd` is an open socket owned by `socket` for the whole call; the option value
+        // points to a live c_int and `len` is its size, as setsockopt(2) requires.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&value as *const libc::c_int).cast(),
+                len,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+    }
+    let mut granted: libc::c_int = 0;
+    let mut glen = len;
+    // SAFETY: as above; `granted` and `glen` are live locals that getsockopt(2) writes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut granted as *mut libc::c_int).cast(),
+            &mut glen,
+        )
+    };
+    if r == 0 {
+        granted.max(0) as usize
+    } else {
+        0
+    }
+}
+
 /// Receives units as UDP datagrams; see the module docs.
 #[derive(Debug)]
 pub struct UdpReceiver {
@@ -171,10 +248,12 @@ pub struct UdpReceiver {
 }
 
 impl UdpReceiver {
-    /// Binds `addr` (port 0 picks a free port; see [`UdpReceiver::local_addr`]).
+    /// Binds `addr` (port 0 picks a free port; see [`UdpReceiver::local_addr`]) and asks for
+    /// a [`UDP_RECEIVE_BUFFER`] socket buffer, so a card stall of milliseconds loses nothing.
     pub fn bind(addr: SocketAddr, rule: UnitRule) -> io::Result<UdpReceiver> {
         let socket = UdpSocket::bind(addr)?;
         socket.set_read_timeout(Some(POLL_INTERVAL))?;
+        set_receive_buffer(&socket, UDP_RECEIVE_BUFFER);
         Ok(UdpReceiver {
             socket,
             rule,
