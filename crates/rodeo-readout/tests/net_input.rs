@@ -73,7 +73,11 @@ fn drain(card: &Card, units: u64, monitor: &mut LinkMonitor, hold: Duration) {
 
 #[test]
 fn udp_felix_blocks_arrive_whole_and_bad_datagrams_are_counted() {
-    let card = card("udp://127.0.0.1:0", LinkMode::Felix, SlinkCheckConfig::default());
+    let card = card(
+        "udp://127.0.0.1:0",
+        LinkMode::Felix,
+        SlinkCheckConfig::default(),
+    );
     let address = card.channels()[0].address.unwrap();
     let cfg = FelixConfig {
         elinks: vec![0, 5, 0x40],

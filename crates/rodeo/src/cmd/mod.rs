@@ -1,6 +1,7 @@
 //! Command-line interface: one module per subcommand, each with its own arguments struct.
 
 mod bench;
+mod cards;
 mod dump;
 mod gen;
 mod gen_link;
@@ -44,6 +45,9 @@ enum Command {
     Info(info::Args),
     /// Measure this machine as the papers did (`rodeo bench pool`, ...).
     Bench(bench::Args),
+    /// Start the readout cards (emulated FELIX and S-LINK, file player, network input) and
+    /// show every channel's link, queues, counters and decoding errors.
+    Cards(cards::Args),
 }
 
 /// Runs the parsed command; the exit code says whether what it checked was good.
@@ -55,5 +59,6 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Cards(args) => cards::run(args),
     }
 }
