@@ -7,6 +7,13 @@
 //! - [`generator`]: the emulated cards' data sources: [`generator::SlinkGenerator`] (whole ROD
 //!   fragments, S-LINK mode) and [`generator::FelixGenerator`] (1 KiB FELIX blocks of E-link
 //!   packets, FELIX mode).
+//! - [`player`], [`net`]: the other sources behind the same channel: a recorded link stream
+//!   replayed ([`player::FilePlayer`]), units from the network ([`net::UdpReceiver`],
+//!   [`net::TcpReceiver`]).
+//! - [`corrupt`]: every error kind of links.md injected into a unit stream, for testing the
+//!   receiving side; [`monitor`]: the receiving side's decoders over a channel's output, with
+//!   counters by kind.
+//! - [`card`]: channels grouped into cards, built from specs, with the built-in default cards.
 //!
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
