@@ -13,3 +13,4 @@
 
 pub mod dma;
 pub mod generator;
+pub mod store;
