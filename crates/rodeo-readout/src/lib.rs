@@ -13,4 +13,5 @@
 
 pub mod dma;
 pub mod generator;
+pub mod server;
 pub mod store;

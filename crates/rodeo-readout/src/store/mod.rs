@@ -533,12 +533,12 @@ impl EventStore {
     }
 
     /// Releases `l1ids` on every channel. Returns the fragments released.
-    pub fn clear(&mut self, l1ids: impl Iterator<Item = u32> + Clone) -> u64 {
+    pub fn clear(&mut self, l1ids: impl IntoIterator<Item = u32>) -> u64 {
         let table = &*self.table;
         let pw = table.page_words();
         let mut released = 0;
-        for ch in &mut self.channels {
-            for l1id in l1ids.clone() {
+        for l1id in l1ids {
+            for ch in &mut self.channels {
                 match ch.index.remove(l1id) {
                     Some(Slot::Stored(loc)) => {
                         let (mut page, mut offset, mut rest) =
@@ -568,6 +568,8 @@ impl EventStore {
                     }
                 }
             }
+        }
+        for ch in &mut self.channels {
             let in_use = self.pages_per_channel - ch.free.len();
             if ch.alarm && in_use < self.alarm_pages {
                 ch.alarm = false;
@@ -597,6 +599,28 @@ fn note_l1id(ch: &mut Channel, l1id: u32) {
     if ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last)) {
         ch.last_l1id = Some(l1id);
     }
+}
+
+/// Words of an empty ROB fragment ([`empty_rob`]).
+pub const EMPTY_ROB_WORDS: usize = ROB_HEADER_WORDS + 12;
+
+/// An empty ROB fragment (ROB header, a ROD with no status and no data) for ROB `source_id`
+/// and `l1id`, flagged `status`: the answer for a fragment the store does not hold.
+pub fn empty_rob(source_id: u32, l1id: u32, status: Status) -> [u32; EMPTY_ROB_WORDS] {
+    let mut w = [0u32; EMPTY_ROB_WORDS];
+    w[..ROB_HEADER_WORDS].copy_from_slice(&rob_header(source_id, EMPTY_ROB_WORDS, status));
+    w[ROB_HEADER_WORDS..ROB_HEADER_WORDS + 9].copy_from_slice(&[
+        rodeo_format::fragment::ROD_MARKER,
+        9,
+        rodeo_format::fragment::ROD_FORMAT_VERSION,
+        source_id,
+        0,
+        l1id,
+        0,
+        0,
+        0,
+    ]);
+    w
 }
 
 /// The ROB header of a stored fragment of `words` words (header included).

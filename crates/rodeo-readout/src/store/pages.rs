@@ -84,11 +84,6 @@ impl PageTable {
         })
     }
 
-    /// Pages in the table.
-    pub(crate) fn len(&self) -> usize {
-        self.handles.len()
-    }
-
     /// Words per page.
     pub(crate) fn page_words(&self) -> usize {
         self.page_words

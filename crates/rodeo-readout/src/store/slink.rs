@@ -45,6 +45,8 @@ pub enum Piece<'a> {
 pub struct SlinkAdapter {
     wrap: u32,
     last: Option<u32>,
+    /// The sequence state and counters before the last fragment, for [`SlinkAdapter::unread`].
+    undo: (Option<u32>, SlinkCounters),
     /// Counters.
     pub counters: SlinkCounters,
 }
@@ -55,6 +57,7 @@ impl SlinkAdapter {
         SlinkAdapter {
             wrap: wrap.clamp(1, 1 << 24),
             last: None,
+            undo: (None, SlinkCounters::default()),
             counters: SlinkCounters::default(),
         }
     }
@@ -66,6 +69,11 @@ impl SlinkAdapter {
         } else {
             (last & 0xFF00_0000) | l1
         }
+    }
+
+    /// Forgets the last fragment returned (the store refused it; it will be read again).
+    pub fn unread(&mut self) {
+        (self.last, self.counters) = self.undo;
     }
 
     /// The next piece of `words` from `*at`, advancing `*at`; `None` at the end.
@@ -84,6 +92,7 @@ impl SlinkAdapter {
             return Some(Piece::Unreadable(&rest[..skip]));
         }
         let body = &rest[1..];
+        self.undo = (self.last, self.counters);
         let mut status = Status::OK;
         let (rod, used) = match body
             .iter()

@@ -44,7 +44,7 @@ fn stored_fragments_are_rob_fragments_wrapping_the_rod() {
     assert_eq!(s.lookup(0, 3), Lookup::Present);
     assert_eq!(s.lookup(1, 3), Lookup::Pending, "channel 1 never saw it");
     assert_eq!(s.lookup(0, 4), Lookup::Pending);
-    s.clear([1u32].into_iter());
+    s.clear([1u32]);
     assert_eq!(
         s.lookup(0, 1),
         Lookup::Lost,
@@ -129,7 +129,7 @@ fn duplicates_early_clears_and_unknown_clears_are_counted() {
         Ok(Ingested::Duplicate)
     );
     // 12 has not arrived: remembered; 3 is older than the last (10): unknown.
-    s.clear([12u32, 3].into_iter());
+    s.clear([12u32, 3]);
     assert_eq!(s.counters(0).unknown_clears, 1);
     assert_eq!(s.lookup(0, 12), Lookup::Lost);
     assert_eq!(
@@ -158,7 +158,7 @@ fn l1id_wrap_and_ecr_index_correctly() {
     assert_eq!(s.last_l1id(0), Some((2 << 24) | 3));
     s.clear(ids[..4].iter().copied());
     assert_eq!(s.lookup(0, 3), Lookup::Lost);
-    assert_eq!(s.lookup(0, (3 << 24) | 0), Lookup::Pending);
+    assert_eq!(s.lookup(0, 3 << 24), Lookup::Pending);
 }
 
 #[test]
@@ -181,4 +181,13 @@ fn status_bits_reach_the_rob_header_and_ingest_with_fills_in_place() {
         s.ingest_with(0, 3, 1000, Status::OK, |_| {}),
         Err(IngestError::TooLarge(1000))
     );
+}
+
+#[test]
+fn empty_rob_parses_with_its_flags() {
+    let w = empty_rob(0x42, 17, Status::ROB_FRAGMENT_PENDING);
+    let rob = RobFragment::parse(&w).unwrap();
+    assert!(rob.status().contains(Status::ROB_FRAGMENT_PENDING));
+    assert_eq!(rob.rod().extended_l1id(), 17);
+    assert_eq!(rob.source_id().word(), 0x42);
 }
