@@ -15,3 +15,4 @@ pub mod dma;
 pub mod generator;
 pub mod server;
 pub mod store;
+pub mod tester;
