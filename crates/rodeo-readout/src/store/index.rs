@@ -10,7 +10,11 @@
 //! an ECR the same low bits come back with a different key, and the two never alias; while both
 //! are present, probing separates them.
 //!
-//! Removal is backward-shift deletion (no tombstones), so a long run never degrades the table.
+//! Insertion keeps Robin Hood order (an entry never sits further from its home than the one it
+//! passed), so a lookup of an absent key stops early and removal is backward-shift deletion
+//! that stops at the first entry already at its home: with consecutive L1IDs every entry is at
+//! its home and every operation touches one or two slots. (Plain linear probing with backward
+//! shift would walk the whole run of stored L1IDs on every clear.) No tombstones.
 //! The table never grows: its capacity is part of the store's configuration, and a full table
 //! is back-pressure like a full page stack.
 //!
@@ -38,18 +42,63 @@ pub(crate) enum Slot {
     ClearedEarly,
 }
 
+/// A slot of the table, 16 bytes (four per cache line): `words == 0` marks an empty slot,
+/// `page == CLEARED` an early clear.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    used: bool,
     l1id: u32,
-    slot: Slot,
+    page: u32,
+    offset: u32,
+    words: u32,
 }
 
+const CLEARED: u32 = u32::MAX;
+
 const EMPTY: Entry = Entry {
-    used: false,
     l1id: 0,
-    slot: Slot::ClearedEarly,
+    page: 0,
+    offset: 0,
+    words: 0,
 };
+
+impl Entry {
+    #[inline]
+    fn used(&self) -> bool {
+        self.words != 0
+    }
+
+    #[inline]
+    fn slot(&self) -> Slot {
+        if self.page == CLEARED {
+            Slot::ClearedEarly
+        } else {
+            Slot::Stored(Location {
+                page: self.page,
+                offset: self.offset,
+                words: self.words,
+            })
+        }
+    }
+
+    #[inline]
+    fn new(l1id: u32, slot: Slot) -> Entry {
+        match slot {
+            // A stored fragment has at least a ROB header: words is never 0.
+            Slot::Stored(l) => Entry {
+                l1id,
+                page: l.page,
+                offset: l.offset,
+                words: l.words.max(1),
+            },
+            Slot::ClearedEarly => Entry {
+                l1id,
+                page: CLEARED,
+                offset: 0,
+                words: 1,
+            },
+        }
+    }
+}
 
 /// The index. See the module docs.
 #[derive(Debug)]
@@ -89,50 +138,66 @@ impl L1idIndex {
         l1id as usize & self.mask
     }
 
+    /// Probe distance of an entry for `l1id` sitting at slot `i`.
+    #[inline]
+    fn dist(&self, i: usize, l1id: u32) -> usize {
+        i.wrapping_sub(self.home(l1id)) & self.mask
+    }
+
     #[inline]
     fn find(&self, l1id: u32) -> Option<usize> {
         let mut i = self.home(l1id);
+        let mut d = 0;
         loop {
             let e = &self.entries[i];
-            if !e.used {
+            if !e.used() {
                 return None;
             }
             if e.l1id == l1id {
                 return Some(i);
             }
+            // Robin Hood order: a richer entry here means the key is absent.
+            if self.dist(i, e.l1id) < d {
+                return None;
+            }
             i = (i + 1) & self.mask;
+            d += 1;
         }
     }
 
     /// The slot of `l1id`, if present.
     #[inline]
     pub(crate) fn get(&self, l1id: u32) -> Option<Slot> {
-        self.find(l1id).map(|i| self.entries[i].slot)
+        self.find(l1id).map(|i| self.entries[i].slot())
     }
 
     /// Inserts `l1id`; returns the slot already there instead if the key is present, or
     /// `Err(())` when the table is full.
     #[inline]
     pub(crate) fn insert(&mut self, l1id: u32, slot: Slot) -> Result<Option<Slot>, ()> {
+        if let Some(i) = self.find(l1id) {
+            return Ok(Some(self.entries[i].slot()));
+        }
+        if self.len >= self.limit {
+            return Err(());
+        }
+        let mut cur = Entry::new(l1id, slot);
         let mut i = self.home(l1id);
+        let mut d = 0;
         loop {
-            let e = &mut self.entries[i];
-            if !e.used {
-                if self.len >= self.limit {
-                    return Err(());
-                }
-                *e = Entry {
-                    used: true,
-                    l1id,
-                    slot,
-                };
+            if !self.entries[i].used() {
+                self.entries[i] = cur;
                 self.len += 1;
                 return Ok(None);
             }
-            if e.l1id == l1id {
-                return Ok(Some(e.slot));
+            let ed = self.dist(i, self.entries[i].l1id);
+            if ed < d {
+                // Take the richer entry's place; carry it on.
+                std::mem::swap(&mut cur, &mut self.entries[i]);
+                d = ed;
             }
             i = (i + 1) & self.mask;
+            d += 1;
         }
     }
 
@@ -140,24 +205,20 @@ impl L1idIndex {
     #[inline]
     pub(crate) fn remove(&mut self, l1id: u32) -> Option<Slot> {
         let mut hole = self.find(l1id)?;
-        let removed = self.entries[hole].slot;
-        self.entries[hole] = EMPTY;
+        let removed = self.entries[hole].slot();
         self.len -= 1;
-        // Backward shift: move later members of the probe run into the hole when their home
-        // position does not lie (cyclically) between the hole and their current position.
-        let mut i = (hole + 1) & self.mask;
-        while self.entries[i].used {
-            let home = self.home(self.entries[i].l1id);
-            let dist_home = i.wrapping_sub(home) & self.mask;
-            let dist_hole = i.wrapping_sub(hole) & self.mask;
-            if dist_home >= dist_hole {
-                self.entries[hole] = self.entries[i];
-                self.entries[i] = EMPTY;
-                hole = i;
+        // Backward shift: pull the following entries back one slot until an empty slot or an
+        // entry already at its home (Robin Hood order makes that the end of the cluster).
+        loop {
+            let next = (hole + 1) & self.mask;
+            let e = self.entries[next];
+            if !e.used() || self.dist(next, e.l1id) == 0 {
+                self.entries[hole] = EMPTY;
+                return Some(removed);
             }
-            i = (i + 1) & self.mask;
+            self.entries[hole] = e;
+            hole = next;
         }
-        Some(removed)
     }
 }
 

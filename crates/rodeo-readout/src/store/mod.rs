@@ -203,6 +203,8 @@ pub struct EventStore {
     by_rob: HashMap<u32, u16>,
     pages_per_channel: usize,
     alarm_pages: usize,
+    /// The L1IDs of the clear being processed (reused).
+    clear_ids: Vec<u32>,
 }
 
 impl EventStore {
@@ -255,6 +257,7 @@ impl EventStore {
             by_rob,
             pages_per_channel: per,
             alarm_pages,
+            clear_ids: Vec::with_capacity(1024),
         })
     }
 
@@ -537,8 +540,11 @@ impl EventStore {
         let table = &*self.table;
         let pw = table.page_words();
         let mut released = 0;
-        for l1id in l1ids {
-            for ch in &mut self.channels {
+        self.clear_ids.clear();
+        self.clear_ids.extend(l1ids);
+        // Channel by channel: a group of consecutive L1IDs then walks adjacent index slots.
+        for ch in &mut self.channels {
+            for &l1id in &self.clear_ids {
                 match ch.index.remove(l1id) {
                     Some(Slot::Stored(loc)) => {
                         let (mut page, mut offset, mut rest) =

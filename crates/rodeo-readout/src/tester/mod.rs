@@ -325,7 +325,7 @@ impl State<'_> {
             self.robs_buf.clear();
             let want = c.roi_size.min(robs);
             while self.robs_buf.len() < want {
-                let i = ((self.rng.next() >> 32) * robs as u64 >> 32) as usize;
+                let i = (((self.rng.next() >> 32) * robs as u64) >> 32) as usize;
                 if ev.requested.insert(i) {
                     self.robs_buf.push(c.robs[i]);
                 }

@@ -4,7 +4,9 @@ mod bench;
 mod dump;
 mod gen;
 mod info;
+mod ros;
 mod run;
+mod tester;
 mod verify;
 
 use std::process::ExitCode;
@@ -41,6 +43,10 @@ enum Command {
     Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
+    /// A standalone readout node: emulated S-LINK channels, event store, request server.
+    Ros(ros::Args),
+    /// The ROSTester: drive a readout node with the HLT's request mix and measure it.
+    Tester(tester::Args),
     /// Measure this machine as the papers did (`rodeo bench pool`, ...).
     Bench(bench::Args),
 }
@@ -54,5 +60,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Ros(args) => ros::run(args),
+        Command::Tester(args) => tester::run(args),
     }
 }
