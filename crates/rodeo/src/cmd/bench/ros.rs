@@ -395,7 +395,8 @@ fn plain_loop(
     let mut served = 0u64;
     let mut idx = Vec::with_capacity(robs.len());
     while !stop() {
-        if !sock.recv(&mut msg, 20)? {
+        // A signal (the SIGTERM that stops this process) interrupts the wait: check stop().
+        if !sock.recv(&mut msg, 20).unwrap_or(false) {
             continue;
         }
         let Ok(d) = decode(&msg.bytes) else { continue };
