@@ -77,7 +77,7 @@ impl Core {
                         .fetch_add(1, Ordering::Relaxed);
                     break;
                 }
-                match self.socket.recv(&mut msg, 0) {
+                match self.socket.try_recv(&mut msg) {
                     Ok(true) => {
                         work += 1;
                         changed |= self.handle(&msg);

@@ -173,11 +173,17 @@ impl L1idIndex {
 
     /// Inserts `l1id`; returns the slot already there instead if the key is present, or
     /// `Err(())` when the table is full.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, l1id: u32, slot: Slot) -> Result<Option<Slot>, ()> {
         if let Some(i) = self.find(l1id) {
             return Ok(Some(self.entries[i].slot()));
         }
+        self.insert_absent(l1id, slot).map(|()| None)
+    }
+
+    /// Inserts `l1id`, which the caller knows is absent; `Err(())` when the table is full.
+    #[inline]
+    pub(crate) fn insert_absent(&mut self, l1id: u32, slot: Slot) -> Result<(), ()> {
         if self.len >= self.limit {
             return Err(());
         }
@@ -188,7 +194,7 @@ impl L1idIndex {
             if !self.entries[i].used() {
                 self.entries[i] = cur;
                 self.len += 1;
-                return Ok(None);
+                return Ok(());
             }
             let ed = self.dist(i, self.entries[i].l1id);
             if ed < d {

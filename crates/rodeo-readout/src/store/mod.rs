@@ -483,7 +483,7 @@ impl EventStore {
             words: words as u32,
         };
         // The index had no entry (checked above) and is not full: the insert succeeds.
-        let _ = ch.index.insert(l1id, Slot::Stored(loc));
+        let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
@@ -564,11 +564,11 @@ impl EventStore {
                     }
                     Some(Slot::ClearedEarly) => {
                         // Cleared twice before it arrived: keep the marker.
-                        let _ = ch.index.insert(l1id, Slot::ClearedEarly);
+                        let _ = ch.index.insert_absent(l1id, Slot::ClearedEarly);
                     }
                     None => {
                         let newer = ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last));
-                        if !newer || ch.index.insert(l1id, Slot::ClearedEarly).is_err() {
+                        if !newer || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err() {
                             ch.counters.unknown_clears += 1;
                         }
                     }

@@ -286,11 +286,15 @@ pub fn run(
             sent_any = true;
         }
         // Replies.
-        let wait = if sent_any { 0 } else { 1 };
-        if st.socket.recv(&mut msg, wait)? {
+        let got = if sent_any {
+            st.socket.try_recv(&mut msg)?
+        } else {
+            st.socket.recv(&mut msg, 1)?
+        };
+        if got {
             last_activity = Instant::now();
             st.on_reply(&msg, robs)?;
-            while st.socket.recv(&mut msg, 0)? {
+            while st.socket.try_recv(&mut msg)? {
                 st.on_reply(&msg, robs)?;
             }
         }

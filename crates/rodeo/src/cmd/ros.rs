@@ -196,16 +196,12 @@ pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow:
             }
             superpages = Some(sp);
             let file = match &a.error_file {
-                Some(p) => Some(
-                    std::fs::File::create(p).with_context(|| format!("error file {p:?}"))?,
-                ),
+                Some(p) => {
+                    Some(std::fs::File::create(p).with_context(|| format!("error file {p:?}"))?)
+                }
                 None => None,
             };
-            Box::new(DmaInput::new(
-                chans,
-                a.l1id_wrap,
-                ErrorDump::new(file, 10),
-            ))
+            Box::new(DmaInput::new(chans, a.l1id_wrap, ErrorDump::new(file, 10)))
         }
     };
     let server = RequestServer::start(
@@ -274,7 +270,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut last = (Instant::now(), node.server.stats());
     while !crate::signal::interrupted()
-        && args.seconds.is_none_or(|s| start.elapsed().as_secs_f64() < s)
+        && args
+            .seconds
+            .is_none_or(|s| start.elapsed().as_secs_f64() < s)
     {
         std::thread::sleep(Duration::from_millis(50));
         if args.verbose && last.0.elapsed() >= Duration::from_secs(1) {

@@ -134,7 +134,10 @@ pub(crate) fn run_testers(
     l1id_wrap: u32,
     mix: &MixArgs,
 ) -> anyhow::Result<TesterReport> {
-    anyhow::ensure!(mix.instance < mix.instances, "--instance must be below --instances");
+    anyhow::ensure!(
+        mix.instance < mix.instances,
+        "--instance must be below --instances"
+    );
     anyhow::ensure!(
         robs.len() <= tester::MAX_ROBS,
         "at most {} ROBs",
@@ -174,7 +177,10 @@ pub(crate) fn run_testers(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("tester thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("tester thread panicked")))
+            })
             .collect()
     });
     let mut merged = TesterReport::default();
@@ -210,7 +216,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", m.keys().cloned().collect::<Vec<_>>().join(","));
         println!(
             "{}",
-            m.values().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
+            m.values()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         );
     } else {
         let mut rep = Report::new("tester");

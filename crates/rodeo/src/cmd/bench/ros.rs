@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rodeo_format::fragment::{RodBuilder, RobBuilder, RobPayload, SourceId};
+use rodeo_format::fragment::{RobBuilder, RobPayload, RodBuilder, SourceId};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, header_bytes, Message, MessageType};
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
@@ -182,8 +182,11 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
                     let sock = t.socket(SocketKind::Router)?;
                     sock.bind(&Endpoint::parse("inproc://bench-ros-plain")?)?;
                     let (node_ref, stop_ref) = (&node, &stop);
-                    let server = s.spawn(move || plain_loop(sock, node_ref, &|| stop_ref.load(Ordering::Relaxed)));
-                    let r = run_testers(&t, "inproc://bench-ros-plain", &robs, node.l1id_wrap, &mix);
+                    let server = s.spawn(move || {
+                        plain_loop(sock, node_ref, &|| stop_ref.load(Ordering::Relaxed))
+                    });
+                    let r =
+                        run_testers(&t, "inproc://bench-ros-plain", &robs, node.l1id_wrap, &mix);
                     stop.store(true, Ordering::Relaxed);
                     let _ = server.join();
                     r
@@ -252,8 +255,12 @@ fn data_path_rate(node: &NodeArgs, seconds: f64) -> anyhow::Result<f64> {
     } else {
         Payload::HeadersOnly
     };
-    let mut input =
-        FirmwareInput::new(&store, node.fragment_words as usize, node.l1id_wrap, payload);
+    let mut input = FirmwareInput::new(
+        &store,
+        node.fragment_words as usize,
+        node.l1id_wrap,
+        payload,
+    );
     let wrap = node.l1id_wrap;
     let mut refs = Vec::with_capacity(64);
     let (mut cleared, mut x) = (0u64, 0x9E37_79B9u32);
@@ -335,7 +342,10 @@ impl Child {
         std::io::Read::read_to_string(&mut self.stdout, &mut rest)?;
         let status = self.child.wait()?;
         anyhow::ensure!(status.success(), "rodeo ros exited with {status}");
-        anyhow::ensure!(t0.elapsed() < Duration::from_secs(30), "rodeo ros slow to stop");
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(30),
+            "rodeo ros slow to stop"
+        );
         Ok(serde_json::from_str(rest.trim()).unwrap_or(Value::Null))
     }
 }
@@ -407,7 +417,10 @@ fn plain_loop(
         if want.is_empty() {
             idx.extend(0..robs.len());
         } else {
-            idx.extend(want.iter().filter_map(|r| robs.iter().position(|&x| x == r)));
+            idx.extend(
+                want.iter()
+                    .filter_map(|r| robs.iter().position(|&x| x == r)),
+            );
         }
         let bytes: usize = idx.iter().map(|&i| frags[i].len()).sum();
         head.clear();
@@ -418,8 +431,8 @@ fn plain_loop(
         ));
         head.extend_from_slice(&l1id.to_le_bytes());
         head.extend_from_slice(&(idx.len() as u32).to_le_bytes());
-        let frames = std::iter::once(Frame::Copy(&head))
-            .chain(idx.iter().map(|&i| Frame::Copy(&frags[i])));
+        let frames =
+            std::iter::once(Frame::Copy(&head)).chain(idx.iter().map(|&i| Frame::Copy(&frags[i])));
         let peer = msg.peer.clone();
         sock.send_to(&peer, frames)?;
         served += 1;
