@@ -72,7 +72,7 @@ pub(crate) struct NodeArgs {
     pub(crate) payload: PayloadKind,
     /// Fragments per second per channel at most (`--input dma`; default unlimited).
     #[arg(long, value_name = "HZ")]
-    pub(crate) max_rate: Option<f64>,
+    pub(crate) input_rate: Option<f64>,
     /// ZeroMQ I/O threads.
     #[arg(long, default_value_t = 1)]
     pub(crate) io_threads: u32,
@@ -176,7 +176,7 @@ pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow:
                     &format!("slink{c}"),
                     EmulatedConfig {
                         queue_depth: depth,
-                        max_units_per_s: a.max_rate,
+                        max_units_per_s: a.input_rate,
                     },
                     SlinkGenerator::new(SlinkConfig {
                         source_id: a.base_source_id + c as u32,

@@ -109,7 +109,7 @@ fn node_args(a: &Args) -> NodeArgs {
         page_bytes: 4096,
         input: InputKind::Firmware,
         payload: a.payload,
-        max_rate: None,
+        input_rate: None,
         io_threads: 1,
         descriptors: 1024,
         pending_timeout_ms: 200,
