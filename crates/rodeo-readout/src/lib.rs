@@ -8,6 +8,15 @@
 //!   fragments, S-LINK mode) and [`generator::FelixGenerator`] (1 KiB FELIX blocks of E-link
 //!   packets, FELIX mode).
 //!
+//! - [`store`]: the event store of a readout node (ROS): per ROB channel, fragments in pages
+//!   taken once from the page pool, an O(1) L1ID index, zero-copy page references for replies,
+//!   clears, occupancy and back-pressure; [`store::slink`] splits S-LINK superpages into
+//!   fragments with their status bits.
+//! - [`server`]: the request server: a ROUTER socket and one core thread that owns the store,
+//!   the input and the request descriptors; DataRequest/Clear per the dataflow protocol, with a
+//!   pending queue and timeout.
+//! - [`tester`]: the ROSTester, the paper's request-mix driver that measures a node.
+//!
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
 
