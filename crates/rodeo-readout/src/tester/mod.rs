@@ -23,6 +23,7 @@
 //!
 //! At the event limit, the time limit or the stop flag, the tester stops generating, waits (up
 //! to `drain_timeout`) for the replies in flight, sends the partial clear group, and reports.
+//! A partial group is also sent when no clear went out for `clear_flush` (protocol rule 5).
 
 mod histogram;
 
@@ -70,6 +71,8 @@ pub struct TesterConfig {
     pub retries: u32,
     /// How long to wait for replies in flight at the end.
     pub drain_timeout: Duration,
+    /// A partial clear group is sent after this long without a clear (protocol rule 5).
+    pub clear_flush: Duration,
 }
 
 impl Default for TesterConfig {
@@ -90,6 +93,7 @@ impl Default for TesterConfig {
             seed: 1,
             retries: 3,
             drain_timeout: Duration::from_secs(5),
+            clear_flush: Duration::from_millis(20),
         }
     }
 }
@@ -218,6 +222,7 @@ struct State<'c> {
     next_event: u64,
     clear_group: Vec<u32>,
     clear_seq: u32,
+    last_clear: Instant,
     buf: Vec<u8>,
     robs_buf: Vec<u32>,
     report: TesterReport,
@@ -252,6 +257,7 @@ pub fn run(
         next_event: 0,
         clear_group: Vec::with_capacity(config.clear_group.max(1)),
         clear_seq: 0,
+        last_clear: Instant::now(),
         buf: Vec::with_capacity(4096),
         robs_buf: Vec::with_capacity(config.robs.len()),
         report: TesterReport::default(),
@@ -284,6 +290,11 @@ pub fn run(
         {
             st.new_event(robs)?;
             sent_any = true;
+        }
+        // A partial group goes out after an idle interval, so a node whose buffer is smaller
+        // than a group does not wait for it.
+        if !st.clear_group.is_empty() && st.last_clear.elapsed() >= config.clear_flush {
+            st.send_clear()?;
         }
         // Replies.
         let got = if sent_any {
@@ -496,6 +507,7 @@ impl State<'_> {
         self.clear_seq = self.clear_seq.wrapping_add(1);
         self.clear_group.clear();
         self.report.clears += 1;
+        self.last_clear = Instant::now();
         Ok(())
     }
 }

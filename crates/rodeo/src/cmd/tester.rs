@@ -166,6 +166,7 @@ pub(crate) fn run_testers(
                     seed: mix.seed,
                     retries: mix.retries,
                     drain_timeout: Duration::from_secs(5),
+                    clear_flush: Duration::from_millis(20),
                 };
                 s.spawn(move || -> anyhow::Result<TesterReport> {
                     let mut sock = t.socket(SocketKind::Dealer)?;
