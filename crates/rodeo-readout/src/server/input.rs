@@ -13,7 +13,7 @@ use rodeo_memory::Superpage;
 use crate::dma::{DmaChannel, Filled};
 use crate::generator::L1idCounter;
 use crate::store::slink::{ErrorDump, Piece, SlinkAdapter, SlinkCounters};
-use crate::store::{EventStore, IngestError};
+use crate::store::{EventStore, IngestError, ROB_HEADER_WORDS};
 
 /// A source of fragments polled by the core thread.
 pub trait Input: Send + 'static {
@@ -160,6 +160,8 @@ pub struct FirmwareInput {
     payload: Payload,
     /// Stop generating after this many events per channel (`None`: unbounded).
     limit: Option<u64>,
+    /// Fragments larger than a page are built here first.
+    scratch: Vec<u32>,
 }
 
 impl FirmwareInput {
@@ -173,6 +175,7 @@ impl FirmwareInput {
             data_words,
             payload,
             limit: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -183,10 +186,40 @@ impl FirmwareInput {
     }
 }
 
+/// Writes one emulated ROD fragment of `ndata` data words into `d` (exactly its size).
+fn write_rod(d: &mut [u32], source: u32, l1id: u32, ndata: usize, payload: Payload) {
+    d[..ROD_HEADER_WORDS].copy_from_slice(&[
+        ROD_MARKER,
+        ROD_HEADER_WORDS as u32,
+        ROD_FORMAT_VERSION,
+        source,
+        1,
+        l1id,
+        l1id.wrapping_mul(7) % 3564,
+        1,
+        0,
+    ]);
+    d[ROD_HEADER_WORDS] = 0;
+    if payload == Payload::Full {
+        let base = rodeo_format::synth::counter_word(source, l1id, 0);
+        let data = &mut d[ROD_HEADER_WORDS + 1..ROD_HEADER_WORDS + 1 + ndata];
+        for (i, w) in data.iter_mut().enumerate() {
+            *w = base.wrapping_add(i as u32);
+        }
+    }
+    let t = ROD_HEADER_WORDS + 1 + ndata;
+    d[t..t + 3].copy_from_slice(&[1, ndata as u32, 0]);
+}
+
 impl Input for FirmwareInput {
     fn poll(&mut self, store: &mut EventStore) -> u64 {
         let mut consumed = 0;
         let nwords = ROD_HEADER_WORDS + 1 + self.data_words + 3;
+        // Fragments larger than a page are built aside and copied (they span pages).
+        let in_place = nwords + ROB_HEADER_WORDS <= store.page_words();
+        if !in_place && self.scratch.len() != nwords {
+            self.scratch = vec![0; nwords];
+        }
         for c in 0..self.counters.len() {
             for _ in 0..POLL_BUDGET {
                 let counter = &mut self.counters[c];
@@ -196,29 +229,14 @@ impl Input for FirmwareInput {
                 let l1id = counter.extended();
                 let source = self.source_ids[c];
                 let (ndata, payload) = (self.data_words, self.payload);
-                let r = store.ingest_with(c, l1id, nwords, Status::OK, |d| {
-                    d[..ROD_HEADER_WORDS].copy_from_slice(&[
-                        ROD_MARKER,
-                        ROD_HEADER_WORDS as u32,
-                        ROD_FORMAT_VERSION,
-                        source,
-                        1,
-                        l1id,
-                        l1id.wrapping_mul(7) % 3564,
-                        1,
-                        0,
-                    ]);
-                    d[ROD_HEADER_WORDS] = 0;
-                    if payload == Payload::Full {
-                        let base = rodeo_format::synth::counter_word(source, l1id, 0);
-                        let data = &mut d[ROD_HEADER_WORDS + 1..ROD_HEADER_WORDS + 1 + ndata];
-                        for (i, w) in data.iter_mut().enumerate() {
-                            *w = base.wrapping_add(i as u32);
-                        }
-                    }
-                    let t = ROD_HEADER_WORDS + 1 + ndata;
-                    d[t..t + 3].copy_from_slice(&[1, ndata as u32, 0]);
-                });
+                let r = if in_place {
+                    store.ingest_with(c, l1id, nwords, Status::OK, |d| {
+                        write_rod(d, source, l1id, ndata, payload)
+                    })
+                } else {
+                    write_rod(&mut self.scratch, source, l1id, ndata, Payload::Full);
+                    store.ingest(c, &self.scratch, Status::OK)
+                };
                 match r {
                     Ok(_) => {
                         counter.advance();
