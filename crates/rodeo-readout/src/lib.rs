@@ -15,6 +15,15 @@
 //!   counters by kind.
 //! - [`card`]: channels grouped into cards, built from specs, with the built-in default cards.
 //!
+//! - [`store`]: the event store of a readout node (ROS): per ROB channel, fragments in pages
+//!   taken once from the page pool, an O(1) L1ID index, zero-copy page references for replies,
+//!   clears, occupancy and back-pressure; [`store::slink`] splits S-LINK superpages into
+//!   fragments with their status bits.
+//! - [`server`]: the request server: a ROUTER socket and one core thread that owns the store,
+//!   the input and the request descriptors; DataRequest/Clear per the dataflow protocol, with a
+//!   pending queue and timeout.
+//! - [`tester`]: the ROSTester, the paper's request-mix driver that measures a node.
+//!
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
 
@@ -25,3 +34,6 @@ pub mod generator;
 pub mod monitor;
 pub mod net;
 pub mod player;
+pub mod server;
+pub mod store;
+pub mod tester;

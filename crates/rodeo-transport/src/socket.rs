@@ -286,14 +286,27 @@ impl Socket {
         if ready == 0 {
             return Ok(false);
         }
+        self.recv_parts(msg, 0)
+    }
+
+    /// Receives a message into `msg` if one is queued, without waiting and without a poll
+    /// system call (the busy loops' receive). Returns `Ok(false)` when none is queued.
+    pub fn try_recv(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
+        self.recv_parts(msg, zmq::DONTWAIT)
+    }
+
+    fn recv_parts(&mut self, msg: &mut Received, first_flags: i32) -> Result<bool, TransportError> {
         msg.peer.clear();
         msg.bytes.clear();
         msg.frames = 0;
         let mut first = true;
         loop {
-            self.inner
-                .recv(&mut self.part, 0)
-                .map_err(|source| TransportError::Recv { source })?;
+            let flags = if first { first_flags } else { 0 };
+            match self.inner.recv(&mut self.part, flags) {
+                Ok(()) => {}
+                Err(zmq::Error::EAGAIN) if first => return Ok(false),
+                Err(source) => return Err(TransportError::Recv { source }),
+            }
             if first && self.kind == SocketKind::Router {
                 msg.peer.extend_from_slice(&self.part);
             } else {
@@ -447,6 +460,32 @@ mod tests {
     #[test]
     fn tcp_round_trip_with_zero_copy() {
         round_trip("tcp://127.0.0.1:*");
+    }
+
+    #[test]
+    fn try_recv_returns_false_when_empty_and_a_message_when_queued() {
+        let t = Transport::new(1).unwrap();
+        let mut server = t.socket(SocketKind::Router).unwrap();
+        server
+            .bind(&Endpoint::parse("inproc://try-recv").unwrap())
+            .unwrap();
+        let mut client = t.socket(SocketKind::Dealer).unwrap();
+        client
+            .connect(&Endpoint::parse("inproc://try-recv").unwrap())
+            .unwrap();
+        let mut msg = Received::default();
+        assert!(!server.try_recv(&mut msg).unwrap());
+        client
+            .send([Frame::Copy(b"a"), Frame::Copy(b"bc")])
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while !server.try_recv(&mut msg).unwrap() {
+            assert!(t0.elapsed().as_secs() < 5);
+            std::thread::yield_now();
+        }
+        assert_eq!(msg.bytes, b"abc");
+        assert_eq!(msg.frames, 2);
+        assert!(!msg.peer.is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 mod cmd;
 mod progress;
 mod report;
+mod signal;
 
 use clap::Parser;
 

@@ -5,6 +5,7 @@
 
 mod dma;
 mod pool;
+pub(crate) mod ros;
 mod timing;
 
 use std::process::ExitCode;
@@ -28,11 +29,16 @@ enum Kind {
     /// Emulated DMA channels (S-LINK-mode card threads) filling pool superpages: throughput per
     /// superpage size with 1 and 2 channels, against this machine's memcpy bandwidth.
     Dma(dma::Args),
+    /// The ROS paper's method: a readout node (24 channels, 400-word fragments) driven by the
+    /// ROSTester's request mix; the L1 (delete) rate it sustains, in process or over tcp, against
+    /// a plain ZeroMQ request/reply baseline with the same reply sizes.
+    Ros(ros::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.kind {
         Kind::Pool(a) => pool::run(a),
         Kind::Dma(a) => dma::run(a),
+        Kind::Ros(a) => ros::run(a),
     }
 }

@@ -6,7 +6,9 @@ mod dump;
 mod gen;
 mod gen_link;
 mod info;
+mod ros;
 mod run;
+mod tester;
 mod verify;
 
 use std::process::ExitCode;
@@ -43,6 +45,10 @@ enum Command {
     Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
+    /// A standalone readout node: emulated S-LINK channels, event store, request server.
+    Ros(ros::Args),
+    /// The ROSTester: drive a readout node with the HLT's request mix and measure it.
+    Tester(tester::Args),
     /// Measure this machine as the papers did (`rodeo bench pool`, ...).
     Bench(bench::Args),
     /// Start the readout cards (emulated FELIX and S-LINK, file player, network input) and
@@ -60,5 +66,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Info(args) => info::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Cards(args) => cards::run(args),
+        Command::Ros(args) => ros::run(args),
+        Command::Tester(args) => tester::run(args),
     }
 }

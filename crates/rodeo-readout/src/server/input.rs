@@ -1,0 +1,251 @@
+//! What feeds the store inside the core thread: a DMA channel per ROB (real or emulated card,
+//! S-LINK mode) through the S-LINK adapter, or an inline firmware-style generator.
+//!
+//! # Back-pressure
+//!
+//! Both stop at the first fragment the store refuses ([`IngestError::Full`]) and retry it on
+//! the next poll. [`DmaInput`] then keeps the superpage it was reading, stops popping, and the
+//! card stalls once its queues are full (counted in the channel's stalls): XOFF to the link.
+
+use rodeo_format::fragment::{Status, ROD_FORMAT_VERSION, ROD_HEADER_WORDS, ROD_MARKER};
+use rodeo_memory::Superpage;
+
+use crate::dma::{DmaChannel, Filled};
+use crate::generator::L1idCounter;
+use crate::store::slink::{ErrorDump, Piece, SlinkAdapter, SlinkCounters};
+use crate::store::{EventStore, IngestError, ROB_HEADER_WORDS};
+
+/// A source of fragments polled by the core thread.
+pub trait Input: Send + 'static {
+    /// Moves what is ready into `store`; returns the fragments consumed (stored or dropped).
+    fn poll(&mut self, store: &mut EventStore) -> u64;
+    /// Counters of the S-LINK checks (zero for inputs that do not check).
+    fn slink_counters(&self) -> SlinkCounters {
+        SlinkCounters::default()
+    }
+    /// Back-pressure events seen by the card (stalls), if the input knows them.
+    fn stalls(&self) -> u64 {
+        0
+    }
+}
+
+/// Fragments taken per channel per poll, so one busy channel cannot starve requests.
+const POLL_BUDGET: usize = 256;
+
+struct DmaLane<D> {
+    channel: D,
+    adapter: SlinkAdapter,
+    current: Option<(Filled<Superpage>, usize)>,
+}
+
+/// One DMA channel per store channel (channel `i` feeds store channel `i`), read through the
+/// S-LINK adapter. Unreadable fragments go to the error dump.
+pub struct DmaInput<D> {
+    lanes: Vec<DmaLane<D>>,
+    dump: ErrorDump,
+}
+
+impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
+    /// Reads `channels` (each already given its empty superpages), L1IDs wrapping at `wrap`.
+    pub fn new(channels: Vec<D>, wrap: u32, dump: ErrorDump) -> DmaInput<D> {
+        DmaInput {
+            lanes: channels
+                .into_iter()
+                .map(|channel| DmaLane {
+                    channel,
+                    adapter: SlinkAdapter::new(wrap),
+                    current: None,
+                })
+                .collect(),
+            dump,
+        }
+    }
+
+    /// The error dump (counters).
+    pub fn dump(&self) -> &ErrorDump {
+        &self.dump
+    }
+}
+
+impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        let mut consumed = 0u64;
+        for (c, lane) in self.lanes.iter_mut().enumerate() {
+            let mut budget = POLL_BUDGET;
+            while budget > 0 {
+                if lane.current.is_none() {
+                    match lane.channel.pop_superpage() {
+                        Some(f) => lane.current = Some((f, 0)),
+                        None => break,
+                    }
+                }
+                let Some((filled, at)) = lane.current.as_mut() else {
+                    break;
+                };
+                let used = filled.bytes_used.min(filled.superpage.len()) / 4;
+                let words = &filled.superpage.words()[..used];
+                let mut blocked = false;
+                while budget > 0 {
+                    let before = *at;
+                    let Some(piece) = lane.adapter.next(words, at) else {
+                        break;
+                    };
+                    match piece {
+                        Piece::Fragment(rod, status) => match store.ingest(c, rod, status) {
+                            Ok(_) => {}
+                            Err(IngestError::Full) => {
+                                // Retry this fragment later: rewind, keep the adapter's view.
+                                *at = before;
+                                lane.adapter.unread();
+                                blocked = true;
+                                break;
+                            }
+                            Err(_) => self.dump.dump(c, rod),
+                        },
+                        Piece::Unreadable(w) => self.dump.dump(c, w),
+                    }
+                    consumed += 1;
+                    budget -= 1;
+                }
+                if blocked {
+                    break;
+                }
+                if *at >= used {
+                    let (filled, _) = lane.current.take().expect("checked above");
+                    // The superpage came from this channel: its transfer queue has room.
+                    let _ = lane.channel.push_superpage(filled.superpage);
+                }
+            }
+        }
+        consumed
+    }
+
+    fn slink_counters(&self) -> SlinkCounters {
+        let mut t = SlinkCounters::default();
+        for l in &self.lanes {
+            let k = l.adapter.counters;
+            t.fragments += k.fragments;
+            t.flagged += k.flagged;
+            t.unreadable += k.unreadable;
+            t.skipped_words += k.skipped_words;
+            t.sequence_errors += k.sequence_errors;
+        }
+        t
+    }
+
+    fn stalls(&self) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| l.channel.status().counters.stalls)
+            .sum()
+    }
+}
+
+/// What the inline generator writes into each fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// Header, status, counter data and trailer: the S-LINK generator's fragments.
+    Full,
+    /// Header and trailer only; the data words are left as the page holds them. Models a card
+    /// whose DMA costs the host no CPU, to measure the store and request path alone.
+    HeadersOnly,
+}
+
+/// An inline, firmware-style generator: per channel, L1IDs from 0 (wrapping into the ECR),
+/// fixed-size fragments written straight into the store's pages as fast as it accepts them.
+pub struct FirmwareInput {
+    counters: Vec<L1idCounter>,
+    source_ids: Vec<u32>,
+    data_words: usize,
+    payload: Payload,
+    /// Stop generating after this many events per channel (`None`: unbounded).
+    limit: Option<u64>,
+    /// Fragments larger than a page are built here first.
+    scratch: Vec<u32>,
+}
+
+impl FirmwareInput {
+    /// A generator for every channel of `store`.
+    pub fn new(store: &EventStore, data_words: usize, wrap: u32, payload: Payload) -> Self {
+        FirmwareInput {
+            counters: vec![L1idCounter::new(wrap); store.channels()],
+            source_ids: (0..store.channels())
+                .map(|c| store.source_id(c).unwrap_or(0))
+                .collect(),
+            data_words,
+            payload,
+            limit: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Generates at most `events` events per channel.
+    pub fn with_limit(mut self, events: u64) -> Self {
+        self.limit = Some(events);
+        self
+    }
+}
+
+/// Writes one emulated ROD fragment of `ndata` data words into `d` (exactly its size).
+fn write_rod(d: &mut [u32], source: u32, l1id: u32, ndata: usize, payload: Payload) {
+    d[..ROD_HEADER_WORDS].copy_from_slice(&[
+        ROD_MARKER,
+        ROD_HEADER_WORDS as u32,
+        ROD_FORMAT_VERSION,
+        source,
+        1,
+        l1id,
+        l1id.wrapping_mul(7) % 3564,
+        1,
+        0,
+    ]);
+    d[ROD_HEADER_WORDS] = 0;
+    if payload == Payload::Full {
+        let base = rodeo_format::synth::counter_word(source, l1id, 0);
+        let data = &mut d[ROD_HEADER_WORDS + 1..ROD_HEADER_WORDS + 1 + ndata];
+        for (i, w) in data.iter_mut().enumerate() {
+            *w = base.wrapping_add(i as u32);
+        }
+    }
+    let t = ROD_HEADER_WORDS + 1 + ndata;
+    d[t..t + 3].copy_from_slice(&[1, ndata as u32, 0]);
+}
+
+impl Input for FirmwareInput {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        let mut consumed = 0;
+        let nwords = ROD_HEADER_WORDS + 1 + self.data_words + 3;
+        // Fragments larger than a page are built aside and copied (they span pages).
+        let in_place = nwords + ROB_HEADER_WORDS <= store.page_words();
+        if !in_place && self.scratch.len() != nwords {
+            self.scratch = vec![0; nwords];
+        }
+        for c in 0..self.counters.len() {
+            for _ in 0..POLL_BUDGET {
+                let counter = &mut self.counters[c];
+                if self.limit.is_some_and(|l| counter.events() >= l) {
+                    break;
+                }
+                let l1id = counter.extended();
+                let source = self.source_ids[c];
+                let (ndata, payload) = (self.data_words, self.payload);
+                let r = if in_place {
+                    store.ingest_with(c, l1id, nwords, Status::OK, |d| {
+                        write_rod(d, source, l1id, ndata, payload)
+                    })
+                } else {
+                    write_rod(&mut self.scratch, source, l1id, ndata, Payload::Full);
+                    store.ingest(c, &self.scratch, Status::OK)
+                };
+                match r {
+                    Ok(_) => {
+                        counter.advance();
+                        consumed += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        consumed
+    }
+}

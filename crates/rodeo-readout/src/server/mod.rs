@@ -1,0 +1,251 @@
+//! The request server of a readout node: one ROUTER socket, one core thread that owns the
+//! event store, the input and the request descriptors.
+//!
+//! # Threads
+//!
+//! The ROS of the paper splits the work over I/O threads, a pending handler, a collector and
+//! per-card core threads joined by queues. rodeo keeps the I/O threads (ZeroMQ's, configured
+//! on the [`Transport`]: they move bytes between sockets and the network) and folds the rest
+//! into **one core thread** that owns every mutable structure: the [`EventStore`], the
+//! [`Input`], the descriptor pool and the pending queue. Nothing on the request path is shared,
+//! so nothing is locked; the only cross-thread traffic is the ZeroMQ queues and the page
+//! reference counts of zero-copy replies. The rejected alternative, a store shared by several
+//! request threads, needs a lock or a concurrent index on every insert, lookup and clear (tens
+//! of millions a second at 1 MHz with 24 channels) and buys nothing on a 2-core machine.
+//!
+//! # The loop
+//!
+//! Each turn: take back pages whose replies were sent; poll the input (fragments into the
+//! store); read up to a batch of messages (DataRequest, Clear, KeepAlive) while descriptors
+//! are free; re-check pending requests when data or clears arrived, and answer those whose
+//! timeout expired. With nothing to do it waits on the socket for up to a millisecond.
+//!
+//! # Requests (protocol rules 3 and 4)
+//!
+//! A DataRequest takes a descriptor. If every requested fragment is present, or absent for
+//! good (LOST), it is answered at once. Otherwise it waits in the pending queue and is answered
+//! as soon as that becomes true (new data, a clear) or when its timeout expires, with each
+//! missing fragment an empty ROB fragment flagged FRAGMENT_PENDING or FRAGMENT_LOST. A reply
+//! is one header frame (which also carries the empty fragments) and one zero-copy frame per
+//! page segment of each present fragment. Every descriptor is answered exactly once.
+//!
+//! # Back-pressure
+//!
+//! No free descriptor: the loop stops reading requests until a reply frees one (ZeroMQ's
+//! high-water marks then hold the clients). Full store: the input stops (see [`input`]).
+//!
+//! # Shutdown
+//!
+//! [`RequestServer::stop`] sets the stop flag; the loop answers every pending request
+//! (flagged), then returns the store and the counters.
+
+mod core;
+mod descriptor;
+pub mod input;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{SocketKind, Transport, TransportError};
+
+use crate::store::slink::SlinkCounters;
+use crate::store::EventStore;
+pub use input::{DmaInput, FirmwareInput, Input, Payload};
+
+/// Configuration of a [`RequestServer`].
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The request endpoint to bind (`inproc://`, `ipc://`, `tcp://`).
+    pub endpoint: String,
+    /// Request descriptors: the bound on requests in flight (default 1024).
+    pub descriptors: usize,
+    /// How long a request may wait for missing fragments (default 200 ms).
+    pub pending_timeout: Duration,
+    /// Messages read per loop turn before the input is polled again (default 64).
+    pub batch: usize,
+    /// ZeroMQ high-water mark of the ROUTER, in messages (default 10000).
+    pub high_water_mark: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            endpoint: "tcp://127.0.0.1:*".into(),
+            descriptors: 1024,
+            pending_timeout: Duration::from_millis(200),
+            batch: 64,
+            high_water_mark: 10_000,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The endpoint is not a valid URL.
+    #[error("bad endpoint: {0}")]
+    Endpoint(String),
+    /// Socket setup or bind failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The core thread could not be spawned.
+    #[error("cannot start the core thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+macro_rules! counters {
+    ($(#[$m:meta])* $name:ident, $snap:ident { $($(#[$fm:meta])* $f:ident),* $(,)? }) => {
+        /// Live counters of the server (updated by the core thread, read by anyone).
+        #[derive(Debug, Default)]
+        pub struct $name { $($(#[$fm])* pub $f: AtomicU64,)* }
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $snap { $($(#[$fm])* pub $f: u64,)* }
+        impl $name {
+            /// A snapshot.
+            pub fn snapshot(&self) -> $snap {
+                $snap { $($f: self.$f.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters!(
+    /// A snapshot of [`ServerStats`].
+    ServerStats, ServerCounters {
+    /// DataRequests read.
+    requests,
+    /// DataReplies sent (one per request, exactly).
+    replies,
+    /// Fragments sent (present ones).
+    fragments_sent,
+    /// Payload bytes of replies.
+    bytes_sent,
+    /// Missing fragments answered FRAGMENT_PENDING (timeout or stop).
+    pending_fragments,
+    /// Missing fragments answered FRAGMENT_LOST.
+    lost_fragments,
+    /// Requests that waited in the pending queue.
+    parked,
+    /// Parked requests answered because their timeout expired.
+    timeouts,
+    /// Requests pending now (gauge).
+    pending_now,
+    /// Clear messages read.
+    clears,
+    /// L1IDs listed in clears.
+    cleared_l1ids,
+    /// Gaps in the clear sequence numbers.
+    clear_gaps,
+    /// KeepAlives read.
+    keepalives,
+    /// Messages that did not decode (counted, dropped).
+    bad_messages,
+    /// Messages of a type a readout node does not take.
+    unexpected_messages,
+    /// Requested ROB ids this node does not have (answered LOST).
+    unknown_robs,
+    /// Replies ZeroMQ refused (peer gone).
+    send_errors,
+    /// Loop turns that found every descriptor taken.
+    descriptors_exhausted,
+    /// Fragments taken from the input (stored or dropped).
+    input_fragments,
+});
+
+/// What a stopped server hands back.
+#[derive(Debug)]
+pub struct Stopped {
+    /// The store, with whatever was not cleared.
+    pub store: EventStore,
+    /// Final counters.
+    pub counters: ServerCounters,
+    /// The input's S-LINK check counters.
+    pub slink: SlinkCounters,
+    /// Back-pressure events of the input (card stalls).
+    pub input_stalls: u64,
+}
+
+/// A running request server. See the module docs.
+pub struct RequestServer {
+    endpoint: String,
+    stop: Arc<AtomicBool>,
+    stats: Arc<ServerStats>,
+    thread: Option<JoinHandle<Stopped>>,
+}
+
+impl std::fmt::Debug for RequestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestServer")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl RequestServer {
+    /// Binds the endpoint and starts the core thread with `store` and `input`.
+    pub fn start(
+        transport: &Transport,
+        config: &ServerConfig,
+        store: EventStore,
+        input: Box<dyn Input>,
+    ) -> Result<RequestServer, ServerError> {
+        let ep =
+            Endpoint::parse(&config.endpoint).map_err(|e| ServerError::Endpoint(e.to_string()))?;
+        let socket = transport.socket(SocketKind::Router)?;
+        socket.set_high_water_marks(config.high_water_mark)?;
+        let endpoint = socket.bind(&ep)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(ServerStats::default());
+        let core = core::Core::new(
+            socket,
+            config.clone(),
+            store,
+            input,
+            Arc::clone(&stop),
+            Arc::clone(&stats),
+        );
+        let thread = std::thread::Builder::new()
+            .name("ros-core".into())
+            .spawn(move || core.run())?;
+        Ok(RequestServer {
+            endpoint,
+            stop,
+            stats,
+            thread: Some(thread),
+        })
+    }
+
+    /// The endpoint actually bound (tcp port resolved).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> ServerCounters {
+        self.stats.snapshot()
+    }
+
+    /// Stops the core thread (pending requests are answered first) and hands back the store.
+    pub fn stop(mut self) -> Stopped {
+        self.stop.store(true, Ordering::Release);
+        let t = self.thread.take().expect("joined only here");
+        match t.join() {
+            Ok(s) => s,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+impl Drop for RequestServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

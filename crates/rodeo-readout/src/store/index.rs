@@ -1,0 +1,303 @@
+//! The L1ID index of one channel: an open-addressing hash table from extended L1ID to the
+//! fragment's location, O(1) per insert, lookup and remove.
+//!
+//! # Layout
+//!
+//! A power-of-two array of [`Entry`]s, linear probing, slot = extended L1ID masked to the table
+//! size (the ROS hashes the low 20 bits the same way). Consecutive L1IDs land in consecutive
+//! slots, so a run of inserts, a group of clears and the lookups of one request touch adjacent
+//! cache lines. The key is the whole extended L1ID (ECR in bits 31..24): after an L1ID wrap or
+//! an ECR the same low bits come back with a different key, and the two never alias; while both
+//! are present, probing separates them.
+//!
+//! Insertion keeps Robin Hood order (an entry never sits further from its home than the one it
+//! passed), so a lookup of an absent key stops early and removal is backward-shift deletion
+//! that stops at the first entry already at its home: with consecutive L1IDs every entry is at
+//! its home and every operation touches one or two slots. (Plain linear probing with backward
+//! shift would walk the whole run of stored L1IDs on every clear.) No tombstones.
+//! The table never grows: its capacity is part of the store's configuration, and a full table
+//! is back-pressure like a full page stack.
+//!
+//! # Ownership
+//!
+//! Single owner (the store's thread); no atomics.
+
+/// Where a stored fragment lies: its first page, word offset in it, total words (ROB fragment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Location {
+    /// Store-wide page id of the first page.
+    pub(crate) page: u32,
+    /// Word offset of the fragment in its first page.
+    pub(crate) offset: u32,
+    /// Words of the whole ROB fragment (it continues on linked pages when it overflows).
+    pub(crate) words: u32,
+}
+
+/// What an index slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// A stored fragment.
+    Stored(Location),
+    /// A clear for an L1ID that had not arrived yet: the fragment is dropped when it comes.
+    ClearedEarly,
+}
+
+/// A slot of the table, 16 bytes (four per cache line): `words == 0` marks an empty slot,
+/// `page == CLEARED` an early clear.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    l1id: u32,
+    page: u32,
+    offset: u32,
+    words: u32,
+}
+
+const CLEARED: u32 = u32::MAX;
+
+const EMPTY: Entry = Entry {
+    l1id: 0,
+    page: 0,
+    offset: 0,
+    words: 0,
+};
+
+impl Entry {
+    #[inline]
+    fn used(&self) -> bool {
+        self.words != 0
+    }
+
+    #[inline]
+    fn slot(&self) -> Slot {
+        if self.page == CLEARED {
+            Slot::ClearedEarly
+        } else {
+            Slot::Stored(Location {
+                page: self.page,
+                offset: self.offset,
+                words: self.words,
+            })
+        }
+    }
+
+    #[inline]
+    fn new(l1id: u32, slot: Slot) -> Entry {
+        match slot {
+            // A stored fragment has at least a ROB header: words is never 0.
+            Slot::Stored(l) => Entry {
+                l1id,
+                page: l.page,
+                offset: l.offset,
+                words: l.words.max(1),
+            },
+            Slot::ClearedEarly => Entry {
+                l1id,
+                page: CLEARED,
+                offset: 0,
+                words: 1,
+            },
+        }
+    }
+}
+
+/// The index. See the module docs.
+#[derive(Debug)]
+pub(crate) struct L1idIndex {
+    entries: Box<[Entry]>,
+    mask: usize,
+    len: usize,
+    /// Entries allowed before the table counts as full (load factor 7/8).
+    limit: usize,
+}
+
+impl L1idIndex {
+    /// A table with room for at least `capacity` entries.
+    pub(crate) fn new(capacity: usize) -> L1idIndex {
+        let want = capacity.max(4).saturating_mul(8) / 7 + 1;
+        let size = want.next_power_of_two();
+        L1idIndex {
+            entries: vec![EMPTY; size].into_boxed_slice(),
+            mask: size - 1,
+            len: 0,
+            limit: size / 8 * 7,
+        }
+    }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no further insert fits.
+    pub(crate) fn is_full(&self) -> bool {
+        self.len >= self.limit
+    }
+
+    #[inline]
+    fn home(&self, l1id: u32) -> usize {
+        l1id as usize & self.mask
+    }
+
+    /// Probe distance of an entry for `l1id` sitting at slot `i`.
+    #[inline]
+    fn dist(&self, i: usize, l1id: u32) -> usize {
+        i.wrapping_sub(self.home(l1id)) & self.mask
+    }
+
+    #[inline]
+    fn find(&self, l1id: u32) -> Option<usize> {
+        let mut i = self.home(l1id);
+        let mut d = 0;
+        loop {
+            let e = &self.entries[i];
+            if !e.used() {
+                return None;
+            }
+            if e.l1id == l1id {
+                return Some(i);
+            }
+            // Robin Hood order: a richer entry here means the key is absent.
+            if self.dist(i, e.l1id) < d {
+                return None;
+            }
+            i = (i + 1) & self.mask;
+            d += 1;
+        }
+    }
+
+    /// The slot of `l1id`, if present.
+    #[inline]
+    pub(crate) fn get(&self, l1id: u32) -> Option<Slot> {
+        self.find(l1id).map(|i| self.entries[i].slot())
+    }
+
+    /// Inserts `l1id`; returns the slot already there instead if the key is present, or
+    /// `Err(())` when the table is full.
+    #[cfg(test)]
+    pub(crate) fn insert(&mut self, l1id: u32, slot: Slot) -> Result<Option<Slot>, ()> {
+        if let Some(i) = self.find(l1id) {
+            return Ok(Some(self.entries[i].slot()));
+        }
+        self.insert_absent(l1id, slot).map(|()| None)
+    }
+
+    /// Inserts `l1id`, which the caller knows is absent; `Err(())` when the table is full.
+    #[inline]
+    pub(crate) fn insert_absent(&mut self, l1id: u32, slot: Slot) -> Result<(), ()> {
+        if self.len >= self.limit {
+            return Err(());
+        }
+        let mut cur = Entry::new(l1id, slot);
+        let mut i = self.home(l1id);
+        let mut d = 0;
+        loop {
+            if !self.entries[i].used() {
+                self.entries[i] = cur;
+                self.len += 1;
+                return Ok(());
+            }
+            let ed = self.dist(i, self.entries[i].l1id);
+            if ed < d {
+                // Take the richer entry's place; carry it on.
+                std::mem::swap(&mut cur, &mut self.entries[i]);
+                d = ed;
+            }
+            i = (i + 1) & self.mask;
+            d += 1;
+        }
+    }
+
+    /// Removes `l1id`; returns what it held.
+    #[inline]
+    pub(crate) fn remove(&mut self, l1id: u32) -> Option<Slot> {
+        let mut hole = self.find(l1id)?;
+        let removed = self.entries[hole].slot();
+        self.len -= 1;
+        // Backward shift: pull the following entries back one slot until an empty slot or an
+        // entry already at its home (Robin Hood order makes that the end of the cluster).
+        loop {
+            let next = (hole + 1) & self.mask;
+            let e = self.entries[next];
+            if !e.used() || self.dist(next, e.l1id) == 0 {
+                self.entries[hole] = EMPTY;
+                return Some(removed);
+            }
+            self.entries[hole] = e;
+            hole = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(p: u32) -> Slot {
+        Slot::Stored(Location {
+            page: p,
+            offset: 0,
+            words: 1,
+        })
+    }
+
+    #[test]
+    fn insert_get_remove_across_ecr_and_wrap() {
+        let mut ix = L1idIndex::new(16);
+        // Same low bits, different ECR: two keys.
+        assert_eq!(ix.insert(5, loc(1)), Ok(None));
+        assert_eq!(ix.insert((1 << 24) | 5, loc(2)), Ok(None));
+        assert_eq!(ix.get(5), Some(loc(1)));
+        assert_eq!(ix.get((1 << 24) | 5), Some(loc(2)));
+        assert_eq!(
+            ix.insert(5, loc(9)),
+            Ok(Some(loc(1))),
+            "duplicate reports the old"
+        );
+        assert_eq!(ix.remove(5), Some(loc(1)));
+        assert_eq!(ix.get(5), None);
+        assert_eq!(ix.get((1 << 24) | 5), Some(loc(2)));
+        assert_eq!(ix.len(), 1);
+    }
+
+    #[test]
+    fn matches_a_model_under_random_operations() {
+        let mut ix = L1idIndex::new(64);
+        let mut model = std::collections::HashMap::new();
+        let mut x = 12345u64;
+        for _ in 0..20000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Keys collide on their low bits often: few low values, several ECRs.
+            let key = ((x >> 8) as u32 & 0x3F) | (((x >> 20) as u32 & 3) << 24);
+            if x & 1 == 0 {
+                match ix.insert(key, loc(key)) {
+                    Ok(prev) => {
+                        assert_eq!(prev.is_some(), model.contains_key(&key));
+                        model.entry(key).or_insert(key);
+                    }
+                    Err(()) => assert!(model.len() >= ix.limit),
+                }
+            } else {
+                assert_eq!(ix.remove(key).is_some(), model.remove(&key).is_some());
+            }
+            assert_eq!(ix.len(), model.len());
+        }
+        for (&k, &v) in &model {
+            assert_eq!(ix.get(k), Some(loc(v)));
+        }
+    }
+
+    #[test]
+    fn full_table_refuses() {
+        let mut ix = L1idIndex::new(4);
+        let mut n = 0;
+        while ix.insert(n, loc(n)).is_ok() {
+            n += 1;
+            assert!(n < 100);
+        }
+        assert!(ix.is_full());
+        assert!(ix.remove(0).is_some());
+        assert_eq!(ix.insert(1000, loc(0)), Ok(None));
+    }
+}

@@ -1,0 +1,650 @@
+//! The event store of a readout node (the ROS's buffer): per ROB channel, fragments in pages
+//! from the page pool, indexed by extended L1ID, answered zero-copy, released by clears.
+//!
+//! # Model
+//!
+//! The store takes its pages from a [`PagePool`] once, when it is built (warm memory, no pool
+//! traffic on the hot path), and manages them as page tokens per channel, as the ROS host
+//! software does for the RobinNP: a stack of free pages per channel, a write cursor, and an
+//! [`L1idIndex`](index) from extended L1ID to where the fragment lies. A fragment is stored as
+//! a ROB fragment (the store writes the 8-word ROB header with the fragment's status, then the
+//! ROD words), packed after the previous one in the page; a fragment larger than a page spans
+//! pages linked in a chain. A reply sends the page words as they lie ([`PageRef`] frames).
+//!
+//! # Ownership and threads
+//!
+//! [`EventStore`] has one owner, the node's core thread: ingest, lookup and clear take
+//! `&mut self` or `&self` there, and need no lock. Only reply frames leave the thread; each
+//! holds a counted reference to its page (see `pages`), and a page whose last reference is
+//! dropped elsewhere comes back through a lock-free queue that [`EventStore::reclaim`] drains.
+//! A page is free again only when its fragments are cleared **and** every reply frame on it
+//! has been sent.
+//!
+//! # Back-pressure
+//!
+//! When a channel has no free page for a fragment (or its index is full), [`EventStore::ingest`]
+//! returns [`IngestError::Full`] and changes nothing: the caller keeps the fragment and stops
+//! reading its input, so the card stalls (XOFF). The store never overwrites and never drops a
+//! fragment for lack of room. Occupancy is visible per channel; crossing 90% (configurable)
+//! raises the channel's alarm, counted once per crossing.
+//!
+//! # Clears
+//!
+//! [`EventStore::clear`] releases the listed L1IDs on every channel. A clear for an L1ID that a
+//! channel has not received yet (it is newer than the channel's last L1ID) is remembered in the
+//! index and the fragment is dropped when it arrives (counted, `dropped_after_clear`); a clear
+//! for an L1ID that is older and absent is counted (`unknown_clears`) and harmless.
+//!
+//! # L1ID order
+//!
+//! "Newer" is the signed wrapping distance of extended L1IDs (ECR in bits 31..24), so the
+//! comparison stays right across the L1ID wrap and an ECR. A request for an absent L1ID that is
+//! not newer than a channel's last one will never be satisfied: it is LOST (protocol rule 3);
+//! otherwise it is PENDING.
+
+mod index;
+mod pages;
+pub mod slink;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rodeo_format::fragment::{SourceId, Status, FORMAT_VERSION, ROB_MARKER};
+use rodeo_memory::{AllocError, PagePool};
+
+use index::{L1idIndex, Location, Slot};
+pub use pages::PageRef;
+use pages::{PageTable, NO_PAGE};
+
+/// Words of the ROB header the store writes before each ROD fragment (one status word, no
+/// checksum).
+pub const ROB_HEADER_WORDS: usize = 8;
+
+/// Word of the ROB header holding the status.
+const ROB_STATUS_WORD: usize = 6;
+
+/// Word of a ROD fragment holding the extended L1ID.
+const ROD_L1ID_WORD: usize = 5;
+
+/// True when extended L1ID `a` comes after `b` (signed wrapping distance).
+#[inline]
+pub fn l1id_newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Configuration of an [`EventStore`].
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The ROB (source) id of each channel, in channel order.
+    pub source_ids: Vec<u32>,
+    /// Pages each channel owns.
+    pub pages_per_channel: usize,
+    /// Index entries per channel (stored fragments plus early clears); 0 picks 4 per page.
+    pub index_capacity: usize,
+    /// Occupancy fraction at which a channel's alarm is raised (default 0.9).
+    pub alarm_fraction: f64,
+}
+
+impl StoreConfig {
+    /// `channels` channels with source ids `base`, `base + 1`, ...
+    pub fn with_channels(channels: usize, base: u32, pages_per_channel: usize) -> StoreConfig {
+        StoreConfig {
+            source_ids: (0..channels as u32).map(|c| base + c).collect(),
+            pages_per_channel,
+            index_capacity: 0,
+            alarm_fraction: 0.9,
+        }
+    }
+}
+
+/// Why the store could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The page pool holds fewer free pages than the configuration asks for.
+    #[error("the page pool cannot supply {wanted} pages: {source}")]
+    Pages {
+        /// Pages asked for.
+        wanted: usize,
+        /// The pool's error.
+        source: AllocError,
+    },
+    /// No channel, or two channels with one source id.
+    #[error("bad channel list: {0}")]
+    Channels(&'static str),
+    /// A page too small for a ROB header and an empty ROD.
+    #[error("pages of {0} bytes are too small")]
+    PageTooSmall(usize),
+}
+
+/// Why a fragment was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestError {
+    /// No room (no free page or a full index): keep the fragment and retry later.
+    #[error("channel full")]
+    Full,
+    /// No such channel.
+    #[error("no channel {0}")]
+    NoChannel(usize),
+    /// The fragment is too short to hold an L1ID; count and drop it.
+    #[error("fragment of {0} words has no L1ID")]
+    NoL1id(usize),
+    /// [`EventStore::ingest_with`] only writes fragments that fit one page.
+    #[error("fragment of {0} words does not fit a page")]
+    TooLarge(usize),
+}
+
+/// What happened to an ingested fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// Stored and indexed.
+    Stored,
+    /// The L1ID is already stored on this channel: counted, the first copy is kept.
+    Duplicate,
+    /// Its L1ID was cleared before it arrived: counted and dropped.
+    AlreadyCleared,
+}
+
+/// What the store holds for one (channel, L1ID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The fragment is stored.
+    Present,
+    /// Not (yet) stored and may still arrive.
+    Pending,
+    /// Not stored and never will be (older than the channel's last L1ID, or cleared).
+    Lost,
+}
+
+/// Counters of one channel (64-bit, monotonic unless said otherwise).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelCounters {
+    /// Fragments stored.
+    pub fragments: u64,
+    /// Words stored (ROB headers included).
+    pub words: u64,
+    /// Fragments released by clears.
+    pub cleared: u64,
+    /// Fragments whose L1ID was already stored (first copy kept).
+    pub duplicates: u64,
+    /// Fragments dropped because their L1ID had been cleared before they arrived.
+    pub dropped_after_clear: u64,
+    /// Clears of L1IDs this channel never had and that were older than its last L1ID.
+    pub unknown_clears: u64,
+    /// Ingest attempts refused for lack of room (back-pressure events).
+    pub full: u64,
+    /// Times the occupancy crossed the alarm level upwards.
+    pub alarms: u64,
+    /// Pages in use now (gauge).
+    pub pages_in_use: u64,
+    /// Fragments stored now (gauge).
+    pub stored: u64,
+}
+
+#[derive(Debug)]
+struct Channel {
+    source_id: u32,
+    free: Vec<u32>,
+    write_page: u32,
+    write_offset: usize,
+    index: L1idIndex,
+    last_l1id: Option<u32>,
+    alarm: bool,
+    counters: ChannelCounters,
+}
+
+/// The event store. See the module docs.
+#[derive(Debug)]
+pub struct EventStore {
+    table: Arc<PageTable>,
+    channels: Vec<Channel>,
+    page_channel: Box<[u16]>,
+    by_rob: HashMap<u32, u16>,
+    pages_per_channel: usize,
+    alarm_pages: usize,
+    /// The L1IDs of the clear being processed (reused).
+    clear_ids: Vec<u32>,
+}
+
+impl EventStore {
+    /// Builds the store, taking `channels x pages_per_channel` pages from `pool`.
+    pub fn new(pool: &PagePool, config: &StoreConfig) -> Result<EventStore, StoreError> {
+        let n = config.source_ids.len();
+        if n == 0 || n > usize::from(u16::MAX) {
+            return Err(StoreError::Channels("between 1 and 65535 channels"));
+        }
+        if pool.page_bytes() / 4 < ROB_HEADER_WORDS + 12 {
+            return Err(StoreError::PageTooSmall(pool.page_bytes()));
+        }
+        let per = config.pages_per_channel.max(1);
+        let wanted = n * per;
+        let table =
+            PageTable::new(pool, wanted).map_err(|source| StoreError::Pages { wanted, source })?;
+        let mut by_rob = HashMap::with_capacity(n);
+        for (c, &id) in config.source_ids.iter().enumerate() {
+            if by_rob.insert(id, c as u16).is_some() {
+                return Err(StoreError::Channels("two channels share a source id"));
+            }
+        }
+        let cap = if config.index_capacity == 0 {
+            per * 4
+        } else {
+            config.index_capacity
+        };
+        let channels = config
+            .source_ids
+            .iter()
+            .enumerate()
+            .map(|(c, &source_id)| Channel {
+                source_id,
+                // Popped from the end: pages in ascending order.
+                free: ((c * per) as u32..((c + 1) * per) as u32).rev().collect(),
+                write_page: NO_PAGE,
+                write_offset: 0,
+                index: L1idIndex::new(cap),
+                last_l1id: None,
+                alarm: false,
+                counters: ChannelCounters::default(),
+            })
+            .collect();
+        let page_channel = (0..wanted).map(|p| (p / per) as u16).collect();
+        let alarm_pages = ((per as f64) * config.alarm_fraction.clamp(0.0, 1.0)).ceil() as usize;
+        Ok(EventStore {
+            table: Arc::new(table),
+            channels,
+            page_channel,
+            by_rob,
+            pages_per_channel: per,
+            alarm_pages,
+            clear_ids: Vec::with_capacity(1024),
+        })
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Source (ROB) id of channel `c`.
+    pub fn source_id(&self, c: usize) -> Option<u32> {
+        self.channels.get(c).map(|ch| ch.source_id)
+    }
+
+    /// The channel holding ROB `rob`.
+    #[inline]
+    pub fn channel_of(&self, rob: u32) -> Option<usize> {
+        self.by_rob.get(&rob).map(|&c| usize::from(c))
+    }
+
+    /// Words per page.
+    pub fn page_words(&self) -> usize {
+        self.table.page_words()
+    }
+
+    /// Pages each channel owns.
+    pub fn pages_per_channel(&self) -> usize {
+        self.pages_per_channel
+    }
+
+    /// Counters of channel `c` (with the gauges filled in).
+    pub fn counters(&self, c: usize) -> ChannelCounters {
+        let ch = &self.channels[c];
+        let mut k = ch.counters;
+        k.pages_in_use = (self.pages_per_channel - ch.free.len()) as u64;
+        k.stored = ch.index.len() as u64;
+        k
+    }
+
+    /// Counters summed over channels.
+    pub fn total_counters(&self) -> ChannelCounters {
+        let mut t = ChannelCounters::default();
+        for c in 0..self.channels.len() {
+            let k = self.counters(c);
+            t.fragments += k.fragments;
+            t.words += k.words;
+            t.cleared += k.cleared;
+            t.duplicates += k.duplicates;
+            t.dropped_after_clear += k.dropped_after_clear;
+            t.unknown_clears += k.unknown_clears;
+            t.full += k.full;
+            t.alarms += k.alarms;
+            t.pages_in_use += k.pages_in_use;
+            t.stored += k.stored;
+        }
+        t
+    }
+
+    /// Occupancy of channel `c`: pages in use over pages owned, 0.0 ..= 1.0.
+    pub fn occupancy(&self, c: usize) -> f64 {
+        let ch = &self.channels[c];
+        (self.pages_per_channel - ch.free.len()) as f64 / self.pages_per_channel as f64
+    }
+
+    /// True while channel `c` is at or above its alarm level.
+    pub fn alarm(&self, c: usize) -> bool {
+        self.channels[c].alarm
+    }
+
+    /// The last (newest) L1ID channel `c` stored, if any.
+    pub fn last_l1id(&self, c: usize) -> Option<u32> {
+        self.channels[c].last_l1id
+    }
+
+    /// Brings back pages whose last reply frame was sent on another thread. Call it regularly
+    /// (the core thread does, every loop).
+    pub fn reclaim(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(p) = self.table.pop_returned() {
+            let c = usize::from(self.page_channel[p as usize]);
+            self.channels[c].free.push(p);
+            n += 1;
+        }
+        n
+    }
+
+    /// Stores the ROD fragment `rod` of channel `c` with ROB status `status`, copying it into
+    /// the channel's pages behind an 8-word ROB header. See the module docs for back-pressure.
+    pub fn ingest(
+        &mut self,
+        c: usize,
+        rod: &[u32],
+        status: Status,
+    ) -> Result<Ingested, IngestError> {
+        let l1id = *rod
+            .get(ROD_L1ID_WORD)
+            .ok_or(IngestError::NoL1id(rod.len()))?;
+        self.ingest_inner(
+            c,
+            l1id,
+            rod.len(),
+            status,
+            |table, mut page, mut offset, header| {
+                // Header and ROD words, page by page along the chain.
+                let mut rest: [&[u32]; 2] = [header, rod];
+                let page_words = table.page_words();
+                for part in &mut rest {
+                    while !part.is_empty() {
+                        if offset == page_words {
+                            page = table.next(page);
+                            offset = 0;
+                        }
+                        let n = part.len().min(page_words - offset);
+                        // SAFETY: the store thread writes the words of a fragment being placed, past
+                        // every stored fragment of these pages (pages::rule 1).
+                        unsafe { table.write(page, offset, &part[..n]) };
+                        offset += n;
+                        *part = &part[n..];
+                    }
+                }
+            },
+        )
+    }
+
+    /// Stores a fragment of `rod_words` words and L1ID `l1id` written in place by `fill` (an
+    /// emulated card writing straight into the page, as a DMA engine would). The ROB fragment
+    /// must fit one page. `fill` gets exactly `rod_words` words.
+    pub fn ingest_with(
+        &mut self,
+        c: usize,
+        l1id: u32,
+        rod_words: usize,
+        status: Status,
+        fill: impl FnOnce(&mut [u32]),
+    ) -> Result<Ingested, IngestError> {
+        if rod_words + ROB_HEADER_WORDS > self.table.page_words() {
+            return Err(IngestError::TooLarge(rod_words));
+        }
+        self.ingest_inner(c, l1id, rod_words, status, |table, page, offset, header| {
+            // SAFETY: as in `ingest`: the words being placed, exclusively the store thread's.
+            let dst = unsafe { table.slice_mut(page, offset, ROB_HEADER_WORDS + rod_words) };
+            dst[..ROB_HEADER_WORDS].copy_from_slice(header);
+            fill(&mut dst[ROB_HEADER_WORDS..]);
+        })
+    }
+
+    fn ingest_inner(
+        &mut self,
+        c: usize,
+        l1id: u32,
+        rod_words: usize,
+        status: Status,
+        write: impl FnOnce(&PageTable, u32, usize, &[u32]),
+    ) -> Result<Ingested, IngestError> {
+        let table = &*self.table;
+        let page_words = table.page_words();
+        let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
+        match ch.index.get(l1id) {
+            Some(Slot::Stored(_)) => {
+                ch.counters.duplicates += 1;
+                return Ok(Ingested::Duplicate);
+            }
+            Some(Slot::ClearedEarly) => {
+                ch.index.remove(l1id);
+                ch.counters.dropped_after_clear += 1;
+                note_l1id(ch, l1id);
+                return Ok(Ingested::AlreadyCleared);
+            }
+            None => {}
+        }
+        let words = ROB_HEADER_WORDS + rod_words;
+        let room = if ch.write_page == NO_PAGE {
+            0
+        } else {
+            page_words - ch.write_offset
+        };
+        let fresh = if words <= room {
+            0
+        } else {
+            words.div_ceil(page_words)
+        };
+        if ch.free.len() < fresh || ch.index.is_full() {
+            ch.counters.full += 1;
+            return Err(IngestError::Full);
+        }
+        let header = rob_header(ch.source_id, words, status);
+        let (first, offset) = if fresh == 0 {
+            (ch.write_page, ch.write_offset)
+        } else {
+            // Leave the current page (drop the cursor's reference) and chain fresh pages.
+            if ch.write_page != NO_PAGE && table.release(ch.write_page) {
+                ch.free.push(ch.write_page);
+            }
+            let first = ch.free.pop().expect("checked above");
+            let mut prev = first;
+            table.acquire(first);
+            table.set_next(first, NO_PAGE);
+            for _ in 1..fresh {
+                let p = ch.free.pop().expect("checked above");
+                table.acquire(p);
+                table.set_next(p, NO_PAGE);
+                table.set_next(prev, p);
+                prev = p;
+            }
+            // The last page becomes the write page: the cursor holds a reference.
+            table.acquire(prev);
+            ch.write_page = prev;
+            ch.write_offset = 0;
+            (first, 0)
+        };
+        if fresh == 0 {
+            table.acquire(first);
+        }
+        write(table, first, offset, &header);
+        ch.write_offset = if fresh == 0 {
+            offset + words
+        } else {
+            // Words on the last page of the chain: 1 ..= page_words.
+            words - (fresh - 1) * page_words
+        };
+        let loc = Location {
+            page: first,
+            offset: offset as u32,
+            words: words as u32,
+        };
+        // The index had no entry (checked above) and is not full: the insert succeeds.
+        let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
+        ch.counters.fragments += 1;
+        ch.counters.words += words as u64;
+        note_l1id(ch, l1id);
+        let in_use = self.pages_per_channel - ch.free.len();
+        if !ch.alarm && in_use >= self.alarm_pages {
+            ch.alarm = true;
+            ch.counters.alarms += 1;
+        }
+        Ok(Ingested::Stored)
+    }
+
+    /// What channel `c` holds for `l1id`.
+    #[inline]
+    pub fn lookup(&self, c: usize, l1id: u32) -> Lookup {
+        let ch = &self.channels[c];
+        match ch.index.get(l1id) {
+            Some(Slot::Stored(_)) => Lookup::Present,
+            Some(Slot::ClearedEarly) => Lookup::Lost,
+            None => match ch.last_l1id {
+                Some(last) if !l1id_newer(l1id, last) => Lookup::Lost,
+                _ => Lookup::Pending,
+            },
+        }
+    }
+
+    /// Calls `f` with a [`PageRef`] per page segment of the fragment of (`c`, `l1id`); returns
+    /// false (and calls nothing) when it is not stored.
+    #[inline]
+    pub fn with_segments(&self, c: usize, l1id: u32, mut f: impl FnMut(PageRef)) -> bool {
+        let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
+            return false;
+        };
+        let pw = self.table.page_words();
+        let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
+        while rest > 0 {
+            let n = rest.min(pw - offset);
+            f(PageRef::new(&self.table, page, offset as u32, n as u32));
+            rest -= n;
+            page = self.table.next(page);
+            offset = 0;
+        }
+        true
+    }
+
+    /// A copy of the ROB fragment of (`c`, `l1id`), for tests and diagnostics.
+    pub fn fragment_copy(&self, c: usize, l1id: u32) -> Option<Vec<u32>> {
+        let mut out = Vec::new();
+        self.with_segments(c, l1id, |r| out.extend_from_slice(r.words()))
+            .then_some(out)
+    }
+
+    /// Releases `l1ids` on every channel. Returns the fragments released.
+    pub fn clear(&mut self, l1ids: impl IntoIterator<Item = u32>) -> u64 {
+        let table = &*self.table;
+        let pw = table.page_words();
+        let mut released = 0;
+        self.clear_ids.clear();
+        self.clear_ids.extend(l1ids);
+        // Channel by channel: a group of consecutive L1IDs then walks adjacent index slots.
+        for ch in &mut self.channels {
+            for &l1id in &self.clear_ids {
+                match ch.index.remove(l1id) {
+                    Some(Slot::Stored(loc)) => {
+                        let (mut page, mut offset, mut rest) =
+                            (loc.page, loc.offset as usize, loc.words as usize);
+                        while rest > 0 {
+                            let n = rest.min(pw - offset);
+                            let next = table.next(page);
+                            if table.release(page) {
+                                ch.free.push(page);
+                            }
+                            rest -= n;
+                            page = next;
+                            offset = 0;
+                        }
+                        ch.counters.cleared += 1;
+                        released += 1;
+                    }
+                    Some(Slot::ClearedEarly) => {
+                        // Cleared twice before it arrived: keep the marker.
+                        let _ = ch.index.insert_absent(l1id, Slot::ClearedEarly);
+                    }
+                    None => {
+                        let newer = ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last));
+                        if !newer || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err() {
+                            ch.counters.unknown_clears += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for ch in &mut self.channels {
+            let in_use = self.pages_per_channel - ch.free.len();
+            if ch.alarm && in_use < self.alarm_pages {
+                ch.alarm = false;
+            }
+        }
+        released
+    }
+
+    /// Pages in use on channel `c` after the write cursor's page is released if it holds no
+    /// fragment (an idle, fully cleared channel then shows zero).
+    pub fn settle(&mut self, c: usize) -> usize {
+        let table = &*self.table;
+        let ch = &mut self.channels[c];
+        if ch.write_page != NO_PAGE && table.refs(ch.write_page) == 1 {
+            let p = ch.write_page;
+            ch.write_page = NO_PAGE;
+            ch.write_offset = 0;
+            if table.release(p) {
+                ch.free.push(p);
+            }
+        }
+        self.pages_per_channel - ch.free.len()
+    }
+}
+
+fn note_l1id(ch: &mut Channel, l1id: u32) {
+    if ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last)) {
+        ch.last_l1id = Some(l1id);
+    }
+}
+
+/// Words of an empty ROB fragment ([`empty_rob`]).
+pub const EMPTY_ROB_WORDS: usize = ROB_HEADER_WORDS + 12;
+
+/// An empty ROB fragment (ROB header, a ROD with no status and no data) for ROB `source_id`
+/// and `l1id`, flagged `status`: the answer for a fragment the store does not hold.
+pub fn empty_rob(source_id: u32, l1id: u32, status: Status) -> [u32; EMPTY_ROB_WORDS] {
+    let mut w = [0u32; EMPTY_ROB_WORDS];
+    w[..ROB_HEADER_WORDS].copy_from_slice(&rob_header(source_id, EMPTY_ROB_WORDS, status));
+    w[ROB_HEADER_WORDS..ROB_HEADER_WORDS + 9].copy_from_slice(&[
+        rodeo_format::fragment::ROD_MARKER,
+        9,
+        rodeo_format::fragment::ROD_FORMAT_VERSION,
+        source_id,
+        0,
+        l1id,
+        0,
+        0,
+        0,
+    ]);
+    w
+}
+
+/// The ROB header of a stored fragment of `words` words (header included).
+#[inline]
+fn rob_header(source_id: u32, words: usize, status: Status) -> [u32; ROB_HEADER_WORDS] {
+    let mut h = [
+        ROB_MARKER,
+        words as u32,
+        ROB_HEADER_WORDS as u32,
+        FORMAT_VERSION,
+        SourceId(source_id).word(),
+        1,
+        0,
+        0, // checksum type: none
+    ];
+    h[ROB_STATUS_WORD] = status.word();
+    h
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+//! The store's pages: borrowed from a [`PagePool`] when the store is built, managed as page
+//! tokens (the RobinNP's model), shared with reply frames through per-page reference counts.
+//!
+//! # State
+//!
+//! - `handles`: the [`PageHandle`]s, untouched until the table is dropped (then every page goes
+//!   back to the pool).
+//! - `base`: each page's address, taken once, with write permission, when the handle was still
+//!   exclusively ours.
+//! - `refs[p]`: how many holders page `p` has: the channel's write cursor while it writes into
+//!   the page, one per stored fragment touching it, one per reply frame in flight.
+//! - `next[p]`: the page a fragment overflowing `p` continues on (a linked list, as the ROS
+//!   index), written by the store thread before any reader can see the fragment.
+//! - `returned`: page ids whose last reference was dropped on another thread (a sent reply); the
+//!   store thread drains it into the channels' free stacks.
+//!
+//! # Rules
+//!
+//! 1. Only the store thread writes page bytes, and only words no [`PageRef`] covers: it writes
+//!    at its cursor, past every stored fragment of the page, and a page is reused only after
+//!    its count fell to zero.
+//! 2. A [`PageRef`] reads only the words of one stored fragment, which never change while the
+//!    fragment's reference (or the ref's own) is held.
+//! 3. The count's transition to zero happens exactly once per use of a page; whoever makes it
+//!    returns the page token (directly on the store thread, through `returned` elsewhere).
+//!
+//! Memory ordering: the store thread's writes of a fragment happen before the reply that refers
+//! to it is handed to ZeroMQ (a queue with its own synchronisation). The decrement that frees a
+//! page is `AcqRel`, so every reader's last access happens before the page is reused.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use rodeo_memory::{AllocError, PageHandle, PagePool};
+use rodeo_transport::socket::FrameOwner;
+
+/// The pages of one store. See the module docs.
+pub(crate) struct PageTable {
+    handles: Box<[PageHandle]>,
+    base: Box<[*mut u32]>,
+    refs: Box<[AtomicU32]>,
+    next: Box<[AtomicU32]>,
+    page_words: usize,
+    returned: ArrayQueue<u32>,
+}
+
+impl std::fmt::Debug for PageTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageTable")
+            .field("pages", &self.handles.len())
+            .field("page_words", &self.page_words)
+            .finish()
+    }
+}
+
+// SAFETY: the raw page pointers are only dereferenced under the rules of the module docs (one
+// writer, the store thread, on words no reader covers; readers on immutable words), and the
+// handles keep the pages mapped for the table's lifetime.
+unsafe impl Send for PageTable {}
+// SAFETY: as for Send; shared access only reads immutable words or goes through atomics.
+unsafe impl Sync for PageTable {}
+
+/// No next page.
+pub(crate) const NO_PAGE: u32 = u32::MAX;
+
+impl PageTable {
+    /// Takes `pages` pages from `pool`.
+    pub(crate) fn new(pool: &PagePool, pages: usize) -> Result<PageTable, AllocError> {
+        let mut handles = Vec::with_capacity(pages);
+        let mut base = Vec::with_capacity(pages);
+        for _ in 0..pages {
+            let mut h = pool.alloc()?;
+            base.push(h.words_mut().as_mut_ptr());
+            handles.push(h);
+        }
+        Ok(PageTable {
+            handles: handles.into_boxed_slice(),
+            base: base.into_boxed_slice(),
+            refs: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+            next: (0..pages).map(|_| AtomicU32::new(NO_PAGE)).collect(),
+            page_words: pool.page_bytes() / 4,
+            returned: ArrayQueue::new(pages.max(1)),
+        })
+    }
+
+    /// Words per page.
+    pub(crate) fn page_words(&self) -> usize {
+        self.page_words
+    }
+
+    /// Adds a reference to page `p`.
+    #[inline]
+    pub(crate) fn acquire(&self, p: u32) {
+        self.refs[p as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops a reference; true when it was the last (the caller now owns the page token).
+    #[inline]
+    pub(crate) fn release(&self, p: u32) -> bool {
+        self.refs[p as usize].fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// References held on page `p` (for tests and checks).
+    pub(crate) fn refs(&self, p: u32) -> u32 {
+        self.refs[p as usize].load(Ordering::Acquire)
+    }
+
+    /// The page a fragment continues on after `p`.
+    #[inline]
+    pub(crate) fn next(&self, p: u32) -> u32 {
+        self.next[p as usize].load(Ordering::Relaxed)
+    }
+
+    /// Links `p` to `q` (store thread, before the fragment is indexed).
+    #[inline]
+    pub(crate) fn set_next(&self, p: u32, q: u32) {
+        self.next[p as usize].store(q, Ordering::Relaxed);
+    }
+
+    /// Takes a page id returned by another thread.
+    pub(crate) fn pop_returned(&self) -> Option<u32> {
+        self.returned.pop()
+    }
+
+    /// Writes `words` into page `p` at word `offset` (store thread only).
+    ///
+    /// # Safety
+    ///
+    /// The caller is the store thread and no [`PageRef`] or stored fragment covers
+    /// `offset..offset + words.len()` of page `p` (rule 1).
+    #[inline]
+    pub(crate) unsafe fn write(&self, p: u32, offset: usize, words: &[u32]) {
+        assert!(offset + words.len() <= self.page_words, "write past a page");
+        // SAFETY: in bounds (asserted); the range is exclusively the writer's (the caller's
+        // contract); the pointer has write permission (taken from words_mut).
+        unsafe {
+            let dst = self.base[p as usize].add(offset);
+            std::ptr::copy_nonoverlapping(words.as_ptr(), dst, words.len());
+        }
+    }
+
+    /// A mutable view of `len` words of page `p` from `offset`, to fill in place.
+    ///
+    /// # Safety
+    ///
+    /// As [`PageTable::write`]; the slice must be dropped before the range is published.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut(&self, p: u32, offset: usize, len: usize) -> &mut [u32] {
+        assert!(offset + len <= self.page_words, "slice past a page");
+        // SAFETY: as in `write`.
+        unsafe { std::slice::from_raw_parts_mut(self.base[p as usize].add(offset), len) }
+    }
+
+    /// The words `offset..offset + len` of page `p`.
+    ///
+    /// # Safety
+    ///
+    /// The range holds a stored fragment (or part of one) that is referenced for the lifetime
+    /// of the returned slice (rule 2).
+    #[inline]
+    pub(crate) unsafe fn slice(&self, p: u32, offset: usize, len: usize) -> &[u32] {
+        assert!(offset + len <= self.page_words, "read past a page");
+        // SAFETY: in bounds; the words are immutable while referenced (caller's contract).
+        unsafe { std::slice::from_raw_parts(self.base[p as usize].add(offset), len) }
+    }
+}
+
+/// A counted reference to part of one page: the zero-copy frame of a reply. Dropping it
+/// releases the page reference; the last release hands the page back to the store.
+pub struct PageRef {
+    table: Arc<PageTable>,
+    page: u32,
+    offset: u32,
+    words: u32,
+}
+
+impl std::fmt::Debug for PageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageRef")
+            .field("page", &self.page)
+            .field("offset", &self.offset)
+            .field("words", &self.words)
+            .finish()
+    }
+}
+
+impl PageRef {
+    /// A new reference (the caller, the store thread, holds one on the page already, so the
+    /// words are live).
+    pub(crate) fn new(table: &Arc<PageTable>, page: u32, offset: u32, words: u32) -> PageRef {
+        table.acquire(page);
+        PageRef {
+            table: Arc::clone(table),
+            page,
+            offset,
+            words,
+        }
+    }
+
+    /// The referenced words.
+    pub fn words(&self) -> &[u32] {
+        // SAFETY: this ref holds a reference on the page covering exactly these fragment words
+        // (rule 2), for as long as `self` lives.
+        unsafe {
+            self.table
+                .slice(self.page, self.offset as usize, self.words as usize)
+        }
+    }
+}
+
+impl FrameOwner for PageRef {
+    fn frame_bytes(&self) -> &[u8] {
+        let w = self.words();
+        // SAFETY: any initialised u32 slice is a valid byte slice of 4x the length.
+        unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), w.len() * 4) }
+    }
+}
+
+impl Drop for PageRef {
+    fn drop(&mut self) {
+        if self.table.release(self.page) {
+            // The table's queue holds every page id at most once (rule 3) and is as large as the
+            // table, so this push cannot fail.
+            let _ = self.table.returned.push(self.page);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+use rodeo_format::fragment::{RobFragment, RodBuilder, SourceId, Status};
+use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
+
+use super::*;
+
+fn pool(page_bytes: usize, pages: usize) -> PagePool {
+    PagePool::new(PagePoolConfig {
+        page_bytes,
+        pages,
+        region: RegionOptions::default(),
+    })
+    .unwrap()
+}
+
+fn rod(source: u32, l1id: u32, ndata: usize) -> Vec<u32> {
+    let data: Vec<u32> = (0..ndata as u32).map(|i| l1id ^ i).collect();
+    let mut out = Vec::new();
+    RodBuilder {
+        source_id: SourceId(source),
+        extended_l1id: l1id,
+        status: &[0],
+        data: &[&data],
+        ..RodBuilder::default()
+    }
+    .write_vec(&mut out)
+    .unwrap();
+    out
+}
+
+#[test]
+fn stored_fragments_are_rob_fragments_wrapping_the_rod() {
+    let pool = pool(1024, 64);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(2, 0x100, 8)).unwrap();
+    // Small, page-sized and page-spanning fragments.
+    for (l1id, n) in [(0u32, 3usize), (1, 200), (2, 700), (3, 10)] {
+        let r = rod(0x100, l1id, n);
+        assert_eq!(s.ingest(0, &r, Status::OK), Ok(Ingested::Stored));
+        let copy = s.fragment_copy(0, l1id).unwrap();
+        let rob = RobFragment::parse(&copy).unwrap();
+        assert_eq!(rob.source_id().word(), 0x100);
+        assert_eq!(rob.rod().words(), &r[..]);
+        assert_eq!(rob.rod().extended_l1id(), l1id);
+    }
+    assert_eq!(s.lookup(0, 3), Lookup::Present);
+    assert_eq!(s.lookup(1, 3), Lookup::Pending, "channel 1 never saw it");
+    assert_eq!(s.lookup(0, 4), Lookup::Pending);
+    s.clear([1u32]);
+    assert_eq!(
+        s.lookup(0, 1),
+        Lookup::Lost,
+        "cleared and older than the last"
+    );
+}
+
+#[test]
+fn every_cleared_page_returns_and_occupancy_is_zero() {
+    let pool = pool(512, 256);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(3, 1, 32)).unwrap();
+    assert_eq!(pool.stats().in_use, 96);
+    let mut l1 = 0u32;
+    for round in 0..20 {
+        let mut ids = Vec::new();
+        for _ in 0..15 {
+            for c in 0..3 {
+                let r = rod(1 + c as u32, l1, (l1 as usize * 37 + round) % 300);
+                assert_eq!(s.ingest(c, &r, Status::OK), Ok(Ingested::Stored));
+            }
+            ids.push(l1);
+            l1 += 1;
+        }
+        // Hold a reply frame across the clear: its page must wait for it.
+        let mut held = Vec::new();
+        s.with_segments(1, ids[3], |r| held.push(r));
+        assert!(!held.is_empty());
+        assert_eq!(s.clear(ids.iter().copied()), 45);
+        let before = s.reclaim();
+        assert_eq!(before, 0, "nothing returned while the frame is held");
+        drop(held);
+        assert!(
+            s.reclaim() <= 3,
+            "at most the pages of one spanning fragment"
+        );
+    }
+    for c in 0..3 {
+        assert_eq!(s.settle(c), 0, "channel {c} still holds pages");
+        assert_eq!(s.occupancy(c), 0.0);
+        assert_eq!(s.counters(c).stored, 0);
+    }
+    drop(s);
+    assert_eq!(pool.stats().in_use, 0, "every page back in the pool");
+}
+
+#[test]
+fn full_channel_refuses_without_dropping_and_raises_the_alarm() {
+    let pool = pool(256, 64);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, 10)).unwrap();
+    let mut l1 = 0;
+    loop {
+        match s.ingest(0, &rod(7, l1, 30), Status::OK) {
+            Ok(Ingested::Stored) => l1 += 1,
+            Err(IngestError::Full) => break,
+            other => panic!("{other:?}"),
+        }
+        assert!(l1 < 100);
+    }
+    assert!(s.alarm(0));
+    assert_eq!(s.counters(0).alarms, 1);
+    assert_eq!(s.occupancy(0), 1.0);
+    // Nothing stored so far was lost.
+    for id in 0..l1 {
+        assert_eq!(s.lookup(0, id), Lookup::Present);
+    }
+    // The refused fragment goes in once room is made.
+    s.clear(0..l1 / 2);
+    assert!(!s.alarm(0));
+    assert_eq!(
+        s.ingest(0, &rod(7, l1, 30), Status::OK),
+        Ok(Ingested::Stored)
+    );
+}
+
+#[test]
+fn duplicates_early_clears_and_unknown_clears_are_counted() {
+    let pool = pool(1024, 16);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 8)).unwrap();
+    s.ingest(0, &rod(9, 10, 5), Status::OK).unwrap();
+    assert_eq!(
+        s.ingest(0, &rod(9, 10, 5), Status::OK),
+        Ok(Ingested::Duplicate)
+    );
+    // 12 has not arrived: remembered; 3 is older than the last (10): unknown.
+    s.clear([12u32, 3]);
+    assert_eq!(s.counters(0).unknown_clears, 1);
+    assert_eq!(s.lookup(0, 12), Lookup::Lost);
+    assert_eq!(
+        s.ingest(0, &rod(9, 12, 5), Status::OK),
+        Ok(Ingested::AlreadyCleared)
+    );
+    assert_eq!(s.counters(0).dropped_after_clear, 1);
+    assert_eq!(s.counters(0).duplicates, 1);
+    assert_eq!(s.counters(0).stored, 1);
+}
+
+#[test]
+fn l1id_wrap_and_ecr_index_correctly() {
+    let pool = pool(1024, 32);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 5, 16)).unwrap();
+    // L1IDs wrapping at 4 with the ECR in bits 31..24.
+    let ids: Vec<u32> = (0..12u32).map(|n| ((n / 4) << 24) | (n % 4)).collect();
+    for &id in &ids {
+        s.ingest(0, &rod(5, id, 8), Status::OK).unwrap();
+    }
+    for &id in &ids {
+        let f = s.fragment_copy(0, id).unwrap();
+        assert_eq!(RobFragment::parse(&f).unwrap().rod().extended_l1id(), id);
+    }
+    // (ECR 2, L1ID 3) is the newest; (ECR 0, L1ID 3) is older.
+    assert_eq!(s.last_l1id(0), Some((2 << 24) | 3));
+    s.clear(ids[..4].iter().copied());
+    assert_eq!(s.lookup(0, 3), Lookup::Lost);
+    assert_eq!(s.lookup(0, 3 << 24), Lookup::Pending);
+}
+
+#[test]
+fn status_bits_reach_the_rob_header_and_ingest_with_fills_in_place() {
+    let pool = pool(1024, 16);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 5, 8)).unwrap();
+    let r = rod(5, 1, 4);
+    s.ingest(0, &r, Status::ROB_L1ID_SEQUENCE).unwrap();
+    let f = s.fragment_copy(0, 1).unwrap();
+    assert!(RobFragment::parse(&f)
+        .unwrap()
+        .status()
+        .contains(Status::ROB_L1ID_SEQUENCE));
+    let r2 = rod(5, 2, 4);
+    s.ingest_with(0, 2, r2.len(), Status::OK, |d| d.copy_from_slice(&r2))
+        .unwrap();
+    let f = s.fragment_copy(0, 2).unwrap();
+    assert_eq!(RobFragment::parse(&f).unwrap().rod().words(), &r2[..]);
+    assert_eq!(
+        s.ingest_with(0, 3, 1000, Status::OK, |_| {}),
+        Err(IngestError::TooLarge(1000))
+    );
+}
+
+#[test]
+fn empty_rob_parses_with_its_flags() {
+    let w = empty_rob(0x42, 17, Status::ROB_FRAGMENT_PENDING);
+    let rob = RobFragment::parse(&w).unwrap();
+    assert!(rob.status().contains(Status::ROB_FRAGMENT_PENDING));
+    assert_eq!(rob.rod().extended_l1id(), 17);
+    assert_eq!(rob.source_id().word(), 0x42);
+}

@@ -1,0 +1,513 @@
+//! The ROSTester (ROS paper, section 7.1.2): emulated L1 accepts driving a readout node with
+//! the HLT's request mix, measuring the delete (L1) rate it sustains.
+//!
+//! # The mix
+//!
+//! Per event: with probability `l2_fraction` an L2 (RoI) request for `roi_size` distinct ROBs
+//! drawn uniformly; with probability `eb_fraction` an event-building request for every ROB not
+//! requested yet (sent after the L2 reply, as the HLT asks for the rest only after its
+//! decision). Once every request of an event is answered its L1ID joins the clear group; a full
+//! group (`clear_group`, default 100) goes out as one Clear. The number of requests in flight is
+//! bounded (`max_outstanding`); the event rate may be capped (`max_rate`). Instance `I` of `K`
+//! generates events `I, I + K, I + 2K, ...`, so several testers share one node without asking
+//! for the same L1ID. A reply with FRAGMENT_PENDING fragments is asked again for those ROBs, up
+//! to `retries` times (protocol rule 3); then the fragments are counted as missing.
+//!
+//! # Threads and state
+//!
+//! One thread, one DEALER socket. Transactions index a fixed table of request slots (slot
+//! index in the low 16 bits, a generation above), events in flight sit in a ring, latencies go
+//! to a fixed [`Histogram`]: the loop allocates nothing per event.
+//!
+//! # Shutdown
+//!
+//! At the event limit, the time limit or the stop flag, the tester stops generating, waits (up
+//! to `drain_timeout`) for the replies in flight, sends the partial clear group, and reports.
+//! A partial group is also sent when no clear went out for `clear_flush` (protocol rule 5).
+
+mod histogram;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rodeo_format::fragment::{Status, ROB_MARKER};
+use rodeo_transport::message::{decode, encode_clear, encode_data_request, Message};
+use rodeo_transport::socket::{Frame, Received, Socket, TransportError};
+
+use crate::generator::{L1idCounter, Rng};
+pub use histogram::Histogram;
+
+/// Configuration of a tester instance.
+#[derive(Debug, Clone)]
+pub struct TesterConfig {
+    /// The node's ROB ids.
+    pub robs: Vec<u32>,
+    /// Probability of an L2 request per event.
+    pub l2_fraction: f64,
+    /// ROBs per L2 request.
+    pub roi_size: usize,
+    /// Probability of an EB request per event.
+    pub eb_fraction: f64,
+    /// L1IDs per Clear message.
+    pub clear_group: usize,
+    /// Requests in flight at most.
+    pub max_outstanding: usize,
+    /// Events per second at most (`None`: as fast as the node answers).
+    pub max_rate: Option<f64>,
+    /// Number of tester instances sharing the node.
+    pub instances: u32,
+    /// This instance, `0..instances`.
+    pub instance: u32,
+    /// Stop after this many events of this instance.
+    pub events: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// The L1ID wrap value of the node's inputs.
+    pub l1id_wrap: u32,
+    /// PRNG seed (mixed with the instance).
+    pub seed: u64,
+    /// Re-asks for PENDING fragments.
+    pub retries: u32,
+    /// How long to wait for replies in flight at the end.
+    pub drain_timeout: Duration,
+    /// A partial clear group is sent after this long without a clear (protocol rule 5).
+    pub clear_flush: Duration,
+}
+
+impl Default for TesterConfig {
+    fn default() -> TesterConfig {
+        TesterConfig {
+            robs: Vec::new(),
+            l2_fraction: 0.7,
+            roi_size: 4,
+            eb_fraction: 0.2,
+            clear_group: 100,
+            max_outstanding: 256,
+            max_rate: None,
+            instances: 1,
+            instance: 0,
+            events: None,
+            duration: Some(Duration::from_secs(5)),
+            l1id_wrap: 1 << 24,
+            seed: 1,
+            retries: 3,
+            drain_timeout: Duration::from_secs(5),
+            clear_flush: Duration::from_millis(20),
+        }
+    }
+}
+
+/// What a tester run measured.
+#[derive(Debug, Clone, Default)]
+pub struct TesterReport {
+    /// Events fully handled and cleared.
+    pub events: u64,
+    /// Seconds from the first event to the last clear.
+    pub seconds: f64,
+    /// L2 requests sent (retries included).
+    pub l2_requests: u64,
+    /// EB requests sent.
+    pub eb_requests: u64,
+    /// Replies received.
+    pub replies: u64,
+    /// Fragments received (present ones).
+    pub fragments: u64,
+    /// Reply payload bytes received.
+    pub bytes: u64,
+    /// Fragments answered FRAGMENT_PENDING after every retry.
+    pub pending_fragments: u64,
+    /// Fragments answered FRAGMENT_LOST.
+    pub lost_fragments: u64,
+    /// Replies that did not decode, did not match a request, or held wrong fragments.
+    pub bad_replies: u64,
+    /// Requests still unanswered at the end.
+    pub unanswered: u64,
+    /// Clear messages sent.
+    pub clears: u64,
+    /// Request latency (send to reply), nanoseconds.
+    pub latency: Histogram,
+}
+
+impl TesterReport {
+    /// Delete (L1) rate in Hz.
+    pub fn l1_rate_hz(&self) -> f64 {
+        rate(self.events, self.seconds)
+    }
+
+    /// Requests per second.
+    pub fn requests_per_s(&self) -> f64 {
+        rate(self.l2_requests + self.eb_requests, self.seconds)
+    }
+
+    /// Reply bytes per second.
+    pub fn bytes_per_s(&self) -> f64 {
+        rate(self.bytes, self.seconds)
+    }
+
+    /// Adds another instance's report (rates then refer to the longest run).
+    pub fn merge(&mut self, o: &TesterReport) {
+        self.events += o.events;
+        self.seconds = self.seconds.max(o.seconds);
+        self.l2_requests += o.l2_requests;
+        self.eb_requests += o.eb_requests;
+        self.replies += o.replies;
+        self.fragments += o.fragments;
+        self.bytes += o.bytes;
+        self.pending_fragments += o.pending_fragments;
+        self.lost_fragments += o.lost_fragments;
+        self.bad_replies += o.bad_replies;
+        self.unanswered += o.unanswered;
+        self.clears += o.clears;
+        self.latency.merge(&o.latency);
+    }
+}
+
+fn rate(n: u64, s: f64) -> f64 {
+    if s > 0.0 {
+        n as f64 / s
+    } else {
+        0.0
+    }
+}
+
+/// Most ROBs a tester handles (the requested-set bitmap).
+pub const MAX_ROBS: usize = 256;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RobSet([u64; MAX_ROBS / 64]);
+
+impl RobSet {
+    fn insert(&mut self, i: usize) -> bool {
+        let (w, b) = (i / 64, 1u64 << (i % 64));
+        let new = self.0[w] & b == 0;
+        self.0[w] |= b;
+        new
+    }
+    fn contains(&self, i: usize) -> bool {
+        self.0[i / 64] & (1u64 << (i % 64)) != 0
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    l1id: u32,
+    /// Requests in flight for this event.
+    outstanding: u32,
+    /// Whether the EB request is still to be sent after the L2 reply.
+    eb_due: bool,
+    requested: RobSet,
+    done: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    generation: u16,
+    event: u64,
+    sent: Instant,
+    eb: bool,
+    tries: u32,
+    in_use: bool,
+}
+
+struct State<'c> {
+    config: &'c TesterConfig,
+    socket: &'c mut Socket,
+    rng: Rng,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    /// Events in flight, from `first_event` on.
+    events: VecDeque<Event>,
+    first_event: u64,
+    next_event: u64,
+    clear_group: Vec<u32>,
+    clear_seq: u32,
+    last_clear: Instant,
+    buf: Vec<u8>,
+    robs_buf: Vec<u32>,
+    report: TesterReport,
+}
+
+/// Runs one tester instance on `socket` (a DEALER connected to the node) until the event or
+/// time limit, or `stop`. See the module docs.
+pub fn run(
+    socket: &mut Socket,
+    config: &TesterConfig,
+    stop: &AtomicBool,
+) -> Result<TesterReport, TransportError> {
+    let n_out = config.max_outstanding.clamp(1, usize::from(u16::MAX));
+    let mut st = State {
+        config,
+        socket,
+        rng: Rng::new(config.seed ^ (u64::from(config.instance) << 32) ^ 0x7E57),
+        slots: vec![
+            Slot {
+                generation: 0,
+                event: 0,
+                sent: Instant::now(),
+                eb: false,
+                tries: 0,
+                in_use: false,
+            };
+            n_out
+        ],
+        free: (0..n_out as u16).rev().collect(),
+        events: VecDeque::with_capacity(n_out * 2),
+        first_event: 0,
+        next_event: 0,
+        clear_group: Vec::with_capacity(config.clear_group.max(1)),
+        clear_seq: 0,
+        last_clear: Instant::now(),
+        buf: Vec::with_capacity(4096),
+        robs_buf: Vec::with_capacity(config.robs.len()),
+        report: TesterReport::default(),
+    };
+    let robs = config.robs.len().min(MAX_ROBS);
+    let start = Instant::now();
+    let mut msg = Received::default();
+    let mut last_activity = Instant::now();
+    loop {
+        let elapsed = start.elapsed();
+        let generating = !stop.load(Ordering::Relaxed)
+            && config.events.is_none_or(|n| st.next_event < n)
+            && config.duration.is_none_or(|d| elapsed < d);
+        if !generating && st.free.len() == st.slots.len() {
+            break;
+        }
+        if !generating && last_activity.elapsed() > config.drain_timeout {
+            break;
+        }
+        // New events while there is room for their requests, within the rate cap, and while
+        // the ring of events in flight stays bounded.
+        let mut sent_any = false;
+        while generating
+            && st.free.len() >= 2
+            && st.events.len() < st.slots.len() * 4
+            && config.events.is_none_or(|n| st.next_event < n)
+            && config
+                .max_rate
+                .is_none_or(|r| (st.next_event as f64) < r * start.elapsed().as_secs_f64() + 1.0)
+        {
+            st.new_event(robs)?;
+            sent_any = true;
+        }
+        // A partial group goes out after an idle interval, so a node whose buffer is smaller
+        // than a group does not wait for it.
+        if !st.clear_group.is_empty() && st.last_clear.elapsed() >= config.clear_flush {
+            st.send_clear()?;
+        }
+        // Replies.
+        let got = if sent_any {
+            st.socket.try_recv(&mut msg)?
+        } else {
+            st.socket.recv(&mut msg, 1)?
+        };
+        if got {
+            last_activity = Instant::now();
+            st.on_reply(&msg, robs)?;
+            while st.socket.try_recv(&mut msg)? {
+                st.on_reply(&msg, robs)?;
+            }
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    // Events still in flight are not cleared by this run's clears: they were never answered.
+    st.report.unanswered = (st.slots.len() - st.free.len()) as u64;
+    if !st.clear_group.is_empty() {
+        st.send_clear()?;
+    }
+    st.report.seconds = seconds;
+    Ok(st.report)
+}
+
+impl State<'_> {
+    fn new_event(&mut self, robs: usize) -> Result<(), TransportError> {
+        let c = self.config;
+        let n = u64::from(c.instance) + u64::from(c.instances.max(1)) * self.next_event;
+        self.next_event += 1;
+        let l1id = L1idCounter::expected(c.l1id_wrap, n);
+        let l2 = self.chance(c.l2_fraction);
+        let eb = self.chance(c.eb_fraction);
+        let mut ev = Event {
+            l1id,
+            outstanding: 0,
+            eb_due: false,
+            requested: RobSet::default(),
+            done: false,
+        };
+        let index = self.first_event + self.events.len() as u64;
+        if l2 && robs > 0 {
+            self.robs_buf.clear();
+            let want = c.roi_size.min(robs);
+            while self.robs_buf.len() < want {
+                let i = (((self.rng.next() >> 32) * robs as u64) >> 32) as usize;
+                if ev.requested.insert(i) {
+                    self.robs_buf.push(c.robs[i]);
+                }
+            }
+            ev.outstanding = 1;
+            ev.eb_due = eb;
+            self.events.push_back(ev);
+            self.send_request(index, false, 0)?;
+        } else if eb && robs > 0 {
+            ev.outstanding = 1;
+            self.events.push_back(ev);
+            self.fill_eb(index, robs);
+            self.send_request(index, true, 0)?;
+        } else {
+            self.events.push_back(ev);
+            self.finish(self.events.len() - 1)?;
+        }
+        Ok(())
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        ((self.rng.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    /// Puts the ROBs event `index` has not requested yet into `robs_buf`, marking them.
+    fn fill_eb(&mut self, index: u64, robs: usize) {
+        self.robs_buf.clear();
+        let ev = &mut self.events[(index - self.first_event) as usize];
+        for i in 0..robs {
+            if ev.requested.insert(i) {
+                self.robs_buf.push(self.config.robs[i]);
+            }
+        }
+    }
+
+    fn send_request(&mut self, event: u64, eb: bool, tries: u32) -> Result<(), TransportError> {
+        let s = self.free.pop().expect("callers check for a free slot");
+        let slot = &mut self.slots[usize::from(s)];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.event = event;
+        slot.sent = Instant::now();
+        slot.eb = eb;
+        slot.tries = tries;
+        slot.in_use = true;
+        let txn = u32::from(s) | (u32::from(slot.generation) << 16);
+        let l1id = self.events[(event - self.first_event) as usize].l1id;
+        self.buf.clear();
+        encode_data_request(&mut self.buf, txn, l1id, &self.robs_buf);
+        self.socket.send([Frame::Copy(&self.buf)])?;
+        if eb {
+            self.report.eb_requests += 1;
+        } else {
+            self.report.l2_requests += 1;
+        }
+        Ok(())
+    }
+
+    fn on_reply(&mut self, msg: &Received, robs: usize) -> Result<(), TransportError> {
+        let Ok(d) = decode(&msg.bytes) else {
+            self.report.bad_replies += 1;
+            return Ok(());
+        };
+        let Message::DataReply { l1id, fragments } = d.message else {
+            self.report.bad_replies += 1;
+            return Ok(());
+        };
+        let txn = d.header.transaction;
+        let s = (txn & 0xFFFF) as usize;
+        let ok_slot = self
+            .slots
+            .get(s)
+            .is_some_and(|sl| sl.in_use && u32::from(sl.generation) == txn >> 16);
+        if !ok_slot {
+            self.report.bad_replies += 1;
+            return Ok(());
+        }
+        let slot = self.slots[s];
+        self.slots[s].in_use = false;
+        self.free.push(s as u16);
+        self.report.replies += 1;
+        self.report
+            .latency
+            .record(slot.sent.elapsed().as_nanos() as u64);
+        let pos = (slot.event - self.first_event) as usize;
+        let ev_l1id = self.events[pos].l1id;
+        // Check each fragment's header: marker, source id of a requested ROB, status.
+        self.robs_buf.clear();
+        let mut bad = l1id != ev_l1id;
+        for f in fragments.iter() {
+            let w = |i: usize| {
+                f.get(4 * i..4 * i + 4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            };
+            let (Some(marker), Some(source), Some(status)) = (w(0), w(4), w(6)) else {
+                bad = true;
+                continue;
+            };
+            let known = self.config.robs[..robs]
+                .iter()
+                .position(|&r| r == source)
+                .is_some_and(|i| self.events[pos].requested.contains(i));
+            bad |= marker != ROB_MARKER || !known;
+            let status = Status(status);
+            if status.contains(Status::ROB_FRAGMENT_PENDING) {
+                if slot.tries < self.config.retries {
+                    self.robs_buf.push(source);
+                } else {
+                    self.report.pending_fragments += 1;
+                }
+            } else if status.contains(Status::ROB_FRAGMENT_LOST) {
+                self.report.lost_fragments += 1;
+            } else {
+                self.report.fragments += 1;
+            }
+        }
+        if bad {
+            self.report.bad_replies += 1;
+        }
+        self.report.bytes += u64::from(d.header.payload_bytes);
+        let ev = &mut self.events[pos];
+        ev.outstanding -= 1;
+        if !self.robs_buf.is_empty() {
+            // Ask again for what was pending (rule 3).
+            ev.outstanding += 1;
+            self.send_request(slot.event, slot.eb, slot.tries + 1)?;
+        } else if ev.eb_due {
+            ev.eb_due = false;
+            ev.outstanding += 1;
+            self.fill_eb(slot.event, robs);
+            if self.robs_buf.is_empty() {
+                self.events[pos].outstanding -= 1;
+            } else {
+                self.send_request(slot.event, true, 0)?;
+            }
+        }
+        if self.events[pos].outstanding == 0 {
+            self.finish(pos)?;
+        }
+        Ok(())
+    }
+
+    /// Event at ring position `pos` is finished: its L1ID joins the clear group (clears need
+    /// no order), and the ring front advances past finished events.
+    fn finish(&mut self, pos: usize) -> Result<(), TransportError> {
+        let ev = &mut self.events[pos];
+        ev.done = true;
+        let l1id = ev.l1id;
+        self.clear_group.push(l1id);
+        self.report.events += 1;
+        if self.clear_group.len() >= self.config.clear_group.max(1) {
+            self.send_clear()?;
+        }
+        while self.events.front().is_some_and(|e| e.done) {
+            self.events.pop_front();
+            self.first_event += 1;
+        }
+        Ok(())
+    }
+
+    fn send_clear(&mut self) -> Result<(), TransportError> {
+        self.buf.clear();
+        encode_clear(&mut self.buf, self.clear_seq, &self.clear_group);
+        self.socket.send([Frame::Copy(&self.buf)])?;
+        self.clear_seq = self.clear_seq.wrapping_add(1);
+        self.clear_group.clear();
+        self.report.clears += 1;
+        self.last_clear = Instant::now();
+        Ok(())
+    }
+}

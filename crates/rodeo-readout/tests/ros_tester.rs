@@ -1,0 +1,107 @@
+//! The ROSTester against a real node over inproc and tcp: the mix is honoured, every request is
+//! answered once, every event is cleared, and the node ends empty.
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
+use rodeo_readout::server::{FirmwareInput, Payload, RequestServer, ServerConfig};
+use rodeo_readout::store::{EventStore, StoreConfig};
+use rodeo_readout::tester::{self, TesterConfig};
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{SocketKind, Transport};
+
+const BASE: u32 = 0x0052_0000;
+
+fn run(endpoint: &str, instances: u32) {
+    let channels = 6;
+    let events_per_instance = 3000u64;
+    let total = events_per_instance * u64::from(instances);
+    let t = Transport::new(1).unwrap();
+    let pool = PagePool::new(PagePoolConfig {
+        page_bytes: 4096,
+        pages: channels * 128,
+        region: RegionOptions::default(),
+    })
+    .unwrap();
+    let store = EventStore::new(&pool, &StoreConfig::with_channels(channels, BASE, 128)).unwrap();
+    let input = FirmwareInput::new(&store, 200, 1 << 24, Payload::Full).with_limit(total);
+    let server = RequestServer::start(
+        &t,
+        &ServerConfig {
+            endpoint: endpoint.into(),
+            ..ServerConfig::default()
+        },
+        store,
+        Box::new(input),
+    )
+    .unwrap();
+    let ep = server.endpoint().to_string();
+    let reports: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..instances)
+            .map(|i| {
+                let t = t.clone();
+                let ep = ep.clone();
+                s.spawn(move || {
+                    let mut sock = t.socket(SocketKind::Dealer).unwrap();
+                    sock.connect(&Endpoint::parse(&ep).unwrap()).unwrap();
+                    let cfg = TesterConfig {
+                        robs: (0..channels as u32).map(|c| BASE + c).collect(),
+                        instances,
+                        instance: i,
+                        events: Some(events_per_instance),
+                        duration: Some(Duration::from_secs(60)),
+                        max_outstanding: 64,
+                        ..TesterConfig::default()
+                    };
+                    tester::run(&mut sock, &cfg, &AtomicBool::new(false)).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut r = reports[0].clone();
+    for o in &reports[1..] {
+        r.merge(o);
+    }
+    assert_eq!(r.events, total);
+    assert_eq!(r.bad_replies, 0);
+    assert_eq!(r.unanswered, 0);
+    assert_eq!(r.lost_fragments, 0);
+    // The mix: about 70% of events have an L2 request, about 20% an EB request.
+    let l2 = r.l2_requests as f64 / total as f64;
+    assert!((0.6..0.8).contains(&l2), "L2 fraction {l2}");
+    let eb = r.eb_requests as f64 / total as f64;
+    assert!((0.12..0.28).contains(&eb), "EB fraction {eb}");
+    let t0 = Instant::now();
+    while server.stats().cleared_l1ids < total {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "clears not all received"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut stopped = server.stop();
+    assert_eq!(stopped.counters.replies, r.replies, "one reply per request");
+    assert_eq!(stopped.counters.requests, r.l2_requests + r.eb_requests);
+    let t0 = Instant::now();
+    loop {
+        stopped.store.reclaim();
+        if (0..channels).all(|c| stopped.store.settle(c) == 0) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "pages still held");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(stopped.store.total_counters().stored, 0);
+}
+
+#[test]
+fn tester_inproc_two_instances() {
+    run("inproc://ros-tester", 2);
+}
+
+#[test]
+fn tester_tcp_one_instance() {
+    run("tcp://127.0.0.1:*", 1);
+}

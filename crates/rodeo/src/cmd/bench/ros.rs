@@ -1,0 +1,448 @@
+//! `rodeo bench ros`: the ROS paper's laboratory method (section 7.1): a readout node with 24
+//! channels of 400-word fragments, driven by the ROSTester with the paper's request mix (L2
+//! fraction 0.7 with RoI size 4, EB fraction 0.2, clears in groups of 100), measuring the delete
+//! (L1) rate the node sustains.
+//!
+//! # Transports
+//!
+//! - `inproc` (default): node and tester threads in this process, ZeroMQ inproc.
+//! - `tcp`: the node is a second process (`rodeo ros`) on tcp loopback; the tester runs here.
+//!
+//! # Input
+//!
+//! The node's channels are the inline firmware-style generator writing into the store's pages
+//! (`--payload headers` by default: header and trailer written per fragment, the data words
+//! left in place), so the measurement is of rodeo's data path (index, requests, replies,
+//! clears), not of the emulated card's memory bandwidth, as the paper's firmware generators
+//! cost the host nothing. `--payload full` writes every word.
+//!
+//! # Baseline
+//!
+//! In the same run, the same tester against a plain ZeroMQ ROUTER that answers each
+//! DataRequest with prebuilt fragments of the same size (one copy frame each) and ignores
+//! clears: `transport_limit_hz`, the L1 rate the transport and the tester allow with no store
+//! behind them. `ratio_to_transport` is the node's rate over it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rodeo_format::fragment::{RobBuilder, RobPayload, RodBuilder, SourceId};
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::message::{decode, header_bytes, Message, MessageType};
+use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cmd::ros::{start_node, summary, InputKind, NodeArgs, PayloadKind};
+use crate::cmd::tester::{run_testers, MixArgs, Row as TesterRow};
+use crate::report::Report;
+
+/// Arguments of `rodeo bench ros`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Where the node runs: in this process (`inproc`) or in a second process over tcp loopback.
+    #[arg(long, value_enum, default_value = "inproc")]
+    transport: Transport_,
+    /// Seconds per measurement (default 5, or 1 with --quick).
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
+    /// Short runs, for smoke tests.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Tester threads.
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// Requests in flight per tester thread.
+    #[arg(long, default_value_t = 128)]
+    max_outstanding: usize,
+    /// Store pages (4 KiB, two fragments each) per channel; default: just enough for every
+    /// tester thread's requests in flight and clear group, so the pages stay in cache (the
+    /// bench measures rates, not buffer depth; in a real node the card's DMA, not the CPU,
+    /// writes a deep buffer).
+    #[arg(long)]
+    pages_per_channel: Option<usize>,
+    /// ROB channels.
+    #[arg(long, default_value_t = 24)]
+    channels: usize,
+    /// Data words per fragment.
+    #[arg(long, default_value_t = 400)]
+    fragment_words: u32,
+    /// What the emulated input writes per fragment.
+    #[arg(long, value_enum, default_value = "headers")]
+    payload: PayloadKind,
+    /// Skip the plain ZeroMQ baseline.
+    #[arg(long)]
+    no_baseline: bool,
+}
+
+/// The bench's transports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[allow(non_camel_case_types)]
+enum Transport_ {
+    /// Node and tester in this process.
+    Inproc,
+    /// Node in a second process, tcp loopback.
+    Tcp,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    server: &'static str,
+    transport: &'static str,
+    #[serde(flatten)]
+    tester: TesterRow,
+    node_requests: u64,
+    node_replies: u64,
+    node_input_fragments: u64,
+    node_timeouts: u64,
+}
+
+fn node_args(a: &Args) -> NodeArgs {
+    NodeArgs {
+        channels: a.channels,
+        fragment_words: a.fragment_words,
+        base_source_id: 0x0051_0000,
+        pages_per_channel: a.pages_per_channel.unwrap_or_else(|| {
+            let events = a.threads.max(1) as usize * (100 + a.max_outstanding);
+            events.div_ceil(2) + 16
+        }),
+        page_bytes: 4096,
+        input: InputKind::Firmware,
+        payload: a.payload,
+        input_rate: None,
+        io_threads: 1,
+        descriptors: 1024,
+        pending_timeout_ms: 200,
+        error_file: None,
+        l1id_wrap: 1 << 24,
+    }
+}
+
+fn mix(a: &Args, seconds: f64) -> MixArgs {
+    MixArgs {
+        l2_fraction: 0.7,
+        roi_size: 4,
+        eb_fraction: 0.2,
+        clear_group: 100,
+        max_outstanding: a.max_outstanding,
+        max_rate: None,
+        instances: 1,
+        instance: 0,
+        threads: a.threads,
+        events: None,
+        seconds,
+        retries: 3,
+        seed: 1,
+    }
+}
+
+pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let seconds = a.seconds.unwrap_or(if a.quick { 1.0 } else { 5.0 });
+    let node = node_args(&a);
+    let robs = node.robs();
+    let mix = mix(&a, seconds);
+    let t = Transport::new(1)?;
+    let tname = match a.transport {
+        Transport_::Inproc => "inproc",
+        Transport_::Tcp => "tcp",
+    };
+    let mut report = Report::new("ros");
+    let data_path = data_path_rate(&node, seconds.min(2.0))?;
+    // The node.
+    let (tester, counters) = match a.transport {
+        Transport_::Inproc => {
+            let n = start_node(&t, &node, "inproc://bench-ros")?;
+            let r = run_testers(&t, n.server.endpoint(), &robs, node.l1id_wrap, &mix)?;
+            let stopped = n.server.stop();
+            (r, summary(&stopped))
+        }
+        Transport_::Tcp => {
+            let mut child = Child::spawn(&node, false)?;
+            let r = run_testers(&t, &child.endpoint, &robs, node.l1id_wrap, &mix)?;
+            (r, child.finish()?)
+        }
+    };
+    let ros_rate = tester.l1_rate_hz();
+    report.push_row(&Row {
+        server: "ros",
+        transport: tname,
+        tester: TesterRow::from_report(&tester),
+        node_requests: counters["requests"].as_u64().unwrap_or(0),
+        node_replies: counters["replies"].as_u64().unwrap_or(0),
+        node_input_fragments: counters["input_fragments"].as_u64().unwrap_or(0),
+        node_timeouts: counters["timeouts"].as_u64().unwrap_or(0),
+    })?;
+    // The plain ZeroMQ baseline.
+    let mut limit = 0.0;
+    if !a.no_baseline {
+        let r = match a.transport {
+            Transport_::Inproc => {
+                let stop = AtomicBool::new(false);
+                std::thread::scope(|s| -> anyhow::Result<_> {
+                    let sock = t.socket(SocketKind::Router)?;
+                    sock.bind(&Endpoint::parse("inproc://bench-ros-plain")?)?;
+                    let (node_ref, stop_ref) = (&node, &stop);
+                    let server = s.spawn(move || {
+                        plain_loop(sock, node_ref, &|| stop_ref.load(Ordering::Relaxed))
+                    });
+                    let r =
+                        run_testers(&t, "inproc://bench-ros-plain", &robs, node.l1id_wrap, &mix);
+                    stop.store(true, Ordering::Relaxed);
+                    let _ = server.join();
+                    r
+                })?
+            }
+            Transport_::Tcp => {
+                let mut child = Child::spawn(&node, true)?;
+                let r = run_testers(&t, &child.endpoint, &robs, node.l1id_wrap, &mix)?;
+                child.finish()?;
+                r
+            }
+        };
+        limit = r.l1_rate_hz();
+        report.push_row(&Row {
+            server: "plain_zmq",
+            transport: tname,
+            tester: TesterRow::from_report(&r),
+            node_requests: 0,
+            node_replies: 0,
+            node_input_fragments: 0,
+            node_timeouts: 0,
+        })?;
+    }
+    let target = match a.transport {
+        Transport_::Inproc => 1.0e6,
+        Transport_::Tcp => 2.0e5,
+    };
+    let ratio = if limit > 0.0 { ros_rate / limit } else { 0.0 };
+    let met = ros_rate >= target || (a.transport == Transport_::Tcp && ratio >= 0.8);
+    let f = &mut report.fields;
+    f.insert("transport".into(), tname.into());
+    f.insert("channels".into(), a.channels.into());
+    f.insert("fragment_words".into(), a.fragment_words.into());
+    f.insert("pages_per_channel".into(), node.pages_per_channel.into());
+    f.insert("l1_rate_hz".into(), ros_rate.into());
+    f.insert("data_path_l1_rate_hz".into(), data_path.into());
+    f.insert("transport_limit_hz".into(), limit.into());
+    f.insert("ratio_to_transport".into(), ratio.into());
+    f.insert("target_l1_rate_hz".into(), target.into());
+    f.insert("target_met".into(), met.into());
+    report.print(a.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The store alone, in this thread, no transport: per event 24 fragments written by the
+/// firmware input, the mix's fragments looked up and referenced as a reply would (about 2.8 for
+/// the L2 request, 0.2 x the rest for EB), and clears by 100. Events per second.
+fn data_path_rate(node: &NodeArgs, seconds: f64) -> anyhow::Result<f64> {
+    use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
+    use rodeo_readout::generator::L1idCounter;
+    use rodeo_readout::server::{FirmwareInput, Input, Payload};
+    use rodeo_readout::store::{EventStore, StoreConfig};
+    let pool = PagePool::new(PagePoolConfig {
+        page_bytes: node.page_bytes,
+        pages: node.channels * node.pages_per_channel,
+        region: RegionOptions {
+            huge_pages: rodeo_memory::HugePages::Transparent,
+            ..RegionOptions::default()
+        },
+    })?;
+    let mut store = EventStore::new(
+        &pool,
+        &StoreConfig::with_channels(node.channels, node.base_source_id, node.pages_per_channel),
+    )?;
+    let payload = if node.payload == PayloadKind::Full {
+        Payload::Full
+    } else {
+        Payload::HeadersOnly
+    };
+    let mut input = FirmwareInput::new(
+        &store,
+        node.fragment_words as usize,
+        node.l1id_wrap,
+        payload,
+    );
+    let wrap = node.l1id_wrap;
+    let mut refs = Vec::with_capacity(64);
+    let (mut cleared, mut x) = (0u64, 0x9E37_79B9u32);
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds {
+        input.poll(&mut store);
+        for n in cleared..cleared + 100 {
+            let l1id = L1idCounter::expected(wrap, n);
+            // The mix: 70% L2 (4 ROBs), 20% EB (the rest), by a cheap xorshift.
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let robs = if x % 10 < 7 { 4 } else { 0 } + if x % 5 == 0 { 20 } else { 0 };
+            for c in 0..robs.min(node.channels) {
+                store.with_segments((c + n as usize) % node.channels, l1id, |r| refs.push(r));
+            }
+            refs.clear();
+        }
+        store.reclaim();
+        store.clear((cleared..cleared + 100).map(|n| L1idCounter::expected(wrap, n)));
+        cleared += 100;
+    }
+    Ok(cleared as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A `rodeo ros` child process on tcp loopback.
+struct Child {
+    child: std::process::Child,
+    endpoint: String,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Child {
+    fn spawn(node: &NodeArgs, plain: bool) -> anyhow::Result<Child> {
+        let exe = std::env::current_exe().context("current exe")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
+            .args(["--channels", &node.channels.to_string()])
+            .args(["--fragment-words", &node.fragment_words.to_string()])
+            .args(["--input", "firmware"])
+            .args([
+                "--payload",
+                if node.payload == PayloadKind::Full {
+                    "full"
+                } else {
+                    "headers"
+                },
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if plain {
+            cmd.arg("--plain-baseline");
+        }
+        let mut child = cmd.spawn().context("start rodeo ros")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("child stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        let endpoint = line
+            .trim()
+            .strip_prefix("listening on ")
+            .with_context(|| format!("unexpected first line from rodeo ros: {line:?}"))?
+            .to_string();
+        Ok(Child {
+            child,
+            endpoint,
+            stdout,
+        })
+    }
+
+    /// Stops the child (SIGTERM) and returns its JSON summary.
+    fn finish(&mut self) -> anyhow::Result<Value> {
+        let pid = libc::pid_t::try_from(self.child.id()).context("pid")?;
+        // SAFETY: kill() with our own child's pid and SIGTERM has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let mut rest = String::new();
+        let t0 = Instant::now();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest)?;
+        let status = self.child.wait()?;
+        anyhow::ensure!(status.success(), "rodeo ros exited with {status}");
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(30),
+            "rodeo ros slow to stop"
+        );
+        Ok(serde_json::from_str(rest.trim()).unwrap_or(Value::Null))
+    }
+}
+
+/// `rodeo ros --plain-baseline`: the plain ZeroMQ server in its own process.
+pub(crate) fn serve_plain(
+    t: &Transport,
+    listen: &str,
+    node: &NodeArgs,
+    seconds: Option<f64>,
+) -> anyhow::Result<ExitCode> {
+    let sock = t.socket(SocketKind::Router)?;
+    sock.set_high_water_marks(10_000)?;
+    let ep = sock.bind(&Endpoint::parse(listen)?)?;
+    println!("listening on {ep}");
+    std::io::Write::flush(&mut std::io::stdout())?;
+    let start = Instant::now();
+    let served = plain_loop(sock, node, &|| {
+        crate::signal::interrupted() || seconds.is_some_and(|s| start.elapsed().as_secs_f64() >= s)
+    })?;
+    println!("{{\"requests\":{served}}}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Answers DataRequests with prebuilt fragments of the node's size until `stop()`; returns the
+/// requests served.
+fn plain_loop(
+    mut sock: rodeo_transport::socket::Socket,
+    node: &NodeArgs,
+    stop: &dyn Fn() -> bool,
+) -> anyhow::Result<u64> {
+    let data = vec![0u32; node.fragment_words as usize];
+    let robs = node.robs();
+    let frags: Vec<Vec<u8>> = robs
+        .iter()
+        .map(|&id| {
+            let mut w = Vec::new();
+            let pieces: [&[u32]; 1] = [&data];
+            RobBuilder {
+                source_id: SourceId(id),
+                status: &[0],
+                payload: RobPayload::Rod(RodBuilder {
+                    source_id: SourceId(id),
+                    status: &[0],
+                    data: &pieces,
+                    ..RodBuilder::default()
+                }),
+                ..RobBuilder::default()
+            }
+            .write_vec(&mut w)
+            .expect("small fragment");
+            w.iter().flat_map(|x| x.to_le_bytes()).collect()
+        })
+        .collect();
+    let mut msg = Received::default();
+    let mut head = Vec::with_capacity(20);
+    let mut served = 0u64;
+    let mut idx = Vec::with_capacity(robs.len());
+    while !stop() {
+        // A signal (the SIGTERM that stops this process) interrupts the wait: check stop().
+        if !sock.recv(&mut msg, 20).unwrap_or(false) {
+            continue;
+        }
+        let Ok(d) = decode(&msg.bytes) else { continue };
+        let Message::DataRequest { l1id, robs: want } = d.message else {
+            continue;
+        };
+        idx.clear();
+        if want.is_empty() {
+            idx.extend(0..robs.len());
+        } else {
+            idx.extend(
+                want.iter()
+                    .filter_map(|r| robs.iter().position(|&x| x == r)),
+            );
+        }
+        let bytes: usize = idx.iter().map(|&i| frags[i].len()).sum();
+        head.clear();
+        head.extend_from_slice(&header_bytes(
+            MessageType::DataReply,
+            d.header.transaction,
+            (8 + bytes) as u32,
+        ));
+        head.extend_from_slice(&l1id.to_le_bytes());
+        head.extend_from_slice(&(idx.len() as u32).to_le_bytes());
+        let frames =
+            std::iter::once(Frame::Copy(&head)).chain(idx.iter().map(|&i| Frame::Copy(&frags[i])));
+        let peer = msg.peer.clone();
+        sock.send_to(&peer, frames)?;
+        served += 1;
+    }
+    Ok(served)
+}

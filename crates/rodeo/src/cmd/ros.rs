@@ -1,0 +1,302 @@
+//! `rodeo ros`: a standalone readout node. Emulated S-LINK channels (L1IDs from 0) feed the
+//! event store; the request server answers DataRequest and Clear on a ROUTER endpoint until
+//! interrupted (or for `--seconds`), then prints its counters.
+//!
+//! The first line on stdout is `listening on ENDPOINT` with the port resolved, so scripts and
+//! tests can start it on `tcp://127.0.0.1:0` and read where to connect.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions, SuperpagePool, SuperpagePoolConfig};
+use rodeo_readout::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
+use rodeo_readout::generator::{SlinkConfig, SlinkGenerator, WordRange};
+use rodeo_readout::server::{
+    DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig, Stopped,
+};
+use rodeo_readout::store::slink::ErrorDump;
+use rodeo_readout::store::{EventStore, StoreConfig};
+use rodeo_transport::socket::Transport;
+use serde_json::{json, Value};
+
+/// Arguments of `rodeo ros`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Request endpoint to bind: tcp://HOST:PORT (port 0 or * picks one), ipc:///PATH.
+    #[arg(long, value_name = "ENDPOINT")]
+    listen: String,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Stop after this many seconds (default: serve until interrupted).
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
+    /// Print the final counters as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Print a status line on stderr every second.
+    #[arg(long)]
+    verbose: bool,
+    /// Serve the plain ZeroMQ baseline of `rodeo bench ros` instead of a readout node.
+    #[arg(long, hide = true)]
+    plain_baseline: bool,
+}
+
+/// How a readout node is built (shared by `ros`, `tester` and `bench ros`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct NodeArgs {
+    /// ROB channels, one emulated S-LINK input each.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) channels: usize,
+    /// Data words per ROD fragment.
+    #[arg(long, default_value_t = 400, value_name = "W")]
+    pub(crate) fragment_words: u32,
+    /// Source (ROB) id of channel 0; channel i has this + i.
+    #[arg(long, default_value = "0x00510000", value_parser = parse_u32)]
+    pub(crate) base_source_id: u32,
+    /// Store pages per channel.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) pages_per_channel: usize,
+    /// Store page size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) page_bytes: usize,
+    /// Input: emulated cards through DMA superpages and the S-LINK checks (`dma`), or the
+    /// inline firmware-style generator writing into the store's pages (`firmware`).
+    #[arg(long, value_enum, default_value = "dma")]
+    pub(crate) input: InputKind,
+    /// With `--input firmware`: write the whole fragment (`full`) or headers only (`headers`,
+    /// the card's DMA modelled as free for the host).
+    #[arg(long, value_enum, default_value = "full")]
+    pub(crate) payload: PayloadKind,
+    /// Fragments per second per channel at most (`--input dma`; default unlimited).
+    #[arg(long, value_name = "HZ")]
+    pub(crate) input_rate: Option<f64>,
+    /// ZeroMQ I/O threads.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) io_threads: u32,
+    /// Request descriptors (requests in flight at most).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) descriptors: usize,
+    /// How long a request waits for missing fragments, in milliseconds.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub(crate) pending_timeout_ms: u64,
+    /// File receiving unreadable fragments (rate-limited to 10 per second).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) error_file: Option<PathBuf>,
+    /// L1ID wrap value of the emulated inputs (the ECR increments).
+    #[arg(long, default_value_t = 1 << 24)]
+    pub(crate) l1id_wrap: u32,
+}
+
+/// Input kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum InputKind {
+    /// Emulated card threads, superpages, S-LINK checks.
+    Dma,
+    /// Inline generator writing straight into store pages.
+    Firmware,
+}
+
+/// Payload modes of the firmware input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum PayloadKind {
+    /// Header, counter data, trailer.
+    Full,
+    /// Header and trailer only.
+    Headers,
+}
+
+pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?}: {e}"))
+}
+
+impl NodeArgs {
+    /// The ROB ids of the node.
+    pub(crate) fn robs(&self) -> Vec<u32> {
+        (0..self.channels as u32)
+            .map(|c| self.base_source_id + c)
+            .collect()
+    }
+}
+
+/// A running node and the memory it holds.
+pub(crate) struct Node {
+    pub(crate) server: RequestServer,
+    _pool: PagePool,
+    _superpages: Option<SuperpagePool>,
+}
+
+/// Builds the store and the input and starts the request server on `endpoint`.
+pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow::Result<Node> {
+    anyhow::ensure!(a.channels > 0, "--channels must be at least 1");
+    let pool = PagePool::new(PagePoolConfig {
+        page_bytes: a.page_bytes,
+        pages: a.channels * a.pages_per_channel,
+        region: RegionOptions {
+            huge_pages: rodeo_memory::HugePages::Transparent,
+            ..RegionOptions::default()
+        },
+    })
+    .context("page pool")?;
+    let store = EventStore::new(
+        &pool,
+        &StoreConfig::with_channels(a.channels, a.base_source_id, a.pages_per_channel),
+    )?;
+    let mut superpages = None;
+    let input: Box<dyn Input> = match a.input {
+        InputKind::Firmware => {
+            let payload = match a.payload {
+                PayloadKind::Full => Payload::Full,
+                PayloadKind::Headers => Payload::HeadersOnly,
+            };
+            Box::new(FirmwareInput::new(
+                &store,
+                a.fragment_words as usize,
+                a.l1id_wrap,
+                payload,
+            ))
+        }
+        InputKind::Dma => {
+            let depth = 8;
+            let sp = SuperpagePool::new(SuperpagePoolConfig {
+                superpage_bytes: 256 * 1024,
+                superpages: a.channels * depth,
+                region: RegionOptions::default(),
+            })
+            .context("superpage pool")?;
+            let mut chans = Vec::with_capacity(a.channels);
+            for c in 0..a.channels {
+                let ch = EmulatedChannel::start(
+                    &format!("slink{c}"),
+                    EmulatedConfig {
+                        queue_depth: depth,
+                        max_units_per_s: a.input_rate,
+                        ..EmulatedConfig::default()
+                    },
+                    SlinkGenerator::new(SlinkConfig {
+                        source_id: a.base_source_id + c as u32,
+                        data_words: WordRange::fixed(a.fragment_words),
+                        l1id_wrap: a.l1id_wrap,
+                        framing: true,
+                        ..SlinkConfig::default()
+                    }),
+                )?;
+                for _ in 0..depth {
+                    let s = sp.alloc().context("superpage")?;
+                    if ch.push_superpage(s).is_err() {
+                        anyhow::bail!("transfer queue smaller than its depth");
+                    }
+                }
+                chans.push(ch);
+            }
+            superpages = Some(sp);
+            let file = match &a.error_file {
+                Some(p) => {
+                    Some(std::fs::File::create(p).with_context(|| format!("error file {p:?}"))?)
+                }
+                None => None,
+            };
+            Box::new(DmaInput::new(chans, a.l1id_wrap, ErrorDump::new(file, 10)))
+        }
+    };
+    let server = RequestServer::start(
+        t,
+        &ServerConfig {
+            endpoint: endpoint.to_string(),
+            descriptors: a.descriptors,
+            pending_timeout: Duration::from_millis(a.pending_timeout_ms),
+            ..ServerConfig::default()
+        },
+        store,
+        input,
+    )?;
+    Ok(Node {
+        server,
+        _pool: pool,
+        _superpages: superpages,
+    })
+}
+
+/// The final counters of a stopped node as JSON.
+pub(crate) fn summary(s: &Stopped) -> Value {
+    let c = &s.counters;
+    let k = s.store.total_counters();
+    json!({
+        "requests": c.requests,
+        "replies": c.replies,
+        "fragments_sent": c.fragments_sent,
+        "bytes_sent": c.bytes_sent,
+        "pending_fragments": c.pending_fragments,
+        "lost_fragments": c.lost_fragments,
+        "parked": c.parked,
+        "timeouts": c.timeouts,
+        "clears": c.clears,
+        "cleared_l1ids": c.cleared_l1ids,
+        "clear_gaps": c.clear_gaps,
+        "bad_messages": c.bad_messages,
+        "unexpected_messages": c.unexpected_messages,
+        "unknown_robs": c.unknown_robs,
+        "send_errors": c.send_errors,
+        "input_fragments": c.input_fragments,
+        "stored_fragments": k.fragments,
+        "stored_now": k.stored,
+        "released_fragments": k.cleared,
+        "duplicates": k.duplicates,
+        "dropped_after_clear": k.dropped_after_clear,
+        "unknown_clears": k.unknown_clears,
+        "store_full_events": k.full,
+        "occupancy_alarms": k.alarms,
+        "slink_flagged": s.slink.flagged,
+        "slink_unreadable": s.slink.unreadable,
+        "slink_sequence_errors": s.slink.sequence_errors,
+        "input_stalls": s.input_stalls,
+    })
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    crate::signal::install();
+    let t = Transport::new(args.node.io_threads)?;
+    if args.plain_baseline {
+        return super::bench::ros::serve_plain(&t, &args.listen, &args.node, args.seconds);
+    }
+    let node = start_node(&t, &args.node, &args.listen)?;
+    println!("listening on {}", node.server.endpoint());
+    std::io::stdout().flush()?;
+    let start = Instant::now();
+    let mut last = (Instant::now(), node.server.stats());
+    while !crate::signal::interrupted()
+        && args
+            .seconds
+            .is_none_or(|s| start.elapsed().as_secs_f64() < s)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        if args.verbose && last.0.elapsed() >= Duration::from_secs(1) {
+            let now = node.server.stats();
+            let dt = last.0.elapsed().as_secs_f64();
+            eprintln!(
+                "requests/s {:.0}  clears/s {:.0}  input fragments/s {:.0}  pending {}",
+                (now.requests - last.1.requests) as f64 / dt,
+                (now.cleared_l1ids - last.1.cleared_l1ids) as f64 / dt,
+                (now.input_fragments - last.1.input_fragments) as f64 / dt,
+                now.pending_now
+            );
+            last = (Instant::now(), now);
+        }
+    }
+    let stopped = node.server.stop();
+    let v = summary(&stopped);
+    if args.json {
+        println!("{v}");
+    } else if let Value::Object(m) = v {
+        for (k, v) in m {
+            println!("{k}: {v}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

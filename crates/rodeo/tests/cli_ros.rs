@@ -1,0 +1,123 @@
+//! `rodeo ros`, `rodeo tester` and `rodeo bench ros` as a user runs them: real processes, tcp on
+//! 127.0.0.1. Checks shapes and balances, never timings.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn rodeo() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rodeo"))
+}
+
+#[test]
+fn tester_against_a_ros_process_balances() {
+    let mut ros = rodeo()
+        .args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
+        .args(["--channels", "4", "--fragment-words", "100"])
+        .args(["--pages-per-channel", "256", "--seconds", "60"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(ros.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let ep = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let t = rodeo()
+        .args(["tester", "--connect", &ep, "--channels", "4", "--json"])
+        .args([
+            "--events",
+            "2000",
+            "--seconds",
+            "30",
+            "--max-outstanding",
+            "32",
+        ])
+        .output()
+        .unwrap();
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let v: Value = serde_json::from_slice(&t.stdout).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["events"], 2000, "{v}");
+    assert_eq!(row["bad_replies"], 0);
+    assert_eq!(row["unanswered"], 0);
+    let requests = row["l2_requests"].as_u64().unwrap() + row["eb_requests"].as_u64().unwrap();
+    // SAFETY: kill() on our own child's pid; no memory is involved.
+    unsafe {
+        libc::kill(ros.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(ros.wait().unwrap().success());
+    let s: Value = serde_json::from_str(rest.trim()).unwrap();
+    assert_eq!(s["requests"].as_u64(), Some(requests), "{s}");
+    assert_eq!(s["replies"].as_u64(), Some(requests));
+    assert_eq!(s["cleared_l1ids"].as_u64(), Some(2000));
+    assert_eq!(s["bad_messages"], 0);
+}
+
+#[test]
+fn tester_in_process_prints_csv() {
+    let t = rodeo()
+        .args(["tester", "--channels", "6", "--fragment-words", "50"])
+        .args(["--pages-per-channel", "128", "--events", "500", "--csv"])
+        .output()
+        .unwrap();
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let text = String::from_utf8(t.stdout).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let vals: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(head.len(), vals.len());
+    let at = |k: &str| vals[head.iter().position(|h| *h == k).unwrap()];
+    assert_eq!(at("events"), "500");
+    assert_eq!(at("bad_replies"), "0");
+    assert!(head.contains(&"p99_latency_ns"));
+}
+
+fn bench(transport: &str) {
+    let out = rodeo()
+        .args(["bench", "ros", "--quick", "--json", "--seconds", "0.3"])
+        .args(["--transport", transport])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["bench"], "ros");
+    for k in ["l1_rate_hz", "transport_limit_hz", "data_path_l1_rate_hz"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+    assert!(v["target_met"].is_boolean());
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        for k in [
+            "l1_rate_hz",
+            "requests_per_s",
+            "bytes_per_s",
+            "p50_latency_ns",
+            "p99_latency_ns",
+        ] {
+            assert!(r[k].as_f64().is_some_and(|x| x >= 0.0), "{k}: {r}");
+        }
+        assert_eq!(r["bad_replies"], 0, "{r}");
+    }
+}
+
+#[test]
+fn bench_ros_inproc_json_shape() {
+    bench("inproc");
+}
+
+#[test]
+fn bench_ros_tcp_json_shape() {
+    bench("tcp");
+}
