@@ -2,5 +2,7 @@
 //! up, runs it and brings it down in dependency order, ending with the run's balance sheet.
 //!
 //! - [`config`]: the TOML partition configuration, its defaults and its validation.
+//! - [`partition`]: the embedded partition runner and the run's balance sheet.
 
 pub mod config;
+pub mod partition;

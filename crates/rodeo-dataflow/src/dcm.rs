@@ -56,6 +56,9 @@ use crate::{AppHandle, DataflowError};
 /// Longest interval between two `Update`s of a DCM (its heartbeat).
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
 
+/// Longest a send may block on a peer (gone, or not keeping up) before it counts as failed.
+const SEND_TIMEOUT_MS: i32 = 1000;
+
 /// Most rounds of "more ROBs" one event may ask for.
 const MAX_MORE_ROUNDS: u32 = 4;
 
@@ -168,6 +171,8 @@ pub struct DcmSummary {
     pub events_sent: u64,
     /// Events unfinished at stop (left to the supervisor).
     pub unfinished: u64,
+    /// Sends that failed (peer gone or stuck past the send timeout).
+    pub send_failures: u64,
 }
 
 /// Starts a DCM thread with its trigger algorithm; sockets connect before this returns.
@@ -206,6 +211,8 @@ pub fn spawn(
             .map_err(terr("set high-water marks".into()))?;
         s.set_identity(app.as_bytes())
             .map_err(terr("set identity".into()))?;
+        s.set_send_timeout(SEND_TIMEOUT_MS)
+            .map_err(terr("set send timeout".into()))?;
         s.connect(&ep)
             .map_err(terr(format!("connect {endpoint}")))?;
         Ok(s)
@@ -423,7 +430,9 @@ impl Dcm {
         self.summary.unfinished =
             self.slots.iter().filter(|s| s.phase != Phase::Free).count() as u64;
         // Report what is finished; the rest is the supervisor's to reassign.
-        self.send_update(&mut supervisor, true)?;
+        if !self.decisions.is_empty() {
+            self.send_update(&mut supervisor, true)?;
+        }
         Ok(self.summary)
     }
 
@@ -456,9 +465,14 @@ impl Dcm {
         }
         self.buf.clear();
         encode_update(&mut self.buf, 0, self.credits, &self.decisions);
-        supervisor
-            .send([Frame::Copy(&self.buf)])
-            .map_err(self.terr("send update"))?;
+        if supervisor.send([Frame::Copy(&self.buf)]).is_err() {
+            // The supervisor is gone or not reading: keep the decisions and credits for the
+            // next try (a restarted supervisor gets them; at stop they are the run's loss to
+            // report, not to hide).
+            self.summary.send_failures += 1;
+            self.last_update = Instant::now();
+            return Ok(());
+        }
         self.decisions.clear();
         self.credits = 0;
         self.last_update = Instant::now();
@@ -608,9 +622,20 @@ impl Dcm {
             s.l1id,
             &s.wanted[n],
         );
-        readout[n]
-            .send([Frame::Copy(&self.buf)])
-            .map_err(self.terr("send data request"))?;
+        if readout[n].send([Frame::Copy(&self.buf)]).is_err() {
+            // The node is gone or stuck: ask again after the retry delay, like a PENDING
+            // answer (and, past the retry limit, build without it).
+            self.summary.send_failures += 1;
+            let s = &mut self.slots[i];
+            let wanted = std::mem::take(&mut s.wanted[n]);
+            s.pending.extend_from_slice(&wanted);
+            s.wanted[n] = wanted;
+            s.waiting = s.waiting.saturating_sub(1);
+            if s.waiting == 0 {
+                s.retry_at = Some(Instant::now() + self.config.retry_delay);
+            }
+            return Ok(());
+        }
         self.nodes[n].outstanding += 1;
         self.summary.requests += 1;
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -862,13 +887,17 @@ impl Dcm {
         let header = header_bytes(MessageType::Event, i as u32, payload as u32);
         let stream_word = stream.to_le_bytes();
         let k = (global_id % loggers.len() as u64) as usize;
-        loggers[k]
-            .send([
-                Frame::Copy(&header),
-                Frame::Copy(&stream_word),
-                Frame::Copy(words_as_bytes(&self.event)),
-            ])
-            .map_err(self.terr("send event"))?;
+        let sent = loggers[k].send([
+            Frame::Copy(&header),
+            Frame::Copy(&stream_word),
+            Frame::Copy(words_as_bytes(&self.event)),
+        ]);
+        if sent.is_err() {
+            // The logger is gone or stuck: try shipping again shortly.
+            self.summary.send_failures += 1;
+            self.slots[i].retry_at = Some(Instant::now() + self.config.retry_delay.max(Duration::from_millis(10)));
+            return Ok(());
+        }
         self.summary.events_sent += 1;
         self.slots[i].phase = Phase::Logging;
         Ok(())

@@ -47,6 +47,9 @@ use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport};
 use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer};
 use crate::{AppHandle, DataflowError};
 
+/// Longest a send may block on a readout node before it counts as failed.
+const SEND_TIMEOUT_MS: i32 = 1000;
+
 /// Configuration of the supervisor.
 #[derive(Debug, Clone)]
 pub struct SupervisorConfig {
@@ -138,6 +141,8 @@ pub struct SupervisorSummary {
     pub keepalives: u64,
     /// DCMs seen.
     pub dcms: u64,
+    /// Sends to readout nodes that failed (node gone or stuck past the send timeout).
+    pub send_failures: u64,
 }
 
 impl SupervisorSummary {
@@ -182,6 +187,8 @@ pub fn spawn(
             .map_err(terr("create socket".into()))?;
         s.set_high_water_marks(100_000)
             .map_err(terr("set high-water marks".into()))?;
+        s.set_send_timeout(SEND_TIMEOUT_MS)
+            .map_err(terr("set send timeout".into()))?;
         s.connect(&ep(r)?).map_err(terr(format!("connect {r}")))?;
         readout.push(s);
     }
@@ -557,8 +564,9 @@ impl Supervisor {
             self.buf.clear();
             encode_keepalive(&mut self.buf, self.clear_sequence);
             for s in readout.iter_mut() {
-                s.send([Frame::Copy(&self.buf)])
-                    .map_err(self.terr("send keepalive"))?;
+                if s.send([Frame::Copy(&self.buf)]).is_err() {
+                    self.summary.send_failures += 1;
+                }
             }
             self.summary.keepalives += 1;
             self.last_clear = now;
@@ -571,8 +579,10 @@ impl Supervisor {
         encode_clear(&mut self.buf, self.clear_sequence, &self.clear);
         self.clear_sequence = self.clear_sequence.wrapping_add(1);
         for s in readout.iter_mut() {
-            s.send([Frame::Copy(&self.buf)])
-                .map_err(self.terr("send clear"))?;
+            // A node that does not take the clear is counted (its clear sequence shows the gap).
+            if s.send([Frame::Copy(&self.buf)]).is_err() {
+                self.summary.send_failures += 1;
+            }
         }
         self.summary.cleared += self.clear.len() as u64;
         self.summary.clear_messages += 1;

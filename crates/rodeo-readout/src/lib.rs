@@ -33,6 +33,7 @@ pub mod dma;
 pub mod generator;
 pub mod monitor;
 pub mod net;
+pub mod node;
 pub mod player;
 pub mod server;
 pub mod store;

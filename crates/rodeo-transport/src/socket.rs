@@ -232,6 +232,17 @@ impl Socket {
             })
     }
 
+    /// Bounds how long a send may block (high-water mark reached, or no peer connected yet) to
+    /// `ms` milliseconds; a send that would wait longer fails with `EAGAIN`. -1: forever.
+    pub fn set_send_timeout(&self, ms: i32) -> Result<(), TransportError> {
+        self.inner
+            .set_sndtimeo(ms)
+            .map_err(|source| TransportError::Setup {
+                op: "set send timeout",
+                source,
+            })
+    }
+
     /// Sets the routing id this (DEALER) socket presents to a ROUTER.
     pub fn set_identity(&self, id: &[u8]) -> Result<(), TransportError> {
         self.inner

@@ -2,6 +2,7 @@
 
 mod bench;
 mod cards;
+mod config;
 mod dump;
 mod gen;
 mod gen_link;
@@ -19,8 +20,8 @@ use clap::{Parser, Subcommand};
 ///
 /// Readout cards (real or emulated) feed fragment builders and event stores; a supervisor assigns
 /// events to data-collection nodes that run the trigger and build accepted events; loggers write
-/// them to files. `rodeo run` runs the main job on a built-in default configuration; until the
-/// partition lands that is the file chain (generate, write, read back, verify, balance).
+/// them to files. `rodeo run` runs the main job, a whole partition, on a built-in default
+/// configuration (`rodeo config default` shows it).
 #[derive(Debug, Parser)]
 #[command(
     name = "rodeo",
@@ -35,8 +36,11 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run rodeo's main job on the built-in default configuration.
+    /// Run rodeo's main job: a whole partition (readout, supervisor, data collection, logger)
+    /// on the built-in default configuration or a TOML file.
     Run(run::Args),
+    /// The partition configuration: print the commented default, check a file.
+    Config(config::Args),
     /// Generate synthetic data: full events into raw-data files.
     Gen(gen::Args),
     /// Show the events and ROBs of a raw-data file.
@@ -60,6 +64,7 @@ enum Command {
 pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Config(args) => config::run(args),
         Command::Gen(args) => gen::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Verify(args) => verify::run(args),

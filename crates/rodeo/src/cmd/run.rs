@@ -1,120 +1,198 @@
-//! `rodeo run`: rodeo's main job on its built-in default configuration.
+//! `rodeo run`: rodeo's main job, a whole partition in this process.
 //!
-//! Until the dataflow applications land, the main job runs the chain that exists end to end:
-//! synthetic events (the realistic ROB mix) are written through the logger's raw-file writer
-//! (rotation, `.writing` names, fsync on close), then every file is read back and verified, and
-//! the run ends with a balance sheet: events made = events written = events verified, or an error.
+//! With no configuration file the built-in default partition runs (one ROS with 12 emulated
+//! S-LINK channels, a supervisor with its L1 emulator, 2 DCMs x 4 slots, one logger, inproc
+//! endpoints; `rodeo config default` prints it). At the end: the balance sheet of protocol rule
+//! 6 and every file written read back and verified. A run that does not balance exits non-zero.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde::Serialize;
+use anyhow::Context as _;
+use rodeo_control::config::PartitionConfig;
+use rodeo_control::partition::{run_embedded, RunSummary};
+use serde_json::json;
 
-use super::gen::{gen_events, ChecksumArg, EventsArgs};
 use super::verify::verify_file;
+use crate::progress;
 
 /// Arguments of `rodeo run`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Number of events.
-    #[arg(long, default_value_t = 20_000)]
-    events: u64,
-    /// Output directory (a fresh `run-NNNNNNNN` directory is made inside it).
-    #[arg(long, short, default_value = "rodeo-output")]
-    output: PathBuf,
+    /// Partition configuration (TOML); default: the built-in partition.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Stop after this many L1 accepts (overrides run.events).
+    #[arg(long, conflicts_with = "seconds")]
+    events: Option<u64>,
+    /// Stop after this many seconds (overrides run.seconds; run.events is then unlimited).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Output directory (a `run-NNNNNNNN` directory is made inside it; overrides run.output).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
     /// Run number (default: the next free one in the output directory).
     #[arg(long)]
     run_number: Option<u32>,
-    /// Print the balance sheet as one JSON object.
+    /// L1 accept rate in Hz (overrides l1.rate_hz; 0: as fast as the partition takes).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
 }
 
-#[derive(Debug, Serialize)]
-struct Balance {
-    run_number: u32,
-    directory: PathBuf,
-    events_made: u64,
-    events_written: u64,
-    events_verified: u64,
-    files: usize,
-    event_bytes: u64,
-    seconds: f64,
-    events_per_s: f64,
-    bytes_per_s: f64,
-    balanced: bool,
+/// Loads the configuration file (or the default) and applies the command-line overrides.
+pub(crate) fn load_config(path: Option<&PathBuf>) -> anyhow::Result<PartitionConfig> {
+    Ok(match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read configuration {}", p.display()))?;
+            PartitionConfig::from_toml(&text, &p.display().to_string())?
+        }
+        None => PartitionConfig::default(),
+    })
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    std::fs::create_dir_all(&args.output)?;
-    let run_number = match args.run_number {
+    let mut config = load_config(args.config.as_ref())?;
+    if let Some(n) = args.events {
+        config.run.events = n;
+        config.run.seconds = 0.0;
+    }
+    if let Some(s) = args.seconds {
+        config.run.seconds = s;
+        config.run.events = 0;
+    }
+    if let Some(o) = &args.output {
+        config.run.output = o.display().to_string();
+    }
+    if let Some(r) = args.rate {
+        config.l1.rate_hz = r;
+    }
+    std::fs::create_dir_all(&config.run.output)
+        .with_context(|| format!("cannot create output directory {}", config.run.output))?;
+    config.run.number = match args.run_number {
         Some(r) => r,
-        None => next_run_number(&args.output),
+        None => next_run_number(std::path::Path::new(&config.run.output)),
     };
-    let dir = args.output.join(format!("run-{run_number:08}"));
-    let gen = EventsArgs {
-        count: args.events,
-        output: dir.clone(),
-        robs: 16,
-        checksum: ChecksumArg::Adler32,
-        run: run_number,
-        stream: "physics_Main".into(),
-        max_file_mib: 256,
-        events_per_file: 0,
-        json: false,
+    config.validate()?;
+
+    let bar = if config.run.events > 0 {
+        progress::bar(config.run.events, "events")
+    } else {
+        progress::bar((config.run.seconds * 1000.0) as u64, "ms")
     };
-    let written = gen_events(&gen)?;
-    let mut verified = 0;
-    let mut problems = Vec::new();
-    for f in &written.files {
+    let by_events = config.run.events > 0;
+    let summary = run_embedded(&config, |live, seconds| {
+        let l1 = live
+            .supervisor
+            .l1_accepts
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if by_events {
+            bar.set_position(l1);
+        } else {
+            bar.set_position((seconds * 1000.0) as u64);
+        }
+        bar.set_message(format!("{:.0} kHz", l1 as f64 / seconds.max(1e-9) / 1e3));
+    })
+    .context("the partition failed")?;
+    bar.finish_and_clear();
+
+    // Read back every file: the events written must all be there, intact.
+    let mut verified = 0u64;
+    let mut problems = summary.problems.clone();
+    for f in &summary.files {
         let v = verify_file(f);
         verified += v.good_events;
         if let Some(e) = v.error {
             problems.push(format!("{}: {e}", f.display()));
         }
     }
-    let balanced = problems.is_empty() && written.events == args.events && verified == args.events;
-    let b = Balance {
-        run_number,
-        directory: dir,
-        events_made: args.events,
-        events_written: written.events,
-        events_verified: verified,
-        files: written.files.len(),
-        event_bytes: written.event_bytes,
-        seconds: written.seconds,
-        events_per_s: written.events as f64 / written.seconds.max(1e-9),
-        bytes_per_s: written.event_bytes as f64 / written.seconds.max(1e-9),
-        balanced,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string(&b)?);
-    } else {
-        println!("run {} -> {}", b.run_number, b.directory.display());
-        println!(
-            "  {} events, {:.1} MB in {} file(s), {:.2} s: {:.0} events/s, {:.0} MB/s",
-            b.events_written,
-            b.event_bytes as f64 / 1e6,
-            b.files,
-            b.seconds,
-            b.events_per_s,
-            b.bytes_per_s / 1e6
-        );
-        println!(
-            "  balance: made {} = written {} = verified {}: {}",
-            b.events_made,
-            b.events_written,
-            b.events_verified,
-            if balanced { "OK" } else { "MISMATCH" }
-        );
-        for p in &problems {
-            println!("  problem: {p}");
-        }
+    if verified != summary.events_written {
+        problems.push(format!(
+            "files hold {verified} valid events, the loggers wrote {}",
+            summary.events_written
+        ));
     }
+    let balanced = problems.is_empty();
+    print_summary(&summary, verified, &problems, balanced, args.json);
     if !balanced {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(s: &RunSummary, verified: u64, problems: &[String], balanced: bool, json: bool) {
+    if json {
+        let nodes: Vec<_> = s
+            .nodes
+            .iter()
+            .map(|n| {
+                json!({
+                    "name": n.name,
+                    "requests": n.requests,
+                    "cleared": n.cleared,
+                    "clear_gaps": n.clear_gaps,
+                    "stored": n.stored,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "run_number": s.run,
+                "directory": s.output,
+                "l1_accepts": s.l1_accepts,
+                "accepted": s.accepted,
+                "rejected": s.rejected,
+                "forced_accepts": s.forced_accepts,
+                "events_written": s.events_written,
+                "events_verified": verified,
+                "duplicates_dropped": s.duplicates,
+                "partial_events": s.partial_events,
+                "bytes_written": s.bytes_written,
+                "files": s.files,
+                "readout_nodes": nodes,
+                "seconds": s.seconds,
+                "l1_rate_hz": s.l1_rate_hz,
+                "balanced": balanced,
+                "problems": problems,
+            })
+        );
+        return;
+    }
+    println!("run {} -> {}", s.run, s.output.display());
+    println!(
+        "  {} L1 accepts in {:.2} s: {:.1} kHz",
+        s.l1_accepts,
+        s.seconds,
+        s.l1_rate_hz / 1e3
+    );
+    println!(
+        "  decided: accepted {} + rejected {} + forced {} = {}",
+        s.accepted,
+        s.rejected,
+        s.forced_accepts,
+        s.accepted + s.rejected + s.forced_accepts
+    );
+    println!(
+        "  written: {} events ({:.1} MB) in {} file(s), {} verified",
+        s.events_written,
+        s.bytes_written as f64 / 1e6,
+        s.files.len(),
+        verified
+    );
+    for n in &s.nodes {
+        println!(
+            "  {}: {} requests, clears for {} events",
+            n.name, n.requests, n.cleared
+        );
+    }
+    println!("  balance: {}", if balanced { "OK" } else { "MISMATCH" });
+    for p in problems {
+        println!("  problem: {p}");
+    }
 }
 
 /// One more than the largest `run-NNNNNNNN` in `dir` (1 when there is none).

@@ -1,0 +1,382 @@
+//! The embedded partition: every application of a [`PartitionConfig`] in this process, as
+//! threads, over inproc endpoints (or ipc/tcp when the configuration says so).
+//!
+//! # Order
+//!
+//! Start: loggers, readout nodes, DCMs, supervisor (which owns the L1 source), so that nothing
+//! sends to an application that is not there yet. Stop: the supervisor first — no new events,
+//! every assigned event decided, the last clears sent — then the DCMs, the loggers (closing
+//! their files) and the readout nodes: the dataflow drains before anything stops.
+//!
+//! # The balance sheet (protocol rule 6)
+//!
+//! At the end, [`RunSummary`] holds the counts and [`RunSummary::balanced`] checks them: every
+//! L1 accept decided once (accepted + rejected + forced = L1 accepts), every readout node told
+//! to clear every event, the loggers wrote exactly the accepted and forced events. A mismatch
+//! is listed in [`RunSummary::problems`] and is an error, never a warning.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rodeo_dataflow::dcm::{self, DcmConfig, DcmCounters, ReadoutNode as DcmReadout};
+use rodeo_dataflow::l1source::L1SourceConfig;
+use rodeo_dataflow::logger::{self, LoggerConfig, LoggerCounters};
+use rodeo_dataflow::supervisor::{self, SupervisorConfig, SupervisorCounters};
+use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
+use rodeo_dataflow::DataflowError;
+use rodeo_format::checksum::ChecksumType;
+use rodeo_readout::node::{NodeConfig, NodeError, NodeInput, ReadoutNode};
+use rodeo_transport::socket::{Transport, TransportError};
+
+use crate::config::{ChecksumName, PartitionConfig, TransportKind};
+
+/// Why a partition could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    /// The ZeroMQ context could not be created.
+    #[error("transport: {0}")]
+    Transport(#[from] TransportError),
+    /// A readout node failed to start.
+    #[error("{name}: {source}")]
+    Node {
+        /// The node.
+        name: String,
+        /// The error.
+        #[source]
+        source: NodeError,
+    },
+    /// A dataflow application failed.
+    #[error(transparent)]
+    Dataflow(#[from] DataflowError),
+    /// The output directory could not be made.
+    #[error("output directory {}: {source}", path.display())]
+    Output {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Live counters of a running partition, for progress displays and monitoring.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    /// The supervisor's.
+    pub supervisor: Arc<SupervisorCounters>,
+    /// The loggers' (summed by the reader).
+    pub loggers: Vec<Arc<LoggerCounters>>,
+    /// The DCMs'.
+    pub dcms: Vec<Arc<DcmCounters>>,
+}
+
+impl LiveCounters {
+    /// Events written by all loggers so far.
+    pub fn events_written(&self) -> u64 {
+        self.loggers
+            .iter()
+            .map(|l| l.events_written.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// What one readout node reports at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSummary {
+    /// Node name.
+    pub name: String,
+    /// Data requests answered.
+    pub requests: u64,
+    /// L1IDs cleared (received in clears).
+    pub cleared: u64,
+    /// Gaps in the clear sequence.
+    pub clear_gaps: u64,
+    /// Fragments stored from the input.
+    pub stored: u64,
+    /// Fragments still stored at the end (not yet cleared: the emulated inputs run ahead).
+    pub stored_now: u64,
+}
+
+/// The end of a run: counts, balance, files.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// Run number.
+    pub run: u32,
+    /// L1 accepts.
+    pub l1_accepts: u64,
+    /// Accepted by the trigger.
+    pub accepted: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Forced accepts.
+    pub forced_accepts: u64,
+    /// Events written by the loggers.
+    pub events_written: u64,
+    /// Duplicates dropped by the loggers.
+    pub duplicates: u64,
+    /// Bytes of event records written.
+    pub bytes_written: u64,
+    /// Events built without some fragments.
+    pub partial_events: u64,
+    /// Per readout node.
+    pub nodes: Vec<NodeSummary>,
+    /// Seconds from the first L1 accept to the supervisor's end.
+    pub seconds: f64,
+    /// L1 accepts per second.
+    pub l1_rate_hz: f64,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+    /// The output directory of the run.
+    pub output: PathBuf,
+    /// Every imbalance found (empty: balanced).
+    pub problems: Vec<String>,
+}
+
+impl RunSummary {
+    /// Whether the run balanced (rule 6).
+    pub fn balanced(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Endpoint names of one partition.
+struct Endpoints {
+    kind: TransportKind,
+    host: String,
+    next_port: u16,
+    ipc_dir: PathBuf,
+}
+
+impl Endpoints {
+    fn make(&mut self, name: &str) -> String {
+        match self.kind {
+            TransportKind::Inproc => format!("inproc://{name}"),
+            TransportKind::Ipc => format!("ipc://{}/{name}.sock", self.ipc_dir.display()),
+            TransportKind::Tcp => {
+                let p = self.next_port;
+                self.next_port = self.next_port.wrapping_add(1);
+                format!("tcp://{}:{p}", self.host)
+            }
+        }
+    }
+}
+
+/// Runs the partition of `config` to its end (event count or seconds) in this process,
+/// calling `tick` about every 200 ms with the live counters and elapsed seconds.
+pub fn run_embedded(
+    config: &PartitionConfig,
+    mut tick: impl FnMut(&LiveCounters, f64),
+) -> Result<RunSummary, PartitionError> {
+    let transport = Transport::new(config.transport.io_threads)?;
+    let output = PathBuf::from(&config.run.output).join(format!("run-{:08}", config.run.number));
+    std::fs::create_dir_all(&output).map_err(|source| PartitionError::Output {
+        path: output.clone(),
+        source,
+    })?;
+    let mut eps = Endpoints {
+        kind: config.transport.kind,
+        host: config.transport.host.clone(),
+        next_port: config.transport.base_port,
+        ipc_dir: output.clone(),
+    };
+
+    // Loggers first.
+    let mut live = LiveCounters::default();
+    let mut loggers = Vec::new();
+    let mut logger_endpoints = Vec::new();
+    for i in 0..config.logger.nodes {
+        let name = format!("logger-{}", i + 1);
+        let ep = eps.make(&name);
+        let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
+        lc.streams = config.logger.streams.clone();
+        lc.max_file_bytes = config.logger.max_file_mib << 20;
+        let counters = Arc::new(LoggerCounters::default());
+        live.loggers.push(Arc::clone(&counters));
+        loggers.push(logger::spawn(lc, &transport, counters)?);
+        logger_endpoints.push(ep);
+    }
+
+    // Readout nodes: ROB ids (subdetector << 16) | module, modules counting across nodes.
+    let mut nodes = Vec::new();
+    let mut readout = Vec::new();
+    let mut all_robs = Vec::new();
+    for i in 0..config.ros.nodes {
+        let name = format!("ros-{}", i + 1);
+        let ep = eps.make(&name);
+        let nc = NodeConfig {
+            channels: config.ros.channels,
+            fragment_words: config.ros.fragment_words,
+            base_source_id: (u32::from(config.ros.subdetector) << 16)
+                | (i * config.ros.channels) as u32,
+            l1id_wrap: config.l1.l1id_wrap,
+            input: NodeInput::Dma { rate_hz: None },
+            ..NodeConfig::default()
+        };
+        let node = ReadoutNode::start(&transport, &nc, &ep).map_err(|source| {
+            PartitionError::Node {
+                name: name.clone(),
+                source,
+            }
+        })?;
+        all_robs.extend_from_slice(node.robs());
+        readout.push(DcmReadout {
+            endpoint: node.endpoint().to_string(),
+            robs: node.robs().to_vec(),
+        });
+        nodes.push((name, node));
+    }
+
+    // DCMs.
+    let sup_ep = eps.make("supervisor");
+    let mut dcms = Vec::new();
+    for i in 0..config.dcm.nodes {
+        let name = format!("dcm-{}", i + 1);
+        let mut dc = DcmConfig::new(
+            &name,
+            &sup_ep,
+            readout.clone(),
+            logger_endpoints.clone(),
+            config.dcm.slots,
+        );
+        dc.max_outstanding = config.dcm.max_outstanding;
+        dc.checksum = match config.dcm.checksum {
+            ChecksumName::None => ChecksumType::None,
+            ChecksumName::Crc16 => ChecksumType::Crc16,
+            ChecksumName::Adler32 => ChecksumType::Adler32,
+        };
+        dc.run_number = config.run.number;
+        dc.streams = config.logger.streams.clone();
+        let algorithm = Box::new(AcceptFraction {
+            fraction: config.dcm.accept_fraction,
+            stream: 0,
+            time: if config.dcm.processing_us > 0.0 {
+                TimeDistribution::Exponential(Duration::from_secs_f64(
+                    config.dcm.processing_us * 1e-6,
+                ))
+            } else {
+                TimeDistribution::Zero
+            },
+        });
+        let counters = Arc::new(DcmCounters::default());
+        live.dcms.push(Arc::clone(&counters));
+        dcms.push(dcm::spawn(dc, &transport, algorithm, counters)?);
+    }
+
+    // The supervisor and its L1 source last.
+    let mut sc = SupervisorConfig::new(
+        "supervisor",
+        &sup_ep,
+        readout.iter().map(|r| r.endpoint.clone()).collect(),
+    );
+    sc.l1 = L1SourceConfig {
+        rate_hz: (config.l1.rate_hz > 0.0).then_some(config.l1.rate_hz),
+        events: (config.run.events > 0).then_some(config.run.events),
+        roi_robs: all_robs,
+        rois_per_event: (config.l1.rois_per_event[0], config.l1.rois_per_event[1]),
+        l1id_wrap: config.l1.l1id_wrap,
+        seed: config.l1.seed,
+        ..L1SourceConfig::default()
+    };
+    sc.event_timeout = Duration::from_millis(config.supervisor.event_timeout_ms);
+    sc.dcm_timeout = Duration::from_millis(config.supervisor.dcm_timeout_ms);
+    sc.clear_group = config.supervisor.clear_group;
+    let sup_counters = Arc::clone(&live.supervisor);
+    let start = Instant::now();
+    let supervisor = supervisor::spawn(sc, &transport, sup_counters)?;
+
+    // Run until the event count is reached or the time is up.
+    let limit = (config.run.seconds > 0.0).then(|| Duration::from_secs_f64(config.run.seconds));
+    while !supervisor.is_finished() {
+        std::thread::sleep(Duration::from_millis(200));
+        tick(&live, start.elapsed().as_secs_f64());
+        if limit.is_some_and(|l| start.elapsed() >= l) {
+            supervisor.request_stop();
+        }
+    }
+    let sup = supervisor.join()?;
+    let seconds = start.elapsed().as_secs_f64();
+    tick(&live, seconds);
+
+    let mut summary = RunSummary {
+        run: config.run.number,
+        l1_accepts: sup.l1_accepts,
+        accepted: sup.accepted,
+        rejected: sup.rejected,
+        forced_accepts: sup.forced_accepts,
+        seconds,
+        l1_rate_hz: sup.l1_accepts as f64 / seconds.max(1e-9),
+        output: output.clone(),
+        ..RunSummary::default()
+    };
+    for d in dcms {
+        let s = d.stop()?;
+        summary.partial_events += s.partial;
+    }
+    for l in loggers {
+        let s = l.stop()?;
+        summary.events_written += s.events_written;
+        summary.duplicates += s.duplicates;
+        summary.bytes_written += s.bytes_written;
+        summary.files.extend(s.files);
+    }
+    // The last clears are on their way: give each node a moment to read them.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    for (_, node) in &nodes {
+        while node.stats().cleared_l1ids < summary.l1_accepts && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for (name, node) in nodes {
+        let s = node.stop();
+        let k = s.store.total_counters();
+        summary.nodes.push(NodeSummary {
+            name,
+            requests: s.counters.requests,
+            cleared: s.counters.cleared_l1ids,
+            clear_gaps: s.counters.clear_gaps,
+            stored: k.fragments,
+            stored_now: k.stored,
+        });
+    }
+    check_balance(&mut summary, &sup);
+    Ok(summary)
+}
+
+fn check_balance(s: &mut RunSummary, sup: &rodeo_dataflow::supervisor::SupervisorSummary) {
+    let decided = s.accepted + s.rejected + s.forced_accepts;
+    if sup.undecided > 0 {
+        s.problems.push(format!(
+            "{} events were still undecided when the supervisor stopped",
+            sup.undecided
+        ));
+    }
+    if decided != s.l1_accepts {
+        s.problems.push(format!(
+            "L1 accepts {} != accepted {} + rejected {} + forced {} = {decided}",
+            s.l1_accepts, s.accepted, s.rejected, s.forced_accepts
+        ));
+    }
+    if s.events_written != s.accepted + s.forced_accepts {
+        s.problems.push(format!(
+            "events written {} != accepted {} + forced {}",
+            s.events_written, s.accepted, s.forced_accepts
+        ));
+    }
+    for n in &s.nodes {
+        if n.cleared != s.l1_accepts {
+            s.problems.push(format!(
+                "{} received clears for {} events, expected {}",
+                n.name, n.cleared, s.l1_accepts
+            ));
+        }
+        if n.clear_gaps != 0 {
+            s.problems.push(format!(
+                "{} saw {} gaps in the clear sequence",
+                n.name, n.clear_gaps
+            ));
+        }
+    }
+}
