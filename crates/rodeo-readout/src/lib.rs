@@ -7,9 +7,12 @@
 //! - [`generator`]: the emulated cards' data sources: [`generator::SlinkGenerator`] (whole ROD
 //!   fragments, S-LINK mode) and [`generator::FelixGenerator`] (1 KiB FELIX blocks of E-link
 //!   packets, FELIX mode).
+//! - [`swrod`]: the SW ROD fragment builder: N receiving threads turn the E-link packets of FELIX
+//!   blocks into one ROB fragment per L1ID, handed to a [`swrod::FragmentSink`].
 //!
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
 
 pub mod dma;
 pub mod generator;
+pub mod swrod;
