@@ -5,6 +5,7 @@
 
 mod dma;
 mod pool;
+mod swrod;
 mod timing;
 
 use std::process::ExitCode;
@@ -28,11 +29,15 @@ enum Kind {
     /// Emulated DMA channels (S-LINK-mode card threads) filling pool superpages: throughput per
     /// superpage size with 1 and 2 channels, against this machine's memcpy bandwidth.
     Dma(dma::Args),
+    /// The SW ROD fragment builder: E-link packets from pre-generated FELIX superpages into ROB
+    /// fragments (packets/s, fragments/s, bytes/s), against a memcpy of the same input.
+    Swrod(swrod::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.kind {
         Kind::Pool(a) => pool::run(a),
         Kind::Dma(a) => dma::run(a),
+        Kind::Swrod(a) => swrod::run(a),
     }
 }
