@@ -6,7 +6,7 @@
 //! generic parameter of the builder, so the call is inlined into the hot loop: keep it small and
 //! branch-light, and check only what must be checked per packet.
 
-use rodeo_format::felix::{decode_packet, packet_seed, PACKET_HEADER_BYTES};
+use rodeo_format::felix::{packet_seed, PacketHeader, PACKET_HEADER_BYTES};
 
 /// What the builder needs from a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,17 +71,25 @@ pub struct DefaultFormat {
 impl PacketDecoder for DefaultFormat {
     #[inline]
     fn decode(&self, elink: u16, packet: &[u8]) -> Result<PacketInfo, PacketError> {
-        let h = decode_packet(packet).map_err(|_| {
-            if packet.len() < PACKET_HEADER_BYTES {
-                PacketError::TooShort { len: packet.len() }
-            } else {
-                let w1 = u32::from_le_bytes([packet[4], packet[5], packet[6], packet[7]]);
-                PacketError::Length {
-                    declared: PACKET_HEADER_BYTES + 4 * (w1 >> 16) as usize,
-                    found: packet.len(),
-                }
-            }
-        })?;
+        // The same checks as `rodeo_format::felix::decode_packet`, written out here so that they
+        // inline into the builder's loop.
+        let Some(&[a0, a1, a2, a3, b0, b1, b2, b3]) = packet.first_chunk::<8>() else {
+            return Err(PacketError::TooShort { len: packet.len() });
+        };
+        let l1id = u32::from_le_bytes([a0, a1, a2, a3]);
+        let w1 = u32::from_le_bytes([b0, b1, b2, b3]);
+        let declared = PACKET_HEADER_BYTES + 4 * (w1 >> 16) as usize;
+        if declared != packet.len() {
+            return Err(PacketError::Length {
+                declared,
+                found: packet.len(),
+            });
+        }
+        let h = PacketHeader {
+            l1id,
+            bcid: (w1 & 0xFFF) as u16,
+            payload_words: w1 >> 16,
+        };
         if self.check_payload {
             let seed = packet_seed(elink, h.l1id);
             for (i, w) in packet[PACKET_HEADER_BYTES..].chunks_exact(4).enumerate() {

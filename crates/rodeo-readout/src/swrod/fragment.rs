@@ -63,13 +63,17 @@ pub trait FragmentSink<'p>: Sync {
 }
 
 /// A sink that counts fragments, packets, words and flagged fragments, then drops them.
+///
+/// Counts are kept per receiving thread (one cache line each, by [`Fragment::thread`]), so that
+/// the threads never contend on a counter; [`counts`](CountingSink::counts) sums them.
 #[derive(Debug, Default)]
 pub struct CountingSink {
-    fragments: std::sync::atomic::AtomicU64,
-    words: std::sync::atomic::AtomicU64,
-    packets: std::sync::atomic::AtomicU64,
-    flagged: std::sync::atomic::AtomicU64,
+    shards: [Shard; MAX_THREADS],
 }
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard([std::sync::atomic::AtomicU64; 4]);
 
 /// What a [`CountingSink`] counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,25 +97,27 @@ impl CountingSink {
     /// The counts so far.
     pub fn counts(&self) -> SinkCounts {
         use std::sync::atomic::Ordering::Relaxed;
-        SinkCounts {
-            fragments: self.fragments.load(Relaxed),
-            words: self.words.load(Relaxed),
-            packets: self.packets.load(Relaxed),
-            flagged: self.flagged.load(Relaxed),
+        let mut c = SinkCounts::default();
+        for s in &self.shards {
+            c.fragments += s.0[0].load(Relaxed);
+            c.words += s.0[1].load(Relaxed);
+            c.packets += s.0[2].load(Relaxed);
+            c.flagged += s.0[3].load(Relaxed);
         }
+        c
     }
 }
 
 impl<'p> FragmentSink<'p> for CountingSink {
     fn fragment(&self, fragment: Fragment<'p>) -> Flow {
         use std::sync::atomic::Ordering::Relaxed;
-        self.fragments.fetch_add(1, Relaxed);
-        self.words.fetch_add(fragment.size_words() as u64, Relaxed);
-        self.packets
-            .fetch_add(u64::from(fragment.packets()), Relaxed);
-        if !fragment.status().is_ok() {
-            self.flagged.fetch_add(1, Relaxed);
-        }
+        // Only the thread that built the fragment writes its shard: loads and stores suffice.
+        let s = &self.shards[fragment.thread() % MAX_THREADS].0;
+        let add = |i: usize, v: u64| s[i].store(s[i].load(Relaxed) + v, Relaxed);
+        add(0, 1);
+        add(1, fragment.size_words() as u64);
+        add(2, u64::from(fragment.packets()));
+        add(3, u64::from(!fragment.status().is_ok()));
         Flow::Continue
     }
 }
@@ -131,6 +137,7 @@ pub struct Fragment<'p> {
     pub(crate) status: Status,
     pub(crate) packets: u32,
     pub(crate) missing: u32,
+    pub(crate) thread: usize,
 }
 
 impl std::fmt::Debug for Fragment<'_> {
@@ -160,6 +167,11 @@ impl<'p> Fragment<'p> {
     /// The status word (ROB and ROD).
     pub fn status(&self) -> Status {
         self.status
+    }
+
+    /// The receiving thread that completed the fragment (and calls the sink with it), from 0.
+    pub fn thread(&self) -> usize {
+        self.thread
     }
 
     /// Packets in the fragment.

@@ -104,7 +104,7 @@ impl Default for SwRodConfig {
             run_number: 0,
             thread_elinks: vec![(0..8).collect()],
             felix_block_bytes: DEFAULT_BLOCK_SIZE,
-            window: 1024,
+            window: 4096,
             timeout: Duration::from_millis(500),
             l1id_wrap: 1 << 24,
             first_l1id: 0,

@@ -38,11 +38,16 @@ const PREFETCH_BLOCKS: usize = 4;
 #[inline(always)]
 fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
+    {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint that never faults and has no effect on memory; the
-        // pointer comes from a live slice, and SSE is part of the x86-64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        let p = bytes.as_ptr();
+        let mut off = 0;
+        while off < bytes.len() {
+            // SAFETY: a prefetch is a hint that never faults and has no effect on memory; the
+            // address lies inside a live slice, and SSE is part of the x86-64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
+            off += 64;
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
@@ -57,11 +62,13 @@ fn copy_packet(dst: &mut [u8], src: &[u8]) {
         return;
     }
     if (16..=64).contains(&n) {
-        // Overlapping 16-byte moves: the first ones from the start, the last one ending at n.
-        let mut i = 0;
-        while i + 16 < n {
-            dst[i..i + 16].copy_from_slice(&src[i..i + 16]);
-            i += 16;
+        // Overlapping 16-byte moves, unrolled (a loop here is turned back into a memcpy call).
+        dst[..16].copy_from_slice(&src[..16]);
+        if n > 32 {
+            dst[16..32].copy_from_slice(&src[16..32]);
+        }
+        if n > 48 {
+            dst[32..48].copy_from_slice(&src[32..48]);
         }
         dst[n - 16..].copy_from_slice(&src[n - 16..]);
     } else if (8..16).contains(&n) {
@@ -196,7 +203,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     }
 
     /// Places one packet of local E-link `local`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn packet(&mut self, local: usize, data: &[u8], flags: u16) {
         let elink = self.elinks[local];
         let Ok(info) = self.decoder.decode(elink, data) else {
@@ -387,12 +394,21 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 self.end_seen.max(seq + 1),
                 std::sync::atomic::Ordering::AcqRel,
             );
-            let mut backoff = Backoff::new();
+            // The slower thread is usually only a little behind (or was preempted): spin and
+            // yield for a while before sleeping.
+            let mut tries = 0u32;
             while !self.shared.accepts(seq) {
                 if self.aborted() {
                     return false;
                 }
-                backoff.wait();
+                tries = tries.saturating_add(1);
+                if tries < 64 {
+                    std::hint::spin_loop();
+                } else if tries < 20_000 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
             }
         }
         // SAFETY: this is thread `self.t` (one Aggregator per thread index), the slot accepts
@@ -461,6 +477,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             status: Status::OK,
             packets: 0,
             missing: 0,
+            thread: self.t,
         };
         for (t, part) in parts.iter_mut().enumerate().take(plan.threads()) {
             let Some(part) = part.take() else { continue };
@@ -643,7 +660,8 @@ pub(crate) struct Receiver<'b, 'p, D, K> {
     pub(crate) agg: Aggregator<'b, 'p, D, K>,
     reasm: Vec<ElinkReassembler>,
     last_seq: Vec<u8>,
-    trailers: Vec<u32>,
+    /// Trailers found by the backward pass: `word << 32 | offset`.
+    trailers: Vec<u64>,
 }
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
@@ -737,7 +755,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 continue;
             }
             if kind == 7 {
-                self.trailers.push(at as u32);
+                self.trailers.push(u64::from(word) << 32 | at as u64);
                 end = at;
                 continue;
             }
@@ -746,7 +764,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 damaged = true;
                 break;
             }
-            self.trailers.push(at as u32);
+            self.trailers.push(u64::from(word) << 32 | at as u64);
             end = at - padded;
         }
         let Receiver {
@@ -764,9 +782,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
             r.flush(|ch| agg.packet(local, ch.data, ch.flags.bits()));
         }
         // Forwards: the subchunks in time order.
-        for &at in trailers.iter().rev() {
-            let at = at as usize;
-            let word = read_trailer(block, at, size);
+        for &tw in trailers.iter().rev() {
+            let at = tw as u32 as usize;
+            let word = (tw >> 32) as u32;
             let (kind, len) = kind_len(word, size);
             let padded = (len + t - 1) & !(t - 1);
             let flagged = match size {

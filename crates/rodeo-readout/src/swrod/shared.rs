@@ -54,12 +54,18 @@ pub(crate) struct Part<'p> {
 
 pub(crate) type Parts<'p> = [Option<Part<'p>>; MAX_THREADS];
 
+/// A slot: its atomics on one cache line, each thread's cell on its own line (threads write
+/// their cells at about the same time; sharing a line would bounce it between cores).
+#[repr(align(64))]
 pub(crate) struct Slot<'p> {
     accept: AtomicU64,
     done: AtomicU32,
     first_at: AtomicU64,
-    parts: [UnsafeCell<Option<Part<'p>>>; MAX_THREADS],
+    parts: [Cell64<'p>; MAX_THREADS],
 }
+
+#[repr(align(64))]
+struct Cell64<'p>(UnsafeCell<Option<Part<'p>>>);
 
 // SAFETY: the cells are written and read under the protocol of the module docs (rules 1-4):
 // a cell is written only by its own thread while the slot accepts that thread's event, and read
@@ -90,7 +96,7 @@ impl<'p> Shared<'p> {
                 accept: AtomicU64::new(i as u64),
                 done: AtomicU32::new(0),
                 first_at: AtomicU64::new(0),
-                parts: std::array::from_fn(|_| UnsafeCell::new(None)),
+                parts: std::array::from_fn(|_| Cell64(UnsafeCell::new(None))),
             })
             .collect();
         Shared {
@@ -146,7 +152,7 @@ impl<'p> Shared<'p> {
         let slot = self.slot(seq);
         // SAFETY: by the caller's contract the slot accepts `seq` and cell `t` is ours alone
         // until our increment of `done` below publishes it (rule 1).
-        unsafe { *slot.parts[t].get() = Some(part) };
+        unsafe { *slot.parts[t].0.get() = Some(part) };
         // Relaxed is enough: `first_at` is read only after an acquire of `done`.
         if slot.done.load(Ordering::Relaxed) == 0 {
             slot.first_at.store(now, Ordering::Relaxed);
@@ -160,7 +166,7 @@ impl<'p> Shared<'p> {
         // publish the next `accept`.
         let parts = std::array::from_fn(|i| {
             // SAFETY: rule 3, we own every cell now.
-            unsafe { (*slot.parts[i].get()).take() }
+            unsafe { (*slot.parts[i].0.get()).take() }
         });
         slot.done.store(0, Ordering::Relaxed);
         slot.accept.store(seq + self.window, Ordering::Release);

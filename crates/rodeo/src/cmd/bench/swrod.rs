@@ -296,7 +296,7 @@ fn measure(elinks: usize, payload: usize, threads: usize, args: &Args) -> anyhow
         ..SwRodConfig::default()
     };
     let chunk = config.block_bytes_for(payload + 8);
-    let chunks = 4 * config.window * threads;
+    let chunks = 2 * config.window * threads;
     let pool = ChunkPool::new(PoolConfig {
         chunk_bytes: chunk,
         chunks_per_region: chunks,
