@@ -102,12 +102,14 @@ impl Generator for Player {
                 self.pos += BLOCK;
                 b
             } else if let Some(idle) = &mut self.idle {
-                // Advance the idle block's sequence number each time.
+                buf[f.bytes..f.bytes + BLOCK].copy_from_slice(idle);
+                f.bytes += BLOCK;
+                f.units += 1;
+                // The next idle block carries the next sequence number.
                 let w0 = u16::from_le_bytes([idle[0], idle[1]]);
                 let seq = ((w0 >> 11) + 1) % 32;
-                let w0 = (w0 & 0x7FF) | (seq << 11);
-                idle[..2].copy_from_slice(&w0.to_le_bytes());
-                &idle[..]
+                idle[..2].copy_from_slice(&((w0 & 0x7FF) | (seq << 11)).to_le_bytes());
+                continue;
             } else {
                 break;
             };
