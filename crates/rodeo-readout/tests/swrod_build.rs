@@ -184,3 +184,41 @@ fn packets_arriving_out_of_elink_order_are_reordered() {
         }
     }
 }
+
+#[test]
+fn sixteen_bit_trailers() {
+    let elinks = [4u16, 5, 6];
+    let config = SwRodConfig {
+        thread_elinks: vec![elinks.to_vec()],
+        ..SwRodConfig::default()
+    };
+    let mut s = Stream::with_trailer(&elinks, rodeo_format::felix::TrailerSize::Bits16);
+    for n in 0..300u32 {
+        for i in 0..elinks.len() {
+            // Up to ~1.2 KB: pieces of at most 1023 bytes, so packets split across subchunks.
+            s.packet(i, n, 2, (n * 13 + i as u32 * 101) % 300);
+        }
+    }
+    s.flush();
+    let recorder = Recorder::default();
+    let chunk = config.block_bytes_for(1300);
+    let c = run_streams(
+        &config,
+        vec![player(&s)],
+        &[0],
+        &recorder,
+        chunk,
+        &AtomicBool::new(false),
+    );
+    let seen = recorder.seen.into_inner().unwrap();
+    assert_eq!(seen.len(), 300);
+    assert_eq!(c.packets, 900, "{c:?}");
+    for f in &seen {
+        assert_eq!(f.status, Status::OK);
+        let order: Vec<u16> = f.packets.iter().map(|p| p.0).collect();
+        assert_eq!(order, elinks);
+        for (e, _, b) in &f.packets {
+            assert_eq!(check_packet(*e, b).unwrap().l1id, f.l1id);
+        }
+    }
+}

@@ -27,10 +27,14 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(elinks: &[u16]) -> Stream {
+        Stream::with_trailer(elinks, TrailerSize::Bits32)
+    }
+
+    pub fn with_trailer(elinks: &[u16], trailer: TrailerSize) -> Stream {
         Stream {
             encoders: elinks
                 .iter()
-                .map(|&e| ElinkEncoder::new(e, TrailerSize::Bits32, BLOCK).unwrap())
+                .map(|&e| ElinkEncoder::new(e, trailer, BLOCK).unwrap())
                 .collect(),
             blocks: Vec::new(),
             packet: vec![0; 1 << 18],
