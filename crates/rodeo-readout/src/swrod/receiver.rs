@@ -145,6 +145,11 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     elinks: &'b [u16],
     nlocal: u32,
     words_per_slot: usize,
+    // Copies of the plan's numbers the packet path uses (no pointer chase per packet).
+    wrap: u64,
+    modulus: u64,
+    window: u64,
+    limit: usize,
     /// Oldest open event (run-local number) and its number modulo the L1ID cycle.
     base: u64,
     base_mod: u64,
@@ -183,6 +188,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             elinks,
             nlocal: elinks.len() as u32,
             words_per_slot,
+            wrap: plan.wrap,
+            modulus: plan.modulus,
+            window: plan.window,
+            limit: plan.data_limit_bytes,
             base: 0,
             base_mod: plan.first_mod,
             slots: (0..window).map(|_| LocalSlot::closed()).collect(),
@@ -210,25 +219,25 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             self.c.corrupt_packets += 1;
             return;
         };
-        let plan = self.plan;
+        let (wrap, modulus, window) = (self.wrap, self.modulus, self.window);
         let l1 = u64::from(info.l1id & 0x00FF_FFFF);
-        if l1 >= plan.wrap {
+        if l1 >= wrap {
             self.c.corrupt_packets += 1;
             return;
         }
-        let e = u64::from(info.l1id >> 24) * plan.wrap + l1;
+        let e = u64::from(info.l1id >> 24) * wrap + l1;
         let d = if e >= self.base_mod {
             e - self.base_mod
         } else {
-            e + plan.modulus - self.base_mod
+            e + modulus - self.base_mod
         };
-        if d >= plan.modulus / 2 {
+        if d >= modulus / 2 {
             self.c.late_packets += 1;
             return;
         }
         let seq = self.base + d;
-        if d >= plan.window {
-            let target = seq - plan.window + 1;
+        if d >= window {
+            let target = seq - window + 1;
             while self.base < target {
                 self.c.window_moves += 1;
                 if !self.finalize_base() {
@@ -237,7 +246,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             }
             self.waiting_since = self.now;
         }
-        let si = (seq & (plan.window - 1)) as usize;
+        let si = (seq & (window - 1)) as usize;
         if !self.slots[si].open && !self.open_slot(si, seq, info.bcid) {
             return;
         }
@@ -265,7 +274,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         let Some(chunk) = s.chunk.as_mut() else {
             return;
         };
-        if pos + need > plan.data_limit_bytes || need > 0xFFFF {
+        if pos + need > self.limit || need > 0xFFFF {
             s.status |= Status::INTERNAL_OVERFLOW | Status::ROB_FRAGMENT_SIZE;
             self.c.overflow_packets += 1;
             return;
