@@ -60,7 +60,8 @@ counters! {
     sequence_errors,
     /// Packets placed into fragments.
     packets,
-    /// Bytes of the packets placed into fragments (without the 2-word packet headers).
+    /// Bytes of the packets placed into fragments, padded to words (without the 2-word packet
+    /// headers). Packets and bytes are counted when a thread closes its part of an event.
     packet_bytes,
     /// Packets placed with a non-zero packet status (error, CRC, truncation flags).
     flagged_packets,

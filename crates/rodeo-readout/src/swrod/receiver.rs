@@ -110,6 +110,8 @@ struct LocalSlot<'p> {
     pos: u32,
     /// E-links arrived.
     count: u32,
+    /// Of those, packets that did not fit the block.
+    dropped: u32,
     last_local: u32,
     bcid: u16,
     status: Status,
@@ -124,6 +126,7 @@ impl LocalSlot<'_> {
             chunk: None,
             pos: 0,
             count: 0,
+            dropped: 0,
             last_local: 0,
             bcid: 0,
             status: Status::OK,
@@ -276,6 +279,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         };
         if pos + need > self.limit || need > 0xFFFF {
             s.status |= Status::INTERNAL_OVERFLOW | Status::ROB_FRAGMENT_SIZE;
+            s.dropped += 1;
             self.c.overflow_packets += 1;
             return;
         }
@@ -291,8 +295,6 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             self.c.flagged_packets += 1;
             s.status |= flag_status(flags);
         }
-        self.c.packets += 1;
-        self.c.packet_bytes += len as u64;
         if s.count == self.nlocal && seq == self.base {
             self.drain();
         }
@@ -323,6 +325,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             chunk: Some(chunk),
             pos: (HEADER_WORDS * 4) as u32,
             count: 0,
+            dropped: 0,
             last_local: 0,
             bcid,
             status: Status::OK,
@@ -356,6 +359,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         let bits = si * self.words_per_slot..(si + 1) * self.words_per_slot;
         let part = if s.open {
             self.open_events -= 1;
+            // Counted here, once per event, rather than once per packet.
+            let placed = s.count - s.dropped;
+            self.c.packets += u64::from(placed);
+            self.c.packet_bytes += (s.pos as usize - HEADER_WORDS * 4 - 8 * placed as usize) as u64;
             let mut chunk = s.chunk;
             let mut end = s.pos as usize / 4;
             let mut missing = 0;
@@ -384,7 +391,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 missing: missing as u32,
                 status: s.status,
                 bcid: Some(s.bcid),
-                packets: s.count,
+                packets: placed,
             }
         } else {
             Part {
