@@ -7,13 +7,14 @@
 //! one buffer: its words are the [`Fragment::pieces`], in order,
 //!
 //! ```text
-//! header  = ROB header (8 words) + ROD header (9 words)   prefix of the first block
+//! header  = ROB header (8 words) + ROD header (9 words)   prefix of one block
 //! data    = packets of thread 0, thread 1, ...              one slice per non-empty block
-//! trailer = ROD status block + ROD trailer (3 words)      just after the last block's data
+//! trailer = ROD status block + ROD trailer (3 words)      just after one block's data
 //! ```
 //!
-//! Every block keeps [`HEADER_WORDS`] free at its start and room for the trailer at its end, so
-//! the thread that completes the fragment writes header and trailer in place. Each packet in the
+//! Every block keeps [`HEADER_WORDS`] free at its start and room for the trailer after its data,
+//! so the thread that completes the fragment writes header and trailer in place, into its own
+//! block when it has one (it then only reads the other threads' blocks). Each packet in the
 //! data is preceded by a 2-word packet header: word 0 bits 15..0 the length in bytes including
 //! this header, bits 31..16 the packet status (the reassembly [`ChunkFlags`](rodeo_format::felix::ChunkFlags),
 //! 0 = good); word 1 the E-link. The ROD status block (after the data) is the status word then the
@@ -128,7 +129,9 @@ pub struct Fragment<'p> {
     pub(crate) blocks: [Option<Chunk<'p>>; MAX_THREADS],
     /// End of each block's data, in words (data starts at [`HEADER_WORDS`]).
     pub(crate) ends: [u32; MAX_THREADS],
+    /// The block holding the header.
     pub(crate) first: usize,
+    /// The block holding the trailer.
     pub(crate) last: usize,
     pub(crate) trailer_words: usize,
     pub(crate) data_words: usize,

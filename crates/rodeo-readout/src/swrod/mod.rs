@@ -9,8 +9,9 @@
 //! When a thread has its part of an L1ID, it leaves the block in a slot of the shared window;
 //! the thread that leaves the last part writes the ROB and ROD headers and the trailer in place
 //! and hands the N blocks, joined by reference, to the [`FragmentSink`] as one [`Fragment`]
-//! (see [`fragment`](self::Fragment) for the layout). No thread copies a packet twice and no
-//! thread copies a block to join it.
+//! (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
+//! block; a packet split over FELIX blocks is first rebuilt in its E-link's reassembly buffer.
+//! No block is ever copied to join it to the others.
 //!
 //! The rejected alternative is one aggregating thread fed by the receivers through queues: it
 //! pays a queue hop per packet (or per block) and caps the whole builder at one core, which at

@@ -532,6 +532,12 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 frag.blocks[t] = Some(c);
             }
         }
+        if frag.blocks[self.t].is_some() {
+            // Header and trailer go into this thread's own block: the other threads' blocks
+            // are only read, never written, by the thread that completes the fragment.
+            frag.first = self.t;
+            frag.last = self.t;
+        }
         if frag.first == usize::MAX {
             // No thread had a packet: one empty block carries header and trailer.
             let mut backoff = Backoff::new();

@@ -2,7 +2,7 @@
 //! (with faults injected by the test), an emulated card that plays them, and a sink that records
 //! every fragment as parsed words.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
