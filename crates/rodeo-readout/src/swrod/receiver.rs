@@ -20,6 +20,14 @@
 //! every one of its E-links has delivered (the normal case), when the base event is older than
 //! the timeout, when a packet arrives a whole window ahead (the window moves past the base), or
 //! at the end of the run.
+//!
+//! # Ownership
+//!
+//! Everything here belongs to one thread: the window's local slots and their blocks, the
+//! arrival bits, the reassemblers, the pool cache and the counters (plain `u64`s, published to
+//! the builder's shared mirror once per superpage). The only shared state a thread touches is
+//! its slot in the [`Shared`] window, once per event, and the pool when its cache runs empty.
+//! Nothing shared is written per packet.
 
 use rodeo_format::felix::{ChunkFlags, ElinkReassembler, Subchunk, SubchunkType, TrailerSize};
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
