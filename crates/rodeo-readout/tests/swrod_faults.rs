@@ -330,7 +330,11 @@ fn bad_configurations_are_typed_errors() {
     let pool = pool(4096);
     let check = |config: SwRodConfig| {
         assert!(matches!(
-            FragmentBuilder::new(&config, &pool, DefaultFormat::default()),
+            FragmentBuilder::new(
+                &config,
+                std::slice::from_ref(&pool),
+                DefaultFormat::default()
+            ),
             Err(SwRodError::Config(_))
         ));
     };
@@ -362,8 +366,16 @@ fn bad_configurations_are_typed_errors() {
         thread_elinks: vec![(0..1500).collect()],
         ..SwRodConfig::default()
     });
-    let builder =
-        FragmentBuilder::new(&SwRodConfig::default(), &pool, DefaultFormat::default()).unwrap();
+    let builder = FragmentBuilder::new(
+        &SwRodConfig::default(),
+        std::slice::from_ref(&pool),
+        DefaultFormat::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        FragmentBuilder::new(&SwRodConfig::default(), &[], DefaultFormat::default()),
+        Err(SwRodError::Config(_))
+    ));
     let none: Vec<Vec<&rodeo_readout::dma::EmulatedChannel<Vec<u8>>>> = Vec::new();
     assert!(matches!(
         builder.run(&none, &Recorder::default(), &AtomicBool::new(false)),

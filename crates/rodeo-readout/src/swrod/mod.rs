@@ -197,7 +197,7 @@ impl Plan {
 pub struct FragmentBuilder<'p, D> {
     plan: Plan,
     cpus: Vec<usize>,
-    pool: &'p ChunkPool,
+    pools: &'p [ChunkPool],
     decoder: D,
     counters: Vec<SharedCounters>,
 }
@@ -211,11 +211,16 @@ impl<D> std::fmt::Debug for FragmentBuilder<'_, D> {
 }
 
 impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
-    /// Checks `config` and prepares a builder whose thread blocks come from `pool` (whose
-    /// chunks must hold [`SwRodConfig::block_bytes_for`] the largest expected packets).
+    /// Checks `config` and prepares a builder whose thread blocks come from `pools`: one pool
+    /// shared by every thread, or one per thread (thread `t` uses `pools[t % pools.len()]`).
+    /// Chunks must hold [`SwRodConfig::block_bytes_for`] the largest expected packets, and all
+    /// pools must have the same chunk size.
+    ///
+    /// One pool per thread is faster: a block then only ever cycles through its own thread's
+    /// cache lines, whichever thread completes (and frees) the fragment.
     pub fn new(
         config: &SwRodConfig,
-        pool: &'p ChunkPool,
+        pools: &'p [ChunkPool],
         decoder: D,
     ) -> Result<FragmentBuilder<'p, D>, SwRodError> {
         let bad = |s: String| Err(SwRodError::Config(s));
@@ -265,7 +270,13 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         if !is_valid_block_size(config.felix_block_bytes) {
             return bad(format!("FELIX block size {}", config.felix_block_bytes));
         }
-        let chunk_bytes = pool.chunk_bytes();
+        let Some(first_pool) = pools.first() else {
+            return bad("no block pool".to_string());
+        };
+        let chunk_bytes = first_pool.chunk_bytes();
+        if pools.iter().any(|p| p.chunk_bytes() != chunk_bytes) {
+            return bad("block pools of different chunk sizes".to_string());
+        }
         let reserve = config.trailer_reserve_words() * 4;
         let min = HEADER_WORDS * 4 + reserve + 16;
         if chunk_bytes < min {
@@ -292,7 +303,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                 run_number: config.run_number,
             },
             cpus: config.cpus.clone(),
-            pool,
+            pools,
             decoder,
             counters: (0..n).map(|_| SharedCounters::new()).collect(),
         })
@@ -389,7 +400,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             shared,
             &self.decoder,
             sink,
-            self.pool.cache(),
+            self.pools[t % self.pools.len()].cache(),
         );
         let mut rx = Receiver::new(agg);
         let published = &self.counters[t];

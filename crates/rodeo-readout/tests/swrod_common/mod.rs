@@ -216,10 +216,13 @@ pub fn run_streams(
     chunk_bytes: usize,
     stop: &AtomicBool,
 ) -> SwRodCounters {
-    let pool = pool(chunk_bytes);
+    // One block pool per thread (the recommended set-up).
+    let pools: Vec<ChunkPool> = (0..config.thread_elinks.len())
+        .map(|_| pool(chunk_bytes))
+        .collect();
     let builder = FragmentBuilder::new(
         config,
-        &pool,
+        &pools,
         DefaultFormat {
             check_payload: true,
         },

@@ -9,7 +9,8 @@
 //! blocks of default-format packets, one per E-link per L1ID, **before** the timed part (the
 //! card's DMA is not what is measured). The filled superpages are then replayed through a
 //! [`DmaChannel`] that hands them out in order (`Replay`), and the builder
-//! ([`FragmentBuilder`], one receiving thread per group, a [`CountingSink`]) is timed from start
+//! ([`FragmentBuilder`], one receiving thread per group, one block pool per thread, a
+//! [`CountingSink`]) is timed from start
 //! to its return, which includes building every fragment. Repeated `--reps` times over the same
 //! superpages with a fresh run each time; rows give the best repetition and the median.
 //!
@@ -296,16 +297,20 @@ fn measure(elinks: usize, payload: usize, threads: usize, args: &Args) -> anyhow
         ..SwRodConfig::default()
     };
     let chunk = config.block_bytes_for(payload + 8);
-    let chunks = 2 * config.window * threads;
-    let pool = ChunkPool::new(PoolConfig {
-        chunk_bytes: chunk,
-        chunks_per_region: chunks,
-        max_regions: 1,
-        initial_regions: 1,
-        region: RegionOptions::default(),
-    })
-    .context("block pool")?;
-    let builder = FragmentBuilder::new(&config, &pool, DefaultFormat::default())?;
+    // One block pool per thread: a block only ever cycles through its own thread's caches.
+    let pools = (0..threads)
+        .map(|_| {
+            ChunkPool::new(PoolConfig {
+                chunk_bytes: chunk,
+                chunks_per_region: 2 * config.window,
+                max_regions: 1,
+                initial_regions: 1,
+                region: RegionOptions::default(),
+            })
+            .context("block pool")
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let builder = FragmentBuilder::new(&config, &pools, DefaultFormat::default())?;
     let chans: Vec<Vec<&Replay>> = inputs.iter().map(|r| vec![r]).collect();
     let stop = AtomicBool::new(false);
     let mut runs = Vec::new();
