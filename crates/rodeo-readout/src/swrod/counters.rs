@@ -95,6 +95,8 @@ counters! {
     slot_waits,
     /// Receiving threads the kernel refused to pin to their CPU.
     pin_failures,
+    /// CPU time the receiving threads used, in nanoseconds (set when a run ends).
+    cpu_ns,
 }
 
 /// The shared mirror of one thread's counters.

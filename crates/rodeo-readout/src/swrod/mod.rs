@@ -390,6 +390,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         K: FragmentSink<'p>,
     {
         let _guard = AbortOnPanic(&shared.abort);
+        let cpu_start = thread_cpu_ns();
         let mut pin_failed = false;
         if !self.cpus.is_empty() {
             pin_failed = !pin_to_cpu(self.cpus[t % self.cpus.len()]);
@@ -473,6 +474,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         rx.sync_counters();
         let mut c = rx.agg.c;
         c.pin_failures += u64::from(pin_failed);
+        c.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
         published.publish(&c);
         Ok(c)
     }
@@ -486,6 +488,29 @@ impl Drop for AbortOnPanic<'_> {
         if std::thread::panicking() {
             self.0.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+/// CPU time of the calling thread in nanoseconds (0 where the clock is unavailable).
+fn thread_cpu_ns() -> u64 {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec through a valid, exclusive pointer.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc != 0 {
+            return 0;
+        }
+        (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        0
     }
 }
 
