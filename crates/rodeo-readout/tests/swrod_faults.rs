@@ -39,15 +39,16 @@ fn one_per_l1id(seen: &[Seen], events: u32) -> HashMap<u32, Seen> {
 
 #[test]
 fn missing_packet_is_built_when_the_window_moves_past_it() {
+    const EVENTS: u32 = 700;
     let elinks = [1u16, 2, 3];
     let config = SwRodConfig {
         thread_elinks: vec![elinks.to_vec()],
-        window: 16,
+        window: 512,
         timeout: Duration::from_secs(3600),
         ..SwRodConfig::default()
     };
     let mut s = Stream::new(&elinks);
-    for n in 0..100u32 {
+    for n in 0..EVENTS {
         for i in 0..3 {
             if !(n == 10 && i == 2) {
                 s.packet(i, n, 5, 40);
@@ -65,13 +66,13 @@ fn missing_packet_is_built_when_the_window_moves_past_it() {
         &AtomicBool::new(false),
     );
     let seen = rec.seen.into_inner().unwrap();
-    let by = one_per_l1id(&seen, 100);
+    let by = one_per_l1id(&seen, EVENTS);
     let f = &by[&10];
     assert_eq!(f.status, LOST, "{f:?}");
     assert_eq!(f.missing, vec![3]);
     assert_eq!(f.packets.len(), 2);
     assert!(by.iter().all(|(&l, f)| l == 10 || f.status == Status::OK));
-    assert_eq!(census(&seen).len(), 299);
+    assert_eq!(census(&seen).len(), 3 * EVENTS as usize - 1);
     assert!(c.window_moves >= 1, "{c:?}");
     assert_eq!(
         (c.timeouts, c.incomplete_fragments, c.missing_packets),
@@ -352,6 +353,10 @@ fn bad_configurations_are_typed_errors() {
     });
     check(SwRodConfig {
         window: 1000,
+        ..SwRodConfig::default()
+    });
+    check(SwRodConfig {
+        window: 256,
         ..SwRodConfig::default()
     });
     check(SwRodConfig {

@@ -84,7 +84,8 @@ pub struct SwRodConfig {
     pub thread_elinks: Vec<Vec<u16>>,
     /// FELIX block size in bytes.
     pub felix_block_bytes: usize,
-    /// L1IDs in flight per thread and in the shared window (a power of two).
+    /// L1IDs in flight per thread and in the shared window (a power of two, at least half the
+    /// FELIX block size).
     pub window: usize,
     /// A thread's oldest open L1ID is built incomplete after this long.
     pub timeout: Duration,
@@ -269,6 +270,16 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         }
         if !is_valid_block_size(config.felix_block_bytes) {
             return bad(format!("FELIX block size {}", config.felix_block_bytes));
+        }
+        // A block's whole packets are placed last first: the window must hold them all (a
+        // packet takes at least 2 bytes with its trailer).
+        if config.window < config.felix_block_bytes / 2 {
+            return bad(format!(
+                "window {} smaller than the {} packets a {}-byte block can hold",
+                config.window,
+                config.felix_block_bytes / 2,
+                config.felix_block_bytes
+            ));
         }
         let Some(first_pool) = pools.first() else {
             return bad("no block pool".to_string());

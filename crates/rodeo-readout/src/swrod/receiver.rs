@@ -3,11 +3,17 @@
 //! # The hot path
 //!
 //! Per block: the 4-byte header names the E-link; one table lookup maps it to this thread's
-//! local index (2048 entries, no hashing). The trailers are read backwards from the block end
-//! into a reused position list, then the subchunks are handled forwards. A whole packet (BOTH,
-//! no flag, nothing open on its E-link) goes straight to [`Aggregator::packet`]; everything else
-//! goes through the E-link's [`ElinkReassembler`], which rebuilds split packets in its reused
-//! buffer and applies the FELIX rules.
+//! local index (2048 entries, no hashing). The trailers are read backwards from the block end,
+//! in one pass: a whole packet (BOTH, no flag) goes straight to [`Aggregator::packet`] as soon
+//! as its trailer is read, so the packets of one block arrive last first; every other subchunk
+//! (pieces of split packets, flagged, out-of-band) is kept in a reused list and then handed,
+//! forwards, to the E-link's [`ElinkReassembler`], which rebuilds split packets in its reused
+//! buffer and applies the FELIX rules. So whole packets never wait for, and never disturb, the
+//! reassembly of split ones; a whole packet that a malformed stream places inside an open split
+//! packet is still delivered whole (the reassembler would have cut the open one there: here the
+//! open one continues, fails the decoder's length check and is counted as corrupt). The order
+//! inside a block does not matter for the fragments: each packet of a block has its own L1ID,
+//! and the window is at least as large as a block's packet count (checked at configuration).
 //!
 //! Per packet: the decoder gives the L1ID; its distance from the oldest open event gives the
 //! event number, and its low bits the window slot (no hashing). One bit per (slot, E-link) says
@@ -772,8 +778,20 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         }
         self.last_seq[local] = sequence;
         let t = size.bytes();
-        // Backwards from the block end: collect trailer positions.
-        self.trailers.clear();
+        let flag_bits = match size {
+            TrailerSize::Bits32 => 0x1E00_0000,
+            TrailerSize::Bits16 => 0x1C00,
+        };
+        let Receiver {
+            agg,
+            reasm,
+            trailers,
+            ..
+        } = self;
+        // Backwards from the block end. A whole packet without flags (BOTH) is placed at once;
+        // pieces of split packets (and flagged or out-of-band subchunks) are kept for the
+        // reassembler, which takes them forwards, in time order.
+        trailers.clear();
         let mut end = block.len();
         let mut damaged = false;
         while end >= 4 + t {
@@ -785,7 +803,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 continue;
             }
             if kind == 7 {
-                self.trailers.push(u64::from(word) << 32 | at as u64);
+                trailers.push(u64::from(word) << 32 | at as u64);
                 end = at;
                 continue;
             }
@@ -794,15 +812,14 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 damaged = true;
                 break;
             }
-            self.trailers.push(u64::from(word) << 32 | at as u64);
-            end = at - padded;
+            let start = at - padded;
+            if kind == 3 && word & flag_bits == 0 {
+                agg.packet(local, &block[start..start + len], 0);
+            } else {
+                trailers.push(u64::from(word) << 32 | at as u64);
+            }
+            end = start;
         }
-        let Receiver {
-            agg,
-            reasm,
-            trailers,
-            ..
-        } = self;
         let r = &mut reasm[local];
         if gap || damaged {
             if damaged {
@@ -811,34 +828,26 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
             // The open packet lost its end (or the block between): deliver it as truncated.
             r.flush(|ch| agg.packet(local, ch.data, ch.flags.bits()));
         }
-        // Forwards: the subchunks in time order.
+        // Forwards: the pieces in time order.
         for &tw in trailers.iter().rev() {
             let at = tw as u32 as usize;
             let word = (tw >> 32) as u32;
             let (kind, len) = kind_len(word, size);
             let padded = (len + t - 1) & !(t - 1);
-            let flagged = match size {
-                TrailerSize::Bits32 => word & 0x1E00_0000 != 0,
-                TrailerSize::Bits16 => word & 0x1C00 != 0,
-            };
             let start = at - padded;
             let payload = if kind == 7 {
                 &[][..]
             } else {
                 &block[start..start + len]
             };
-            if kind == 3 && !flagged && !r.has_open_chunk() {
-                agg.packet(local, payload, 0);
-            } else {
-                let trailer = size.decode(word);
-                let sub = Subchunk {
-                    kind: SubchunkType::from_bits(kind as u8),
-                    flags: trailer.flags,
-                    payload,
-                    offset: at,
-                };
-                r.push_subchunk(&sub, |ch| agg.packet(local, ch.data, ch.flags.bits()));
-            }
+            let trailer = size.decode(word);
+            let sub = Subchunk {
+                kind: SubchunkType::from_bits(kind as u8),
+                flags: trailer.flags,
+                payload,
+                offset: at,
+            };
+            r.push_subchunk(&sub, |ch| agg.packet(local, ch.data, ch.flags.bits()));
         }
     }
 }
