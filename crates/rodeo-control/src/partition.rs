@@ -215,12 +215,11 @@ pub fn run_embedded(
             input: NodeInput::Dma { rate_hz: None },
             ..NodeConfig::default()
         };
-        let node = ReadoutNode::start(&transport, &nc, &ep).map_err(|source| {
-            PartitionError::Node {
+        let node =
+            ReadoutNode::start(&transport, &nc, &ep).map_err(|source| PartitionError::Node {
                 name: name.clone(),
                 source,
-            }
-        })?;
+            })?;
         all_robs.extend_from_slice(node.robs());
         readout.push(DcmReadout {
             endpoint: node.endpoint().to_string(),

@@ -895,7 +895,8 @@ impl Dcm {
         if sent.is_err() {
             // The logger is gone or stuck: try shipping again shortly.
             self.summary.send_failures += 1;
-            self.slots[i].retry_at = Some(Instant::now() + self.config.retry_delay.max(Duration::from_millis(10)));
+            self.slots[i].retry_at =
+                Some(Instant::now() + self.config.retry_delay.max(Duration::from_millis(10)));
             return Ok(());
         }
         self.summary.events_sent += 1;

@@ -23,6 +23,8 @@
 //!   the input and the request descriptors; DataRequest/Clear per the dataflow protocol, with a
 //!   pending queue and timeout.
 //! - [`tester`]: the ROSTester, the paper's request-mix driver that measures a node.
+//! - [`swrod`]: the SW ROD fragment builder: N receiving threads turn the E-link packets of FELIX
+//!   blocks into one ROB fragment per L1ID, handed to a [`swrod::FragmentSink`].
 //!
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
@@ -37,4 +39,5 @@ pub mod node;
 pub mod player;
 pub mod server;
 pub mod store;
+pub mod swrod;
 pub mod tester;

@@ -136,7 +136,9 @@ impl ReadoutNode {
         endpoint: &str,
     ) -> Result<ReadoutNode, NodeError> {
         if config.channels == 0 {
-            return Err(NodeError::Config("a node needs at least one channel".into()));
+            return Err(NodeError::Config(
+                "a node needs at least one channel".into(),
+            ));
         }
         let pool = PagePool::new(PagePoolConfig {
             page_bytes: config.page_bytes,
@@ -210,7 +212,11 @@ impl ReadoutNode {
                     })?),
                     None => None,
                 };
-                Box::new(DmaInput::new(chans, config.l1id_wrap, ErrorDump::new(file, 10)))
+                Box::new(DmaInput::new(
+                    chans,
+                    config.l1id_wrap,
+                    ErrorDump::new(file, 10),
+                ))
             }
         };
         let server = RequestServer::start(

@@ -6,6 +6,7 @@
 mod dma;
 mod pool;
 pub(crate) mod ros;
+mod swrod;
 mod timing;
 
 use std::process::ExitCode;
@@ -33,6 +34,9 @@ enum Kind {
     /// ROSTester's request mix; the L1 (delete) rate it sustains, in process or over tcp, against
     /// a plain ZeroMQ request/reply baseline with the same reply sizes.
     Ros(ros::Args),
+    /// The SW ROD fragment builder: E-link packets from pre-generated FELIX superpages into ROB
+    /// fragments (packets/s, fragments/s, bytes/s), against a memcpy of the same input.
+    Swrod(swrod::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -40,5 +44,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Kind::Pool(a) => pool::run(a),
         Kind::Dma(a) => dma::run(a),
         Kind::Ros(a) => ros::run(a),
+        Kind::Swrod(a) => swrod::run(a),
     }
 }
