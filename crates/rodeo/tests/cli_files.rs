@@ -144,19 +144,3 @@ fn dump_shows_events_and_robs() {
     assert!(t.contains("aa1234aa"), "hex words missing: {t}");
 }
 
-#[test]
-fn run_balances_on_the_default_configuration() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = rodeo(&[
-        "run",
-        "--events",
-        "500",
-        "--output",
-        dir.path().to_str().unwrap(),
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["balanced"], true);
-    assert_eq!(v["events_verified"], 500);
-}

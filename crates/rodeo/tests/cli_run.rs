@@ -1,0 +1,92 @@
+//! `rodeo run` end to end: the default partition in one process balances, and its files hold
+//! exactly the accepted events, each once, read back with the raw-file reader.
+
+use std::collections::HashSet;
+use std::process::Command;
+
+use rodeo_format::fragment::FullEvent;
+use rodeo_format::rawfile::RawFileReader;
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run rodeo");
+    assert!(
+        out.status.success(),
+        "rodeo run failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// Reads every file of the summary; returns the global ids found (panics on a duplicate).
+fn global_ids(summary: &Value) -> HashSet<u64> {
+    let mut ids = HashSet::new();
+    for f in summary["files"].as_array().expect("files") {
+        let path = f.as_str().unwrap();
+        let mut reader = RawFileReader::open(path).unwrap();
+        while let Some(event) = reader.next_event() {
+            let event = event.unwrap();
+            let e = FullEvent::parse(event.words).unwrap();
+            e.verify_checksum().unwrap();
+            assert!(e.validate_robs().unwrap() > 0, "an event without ROBs");
+            assert!(ids.insert(e.global_id()), "event {} written twice", e.global_id());
+        }
+    }
+    ids
+}
+
+#[test]
+fn default_partition_balances_and_writes_each_accepted_event_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = run(&["--events", "3000", "--output", dir.path().to_str().unwrap()]);
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["l1_accepts"], 3000);
+    let accepted = v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap();
+    let rejected = v["rejected"].as_u64().unwrap();
+    assert_eq!(accepted + rejected, 3000);
+    // The default trigger accepts about 10%.
+    assert!((150..600).contains(&accepted), "{v}");
+    assert_eq!(v["events_written"].as_u64().unwrap(), accepted);
+    let ids = global_ids(&v);
+    assert_eq!(ids.len() as u64, accepted);
+    assert!(ids.iter().all(|&g| g < 3000));
+    assert!(v["l1_rate_hz"].as_f64().unwrap() > 0.0);
+    assert!(v["seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_configuration_file_and_its_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[ros]\nnodes = 2\nchannels = 3\n[dcm]\nnodes = 1\nslots = 16\naccept_fraction = 0.5\n",
+    )
+    .unwrap();
+    let v = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--events",
+        "1000",
+        "--output",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["readout_nodes"].as_array().unwrap().len(), 2);
+    assert_eq!(global_ids(&v).len() as u64, v["events_written"].as_u64().unwrap());
+
+    std::fs::write(&cfg, "[dcm]\nslots = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dcm.slots") && err.contains("1..=4096"), "{err}");
+}
