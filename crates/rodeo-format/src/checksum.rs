@@ -108,6 +108,21 @@ pub fn words_as_bytes(words: &[u32]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
 }
 
+/// Views bytes as 32-bit words when they are 4-byte aligned and a whole number of words (a
+/// superpage's data, a page); `None` otherwise (the caller then copies).
+pub fn bytes_as_words(bytes: &[u8]) -> Option<&[u32]> {
+    if bytes.is_empty() {
+        return Some(&[]);
+    }
+    if bytes.len() % 4 != 0 || bytes.as_ptr().align_offset(std::mem::align_of::<u32>()) != 0 {
+        return None;
+    }
+    // SAFETY: the pointer is aligned for u32 (checked above), the length is a whole number of
+    // words, every bit pattern is a valid u32, and the word slice covers exactly the memory of
+    // `bytes` for the same lifetime (shared borrow), so no aliasing rules change.
+    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u32>(), bytes.len() / 4) })
+}
+
 /// CRC16-CCITT of `bytes`, continuing from `crc` (start with [`CRC16_INIT`]).
 ///
 /// Table-driven, slicing-by-16: sixteen bytes per step through sixteen 256-entry tables.
@@ -482,5 +497,15 @@ mod tests {
                 assert_eq!(crc16_words(CRC16_INIT, w), crc16(CRC16_INIT, &be));
             }
         }
+    }
+
+    #[test]
+    fn bytes_as_words_needs_alignment_and_whole_words() {
+        let words = [0x0403_0201u32, 0x0807_0605];
+        let bytes = words_as_bytes(&words);
+        assert_eq!(bytes_as_words(bytes), Some(&words[..]));
+        assert_eq!(bytes_as_words(&bytes[..7]), None);
+        assert_eq!(bytes_as_words(&bytes[1..5]), None);
+        assert_eq!(bytes_as_words(&[]), Some(&[][..]));
     }
 }

@@ -11,6 +11,9 @@
 //! - [`synth`]: synthetic events with checkable counter payloads and a realistic ROB mix.
 //! - [`felix`]: FELIX to-host blocks (encoder, decoder, per-E-link chunk reassembler) and the
 //!   default E-link packet format.
+//! - [`linkfile`]: link capture files, recorded streams of FELIX blocks or S-LINK fragments.
+//! - [`slink`]: S-LINK streams of ROD fragments checked per links.md (framing, CRC, L1ID
+//!   sequence), every problem as status bits and counted by kind.
 //! - [`rawfile`]: raw-data files (writer with rotation and free-space check, streaming reader
 //!   with checksum validation and recovery of damaged files).
 //!
@@ -21,5 +24,7 @@
 pub mod checksum;
 pub mod felix;
 pub mod fragment;
+pub mod linkfile;
 pub mod rawfile;
+pub mod slink;
 pub mod synth;

@@ -140,14 +140,25 @@ pub struct Fill {
 }
 
 /// The data source of an emulated card: writes whole units (never a partial one) into buffers.
+///
+/// Emulators, file players and network receivers are all generators: the channel thread asks
+/// for units, the generator writes them. Only the channel knows about superpages and queues.
 pub trait Generator: Send + 'static {
     /// Writes at most `max_units` whole units at the start of `buf`. Writing nothing into an
-    /// empty superpage means a unit can never fit; the channel reports that and stops.
+    /// empty superpage means a unit can never fit (unless [`Generator::waits_for_input`]); the
+    /// channel reports that and stops.
     fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill;
 
     /// True when the generator has nothing more to send (a file played once); the channel then
     /// hands over its last superpage and stops.
     fn is_finished(&self) -> bool {
+        false
+    }
+
+    /// True for sources fed from outside (a network receiver): `fill` waits a bounded time
+    /// (milliseconds) for input, and writing nothing means nothing arrived yet. The channel then
+    /// hands over a partly filled superpage, so data never waits for more data to come.
+    fn waits_for_input(&self) -> bool {
         false
     }
 }
@@ -159,6 +170,9 @@ pub struct EmulatedConfig {
     pub queue_depth: usize,
     /// Maximum units per second; `None` runs as fast as memory allows.
     pub max_units_per_s: Option<f64>,
+    /// Maximum bytes per second (a link's bandwidth, e.g. 250 MB/s for S-LINK); `None` for no
+    /// bandwidth limit. Both limits apply when both are set.
+    pub max_bytes_per_s: Option<f64>,
 }
 
 impl Default for EmulatedConfig {
@@ -166,6 +180,7 @@ impl Default for EmulatedConfig {
         EmulatedConfig {
             queue_depth: 64,
             max_units_per_s: None,
+            max_bytes_per_s: None,
         }
     }
 }
@@ -210,7 +225,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         let card = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || card_loop(&card, generator, config.max_units_per_s))?;
+            .spawn(move || card_loop(&card, generator, &config))?;
         Ok(EmulatedChannel {
             shared,
             thread: Some(thread),
@@ -279,73 +294,158 @@ impl Backoff {
     }
 }
 
-/// A token bucket for the unit rate: refilled from elapsed time, capped at 10 ms worth of units.
-struct RateLimit {
+/// A token bucket: refilled from elapsed time at `per_s`, capped at 10 ms worth.
+struct Bucket {
     per_s: f64,
     tokens: f64,
-    last: Instant,
 }
 
-impl RateLimit {
-    fn available(&mut self) -> u64 {
-        let now = Instant::now();
-        let cap = (self.per_s * 0.01).max(1.0);
-        self.tokens =
-            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_s).min(cap);
-        self.last = now;
-        self.tokens as u64
+impl Bucket {
+    fn new(per_s: Option<f64>) -> Option<Bucket> {
+        per_s
+            .filter(|r| *r > 0.0)
+            .map(|per_s| Bucket { per_s, tokens: 0.0 })
     }
+
+    fn refill(&mut self, seconds: f64) {
+        let cap = (self.per_s * 0.01).max(1.0);
+        self.tokens = (self.tokens + seconds * self.per_s).min(cap);
+    }
+}
+
+/// The unit-rate and bandwidth limits of a channel.
+struct Limits {
+    units: Option<Bucket>,
+    bytes: Option<Bucket>,
+    last: Instant,
+    /// Bytes of the last unit written, to turn a byte budget into a unit count.
+    unit_bytes: f64,
+}
+
+impl Limits {
+    fn new(config: &EmulatedConfig) -> Option<Limits> {
+        let units = Bucket::new(config.max_units_per_s);
+        let bytes = Bucket::new(config.max_bytes_per_s);
+        (units.is_some() || bytes.is_some()).then(|| Limits {
+            units,
+            bytes,
+            last: Instant::now(),
+            unit_bytes: 1.0,
+        })
+    }
+
+    /// Units that may be written now (0: wait).
+    fn grant(&mut self) -> u64 {
+        let now = Instant::now();
+        let dt = now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+        let mut n = u64::MAX;
+        if let Some(u) = &mut self.units {
+            u.refill(dt);
+            n = n.min(u.tokens.max(0.0) as u64);
+        }
+        if let Some(b) = &mut self.bytes {
+            b.refill(dt);
+            n = if b.tokens <= 0.0 {
+                0
+            } else {
+                n.min(((b.tokens / self.unit_bytes) as u64).max(1))
+            };
+        }
+        n
+    }
+
+    fn charge(&mut self, fill: Fill) {
+        if let Some(u) = &mut self.units {
+            u.tokens -= fill.units as f64;
+        }
+        if let Some(b) = &mut self.bytes {
+            b.tokens -= fill.bytes as f64;
+        }
+        if fill.units > 0 {
+            self.unit_bytes = (fill.bytes as f64 / fill.units as f64).max(1.0);
+        }
+    }
+}
+
+/// What one superpage's filling ended with.
+enum Filling {
+    /// Hand the superpage over (full, finished, idle input, or stopping).
+    Done(Fill),
+    /// Not even one unit fits an empty superpage: a configuration error.
+    Unfit,
+}
+
+/// Fills one superpage: in one call without limits, unit batch by unit batch under a limit,
+/// and until input pauses for a source that waits for input.
+fn fill_superpage<G: Generator>(
+    shared: &Shared<impl SuperpageBuffer>,
+    generator: &mut G,
+    limits: &mut Option<Limits>,
+    buf: &mut [u8],
+) -> Filling {
+    let mut fill = Fill::default();
+    let waits = generator.waits_for_input();
+    while fill.bytes < buf.len() && !generator.is_finished() {
+        let max_units = match limits {
+            None => u64::MAX,
+            Some(l) => match l.grant() {
+                0 => {
+                    if shared.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                }
+                n => n,
+            },
+        };
+        let f = generator.fill(&mut buf[fill.bytes..], max_units);
+        if let Some(l) = limits {
+            l.charge(f);
+        }
+        fill.bytes += f.bytes;
+        fill.units += f.units;
+        if f.units == 0 {
+            if waits && fill.units == 0 && !shared.stop.load(Ordering::Acquire) {
+                continue; // nothing arrived yet: keep waiting with an empty superpage
+            }
+            break;
+        }
+        if limits.is_none() && !waits {
+            break;
+        }
+    }
+    if fill.units == 0 && !waits && !generator.is_finished() && !shared.stop.load(Ordering::Acquire)
+    {
+        return Filling::Unfit;
+    }
+    Filling::Done(fill)
 }
 
 fn card_loop<S: SuperpageBuffer, G: Generator>(
     shared: &Shared<S>,
     mut generator: G,
-    rate: Option<f64>,
+    config: &EmulatedConfig,
 ) {
-    let mut limit = rate.filter(|r| *r > 0.0).map(|per_s| RateLimit {
-        per_s,
-        tokens: 0.0,
-        last: Instant::now(),
-    });
+    let mut limits = Limits::new(config);
     let mut sequence = 0u64;
-    'run: while !shared.stop.load(Ordering::Acquire) {
+    while !shared.stop.load(Ordering::Acquire) {
         let Some(mut superpage) = take_empty(shared) else {
             break;
         };
-        let mut fill = Fill::default();
-        let cap = superpage.as_bytes().len();
-        // Fill the superpage; with a rate limit, unit by unit as tokens allow.
-        while fill.bytes < cap && !generator.is_finished() {
-            let max_units = match &mut limit {
-                None => u64::MAX,
-                Some(l) => {
-                    let n = l.available();
-                    if n == 0 {
-                        if shared.stop.load(Ordering::Acquire) {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_micros(20));
-                        continue;
-                    }
-                    n
-                }
-            };
-            let f = generator.fill(&mut superpage.as_bytes_mut()[fill.bytes..], max_units);
-            if let Some(l) = &mut limit {
-                l.tokens -= f.units as f64;
-            }
-            if f.units == 0 {
-                break;
-            }
-            fill.bytes += f.bytes;
-            fill.units += f.units;
-            if limit.is_none() {
-                break;
-            }
-        }
-        if fill.units == 0 && !generator.is_finished() && !shared.stop.load(Ordering::Acquire) {
-            // Not even one unit fits an empty superpage: a configuration error, not a stall.
-            break 'run;
+        let fill = match fill_superpage(
+            shared,
+            &mut generator,
+            &mut limits,
+            superpage.as_bytes_mut(),
+        ) {
+            Filling::Done(fill) => fill,
+            Filling::Unfit => break,
+        };
+        if fill.units == 0 && generator.waits_for_input() {
+            // Stopping with nothing received: the empty superpage is not a filled one.
+            break;
         }
         let filled = Filled {
             superpage,
@@ -476,7 +576,7 @@ mod tests {
             "test-card",
             EmulatedConfig {
                 queue_depth: 2,
-                max_units_per_s: None,
+                ..EmulatedConfig::default()
             },
             Counter {
                 next: 0,
@@ -520,6 +620,7 @@ mod tests {
             EmulatedConfig {
                 queue_depth: 8,
                 max_units_per_s: Some(20_000.0),
+                ..EmulatedConfig::default()
             },
             Counter {
                 next: 0,
@@ -536,6 +637,35 @@ mod tests {
         assert!(
             start.elapsed() >= Duration::from_millis(80),
             "rate limit not applied: {:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn bandwidth_limit_bounds_the_byte_rate() {
+        let ch = EmulatedChannel::start(
+            "bw-card",
+            EmulatedConfig {
+                queue_depth: 8,
+                max_bytes_per_s: Some(1_280_000.0),
+                ..EmulatedConfig::default()
+            },
+            Counter {
+                next: 0,
+                limit: None,
+            },
+        )
+        .unwrap();
+        for _ in 0..8 {
+            ch.push_superpage(vec![0; 640]).unwrap();
+        }
+        let start = Instant::now();
+        // 2000 units of 64 bytes at 1.28 MB/s take at least ~0.1 s.
+        let words = drain(&ch, 2000);
+        assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
+        assert!(
+            start.elapsed() >= Duration::from_millis(80),
+            "bandwidth limit not applied: {:?}",
             start.elapsed()
         );
     }

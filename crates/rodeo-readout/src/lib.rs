@@ -7,11 +7,19 @@
 //! - [`generator`]: the emulated cards' data sources: [`generator::SlinkGenerator`] (whole ROD
 //!   fragments, S-LINK mode) and [`generator::FelixGenerator`] (1 KiB FELIX blocks of E-link
 //!   packets, FELIX mode).
+//! - [`player`], [`net`]: the other sources behind the same channel: a recorded link stream
+//!   replayed ([`player::FilePlayer`]), units from the network ([`net::UdpReceiver`],
+//!   [`net::TcpReceiver`]).
+//! - [`corrupt`]: every error kind of links.md injected into a unit stream, for testing the
+//!   receiving side; [`monitor`]: the receiving side's decoders over a channel's output, with
+//!   counters by kind.
+//! - [`card`]: channels grouped into cards, built from specs, with the built-in default cards.
 //!
 //! - [`store`]: the event store of a readout node (ROS): per ROB channel, fragments in pages
 //!   taken once from the page pool, an O(1) L1ID index, zero-copy page references for replies,
-//!   clears, occupancy and back-pressure; [`store::slink`] splits S-LINK superpages into
-//!   fragments with their status bits.
+//!   clears, occupancy and back-pressure; S-LINK superpages reach it through
+//!   `rodeo_format::slink::SlinkChecker` ([`server::DmaInput`]), unusable words go to the
+//!   rate-limited [`store::slink::ErrorDump`].
 //! - [`server`]: the request server: a ROUTER socket and one core thread that owns the store,
 //!   the input and the request descriptors; DataRequest/Clear per the dataflow protocol, with a
 //!   pending queue and timeout.
@@ -20,8 +28,13 @@
 //! Stages after the card (fragment builder, event store) depend on the [`dma::DmaChannel`] trait,
 //! never on the emulator, so a real driver replaces the emulator without touching them.
 
+pub mod card;
+pub mod corrupt;
 pub mod dma;
 pub mod generator;
+pub mod monitor;
+pub mod net;
+pub mod player;
 pub mod server;
 pub mod store;
 pub mod tester;

@@ -31,7 +31,7 @@ fn felix_blocks_reassemble_and_check() {
         "felix-test",
         EmulatedConfig {
             queue_depth: 3,
-            max_units_per_s: None,
+            ..EmulatedConfig::default()
         },
         FelixGenerator::new(&cfg).unwrap(),
     )

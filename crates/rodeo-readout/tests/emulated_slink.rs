@@ -28,7 +28,7 @@ fn run(framing: bool, wrap: u32) {
         "slink-test",
         EmulatedConfig {
             queue_depth: 4,
-            max_units_per_s: None,
+            ..EmulatedConfig::default()
         },
         SlinkGenerator::new(cfg),
     )

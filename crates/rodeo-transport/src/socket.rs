@@ -321,6 +321,27 @@ impl Socket {
     }
 }
 
+/// Waits up to `timeout_ms` (-1: forever, 0: not at all) until at least one of `sockets` has a
+/// message to receive; returns a bit per socket (bit `i` set: `sockets[i]` is readable), 0 on
+/// timeout. An application thread that owns several sockets (a DCM: supervisor, readout nodes,
+/// loggers) waits on all of them with one call. At most 64 sockets.
+pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, TransportError> {
+    let mut items: Vec<zmq::PollItem<'_>> = sockets
+        .iter()
+        .take(64)
+        .map(|s| s.inner.as_poll_item(zmq::POLLIN))
+        .collect();
+    let n = zmq::poll(&mut items, timeout_ms).map_err(|source| TransportError::Recv { source })?;
+    if n == 0 {
+        return Ok(0);
+    }
+    Ok(items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.is_readable())
+        .fold(0u64, |mask, (i, _)| mask | (1 << i)))
+}
+
 /// Frees a zero-copy frame's owner once ZeroMQ no longer needs its bytes.
 ///
 /// # Safety
@@ -491,5 +512,23 @@ mod tests {
         assert!(err.is_err());
         // The owner of a frame that could not be sent is released, not leaked.
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn poll_readable_names_the_sockets_with_messages() {
+        let t = Transport::new(1).unwrap();
+        let a = t.socket(SocketKind::Router).unwrap();
+        a.bind(&Endpoint::parse("inproc://poll-a").unwrap())
+            .unwrap();
+        let b = t.socket(SocketKind::Router).unwrap();
+        b.bind(&Endpoint::parse("inproc://poll-b").unwrap())
+            .unwrap();
+        assert_eq!(poll_readable(&[&a, &b], 0).unwrap(), 0);
+        let mut client = t.socket(SocketKind::Dealer).unwrap();
+        client
+            .connect(&Endpoint::parse("inproc://poll-b").unwrap())
+            .unwrap();
+        client.send([Frame::Copy(b"x")]).unwrap();
+        assert_eq!(poll_readable(&[&a, &b], 5000).unwrap(), 0b10);
     }
 }

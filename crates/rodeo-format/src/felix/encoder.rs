@@ -5,6 +5,39 @@ use super::{
     BLOCK_HEADER_BYTES, MAX_ELINK, SEQUENCE_MODULO,
 };
 
+/// Where the bytes of a chunk come from: a slice, or a generator writing them in place.
+trait PieceSource {
+    /// The chunk's length in bytes.
+    fn len(&self) -> usize;
+    /// Writes the chunk's bytes `offset..offset + dst.len()` into `dst`.
+    fn write(&mut self, offset: usize, dst: &mut [u8]);
+}
+
+struct SliceSource<'a>(&'a [u8]);
+
+impl PieceSource for SliceSource<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn write(&mut self, offset: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self.0[offset..offset + dst.len()]);
+    }
+}
+
+struct FnSource<F> {
+    len: usize,
+    write: F,
+}
+
+impl<F: FnMut(usize, &mut [u8])> PieceSource for FnSource<F> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn write(&mut self, offset: usize, dst: &mut [u8]) {
+        (self.write)(offset, dst)
+    }
+}
+
 /// Packs the chunks of one E-link into FELIX blocks.
 ///
 /// The encoder owns one block buffer (allocated in [`ElinkEncoder::new`], never again). Chunks
@@ -134,7 +167,24 @@ impl ElinkEncoder {
 
     /// Appends one chunk (BOTH, or FIRST/MIDDLE/LAST when split) with no flag set.
     pub fn push_chunk(&mut self, chunk: &[u8], mut sink: impl FnMut(&[u8])) {
-        self.push_pieces(chunk, TrailerFlags::NONE, None, &mut sink);
+        self.push_pieces(&mut SliceSource(chunk), TrailerFlags::NONE, None, &mut sink);
+    }
+
+    /// Appends one chunk of `len` bytes produced by `source` straight into the block (no
+    /// intermediate buffer): `source(offset, dst)` writes the chunk's bytes
+    /// `offset..offset + dst.len()` into `dst`. Pieces may start at any byte offset.
+    pub fn push_chunk_from(
+        &mut self,
+        len: usize,
+        source: impl FnMut(usize, &mut [u8]),
+        mut sink: impl FnMut(&[u8]),
+    ) {
+        self.push_pieces(
+            &mut FnSource { len, write: source },
+            TrailerFlags::NONE,
+            None,
+            &mut sink,
+        );
     }
 
     /// Appends one chunk whose last piece carries `flags` (error injection: CRC error, error,
@@ -145,7 +195,7 @@ impl ElinkEncoder {
         flags: TrailerFlags,
         mut sink: impl FnMut(&[u8]),
     ) {
-        self.push_pieces(chunk, flags, None, &mut sink);
+        self.push_pieces(&mut SliceSource(chunk), flags, None, &mut sink);
     }
 
     /// Appends one chunk that ends in a TIMEOUT subchunk with the truncation bit instead of a
@@ -155,7 +205,12 @@ impl ElinkEncoder {
             truncation: true,
             ..TrailerFlags::NONE
         };
-        self.push_pieces(chunk, flags, Some(SubchunkType::Timeout), &mut sink);
+        self.push_pieces(
+            &mut SliceSource(chunk),
+            flags,
+            Some(SubchunkType::Timeout),
+            &mut sink,
+        );
     }
 
     /// Appends one raw subchunk of any type (error injection: orphan MIDDLE/LAST, TIMEOUT,
@@ -181,7 +236,7 @@ impl ElinkEncoder {
         if payload.len().next_multiple_of(t) + t > self.block.len() - self.pos {
             self.emit(&mut sink);
         }
-        self.write_subchunk(kind, payload, flags);
+        self.write_subchunk(kind, &mut SliceSource(payload), 0, payload.len(), flags);
         if self.pos == self.block.len() {
             self.emit(&mut sink);
         }
@@ -197,25 +252,27 @@ impl ElinkEncoder {
 
     fn push_pieces(
         &mut self,
-        chunk: &[u8],
+        chunk: &mut impl PieceSource,
         flags: TrailerFlags,
         end_kind: Option<SubchunkType>,
         sink: &mut impl FnMut(&[u8]),
     ) {
         let t = self.trailer.bytes();
         let max_field = self.trailer.max_payload();
-        let mut rest = chunk;
+        let total = chunk.len();
+        let mut done = 0;
         let mut first = true;
         self.chunks += 1;
         loop {
             // Invariant: the block is never left full, so at least one trailer unit is free.
             let avail = (self.block.len() - self.pos).saturating_sub(t);
-            if avail == 0 && !rest.is_empty() {
+            let rest = total - done;
+            if avail == 0 && rest > 0 {
                 self.emit(sink);
                 continue;
             }
-            let n = rest.len().min(avail).min(max_field);
-            let last = n == rest.len();
+            let n = rest.min(avail).min(max_field);
+            let last = n == rest;
             let kind = match (first, last, end_kind) {
                 (_, true, Some(kind)) => kind,
                 (true, true, None) => SubchunkType::Both,
@@ -223,29 +280,37 @@ impl ElinkEncoder {
                 (false, false, _) => SubchunkType::Middle,
                 (false, true, None) => SubchunkType::Last,
             };
-            let (piece, tail) = rest.split_at(n);
-            self.write_subchunk(kind, piece, if last { flags } else { TrailerFlags::NONE });
+            let piece_flags = if last { flags } else { TrailerFlags::NONE };
+            self.write_subchunk(kind, chunk, done, n, piece_flags);
             if self.pos == self.block.len() {
                 self.emit(sink);
             }
             if last {
                 return;
             }
-            rest = tail;
+            done += n;
             first = false;
         }
     }
 
-    /// Writes payload, padding and trailer at `pos`. The caller guarantees they fit.
-    fn write_subchunk(&mut self, kind: SubchunkType, payload: &[u8], flags: TrailerFlags) {
+    /// Writes `n` payload bytes of `src` from `offset`, padding and trailer at `pos`. The
+    /// caller guarantees they fit.
+    fn write_subchunk(
+        &mut self,
+        kind: SubchunkType,
+        src: &mut impl PieceSource,
+        offset: usize,
+        n: usize,
+        flags: TrailerFlags,
+    ) {
         let t = self.trailer.bytes();
-        let padded = payload.len().next_multiple_of(t);
+        let padded = n.next_multiple_of(t);
         let start = self.pos;
-        self.block[start..start + payload.len()].copy_from_slice(payload);
-        self.block[start + payload.len()..start + padded].fill(0);
+        src.write(offset, &mut self.block[start..start + n]);
+        self.block[start + n..start + padded].fill(0);
         let word = self.trailer.encode(Trailer {
             kind,
-            length: payload.len(),
+            length: n,
             flags,
         });
         let at = start + padded;

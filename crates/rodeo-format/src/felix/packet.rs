@@ -86,6 +86,72 @@ pub fn encode_packet(
     Ok(len)
 }
 
+/// Writes the bytes `offset..offset + dst.len()` of the packet of `elink` / `l1id` / `bcid` with
+/// `payload_words` pattern words into `dst`: a packet generated piece by piece, straight into
+/// FELIX blocks (see [`super::ElinkEncoder::push_chunk_from`]). Fields are masked to their
+/// widths (BCID 12 bits, payload words 16 bits); bytes past the packet's end are written as 0.
+pub fn write_packet_bytes(
+    dst: &mut [u8],
+    offset: usize,
+    elink: u16,
+    l1id: u32,
+    bcid: u16,
+    payload_words: u32,
+) {
+    let header = [
+        l1id,
+        u32::from(bcid & MAX_BCID) | ((payload_words & MAX_PAYLOAD_WORDS) << 16),
+    ];
+    let seed = packet_seed(elink, l1id);
+    let word = |i: usize| -> u32 {
+        if i < 2 {
+            header[i]
+        } else if i - 2 < (payload_words & MAX_PAYLOAD_WORDS) as usize {
+            seed.wrapping_add((i - 2) as u32)
+        } else {
+            0
+        }
+    };
+    let mut at = 0;
+    // A leading partial word.
+    let lead = (4 - offset % 4) % 4;
+    if lead > 0 {
+        let w = word(offset / 4).to_le_bytes();
+        let n = lead.min(dst.len());
+        dst[..n].copy_from_slice(&w[offset % 4..offset % 4 + n]);
+        at = n;
+    }
+    // Whole words: the header, then the pattern in a loop the compiler vectorises.
+    let first_word = (offset + at) / 4;
+    let whole = (dst.len() - at) / 4;
+    let mut i = first_word;
+    let mut chunks = dst[at..at + 4 * whole].chunks_exact_mut(4);
+    while i < 2 {
+        match chunks.next() {
+            Some(c) => c.copy_from_slice(&word(i).to_le_bytes()),
+            None => break,
+        }
+        i += 1;
+    }
+    let payload_end = 2 + (payload_words & MAX_PAYLOAD_WORDS) as usize;
+    for c in chunks {
+        let v = if i < payload_end {
+            seed.wrapping_add((i - 2) as u32)
+        } else {
+            0
+        };
+        c.copy_from_slice(&v.to_le_bytes());
+        i += 1;
+    }
+    at += 4 * whole;
+    // A trailing partial word.
+    if at < dst.len() {
+        let w = word((offset + at) / 4).to_le_bytes();
+        let n = dst.len() - at;
+        dst[at..].copy_from_slice(&w[..n]);
+    }
+}
+
 fn word_at(bytes: &[u8], index: usize) -> Option<u32> {
     let w = bytes.get(index * 4..index * 4 + 4)?;
     Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
@@ -168,5 +234,25 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn packet_bytes_written_piecewise_match_the_encoder() {
+        for words in [0u32, 1, 2, 7, 40] {
+            let len = packet_len(words);
+            let mut whole = vec![0u8; len];
+            encode_packet(&mut whole, 0x41, 0x0100_0203, 0x123, words).unwrap();
+            for start in 0..len {
+                for end in start..=len {
+                    let mut piece = vec![0xAAu8; end - start];
+                    write_packet_bytes(&mut piece, start, 0x41, 0x0100_0203, 0x123, words);
+                    assert_eq!(
+                        piece,
+                        &whole[start..end],
+                        "words {words} bytes {start}..{end}"
+                    );
+                }
+            }
+        }
     }
 }

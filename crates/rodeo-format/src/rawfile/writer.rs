@@ -263,6 +263,21 @@ impl RawFileWriter {
         Ok(location)
     }
 
+    /// Makes every event written so far durable: flushes the buffer and `fdatasync`s the open
+    /// file. A logger calls it once per batch of events (group commit) before acknowledging
+    /// them; events in files already closed were synced at close (with `fsync_on_close`).
+    pub fn sync(&mut self) -> Result<(), RawFileError> {
+        let Some(f) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let r = f.out.flush().and_then(|()| f.out.get_ref().sync_data());
+        r.map_err(|source| RawFileError::Io {
+            op: "fdatasync",
+            path: f.writing.clone(),
+            source,
+        })
+    }
+
     /// Closes the open file (if it holds any event) so the next event starts a new one; the
     /// lumiblock of the next file's start record becomes `lumiblock`.
     pub fn rotate(&mut self, lumiblock: u32) -> Result<(), RawFileError> {

@@ -1,9 +1,9 @@
 //! FELIX mode: E-link packets packed into blocks, one unit per block.
 //!
-//! Per L1ID the generator writes one packet per E-link in the default packet format
-//! ([`encode_packet`]: extended L1ID, BCID and payload length, then the `pattern` payload) into a
-//! reused packet buffer and pushes it into that E-link's [`ElinkEncoder`]. Each encoder packs its
-//! packets into blocks (splitting a packet over blocks as FIRST/MIDDLE/LAST when needed) and hands
+//! Per L1ID the generator writes one packet per E-link in the default packet format (extended
+//! L1ID, BCID and payload length, then the `pattern` payload), generated piece by piece straight
+//! into that E-link's [`ElinkEncoder`] block ([`write_packet_bytes`], no intermediate packet
+//! buffer). Each encoder packs its packets into blocks (splitting a packet over blocks as FIRST/MIDDLE/LAST when needed) and hands
 //! out a block the moment it is full, as a FELIX card does for a busy E-link.
 //!
 //! Blocks are the units: they go into the superpage whole. A block finished when the superpage
@@ -12,7 +12,9 @@
 //! ever split or dropped. The overflow queue is a reused byte buffer: no allocation per packet or
 //! block once it has grown to its high-water mark (about one L1ID's worth of blocks).
 
-use rodeo_format::felix::{encode_packet, ElinkEncoder, TrailerSize, DEFAULT_BLOCK_SIZE};
+use rodeo_format::felix::{
+    packet_len, write_packet_bytes, ElinkEncoder, TrailerSize, DEFAULT_BLOCK_SIZE,
+};
 
 use super::{GeneratorError, L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
 use crate::dma::{Fill, Generator};
@@ -58,7 +60,6 @@ pub struct FelixGenerator {
     block_size: usize,
     l1id: L1idCounter,
     rng: Rng,
-    packet: Vec<u8>,
     /// Finished blocks that did not fit the last superpage, from `overflow_head`.
     overflow: Vec<u8>,
     overflow_head: usize,
@@ -83,7 +84,6 @@ impl FelixGenerator {
             block_size: config.block_size,
             l1id: L1idCounter::new(config.l1id_wrap),
             rng: Rng::new(config.seed),
-            packet: vec![0u8; rodeo_format::felix::packet_len(payload_words.max)],
             overflow: Vec::new(),
             overflow_head: 0,
             blocks: 0,
@@ -160,7 +160,6 @@ impl Generator for FelixGenerator {
             payload_words,
             l1id,
             rng,
-            packet,
             overflow,
             overflow_head,
             ..
@@ -177,11 +176,13 @@ impl Generator for FelixGenerator {
             let bcid = (ext.wrapping_mul(7) % 3564) as u16;
             for enc in encoders.iter_mut() {
                 let words = payload_words.draw(rng);
-                // The buffer holds the largest packet and the fields are in range, so this
-                // cannot fail; a failure would only skip the packet.
-                if let Ok(len) = encode_packet(packet, enc.elink(), ext, bcid, words) {
-                    enc.push_chunk(&packet[..len], |block| out.put(block));
-                }
+                let elink = enc.elink();
+                // The packet is generated straight into the E-link's block, piece by piece.
+                enc.push_chunk_from(
+                    packet_len(words),
+                    |offset, dst| write_packet_bytes(dst, offset, elink, ext, bcid, words),
+                    |block| out.put(block),
+                );
             }
             l1id.advance();
         }

@@ -19,6 +19,7 @@
 //! is drawn once; if it does not fit the rest of the superpage it is kept for the next one, so
 //! the sequence of sizes does not depend on the superpage size.
 
+use rodeo_format::checksum::{crc16_words, CRC16_INIT};
 use rodeo_format::fragment::{
     ROD_FORMAT_VERSION, ROD_HEADER_WORDS, ROD_MARKER, ROD_TRAILER_WORDS, SLINK_BEGIN, SLINK_END,
 };
@@ -46,6 +47,9 @@ pub struct SlinkConfig {
     pub l1id_wrap: u32,
     /// Frame each fragment with the S-LINK control words 0xB0F00000 / 0xE0F00000.
     pub framing: bool,
+    /// Follow each ROD fragment with a CRC word (CRC16-CCITT of its words, see
+    /// `rodeo_format::slink`).
+    pub crc: bool,
     /// PRNG seed for the fragment sizes.
     pub seed: u64,
 }
@@ -58,6 +62,7 @@ impl Default for SlinkConfig {
             data_words: WordRange::fixed(256),
             l1id_wrap: DEFAULT_L1ID_WRAP,
             framing: false,
+            crc: false,
             seed: 0x5EED,
         }
     }
@@ -67,7 +72,12 @@ impl SlinkConfig {
     /// Words of a fragment with `data_words` data words, control words included.
     pub fn fragment_words(&self, data_words: u32) -> usize {
         let framing = if self.framing { 2 } else { 0 };
-        framing + ROD_HEADER_WORDS + STATUS_WORDS + data_words as usize + ROD_TRAILER_WORDS
+        framing
+            + usize::from(self.crc)
+            + ROD_HEADER_WORDS
+            + STATUS_WORDS
+            + data_words as usize
+            + ROD_TRAILER_WORDS
     }
 }
 
@@ -138,17 +148,41 @@ impl SlinkGenerator {
             w.copy_from_slice(&base.wrapping_add(i as u32).to_le_bytes());
         }
         at += data_bytes;
+        let trailer = [STATUS_WORDS as u32, ndata, 0];
+        for w in trailer {
+            out[at..at + 4].copy_from_slice(&w.to_le_bytes());
+            at += 4;
+        }
+        if c.crc {
+            let first = usize::from(c.framing) * 4;
+            let crc = u32::from(crc16_le_bytes(&out[first..at]));
+            out[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+            at += 4;
+        }
         let mut put = |w: u32| {
             out[at..at + 4].copy_from_slice(&w.to_le_bytes());
             at += 4;
         };
-        put(STATUS_WORDS as u32);
-        put(ndata);
-        put(0);
         if c.framing {
             put(SLINK_END);
         }
     }
+}
+
+/// CRC16-CCITT of little-endian words given as bytes (a multiple of 4), fed word by word as
+/// the event format defines it, through a small stack buffer (the superpage need not be
+/// word-aligned).
+fn crc16_le_bytes(bytes: &[u8]) -> u16 {
+    let mut crc = CRC16_INIT;
+    let mut words = [0u32; 64];
+    for block in bytes.chunks(4 * words.len()) {
+        let n = block.len() / 4;
+        for (w, b) in words.iter_mut().zip(block.chunks_exact(4)) {
+            *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        crc = crc16_words(crc, &words[..n]);
+    }
+    crc
 }
 
 impl Generator for SlinkGenerator {
@@ -209,6 +243,35 @@ mod tests {
             at = end + 1;
         }
         assert_eq!(at, w.len());
+    }
+
+    #[test]
+    fn crc_words_pass_the_checker() {
+        use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkItem};
+        for framing in [false, true] {
+            let mut g = SlinkGenerator::new(SlinkConfig {
+                framing,
+                crc: true,
+                data_words: WordRange::uniform(0, 300),
+                ..SlinkConfig::default()
+            });
+            let mut buf = vec![0u8; 64 * 1024];
+            let f = g.fill(&mut buf, u64::MAX);
+            let mut checker = SlinkChecker::new(SlinkCheckConfig {
+                framing,
+                crc: true,
+                ..SlinkCheckConfig::default()
+            });
+            let mut good = 0u64;
+            checker.check(&words(&buf[..f.bytes]), |item| {
+                if let SlinkItem::Fragment(fr) = item {
+                    assert!(fr.status.is_ok(), "{:#x}", fr.status.word());
+                    good += 1;
+                }
+            });
+            assert_eq!(good, f.units);
+            assert_eq!(checker.counters().dropped_words, 0);
+        }
     }
 
     #[test]

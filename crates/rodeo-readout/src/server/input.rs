@@ -1,5 +1,5 @@
 //! What feeds the store inside the core thread: a DMA channel per ROB (real or emulated card,
-//! S-LINK mode) through the S-LINK adapter, or an inline firmware-style generator.
+//! S-LINK mode) through the S-LINK checker, or an inline firmware-style generator.
 //!
 //! # Back-pressure
 //!
@@ -12,8 +12,9 @@ use rodeo_memory::Superpage;
 
 use crate::dma::{DmaChannel, Filled};
 use crate::generator::L1idCounter;
-use crate::store::slink::{ErrorDump, Piece, SlinkAdapter, SlinkCounters};
+use crate::store::slink::ErrorDump;
 use crate::store::{EventStore, IngestError, ROB_HEADER_WORDS};
+use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
 /// A source of fragments polled by the core thread.
 pub trait Input: Send + 'static {
@@ -32,29 +33,47 @@ pub trait Input: Send + 'static {
 /// Fragments taken per channel per poll, so one busy channel cannot starve requests.
 const POLL_BUDGET: usize = 256;
 
-struct DmaLane<D> {
-    channel: D,
-    adapter: SlinkAdapter,
-    current: Option<(Filled<Superpage>, usize)>,
+/// A fragment the store refused, kept (by position in the held superpage) for the next poll.
+#[derive(Debug, Clone, Copy)]
+struct Backlog {
+    start: usize,
+    len: usize,
+    status: Status,
 }
 
-/// One DMA channel per store channel (channel `i` feeds store channel `i`), read through the
-/// S-LINK adapter. Unreadable fragments go to the error dump.
+struct DmaLane<D> {
+    channel: D,
+    checker: SlinkChecker,
+    /// The superpage being read, while the store still refuses some of its fragments.
+    held: Option<Filled<Superpage>>,
+    /// Its fragments still to store, in stream order (grows to its high-water mark once).
+    backlog: Vec<Backlog>,
+    next: usize,
+}
+
+/// One DMA channel per store channel (channel `i` feeds store channel `i`), each superpage
+/// checked by a [`SlinkChecker`]. Words the checker drops go to the error dump.
+///
+/// The checker walks a whole superpage at once; fragments the store refuses (full) are kept as
+/// positions in the superpage, which is held until they are all stored, and the channel is not
+/// read meanwhile: the card stalls (back-pressure), nothing is dropped.
 pub struct DmaInput<D> {
     lanes: Vec<DmaLane<D>>,
     dump: ErrorDump,
 }
 
 impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
-    /// Reads `channels` (each already given its empty superpages), L1IDs wrapping at `wrap`.
-    pub fn new(channels: Vec<D>, wrap: u32, dump: ErrorDump) -> DmaInput<D> {
+    /// Reads `channels` (each already given its empty superpages), checked per `check`.
+    pub fn new(channels: Vec<D>, check: SlinkCheckConfig, dump: ErrorDump) -> DmaInput<D> {
         DmaInput {
             lanes: channels
                 .into_iter()
                 .map(|channel| DmaLane {
                     channel,
-                    adapter: SlinkAdapter::new(wrap),
-                    current: None,
+                    checker: SlinkChecker::new(check),
+                    held: None,
+                    backlog: Vec::new(),
+                    next: 0,
                 })
                 .collect(),
             dump,
@@ -72,49 +91,54 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
         let mut consumed = 0u64;
         for (c, lane) in self.lanes.iter_mut().enumerate() {
             let mut budget = POLL_BUDGET;
-            while budget > 0 {
-                if lane.current.is_none() {
-                    match lane.channel.pop_superpage() {
-                        Some(f) => lane.current = Some((f, 0)),
-                        None => break,
+            loop {
+                // Finish the held superpage first.
+                if let Some(held) = &lane.held {
+                    let words = held.superpage.words();
+                    while lane.next < lane.backlog.len() {
+                        let b = lane.backlog[lane.next];
+                        match store.ingest(c, &words[b.start..b.start + b.len], b.status) {
+                            Err(IngestError::Full) => break,
+                            Ok(_) | Err(_) => {
+                                lane.next += 1;
+                                consumed += 1;
+                            }
+                        }
                     }
+                    if lane.next < lane.backlog.len() {
+                        break; // still full: keep the superpage, stall the card
+                    }
+                    let held = lane.held.take().expect("checked above");
+                    lane.backlog.clear();
+                    lane.next = 0;
+                    // The superpage came from this channel: its transfer queue has room.
+                    let _ = lane.channel.push_superpage(held.superpage);
                 }
-                let Some((filled, at)) = lane.current.as_mut() else {
+                if budget == 0 {
+                    break;
+                }
+                let Some(filled) = lane.channel.pop_superpage() else {
                     break;
                 };
+                budget = budget.saturating_sub(filled.units.max(1) as usize);
                 let used = filled.bytes_used.min(filled.superpage.len()) / 4;
                 let words = &filled.superpage.words()[..used];
-                let mut blocked = false;
-                while budget > 0 {
-                    let before = *at;
-                    let Some(piece) = lane.adapter.next(words, at) else {
-                        break;
-                    };
-                    match piece {
-                        Piece::Fragment(rod, status) => match store.ingest(c, rod, status) {
-                            Ok(_) => {}
-                            Err(IngestError::Full) => {
-                                // Retry this fragment later: rewind, keep the adapter's view.
-                                *at = before;
-                                lane.adapter.unread();
-                                blocked = true;
-                                break;
-                            }
-                            Err(_) => self.dump.dump(c, rod),
-                        },
-                        Piece::Unreadable(w) => self.dump.dump(c, w),
+                let base = words.as_ptr() as usize;
+                let (dump, backlog) = (&mut self.dump, &mut lane.backlog);
+                lane.checker.check(words, |item| match item {
+                    SlinkItem::Fragment(f) => {
+                        let start = (f.rod.as_ptr() as usize - base) / 4;
+                        // Everything goes through the backlog; stored right below.
+                        backlog.push(Backlog {
+                            start,
+                            len: f.rod.len(),
+                            status: f.status,
+                        });
                     }
-                    consumed += 1;
-                    budget -= 1;
-                }
-                if blocked {
-                    break;
-                }
-                if *at >= used {
-                    let (filled, _) = lane.current.take().expect("checked above");
-                    // The superpage came from this channel: its transfer queue has room.
-                    let _ = lane.channel.push_superpage(filled.superpage);
-                }
+                    SlinkItem::Dropped(d) => dump.dump(c, d.words),
+                });
+                lane.held = Some(filled);
+                lane.next = 0;
             }
         }
         consumed
@@ -123,12 +147,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
     fn slink_counters(&self) -> SlinkCounters {
         let mut t = SlinkCounters::default();
         for l in &self.lanes {
-            let k = l.adapter.counters;
-            t.fragments += k.fragments;
-            t.flagged += k.flagged;
-            t.unreadable += k.unreadable;
-            t.skipped_words += k.skipped_words;
-            t.sequence_errors += k.sequence_errors;
+            t.add(l.checker.counters());
         }
         t
     }

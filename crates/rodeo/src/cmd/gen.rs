@@ -1,4 +1,5 @@
-//! `rodeo gen`: synthetic data for tests, replays and benchmarks.
+//! `rodeo gen`: synthetic data for tests, replays and benchmarks (`gen link` lives in
+//! `gen_link.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +23,9 @@ pub(crate) struct Args {
 enum What {
     /// Write synthetic full events (realistic ROB mix, counter payloads) to raw-data files.
     Events(EventsArgs),
+    /// Produce a FELIX or S-LINK link stream into a link capture file or to a network input
+    /// channel, optionally with every error kind injected (`--corrupt FRACTION`).
+    Link(super::gen_link::LinkArgs),
 }
 
 /// The checksum type of generated fragments.
@@ -107,6 +111,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        What::Link(a) => super::gen_link::run(a),
     }
 }
 

@@ -1,8 +1,10 @@
 //! Command-line interface: one module per subcommand, each with its own arguments struct.
 
 mod bench;
+mod cards;
 mod dump;
 mod gen;
+mod gen_link;
 mod info;
 mod ros;
 mod run;
@@ -49,6 +51,9 @@ enum Command {
     Tester(tester::Args),
     /// Measure this machine as the papers did (`rodeo bench pool`, ...).
     Bench(bench::Args),
+    /// Start the readout cards (emulated FELIX and S-LINK, file player, network input) and
+    /// show every channel's link, queues, counters and decoding errors.
+    Cards(cards::Args),
 }
 
 /// Runs the parsed command; the exit code says whether what it checked was good.
@@ -62,5 +67,6 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args),
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),
+        Command::Cards(args) => cards::run(args),
     }
 }

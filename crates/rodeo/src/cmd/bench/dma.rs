@@ -153,7 +153,7 @@ fn measure(
             c,
             EmulatedConfig {
                 queue_depth: n,
-                max_units_per_s: None,
+                ..EmulatedConfig::default()
             },
         )?);
         while let Ok(sp) = pool.alloc() {

@@ -1,0 +1,285 @@
+//! The Level-1 source: one accept per event, with its regions of interest.
+//!
+//! [`L1Source`] is the emulator of the RoIB / Level-1 (the seeds' L1 emulator): the extended
+//! L1ID counts from 0 with the readout's wrap rule (L1ID wraps at `l1id_wrap` into the 8-bit
+//! ECR counter, exactly as the emulated cards count, so the two agree), the global event id
+//! counts from 0 and never wraps, and each event gets a number of RoIs drawn uniformly from
+//! `rois_per_event`, each RoI a ROB id drawn from `roi_robs`. Everything is deterministic from
+//! the seed, so a run can be replayed. The supervisor owns the source and paces it
+//! ([`Pacer`]): the L1 rate is a token bucket, and no slot means no accept (flow control, the
+//! RoIB's busy).
+
+use std::time::Instant;
+
+/// Most RoIs an event may carry.
+pub const MAX_ROIS: usize = 16;
+
+/// One Level-1 accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct L1Accept {
+    /// Global event id (from 0, never wraps).
+    pub global_id: u64,
+    /// Extended L1ID (ECR in bits 31..24).
+    pub l1id: u32,
+    /// Bunch-crossing id (12 bits).
+    pub bcid: u32,
+    /// L1 trigger type.
+    pub trigger_type: u32,
+    rois: [u32; MAX_ROIS],
+    nrois: u8,
+}
+
+impl L1Accept {
+    /// An accept with the given RoI ROB ids (at most [`MAX_ROIS`]; more are ignored).
+    pub fn new(global_id: u64, l1id: u32, bcid: u32, trigger_type: u32, rois: &[u32]) -> L1Accept {
+        let mut a = L1Accept {
+            global_id,
+            l1id,
+            bcid,
+            trigger_type,
+            rois: [0; MAX_ROIS],
+            nrois: 0,
+        };
+        for &r in rois.iter().take(MAX_ROIS) {
+            a.rois[a.nrois as usize] = r;
+            a.nrois += 1;
+        }
+        a
+    }
+
+    /// The RoI ROB ids.
+    pub fn rois(&self) -> &[u32] {
+        &self.rois[..self.nrois as usize]
+    }
+}
+
+/// Configuration of the L1 emulator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L1SourceConfig {
+    /// Accepts per second; `None`: as fast as slots free up.
+    pub rate_hz: Option<f64>,
+    /// Stop after this many accepts; `None`: until stopped.
+    pub events: Option<u64>,
+    /// ROB ids a region of interest can point at.
+    pub roi_robs: Vec<u32>,
+    /// Fewest and most RoIs per event (inclusive; clamped to 1..=16 and to the ROBs available).
+    pub rois_per_event: (u32, u32),
+    /// The L1ID wraps at this value into the ECR counter (as the readout's does).
+    pub l1id_wrap: u32,
+    /// L1 trigger type of every event.
+    pub trigger_type: u32,
+    /// PRNG seed.
+    pub seed: u64,
+}
+
+impl Default for L1SourceConfig {
+    fn default() -> L1SourceConfig {
+        L1SourceConfig {
+            rate_hz: None,
+            events: None,
+            roi_robs: Vec::new(),
+            rois_per_event: (1, 2),
+            l1id_wrap: 1 << 24,
+            trigger_type: 1,
+            seed: 0x001A_11CE,
+        }
+    }
+}
+
+/// The L1 emulator; see the module docs.
+#[derive(Debug, Clone)]
+pub struct L1Source {
+    config: L1SourceConfig,
+    next_global: u64,
+    l1id: u32,
+    ecr: u8,
+    rng: u64,
+}
+
+impl L1Source {
+    /// A source at event 0.
+    pub fn new(config: L1SourceConfig) -> L1Source {
+        let rng = config.seed;
+        L1Source {
+            config,
+            next_global: 0,
+            l1id: 0,
+            ecr: 0,
+            rng,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &L1SourceConfig {
+        &self.config
+    }
+
+    /// Accepts produced so far.
+    pub fn produced(&self) -> u64 {
+        self.next_global
+    }
+
+    /// Whether the configured number of events has been produced.
+    pub fn is_done(&self) -> bool {
+        self.config.events.is_some_and(|n| self.next_global >= n)
+    }
+
+    fn random(&mut self) -> u64 {
+        // SplitMix64: deterministic, cheap, good enough for choices.
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        (((self.random() >> 32) * n) >> 32).min(n - 1)
+    }
+
+    /// The next accept, or `None` when the configured count is reached.
+    pub fn next_accept(&mut self) -> Option<L1Accept> {
+        if self.is_done() {
+            return None;
+        }
+        let extended = (u32::from(self.ecr) << 24) | self.l1id;
+        let robs = self.config.roi_robs.len() as u64;
+        let (lo, hi) = self.config.rois_per_event;
+        let hi = (hi.max(lo) as u64).min(MAX_ROIS as u64).min(robs);
+        let lo = (lo as u64).min(hi);
+        let n = lo + self.below(hi - lo + 1);
+        let mut rois = [0u32; MAX_ROIS];
+        let mut k = 0;
+        while k < n as usize {
+            let at = self.below(robs) as usize;
+            let pick = self.config.roi_robs[at];
+            if !rois[..k].contains(&pick) {
+                rois[k] = pick;
+                k += 1;
+            }
+        }
+        let accept = L1Accept::new(
+            self.next_global,
+            extended,
+            extended.wrapping_mul(7) % 3564,
+            self.config.trigger_type,
+            &rois[..k],
+        );
+        self.next_global += 1;
+        self.l1id += 1;
+        if self.l1id >= self.config.l1id_wrap.clamp(1, 1 << 24) {
+            self.l1id = 0;
+            self.ecr = self.ecr.wrapping_add(1);
+        }
+        Some(accept)
+    }
+}
+
+/// Paces accepts at a rate: a token bucket with 1 ms of burst (or no limit).
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    rate: Option<f64>,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Pacer {
+    /// A pacer at `rate_hz` (`None`: unlimited).
+    pub fn new(rate_hz: Option<f64>) -> Pacer {
+        Pacer {
+            rate: rate_hz.filter(|r| *r > 0.0),
+            tokens: 0.0,
+            last: Instant::now(),
+        }
+    }
+
+    /// Accepts allowed now (u64::MAX when unlimited).
+    pub fn available(&mut self) -> u64 {
+        let Some(rate) = self.rate else {
+            return u64::MAX;
+        };
+        let now = Instant::now();
+        let cap = (rate * 0.001).max(1.0);
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(cap);
+        self.last = now;
+        self.tokens.max(0.0) as u64
+    }
+
+    /// Takes `n` accepts from the bucket.
+    pub fn take(&mut self, n: u64) {
+        if self.rate.is_some() {
+            self.tokens -= n as f64;
+        }
+    }
+
+    /// Seconds until the next accept is allowed (0 when unlimited or allowed now).
+    pub fn wait_s(&self) -> f64 {
+        match self.rate {
+            Some(rate) if self.tokens < 1.0 => (1.0 - self.tokens) / rate,
+            _ => 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_are_deterministic_and_wrap_like_the_readout() {
+        let cfg = L1SourceConfig {
+            events: Some(10),
+            roi_robs: vec![1, 2, 3, 4],
+            rois_per_event: (1, 3),
+            l1id_wrap: 4,
+            ..L1SourceConfig::default()
+        };
+        let mut a = L1Source::new(cfg.clone());
+        let mut b = L1Source::new(cfg);
+        let mut l1ids = Vec::new();
+        while let Some(x) = a.next_accept() {
+            assert_eq!(Some(x), b.next_accept());
+            assert!((1..=3).contains(&x.rois().len()));
+            let mut r = x.rois().to_vec();
+            r.sort_unstable();
+            r.dedup();
+            assert_eq!(r.len(), x.rois().len(), "RoIs are distinct");
+            l1ids.push(x.l1id);
+        }
+        assert_eq!(
+            l1ids,
+            [
+                0,
+                1,
+                2,
+                3,
+                1 << 24,
+                (1 << 24) + 1,
+                (1 << 24) + 2,
+                (1 << 24) + 3,
+                2 << 24,
+                (2 << 24) + 1
+            ]
+        );
+        assert!(a.is_done());
+        assert_eq!(a.produced(), 10);
+    }
+
+    #[test]
+    fn no_roi_robs_means_no_rois() {
+        let mut s = L1Source::new(L1SourceConfig::default());
+        assert!(s.next_accept().unwrap().rois().is_empty());
+    }
+
+    #[test]
+    fn pacer_limits() {
+        let mut p = Pacer::new(Some(1000.0));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let n = p.available();
+        assert!(n <= 1, "burst is 1 ms: {n}");
+        assert_eq!(Pacer::new(None).available(), u64::MAX);
+    }
+}

@@ -1,0 +1,28 @@
+//! rodeo's dataflow applications: everything after the readout nodes.
+//!
+//! - [`l1source`]: the Level-1 accepts (an emulator: rate, RoIs drawn from configured ROBs,
+//!   deterministic from a seed).
+//! - [`supervisor`]: assigns events to data-collection nodes against credits, reassigns the
+//!   events of slow or dead nodes as forced accepts, groups clears for the readout nodes.
+//! - [`dcm`]: a data-collection node: per processing slot, RoI requests to the readout nodes,
+//!   the trigger algorithm, the rest of an accepted event, the full event built and shipped to a
+//!   logger, done reported after the logger's acknowledgement.
+//! - [`trigger`]: the trigger-algorithm interface and the built-in emulations.
+//! - [`logger`]: writes events per stream with group commit (fdatasync per batch), then
+//!   acknowledges them; drops (and counts) duplicates, so every event is written once.
+//!
+//! Every application is one thread that owns its ZeroMQ sockets and its state: no locks, no
+//! shared mutable state. They speak the protocol of `specs/dataflow-protocol.md` over any
+//! endpoint (inproc, ipc, tcp), so the same code runs embedded in one process or as separate
+//! processes on several hosts. [`AppHandle`] is how a controller stops one and collects its
+//! summary.
+
+pub mod dcm;
+pub mod l1source;
+pub mod logger;
+pub mod supervisor;
+pub mod trigger;
+
+mod app;
+
+pub use app::{AppHandle, DataflowError};

@@ -1,0 +1,343 @@
+//! The logger (the seeds' SFO): writes accepted events to raw-data files, per stream, and
+//! acknowledges them once they are safely on disk.
+//!
+//! # Protocol
+//!
+//! A ROUTER socket bound at the configured endpoint receives `Event` messages from DCMs and
+//! answers each sender with `EventAck` messages listing the global ids now written.
+//!
+//! # Group commit
+//!
+//! An acknowledgement promises the event is on disk, so the logger must `fdatasync` before it
+//! acknowledges; doing that per event would cap a logger at a few thousand events per second.
+//! It writes every event that has arrived (up to `batch`), syncs the files it touched once, then
+//! acknowledges the whole batch: the cost of a sync is shared by the batch, and under load the
+//! batch grows by itself.
+//!
+//! # Exactly once
+//!
+//! An event reassigned after a timeout may reach the logger twice (the slow node finishing it
+//! after all). The logger remembers the global ids it wrote in this run and drops a repeat,
+//! counting it and still acknowledging it, so every event is written once.
+//!
+//! # Bad input
+//!
+//! A message that does not decode, or an event fragment that does not parse, is counted,
+//! logged and dropped (never acknowledged: its sender will see the event time out and the
+//! supervisor will reassign it).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use rodeo_format::checksum::bytes_as_words;
+use rodeo_format::fragment::FullEvent;
+use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::message::{decode, encode_event_ack, Message};
+use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
+
+use crate::{AppHandle, DataflowError};
+
+/// Configuration of a logger.
+#[derive(Debug, Clone)]
+pub struct LoggerConfig {
+    /// Application name (in file names and errors).
+    pub name: String,
+    /// Endpoint to bind (DCMs connect here).
+    pub endpoint: String,
+    /// Output directory.
+    pub directory: PathBuf,
+    /// Run number.
+    pub run: u32,
+    /// Stream names, by stream index; events for other indices go to `stream<N>`.
+    pub streams: Vec<String>,
+    /// Rotate files at this size.
+    pub max_file_bytes: u64,
+    /// Most events per group commit.
+    pub batch: usize,
+}
+
+impl LoggerConfig {
+    /// A logger `name` binding `endpoint`, writing run `run` into `directory`, one stream
+    /// `physics_Main`, 1 GiB files, batches of 256.
+    pub fn new(name: &str, endpoint: &str, directory: PathBuf, run: u32) -> LoggerConfig {
+        LoggerConfig {
+            name: name.to_string(),
+            endpoint: endpoint.to_string(),
+            directory,
+            run,
+            streams: vec!["physics_Main".into()],
+            max_file_bytes: 1 << 30,
+            batch: 256,
+        }
+    }
+}
+
+/// What a logger did in a run.
+#[derive(Debug, Clone, Default)]
+pub struct LoggerSummary {
+    /// Events written (each once).
+    pub events_written: u64,
+    /// Bytes of event records written.
+    pub bytes_written: u64,
+    /// Repeated events dropped (still acknowledged).
+    pub duplicates: u64,
+    /// Messages or events that could not be decoded (dropped, not acknowledged).
+    pub bad_messages: u64,
+    /// Group commits (fdatasync rounds).
+    pub commits: u64,
+    /// EventAck messages sent.
+    pub acks_sent: u64,
+    /// Files closed, in order.
+    pub files: Vec<PathBuf>,
+}
+
+/// Live counters of a logger, readable while it runs.
+#[derive(Debug, Default)]
+pub struct LoggerCounters {
+    /// Events written.
+    pub events_written: std::sync::atomic::AtomicU64,
+    /// Bytes written.
+    pub bytes_written: std::sync::atomic::AtomicU64,
+}
+
+/// Starts a logger thread; the socket is bound before this returns.
+pub fn spawn(
+    config: LoggerConfig,
+    transport: &Transport,
+    counters: Arc<LoggerCounters>,
+) -> Result<AppHandle<LoggerSummary>, DataflowError> {
+    let app = config.name.clone();
+    let endpoint = Endpoint::parse(&config.endpoint).map_err(|source| DataflowError::Endpoint {
+        app: app.clone(),
+        source,
+    })?;
+    let terr = |what: &str| {
+        let app = app.clone();
+        let what = what.to_string();
+        move |source| DataflowError::Transport { app, what, source }
+    };
+    let socket = transport
+        .socket(SocketKind::Router)
+        .map_err(terr("create socket"))?;
+    socket
+        .set_high_water_marks(100_000)
+        .map_err(terr("set high-water marks"))?;
+    socket
+        .bind(&endpoint)
+        .map_err(terr(&format!("bind {}", config.endpoint)))?;
+    std::fs::create_dir_all(&config.directory).map_err(|e| DataflowError::Config {
+        app: app.clone(),
+        reason: format!("cannot create {}: {e}", config.directory.display()),
+    })?;
+    AppHandle::spawn(&app, move |stop| {
+        Logger::new(config, counters).run(socket, &stop)
+    })
+}
+
+struct Logger {
+    config: LoggerConfig,
+    counters: Arc<LoggerCounters>,
+    writers: Vec<Option<RawFileWriter>>,
+    touched: Vec<bool>,
+    written: HashSet<u64>,
+    peers: HashMap<Vec<u8>, usize>,
+    peer_ids: Vec<Vec<u8>>,
+    pending: Vec<(usize, u64)>,
+    summary: LoggerSummary,
+    scratch: Vec<u32>,
+    ack: Vec<u8>,
+    ids: Vec<u64>,
+}
+
+impl Logger {
+    fn new(config: LoggerConfig, counters: Arc<LoggerCounters>) -> Logger {
+        Logger {
+            config,
+            counters,
+            writers: Vec::new(),
+            touched: Vec::new(),
+            written: HashSet::new(),
+            peers: HashMap::new(),
+            peer_ids: Vec::new(),
+            pending: Vec::new(),
+            summary: LoggerSummary::default(),
+            scratch: Vec::new(),
+            ack: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+
+    fn err_files(&self, source: rodeo_format::rawfile::RawFileError) -> DataflowError {
+        DataflowError::Files {
+            app: self.config.name.clone(),
+            source,
+        }
+    }
+
+    fn run(
+        mut self,
+        mut socket: rodeo_transport::socket::Socket,
+        stop: &AtomicBool,
+    ) -> Result<LoggerSummary, DataflowError> {
+        let mut msg = Received::default();
+        loop {
+            let wait = if self.pending.is_empty() { 20 } else { 0 };
+            let got = socket
+                .recv(&mut msg, wait)
+                .map_err(|source| DataflowError::Transport {
+                    app: self.config.name.clone(),
+                    what: "receive".into(),
+                    source,
+                })?;
+            if got {
+                self.handle(&msg)?;
+                if self.pending.len() < self.config.batch.max(1) {
+                    continue;
+                }
+            }
+            if !self.pending.is_empty() {
+                self.commit(&mut socket)?;
+            } else if !got && stop.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        let mut files = Vec::new();
+        for w in self.writers.drain(..).flatten() {
+            let closed = w.finish().map_err(|source| DataflowError::Files {
+                app: self.config.name.clone(),
+                source,
+            })?;
+            files.extend(closed.into_iter().map(|c| c.path));
+        }
+        self.summary.files = files;
+        Ok(self.summary)
+    }
+
+    fn handle(&mut self, msg: &Received) -> Result<(), DataflowError> {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.summary.bad_messages += 1;
+            return Ok(());
+        };
+        let Message::Event { stream, event } = decoded.message else {
+            self.summary.bad_messages += 1;
+            return Ok(());
+        };
+        let words: &[u32] = match bytes_as_words(event) {
+            Some(w) => w,
+            None if event.len() % 4 == 0 => {
+                self.scratch.clear();
+                self.scratch.extend(
+                    event
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+                &self.scratch
+            }
+            None => {
+                self.summary.bad_messages += 1;
+                return Ok(());
+            }
+        };
+        let Ok(parsed) = FullEvent::parse(words) else {
+            self.summary.bad_messages += 1;
+            return Ok(());
+        };
+        let gid = parsed.global_id();
+        let peer = match self.peers.get(msg.peer.as_slice()) {
+            Some(&p) => p,
+            None => {
+                self.peer_ids.push(msg.peer.clone());
+                self.peers.insert(msg.peer.clone(), self.peer_ids.len() - 1);
+                self.peer_ids.len() - 1
+            }
+        };
+        if !self.written.insert(gid) {
+            self.summary.duplicates += 1;
+            self.pending.push((peer, gid));
+            return Ok(());
+        }
+        let s = stream as usize;
+        if self.writers.len() <= s {
+            self.writers.resize_with(s + 1, || None);
+            self.touched.resize(s + 1, false);
+        }
+        if self.writers[s].is_none() {
+            let name = self
+                .config
+                .streams
+                .get(s)
+                .cloned()
+                .unwrap_or_else(|| format!("stream{s}"));
+            let mut cfg = RawFileConfig::new(
+                &self.config.directory,
+                self.config.run,
+                &self.config.name,
+                &name,
+            );
+            cfg.max_file_bytes = self.config.max_file_bytes;
+            let w = RawFileWriter::create(cfg).map_err(|e| self.err_files(e))?;
+            self.writers[s] = Some(w);
+        }
+        let compressed = parsed.compression() != 0;
+        let Some(writer) = self.writers[s].as_mut() else {
+            return Ok(());
+        };
+        writer
+            .write_event(words, u32::from(compressed))
+            .map_err(|source| DataflowError::Files {
+                app: self.config.name.clone(),
+                source,
+            })?;
+        self.touched[s] = true;
+        self.summary.events_written += 1;
+        self.summary.bytes_written += 4 * words.len() as u64;
+        self.counters.events_written.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_add(4 * words.len() as u64, Ordering::Relaxed);
+        self.pending.push((peer, gid));
+        Ok(())
+    }
+
+    /// Syncs the touched files, then acknowledges every pending event to its sender.
+    fn commit(
+        &mut self,
+        socket: &mut rodeo_transport::socket::Socket,
+    ) -> Result<(), DataflowError> {
+        for (w, t) in self.writers.iter_mut().zip(self.touched.iter_mut()) {
+            if let (Some(w), true) = (w.as_mut(), *t) {
+                w.sync().map_err(|source| DataflowError::Files {
+                    app: self.config.name.clone(),
+                    source,
+                })?;
+            }
+            *t = false;
+        }
+        self.summary.commits += 1;
+        self.pending.sort_unstable_by_key(|&(p, _)| p);
+        let mut i = 0;
+        while i < self.pending.len() {
+            let peer = self.pending[i].0;
+            self.ids.clear();
+            while i < self.pending.len() && self.pending[i].0 == peer {
+                self.ids.push(self.pending[i].1);
+                i += 1;
+            }
+            self.ack.clear();
+            encode_event_ack(&mut self.ack, 0, &self.ids);
+            // A DCM that went away cannot be acknowledged; its events are reassigned and
+            // written again (then dropped here as duplicates).
+            if socket
+                .send_to(&self.peer_ids[peer], [Frame::Copy(&self.ack)])
+                .is_ok()
+            {
+                self.summary.acks_sent += 1;
+            }
+        }
+        self.pending.clear();
+        Ok(())
+    }
+}

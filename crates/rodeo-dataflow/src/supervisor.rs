@@ -1,0 +1,601 @@
+//! The supervisor (the seeds' HLTSV / L2SV / DFM): assigns events, watches nodes, groups clears.
+//!
+//! # Sockets
+//!
+//! - a ROUTER bound at `endpoint`: DCMs send `Update` (credits and decisions), the supervisor
+//!   sends `Process` and `Build`;
+//! - one DEALER per readout node, connected to its request endpoint: `Clear` and `KeepAlive`.
+//!
+//! # State (owned by the one supervisor thread)
+//!
+//! - `credits`: a queue with one entry per free processing slot, naming its DCM. An event is
+//!   assigned only against a credit (protocol rule 1), round-robin over the DCMs as their
+//!   credits arrive.
+//! - `assigned`: global id -> the accept, the DCM holding it, and an assignment number; a
+//!   queue of (deadline, global id, assignment number) in assignment order finds expired events
+//!   without scanning (every event gets the same timeout, so deadlines are in order).
+//! - `reassign`: events taken back from a DCM (timeout, or the DCM silent for `dcm_timeout`),
+//!   sent again as `Build` (forced accept) ahead of new events (rule 2), to another DCM when
+//!   there is one.
+//! - the clear group: L1IDs of finished events, sent to every readout node in groups of
+//!   `clear_group` with consecutive sequence numbers, flushed when idle and at stop (rule 5).
+//!
+//! # Nodes that die
+//!
+//! A DCM sends an `Update` at least every heartbeat (the DCM module's `HEARTBEAT`). One silent
+//! for `dcm_timeout` is declared dead: its credits are dropped and its events reassigned. A
+//! decision that arrives for an event no longer assigned to its sender (reassigned meanwhile)
+//! is counted as late and ignored: the event is decided once.
+//!
+//! # Stop
+//!
+//! On stop (or when the L1 source has produced its events) no new event is assigned; the
+//! supervisor waits until every assigned event is decided (bounded by `drain_timeout`),
+//! flushes the clear group and returns the run's counts, which must balance (rule 6).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::message::{
+    decode, encode_assignment, encode_clear, encode_keepalive, Message, Verdict,
+};
+use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport};
+
+use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer};
+use crate::{AppHandle, DataflowError};
+
+/// Configuration of the supervisor.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    /// Application name.
+    pub name: String,
+    /// Endpoint to bind for DCMs.
+    pub endpoint: String,
+    /// Request endpoints of the readout nodes (clears go to each).
+    pub readout_endpoints: Vec<String>,
+    /// The L1 source.
+    pub l1: L1SourceConfig,
+    /// An assigned event not decided within this time is reassigned (rule 2; default 10 s).
+    pub event_timeout: Duration,
+    /// A DCM silent for this long is dead (default 3 s).
+    pub dcm_timeout: Duration,
+    /// L1IDs per clear message (default 100).
+    pub clear_group: usize,
+    /// A partial clear group is sent after this idle time (default 20 ms).
+    pub clear_flush: Duration,
+    /// A KeepAlive goes to the readout nodes after this long without a clear (default 1 s).
+    pub keepalive: Duration,
+    /// At stop, wait at most this long for assigned events to be decided (default 30 s).
+    pub drain_timeout: Duration,
+}
+
+impl SupervisorConfig {
+    /// A supervisor `name` binding `endpoint`, with the protocol's default timings.
+    pub fn new(name: &str, endpoint: &str, readout_endpoints: Vec<String>) -> SupervisorConfig {
+        SupervisorConfig {
+            name: name.to_string(),
+            endpoint: endpoint.to_string(),
+            readout_endpoints,
+            l1: L1SourceConfig::default(),
+            event_timeout: Duration::from_secs(10),
+            dcm_timeout: Duration::from_secs(3),
+            clear_group: 100,
+            clear_flush: Duration::from_millis(20),
+            keepalive: Duration::from_secs(1),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Live counters of the supervisor (64-bit, readable while it runs).
+#[derive(Debug, Default)]
+pub struct SupervisorCounters {
+    /// L1 accepts produced.
+    pub l1_accepts: AtomicU64,
+    /// Events accepted by a DCM.
+    pub accepted: AtomicU64,
+    /// Events rejected.
+    pub rejected: AtomicU64,
+    /// Events force-accepted after a reassignment.
+    pub forced_accepts: AtomicU64,
+    /// Events assigned and not yet decided.
+    pub in_flight: AtomicU64,
+    /// Free slots known (credits).
+    pub credits: AtomicU64,
+}
+
+/// The counts of a run: these must balance (rule 6).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SupervisorSummary {
+    /// L1 accepts produced.
+    pub l1_accepts: u64,
+    /// Accepted.
+    pub accepted: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Forced accepts (reassigned events).
+    pub forced_accepts: u64,
+    /// Events still undecided when the drain timed out (0 in a good run).
+    pub undecided: u64,
+    /// Reassignments (an event may be reassigned more than once).
+    pub reassignments: u64,
+    /// Of those, after the event timeout.
+    pub timeouts: u64,
+    /// DCMs declared dead.
+    pub dead_dcms: u64,
+    /// Decisions for events no longer assigned to their sender (ignored).
+    pub late_decisions: u64,
+    /// Messages that did not decode or were not expected (ignored).
+    pub bad_messages: u64,
+    /// L1IDs sent in clears (to each readout node).
+    pub cleared: u64,
+    /// Clear messages sent (to each readout node).
+    pub clear_messages: u64,
+    /// KeepAlive messages sent (to each readout node).
+    pub keepalives: u64,
+    /// DCMs seen.
+    pub dcms: u64,
+}
+
+impl SupervisorSummary {
+    /// Whether every L1 accept was decided exactly once and cleared.
+    pub fn balanced(&self) -> bool {
+        self.undecided == 0
+            && self.l1_accepts == self.accepted + self.rejected + self.forced_accepts
+            && self.cleared == self.l1_accepts
+    }
+}
+
+/// Starts the supervisor thread; its sockets are bound/connected before this returns.
+pub fn spawn(
+    config: SupervisorConfig,
+    transport: &Transport,
+    counters: Arc<SupervisorCounters>,
+) -> Result<AppHandle<SupervisorSummary>, DataflowError> {
+    let app = config.name.clone();
+    let terr = |what: String| {
+        let app = app.clone();
+        move |source| DataflowError::Transport { app, what, source }
+    };
+    let ep = |s: &str| {
+        Endpoint::parse(s).map_err(|source| DataflowError::Endpoint {
+            app: app.clone(),
+            source,
+        })
+    };
+    let router = transport
+        .socket(SocketKind::Router)
+        .map_err(terr("create socket".into()))?;
+    router
+        .set_high_water_marks(100_000)
+        .map_err(terr("set high-water marks".into()))?;
+    router
+        .bind(&ep(&config.endpoint)?)
+        .map_err(terr(format!("bind {}", config.endpoint)))?;
+    let mut readout = Vec::new();
+    for r in &config.readout_endpoints {
+        let s = transport
+            .socket(SocketKind::Dealer)
+            .map_err(terr("create socket".into()))?;
+        s.set_high_water_marks(100_000)
+            .map_err(terr("set high-water marks".into()))?;
+        s.connect(&ep(r)?).map_err(terr(format!("connect {r}")))?;
+        readout.push(s);
+    }
+    AppHandle::spawn(&app, move |stop| {
+        Supervisor::new(config, counters).run(router, readout, &stop)
+    })
+}
+
+#[derive(Debug)]
+struct Dcm {
+    id: Vec<u8>,
+    last_seen: Instant,
+    alive: bool,
+    credits: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Assigned {
+    accept: L1Accept,
+    dcm: usize,
+    number: u64,
+    forced: bool,
+}
+
+struct Supervisor {
+    config: SupervisorConfig,
+    counters: Arc<SupervisorCounters>,
+    l1: L1Source,
+    pacer: Pacer,
+    dcms: Vec<Dcm>,
+    by_id: HashMap<Vec<u8>, usize>,
+    credits: VecDeque<usize>,
+    assigned: HashMap<u64, Assigned>,
+    deadlines: VecDeque<(Instant, u64, u64)>,
+    reassign: VecDeque<(L1Accept, usize)>,
+    next_number: u64,
+    clear: Vec<u32>,
+    clear_sequence: u32,
+    last_clear: Instant,
+    oldest_pending_clear: Option<Instant>,
+    summary: SupervisorSummary,
+    buf: Vec<u8>,
+}
+
+impl Supervisor {
+    fn new(config: SupervisorConfig, counters: Arc<SupervisorCounters>) -> Supervisor {
+        let l1 = L1Source::new(config.l1.clone());
+        let pacer = Pacer::new(config.l1.rate_hz);
+        Supervisor {
+            clear: Vec::with_capacity(config.clear_group.max(1)),
+            config,
+            counters,
+            l1,
+            pacer,
+            dcms: Vec::new(),
+            by_id: HashMap::new(),
+            credits: VecDeque::new(),
+            assigned: HashMap::new(),
+            deadlines: VecDeque::new(),
+            reassign: VecDeque::new(),
+            next_number: 0,
+            clear_sequence: 0,
+            last_clear: Instant::now(),
+            oldest_pending_clear: None,
+            summary: SupervisorSummary::default(),
+            buf: Vec::with_capacity(256),
+        }
+    }
+
+    fn terr(
+        &self,
+        what: &str,
+    ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError {
+        let app = self.config.name.clone();
+        let what = what.to_string();
+        move |source| DataflowError::Transport { app, what, source }
+    }
+
+    fn run(
+        mut self,
+        mut router: Socket,
+        mut readout: Vec<Socket>,
+        stop: &AtomicBool,
+    ) -> Result<SupervisorSummary, DataflowError> {
+        let mut msg = Received::default();
+        let mut draining_since: Option<Instant> = None;
+        loop {
+            // Everything that arrived, without waiting.
+            let mut got_any = false;
+            while router
+                .try_recv_compat(&mut msg)
+                .map_err(self.terr("receive"))?
+            {
+                got_any = true;
+                self.handle(&msg);
+            }
+            let now = Instant::now();
+            self.check_dcms(now);
+            self.check_timeouts(now);
+            let stopping = stop.load(Ordering::Acquire) || self.l1.is_done();
+            let assigned_any = self.assign(&mut router, stopping)?;
+            self.maybe_flush_clears(&mut readout, now, false)?;
+            self.publish();
+            if stopping && self.assigned.is_empty() && self.reassign.is_empty() {
+                break;
+            }
+            if stopping {
+                let since = *draining_since.get_or_insert(now);
+                if now.duration_since(since) > self.config.drain_timeout {
+                    break;
+                }
+            }
+            if !got_any && !assigned_any {
+                // Idle: wait for a message, bounded so timers and the L1 rate are served.
+                let wait_ms = if self.credits.is_empty() || stopping {
+                    5
+                } else {
+                    (self.pacer.wait_s() * 1000.0).ceil().clamp(0.0, 5.0) as i64
+                };
+                if router
+                    .recv(&mut msg, wait_ms)
+                    .map_err(self.terr("receive"))?
+                {
+                    self.handle(&msg);
+                }
+            }
+        }
+        self.summary.undecided = (self.assigned.len() + self.reassign.len()) as u64;
+        self.maybe_flush_clears(&mut readout, Instant::now(), true)?;
+        self.summary.l1_accepts = self.l1.produced();
+        self.summary.dcms = self.dcms.len() as u64;
+        self.publish();
+        Ok(self.summary)
+    }
+
+    fn publish(&self) {
+        let c = &self.counters;
+        c.l1_accepts.store(self.l1.produced(), Ordering::Relaxed);
+        c.accepted.store(self.summary.accepted, Ordering::Relaxed);
+        c.rejected.store(self.summary.rejected, Ordering::Relaxed);
+        c.forced_accepts
+            .store(self.summary.forced_accepts, Ordering::Relaxed);
+        c.in_flight
+            .store(self.assigned.len() as u64, Ordering::Relaxed);
+        c.credits
+            .store(self.credits.len() as u64, Ordering::Relaxed);
+    }
+
+    fn handle(&mut self, msg: &Received) {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.summary.bad_messages += 1;
+            return;
+        };
+        let Message::Update { credits, decisions } = decoded.message else {
+            self.summary.bad_messages += 1;
+            return;
+        };
+        let now = Instant::now();
+        let dcm = match self.by_id.get(msg.peer.as_slice()) {
+            Some(&i) => i,
+            None => {
+                self.dcms.push(Dcm {
+                    id: msg.peer.clone(),
+                    last_seen: now,
+                    alive: true,
+                    credits: 0,
+                });
+                self.by_id.insert(msg.peer.clone(), self.dcms.len() - 1);
+                self.dcms.len() - 1
+            }
+        };
+        let d = &mut self.dcms[dcm];
+        d.last_seen = now;
+        if !d.alive {
+            // A DCM declared dead spoke again: its old credits were dropped, its events
+            // reassigned; it starts afresh with the credits it announces now.
+            d.alive = true;
+        }
+        for dec in decisions.iter() {
+            match self.assigned.get(&dec.global_id) {
+                Some(a) if a.dcm == dcm => {
+                    let forced = a.forced;
+                    let l1id = a.accept.l1id;
+                    self.assigned.remove(&dec.global_id);
+                    match (dec.verdict, forced) {
+                        (_, true) | (Verdict::ForcedAccept, _) => self.summary.forced_accepts += 1,
+                        (Verdict::Accept, false) => self.summary.accepted += 1,
+                        (Verdict::Reject, false) => self.summary.rejected += 1,
+                    }
+                    self.add_clear(l1id, now);
+                }
+                _ => self.summary.late_decisions += 1,
+            }
+        }
+        for _ in 0..credits {
+            self.credits.push_back(dcm);
+        }
+        self.dcms[dcm].credits += u64::from(credits);
+    }
+
+    fn add_clear(&mut self, l1id: u32, now: Instant) {
+        if self.clear.is_empty() {
+            self.oldest_pending_clear = Some(now);
+        }
+        self.clear.push(l1id);
+    }
+
+    /// Declares silent DCMs dead and takes their events back.
+    fn check_dcms(&mut self, now: Instant) {
+        for i in 0..self.dcms.len() {
+            let d = &self.dcms[i];
+            if d.alive && now.duration_since(d.last_seen) > self.config.dcm_timeout {
+                self.dcms[i].alive = false;
+                self.dcms[i].credits = 0;
+                self.summary.dead_dcms += 1;
+                self.credits.retain(|&c| c != i);
+                let mut taken: Vec<u64> = self
+                    .assigned
+                    .iter()
+                    .filter(|(_, a)| a.dcm == i)
+                    .map(|(&g, _)| g)
+                    .collect();
+                taken.sort_unstable();
+                for g in taken {
+                    if let Some(a) = self.assigned.remove(&g) {
+                        self.summary.reassignments += 1;
+                        self.reassign.push_back((a.accept, i));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes back events whose deadline passed.
+    fn check_timeouts(&mut self, now: Instant) {
+        while let Some(&(deadline, gid, number)) = self.deadlines.front() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            if let Some(a) = self.assigned.get(&gid) {
+                if a.number == number {
+                    let a = *a;
+                    self.assigned.remove(&gid);
+                    self.summary.timeouts += 1;
+                    self.summary.reassignments += 1;
+                    self.reassign.push_back((a.accept, a.dcm));
+                }
+            }
+        }
+    }
+
+    /// Takes a credit, preferring a DCM other than `avoid`; `None` without credits.
+    fn take_credit(&mut self, avoid: Option<usize>) -> Option<usize> {
+        while let Some(&dcm) = self.credits.front() {
+            if self.dcms[dcm].alive {
+                break;
+            }
+            self.credits.pop_front();
+        }
+        let pos = match avoid {
+            Some(a) => self
+                .credits
+                .iter()
+                .position(|&c| c != a && self.dcms[c].alive)
+                .or_else(|| (!self.credits.is_empty()).then_some(0)),
+            None => (!self.credits.is_empty()).then_some(0),
+        }?;
+        let dcm = self.credits.remove(pos)?;
+        self.dcms[dcm].credits = self.dcms[dcm].credits.saturating_sub(1);
+        Some(dcm)
+    }
+
+    /// Assigns reassigned events (as Build) first, then new ones while credits and the L1 rate
+    /// allow. Returns whether anything was sent.
+    fn assign(&mut self, router: &mut Socket, stopping: bool) -> Result<bool, DataflowError> {
+        let mut sent = false;
+        while let Some(&(accept, from)) = self.reassign.front() {
+            let Some(dcm) = self.take_credit(Some(from)) else {
+                return Ok(sent);
+            };
+            self.reassign.pop_front();
+            self.send_assignment(router, dcm, accept, true)?;
+            sent = true;
+        }
+        if stopping {
+            return Ok(sent);
+        }
+        let mut budget = self.pacer.available();
+        while budget > 0 && !self.credits.is_empty() && !self.l1.is_done() {
+            let Some(dcm) = self.take_credit(None) else {
+                break;
+            };
+            let Some(accept) = self.l1.next_accept() else {
+                self.credits.push_front(dcm);
+                break;
+            };
+            self.pacer.take(1);
+            budget -= 1;
+            self.send_assignment(router, dcm, accept, false)?;
+            sent = true;
+        }
+        Ok(sent)
+    }
+
+    fn send_assignment(
+        &mut self,
+        router: &mut Socket,
+        dcm: usize,
+        accept: L1Accept,
+        forced: bool,
+    ) -> Result<(), DataflowError> {
+        self.buf.clear();
+        encode_assignment(
+            &mut self.buf,
+            forced,
+            0,
+            accept.global_id,
+            accept.l1id,
+            accept.bcid,
+            accept.trigger_type,
+            accept.rois(),
+        );
+        let number = self.next_number;
+        self.next_number += 1;
+        self.assigned.insert(
+            accept.global_id,
+            Assigned {
+                accept,
+                dcm,
+                number,
+                forced,
+            },
+        );
+        self.deadlines.push_back((
+            Instant::now() + self.config.event_timeout,
+            accept.global_id,
+            number,
+        ));
+        if router
+            .send_to(&self.dcms[dcm].id, [Frame::Copy(&self.buf)])
+            .is_err()
+        {
+            // The DCM is gone: the event waits for its timeout or the DCM's death, then goes
+            // elsewhere. Nothing is lost.
+            self.summary.bad_messages += 1;
+        }
+        Ok(())
+    }
+
+    fn maybe_flush_clears(
+        &mut self,
+        readout: &mut [Socket],
+        now: Instant,
+        force: bool,
+    ) -> Result<(), DataflowError> {
+        let group = self.config.clear_group.max(1);
+        while self.clear.len() >= group {
+            let rest = self.clear.split_off(group);
+            self.send_clear(readout, now)?;
+            self.clear = rest;
+            if !self.clear.is_empty() {
+                self.oldest_pending_clear = Some(now);
+            }
+        }
+        let idle = self
+            .oldest_pending_clear
+            .is_some_and(|t| now.duration_since(t) >= self.config.clear_flush);
+        if !self.clear.is_empty() && (force || idle) {
+            self.send_clear(readout, now)?;
+        }
+        if now.duration_since(self.last_clear) >= self.config.keepalive {
+            self.buf.clear();
+            encode_keepalive(&mut self.buf, self.clear_sequence);
+            for s in readout.iter_mut() {
+                s.send([Frame::Copy(&self.buf)])
+                    .map_err(self.terr("send keepalive"))?;
+            }
+            self.summary.keepalives += 1;
+            self.last_clear = now;
+        }
+        Ok(())
+    }
+
+    fn send_clear(&mut self, readout: &mut [Socket], now: Instant) -> Result<(), DataflowError> {
+        self.buf.clear();
+        encode_clear(&mut self.buf, self.clear_sequence, &self.clear);
+        self.clear_sequence = self.clear_sequence.wrapping_add(1);
+        for s in readout.iter_mut() {
+            s.send([Frame::Copy(&self.buf)])
+                .map_err(self.terr("send clear"))?;
+        }
+        self.summary.cleared += self.clear.len() as u64;
+        self.summary.clear_messages += 1;
+        self.clear.clear();
+        self.oldest_pending_clear = None;
+        self.last_clear = now;
+        Ok(())
+    }
+}
+
+/// `try_recv` when the transport has it, else a zero-timeout receive.
+trait TryRecvCompat {
+    fn try_recv_compat(
+        &mut self,
+        msg: &mut Received,
+    ) -> Result<bool, rodeo_transport::socket::TransportError>;
+}
+
+impl TryRecvCompat for Socket {
+    fn try_recv_compat(
+        &mut self,
+        msg: &mut Received,
+    ) -> Result<bool, rodeo_transport::socket::TransportError> {
+        self.recv(msg, 0)
+    }
+}

@@ -1,0 +1,612 @@
+//! S-LINK streams: ROD fragments as a readout channel delivers them, checked per links.md.
+//!
+//! An S-LINK channel writes whole ROD fragments back to back into its pages, each optionally
+//! framed by the control words [`SLINK_BEGIN`] / [`SLINK_END`] and optionally followed by a CRC
+//! word. [`SlinkChecker`] walks such a stream (one superpage at a time) and hands out every
+//! fragment with the status bits of its errors, or the words it had to drop, so the event store
+//! can index what is usable and count the rest.
+//!
+//! # Finding fragments
+//!
+//! A ROD fragment carries no total size in its header; it is read from its end. In memory the
+//! control words are ordinary words, so the checker finds boundaries the way the link does:
+//!
+//! - **framing on**: a fragment runs from a begin word to the next end word. A ROD marker where a
+//!   begin word should be starts a fragment flagged *missing begin-of-fragment*; a begin word
+//!   (or the end of the data) before the end word closes it flagged *missing end-of-fragment*
+//!   (plus *truncation* at the end of the data). Anything else between fragments is garbage.
+//! - **framing off**: a fragment starts at a ROD marker and ends before the next ROD marker whose
+//!   position agrees with the ROD trailer (`9 + nstatus + ndata + 3` words); if none agrees, the
+//!   first following marker (a payload word may equal the marker, so agreement is preferred).
+//!
+//! # Checks and status bits
+//!
+//! | problem | specific bit (generic) | fragment kept |
+//! |---|---|---|
+//! | no begin word | `ROB_MISSING_BOF` | yes |
+//! | no end word | `ROB_MISSING_EOF` (+ `ROB_TRUNCATION` at the end of the data) | yes |
+//! | CRC word disagrees | `ROB_TRANSMISSION` (`DATA_CORRUPTION`) | yes |
+//! | first word not the ROD marker | `ROB_INVALID_MARKER` (`DATA_CORRUPTION`) | yes |
+//! | header or trailer inconsistent | `ROB_FRAGMENT_SIZE` or `ROB_FORMAT_ERROR` (`DATA_CORRUPTION`) | yes |
+//! | L1ID equals the previous one | `ROB_DUPLICATE_EVENT` | yes |
+//! | L1ID not the previous one + 1 (with wrap) | `ROB_L1ID_SEQUENCE` (`L1ID_CHECK_FAIL`) | yes |
+//! | fewer than 6 words: no readable L1ID | - | no: [`SlinkItem::Dropped`] |
+//! | words outside any fragment | - | no: [`SlinkItem::Dropped`] |
+//!
+//! A fragment is kept whenever its extended L1ID (word 5) is readable; every problem is counted
+//! in [`SlinkCounters`] by kind, and every dropped word too.
+//!
+//! # The CRC word
+//!
+//! With `crc` on, the word after the ROD trailer (before the end word) holds the CRC16-CCITT of
+//! the ROD fragment's words ([`crate::checksum::crc16_words`], the event format's CRC) in its
+//! low 16 bits, the high 16 bits zero.
+//!
+//! # L1ID sequence
+//!
+//! The checker expects each extended L1ID to follow the previous one: L1ID + 1, or L1ID 0 with
+//! the ECR byte incremented once the L1ID reaches the channel's wrap value (links.md's
+//! generator rule; real front-ends reset at ECR, which is the same thing). After a sequence
+//! error the checker follows the new value, so one lost fragment is one error.
+
+use crate::checksum::{crc16_words, CRC16_INIT};
+use crate::fragment::{
+    ErrorKind, RodFragment, Status, ROD_HEADER_WORDS, ROD_MARKER, ROD_TRAILER_WORDS, SLINK_BEGIN,
+    SLINK_END,
+};
+
+/// Words up to and including the extended L1ID of a ROD fragment.
+pub const MIN_READABLE_WORDS: usize = 6;
+
+/// Following ROD markers examined for a fragment boundary (framing off) before taking the first.
+const MAX_BOUNDARY_CANDIDATES: usize = 16;
+
+/// Default L1ID wrap: the 24-bit L1ID field.
+pub const DEFAULT_L1ID_WRAP: u32 = 1 << 24;
+
+/// How an S-LINK channel frames its fragments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlinkCheckConfig {
+    /// Fragments are framed by begin/end control words.
+    pub framing: bool,
+    /// A CRC word follows each ROD fragment.
+    pub crc: bool,
+    /// The L1ID wraps at this value into the ECR byte (clamped to `1..=2^24`).
+    pub l1id_wrap: u32,
+}
+
+impl Default for SlinkCheckConfig {
+    fn default() -> SlinkCheckConfig {
+        SlinkCheckConfig {
+            framing: false,
+            crc: false,
+            l1id_wrap: DEFAULT_L1ID_WRAP,
+        }
+    }
+}
+
+/// The extended L1ID that follows `extended` on a channel wrapping at `wrap`.
+pub fn next_extended_l1id(extended: u32, wrap: u32) -> u32 {
+    let wrap = wrap.clamp(1, DEFAULT_L1ID_WRAP);
+    let l1id = (extended & 0x00FF_FFFF) + 1;
+    let ecr = extended >> 24;
+    if l1id >= wrap {
+        (ecr.wrapping_add(1) & 0xFF) << 24
+    } else {
+        (ecr << 24) | l1id
+    }
+}
+
+/// A fragment found in the stream, with the status bits of its problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlinkFragment<'a> {
+    /// Word offset of the fragment's first word (its begin word, when framed) in the stream.
+    pub offset: usize,
+    /// The ROD fragment's words, without control words or CRC word.
+    pub rod: &'a [u32],
+    /// The extended L1ID (word 5).
+    pub extended_l1id: u32,
+    /// Specific and generic status bits of every problem found (0 for a good fragment).
+    pub status: Status,
+}
+
+/// Why words were dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// Words outside any fragment (no begin word or ROD marker where a fragment should start).
+    Garbage,
+    /// A fragment too short to hold its L1ID.
+    Short,
+}
+
+/// Words the checker could not use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlinkDrop<'a> {
+    /// Word offset in the stream.
+    pub offset: usize,
+    /// The dropped words (for an error dump).
+    pub words: &'a [u32],
+    /// Why.
+    pub reason: DropReason,
+}
+
+/// One item of a checked stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlinkItem<'a> {
+    /// A fragment with a readable L1ID: store and index it, with its status.
+    Fragment(SlinkFragment<'a>),
+    /// Words that cannot be stored: count and dump them.
+    Dropped(SlinkDrop<'a>),
+}
+
+/// Counters of a checked stream, by kind (64-bit, monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlinkCounters {
+    /// Words examined.
+    pub words: u64,
+    /// Fragments handed out (kept).
+    pub fragments: u64,
+    /// Kept fragments with at least one status bit.
+    pub flagged_fragments: u64,
+    /// Fragments without a begin word (framing on).
+    pub missing_begin: u64,
+    /// Fragments without an end word (framing on).
+    pub missing_end: u64,
+    /// Fragments cut by the end of the data.
+    pub truncated: u64,
+    /// Fragments whose CRC word disagrees.
+    pub crc_errors: u64,
+    /// Fragments whose first word is not the ROD marker.
+    pub bad_markers: u64,
+    /// Fragments whose header or trailer is inconsistent.
+    pub format_errors: u64,
+    /// Fragments repeating the previous L1ID.
+    pub duplicates: u64,
+    /// Fragments whose L1ID does not follow the previous one.
+    pub l1id_sequence_errors: u64,
+    /// Fragments dropped because their L1ID is unreadable.
+    pub short_fragments: u64,
+    /// Spans of words outside any fragment.
+    pub garbage_spans: u64,
+    /// Words dropped (short fragments and garbage), with their control words.
+    pub dropped_words: u64,
+}
+
+impl SlinkCounters {
+    /// Adds another set of counters (for totals over channels).
+    pub fn add(&mut self, o: &SlinkCounters) {
+        self.words += o.words;
+        self.fragments += o.fragments;
+        self.flagged_fragments += o.flagged_fragments;
+        self.missing_begin += o.missing_begin;
+        self.missing_end += o.missing_end;
+        self.truncated += o.truncated;
+        self.crc_errors += o.crc_errors;
+        self.bad_markers += o.bad_markers;
+        self.format_errors += o.format_errors;
+        self.duplicates += o.duplicates;
+        self.l1id_sequence_errors += o.l1id_sequence_errors;
+        self.short_fragments += o.short_fragments;
+        self.garbage_spans += o.garbage_spans;
+        self.dropped_words += o.dropped_words;
+    }
+
+    /// Fragments dropped (short).
+    pub fn dropped_fragments(&self) -> u64 {
+        self.short_fragments
+    }
+}
+
+/// Walks S-LINK streams of one channel; see the module docs. Keeps the L1ID sequence across
+/// calls, so superpages are checked one after another.
+#[derive(Debug, Clone)]
+pub struct SlinkChecker {
+    config: SlinkCheckConfig,
+    last_l1id: Option<u32>,
+    counters: SlinkCounters,
+}
+
+impl SlinkChecker {
+    /// A checker expecting any first L1ID.
+    pub fn new(config: SlinkCheckConfig) -> SlinkChecker {
+        SlinkChecker {
+            config,
+            last_l1id: None,
+            counters: SlinkCounters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SlinkCheckConfig {
+        &self.config
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> &SlinkCounters {
+        &self.counters
+    }
+
+    /// The extended L1ID of the last kept fragment.
+    pub fn last_l1id(&self) -> Option<u32> {
+        self.last_l1id
+    }
+
+    /// Checks every fragment of `words` (whole fragments, as a card writes them into a
+    /// superpage) and hands each out, in stream order. Never panics, whatever the words.
+    pub fn check<'a>(&mut self, words: &'a [u32], mut on_item: impl FnMut(SlinkItem<'a>)) {
+        self.counters.words += words.len() as u64;
+        let mut i = 0;
+        while i < words.len() {
+            i = if self.config.framing {
+                self.framed_at(words, i, &mut on_item)
+            } else {
+                self.unframed_at(words, i, &mut on_item)
+            };
+        }
+    }
+
+    /// Handles the stream from word `i` (framing on); returns where the next item starts.
+    fn framed_at<'a>(
+        &mut self,
+        words: &'a [u32],
+        i: usize,
+        on_item: &mut impl FnMut(SlinkItem<'a>),
+    ) -> usize {
+        let (start, has_begin) = match words[i] {
+            SLINK_BEGIN => (i + 1, true),
+            ROD_MARKER => (i, false),
+            _ => {
+                let end = find(words, i + 1, |w| w == SLINK_BEGIN || w == ROD_MARKER);
+                self.drop_words(words, i, end, DropReason::Garbage, on_item);
+                return end;
+            }
+        };
+        let stop = find(words, start, |w| w == SLINK_END || w == SLINK_BEGIN);
+        let has_end = words.get(stop) == Some(&SLINK_END);
+        let mut status = Status::OK;
+        if !has_begin {
+            self.counters.missing_begin += 1;
+            status.insert(Status::ROB_MISSING_BOF);
+        }
+        if !has_end {
+            self.counters.missing_end += 1;
+            status.insert(Status::ROB_MISSING_EOF);
+            if stop == words.len() {
+                self.counters.truncated += 1;
+                status.insert(Status::ROB_TRUNCATION);
+            }
+        }
+        let next = if has_end { stop + 1 } else { stop };
+        self.body(words, i, next, &words[start..stop], status, on_item);
+        next
+    }
+
+    /// Handles the stream from word `i` (framing off); returns where the next item starts.
+    fn unframed_at<'a>(
+        &mut self,
+        words: &'a [u32],
+        i: usize,
+        on_item: &mut impl FnMut(SlinkItem<'a>),
+    ) -> usize {
+        if words[i] != ROD_MARKER {
+            let end = find(words, i + 1, |w| w == ROD_MARKER);
+            self.drop_words(words, i, end, DropReason::Garbage, on_item);
+            return end;
+        }
+        let crc = usize::from(self.config.crc);
+        // Look at a bounded number of following markers for one where the trailer agrees, so
+        // adversarial data (markers everywhere) costs linear time.
+        let mut first = None;
+        let mut at = i + 1;
+        let mut tries = 0;
+        let end = loop {
+            let candidate = find(words, at, |w| w == ROD_MARKER);
+            if trailer_agrees_len(words, i, candidate, crc) {
+                break candidate;
+            }
+            let first = *first.get_or_insert(candidate);
+            tries += 1;
+            if candidate == words.len() || tries == MAX_BOUNDARY_CANDIDATES {
+                break first;
+            }
+            at = candidate + 1;
+        };
+        self.body(words, i, end, &words[i..end], Status::OK, on_item);
+        end
+    }
+
+    /// Checks one fragment's words (`body`: ROD fragment plus CRC word, without control
+    /// words), spanning stream words `from..to`.
+    fn body<'a>(
+        &mut self,
+        words: &'a [u32],
+        from: usize,
+        to: usize,
+        body: &'a [u32],
+        mut status: Status,
+        on_item: &mut impl FnMut(SlinkItem<'a>),
+    ) {
+        let (rod, crc) = match body.split_last() {
+            Some((&crc, rod)) if self.config.crc => (rod, Some(crc)),
+            _ => (body, None),
+        };
+        if rod.len() < MIN_READABLE_WORDS {
+            self.drop_words(words, from, to, DropReason::Short, on_item);
+            return;
+        }
+        if crc.is_some_and(|crc| u32::from(crc16_words(CRC16_INIT, rod)) != crc) {
+            self.counters.crc_errors += 1;
+            status.insert(Status::ROB_TRANSMISSION);
+            status.insert(Status::DATA_CORRUPTION);
+        }
+        match RodFragment::parse(rod) {
+            Ok(_) => {}
+            Err(e) => match e.error() {
+                ErrorKind::BadMarker { .. }
+                | ErrorKind::ByteSwapped { .. }
+                | ErrorKind::UnsupportedLegacy { .. } => {
+                    self.counters.bad_markers += 1;
+                    status.insert(Status::ROB_INVALID_MARKER);
+                    status.insert(Status::DATA_CORRUPTION);
+                }
+                ErrorKind::Truncated { .. } | ErrorKind::RodTrailer { .. } => {
+                    self.counters.format_errors += 1;
+                    status.insert(Status::ROB_FRAGMENT_SIZE);
+                    status.insert(Status::DATA_CORRUPTION);
+                }
+                _ => {
+                    self.counters.format_errors += 1;
+                    status.insert(Status::ROB_FORMAT_ERROR);
+                    status.insert(Status::DATA_CORRUPTION);
+                }
+            },
+        }
+        let l1id = rod[5];
+        match self.last_l1id {
+            Some(last) if last == l1id => {
+                self.counters.duplicates += 1;
+                status.insert(Status::ROB_DUPLICATE_EVENT);
+            }
+            Some(last) if next_extended_l1id(last, self.config.l1id_wrap) != l1id => {
+                self.counters.l1id_sequence_errors += 1;
+                status.insert(Status::ROB_L1ID_SEQUENCE);
+                status.insert(Status::L1ID_CHECK_FAIL);
+            }
+            _ => {}
+        }
+        self.last_l1id = Some(l1id);
+        self.counters.fragments += 1;
+        if !status.is_ok() {
+            self.counters.flagged_fragments += 1;
+        }
+        on_item(SlinkItem::Fragment(SlinkFragment {
+            offset: from,
+            rod,
+            extended_l1id: l1id,
+            status,
+        }));
+    }
+
+    fn drop_words<'a>(
+        &mut self,
+        words: &'a [u32],
+        from: usize,
+        to: usize,
+        reason: DropReason,
+        on_item: &mut impl FnMut(SlinkItem<'a>),
+    ) {
+        match reason {
+            DropReason::Garbage => self.counters.garbage_spans += 1,
+            DropReason::Short => self.counters.short_fragments += 1,
+        }
+        self.counters.dropped_words += (to - from) as u64;
+        on_item(SlinkItem::Dropped(SlinkDrop {
+            offset: from,
+            words: &words[from..to],
+            reason,
+        }));
+    }
+}
+
+/// The first index `>= from` whose word satisfies `pred`, or `words.len()`.
+fn find(words: &[u32], from: usize, pred: impl Fn(u32) -> bool) -> usize {
+    words
+        .get(from..)
+        .and_then(|rest| rest.iter().position(|&w| pred(w)))
+        .map_or(words.len(), |p| from + p)
+}
+
+/// Whether the ROD trailer at the end of `rod` accounts for exactly its length.
+fn trailer_agrees(rod: &[u32]) -> bool {
+    let n = rod.len();
+    if n < ROD_HEADER_WORDS + ROD_TRAILER_WORDS {
+        return false;
+    }
+    let nstatus = u64::from(rod[n - 3]);
+    let ndata = u64::from(rod[n - 2]);
+    (ROD_HEADER_WORDS + ROD_TRAILER_WORDS) as u64 + nstatus + ndata == n as u64
+}
+
+/// [`trailer_agrees`] for the fragment `words[from..to]` followed by `crc` CRC words.
+fn trailer_agrees_len(words: &[u32], from: usize, to: usize, crc: usize) -> bool {
+    to >= from + crc && trailer_agrees(&words[from..to - crc])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fragment::RodBuilder;
+
+    fn rod(l1id: u32, ndata: usize) -> Vec<u32> {
+        let data: Vec<u32> = (0..ndata as u32).map(|i| 0x100 + i).collect();
+        let pieces: [&[u32]; 1] = [&data];
+        let b = RodBuilder {
+            source_id: crate::fragment::SourceId(0x0011_0001),
+            run_number: 1,
+            extended_l1id: l1id,
+            bcid: 3,
+            trigger_type: 1,
+            status: &[0],
+            data: &pieces,
+            ..RodBuilder::default()
+        };
+        let mut out = Vec::new();
+        b.write_vec(&mut out).unwrap();
+        out
+    }
+
+    fn collect(c: &mut SlinkChecker, words: &[u32]) -> (Vec<(u32, u32)>, Vec<DropReason>) {
+        let mut frags = Vec::new();
+        let mut drops = Vec::new();
+        c.check(words, |item| match item {
+            SlinkItem::Fragment(f) => frags.push((f.extended_l1id, f.status.word())),
+            SlinkItem::Dropped(d) => drops.push(d.reason),
+        });
+        (frags, drops)
+    }
+
+    #[test]
+    fn next_l1id_wraps_into_ecr() {
+        assert_eq!(next_extended_l1id(0, 10), 1);
+        assert_eq!(next_extended_l1id(9, 10), 1 << 24);
+        assert_eq!(next_extended_l1id(0xFF00_0009, 10), 0);
+        assert_eq!(
+            next_extended_l1id(0x00FF_FFFE, DEFAULT_L1ID_WRAP),
+            0x00FF_FFFF
+        );
+        assert_eq!(next_extended_l1id(0x00FF_FFFF, DEFAULT_L1ID_WRAP), 1 << 24);
+    }
+
+    #[test]
+    fn framed_stream_with_every_problem() {
+        let mut s = Vec::new();
+        let framed = |s: &mut Vec<u32>, r: &[u32], begin: bool, end: bool| {
+            if begin {
+                s.push(SLINK_BEGIN);
+            }
+            s.extend_from_slice(r);
+            if end {
+                s.push(SLINK_END);
+            }
+        };
+        framed(&mut s, &rod(0, 5), true, true); // good
+        framed(&mut s, &rod(1, 5), false, true); // missing begin
+        framed(&mut s, &rod(2, 5), true, false); // missing end
+        framed(&mut s, &rod(2, 5), true, true); // duplicate
+        s.extend_from_slice(&[7, 8, 9]); // garbage
+        framed(&mut s, &rod(5, 5), true, true); // sequence error
+        framed(&mut s, &[ROD_MARKER, 9, 3], true, true); // short: dropped
+        let mut bad = rod(6, 5);
+        bad[0] = 0x1234_5678;
+        framed(&mut s, &bad, true, true); // bad marker
+        let mut size = rod(7, 5);
+        let n = size.len();
+        size[n - 2] += 1;
+        framed(&mut s, &size, true, true); // trailer inconsistent
+        framed(&mut s, &rod(8, 5)[..10], true, false); // truncated at the end of data
+        let mut c = SlinkChecker::new(SlinkCheckConfig {
+            framing: true,
+            ..Default::default()
+        });
+        let (frags, drops) = collect(&mut c, &s);
+        assert_eq!(drops, [DropReason::Garbage, DropReason::Short]);
+        let l1ids: Vec<u32> = frags.iter().map(|f| f.0).collect();
+        assert_eq!(l1ids, [0, 1, 2, 2, 5, 6, 7, 8]);
+        let st = |i: usize| Status(frags[i].1);
+        assert!(st(0).is_ok());
+        assert!(st(1).contains(Status::ROB_MISSING_BOF));
+        assert!(st(2).contains(Status::ROB_MISSING_EOF));
+        assert!(st(3).contains(Status::ROB_DUPLICATE_EVENT));
+        assert!(st(4).contains(Status::ROB_L1ID_SEQUENCE));
+        assert!(st(5).contains(Status::ROB_INVALID_MARKER));
+        assert!(st(6).contains(Status::ROB_FRAGMENT_SIZE));
+        assert!(st(7).contains(Status::ROB_TRUNCATION));
+        let k = c.counters();
+        assert_eq!(
+            (
+                k.missing_begin,
+                k.missing_end,
+                k.duplicates,
+                k.l1id_sequence_errors
+            ),
+            (1, 2, 1, 1)
+        );
+        assert_eq!((k.bad_markers, k.format_errors, k.truncated), (1, 2, 1));
+        assert_eq!((k.short_fragments, k.garbage_spans, k.fragments), (1, 1, 8));
+        assert_eq!(k.words, s.len() as u64);
+    }
+
+    #[test]
+    fn unframed_stream_prefers_trailer_agreement() {
+        let mut s = rod(0, 4);
+        let mut second = rod(1, 6);
+        // A payload word equal to the marker must not split the fragment.
+        second[12] = ROD_MARKER;
+        s.extend_from_slice(&second);
+        s.extend_from_slice(&rod(2, 3));
+        let mut c = SlinkChecker::new(SlinkCheckConfig::default());
+        let (frags, drops) = collect(&mut c, &s);
+        assert!(drops.is_empty());
+        assert_eq!(frags, [(0, 0), (1, 0), (2, 0)]);
+    }
+
+    #[test]
+    fn crc_word_is_checked() {
+        let mut s = Vec::new();
+        for l1 in 0..3 {
+            let r = rod(l1, 8);
+            s.push(SLINK_BEGIN);
+            s.extend_from_slice(&r);
+            s.push(u32::from(crc16_words(CRC16_INIT, &r)));
+            s.push(SLINK_END);
+        }
+        s[1 + 12] ^= 0x10; // a data bit of the first fragment
+        let mut c = SlinkChecker::new(SlinkCheckConfig {
+            framing: true,
+            crc: true,
+            ..Default::default()
+        });
+        let (frags, _) = collect(&mut c, &s);
+        assert_eq!(frags.len(), 3);
+        assert!(Status(frags[0].1).contains(Status::ROB_TRANSMISSION));
+        assert!(Status(frags[1].1).is_ok() && Status(frags[2].1).is_ok());
+        assert_eq!(c.counters().crc_errors, 1);
+    }
+
+    #[test]
+    fn arbitrary_words_never_panic() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let specials = [SLINK_BEGIN, SLINK_END, ROD_MARKER, 9, 0, 1];
+        for framing in [false, true] {
+            for crc in [false, true] {
+                let mut c = SlinkChecker::new(SlinkCheckConfig {
+                    framing,
+                    crc,
+                    l1id_wrap: 7,
+                });
+                for len in 0..300 {
+                    let words: Vec<u32> = (0..len)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            if x % 3 == 0 {
+                                specials[(x >> 8) as usize % specials.len()]
+                            } else {
+                                (x >> 32) as u32 % 40
+                            }
+                        })
+                        .collect();
+                    let mut seen = 0u64;
+                    c.check(&words, |item| {
+                        seen += match item {
+                            SlinkItem::Fragment(f) => f.rod.len() as u64,
+                            SlinkItem::Dropped(d) => d.words.len() as u64,
+                        };
+                    });
+                    assert!(seen <= len as u64);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Cards: groups of DMA channels with their links, as an operator sees them (`rodeo cards`).
+//!
+//! A [`CardSpec`] says what feeds each channel ([`ChannelSource`]: an emulated FELIX or S-LINK
+//! generator, a file player, a UDP or TCP receiver) and with which limits; [`Card::start`]
+//! builds the channels, each an [`EmulatedChannel`] whose card thread runs that source, behind
+//! the [`DmaChannel`] trait like any driver. A card reports, per channel, the link state, queue
+//! depths and counters ([`ChannelReport`]).
+//!
+//! [`CardSpec::defaults`] is the built-in set `rodeo cards` shows with no configuration: a
+//! FELIX card (2 channels of 12 E-links) and a RobinNP-like S-LINK card (12 channels in two
+//! halves of 6, as in the ROS paper), both paced at a 100 kHz L1 rate.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rodeo_format::felix::{packet_len, TrailerSize};
+use rodeo_format::linkfile::{LinkFile, LinkFileError, LinkMode};
+use rodeo_format::slink::SlinkCheckConfig;
+use rodeo_memory::Superpage;
+
+use crate::dma::{ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig};
+use crate::generator::{FelixConfig, FelixGenerator, GeneratorError, SlinkConfig, SlinkGenerator};
+use crate::net::{LinkAddress, NetCounters, TcpReceiver, UdpReceiver, UnitRule};
+use crate::player::{FilePlayer, PlayerError};
+
+/// What feeds a channel.
+#[derive(Debug, Clone)]
+pub enum ChannelSource {
+    /// An emulated FELIX link: blocks of E-link packets.
+    Felix(FelixConfig),
+    /// An emulated S-LINK: ROD fragments.
+    Slink(SlinkConfig),
+    /// A recorded link stream, replayed once or looping.
+    File {
+        /// The link capture file.
+        path: PathBuf,
+        /// Start again after the last unit.
+        looping: bool,
+    },
+    /// Units from the network (UDP datagrams or TCP records) in the given link mode.
+    Net {
+        /// Where to listen.
+        address: LinkAddress,
+        /// FELIX blocks or S-LINK fragments.
+        mode: LinkMode,
+        /// FELIX block size (FELIX mode).
+        block_size: usize,
+        /// S-LINK framing and CRC (S-LINK mode).
+        slink: SlinkCheckConfig,
+    },
+}
+
+/// One channel of a card.
+#[derive(Debug, Clone)]
+pub struct ChannelSpec {
+    /// Its source.
+    pub source: ChannelSource,
+    /// Queue depth and limits.
+    pub config: EmulatedConfig,
+}
+
+/// A card: a name and its channels.
+#[derive(Debug, Clone)]
+pub struct CardSpec {
+    /// Card name (e.g. `felix0`).
+    pub name: String,
+    /// The channels, numbered from 0.
+    pub channels: Vec<ChannelSpec>,
+}
+
+/// The L1 rate the default cards are paced at.
+pub const DEFAULT_L1_RATE_HZ: f64 = 100_000.0;
+
+impl CardSpec {
+    /// The built-in cards; see the module docs.
+    pub fn defaults() -> Vec<CardSpec> {
+        let felix = |ch: u16| {
+            let cfg = FelixConfig {
+                elinks: (0..12).map(|e| (ch << 6) | e).collect(),
+                seed: 0xFE11C5 + u64::from(ch),
+                ..FelixConfig::default()
+            };
+            let bytes = felix_bytes_per_l1id(&cfg) * DEFAULT_L1_RATE_HZ;
+            ChannelSpec {
+                source: ChannelSource::Felix(cfg),
+                config: EmulatedConfig {
+                    max_bytes_per_s: Some(bytes),
+                    ..EmulatedConfig::default()
+                },
+            }
+        };
+        let slink = |ch: u32| ChannelSpec {
+            source: ChannelSource::Slink(SlinkConfig {
+                source_id: 0x0011_0000 | ch,
+                framing: true,
+                seed: 0x5EED + u64::from(ch),
+                ..SlinkConfig::default()
+            }),
+            config: EmulatedConfig {
+                max_units_per_s: Some(DEFAULT_L1_RATE_HZ),
+                ..EmulatedConfig::default()
+            },
+        };
+        vec![
+            CardSpec {
+                name: "felix0".into(),
+                channels: (0..2).map(felix).collect(),
+            },
+            CardSpec {
+                name: "robinnp0".into(),
+                channels: (0..12).map(slink).collect(),
+            },
+        ]
+    }
+}
+
+/// Average bytes one L1ID costs a FELIX channel (packets, trailers, block headers): turns an L1
+/// rate into the channel's bandwidth limit.
+pub fn felix_bytes_per_l1id(cfg: &FelixConfig) -> f64 {
+    let avg_words = (f64::from(cfg.payload_words.min) + f64::from(cfg.payload_words.max)) / 2.0;
+    let packet = packet_len(0) as f64 + 4.0 * avg_words + cfg.trailer.bytes() as f64;
+    let per_block = (cfg.block_size - 4) as f64 / cfg.block_size as f64;
+    cfg.elinks.len() as f64 * packet / per_block
+}
+
+/// Why a card could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CardError {
+    /// A generator configuration is invalid.
+    #[error("card {card} channel {channel}: {source}")]
+    Generator {
+        /// Card name.
+        card: String,
+        /// Channel number.
+        channel: usize,
+        /// The error.
+        #[source]
+        source: GeneratorError,
+    },
+    /// A link file could not be read.
+    #[error("card {card} channel {channel}: {source}")]
+    LinkFile {
+        /// Card name.
+        card: String,
+        /// Channel number.
+        channel: usize,
+        /// The error.
+        #[source]
+        source: LinkFileError,
+    },
+    /// A link file cannot be played.
+    #[error("card {card} channel {channel}: {source}")]
+    Player {
+        /// Card name.
+        card: String,
+        /// Channel number.
+        channel: usize,
+        /// The error.
+        #[source]
+        source: PlayerError,
+    },
+    /// A socket or thread could not be set up.
+    #[error("card {card} channel {channel}: {what}: {source}")]
+    Io {
+        /// Card name.
+        card: String,
+        /// Channel number.
+        channel: usize,
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A started channel and what is known about its link.
+pub struct CardChannel {
+    /// The channel.
+    pub channel: Box<dyn DmaChannel<Superpage>>,
+    /// The link: mode and parameters, for people.
+    pub link: String,
+    /// FELIX blocks or S-LINK fragments.
+    pub mode: LinkMode,
+    /// FELIX block size.
+    pub block_size: usize,
+    /// S-LINK framing and CRC, for a checking reader.
+    pub slink: SlinkCheckConfig,
+    /// Network receiver counters (network channels only).
+    pub net: Option<Arc<NetCounters>>,
+    /// The address a network channel listens on (the port chosen when 0 was asked for).
+    pub address: Option<LinkAddress>,
+}
+
+/// A running card.
+pub struct Card {
+    name: String,
+    channels: Vec<CardChannel>,
+}
+
+/// The state of one channel, for reports.
+#[derive(Debug, Clone)]
+pub struct ChannelReport {
+    /// Card name.
+    pub card: String,
+    /// Channel number.
+    pub channel: usize,
+    /// The link, for people.
+    pub link: String,
+    /// Queues and counters.
+    pub status: ChannelStatus,
+    /// Units and bytes dropped by a network receiver (size errors), if any.
+    pub net_dropped_units: u64,
+}
+
+impl Card {
+    /// Starts every channel of `spec` (card threads named `<card>-ch<N>`).
+    pub fn start(spec: &CardSpec) -> Result<Card, CardError> {
+        let mut channels = Vec::with_capacity(spec.channels.len());
+        for (i, ch) in spec.channels.iter().enumerate() {
+            channels.push(start_channel(&spec.name, i, ch)?);
+        }
+        Ok(Card {
+            name: spec.name.clone(),
+            channels,
+        })
+    }
+
+    /// The card's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The channels.
+    pub fn channels(&self) -> &[CardChannel] {
+        &self.channels
+    }
+
+    /// Every channel's state.
+    pub fn report(&self) -> Vec<ChannelReport> {
+        self.channels
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ChannelReport {
+                card: self.name.clone(),
+                channel: i,
+                link: c.link.clone(),
+                status: c.channel.status(),
+                net_dropped_units: c.net.as_ref().map_or(0, |n| {
+                    n.dropped_units.load(std::sync::atomic::Ordering::Relaxed)
+                }),
+            })
+            .collect()
+    }
+}
+
+fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel, CardError> {
+    let name = format!("{card}-ch{i}");
+    let io = |what: String| {
+        let card = card.to_string();
+        move |source| CardError::Io {
+            card,
+            channel: i,
+            what,
+            source,
+        }
+    };
+    let slink_check = |c: &SlinkConfig| SlinkCheckConfig {
+        framing: c.framing,
+        crc: c.crc,
+        l1id_wrap: c.l1id_wrap,
+    };
+    let boxed = |ch: EmulatedChannel<Superpage>| -> Box<dyn DmaChannel<Superpage>> { Box::new(ch) };
+    Ok(match &spec.source {
+        ChannelSource::Felix(cfg) => {
+            let g = FelixGenerator::new(cfg).map_err(|source| CardError::Generator {
+                card: card.to_string(),
+                channel: i,
+                source,
+            })?;
+            CardChannel {
+                channel: boxed(
+                    EmulatedChannel::start(&name, spec.config, g).map_err(io("start".into()))?,
+                ),
+                link: format!(
+                    "FELIX emulator, {} E-links, {} B blocks, {}-bit trailers",
+                    cfg.elinks.len(),
+                    cfg.block_size,
+                    if cfg.trailer == TrailerSize::Bits32 {
+                        32
+                    } else {
+                        16
+                    }
+                ),
+                mode: LinkMode::Felix,
+                block_size: cfg.block_size,
+                slink: SlinkCheckConfig::default(),
+                net: None,
+                address: None,
+            }
+        }
+        ChannelSource::Slink(cfg) => CardChannel {
+            channel: boxed(
+                EmulatedChannel::start(&name, spec.config, SlinkGenerator::new(*cfg))
+                    .map_err(io("start".into()))?,
+            ),
+            link: format!(
+                "S-LINK emulator, source {:#010x}, {}..{} data words{}{}",
+                cfg.source_id,
+                cfg.data_words.min,
+                cfg.data_words.max,
+                if cfg.framing { ", framed" } else { "" },
+                if cfg.crc { ", CRC" } else { "" }
+            ),
+            mode: LinkMode::Slink,
+            block_size: 0,
+            slink: slink_check(cfg),
+            net: None,
+            address: None,
+        },
+        ChannelSource::File { path, looping } => {
+            let file = LinkFile::read(path).map_err(|source| CardError::LinkFile {
+                card: card.to_string(),
+                channel: i,
+                source,
+            })?;
+            let h = *file.header();
+            let player =
+                FilePlayer::new(Arc::new(file), *looping).map_err(|source| CardError::Player {
+                    card: card.to_string(),
+                    channel: i,
+                    source,
+                })?;
+            CardChannel {
+                channel: boxed(
+                    EmulatedChannel::start(&name, spec.config, player)
+                        .map_err(io("start".into()))?,
+                ),
+                link: format!(
+                    "file player, {}{}",
+                    path.display(),
+                    if *looping { ", looping" } else { "" }
+                ),
+                mode: h.mode,
+                block_size: h.block_size as usize,
+                slink: SlinkCheckConfig {
+                    framing: h.framing,
+                    crc: h.crc,
+                    l1id_wrap: h.l1id_wrap,
+                },
+                net: None,
+                address: None,
+            }
+        }
+        ChannelSource::Net {
+            address,
+            mode,
+            block_size,
+            slink,
+        } => {
+            let rule = match mode {
+                LinkMode::Felix => UnitRule::Block(*block_size),
+                LinkMode::Slink => UnitRule::Words(crate::net::MAX_NET_UNIT),
+            };
+            let bind = io(format!("listen on {address}"));
+            let (channel, net, bound) = match address {
+                LinkAddress::Udp(a) => {
+                    let r = UdpReceiver::bind(*a, rule).map_err(bind)?;
+                    let net = r.counters();
+                    let bound = r.local_addr().map(LinkAddress::Udp).unwrap_or(*address);
+                    let ch = EmulatedChannel::start(&name, spec.config, r)
+                        .map_err(io("start".into()))?;
+                    (boxed(ch), net, bound)
+                }
+                LinkAddress::Tcp(a) => {
+                    let r = TcpReceiver::bind(*a, rule).map_err(bind)?;
+                    let net = r.counters();
+                    let bound = r.local_addr().map(LinkAddress::Tcp).unwrap_or(*address);
+                    let ch = EmulatedChannel::start(&name, spec.config, r)
+                        .map_err(io("start".into()))?;
+                    (boxed(ch), net, bound)
+                }
+            };
+            CardChannel {
+                channel,
+                link: format!(
+                    "network input {bound}, {}",
+                    match mode {
+                        LinkMode::Felix => "FELIX blocks",
+                        LinkMode::Slink => "S-LINK fragments",
+                    }
+                ),
+                mode: *mode,
+                block_size: *block_size,
+                slink: *slink,
+                net: Some(net),
+                address: Some(bound),
+            }
+        }
+    })
+}
