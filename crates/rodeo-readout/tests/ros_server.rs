@@ -149,6 +149,13 @@ fn tcp_requests_replies_and_clears() {
     run_full_cycle("tcp://127.0.0.1:*");
 }
 
+#[test]
+fn ipc_requests_replies_and_clears() {
+    let path = std::env::temp_dir().join(format!("rodeo-ros-{}.sock", std::process::id()));
+    run_full_cycle(&format!("ipc://{}", path.display()));
+    let _ = std::fs::remove_file(path);
+}
+
 /// An input the test feeds by hand: ROD fragments for channel 0.
 struct Manual(mpsc::Receiver<(usize, Vec<u32>)>);
 
