@@ -204,6 +204,8 @@ pub struct SlinkChecker {
     config: SlinkCheckConfig,
     last_l1id: Option<u32>,
     counters: SlinkCounters,
+    /// State before the last item, for [`SlinkChecker::unread`].
+    undo: Option<(Option<u32>, SlinkCounters)>,
 }
 
 impl SlinkChecker {
@@ -213,6 +215,7 @@ impl SlinkChecker {
             config,
             last_l1id: None,
             counters: SlinkCounters::default(),
+            undo: None,
         }
     }
 
@@ -234,14 +237,39 @@ impl SlinkChecker {
     /// Checks every fragment of `words` (whole fragments, as a card writes them into a
     /// superpage) and hands each out, in stream order. Never panics, whatever the words.
     pub fn check<'a>(&mut self, words: &'a [u32], mut on_item: impl FnMut(SlinkItem<'a>)) {
-        self.counters.words += words.len() as u64;
-        let mut i = 0;
-        while i < words.len() {
-            i = if self.config.framing {
-                self.framed_at(words, i, &mut on_item)
-            } else {
-                self.unframed_at(words, i, &mut on_item)
-            };
+        let mut at = 0;
+        while let Some(item) = self.next_item(words, &mut at) {
+            on_item(item);
+        }
+    }
+
+    /// The next item of `words` from word `*at`, advancing `*at` past it; `None` at the end.
+    ///
+    /// The pull form of [`SlinkChecker::check`], for a reader that may have to stop in the
+    /// middle of a superpage (a full event store): it keeps `*at`, and if it cannot take the
+    /// item it calls [`SlinkChecker::unread`] and asks again later from the same `*at`.
+    pub fn next_item<'a>(&mut self, words: &'a [u32], at: &mut usize) -> Option<SlinkItem<'a>> {
+        if *at >= words.len() {
+            return None;
+        }
+        self.undo = Some((self.last_l1id, self.counters));
+        let mut item = None;
+        let start = *at;
+        *at = if self.config.framing {
+            self.framed_at(words, start, &mut |i| item = Some(i))
+        } else {
+            self.unframed_at(words, start, &mut |i| item = Some(i))
+        };
+        self.counters.words += (*at - start) as u64;
+        item
+    }
+
+    /// Takes back the last item of [`SlinkChecker::next_item`]: the L1ID sequence and the
+    /// counters return to where they were before it (the caller rewinds its position).
+    pub fn unread(&mut self) {
+        if let Some((last, counters)) = self.undo.take() {
+            self.last_l1id = last;
+            self.counters = counters;
         }
     }
 
@@ -608,5 +636,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn pull_with_unread_matches_push() {
+        let mut s = Vec::new();
+        for l1 in [0, 1, 1, 3, 4] {
+            s.push(SLINK_BEGIN);
+            s.extend_from_slice(&rod(l1, 3));
+            s.push(SLINK_END);
+        }
+        s.extend_from_slice(&[5, 6]);
+        let cfg = SlinkCheckConfig {
+            framing: true,
+            ..Default::default()
+        };
+        let mut push = SlinkChecker::new(cfg);
+        let (want, drops) = collect(&mut push, &s);
+        let mut pull = SlinkChecker::new(cfg);
+        let mut at = 0;
+        let mut got = Vec::new();
+        let mut refused = false;
+        while let Some(item) = pull.next_item(&s, &mut at) {
+            if let SlinkItem::Fragment(f) = item {
+                if f.extended_l1id == 3 && !refused {
+                    // The store is full: give it back, rewind, take it again later.
+                    refused = true;
+                    pull.unread();
+                    at = f.offset;
+                    continue;
+                }
+                got.push((f.extended_l1id, f.status.word()));
+            }
+        }
+        assert_eq!(got, want);
+        assert_eq!(drops, [DropReason::Garbage]);
+        assert_eq!(pull.counters(), push.counters());
     }
 }

@@ -33,30 +33,20 @@ pub trait Input: Send + 'static {
 /// Fragments taken per channel per poll, so one busy channel cannot starve requests.
 const POLL_BUDGET: usize = 256;
 
-/// A fragment the store refused, kept (by position in the held superpage) for the next poll.
-#[derive(Debug, Clone, Copy)]
-struct Backlog {
-    start: usize,
-    len: usize,
-    status: Status,
-}
-
 struct DmaLane<D> {
     channel: D,
     checker: SlinkChecker,
-    /// The superpage being read, while the store still refuses some of its fragments.
-    held: Option<Filled<Superpage>>,
-    /// Its fragments still to store, in stream order (grows to its high-water mark once).
-    backlog: Vec<Backlog>,
-    next: usize,
+    /// The superpage being read and the word the checker resumes at.
+    current: Option<(Filled<Superpage>, usize)>,
 }
 
 /// One DMA channel per store channel (channel `i` feeds store channel `i`), each superpage
-/// checked by a [`SlinkChecker`]. Words the checker drops go to the error dump.
+/// checked by a [`SlinkChecker`] in its pull form. Words the checker drops go to the error dump.
 ///
-/// The checker walks a whole superpage at once; fragments the store refuses (full) are kept as
-/// positions in the superpage, which is held until they are all stored, and the channel is not
-/// read meanwhile: the card stalls (back-pressure), nothing is dropped.
+/// When the store refuses a fragment (full), the checker takes it back
+/// ([`SlinkChecker::unread`]), the superpage is kept with the position of that fragment, and
+/// the channel is not read until the store has room: the card stalls (back-pressure), nothing
+/// is dropped.
 pub struct DmaInput<D> {
     lanes: Vec<DmaLane<D>>,
     dump: ErrorDump,
@@ -71,9 +61,7 @@ impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
                 .map(|channel| DmaLane {
                     channel,
                     checker: SlinkChecker::new(check),
-                    held: None,
-                    backlog: Vec::new(),
-                    next: 0,
+                    current: None,
                 })
                 .collect(),
             dump,
@@ -91,54 +79,47 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
         let mut consumed = 0u64;
         for (c, lane) in self.lanes.iter_mut().enumerate() {
             let mut budget = POLL_BUDGET;
-            loop {
-                // Finish the held superpage first.
-                if let Some(held) = &lane.held {
-                    let words = held.superpage.words();
-                    while lane.next < lane.backlog.len() {
-                        let b = lane.backlog[lane.next];
-                        match store.ingest(c, &words[b.start..b.start + b.len], b.status) {
-                            Err(IngestError::Full) => break,
-                            Ok(_) | Err(_) => {
-                                lane.next += 1;
-                                consumed += 1;
-                            }
-                        }
+            while budget > 0 {
+                if lane.current.is_none() {
+                    match lane.channel.pop_superpage() {
+                        Some(f) => lane.current = Some((f, 0)),
+                        None => break,
                     }
-                    if lane.next < lane.backlog.len() {
-                        break; // still full: keep the superpage, stall the card
-                    }
-                    let held = lane.held.take().expect("checked above");
-                    lane.backlog.clear();
-                    lane.next = 0;
-                    // The superpage came from this channel: its transfer queue has room.
-                    let _ = lane.channel.push_superpage(held.superpage);
                 }
-                if budget == 0 {
-                    break;
-                }
-                let Some(filled) = lane.channel.pop_superpage() else {
+                let Some((filled, at)) = lane.current.as_mut() else {
                     break;
                 };
-                budget = budget.saturating_sub(filled.units.max(1) as usize);
                 let used = filled.bytes_used.min(filled.superpage.len()) / 4;
                 let words = &filled.superpage.words()[..used];
-                let base = words.as_ptr() as usize;
-                let (dump, backlog) = (&mut self.dump, &mut lane.backlog);
-                lane.checker.check(words, |item| match item {
-                    SlinkItem::Fragment(f) => {
-                        let start = (f.rod.as_ptr() as usize - base) / 4;
-                        // Everything goes through the backlog; stored right below.
-                        backlog.push(Backlog {
-                            start,
-                            len: f.rod.len(),
-                            status: f.status,
-                        });
+                let mut blocked = false;
+                while budget > 0 {
+                    let before = *at;
+                    let Some(item) = lane.checker.next_item(words, at) else {
+                        break;
+                    };
+                    match item {
+                        SlinkItem::Fragment(f) => {
+                            if let Err(IngestError::Full) = store.ingest(c, f.rod, f.status) {
+                                // Retry this fragment on a later poll.
+                                lane.checker.unread();
+                                *at = before;
+                                blocked = true;
+                                break;
+                            }
+                        }
+                        SlinkItem::Dropped(d) => self.dump.dump(c, d.words),
                     }
-                    SlinkItem::Dropped(d) => dump.dump(c, d.words),
-                });
-                lane.held = Some(filled);
-                lane.next = 0;
+                    consumed += 1;
+                    budget -= 1;
+                }
+                if blocked {
+                    break;
+                }
+                if *at >= used {
+                    let (filled, _) = lane.current.take().expect("checked above");
+                    // The superpage came from this channel: its transfer queue has room.
+                    let _ = lane.channel.push_superpage(filled.superpage);
+                }
             }
         }
         consumed

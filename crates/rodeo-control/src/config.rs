@@ -1,0 +1,493 @@
+//! The partition configuration: one TOML file describes a whole run.
+//!
+//! Every section and field has a default, so an empty file (or none) is the built-in default
+//! partition: one ROS with 12 emulated S-LINK channels, a supervisor with its L1 emulator,
+//! 2 DCMs x 4 slots with an accept-fraction trigger, one logger, over inproc endpoints.
+//! [`DEFAULT_TOML`] is that configuration written out with comments (`rodeo config default`).
+//!
+//! Unknown fields are errors (`deny_unknown_fields`), and [`PartitionConfig::validate`] checks
+//! every value against what is allowed; both name the field (`dcm.slots`), the value, and what
+//! would be accepted.
+
+use serde::Deserialize;
+
+/// The default partition, with comments: what `rodeo config default` prints.
+pub const DEFAULT_TOML: &str = r#"# rodeo partition configuration. Every field is optional: a missing one takes the value shown.
+
+[run]
+# Run number (in file names and event headers).
+number = 1
+# Stop after this many L1 accepts (0: no limit; then `seconds` must be set).
+events = 100000
+# Stop after this many seconds (0: no limit).
+seconds = 0.0
+# Output directory; files go to <output>/run-<number>/.
+output = "rodeo-output"
+
+[transport]
+# Endpoints: "inproc" (one process), "ipc" (processes on one host), "tcp" (hosts).
+kind = "inproc"
+# ZeroMQ I/O threads (ipc/tcp).
+io_threads = 1
+# First tcp port; applications take consecutive ports from here.
+base_port = 47000
+# Host for tcp endpoints.
+host = "127.0.0.1"
+
+[l1]
+# L1 accept rate in Hz (0: as fast as free slots allow).
+rate_hz = 0.0
+# Fewest and most RoIs per event.
+rois_per_event = [1, 2]
+# L1ID wrap value (the readout's, 2^24 by default).
+l1id_wrap = 16777216
+# Seed of the RoI choices.
+seed = 1
+
+[supervisor]
+# An event not decided within this time is reassigned as a forced accept.
+event_timeout_ms = 10000
+# A DCM silent for this long is declared dead and its events reassigned.
+dcm_timeout_ms = 3000
+# L1IDs per clear message.
+clear_group = 100
+
+[ros]
+# Readout nodes (ROS), each with emulated S-LINK channels (one ROB each).
+nodes = 1
+# Channels (ROBs) per node.
+channels = 12
+# Data words per ROD fragment.
+fragment_words = 200
+# Sub-detector id of the ROBs (0x41: LAr EM barrel A); module ids count from 0 per node.
+subdetector = 0x41
+
+[dcm]
+# Data-collection nodes and processing slots per node.
+nodes = 2
+slots = 4
+# Fraction of events the built-in trigger accepts (deterministic per L1ID).
+accept_fraction = 0.1
+# Emulated processing time per event, mean in microseconds (exponential; 0: none).
+processing_us = 0.0
+# Checksum of built events: "none", "crc16" or "adler32".
+checksum = "adler32"
+# Most data requests in flight per readout node.
+max_outstanding = 64
+
+[logger]
+# Loggers, and the streams they write.
+nodes = 1
+streams = ["physics_Main"]
+# Rotate files at this size.
+max_file_mib = 1024
+"#;
+
+/// What went wrong with a configuration, naming the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML does not parse or has an unknown field (toml's message names it and the line).
+    #[error("configuration {source_name}: {message}")]
+    Parse {
+        /// The file (or "built-in default").
+        source_name: String,
+        /// What toml said.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("configuration field `{field}` = {value}: {allowed}")]
+    Value {
+        /// The field, as `section.name`.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Run number.
+    pub number: u32,
+    /// L1 accepts to produce (0: no limit).
+    pub events: u64,
+    /// Seconds to run (0: no limit).
+    pub seconds: f64,
+    /// Output directory.
+    pub output: String,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            number: 1,
+            events: 100_000,
+            seconds: 0.0,
+            output: "rodeo-output".into(),
+        }
+    }
+}
+
+/// Transport kinds.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// In one process.
+    Inproc,
+    /// Unix-domain sockets between processes on one host.
+    Ipc,
+    /// TCP.
+    Tcp,
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransportConfig {
+    /// Endpoint kind.
+    pub kind: TransportKind,
+    /// ZeroMQ I/O threads.
+    pub io_threads: u32,
+    /// First tcp port.
+    pub base_port: u16,
+    /// Host of tcp endpoints.
+    pub host: String,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            kind: TransportKind::Inproc,
+            io_threads: 1,
+            base_port: 47000,
+            host: "127.0.0.1".into(),
+        }
+    }
+}
+
+/// `[l1]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct L1Config {
+    /// Rate in Hz (0: unlimited).
+    pub rate_hz: f64,
+    /// Fewest and most RoIs.
+    pub rois_per_event: [u32; 2],
+    /// L1ID wrap.
+    pub l1id_wrap: u32,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for L1Config {
+    fn default() -> Self {
+        L1Config {
+            rate_hz: 0.0,
+            rois_per_event: [1, 2],
+            l1id_wrap: 1 << 24,
+            seed: 1,
+        }
+    }
+}
+
+/// `[supervisor]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisorSection {
+    /// Event timeout.
+    pub event_timeout_ms: u64,
+    /// Dead-DCM timeout.
+    pub dcm_timeout_ms: u64,
+    /// Clear group size.
+    pub clear_group: usize,
+}
+
+impl Default for SupervisorSection {
+    fn default() -> Self {
+        SupervisorSection {
+            event_timeout_ms: 10_000,
+            dcm_timeout_ms: 3_000,
+            clear_group: 100,
+        }
+    }
+}
+
+/// `[ros]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RosSection {
+    /// Nodes.
+    pub nodes: usize,
+    /// Channels per node.
+    pub channels: usize,
+    /// Data words per fragment.
+    pub fragment_words: u32,
+    /// Sub-detector id.
+    pub subdetector: u8,
+}
+
+impl Default for RosSection {
+    fn default() -> Self {
+        RosSection {
+            nodes: 1,
+            channels: 12,
+            fragment_words: 200,
+            subdetector: 0x41,
+        }
+    }
+}
+
+/// Checksum names in the configuration.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumName {
+    /// None.
+    None,
+    /// CRC16-CCITT.
+    Crc16,
+    /// Adler-32.
+    Adler32,
+}
+
+/// `[dcm]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DcmSection {
+    /// Nodes.
+    pub nodes: usize,
+    /// Slots per node.
+    pub slots: usize,
+    /// Accept fraction.
+    pub accept_fraction: f64,
+    /// Mean emulated processing time.
+    pub processing_us: f64,
+    /// Checksum of built events.
+    pub checksum: ChecksumName,
+    /// Requests in flight per readout node.
+    pub max_outstanding: usize,
+}
+
+impl Default for DcmSection {
+    fn default() -> Self {
+        DcmSection {
+            nodes: 2,
+            slots: 4,
+            accept_fraction: 0.1,
+            processing_us: 0.0,
+            checksum: ChecksumName::Adler32,
+            max_outstanding: 64,
+        }
+    }
+}
+
+/// `[logger]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoggerSection {
+    /// Nodes.
+    pub nodes: usize,
+    /// Stream names.
+    pub streams: Vec<String>,
+    /// File rotation size.
+    pub max_file_mib: u64,
+}
+
+impl Default for LoggerSection {
+    fn default() -> Self {
+        LoggerSection {
+            nodes: 1,
+            streams: vec!["physics_Main".into()],
+            max_file_mib: 1024,
+        }
+    }
+}
+
+/// A whole partition.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PartitionConfig {
+    /// `[run]`.
+    pub run: RunConfig,
+    /// `[transport]`.
+    pub transport: TransportConfig,
+    /// `[l1]`.
+    pub l1: L1Config,
+    /// `[supervisor]`.
+    pub supervisor: SupervisorSection,
+    /// `[ros]`.
+    pub ros: RosSection,
+    /// `[dcm]`.
+    pub dcm: DcmSection,
+    /// `[logger]`.
+    pub logger: LoggerSection,
+}
+
+impl PartitionConfig {
+    /// Parses and validates TOML; `source_name` names it in errors.
+    pub fn from_toml(text: &str, source_name: &str) -> Result<PartitionConfig, ConfigError> {
+        let config: PartitionConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            source_name: source_name.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(field: &'static str, value: impl ToString, allowed: &'static str) -> ConfigError {
+            ConfigError::Value {
+                field,
+                value: value.to_string(),
+                allowed,
+            }
+        }
+        let r = &self.run;
+        if r.events == 0 && r.seconds <= 0.0 {
+            return Err(bad(
+                "run.events",
+                r.events,
+                "give run.events > 0 or run.seconds > 0 (a run must end)",
+            ));
+        }
+        if !r.seconds.is_finite() || r.seconds < 0.0 {
+            return Err(bad("run.seconds", r.seconds, "a number of seconds >= 0"));
+        }
+        if r.output.is_empty() {
+            return Err(bad("run.output", "\"\"", "a directory path"));
+        }
+        if self.transport.io_threads == 0 || self.transport.io_threads > 16 {
+            return Err(bad(
+                "transport.io_threads",
+                self.transport.io_threads,
+                "1..=16",
+            ));
+        }
+        let l1 = &self.l1;
+        if !l1.rate_hz.is_finite() || l1.rate_hz < 0.0 {
+            return Err(bad("l1.rate_hz", l1.rate_hz, "a rate >= 0 (0: unlimited)"));
+        }
+        let [lo, hi] = l1.rois_per_event;
+        if lo > hi || hi > 16 {
+            return Err(bad(
+                "l1.rois_per_event",
+                format!("[{lo}, {hi}]"),
+                "[min, max] with min <= max <= 16",
+            ));
+        }
+        if l1.l1id_wrap == 0 || l1.l1id_wrap > 1 << 24 {
+            return Err(bad("l1.l1id_wrap", l1.l1id_wrap, "1..=16777216"));
+        }
+        let s = &self.supervisor;
+        if s.event_timeout_ms == 0 {
+            return Err(bad("supervisor.event_timeout_ms", 0, "> 0 milliseconds"));
+        }
+        if s.dcm_timeout_ms < 500 {
+            return Err(bad(
+                "supervisor.dcm_timeout_ms",
+                s.dcm_timeout_ms,
+                ">= 500 ms (twice the DCM heartbeat at least)",
+            ));
+        }
+        if s.clear_group == 0 || s.clear_group > 100_000 {
+            return Err(bad("supervisor.clear_group", s.clear_group, "1..=100000"));
+        }
+        let ros = &self.ros;
+        if ros.nodes == 0 || ros.nodes > 32 {
+            return Err(bad("ros.nodes", ros.nodes, "1..=32"));
+        }
+        if ros.channels == 0 || ros.channels > 64 {
+            return Err(bad("ros.channels", ros.channels, "1..=64"));
+        }
+        if ros.fragment_words == 0 || ros.fragment_words > 1 << 20 {
+            return Err(bad("ros.fragment_words", ros.fragment_words, "1..=1048576"));
+        }
+        let d = &self.dcm;
+        if d.nodes == 0 || d.nodes > 64 {
+            return Err(bad("dcm.nodes", d.nodes, "1..=64"));
+        }
+        if d.slots == 0 || d.slots > 4096 {
+            return Err(bad("dcm.slots", d.slots, "1..=4096"));
+        }
+        if !(0.0..=1.0).contains(&d.accept_fraction) {
+            return Err(bad(
+                "dcm.accept_fraction",
+                d.accept_fraction,
+                "a fraction in 0..=1",
+            ));
+        }
+        if !d.processing_us.is_finite() || d.processing_us < 0.0 {
+            return Err(bad(
+                "dcm.processing_us",
+                d.processing_us,
+                "microseconds >= 0",
+            ));
+        }
+        if d.max_outstanding == 0 {
+            return Err(bad("dcm.max_outstanding", 0, ">= 1"));
+        }
+        let l = &self.logger;
+        if l.nodes == 0 || l.nodes > 16 {
+            return Err(bad("logger.nodes", l.nodes, "1..=16"));
+        }
+        if l.streams.is_empty() || l.streams.iter().any(|s| s.is_empty() || s.contains('\0')) {
+            return Err(bad(
+                "logger.streams",
+                format!("{:?}", l.streams),
+                "at least one non-empty stream name without NUL",
+            ));
+        }
+        if l.max_file_mib == 0 {
+            return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        }
+        if ros.nodes + d.nodes + l.nodes > 62 {
+            return Err(bad(
+                "dcm.nodes",
+                d.nodes,
+                "ros.nodes + logger.nodes + 2 must stay <= 64 (one socket each per DCM)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commented_default_is_the_built_in_default() {
+        let parsed = PartitionConfig::from_toml(DEFAULT_TOML, "default").unwrap();
+        assert_eq!(parsed, PartitionConfig::default());
+        assert_eq!(
+            PartitionConfig::from_toml("", "empty").unwrap(),
+            PartitionConfig::default()
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_name_the_field() {
+        let e = PartitionConfig::from_toml("[dcm]\nslotz = 3\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("slotz") && e.contains("t.toml"), "{e}");
+        let e = PartitionConfig::from_toml("[dcm]\nslots = 0\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("dcm.slots") && e.contains("= 0") && e.contains("1..=4096"),
+            "{e}"
+        );
+        let e = PartitionConfig::from_toml("[dcm]\nchecksum = \"md5\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("md5") && e.contains("adler32"), "{e}");
+        let e = PartitionConfig::from_toml("[run]\nevents = 0\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("run.events"), "{e}");
+    }
+}
