@@ -31,7 +31,7 @@ pub struct LinkMonitor {
 #[derive(Debug)]
 enum Decoder {
     Felix(Box<Reassembler>),
-    Slink(SlinkChecker),
+    Slink(Box<SlinkChecker>),
 }
 
 /// The counters of a monitored link, as `(name, value)` pairs in a fixed order.
@@ -50,7 +50,7 @@ impl LinkMonitor {
 
     /// A monitor for S-LINK fragments framed and checked as `config` says.
     pub fn slink(config: SlinkCheckConfig) -> LinkMonitor {
-        LinkMonitor::new(Decoder::Slink(SlinkChecker::new(config)), 0)
+        LinkMonitor::new(Decoder::Slink(Box::new(SlinkChecker::new(config))), 0)
     }
 
     /// A monitor for a stream of `mode` (FELIX `block_size`; S-LINK `config`).

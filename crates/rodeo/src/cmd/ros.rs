@@ -178,11 +178,7 @@ pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow:
                     EmulatedConfig {
                         queue_depth: depth,
                         max_units_per_s: a.input_rate,
-<<<<<<< HEAD
                         max_bytes_per_s: None,
-=======
-                        ..EmulatedConfig::default()
->>>>>>> main
                     },
                     SlinkGenerator::new(SlinkConfig {
                         source_id: a.base_source_id + c as u32,
