@@ -17,8 +17,9 @@
 //!
 //! - [`store`]: the event store of a readout node (ROS): per ROB channel, fragments in pages
 //!   taken once from the page pool, an O(1) L1ID index, zero-copy page references for replies,
-//!   clears, occupancy and back-pressure; [`store::slink`] splits S-LINK superpages into
-//!   fragments with their status bits.
+//!   clears, occupancy and back-pressure; S-LINK superpages reach it through
+//!   `rodeo_format::slink::SlinkChecker` ([`server::DmaInput`]), unusable words go to the
+//!   rate-limited [`store::slink::ErrorDump`].
 //! - [`server`]: the request server: a ROUTER socket and one core thread that owns the store,
 //!   the input and the request descriptors; DataRequest/Clear per the dataflow protocol, with a
 //!   pending queue and timeout.

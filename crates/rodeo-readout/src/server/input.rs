@@ -1,5 +1,5 @@
 //! What feeds the store inside the core thread: a DMA channel per ROB (real or emulated card,
-//! S-LINK mode) through the S-LINK adapter, or an inline firmware-style generator.
+//! S-LINK mode) through the S-LINK checker, or an inline firmware-style generator.
 //!
 //! # Back-pressure
 //!
@@ -12,8 +12,9 @@ use rodeo_memory::Superpage;
 
 use crate::dma::{DmaChannel, Filled};
 use crate::generator::L1idCounter;
-use crate::store::slink::{ErrorDump, Piece, SlinkAdapter, SlinkCounters};
+use crate::store::slink::ErrorDump;
 use crate::store::{EventStore, IngestError, ROB_HEADER_WORDS};
+use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
 /// A source of fragments polled by the core thread.
 pub trait Input: Send + 'static {
@@ -34,26 +35,32 @@ const POLL_BUDGET: usize = 256;
 
 struct DmaLane<D> {
     channel: D,
-    adapter: SlinkAdapter,
+    checker: SlinkChecker,
+    /// The superpage being read and the word the checker resumes at.
     current: Option<(Filled<Superpage>, usize)>,
 }
 
-/// One DMA channel per store channel (channel `i` feeds store channel `i`), read through the
-/// S-LINK adapter. Unreadable fragments go to the error dump.
+/// One DMA channel per store channel (channel `i` feeds store channel `i`), each superpage
+/// checked by a [`SlinkChecker`] in its pull form. Words the checker drops go to the error dump.
+///
+/// When the store refuses a fragment (full), the checker takes it back
+/// ([`SlinkChecker::unread`]), the superpage is kept with the position of that fragment, and
+/// the channel is not read until the store has room: the card stalls (back-pressure), nothing
+/// is dropped.
 pub struct DmaInput<D> {
     lanes: Vec<DmaLane<D>>,
     dump: ErrorDump,
 }
 
 impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
-    /// Reads `channels` (each already given its empty superpages), L1IDs wrapping at `wrap`.
-    pub fn new(channels: Vec<D>, wrap: u32, dump: ErrorDump) -> DmaInput<D> {
+    /// Reads `channels` (each already given its empty superpages), checked per `check`.
+    pub fn new(channels: Vec<D>, check: SlinkCheckConfig, dump: ErrorDump) -> DmaInput<D> {
         DmaInput {
             lanes: channels
                 .into_iter()
                 .map(|channel| DmaLane {
                     channel,
-                    adapter: SlinkAdapter::new(wrap),
+                    checker: SlinkChecker::new(check),
                     current: None,
                 })
                 .collect(),
@@ -87,22 +94,20 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                 let mut blocked = false;
                 while budget > 0 {
                     let before = *at;
-                    let Some(piece) = lane.adapter.next(words, at) else {
+                    let Some(item) = lane.checker.next_item(words, at) else {
                         break;
                     };
-                    match piece {
-                        Piece::Fragment(rod, status) => match store.ingest(c, rod, status) {
-                            Ok(_) => {}
-                            Err(IngestError::Full) => {
-                                // Retry this fragment later: rewind, keep the adapter's view.
+                    match item {
+                        SlinkItem::Fragment(f) => {
+                            if let Err(IngestError::Full) = store.ingest(c, f.rod, f.status) {
+                                // Retry this fragment on a later poll.
+                                lane.checker.unread();
                                 *at = before;
-                                lane.adapter.unread();
                                 blocked = true;
                                 break;
                             }
-                            Err(_) => self.dump.dump(c, rod),
-                        },
-                        Piece::Unreadable(w) => self.dump.dump(c, w),
+                        }
+                        SlinkItem::Dropped(d) => self.dump.dump(c, d.words),
                     }
                     consumed += 1;
                     budget -= 1;
@@ -123,12 +128,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
     fn slink_counters(&self) -> SlinkCounters {
         let mut t = SlinkCounters::default();
         for l in &self.lanes {
-            let k = l.adapter.counters;
-            t.fragments += k.fragments;
-            t.flagged += k.flagged;
-            t.unreadable += k.unreadable;
-            t.skipped_words += k.skipped_words;
-            t.sequence_errors += k.sequence_errors;
+            t.add(l.checker.counters());
         }
         t
     }

@@ -51,9 +51,9 @@ use std::time::Duration;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport, TransportError};
 
-use crate::store::slink::SlinkCounters;
 use crate::store::EventStore;
 pub use input::{DmaInput, FirmwareInput, Input, Payload};
+use rodeo_format::slink::SlinkCounters;
 
 /// Configuration of a [`RequestServer`].
 #[derive(Debug, Clone)]

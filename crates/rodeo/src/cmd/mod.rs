@@ -70,8 +70,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::Cards(args) => cards::run(args),
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),
+        Command::Cards(args) => cards::run(args),
     }
 }

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions, SuperpagePool, SuperpagePoolConfig};
 use rodeo_readout::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
 use rodeo_readout::generator::{SlinkConfig, SlinkGenerator, WordRange};
@@ -177,7 +178,7 @@ pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow:
                     EmulatedConfig {
                         queue_depth: depth,
                         max_units_per_s: a.input_rate,
-                        ..EmulatedConfig::default()
+                        max_bytes_per_s: None,
                     },
                     SlinkGenerator::new(SlinkConfig {
                         source_id: a.base_source_id + c as u32,
@@ -202,7 +203,12 @@ pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow:
                 }
                 None => None,
             };
-            Box::new(DmaInput::new(chans, a.l1id_wrap, ErrorDump::new(file, 10)))
+            let check = SlinkCheckConfig {
+                framing: true,
+                crc: false,
+                l1id_wrap: a.l1id_wrap,
+            };
+            Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10)))
         }
     };
     let server = RequestServer::start(
@@ -252,9 +258,10 @@ pub(crate) fn summary(s: &Stopped) -> Value {
         "unknown_clears": k.unknown_clears,
         "store_full_events": k.full,
         "occupancy_alarms": k.alarms,
-        "slink_flagged": s.slink.flagged,
-        "slink_unreadable": s.slink.unreadable,
-        "slink_sequence_errors": s.slink.sequence_errors,
+        "slink_flagged": s.slink.flagged_fragments,
+        "slink_dropped_fragments": s.slink.dropped_fragments(),
+        "slink_garbage_spans": s.slink.garbage_spans,
+        "slink_sequence_errors": s.slink.l1id_sequence_errors,
         "input_stalls": s.input_stalls,
     })
 }
