@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions, SuperpagePool, SuperpagePoolConfig};
 use rodeo_transport::socket::Transport;
 
@@ -212,11 +213,12 @@ impl ReadoutNode {
                     })?),
                     None => None,
                 };
-                Box::new(DmaInput::new(
-                    chans,
-                    config.l1id_wrap,
-                    ErrorDump::new(file, 10),
-                ))
+                let check = SlinkCheckConfig {
+                    framing: true,
+                    crc: false,
+                    l1id_wrap: config.l1id_wrap,
+                };
+                Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10)))
             }
         };
         let server = RequestServer::start(

@@ -143,4 +143,3 @@ fn dump_shows_events_and_robs() {
     assert_eq!(t.matches("  ROB 0x").count(), 16, "{t}");
     assert!(t.contains("aa1234aa"), "hex words missing: {t}");
 }
-

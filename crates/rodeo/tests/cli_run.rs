@@ -35,7 +35,11 @@ fn global_ids(summary: &Value) -> HashSet<u64> {
             let e = FullEvent::parse(event.words).unwrap();
             e.verify_checksum().unwrap();
             assert!(e.validate_robs().unwrap() > 0, "an event without ROBs");
-            assert!(ids.insert(e.global_id()), "event {} written twice", e.global_id());
+            assert!(
+                ids.insert(e.global_id()),
+                "event {} written twice",
+                e.global_id()
+            );
         }
     }
     ids
@@ -79,7 +83,10 @@ fn a_configuration_file_and_its_errors() {
     ]);
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["readout_nodes"].as_array().unwrap().len(), 2);
-    assert_eq!(global_ids(&v).len() as u64, v["events_written"].as_u64().unwrap());
+    assert_eq!(
+        global_ids(&v).len() as u64,
+        v["events_written"].as_u64().unwrap()
+    );
 
     std::fs::write(&cfg, "[dcm]\nslots = 0\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
@@ -88,5 +95,8 @@ fn a_configuration_file_and_its_errors() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("dcm.slots") && err.contains("1..=4096"), "{err}");
+    assert!(
+        err.contains("dcm.slots") && err.contains("1..=4096"),
+        "{err}"
+    );
 }
