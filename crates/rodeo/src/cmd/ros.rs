@@ -10,16 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use rodeo_format::slink::SlinkCheckConfig;
-use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions, SuperpagePool, SuperpagePoolConfig};
-use rodeo_readout::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
-use rodeo_readout::generator::{SlinkConfig, SlinkGenerator, WordRange};
-use rodeo_readout::server::{
-    DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig, Stopped,
-};
-use rodeo_readout::store::slink::ErrorDump;
-use rodeo_readout::store::{EventStore, StoreConfig};
+use rodeo_readout::node::{NodeConfig, NodeInput, ReadoutNode};
+use rodeo_readout::server::{Payload, Stopped};
 use rodeo_transport::socket::Transport;
 use serde_json::{json, Value};
 
@@ -126,107 +118,34 @@ impl NodeArgs {
     }
 }
 
-/// A running node and the memory it holds.
-pub(crate) struct Node {
-    pub(crate) server: RequestServer,
-    _pool: PagePool,
-    _superpages: Option<SuperpagePool>,
-}
-
-/// Builds the store and the input and starts the request server on `endpoint`.
-pub(crate) fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow::Result<Node> {
-    anyhow::ensure!(a.channels > 0, "--channels must be at least 1");
-    let pool = PagePool::new(PagePoolConfig {
-        page_bytes: a.page_bytes,
-        pages: a.channels * a.pages_per_channel,
-        region: RegionOptions {
-            huge_pages: rodeo_memory::HugePages::Transparent,
-            ..RegionOptions::default()
+/// Starts a readout node as `args` describe it, serving on `endpoint`.
+pub(crate) fn start_node(
+    t: &Transport,
+    a: &NodeArgs,
+    endpoint: &str,
+) -> anyhow::Result<ReadoutNode> {
+    let input = match a.input {
+        InputKind::Firmware => NodeInput::Firmware(match a.payload {
+            PayloadKind::Full => Payload::Full,
+            PayloadKind::Headers => Payload::HeadersOnly,
+        }),
+        InputKind::Dma => NodeInput::Dma {
+            rate_hz: a.input_rate,
         },
-    })
-    .context("page pool")?;
-    let store = EventStore::new(
-        &pool,
-        &StoreConfig::with_channels(a.channels, a.base_source_id, a.pages_per_channel),
-    )?;
-    let mut superpages = None;
-    let input: Box<dyn Input> = match a.input {
-        InputKind::Firmware => {
-            let payload = match a.payload {
-                PayloadKind::Full => Payload::Full,
-                PayloadKind::Headers => Payload::HeadersOnly,
-            };
-            Box::new(FirmwareInput::new(
-                &store,
-                a.fragment_words as usize,
-                a.l1id_wrap,
-                payload,
-            ))
-        }
-        InputKind::Dma => {
-            let depth = 8;
-            let sp = SuperpagePool::new(SuperpagePoolConfig {
-                superpage_bytes: 256 * 1024,
-                superpages: a.channels * depth,
-                region: RegionOptions::default(),
-            })
-            .context("superpage pool")?;
-            let mut chans = Vec::with_capacity(a.channels);
-            for c in 0..a.channels {
-                let ch = EmulatedChannel::start(
-                    &format!("slink{c}"),
-                    EmulatedConfig {
-                        queue_depth: depth,
-                        max_units_per_s: a.input_rate,
-                        max_bytes_per_s: None,
-                    },
-                    SlinkGenerator::new(SlinkConfig {
-                        source_id: a.base_source_id + c as u32,
-                        data_words: WordRange::fixed(a.fragment_words),
-                        l1id_wrap: a.l1id_wrap,
-                        framing: true,
-                        ..SlinkConfig::default()
-                    }),
-                )?;
-                for _ in 0..depth {
-                    let s = sp.alloc().context("superpage")?;
-                    if ch.push_superpage(s).is_err() {
-                        anyhow::bail!("transfer queue smaller than its depth");
-                    }
-                }
-                chans.push(ch);
-            }
-            superpages = Some(sp);
-            let file = match &a.error_file {
-                Some(p) => {
-                    Some(std::fs::File::create(p).with_context(|| format!("error file {p:?}"))?)
-                }
-                None => None,
-            };
-            let check = SlinkCheckConfig {
-                framing: true,
-                crc: false,
-                l1id_wrap: a.l1id_wrap,
-            };
-            Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10)))
-        }
     };
-    let server = RequestServer::start(
-        t,
-        &ServerConfig {
-            endpoint: endpoint.to_string(),
-            descriptors: a.descriptors,
-            pending_timeout: Duration::from_millis(a.pending_timeout_ms),
-            ..ServerConfig::default()
-        },
-        store,
+    let config = NodeConfig {
+        channels: a.channels,
+        fragment_words: a.fragment_words,
+        base_source_id: a.base_source_id,
+        pages_per_channel: a.pages_per_channel,
+        page_bytes: a.page_bytes,
         input,
-    )?;
-    Ok(Node {
-        server,
-        _pool: pool,
-        _superpages: superpages,
-    })
+        l1id_wrap: a.l1id_wrap,
+        descriptors: a.descriptors,
+        pending_timeout: Duration::from_millis(a.pending_timeout_ms),
+        error_file: a.error_file.clone(),
+    };
+    Ok(ReadoutNode::start(t, &config, endpoint)?)
 }
 
 /// The final counters of a stopped node as JSON.
@@ -273,10 +192,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return super::bench::ros::serve_plain(&t, &args.listen, &args.node, args.seconds);
     }
     let node = start_node(&t, &args.node, &args.listen)?;
-    println!("listening on {}", node.server.endpoint());
+    println!("listening on {}", node.endpoint());
     std::io::stdout().flush()?;
     let start = Instant::now();
-    let mut last = (Instant::now(), node.server.stats());
+    let mut last = (Instant::now(), node.stats());
     while !crate::signal::interrupted()
         && args
             .seconds
@@ -284,7 +203,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         std::thread::sleep(Duration::from_millis(50));
         if args.verbose && last.0.elapsed() >= Duration::from_secs(1) {
-            let now = node.server.stats();
+            let now = node.stats();
             let dt = last.0.elapsed().as_secs_f64();
             eprintln!(
                 "requests/s {:.0}  clears/s {:.0}  input fragments/s {:.0}  pending {}",
@@ -296,7 +215,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             last = (Instant::now(), now);
         }
     }
-    let stopped = node.server.stop();
+    let stopped = node.stop();
     let v = summary(&stopped);
     if args.json {
         println!("{v}");

@@ -201,7 +201,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .context("in-process node")?;
             let r = run_testers(
                 &t,
-                node.server.endpoint(),
+                node.endpoint(),
                 &robs,
                 args.node.l1id_wrap,
                 &args.mix,

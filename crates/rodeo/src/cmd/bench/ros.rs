@@ -158,8 +158,8 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let (tester, counters) = match a.transport {
         Transport_::Inproc => {
             let n = start_node(&t, &node, "inproc://bench-ros")?;
-            let r = run_testers(&t, n.server.endpoint(), &robs, node.l1id_wrap, &mix)?;
-            let stopped = n.server.stop();
+            let r = run_testers(&t, n.endpoint(), &robs, node.l1id_wrap, &mix)?;
+            let stopped = n.stop();
             (r, summary(&stopped))
         }
         Transport_::Tcp => {
