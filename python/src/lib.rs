@@ -132,7 +132,8 @@ fn extract_words<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Words<'py>> {
         return Ok(Words::Array(ev.get().words.bind(py).readonly()));
     }
     if let Ok(rob) = obj.cast::<Rob>() {
-        return Ok(Words::Array(rob.get().words.bind(py).readonly()));
+        let words = rob.get().words(py)?;
+        return Ok(Words::Array(words.into_bound(py).readonly()));
     }
     if let Ok(arr) = obj.extract::<PyReadonlyArray1<'py, u32>>() {
         return Ok(Words::Array(arr));
@@ -472,8 +473,14 @@ impl Event {
 /// One ROB fragment of an event: header fields and views of the event's words.
 #[pyclass(module = "rodeo", frozen)]
 pub struct Rob {
-    words: Py<PyArray1<u32>>,
-    data: Py<PyArray1<u32>>,
+    /// The array the ROB lies in (its event's words, or its own copy).
+    parent: Py<PyArray1<u32>>,
+    /// (start, len) of the ROB and of the ROD data in `parent`.
+    range: (usize, usize),
+    data_range: (usize, usize),
+    /// The views, made on first access (most loops touch only some of them).
+    words: PyOnceLock<Py<PyArray1<u32>>>,
+    data: PyOnceLock<Py<PyArray1<u32>>>,
     #[pyo3(get)]
     /// Source identifier.
     source_id: u32,
@@ -508,8 +515,11 @@ impl Rob {
         let start = offset_in(all, rob.words());
         let data = rod.data();
         Ok(Rob {
-            words: view(arr, start, rob.size_words())?.unbind(),
-            data: view(arr, offset_in(all, data), data.len())?.unbind(),
+            parent: arr.clone().unbind(),
+            range: (start, rob.size_words()),
+            data_range: (offset_in(all, data), data.len()),
+            words: PyOnceLock::new(),
+            data: PyOnceLock::new(),
             source_id: rob.source_id().word(),
             status_words: rob.status_words().to_vec(),
             extended_l1id: rod.extended_l1id(),
@@ -520,6 +530,21 @@ impl Rob {
             checksum: rob.checksum_type(),
             offset: Some(start),
         })
+    }
+}
+
+impl Rob {
+    /// The view of `range` in the parent array, made once.
+    fn view_of(
+        &self,
+        py: Python<'_>,
+        cell: &PyOnceLock<Py<PyArray1<u32>>>,
+        (start, len): (usize, usize),
+    ) -> PyResult<Py<PyArray1<u32>>> {
+        let v = cell.get_or_try_init(py, || {
+            view(self.parent.bind(py), start, len).map(Bound::unbind)
+        })?;
+        Ok(v.clone_ref(py))
     }
 }
 
@@ -542,14 +567,14 @@ impl Rob {
 
     /// The ROB fragment's words (a view of the event's words).
     #[getter]
-    fn words(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
-        self.words.clone_ref(py)
+    fn words(&self, py: Python<'_>) -> PyResult<Py<PyArray1<u32>>> {
+        self.view_of(py, &self.words, self.range)
     }
 
     /// The ROD's data words (a view of the event's words).
     #[getter]
-    fn data(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
-        self.data.clone_ref(py)
+    fn data(&self, py: Python<'_>) -> PyResult<Py<PyArray1<u32>>> {
+        self.view_of(py, &self.data, self.data_range)
     }
 
     /// The first ROB status word (0 if there is none).
@@ -585,26 +610,28 @@ impl Rob {
     /// Computes the ROB's checksum and compares it with the stored one; raises `FormatError` on
     /// a mismatch.
     fn verify_checksum(&self, py: Python<'_>) -> PyResult<()> {
-        let guard = self.words.bind(py).readonly();
-        let words = guard
+        let guard = self.parent.bind(py).readonly();
+        let all = guard
             .as_slice()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let (start, len) = self.range;
+        let words = all.get(start..start + len).unwrap_or_default();
         RobFragment::parse(words)
             .and_then(|r| r.verify_checksum())
             .map_err(|e| format_err(py, &e))
     }
 
-    fn __len__(&self, py: Python<'_>) -> usize {
-        self.words.bind(py).len()
+    fn __len__(&self) -> usize {
+        self.range.1
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
+    fn __repr__(&self) -> String {
         format!(
             "<rodeo.Rob source_id={:#010x} status={:#010x} words={} data={}>",
             self.source_id,
             self.status(),
-            self.words.bind(py).len(),
-            self.data.bind(py).len()
+            self.range.1,
+            self.data_range.1
         )
     }
 }
