@@ -41,6 +41,8 @@ def test_build_rob_and_event_parse_back():
 def test_bad_inputs_are_refused():
     with pytest.raises(TypeError, match="uint32"):
         rodeo.Event(np.arange(10, dtype=np.int64))
+    with pytest.raises(ValueError, match="contiguous"):
+        rodeo.Event(rodeo.synth_event(1, robs=2)[::2])
     with pytest.raises(ValueError, match="whole number of 32-bit words"):
         rodeo.Event(b"\x01\x02\x03")
     good = rodeo.build_rob(1, np.zeros(3, dtype=np.uint32))
