@@ -888,11 +888,6 @@ impl Writer {
         let loc = writer
             .write_event(slice, flags)
             .map_err(|e| raw_file_err(py, e))?;
-        self.files = writer
-            .closed_files()
-            .iter()
-            .map(|f| f.path.display().to_string())
-            .collect();
         Ok((loc.sequence, loc.offset, loc.index))
     }
 
@@ -912,7 +907,14 @@ impl Writer {
     /// Paths of the files closed so far.
     #[getter]
     fn files(&self) -> Vec<String> {
-        self.files.clone()
+        match &self.writer {
+            Some(w) => w
+                .closed_files()
+                .iter()
+                .map(|f| f.path.display().to_string())
+                .collect(),
+            None => self.files.clone(),
+        }
     }
 
     /// The `.writing` path of the open file, if any.

@@ -70,6 +70,7 @@ def test_write_then_read_round_trip(tmp_path, run_rodeo, dump_json):
                 loc = w.write(rodeo.Event(e))
             assert loc[2] == i % 5
         assert w.stats["events"] == 12
+        assert len(w.files) == 2  # rotated after 5 and 10 events; the third file is open
     files = w.close()
     assert [p.rsplit("/", 1)[1] for p in files] == [
         f"00000077.express.pytest.{s:04}.data" for s in (1, 2, 3)
