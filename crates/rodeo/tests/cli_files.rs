@@ -143,3 +143,36 @@ fn dump_shows_events_and_robs() {
     assert_eq!(t.matches("  ROB 0x").count(), 16, "{t}");
     assert!(t.contains("aa1234aa"), "hex words missing: {t}");
 }
+
+#[test]
+fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen(dir.path(), 12, "crc16");
+    let out = rodeo(&["dump", f.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let events = v["events"].as_array().unwrap();
+    assert_eq!(events.len(), 12);
+    assert!(v["error"].is_null());
+    let bytes = std::fs::read(&f).unwrap();
+    let recs = record_offsets(&bytes);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["global_id"], i as u64);
+        assert_eq!(e["offset"], recs[i] as u64);
+        let robs = e["robs"].as_array().unwrap();
+        assert_eq!(robs.len(), 8);
+        let words: u64 = robs.iter().map(|r| r["size_words"].as_u64().unwrap()).sum();
+        assert!(words < e["size_words"].as_u64().unwrap());
+        assert_eq!(robs[0]["checksum_type"], "Crc16");
+    }
+    // Cut inside record 5: five events, then the error naming the record's offset.
+    let bad = dir.path().join("cut.data");
+    std::fs::write(&bad, &bytes[..recs[5] + 20]).unwrap();
+    let out = rodeo(&["dump", bad.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["events"].as_array().unwrap().len(), 5);
+    assert_eq!(v["error"]["offset"], recs[5] as u64);
+    assert_eq!(v["error"]["events_recovered"], 5);
+}
+

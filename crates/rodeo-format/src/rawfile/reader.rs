@@ -89,7 +89,7 @@ enum State {
 ///
 /// Two ways to get events: [`RawFileReader::next_event`] lends each event's words from one
 /// reused buffer (no allocation in steady state), and the [`Iterator`] implementation yields
-/// owned [`Event`]s (one `Vec<u32>` each). Both stop after the end record or after the first
+/// owned [`Event`]s (one `Vec<u32>` each, moved out of the reader without a copy). Both stop after the end record or after the first
 /// error, which is yielded once (see the module documentation for the recovery rules).
 #[derive(Debug)]
 pub struct RawFileReader {
@@ -465,8 +465,19 @@ impl RawFileReader {
 impl Iterator for RawFileReader {
     type Item = Result<Event, RawFileError>;
 
+    /// Moves the event's words out of the reader's buffer (no copy: the buffer is allocated
+    /// afresh for the next event, which an owned event needs anyway).
     fn next(&mut self) -> Option<Self::Item> {
-        self.next_event().map(|r| r.map(|e| e.to_event()))
+        let event = self.next_event()?;
+        Some(event.map(|e| (e.index, e.offset, e.flags, e.checksum)).map(
+            |(index, offset, flags, checksum)| Event {
+                index,
+                offset,
+                flags,
+                checksum,
+                words: std::mem::take(&mut self.words),
+            },
+        ))
     }
 }
 

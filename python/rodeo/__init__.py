@@ -1,0 +1,49 @@
+"""rodeo from Python: raw-data files as NumPy arrays, event and ROB fragments, writers.
+
+Everything here is the Rust code of rodeo-format (``rodeo._rodeo``, built with PyO3): the
+reader and writer of raw-data files, the validating fragment views, the fragment builders and
+the synthetic-event generator. See docs/python.md for the API.
+
+    import rodeo
+    with rodeo.open("00000001.physics_Main.rodeo-gen.0001.data") as f:
+        for event in f:
+            print(event.global_id, event.l1id, [hex(r.source_id) for r in event.robs])
+"""
+
+from ._rodeo import (
+    FORMAT_VERSION,
+    Error,
+    Event,
+    FormatError,
+    RawFile,
+    RawFileError,
+    Rob,
+    Writer,
+    build_event,
+    build_rob,
+    check_counter,
+    counter_word,
+    open,
+    synth_event,
+    verify,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Error",
+    "Event",
+    "FormatError",
+    "RawFile",
+    "RawFileError",
+    "Rob",
+    "Writer",
+    "build_event",
+    "build_rob",
+    "check_counter",
+    "counter_word",
+    "open",
+    "synth_event",
+    "verify",
+]
+
+__version__ = "0.1.0"
