@@ -9,7 +9,7 @@
 //! every value against what is allowed; both name the field (`dcm.slots`), the value, and what
 //! would be accepted.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The default partition, with comments: what `rodeo config default` prints.
 pub const DEFAULT_TOML: &str = r#"# rodeo partition configuration. Every field is optional: a missing one takes the value shown.
@@ -107,7 +107,7 @@ pub enum ConfigError {
 }
 
 /// `[run]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     /// Run number.
@@ -132,7 +132,7 @@ impl Default for RunConfig {
 }
 
 /// Transport kinds.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
     /// In one process.
@@ -144,7 +144,7 @@ pub enum TransportKind {
 }
 
 /// `[transport]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct TransportConfig {
     /// Endpoint kind.
@@ -169,7 +169,7 @@ impl Default for TransportConfig {
 }
 
 /// `[l1]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct L1Config {
     /// Rate in Hz (0: unlimited).
@@ -194,7 +194,7 @@ impl Default for L1Config {
 }
 
 /// `[supervisor]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SupervisorSection {
     /// Event timeout.
@@ -216,7 +216,7 @@ impl Default for SupervisorSection {
 }
 
 /// `[ros]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RosSection {
     /// Nodes.
@@ -241,7 +241,7 @@ impl Default for RosSection {
 }
 
 /// Checksum names in the configuration.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum ChecksumName {
     /// None.
@@ -253,7 +253,7 @@ pub enum ChecksumName {
 }
 
 /// `[dcm]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct DcmSection {
     /// Nodes.
@@ -284,7 +284,7 @@ impl Default for DcmSection {
 }
 
 /// `[logger]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoggerSection {
     /// Nodes.
@@ -306,7 +306,7 @@ impl Default for LoggerSection {
 }
 
 /// A whole partition.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PartitionConfig {
     /// `[run]`.
@@ -334,6 +334,11 @@ impl PartitionConfig {
         })?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// The configuration as TOML (what a parent hands to its `rodeo app` processes).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
     }
 
     /// Checks every value; the error names the first bad field.
@@ -489,5 +494,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("run.events"), "{e}");
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let mut c = PartitionConfig::default();
+        c.dcm.slots = 7;
+        c.transport.kind = TransportKind::Ipc;
+        assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
     }
 }

@@ -164,91 +164,109 @@ impl Endpoints {
     }
 }
 
-/// Runs the partition of `config` to its end (event count or seconds) in this process,
-/// calling `tick` about every 200 ms with the live counters and elapsed seconds.
-pub fn run_embedded(
-    config: &PartitionConfig,
-    mut tick: impl FnMut(&LiveCounters, f64),
-) -> Result<RunSummary, PartitionError> {
-    let transport = Transport::new(config.transport.io_threads)?;
-    let output = PathBuf::from(&config.run.output).join(format!("run-{:08}", config.run.number));
-    std::fs::create_dir_all(&output).map_err(|source| PartitionError::Output {
-        path: output.clone(),
-        source,
-    })?;
-    let mut eps = Endpoints {
-        kind: config.transport.kind,
-        host: config.transport.host.clone(),
-        next_port: config.transport.base_port,
-        ipc_dir: output.clone(),
-    };
+/// Every application of a partition, named and configured: what the embedded runner starts as
+/// threads and what `rodeo app` starts one per process. Derived from the configuration alone,
+/// so every process computes the same endpoints.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The run's output directory (`<output>/run-<number>`).
+    pub output: PathBuf,
+    /// Loggers.
+    pub loggers: Vec<LoggerConfig>,
+    /// Readout nodes: name, endpoint, configuration.
+    pub nodes: Vec<(String, String, NodeConfig)>,
+    /// DCMs.
+    pub dcms: Vec<DcmConfig>,
+    /// The supervisor (with its L1 source).
+    pub supervisor: SupervisorConfig,
+    /// The trigger every DCM runs.
+    pub trigger: AcceptFraction,
+}
 
-    // Loggers first.
-    let mut live = LiveCounters::default();
-    let mut loggers = Vec::new();
-    let mut logger_endpoints = Vec::new();
-    for i in 0..config.logger.nodes {
-        let name = format!("logger-{}", i + 1);
-        let ep = eps.make(&name);
-        let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
-        lc.streams = config.logger.streams.clone();
-        lc.max_file_bytes = config.logger.max_file_mib << 20;
-        let counters = Arc::new(LoggerCounters::default());
-        live.loggers.push(Arc::clone(&counters));
-        loggers.push(logger::spawn(lc, &transport, counters)?);
-        logger_endpoints.push(ep);
-    }
-
-    // Readout nodes: ROB ids (subdetector << 16) | module, modules counting across nodes.
-    let mut nodes = Vec::new();
-    let mut readout = Vec::new();
-    let mut all_robs = Vec::new();
-    for i in 0..config.ros.nodes {
-        let name = format!("ros-{}", i + 1);
-        let ep = eps.make(&name);
-        let nc = NodeConfig {
-            channels: config.ros.channels,
-            fragment_words: config.ros.fragment_words,
-            base_source_id: (u32::from(config.ros.subdetector) << 16)
-                | (i * config.ros.channels) as u32,
-            l1id_wrap: config.l1.l1id_wrap,
-            input: NodeInput::Dma { rate_hz: None },
-            ..NodeConfig::default()
+impl Layout {
+    /// The layout of `config`.
+    pub fn new(config: &PartitionConfig) -> Layout {
+        let output =
+            PathBuf::from(&config.run.output).join(format!("run-{:08}", config.run.number));
+        let mut eps = Endpoints {
+            kind: config.transport.kind,
+            host: config.transport.host.clone(),
+            next_port: config.transport.base_port,
+            ipc_dir: output.clone(),
         };
-        let node =
-            ReadoutNode::start(&transport, &nc, &ep).map_err(|source| PartitionError::Node {
-                name: name.clone(),
-                source,
-            })?;
-        all_robs.extend_from_slice(node.robs());
-        readout.push(DcmReadout {
-            endpoint: node.endpoint().to_string(),
-            robs: node.robs().to_vec(),
-        });
-        nodes.push((name, node));
-    }
-
-    // DCMs.
-    let sup_ep = eps.make("supervisor");
-    let mut dcms = Vec::new();
-    for i in 0..config.dcm.nodes {
-        let name = format!("dcm-{}", i + 1);
-        let mut dc = DcmConfig::new(
-            &name,
+        let mut loggers = Vec::new();
+        for i in 0..config.logger.nodes {
+            let name = format!("logger-{}", i + 1);
+            let ep = eps.make(&name);
+            let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
+            lc.streams = config.logger.streams.clone();
+            lc.max_file_bytes = config.logger.max_file_mib << 20;
+            loggers.push(lc);
+        }
+        // ROB ids: (subdetector << 16) | module, modules counting across nodes.
+        let mut nodes = Vec::new();
+        let mut readout = Vec::new();
+        let mut all_robs = Vec::new();
+        for i in 0..config.ros.nodes {
+            let name = format!("ros-{}", i + 1);
+            let ep = eps.make(&name);
+            let nc = NodeConfig {
+                channels: config.ros.channels,
+                fragment_words: config.ros.fragment_words,
+                base_source_id: (u32::from(config.ros.subdetector) << 16)
+                    | (i * config.ros.channels) as u32,
+                l1id_wrap: config.l1.l1id_wrap,
+                input: NodeInput::Dma { rate_hz: None },
+                ..NodeConfig::default()
+            };
+            all_robs.extend(nc.robs());
+            readout.push(DcmReadout {
+                endpoint: ep.clone(),
+                robs: nc.robs(),
+            });
+            nodes.push((name, ep, nc));
+        }
+        let sup_ep = eps.make("supervisor");
+        let logger_endpoints: Vec<String> = loggers.iter().map(|l| l.endpoint.clone()).collect();
+        let dcms = (0..config.dcm.nodes)
+            .map(|i| {
+                let name = format!("dcm-{}", i + 1);
+                let mut dc = DcmConfig::new(
+                    &name,
+                    &sup_ep,
+                    readout.clone(),
+                    logger_endpoints.clone(),
+                    config.dcm.slots,
+                );
+                dc.max_outstanding = config.dcm.max_outstanding;
+                dc.checksum = match config.dcm.checksum {
+                    ChecksumName::None => ChecksumType::None,
+                    ChecksumName::Crc16 => ChecksumType::Crc16,
+                    ChecksumName::Adler32 => ChecksumType::Adler32,
+                };
+                dc.run_number = config.run.number;
+                dc.streams = config.logger.streams.clone();
+                dc
+            })
+            .collect();
+        let mut sc = SupervisorConfig::new(
+            "supervisor",
             &sup_ep,
-            readout.clone(),
-            logger_endpoints.clone(),
-            config.dcm.slots,
+            readout.iter().map(|r| r.endpoint.clone()).collect(),
         );
-        dc.max_outstanding = config.dcm.max_outstanding;
-        dc.checksum = match config.dcm.checksum {
-            ChecksumName::None => ChecksumType::None,
-            ChecksumName::Crc16 => ChecksumType::Crc16,
-            ChecksumName::Adler32 => ChecksumType::Adler32,
+        sc.l1 = L1SourceConfig {
+            rate_hz: (config.l1.rate_hz > 0.0).then_some(config.l1.rate_hz),
+            events: (config.run.events > 0).then_some(config.run.events),
+            roi_robs: all_robs,
+            rois_per_event: (config.l1.rois_per_event[0], config.l1.rois_per_event[1]),
+            l1id_wrap: config.l1.l1id_wrap,
+            seed: config.l1.seed,
+            ..L1SourceConfig::default()
         };
-        dc.run_number = config.run.number;
-        dc.streams = config.logger.streams.clone();
-        let algorithm = Box::new(AcceptFraction {
+        sc.event_timeout = Duration::from_millis(config.supervisor.event_timeout_ms);
+        sc.dcm_timeout = Duration::from_millis(config.supervisor.dcm_timeout_ms);
+        sc.clear_group = config.supervisor.clear_group;
+        let trigger = AcceptFraction {
             fraction: config.dcm.accept_fraction,
             stream: 0,
             time: if config.dcm.processing_us > 0.0 {
@@ -258,30 +276,57 @@ pub fn run_embedded(
             } else {
                 TimeDistribution::Zero
             },
-        });
+        };
+        Layout {
+            output,
+            loggers,
+            nodes,
+            dcms,
+            supervisor: sc,
+            trigger,
+        }
+    }
+}
+
+/// Runs the partition of `config` to its end (event count or seconds) in this process,
+/// calling `tick` about every 200 ms with the live counters and elapsed seconds.
+pub fn run_embedded(
+    config: &PartitionConfig,
+    mut tick: impl FnMut(&LiveCounters, f64),
+) -> Result<RunSummary, PartitionError> {
+    let transport = Transport::new(config.transport.io_threads)?;
+    let layout = Layout::new(config);
+    let output = layout.output.clone();
+    std::fs::create_dir_all(&output).map_err(|source| PartitionError::Output {
+        path: output.clone(),
+        source,
+    })?;
+
+    // Loggers first, then the readout nodes, the DCMs, and the supervisor last.
+    let mut live = LiveCounters::default();
+    let mut loggers = Vec::new();
+    for lc in &layout.loggers {
+        let counters = Arc::new(LoggerCounters::default());
+        live.loggers.push(Arc::clone(&counters));
+        loggers.push(logger::spawn(lc.clone(), &transport, counters)?);
+    }
+    let mut nodes = Vec::new();
+    for (name, ep, nc) in &layout.nodes {
+        let node =
+            ReadoutNode::start(&transport, nc, ep).map_err(|source| PartitionError::Node {
+                name: name.clone(),
+                source,
+            })?;
+        nodes.push((name.clone(), node));
+    }
+    let mut dcms = Vec::new();
+    for dc in &layout.dcms {
         let counters = Arc::new(DcmCounters::default());
         live.dcms.push(Arc::clone(&counters));
-        dcms.push(dcm::spawn(dc, &transport, algorithm, counters)?);
+        let algorithm = Box::new(layout.trigger.clone());
+        dcms.push(dcm::spawn(dc.clone(), &transport, algorithm, counters)?);
     }
-
-    // The supervisor and its L1 source last.
-    let mut sc = SupervisorConfig::new(
-        "supervisor",
-        &sup_ep,
-        readout.iter().map(|r| r.endpoint.clone()).collect(),
-    );
-    sc.l1 = L1SourceConfig {
-        rate_hz: (config.l1.rate_hz > 0.0).then_some(config.l1.rate_hz),
-        events: (config.run.events > 0).then_some(config.run.events),
-        roi_robs: all_robs,
-        rois_per_event: (config.l1.rois_per_event[0], config.l1.rois_per_event[1]),
-        l1id_wrap: config.l1.l1id_wrap,
-        seed: config.l1.seed,
-        ..L1SourceConfig::default()
-    };
-    sc.event_timeout = Duration::from_millis(config.supervisor.event_timeout_ms);
-    sc.dcm_timeout = Duration::from_millis(config.supervisor.dcm_timeout_ms);
-    sc.clear_group = config.supervisor.clear_group;
+    let sc = layout.supervisor.clone();
     let sup_counters = Arc::clone(&live.supervisor);
     let start = Instant::now();
     let supervisor = supervisor::spawn(sc, &transport, sup_counters)?;
@@ -340,16 +385,16 @@ pub fn run_embedded(
             stored_now: k.stored,
         });
     }
-    check_balance(&mut summary, &sup);
+    check_balance(&mut summary, sup.undecided);
     Ok(summary)
 }
 
-fn check_balance(s: &mut RunSummary, sup: &rodeo_dataflow::supervisor::SupervisorSummary) {
+/// Fills [`RunSummary::problems`] with every imbalance of rule 6.
+pub fn check_balance(s: &mut RunSummary, undecided: u64) {
     let decided = s.accepted + s.rejected + s.forced_accepts;
-    if sup.undecided > 0 {
+    if undecided > 0 {
         s.problems.push(format!(
-            "{} events were still undecided when the supervisor stopped",
-            sup.undecided
+            "{undecided} events were still undecided when the supervisor stopped"
         ));
     }
     if decided != s.l1_accepts {

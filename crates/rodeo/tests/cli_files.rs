@@ -175,4 +175,3 @@ fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
     assert_eq!(v["error"]["offset"], recs[5] as u64);
     assert_eq!(v["error"]["events_recovered"], 5);
 }
-

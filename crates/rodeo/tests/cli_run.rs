@@ -100,3 +100,110 @@ fn a_configuration_file_and_its_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn processes_balance_like_the_embedded_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = run(&[
+        "--processes",
+        "--events",
+        "3000",
+        "--output",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["l1_accepts"], 3000);
+    let written = v["events_written"].as_u64().unwrap();
+    assert_eq!(
+        written,
+        v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap()
+    );
+    assert_eq!(global_ids(&v).len() as u64, written);
+}
+
+/// The pid of the `rodeo app dcm --name NAME` process whose command line mentions `marker`.
+fn find_app(name: &str, marker: &str) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let has = |s: &str| args.iter().any(|a| a == s);
+        if has("app") && has("dcm") && has(name) && args.iter().any(|a| a.contains(marker)) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn killing_a_dcm_process_loses_no_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[l1]\nrate_hz = 4000.0\n[supervisor]\ndcm_timeout_ms = 1000\nevent_timeout_ms = 5000\n\
+         [dcm]\nnodes = 2\nslots = 8\naccept_fraction = 0.3\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args([
+            "run",
+            "--processes",
+            "--events",
+            "16000",
+            "--json",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let the run get going, then kill dcm-1 without warning.
+    let marker = out_dir.to_str().unwrap().to_string();
+    let mut killed = false;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if t0.elapsed() < std::time::Duration::from_millis(1500) {
+            continue;
+        }
+        if let Some(pid) = find_app("dcm-1", &marker) {
+            // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            killed = true;
+            break;
+        }
+    }
+    assert!(killed, "dcm-1 never found");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["l1_accepts"], 16000);
+    assert!(
+        v["forced_accepts"].as_u64().unwrap() > 0,
+        "the dead DCM's events came back as forced accepts: {v}"
+    );
+    let written = v["events_written"].as_u64().unwrap();
+    assert_eq!(
+        written,
+        v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap()
+    );
+    assert_eq!(global_ids(&v).len() as u64, written);
+}

@@ -1,5 +1,6 @@
 //! Command-line interface: one module per subcommand, each with its own arguments struct.
 
+mod app;
 mod bench;
 mod cards;
 mod config;
@@ -41,6 +42,8 @@ enum Command {
     Run(run::Args),
     /// The partition configuration: print the commented default, check a file.
     Config(config::Args),
+    /// One application of a partition in this process (what `rodeo run --processes` starts).
+    App(app::Args),
     /// Generate synthetic data: full events into raw-data files.
     Gen(gen::Args),
     /// Show the events and ROBs of a raw-data file.
@@ -65,6 +68,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Config(args) => config::run(args),
+        Command::App(args) => app::run(args),
         Command::Gen(args) => gen::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Verify(args) => verify::run(args),

@@ -199,13 +199,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => {
             let node = start_node(&t, &args.node, "inproc://rodeo-tester-node")
                 .context("in-process node")?;
-            let r = run_testers(
-                &t,
-                node.endpoint(),
-                &robs,
-                args.node.l1id_wrap,
-                &args.mix,
-            )?;
+            let r = run_testers(&t, node.endpoint(), &robs, args.node.l1id_wrap, &args.mix)?;
             drop(node);
             r
         }
