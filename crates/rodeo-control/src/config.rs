@@ -2,7 +2,7 @@
 //!
 //! Every section and field has a default, so an empty file (or none) is the built-in default
 //! partition: one ROS with 12 emulated S-LINK channels, a supervisor with its L1 emulator,
-//! 2 DCMs x 4 slots with an accept-fraction trigger, one logger, over inproc endpoints.
+//! 2 DCMs x 256 slots with an accept-fraction trigger, one logger, over inproc endpoints.
 //! [`DEFAULT_TOML`] is that configuration written out with comments (`rodeo config default`).
 //!
 //! Unknown fields are errors (`deny_unknown_fields`), and [`PartitionConfig::validate`] checks
@@ -63,9 +63,11 @@ fragment_words = 200
 subdetector = 0x41
 
 [dcm]
-# Data-collection nodes and processing slots per node.
+# Data-collection nodes and processing slots per node. Slots are events in flight: each
+# costs only its state (no thread), and many of them hide the wake-up latency of the
+# messages, which is what limits a node on a small machine.
 nodes = 2
-slots = 4
+slots = 256
 # Fraction of events the built-in trigger accepts (deterministic per L1ID).
 accept_fraction = 0.1
 # Emulated processing time per event, mean in microseconds (exponential; 0: none).
@@ -274,7 +276,7 @@ impl Default for DcmSection {
     fn default() -> Self {
         DcmSection {
             nodes: 2,
-            slots: 4,
+            slots: 256,
             accept_fraction: 0.1,
             processing_us: 0.0,
             checksum: ChecksumName::Adler32,

@@ -339,6 +339,18 @@ pub fn run_embedded(
         if limit.is_some_and(|l| start.elapsed() >= l) {
             supervisor.request_stop();
         }
+        // An application that ended early failed: stop the run and let its error surface
+        // below instead of waiting for the supervisor's drain timeout.
+        if dcms.iter().any(|d| d.is_finished()) || loggers.iter().any(|l| l.is_finished()) {
+            supervisor.request_stop();
+            break;
+        }
+    }
+    if let Some(i) = loggers.iter().position(|l| l.is_finished()) {
+        loggers.swap_remove(i).join()?;
+    }
+    if let Some(i) = dcms.iter().position(|d| d.is_finished()) {
+        dcms.swap_remove(i).join()?;
     }
     let sup = supervisor.join()?;
     let seconds = start.elapsed().as_secs_f64();

@@ -405,13 +405,19 @@ impl Dcm {
                 poll_readable(&all, timeout).map_err(self.terr("poll"))?
             };
             if ready & 1 != 0 {
-                while supervisor.recv(&mut msg, 0).map_err(self.terr("receive"))? {
+                while supervisor
+                    .try_recv(&mut msg)
+                    .map_err(self.terr("receive"))?
+                {
                     self.on_supervisor(&msg, &mut readout)?;
                 }
             }
             for k in 0..readout.len() {
                 if ready & (1 << (1 + k)) != 0 {
-                    while readout[k].recv(&mut msg, 0).map_err(self.terr("receive"))? {
+                    while readout[k]
+                        .try_recv(&mut msg)
+                        .map_err(self.terr("receive"))?
+                    {
                         self.on_reply(k, &msg, &mut readout, &mut loggers)?;
                     }
                 }
@@ -419,7 +425,7 @@ impl Dcm {
             let first_logger = 1 + readout.len();
             for (k, logger) in loggers.iter_mut().enumerate() {
                 if ready & (1 << (first_logger + k)) != 0 {
-                    while logger.recv(&mut msg, 0).map_err(self.terr("receive"))? {
+                    while logger.try_recv(&mut msg).map_err(self.terr("receive"))? {
                         self.on_ack(&msg);
                     }
                 }

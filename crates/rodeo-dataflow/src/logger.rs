@@ -30,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rodeo_format::checksum::bytes_as_words;
 use rodeo_format::fragment::FullEvent;
@@ -39,6 +40,10 @@ use rodeo_transport::message::{decode, encode_event_ack, Message};
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 
 use crate::{AppHandle, DataflowError};
+
+/// Longest an event waits for its batch before the group commit (the fdatasync and the
+/// acknowledgements): more events share a sync, at the cost of this much latency.
+pub const COMMIT_DELAY: Duration = Duration::from_millis(1);
 
 /// Configuration of a logger.
 #[derive(Debug, Clone)]
@@ -183,23 +188,48 @@ impl Logger {
         stop: &AtomicBool,
     ) -> Result<LoggerSummary, DataflowError> {
         let mut msg = Received::default();
+        let app = self.config.name.clone();
+        let terr = |source| DataflowError::Transport {
+            app: app.clone(),
+            what: "receive".into(),
+            source,
+        };
+        let mut oldest: Option<Instant> = None;
         loop {
-            let wait = if self.pending.is_empty() { 20 } else { 0 };
-            let got = socket
-                .recv(&mut msg, wait)
-                .map_err(|source| DataflowError::Transport {
-                    app: self.config.name.clone(),
-                    what: "receive".into(),
-                    source,
-                })?;
+            // Take what is queued without a poll system call; wait only when idle.
+            let mut got = socket.try_recv(&mut msg).map_err(terr)?;
+            if !got {
+                // Idle: wait for the next event, at most until the batch is due (rounded up to
+                // the poll's millisecond, never 0: that would spin).
+                let wait = match oldest {
+                    None => 20,
+                    Some(t) => match COMMIT_DELAY.checked_sub(t.elapsed()) {
+                        None => 0,
+                        Some(left) => left.as_micros().div_ceil(1000).max(1) as i64,
+                    },
+                };
+                if wait > 0 {
+                    got = socket.recv(&mut msg, wait).map_err(terr)?;
+                }
+            }
             if got {
                 self.handle(&msg)?;
+                if !self.pending.is_empty() {
+                    oldest.get_or_insert_with(Instant::now);
+                }
                 if self.pending.len() < self.config.batch.max(1) {
                     continue;
                 }
             }
             if !self.pending.is_empty() {
-                self.commit(&mut socket)?;
+                let due = oldest.is_some_and(|t| t.elapsed() >= COMMIT_DELAY);
+                if due
+                    || self.pending.len() >= self.config.batch.max(1)
+                    || stop.load(Ordering::Acquire)
+                {
+                    self.commit(&mut socket)?;
+                    oldest = None;
+                }
             } else if !got && stop.load(Ordering::Acquire) {
                 break;
             }

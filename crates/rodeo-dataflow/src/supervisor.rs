@@ -278,10 +278,7 @@ impl Supervisor {
         loop {
             // Everything that arrived, without waiting.
             let mut got_any = false;
-            while router
-                .try_recv_compat(&mut msg)
-                .map_err(self.terr("receive"))?
-            {
+            while router.try_recv(&mut msg).map_err(self.terr("receive"))? {
                 got_any = true;
                 self.handle(&msg);
             }
@@ -590,22 +587,5 @@ impl Supervisor {
         self.oldest_pending_clear = None;
         self.last_clear = now;
         Ok(())
-    }
-}
-
-/// `try_recv` when the transport has it, else a zero-timeout receive.
-trait TryRecvCompat {
-    fn try_recv_compat(
-        &mut self,
-        msg: &mut Received,
-    ) -> Result<bool, rodeo_transport::socket::TransportError>;
-}
-
-impl TryRecvCompat for Socket {
-    fn try_recv_compat(
-        &mut self,
-        msg: &mut Received,
-    ) -> Result<bool, rodeo_transport::socket::TransportError> {
-        self.recv(msg, 0)
     }
 }

@@ -1,7 +1,7 @@
 //! `rodeo run`: rodeo's main job, a whole partition in this process.
 //!
 //! With no configuration file the built-in default partition runs (one ROS with 12 emulated
-//! S-LINK channels, a supervisor with its L1 emulator, 2 DCMs x 4 slots, one logger, inproc
+//! S-LINK channels, a supervisor with its L1 emulator, 2 DCMs x 256 slots, one logger, inproc
 //! endpoints; `rodeo config default` prints it). At the end: the balance sheet of protocol rule
 //! 6 and every file written read back and verified. A run that does not balance exits non-zero.
 
