@@ -96,7 +96,8 @@ pub(crate) struct LinkArgs {
     json: bool,
 }
 
-fn parse_u32(s: &str) -> Result<u32, String> {
+/// A 32-bit number, decimal or 0x hex (source ids, wrap values).
+pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
     let t = s.trim();
     let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),

@@ -101,13 +101,7 @@ pub(crate) enum PayloadKind {
     Headers,
 }
 
-pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
-    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse(),
-    };
-    r.map_err(|e| format!("{s:?}: {e}"))
-}
+pub(crate) use super::gen_link::parse_u32;
 
 impl NodeArgs {
     /// The ROB ids of the node.
