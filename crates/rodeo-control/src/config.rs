@@ -35,6 +35,12 @@ base_port = 47000
 host = "127.0.0.1"
 
 [l1]
+# "emulator": the L1 emulator in the supervisor; "roib": accepts assembled by L1ID from
+# several emulated Level-1 inputs (RoI builder), with a timeout and flow control.
+mode = "emulator"
+# RoIB mode: number of Level-1 inputs, and how long an incomplete event waits for the rest.
+roib_inputs = 3
+roib_timeout_ms = 100
 # L1 accept rate in Hz (0: as fast as free slots allow).
 rate_hz = 0.0
 # Fewest and most RoIs per event.
@@ -170,10 +176,26 @@ impl Default for TransportConfig {
     }
 }
 
+/// Where L1 accepts come from.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum L1Mode {
+    /// The L1 emulator inside the supervisor.
+    Emulator,
+    /// The RoI builder over emulated Level-1 inputs.
+    Roib,
+}
+
 /// `[l1]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct L1Config {
+    /// Emulator or RoIB.
+    pub mode: L1Mode,
+    /// RoIB inputs.
+    pub roib_inputs: usize,
+    /// RoIB assembly timeout.
+    pub roib_timeout_ms: u64,
     /// Rate in Hz (0: unlimited).
     pub rate_hz: f64,
     /// Fewest and most RoIs.
@@ -187,6 +209,9 @@ pub struct L1Config {
 impl Default for L1Config {
     fn default() -> Self {
         L1Config {
+            mode: L1Mode::Emulator,
+            roib_inputs: 3,
+            roib_timeout_ms: 100,
             rate_hz: 0.0,
             rois_per_event: [1, 2],
             l1id_wrap: 1 << 24,
@@ -384,6 +409,12 @@ impl PartitionConfig {
                 format!("[{lo}, {hi}]"),
                 "[min, max] with min <= max <= 16",
             ));
+        }
+        if l1.roib_inputs == 0 || l1.roib_inputs > 16 {
+            return Err(bad("l1.roib_inputs", l1.roib_inputs, "1..=16"));
+        }
+        if l1.roib_timeout_ms == 0 {
+            return Err(bad("l1.roib_timeout_ms", 0, "> 0 milliseconds"));
         }
         if l1.l1id_wrap == 0 || l1.l1id_wrap > 1 << 24 {
             return Err(bad("l1.l1id_wrap", l1.l1id_wrap, "1..=16777216"));

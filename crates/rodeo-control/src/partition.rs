@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use rodeo_dataflow::dcm::{self, DcmConfig, DcmCounters, ReadoutNode as DcmReadout};
 use rodeo_dataflow::l1source::L1SourceConfig;
 use rodeo_dataflow::logger::{self, LoggerConfig, LoggerCounters};
+use rodeo_dataflow::roib::RoibConfig;
 use rodeo_dataflow::supervisor::{self, SupervisorConfig, SupervisorCounters};
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_dataflow::DataflowError;
@@ -30,7 +31,7 @@ use rodeo_format::checksum::ChecksumType;
 use rodeo_readout::node::{NodeConfig, NodeError, NodeInput, ReadoutNode};
 use rodeo_transport::socket::{Transport, TransportError};
 
-use crate::config::{ChecksumName, PartitionConfig, TransportKind};
+use crate::config::{ChecksumName, L1Mode, PartitionConfig, TransportKind};
 
 /// Why a partition could not run.
 #[derive(Debug, thiserror::Error)]
@@ -263,6 +264,11 @@ impl Layout {
             seed: config.l1.seed,
             ..L1SourceConfig::default()
         };
+        sc.roib = (config.l1.mode == L1Mode::Roib).then(|| RoibConfig {
+            inputs: config.l1.roib_inputs,
+            timeout: Duration::from_millis(config.l1.roib_timeout_ms),
+            ..RoibConfig::default()
+        });
         sc.event_timeout = Duration::from_millis(config.supervisor.event_timeout_ms);
         sc.dcm_timeout = Duration::from_millis(config.supervisor.dcm_timeout_ms);
         sc.clear_group = config.supervisor.clear_group;

@@ -2,6 +2,8 @@
 //!
 //! - [`l1source`]: the Level-1 accepts (an emulator: rate, RoIs drawn from configured ROBs,
 //!   deterministic from a seed).
+//! - [`roib`]: the RoI builder mode of the L1 source: accepts assembled by L1ID from several
+//!   Level-1 inputs, with a timeout and flow control.
 //! - [`supervisor`]: assigns events to data-collection nodes against credits, reassigns the
 //!   events of slow or dead nodes as forced accepts, groups clears for the readout nodes.
 //! - [`dcm`]: a data-collection node: per processing slot, RoI requests to the readout nodes,
@@ -20,6 +22,7 @@
 pub mod dcm;
 pub mod l1source;
 pub mod logger;
+pub mod roib;
 pub mod supervisor;
 pub mod trigger;
 

@@ -45,6 +45,7 @@ use rodeo_transport::message::{
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport};
 
 use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer};
+use crate::roib::{Roib, RoibConfig};
 use crate::{AppHandle, DataflowError};
 
 /// Longest a send may block on a readout node before it counts as failed.
@@ -61,6 +62,8 @@ pub struct SupervisorConfig {
     pub readout_endpoints: Vec<String>,
     /// The L1 source.
     pub l1: L1SourceConfig,
+    /// RoIB mode: accepts assembled from several Level-1 inputs (`None`: the L1 emulator).
+    pub roib: Option<RoibConfig>,
     /// An assigned event not decided within this time is reassigned (rule 2; default 10 s).
     pub event_timeout: Duration,
     /// A DCM silent for this long is dead (default 3 s).
@@ -83,6 +86,7 @@ impl SupervisorConfig {
             endpoint: endpoint.to_string(),
             readout_endpoints,
             l1: L1SourceConfig::default(),
+            roib: None,
             event_timeout: Duration::from_secs(10),
             dcm_timeout: Duration::from_secs(3),
             clear_group: 100,
@@ -192,8 +196,20 @@ pub fn spawn(
         s.connect(&ep(r)?).map_err(terr(format!("connect {r}")))?;
         readout.push(s);
     }
+    let l1 = match &config.roib {
+        None => L1Input::Emulator(
+            L1Source::new(config.l1.clone()),
+            Pacer::new(config.l1.rate_hz),
+        ),
+        Some(rc) => L1Input::Roib(Box::new(Roib::start(rc.clone(), &config.l1).map_err(
+            |_| DataflowError::Thread {
+                app: app.clone(),
+                what: "could not start the RoIB inputs".into(),
+            },
+        )?)),
+    };
     AppHandle::spawn(&app, move |stop| {
-        Supervisor::new(config, counters).run(router, readout, &stop)
+        Supervisor::new(config, counters, l1).run(router, readout, &stop)
     })
 }
 
@@ -213,11 +229,59 @@ struct Assigned {
     forced: bool,
 }
 
+/// Where accepts come from: the emulator (paced here) or the RoIB (paced by its inputs).
+enum L1Input {
+    Emulator(L1Source, Pacer),
+    Roib(Box<Roib>),
+}
+
+impl L1Input {
+    fn is_done(&self) -> bool {
+        match self {
+            L1Input::Emulator(s, _) => s.is_done(),
+            L1Input::Roib(r) => r.is_done(),
+        }
+    }
+
+    fn produced(&self) -> u64 {
+        match self {
+            L1Input::Emulator(s, _) => s.produced(),
+            L1Input::Roib(r) => r.produced(),
+        }
+    }
+
+    /// Accepts that may be taken now.
+    fn available(&mut self) -> u64 {
+        match self {
+            L1Input::Emulator(_, p) => p.available(),
+            L1Input::Roib(_) => u64::MAX,
+        }
+    }
+
+    fn next_accept(&mut self) -> Option<L1Accept> {
+        match self {
+            L1Input::Emulator(s, p) => {
+                let a = s.next_accept()?;
+                p.take(1);
+                Some(a)
+            }
+            L1Input::Roib(r) => r.next_accept(),
+        }
+    }
+
+    /// Seconds until the next accept may be due.
+    fn wait_s(&self) -> f64 {
+        match self {
+            L1Input::Emulator(_, p) => p.wait_s(),
+            L1Input::Roib(_) => 0.0005,
+        }
+    }
+}
+
 struct Supervisor {
     config: SupervisorConfig,
     counters: Arc<SupervisorCounters>,
-    l1: L1Source,
-    pacer: Pacer,
+    l1: L1Input,
     dcms: Vec<Dcm>,
     by_id: HashMap<Vec<u8>, usize>,
     credits: VecDeque<usize>,
@@ -234,15 +298,12 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    fn new(config: SupervisorConfig, counters: Arc<SupervisorCounters>) -> Supervisor {
-        let l1 = L1Source::new(config.l1.clone());
-        let pacer = Pacer::new(config.l1.rate_hz);
+    fn new(config: SupervisorConfig, counters: Arc<SupervisorCounters>, l1: L1Input) -> Supervisor {
         Supervisor {
             clear: Vec::with_capacity(config.clear_group.max(1)),
             config,
             counters,
             l1,
-            pacer,
             dcms: Vec::new(),
             by_id: HashMap::new(),
             credits: VecDeque::new(),
@@ -303,7 +364,7 @@ impl Supervisor {
                 let wait_ms = if self.credits.is_empty() || stopping {
                     5
                 } else {
-                    (self.pacer.wait_s() * 1000.0).ceil().clamp(0.0, 5.0) as i64
+                    (self.l1.wait_s() * 1000.0).ceil().clamp(0.0, 5.0) as i64
                 };
                 if router
                     .recv(&mut msg, wait_ms)
@@ -474,7 +535,7 @@ impl Supervisor {
         if stopping {
             return Ok(sent);
         }
-        let mut budget = self.pacer.available();
+        let mut budget = self.l1.available();
         while budget > 0 && !self.credits.is_empty() && !self.l1.is_done() {
             let Some(dcm) = self.take_credit(None) else {
                 break;
@@ -483,7 +544,6 @@ impl Supervisor {
                 self.credits.push_front(dcm);
                 break;
             };
-            self.pacer.take(1);
             budget -= 1;
             self.send_assignment(router, dcm, accept, false)?;
             sent = true;

@@ -70,7 +70,8 @@ fn a_configuration_file_and_its_errors() {
     let cfg = dir.path().join("p.toml");
     std::fs::write(
         &cfg,
-        "[ros]\nnodes = 2\nchannels = 3\n[dcm]\nnodes = 1\nslots = 16\naccept_fraction = 0.5\n",
+        "[l1]\nmode = \"roib\"\nroib_inputs = 3\n[ros]\nnodes = 2\nchannels = 3\n\
+         [dcm]\nnodes = 1\nslots = 16\naccept_fraction = 0.5\n",
     )
     .unwrap();
     let v = run(&[
