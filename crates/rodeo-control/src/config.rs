@@ -89,6 +89,8 @@ nodes = 1
 streams = ["physics_Main"]
 # Rotate files at this size.
 max_file_mib = 1024
+# Compress event payloads: "none" or "zstd" (compression type 1; the header stays readable).
+compression = "none"
 "#;
 
 /// What went wrong with a configuration, naming the field.
@@ -320,6 +322,18 @@ pub struct LoggerSection {
     pub streams: Vec<String>,
     /// File rotation size.
     pub max_file_mib: u64,
+    /// Payload compression.
+    pub compression: CompressionName,
+}
+
+/// Compression names in the configuration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionName {
+    /// Payloads as they are.
+    None,
+    /// zstd (compression type 1).
+    Zstd,
 }
 
 impl Default for LoggerSection {
@@ -328,6 +342,7 @@ impl Default for LoggerSection {
             nodes: 1,
             streams: vec!["physics_Main".into()],
             max_file_mib: 1024,
+            compression: CompressionName::None,
         }
     }
 }

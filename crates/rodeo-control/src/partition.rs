@@ -31,7 +31,7 @@ use rodeo_format::checksum::ChecksumType;
 use rodeo_readout::node::{NodeConfig, NodeError, NodeInput, ReadoutNode};
 use rodeo_transport::socket::{Transport, TransportError};
 
-use crate::config::{ChecksumName, L1Mode, PartitionConfig, TransportKind};
+use crate::config::{ChecksumName, CompressionName, L1Mode, PartitionConfig, TransportKind};
 
 /// Why a partition could not run.
 #[derive(Debug, thiserror::Error)]
@@ -202,6 +202,7 @@ impl Layout {
             let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
             lc.streams = config.logger.streams.clone();
             lc.max_file_bytes = config.logger.max_file_mib << 20;
+            lc.compress = config.logger.compression == CompressionName::Zstd;
             loggers.push(lc);
         }
         // ROB ids: (subdetector << 16) | module, modules counting across nodes.

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rodeo_format::checksum::bytes_as_words;
+use rodeo_format::compress::compress_event;
 use rodeo_format::fragment::FullEvent;
 use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_transport::endpoint::Endpoint;
@@ -62,6 +63,8 @@ pub struct LoggerConfig {
     pub max_file_bytes: u64,
     /// Most events per group commit.
     pub batch: usize,
+    /// Compress event payloads with zstd (compression type 1) before writing.
+    pub compress: bool,
 }
 
 impl LoggerConfig {
@@ -76,6 +79,7 @@ impl LoggerConfig {
             streams: vec!["physics_Main".into()],
             max_file_bytes: 1 << 30,
             batch: 256,
+            compress: false,
         }
     }
 }
@@ -153,6 +157,7 @@ struct Logger {
     pending: Vec<(usize, u64)>,
     summary: LoggerSummary,
     scratch: Vec<u32>,
+    packed: Vec<u32>,
     ack: Vec<u8>,
     ids: Vec<u64>,
 }
@@ -170,6 +175,7 @@ impl Logger {
             pending: Vec::new(),
             summary: LoggerSummary::default(),
             scratch: Vec::new(),
+            packed: Vec::new(),
             ack: Vec::new(),
             ids: Vec::new(),
         }
@@ -311,7 +317,16 @@ impl Logger {
             let w = RawFileWriter::create(cfg).map_err(|e| self.err_files(e))?;
             self.writers[s] = Some(w);
         }
-        let compressed = parsed.compression() != 0;
+        let mut words = words;
+        let mut compressed = parsed.compression() != 0;
+        if self.config.compress && !compressed {
+            if compress_event(words, &mut self.packed).is_err() {
+                self.summary.bad_messages += 1;
+                return Ok(());
+            }
+            words = &self.packed;
+            compressed = true;
+        }
         let Some(writer) = self.writers[s].as_mut() else {
             return Ok(());
         };

@@ -6,6 +6,7 @@
 //! - [`checksum`]: the three checksum types of the event format (none, CRC16-CCITT, Adler-32),
 //!   incremental so a fragment can be summed while it is assembled from pieces; SIMD Adler-32
 //!   (AVX2, detected at run time) and slicing-by-16 CRC16.
+//! - [`compress`]: zstd-compressed full events (compression type 1), compressed and restored.
 //! - [`fragment`]: ROD, ROB and full event fragments: validating zero-copy views over `&[u32]`,
 //!   typed errors with word offsets, source identifiers, status words, scatter-gather builders.
 //! - [`synth`]: synthetic events with checkable counter payloads and a realistic ROB mix.
@@ -22,6 +23,7 @@
 //! targets in `fuzz/` hold them to that.
 
 pub mod checksum;
+pub mod compress;
 pub mod felix;
 pub mod fragment;
 pub mod linkfile;

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::process::Command;
 
+use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::FullEvent;
 use rodeo_format::rawfile::RawFileReader;
 use serde_json::Value;
@@ -25,14 +26,21 @@ fn run(args: &[&str]) -> Value {
 }
 
 /// Reads every file of the summary; returns the global ids found (panics on a duplicate).
+/// Compressed events are decompressed first.
 fn global_ids(summary: &Value) -> HashSet<u64> {
     let mut ids = HashSet::new();
+    let mut plain = Vec::new();
     for f in summary["files"].as_array().expect("files") {
         let path = f.as_str().unwrap();
         let mut reader = RawFileReader::open(path).unwrap();
         while let Some(event) = reader.next_event() {
             let event = event.unwrap();
-            let e = FullEvent::parse(event.words).unwrap();
+            FullEvent::parse(event.words)
+                .unwrap()
+                .verify_checksum()
+                .unwrap();
+            decompress_event(event.words, &mut plain).unwrap();
+            let e = FullEvent::parse(&plain).unwrap();
             e.verify_checksum().unwrap();
             assert!(e.validate_robs().unwrap() > 0, "an event without ROBs");
             assert!(
@@ -71,7 +79,7 @@ fn a_configuration_file_and_its_errors() {
     std::fs::write(
         &cfg,
         "[l1]\nmode = \"roib\"\nroib_inputs = 3\n[ros]\nnodes = 2\nchannels = 3\n\
-         [dcm]\nnodes = 1\nslots = 16\naccept_fraction = 0.5\n",
+         [dcm]\nnodes = 1\nslots = 16\naccept_fraction = 0.5\n[logger]\ncompression = \"zstd\"\n",
     )
     .unwrap();
     let v = run(&[

@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rodeo_format::fragment::{FragmentError, FullEvent};
+use rodeo_format::compress::{decompress_event, CompressError};
+use rodeo_format::fragment::{ErrorKind, FragmentError, FragmentKind, FullEvent};
 use rodeo_format::rawfile::RawFileReader;
 use serde::Serialize;
 
@@ -123,9 +124,26 @@ pub(crate) fn verify_file(path: &Path) -> FileVerdict {
 
 /// Checks one full event: structure, event checksum, each ROB's structure and checksum.
 /// Returns the number of ROBs.
+///
+/// A compressed event (compression type 1) is checked as stored (its checksum covers the
+/// compressed payload), then decompressed and its ROBs checked.
 pub(crate) fn check_event(words: &[u32]) -> Result<u64, FragmentError> {
     let ev = FullEvent::parse(words)?;
     ev.verify_checksum()?;
+    if ev.compression() != 0 {
+        let mut plain = Vec::new();
+        return match decompress_event(words, &mut plain) {
+            Ok(()) => check_event(&plain),
+            Err(CompressError::Fragment(e)) => Err(e),
+            Err(_) => Err(FragmentError::new(
+                FragmentKind::FullEvent,
+                0,
+                ErrorKind::Compressed {
+                    compression: ev.compression(),
+                },
+            )),
+        };
+    }
     let mut robs = 0;
     for rob in ev.robs() {
         rob?.verify_checksum()?;

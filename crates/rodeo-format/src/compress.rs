@@ -1,0 +1,179 @@
+//! Compressed full events (compression type 1: zstd), written by the logger, read back here.
+//!
+//! A compressed event keeps its whole header (status, ids, trigger info, stream tags) readable
+//! and replaces its payload (the ROB fragments) by one zstd frame, zero-padded to a word
+//! boundary; the header's compression type is 1 and its uncompressed-size field holds the
+//! payload's size in words. The event's checksum, if any, covers the compressed payload (what is
+//! stored), so a file can be verified without decompressing. [`decompress_event`] rebuilds the
+//! plain event, with the checksum computed again over the restored payload.
+//!
+//! zstd comes from `ruzstd`, a pure-Rust implementation (no C library to build or install);
+//! its encoder offers the "fastest" level, about zstd's level 1, which is what a logger wants.
+
+use std::io::Read;
+
+use crate::checksum::words_as_bytes;
+use crate::fragment::{ErrorKind, EventBuilder, FragmentError, FragmentKind, FullEvent, StreamTag};
+
+/// The compression type word of a zstd-compressed event.
+pub const COMPRESSION_ZSTD: u32 = 1;
+
+/// Why an event could not be compressed or decompressed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompressError {
+    /// The event does not parse.
+    #[error(transparent)]
+    Fragment(#[from] FragmentError),
+    /// The compression type is not one this crate reads.
+    #[error("unsupported compression type {0} (0 none, 1 zstd)")]
+    Unsupported(u32),
+    /// The zstd frame is damaged or shorter than the declared size.
+    #[error("zstd payload: {0}")]
+    Zstd(String),
+}
+
+fn header_of<'a>(
+    e: &FullEvent<'a>,
+    tags: &'a [StreamTag<'a>],
+    payload: &'a [&'a [u32]],
+    compression: u32,
+    uncompressed: Option<u32>,
+) -> EventBuilder<'a> {
+    EventBuilder {
+        source_id: e.source_id(),
+        status: e.status_words(),
+        checksum: e.checksum_type(),
+        bc_time_seconds: e.bc_time_seconds(),
+        bc_time_nanoseconds: e.bc_time_nanoseconds(),
+        global_id: e.global_id(),
+        run_type: e.run_type(),
+        run_number: e.run_number(),
+        lumi_block: e.lumi_block(),
+        extended_l1id: e.extended_l1id(),
+        bcid: e.bcid(),
+        l1_trigger_type: e.l1_trigger_type(),
+        compression,
+        uncompressed_size: uncompressed,
+        l1_info: e.l1_info(),
+        l2_info: e.l2_info(),
+        ef_info: e.ef_info(),
+        stream_tags: tags,
+        robs: payload,
+    }
+}
+
+fn tags_of<'a>(e: &FullEvent<'a>) -> Result<Vec<StreamTag<'a>>, FragmentError> {
+    e.stream_tags().collect()
+}
+
+/// Writes the zstd-compressed form of the plain event `words` into `out` (cleared first). An
+/// event that is already compressed is copied as it is.
+pub fn compress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), CompressError> {
+    out.clear();
+    let e = FullEvent::parse(words)?;
+    if e.compression() != 0 {
+        out.extend_from_slice(words);
+        return Ok(());
+    }
+    let payload = e.payload();
+    let frame = ruzstd::encoding::compress_to_vec(
+        words_as_bytes(payload),
+        ruzstd::encoding::CompressionLevel::Fastest,
+    );
+    let mut packed = vec![0u32; frame.len().div_ceil(4)];
+    for (w, b) in packed.iter_mut().zip(frame.chunks(4)) {
+        let mut x = [0u8; 4];
+        x[..b.len()].copy_from_slice(b);
+        *w = u32::from_le_bytes(x);
+    }
+    let tags = tags_of(&e)?;
+    let pieces: [&[u32]; 1] = [&packed];
+    let n = u32::try_from(payload.len()).map_err(|_| {
+        FragmentError::new(
+            FragmentKind::FullEvent,
+            0,
+            ErrorKind::TooLarge {
+                words: payload.len() as u64,
+            },
+        )
+    })?;
+    header_of(&e, &tags, &pieces, COMPRESSION_ZSTD, Some(n)).write_vec(out)?;
+    Ok(())
+}
+
+/// Writes the plain form of the event `words` into `out` (cleared first): a compressed event is
+/// decompressed, a plain one copied.
+pub fn decompress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), CompressError> {
+    out.clear();
+    let e = FullEvent::parse(words)?;
+    match e.compression() {
+        0 => {
+            out.extend_from_slice(words);
+            return Ok(());
+        }
+        COMPRESSION_ZSTD => {}
+        other => return Err(CompressError::Unsupported(other)),
+    }
+    let n = e.uncompressed_size() as usize;
+    let mut bytes = vec![0u8; 4 * n];
+    let mut dec = ruzstd::decoding::StreamingDecoder::new(words_as_bytes(e.payload()))
+        .map_err(|err| CompressError::Zstd(err.to_string()))?;
+    dec.read_exact(&mut bytes)
+        .map_err(|err| CompressError::Zstd(format!("{err} (expected {n} words)")))?;
+    let plain: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let tags = tags_of(&e)?;
+    let pieces: [&[u32]; 1] = [&plain];
+    header_of(&e, &tags, &pieces, 0, None).write_vec(out)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checksum::ChecksumType;
+    use crate::synth::{EventSynth, SynthConfig};
+
+    #[test]
+    fn round_trip_keeps_header_and_payload() {
+        let mut synth = EventSynth::new(SynthConfig {
+            robs: 12,
+            checksum: ChecksumType::Adler32,
+            ..SynthConfig::default()
+        });
+        let mut plain = Vec::new();
+        let (mut packed, mut back) = (Vec::new(), Vec::new());
+        for gid in 0..20 {
+            synth.event(gid, &mut plain).unwrap();
+            compress_event(&plain, &mut packed).unwrap();
+            let c = FullEvent::parse(&packed).unwrap();
+            assert_eq!(c.compression(), COMPRESSION_ZSTD);
+            assert_eq!(c.global_id(), gid);
+            c.verify_checksum().unwrap();
+            assert!(packed.len() < plain.len(), "counter payloads compress");
+            assert!(
+                c.validate_robs().is_err(),
+                "a compressed payload has no ROB views"
+            );
+            decompress_event(&packed, &mut back).unwrap();
+            assert_eq!(back, plain);
+        }
+    }
+
+    #[test]
+    fn damaged_frames_are_errors() {
+        let mut synth = EventSynth::new(SynthConfig::default());
+        let (mut plain, mut packed, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        synth.event(7, &mut plain).unwrap();
+        compress_event(&plain, &mut packed).unwrap();
+        let e = FullEvent::parse(&packed).unwrap();
+        let start = packed.len() - e.payload().len() - e.checksum_type().trailer_words();
+        for w in &mut packed[start..start + 4] {
+            *w = 0xDEAD_BEEF;
+        }
+        assert!(decompress_event(&packed, &mut back).is_err());
+    }
+}
