@@ -17,8 +17,10 @@
 //! # Exactly once
 //!
 //! An event reassigned after a timeout may reach the logger twice (the slow node finishing it
-//! after all). The logger remembers the global ids it wrote in this run and drops a repeat,
-//! counting it and still acknowledging it, so every event is written once.
+//! after all). The logger remembers the global ids it wrote in the last [`DEDUP_WINDOW`] and
+//! drops a repeat, counting it and still acknowledging it, so every event is written once. A
+//! repeat can only come within the supervisor's event and node timeouts (seconds), so the
+//! window bounds the memory of a long run without losing that guarantee.
 //!
 //! # Bad input
 //!
@@ -26,7 +28,7 @@
 //! logged and dropped (never acknowledged: its sender will see the event time out and the
 //! supervisor will reassign it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -41,6 +43,9 @@ use rodeo_transport::message::{decode, encode_event_ack, Message};
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 
 use crate::{AppHandle, DataflowError};
+
+/// How long the logger remembers a written global id (far longer than any reassignment takes).
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 
 /// Longest an event waits for its batch before the group commit (the fdatasync and the
 /// acknowledgements): more events share a sync, at the cost of this much latency.
@@ -152,6 +157,8 @@ struct Logger {
     writers: Vec<Option<RawFileWriter>>,
     touched: Vec<bool>,
     written: HashSet<u64>,
+    /// Global ids in `written`, oldest first, with the time they were written.
+    written_order: VecDeque<(Instant, u64)>,
     peers: HashMap<Vec<u8>, usize>,
     peer_ids: Vec<Vec<u8>>,
     pending: Vec<(usize, u64)>,
@@ -170,6 +177,7 @@ impl Logger {
             writers: Vec::new(),
             touched: Vec::new(),
             written: HashSet::new(),
+            written_order: VecDeque::new(),
             peers: HashMap::new(),
             peer_ids: Vec::new(),
             pending: Vec::new(),
@@ -290,7 +298,17 @@ impl Logger {
                 self.peer_ids.len() - 1
             }
         };
-        if !self.written.insert(gid) {
+        let now = Instant::now();
+        while let Some(&(t, old)) = self.written_order.front() {
+            if now.duration_since(t) < DEDUP_WINDOW {
+                break;
+            }
+            self.written.remove(&old);
+            self.written_order.pop_front();
+        }
+        if self.written.insert(gid) {
+            self.written_order.push_back((now, gid));
+        } else {
             self.summary.duplicates += 1;
             self.pending.push((peer, gid));
             return Ok(());
