@@ -44,7 +44,7 @@ enum Command {
     Config(config::Args),
     /// One application of a partition in this process (what `rodeo run --processes` starts).
     App(app::Args),
-    /// Generate synthetic data: full events into raw-data files.
+    /// Generate synthetic data: full events into raw-data files, or link streams (`gen link`).
     Gen(gen::Args),
     /// Show the events and ROBs of a raw-data file.
     Dump(dump::Args),
