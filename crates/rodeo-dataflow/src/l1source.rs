@@ -11,6 +11,8 @@
 
 use std::time::Instant;
 
+use rodeo_format::l1id::L1idCounter;
+
 /// Most RoIs an event may carry.
 pub const MAX_ROIS: usize = 16;
 
@@ -91,8 +93,7 @@ impl Default for L1SourceConfig {
 pub struct L1Source {
     config: L1SourceConfig,
     next_global: u64,
-    l1id: u32,
-    ecr: u8,
+    l1id: L1idCounter,
     rng: u64,
 }
 
@@ -101,10 +102,9 @@ impl L1Source {
     pub fn new(config: L1SourceConfig) -> L1Source {
         let rng = config.seed;
         L1Source {
+            l1id: L1idCounter::new(config.l1id_wrap),
             config,
             next_global: 0,
-            l1id: 0,
-            ecr: 0,
             rng,
         }
     }
@@ -145,7 +145,7 @@ impl L1Source {
         if self.is_done() {
             return None;
         }
-        let extended = (u32::from(self.ecr) << 24) | self.l1id;
+        let extended = self.l1id.extended();
         let robs = self.config.roi_robs.len() as u64;
         let (lo, hi) = self.config.rois_per_event;
         let hi = (hi.max(lo) as u64).min(MAX_ROIS as u64).min(robs);
@@ -169,11 +169,7 @@ impl L1Source {
             &rois[..k],
         );
         self.next_global += 1;
-        self.l1id += 1;
-        if self.l1id >= self.config.l1id_wrap.clamp(1, 1 << 24) {
-            self.l1id = 0;
-            self.ecr = self.ecr.wrapping_add(1);
-        }
+        self.l1id.advance();
         Some(accept)
     }
 }

@@ -12,6 +12,8 @@
 //! - [`synth`]: synthetic events with checkable counter payloads and a realistic ROB mix.
 //! - [`felix`]: FELIX to-host blocks (encoder, decoder, per-E-link chunk reassembler) and the
 //!   default E-link packet format.
+//! - [`l1id`]: the extended L1ID's wrap rule (`L1idCounter`), shared by emulators, checks and
+//!   the L1 source.
 //! - [`linkfile`]: link capture files, recorded streams of FELIX blocks or S-LINK fragments.
 //! - [`slink`]: S-LINK streams of ROD fragments checked per links.md (framing, CRC, L1ID
 //!   sequence), every problem as status bits and counted by kind.
@@ -26,6 +28,7 @@ pub mod checksum;
 pub mod compress;
 pub mod felix;
 pub mod fragment;
+pub mod l1id;
 pub mod linkfile;
 pub mod rawfile;
 pub mod slink;

@@ -54,15 +54,13 @@ use crate::fragment::{
     ErrorKind, RodFragment, Status, ROD_HEADER_WORDS, ROD_MARKER, ROD_TRAILER_WORDS, SLINK_BEGIN,
     SLINK_END,
 };
+use crate::l1id::{next_extended_l1id, DEFAULT_L1ID_WRAP};
 
 /// Words up to and including the extended L1ID of a ROD fragment.
 pub const MIN_READABLE_WORDS: usize = 6;
 
 /// Following ROD markers examined for a fragment boundary (framing off) before taking the first.
 const MAX_BOUNDARY_CANDIDATES: usize = 16;
-
-/// Default L1ID wrap: the 24-bit L1ID field.
-pub const DEFAULT_L1ID_WRAP: u32 = 1 << 24;
 
 /// How an S-LINK channel frames its fragments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,18 +80,6 @@ impl Default for SlinkCheckConfig {
             crc: false,
             l1id_wrap: DEFAULT_L1ID_WRAP,
         }
-    }
-}
-
-/// The extended L1ID that follows `extended` on a channel wrapping at `wrap`.
-pub fn next_extended_l1id(extended: u32, wrap: u32) -> u32 {
-    let wrap = wrap.clamp(1, DEFAULT_L1ID_WRAP);
-    let l1id = (extended & 0x00FF_FFFF) + 1;
-    let ecr = extended >> 24;
-    if l1id >= wrap {
-        (ecr.wrapping_add(1) & 0xFF) << 24
-    } else {
-        (ecr << 24) | l1id
     }
 }
 
@@ -509,18 +495,6 @@ mod tests {
             SlinkItem::Dropped(d) => drops.push(d.reason),
         });
         (frags, drops)
-    }
-
-    #[test]
-    fn next_l1id_wraps_into_ecr() {
-        assert_eq!(next_extended_l1id(0, 10), 1);
-        assert_eq!(next_extended_l1id(9, 10), 1 << 24);
-        assert_eq!(next_extended_l1id(0xFF00_0009, 10), 0);
-        assert_eq!(
-            next_extended_l1id(0x00FF_FFFE, DEFAULT_L1ID_WRAP),
-            0x00FF_FFFF
-        );
-        assert_eq!(next_extended_l1id(0x00FF_FFFF, DEFAULT_L1ID_WRAP), 1 << 24);
     }
 
     #[test]

@@ -20,6 +20,8 @@
 mod felix;
 mod slink;
 
+pub use rodeo_format::l1id::{L1idCounter, DEFAULT_L1ID_WRAP};
+
 pub use felix::{FelixConfig, FelixGenerator};
 pub use slink::{SlinkConfig, SlinkGenerator};
 
@@ -33,9 +35,6 @@ pub enum GeneratorError {
     #[error(transparent)]
     Felix(#[from] rodeo_format::felix::FelixError),
 }
-
-/// Default L1ID wrap value: the 24-bit L1ID of the extended L1ID.
-pub const DEFAULT_L1ID_WRAP: u32 = 1 << 24;
 
 /// A size in 32-bit words: fixed (`min == max`) or uniform in `min..=max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,74 +97,9 @@ impl Rng {
     }
 }
 
-/// The L1ID sequence of one channel: the L1ID counts from 0 and wraps at `wrap`, when the 8-bit
-/// ECR counter (bits 31..24 of the extended L1ID) increments (and itself wraps at 256).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct L1idCounter {
-    wrap: u32,
-    l1id: u32,
-    ecr: u8,
-    events: u64,
-}
-
-impl L1idCounter {
-    /// A counter at L1ID 0, ECR 0, wrapping at `wrap` (clamped to `1..=2^24`).
-    pub fn new(wrap: u32) -> L1idCounter {
-        L1idCounter {
-            wrap: wrap.clamp(1, DEFAULT_L1ID_WRAP),
-            l1id: 0,
-            ecr: 0,
-            events: 0,
-        }
-    }
-
-    /// The current extended L1ID: ECR in bits 31..24, L1ID in bits 23..0.
-    pub fn extended(&self) -> u32 {
-        (u32::from(self.ecr) << 24) | self.l1id
-    }
-
-    /// Events counted so far (64-bit, never wraps in practice).
-    pub fn events(&self) -> u64 {
-        self.events
-    }
-
-    /// Moves to the next event.
-    pub fn advance(&mut self) {
-        self.events += 1;
-        self.l1id += 1;
-        if self.l1id >= self.wrap {
-            self.l1id = 0;
-            self.ecr = self.ecr.wrapping_add(1);
-        }
-    }
-
-    /// The extended L1ID of event number `n` (from 0) of a channel wrapping at `wrap`: what a
-    /// reader expects.
-    pub fn expected(wrap: u32, n: u64) -> u32 {
-        let wrap = u64::from(wrap.clamp(1, DEFAULT_L1ID_WRAP));
-        (((n / wrap) as u8 as u32) << 24) | (n % wrap) as u32
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn l1id_wraps_into_the_ecr() {
-        let mut c = L1idCounter::new(3);
-        let mut seen = Vec::new();
-        for n in 0..7 {
-            assert_eq!(c.extended(), L1idCounter::expected(3, n));
-            seen.push(c.extended());
-            c.advance();
-        }
-        assert_eq!(
-            seen,
-            [0, 1, 2, 1 << 24, (1 << 24) + 1, (1 << 24) + 2, 2 << 24]
-        );
-        assert_eq!(c.events(), 7);
-    }
 
     #[test]
     fn ranges_stay_in_bounds() {
