@@ -314,21 +314,29 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         }
     }
 
-    /// Opens slot `si` for event `seq`: takes a memory block (waiting while the pool is empty).
-    #[cold]
-    fn open_slot(&mut self, si: usize, seq: u64, bcid: u16) -> bool {
+    /// Takes a memory block from the pool, waiting (counted) while it is empty; `None` when the
+    /// run is aborted meanwhile.
+    fn alloc_block(&mut self) -> Option<Chunk<'p>> {
         let mut backoff = Backoff::new();
-        let chunk = loop {
+        loop {
             match self.cache.alloc() {
-                Ok(c) => break c,
+                Ok(c) => return Some(c),
                 Err(_) => {
                     self.c.pool_waits += 1;
                     if self.aborted() {
-                        return false;
+                        return None;
                     }
                     backoff.wait();
                 }
             }
+        }
+    }
+
+    /// Opens slot `si` for event `seq`: takes a memory block (waiting while the pool is empty).
+    #[cold]
+    fn open_slot(&mut self, si: usize, seq: u64, bcid: u16) -> bool {
+        let Some(chunk) = self.alloc_block() else {
+            return false;
         };
         if self.open_events == 0 {
             self.waiting_since = self.now;
@@ -554,18 +562,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         }
         if frag.first == usize::MAX {
             // No thread had a packet: one empty block carries header and trailer.
-            let mut backoff = Backoff::new();
-            let chunk = loop {
-                match self.cache.alloc() {
-                    Ok(c) => break c,
-                    Err(_) => {
-                        self.c.pool_waits += 1;
-                        if self.aborted() {
-                            return;
-                        }
-                        backoff.wait();
-                    }
-                }
+            let Some(chunk) = self.alloc_block() else {
+                return;
             };
             frag.first = 0;
             frag.last = 0;
