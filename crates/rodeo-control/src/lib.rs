@@ -3,6 +3,12 @@
 //!
 //! - [`config`]: the TOML partition configuration, its defaults and its validation.
 //! - [`partition`]: the embedded partition runner and the run's balance sheet.
+//! - [`lifecycle`]: the state machine every application and the partition go through.
+//! - [`control`]: the run-control interface ([`control::RunControl`]) and status types.
+//! - [`prometheus`]: the Prometheus text-format writer.
 
 pub mod config;
+pub mod control;
+pub mod lifecycle;
 pub mod partition;
+pub mod prometheus;
