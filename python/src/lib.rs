@@ -35,6 +35,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySlice};
 
 use rodeo_format::checksum::ChecksumType;
+use rodeo_format::compress::{decompress_event, CompressError};
 use rodeo_format::fragment::{
     EventBuilder, FragmentError, FullEvent, RobBuilder, RobFragment, RobPayload, RodBuilder,
     SourceId, StatusPosition, StreamTag,
@@ -85,6 +86,30 @@ fn format_err(py: Python<'_>, e: &FragmentError) -> PyErr {
         .value(py)
         .setattr("word_offset", e.word().unwrap_or(e.offset()));
     err
+}
+
+/// A Python exception for an event that could not be decompressed.
+fn compress_err(py: Python<'_>, e: &CompressError, offset: Option<u64>) -> PyErr {
+    match e {
+        CompressError::Fragment(f) => format_err(py, f),
+        other => {
+            let at = offset.map_or(String::new(), |o| format!(" (event record at byte {o})"));
+            FormatError::new_err(format!("cannot decompress the event{at}: {other}"))
+        }
+    }
+}
+
+/// The plain form of `words` if it is a compressed event (a copy: decompression writes a new
+/// buffer), else `words` itself.
+fn plain_words(words: Vec<u32>) -> Result<Vec<u32>, CompressError> {
+    match FullEvent::parse(&words) {
+        Ok(e) if e.compression() != 0 => {
+            let mut out = Vec::new();
+            decompress_event(&words, &mut out)?;
+            Ok(out)
+        }
+        _ => Ok(words),
+    }
 }
 
 fn checksum_name(c: ChecksumType) -> &'static str {
@@ -320,6 +345,35 @@ impl Event {
     #[getter]
     fn words(&self, py: Python<'_>) -> Py<PyArray1<u32>> {
         self.words.clone_ref(py)
+    }
+
+    /// Whether the event as held here is compressed (its header's compression type is not 0):
+    /// its `robs` are then not readable; `decompress()` gives the plain event.
+    #[getter]
+    fn compressed(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.header(py)?.compression != 0)
+    }
+
+    /// The plain (uncompressed) event: a new `Event` with the same header, the ROBs restored
+    /// and the checksum computed again; the event itself if it is not compressed. Raises
+    /// `FormatError` if the compressed payload is damaged.
+    fn decompress(slf: &Bound<'_, Self>) -> PyResult<Py<Event>> {
+        let py = slf.py();
+        let this = slf.get();
+        if this.header(py)?.compression == 0 {
+            return Ok(slf.clone().unbind());
+        }
+        let guard = this.words.bind(py).readonly();
+        let words = guard
+            .as_slice()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut out = Vec::new();
+        decompress_event(words, &mut out).map_err(|e| compress_err(py, &e, this.offset))?;
+        drop(guard);
+        Py::new(
+            py,
+            Event::new(py, out, this.index, this.offset, this.flags)?,
+        )
     }
 
     /// Source identifier of the event's writer.
@@ -656,6 +710,8 @@ fn start_dict<'py>(py: Python<'py>, s: &FileStart) -> PyResult<Bound<'py, PyDict
 #[pyclass(module = "rodeo")]
 pub struct RawFile {
     reader: Option<RawFileReader>,
+    /// Decompress compressed events as they are read.
+    decompress: bool,
     path: String,
     start: FileStart,
     /// Summary once the end record was read: events, event bytes, adler.
@@ -672,15 +728,19 @@ impl RawFile {
 
 #[pymethods]
 impl RawFile {
-    /// Opens `path` and validates its file start record.
+    /// Opens `path` and validates its file start record. With `decompress` (the default),
+    /// compressed events (zstd, written by a logger with `compression = "zstd"`) are yielded
+    /// in their plain form; without it, as stored (see `Event.decompress()`).
     #[new]
-    fn py_new(py: Python<'_>, path: std::path::PathBuf) -> PyResult<RawFile> {
+    #[pyo3(signature = (path, *, decompress=true))]
+    fn py_new(py: Python<'_>, path: std::path::PathBuf, decompress: bool) -> PyResult<RawFile> {
         let reader = py
             .detach(|| RawFileReader::open(&path))
             .map_err(|e| raw_file_err(py, e))?;
         Ok(RawFile {
             start: reader.start().clone(),
             reader: Some(reader),
+            decompress,
             path: path.display().to_string(),
             done: None,
         })
@@ -767,10 +827,17 @@ impl RawFile {
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Event>> {
+        let decompress = self.decompress;
         let reader = self.reader()?;
         match py.detach(|| reader.next()) {
             Some(Ok(ev)) => {
-                Event::new(py, ev.words, Some(ev.index), Some(ev.offset), ev.flags).map(Some)
+                let words = if decompress {
+                    py.detach(|| plain_words(ev.words))
+                        .map_err(|e| compress_err(py, &e, Some(ev.offset)))?
+                } else {
+                    ev.words
+                };
+                Event::new(py, words, Some(ev.index), Some(ev.offset), ev.flags).map(Some)
             }
             Some(Err(e)) => Err(raw_file_err(py, e)),
             None => {
@@ -794,9 +861,11 @@ impl RawFile {
 }
 
 /// Opens a raw-data file for reading: `with rodeo.open(path) as f: for event in f: ...`.
+/// Compressed events are yielded decompressed unless `decompress=False`.
 #[pyfunction]
-fn open(py: Python<'_>, path: std::path::PathBuf) -> PyResult<RawFile> {
-    RawFile::py_new(py, path)
+#[pyo3(signature = (path, *, decompress=true))]
+fn open(py: Python<'_>, path: std::path::PathBuf, decompress: bool) -> PyResult<RawFile> {
+    RawFile::py_new(py, path, decompress)
 }
 
 /// Reads and validates a whole file (structure, every record checksum, the end record);
