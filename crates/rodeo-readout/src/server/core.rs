@@ -62,6 +62,7 @@ impl<S: RequestSource> Core<S> {
     }
 
     pub(super) fn run(mut self) -> Stopped {
+        let cpu0 = crate::cputime::thread_cpu_time();
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
         while !self.stop.load(Ordering::Acquire) {
@@ -112,6 +113,7 @@ impl<S: RequestSource> Core<S> {
             counters: self.stats.snapshot(),
             slink: self.input.slink_counters(),
             input_stalls: self.input.stalls(),
+            core_cpu: crate::cputime::thread_cpu_time().saturating_sub(cpu0),
             store: self.store,
         }
     }

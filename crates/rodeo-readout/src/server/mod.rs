@@ -174,6 +174,8 @@ pub struct Stopped {
     pub slink: SlinkCounters,
     /// Back-pressure events of the input (card stalls).
     pub input_stalls: u64,
+    /// CPU time the core thread used (busy polling included).
+    pub core_cpu: std::time::Duration,
 }
 
 /// A running request server. See the module docs.

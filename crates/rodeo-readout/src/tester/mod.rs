@@ -303,6 +303,8 @@ pub struct TesterReport {
     pub clears: u64,
     /// Request latency (send to reply), nanoseconds.
     pub latency: Histogram,
+    /// CPU time the tester thread(s) used (waiting included).
+    pub cpu: Duration,
 }
 
 impl TesterReport {
@@ -336,6 +338,7 @@ impl TesterReport {
         self.unanswered += o.unanswered;
         self.clears += o.clears;
         self.latency.merge(&o.latency);
+        self.cpu += o.cpu;
     }
 }
 
@@ -462,6 +465,7 @@ pub fn run_on<L: TesterLink>(
         report: TesterReport::default(),
     };
     let robs = config.robs.len().min(MAX_ROBS);
+    let cpu0 = crate::cputime::thread_cpu_time();
     let start = Instant::now();
     let mut msg = L::Reply::default();
     let mut last_activity = Instant::now();
@@ -516,6 +520,7 @@ pub fn run_on<L: TesterLink>(
         st.send_clear()?;
     }
     st.report.seconds = seconds;
+    st.report.cpu = crate::cputime::thread_cpu_time().saturating_sub(cpu0);
     Ok(st.report)
 }
 
