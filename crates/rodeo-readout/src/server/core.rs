@@ -96,10 +96,11 @@ impl<S: RequestSource> Core<S> {
             if work == 0 {
                 // Idle: wait for a message (or input) for up to a millisecond.
                 if self.descriptors.available() > 0 {
-                    if self.source.recv_timeout(&mut msg, IDLE_WAIT) {
-                        if self.handle(S::view(&msg)) && self.descriptors.pending() > 0 {
-                            self.recheck(Instant::now(), false);
-                        }
+                    if self.source.recv_timeout(&mut msg, IDLE_WAIT)
+                        && self.handle(S::view(&msg))
+                        && self.descriptors.pending() > 0
+                    {
+                        self.recheck(Instant::now(), false);
                     }
                 } else {
                     std::thread::sleep(std::time::Duration::from_micros(100));

@@ -482,3 +482,69 @@ impl DirectClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_in_flight_are_bounded_and_a_reply_frees_one() {
+        let (mut source, mut client) = direct_link(2, 4, 4, 64);
+        client.send_request(1, 10, &[7, 8]).unwrap();
+        client.send_request(2, 11, &[]).unwrap();
+        assert_eq!(client.send_request(3, 12, &[]), Err(DirectError::Full(2)));
+        let mut buf = None;
+        assert!(source.try_recv(&mut buf));
+        match DirectSource::view(&buf) {
+            Incoming::DataRequest {
+                transaction,
+                l1id,
+                robs,
+                ..
+            } => {
+                assert_eq!((transaction, l1id, robs.len()), (1, 10, 2));
+            }
+            other => panic!("not a request: {other:?}"),
+        }
+        let head = [0u8; 20];
+        source.reply(&[], &head, &mut Vec::new()).unwrap();
+        let mut slot = None;
+        assert!(client.try_recv(&mut slot));
+        assert_eq!(client.in_flight(), 1);
+        client.send_request(3, 12, &[]).unwrap();
+        // Clears do not count against the bound.
+        client.send_clear(0, &[10, 11]).unwrap();
+        // Requests 2 and 3, then the clear, in order.
+        assert!(source.try_recv(&mut buf));
+        assert!(source.try_recv(&mut buf));
+        assert!(source.try_recv(&mut buf));
+        assert!(matches!(
+            DirectSource::view(&buf),
+            Incoming::Clear { sequence: 0, l1ids } if l1ids.len() == 2
+        ));
+        assert!(!source.try_recv(&mut buf));
+    }
+
+    #[test]
+    fn a_gone_server_closes_the_client_and_a_gone_client_refuses_replies() {
+        let (source, mut client) = direct_link(1, 4, 4, 64);
+        drop(source);
+        // The free boxes are used up by unread clears, then the client learns the server left.
+        let mut sent = 0;
+        let err = loop {
+            match client.send_clear(sent, &[1]) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, DirectError::Closed);
+        assert_eq!(sent as usize, 1 + CLEAR_SLACK);
+
+        let (mut source, client) = direct_link(1, 4, 4, 64);
+        drop(client);
+        assert_eq!(
+            source.reply(&[], &[0u8; 20], &mut Vec::new()),
+            Err(ReplyRefused)
+        );
+    }
+}
