@@ -88,10 +88,13 @@ impl<S: RequestSource> Core<S> {
                 work += 1;
                 changed |= self.handle(S::view(&msg));
             }
-            let now = Instant::now();
-            let expired = self.descriptors.first_deadline().is_some_and(|d| d <= now);
-            if (changed || expired) && self.descriptors.pending() > 0 {
-                self.recheck(now, false);
+            // The clock is read only when something waits (most turns nothing does).
+            if self.descriptors.pending() > 0 {
+                let now = Instant::now();
+                let expired = self.descriptors.first_deadline().is_some_and(|d| d <= now);
+                if changed || expired {
+                    self.recheck(now, false);
+                }
             }
             if work == 0 {
                 // Idle: wait for a message (or input) for up to a millisecond.
@@ -154,10 +157,12 @@ impl<S: RequestSource> Core<S> {
                         Ids::Slice(s) => desc.robs.extend_from_slice(s),
                     }
                 }
-                desc.deadline = Instant::now() + self.config.pending_timeout;
                 match self.ready(d) {
                     Ready::Yes => self.answer(d, false),
                     Ready::No => {
+                        // The deadline matters only to a parked request.
+                        self.descriptors.get_mut(d).deadline =
+                            Instant::now() + self.config.pending_timeout;
                         self.stats.parked.fetch_add(1, Ordering::Relaxed);
                         self.descriptors.park(d);
                         self.stats
