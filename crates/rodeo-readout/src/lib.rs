@@ -24,6 +24,7 @@
 //!   the input and the request descriptors; DataRequest/Clear per the dataflow protocol, with a
 //!   pending queue and timeout.
 //! - [`tester`]: the ROSTester, the paper's request-mix driver that measures a node.
+//! - [`cputime`]: a thread's CPU time, for per-event costs that do not depend on the load.
 //! - [`swrod`]: the SW ROD fragment builder: N receiving threads turn the E-link packets of FELIX
 //!   blocks into one ROB fragment per L1ID, handed to a [`swrod::FragmentSink`].
 //!
@@ -32,6 +33,7 @@
 
 pub mod card;
 pub mod corrupt;
+pub mod cputime;
 pub mod dma;
 pub mod generator;
 pub mod monitor;

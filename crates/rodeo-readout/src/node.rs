@@ -3,7 +3,8 @@
 //! [`NodeConfig`] says how many ROB channels, what feeds them (emulated S-LINK cards through
 //! DMA superpages, or the inline firmware-style generator) and how the store and server are
 //! sized; [`ReadoutNode::start`] builds everything, warms the memory, binds the request
-//! endpoint and starts the core thread. `rodeo ros`, the ROSTester's in-process node and the
+//! endpoint and starts the core thread. [`ReadoutNode::start_direct`] builds the same node
+//! answering one in-process client over the direct link (no ZeroMQ) instead. `rodeo ros`, the ROSTester's in-process node and the
 //! embedded partition all start nodes this way.
 
 use std::path::PathBuf;
@@ -16,7 +17,8 @@ use rodeo_transport::socket::Transport;
 use crate::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
 use crate::generator::{SlinkConfig, SlinkGenerator, WordRange};
 use crate::server::{
-    DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig, ServerCounters, Stopped,
+    DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
+    ServerCounters, Stopped,
 };
 use crate::store::slink::ErrorDump;
 use crate::store::{EventStore, StoreConfig};
@@ -136,6 +138,66 @@ impl ReadoutNode {
         config: &NodeConfig,
         endpoint: &str,
     ) -> Result<ReadoutNode, NodeError> {
+        let (memory, store, input) = Parts::build(config)?.split();
+        let server =
+            RequestServer::start(transport, &server_config(config, endpoint), store, input)?;
+        Ok(memory.node(server, config))
+    }
+
+    /// Builds the node and starts serving the one client returned, over the direct in-process
+    /// link ([`crate::server::direct`]): the same core thread, without ZeroMQ.
+    pub fn start_direct(config: &NodeConfig) -> Result<(ReadoutNode, DirectClient), NodeError> {
+        let (memory, store, input) = Parts::build(config)?.split();
+        let (server, client) =
+            RequestServer::start_direct(&server_config(config, "direct"), store, input)?;
+        Ok((memory.node(server, config), client))
+    }
+}
+
+fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
+    ServerConfig {
+        endpoint: endpoint.to_string(),
+        descriptors: config.descriptors,
+        pending_timeout: config.pending_timeout,
+        ..ServerConfig::default()
+    }
+}
+
+/// A node's parts before its server starts.
+struct Parts {
+    pool: PagePool,
+    superpages: Option<SuperpagePool>,
+    store: EventStore,
+    input: Box<dyn Input>,
+}
+
+/// The memory a running node keeps.
+struct Memory {
+    pool: PagePool,
+    superpages: Option<SuperpagePool>,
+}
+
+impl Memory {
+    fn node(self, server: RequestServer, config: &NodeConfig) -> ReadoutNode {
+        ReadoutNode {
+            server,
+            robs: config.robs(),
+            _pool: self.pool,
+            _superpages: self.superpages,
+        }
+    }
+}
+
+impl Parts {
+    fn split(self) -> (Memory, EventStore, Box<dyn Input>) {
+        let memory = Memory {
+            pool: self.pool,
+            superpages: self.superpages,
+        };
+        (memory, self.store, self.input)
+    }
+
+    fn build(config: &NodeConfig) -> Result<Parts, NodeError> {
         if config.channels == 0 {
             return Err(NodeError::Config(
                 "a node needs at least one channel".into(),
@@ -221,25 +283,16 @@ impl ReadoutNode {
                 Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10)))
             }
         };
-        let server = RequestServer::start(
-            transport,
-            &ServerConfig {
-                endpoint: endpoint.to_string(),
-                descriptors: config.descriptors,
-                pending_timeout: config.pending_timeout,
-                ..ServerConfig::default()
-            },
+        Ok(Parts {
+            pool,
+            superpages,
             store,
             input,
-        )?;
-        Ok(ReadoutNode {
-            server,
-            robs: config.robs(),
-            _pool: pool,
-            _superpages: superpages,
         })
     }
+}
 
+impl ReadoutNode {
     /// The request endpoint actually bound.
     pub fn endpoint(&self) -> &str {
         self.server.endpoint()

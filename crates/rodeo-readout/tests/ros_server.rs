@@ -1,5 +1,6 @@
-//! The request server over real ZeroMQ sockets (inproc and tcp on 127.0.0.1): replies,
-//! pending requests, clears, bad input. Every wait is bounded.
+//! The request server over real ZeroMQ sockets (inproc and tcp on 127.0.0.1) and over the
+//! direct in-process link: replies, pending requests, clears, bad input. Tests marked
+//! `backends!` run once per transport. Every wait is bounded.
 
 use std::collections::HashSet;
 use std::sync::mpsc;
@@ -12,7 +13,9 @@ use rodeo_memory::{
     PagePool, PagePoolConfig, RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig,
 };
 use rodeo_readout::dma::{ChannelCounters, ChannelStatus, DmaChannel, Filled};
-use rodeo_readout::server::{DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig};
+use rodeo_readout::server::{
+    DirectClient, DirectReply, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
+};
 use rodeo_readout::store::slink::ErrorDump;
 use rodeo_readout::store::{EventStore, StoreConfig};
 use rodeo_transport::endpoint::Endpoint;
@@ -65,6 +68,126 @@ fn reply(s: &mut Socket) -> (u32, u32, Vec<Vec<u32>>) {
         })
         .collect();
     (d.header.transaction, l1id, frags)
+}
+
+/// A test client over either transport.
+enum Client {
+    Zmq(Socket),
+    Direct(DirectClient),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Inproc,
+    Direct,
+}
+
+/// Starts a server on `backend` (the endpoint is used by ZeroMQ only) and connects a client.
+fn start(
+    t: &Transport,
+    backend: Backend,
+    config: ServerConfig,
+    store: EventStore,
+    input: Box<dyn Input>,
+) -> (RequestServer, Client) {
+    match backend {
+        Backend::Inproc => {
+            let s = RequestServer::start(t, &config, store, input).unwrap();
+            let c = client(t, s.endpoint());
+            (s, Client::Zmq(c))
+        }
+        Backend::Direct => {
+            let (s, c) = RequestServer::start_direct(&config, store, input).unwrap();
+            (s, Client::Direct(c))
+        }
+    }
+}
+
+impl Client {
+    fn request(&mut self, txn: u32, l1id: u32, robs: &[u32]) {
+        match self {
+            Client::Zmq(s) => request(s, txn, l1id, robs),
+            Client::Direct(d) => d.send_request(txn, l1id, robs).unwrap(),
+        }
+    }
+
+    fn clear(&mut self, seq: u32, l1ids: &[u32]) {
+        match self {
+            Client::Zmq(s) => clear(s, seq, l1ids),
+            Client::Direct(d) => d.send_clear(seq, l1ids).unwrap(),
+        }
+    }
+
+    fn reply(&mut self) -> (u32, u32, Vec<Vec<u32>>) {
+        match self {
+            Client::Zmq(s) => reply(s),
+            Client::Direct(d) => {
+                let mut slot = None;
+                assert!(
+                    d.recv_timeout(&mut slot, Duration::from_secs(10)),
+                    "no reply within 10 s"
+                );
+                let r = slot.as_deref().unwrap();
+                let out = (r.transaction().unwrap(), r.l1id().unwrap(), direct_frags(r));
+                // Hand the box back (drops the page references).
+                let _ = d.try_recv(&mut slot);
+                assert!(slot.is_none(), "a second reply arrived");
+                out
+            }
+        }
+    }
+
+    /// True when a reply arrives within `ms`.
+    fn more(&mut self, ms: u64) -> bool {
+        match self {
+            Client::Zmq(s) => s.recv(&mut Received::default(), ms as i64).unwrap(),
+            Client::Direct(d) => d.recv_timeout(&mut None, Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// The fragments of a direct reply, each as words: empty ones from the head, then the page
+/// segments joined and split by each fragment's size word.
+fn direct_frags(r: &DirectReply) -> Vec<Vec<u32>> {
+    let words = |b: &[u8]| -> Vec<u32> {
+        b.chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect()
+    };
+    let head = words(r.head());
+    let count = head[4] as usize;
+    let mut all: Vec<u32> = head[5..].to_vec();
+    for seg in r.segments() {
+        all.extend_from_slice(seg.words());
+    }
+    assert_eq!(
+        (r.payload_bytes().unwrap() as usize - 8) / 4,
+        all.len(),
+        "declared payload"
+    );
+    let mut out = Vec::new();
+    let mut rest = &all[..];
+    while !rest.is_empty() {
+        let n = rest[1] as usize;
+        out.push(rest[..n].to_vec());
+        rest = &rest[n..];
+    }
+    assert_eq!(out.len(), count);
+    out
+}
+
+/// Defines one test per backend from a function taking a [`Backend`].
+macro_rules! backends {
+    ($f:ident: $inproc:ident, $direct:ident) => {
+        #[test]
+        fn $inproc() {
+            $f(Backend::Inproc);
+        }
+        #[test]
+        fn $direct() {
+            $f(Backend::Direct);
+        }
+    };
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -184,36 +307,37 @@ fn rod(source: u32, l1id: u32) -> Vec<u32> {
     out
 }
 
-#[test]
-fn pending_requests_answered_on_data_on_timeout_and_lost_when_cleared() {
+backends!(pending_requests: pending_requests_answered_on_data_on_timeout_and_lost_when_cleared,
+    direct_pending_requests_answered_on_data_on_timeout_and_lost_when_cleared);
+
+fn pending_requests(backend: Backend) {
     let t = Transport::new(1).unwrap();
     let pool = pool(32);
     let store = EventStore::new(&pool, &StoreConfig::with_channels(2, BASE, 16)).unwrap();
     let (tx, rx) = mpsc::channel();
-    let server = RequestServer::start(
+    let (server, mut c) = start(
         &t,
-        &ServerConfig {
+        backend,
+        ServerConfig {
             endpoint: "inproc://ros-pending".into(),
             pending_timeout: Duration::from_millis(300),
             ..ServerConfig::default()
         },
         store,
         Box::new(Manual(rx)),
-    )
-    .unwrap();
-    let mut c = client(&t, server.endpoint());
+    );
     // 1. Data arrives after the request: answered complete, unflagged.
-    request(&mut c, 1, 5, &[BASE]);
+    c.request(1, 5, &[BASE]);
     wait_until("request parked", || server.stats().parked == 1);
     tx.send((0, rod(BASE, 5))).unwrap();
-    let (txn, _, f) = reply(&mut c);
+    let (txn, _, f) = c.reply();
     assert_eq!(txn, 1);
     assert!(RobFragment::parse(&f[0]).unwrap().status().is_ok());
     // 2. One of two never arrives: after the timeout the reply holds the present fragment and
     // an empty one flagged PENDING.
-    request(&mut c, 2, 7, &[BASE, BASE + 1]);
+    c.request(2, 7, &[BASE, BASE + 1]);
     tx.send((0, rod(BASE, 7))).unwrap();
-    let (txn, _, f) = reply(&mut c);
+    let (txn, _, f) = c.reply();
     assert_eq!(txn, 2);
     let st: Vec<Status> = f
         .iter()
@@ -227,18 +351,18 @@ fn pending_requests_answered_on_data_on_timeout_and_lost_when_cleared() {
         1
     );
     // 3. A clear of the L1ID a request waits for answers it at once, LOST.
-    request(&mut c, 3, 9, &[BASE + 1]);
+    c.request(3, 9, &[BASE + 1]);
     wait_until("second park", || server.stats().parked == 3);
-    clear(&mut c, 0, &[9]);
-    let (txn, _, f) = reply(&mut c);
+    c.clear(0, &[9]);
+    let (txn, _, f) = c.reply();
     assert_eq!(txn, 3);
     assert!(RobFragment::parse(&f[0])
         .unwrap()
         .status()
         .contains(Status::ROB_FRAGMENT_LOST));
     // 4. An older L1ID than the channel's last: LOST immediately; unknown ROB: LOST.
-    request(&mut c, 4, 1, &[BASE, 0xBAD]);
-    let (_, _, f) = reply(&mut c);
+    c.request(4, 1, &[BASE, 0xBAD]);
+    let (_, _, f) = c.reply();
     for w in &f {
         assert!(RobFragment::parse(w)
             .unwrap()
@@ -250,8 +374,7 @@ fn pending_requests_answered_on_data_on_timeout_and_lost_when_cleared() {
     assert_eq!(s.counters.timeouts, 1);
     assert_eq!(s.counters.unknown_robs, 1);
     // Nothing more arrives.
-    let mut msg = Received::default();
-    assert!(!c.recv(&mut msg, 200).unwrap(), "a request answered twice");
+    assert!(!c.more(200), "a request answered twice");
 }
 
 #[test]
@@ -311,8 +434,10 @@ impl DmaChannel<Superpage> for Prepared {
     }
 }
 
-#[test]
-fn bad_slink_fragments_are_flagged_counted_dumped_and_never_crash() {
+backends!(bad_slink: bad_slink_fragments_are_flagged_counted_dumped_and_never_crash,
+    direct_bad_slink_fragments_are_flagged_counted_dumped_and_never_crash);
+
+fn bad_slink(backend: Backend) {
     let sp = SuperpagePool::new(SuperpagePoolConfig {
         superpage_bytes: 64 * 1024,
         superpages: 2,
@@ -349,15 +474,16 @@ fn bad_slink_fragments_are_flagged_counted_dumped_and_never_crash() {
             sequence: 0,
         })
         .unwrap();
-    let dir = tempfile_dir();
+    let dir = tempfile_dir(&format!("{backend:?}"));
     let dump_path = dir.join("errors.txt");
     let dump = ErrorDump::new(Some(std::fs::File::create(&dump_path).unwrap()), 100);
     let t = Transport::new(1).unwrap();
     let pool = pool(16);
     let store = EventStore::new(&pool, &StoreConfig::with_channels(1, BASE, 16)).unwrap();
-    let server = RequestServer::start(
+    let (server, mut c) = start(
         &t,
-        &ServerConfig {
+        backend,
+        ServerConfig {
             endpoint: "inproc://ros-bad-slink".into(),
             pending_timeout: Duration::from_millis(50),
             ..ServerConfig::default()
@@ -372,13 +498,11 @@ fn bad_slink_fragments_are_flagged_counted_dumped_and_never_crash() {
             },
             dump,
         )),
-    )
-    .unwrap();
-    let mut c = client(&t, server.endpoint());
+    );
     wait_until("input read", || server.stats().input_fragments >= 10);
     let mut status_of = |l1id: u32| {
-        request(&mut c, l1id, l1id, &[BASE]);
-        let (_, _, f) = reply(&mut c);
+        c.request(l1id, l1id, &[BASE]);
+        let (_, _, f) = c.reply();
         // A fragment with a broken ROD does not parse as a whole; its ROB status word does.
         assert_eq!(f[0][0], rodeo_format::fragment::ROB_MARKER);
         Status(f[0][6])
@@ -397,8 +521,8 @@ fn bad_slink_fragments_are_flagged_counted_dumped_and_never_crash() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("rodeo-ros-test-{}", std::process::id()));
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("rodeo-ros-test-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -62,8 +62,18 @@ fn tester_against_a_ros_process_balances() {
 
 #[test]
 fn tester_in_process_prints_csv() {
+    tester_csv("direct");
+}
+
+#[test]
+fn tester_in_process_over_zeromq_inproc_prints_csv() {
+    tester_csv("inproc");
+}
+
+fn tester_csv(transport: &str) {
     let t = rodeo()
         .args(["tester", "--channels", "6", "--fragment-words", "50"])
+        .args(["--transport", transport])
         .args(["--pages-per-channel", "128", "--events", "500", "--csv"])
         .output()
         .unwrap();
@@ -92,7 +102,19 @@ fn bench(transport: &str) {
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["bench"], "ros");
-    for k in ["l1_rate_hz", "transport_limit_hz", "data_path_l1_rate_hz"] {
+    let baseline = if transport == "direct" {
+        "zmq_inproc_l1_rate_hz"
+    } else {
+        "transport_limit_hz"
+    };
+    for k in [
+        "l1_rate_hz",
+        baseline,
+        "data_path_l1_rate_hz",
+        "input_only_l1_rate_hz",
+        "core_cpu_ns_per_event",
+        "tester_cpu_ns_per_event",
+    ] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
     assert!(v["target_met"].is_boolean());
@@ -115,6 +137,11 @@ fn bench(transport: &str) {
 #[test]
 fn bench_ros_inproc_json_shape() {
     bench("inproc");
+}
+
+#[test]
+fn bench_ros_direct_json_shape() {
+    bench("direct");
 }
 
 #[test]

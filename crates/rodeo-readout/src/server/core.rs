@@ -5,15 +5,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rodeo_format::fragment::Status;
-use rodeo_transport::message::{decode, header_bytes, Message, MessageType};
-use rodeo_transport::socket::{Frame, Received, Socket};
+use rodeo_transport::message::{header_bytes, MessageType};
 
 use super::descriptor::Descriptors;
+use super::source::{Ids, Incoming, RequestSource};
+
+/// How long an idle loop waits for a message before polling the input again.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 use super::{Input, ServerConfig, ServerStats, Stopped};
 use crate::store::{empty_rob, EventStore, Lookup, PageRef};
 
-pub(super) struct Core {
-    socket: Socket,
+/// The core thread's state; requests come from (and replies go to) `S`.
+pub(super) struct Core<S: RequestSource> {
+    source: S,
     config: ServerConfig,
     store: EventStore,
     input: Box<dyn Input>,
@@ -33,18 +37,18 @@ enum Ready {
     No,
 }
 
-impl Core {
+impl<S: RequestSource> Core<S> {
     pub(super) fn new(
-        socket: Socket,
+        source: S,
         config: ServerConfig,
         store: EventStore,
         input: Box<dyn Input>,
         stop: Arc<AtomicBool>,
         stats: Arc<ServerStats>,
-    ) -> Core {
+    ) -> Core<S> {
         let descriptors = Descriptors::new(config.descriptors, store.channels());
         Core {
-            socket,
+            source,
             config,
             segments: Vec::with_capacity(store.channels() * 2),
             head: Vec::with_capacity(64 + store.channels() * 4 * crate::store::EMPTY_ROB_WORDS),
@@ -58,7 +62,8 @@ impl Core {
     }
 
     pub(super) fn run(mut self) -> Stopped {
-        let mut msg = Received::default();
+        let cpu0 = crate::cputime::thread_cpu_time();
+        let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
         while !self.stop.load(Ordering::Acquire) {
             let mut work = self.store.reclaim() as u64;
@@ -77,26 +82,28 @@ impl Core {
                         .fetch_add(1, Ordering::Relaxed);
                     break;
                 }
-                match self.socket.try_recv(&mut msg) {
-                    Ok(true) => {
-                        work += 1;
-                        changed |= self.handle(&msg);
-                    }
-                    _ => break,
+                if !self.source.try_recv(&mut msg) {
+                    break;
                 }
+                work += 1;
+                changed |= self.handle(S::view(&msg));
             }
-            let now = Instant::now();
-            let expired = self.descriptors.first_deadline().is_some_and(|d| d <= now);
-            if (changed || expired) && self.descriptors.pending() > 0 {
-                self.recheck(now, false);
+            // The clock is read only when something waits (most turns nothing does).
+            if self.descriptors.pending() > 0 {
+                let now = Instant::now();
+                let expired = self.descriptors.first_deadline().is_some_and(|d| d <= now);
+                if changed || expired {
+                    self.recheck(now, false);
+                }
             }
             if work == 0 {
                 // Idle: wait for a message (or input) for up to a millisecond.
                 if self.descriptors.available() > 0 {
-                    if let Ok(true) = self.socket.recv(&mut msg, 1) {
-                        if self.handle(&msg) && self.descriptors.pending() > 0 {
-                            self.recheck(Instant::now(), false);
-                        }
+                    if self.source.recv_timeout(&mut msg, IDLE_WAIT)
+                        && self.handle(S::view(&msg))
+                        && self.descriptors.pending() > 0
+                    {
+                        self.recheck(Instant::now(), false);
                     }
                 } else {
                     std::thread::sleep(std::time::Duration::from_micros(100));
@@ -110,21 +117,24 @@ impl Core {
             counters: self.stats.snapshot(),
             slink: self.input.slink_counters(),
             input_stalls: self.input.stalls(),
+            core_cpu: crate::cputime::thread_cpu_time().saturating_sub(cpu0),
             store: self.store,
         }
     }
 
     /// Handles one message; true when it may let pending requests complete (a clear).
-    fn handle(&mut self, msg: &Received) -> bool {
-        let decoded = match decode(&msg.bytes) {
-            Ok(d) => d,
-            Err(_) => {
+    fn handle(&mut self, msg: Incoming<'_>) -> bool {
+        match msg {
+            Incoming::Bad => {
                 self.stats.bad_messages.fetch_add(1, Ordering::Relaxed);
-                return false;
+                false
             }
-        };
-        match decoded.message {
-            Message::DataRequest { l1id, robs } => {
+            Incoming::DataRequest {
+                peer,
+                transaction,
+                l1id,
+                robs,
+            } => {
                 self.stats.requests.fetch_add(1, Ordering::Relaxed);
                 let Some(d) = self.descriptors.take() else {
                     // The loop reads only while descriptors are free.
@@ -133,8 +143,8 @@ impl Core {
                 let all = robs.is_empty();
                 let desc = self.descriptors.get_mut(d);
                 desc.peer.clear();
-                desc.peer.extend_from_slice(&msg.peer);
-                desc.transaction = decoded.header.transaction;
+                desc.peer.extend_from_slice(peer);
+                desc.transaction = transaction;
                 desc.l1id = l1id;
                 desc.robs.clear();
                 if all {
@@ -142,12 +152,17 @@ impl Core {
                         desc.robs.push(self.store.source_id(c).unwrap_or(0));
                     }
                 } else {
-                    desc.robs.extend(robs.iter());
+                    match robs {
+                        Ids::Wire(l) => desc.robs.extend(l.iter()),
+                        Ids::Slice(s) => desc.robs.extend_from_slice(s),
+                    }
                 }
-                desc.deadline = Instant::now() + self.config.pending_timeout;
                 match self.ready(d) {
                     Ready::Yes => self.answer(d, false),
                     Ready::No => {
+                        // The deadline matters only to a parked request.
+                        self.descriptors.get_mut(d).deadline =
+                            Instant::now() + self.config.pending_timeout;
                         self.stats.parked.fetch_add(1, Ordering::Relaxed);
                         self.descriptors.park(d);
                         self.stats
@@ -157,8 +172,8 @@ impl Core {
                 }
                 false
             }
-            Message::Clear { l1ids } => {
-                let seq = decoded.header.transaction;
+            Incoming::Clear { sequence, l1ids } => {
+                let seq = sequence;
                 self.stats.clears.fetch_add(1, Ordering::Relaxed);
                 if let Some(last) = self.last_clear {
                     if seq != last.wrapping_add(1) {
@@ -169,14 +184,17 @@ impl Core {
                 self.stats
                     .cleared_l1ids
                     .fetch_add(l1ids.len() as u64, Ordering::Relaxed);
-                self.store.clear(l1ids.iter());
+                match l1ids {
+                    Ids::Wire(l) => self.store.clear(l.iter()),
+                    Ids::Slice(s) => self.store.clear(s.iter().copied()),
+                };
                 true
             }
-            Message::KeepAlive => {
+            Incoming::KeepAlive => {
                 self.stats.keepalives.fetch_add(1, Ordering::Relaxed);
                 false
             }
-            _ => {
+            Incoming::Unexpected => {
                 self.stats
                     .unexpected_messages
                     .fetch_add(1, Ordering::Relaxed);
@@ -272,12 +290,9 @@ impl Core {
             desc.transaction,
             payload,
         ));
-        let frames = std::iter::once(Frame::Copy(&self.head)).chain(
-            self.segments
-                .drain(..)
-                .map(|r| Frame::ZeroCopy(Box::new(r))),
-        );
-        let sent = self.socket.send_to(&desc.peer, frames);
+        let sent = self
+            .source
+            .reply(&desc.peer, &self.head, &mut self.segments);
         let s = &self.stats;
         match sent {
             Ok(()) => {

@@ -1,5 +1,7 @@
-//! The request server of a readout node: one ROUTER socket, one core thread that owns the
-//! event store, the input and the request descriptors.
+//! The request server of a readout node: one core thread that owns the event store, the input
+//! and the request descriptors, fed by a [`RequestSource`]: a ZeroMQ ROUTER socket on any
+//! endpoint ([`RequestServer::start`]), or the direct in-process link to one tester
+//! ([`RequestServer::start_direct`], see [`direct`]). The core logic is the same for both.
 //!
 //! # Threads
 //!
@@ -41,7 +43,9 @@
 
 mod core;
 mod descriptor;
+pub mod direct;
 pub mod input;
+pub mod source;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -52,8 +56,10 @@ use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport, TransportError};
 
 use crate::store::EventStore;
+pub use direct::{direct_link, DirectClient, DirectError, DirectReply, DirectSource};
 pub use input::{DmaInput, FirmwareInput, Input, Payload};
 use rodeo_format::slink::SlinkCounters;
+pub use source::{Ids, Incoming, ReplyRefused, RequestSource, ZmqSource};
 
 /// Configuration of a [`RequestServer`].
 #[derive(Debug, Clone)]
@@ -168,6 +174,8 @@ pub struct Stopped {
     pub slink: SlinkCounters,
     /// Back-pressure events of the input (card stalls).
     pub input_stalls: u64,
+    /// CPU time the core thread used (busy polling included).
+    pub core_cpu: std::time::Duration,
 }
 
 /// A running request server. See the module docs.
@@ -199,10 +207,40 @@ impl RequestServer {
         let socket = transport.socket(SocketKind::Router)?;
         socket.set_high_water_marks(config.high_water_mark)?;
         let endpoint = socket.bind(&ep)?;
+        RequestServer::start_with(ZmqSource::new(socket, endpoint), config, store, input)
+    }
+
+    /// Starts the core thread with `store` and `input`, answering the one client of a direct
+    /// in-process link (no ZeroMQ; see [`direct`]). `config.descriptors` also bounds the
+    /// client's requests in flight; `config.endpoint` is not used.
+    pub fn start_direct(
+        config: &ServerConfig,
+        store: EventStore,
+        input: Box<dyn Input>,
+    ) -> Result<(RequestServer, DirectClient), ServerError> {
+        let channels = store.channels();
+        let (source, client) = direct_link(
+            config.descriptors,
+            channels.max(128),
+            channels * 2,
+            64 + channels * 4 * crate::store::EMPTY_ROB_WORDS,
+        );
+        let server = RequestServer::start_with(source, config, store, input)?;
+        Ok((server, client))
+    }
+
+    /// Starts the core thread on any request source.
+    pub fn start_with<S: RequestSource>(
+        source: S,
+        config: &ServerConfig,
+        store: EventStore,
+        input: Box<dyn Input>,
+    ) -> Result<RequestServer, ServerError> {
+        let endpoint = source.endpoint();
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ServerStats::default());
         let core = core::Core::new(
-            socket,
+            source,
             config.clone(),
             store,
             input,

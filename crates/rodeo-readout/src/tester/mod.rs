@@ -13,9 +13,17 @@
 //! for the same L1ID. A reply with FRAGMENT_PENDING fragments is asked again for those ROBs, up
 //! to `retries` times (protocol rule 3); then the fragments are counted as missing.
 //!
+//! # Links
+//!
+//! The tester talks to the node through a [`TesterLink`]: a ZeroMQ DEALER socket ([`run`],
+//! any endpoint, the protocol's encoding) or the direct in-process link
+//! ([`crate::server::DirectClient`], [`run_direct`]): typed requests and replies whose present
+//! fragments are page references read where they lie. The mix, the checks and the report are
+//! the same code for both.
+//!
 //! # Threads and state
 //!
-//! One thread, one DEALER socket. Transactions index a fixed table of request slots (slot
+//! One thread, one link. Transactions index a fixed table of request slots (slot
 //! index in the low 16 bits, a generation above), events in flight sit in a ring, latencies go
 //! to a fixed [`Histogram`]: the loop allocates nothing per event.
 //!
@@ -36,7 +44,175 @@ use rodeo_transport::message::{decode, encode_clear, encode_data_request, Messag
 use rodeo_transport::socket::{Frame, Received, Socket, TransportError};
 
 use crate::generator::{L1idCounter, Rng};
+use crate::server::{DirectClient, DirectError, DirectReply};
 pub use histogram::Histogram;
+
+/// Why a tester run stopped early.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TesterError {
+    /// The ZeroMQ socket failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The direct link failed.
+    #[error(transparent)]
+    Direct(#[from] DirectError),
+}
+
+/// What a reply says about itself: the header fields the tester checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyHead {
+    /// Transaction id echoed.
+    pub transaction: u32,
+    /// The event's L1ID.
+    pub l1id: u32,
+    /// Payload bytes declared.
+    pub payload_bytes: u32,
+}
+
+/// Words 0, 4 and 6 (marker, source id, status) of a reply's fragment; `None` when the
+/// fragment is too short to have them.
+pub type FragmentHead = Option<[u32; 3]>;
+
+/// How the tester reaches a node. See the module docs.
+pub trait TesterLink {
+    /// Where a received reply is kept until the next receive.
+    type Reply: Default;
+    /// The most DataRequests the link takes unanswered, if it bounds them.
+    fn max_in_flight(&self) -> Option<usize> {
+        None
+    }
+    /// Sends a DataRequest.
+    fn send_request(
+        &mut self,
+        transaction: u32,
+        l1id: u32,
+        robs: &[u32],
+    ) -> Result<(), TesterError>;
+    /// Sends a Clear.
+    fn send_clear(&mut self, sequence: u32, l1ids: &[u32]) -> Result<(), TesterError>;
+    /// Receives a reply if one is ready.
+    fn try_recv(&mut self, reply: &mut Self::Reply) -> Result<bool, TesterError>;
+    /// Receives a reply, waiting up to `timeout`.
+    fn recv(&mut self, reply: &mut Self::Reply, timeout: Duration) -> Result<bool, TesterError>;
+    /// Reads a received reply: its header (`None` if it is not a well-formed DataReply) and the
+    /// head words of each fragment into `heads`.
+    fn read(reply: &Self::Reply, heads: &mut Vec<FragmentHead>) -> Option<ReplyHead>;
+}
+
+/// The ZeroMQ link: a DEALER connected to the node, protocol messages.
+pub struct ZmqLink<'s> {
+    socket: &'s mut Socket,
+    buf: Vec<u8>,
+}
+
+impl<'s> ZmqLink<'s> {
+    /// Wraps a DEALER socket connected to the node.
+    pub fn new(socket: &'s mut Socket) -> ZmqLink<'s> {
+        ZmqLink {
+            socket,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+}
+
+impl std::fmt::Debug for ZmqLink<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZmqLink").finish_non_exhaustive()
+    }
+}
+
+impl TesterLink for ZmqLink<'_> {
+    type Reply = Received;
+
+    fn send_request(
+        &mut self,
+        transaction: u32,
+        l1id: u32,
+        robs: &[u32],
+    ) -> Result<(), TesterError> {
+        self.buf.clear();
+        encode_data_request(&mut self.buf, transaction, l1id, robs);
+        Ok(self.socket.send([Frame::Copy(&self.buf)])?)
+    }
+
+    fn send_clear(&mut self, sequence: u32, l1ids: &[u32]) -> Result<(), TesterError> {
+        self.buf.clear();
+        encode_clear(&mut self.buf, sequence, l1ids);
+        Ok(self.socket.send([Frame::Copy(&self.buf)])?)
+    }
+
+    fn try_recv(&mut self, reply: &mut Received) -> Result<bool, TesterError> {
+        Ok(self.socket.try_recv(reply)?)
+    }
+
+    fn recv(&mut self, reply: &mut Received, timeout: Duration) -> Result<bool, TesterError> {
+        let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        Ok(self.socket.recv(reply, ms)?)
+    }
+
+    fn read(reply: &Received, heads: &mut Vec<FragmentHead>) -> Option<ReplyHead> {
+        let d = decode(&reply.bytes).ok()?;
+        let Message::DataReply { l1id, fragments } = d.message else {
+            return None;
+        };
+        for f in fragments.iter() {
+            let w = |i: usize| {
+                f.get(4 * i..4 * i + 4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            };
+            heads.push(match (w(0), w(4), w(6)) {
+                (Some(a), Some(b), Some(c)) => Some([a, b, c]),
+                _ => None,
+            });
+        }
+        Some(ReplyHead {
+            transaction: d.header.transaction,
+            l1id,
+            payload_bytes: d.header.payload_bytes,
+        })
+    }
+}
+
+impl TesterLink for DirectClient {
+    type Reply = Option<Box<DirectReply>>;
+
+    fn max_in_flight(&self) -> Option<usize> {
+        Some(self.capacity())
+    }
+
+    fn send_request(
+        &mut self,
+        transaction: u32,
+        l1id: u32,
+        robs: &[u32],
+    ) -> Result<(), TesterError> {
+        Ok(DirectClient::send_request(self, transaction, l1id, robs)?)
+    }
+
+    fn send_clear(&mut self, sequence: u32, l1ids: &[u32]) -> Result<(), TesterError> {
+        Ok(DirectClient::send_clear(self, sequence, l1ids)?)
+    }
+
+    fn try_recv(&mut self, reply: &mut Self::Reply) -> Result<bool, TesterError> {
+        Ok(DirectClient::try_recv(self, reply))
+    }
+
+    fn recv(&mut self, reply: &mut Self::Reply, timeout: Duration) -> Result<bool, TesterError> {
+        Ok(self.recv_timeout(reply, timeout))
+    }
+
+    fn read(reply: &Self::Reply, heads: &mut Vec<FragmentHead>) -> Option<ReplyHead> {
+        let r = reply.as_deref()?;
+        let head = ReplyHead {
+            transaction: r.transaction()?,
+            l1id: r.l1id()?,
+            payload_bytes: r.payload_bytes()?,
+        };
+        r.for_each_fragment(|h| heads.push(h));
+        Some(head)
+    }
+}
 
 /// Configuration of a tester instance.
 #[derive(Debug, Clone)]
@@ -127,6 +303,8 @@ pub struct TesterReport {
     pub clears: u64,
     /// Request latency (send to reply), nanoseconds.
     pub latency: Histogram,
+    /// CPU time the tester thread(s) used (waiting included).
+    pub cpu: Duration,
 }
 
 impl TesterReport {
@@ -160,6 +338,7 @@ impl TesterReport {
         self.unanswered += o.unanswered;
         self.clears += o.clears;
         self.latency.merge(&o.latency);
+        self.cpu += o.cpu;
     }
 }
 
@@ -210,9 +389,9 @@ struct Slot {
     in_use: bool,
 }
 
-struct State<'c> {
+struct State<'c, L: TesterLink> {
     config: &'c TesterConfig,
-    socket: &'c mut Socket,
+    link: &'c mut L,
     rng: Rng,
     slots: Vec<Slot>,
     free: Vec<u16>,
@@ -223,7 +402,7 @@ struct State<'c> {
     clear_group: Vec<u32>,
     clear_seq: u32,
     last_clear: Instant,
-    buf: Vec<u8>,
+    heads: Vec<FragmentHead>,
     robs_buf: Vec<u32>,
     report: TesterReport,
 }
@@ -234,11 +413,34 @@ pub fn run(
     socket: &mut Socket,
     config: &TesterConfig,
     stop: &AtomicBool,
-) -> Result<TesterReport, TransportError> {
-    let n_out = config.max_outstanding.clamp(1, usize::from(u16::MAX));
+) -> Result<TesterReport, TesterError> {
+    run_on(&mut ZmqLink::new(socket), config, stop)
+}
+
+/// Runs one tester instance on the direct in-process link of a node started with
+/// [`crate::server::RequestServer::start_direct`]. Requests in flight are bounded by the
+/// link's capacity as well as `max_outstanding`.
+pub fn run_direct(
+    client: &mut DirectClient,
+    config: &TesterConfig,
+    stop: &AtomicBool,
+) -> Result<TesterReport, TesterError> {
+    run_on(client, config, stop)
+}
+
+/// Runs one tester instance on any link.
+pub fn run_on<L: TesterLink>(
+    link: &mut L,
+    config: &TesterConfig,
+    stop: &AtomicBool,
+) -> Result<TesterReport, TesterError> {
+    let n_out = config
+        .max_outstanding
+        .min(link.max_in_flight().unwrap_or(usize::MAX))
+        .clamp(1, usize::from(u16::MAX));
     let mut st = State {
         config,
-        socket,
+        link,
         rng: Rng::new(config.seed ^ (u64::from(config.instance) << 32) ^ 0x7E57),
         slots: vec![
             Slot {
@@ -258,13 +460,14 @@ pub fn run(
         clear_group: Vec::with_capacity(config.clear_group.max(1)),
         clear_seq: 0,
         last_clear: Instant::now(),
-        buf: Vec::with_capacity(4096),
+        heads: Vec::with_capacity(MAX_ROBS),
         robs_buf: Vec::with_capacity(config.robs.len()),
         report: TesterReport::default(),
     };
     let robs = config.robs.len().min(MAX_ROBS);
+    let cpu0 = crate::cputime::thread_cpu_time();
     let start = Instant::now();
-    let mut msg = Received::default();
+    let mut msg = L::Reply::default();
     let mut last_activity = Instant::now();
     loop {
         let elapsed = start.elapsed();
@@ -298,14 +501,14 @@ pub fn run(
         }
         // Replies.
         let got = if sent_any {
-            st.socket.try_recv(&mut msg)?
+            st.link.try_recv(&mut msg)?
         } else {
-            st.socket.recv(&mut msg, 1)?
+            st.link.recv(&mut msg, Duration::from_millis(1))?
         };
         if got {
             last_activity = Instant::now();
             st.on_reply(&msg, robs)?;
-            while st.socket.try_recv(&mut msg)? {
+            while st.link.try_recv(&mut msg)? {
                 st.on_reply(&msg, robs)?;
             }
         }
@@ -317,11 +520,12 @@ pub fn run(
         st.send_clear()?;
     }
     st.report.seconds = seconds;
+    st.report.cpu = crate::cputime::thread_cpu_time().saturating_sub(cpu0);
     Ok(st.report)
 }
 
-impl State<'_> {
-    fn new_event(&mut self, robs: usize) -> Result<(), TransportError> {
+impl<L: TesterLink> State<'_, L> {
+    fn new_event(&mut self, robs: usize) -> Result<(), TesterError> {
         let c = self.config;
         let n = u64::from(c.instance) + u64::from(c.instances.max(1)) * self.next_event;
         self.next_event += 1;
@@ -376,7 +580,7 @@ impl State<'_> {
         }
     }
 
-    fn send_request(&mut self, event: u64, eb: bool, tries: u32) -> Result<(), TransportError> {
+    fn send_request(&mut self, event: u64, eb: bool, tries: u32) -> Result<(), TesterError> {
         let s = self.free.pop().expect("callers check for a free slot");
         let slot = &mut self.slots[usize::from(s)];
         slot.generation = slot.generation.wrapping_add(1);
@@ -387,9 +591,7 @@ impl State<'_> {
         slot.in_use = true;
         let txn = u32::from(s) | (u32::from(slot.generation) << 16);
         let l1id = self.events[(event - self.first_event) as usize].l1id;
-        self.buf.clear();
-        encode_data_request(&mut self.buf, txn, l1id, &self.robs_buf);
-        self.socket.send([Frame::Copy(&self.buf)])?;
+        self.link.send_request(txn, l1id, &self.robs_buf)?;
         if eb {
             self.report.eb_requests += 1;
         } else {
@@ -398,16 +600,13 @@ impl State<'_> {
         Ok(())
     }
 
-    fn on_reply(&mut self, msg: &Received, robs: usize) -> Result<(), TransportError> {
-        let Ok(d) = decode(&msg.bytes) else {
+    fn on_reply(&mut self, msg: &L::Reply, robs: usize) -> Result<(), TesterError> {
+        self.heads.clear();
+        let Some(head) = L::read(msg, &mut self.heads) else {
             self.report.bad_replies += 1;
             return Ok(());
         };
-        let Message::DataReply { l1id, fragments } = d.message else {
-            self.report.bad_replies += 1;
-            return Ok(());
-        };
-        let txn = d.header.transaction;
+        let (l1id, txn) = (head.l1id, head.transaction);
         let s = (txn & 0xFFFF) as usize;
         let ok_slot = self
             .slots
@@ -429,12 +628,8 @@ impl State<'_> {
         // Check each fragment's header: marker, source id of a requested ROB, status.
         self.robs_buf.clear();
         let mut bad = l1id != ev_l1id;
-        for f in fragments.iter() {
-            let w = |i: usize| {
-                f.get(4 * i..4 * i + 4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            };
-            let (Some(marker), Some(source), Some(status)) = (w(0), w(4), w(6)) else {
+        for &h in &self.heads {
+            let Some([marker, source, status]) = h else {
                 bad = true;
                 continue;
             };
@@ -459,7 +654,7 @@ impl State<'_> {
         if bad {
             self.report.bad_replies += 1;
         }
-        self.report.bytes += u64::from(d.header.payload_bytes);
+        self.report.bytes += u64::from(head.payload_bytes);
         let ev = &mut self.events[pos];
         ev.outstanding -= 1;
         if !self.robs_buf.is_empty() {
@@ -484,7 +679,7 @@ impl State<'_> {
 
     /// Event at ring position `pos` is finished: its L1ID joins the clear group (clears need
     /// no order), and the ring front advances past finished events.
-    fn finish(&mut self, pos: usize) -> Result<(), TransportError> {
+    fn finish(&mut self, pos: usize) -> Result<(), TesterError> {
         let ev = &mut self.events[pos];
         ev.done = true;
         let l1id = ev.l1id;
@@ -500,10 +695,8 @@ impl State<'_> {
         Ok(())
     }
 
-    fn send_clear(&mut self) -> Result<(), TransportError> {
-        self.buf.clear();
-        encode_clear(&mut self.buf, self.clear_seq, &self.clear_group);
-        self.socket.send([Frame::Copy(&self.buf)])?;
+    fn send_clear(&mut self) -> Result<(), TesterError> {
+        self.link.send_clear(self.clear_seq, &self.clear_group)?;
         self.clear_seq = self.clear_seq.wrapping_add(1);
         self.clear_group.clear();
         self.report.clears += 1;

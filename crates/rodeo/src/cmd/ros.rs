@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use rodeo_readout::node::{NodeConfig, NodeInput, ReadoutNode};
-use rodeo_readout::server::{Payload, Stopped};
+use rodeo_readout::server::{DirectClient, Payload, Stopped};
 use rodeo_transport::socket::Transport;
 use serde_json::{json, Value};
 
@@ -118,6 +118,17 @@ pub(crate) fn start_node(
     a: &NodeArgs,
     endpoint: &str,
 ) -> anyhow::Result<ReadoutNode> {
+    Ok(ReadoutNode::start(t, &node_config(a), endpoint)?)
+}
+
+/// Starts a readout node as `args` describe it, serving one in-process client over the
+/// direct link (no ZeroMQ).
+pub(crate) fn start_direct_node(a: &NodeArgs) -> anyhow::Result<(ReadoutNode, DirectClient)> {
+    Ok(ReadoutNode::start_direct(&node_config(a))?)
+}
+
+/// The library's node configuration for `args`.
+pub(crate) fn node_config(a: &NodeArgs) -> NodeConfig {
     let input = match a.input {
         InputKind::Firmware => NodeInput::Firmware(match a.payload {
             PayloadKind::Full => Payload::Full,
@@ -127,7 +138,7 @@ pub(crate) fn start_node(
             rate_hz: a.input_rate,
         },
     };
-    let config = NodeConfig {
+    NodeConfig {
         channels: a.channels,
         fragment_words: a.fragment_words,
         base_source_id: a.base_source_id,
@@ -138,8 +149,7 @@ pub(crate) fn start_node(
         descriptors: a.descriptors,
         pending_timeout: Duration::from_millis(a.pending_timeout_ms),
         error_file: a.error_file.clone(),
-    };
-    Ok(ReadoutNode::start(t, &config, endpoint)?)
+    }
 }
 
 /// The final counters of a stopped node as JSON.
@@ -176,6 +186,7 @@ pub(crate) fn summary(s: &Stopped) -> Value {
         "slink_garbage_spans": s.slink.garbage_spans,
         "slink_sequence_errors": s.slink.l1id_sequence_errors,
         "input_stalls": s.input_stalls,
+        "core_cpu_ns": u64::try_from(s.core_cpu.as_nanos()).unwrap_or(u64::MAX),
     })
 }
 

@@ -1,18 +1,23 @@
 //! `rodeo tester`: the ROSTester. Drives a readout node (`--connect`, or one started in this
-//! process over inproc) with the HLT's request mix and reports the delete (L1) rate, request
-//! rates, latency percentiles and bytes, as a table, JSON (`--json`) or CSV (`--csv`).
+//! process) with the HLT's request mix and reports the delete (L1) rate, request rates, latency
+//! percentiles and bytes, as a table, JSON (`--json`) or CSV (`--csv`).
+//!
+//! An in-process node is reached over the direct link by default (`--transport direct`:
+//! bounded lock-free queues, zero-copy page references, no ZeroMQ; one tester thread), or over
+//! ZeroMQ inproc (`--transport inproc`, any number of tester threads).
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
+use rodeo_readout::server::DirectClient;
 use rodeo_readout::tester::{self, TesterConfig, TesterReport};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport};
 use serde::Serialize;
 
-use super::ros::{start_node, NodeArgs};
+use super::ros::{start_direct_node, start_node, NodeArgs};
 use crate::report::Report;
 
 /// Arguments of `rodeo tester`.
@@ -22,6 +27,9 @@ pub(crate) struct Args {
     /// configured by the node options below.
     #[arg(long, value_name = "ENDPOINT")]
     connect: Option<String>,
+    /// How the tester reaches an in-process node (without --connect).
+    #[arg(long, value_enum, default_value = "direct")]
+    transport: InProcess,
     #[command(flatten)]
     node: NodeArgs,
     #[command(flatten)]
@@ -32,6 +40,15 @@ pub(crate) struct Args {
     /// Print a CSV header and one row.
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+}
+
+/// How a tester reaches a node in the same process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum InProcess {
+    /// The direct link: typed requests and page references over lock-free queues.
+    Direct,
+    /// ZeroMQ inproc: the ROUTER path every other endpoint uses.
+    Inproc,
 }
 
 /// The request mix and the run's limits (shared with `bench ros`).
@@ -150,24 +167,7 @@ pub(crate) fn run_testers(
         let handles: Vec<_> = (0..threads)
             .map(|j| {
                 let (ep, stop) = (&ep, &stop);
-                let cfg = TesterConfig {
-                    robs: robs.to_vec(),
-                    l2_fraction: mix.l2_fraction,
-                    roi_size: mix.roi_size,
-                    eb_fraction: mix.eb_fraction,
-                    clear_group: mix.clear_group,
-                    max_outstanding: mix.max_outstanding,
-                    max_rate: mix.max_rate,
-                    instances: mix.instances * threads,
-                    instance: mix.instance * threads + j,
-                    events: mix.events,
-                    duration: Some(Duration::from_secs_f64(mix.seconds)),
-                    l1id_wrap,
-                    seed: mix.seed,
-                    retries: mix.retries,
-                    drain_timeout: Duration::from_secs(5),
-                    clear_flush: Duration::from_millis(20),
-                };
+                let cfg = tester_config(robs, l1id_wrap, mix, j);
                 s.spawn(move || -> anyhow::Result<TesterReport> {
                     let mut sock = t.socket(SocketKind::Dealer)?;
                     sock.set_high_water_marks(100_000)?;
@@ -191,11 +191,66 @@ pub(crate) fn run_testers(
     Ok(merged)
 }
 
+/// The library's tester configuration for thread `j` of `mix.threads`.
+pub(crate) fn tester_config(robs: &[u32], l1id_wrap: u32, mix: &MixArgs, j: u32) -> TesterConfig {
+    let threads = mix.threads.max(1);
+    TesterConfig {
+        robs: robs.to_vec(),
+        l2_fraction: mix.l2_fraction,
+        roi_size: mix.roi_size,
+        eb_fraction: mix.eb_fraction,
+        clear_group: mix.clear_group,
+        max_outstanding: mix.max_outstanding,
+        max_rate: mix.max_rate,
+        instances: mix.instances * threads,
+        instance: mix.instance * threads + j,
+        events: mix.events,
+        duration: Some(Duration::from_secs_f64(mix.seconds)),
+        l1id_wrap,
+        seed: mix.seed,
+        retries: mix.retries,
+        drain_timeout: Duration::from_secs(5),
+        clear_flush: Duration::from_millis(20),
+    }
+}
+
+/// Runs one tester on the direct link of an in-process node (one thread: the link has one
+/// client).
+pub(crate) fn run_direct_tester(
+    client: &mut DirectClient,
+    robs: &[u32],
+    l1id_wrap: u32,
+    mix: &MixArgs,
+) -> anyhow::Result<TesterReport> {
+    anyhow::ensure!(
+        mix.threads <= 1,
+        "the direct link serves one tester thread; use --transport inproc for --threads > 1"
+    );
+    anyhow::ensure!(
+        mix.instance < mix.instances,
+        "--instance must be below --instances"
+    );
+    anyhow::ensure!(
+        robs.len() <= tester::MAX_ROBS,
+        "at most {} ROBs",
+        tester::MAX_ROBS
+    );
+    let cfg = tester_config(robs, l1id_wrap, mix, 0);
+    Ok(tester::run_direct(client, &cfg, &AtomicBool::new(false))?)
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t = Transport::new(args.node.io_threads)?;
     let robs = args.node.robs();
     let report = match &args.connect {
         Some(ep) => run_testers(&t, ep, &robs, args.node.l1id_wrap, &args.mix)?,
+        None if args.transport == InProcess::Direct => {
+            let (node, mut client) = start_direct_node(&args.node).context("in-process node")?;
+            let r = run_direct_tester(&mut client, &robs, args.node.l1id_wrap, &args.mix)?;
+            drop(client);
+            drop(node);
+            r
+        }
         None => {
             let node = start_node(&t, &args.node, "inproc://rodeo-tester-node")
                 .context("in-process node")?;

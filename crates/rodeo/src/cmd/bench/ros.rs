@@ -5,7 +5,12 @@
 //!
 //! # Transports
 //!
-//! - `inproc` (default): node and tester threads in this process, ZeroMQ inproc.
+//! - `direct` (default): node and tester threads in this process joined by the direct link
+//!   (bounded lock-free queues of request and reply boxes, replies referencing the store's
+//!   pages): the same core thread as every other transport, without ZeroMQ, so the figure is
+//!   rodeo's data path. `inproc` is kept as the name of the ZeroMQ endpoint kind (a
+//!   `rodeo run` partition and any ROUTER client use it), hence a new name for the new path.
+//! - `inproc`: node and tester threads in this process, ZeroMQ inproc.
 //! - `tcp`: the node is a second process (`rodeo ros`) on tcp loopback; the tester runs here.
 //!
 //! # Input
@@ -16,9 +21,16 @@
 //! clears), not of the emulated card's memory bandwidth, as the paper's firmware generators
 //! cost the host nothing. `--payload full` writes every word.
 //!
-//! # Baseline
+//! # Baselines
 //!
-//! In the same run, the same tester against a plain ZeroMQ ROUTER that answers each
+//! Every transport: `data_path_l1_rate_hz`, the store alone in one thread (input, lookups and
+//! page references of the mix, clears), and `input_only_l1_rate_hz`, the input and clears
+//! alone: what the emulated card costs the core thread per event.
+//!
+//! `direct`: in the same run, the same node over ZeroMQ inproc (`zmq_inproc_l1_rate_hz`,
+//! `ratio_to_zmq_inproc`), and `ratio_to_data_path`.
+//!
+//! `inproc`, `tcp`: in the same run, the same tester against a plain ZeroMQ ROUTER that answers each
 //! DataRequest with prebuilt fragments of the same size (one copy frame each) and ignores
 //! clears: `transport_limit_hz`, the L1 rate the transport and the tester allow with no store
 //! behind them. `ratio_to_transport` is the node's rate over it.
@@ -36,15 +48,17 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cmd::ros::{start_node, summary, InputKind, NodeArgs, PayloadKind};
-use crate::cmd::tester::{run_testers, MixArgs, Row as TesterRow};
+use crate::cmd::ros::{start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind};
+use crate::cmd::tester::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
 use crate::report::Report;
+use rodeo_readout::tester::TesterReport;
 
 /// Arguments of `rodeo bench ros`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Where the node runs: in this process (`inproc`) or in a second process over tcp loopback.
-    #[arg(long, value_enum, default_value = "inproc")]
+    /// Where the node runs and how the tester reaches it: in this process over the direct link
+    /// (`direct`) or ZeroMQ inproc (`inproc`), or in a second process over tcp loopback (`tcp`).
+    #[arg(long, value_enum, default_value = "direct")]
     transport: Transport_,
     /// Seconds per measurement (default 5, or 1 with --quick).
     #[arg(long, value_name = "S")]
@@ -85,7 +99,9 @@ pub(crate) struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 #[allow(non_camel_case_types)]
 enum Transport_ {
-    /// Node and tester in this process.
+    /// Node and tester in this process, the direct link (no ZeroMQ).
+    Direct,
+    /// Node and tester in this process, ZeroMQ inproc.
     Inproc,
     /// Node in a second process, tcp loopback.
     Tcp,
@@ -101,6 +117,34 @@ struct Row {
     node_replies: u64,
     node_input_fragments: u64,
     node_timeouts: u64,
+    /// CPU time of the node's core thread per event (busy polling included).
+    core_cpu_ns_per_event: f64,
+    /// CPU time of the tester thread(s) per event.
+    tester_cpu_ns_per_event: f64,
+}
+
+impl Row {
+    fn new(server: &'static str, transport: &'static str, r: &TesterReport, node: &Value) -> Row {
+        let per_event = |ns: f64| {
+            if r.events > 0 {
+                ns / r.events as f64
+            } else {
+                0.0
+            }
+        };
+        let n = |k: &str| node.get(k).and_then(Value::as_u64).unwrap_or(0);
+        Row {
+            server,
+            transport,
+            tester: TesterRow::from_report(r),
+            node_requests: n("requests"),
+            node_replies: n("replies"),
+            node_input_fragments: n("input_fragments"),
+            node_timeouts: n("timeouts"),
+            core_cpu_ns_per_event: per_event(n("core_cpu_ns") as f64),
+            tester_cpu_ns_per_event: per_event(r.cpu.as_nanos() as f64),
+        }
+    }
 }
 
 fn node_args(a: &Args) -> NodeArgs {
@@ -149,13 +193,31 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mix = mix(&a, seconds);
     let t = Transport::new(1)?;
     let tname = match a.transport {
+        Transport_::Direct => "direct",
         Transport_::Inproc => "inproc",
         Transport_::Tcp => "tcp",
     };
     let mut report = Report::new("ros");
-    let data_path = data_path_rate(&node, seconds.min(2.0))?;
+    let data_path = data_path_rate(&node, seconds.min(2.0), true)?;
+    let input_only = data_path_rate(&node, seconds.min(2.0), false)?;
+    // What writing every word would cost (the 38 GB/s of 1 MHz x 24 x 400 words).
+    let input_full = data_path_rate(
+        &NodeArgs {
+            payload: PayloadKind::Full,
+            ..node.clone()
+        },
+        seconds.min(1.0),
+        false,
+    )?;
     // The node.
     let (tester, counters) = match a.transport {
+        Transport_::Direct => {
+            let (n, mut client) = start_direct_node(&node)?;
+            let r = run_direct_tester(&mut client, &robs, node.l1id_wrap, &mix)?;
+            drop(client);
+            let stopped = n.stop();
+            (r, summary(&stopped))
+        }
         Transport_::Inproc => {
             let n = start_node(&t, &node, "inproc://bench-ros")?;
             let r = run_testers(&t, n.endpoint(), &robs, node.l1id_wrap, &mix)?;
@@ -169,19 +231,34 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let ros_rate = tester.l1_rate_hz();
-    report.push_row(&Row {
-        server: "ros",
-        transport: tname,
-        tester: TesterRow::from_report(&tester),
-        node_requests: counters["requests"].as_u64().unwrap_or(0),
-        node_replies: counters["replies"].as_u64().unwrap_or(0),
-        node_input_fragments: counters["input_fragments"].as_u64().unwrap_or(0),
-        node_timeouts: counters["timeouts"].as_u64().unwrap_or(0),
-    })?;
-    // The plain ZeroMQ baseline.
+    let main_row = Row::new("ros", tname, &tester, &counters);
+    // The rate if each thread had a core of its own at the CPU cost per event measured here.
+    let cpu_bound = {
+        let worst = main_row
+            .core_cpu_ns_per_event
+            .max(main_row.tester_cpu_ns_per_event);
+        if worst > 0.0 {
+            1e9 / worst
+        } else {
+            0.0
+        }
+    };
+    let (core_ns, tester_ns) = (
+        main_row.core_cpu_ns_per_event,
+        main_row.tester_cpu_ns_per_event,
+    );
+    report.push_row(&main_row)?;
+    // The plain ZeroMQ baseline (for direct: the same node over ZeroMQ inproc).
     let mut limit = 0.0;
     if !a.no_baseline {
         let r = match a.transport {
+            Transport_::Direct => {
+                let n = start_node(&t, &node, "inproc://bench-ros")?;
+                let r = run_testers(&t, n.endpoint(), &robs, node.l1id_wrap, &mix)?;
+                let counters = summary(&n.stop());
+                report.push_row(&Row::new("ros", "inproc", &r, &counters))?;
+                r
+            }
             Transport_::Inproc => {
                 let stop = AtomicBool::new(false);
                 std::thread::scope(|s| -> anyhow::Result<_> {
@@ -206,21 +283,16 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         };
         limit = r.l1_rate_hz();
-        report.push_row(&Row {
-            server: "plain_zmq",
-            transport: tname,
-            tester: TesterRow::from_report(&r),
-            node_requests: 0,
-            node_replies: 0,
-            node_input_fragments: 0,
-            node_timeouts: 0,
-        })?;
+        if a.transport != Transport_::Direct {
+            report.push_row(&Row::new("plain_zmq", tname, &r, &Value::Null))?;
+        }
     }
     let target = match a.transport {
-        Transport_::Inproc => 1.0e6,
+        Transport_::Direct | Transport_::Inproc => 1.0e6,
         Transport_::Tcp => 2.0e5,
     };
     let ratio = if limit > 0.0 { ros_rate / limit } else { 0.0 };
+    let over = |x: f64| if x > 0.0 { ros_rate / x } else { 0.0 };
     let met = ros_rate >= target || (a.transport == Transport_::Tcp && ratio >= 0.8);
     let f = &mut report.fields;
     f.insert("transport".into(), tname.into());
@@ -229,8 +301,32 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     f.insert("pages_per_channel".into(), node.pages_per_channel.into());
     f.insert("l1_rate_hz".into(), ros_rate.into());
     f.insert("data_path_l1_rate_hz".into(), data_path.into());
-    f.insert("transport_limit_hz".into(), limit.into());
-    f.insert("ratio_to_transport".into(), ratio.into());
+    f.insert("ratio_to_data_path".into(), over(data_path).into());
+    f.insert("input_only_l1_rate_hz".into(), input_only.into());
+    f.insert(
+        "input_ns_per_event".into(),
+        (if input_only > 0.0 {
+            1e9 / input_only
+        } else {
+            0.0
+        })
+        .into(),
+    );
+    f.insert("core_cpu_ns_per_event".into(), core_ns.into());
+    f.insert("tester_cpu_ns_per_event".into(), tester_ns.into());
+    f.insert("cpu_bound_l1_rate_hz".into(), cpu_bound.into());
+    f.insert("input_full_payload_l1_rate_hz".into(), input_full.into());
+    f.insert(
+        "input_full_payload_bytes_per_s".into(),
+        (input_full * a.channels as f64 * (f64::from(a.fragment_words) + 21.0) * 4.0).into(),
+    );
+    if a.transport == Transport_::Direct {
+        f.insert("zmq_inproc_l1_rate_hz".into(), limit.into());
+        f.insert("ratio_to_zmq_inproc".into(), ratio.into());
+    } else {
+        f.insert("transport_limit_hz".into(), limit.into());
+        f.insert("ratio_to_transport".into(), ratio.into());
+    }
     f.insert("target_l1_rate_hz".into(), target.into());
     f.insert("target_met".into(), met.into());
     report.print(a.json);
@@ -239,8 +335,9 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 /// The store alone, in this thread, no transport: per event 24 fragments written by the
 /// firmware input, the mix's fragments looked up and referenced as a reply would (about 2.8 for
-/// the L2 request, 0.2 x the rest for EB), and clears by 100. Events per second.
-fn data_path_rate(node: &NodeArgs, seconds: f64) -> anyhow::Result<f64> {
+/// the L2 request, 0.2 x the rest for EB; skipped without `requests`), and clears by 100.
+/// Events per second.
+fn data_path_rate(node: &NodeArgs, seconds: f64, requests: bool) -> anyhow::Result<f64> {
     use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
     use rodeo_readout::generator::L1idCounter;
     use rodeo_readout::server::{FirmwareInput, Input, Payload};
@@ -274,7 +371,7 @@ fn data_path_rate(node: &NodeArgs, seconds: f64) -> anyhow::Result<f64> {
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < seconds {
         input.poll(&mut store);
-        for n in cleared..cleared + 100 {
+        for n in (cleared..cleared + 100).filter(|_| requests) {
             let l1id = L1idCounter::expected(wrap, n);
             // The mix: 70% L2 (4 ROBs), 20% EB (the rest), by a cheap xorshift.
             x ^= x << 13;

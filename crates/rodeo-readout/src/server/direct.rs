@@ -1,0 +1,550 @@
+//! The direct in-process path between one client (the ROSTester) and the core thread: typed
+//! requests and zero-copy replies over bounded lock-free queues, no ZeroMQ, no encoding.
+//!
+//! # Why
+//!
+//! Over ZeroMQ inproc each request and reply is a multi-part message: encoded, copied into
+//! ZeroMQ message frames, routed through the ROUTER's pipes (with a mutex-protected mailbox
+//! per socket) and decoded again. At 1 MHz that machinery, not rodeo's data path, is what
+//! `rodeo bench ros` measured. The direct path keeps everything the core thread does (the same
+//! descriptors, pending queue, clears and page references, through [`RequestSource`]) and
+//! replaces only the transport: requests are boxes with the L1ID and ROB ids as native words,
+//! replies are boxes holding the reply head (the bytes a DataReply would start with) and the
+//! [`PageRef`]s of the present fragments, which the client reads where they lie and drops when
+//! done (the page goes back to the store once cleared and unreferenced).
+//!
+//! # State and ownership
+//!
+//! Four [`ArrayQueue`]s (bounded, lock-free; one producer and one consumer each here):
+//!
+//! | queue | producer | consumer | holds |
+//! |---|---|---|---|
+//! | `request_free` | core (after handling) | client | empty request boxes |
+//! | `requests` | client | core | filled requests and clears |
+//! | `reply_free` | client (after reading) | core | empty reply boxes |
+//! | `replies` | core | client | replies |
+//!
+//! Every box is allocated once, when the link is made ([`direct_link`]); its vectors keep
+//! their capacity, so the hot path allocates nothing (a request listing more ids than the
+//! capacity given grows its box once). Each queue is as large as its pool, so a push never
+//! fails: a box is always in exactly one queue or held by one side.
+//!
+//! # Back-pressure
+//!
+//! The client keeps at most `capacity` DataRequests unanswered
+//! ([`DirectClient::send_request`] refuses more: the tester bounds its requests in flight by
+//! [`DirectClient::capacity`]); with one reply box more than that, the core always finds a free
+//! reply box. The core reads requests only while it has free descriptors; the client waits
+//! (spin, then yield, then short sleeps) for a free request box when the core is behind.
+//!
+//! # Disconnection and shutdown
+//!
+//! Each side sets a flag when dropped. A client whose server is gone gets
+//! [`DirectError::Closed`] instead of waiting for request boxes; a server whose client is gone
+//! still answers (the replies wait in the queue and are dropped with the link, releasing their
+//! page references). A reply that finds no free box (only possible when a client breaks the
+//! bound above) is refused: counted by the server as a send error, its pages released.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use rodeo_transport::message::HEADER_BYTES;
+
+use super::source::{Ids, Incoming, ReplyRefused, RequestSource};
+use crate::store::PageRef;
+
+/// What a request box carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Data,
+    Clear,
+}
+
+/// One request (or clear) on its way to the core thread.
+#[derive(Debug)]
+pub struct DirectRequest {
+    kind: Kind,
+    /// Transaction id (the sequence number for a clear).
+    transaction: u32,
+    l1id: u32,
+    /// ROB ids (DataRequest, empty: all) or L1IDs (Clear).
+    ids: Vec<u32>,
+}
+
+/// One reply on its way to the client: the DataReply's head bytes and the present fragments'
+/// page segments, referenced where they lie.
+#[derive(Debug)]
+pub struct DirectReply {
+    head: Vec<u8>,
+    segments: Vec<PageRef>,
+}
+
+impl DirectReply {
+    /// The head: 12-byte protocol header, L1ID, fragment count, then the empty (flagged)
+    /// fragments, as a DataReply's first frame.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// The present fragments' page segments, in order (a fragment may span several).
+    pub fn segments(&self) -> &[PageRef] {
+        &self.segments
+    }
+
+    fn head_word(&self, i: usize) -> Option<u32> {
+        let b = self.head.get(4 * i..4 * i + 4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// Transaction id echoed from the request.
+    pub fn transaction(&self) -> Option<u32> {
+        self.head_word(1)
+    }
+
+    /// Payload bytes the reply declares (as on the wire).
+    pub fn payload_bytes(&self) -> Option<u32> {
+        self.head_word(2)
+    }
+
+    /// The event's L1ID.
+    pub fn l1id(&self) -> Option<u32> {
+        self.head_word(3)
+    }
+
+    /// Calls `f` with words 0, 4 and 6 (marker, source id, status) of each fragment, empty ones
+    /// first, `None` for a fragment too short to have them. Stops at a fragment whose size
+    /// word is unusable.
+    pub fn for_each_fragment(&self, mut f: impl FnMut(Option<[u32; 3]>)) {
+        // Empty fragments, in the head after 20 bytes.
+        let mut at = HEADER_BYTES + 8;
+        while at < self.head.len() {
+            let w = |i: usize| self.head_word(at / 4 + i);
+            let Some(size) = w(1).map(|s| s as usize) else {
+                f(None);
+                return;
+            };
+            f(match (w(0), w(4), w(6)) {
+                (Some(a), Some(b), Some(c)) if size >= 7 => Some([a, b, c]),
+                _ => None,
+            });
+            if size == 0 {
+                return;
+            }
+            at += size * 4;
+        }
+        // Present fragments, across the segments.
+        let (mut seg, mut off) = (0usize, 0usize);
+        while seg < self.segments.len() {
+            let w = |k: usize| seg_word(&self.segments, seg, off, k);
+            let Some(size) = w(1).map(|s| s as usize) else {
+                f(None);
+                return;
+            };
+            f(match (w(0), w(4), w(6)) {
+                (Some(a), Some(b), Some(c)) if size >= 7 => Some([a, b, c]),
+                _ => None,
+            });
+            if size == 0 {
+                return;
+            }
+            // Advance `size` words.
+            let mut rest = size;
+            while rest > 0 && seg < self.segments.len() {
+                let left = self.segments[seg].words().len() - off;
+                if rest < left {
+                    off += rest;
+                    rest = 0;
+                } else {
+                    rest -= left;
+                    seg += 1;
+                    off = 0;
+                }
+            }
+        }
+    }
+}
+
+/// Word `k` after (`seg`, `off`) in a chain of segments.
+fn seg_word(segs: &[PageRef], mut seg: usize, mut off: usize, mut k: usize) -> Option<u32> {
+    loop {
+        let w = segs.get(seg)?.words();
+        if off + k < w.len() {
+            return w.get(off + k).copied();
+        }
+        k -= w.len().saturating_sub(off);
+        seg += 1;
+        off = 0;
+    }
+}
+
+/// Why the client could not send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DirectError {
+    /// `capacity` DataRequests are unanswered already.
+    #[error("direct link: {0} requests in flight already")]
+    Full(usize),
+    /// The server side is gone.
+    #[error("direct link: the server is gone")]
+    Closed,
+    /// No request box came back within the wait limit (the core thread is stuck).
+    #[error("direct link: no request box free after {0:?}")]
+    Timeout(Duration),
+}
+
+struct Shared {
+    request_free: ArrayQueue<Box<DirectRequest>>,
+    requests: ArrayQueue<Box<DirectRequest>>,
+    reply_free: ArrayQueue<Box<DirectReply>>,
+    replies: ArrayQueue<Box<DirectReply>>,
+    server_gone: AtomicBool,
+    client_gone: AtomicBool,
+}
+
+/// Makes a link for up to `capacity` DataRequests in flight; request boxes hold `ids` ids and
+/// reply boxes `segments` page segments and `head_bytes` head bytes without growing.
+pub fn direct_link(
+    capacity: usize,
+    ids: usize,
+    segments: usize,
+    head_bytes: usize,
+) -> (DirectSource, DirectClient) {
+    let capacity = capacity.max(1);
+    // Room for the clears that may be queued besides the requests.
+    let requests = capacity + CLEAR_SLACK;
+    let replies = capacity + 1;
+    let shared = Arc::new(Shared {
+        request_free: ArrayQueue::new(requests),
+        requests: ArrayQueue::new(requests),
+        reply_free: ArrayQueue::new(replies),
+        replies: ArrayQueue::new(replies),
+        server_gone: AtomicBool::new(false),
+        client_gone: AtomicBool::new(false),
+    });
+    for _ in 0..requests {
+        let _ = shared.request_free.push(Box::new(DirectRequest {
+            kind: Kind::Data,
+            transaction: 0,
+            l1id: 0,
+            ids: Vec::with_capacity(ids),
+        }));
+    }
+    for _ in 0..replies {
+        let _ = shared.reply_free.push(Box::new(DirectReply {
+            head: Vec::with_capacity(head_bytes),
+            segments: Vec::with_capacity(segments),
+        }));
+    }
+    (
+        DirectSource {
+            shared: Arc::clone(&shared),
+        },
+        DirectClient {
+            shared,
+            capacity,
+            in_flight: 0,
+            wait_limit: Duration::from_secs(10),
+        },
+    )
+}
+
+/// Request boxes beyond the DataRequest bound, for clears.
+const CLEAR_SLACK: usize = 16;
+
+/// Spin, then yield, then sleep briefly: waiting on the other thread without a syscall per
+/// check while it is fast, without burning a shared core while it is not.
+#[derive(Debug, Default)]
+struct Backoff(u32);
+
+impl Backoff {
+    fn snooze(&mut self) {
+        if self.0 < 64 {
+            std::hint::spin_loop();
+        } else if self.0 < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.0 = self.0.saturating_add(1);
+    }
+}
+
+/// The core thread's end of a direct link (a [`RequestSource`]).
+pub struct DirectSource {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for DirectSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectSource").finish_non_exhaustive()
+    }
+}
+
+impl Drop for DirectSource {
+    fn drop(&mut self) {
+        self.shared.server_gone.store(true, Ordering::Release);
+    }
+}
+
+impl RequestSource for DirectSource {
+    type Buffer = Option<Box<DirectRequest>>;
+
+    #[inline]
+    fn try_recv(&mut self, buf: &mut Self::Buffer) -> bool {
+        if let Some(b) = buf.take() {
+            // The pool is as large as the queue: cannot fail.
+            let _ = self.shared.request_free.push(b);
+        }
+        match self.shared.requests.pop() {
+            Some(b) => {
+                *buf = Some(b);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn recv_timeout(&mut self, buf: &mut Self::Buffer, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Backoff::default();
+        loop {
+            if self.try_recv(buf) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            backoff.snooze();
+        }
+    }
+
+    fn view(buf: &Self::Buffer) -> Incoming<'_> {
+        let Some(r) = buf.as_deref() else {
+            return Incoming::Bad;
+        };
+        match r.kind {
+            Kind::Data => Incoming::DataRequest {
+                peer: &[],
+                transaction: r.transaction,
+                l1id: r.l1id,
+                robs: Ids::Slice(&r.ids),
+            },
+            Kind::Clear => Incoming::Clear {
+                sequence: r.transaction,
+                l1ids: Ids::Slice(&r.ids),
+            },
+        }
+    }
+
+    #[inline]
+    fn reply(
+        &mut self,
+        _peer: &[u8],
+        head: &[u8],
+        segments: &mut Vec<PageRef>,
+    ) -> Result<(), ReplyRefused> {
+        let gone = self.shared.client_gone.load(Ordering::Relaxed);
+        let Some(mut r) = self.shared.reply_free.pop().filter(|_| !gone) else {
+            segments.clear();
+            return Err(ReplyRefused);
+        };
+        r.head.clear();
+        r.head.extend_from_slice(head);
+        r.segments.clear();
+        r.segments.append(segments);
+        // The pool is as large as the queue: cannot fail.
+        let _ = self.shared.replies.push(r);
+        Ok(())
+    }
+
+    fn endpoint(&self) -> String {
+        "direct".into()
+    }
+}
+
+/// The client's end of a direct link: sends requests and clears, receives replies.
+pub struct DirectClient {
+    shared: Arc<Shared>,
+    capacity: usize,
+    in_flight: usize,
+    wait_limit: Duration,
+}
+
+impl std::fmt::Debug for DirectClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectClient")
+            .field("capacity", &self.capacity)
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+impl Drop for DirectClient {
+    fn drop(&mut self) {
+        self.shared.client_gone.store(true, Ordering::Release);
+    }
+}
+
+impl DirectClient {
+    /// DataRequests that may be unanswered at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// DataRequests sent and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    fn take_box(&self) -> Result<Box<DirectRequest>, DirectError> {
+        let mut backoff = Backoff::default();
+        let mut since: Option<Instant> = None;
+        loop {
+            if let Some(b) = self.shared.request_free.pop() {
+                return Ok(b);
+            }
+            if self.shared.server_gone.load(Ordering::Acquire) {
+                return Err(DirectError::Closed);
+            }
+            let t0 = *since.get_or_insert_with(Instant::now);
+            if t0.elapsed() > self.wait_limit {
+                return Err(DirectError::Timeout(self.wait_limit));
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Sends a DataRequest for `robs` (empty: every ROB) of `l1id`.
+    pub fn send_request(
+        &mut self,
+        transaction: u32,
+        l1id: u32,
+        robs: &[u32],
+    ) -> Result<(), DirectError> {
+        if self.in_flight >= self.capacity {
+            return Err(DirectError::Full(self.capacity));
+        }
+        let mut b = self.take_box()?;
+        b.kind = Kind::Data;
+        b.transaction = transaction;
+        b.l1id = l1id;
+        b.ids.clear();
+        b.ids.extend_from_slice(robs);
+        let _ = self.shared.requests.push(b);
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Sends a Clear of `l1ids` with sequence number `sequence`.
+    pub fn send_clear(&mut self, sequence: u32, l1ids: &[u32]) -> Result<(), DirectError> {
+        let mut b = self.take_box()?;
+        b.kind = Kind::Clear;
+        b.transaction = sequence;
+        b.l1id = 0;
+        b.ids.clear();
+        b.ids.extend_from_slice(l1ids);
+        let _ = self.shared.requests.push(b);
+        Ok(())
+    }
+
+    /// Receives a reply into `slot` if one is ready. The reply held in `slot` before is given
+    /// back first (its page references dropped).
+    #[inline]
+    pub fn try_recv(&mut self, slot: &mut Option<Box<DirectReply>>) -> bool {
+        if let Some(mut r) = slot.take() {
+            r.segments.clear();
+            let _ = self.shared.reply_free.push(r);
+        }
+        match self.shared.replies.pop() {
+            Some(r) => {
+                *slot = Some(r);
+                self.in_flight = self.in_flight.saturating_sub(1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// As [`DirectClient::try_recv`], waiting up to `timeout`.
+    pub fn recv_timeout(&mut self, slot: &mut Option<Box<DirectReply>>, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Backoff::default();
+        loop {
+            if self.try_recv(slot) {
+                return true;
+            }
+            if Instant::now() >= deadline || self.shared.server_gone.load(Ordering::Acquire) {
+                return self.try_recv(slot);
+            }
+            backoff.snooze();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_in_flight_are_bounded_and_a_reply_frees_one() {
+        let (mut source, mut client) = direct_link(2, 4, 4, 64);
+        client.send_request(1, 10, &[7, 8]).unwrap();
+        client.send_request(2, 11, &[]).unwrap();
+        assert_eq!(client.send_request(3, 12, &[]), Err(DirectError::Full(2)));
+        let mut buf = None;
+        assert!(source.try_recv(&mut buf));
+        match DirectSource::view(&buf) {
+            Incoming::DataRequest {
+                transaction,
+                l1id,
+                robs,
+                ..
+            } => {
+                assert_eq!((transaction, l1id, robs.len()), (1, 10, 2));
+            }
+            other => panic!("not a request: {other:?}"),
+        }
+        let head = [0u8; 20];
+        source.reply(&[], &head, &mut Vec::new()).unwrap();
+        let mut slot = None;
+        assert!(client.try_recv(&mut slot));
+        assert_eq!(client.in_flight(), 1);
+        client.send_request(3, 12, &[]).unwrap();
+        // Clears do not count against the bound.
+        client.send_clear(0, &[10, 11]).unwrap();
+        // Requests 2 and 3, then the clear, in order.
+        assert!(source.try_recv(&mut buf));
+        assert!(source.try_recv(&mut buf));
+        assert!(source.try_recv(&mut buf));
+        assert!(matches!(
+            DirectSource::view(&buf),
+            Incoming::Clear { sequence: 0, l1ids } if l1ids.len() == 2
+        ));
+        assert!(!source.try_recv(&mut buf));
+    }
+
+    #[test]
+    fn a_gone_server_closes_the_client_and_a_gone_client_refuses_replies() {
+        let (source, mut client) = direct_link(1, 4, 4, 64);
+        drop(source);
+        // The free boxes are used up by unread clears, then the client learns the server left.
+        let mut sent = 0;
+        let err = loop {
+            match client.send_clear(sent, &[1]) {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, DirectError::Closed);
+        assert_eq!(sent as usize, 1 + CLEAR_SLACK);
+
+        let (mut source, client) = direct_link(1, 4, 4, 64);
+        drop(client);
+        assert_eq!(
+            source.reply(&[], &[0u8; 20], &mut Vec::new()),
+            Err(ReplyRefused)
+        );
+    }
+}

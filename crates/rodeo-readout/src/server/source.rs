@@ -1,0 +1,183 @@
+//! Where the core thread's requests come from and where its replies go: the
+//! [`RequestSource`] trait, and its ZeroMQ implementation [`ZmqSource`] (a ROUTER socket).
+//!
+//! The core thread's logic (descriptors, pending queue, clears, replies built from page
+//! references) is written once, against this trait. A source only moves requests in and
+//! replies out: [`ZmqSource`] decodes protocol messages from a ROUTER and sends replies as a
+//! header frame plus one zero-copy frame per page segment; [`super::direct`] hands typed
+//! requests and page references over bounded lock-free queues to a tester in the same process.
+//!
+//! # Ownership
+//!
+//! The core thread owns its source. A received request lives in the source's
+//! [`RequestSource::Buffer`] (owned by the loop) until the next receive into that buffer; the
+//! core copies what it keeps into its descriptor before then. A reply's page references are
+//! moved into the source by [`RequestSource::reply`], which must leave `segments` empty: the
+//! references travel on (and the pages stay held) until the receiver drops them.
+
+use std::time::Duration;
+
+use rodeo_transport::message::{decode, Message, U32List};
+use rodeo_transport::socket::{Frame, Received, Socket};
+
+use crate::store::PageRef;
+
+/// A list of ROB ids or L1IDs, as received on the wire or as a slice.
+#[derive(Debug, Clone, Copy)]
+pub enum Ids<'a> {
+    /// Little-endian words of a decoded message.
+    Wire(U32List<'a>),
+    /// Native words (an in-process request).
+    Slice(&'a [u32]),
+}
+
+impl<'a> Ids<'a> {
+    /// Number of ids.
+    pub fn len(&self) -> usize {
+        match self {
+            Ids::Wire(l) => l.len(),
+            Ids::Slice(s) => s.len(),
+        }
+    }
+
+    /// True when there is no id.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with each id in order.
+    #[inline]
+    pub fn for_each(&self, mut f: impl FnMut(u32)) {
+        match self {
+            Ids::Wire(l) => l.iter().for_each(f),
+            Ids::Slice(s) => s.iter().for_each(|&x| f(x)),
+        }
+    }
+}
+
+/// One message for the core thread, borrowed from a source's buffer.
+#[derive(Debug, Clone, Copy)]
+pub enum Incoming<'a> {
+    /// A DataRequest.
+    DataRequest {
+        /// Who asked: passed back to [`RequestSource::reply`].
+        peer: &'a [u8],
+        /// Transaction id to echo.
+        transaction: u32,
+        /// The event.
+        l1id: u32,
+        /// ROB ids; empty means every ROB of the node.
+        robs: Ids<'a>,
+    },
+    /// A Clear.
+    Clear {
+        /// The clear sequence number.
+        sequence: u32,
+        /// L1IDs to release.
+        l1ids: Ids<'a>,
+    },
+    /// A KeepAlive.
+    KeepAlive,
+    /// A well-formed message of a type a readout node does not take.
+    Unexpected,
+    /// Bytes that did not decode.
+    Bad,
+}
+
+/// The reply could not be handed on (peer gone, queue closed); its page references were dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyRefused;
+
+/// A source of requests and a sink of replies for the core thread. See the module docs.
+pub trait RequestSource: Send + 'static {
+    /// Where one received message is kept while the core handles it.
+    type Buffer: Default + Send;
+    /// Receives one message into `buf` if one is ready; never waits.
+    fn try_recv(&mut self, buf: &mut Self::Buffer) -> bool;
+    /// Receives one message into `buf`, waiting up to `timeout`.
+    fn recv_timeout(&mut self, buf: &mut Self::Buffer, timeout: Duration) -> bool;
+    /// The message in `buf` (after a receive returned true).
+    fn view(buf: &Self::Buffer) -> Incoming<'_>;
+    /// Sends a reply to `peer`: `head` is the DataReply's header, L1ID, count and empty
+    /// fragments (bytes), `segments` the present fragments' page segments in order. Moves every
+    /// reference out of `segments`, also on failure.
+    fn reply(
+        &mut self,
+        peer: &[u8],
+        head: &[u8],
+        segments: &mut Vec<PageRef>,
+    ) -> Result<(), ReplyRefused>;
+    /// A name for logs and the server's endpoint.
+    fn endpoint(&self) -> String;
+}
+
+/// The ZeroMQ source: a bound ROUTER socket (any inproc/ipc/tcp endpoint).
+pub struct ZmqSource {
+    socket: Socket,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for ZmqSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZmqSource")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl ZmqSource {
+    /// Wraps a ROUTER socket bound to `endpoint`.
+    pub fn new(socket: Socket, endpoint: String) -> ZmqSource {
+        ZmqSource { socket, endpoint }
+    }
+}
+
+impl RequestSource for ZmqSource {
+    type Buffer = Received;
+
+    fn try_recv(&mut self, buf: &mut Received) -> bool {
+        matches!(self.socket.try_recv(buf), Ok(true))
+    }
+
+    fn recv_timeout(&mut self, buf: &mut Received, timeout: Duration) -> bool {
+        let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        matches!(self.socket.recv(buf, ms), Ok(true))
+    }
+
+    fn view(buf: &Received) -> Incoming<'_> {
+        let Ok(d) = decode(&buf.bytes) else {
+            return Incoming::Bad;
+        };
+        match d.message {
+            Message::DataRequest { l1id, robs } => Incoming::DataRequest {
+                peer: &buf.peer,
+                transaction: d.header.transaction,
+                l1id,
+                robs: Ids::Wire(robs),
+            },
+            Message::Clear { l1ids } => Incoming::Clear {
+                sequence: d.header.transaction,
+                l1ids: Ids::Wire(l1ids),
+            },
+            Message::KeepAlive => Incoming::KeepAlive,
+            _ => Incoming::Unexpected,
+        }
+    }
+
+    fn reply(
+        &mut self,
+        peer: &[u8],
+        head: &[u8],
+        segments: &mut Vec<PageRef>,
+    ) -> Result<(), ReplyRefused> {
+        let frames = std::iter::once(Frame::Copy(head))
+            .chain(segments.drain(..).map(|r| Frame::ZeroCopy(Box::new(r))));
+        let r = self.socket.send_to(peer, frames).map_err(|_| ReplyRefused);
+        segments.clear();
+        r
+    }
+
+    fn endpoint(&self) -> String {
+        self.endpoint.clone()
+    }
+}
