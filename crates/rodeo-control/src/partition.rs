@@ -1,5 +1,6 @@
-//! The partition layout and the run's balance sheet; [`run_embedded`] runs every application of a [`PartitionConfig`] in this process, as
-//! threads, over inproc endpoints (or ipc/tcp when the configuration says so).
+//! The partition layout and the run's balance sheet; [`run_embedded`] runs every application
+//! of a [`PartitionConfig`] in this process, as threads, over inproc endpoints (or ipc/tcp
+//! when the configuration says so), through [`crate::embedded::EmbeddedPartition`].
 //!
 //! # Order
 //!
