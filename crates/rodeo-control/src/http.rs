@@ -311,7 +311,7 @@ pub fn handle(
     counters: &HttpCounters,
     request: &Request,
 ) -> Response {
-    let get = request.method == "GET" || request.method == "HEAD";
+    let get = request.method == "GET";
     match request.path.as_str() {
         "/" | "/index.html" if get => Response::new(200, "text/html; charset=utf-8", INDEX_HTML),
         "/api/status" if get => match serde_json::to_value(control.status()) {
