@@ -167,3 +167,41 @@ fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
         .all(|e| e["args"]["global_id"].as_u64().unwrap() % 50 == 0));
     assert!(events.iter().any(|e| e["ph"] == "b"));
 }
+
+#[test]
+fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let run = |log: &str, env: Option<&str>| {
+        std::fs::write(
+            &cfg,
+            format!("[run]\nevents = 2000\n[control]\nlog = \"{log}\"\n"),
+        )
+        .unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+        c.args(["run", "--json", "--config"])
+            .arg(&cfg)
+            .arg("--output")
+            .arg(dir.path());
+        c.env_remove("RODEO_LOG");
+        if let Some(e) = env {
+            c.env("RODEO_LOG", e);
+        }
+        c.output().unwrap()
+    };
+    let out = run("warn,rodeo_control=info", None);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("partition command") && err.contains("run started"),
+        "{err}"
+    );
+    // RODEO_LOG wins over the configuration.
+    let out = run("warn,rodeo_control=info", Some("error"));
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("partition command"));
+    // A bad filter is an error naming the field.
+    let out = run("rodeo_control=loud", None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("control.log"));
+}
