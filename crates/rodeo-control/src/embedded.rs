@@ -820,6 +820,12 @@ impl RunControl for EmbeddedPartition {
             "Data requests in flight (pending answers).",
             per_dcm(&|d| ld(&d.outstanding_requests)),
         );
+        gauge(
+            w,
+            "rodeo_dcm_queued_requests",
+            "Data requests queued behind the per-node limit of requests in flight (queue depth).",
+            per_dcm(&|d| ld(&d.queued_requests)),
+        );
         let hist: Vec<(&str, &LogHistogram)> = live
             .dcms
             .iter()

@@ -146,6 +146,8 @@ pub struct DcmCounters {
     pub busy_slots: AtomicU64,
     /// Data requests in flight to the readout nodes (gauge).
     pub outstanding_requests: AtomicU64,
+    /// Data requests queued behind the per-node limit of requests in flight (gauge).
+    pub queued_requests: AtomicU64,
     /// Messages that did not decode or were not expected.
     pub bad_messages: AtomicU64,
     /// Replies and acknowledgements for events no longer here.
@@ -643,6 +645,9 @@ impl Dcm {
             } else {
                 let g = self.slots[i].generation;
                 self.nodes[n].queue.push_back((i, g));
+                self.counters
+                    .queued_requests
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
@@ -719,6 +724,9 @@ impl Dcm {
             let Some((q, g)) = self.nodes[n].queue.pop_front() else {
                 break;
             };
+            self.counters
+                .queued_requests
+                .fetch_sub(1, Ordering::Relaxed);
             if self.slots[q].generation == g && matches!(self.slots[q].phase, Phase::Fetching(_)) {
                 self.send_request(q, n, readout)?;
             }
