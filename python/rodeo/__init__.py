@@ -2,7 +2,8 @@
 
 Everything here is the Rust code of rodeo-format (``rodeo._rodeo``, built with PyO3): the
 reader and writer of raw-data files, the validating fragment views, the fragment builders and
-the synthetic-event generator. See docs/python.md for the API.
+the synthetic-event generator; and ``rodeo.Client``, the run-control HTTP client
+(``rodeo.client``, pure Python). See docs/python.md for the API.
 
     import rodeo
     with rodeo.open("00000001.physics_Main.rodeo-gen.0001.data") as f:
@@ -27,8 +28,13 @@ from ._rodeo import (
     synth_event,
     verify,
 )
+from .client import Client, ControlError, IllegalTransition, Unauthorized
 
 __all__ = [
+    "Client",
+    "ControlError",
+    "IllegalTransition",
+    "Unauthorized",
     "FORMAT_VERSION",
     "Error",
     "Event",

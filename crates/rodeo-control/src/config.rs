@@ -91,6 +91,19 @@ streams = ["physics_Main"]
 max_file_mib = 1024
 # Compress event payloads: "none" or "zstd" (compression type 1; the header stays readable).
 compression = "none"
+
+[control]
+# Serve the HTTP API, /metrics and the web page on this address during `rodeo run`
+# (e.g. "127.0.0.1:8080"; "": off unless --http is given).
+http = ""
+# Bearer token that POST /api/command requires. The RODEO_TOKEN environment variable wins;
+# with neither, every command over HTTP is refused (401).
+token = ""
+# Log levels per module, in tracing's filter syntax ("warn,rodeo_control=info");
+# the RODEO_LOG environment variable wins.
+log = "warn"
+# With `rodeo run --trace FILE`: keep the time stamps of one event in this many.
+trace_every = 100
 "#;
 
 /// What went wrong with a configuration, naming the field.
@@ -365,6 +378,44 @@ pub struct PartitionConfig {
     pub dcm: DcmSection,
     /// `[logger]`.
     pub logger: LoggerSection,
+    /// `[control]`.
+    pub control: ControlSection,
+}
+
+/// `[control]`: run control and observability.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControlSection {
+    /// HTTP listen address ("": none).
+    pub http: String,
+    /// Bearer token for commands ("": only `RODEO_TOKEN`).
+    pub token: String,
+    /// Per-module log levels (tracing filter syntax).
+    pub log: String,
+    /// Trace sampling: one event in this many.
+    pub trace_every: u64,
+}
+
+impl Default for ControlSection {
+    fn default() -> Self {
+        ControlSection {
+            http: String::new(),
+            token: String::new(),
+            log: "warn".into(),
+            trace_every: 100,
+        }
+    }
+}
+
+impl ControlSection {
+    /// The command token: `RODEO_TOKEN` if set and not empty, else the configuration's (`None`:
+    /// no token, commands are refused).
+    pub fn effective_token(&self) -> Option<String> {
+        std::env::var("RODEO_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| (!self.token.is_empty()).then(|| self.token.clone()))
+    }
 }
 
 impl PartitionConfig {
@@ -495,6 +546,27 @@ impl PartitionConfig {
         }
         if l.max_file_mib == 0 {
             return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        }
+        let c = &self.control;
+        if !c.http.is_empty() && c.http.parse::<std::net::SocketAddr>().is_err() {
+            return Err(bad(
+                "control.http",
+                format!("{:?}", c.http),
+                "an address with a port, e.g. \"127.0.0.1:8080\" (\"\": off)",
+            ));
+        }
+        if c.trace_every == 0 {
+            return Err(bad("control.trace_every", 0, ">= 1"));
+        }
+        if c.token
+            .chars()
+            .any(|ch| ch.is_whitespace() || ch.is_control())
+        {
+            return Err(bad(
+                "control.token",
+                "(hidden)",
+                "no spaces or control characters",
+            ));
         }
         if ros.nodes + d.nodes + l.nodes > 62 {
             return Err(bad(

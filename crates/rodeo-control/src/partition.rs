@@ -1,5 +1,6 @@
-//! The embedded partition: every application of a [`PartitionConfig`] in this process, as
-//! threads, over inproc endpoints (or ipc/tcp when the configuration says so).
+//! The partition layout and the run's balance sheet; [`run_embedded`] runs every application
+//! of a [`PartitionConfig`] in this process, as threads, over inproc endpoints (or ipc/tcp
+//! when the configuration says so), through [`crate::embedded::EmbeddedPartition`].
 //!
 //! # Order
 //!
@@ -18,18 +19,18 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rodeo_dataflow::dcm::{self, DcmConfig, DcmCounters, ReadoutNode as DcmReadout};
+use rodeo_dataflow::dcm::{DcmConfig, DcmCounters, ReadoutNode as DcmReadout};
 use rodeo_dataflow::l1source::L1SourceConfig;
-use rodeo_dataflow::logger::{self, LoggerConfig, LoggerCounters};
+use rodeo_dataflow::logger::{LoggerConfig, LoggerCounters};
 use rodeo_dataflow::roib::RoibConfig;
-use rodeo_dataflow::supervisor::{self, SupervisorConfig, SupervisorCounters};
+use rodeo_dataflow::supervisor::{SupervisorConfig, SupervisorCounters};
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_dataflow::DataflowError;
 use rodeo_format::checksum::ChecksumType;
-use rodeo_readout::node::{NodeConfig, NodeError, NodeInput, ReadoutNode};
-use rodeo_transport::socket::{Transport, TransportError};
+use rodeo_readout::node::{NodeConfig, NodeError, NodeInput};
+use rodeo_transport::socket::TransportError;
 
 use crate::config::{ChecksumName, CompressionName, L1Mode, PartitionConfig, TransportKind};
 
@@ -52,6 +53,9 @@ pub enum PartitionError {
     /// A dataflow application failed.
     #[error(transparent)]
     Dataflow(#[from] DataflowError),
+    /// A lifecycle transition failed (the error names the application).
+    #[error(transparent)]
+    Transition(#[from] crate::lifecycle::TransitionError),
     /// The output directory could not be made.
     #[error("output directory {}: {source}", path.display())]
     Output {
@@ -296,116 +300,15 @@ impl Layout {
 }
 
 /// Runs the partition of `config` to its end (event count or seconds) in this process,
-/// calling `tick` about every 200 ms with the live counters and elapsed seconds.
+/// calling `tick` about every 200 ms with the live counters and elapsed seconds: an
+/// [`EmbeddedPartition`](crate::embedded::EmbeddedPartition) driven up to RUNNING and down
+/// again (see there for the order).
 pub fn run_embedded(
     config: &PartitionConfig,
-    mut tick: impl FnMut(&LiveCounters, f64),
+    tick: impl FnMut(&LiveCounters, f64),
 ) -> Result<RunSummary, PartitionError> {
-    let transport = Transport::new(config.transport.io_threads)?;
-    let layout = Layout::new(config);
-    let output = layout.output.clone();
-    std::fs::create_dir_all(&output).map_err(|source| PartitionError::Output {
-        path: output.clone(),
-        source,
-    })?;
-
-    // Loggers first, then the readout nodes, the DCMs, and the supervisor last.
-    let mut live = LiveCounters::default();
-    let mut loggers = Vec::new();
-    for lc in &layout.loggers {
-        let counters = Arc::new(LoggerCounters::default());
-        live.loggers.push(Arc::clone(&counters));
-        loggers.push(logger::spawn(lc.clone(), &transport, counters)?);
-    }
-    let mut nodes = Vec::new();
-    for (name, ep, nc) in &layout.nodes {
-        let node =
-            ReadoutNode::start(&transport, nc, ep).map_err(|source| PartitionError::Node {
-                name: name.clone(),
-                source,
-            })?;
-        nodes.push((name.clone(), node));
-    }
-    let mut dcms = Vec::new();
-    for dc in &layout.dcms {
-        let counters = Arc::new(DcmCounters::default());
-        live.dcms.push(Arc::clone(&counters));
-        let algorithm = Box::new(layout.trigger.clone());
-        dcms.push(dcm::spawn(dc.clone(), &transport, algorithm, counters)?);
-    }
-    let sc = layout.supervisor.clone();
-    let sup_counters = Arc::clone(&live.supervisor);
-    let start = Instant::now();
-    let supervisor = supervisor::spawn(sc, &transport, sup_counters)?;
-
-    // Run until the event count is reached or the time is up.
-    let limit = (config.run.seconds > 0.0).then(|| Duration::from_secs_f64(config.run.seconds));
-    while !supervisor.is_finished() {
-        std::thread::sleep(Duration::from_millis(200));
-        tick(&live, start.elapsed().as_secs_f64());
-        if limit.is_some_and(|l| start.elapsed() >= l) {
-            supervisor.request_stop();
-        }
-        // An application that ended early failed: stop the run and let its error surface
-        // below instead of waiting for the supervisor's drain timeout.
-        if dcms.iter().any(|d| d.is_finished()) || loggers.iter().any(|l| l.is_finished()) {
-            supervisor.request_stop();
-            break;
-        }
-    }
-    if let Some(i) = loggers.iter().position(|l| l.is_finished()) {
-        loggers.swap_remove(i).join()?;
-    }
-    if let Some(i) = dcms.iter().position(|d| d.is_finished()) {
-        dcms.swap_remove(i).join()?;
-    }
-    let sup = supervisor.join()?;
-    let seconds = start.elapsed().as_secs_f64();
-    tick(&live, seconds);
-
-    let mut summary = RunSummary {
-        run: config.run.number,
-        l1_accepts: sup.l1_accepts,
-        accepted: sup.accepted,
-        rejected: sup.rejected,
-        forced_accepts: sup.forced_accepts,
-        seconds,
-        l1_rate_hz: sup.l1_accepts as f64 / seconds.max(1e-9),
-        output: output.clone(),
-        ..RunSummary::default()
-    };
-    for d in dcms {
-        let s = d.stop()?;
-        summary.partial_events += s.partial;
-    }
-    for l in loggers {
-        let s = l.stop()?;
-        summary.events_written += s.events_written;
-        summary.duplicates += s.duplicates;
-        summary.bytes_written += s.bytes_written;
-        summary.files.extend(s.files);
-    }
-    // The last clears are on their way: give each node a moment to read them.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    for (_, node) in &nodes {
-        while node.stats().cleared_l1ids < summary.l1_accepts && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    for (name, node) in nodes {
-        let s = node.stop();
-        let k = s.store.total_counters();
-        summary.nodes.push(NodeSummary {
-            name,
-            requests: s.counters.requests,
-            cleared: s.counters.cleared_l1ids,
-            clear_gaps: s.counters.clear_gaps,
-            stored: k.fragments,
-            stored_now: k.stored,
-        });
-    }
-    check_balance(&mut summary, sup.undecided);
-    Ok(summary)
+    let p = crate::embedded::EmbeddedPartition::new(config.clone(), None);
+    Ok(p.run(tick)?)
 }
 
 /// Fills [`RunSummary::problems`] with every imbalance of rule 6.

@@ -41,6 +41,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rodeo_memory::LogHistogram;
+
+use crate::trace::{Stage as TraceStage, TraceLog};
+
 use rodeo_format::checksum::{bytes_as_words, words_as_bytes, ChecksumType};
 use rodeo_format::fragment::{EventBuilder, RobFragment, SourceId, Status, StreamTag};
 use rodeo_transport::endpoint::Endpoint;
@@ -140,6 +144,24 @@ pub struct DcmCounters {
     pub bytes_received: AtomicU64,
     /// Slots busy.
     pub busy_slots: AtomicU64,
+    /// Data requests in flight to the readout nodes (gauge).
+    pub outstanding_requests: AtomicU64,
+    /// Data requests queued behind the per-node limit of requests in flight (gauge).
+    pub queued_requests: AtomicU64,
+    /// Messages that did not decode or were not expected.
+    pub bad_messages: AtomicU64,
+    /// Replies and acknowledgements for events no longer here.
+    pub stale_replies: AtomicU64,
+    /// Sends that failed (peer gone or stuck).
+    pub send_failures: AtomicU64,
+    /// Data request latency: request sent to reply read, per request.
+    pub request_latency: LogHistogram,
+    /// Decision latency: assignment read to the trigger's verdict.
+    pub decision_latency: LogHistogram,
+    /// Event build latency: assignment read to the event done (acknowledged by the logger).
+    pub build_latency: LogHistogram,
+    /// Sampled per-event time stamps.
+    pub trace: TraceLog,
 }
 
 /// What a DCM did in a run.
@@ -278,6 +300,10 @@ struct Slot {
     retries: u32,
     retry_at: Option<Instant>,
     more_rounds: u32,
+    /// When the assignment was read.
+    assigned_at: Instant,
+    /// When the last request to each readout node was sent.
+    sent_at: Vec<Instant>,
 }
 
 impl Slot {
@@ -302,6 +328,8 @@ impl Slot {
             retries: 0,
             retry_at: None,
             more_rounds: 0,
+            assigned_at: Instant::now(),
+            sent_at: vec![Instant::now(); nodes],
         }
     }
 
@@ -476,6 +504,7 @@ impl Dcm {
             // next try (a restarted supervisor gets them; at stop they are the run's loss to
             // report, not to hide).
             self.summary.send_failures += 1;
+            self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
             self.last_update = Instant::now();
             return Ok(());
         }
@@ -492,6 +521,7 @@ impl Dcm {
     ) -> Result<(), DataflowError> {
         let Ok(decoded) = decode(&msg.bytes) else {
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
         let (a, build) = match decoded.message {
@@ -499,6 +529,7 @@ impl Dcm {
             Message::Build(a) => (a, true),
             _ => {
                 self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
         };
@@ -506,6 +537,7 @@ impl Dcm {
             // Assigned without a credit: a protocol violation; the event times out at the
             // supervisor and is reassigned.
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
         self.summary.assigned += 1;
@@ -531,7 +563,11 @@ impl Dcm {
         s.retries = 0;
         s.retry_at = None;
         s.more_rounds = 0;
+        s.assigned_at = Instant::now();
         self.counters.busy_slots.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .trace
+            .record(a.global_id, TraceStage::Assigned, 0);
         if build {
             self.fetch_rest(i, readout)?;
         } else {
@@ -609,6 +645,9 @@ impl Dcm {
             } else {
                 let g = self.slots[i].generation;
                 self.nodes[n].queue.push_back((i, g));
+                self.counters
+                    .queued_requests
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
@@ -632,6 +671,7 @@ impl Dcm {
             // The node is gone or stuck: ask again after the retry delay, like a PENDING
             // answer (and, past the retry limit, build without it).
             self.summary.send_failures += 1;
+            self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
             let s = &mut self.slots[i];
             let wanted = std::mem::take(&mut s.wanted[n]);
             s.pending.extend_from_slice(&wanted);
@@ -645,6 +685,14 @@ impl Dcm {
         self.nodes[n].outstanding += 1;
         self.summary.requests += 1;
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .outstanding_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let s = &mut self.slots[i];
+        s.sent_at[n] = Instant::now();
+        self.counters
+            .trace
+            .record(s.global_id, TraceStage::RequestSent, n as u32);
         Ok(())
     }
 
@@ -657,18 +705,28 @@ impl Dcm {
     ) -> Result<(), DataflowError> {
         let Ok(decoded) = decode(&msg.bytes) else {
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
         let Message::DataReply { fragments, .. } = decoded.message else {
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
+        if self.nodes[n].outstanding > 0 {
+            self.counters
+                .outstanding_requests
+                .fetch_sub(1, Ordering::Relaxed);
+        }
         self.nodes[n].outstanding = self.nodes[n].outstanding.saturating_sub(1);
         // A freed request slot on this node: send the next queued request.
         while self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
             let Some((q, g)) = self.nodes[n].queue.pop_front() else {
                 break;
             };
+            self.counters
+                .queued_requests
+                .fetch_sub(1, Ordering::Relaxed);
             if self.slots[q].generation == g && matches!(self.slots[q].phase, Phase::Fetching(_)) {
                 self.send_request(q, n, readout)?;
             }
@@ -682,8 +740,16 @@ impl Dcm {
             .is_some_and(|s| s.generation == g && matches!(s.phase, Phase::Fetching(_)));
         if !live {
             self.summary.stale_replies += 1;
+            self.counters.stale_replies.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
+        let s = &self.slots[i];
+        self.counters
+            .request_latency
+            .record(s.sent_at.get(n).map_or(Duration::ZERO, |t| t.elapsed()));
+        self.counters
+            .trace
+            .record(s.global_id, TraceStage::RequestAnswered, n as u32);
         let mut scratch = Vec::new();
         let raw = fragments.as_bytes();
         let words: &[u32] = match bytes_as_words(raw) {
@@ -707,11 +773,13 @@ impl Dcm {
             let size = size as usize;
             let Some(frag) = words.get(at..at + size).filter(|_| size > 0) else {
                 self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
                 break;
             };
             at += size;
             let Ok(rob) = RobFragment::parse(frag) else {
                 self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
             self.summary.fragments += 1;
@@ -803,6 +871,13 @@ impl Dcm {
         };
         let outcome = self.algorithm.decide(&info, &robs);
         drop(robs);
+        let s = &self.slots[i];
+        self.counters
+            .decision_latency
+            .record(s.assigned_at.elapsed());
+        self.counters
+            .trace
+            .record(s.global_id, TraceStage::Decided, 0);
         if outcome.hold.is_zero() {
             self.act(i, outcome.verdict, readout)
         } else {
@@ -885,6 +960,7 @@ impl Dcm {
         if builder.write_vec(&mut self.event).is_err() {
             // Only a >4 GiB event or a bad stream name can fail: count and reject.
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             self.finish(i, WireVerdict::Reject);
             return Ok(());
         }
@@ -901,6 +977,7 @@ impl Dcm {
         if sent.is_err() {
             // The logger is gone or stuck: try shipping again shortly.
             self.summary.send_failures += 1;
+            self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
             self.slots[i].retry_at =
                 Some(Instant::now() + self.config.retry_delay.max(Duration::from_millis(10)));
             return Ok(());
@@ -913,10 +990,12 @@ impl Dcm {
     fn on_ack(&mut self, msg: &Received) {
         let Ok(decoded) = decode(&msg.bytes) else {
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let Message::EventAck { global_ids } = decoded.message else {
             self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return;
         };
         for gid in global_ids.iter() {
@@ -928,6 +1007,7 @@ impl Dcm {
                 self.summary.stale_replies += 1;
                 continue;
             };
+            self.counters.trace.record(gid, TraceStage::Logged, 0);
             if self.slots[i].forced {
                 self.summary.forced += 1;
                 self.finish(i, WireVerdict::ForcedAccept);
@@ -949,6 +1029,7 @@ impl Dcm {
             l1id: s.l1id,
             verdict,
         });
+        self.counters.build_latency.record(s.assigned_at.elapsed());
         s.phase = Phase::Free;
         s.retry_at = None;
         s.generation = s.generation.wrapping_add(1);

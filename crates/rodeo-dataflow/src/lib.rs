@@ -9,6 +9,7 @@
 //! - [`dcm`]: a data-collection node: per processing slot, RoI requests to the readout nodes,
 //!   the trigger algorithm, the rest of an accepted event, the full event built and shipped to a
 //!   logger, done reported after the logger's acknowledgement.
+//! - [`trace`]: sampled per-event time stamps at each stage (Chrome/Perfetto traces).
 //! - [`trigger`]: the trigger-algorithm interface and the built-in emulations.
 //! - [`logger`]: writes events per stream with group commit (fdatasync per batch), then
 //!   acknowledges them; drops (and counts) duplicates, so every event is written once.
@@ -24,6 +25,7 @@ pub mod l1source;
 pub mod logger;
 pub mod roib;
 pub mod supervisor;
+pub mod trace;
 pub mod trigger;
 
 mod app;

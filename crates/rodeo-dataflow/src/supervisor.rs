@@ -38,6 +38,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rodeo_memory::LogHistogram;
+
+use crate::trace::{Stage as TraceStage, TraceLog};
+
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{
     decode, encode_assignment, encode_clear, encode_keepalive, Message, Verdict,
@@ -112,6 +116,10 @@ pub struct SupervisorCounters {
     pub in_flight: AtomicU64,
     /// Free slots known (credits).
     pub credits: AtomicU64,
+    /// Decision latency: assignment sent to decision received.
+    pub decision_latency: LogHistogram,
+    /// Sampled per-event time stamps (L1 accept, done).
+    pub trace: TraceLog,
 }
 
 /// The counts of a run: these must balance (rule 6).
@@ -227,6 +235,8 @@ struct Assigned {
     dcm: usize,
     number: u64,
     forced: bool,
+    /// When it was assigned.
+    at: Instant,
 }
 
 /// Where accepts come from: the emulator (paced here) or the RoIB (paced by its inputs).
@@ -428,6 +438,12 @@ impl Supervisor {
         for dec in decisions.iter() {
             match self.assigned.get(&dec.global_id) {
                 Some(a) if a.dcm == dcm => {
+                    self.counters
+                        .decision_latency
+                        .record(now.saturating_duration_since(a.at));
+                    self.counters
+                        .trace
+                        .record(dec.global_id, TraceStage::Done, 0);
                     let forced = a.forced;
                     let l1id = a.accept.l1id;
                     self.assigned.remove(&dec.global_id);
@@ -545,6 +561,9 @@ impl Supervisor {
                 break;
             };
             budget -= 1;
+            self.counters
+                .trace
+                .record(accept.global_id, TraceStage::L1Accept, 0);
             self.send_assignment(router, dcm, accept, false)?;
             sent = true;
         }
@@ -578,6 +597,7 @@ impl Supervisor {
                 dcm,
                 number,
                 forced,
+                at: Instant::now(),
             },
         );
         self.deadlines.push_back((

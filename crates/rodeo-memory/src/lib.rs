@@ -5,6 +5,7 @@
 //! - [`PagePool`] / [`PageHandle`]: the readout's pages, shared via `Arc`, handles that cross
 //!   threads and give the page back on drop; [`SuperpagePool`] / [`Superpage`]: contiguous
 //!   buffers of one size for DMA-style producers.
+//! - [`LogHistogram`]: a lock-free log-bucket latency histogram for the data path's metrics.
 //! - [`Region`]: `mmap`'d memory with warm-up ([`WarmupReport`]), huge pages and `mlock`.
 //!
 //! # Why a lazy free list
@@ -82,6 +83,7 @@
 
 mod chunk;
 mod error;
+pub mod histogram;
 mod page;
 mod raw;
 mod region;
@@ -90,6 +92,7 @@ mod sync;
 
 pub use chunk::{Chunk, ChunkPool, PoolCache, PoolConfig};
 pub use error::{AllocError, Error};
+pub use histogram::LogHistogram;
 pub use page::{
     PageHandle, PagePool, PagePoolConfig, Superpage, SuperpagePool, SuperpagePoolConfig,
 };

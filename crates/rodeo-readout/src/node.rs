@@ -308,6 +308,16 @@ impl ReadoutNode {
         self.server.stats()
     }
 
+    /// The request server's live counters, shared (for monitoring without the node).
+    pub fn shared_stats(&self) -> std::sync::Arc<crate::server::ServerStats> {
+        self.server.shared_stats()
+    }
+
+    /// The node's page pool (a cheap shared handle; its stats are the buffer occupancy).
+    pub fn page_pool(&self) -> PagePool {
+        self._pool.clone()
+    }
+
     /// Stops the node (pending requests answered first) and returns its final state.
     pub fn stop(self) -> Stopped {
         self.server.stop()

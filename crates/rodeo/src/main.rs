@@ -1,6 +1,7 @@
 //! The `rodeo` command: a thin layer that parses arguments and wires the library crates.
 
 mod cmd;
+mod logging;
 mod progress;
 mod report;
 mod signal;
@@ -9,13 +10,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = cmd::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RODEO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init();
     match cmd::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {

@@ -268,6 +268,11 @@ impl RequestServer {
         self.stats.snapshot()
     }
 
+    /// The live counters themselves, for a monitor that outlives this handle's borrow.
+    pub fn shared_stats(&self) -> Arc<ServerStats> {
+        Arc::clone(&self.stats)
+    }
+
     /// Stops the core thread (pending requests are answered first) and hands back the store.
     pub fn stop(mut self) -> Stopped {
         self.stop.store(true, Ordering::Release);

@@ -4,14 +4,23 @@
 //! S-LINK channels, a supervisor with its L1 emulator, 2 DCMs x 256 slots, one logger, inproc
 //! endpoints; `rodeo config default` prints it). At the end: the balance sheet of protocol rule
 //! 6 and every file written read back and verified. A run that does not balance exits non-zero.
+//!
+//! The partition runs under the lifecycle ([`EmbeddedPartition`]): brought up to RUNNING, run
+//! to `--events`/`--seconds` or until a `stop` arrives over `--http`, then brought down. With
+//! `--http` the HTTP API, `/metrics` and the web page are served for the whole run; with
+//! `--trace` sampled per-event stage time stamps are written as a Chrome/Perfetto trace.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use rodeo_control::config::PartitionConfig;
-use rodeo_control::partition::{run_embedded, RunSummary};
+use rodeo_control::control::RunControl;
+use rodeo_control::embedded::EmbeddedPartition;
+use rodeo_control::http::{HttpConfig, HttpServer};
+use rodeo_control::partition::RunSummary;
 use serde_json::json;
+use std::sync::Arc;
 
 use super::verify::verify_file;
 use crate::progress;
@@ -41,6 +50,18 @@ pub(crate) struct Args {
     /// the configuration says tcp), same configuration, same summary.
     #[arg(long)]
     processes: bool,
+    /// Serve the HTTP API (status, commands, /metrics, the web page) on this address during
+    /// the run, e.g. 127.0.0.1:8080 (overrides control.http; port 0: any free port). Commands
+    /// need `Authorization: Bearer $RODEO_TOKEN` (or control.token).
+    #[arg(long, value_name = "ADDR", conflicts_with = "processes")]
+    http: Option<String>,
+    /// Write per-event stage time stamps (L1 accept, assigned, requests, decision, logged) of
+    /// one event in control.trace_every as a Chrome/Perfetto trace (JSON) to FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "processes")]
+    trace: Option<PathBuf>,
+    /// Trace one event in this many (overrides control.trace_every).
+    #[arg(long, value_name = "N", requires = "trace")]
+    trace_every: Option<u64>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -74,6 +95,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(r) = args.rate {
         config.l1.rate_hz = r;
     }
+    if let Some(h) = &args.http {
+        config.control.http = h.clone();
+    }
+    if let Some(n) = args.trace_every {
+        config.control.trace_every = n;
+    }
     std::fs::create_dir_all(&config.run.output)
         .with_context(|| format!("cannot create output directory {}", config.run.output))?;
     config.run.number = match args.run_number {
@@ -81,6 +108,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => next_run_number(std::path::Path::new(&config.run.output)),
     };
     config.validate()?;
+    crate::logging::apply_config(&config.control.log)?;
 
     let bar = if config.run.events > 0 {
         progress::bar(config.run.events, "events")
@@ -92,19 +120,56 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         bar.finish_and_clear();
         run_processes(&config).context("the partition failed")?
     } else {
-        run_embedded(&config, |live, seconds| {
-            let l1 = live
-                .supervisor
-                .l1_accepts
-                .load(std::sync::atomic::Ordering::Relaxed);
-            if by_events {
-                bar.set_position(l1);
-            } else {
-                bar.set_position((seconds * 1000.0) as u64);
+        let trace_every = args.trace.is_some().then_some(config.control.trace_every);
+        let partition = Arc::new(EmbeddedPartition::new(config.clone(), trace_every));
+        let _server = if config.control.http.is_empty() {
+            None
+        } else {
+            let token = config.control.effective_token();
+            if token.is_none() {
+                eprintln!(
+                    "rodeo: note: no RODEO_TOKEN or control.token: HTTP commands are refused"
+                );
             }
-            bar.set_message(format!("{:.0} kHz", l1 as f64 / seconds.max(1e-9) / 1e3));
-        })
-        .context("the partition failed")?
+            let control: Arc<dyn RunControl> = partition.clone();
+            let server = HttpServer::start(
+                &config.control.http,
+                control,
+                HttpConfig {
+                    token,
+                    ..HttpConfig::default()
+                },
+            )
+            .with_context(|| format!("cannot serve HTTP on {}", config.control.http))?;
+            eprintln!("rodeo: HTTP API on http://{}/", server.local_addr());
+            Some(server)
+        };
+        let summary = partition
+            .run(|live, seconds| {
+                let l1 = live
+                    .supervisor
+                    .l1_accepts
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                if by_events {
+                    bar.set_position(l1);
+                } else {
+                    bar.set_position((seconds * 1000.0) as u64);
+                }
+                bar.set_message(format!("{:.0} kHz", l1 as f64 / seconds.max(1e-9) / 1e3));
+            })
+            .context("the partition failed")?;
+        if let Some(path) = &args.trace {
+            let records = partition.take_traces();
+            let json = rodeo_control::chrome_trace::to_json(&records);
+            std::fs::write(path, serde_json::to_vec(&json)?)
+                .with_context(|| format!("cannot write the trace {}", path.display()))?;
+            eprintln!(
+                "rodeo: trace of {} stage time stamps written to {}",
+                records.len(),
+                path.display()
+            );
+        }
+        summary
     };
     bar.finish_and_clear();
 

@@ -1,0 +1,305 @@
+//! The embedded partition under run control, over the real HTTP server on 127.0.0.1: the
+//! token check, illegal transitions (409 naming the state), a failing transition (ERROR naming
+//! the application), the metrics page, and the web page in headless Chromium.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rodeo_control::config::PartitionConfig;
+use rodeo_control::control::RunControl;
+use rodeo_control::embedded::EmbeddedPartition;
+use rodeo_control::http::{HttpConfig, HttpServer};
+use rodeo_control::lifecycle::State;
+use serde_json::Value;
+
+const TOKEN: &str = "t0ken-for-tests";
+
+/// One request over a fresh connection; returns (status, body).
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(a) = auth {
+        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn command(addr: SocketAddr, auth: Option<&str>, body: &str) -> (u16, Value) {
+    let (code, text) = http(addr, "POST", "/api/command", auth, body);
+    (code, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn config(output: &Path) -> PartitionConfig {
+    let mut c = PartitionConfig::default();
+    c.run.output = output.display().to_string();
+    c.run.events = 0;
+    c.run.seconds = 600.0;
+    c.l1.rate_hz = 2000.0;
+    c.dcm.slots = 16;
+    c
+}
+
+fn serve(c: PartitionConfig) -> (Arc<EmbeddedPartition>, HttpServer) {
+    let p = Arc::new(EmbeddedPartition::new(c, None));
+    let control: Arc<dyn RunControl> = p.clone();
+    let server = HttpServer::start(
+        "127.0.0.1:0",
+        control,
+        HttpConfig {
+            token: Some(TOKEN.into()),
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    (p, server)
+}
+
+fn status(addr: SocketAddr) -> Value {
+    let (code, body) = http(addr, "GET", "/api/status", None, "");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn commands_need_the_token_and_illegal_ones_name_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, server) = serve(config(dir.path()));
+    let addr = server.local_addr();
+    assert_eq!(status(addr)["state"], "NONE");
+
+    // No token, a wrong one, another scheme: 401, nothing changes.
+    for auth in [None, Some("wrong"), Some("")] {
+        let (code, _) = command(addr, auth, r#"{"command":"initialize"}"#);
+        assert_eq!(code, 401);
+    }
+    assert_eq!(p.state(), State::None);
+    // Bad JSON and unknown commands: 400.
+    assert_eq!(command(addr, Some(TOKEN), "stop").0, 400);
+    assert_eq!(command(addr, Some(TOKEN), r#"{"command":"halt"}"#).0, 400);
+    // Illegal: 409 naming the state.
+    let (code, body) = command(addr, Some(TOKEN), r#"{"command":"start"}"#);
+    assert_eq!(code, 409);
+    assert!(body["error"].as_str().unwrap().contains("NONE"), "{body}");
+
+    // Up to RUNNING step by step, over HTTP.
+    for (c, s) in [
+        ("initialize", "INITIAL"),
+        ("configure", "CONFIGURED"),
+        ("connect", "CONNECTED"),
+        ("start", "RUNNING"),
+    ] {
+        let (code, body) = command(addr, Some(TOKEN), &format!(r#"{{"command":"{c}"}}"#));
+        assert_eq!(
+            (code, body["state"].as_str()),
+            (200, Some(s)),
+            "{c}: {body}"
+        );
+    }
+    let (code, body) = command(addr, Some(TOKEN), r#"{"command":"configure"}"#);
+    assert_eq!(code, 409);
+    assert!(
+        body["error"].as_str().unwrap().contains("RUNNING"),
+        "{body}"
+    );
+    let st = status(addr);
+    assert!(
+        st["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["state"] == "RUNNING"),
+        "{st}"
+    );
+    // Data flows: wait (bounded) for some L1 accepts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status(addr)["l1_accepts"].as_u64().unwrap() < 100 {
+        assert!(Instant::now() < deadline, "no data flowed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Metrics: counters and histograms, every family typed.
+    let (code, metrics) = http(addr, "GET", "/metrics", None, "");
+    assert_eq!(code, 200);
+    let samples = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    assert!(samples >= 20, "{samples} samples");
+    assert!(metrics.contains("# TYPE rodeo_l1_accepts_total counter"));
+    assert!(metrics.contains("# TYPE rodeo_dcm_request_latency_seconds histogram"));
+    assert!(metrics.contains("rodeo_dcm_request_latency_seconds_bucket{app=\"dcm-1\",le=\"+Inf\"}"));
+    assert!(metrics.contains("rodeo_partition_state{state=\"RUNNING\"} 1"));
+    let (code, toml) = http(addr, "GET", "/api/config", None, "");
+    assert_eq!(code, 200);
+    assert!(
+        PartitionConfig::from_toml(&toml, "served").is_ok(),
+        "{toml}"
+    );
+    assert_eq!(http(addr, "GET", "/nope", None, "").0, 404);
+    assert_eq!(http(addr, "DELETE", "/api/status", None, "").0, 405);
+
+    // Down, over HTTP: stop drains, the balance sheet adds up.
+    for (c, s) in [
+        ("stop", "CONNECTED"),
+        ("disconnect", "CONFIGURED"),
+        ("unconfigure", "INITIAL"),
+        ("shutdown", "NONE"),
+    ] {
+        let (code, body) = command(addr, Some(TOKEN), &format!(r#"{{"command":"{c}"}}"#));
+        assert_eq!(
+            (code, body["state"].as_str()),
+            (200, Some(s)),
+            "{c}: {body}"
+        );
+    }
+    let summary = p.take_summary().expect("a balance sheet after disconnect");
+    assert!(summary.l1_accepts >= 100);
+    assert!(summary.balanced(), "{:?}", summary.problems);
+}
+
+#[test]
+fn a_failing_transition_puts_the_partition_in_error_naming_the_application() {
+    let dir = tempfile::tempdir().unwrap();
+    // The output "directory" is under a regular file: the loggers' directory cannot be made.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let (p, server) = serve(config(&file.join("sub")));
+    let addr = server.local_addr();
+    assert_eq!(
+        command(addr, Some(TOKEN), r#"{"command":"initialize"}"#).0,
+        200
+    );
+    let (code, body) = command(addr, Some(TOKEN), r#"{"command":"configure"}"#);
+    assert_eq!(code, 500, "{body}");
+    assert_eq!(body["application"], "logger-1");
+    assert_eq!(body["state"], "ERROR");
+    let st = status(addr);
+    assert_eq!(st["state"], "ERROR");
+    assert!(
+        st["error"].as_str().unwrap().starts_with("logger-1:"),
+        "{st}"
+    );
+    let logger = &st["apps"].as_array().unwrap()[0];
+    assert_eq!(
+        (logger["name"].as_str(), logger["state"].as_str()),
+        (Some("logger-1"), Some("ERROR"))
+    );
+    assert!(!st["recent_errors"].as_array().unwrap().is_empty());
+    // From ERROR only shutdown.
+    assert_eq!(
+        command(addr, Some(TOKEN), r#"{"command":"connect"}"#).0,
+        409
+    );
+    assert_eq!(
+        command(addr, Some(TOKEN), r#"{"command":"shutdown"}"#).0,
+        200
+    );
+    assert_eq!(p.state(), State::None);
+    // run() reports the same failure, naming the application.
+    let e = EmbeddedPartition::new(config(&file.join("sub")), None)
+        .run(|_, _| {})
+        .unwrap_err();
+    assert_eq!(e.who(), "logger-1");
+}
+
+/// Headless Chromium, if present: `--dump-dom` after the page's script ran (virtual time).
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+fn dump_dom(browser: &str, url: &str) -> String {
+    let out = std::process::Command::new("timeout")
+        .args([
+            "120",
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ])
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_web_page_shows_the_state_in_chromium() {
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have chromium (.ci/run installs it)"
+        );
+        eprintln!("skipped: no chromium on this machine (apt-get install chromium)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (p, server) = serve(config(dir.path()));
+    let url = format!("http://{}/", server.local_addr());
+    for c in ["initialize", "configure", "connect", "start"] {
+        p.command(c.parse().unwrap()).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while p.status().l1_accepts == 0 {
+        assert!(Instant::now() < deadline, "no data flowed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dom = dump_dom(browser, &url);
+    assert!(dom.contains("data-state=\"RUNNING\""), "{dom}");
+    assert!(
+        dom.contains("<tr data-app=\"dcm-1\"><td>dcm-1</td><td>dcm</td><td>RUNNING</td>"),
+        "{dom}"
+    );
+    // Stopped through the HTTP API with the token, as the page's stop button does.
+    let (code, _) = command(server.local_addr(), Some(TOKEN), r#"{"command":"stop"}"#);
+    assert_eq!(code, 200);
+    let dom = dump_dom(browser, &url);
+    assert!(dom.contains("data-state=\"CONNECTED\""), "{dom}");
+    assert!(
+        dom.contains("<td>supervisor</td><td>supervisor</td><td>CONNECTED</td>"),
+        "{dom}"
+    );
+    let l1: u64 = p.status().l1_accepts;
+    assert!(
+        dom.contains(&format!("<b id=\"l1\">{l1}</b>")),
+        "page shows {l1} L1 accepts: {dom}"
+    );
+    for c in ["disconnect", "unconfigure", "shutdown"] {
+        p.command(c.parse().unwrap()).unwrap();
+    }
+}

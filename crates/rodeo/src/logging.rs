@@ -1,0 +1,42 @@
+//! Structured logs (`tracing`) to stderr, with per-module levels.
+//!
+//! The filter is `RODEO_LOG` when set (tracing's syntax: `warn,rodeo_control=info`), else
+//! `warn` until a command has read its configuration, which may then set `control.log`
+//! ([`apply_config`]); the environment variable always wins.
+
+use std::sync::OnceLock;
+
+use anyhow::Context as _;
+use tracing_subscriber::{reload, EnvFilter, Registry};
+
+static HANDLE: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+/// Installs the subscriber (once, at the start of `main`).
+pub(crate) fn init() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = EnvFilter::try_from_env("RODEO_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let (filter, handle) = reload::Layer::new(filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .is_ok()
+    {
+        let _ = HANDLE.set(handle);
+    }
+}
+
+/// Applies the configuration's `control.log` filter, unless `RODEO_LOG` is set.
+pub(crate) fn apply_config(directives: &str) -> anyhow::Result<()> {
+    if std::env::var_os("RODEO_LOG").is_some() || directives.trim().is_empty() {
+        return Ok(());
+    }
+    let filter = EnvFilter::try_new(directives)
+        .with_context(|| format!("configuration field `control.log` = {directives:?}"))?;
+    if let Some(h) = HANDLE.get() {
+        h.reload(filter).context("cannot change the log filter")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! `rodeo run --http` end to end (the issue's acceptance check, shortened): a real `rodeo run`
+//! process serves RUNNING status and metrics, refuses a stop without the token, stops cleanly
+//! with it, balances, and writes its `--trace`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(a) = auth {
+        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (
+        status,
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+#[test]
+fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args([
+            "run",
+            "--seconds",
+            "300",
+            "--rate",
+            "5000",
+            "--http",
+            "127.0.0.1:0",
+            "--json",
+            "--trace-every",
+            "50",
+            "--output",
+        ])
+        .arg(dir.path())
+        .arg("--trace")
+        .arg(&trace)
+        .env("RODEO_TOKEN", "secret-1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The address is on stderr ("rodeo: HTTP API on http://ADDR/").
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[rodeo] {line}");
+            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
+                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the HTTP address");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let (code, body) = http(addr, "GET", "/api/status", None, "");
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        if v["state"] == "RUNNING" && v["events_written"].as_u64() > Some(0) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "never RUNNING with events: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status["run_number"], 1);
+    let (code, metrics) = http(addr, "GET", "/metrics", None, "");
+    assert_eq!(code, 200);
+    let samples: Vec<&str> = metrics
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(samples.len() >= 20, "{} samples", samples.len());
+    assert!(samples
+        .iter()
+        .any(|l| l.starts_with("rodeo_dcm_events_total{")));
+    assert!(samples
+        .iter()
+        .any(|l| l.starts_with("rodeo_event_build_latency_seconds_bucket{")));
+    assert!(samples
+        .iter()
+        .any(|l| l.starts_with("rodeo_file_bytes_written_total{")));
+
+    let stop = r#"{"command":"stop"}"#;
+    assert_eq!(http(addr, "POST", "/api/command", None, stop).0, 401);
+    assert_eq!(
+        http(addr, "POST", "/api/command", Some("secret-2"), stop).0,
+        401
+    );
+    let (code, body) = http(addr, "POST", "/api/command", Some("secret-1"), stop);
+    assert_eq!(code, 200, "{body}");
+
+    // The run goes down and ends by itself, balanced.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rodeo run did not end after stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(exit.success(), "{out}");
+    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(summary["balanced"], true, "{summary}");
+    assert!(
+        summary["seconds"].as_f64().unwrap() < 290.0,
+        "stopped by HTTP, not by time"
+    );
+
+    // The trace: stage instants of sampled events (multiples of 50), and spans.
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = t["traceEvents"].as_array().unwrap();
+    for stage in [
+        "l1_accept",
+        "assigned",
+        "request_sent",
+        "request_answered",
+        "decided",
+        "done",
+    ] {
+        assert!(
+            events.iter().any(|e| e["name"] == stage),
+            "no {stage} in the trace"
+        );
+    }
+    assert!(events
+        .iter()
+        .filter(|e| e["ph"] == "i")
+        .all(|e| e["args"]["global_id"].as_u64().unwrap() % 50 == 0));
+    assert!(events.iter().any(|e| e["ph"] == "b"));
+}
+
+#[test]
+fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let run = |log: &str, env: Option<&str>| {
+        std::fs::write(
+            &cfg,
+            format!("[run]\nevents = 2000\n[control]\nlog = \"{log}\"\n"),
+        )
+        .unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+        c.args(["run", "--json", "--config"])
+            .arg(&cfg)
+            .arg("--output")
+            .arg(dir.path());
+        c.env_remove("RODEO_LOG");
+        if let Some(e) = env {
+            c.env("RODEO_LOG", e);
+        }
+        c.output().unwrap()
+    };
+    let out = run("warn,rodeo_control=info", None);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("partition command") && err.contains("run started"),
+        "{err}"
+    );
+    // RODEO_LOG wins over the configuration.
+    let out = run("warn,rodeo_control=info", Some("error"));
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("partition command"));
+    // A bad filter is an error naming the field.
+    let out = run("rodeo_control=loud", None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("control.log"));
+}

@@ -1,0 +1,99 @@
+"""rodeo.Client against a real `rodeo run --http` process: status, metrics (cross-checked with
+prometheus_client's parser), the token check, an illegal transition, a clean stop."""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import rodeo
+
+TOKEN = "py-token-42"
+
+
+@pytest.fixture()
+def running(rodeo_bin, tmp_path):
+    """`rodeo run --http 127.0.0.1:0` for up to 300 s; yields (url, process)."""
+    env = dict(os.environ, RODEO_TOKEN=TOKEN)
+    p = subprocess.Popen(
+        [str(rodeo_bin), "run", "--seconds", "300", "--rate", "5000", "--json",
+         "--http", "127.0.0.1:0", "--output", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    url = None
+    deadline = time.monotonic() + 60
+    while url is None and time.monotonic() < deadline:
+        line = p.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"HTTP API on (http://\S+?)/?$", line.strip())
+        if m:
+            url = m.group(1)
+    assert url, "no HTTP address from rodeo run"
+    try:
+        yield url, p
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=30)
+
+
+def wait_running(client):
+    deadline = time.monotonic() + 60
+    while True:
+        s = client.status()
+        if s["state"] == "RUNNING" and s["events_written"] > 0:
+            return s
+        assert time.monotonic() < deadline, s
+        time.sleep(0.1)
+
+
+def test_status_metrics_token_and_stop(running):
+    url, proc = running
+    c = rodeo.Client(url, token=TOKEN)
+    s = wait_running(c)
+    assert s["run_number"] == 1
+    assert {a["role"] for a in s["apps"]} == {"logger", "ros", "dcm", "supervisor"}
+    assert "[dcm]" in c.config()
+
+    m = c.metrics()
+    assert len(m) >= 20
+    assert m['rodeo_partition_state{state="RUNNING"}'] == 1.0
+    assert m['rodeo_l1_accepts_total{app="supervisor"}'] > 0
+    # The same page through Prometheus's own parser: every family typed, counters and
+    # histograms among them, the histogram consistent (+Inf bucket == count).
+    families = {f.name: f for f in text_string_to_metric_families(c.metrics_text())}
+    assert families["rodeo_l1_accepts"].type == "counter"
+    h = families["rodeo_dcm_request_latency_seconds"]
+    assert h.type == "histogram"
+    by = {(x.name, x.labels.get("app"), x.labels.get("le")): x.value for x in h.samples}
+    assert by[("rodeo_dcm_request_latency_seconds_bucket", "dcm-1", "+Inf")] == \
+        by[("rodeo_dcm_request_latency_seconds_count", "dcm-1", None)] > 0
+    assert sum(len(f.samples) for f in families.values()) >= 20
+
+    with pytest.raises(rodeo.Unauthorized):
+        rodeo.Client(url, token="wrong").command("stop")
+    with pytest.raises(rodeo.Unauthorized):
+        rodeo.Client(url, token="").command("stop")
+    with pytest.raises(rodeo.IllegalTransition, match="RUNNING"):
+        c.command("configure")
+    with pytest.raises(rodeo.ControlError):
+        c.command("halt")
+    assert c.command("stop") == "CONNECTED"
+
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    summary = json.loads(out)
+    assert summary["balanced"] is True
+    assert summary["events_written"] > 0
+
+
+def test_parse_metrics_reads_labels_and_special_values():
+    m = rodeo.client.parse_metrics(
+        '# HELP x y\n# TYPE x counter\nx_total{a="b\\"c"} 3\nh_bucket{le="+Inf"} +Inf\ny 1e3\n'
+    )
+    assert m == {'x_total{a="b\\"c"}': 3.0, 'h_bucket{le="+Inf"}': float("inf"), "y": 1000.0}
