@@ -40,6 +40,7 @@ use rodeo_dataflow::dcm::{self, DcmCounters, DcmSummary};
 use rodeo_dataflow::logger::{self, LoggerCounters, LoggerSummary};
 use rodeo_dataflow::supervisor::{self, SupervisorSummary};
 use rodeo_dataflow::trace::TraceRecord;
+use rodeo_dataflow::trigger::TriggerAlgorithm;
 use rodeo_dataflow::AppHandle;
 use rodeo_memory::{LogHistogram, PagePool};
 use rodeo_readout::node::ReadoutNode;
@@ -112,10 +113,14 @@ struct Monitors {
     nodes: Vec<(String, Arc<ServerStats>, PagePool)>,
 }
 
+/// Makes the trigger algorithm of the DCM named by the argument (one per DCM, on connect).
+pub type TriggerFactory = Arc<dyn Fn(&str) -> Box<dyn TriggerAlgorithm> + Send + Sync>;
+
 /// The embedded partition; see the module docs.
 pub struct EmbeddedPartition {
     config: PartitionConfig,
     trace_every: Option<u64>,
+    trigger: Option<TriggerFactory>,
     apps: Mutex<Apps>,
     view: Mutex<View>,
     monitors: Mutex<Arc<Monitors>>,
@@ -168,6 +173,7 @@ impl EmbeddedPartition {
         add(&layout.supervisor.name, "supervisor");
         EmbeddedPartition {
             trace_every,
+            trigger: None,
             apps: Mutex::new(Apps::default()),
             view: Mutex::new(View {
                 lifecycle: Lifecycle::new("partition"),
@@ -184,6 +190,13 @@ impl EmbeddedPartition {
             last_failure: Mutex::new(None),
             config,
         }
+    }
+
+    /// Uses `factory` for the DCMs' trigger algorithms instead of the configuration's
+    /// emulated one (`[trigger]`), e.g. a Python callable (rodeo-pytrigger).
+    pub fn with_trigger(mut self, factory: TriggerFactory) -> EmbeddedPartition {
+        self.trigger = Some(factory);
+        self
     }
 
     /// The partition's state.
@@ -379,7 +392,10 @@ impl EmbeddedPartition {
             let counters = Arc::new(DcmCounters::default());
             enable(&counters.trace);
             live.dcms.push(Arc::clone(&counters));
-            let algorithm = Box::new(layout.trigger.clone());
+            let algorithm: Box<dyn TriggerAlgorithm> = match &self.trigger {
+                Some(make) => make(&dc.name),
+                None => Box::new(layout.trigger.clone()),
+            };
             apps.dcms.push(
                 dcm::spawn(dc.clone(), t, algorithm, counters).map_err(|e| fail(&dc.name, e))?,
             );

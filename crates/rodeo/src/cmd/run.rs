@@ -62,9 +62,52 @@ pub(crate) struct Args {
     /// Trace one event in this many (overrides control.trace_every).
     #[arg(long, value_name = "N", requires = "trace")]
     trace_every: Option<u64>,
+    /// Run this Python callable as every DCM's trigger algorithm: FILE.py:FUNCTION or
+    /// MODULE:FUNCTION (docs/python.md, "Trigger algorithms in Python"). Needs a rodeo built
+    /// with `--features python`.
+    #[arg(long, value_name = "SPEC", conflicts_with = "processes")]
+    trigger: Option<String>,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
+}
+
+/// The DCMs' trigger factory for `--trigger SPEC`, and a closure reporting its counters.
+#[cfg(feature = "python")]
+fn python_trigger(
+    spec: &str,
+) -> anyhow::Result<(
+    rodeo_control::embedded::TriggerFactory,
+    Box<dyn Fn() -> serde_json::Value>,
+)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let loader = rodeo_pytrigger::PyTriggerLoader::load(spec)?;
+    let stats = Arc::clone(loader.stats());
+    let factory: rodeo_control::embedded::TriggerFactory =
+        Arc::new(move |_dcm: &str| Box::new(loader.make()));
+    let report = Box::new(move || {
+        json!({
+            "calls": stats.calls.load(Relaxed),
+            "accepts": stats.accepts.load(Relaxed),
+            "rejects": stats.rejects.load(Relaxed),
+            "more_robs": stats.more_robs.load(Relaxed),
+            "errors": stats.errors.load(Relaxed),
+        })
+    });
+    Ok((factory, report))
+}
+
+#[cfg(not(feature = "python"))]
+fn python_trigger(
+    spec: &str,
+) -> anyhow::Result<(
+    rodeo_control::embedded::TriggerFactory,
+    Box<dyn Fn() -> serde_json::Value>,
+)> {
+    anyhow::bail!(
+        "--trigger {spec}: this rodeo was built without Python triggers; build it with \
+         `cargo build --release --features python` (needs python3-dev)"
+    )
 }
 
 /// Loads the configuration file (or the default) and applies the command-line overrides.
@@ -116,12 +159,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         progress::bar((config.run.seconds * 1000.0) as u64, "ms")
     };
     let by_events = config.run.events > 0;
+    let mut trigger_report: Option<Box<dyn Fn() -> serde_json::Value>> = None;
     let summary = if args.processes {
         bar.finish_and_clear();
         run_processes(&config).context("the partition failed")?
     } else {
         let trace_every = args.trace.is_some().then_some(config.control.trace_every);
-        let partition = Arc::new(EmbeddedPartition::new(config.clone(), trace_every));
+        let mut partition = EmbeddedPartition::new(config.clone(), trace_every);
+        if let Some(spec) = &args.trigger {
+            let (factory, report) = python_trigger(spec)?;
+            partition = partition.with_trigger(factory);
+            trigger_report = Some(report);
+        }
+        let partition = Arc::new(partition);
         let _server = if config.control.http.is_empty() {
             None
         } else {
@@ -190,7 +240,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ));
     }
     let balanced = problems.is_empty();
-    print_summary(&summary, verified, &problems, balanced, args.json);
+    let trigger = trigger_report.map(|r| r());
+    print_summary(&summary, verified, &problems, balanced, trigger, args.json);
     if !balanced {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
     }
@@ -345,7 +396,14 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     Ok(summary)
 }
 
-fn print_summary(s: &RunSummary, verified: u64, problems: &[String], balanced: bool, json: bool) {
+fn print_summary(
+    s: &RunSummary,
+    verified: u64,
+    problems: &[String],
+    balanced: bool,
+    trigger: Option<serde_json::Value>,
+    json: bool,
+) {
     if json {
         let nodes: Vec<_> = s
             .nodes
@@ -380,9 +438,13 @@ fn print_summary(s: &RunSummary, verified: u64, problems: &[String], balanced: b
                 "l1_rate_hz": s.l1_rate_hz,
                 "balanced": balanced,
                 "problems": problems,
+                "python_trigger": trigger,
             })
         );
         return;
+    }
+    if let Some(t) = &trigger {
+        println!("python trigger: {t}");
     }
     println!("run {} -> {}", s.run, s.output.display());
     println!(
