@@ -440,6 +440,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                         let _ = ch.push_superpage(filled.superpage);
                         rx.agg.check_timeouts();
                         rx.agg.publish_horizon();
+                        rx.agg.publish();
                         rx.sync_counters();
                         published.publish(&rx.agg.c);
                     }
@@ -459,6 +460,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                 }
                 rx.agg.now = shared.now();
                 rx.agg.check_timeouts();
+                rx.agg.publish();
                 published.publish(&rx.agg.c);
                 backoff.wait();
             }
@@ -475,13 +477,16 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             if rx.agg.base() < h {
                 rx.agg.now = shared.now();
                 rx.agg.flush_until(h);
+                rx.agg.publish();
                 backoff.reset();
             } else {
+                rx.agg.publish();
                 backoff.wait();
             }
         }
         let h = shared.horizon.load(Ordering::Acquire);
         rx.agg.flush_until(h);
+        rx.agg.publish();
         rx.sync_counters();
         let mut c = rx.agg.c;
         c.pin_failures += u64::from(pin_failed);

@@ -183,6 +183,11 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     arrived: Vec<u64>,
     open_events: usize,
     waiting_since: u64,
+    /// The base event with no packet here that another thread has published, and when that
+    /// was first seen (the timeout of such an event runs from then).
+    behind: (u64, u64),
+    /// The last `assembled` read: ring cells below it plus the window are free.
+    assembled_seen: u64,
     pub(crate) now: u64,
     /// One past the newest event seen.
     end_seen: u64,
@@ -227,6 +232,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             arrived: vec![0; window * words_per_slot],
             open_events: 0,
             waiting_since: 0,
+            behind: (u64::MAX, 0),
+            assembled_seen: 0,
             now: 0,
             end_seen: 0,
             c: SwRodCounters::default(),
@@ -398,6 +405,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                     if self.aborted() {
                         return None;
                     }
+                    // Blocks may be held by parts written but not yet published.
+                    self.publish();
                     backoff.wait();
                 }
             }
@@ -502,33 +511,16 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             }
         };
         self.arrived[bits].fill(0);
-        if !self.shared.accepts(seq) {
-            self.c.slot_waits += 1;
-            self.shared.horizon.fetch_max(
-                self.end_seen.max(seq + 1),
-                std::sync::atomic::Ordering::AcqRel,
-            );
-            // The slower thread is usually only a little behind (or was preempted): spin and
-            // yield for a while before sleeping.
-            let mut tries = 0u32;
-            while !self.shared.accepts(seq) {
-                if self.aborted() {
-                    return false;
-                }
-                tries = tries.saturating_add(1);
-                if tries < 64 {
-                    std::hint::spin_loop();
-                } else if tries < 20_000 {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
+        if seq >= self.assembled_seen + self.window {
+            self.assembled_seen = self.shared.assembled();
+            if seq >= self.assembled_seen + self.window && !self.wait_for_ring(seq) {
+                return false;
             }
         }
-        // SAFETY: this is thread `self.t` (one Aggregator per thread index), the slot accepts
-        // `seq` (checked just above) and `base` moves past `seq` right after, so `put` is called
-        // once per event.
-        let parts = unsafe { self.shared.put(self.t, seq, part, self.now) };
+        // SAFETY: this is thread `self.t` (one Aggregator per thread index); `seq` is below the
+        // `assembled` we read plus the window (checked just above), and it is this thread's next
+        // event: `base` moves past it right after, and marks publish `base`.
+        unsafe { self.shared.write(self.t, seq, part) };
         self.base += 1;
         self.base_mod += 1;
         if self.base_mod == self.plan.modulus {
@@ -543,10 +535,54 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             self.base_raw = self.base_raw.wrapping_add(1);
         }
         self.set_fast_span();
-        if let Some(parts) = parts {
-            self.assemble(seq, parts);
-        }
         true
+    }
+
+    /// Waits until the ring cell of `seq` is free (this thread is a window ahead of the
+    /// assembly), publishing and assembling meanwhile. False when the run is aborting.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_ring(&mut self, seq: u64) -> bool {
+        self.c.slot_waits += 1;
+        self.shared.horizon.fetch_max(
+            self.end_seen.max(seq + 1),
+            std::sync::atomic::Ordering::AcqRel,
+        );
+        // The slower thread is usually only a little behind (or was preempted): spin and yield
+        // for a while before sleeping.
+        let mut tries = 0u32;
+        loop {
+            self.publish();
+            self.assembled_seen = self.shared.assembled();
+            if seq < self.assembled_seen + self.window {
+                return true;
+            }
+            if self.aborted() {
+                return false;
+            }
+            tries = tries.saturating_add(1);
+            if tries < 64 {
+                std::hint::spin_loop();
+            } else if tries < 20_000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Publishes this thread's mark (its parts of every event below `base` are written) and
+    /// assembles every complete event nobody is assembling.
+    pub(crate) fn publish(&mut self) {
+        self.shared.publish(self.t, self.base);
+        while let Some((start, end)) = self.shared.try_claim() {
+            for seq in start..end {
+                // SAFETY: we hold the claim of `start..end` and take each event once.
+                let parts = unsafe { self.shared.take(seq) };
+                self.assemble(seq, parts);
+            }
+            self.shared.release(end);
+        }
     }
 
     /// Puts the packets of a part into E-link order (rare: only when they arrived out of order).
@@ -719,11 +755,15 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 s.opened_at
             } else if self.open_events > 0 {
                 self.waiting_since
-            } else {
-                match self.shared.first_part_at(self.base) {
-                    Some(t) => t,
-                    None => return,
+            } else if self.shared.others_past(self.t, self.base) {
+                // Another thread has its part of our base event, for which we have no packet:
+                // the timeout runs from when we first saw that.
+                if self.behind.0 != self.base {
+                    self.behind = (self.base, self.now);
                 }
+                self.behind.1
+            } else {
+                return;
             };
             if self.now.saturating_sub(since) < self.plan.timeout_ns {
                 return;
