@@ -15,15 +15,21 @@
 //! inside a block does not matter for the fragments: each packet of a block has its own L1ID,
 //! and the window is at least as large as a block's packet count (checked at configuration).
 //!
-//! Per packet: the decoder gives the L1ID; its distance from the oldest open event gives the
-//! event number, and its low bits the window slot (no hashing). One bit per (slot, E-link) says
-//! whether the packet already arrived (duplicates). The packet is copied once, behind its 2-word
-//! packet header, into the thread's memory block for that L1ID.
+//! Per packet (the inline fast path): the decoder gives the L1ID; its raw difference from the
+//! oldest open event's extended L1ID gives the event number whenever no L1ID wrap or ECR lies in
+//! between (`fast_span`, recomputed once per event; anything else goes to the out-of-line
+//! `seq_slow`), and its low bits the window slot (no hashing, no division). One bit per (slot,
+//! E-link) says whether the packet already arrived (duplicates); the number of E-links arrived
+//! is the bits' population count, taken once per block and per event rather than counted per
+//! packet. The packet is copied once, with fixed-size moves, behind its 2-word packet header,
+//! into the thread's memory block for that L1ID. Rare outcomes (overflow, flagged packets,
+//! window moves, late packets) are `#[cold]` functions.
 //!
 //! # Events, in order
 //!
 //! A thread closes ("finalizes") its part of events strictly in event order, at `base`: when
-//! every one of its E-links has delivered (the normal case), when the base event is older than
+//! every one of its E-links has delivered (the normal case, checked after each block), when the
+//! base event is older than
 //! the timeout, when a packet arrives a whole window ahead (the window moves past the base), or
 //! at the end of the run.
 //!
@@ -31,9 +37,10 @@
 //!
 //! Everything here belongs to one thread: the window's local slots and their blocks, the
 //! arrival bits, the reassemblers, the pool cache and the counters (plain `u64`s, published to
-//! the builder's shared mirror once per superpage). The only shared state a thread touches is
-//! its slot in the [`Shared`] window, once per event, and the pool when its cache runs empty.
-//! Nothing shared is written per packet.
+//! the builder's shared mirror once per superpage). The shared state a thread touches: its own
+//! ring cell in [`Shared`] once per event (read by the assembler later), its completion mark and
+//! the other marks once per superpage, the assembly claim when there is something to assemble,
+//! and the pool when its cache runs empty. Nothing shared is written per packet.
 
 use rodeo_format::felix::{ChunkFlags, ElinkReassembler, Subchunk, SubchunkType, TrailerSize};
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
