@@ -9,9 +9,10 @@
 //! When a thread has closed its part of an L1ID, it leaves the block in its own ring of parts
 //! and, once per superpage (a batch of events), publishes how far it has got in a completion
 //! mark on a cache line of its own. An L1ID is complete when every thread's mark has passed it;
-//! the thread that finds complete L1IDs not yet assembled claims them all at once, writes each
-//! one's ROB and ROD headers and trailer in place and hands the N blocks, joined by reference,
-//! to the [`FragmentSink`] as one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
+//! complete L1IDs are assembled in groups of 64, group `g` by thread `g % N` (so the threads
+//! share the assembly evenly), when it next publishes: it writes each one's ROB and ROD headers
+//! and trailer in place and hands the N blocks, joined by reference, to the [`FragmentSink`] as
+//! one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
 //! block; a packet split over FELIX blocks is first rebuilt in its E-link's reassembly buffer.
 //! No block is ever copied to join it to the others.
 //!
@@ -19,8 +20,9 @@
 //! pays a queue hop per packet (or per block) and caps the whole builder at one core, which at
 //! 100 MHz of packets leaves about 10 cycles per packet. With per-thread blocks and rings the
 //! threads share no cache line per packet and no read-modify-write per L1ID: per batch, one
-//! store of a mark, a read of the other marks and, by the assembling thread, one claim; the
-//! assembler reads the other threads' part summaries (a few words per L1ID) from their rings.
+//! store of a mark and of an assembly cursor, and reads of the other threads' marks and cursors;
+//! the assembler reads the other threads' part summaries (a few words per L1ID) from their
+//! rings.
 //!
 //! # Configuration and the L1ID window
 //!
@@ -493,7 +495,10 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         }
         let h = shared.horizon.load(Ordering::Acquire);
         rx.agg.flush_until(h);
-        rx.agg.publish();
+        // Every thread's final mark is `h`: assemble this thread's share of what is left.
+        if !rx.agg.complete_until(h) {
+            return Err(SwRodError::Panicked(usize::MAX));
+        }
         rx.sync_counters();
         let mut c = rx.agg.c;
         c.pin_failures += u64::from(pin_failed);

@@ -48,7 +48,7 @@ use rodeo_memory::{Chunk, PoolCache};
 
 use super::decoder::PacketDecoder;
 use super::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
-use super::shared::{Part, Parts, Shared};
+use super::shared::{Part, Parts, Shared, GROUP};
 use super::{Plan, SwRodCounters};
 
 const NO_SEQUENCE: u8 = 0xFF;
@@ -193,8 +193,12 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     /// The base event with no packet here that another thread has published, and when that
     /// was first seen (the timeout of such an event runs from then).
     behind: (u64, u64),
-    /// The last `assembled` read: ring cells below it plus the window are free.
-    assembled_seen: u64,
+    /// The last `released` read: ring cells below it plus the window are free.
+    released_seen: u64,
+    /// Every event of this thread's assembly groups below this is assembled.
+    cursor: u64,
+    /// Inside `publish`'s assembly (a nested publish only stores the mark).
+    assembling: bool,
     pub(crate) now: u64,
     /// One past the newest event seen.
     end_seen: u64,
@@ -240,7 +244,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             open_events: 0,
             waiting_since: 0,
             behind: (u64::MAX, 0),
-            assembled_seen: 0,
+            released_seen: 0,
+            cursor: 0,
+            assembling: false,
             now: 0,
             end_seen: 0,
             c: SwRodCounters::default(),
@@ -518,14 +524,14 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             }
         };
         self.arrived[bits].fill(0);
-        if seq >= self.assembled_seen + self.window {
-            self.assembled_seen = self.shared.assembled();
-            if seq >= self.assembled_seen + self.window && !self.wait_for_ring(seq) {
+        if seq >= self.released_seen + self.window {
+            self.released_seen = self.shared.released();
+            if seq >= self.released_seen + self.window && !self.wait_for_ring(seq) {
                 return false;
             }
         }
         // SAFETY: this is thread `self.t` (one Aggregator per thread index); `seq` is below the
-        // `assembled` we read plus the window (checked just above), and it is this thread's next
+        // `released` we read plus the window (checked just above), and it is this thread's next
         // event: `base` moves past it right after, and marks publish `base`.
         unsafe { self.shared.write(self.t, seq, part) };
         self.base += 1;
@@ -560,8 +566,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         let mut tries = 0u32;
         loop {
             self.publish();
-            self.assembled_seen = self.shared.assembled();
-            if seq < self.assembled_seen + self.window {
+            self.released_seen = self.shared.released();
+            if seq < self.released_seen + self.window {
                 return true;
             }
             if self.aborted() {
@@ -579,16 +585,51 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     }
 
     /// Publishes this thread's mark (its parts of every event below `base` are written) and
-    /// assembles every complete event nobody is assembling.
+    /// assembles the complete events of this thread's groups.
     pub(crate) fn publish(&mut self) {
         self.shared.publish(self.t, self.base);
-        while let Some((start, end)) = self.shared.try_claim() {
-            for seq in start..end {
-                // SAFETY: we hold the claim of `start..end` and take each event once.
-                let parts = unsafe { self.shared.take(seq) };
-                self.assemble(seq, parts);
+        if self.assembling {
+            // Called again from inside an assembly (a pool wait): the mark is enough.
+            return;
+        }
+        let end = self.shared.complete_end();
+        if end <= self.cursor {
+            return;
+        }
+        self.assembling = true;
+        let mut seq = self.cursor;
+        while seq < end {
+            let group_end = ((seq / GROUP + 1) * GROUP).min(end);
+            if self.shared.assembler_of(seq) == self.t as u64 {
+                for s in seq..group_end {
+                    // SAFETY: `s` is in one of our groups, below the `complete_end` we read,
+                    // taken once (our cursor moves past it below), and the cursor is stored
+                    // after.
+                    let parts = unsafe { self.shared.take(s) };
+                    self.assemble(s, parts);
+                }
             }
-            self.shared.release(end);
+            seq = group_end;
+        }
+        self.cursor = end;
+        self.shared.set_cursor(self.t, end);
+        self.assembling = false;
+    }
+
+    /// Publishes and assembles until every event below `end` is complete (end of run: every
+    /// thread's final mark is `end`). False when the run is aborting.
+    pub(crate) fn complete_until(&mut self, end: u64) -> bool {
+        let mut backoff = Backoff::new();
+        loop {
+            self.publish();
+            if self.shared.complete_end() >= end {
+                self.publish();
+                return true;
+            }
+            if self.aborted() {
+                return false;
+            }
+            backoff.wait();
         }
     }
 

@@ -7,37 +7,37 @@
 //! own ring (`rings[t][seq % window]`), a cell no other thread writes. Now and then (once per
 //! superpage, and whenever it has to wait) it publishes `marks[t]`: "my parts of every event
 //! below n are written", one store on a cache line of its own. An event is complete when every
-//! thread's mark has passed it, so there is no shared read-modify-write per event: per batch, a
-//! thread stores its mark, reads the other marks, and the thread that finds complete events not
-//! yet assembled claims them all (one flag), takes their parts from the rings, builds the
-//! fragments and stores `assembled`.
+//! thread's mark has passed it, so there is no shared read-modify-write per event.
+//!
+//! Assembly is shared out by groups of [`GROUP`] consecutive events: group `g` belongs to thread
+//! `g % threads`. When it publishes, a thread reads the other marks and assembles the complete
+//! events of its own groups (taking every thread's part from the rings), then stores
+//! `cursors[t]`: "every event of my groups below n is assembled". So the threads share the
+//! assembly evenly, and each frees as many of the other threads' blocks as they free of its own.
 //!
 //! # State
 //!
 //! | field | written by | meaning |
 //! |---|---|---|
-//! | `rings[t][i]: UnsafeCell` | thread `t` (write), the claim holder (take) | thread `t`'s part of the event `seq` with `seq % window == i` |
-//! | `marks[t]: AtomicU64` | thread `t` | parts of events below this are in the ring |
-//! | `assembled: AtomicU64` | the claim holder | events below this are assembled and their cells empty |
-//! | `assembling: AtomicBool` | any thread | the claim flag: its holder alone assembles |
+//! | `rings[t][i]: UnsafeCell` | thread `t` (write), the event's assembler (take) | thread `t`'s part of the event `seq` with `seq % window == i` |
+//! | `marks[t]: AtomicU64` | thread `t` | its parts of every event below this are in its ring |
+//! | `cursors[t]: AtomicU64` | thread `t` | the events of its groups below this are assembled, their cells empty |
 //!
 //! # Rules
 //!
-//! 1. Thread `t` writes the cell of `seq` only when `seq < assembled + window` (acquire load of
-//!    `assembled`): the previous occupant, `seq - window`, has been taken. It writes each `seq`
-//!    once, in order, and publishes `marks[t] = n` (release) only after writing every `seq < n`.
-//! 2. Only the holder of `assembling` (set by a successful compare-exchange, acquire) takes cells,
-//!    and only of events in `assembled .. min(marks)`: every mark's release happened before its
-//!    acquire load of the marks, so those cells are written and their writers are past them.
-//! 3. The holder stores `assembled` (release) after taking the cells, then clears the flag. A
-//!    writer that sees the new `assembled` therefore never writes a cell still being taken.
-//! 4. Marks, the flag's compare-exchange and its clearing, and the marks' loads in a claim are
-//!    `SeqCst`: a thread whose claim failed because another held the flag had stored its mark
-//!    before; the holder, after clearing the flag, looks at the marks again (`try_claim` in a
-//!    loop), so a published mark is never left unassembled.
-//! 5. A thread a whole window ahead of the assembly waits (counted in `slot_waits`), assembling
-//!    whatever is complete meanwhile: the back-pressure between threads. It publishes its mark
-//!    before waiting, so the slower threads can always complete the events it waits for.
+//! 1. Thread `t` writes the cell of `seq` only when `seq < min(cursors) + window` (acquire
+//!    loads): the previous occupant, `seq - window`, has been taken by its assembler. It writes
+//!    each `seq` once, in order, and publishes `marks[t] = n` (release) only after writing every
+//!    `seq < n`.
+//! 2. Thread `a` takes the cells of `seq` only if `seq` is in one of its groups and below
+//!    `min(marks)` (acquire loads): every cell is written and its writer is past it. No other
+//!    thread takes them (one assembler per group), and `a` takes each `seq` once (its cursor).
+//! 3. `a` stores its cursor (release) after taking the cells, so a writer that sees the new
+//!    cursor never writes a cell still being taken.
+//! 4. A thread a whole window ahead of the assembly waits (counted in `slot_waits`), publishing
+//!    its mark and assembling its groups meanwhile: the back-pressure between threads. Every
+//!    wait of a receiving thread (ring, pool, end of run) publishes and assembles, so the
+//!    events a waiting thread needs assembled always complete.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -83,9 +83,9 @@ unsafe impl Sync for Ring<'_> {}
 pub(crate) struct Shared<'p> {
     rings: Box<[Ring<'p>]>,
     marks: Box<[Line<AtomicU64>]>,
-    assembled: Line<AtomicU64>,
-    assembling: Line<AtomicBool>,
+    cursors: Box<[Line<AtomicU64>]>,
     mask: u64,
+    threads: u64,
     /// End (exclusive) of the events any thread has seen, published now and then.
     pub(crate) horizon: AtomicU64,
     /// Threads whose input has ended.
@@ -97,6 +97,9 @@ pub(crate) struct Shared<'p> {
     epoch: Instant,
 }
 
+/// Events per assembly group (a power of two).
+pub(crate) const GROUP: u64 = 64;
+
 impl<'p> Shared<'p> {
     pub(crate) fn new(window: usize, threads: usize) -> Shared<'p> {
         Shared {
@@ -104,9 +107,9 @@ impl<'p> Shared<'p> {
                 .map(|_| Ring((0..window).map(|_| UnsafeCell::new(None)).collect()))
                 .collect(),
             marks: (0..threads).map(|_| Line(AtomicU64::new(0))).collect(),
-            assembled: Line(AtomicU64::new(0)),
-            assembling: Line(AtomicBool::new(false)),
+            cursors: (0..threads).map(|_| Line(AtomicU64::new(0))).collect(),
             mask: window as u64 - 1,
+            threads: threads as u64,
             horizon: AtomicU64::new(0),
             finished: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -120,10 +123,14 @@ impl<'p> Shared<'p> {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// Events below this are assembled: a thread may write its part of `seq` while
-    /// `seq < assembled() + window`.
-    pub(crate) fn assembled(&self) -> u64 {
-        self.assembled.0.load(Ordering::Acquire)
+    /// Every event below this is assembled: a thread may write its part of `seq` while
+    /// `seq < released() + window`.
+    pub(crate) fn released(&self) -> u64 {
+        self.cursors
+            .iter()
+            .map(|c| c.0.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0)
     }
 
     /// Whether another thread than `t` has published parts of event `seq` (or later ones).
@@ -139,76 +146,54 @@ impl<'p> Shared<'p> {
     /// # Safety
     ///
     /// - `t` is in range and the caller is the only thread using index `t`;
-    /// - `seq < assembled() + window`, read by this thread, and `seq` is the next event of the
+    /// - `seq < released() + window`, read by this thread, and `seq` is the next event of the
     ///   thread (each written once, in order, at or above its last published mark).
     pub(crate) unsafe fn write(&self, t: usize, seq: u64, part: Part<'p>) {
         let cell = &self.rings[t].0[(seq & self.mask) as usize];
-        // SAFETY: rule 1: the previous occupant of the cell was taken before `assembled` was
-        // released past it, and no claim takes this cell before our mark passes `seq`.
+        // SAFETY: rule 1: the previous occupant of the cell was taken before its assembler's
+        // cursor was released past it, and no assembler takes this cell before our mark passes
+        // `seq`.
         unsafe { *cell.get() = Some(part) };
     }
 
     /// Publishes that thread `t` has written its parts of every event below `mark`.
     pub(crate) fn publish(&self, t: usize, mark: u64) {
-        self.marks[t].0.store(mark, Ordering::SeqCst);
+        self.marks[t].0.store(mark, Ordering::Release);
     }
 
-    fn complete_end(&self) -> u64 {
+    /// Every event below this has all its parts written.
+    pub(crate) fn complete_end(&self) -> u64 {
         self.marks
             .iter()
-            .map(|m| m.0.load(Ordering::SeqCst))
+            .map(|m| m.0.load(Ordering::Acquire))
             .min()
             .unwrap_or(0)
     }
 
-    /// Claims the complete events not yet assembled, `start..end`, if there are any and no
-    /// other thread holds the claim. The caller takes their parts with [`take`](Shared::take)
-    /// in order and then calls [`release`](Shared::release)`(end)`.
-    pub(crate) fn try_claim(&self) -> Option<(u64, u64)> {
-        loop {
-            if self.complete_end() <= self.assembled.0.load(Ordering::Acquire) {
-                return None;
-            }
-            if self
-                .assembling
-                .0
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-            {
-                // The holder looks at the marks again after clearing the flag (rule 4).
-                return None;
-            }
-            let start = self.assembled.0.load(Ordering::Relaxed);
-            let end = self.complete_end();
-            if end > start {
-                return Some((start, end));
-            }
-            // Nothing after all: clear the flag, then look again (a thread whose claim failed
-            // meanwhile may have published a mark that our loads above missed).
-            self.assembling.0.store(false, Ordering::SeqCst);
-        }
+    /// The thread that assembles `seq`.
+    pub(crate) fn assembler_of(&self, seq: u64) -> u64 {
+        (seq / GROUP) % self.threads
     }
 
     /// Takes every thread's part of `seq`.
     ///
     /// # Safety
     ///
-    /// The caller holds the claim returned by [`try_claim`](Shared::try_claim) and `seq` lies in
-    /// it; each `seq` is taken once.
+    /// The caller is thread [`assembler_of(seq)`](Shared::assembler_of), has read
+    /// `complete_end() > seq`, takes each `seq` once, and stores its cursor past `seq` only after.
     pub(crate) unsafe fn take(&self, seq: u64) -> Parts<'p> {
         let i = (seq & self.mask) as usize;
         std::array::from_fn(|t| {
             let ring = self.rings.get(t)?;
             // SAFETY: rule 2: every thread's mark is past `seq`, so its cell is written and its
-            // writer does not touch it again before `assembled` moves past `seq` (rule 1); only
-            // the claim holder takes cells.
+            // writer does not touch it again before our cursor moves past `seq` (rules 1, 3);
+            // only the assembler of `seq` takes it.
             unsafe { (*ring.0[i].get()).take() }
         })
     }
 
-    /// Ends a claim: events below `end` are assembled.
-    pub(crate) fn release(&self, end: u64) {
-        self.assembled.0.store(end, Ordering::Release);
-        self.assembling.0.store(false, Ordering::SeqCst);
+    /// Publishes that thread `t` has assembled every event of its groups below `end`.
+    pub(crate) fn set_cursor(&self, t: usize, end: u64) {
+        self.cursors[t].0.store(end, Ordering::Release);
     }
 }
