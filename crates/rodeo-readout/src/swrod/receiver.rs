@@ -52,6 +52,9 @@ use super::shared::{Part, Parts, Shared, GROUP};
 use super::{Plan, SwRodCounters};
 
 const NO_SEQUENCE: u8 = 0xFF;
+/// A thread publishes its mark (and assembles its share) at least every this many events, so
+/// that fragments are assembled while their blocks are still in the caches.
+const PUBLISH_EVERY: u64 = 16;
 /// How many blocks ahead of the walker the input is prefetched.
 const PREFETCH_BLOCKS: usize = 4;
 
@@ -199,6 +202,8 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     cursor: u64,
     /// Inside `publish`'s assembly (a nested publish only stores the mark).
     assembling: bool,
+    /// The last mark published.
+    published: u64,
     pub(crate) now: u64,
     /// One past the newest event seen.
     end_seen: u64,
@@ -247,6 +252,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             released_seen: 0,
             cursor: 0,
             assembling: false,
+            published: 0,
             now: 0,
             end_seen: 0,
             c: SwRodCounters::default(),
@@ -453,6 +459,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     }
 
     /// Finalizes complete events at the base.
+    #[inline(never)]
     fn drain(&mut self) {
         loop {
             if !self.complete((self.base & (self.window - 1)) as usize) {
@@ -465,8 +472,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         }
     }
 
-    /// Closes this thread's part of the base event, hands it to the shared window, and builds
-    /// the fragment if it was the last part. False when the run is aborting.
+    /// Closes this thread's part of the base event and writes it into this thread's ring (the
+    /// fragment is assembled once every thread has published its part). False when the run is
+    /// aborting.
     fn finalize_base(&mut self) -> bool {
         let seq = self.base;
         let si = (seq & (self.plan.window - 1)) as usize;
@@ -586,8 +594,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
 
     /// Publishes this thread's mark (its parts of every event below `base` are written) and
     /// assembles the complete events of this thread's groups.
+    #[inline(never)]
     pub(crate) fn publish(&mut self) {
         self.shared.publish(self.t, self.base);
+        self.published = self.base;
         if self.assembling {
             // Called again from inside an assembly (a pool wait): the mark is enough.
             return;
@@ -953,6 +963,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         }
         // Completion is checked once per block rather than once per packet.
         self.agg.drain();
+        if self.agg.base >= self.agg.published + PUBLISH_EVERY {
+            self.agg.publish();
+        }
     }
 
     /// Walks one block's subchunks (`W32`: 32-bit trailers, else 16-bit).
