@@ -1007,7 +1007,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                     break;
                 }
                 let start = at - padded;
-                if let Some(data) = block.get(start..start + len) {
+                // `start..at` is the padded packet: one check against the block, then one of
+                // the length against the padding.
+                if let Some(data) = block.get(start..at).and_then(|p| p.get(..len)) {
                     agg.packet(local, elink, data, 0);
                 }
                 end = start;
