@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use rodeo_format::felix::check_packet;
 use rodeo_format::fragment::Status;
 use rodeo_readout::generator::L1idCounter;
-use rodeo_readout::swrod::SwRodConfig;
+use rodeo_readout::swrod::{SwRodConfig, SwRodCounters};
 use swrod_common::*;
 
 const EVENTS: u64 = 1500;
@@ -27,7 +27,7 @@ fn build_and_check(
     threads: usize,
     first_l1id: u32,
     window: usize,
-) {
+) -> SwRodCounters {
     let mut thread_elinks = vec![Vec::new(); threads];
     for (g, &t) in groups.iter().zip(&owner) {
         thread_elinks[t].extend_from_slice(g);
@@ -111,6 +111,7 @@ fn build_and_check(
         expected.iter().any(|&e| e >> 24 >= 3),
         "the test crosses ECRs"
     );
+    c
 }
 
 #[test]
@@ -127,6 +128,15 @@ fn two_threads_every_packet_once_in_elink_order() {
         0,
         1024,
     );
+}
+
+#[test]
+fn a_thread_a_window_ahead_waits_for_the_assembly() {
+    // Thread 0 reads one E-link, thread 1 twelve: thread 0 reads far fewer blocks per event and
+    // runs ahead until its ring of parts is a whole (smallest) window ahead of the assembly,
+    // where it must wait for thread 1 while both assemble their share of the events.
+    let c = build_and_check(vec![vec![0], (1..=12).collect()], vec![0, 1], 2, 0, 512);
+    assert!(c.slot_waits > 0, "thread 0 never waited: {c:?}");
 }
 
 #[test]

@@ -126,6 +126,62 @@ fn missing_packet_is_built_at_its_timeout() {
     assert_eq!(census(&seen).len(), 39);
 }
 
+/// Two threads; thread 1 never gets a packet of the last L1ID (its only E-link's is lost) while
+/// both links stay up: thread 1 must close that event on the timeout, counting from when it saw
+/// thread 0's completion mark, and the fragment lists thread 1's E-link as missing.
+#[test]
+fn two_threads_one_without_any_packet_times_out() {
+    let config = SwRodConfig {
+        thread_elinks: vec![vec![1], vec![2]],
+        timeout: Duration::from_millis(50),
+        ..SwRodConfig::default()
+    };
+    let mut a = Stream::new(&[1]);
+    let mut b = Stream::new(&[2]);
+    for n in 0..20u32 {
+        a.packet(0, n, 5, 3);
+        if n != 19 {
+            b.packet(0, n, 5, 3);
+        }
+    }
+    a.flush();
+    b.flush();
+    let idle_a = a.empty_block(0);
+    let idle_b = b.empty_block(0);
+    let players = vec![
+        Player {
+            data: a.bytes(),
+            pos: 0,
+            idle: Some(idle_a),
+        },
+        Player {
+            data: b.bytes(),
+            pos: 0,
+            idle: Some(idle_b),
+        },
+    ];
+    let rec = Recorder::default();
+    let stop = AtomicBool::new(false);
+    let c = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while rec.seen.lock().unwrap().len() < 20 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        run_streams(&config, players, &[0, 1], &rec, 4096, &stop)
+    });
+    let seen = rec.seen.into_inner().unwrap();
+    let by = one_per_l1id(&seen, 20);
+    assert_eq!(by[&19].status, LOST);
+    assert_eq!(by[&19].missing, vec![2]);
+    assert!(by.iter().all(|(&l1, f)| l1 == 19 || f.status.is_ok()));
+    assert_eq!(c.timeouts, 1, "{c:?}");
+    assert_eq!((c.window_moves, c.end_of_run_parts), (0, 0), "{c:?}");
+    assert_eq!(census(&seen).len(), 39);
+}
+
 #[test]
 fn duplicate_and_late_packets_are_dropped_and_counted() {
     let elinks = [1u16, 2];

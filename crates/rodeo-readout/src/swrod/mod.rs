@@ -6,17 +6,23 @@
 //! them, read the card's superpages. Each thread aggregates, per L1ID, the packets of its own
 //! E-links into its **own memory block** from the pool (a [`rodeo_memory::Chunk`], through a
 //! per-thread [`rodeo_memory::PoolCache`]: warmed memory, no shared cache line per allocation).
-//! When a thread has its part of an L1ID, it leaves the block in a slot of the shared window;
-//! the thread that leaves the last part writes the ROB and ROD headers and the trailer in place
-//! and hands the N blocks, joined by reference, to the [`FragmentSink`] as one [`Fragment`]
-//! (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
+//! When a thread has closed its part of an L1ID, it leaves the block in its own ring of parts
+//! and, once per superpage (a batch of events), publishes how far it has got in a completion
+//! mark on a cache line of its own. An L1ID is complete when every thread's mark has passed it;
+//! complete L1IDs are assembled in groups of 64, group `g` by thread `g % N` (so the threads
+//! share the assembly evenly), when it next publishes: it writes each one's ROB and ROD headers
+//! and trailer in place and hands the N blocks, joined by reference, to the [`FragmentSink`] as
+//! one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
 //! block; a packet split over FELIX blocks is first rebuilt in its E-link's reassembly buffer.
 //! No block is ever copied to join it to the others.
 //!
 //! The rejected alternative is one aggregating thread fed by the receivers through queues: it
 //! pays a queue hop per packet (or per block) and caps the whole builder at one core, which at
-//! 100 MHz of packets leaves about 10 cycles per packet. With per-thread blocks the only shared
-//! state is one slot per L1ID, touched once per thread per L1ID.
+//! 100 MHz of packets leaves about 10 cycles per packet. With per-thread blocks and rings the
+//! threads share no cache line per packet and no read-modify-write per L1ID: per batch, one
+//! store of a mark and of an assembly cursor, and reads of the other threads' marks and cursors;
+//! the assembler reads the other threads' part summaries (a few words per L1ID) from their
+//! rings.
 //!
 //! # Configuration and the L1ID window
 //!
@@ -28,8 +34,10 @@
 //! # Faults
 //!
 //! - A missing packet: the fragment is built when the thread's oldest open event is older than
-//!   the timeout, or when a packet arrives a whole window later, or at the end of the run; it is
-//!   flagged TIMEOUT + FRAGMENT_LOST and the ROD status block lists the missing E-links.
+//!   the timeout (for a thread that has no packet at all of an event another thread has
+//!   published, from when it first saw that mark), or when a packet arrives a whole window
+//!   later, or at the end of the run; it is flagged TIMEOUT + FRAGMENT_LOST and the ROD status
+//!   block lists the missing E-links.
 //! - A duplicate (second packet of an E-link for an open L1ID) or late packet (its L1ID already
 //!   built): dropped and counted.
 //! - BCID disagreement within a fragment: BCID_CHECK_FAIL.
@@ -40,7 +48,8 @@
 //! # Back-pressure and shutdown
 //!
 //! A thread that finds the pool empty waits (counted `pool_waits`): the consumer holds too
-//! many fragments. A thread a whole window ahead of another waits for it (`slot_waits`). While a
+//! many fragments. A thread a whole window ahead of the assembly waits for the slower threads
+//! (`slot_waits`), publishing its mark and assembling what is complete meanwhile. While a
 //! thread waits it reads no superpages, so its channels stall and the card applies XOFF.
 //! [`FragmentBuilder::run`] returns when every channel of every thread has ended (link down and
 //! nothing ready) or when the caller's stop flag (or a sink's [`Flow::Stop`]) is set: the threads
@@ -440,6 +449,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                         let _ = ch.push_superpage(filled.superpage);
                         rx.agg.check_timeouts();
                         rx.agg.publish_horizon();
+                        rx.agg.publish();
                         rx.sync_counters();
                         published.publish(&rx.agg.c);
                     }
@@ -459,6 +469,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                 }
                 rx.agg.now = shared.now();
                 rx.agg.check_timeouts();
+                rx.agg.publish();
                 published.publish(&rx.agg.c);
                 backoff.wait();
             }
@@ -475,13 +486,19 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             if rx.agg.base() < h {
                 rx.agg.now = shared.now();
                 rx.agg.flush_until(h);
+                rx.agg.publish();
                 backoff.reset();
             } else {
+                rx.agg.publish();
                 backoff.wait();
             }
         }
         let h = shared.horizon.load(Ordering::Acquire);
         rx.agg.flush_until(h);
+        // Every thread's final mark is `h`: assemble this thread's share of what is left.
+        if !rx.agg.complete_until(h) {
+            return Err(SwRodError::Panicked(usize::MAX));
+        }
         rx.sync_counters();
         let mut c = rx.agg.c;
         c.pin_failures += u64::from(pin_failed);

@@ -15,15 +15,21 @@
 //! inside a block does not matter for the fragments: each packet of a block has its own L1ID,
 //! and the window is at least as large as a block's packet count (checked at configuration).
 //!
-//! Per packet: the decoder gives the L1ID; its distance from the oldest open event gives the
-//! event number, and its low bits the window slot (no hashing). One bit per (slot, E-link) says
-//! whether the packet already arrived (duplicates). The packet is copied once, behind its 2-word
-//! packet header, into the thread's memory block for that L1ID.
+//! Per packet (the inline fast path): the decoder gives the L1ID; its raw difference from the
+//! oldest open event's extended L1ID gives the event number whenever no L1ID wrap or ECR lies in
+//! between (`fast_span`, recomputed once per event; anything else goes to the out-of-line
+//! `seq_slow`), and its low bits the window slot (no hashing, no division). One bit per (slot,
+//! E-link) says whether the packet already arrived (duplicates); the number of E-links arrived
+//! is the bits' population count, taken once per block and per event rather than counted per
+//! packet. The packet is copied once, with fixed-size moves, behind its 2-word packet header,
+//! into the thread's memory block for that L1ID. Rare outcomes (overflow, flagged packets,
+//! window moves, late packets) are `#[cold]` functions.
 //!
 //! # Events, in order
 //!
 //! A thread closes ("finalizes") its part of events strictly in event order, at `base`: when
-//! every one of its E-links has delivered (the normal case), when the base event is older than
+//! every one of its E-links has delivered (the normal case, checked after each block), when the
+//! base event is older than
 //! the timeout, when a packet arrives a whole window ahead (the window moves past the base), or
 //! at the end of the run.
 //!
@@ -31,9 +37,10 @@
 //!
 //! Everything here belongs to one thread: the window's local slots and their blocks, the
 //! arrival bits, the reassemblers, the pool cache and the counters (plain `u64`s, published to
-//! the builder's shared mirror once per superpage). The only shared state a thread touches is
-//! its slot in the [`Shared`] window, once per event, and the pool when its cache runs empty.
-//! Nothing shared is written per packet.
+//! the builder's shared mirror once per superpage). The shared state a thread touches: its own
+//! ring cell in [`Shared`] once per event (read by the assembler later), its completion mark and
+//! the other marks once per superpage, the assembly claim when there is something to assemble,
+//! and the pool when its cache runs empty. Nothing shared is written per packet.
 
 use rodeo_format::felix::{ChunkFlags, ElinkReassembler, Subchunk, SubchunkType, TrailerSize};
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
@@ -41,10 +48,13 @@ use rodeo_memory::{Chunk, PoolCache};
 
 use super::decoder::PacketDecoder;
 use super::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
-use super::shared::{Part, Parts, Shared};
+use super::shared::{Part, Parts, Shared, GROUP};
 use super::{Plan, SwRodCounters};
 
 const NO_SEQUENCE: u8 = 0xFF;
+/// A thread publishes its mark (and assembles its share) at least every this many events, so
+/// that fragments are assembled while their blocks are still in the caches.
+const PUBLISH_EVERY: u64 = 16;
 /// How many blocks ahead of the walker the input is prefetched.
 const PREFETCH_BLOCKS: usize = 4;
 
@@ -67,29 +77,33 @@ fn prefetch(bytes: &[u8]) {
     let _ = bytes;
 }
 
-/// Copies a packet: fixed-size moves for packets up to 64 bytes (the common case at 100 MHz),
-/// `copy_from_slice` above. `dst` and `src` have the same length.
+/// Copies a packet with fixed-size moves: two overlapping 32-byte moves for 33 to 64 bytes
+/// (the common case at 100 MHz), two 16-byte moves for 16 to 32, two 8-byte moves for 8 to 15;
+/// `copy_from_slice` otherwise. Both loads come before both stores, so the overlap is exact.
+/// `dst` and `src` have the same length.
 #[inline(always)]
 fn copy_packet(dst: &mut [u8], src: &[u8]) {
+    #[inline(always)]
+    fn two<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        if let (Some(a), Some(b)) = (src.first_chunk::<N>(), src.last_chunk::<N>()) {
+            let (a, b) = (*a, *b);
+            if let Some(d) = dst.first_chunk_mut::<N>() {
+                *d = a;
+            }
+            if let Some(d) = dst.last_chunk_mut::<N>() {
+                *d = b;
+            }
+        }
+    }
     let n = src.len();
     if n != dst.len() {
         return;
     }
-    if (16..=64).contains(&n) {
-        // Overlapping 16-byte moves, unrolled (a loop here is turned back into a memcpy call).
-        dst[..16].copy_from_slice(&src[..16]);
-        if n > 32 {
-            dst[16..32].copy_from_slice(&src[16..32]);
-        }
-        if n > 48 {
-            dst[32..48].copy_from_slice(&src[32..48]);
-        }
-        dst[n - 16..].copy_from_slice(&src[n - 16..]);
-    } else if (8..16).contains(&n) {
-        dst[..8].copy_from_slice(&src[..8]);
-        dst[n - 8..].copy_from_slice(&src[n - 8..]);
-    } else {
-        dst.copy_from_slice(src);
+    match n {
+        33..=64 => two::<32>(dst, src),
+        16..=32 => two::<16>(dst, src),
+        8..=15 => two::<8>(dst, src),
+        _ => dst.copy_from_slice(src),
     }
 }
 
@@ -122,9 +136,9 @@ struct LocalSlot<'p> {
     chunk: Option<Chunk<'p>>,
     /// Write position in bytes.
     pos: u32,
-    /// E-links arrived.
-    count: u32,
-    /// Of those, packets that did not fit the block.
+    /// Packets whose BCID differs from the first one's.
+    mismatches: u32,
+    /// Of the E-links arrived (the slot's arrival bits), those, packets that did not fit the block.
     dropped: u32,
     last_local: u32,
     bcid: u16,
@@ -139,7 +153,7 @@ impl LocalSlot<'_> {
         LocalSlot {
             chunk: None,
             pos: 0,
-            count: 0,
+            mismatches: 0,
             dropped: 0,
             last_local: 0,
             bcid: 0,
@@ -170,10 +184,26 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     /// Oldest open event (run-local number) and its number modulo the L1ID cycle.
     base: u64,
     base_mod: u64,
+    /// The base event's raw extended L1ID, and how many events from the base on share its ECR
+    /// without an L1ID wrap (at most the window): the packet path's fast span.
+    base_raw: u32,
+    base_l1: u64,
+    fast_span: u32,
     slots: Vec<LocalSlot<'p>>,
     arrived: Vec<u64>,
     open_events: usize,
     waiting_since: u64,
+    /// The base event with no packet here that another thread has published, and when that
+    /// was first seen (the timeout of such an event runs from then).
+    behind: (u64, u64),
+    /// The last `released` read: ring cells below it plus the window are free.
+    released_seen: u64,
+    /// Every event of this thread's assembly groups below this is assembled.
+    cursor: u64,
+    /// Inside `publish`'s assembly (a nested publish only stores the mark).
+    assembling: bool,
+    /// The last mark published.
+    published: u64,
     pub(crate) now: u64,
     /// One past the newest event seen.
     end_seen: u64,
@@ -195,7 +225,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         let elinks = &plan.thread_elinks[t][..];
         let words_per_slot = elinks.len().div_ceil(64);
         let window = plan.window as usize;
-        Aggregator {
+        let mut agg = Aggregator {
             t,
             plan,
             shared,
@@ -211,93 +241,94 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             limit: plan.data_limit_bytes,
             base: 0,
             base_mod: plan.first_mod,
+            base_raw: 0,
+            base_l1: 0,
+            fast_span: 0,
             slots: (0..window).map(|_| LocalSlot::closed()).collect(),
             arrived: vec![0; window * words_per_slot],
             open_events: 0,
             waiting_since: 0,
+            behind: (u64::MAX, 0),
+            released_seen: 0,
+            cursor: 0,
+            assembling: false,
+            published: 0,
             now: 0,
             end_seen: 0,
             c: SwRodCounters::default(),
             missing: Vec::with_capacity(plan.total_elinks),
             order: Vec::with_capacity(elinks.len()),
             scratch: vec![0; plan.chunk_bytes],
-        }
+        };
+        agg.base_l1 = plan.first_mod % plan.wrap;
+        agg.base_raw = ((plan.first_mod / plan.wrap) as u32 & 0xFF) << 24 | agg.base_l1 as u32;
+        agg.set_fast_span();
+        agg
+    }
+
+    fn set_fast_span(&mut self) {
+        self.fast_span = (self.wrap - self.base_l1).min(self.window) as u32;
     }
 
     fn aborted(&self) -> bool {
         self.shared.abort.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Places one packet of local E-link `local`.
+    /// Places one packet of local E-link `local` (E-link number `elink`).
+    ///
+    /// The common case is inline and straight: decode, one subtraction to the event number,
+    /// the arrival bit, and the copy. Everything rare (L1ID wrap or ECR ahead, late packets,
+    /// window moves, a closed slot, a full block, flagged packets) is out of line.
     #[inline(always)]
-    pub(crate) fn packet(&mut self, local: usize, data: &[u8], flags: u16) {
-        let elink = self.elinks[local];
+    pub(crate) fn packet(&mut self, local: usize, elink: u16, data: &[u8], flags: u16) {
         let Ok(info) = self.decoder.decode(elink, data) else {
             self.c.corrupt_packets += 1;
             return;
         };
-        let (wrap, modulus, window) = (self.wrap, self.modulus, self.window);
-        let l1 = u64::from(info.l1id & 0x00FF_FFFF);
-        if l1 >= wrap {
-            self.c.corrupt_packets += 1;
-            return;
-        }
-        let e = u64::from(info.l1id >> 24) * wrap + l1;
-        let d = if e >= self.base_mod {
-            e - self.base_mod
+        // Fast path: within `fast_span` events of the base no L1ID wrap or ECR intervenes, so
+        // the event distance is the difference of the raw extended L1IDs.
+        let d = info.l1id.wrapping_sub(self.base_raw);
+        let seq = if d < self.fast_span {
+            self.base + u64::from(d)
         } else {
-            e + modulus - self.base_mod
-        };
-        if d >= modulus / 2 {
-            self.c.late_packets += 1;
-            return;
-        }
-        let seq = self.base + d;
-        if d >= window {
-            let target = seq - window + 1;
-            while self.base < target {
-                self.c.window_moves += 1;
-                if !self.finalize_base() {
-                    return;
-                }
+            match self.seq_slow(info.l1id) {
+                Some(seq) => seq,
+                None => return,
             }
-            self.waiting_since = self.now;
-        }
-        let si = (seq & (window - 1)) as usize;
+        };
+        let si = (seq & (self.window - 1)) as usize;
         if !self.slots[si].open && !self.open_slot(si, seq, info.bcid) {
             return;
         }
-        let word = &mut self.arrived[si * self.words_per_slot + local / 64];
-        let bit = 1u64 << (local % 64);
+        let Some(word) = self
+            .arrived
+            .get_mut(si * self.words_per_slot + (local >> 6))
+        else {
+            return;
+        };
+        let bit = 1u64 << (local & 63);
         if *word & bit != 0 {
             self.c.duplicate_packets += 1;
             return;
         }
         *word |= bit;
         let s = &mut self.slots[si];
-        s.count += 1;
-        if info.bcid != s.bcid {
-            s.status |= Status::BCID_CHECK_FAIL;
-            self.c.bcid_mismatches += 1;
-        }
-        if (local as u32) < s.last_local {
-            s.unordered = true;
-        }
+        s.mismatches += u32::from(info.bcid != s.bcid);
+        s.unordered |= (local as u32) < s.last_local;
         s.last_local = local as u32;
         let len = data.len();
         let padded = (len + 3) & !3;
         let need = 8 + padded;
         let pos = s.pos as usize;
-        let Some(chunk) = s.chunk.as_mut() else {
+        let limit = self.limit;
+        let buf = match s.chunk.as_mut() {
+            Some(chunk) if pos + need <= limit && need <= 0xFFFF => chunk.get_mut(pos..pos + need),
+            _ => None,
+        };
+        let Some(buf) = buf else {
+            self.overflow(si);
             return;
         };
-        if pos + need > self.limit || need > 0xFFFF {
-            s.status |= Status::INTERNAL_OVERFLOW | Status::ROB_FRAGMENT_SIZE;
-            s.dropped += 1;
-            self.c.overflow_packets += 1;
-            return;
-        }
-        let buf: &mut [u8] = &mut chunk[pos..pos + need];
         buf[..4].copy_from_slice(&(need as u32 | u32::from(flags) << 16).to_le_bytes());
         buf[4..8].copy_from_slice(&u32::from(elink).to_le_bytes());
         copy_packet(&mut buf[8..8 + len], data);
@@ -306,12 +337,79 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         }
         s.pos += need as u32;
         if flags != 0 {
-            self.c.flagged_packets += 1;
-            s.status |= flag_status(flags);
+            self.flagged(si, flags);
         }
-        if s.count == self.nlocal && seq == self.base {
+    }
+
+    /// The event number of a packet outside the fast span: L1ID wrap or ECR between the base
+    /// and the packet, a late packet, or one a window ahead (the window moves). `None` when the
+    /// packet is dropped (counted) or the run is aborting.
+    #[cold]
+    #[inline(never)]
+    fn seq_slow(&mut self, l1id: u32) -> Option<u64> {
+        let (wrap, modulus, window) = (self.wrap, self.modulus, self.window);
+        let l1 = u64::from(l1id & 0x00FF_FFFF);
+        if l1 >= wrap {
+            self.c.corrupt_packets += 1;
+            return None;
+        }
+        let e = u64::from(l1id >> 24) * wrap + l1;
+        let d = if e >= self.base_mod {
+            e - self.base_mod
+        } else {
+            e + modulus - self.base_mod
+        };
+        if d >= modulus / 2 {
+            self.c.late_packets += 1;
+            return None;
+        }
+        let seq = self.base + d;
+        if d >= window {
+            // Events completed in this block are closed first (completion is checked once per
+            // block), so that only incomplete ones count as window moves.
             self.drain();
+            let target = seq - window + 1;
+            while self.base < target {
+                self.c.window_moves += 1;
+                if !self.finalize_base() {
+                    return None;
+                }
+            }
+            self.waiting_since = self.now;
         }
+        Some(seq)
+    }
+
+    /// A packet that does not fit its block: dropped and flagged.
+    #[cold]
+    #[inline(never)]
+    fn overflow(&mut self, si: usize) {
+        let s = &mut self.slots[si];
+        s.status |= Status::INTERNAL_OVERFLOW | Status::ROB_FRAGMENT_SIZE;
+        s.dropped += 1;
+        self.c.overflow_packets += 1;
+    }
+
+    /// A packet delivered with FELIX error flags.
+    #[cold]
+    #[inline(never)]
+    fn flagged(&mut self, si: usize, flags: u16) {
+        self.c.flagged_packets += 1;
+        self.slots[si].status |= flag_status(flags);
+    }
+
+    /// E-links of slot `si` that delivered a packet.
+    fn arrived_count(&self, si: usize) -> u32 {
+        let w = self.words_per_slot;
+        self.arrived[si * w..(si + 1) * w]
+            .iter()
+            .map(|b| b.count_ones())
+            .sum()
+    }
+
+    /// Whether the slot `si` is open and has every E-link's packet.
+    fn complete(&self, si: usize) -> bool {
+        self.slots[si].open && self.arrived_count(si) == self.nlocal
     }
 
     /// Takes a memory block from the pool, waiting (counted) while it is empty; `None` when the
@@ -326,6 +424,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                     if self.aborted() {
                         return None;
                     }
+                    // Blocks may be held by parts written but not yet published.
+                    self.publish();
                     backoff.wait();
                 }
             }
@@ -346,7 +446,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         self.slots[si] = LocalSlot {
             chunk: Some(chunk),
             pos: (HEADER_WORDS * 4) as u32,
-            count: 0,
+            mismatches: 0,
             dropped: 0,
             last_local: 0,
             bcid,
@@ -359,10 +459,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     }
 
     /// Finalizes complete events at the base.
+    #[inline(never)]
     fn drain(&mut self) {
         loop {
-            let s = &self.slots[(self.base & (self.plan.window - 1)) as usize];
-            if !(s.open && s.count == self.nlocal) {
+            if !self.complete((self.base & (self.window - 1)) as usize) {
                 return;
             }
             if !self.finalize_base() {
@@ -372,17 +472,23 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         }
     }
 
-    /// Closes this thread's part of the base event, hands it to the shared window, and builds
-    /// the fragment if it was the last part. False when the run is aborting.
+    /// Closes this thread's part of the base event and writes it into this thread's ring (the
+    /// fragment is assembled once every thread has published its part). False when the run is
+    /// aborting.
     fn finalize_base(&mut self) -> bool {
         let seq = self.base;
         let si = (seq & (self.plan.window - 1)) as usize;
-        let s = std::mem::replace(&mut self.slots[si], LocalSlot::closed());
+        let count = self.arrived_count(si);
+        let mut s = std::mem::replace(&mut self.slots[si], LocalSlot::closed());
         let bits = si * self.words_per_slot..(si + 1) * self.words_per_slot;
         let part = if s.open {
             self.open_events -= 1;
             // Counted here, once per event, rather than once per packet.
-            let placed = s.count - s.dropped;
+            let placed = count - s.dropped;
+            if s.mismatches > 0 {
+                s.status |= Status::BCID_CHECK_FAIL;
+                self.c.bcid_mismatches += u64::from(s.mismatches);
+            }
             self.c.packets += u64::from(placed);
             self.c.packet_bytes += (s.pos as usize - HEADER_WORDS * 4 - 8 * placed as usize) as u64;
             let mut chunk = s.chunk;
@@ -392,7 +498,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 if s.unordered {
                     self.reorder(c, s.pos as usize);
                 }
-                if s.count < self.nlocal {
+                if count < self.nlocal {
                     let arrived = &self.arrived[bits.clone()];
                     let words = c.words_mut();
                     for (local, &elink) in self.elinks.iter().enumerate() {
@@ -426,42 +532,115 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             }
         };
         self.arrived[bits].fill(0);
-        if !self.shared.accepts(seq) {
-            self.c.slot_waits += 1;
-            self.shared.horizon.fetch_max(
-                self.end_seen.max(seq + 1),
-                std::sync::atomic::Ordering::AcqRel,
-            );
-            // The slower thread is usually only a little behind (or was preempted): spin and
-            // yield for a while before sleeping.
-            let mut tries = 0u32;
-            while !self.shared.accepts(seq) {
-                if self.aborted() {
-                    return false;
-                }
-                tries = tries.saturating_add(1);
-                if tries < 64 {
-                    std::hint::spin_loop();
-                } else if tries < 20_000 {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
+        if seq >= self.released_seen + self.window {
+            self.released_seen = self.shared.released();
+            if seq >= self.released_seen + self.window && !self.wait_for_ring(seq) {
+                return false;
             }
         }
-        // SAFETY: this is thread `self.t` (one Aggregator per thread index), the slot accepts
-        // `seq` (checked just above) and `base` moves past `seq` right after, so `put` is called
-        // once per event.
-        let parts = unsafe { self.shared.put(self.t, seq, part, self.now) };
+        // SAFETY: this is thread `self.t` (one Aggregator per thread index); `seq` is below the
+        // `released` we read plus the window (checked just above), and it is this thread's next
+        // event: `base` moves past it right after, and marks publish `base`.
+        unsafe { self.shared.write(self.t, seq, part) };
         self.base += 1;
         self.base_mod += 1;
         if self.base_mod == self.plan.modulus {
             self.base_mod = 0;
         }
-        if let Some(parts) = parts {
-            self.assemble(seq, parts);
+        self.base_l1 += 1;
+        if self.base_l1 == self.wrap {
+            // L1ID wrap: the ECR byte increments.
+            self.base_l1 = 0;
+            self.base_raw = ((self.base_raw >> 24).wrapping_add(1) & 0xFF) << 24;
+        } else {
+            self.base_raw = self.base_raw.wrapping_add(1);
         }
+        self.set_fast_span();
         true
+    }
+
+    /// Waits until the ring cell of `seq` is free (this thread is a window ahead of the
+    /// assembly), publishing and assembling meanwhile. False when the run is aborting.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_ring(&mut self, seq: u64) -> bool {
+        self.c.slot_waits += 1;
+        self.shared.horizon.fetch_max(
+            self.end_seen.max(seq + 1),
+            std::sync::atomic::Ordering::AcqRel,
+        );
+        // The slower thread is usually only a little behind (or was preempted): spin and yield
+        // for a while before sleeping.
+        let mut tries = 0u32;
+        loop {
+            self.publish();
+            self.released_seen = self.shared.released();
+            if seq < self.released_seen + self.window {
+                return true;
+            }
+            if self.aborted() {
+                return false;
+            }
+            tries = tries.saturating_add(1);
+            if tries < 64 {
+                std::hint::spin_loop();
+            } else if tries < 20_000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Publishes this thread's mark (its parts of every event below `base` are written) and
+    /// assembles the complete events of this thread's groups.
+    #[inline(never)]
+    pub(crate) fn publish(&mut self) {
+        self.shared.publish(self.t, self.base);
+        self.published = self.base;
+        if self.assembling {
+            // Called again from inside an assembly (a pool wait): the mark is enough.
+            return;
+        }
+        let end = self.shared.complete_end();
+        if end <= self.cursor {
+            return;
+        }
+        self.assembling = true;
+        let mut seq = self.cursor;
+        while seq < end {
+            let group_end = ((seq / GROUP + 1) * GROUP).min(end);
+            if self.shared.assembler_of(seq) == self.t as u64 {
+                for s in seq..group_end {
+                    // SAFETY: `s` is in one of our groups, below the `complete_end` we read,
+                    // taken once (our cursor moves past it below), and the cursor is stored
+                    // after.
+                    let parts = unsafe { self.shared.take(s) };
+                    self.assemble(s, parts);
+                }
+            }
+            seq = group_end;
+        }
+        self.cursor = end;
+        self.shared.set_cursor(self.t, end);
+        self.assembling = false;
+    }
+
+    /// Publishes and assembles until every event below `end` is complete (end of run: every
+    /// thread's final mark is `end`). False when the run is aborting.
+    pub(crate) fn complete_until(&mut self, end: u64) -> bool {
+        let mut backoff = Backoff::new();
+        loop {
+            self.publish();
+            if self.shared.complete_end() >= end {
+                self.publish();
+                return true;
+            }
+            if self.aborted() {
+                return false;
+            }
+            backoff.wait();
+        }
     }
 
     /// Puts the packets of a part into E-link order (rare: only when they arrived out of order).
@@ -634,11 +813,15 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 s.opened_at
             } else if self.open_events > 0 {
                 self.waiting_since
-            } else {
-                match self.shared.first_part_at(self.base) {
-                    Some(t) => t,
-                    None => return,
+            } else if self.shared.others_past(self.t, self.base) {
+                // Another thread has its part of our base event, for which we have no packet:
+                // the timeout runs from when we first saw that.
+                if self.behind.0 != self.base {
+                    self.behind = (self.base, self.now);
                 }
+                self.behind.1
+            } else {
+                return;
             };
             if self.now.saturating_sub(since) < self.plan.timeout_ns {
                 return;
@@ -661,8 +844,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// Closes every event before `end` (end of run: no more data will come for them).
     pub(crate) fn flush_until(&mut self, end: u64) {
         while self.base < end {
-            let s = &self.slots[(self.base & (self.plan.window - 1)) as usize];
-            if !(s.open && s.count == self.nlocal) {
+            if !self.complete((self.base & (self.window - 1)) as usize) {
                 self.c.end_of_run_parts += 1;
             }
             if !self.finalize_base() {
@@ -775,10 +957,32 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
             gap = true;
         }
         self.last_seq[local] = sequence;
+        match size {
+            TrailerSize::Bits32 => self.walk::<true>(block, local, elink, gap),
+            TrailerSize::Bits16 => self.walk::<false>(block, local, elink, gap),
+        }
+        // Completion is checked once per block rather than once per packet.
+        self.agg.drain();
+        if self.agg.base >= self.agg.published + PUBLISH_EVERY {
+            self.agg.publish();
+        }
+    }
+
+    /// Walks one block's subchunks (`W32`: 32-bit trailers, else 16-bit).
+    #[inline(always)]
+    fn walk<const W32: bool>(&mut self, block: &[u8], local: usize, elink: u16, gap: bool) {
+        let size = if W32 {
+            TrailerSize::Bits32
+        } else {
+            TrailerSize::Bits16
+        };
         let t = size.bytes();
-        let flag_bits = match size {
-            TrailerSize::Bits32 => 0x1E00_0000,
-            TrailerSize::Bits16 => 0x1C00,
+        // Type bits and error flags of the trailer; a whole packet without flags (type BOTH = 3,
+        // flags 0) is the one value `whole` under that mask.
+        let (mask, whole, len_mask) = if W32 {
+            (0xFE00_0000u32, 0x6000_0000u32, 0xFFFFu32)
+        } else {
+            (0xFC00, 0x6000, 0x3FF)
         };
         let Receiver {
             agg,
@@ -794,8 +998,24 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         let mut damaged = false;
         while end >= 4 + t {
             let at = end - t;
-            let word = read_trailer(block, at, size);
-            let (kind, len) = kind_len(word, size);
+            let word = read_trailer::<W32>(block, at);
+            let len = (word & len_mask) as usize;
+            let padded = (len + t - 1) & !(t - 1);
+            if word & mask == whole {
+                if padded > at - 4 {
+                    damaged = true;
+                    break;
+                }
+                let start = at - padded;
+                // `start..at` is the padded packet: one check against the block, then one of
+                // the length against the padding.
+                if let Some(data) = block.get(start..at).and_then(|p| p.get(..len)) {
+                    agg.packet(local, elink, data, 0);
+                }
+                end = start;
+                continue;
+            }
+            let (kind, _) = kind_len(word, size);
             if kind == 0 {
                 end = at;
                 continue;
@@ -805,18 +1025,15 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 end = at;
                 continue;
             }
-            let padded = (len + t - 1) & !(t - 1);
             if padded > at - 4 {
                 damaged = true;
                 break;
             }
-            let start = at - padded;
-            if kind == 3 && word & flag_bits == 0 {
-                agg.packet(local, &block[start..start + len], 0);
-            } else {
-                trailers.push(u64::from(word) << 32 | at as u64);
-            }
-            end = start;
+            trailers.push(u64::from(word) << 32 | at as u64);
+            end = at - padded;
+        }
+        if !gap && !damaged && trailers.is_empty() {
+            return;
         }
         let r = &mut reasm[local];
         if gap || damaged {
@@ -824,7 +1041,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 agg.c.damaged_blocks += 1;
             }
             // The open packet lost its end (or the block between): deliver it as truncated.
-            r.flush(|ch| agg.packet(local, ch.data, ch.flags.bits()));
+            r.flush(|ch| agg.packet(local, elink, ch.data, ch.flags.bits()));
         }
         // Forwards: the pieces in time order.
         for &tw in trailers.iter().rev() {
@@ -845,22 +1062,25 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 payload,
                 offset: at,
             };
-            r.push_subchunk(&sub, |ch| agg.packet(local, ch.data, ch.flags.bits()));
+            r.push_subchunk(&sub, |ch| {
+                agg.packet(local, elink, ch.data, ch.flags.bits())
+            });
         }
     }
 }
 
 #[inline(always)]
-fn read_trailer(block: &[u8], at: usize, size: TrailerSize) -> u32 {
-    match size {
-        TrailerSize::Bits32 => match block.get(at..at + 4) {
+fn read_trailer<const W32: bool>(block: &[u8], at: usize) -> u32 {
+    if W32 {
+        match block.get(at..at + 4) {
             Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]),
             _ => 0,
-        },
-        TrailerSize::Bits16 => match block.get(at..at + 2) {
+        }
+    } else {
+        match block.get(at..at + 2) {
             Some(&[a, b]) => u32::from(u16::from_le_bytes([a, b])),
             _ => 0,
-        },
+        }
     }
 }
 

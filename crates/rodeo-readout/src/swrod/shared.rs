@@ -1,33 +1,46 @@
-//! The window shared by the receiving threads: one slot per L1ID in flight, where each thread
-//! leaves its part (its memory block for that L1ID) and the last one to arrive builds the
-//! fragment.
+//! The state shared by the receiving threads: each thread's ring of parts (its memory block and
+//! summary per event), each thread's completion mark, and the assembly claim.
 //!
-//! # State of a slot
+//! # Batched completion
 //!
-//! | field | meaning |
-//! |---|---|
-//! | `accept: AtomicU64` | the event number (run-local, from 0, never wraps) whose parts the slot takes now; starts at the slot index, grows by the window size each time a fragment leaves |
-//! | `done: AtomicU32` | parts left for `accept` so far |
-//! | `first_at: AtomicU64` | when the first part arrived (ns since the run's epoch) |
-//! | `parts[t]: UnsafeCell` | thread `t`'s part |
+//! Thread `t` closes its part of events strictly in event order and writes each part into its
+//! own ring (`rings[t][seq % window]`), a cell no other thread writes. Now and then (once per
+//! superpage, and whenever it has to wait) it publishes `marks[t]`: "my parts of every event
+//! below n are written", one store on a cache line of its own. An event is complete when every
+//! thread's mark has passed it, so there is no shared read-modify-write per event.
+//!
+//! Assembly is shared out by groups of [`GROUP`] consecutive events: group `g` belongs to thread
+//! `g % threads`. When it publishes, a thread reads the other marks and assembles the complete
+//! events of its own groups (taking every thread's part from the rings), then stores
+//! `cursors[t]`: "every event of my groups below n is assembled". So the threads share the
+//! assembly evenly, and each frees as many of the other threads' blocks as they free of its own.
+//!
+//! # State
+//!
+//! | field | written by | meaning |
+//! |---|---|---|
+//! | `rings[t][i]: UnsafeCell` | thread `t` (write), the event's assembler (take) | thread `t`'s part of the event `seq` with `seq % window == i` |
+//! | `marks[t]: AtomicU64` | thread `t` | its parts of every event below this are in its ring |
+//! | `cursors[t]: AtomicU64` | thread `t` | the events of its groups below this are assembled, their cells empty |
 //!
 //! # Rules
 //!
-//! 1. Thread `t` writes `parts[t]` only after it has read `accept == seq` (acquire), and at most
-//!    once per `seq`. Each thread writes only its own cell, so writes never race one another.
-//! 2. After writing, it increments `done` (acq-rel). The first part of a round stores
-//!    `first_at` before its increment.
-//! 3. The thread whose increment makes `done == threads` owns every cell: its acquire sees all
-//!    the writes (the increments form one release sequence). It takes the parts, stores
-//!    `done = 0`, and only then publishes `accept = seq + window` (release).
-//! 4. So a thread that waits for `accept == seq + window` before writing its next part there
-//!    cannot overwrite a cell the builder is still reading. A thread finalizes its parts in event
-//!    order, so a faster thread can get at most one window ahead of a slower one: it waits
-//!    (counted in `slot_waits`), which is the back-pressure between threads. The waiting thread
-//!    is never the one the slower thread needs, so the wait cannot deadlock.
+//! 1. Thread `t` writes the cell of `seq` only when `seq < min(cursors) + window` (acquire
+//!    loads): the previous occupant, `seq - window`, has been taken by its assembler. It writes
+//!    each `seq` once, in order, and publishes `marks[t] = n` (release) only after writing every
+//!    `seq < n`.
+//! 2. Thread `a` takes the cells of `seq` only if `seq` is in one of its groups and below
+//!    `min(marks)` (acquire loads): every cell is written and its writer is past it. No other
+//!    thread takes them (one assembler per group), and `a` takes each `seq` once (its cursor).
+//! 3. `a` stores its cursor (release) after taking the cells, so a writer that sees the new
+//!    cursor never writes a cell still being taken.
+//! 4. A thread a whole window ahead of the assembly waits (counted in `slot_waits`), publishing
+//!    its mark and assembling its groups meanwhile: the back-pressure between threads. Every
+//!    wait of a receiving thread (ring, pool, end of run) publishes and assembles, so the
+//!    events a waiting thread needs assembled always complete.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rodeo_format::fragment::Status;
@@ -54,30 +67,25 @@ pub(crate) struct Part<'p> {
 
 pub(crate) type Parts<'p> = [Option<Part<'p>>; MAX_THREADS];
 
-/// A slot: its atomics on one cache line, each thread's cell on its own line (threads write
-/// their cells at about the same time; sharing a line would bounce it between cores).
+/// A value on a cache line of its own.
 #[repr(align(64))]
-pub(crate) struct Slot<'p> {
-    accept: AtomicU64,
-    done: AtomicU32,
-    first_at: AtomicU64,
-    parts: [Cell64<'p>; MAX_THREADS],
-}
+struct Line<T>(T);
 
-#[repr(align(64))]
-struct Cell64<'p>(UnsafeCell<Option<Part<'p>>>);
+/// One thread's ring of parts, one cell per event of the window.
+struct Ring<'p>(Box<[UnsafeCell<Option<Part<'p>>>]>);
 
-// SAFETY: the cells are written and read under the protocol of the module docs (rules 1-4):
-// a cell is written only by its own thread while the slot accepts that thread's event, and read
-// only by the one thread that completed the round; the atomics order those accesses. Parts hold
-// `Chunk`s, which are `Send`.
-unsafe impl Sync for Slot<'_> {}
+// SAFETY: the cells are written and taken under the rules of the module docs: a cell is written
+// only by its ring's thread while the assembly has released it (rule 1), and taken only by the
+// claim holder after the writer's mark covers it (rules 2-3); the atomics order those accesses.
+// Parts hold `Chunk`s, which are `Send`.
+unsafe impl Sync for Ring<'_> {}
 
 pub(crate) struct Shared<'p> {
-    slots: Box<[Slot<'p>]>,
+    rings: Box<[Ring<'p>]>,
+    marks: Box<[Line<AtomicU64>]>,
+    cursors: Box<[Line<AtomicU64>]>,
     mask: u64,
-    window: u64,
-    threads: u32,
+    threads: u64,
     /// End (exclusive) of the events any thread has seen, published now and then.
     pub(crate) horizon: AtomicU64,
     /// Threads whose input has ended.
@@ -89,21 +97,19 @@ pub(crate) struct Shared<'p> {
     epoch: Instant,
 }
 
+/// Events per assembly group (a power of two).
+pub(crate) const GROUP: u64 = 64;
+
 impl<'p> Shared<'p> {
     pub(crate) fn new(window: usize, threads: usize) -> Shared<'p> {
-        let slots = (0..window)
-            .map(|i| Slot {
-                accept: AtomicU64::new(i as u64),
-                done: AtomicU32::new(0),
-                first_at: AtomicU64::new(0),
-                parts: std::array::from_fn(|_| Cell64(UnsafeCell::new(None))),
-            })
-            .collect();
         Shared {
-            slots,
+            rings: (0..threads)
+                .map(|_| Ring((0..window).map(|_| UnsafeCell::new(None)).collect()))
+                .collect(),
+            marks: (0..threads).map(|_| Line(AtomicU64::new(0))).collect(),
+            cursors: (0..threads).map(|_| Line(AtomicU64::new(0))).collect(),
             mask: window as u64 - 1,
-            window: window as u64,
-            threads: threads as u32,
+            threads: threads as u64,
             horizon: AtomicU64::new(0),
             finished: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -112,64 +118,82 @@ impl<'p> Shared<'p> {
         }
     }
 
-    /// Nanoseconds since the run started (the clock of `first_at` and of every timeout).
+    /// Nanoseconds since the run started (the clock of every timeout).
     pub(crate) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    fn slot(&self, seq: u64) -> &Slot<'p> {
-        &self.slots[(seq & self.mask) as usize]
+    /// Every event below this is assembled: a thread may write its part of `seq` while
+    /// `seq < released() + window`.
+    pub(crate) fn released(&self) -> u64 {
+        self.cursors
+            .iter()
+            .map(|c| c.0.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0)
     }
 
-    /// Whether the slot of `seq` takes parts of `seq` now.
-    pub(crate) fn accepts(&self, seq: u64) -> bool {
-        self.slot(seq).accept.load(Ordering::Acquire) == seq
+    /// Whether another thread than `t` has published parts of event `seq` (or later ones).
+    pub(crate) fn others_past(&self, t: usize, seq: u64) -> bool {
+        self.marks
+            .iter()
+            .enumerate()
+            .any(|(i, m)| i != t && m.0.load(Ordering::Acquire) > seq)
     }
 
-    /// When the first part of `seq` arrived, if some thread has left one.
-    pub(crate) fn first_part_at(&self, seq: u64) -> Option<u64> {
-        let slot = self.slot(seq);
-        if slot.accept.load(Ordering::Acquire) != seq || slot.done.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        Some(slot.first_at.load(Ordering::Relaxed))
-    }
-
-    /// Leaves thread `t`'s part of `seq`; returns every part when it was the last one.
+    /// Writes thread `t`'s part of `seq` into its ring.
     ///
     /// # Safety
     ///
-    /// - `t < threads` and the caller is the only thread using index `t`;
-    /// - the caller has seen [`accepts(seq)`](Shared::accepts) return true and has not yet
-    ///   called `put` for this `seq`.
-    pub(crate) unsafe fn put(
-        &self,
-        t: usize,
-        seq: u64,
-        part: Part<'p>,
-        now: u64,
-    ) -> Option<Parts<'p>> {
-        let slot = self.slot(seq);
-        // SAFETY: by the caller's contract the slot accepts `seq` and cell `t` is ours alone
-        // until our increment of `done` below publishes it (rule 1).
-        unsafe { *slot.parts[t].0.get() = Some(part) };
-        // Relaxed is enough: `first_at` is read only after an acquire of `done`.
-        if slot.done.load(Ordering::Relaxed) == 0 {
-            slot.first_at.store(now, Ordering::Relaxed);
-        }
-        let before = slot.done.fetch_add(1, Ordering::AcqRel);
-        if before + 1 < self.threads {
-            return None;
-        }
-        // Rule 3: every other thread has put its part and incremented `done`; our acquire
-        // increment synchronises with all of them, and nobody touches the cells again until we
-        // publish the next `accept`.
-        let parts = std::array::from_fn(|i| {
-            // SAFETY: rule 3, we own every cell now.
-            unsafe { (*slot.parts[i].0.get()).take() }
-        });
-        slot.done.store(0, Ordering::Relaxed);
-        slot.accept.store(seq + self.window, Ordering::Release);
-        Some(parts)
+    /// - `t` is in range and the caller is the only thread using index `t`;
+    /// - `seq < released() + window`, read by this thread, and `seq` is the next event of the
+    ///   thread (each written once, in order, at or above its last published mark).
+    pub(crate) unsafe fn write(&self, t: usize, seq: u64, part: Part<'p>) {
+        let cell = &self.rings[t].0[(seq & self.mask) as usize];
+        // SAFETY: rule 1: the previous occupant of the cell was taken before its assembler's
+        // cursor was released past it, and no assembler takes this cell before our mark passes
+        // `seq`.
+        unsafe { *cell.get() = Some(part) };
+    }
+
+    /// Publishes that thread `t` has written its parts of every event below `mark`.
+    pub(crate) fn publish(&self, t: usize, mark: u64) {
+        self.marks[t].0.store(mark, Ordering::Release);
+    }
+
+    /// Every event below this has all its parts written.
+    pub(crate) fn complete_end(&self) -> u64 {
+        self.marks
+            .iter()
+            .map(|m| m.0.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The thread that assembles `seq`.
+    pub(crate) fn assembler_of(&self, seq: u64) -> u64 {
+        (seq / GROUP) % self.threads
+    }
+
+    /// Takes every thread's part of `seq`.
+    ///
+    /// # Safety
+    ///
+    /// The caller is thread [`assembler_of(seq)`](Shared::assembler_of), has read
+    /// `complete_end() > seq`, takes each `seq` once, and stores its cursor past `seq` only after.
+    pub(crate) unsafe fn take(&self, seq: u64) -> Parts<'p> {
+        let i = (seq & self.mask) as usize;
+        std::array::from_fn(|t| {
+            let ring = self.rings.get(t)?;
+            // SAFETY: rule 2: every thread's mark is past `seq`, so its cell is written and its
+            // writer does not touch it again before our cursor moves past `seq` (rules 1, 3);
+            // only the assembler of `seq` takes it.
+            unsafe { (*ring.0[i].get()).take() }
+        })
+    }
+
+    /// Publishes that thread `t` has assembled every event of its groups below `end`.
+    pub(crate) fn set_cursor(&self, t: usize, end: u64) {
+        self.cursors[t].0.store(end, Ordering::Release);
     }
 }
