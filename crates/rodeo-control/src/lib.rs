@@ -6,8 +6,16 @@
 //! - [`lifecycle`]: the state machine every application and the partition go through.
 //! - [`control`]: the run-control interface ([`control::RunControl`]) and status types.
 //! - [`prometheus`]: the Prometheus text-format writer.
+//! - [`channel`]: the control channel's messages (controller <-> `rodeo app` processes).
+//! - [`app`]: one application under lifecycle control ([`app::AppControl`]) and its side of
+//!   the control channel.
+//! - [`controller`]: the [`controller::Controller`] that runs a partition as processes, local
+//!   or over ssh, in dependency order, watching heartbeats.
 
+pub mod app;
+pub mod channel;
 pub mod config;
+pub mod controller;
 pub mod control;
 pub mod lifecycle;
 pub mod partition;
