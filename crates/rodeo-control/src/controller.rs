@@ -281,6 +281,7 @@ pub struct Controller {
     config: PartitionConfig,
     program: PathBuf,
     endpoint: String,
+    local_config: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -382,7 +383,15 @@ impl Controller {
             config,
             program,
             endpoint,
+            local_config: None,
         })
+    }
+
+    /// Names `path` (the same configuration, written out) on the command line of every local
+    /// application (`--config`): what it configures with if a command brings none, and a way
+    /// to tell which partition a process belongs to.
+    pub fn set_local_config_file(&mut self, path: PathBuf) {
+        self.local_config = Some(path);
     }
 
     /// The control endpoint the applications connect to.
@@ -453,6 +462,9 @@ impl Controller {
             None => {
                 let mut c = std::process::Command::new(&self.program);
                 c.args(args);
+                if let Some(p) = &self.local_config {
+                    c.arg("--config").arg(p);
+                }
                 c
             }
             Some(host) => {
