@@ -34,10 +34,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rodeo_dataflow::AppHandle;
 use rodeo_dataflow::dcm::{self, DcmCounters, DcmSummary};
 use rodeo_dataflow::logger::{self, LoggerCounters, LoggerSummary};
 use rodeo_dataflow::supervisor::{self, SupervisorCounters, SupervisorSummary};
+use rodeo_dataflow::AppHandle;
 use rodeo_readout::node::ReadoutNode;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport, TransportError};
@@ -274,7 +274,7 @@ impl AppControl {
                     }
                     Ok(None)
                 }
-                Command::Stop => self.stop(running, sup_counters, expect_cleared),
+                Command::Stop => self.stop(running, expect_cleared),
                 Command::Disconnect => {
                     let r = std::mem::replace(running, Running::Nothing);
                     let (s, counters) = self.disconnect(r, sup_counters)?;
@@ -333,7 +333,8 @@ impl AppControl {
                     .iter()
                     .find(|(n, ..)| *n == self.name)
                     .ok_or("not in the layout")?;
-                let node = ReadoutNode::start(&self.transport, nc, ep).map_err(|e| e.to_string())?;
+                let node =
+                    ReadoutNode::start(&self.transport, nc, ep).map_err(|e| e.to_string())?;
                 Running::Ros(Box::new(node))
             }
             Role::Dcm => {
@@ -357,16 +358,10 @@ impl AppControl {
         })
     }
 
-    fn stop(
-        &self,
-        running: &mut Running,
-        sup_counters: &Arc<SupervisorCounters>,
-        expect_cleared: Option<u64>,
-    ) -> Outcome {
+    fn stop(&self, running: &mut Running, expect_cleared: Option<u64>) -> Outcome {
         match std::mem::replace(running, Running::Nothing) {
             Running::Supervisor(h) => {
                 let s = h.stop().map_err(|e| e.to_string())?;
-                let _ = sup_counters;
                 Ok(Some(json!({
                     "role": "supervisor", "name": self.name,
                     "l1_accepts": s.l1_accepts, "accepted": s.accepted, "rejected": s.rejected,
@@ -582,7 +577,11 @@ impl RunControl for AppControl {
         }
         for (k, v) in &hb.counters {
             let name = format!("rodeo_app_{k}_total");
-            out.counter(&name, "application counter (see docs/run-control.md)", &[(&app[..], *v)]);
+            out.counter(
+                &name,
+                "application counter (see docs/run-control.md)",
+                &[(&app[..], *v)],
+            );
         }
     }
 }
@@ -633,8 +632,7 @@ pub fn serve(
         if quit() {
             // Walk down by ourselves (best effort), then leave.
             let from = app.state();
-            for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown])
-            {
+            for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown]) {
                 if app.handle(c, None, None).is_err() {
                     break;
                 }
@@ -712,9 +710,21 @@ mod tests {
         let app = AppControl::new(Role::Logger, "logger-1", t, Some(config));
         assert_eq!(app.state(), State::Initial);
         let e = app.command(Command::Start).unwrap_err();
-        assert!(matches!(e, TransitionError::Illegal { state: State::Initial, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                TransitionError::Illegal {
+                    state: State::Initial,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = app.command(Command::Configure).unwrap_err();
-        assert!(e.to_string().contains("cannot create output directory"), "{e}");
+        assert!(
+            e.to_string().contains("cannot create output directory"),
+            "{e}"
+        );
         assert_eq!(app.state(), State::Error);
         let st = app.status();
         assert_eq!(st.apps[0].state, State::Error);
@@ -729,7 +739,12 @@ mod tests {
         config.run.output = dir.path().display().to_string();
         let t = Transport::new(1).unwrap();
         let app = AppControl::new(Role::Dcm, "dcm-1", t, Some(config));
-        for c in [Command::Configure, Command::Connect, Command::Start, Command::Stop] {
+        for c in [
+            Command::Configure,
+            Command::Connect,
+            Command::Start,
+            Command::Stop,
+        ] {
             let (_, s) = app.handle(c, None, None).unwrap();
             assert!(s.is_none());
         }

@@ -595,7 +595,11 @@ impl PartitionConfig {
             ));
         }
         if c.remote_rodeo.is_empty() {
-            return Err(bad("control.remote_rodeo", "\"\"", "a path or command name"));
+            return Err(bad(
+                "control.remote_rodeo",
+                "\"\"",
+                "a path or command name",
+            ));
         }
         let names = self.app_names();
         for (app, host) in &self.hosts {

@@ -186,8 +186,7 @@ impl Shared {
             }
             ToController::Heartbeat(hb) => {
                 if !a.dead {
-                    if hb.state == State::Error && a.state != State::Error && a.waiting.is_none()
-                    {
+                    if hb.state == State::Error && a.state != State::Error && a.waiting.is_none() {
                         failed = hb.error.clone();
                     }
                     a.state = hb.state;
@@ -224,9 +223,7 @@ impl Shared {
         }
         if let Some(why) = failed {
             // A failure outside a transition (a thread ended): like a death, by policy.
-            let name = t.apps[i].name.clone();
             t.dead(i, format!("failed: {why}"));
-            let _ = name;
         }
         drop(t);
         self.changed.notify_all();
@@ -521,8 +518,7 @@ impl Controller {
                 }
             }
         }
-        let deadline =
-            Instant::now() + Duration::from_millis(self.config.control.spawn_timeout_ms);
+        let deadline = Instant::now() + Duration::from_millis(self.config.control.spawn_timeout_ms);
         let mut t = self.shared.table();
         loop {
             if let Some(a) = t.apps.iter().find(|a| a.dead) {
@@ -796,7 +792,8 @@ impl RunControl for Controller {
                 t.lifecycle.apply(command, || Ok::<(), String>(()))
             }
             Err((who, reason)) => {
-                t.lifecycle.fail(format!("{command} failed in {who}: {reason}"));
+                t.lifecycle
+                    .fail(format!("{command} failed in {who}: {reason}"));
                 t.record(format!("{command} failed in {who}: {reason}"));
                 Err(TransitionError::Failed {
                     who,

@@ -15,8 +15,8 @@
 pub mod app;
 pub mod channel;
 pub mod config;
-pub mod controller;
 pub mod control;
+pub mod controller;
 pub mod lifecycle;
 pub mod partition;
 pub mod prometheus;

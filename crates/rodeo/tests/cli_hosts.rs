@@ -123,7 +123,16 @@ fn setup(dir: &Path, tag: &str) -> Hosts {
     let host_key = dir.join("host_key");
     let client_key = dir.join("client_key");
     for k in [&host_key, &client_key] {
-        sh(&["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", k.to_str().unwrap()]);
+        sh(&[
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-f",
+            k.to_str().unwrap(),
+        ]);
     }
     let authorized = dir.join("authorized_keys");
     std::fs::copy(dir.join("client_key.pub"), &authorized).unwrap();
@@ -133,7 +142,9 @@ fn setup(dir: &Path, tag: &str) -> Hosts {
         sh(&["ip", "netns", "add", &ns]);
         hosts.namespaces.push(ns.clone());
         let (outer, inner) = (format!("rv{tag}{i}"), format!("rp{tag}{i}"));
-        sh(&["ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        sh(&[
+            "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+        ]);
         sh(&["ip", "link", "set", &inner, "netns", &ns]);
         sh(&["ip", "link", "set", &outer, "master", &br]);
         sh(&["ip", "link", "set", &outer, "up"]);
@@ -227,7 +238,14 @@ remote_rodeo = "{rodeo}"
     )
     .unwrap();
     let mut child = Command::new(rodeo)
-        .args(["run", "--processes", "--events", "6000", "--json", "--config"])
+        .args([
+            "run",
+            "--processes",
+            "--events",
+            "6000",
+            "--json",
+            "--config",
+        ])
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)

@@ -14,7 +14,11 @@ fn rodeo() -> PathBuf {
 }
 
 /// Waits (bounded) until `cond` holds on the controller's status.
-fn wait_for(ctl: &Controller, what: &str, cond: impl Fn(&rodeo_control::control::PartitionStatus) -> bool) {
+fn wait_for(
+    ctl: &Controller,
+    what: &str,
+    cond: impl Fn(&rodeo_control::control::PartitionStatus) -> bool,
+) {
     let t0 = Instant::now();
     loop {
         let st = ctl.status();
@@ -67,18 +71,29 @@ fn a_failing_transition_puts_the_partition_in_error_naming_the_application() {
 
     let e = ctl.command(Command::Configure).unwrap_err();
     match &e {
-        TransitionError::Failed { who, command, from, reason } => {
+        TransitionError::Failed {
+            who,
+            command,
+            from,
+            reason,
+        } => {
             assert_eq!(who, "logger-1");
             assert_eq!(*command, Command::Configure);
             assert_eq!(*from, State::Initial);
-            assert!(reason.contains("cannot create output directory"), "{reason}");
+            assert!(
+                reason.contains("cannot create output directory"),
+                "{reason}"
+            );
         }
         other => panic!("expected a failure, got {other}"),
     }
     let st = ctl.status();
     assert_eq!(st.state, State::Error);
     let why = st.error.clone().unwrap();
-    assert!(why.contains("logger-1") && why.contains("cannot create"), "{why}");
+    assert!(
+        why.contains("logger-1") && why.contains("cannot create"),
+        "{why}"
+    );
     let logger = st.apps.iter().find(|a| a.name == "logger-1").unwrap();
     assert_eq!(logger.state, State::Error);
     // The others were not configured: the command stopped at the first failure.
@@ -102,14 +117,34 @@ fn illegal_commands_are_refused_naming_the_partition_state() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = Controller::new(small_config(dir.path(), 1), rodeo()).unwrap();
     let e = ctl.command(Command::Configure).unwrap_err();
-    assert!(matches!(e, TransitionError::Illegal { state: State::None, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            TransitionError::Illegal {
+                state: State::None,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("NONE"), "{e}");
     ctl.command(Command::Initialize).unwrap();
     ctl.command(Command::Configure).unwrap();
-    for c in [Command::Start, Command::Stop, Command::Shutdown, Command::Initialize] {
+    for c in [
+        Command::Start,
+        Command::Stop,
+        Command::Shutdown,
+        Command::Initialize,
+    ] {
         let e = ctl.command(c).unwrap_err();
         assert!(
-            matches!(e, TransitionError::Illegal { state: State::Configured, .. }),
+            matches!(
+                e,
+                TransitionError::Illegal {
+                    state: State::Configured,
+                    ..
+                }
+            ),
             "{c}: {e}"
         );
         assert!(e.to_string().contains("CONFIGURED"), "{e}");
@@ -117,7 +152,10 @@ fn illegal_commands_are_refused_naming_the_partition_state() {
     // Nothing changed, in the partition or in any application.
     let st = ctl.status();
     assert_eq!(st.state, State::Configured);
-    assert!(st.apps.iter().all(|a| a.state == State::Configured), "{st:#?}");
+    assert!(
+        st.apps.iter().all(|a| a.state == State::Configured),
+        "{st:#?}"
+    );
     assert_eq!(ctl.command(Command::Unconfigure).unwrap(), State::Initial);
     assert_eq!(ctl.command(Command::Shutdown).unwrap(), State::None);
 }
@@ -126,7 +164,12 @@ fn illegal_commands_are_refused_naming_the_partition_state() {
 fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = Controller::new(small_config(dir.path(), 2), rodeo()).unwrap();
-    for c in [Command::Initialize, Command::Configure, Command::Connect, Command::Start] {
+    for c in [
+        Command::Initialize,
+        Command::Configure,
+        Command::Connect,
+        Command::Start,
+    ] {
         ctl.command(c).unwrap();
     }
     wait_for(&ctl, "events flowing", |s| s.l1_accepts > 200);
@@ -143,16 +186,26 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     // SAFETY: kill(2) on a child process of the controller with a valid signal number.
     assert_eq!(unsafe { libc::kill(dcm as libc::pid_t, libc::SIGSTOP) }, 0);
     wait_for(&ctl, "dcm-1 dead", |s| {
-        s.apps.iter().any(|a| a.name == "dcm-1" && a.state == State::Error)
+        s.apps
+            .iter()
+            .any(|a| a.name == "dcm-1" && a.state == State::Error)
     });
     let st = ctl.status();
     let d = st.apps.iter().find(|a| a.name == "dcm-1").unwrap();
-    assert!(d.error.as_deref().unwrap().contains("no heartbeat"), "{d:?}");
-    assert!(st.recent_errors.iter().any(|e| e.contains("dcm-1")), "{st:#?}");
+    assert!(
+        d.error.as_deref().unwrap().contains("no heartbeat"),
+        "{d:?}"
+    );
+    assert!(
+        st.recent_errors.iter().any(|e| e.contains("dcm-1")),
+        "{st:#?}"
+    );
     // Policy: a dead DCM is survivable (the supervisor reassigns its events).
     assert_eq!(st.state, State::Running, "{st:#?}");
     let before = st.l1_accepts;
-    wait_for(&ctl, "events still flowing", |s| s.l1_accepts > before + 200);
+    wait_for(&ctl, "events still flowing", |s| {
+        s.l1_accepts > before + 200
+    });
 
     // A readout node that dies is not survivable: the partition goes to ERROR naming it.
     let ros = pid_of("ros-1");
