@@ -565,23 +565,70 @@ impl RunControl for AppControl {
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
         let hb = self.heartbeat();
-        let app = [("app", self.name.as_str()), ("role", self.role.name())];
-        out.family("rodeo_app_state", "gauge", "1 for the application's state");
+        write_app_metrics(
+            out,
+            &[AppMetrics {
+                name: &self.name,
+                role: self.role.name(),
+                state: hb.state,
+                counters: &hb.counters,
+            }],
+        );
+    }
+}
+
+/// The counters of the heartbeat that are gauges (levels, not totals).
+pub const GAUGE_COUNTERS: [&str; 4] = ["in_flight", "credits", "busy_slots", "pending_now"];
+
+/// What [`write_app_metrics`] writes of one application.
+#[derive(Debug, Clone, Copy)]
+pub struct AppMetrics<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its role.
+    pub role: &'a str,
+    /// Its state.
+    pub state: State,
+    /// Its heartbeat counters.
+    pub counters: &'a BTreeMap<String, u64>,
+}
+
+/// Writes the applications' states (`rodeo_app_state{app,role,state}`) and heartbeat counters
+/// (`rodeo_app_<counter>_total` counters, or `rodeo_app_<gauge>` for [`GAUGE_COUNTERS`]), one
+/// family per name with a sample per application that has it.
+pub fn write_app_metrics(out: &mut MetricsWriter, apps: &[AppMetrics<'_>]) {
+    out.family("rodeo_app_state", "gauge", "1 for each application's state");
+    for a in apps {
         for s in State::ALL {
-            let labels = [app[0], app[1], ("state", s.name())];
             out.sample(
                 "rodeo_app_state",
-                &labels,
-                if s == hb.state { 1.0 } else { 0.0 },
+                &[("app", a.name), ("role", a.role), ("state", s.name())],
+                if s == a.state { 1.0 } else { 0.0 },
             );
         }
-        for (k, v) in &hb.counters {
-            let name = format!("rodeo_app_{k}_total");
-            out.counter(
-                &name,
-                "application counter (see docs/run-control.md)",
-                &[(&app[..], *v)],
-            );
+    }
+    let mut names: Vec<&str> = apps
+        .iter()
+        .flat_map(|a| a.counters.keys().map(String::as_str))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for k in names {
+        let gauge = GAUGE_COUNTERS.contains(&k);
+        let family = if gauge {
+            format!("rodeo_app_{k}")
+        } else {
+            format!("rodeo_app_{k}_total")
+        };
+        out.family(
+            &family,
+            if gauge { "gauge" } else { "counter" },
+            "application heartbeat counter (docs/run-control.md)",
+        );
+        for a in apps {
+            if let Some(v) = a.counters.get(k) {
+                out.sample(&family, &[("app", a.name), ("role", a.role)], *v as f64);
+            }
         }
     }
 }

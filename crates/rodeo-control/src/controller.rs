@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport, TransportError};
 
-use crate::app::Role;
+use crate::app::{write_app_metrics, AppMetrics, Role};
 use crate::channel::{self, ToApp, ToController};
 use crate::config::PartitionConfig;
 use crate::control::{AppStatus, PartitionStatus, RunControl};
@@ -838,6 +838,17 @@ impl RunControl for Controller {
             }
         }
         let t = self.shared.table();
+        let apps: Vec<AppMetrics<'_>> = t
+            .apps
+            .iter()
+            .map(|a| AppMetrics {
+                name: &a.name,
+                role: a.role.name(),
+                state: a.state,
+                counters: &a.counters,
+            })
+            .collect();
+        write_app_metrics(out, &apps);
         out.counter(
             "rodeo_control_bad_messages_total",
             "control frames dropped because they did not decode",

@@ -173,6 +173,25 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
         ctl.command(c).unwrap();
     }
     wait_for(&ctl, "events flowing", |s| s.l1_accepts > 200);
+    // Status and metrics come from the heartbeats.
+    let st = ctl.status();
+    assert_eq!(st.state, State::Running);
+    assert!(st.apps.iter().all(|a| a.state == State::Running), "{st:#?}");
+    assert!(
+        st.apps.iter().all(|a| a.heartbeat_age_ms.is_some()),
+        "{st:#?}"
+    );
+    let mut m = rodeo_control::prometheus::MetricsWriter::new();
+    ctl.write_metrics(&mut m);
+    let text = m.finish();
+    assert!(
+        text.contains("rodeo_app_l1_accepts_total{app=\"supervisor\",role=\"supervisor\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rodeo_partition_state{state=\"RUNNING\"} 1"),
+        "{text}"
+    );
     let pid_of = |name: &str| {
         ctl.status()
             .apps
