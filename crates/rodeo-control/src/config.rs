@@ -100,7 +100,7 @@ compression = "none"
 address = "127.0.0.1"
 # Each application sends a heartbeat this often; one silent for `dead_after_ms` is dead.
 heartbeat_ms = 250
-dead_after_ms = 2000
+dead_after_ms = 3000
 # How long an application may take to say hello after it was spawned, and to run a command.
 spawn_timeout_ms = 20000
 command_timeout_ms = 60000
@@ -394,7 +394,7 @@ impl Default for ControlSection {
         ControlSection {
             address: "127.0.0.1".into(),
             heartbeat_ms: 250,
-            dead_after_ms: 2000,
+            dead_after_ms: 3000,
             spawn_timeout_ms: 20_000,
             command_timeout_ms: 60_000,
             ssh: vec!["ssh".into(), "-o".into(), "BatchMode=yes".into()],

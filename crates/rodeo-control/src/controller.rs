@@ -363,7 +363,14 @@ impl Controller {
                 while !s.stop.load(Ordering::Acquire) {
                     let got = s.socket().recv(&mut msg, 20);
                     match got {
-                        Ok(true) => s.on_message(&msg),
+                        Ok(true) => {
+                            s.on_message(&msg);
+                            // Drain what is queued before judging anyone's silence: after a
+                            // stall of this thread the heartbeats are here, only unread.
+                            while matches!(s.socket().try_recv(&mut msg), Ok(true)) {
+                                s.on_message(&msg);
+                            }
+                        }
                         Ok(false) => {}
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }

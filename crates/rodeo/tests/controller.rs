@@ -49,8 +49,9 @@ fn small_config(out: &std::path::Path, port_offset: u16) -> PartitionConfig {
     c.l1.rate_hz = 2000.0;
     c.dcm.slots = 8;
     c.supervisor.dcm_timeout_ms = 1000;
-    c.control.heartbeat_ms = 100;
-    c.control.dead_after_ms = 1000;
+    // Generous for a loaded 2-core machine: a stall of a second is not a death here.
+    c.control.heartbeat_ms = 200;
+    c.control.dead_after_ms = 3000;
     c
 }
 
