@@ -9,6 +9,8 @@
 //! every value against what is allowed; both name the field (`dcm.slots`), the value, and what
 //! would be accepted.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The default partition, with comments: what `rodeo config default` prints.
@@ -104,6 +106,24 @@ token = ""
 log = "warn"
 # With `rodeo run --trace FILE`: keep the time stamps of one event in this many.
 trace_every = 100
+# Process mode (`rodeo run --processes`): the controller listens for its applications on
+# tcp://<address>:<a port the system picks>; with [hosts], an address the hosts can reach.
+address = "127.0.0.1"
+# Each application sends a heartbeat this often; one silent for `dead_after_ms` is dead.
+heartbeat_ms = 250
+dead_after_ms = 3000
+# How long an application may take to say hello after it was spawned, and to run a command.
+spawn_timeout_ms = 20000
+command_timeout_ms = 60000
+# How applications on other hosts are started: this command and options, then the host, then
+# `<remote_rodeo> app ROLE --name NAME --control ENDPOINT --exit-on-stdin-eof`.
+ssh = ["ssh", "-o", "BatchMode=yes"]
+remote_rodeo = "rodeo"
+
+# Applications on other hosts (process mode; endpoints must then be tcp): name = "host".
+# The host is both where ssh goes and the address the application's endpoint binds.
+[hosts]
+# "dcm-2" = "10.200.0.3"
 "#;
 
 /// What went wrong with a configuration, naming the field.
@@ -380,9 +400,12 @@ pub struct PartitionConfig {
     pub logger: LoggerSection,
     /// `[control]`.
     pub control: ControlSection,
+    /// `[hosts]`: application name -> host (applications not named run on this host).
+    pub hosts: BTreeMap<String, String>,
 }
 
-/// `[control]`: run control and observability.
+/// `[control]`: run control and observability (HTTP API, logs, traces) and how the
+/// controller runs applications as processes.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ControlSection {
@@ -394,6 +417,20 @@ pub struct ControlSection {
     pub log: String,
     /// Trace sampling: one event in this many.
     pub trace_every: u64,
+    /// The address the controller listens on (tcp, system-chosen port).
+    pub address: String,
+    /// Heartbeat period of every application.
+    pub heartbeat_ms: u64,
+    /// An application silent this long is dead.
+    pub dead_after_ms: u64,
+    /// How long a spawned application may take to say hello.
+    pub spawn_timeout_ms: u64,
+    /// How long one command may take in one application.
+    pub command_timeout_ms: u64,
+    /// The ssh command and its options (the host follows them).
+    pub ssh: Vec<String>,
+    /// The rodeo executable on the other hosts.
+    pub remote_rodeo: String,
 }
 
 impl Default for ControlSection {
@@ -403,6 +440,13 @@ impl Default for ControlSection {
             token: String::new(),
             log: "warn".into(),
             trace_every: 100,
+            address: "127.0.0.1".into(),
+            heartbeat_ms: 250,
+            dead_after_ms: 3000,
+            spawn_timeout_ms: 20_000,
+            command_timeout_ms: 60_000,
+            ssh: vec!["ssh".into(), "-o".into(), "BatchMode=yes".into()],
+            remote_rodeo: "rodeo".into(),
         }
     }
 }
@@ -575,7 +619,81 @@ impl PartitionConfig {
                 "ros.nodes + logger.nodes + 2 must stay <= 64 (one socket each per DCM)",
             ));
         }
+        let c = &self.control;
+        if c.address.is_empty() || c.address.contains(char::is_whitespace) {
+            return Err(bad(
+                "control.address",
+                format!("{:?}", c.address),
+                "an address of this host",
+            ));
+        }
+        if c.heartbeat_ms < 10 || c.heartbeat_ms > 60_000 {
+            return Err(bad("control.heartbeat_ms", c.heartbeat_ms, "10..=60000"));
+        }
+        if c.dead_after_ms < 2 * c.heartbeat_ms {
+            return Err(bad(
+                "control.dead_after_ms",
+                c.dead_after_ms,
+                ">= twice control.heartbeat_ms",
+            ));
+        }
+        if c.spawn_timeout_ms == 0 {
+            return Err(bad("control.spawn_timeout_ms", 0, "> 0 milliseconds"));
+        }
+        if c.command_timeout_ms == 0 {
+            return Err(bad("control.command_timeout_ms", 0, "> 0 milliseconds"));
+        }
+        if c.ssh.is_empty() || c.ssh[0].is_empty() {
+            return Err(bad(
+                "control.ssh",
+                format!("{:?}", c.ssh),
+                "the ssh command, then its options",
+            ));
+        }
+        if c.remote_rodeo.is_empty() {
+            return Err(bad(
+                "control.remote_rodeo",
+                "\"\"",
+                "a path or command name",
+            ));
+        }
+        let names = self.app_names();
+        for (app, host) in &self.hosts {
+            if !names.iter().any(|n| n == app) {
+                return Err(bad(
+                    "hosts",
+                    format!("{app:?} = {host:?}"),
+                    "keys are application names of this partition (logger-N, ros-N, dcm-N, supervisor)",
+                ));
+            }
+            if host.is_empty() || host.contains(char::is_whitespace) || host.starts_with('-') {
+                return Err(bad(
+                    "hosts",
+                    format!("{app:?} = {host:?}"),
+                    "a host name or address (no spaces, not starting with '-')",
+                ));
+            }
+        }
+        if !self.hosts.is_empty() && self.transport.kind != TransportKind::Tcp {
+            return Err(bad(
+                "transport.kind",
+                format!("{:?}", self.transport.kind).to_lowercase(),
+                "\"tcp\" when [hosts] places applications on other hosts",
+            ));
+        }
         Ok(())
+    }
+
+    /// Every application's name, in the order they come up: loggers, readout nodes, DCMs,
+    /// the supervisor.
+    pub fn app_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = (1..=self.logger.nodes)
+            .map(|i| format!("logger-{i}"))
+            .collect();
+        v.extend((1..=self.ros.nodes).map(|i| format!("ros-{i}")));
+        v.extend((1..=self.dcm.nodes).map(|i| format!("dcm-{i}")));
+        v.push("supervisor".into());
+        v
     }
 }
 
@@ -614,6 +732,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("run.events"), "{e}");
+    }
+
+    #[test]
+    fn hosts_need_tcp_and_known_names() {
+        let e = PartitionConfig::from_toml("[hosts]\n\"dcm-1\" = \"10.200.0.2\"\n", "h.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("transport.kind") && e.contains("tcp"), "{e}");
+        let e = PartitionConfig::from_toml(
+            "[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-9\" = \"10.200.0.2\"\n",
+            "h.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hosts") && e.contains("dcm-9"), "{e}");
+        let c = PartitionConfig::from_toml(
+            "[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-1\" = \"10.200.0.2\"\n",
+            "h.toml",
+        )
+        .unwrap();
+        assert_eq!(c.hosts["dcm-1"], "10.200.0.2");
+        assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+        let e = PartitionConfig::from_toml("[control]\ndead_after_ms = 100\n", "h.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("control.dead_after_ms"), "{e}");
     }
 
     #[test]

@@ -10,10 +10,18 @@
 //! - [`http`]: the HTTP/1.1 API (status, commands with a bearer token, configuration,
 //!   `/metrics`, the web page) for any [`control::RunControl`].
 //! - [`prometheus`]: the Prometheus text-format writer.
+//! - [`channel`]: the control channel's messages (controller <-> `rodeo app` processes).
+//! - [`app`]: one application under lifecycle control ([`app::AppControl`]) and its side of
+//!   the control channel.
+//! - [`controller`]: the [`controller::Controller`] that runs a partition as processes, local
+//!   or over ssh, in dependency order, watching heartbeats.
 
+pub mod app;
+pub mod channel;
 pub mod chrome_trace;
 pub mod config;
 pub mod control;
+pub mod controller;
 pub mod embedded;
 pub mod http;
 pub mod lifecycle;

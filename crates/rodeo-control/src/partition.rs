@@ -151,6 +151,7 @@ impl RunSummary {
 struct Endpoints {
     kind: TransportKind,
     host: String,
+    hosts: std::collections::BTreeMap<String, String>,
     next_port: u16,
     ipc_dir: PathBuf,
 }
@@ -163,7 +164,9 @@ impl Endpoints {
             TransportKind::Tcp => {
                 let p = self.next_port;
                 self.next_port = self.next_port.wrapping_add(1);
-                format!("tcp://{}:{p}", self.host)
+                // An application placed on another host binds that host's address.
+                let host = self.hosts.get(name).unwrap_or(&self.host);
+                format!("tcp://{host}:{p}")
             }
         }
     }
@@ -196,6 +199,7 @@ impl Layout {
         let mut eps = Endpoints {
             kind: config.transport.kind,
             host: config.transport.host.clone(),
+            hosts: config.hosts.clone(),
             next_port: config.transport.base_port,
             ipc_dir: output.clone(),
         };

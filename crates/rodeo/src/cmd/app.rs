@@ -1,23 +1,24 @@
-//! `rodeo app ROLE --config FILE --name NAME`: one application of a partition in this process.
+//! `rodeo app ROLE --name NAME --control ENDPOINT`: one application of a partition in this
+//! process, under lifecycle control (`rodeo_control::app`).
 //!
-//! `rodeo run --processes` starts one of these per application, all from the same resolved
-//! configuration file, so each computes the same endpoints (`rodeo_control::partition::Layout`).
-//! The supervisor runs to the end of the run; every other role runs until SIGTERM or SIGINT.
-//! At the end each prints one JSON line with its summary on stdout (the parent reads it).
+//! `rodeo run --processes` (the controller, `rodeo_control::controller`) starts one of these
+//! per application, on this host or over ssh. The process connects to the controller's control
+//! endpoint, says hello in INITIAL, and from then on the controller's commands move it through
+//! the lifecycle (the configuration comes with `configure`, so a remote host needs no file);
+//! it sends a heartbeat every `--heartbeat-ms`. It leaves after `shutdown`, on SIGTERM/SIGINT,
+//! or — with `--exit-on-stdin-eof` — when its stdin closes (the controller or its ssh went
+//! away), walking itself down first. The messages are in docs/run-control.md.
 
+use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rodeo_control::partition::Layout;
-use rodeo_dataflow::dcm::{self, DcmCounters};
-use rodeo_dataflow::logger::{self, LoggerCounters};
-use rodeo_dataflow::supervisor::{self, SupervisorCounters};
-use rodeo_readout::node::ReadoutNode;
+use rodeo_control::app::{serve, AppControl, Role as AppRole};
 use rodeo_transport::socket::Transport;
-use serde_json::json;
 
 /// The application roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -38,108 +39,61 @@ pub(crate) struct Args {
     /// Which application.
     #[arg(value_enum)]
     role: Role,
-    /// The resolved partition configuration (as `rodeo run --processes` writes it).
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
     /// The application's name in the partition (e.g. dcm-2); the supervisor's is `supervisor`.
     #[arg(long)]
     name: String,
+    /// The controller's control endpoint (tcp://HOST:PORT).
+    #[arg(long, value_name = "ENDPOINT")]
+    control: String,
+    /// A partition configuration to use when `configure` brings none.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Heartbeat period in milliseconds.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    heartbeat_ms: u64,
+    /// Leave (walking down first) when stdin closes: the controller went away.
+    #[arg(long)]
+    exit_on_stdin_eof: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
-    let config = super::run::load_config(Some(&args.config))?;
-    let layout = Layout::new(&config);
-    let transport = Transport::new(config.transport.io_threads)?;
-    let wait_for_signal = || {
-        while !crate::signal::interrupted() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    let config = match &args.config {
+        Some(p) => Some(super::run::load_config(Some(p))?),
+        None => None,
     };
-    let not_found = || {
-        anyhow::anyhow!(
-            "no {:?} named {:?} in the configuration",
-            args.role,
-            args.name
-        )
+    let io_threads = config.as_ref().map_or(1, |c| c.transport.io_threads);
+    let transport = Transport::new(io_threads)?;
+    let role = match args.role {
+        Role::Logger => AppRole::Logger,
+        Role::Ros => AppRole::Ros,
+        Role::Dcm => AppRole::Dcm,
+        Role::Supervisor => AppRole::Supervisor,
     };
-    let out = match args.role {
-        Role::Logger => {
-            let lc = layout
-                .loggers
-                .iter()
-                .find(|l| l.name == args.name)
-                .ok_or_else(not_found)?;
-            std::fs::create_dir_all(&layout.output)?;
-            let h = logger::spawn(lc.clone(), &transport, Arc::new(LoggerCounters::default()))?;
-            wait_for_signal();
-            let s = h.stop()?;
-            json!({
-                "role": "logger", "name": args.name,
-                "events_written": s.events_written, "bytes_written": s.bytes_written,
-                "duplicates": s.duplicates, "bad_messages": s.bad_messages, "files": s.files,
+    let app = AppControl::new(role, &args.name, transport, config);
+    let eof = Arc::new(AtomicBool::new(false));
+    if args.exit_on_stdin_eof {
+        let flag = Arc::clone(&eof);
+        std::thread::Builder::new()
+            .name("stdin-watch".into())
+            .spawn(move || {
+                let mut buf = [0u8; 256];
+                let mut stdin = std::io::stdin();
+                // Read until end of file (or an error): then the controller is gone.
+                while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+                flag.store(true, Ordering::SeqCst);
             })
-        }
-        Role::Ros => {
-            let (_, ep, nc) = layout
-                .nodes
-                .iter()
-                .find(|(n, ..)| *n == args.name)
-                .ok_or_else(not_found)?;
-            let node = ReadoutNode::start(&transport, nc, ep)
-                .with_context(|| format!("starting {}", args.name))?;
-            wait_for_signal();
-            let s = node.stop();
-            let k = s.store.total_counters();
-            json!({
-                "role": "ros", "name": args.name,
-                "requests": s.counters.requests, "cleared": s.counters.cleared_l1ids,
-                "clear_gaps": s.counters.clear_gaps, "stored": k.fragments, "stored_now": k.stored,
-            })
-        }
-        Role::Dcm => {
-            let dc = layout
-                .dcms
-                .iter()
-                .find(|d| d.name == args.name)
-                .ok_or_else(not_found)?;
-            let h = dcm::spawn(
-                dc.clone(),
-                &transport,
-                Box::new(layout.trigger.clone()),
-                Arc::new(DcmCounters::default()),
-            )?;
-            wait_for_signal();
-            let s = h.stop()?;
-            json!({
-                "role": "dcm", "name": args.name,
-                "assigned": s.assigned, "builds": s.builds, "accepted": s.accepted,
-                "rejected": s.rejected, "forced": s.forced, "partial": s.partial,
-                "unfinished": s.unfinished,
-            })
-        }
-        Role::Supervisor => {
-            let h = supervisor::spawn(
-                layout.supervisor.clone(),
-                &transport,
-                Arc::new(SupervisorCounters::default()),
-            )?;
-            while !h.is_finished() {
-                if crate::signal::interrupted() {
-                    h.request_stop();
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let s = h.join()?;
-            json!({
-                "role": "supervisor", "name": args.name,
-                "l1_accepts": s.l1_accepts, "accepted": s.accepted, "rejected": s.rejected,
-                "forced_accepts": s.forced_accepts, "undecided": s.undecided,
-                "reassignments": s.reassignments, "dead_dcms": s.dead_dcms,
-                "late_decisions": s.late_decisions, "cleared": s.cleared,
-            })
-        }
-    };
-    println!("{out}");
+            .context("cannot start the stdin watcher")?;
+    }
+    let bad = serve(
+        &app,
+        &args.control,
+        Duration::from_millis(args.heartbeat_ms),
+        || crate::signal::interrupted() || eof.load(Ordering::SeqCst),
+    )
+    .with_context(|| format!("{}: control channel {}", args.name, args.control))?;
+    if bad > 0 {
+        eprintln!("{}: {bad} control frames did not decode", args.name);
+    }
     Ok(ExitCode::SUCCESS)
 }

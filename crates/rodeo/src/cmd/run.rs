@@ -248,39 +248,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A child application and how to reach it.
-struct Child {
-    name: String,
-    process: std::process::Child,
-}
-
-impl Child {
-    /// Asks the child to stop (SIGTERM) and waits for its JSON summary line, if it gives one.
-    fn stop(self, signal: bool) -> (String, Option<serde_json::Value>) {
-        if signal {
-            // SAFETY: kill(2) with a pid of our own child and a valid signal number.
-            unsafe {
-                libc::kill(self.process.id() as libc::pid_t, libc::SIGTERM);
-            }
-        }
-        let out = match self.process.wait_with_output() {
-            Ok(o) if o.status.success() => o,
-            _ => return (self.name, None),
-        };
-        let line = String::from_utf8_lossy(&out.stdout);
-        let value = line
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
-        (self.name, value)
-    }
-}
-
-/// Runs the partition with one `rodeo app` process per application (see `cmd/app.rs`).
+/// Runs the partition with one `rodeo app` process per application (see `cmd/app.rs`), on
+/// this host or on the hosts of `[hosts]` over ssh, under the controller
+/// (`rodeo_control::controller`): initialize, configure, connect, start; stop at the end of
+/// the run (event count reached, time up, or SIGINT/SIGTERM); disconnect (each application
+/// hands back its summary), unconfigure, shutdown.
 fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
+    use rodeo_control::app::Role;
     use rodeo_control::config::TransportKind;
+    use rodeo_control::control::RunControl;
+    use rodeo_control::controller::Controller;
+    use rodeo_control::lifecycle::{Command, State};
     use rodeo_control::partition::{check_balance, Layout, NodeSummary};
-    use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
     let mut config = config.clone();
@@ -288,56 +267,67 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
         config.transport.kind = TransportKind::Ipc;
     }
     let layout = Layout::new(&config);
+    // The run directory holds the ipc endpoints and the configuration the local applications
+    // name on their command line (`--config`); loggers make it on their own hosts too.
     std::fs::create_dir_all(&layout.output)
         .with_context(|| format!("cannot create {}", layout.output.display()))?;
     let cfg_path = layout.output.join("partition.toml");
     std::fs::write(&cfg_path, config.to_toml())
         .with_context(|| format!("cannot write {}", cfg_path.display()))?;
     let exe = std::env::current_exe().context("cannot find the rodeo executable")?;
-    let spawn = |role: &str, name: &str| -> anyhow::Result<Child> {
-        let process = Command::new(&exe)
-            .args(["app", role, "--name", name, "--config"])
-            .arg(&cfg_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("cannot start {name}"))?;
-        Ok(Child {
-            name: name.to_string(),
-            process,
-        })
-    };
-    let mut loggers = Vec::new();
-    for l in &layout.loggers {
-        loggers.push(spawn("logger", &l.name)?);
-    }
-    let mut nodes = Vec::new();
-    for (name, ..) in &layout.nodes {
-        nodes.push(spawn("ros", name)?);
-    }
-    let mut dcms = Vec::new();
-    for d in &layout.dcms {
-        dcms.push(spawn("dcm", &d.name)?);
-    }
-    let start = Instant::now();
-    let mut sup = spawn("supervisor", "supervisor")?;
-    let limit = (config.run.seconds > 0.0).then(|| Duration::from_secs_f64(config.run.seconds));
-    let mut asked = false;
-    while sup.process.try_wait()?.is_none() {
-        if !asked && limit.is_some_and(|l| start.elapsed() >= l) {
-            // SAFETY: kill(2) on our own child with a valid signal number.
-            unsafe {
-                libc::kill(sup.process.id() as libc::pid_t, libc::SIGTERM);
-            }
-            asked = true;
+    crate::signal::install();
+    let mut ctl = Controller::new(config.clone(), exe)?;
+    ctl.set_local_config_file(cfg_path);
+    // Up, in dependency order; on a failure bring everything down and say who failed.
+    for c in [
+        Command::Initialize,
+        Command::Configure,
+        Command::Connect,
+        Command::Start,
+    ] {
+        if let Err(e) = ctl.command(c) {
+            let _ = ctl.command(Command::Shutdown);
+            anyhow::bail!("{e}");
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    let (_, sup_json) = sup.stop(false);
-    let seconds = start.elapsed().as_secs_f64();
-    let sup_json = sup_json.context("the supervisor ended without its summary")?;
+    let limit = (config.run.seconds > 0.0).then(|| Duration::from_secs_f64(config.run.seconds));
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let st = ctl.status();
+        if st.state == State::Error {
+            let why = st.error.unwrap_or_default();
+            let _ = ctl.command(Command::Shutdown);
+            anyhow::bail!("the partition is in ERROR: {why}");
+        }
+        if ctl.run_finished()
+            || limit.is_some_and(|l| start.elapsed() >= l)
+            || crate::signal::interrupted()
+        {
+            break;
+        }
+    }
+    // Down in reverse order: the supervisor drains first.
+    for c in [Command::Stop, Command::Disconnect] {
+        if let Err(e) = ctl.command(c) {
+            let _ = ctl.command(Command::Shutdown);
+            anyhow::bail!("{e}");
+        }
+    }
+    let seconds = ctl.run_seconds();
+    let summaries = ctl.summaries();
+    let dead = ctl.dead_apps();
+    for c in [Command::Unconfigure, Command::Shutdown] {
+        if let Err(e) = ctl.command(c) {
+            eprintln!("warning: {e}");
+        }
+    }
     let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let sup_json = summaries
+        .iter()
+        .find(|(_, r, _)| *r == Role::Supervisor)
+        .and_then(|(.., s)| s.clone())
+        .context("the supervisor ended without its summary")?;
     let mut summary = RunSummary {
         run: config.run.number,
         l1_accepts: n(&sup_json, "l1_accepts"),
@@ -349,48 +339,36 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
         ..RunSummary::default()
     };
     summary.l1_rate_hz = summary.l1_accepts as f64 / seconds.max(1e-9);
-    let mut lost_apps = Vec::new();
-    for c in dcms {
-        match c.stop(true) {
-            (_, Some(v)) => summary.partial_events += n(&v, "partial"),
-            (name, None) => lost_apps.push(name),
-        }
-    }
-    for c in loggers {
-        match c.stop(true) {
-            (_, Some(v)) => {
-                summary.events_written += n(&v, "events_written");
-                summary.duplicates += n(&v, "duplicates");
-                summary.bytes_written += n(&v, "bytes_written");
+    for (name, role, s) in &summaries {
+        match (role, s) {
+            (Role::Dcm, Some(v)) => summary.partial_events += n(v, "partial"),
+            (Role::Logger, Some(v)) => {
+                summary.events_written += n(v, "events_written");
+                summary.duplicates += n(v, "duplicates");
+                summary.bytes_written += n(v, "bytes_written");
                 if let Some(files) = v["files"].as_array() {
                     summary
                         .files
                         .extend(files.iter().filter_map(|f| f.as_str()).map(PathBuf::from));
                 }
             }
-            (name, None) => summary
-                .problems
-                .push(format!("{name} ended without its summary")),
-        }
-    }
-    for c in nodes {
-        match c.stop(true) {
-            (name, Some(v)) => summary.nodes.push(NodeSummary {
-                name,
-                requests: n(&v, "requests"),
-                cleared: n(&v, "cleared"),
-                clear_gaps: n(&v, "clear_gaps"),
-                stored: n(&v, "stored"),
-                stored_now: n(&v, "stored_now"),
+            (Role::Ros, Some(v)) => summary.nodes.push(NodeSummary {
+                name: name.clone(),
+                requests: n(v, "requests"),
+                cleared: n(v, "cleared"),
+                clear_gaps: n(v, "clear_gaps"),
+                stored: n(v, "stored"),
+                stored_now: n(v, "stored_now"),
             }),
-            (name, None) => summary
+            (Role::Dcm, None) | (Role::Supervisor, _) => {}
+            (Role::Logger | Role::Ros, None) => summary
                 .problems
                 .push(format!("{name} ended without its summary")),
         }
     }
-    for name in lost_apps {
+    for (name, why) in dead {
         // A DCM that died: its events were reassigned; not an imbalance, but worth saying.
-        eprintln!("note: {name} ended without its summary (killed?); its events were reassigned");
+        eprintln!("note: {name} died ({why}); its events were reassigned");
     }
     check_balance(&mut summary, n(&sup_json, "undecided"));
     Ok(summary)

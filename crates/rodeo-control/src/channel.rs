@@ -1,0 +1,165 @@
+//! The control channel between the controller and its applications (docs/run-control.md).
+//!
+//! The controller binds a ZeroMQ ROUTER; every `rodeo app` process connects a DEALER whose
+//! routing id is its application name. Each message is one frame of JSON:
+//!
+//! - application -> controller: [`ToController::Hello`] once on connect, a
+//!   [`ToController::Heartbeat`] every heartbeat period (state, counters), and one
+//!   [`ToController::Reply`] per command (the new state, or why it failed, and the
+//!   application's summary where the command ends its part of the run);
+//! - controller -> application: [`ToApp::Command`], numbered by `seq` (the reply repeats it).
+//!
+//! A frame that does not decode is dropped and counted by the receiver; nothing on the channel
+//! can make either side panic.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lifecycle::{Command, State};
+
+/// The largest control message accepted (a configuration is a few KiB).
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// A message from the controller to an application.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToApp {
+    /// Run a lifecycle command.
+    Command {
+        /// Sequence number, repeated in the reply.
+        seq: u64,
+        /// The command.
+        command: Command,
+        /// With `configure`: the partition configuration (TOML) to take.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        config: Option<String>,
+        /// With `stop` to a readout node: the L1 accepts of the run, whose clears it waits
+        /// for (bounded) before it replies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect_cleared: Option<u64>,
+    },
+}
+
+/// A heartbeat: the application's state and live counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// Lifecycle state.
+    pub state: State,
+    /// Why it is in ERROR, if it is.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The supervisor: its L1 source reached the end of the run (event count) by itself.
+    #[serde(default)]
+    pub finished: bool,
+    /// Live counters by name (`l1_accepts`, `events_written`, …), monotonic except gauges.
+    #[serde(default)]
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// A message from an application to the controller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToController {
+    /// The first message after connecting.
+    Hello {
+        /// Application name.
+        name: String,
+        /// Role (`logger`, `ros`, `dcm`, `supervisor`).
+        role: String,
+        /// Process id on its host.
+        pid: u32,
+        /// Its state (INITIAL: the process exists).
+        state: State,
+    },
+    /// Sent every heartbeat period.
+    Heartbeat(Heartbeat),
+    /// The answer to one command.
+    Reply {
+        /// The command's sequence number.
+        seq: u64,
+        /// The state after the command.
+        state: State,
+        /// Why the command was refused or failed (`None`: it succeeded).
+        #[serde(default)]
+        error: Option<String>,
+        /// The application's summary of the run, when the command ended its part in it
+        /// (`stop` of the supervisor, `disconnect` of the others).
+        #[serde(default)]
+        summary: Option<serde_json::Value>,
+    },
+}
+
+/// Encodes a message as one JSON frame.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    // Serialising these types cannot fail (string keys, no non-finite floats).
+    serde_json::to_vec(message).unwrap_or_default()
+}
+
+/// Why a frame was not a control message.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Larger than [`MAX_MESSAGE_BYTES`].
+    #[error("control message of {0} bytes is larger than the limit")]
+    TooLarge(usize),
+    /// Not JSON of the expected shape.
+    #[error("bad control message: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Decodes one JSON frame.
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, DecodeError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(DecodeError::TooLarge(bytes.len()));
+    }
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_an_error() {
+        let m = ToApp::Command {
+            seq: 7,
+            command: Command::Configure,
+            config: Some("[run]\n".into()),
+            expect_cleared: None,
+        };
+        let b = encode(&m);
+        assert_eq!(decode::<ToApp>(&b).unwrap(), m);
+        let r = ToController::Reply {
+            seq: 7,
+            state: State::Error,
+            error: Some("disk full".into()),
+            summary: None,
+        };
+        assert_eq!(decode::<ToController>(&encode(&r)).unwrap(), r);
+        let mut hb = Heartbeat {
+            state: State::Running,
+            error: None,
+            finished: false,
+            counters: BTreeMap::new(),
+        };
+        hb.counters.insert("l1_accepts".into(), 12);
+        let h = ToController::Heartbeat(hb);
+        let text = String::from_utf8(encode(&h)).unwrap();
+        assert!(text.contains("\"type\":\"heartbeat\""), "{text}");
+        assert_eq!(decode::<ToController>(text.as_bytes()).unwrap(), h);
+        for bad in [
+            &b""[..],
+            b"{",
+            b"{\"type\":\"command\",\"seq\":1,\"command\":\"halt\"}",
+            b"{\"type\":\"launch\"}",
+            b"\xff\xfe",
+        ] {
+            assert!(decode::<ToApp>(bad).is_err());
+        }
+        assert!(matches!(
+            decode::<ToApp>(&vec![b' '; MAX_MESSAGE_BYTES + 1]),
+            Err(DecodeError::TooLarge(_))
+        ));
+    }
+}

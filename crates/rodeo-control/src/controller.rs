@@ -1,0 +1,907 @@
+//! The controller: a partition run as `rodeo app` processes, on this host (spawned from the
+//! current executable) or on other hosts (over ssh), driven through the lifecycle in
+//! dependency order and watched by heartbeat. It implements [`RunControl`].
+//!
+//! # Order
+//!
+//! Up (`configure`, `connect`, `start`): loggers, readout nodes, DCMs, the supervisor (which
+//! owns the L1 source, so data only flows once everything downstream is there). Down (`stop`,
+//! `disconnect`, `unconfigure`, `shutdown`): the reverse, so the supervisor stops the L1
+//! source and drains every event before the DCMs, loggers and readout nodes stop.
+//!
+//! `initialize` spawns every process and waits for each one's hello (it is then INITIAL);
+//! `shutdown` walks every live application down to NONE, closes its stdin (a controlled
+//! application leaves when its stdin closes: that also ends remote ones when ssh goes) and
+//! kills what is still there after a grace period.
+//!
+//! # Failures and the dead-application policy
+//!
+//! An illegal command is refused naming the partition's state. A command that fails in an
+//! application puts the partition in ERROR naming that application and its reason; the
+//! remaining applications are not sent the command. An application is dead when its local
+//! process (or its ssh client) exits unasked, or when it sends no heartbeat for
+//! `control.dead_after_ms` while no command is pending with it. A dead DCM is survivable
+//! while another DCM lives — the supervisor reassigns its events — so it is marked ERROR,
+//! reported in status and the recent errors, and skipped by later commands; any other dead
+//! application (or the last DCM) puts the partition in ERROR naming it.
+//!
+//! # Threads and ownership
+//!
+//! One monitor thread receives everything on the controller's ROUTER (hellos, heartbeats,
+//! replies) into a table behind a mutex and checks liveness every 50 ms; commands are
+//! serialised by their own mutex, send under the socket's mutex (never while holding the
+//! table's) and wait on a condition variable for their reply, so status and metrics never wait
+//! for a command. Dropping the controller shuts everything down.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport, TransportError};
+
+use crate::app::{write_app_metrics, AppMetrics, Role};
+use crate::channel::{self, ToApp, ToController};
+use crate::config::PartitionConfig;
+use crate::control::{AppStatus, PartitionStatus, RunControl};
+use crate::lifecycle::{Command, Lifecycle, State, TransitionError};
+use crate::prometheus::MetricsWriter;
+
+/// How many recent errors the status keeps.
+const RECENT_ERRORS: usize = 32;
+
+/// Why a controller could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The configuration is not valid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The control socket could not be set up.
+    #[error("control socket: {0}")]
+    Transport(#[from] TransportError),
+    /// The control address does not make an endpoint.
+    #[error("control.address: {0}")]
+    Endpoint(#[from] rodeo_transport::endpoint::EndpointError),
+    /// The monitor thread could not start.
+    #[error("cannot start the monitor thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// What the controller knows of one application.
+#[derive(Debug)]
+struct App {
+    name: String,
+    role: Role,
+    host: Option<String>,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    pid: Option<u32>,
+    state: State,
+    error: Option<String>,
+    hello: bool,
+    last_heard: Option<Instant>,
+    counters: BTreeMap<String, u64>,
+    rate_base: Option<(Instant, u64)>,
+    rate_hz: f64,
+    finished: bool,
+    /// The command in flight with this application (its seq).
+    waiting: Option<u64>,
+    reply: Option<(u64, State, Option<String>)>,
+    summary: Option<serde_json::Value>,
+    dead: bool,
+    /// Asked to leave: its exit is expected.
+    leaving: bool,
+}
+
+#[derive(Debug)]
+struct Table {
+    lifecycle: Lifecycle,
+    apps: Vec<App>,
+    recent_errors: VecDeque<String>,
+    bad_messages: u64,
+    run_start: Option<Instant>,
+    run_seconds: f64,
+    next_seq: u64,
+}
+
+impl Table {
+    fn record(&mut self, e: String) {
+        if self.recent_errors.len() == RECENT_ERRORS {
+            self.recent_errors.pop_front();
+        }
+        self.recent_errors.push_back(e);
+    }
+
+    /// Marks application `i` dead and applies the policy (module docs).
+    fn dead(&mut self, i: usize, why: String) {
+        let a = &mut self.apps[i];
+        if a.dead {
+            return;
+        }
+        a.dead = true;
+        a.state = State::Error;
+        a.error = Some(why.clone());
+        let (name, role) = (a.name.clone(), a.role);
+        self.record(format!("{name} ({role}) is dead: {why}"));
+        let dcms_alive = self
+            .apps
+            .iter()
+            .filter(|a| a.role == Role::Dcm && !a.dead)
+            .count();
+        let survivable = role == Role::Dcm && dcms_alive > 0;
+        let ps = self.lifecycle.state();
+        if !survivable && ps != State::None && ps != State::Error {
+            self.lifecycle.fail(format!("{name} is dead: {why}"));
+        }
+    }
+}
+
+struct Shared {
+    table: Mutex<Table>,
+    changed: Condvar,
+    socket: Mutex<Socket>,
+    stop: AtomicBool,
+    dead_after: Duration,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn socket(&self) -> MutexGuard<'_, Socket> {
+        self.socket.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn on_message(&self, msg: &Received) {
+        let mut t = self.table();
+        let Some(i) = t.apps.iter().position(|a| a.name.as_bytes() == msg.peer) else {
+            t.bad_messages += 1;
+            return;
+        };
+        let m = match channel::decode::<ToController>(&msg.bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                t.bad_messages += 1;
+                return;
+            }
+        };
+        let now = Instant::now();
+        let a = &mut t.apps[i];
+        a.last_heard = Some(now);
+        let mut failed = None;
+        match m {
+            ToController::Hello { pid, state, .. } => {
+                a.hello = true;
+                a.pid = Some(pid);
+                if !a.dead {
+                    a.state = state;
+                }
+            }
+            ToController::Heartbeat(hb) => {
+                if !a.dead {
+                    if hb.state == State::Error && a.state != State::Error && a.waiting.is_none() {
+                        failed = hb.error.clone();
+                    }
+                    a.state = hb.state;
+                    a.error = hb.error;
+                }
+                a.finished = hb.finished;
+                let main = hb.counters.get(a.role.rate_counter()).copied().unwrap_or(0);
+                match a.rate_base {
+                    Some((t0, v0)) if now.duration_since(t0) >= Duration::from_millis(200) => {
+                        let dt = now.duration_since(t0).as_secs_f64();
+                        a.rate_hz = main.saturating_sub(v0) as f64 / dt;
+                        a.rate_base = Some((now, main));
+                    }
+                    Some(_) => {}
+                    None => a.rate_base = Some((now, main)),
+                }
+                a.counters = hb.counters;
+            }
+            ToController::Reply {
+                seq,
+                state,
+                error,
+                summary,
+            } => {
+                if a.waiting == Some(seq) {
+                    a.waiting = None;
+                    a.state = state;
+                    if summary.is_some() {
+                        a.summary = summary;
+                    }
+                    a.reply = Some((seq, state, error));
+                }
+            }
+        }
+        if let Some(why) = failed {
+            // A failure outside a transition (a thread ended): like a death, by policy.
+            t.dead(i, format!("failed: {why}"));
+        }
+        drop(t);
+        self.changed.notify_all();
+    }
+
+    fn check_liveness(&self) {
+        let mut t = self.table();
+        let mut deaths = Vec::new();
+        for (i, a) in t.apps.iter_mut().enumerate() {
+            if a.dead {
+                continue;
+            }
+            if let Some(c) = a.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    a.child = None;
+                    a.stdin = None;
+                    if !a.leaving {
+                        let how = match a.host.as_deref() {
+                            Some(h) => format!("its ssh to {h} ended ({status})"),
+                            None => format!("its process exited ({status})"),
+                        };
+                        deaths.push((i, how));
+                        continue;
+                    }
+                }
+            }
+            if a.hello && !a.leaving && a.waiting.is_none() {
+                if let Some(h) = a.last_heard {
+                    let age = h.elapsed();
+                    if age > self.dead_after {
+                        deaths.push((i, format!("no heartbeat for {} ms", age.as_millis())));
+                    }
+                }
+            }
+        }
+        let any = !deaths.is_empty();
+        for (i, why) in deaths {
+            t.dead(i, why);
+        }
+        drop(t);
+        if any {
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// A partition of `rodeo app` processes under lifecycle control (module docs).
+pub struct Controller {
+    shared: Arc<Shared>,
+    commands: Mutex<()>,
+    monitor: Option<JoinHandle<()>>,
+    config: PartitionConfig,
+    program: PathBuf,
+    endpoint: String,
+    local_config: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+/// Quotes one word for a POSIX shell (what ssh hands the remote command to).
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@,+".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+impl Controller {
+    /// A controller for `config` in NONE, listening for its applications on
+    /// `tcp://<control.address>:*`. `program` is the local rodeo executable.
+    pub fn new(config: PartitionConfig, program: PathBuf) -> Result<Controller, ControllerError> {
+        config.validate()?;
+        let transport = Transport::new(1)?;
+        let socket = transport.socket(SocketKind::Router)?;
+        let want = Endpoint::parse(&format!("tcp://{}:*", config.control.address))?;
+        let endpoint = socket.bind(&want)?;
+        let apps = config
+            .app_names()
+            .into_iter()
+            .filter_map(|name| {
+                let role = Role::of_name(&name)?;
+                Some(App {
+                    host: config.hosts.get(&name).cloned(),
+                    name,
+                    role,
+                    child: None,
+                    stdin: None,
+                    pid: None,
+                    state: State::None,
+                    error: None,
+                    hello: false,
+                    last_heard: None,
+                    counters: BTreeMap::new(),
+                    rate_base: None,
+                    rate_hz: 0.0,
+                    finished: false,
+                    waiting: None,
+                    reply: None,
+                    summary: None,
+                    dead: false,
+                    leaving: false,
+                })
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            table: Mutex::new(Table {
+                lifecycle: Lifecycle::new("partition"),
+                apps,
+                recent_errors: VecDeque::new(),
+                bad_messages: 0,
+                run_start: None,
+                run_seconds: 0.0,
+                next_seq: 1,
+            }),
+            changed: Condvar::new(),
+            socket: Mutex::new(socket),
+            stop: AtomicBool::new(false),
+            dead_after: Duration::from_millis(config.control.dead_after_ms),
+        });
+        let s = Arc::clone(&shared);
+        let monitor = std::thread::Builder::new()
+            .name("controller".into())
+            .spawn(move || {
+                // Keep the transport (ZeroMQ context) alive as long as the socket.
+                let _transport = transport;
+                let mut msg = Received::default();
+                let mut last_check = Instant::now();
+                while !s.stop.load(Ordering::Acquire) {
+                    let got = s.socket().recv(&mut msg, 20);
+                    match got {
+                        Ok(true) => {
+                            s.on_message(&msg);
+                            // Drain what is queued before judging anyone's silence: after a
+                            // stall of this thread the heartbeats are here, only unread.
+                            while matches!(s.socket().try_recv(&mut msg), Ok(true)) {
+                                s.on_message(&msg);
+                            }
+                        }
+                        Ok(false) => {}
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                    if last_check.elapsed() >= Duration::from_millis(50) {
+                        s.check_liveness();
+                        last_check = Instant::now();
+                    }
+                }
+            })?;
+        Ok(Controller {
+            shared,
+            commands: Mutex::new(()),
+            monitor: Some(monitor),
+            config,
+            program,
+            endpoint,
+            local_config: None,
+        })
+    }
+
+    /// Names `path` (the same configuration, written out) on the command line of every local
+    /// application (`--config`): what it configures with if a command brings none, and a way
+    /// to tell which partition a process belongs to.
+    pub fn set_local_config_file(&mut self, path: PathBuf) {
+        self.local_config = Some(path);
+    }
+
+    /// The control endpoint the applications connect to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Whether the supervisor reported that its L1 source reached the end of the run.
+    pub fn run_finished(&self) -> bool {
+        let t = self.shared.table();
+        t.apps
+            .iter()
+            .any(|a| a.role == Role::Supervisor && a.finished)
+    }
+
+    /// Every application's last summary (`None`: it gave none, e.g. it died), in
+    /// dependency order: `(name, role, summary)`.
+    pub fn summaries(&self) -> Vec<(String, Role, Option<serde_json::Value>)> {
+        let t = self.shared.table();
+        t.apps
+            .iter()
+            .map(|a| (a.name.clone(), a.role, a.summary.clone()))
+            .collect()
+    }
+
+    /// The names of the applications that died, with why.
+    pub fn dead_apps(&self) -> Vec<(String, String)> {
+        let t = self.shared.table();
+        t.apps
+            .iter()
+            .filter(|a| a.dead)
+            .map(|a| (a.name.clone(), a.error.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    /// Seconds from the start of the run to its stop (or to now while it runs).
+    pub fn run_seconds(&self) -> f64 {
+        let t = self.shared.table();
+        match (t.run_start, t.lifecycle.state()) {
+            (Some(s), State::Running) => s.elapsed().as_secs_f64(),
+            _ => t.run_seconds,
+        }
+    }
+
+    /// The process of application `name` on this host (its ssh client for a remote one).
+    pub fn local_pid(&self, name: &str) -> Option<u32> {
+        let t = self.shared.table();
+        t.apps
+            .iter()
+            .find(|a| a.name == name)
+            .and_then(|a| a.child.as_ref().map(Child::id))
+    }
+
+    fn spawn_one(&self, a: &App) -> std::io::Result<Child> {
+        let hb = self.config.control.heartbeat_ms.to_string();
+        let args = [
+            "app",
+            a.role.name(),
+            "--name",
+            &a.name,
+            "--control",
+            &self.endpoint,
+            "--heartbeat-ms",
+            &hb,
+            "--exit-on-stdin-eof",
+        ];
+        let mut cmd = match &a.host {
+            None => {
+                let mut c = std::process::Command::new(&self.program);
+                c.args(args);
+                if let Some(p) = &self.local_config {
+                    c.arg("--config").arg(p);
+                }
+                c
+            }
+            Some(host) => {
+                let ssh = &self.config.control.ssh;
+                let mut c = std::process::Command::new(&ssh[0]);
+                c.args(&ssh[1..]).arg(host);
+                let mut remote = shell_quote(&self.config.control.remote_rodeo);
+                for w in args {
+                    remote.push(' ');
+                    remote.push_str(&shell_quote(w));
+                }
+                c.arg(remote);
+                c
+            }
+        };
+        // Own process group: a Ctrl-C at the terminal reaches the controller only, which
+        // brings the partition down in order.
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+    }
+
+    /// `initialize`: spawns every application and waits for each one's hello.
+    fn initialize(&self) -> Result<(), (String, String)> {
+        let n = self.shared.table().apps.len();
+        for i in 0..n {
+            let mut t = self.shared.table();
+            let a = &mut t.apps[i];
+            a.dead = false;
+            a.leaving = false;
+            a.hello = false;
+            a.error = None;
+            a.summary = None;
+            a.finished = false;
+            a.last_heard = None;
+            a.rate_base = None;
+            a.counters.clear();
+            match self.spawn_one(a) {
+                Ok(mut c) => {
+                    a.stdin = c.stdin.take();
+                    a.child = Some(c);
+                }
+                Err(e) => {
+                    let name = a.name.clone();
+                    let how = match &a.host {
+                        Some(h) => format!("cannot run ssh to {h}: {e}"),
+                        None => format!("cannot spawn {}: {e}", self.program.display()),
+                    };
+                    a.state = State::Error;
+                    a.error = Some(how.clone());
+                    return Err((name, how));
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_millis(self.config.control.spawn_timeout_ms);
+        let mut t = self.shared.table();
+        loop {
+            if let Some(a) = t.apps.iter().find(|a| a.dead) {
+                return Err((a.name.clone(), a.error.clone().unwrap_or_default()));
+            }
+            if t.apps.iter().all(|a| a.hello) {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let a = t.apps.iter().find(|a| !a.hello).map(|a| a.name.clone());
+                return Err((
+                    a.unwrap_or_default(),
+                    format!(
+                        "no hello within {} ms of being started",
+                        self.config.control.spawn_timeout_ms
+                    ),
+                ));
+            }
+            t = self
+                .shared
+                .changed
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Sends `command` to application `i` and waits for its reply.
+    fn send_command(
+        &self,
+        i: usize,
+        command: Command,
+        expect_cleared: Option<u64>,
+        timeout: Duration,
+    ) -> Result<State, String> {
+        let (name, seq) = {
+            let mut t = self.shared.table();
+            let seq = t.next_seq;
+            t.next_seq += 1;
+            let a = &mut t.apps[i];
+            a.waiting = Some(seq);
+            a.reply = None;
+            (a.name.clone(), seq)
+        };
+        let msg = ToApp::Command {
+            seq,
+            command,
+            config: (command == Command::Configure).then(|| self.config.to_toml()),
+            expect_cleared,
+        };
+        let sent = self
+            .shared
+            .socket()
+            .send_to(name.as_bytes(), [Frame::Copy(&channel::encode(&msg))]);
+        let deadline = Instant::now() + timeout;
+        let mut t = self.shared.table();
+        if let Err(e) = sent {
+            t.apps[i].waiting = None;
+            return Err(format!("cannot send {command}: {e}"));
+        }
+        loop {
+            let a = &mut t.apps[i];
+            if let Some((s, state, error)) = a.reply.take() {
+                if s == seq {
+                    return match error {
+                        None => Ok(state),
+                        Some(e) => Err(e),
+                    };
+                }
+            }
+            if a.dead {
+                a.waiting = None;
+                return Err(format!(
+                    "died during {command}: {}",
+                    a.error.clone().unwrap_or_default()
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                a.waiting = None;
+                return Err(format!(
+                    "no reply to {command} within {} ms",
+                    timeout.as_millis()
+                ));
+            }
+            t = self
+                .shared
+                .changed
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// An up or down command through every live application, in dependency order.
+    fn step(&self, command: Command) -> Result<(), (String, String)> {
+        let n = self.shared.table().apps.len();
+        let order: Vec<usize> = if command.is_downward() {
+            (0..n).rev().collect()
+        } else {
+            (0..n).collect()
+        };
+        let timeout = Duration::from_millis(self.config.control.command_timeout_ms);
+        let mut l1_accepts = None;
+        for i in order {
+            let (dead, role, name) = {
+                let t = self.shared.table();
+                let a = &t.apps[i];
+                (a.dead, a.role, a.name.clone())
+            };
+            if dead {
+                continue;
+            }
+            let expect = if command == Command::Stop && role == Role::Ros {
+                l1_accepts
+            } else {
+                None
+            };
+            self.send_command(i, command, expect, timeout)
+                .map_err(|e| (name.clone(), e))?;
+            if command == Command::Stop && role == Role::Supervisor {
+                let t = self.shared.table();
+                l1_accepts = t.apps[i]
+                    .summary
+                    .as_ref()
+                    .and_then(|s| s["l1_accepts"].as_u64());
+            }
+        }
+        Ok(())
+    }
+
+    /// `shutdown` (and the teardown on drop): every live application walked down to NONE,
+    /// then its stdin closed, then whatever is left killed.
+    fn teardown(&self) {
+        let n = self.shared.table().apps.len();
+        let timeout = Duration::from_millis(self.config.control.command_timeout_ms.min(10_000));
+        for i in (0..n).rev() {
+            let (alive, from) = {
+                let t = self.shared.table();
+                let a = &t.apps[i];
+                (!a.dead && a.hello && a.child.is_some(), a.state)
+            };
+            if alive {
+                let path = Command::path(from, State::None).unwrap_or(vec![Command::Shutdown]);
+                for c in path {
+                    if c == Command::Shutdown {
+                        self.shared.table().apps[i].leaving = true;
+                    }
+                    if self.send_command(i, c, None, timeout).is_err() {
+                        break;
+                    }
+                }
+            }
+            let mut t = self.shared.table();
+            let a = &mut t.apps[i];
+            a.leaving = true;
+            if let Some(mut s) = a.stdin.take() {
+                let _ = s.flush();
+            }
+        }
+        // Grace period, then kill.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut t = self.shared.table();
+            let mut left = 0;
+            for a in t.apps.iter_mut() {
+                if let Some(c) = a.child.as_mut() {
+                    match c.try_wait() {
+                        Ok(Some(_)) | Err(_) => a.child = None,
+                        Ok(None) if Instant::now() >= deadline => {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            a.child = None;
+                        }
+                        Ok(None) => left += 1,
+                    }
+                }
+            }
+            if left == 0 {
+                break;
+            }
+            drop(t);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut t = self.shared.table();
+        for a in t.apps.iter_mut() {
+            if !a.dead {
+                a.state = State::None;
+            }
+            a.hello = false;
+        }
+    }
+}
+
+impl RunControl for Controller {
+    fn status(&self) -> PartitionStatus {
+        let t = self.shared.table();
+        let sum = |role: Role, key: &str| -> u64 {
+            t.apps
+                .iter()
+                .filter(|a| a.role == role)
+                .map(|a| a.counters.get(key).copied().unwrap_or(0))
+                .sum()
+        };
+        let rate = |role: Role| -> f64 {
+            t.apps
+                .iter()
+                .filter(|a| a.role == role && !a.dead)
+                .map(|a| a.rate_hz)
+                .sum()
+        };
+        let state = t.lifecycle.state();
+        PartitionStatus {
+            partition: t.lifecycle.who().to_string(),
+            state,
+            error: t.lifecycle.error().map(str::to_string),
+            run_number: self.config.run.number,
+            run_seconds: match (t.run_start, state) {
+                (Some(s), State::Running) => s.elapsed().as_secs_f64(),
+                _ => 0.0,
+            },
+            l1_rate_hz: rate(Role::Supervisor),
+            event_rate_hz: rate(Role::Dcm),
+            write_rate_hz: rate(Role::Logger),
+            l1_accepts: sum(Role::Supervisor, "l1_accepts"),
+            events_written: sum(Role::Logger, "events_written"),
+            apps: t
+                .apps
+                .iter()
+                .map(|a| AppStatus {
+                    name: a.name.clone(),
+                    role: a.role.name().into(),
+                    state: a.state,
+                    error: a.error.clone(),
+                    host: a.host.clone(),
+                    pid: a.pid,
+                    heartbeat_age_ms: a.last_heard.map(|h| h.elapsed().as_millis() as u64),
+                    rate_hz: a.rate_hz,
+                })
+                .collect(),
+            recent_errors: t.recent_errors.iter().cloned().collect(),
+        }
+    }
+
+    fn command(&self, command: Command) -> Result<State, TransitionError> {
+        let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        let from = {
+            let t = self.shared.table();
+            t.lifecycle.check(command)?;
+            t.lifecycle.state()
+        };
+        let result = match command {
+            Command::Initialize => self.initialize(),
+            Command::Shutdown => {
+                self.teardown();
+                Ok(())
+            }
+            c => self.step(c),
+        };
+        let mut t = self.shared.table();
+        match result {
+            Ok(()) => {
+                if command == Command::Start {
+                    t.run_start = Some(Instant::now());
+                }
+                if command == Command::Stop {
+                    t.run_seconds = t.run_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+                }
+                // An application may have died meanwhile: the partition may be in ERROR.
+                t.lifecycle.apply(command, || Ok::<(), String>(()))
+            }
+            Err((who, reason)) => {
+                t.lifecycle
+                    .fail(format!("{command} failed in {who}: {reason}"));
+                t.record(format!("{command} failed in {who}: {reason}"));
+                Err(TransitionError::Failed {
+                    who,
+                    command,
+                    from,
+                    reason,
+                })
+            }
+        }
+    }
+
+    fn config_toml(&self) -> String {
+        self.config.to_toml()
+    }
+
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        let st = self.status();
+        out.family(
+            "rodeo_partition_state",
+            "gauge",
+            "1 for the partition's state",
+        );
+        for s in State::ALL {
+            out.sample(
+                "rodeo_partition_state",
+                &[("state", s.name())],
+                if s == st.state { 1.0 } else { 0.0 },
+            );
+        }
+        out.family(
+            "rodeo_app_heartbeat_age_seconds",
+            "gauge",
+            "seconds since each application's last heartbeat",
+        );
+        for a in &st.apps {
+            if let Some(ms) = a.heartbeat_age_ms {
+                out.sample(
+                    "rodeo_app_heartbeat_age_seconds",
+                    &[("app", a.name.as_str()), ("role", a.role.as_str())],
+                    ms as f64 / 1e3,
+                );
+            }
+        }
+        let t = self.shared.table();
+        let apps: Vec<AppMetrics<'_>> = t
+            .apps
+            .iter()
+            .map(|a| AppMetrics {
+                name: &a.name,
+                role: a.role.name(),
+                state: a.state,
+                counters: &a.counters,
+            })
+            .collect();
+        write_app_metrics(out, &apps);
+        out.counter(
+            "rodeo_control_bad_messages_total",
+            "control frames dropped because they did not decode",
+            &[(&[], t.bad_messages)],
+        );
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let state = self.shared.table().lifecycle.state();
+        if state != State::None {
+            self.teardown();
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(m) = self.monitor.take() {
+            let _ = m.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("/usr/bin/rodeo"), "/usr/bin/rodeo");
+        assert_eq!(shell_quote("tcp://10.0.0.1:4000"), "tcp://10.0.0.1:4000");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn a_controller_refuses_illegal_commands_naming_its_state() {
+        let c = Controller::new(PartitionConfig::default(), PathBuf::from("/nonexistent")).unwrap();
+        assert!(c.endpoint().starts_with("tcp://127.0.0.1:"));
+        let e = c.command(Command::Start).unwrap_err();
+        assert!(e.to_string().contains("NONE"), "{e}");
+        assert_eq!(c.status().state, State::None);
+        // Spawning a program that does not exist fails naming the first application.
+        let e = c.command(Command::Initialize).unwrap_err();
+        assert_eq!(e.who(), "logger-1");
+        assert_eq!(c.status().state, State::Error);
+        assert!(c.status().error.unwrap().contains("logger-1"));
+        assert_eq!(c.command(Command::Shutdown).unwrap(), State::None);
+    }
+}

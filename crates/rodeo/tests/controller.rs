@@ -1,0 +1,250 @@
+//! The controller over real `rodeo app` processes: a failing transition, illegal commands, a
+//! dead application found by heartbeat and by process exit.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rodeo_control::config::{PartitionConfig, TransportKind};
+use rodeo_control::control::RunControl;
+use rodeo_control::controller::Controller;
+use rodeo_control::lifecycle::{Command, State, TransitionError};
+
+fn rodeo() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rodeo"))
+}
+
+/// Waits (bounded) until `cond` holds on the controller's status.
+fn wait_for(
+    ctl: &Controller,
+    what: &str,
+    cond: impl Fn(&rodeo_control::control::PartitionStatus) -> bool,
+) {
+    let t0 = Instant::now();
+    loop {
+        let st = ctl.status();
+        if cond(&st) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}: {st:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+fn small_config(out: &std::path::Path, port_offset: u16) -> PartitionConfig {
+    let mut c = PartitionConfig::default();
+    c.run.output = out.display().to_string();
+    c.run.events = 0;
+    c.run.seconds = 60.0;
+    c.transport.kind = TransportKind::Tcp;
+    // A port range of its own (tests of other binaries use 47000 onwards).
+    c.transport.base_port = 20_000 + (std::process::id() % 10_000) as u16 * 3 + port_offset * 10;
+    c.l1.rate_hz = 2000.0;
+    c.dcm.slots = 8;
+    c.supervisor.dcm_timeout_ms = 1000;
+    // Generous for a loaded 2-core machine: a stall of a second is not a death here.
+    c.control.heartbeat_ms = 200;
+    c.control.dead_after_ms = 3000;
+    c
+}
+
+#[test]
+fn a_failing_transition_puts_the_partition_in_error_naming_the_application() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    // The loggers' output directory would be below a regular file: it cannot be created.
+    let mut config = small_config(&file.join("out"), 0);
+    config.transport.kind = TransportKind::Tcp;
+    let ctl = Controller::new(config, rodeo()).unwrap();
+    assert_eq!(ctl.command(Command::Initialize).unwrap(), State::Initial);
+    let st = ctl.status();
+    assert!(st.apps.iter().all(|a| a.state == State::Initial), "{st:#?}");
+    let pids: Vec<u32> = st.apps.iter().filter_map(|a| a.pid).collect();
+    assert_eq!(pids.len(), 5);
+
+    let e = ctl.command(Command::Configure).unwrap_err();
+    match &e {
+        TransitionError::Failed {
+            who,
+            command,
+            from,
+            reason,
+        } => {
+            assert_eq!(who, "logger-1");
+            assert_eq!(*command, Command::Configure);
+            assert_eq!(*from, State::Initial);
+            assert!(
+                reason.contains("cannot create output directory"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a failure, got {other}"),
+    }
+    let st = ctl.status();
+    assert_eq!(st.state, State::Error);
+    let why = st.error.clone().unwrap();
+    assert!(
+        why.contains("logger-1") && why.contains("cannot create"),
+        "{why}"
+    );
+    let logger = st.apps.iter().find(|a| a.name == "logger-1").unwrap();
+    assert_eq!(logger.state, State::Error);
+    // The others were not configured: the command stopped at the first failure.
+    let sup = st.apps.iter().find(|a| a.name == "supervisor").unwrap();
+    assert_eq!(sup.state, State::Initial);
+    // From ERROR only shutdown is legal; it takes every process away.
+    let e = ctl.command(Command::Start).unwrap_err();
+    assert!(e.to_string().contains("ERROR"), "{e}");
+    assert_eq!(ctl.command(Command::Shutdown).unwrap(), State::None);
+    let t0 = Instant::now();
+    while pids.iter().any(|&p| pid_alive(p)) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in pids {
+        assert!(!pid_alive(p), "process {p} still there after shutdown");
+    }
+}
+
+#[test]
+fn illegal_commands_are_refused_naming_the_partition_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = Controller::new(small_config(dir.path(), 1), rodeo()).unwrap();
+    let e = ctl.command(Command::Configure).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            TransitionError::Illegal {
+                state: State::None,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("NONE"), "{e}");
+    ctl.command(Command::Initialize).unwrap();
+    ctl.command(Command::Configure).unwrap();
+    for c in [
+        Command::Start,
+        Command::Stop,
+        Command::Shutdown,
+        Command::Initialize,
+    ] {
+        let e = ctl.command(c).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransitionError::Illegal {
+                    state: State::Configured,
+                    ..
+                }
+            ),
+            "{c}: {e}"
+        );
+        assert!(e.to_string().contains("CONFIGURED"), "{e}");
+    }
+    // Nothing changed, in the partition or in any application.
+    let st = ctl.status();
+    assert_eq!(st.state, State::Configured);
+    assert!(
+        st.apps.iter().all(|a| a.state == State::Configured),
+        "{st:#?}"
+    );
+    assert_eq!(ctl.command(Command::Unconfigure).unwrap(), State::Initial);
+    assert_eq!(ctl.command(Command::Shutdown).unwrap(), State::None);
+}
+
+#[test]
+fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = Controller::new(small_config(dir.path(), 2), rodeo()).unwrap();
+    for c in [
+        Command::Initialize,
+        Command::Configure,
+        Command::Connect,
+        Command::Start,
+    ] {
+        ctl.command(c).unwrap();
+    }
+    wait_for(&ctl, "events flowing", |s| s.l1_accepts > 200);
+    // Status and metrics come from the heartbeats.
+    let st = ctl.status();
+    assert_eq!(st.state, State::Running);
+    assert!(st.apps.iter().all(|a| a.state == State::Running), "{st:#?}");
+    assert!(
+        st.apps.iter().all(|a| a.heartbeat_age_ms.is_some()),
+        "{st:#?}"
+    );
+    let mut m = rodeo_control::prometheus::MetricsWriter::new();
+    ctl.write_metrics(&mut m);
+    let text = m.finish();
+    assert!(
+        text.contains("rodeo_app_l1_accepts_total{app=\"supervisor\",role=\"supervisor\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rodeo_partition_state{state=\"RUNNING\"} 1"),
+        "{text}"
+    );
+    let pid_of = |name: &str| {
+        ctl.status()
+            .apps
+            .iter()
+            .find(|a| a.name == name)
+            .and_then(|a| a.pid)
+            .unwrap()
+    };
+    // A hung DCM (stopped, its process still there): only the heartbeat can tell.
+    let dcm = pid_of("dcm-1");
+    // SAFETY: kill(2) on a child process of the controller with a valid signal number.
+    assert_eq!(unsafe { libc::kill(dcm as libc::pid_t, libc::SIGSTOP) }, 0);
+    wait_for(&ctl, "dcm-1 dead", |s| {
+        s.apps
+            .iter()
+            .any(|a| a.name == "dcm-1" && a.state == State::Error)
+    });
+    let st = ctl.status();
+    let d = st.apps.iter().find(|a| a.name == "dcm-1").unwrap();
+    assert!(
+        d.error.as_deref().unwrap().contains("no heartbeat"),
+        "{d:?}"
+    );
+    assert!(
+        st.recent_errors.iter().any(|e| e.contains("dcm-1")),
+        "{st:#?}"
+    );
+    // Policy: a dead DCM is survivable (the supervisor reassigns its events).
+    assert_eq!(st.state, State::Running, "{st:#?}");
+    let before = st.l1_accepts;
+    wait_for(&ctl, "events still flowing", |s| {
+        s.l1_accepts > before + 200
+    });
+
+    // A readout node that dies is not survivable: the partition goes to ERROR naming it.
+    let ros = pid_of("ros-1");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(ros as libc::pid_t, libc::SIGKILL) }, 0);
+    wait_for(&ctl, "partition ERROR", |s| s.state == State::Error);
+    let st = ctl.status();
+    let why = st.error.unwrap();
+    assert!(why.contains("ros-1") && why.contains("dead"), "{why}");
+    let r = st.apps.iter().find(|a| a.name == "ros-1").unwrap();
+    assert_eq!(r.state, State::Error);
+    assert!(r.error.as_deref().unwrap().contains("exited"), "{r:?}");
+    assert_eq!(ctl.command(Command::Shutdown).unwrap(), State::None);
+    for p in [dcm, ros] {
+        let t0 = Instant::now();
+        while pid_alive(p) && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // The stopped DCM was killed by the shutdown (it could not answer).
+    assert!(!pid_alive(dcm));
+}
