@@ -205,3 +205,96 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("control.log"));
 }
+
+/// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and the HTTP address it printed.
+fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(args)
+        .env("RODEO_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[rodeo] {line}");
+            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
+                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the HTTP address");
+    (child, addr)
+}
+
+#[test]
+fn processes_mode_serves_the_controller_and_stops_with_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let (mut child, addr) = spawn_with_http(
+        &[
+            "run",
+            "--processes",
+            "--seconds",
+            "300",
+            "--rate",
+            "5000",
+            "--http",
+            "127.0.0.1:0",
+            "--json",
+            "--output",
+            out_dir,
+        ],
+        "proc-token",
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let (code, body) = http(addr, "GET", "/api/status", None, "");
+        assert_eq!(code, 200);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        if v["state"] == "RUNNING" && v["l1_accepts"].as_u64() > Some(0) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "never RUNNING: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Every application is a process with its own pid and heartbeat.
+    let apps = status["apps"].as_array().unwrap();
+    assert!(apps.len() >= 4, "{status}");
+    assert!(apps.iter().all(|a| a["pid"].as_u64().is_some()), "{status}");
+    assert!(apps.iter().all(|a| a["state"] == "RUNNING"), "{status}");
+    let (code, metrics) = http(addr, "GET", "/metrics", None, "");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("# TYPE "), "{metrics}");
+
+    let stop = r#"{"command":"stop"}"#;
+    assert_eq!(http(addr, "POST", "/api/command", None, stop).0, 401);
+    let (code, body) = http(addr, "POST", "/api/command", Some("proc-token"), stop);
+    assert_eq!(code, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rodeo run did not end after stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(exit.success(), "{out}");
+    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(summary["balanced"], true, "{summary}");
+    assert!(summary["seconds"].as_f64().unwrap() < 290.0);
+}

@@ -54,6 +54,10 @@ pub(crate) struct Args {
     /// Leave (walking down first) when stdin closes: the controller went away.
     #[arg(long)]
     exit_on_stdin_eof: bool,
+    /// Serve this application's own HTTP API (status, commands with the token, /metrics)
+    /// on ADDR, e.g. 127.0.0.1:0. Commands sent here bypass the controller: for experts.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -70,7 +74,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Role::Dcm => AppRole::Dcm,
         Role::Supervisor => AppRole::Supervisor,
     };
-    let app = AppControl::new(role, &args.name, transport, config);
+    let section = config
+        .as_ref()
+        .map(|c| c.control.clone())
+        .unwrap_or_default();
+    let app = Arc::new(AppControl::new(role, &args.name, transport, config));
+    let _server = match args.http {
+        Some(addr) => super::run::serve_http(
+            &rodeo_control::config::ControlSection {
+                http: addr,
+                ..section
+            },
+            app.clone(),
+        )?,
+        None => None,
+    };
     let eof = Arc::new(AtomicBool::new(false));
     if args.exit_on_stdin_eof {
         let flag = Arc::clone(&eof);

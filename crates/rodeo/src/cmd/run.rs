@@ -53,7 +53,7 @@ pub(crate) struct Args {
     /// Serve the HTTP API (status, commands, /metrics, the web page) on this address during
     /// the run, e.g. 127.0.0.1:8080 (overrides control.http; port 0: any free port). Commands
     /// need `Authorization: Bearer $RODEO_TOKEN` (or control.token).
-    #[arg(long, value_name = "ADDR", conflicts_with = "processes")]
+    #[arg(long, value_name = "ADDR")]
     http: Option<String>,
     /// Write per-event stage time stamps (L1 accept, assigned, requests, decision, logged) of
     /// one event in control.trace_every as a Chrome/Perfetto trace (JSON) to FILE.
@@ -108,6 +108,31 @@ fn python_trigger(
         "--trigger {spec}: this rodeo was built without Python triggers; build it with \
          `cargo build --release --features python` (needs python3-dev)"
     )
+}
+
+/// Serves the HTTP API of `control` on `control.http` (nothing when it is empty).
+pub(crate) fn serve_http(
+    section: &rodeo_control::config::ControlSection,
+    control: Arc<dyn RunControl>,
+) -> anyhow::Result<Option<HttpServer>> {
+    if section.http.is_empty() {
+        return Ok(None);
+    }
+    let token = section.effective_token();
+    if token.is_none() {
+        eprintln!("rodeo: note: no RODEO_TOKEN or control.token: HTTP commands are refused");
+    }
+    let server = HttpServer::start(
+        &section.http,
+        control,
+        HttpConfig {
+            token,
+            ..HttpConfig::default()
+        },
+    )
+    .with_context(|| format!("cannot serve HTTP on {}", section.http))?;
+    eprintln!("rodeo: HTTP API on http://{}/", server.local_addr());
+    Ok(Some(server))
 }
 
 /// Loads the configuration file (or the default) and applies the command-line overrides.
@@ -172,28 +197,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             trigger_report = Some(report);
         }
         let partition = Arc::new(partition);
-        let _server = if config.control.http.is_empty() {
-            None
-        } else {
-            let token = config.control.effective_token();
-            if token.is_none() {
-                eprintln!(
-                    "rodeo: note: no RODEO_TOKEN or control.token: HTTP commands are refused"
-                );
-            }
-            let control: Arc<dyn RunControl> = partition.clone();
-            let server = HttpServer::start(
-                &config.control.http,
-                control,
-                HttpConfig {
-                    token,
-                    ..HttpConfig::default()
-                },
-            )
-            .with_context(|| format!("cannot serve HTTP on {}", config.control.http))?;
-            eprintln!("rodeo: HTTP API on http://{}/", server.local_addr());
-            Some(server)
-        };
+        let _server = serve_http(&config.control, partition.clone())?;
         let summary = partition
             .run(|live, seconds| {
                 let l1 = live
@@ -278,6 +282,8 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     crate::signal::install();
     let mut ctl = Controller::new(config.clone(), exe)?;
     ctl.set_local_config_file(cfg_path);
+    let ctl = Arc::new(ctl);
+    let _server = serve_http(&config.control, ctl.clone())?;
     // Up, in dependency order; on a failure bring everything down and say who failed.
     for c in [
         Command::Initialize,
@@ -300,15 +306,22 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
             let _ = ctl.command(Command::Shutdown);
             anyhow::bail!("the partition is in ERROR: {why}");
         }
-        if ctl.run_finished()
+        // A state other than RUNNING: stopped over HTTP.
+        if st.state != State::Running
+            || ctl.run_finished()
             || limit.is_some_and(|l| start.elapsed() >= l)
             || crate::signal::interrupted()
         {
             break;
         }
     }
-    // Down in reverse order: the supervisor drains first.
-    for c in [Command::Stop, Command::Disconnect] {
+    // Down in reverse order: the supervisor drains first (unless a stop over HTTP did).
+    let down: &[Command] = if ctl.status().state == State::Running {
+        &[Command::Stop, Command::Disconnect]
+    } else {
+        &[Command::Disconnect]
+    };
+    for &c in down {
         if let Err(e) = ctl.command(c) {
             let _ = ctl.command(Command::Shutdown);
             anyhow::bail!("{e}");
