@@ -38,6 +38,12 @@ pub(crate) struct Args {
     /// Seconds per measured point (default depends on the study and --quick).
     #[arg(long, value_name = "S")]
     seconds: Option<f64>,
+    /// `ros`: measurements of each grid point, the median kept (default 9 with --quick, else 5).
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// `ros`: only the first N grid points (tests run a tiny grid).
+    #[arg(long, hide = true, value_name = "N")]
+    max_points: Option<usize>,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -81,6 +87,10 @@ pub(crate) struct Ctx {
     pub(crate) seconds: Option<f64>,
     /// `DIR/NAME`.
     pub(crate) dir: PathBuf,
+    /// `--rounds`.
+    pub(crate) rounds: Option<usize>,
+    /// `--max-points`.
+    pub(crate) max_points: Option<usize>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -94,7 +104,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         quick: args.quick,
         seconds: args.seconds,
         dir: dir.clone(),
+        rounds: args.rounds,
+        max_points: args.max_points,
     };
+    anyhow::ensure!(args.rounds != Some(0), "--rounds must be at least 1");
     let (mut report, ok) = match args.name {
         Name::Ros => ros::run(&ctx)?,
         Name::Sfi => sfi::run(&ctx)?,
@@ -167,6 +180,13 @@ pub(crate) fn write_csv(path: &Path, rows: &[Map<String, Value>]) -> anyhow::Res
         }
     }
     std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A number not returned before in this process (fresh inproc endpoint names: ZeroMQ frees a
+/// closed socket's inproc name asynchronously, so reusing one can fail to bind).
+pub(crate) fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A number field of a row (0 when missing).

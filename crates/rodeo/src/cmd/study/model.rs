@@ -133,6 +133,39 @@ pub(crate) fn fit(points: &[Rates]) -> Option<[f64; 4]> {
     best.map(|(t, _)| t)
 }
 
+/// Relative error of the rate `t` predicts for point `r` against its measured delete rate.
+pub(crate) fn relative_error(t: &[f64; 4], r: &Rates) -> f64 {
+    let d = r.f_del;
+    if d <= 0.0 {
+        return f64::INFINITY;
+    }
+    let pred = max_delete_rate(t, &[r.f_ext / d, r.f_int / d, 1.0, r.s_kb / d]);
+    (pred - d).abs() / d
+}
+
+/// [`fit`], then once more without the outliers: points whose relative error exceeds three
+/// times the median one (and 5%) are left out of the second fit. On a shared machine a point
+/// measured while another process took the CPU would otherwise pull every time. Returns the
+/// times and which points the final fit used (all of them if fewer than four would remain).
+pub(crate) fn fit_trimmed(points: &[Rates]) -> Option<([f64; 4], Vec<bool>)> {
+    let t = fit(points)?;
+    let err: Vec<f64> = points.iter().map(|p| relative_error(&t, p)).collect();
+    let mut sorted = err.clone();
+    sorted.sort_by(f64::total_cmp);
+    let cut = (3.0 * sorted[sorted.len() / 2]).max(0.05);
+    let keep: Vec<bool> = err.iter().map(|&e| e <= cut).collect();
+    let kept: Vec<Rates> = points
+        .iter()
+        .zip(&keep)
+        .filter(|(_, &k)| k)
+        .map(|(p, _)| *p)
+        .collect();
+    if kept.len() < 4 || kept.len() == points.len() {
+        return Some((t, vec![true; points.len()]));
+    }
+    Some((fit(&kept)?, keep))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +222,36 @@ mod tests {
         let t = fit(&pts).expect("fit");
         assert!(t.iter().all(|&x| x >= 0.0), "{t:?}");
         assert!(fit(&[]).is_none());
+    }
+
+    #[test]
+    fn trimmed_fit_ignores_an_outlier() {
+        let t = [4e-6, 0.3e-6, 2e-6, 0.05e-6];
+        let mut pts = Vec::new();
+        for words in [300.0, 350.0, 400.0, 450.0] {
+            for eb in [0.2, 0.3, 0.4, 0.5] {
+                let frags = 0.7 * (1.0 - eb) * 4.0 + eb * 24.0;
+                pts.push(point(
+                    &t,
+                    [0.7 + eb, frags, 1.0, frags * words * 4.0 / 1000.0],
+                ));
+            }
+        }
+        // One point measured while the CPU was taken: half its real rate.
+        let mut slow = pts[5];
+        for x in [
+            &mut slow.f_ext,
+            &mut slow.f_int,
+            &mut slow.f_del,
+            &mut slow.s_kb,
+        ] {
+            *x *= 0.5;
+        }
+        pts[5] = slow;
+        let (got, used) = fit_trimmed(&pts).expect("fit");
+        assert!(!used[5] && used.iter().filter(|&&u| u).count() == pts.len() - 1);
+        for (g, w) in got.iter().zip(&t) {
+            assert!((g - w).abs() <= 1e-3 * w, "{got:?} vs {t:?}");
+        }
     }
 }

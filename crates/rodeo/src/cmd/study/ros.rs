@@ -143,7 +143,7 @@ fn measure(t: &Transport, p: Point, seconds: f64) -> anyhow::Result<(Row, u64)> 
         seed: 1,
     };
     let cpu0 = cpu_seconds();
-    let n = start_node(t, &node, "inproc://study-ros")?;
+    let n = start_node(t, &node, &format!("inproc://study-ros-{}", super::unique()))?;
     let r = run_testers(t, n.endpoint(), &node.robs(), node.l1id_wrap, &mix);
     let stopped = n.stop();
     let cpu = cpu_seconds() - cpu0;
@@ -204,10 +204,13 @@ fn per_event(row: &Map<String, Value>) -> [f64; 4] {
 }
 
 pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
-    let seconds = ctx.seconds.unwrap_or(if ctx.quick { 2.0 } else { 4.0 });
-    let points = grid(ctx.quick);
+    let mut points = grid(ctx.quick);
+    if let Some(n) = ctx.max_points {
+        points.truncate(n.max(HOLDOUT));
+    }
     let t = Transport::new(1)?;
-    let rounds = 3;
+    let rounds = ctx.rounds.unwrap_or(if ctx.quick { 9 } else { 5 });
+    let seconds = ctx.seconds.unwrap_or(if ctx.quick { 0.8 } else { 3.0 });
     let mut report = Report::new("ros");
     let mut bad = 0;
     // Every point is measured `rounds` times, the grid swept round by round so that a change of
@@ -270,6 +273,8 @@ pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
         "basis_note": "rates per CPU-second of the process (node and tester): U = 1 is one CPU busy; the wall-clock fit, the paper's, is under wall_clock",
         "parameters": cpu.json(),
         "training_points": report.rows.len() - holdout,
+        "fit": "non-negative least squares on the training points, then again without those whose relative error exceeds max(3 x the median, 5%)",
+        "training_points_used": cpu.used,
         "holdout_points": holdout,
         "holdout_max_relative_error": cpu.holdout_err,
         "training_max_relative_error": cpu.train_err,
@@ -280,6 +285,7 @@ pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
             "parameters": wall.json(),
             "holdout_max_relative_error": wall.holdout_err,
             "training_max_relative_error": wall.train_err,
+            "training_points_used": wall.used,
             "example_400w_eb02_l207_roi4_max_delete_rate_hz": example(&report.rows, &wall.params, 0.7, 4.0),
             "example_400w_eb02_l214_roi2_max_delete_rate_hz": example(&report.rows, &wall.params, 1.4, 2.0),
         },
@@ -291,13 +297,14 @@ pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     f.insert("seconds_per_point".into(), seconds.into());
     f.insert("rounds".into(), rounds.into());
     f.insert("points".into(), points.len().into());
+    let ns = |name: &str| name.replace("_s", "_ns");
     for (name, v) in model::NAMES.iter().zip(cpu.params) {
-        f.insert(format!("cpu_{name}"), v.into());
+        f.insert(format!("cpu_{}", ns(name)), (v * 1e9).into());
     }
     f.insert("holdout_max_relative_error".into(), cpu.holdout_err.into());
     f.insert("training_max_relative_error".into(), cpu.train_err.into());
     for (name, v) in model::NAMES.iter().zip(wall.params) {
-        f.insert(format!("wall_{name}"), v.into());
+        f.insert(format!("wall_{}", ns(name)), (v * 1e9).into());
     }
     f.insert(
         "wall_holdout_max_relative_error".into(),
@@ -315,6 +322,8 @@ pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
 /// A fit of the model on one basis and how well it predicts.
 struct Fit {
     params: [f64; 4],
+    /// Training points the final fit used.
+    used: usize,
     train_err: f64,
     holdout_err: f64,
 }
@@ -343,13 +352,15 @@ fn fit_basis(rows: &mut [Map<String, Value>], rate_key: &str, prefix: &str) -> a
             s_kb: e[3] * d,
         }
     };
-    let train: Vec<Rates> = rows
-        .iter()
-        .filter(|r| r.get("set").and_then(Value::as_str) == Some("train"))
-        .map(rates)
+    let train_rows: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].get("set").and_then(Value::as_str) == Some("train"))
         .collect();
-    let params =
-        model::fit(&train).ok_or_else(|| anyhow::anyhow!("the {prefix} model fit failed"))?;
+    let train: Vec<Rates> = train_rows.iter().map(|&i| rates(&rows[i])).collect();
+    let (params, used) = model::fit_trimmed(&train)
+        .ok_or_else(|| anyhow::anyhow!("the {prefix} model fit failed"))?;
+    for (&i, &u) in train_rows.iter().zip(&used) {
+        rows[i].insert(format!("{prefix}_fit_used"), u.into());
+    }
     let (mut holdout_err, mut train_err) = (0.0f64, 0.0f64);
     for row in rows.iter_mut() {
         let pred = model::max_delete_rate(&params, &per_event(row));
@@ -368,9 +379,13 @@ fn fit_basis(rows: &mut [Map<String, Value>], rate_key: &str, prefix: &str) -> a
         row.insert(format!("{prefix}_predicted"), pred.into());
         row.insert(format!("{prefix}_relative_error"), err.into());
         row.insert(format!("{prefix}_utilisation"), u.into());
+        if !row.contains_key(&format!("{prefix}_fit_used")) {
+            row.insert(format!("{prefix}_fit_used"), false.into());
+        }
     }
     Ok(Fit {
         params,
+        used: used.iter().filter(|&&u| u).count(),
         train_err,
         holdout_err,
     })

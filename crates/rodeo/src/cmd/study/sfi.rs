@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_data_request, Message};
-use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
+use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
 use serde::Serialize;
 
 use super::plot::{line_chart, Chart, Series};
@@ -82,7 +82,8 @@ fn measure(
         for e in 0..EMULATORS {
             let n = per.min(sources - (e * per).min(sources));
             let args = emulator_args(n, words, 0x0070_0000 + (e * per) as u32);
-            let ep = format!("inproc://study-sfi-{e}");
+            // A fresh name per point: ZeroMQ frees a closed inproc name asynchronously.
+            let ep = format!("inproc://study-sfi-{}-{e}", super::unique());
             let sock = t.socket(SocketKind::Router)?;
             sock.set_high_water_marks(100_000)?;
             sock.bind(&Endpoint::parse(&ep)?)?;
@@ -124,7 +125,7 @@ fn measure(
 
 /// The SFI: returns (events built, fragments received, fragment bytes, bad replies, seconds).
 fn sfi_loop(
-    socks: &mut [rodeo_transport::socket::Socket],
+    socks: &mut [Socket],
     sources: usize,
     per: usize,
     seconds: f64,
@@ -136,7 +137,7 @@ fn sfi_loop(
     let mut msg = Received::default();
     let (mut l1id, mut next_source) = (0u32, 0usize);
     let mut tally = Tally::default();
-    let (mut in_flight, mut idle, mut turn) = (0usize, 0u32, 0usize);
+    let mut in_flight = 0usize;
     let (mut oldest, mut started) = (0u32, false);
     let start = Instant::now();
     let deadline = Duration::from_secs_f64(seconds);
@@ -178,18 +179,10 @@ fn sfi_loop(
         while started && oldest != l1id && missing[oldest as usize % RING] == 0 {
             oldest = oldest.wrapping_add(1);
         }
-        if got {
-            idle = 0;
-        } else if idle < 64 {
-            // Nothing waiting: let the emulators run, then block briefly, socket by socket.
-            idle += 1;
-            std::thread::yield_now();
-        } else {
-            turn = (turn + 1) % socks.len();
-            if socks[turn].recv(&mut msg, 1)? {
-                in_flight -= 1;
-                tally.reply(&msg, &mut missing);
-            }
+        if !got {
+            // Nothing waiting: sleep until any emulator's socket has a reply (at most 1 ms).
+            let refs: Vec<&Socket> = socks.iter().collect();
+            poll_readable(&refs, 1)?;
         }
     }
     Ok((

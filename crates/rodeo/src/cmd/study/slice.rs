@@ -98,7 +98,11 @@ fn tester_point(
         retries: 3,
         seed: 7,
     };
-    let n = start_node(t, &node, "inproc://study-slice")?;
+    let n = start_node(
+        t,
+        &node,
+        &format!("inproc://study-slice-{}", super::unique()),
+    )?;
     let r = run_testers(t, n.endpoint(), &node.robs(), node.l1id_wrap, &mix);
     n.stop();
     let r = r?;
@@ -119,7 +123,11 @@ fn roi_parallel_point(
     seconds: f64,
 ) -> anyhow::Result<(u64, f64, Histogram, u64, u64)> {
     let node_args = node_args(words);
-    let node = start_node(t, &node_args, "inproc://study-slice-rp")?;
+    let node = start_node(
+        t,
+        &node_args,
+        &format!("inproc://study-slice-rp-{}", super::unique()),
+    )?;
     let robs = node_args.robs();
     let r = (|| -> anyhow::Result<_> {
         let mut sock = t.socket(SocketKind::Dealer)?;
