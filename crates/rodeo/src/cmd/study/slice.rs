@@ -55,7 +55,8 @@ fn node_args(words: u32) -> NodeArgs {
         channels: ROBS,
         fragment_words: words,
         base_source_id: 0x0042_0000,
-        pages_per_channel: 140 * pages_per_fragment + 16,
+        // Room for every stream's clear group and events in flight, so the input never stalls.
+        pages_per_channel: 400 * pages_per_fragment + 16,
         page_bytes: 4096,
         input: InputKind::Firmware,
         payload: PayloadKind::Headers,
