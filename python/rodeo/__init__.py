@@ -27,6 +27,7 @@ from ._rodeo import (
     synth_event,
     verify,
 )
+from . import model  # the ROS utilisation model (NumPy; matplotlib only for its plot)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -44,6 +45,7 @@ __all__ = [
     "open",
     "synth_event",
     "verify",
+    "model",
 ]
 
 __version__ = "0.1.0"

@@ -61,12 +61,14 @@ fn solve(mut m: Vec<Vec<f64>>, mut v: Vec<f64>) -> Option<Vec<f64>> {
         }
         m.swap(c, p);
         v.swap(c, p);
-        for r in c + 1..n {
-            let k = m[r][c] / m[c][c];
-            for j in c..n {
-                m[r][j] -= k * m[c][j];
+        let (pivot_rows, rest) = m.split_at_mut(c + 1);
+        let pivot = &pivot_rows[c];
+        for (i, row) in rest.iter_mut().enumerate() {
+            let k = row[c] / pivot[c];
+            for (x, p) in row[c..].iter_mut().zip(&pivot[c..]) {
+                *x -= k * p;
             }
-            v[r] -= k * v[c];
+            v[c + 1 + i] -= k * v[c];
         }
     }
     let mut x = vec![0.0; n];

@@ -8,7 +8,15 @@
 //! - the utilisation model ([`super::model`]) fitted on the training points (every point but
 //!   every fourth), and its predicted maximum delete rate on the held-out points, from each
 //!   point's per-event request, fragment and byte counts (properties of the mix, not of the
-//!   rate). `model.json` holds the parameters and `holdout_max_relative_error`.
+//!   rate). Two bases: wall-clock rates (the paper's) and rates per CPU-second of this process
+//!   (`delete_rate_per_cpu_s`), which a machine shared with other work leaves comparable.
+//!   `model.json` holds the CPU-time `parameters` and `holdout_max_relative_error`, and the
+//!   wall-clock fit under `wall_clock`.
+//!
+//! Each point is measured `rounds` times, the grid swept round by round (a change in the
+//! machine's load spreads over every point), and the median kept: the median run by delete rate
+//! for the wall-clock columns, the median CPU time per event for the CPU columns. Each run starts
+//! its own node on a fresh inproc name and stops it before the next.
 
 use std::time::Duration;
 

@@ -105,11 +105,9 @@ fn measure(
         Ok(Row {
             sources,
             // As measured: reply fragment bytes over fragments.
-            fragment_bytes: if messages > 0 {
-                (bytes / messages) as u32
-            } else {
-                EMPTY_FRAGMENT_BYTES + 4 * words
-            },
+            fragment_bytes: bytes
+                .checked_div(messages)
+                .map_or(EMPTY_FRAGMENT_BYTES + 4 * words, |b| b as u32),
             events,
             messages,
             seconds: secs,
