@@ -119,7 +119,10 @@ fn sfi_slice_pool_dma_studies_write_their_files() {
         assert!(row["messages"].as_u64().is_some_and(|m| m > 0), "{row}");
     }
 
-    let v = study(dir.path(), &["slice", "--quick", "--seconds", "0.05"]);
+    let v = study(
+        dir.path(),
+        &["slice", "--quick", "--seconds", "0.05", "--rounds", "1"],
+    );
     assert_eq!(v["bad_replies"], 0);
     let (_, rows) = files(
         dir.path(),
