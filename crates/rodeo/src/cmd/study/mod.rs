@@ -38,7 +38,8 @@ pub(crate) struct Args {
     /// Seconds per measured point (default depends on the study and --quick).
     #[arg(long, value_name = "S")]
     seconds: Option<f64>,
-    /// `ros`: measurements of each grid point, the median kept (default 9 with --quick, else 5).
+    /// `ros` and `slice`: measurements of each point, the median kept (`ros`: 9 with --quick,
+    /// else 5; `slice`: 3).
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
     /// `ros`: only the first N grid points (tests run a tiny grid).
