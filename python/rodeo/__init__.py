@@ -29,6 +29,7 @@ from ._rodeo import (
     verify,
 )
 from .client import Client, ControlError, IllegalTransition, Unauthorized
+from . import model  # the ROS utilisation model (NumPy; matplotlib only for its plot)
 
 __all__ = [
     "Client",
@@ -50,6 +51,7 @@ __all__ = [
     "open",
     "synth_event",
     "verify",
+    "model",
 ]
 
 __version__ = "0.1.0"

@@ -3,8 +3,8 @@
 //! Each kind is a subcommand with its own arguments; every comparison it prints is measured in
 //! the same run, so a ratio stays meaningful on a noisy machine.
 
-mod dma;
-mod pool;
+pub(crate) mod dma;
+pub(crate) mod pool;
 pub(crate) mod ros;
 mod swrod;
 mod timing;

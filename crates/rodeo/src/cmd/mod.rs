@@ -10,6 +10,7 @@ mod gen_link;
 mod info;
 mod ros;
 mod run;
+mod study;
 mod tester;
 mod verify;
 
@@ -58,6 +59,10 @@ enum Command {
     Tester(tester::Args),
     /// Measure this machine as the papers did (`rodeo bench pool`, ...).
     Bench(bench::Args),
+    /// Characterise this machine as the papers did: `rodeo study ros|sfi|slice|pool|dma`
+    /// writes CSV, a JSON summary and PNG plots (ROS utilisation model, SFI rates, the
+    /// Level-2 vertical slice, the memory and DMA tables).
+    Study(study::Args),
     /// Start the readout cards (emulated FELIX and S-LINK, file player, network input) and
     /// show every channel's link, queues, counters and decoding errors.
     Cards(cards::Args),
@@ -77,5 +82,6 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),
         Command::Cards(args) => cards::run(args),
+        Command::Study(args) => study::run(args),
     }
 }

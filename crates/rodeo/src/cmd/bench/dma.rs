@@ -217,6 +217,13 @@ fn measure(
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    measure_report(args)?.print(json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the measurement and returns its report (also used by `rodeo study dma`).
+pub(crate) fn measure_report(args: Args) -> anyhow::Result<Report> {
     let seconds = args.seconds.unwrap_or(if args.quick { 0.2 } else { 1.0 });
     anyhow::ensure!(seconds > 0.0, "--seconds must be positive");
     let sizes: &[usize] = if args.quick {
@@ -256,6 +263,5 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     report
         .fields
         .insert("target_met".into(), Value::from(best_2ch >= 0.5));
-    report.print(args.json);
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }

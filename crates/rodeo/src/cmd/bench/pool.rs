@@ -395,6 +395,13 @@ fn first_touch(bytes: usize) -> anyhow::Result<(Histogram, Histogram)> {
 // --- the command ---------------------------------------------------------------------------
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    measure_report(args)?.print(json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the measurement and returns its report (also used by `rodeo study pool`).
+pub(crate) fn measure_report(args: Args) -> anyhow::Result<Report> {
     let live_mib = args.live_mib.unwrap_or(if args.quick { 256 } else { 1024 });
     let touch_mib = args.touch_mib.unwrap_or(if args.quick { 16 } else { 256 });
     anyhow::ensure!(live_mib >= 1, "--live-mib must be at least 1");
@@ -537,8 +544,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for row in &rows {
         report.push_row(row)?;
     }
-    report.print(args.json);
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 /// One row's statistics (in ticks) from every repetition.

@@ -476,7 +476,7 @@ pub(crate) fn serve_plain(
 
 /// Answers DataRequests with prebuilt fragments of the node's size until `stop()`; returns the
 /// requests served.
-fn plain_loop(
+pub(crate) fn plain_loop(
     mut sock: rodeo_transport::socket::Socket,
     node: &NodeArgs,
     stop: &dyn Fn() -> bool,

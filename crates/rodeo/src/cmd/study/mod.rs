@@ -1,0 +1,196 @@
+//! `rodeo study NAME`: the papers' characterisation methods as commands. Each study runs its
+//! measurements in this process, then writes into `--output DIR/NAME/` a CSV of the measured
+//! points, `summary.json` (the printed report: top-level fields and rows) and PNG plots, and
+//! prints the report (a table, or one JSON object with `--json`).
+//!
+//! Studies call the existing measurement code: the ROSTester and the in-process readout node
+//! (`ros`, `slice`), the plain ZeroMQ fragment server of `bench ros` (`sfi`), and `bench pool` /
+//! `bench dma` (`pool`, `dma`). Nothing here runs in the background after the command returns:
+//! every node and thread a study starts is stopped and joined before the next point.
+
+mod model;
+mod plot;
+mod ros;
+mod sfi;
+mod slice;
+mod tables;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::{Map, Value};
+
+use crate::report::Report;
+
+/// Arguments of `rodeo study`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Which study.
+    #[arg(value_enum)]
+    name: Name,
+    /// A smaller grid and shorter points (the `ros` study then takes a few minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Directory receiving NAME/ with the CSV, summary.json and PNG plots.
+    #[arg(long, value_name = "DIR", default_value = "rodeo-study")]
+    output: PathBuf,
+    /// Seconds per measured point (default depends on the study and --quick).
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
+    /// `ros` and `slice`: measurements of each point, the median kept (`ros`: 9 with --quick,
+    /// else 5; `slice`: 3).
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// `ros`: only the first N grid points (tests run a tiny grid).
+    #[arg(long, hide = true, value_name = "N")]
+    max_points: Option<usize>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The studies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Name {
+    /// ROS paper 7.1: maximum delete rate over fragment size, EB/L2 fractions and RoI size;
+    /// Figure 9; the utilisation model fitted on part of the grid, held-out points predicted.
+    Ros,
+    /// DataCollection paper Fig. 3: event building from up to 1600 emulated sources, fragments
+    /// of 160 .. 1456 bytes: message rate and bandwidth.
+    Sfi,
+    /// Level-2 SCI paper: the vertical slice's four scenarios (pipeline, event parallelism,
+    /// RoI fragment building, RoI parallelism), time per event and latency against size.
+    Slice,
+    /// The memory-pool table of `bench pool`, with a plot.
+    Pool,
+    /// The readout-input (DMA) table of `bench dma`, with a plot.
+    Dma,
+}
+
+impl Name {
+    fn as_str(self) -> &'static str {
+        match self {
+            Name::Ros => "ros",
+            Name::Sfi => "sfi",
+            Name::Slice => "slice",
+            Name::Pool => "pool",
+            Name::Dma => "dma",
+        }
+    }
+}
+
+/// What a study gets: its options and its output directory (created).
+pub(crate) struct Ctx {
+    /// `--quick`.
+    pub(crate) quick: bool,
+    /// `--seconds`.
+    pub(crate) seconds: Option<f64>,
+    /// `DIR/NAME`.
+    pub(crate) dir: PathBuf,
+    /// `--rounds`.
+    pub(crate) rounds: Option<usize>,
+    /// `--max-points`.
+    pub(crate) max_points: Option<usize>,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let name = args.name.as_str();
+    let dir = args.output.join(name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Some(s) = args.seconds {
+        anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
+    }
+    let ctx = Ctx {
+        quick: args.quick,
+        seconds: args.seconds,
+        dir: dir.clone(),
+        rounds: args.rounds,
+        max_points: args.max_points,
+    };
+    anyhow::ensure!(args.rounds != Some(0), "--rounds must be at least 1");
+    let (mut report, ok) = match args.name {
+        Name::Ros => ros::run(&ctx)?,
+        Name::Sfi => sfi::run(&ctx)?,
+        Name::Slice => slice::run(&ctx)?,
+        Name::Pool => tables::pool(&ctx)?,
+        Name::Dma => tables::dma(&ctx)?,
+    };
+    report.bench = format!("study_{name}");
+    report.fields.insert("quick".into(), args.quick.into());
+    report
+        .fields
+        .insert("output_dir".into(), dir.display().to_string().into());
+    write_csv(&dir.join(format!("{name}.csv")), &report.rows)?;
+    write_json(&dir.join("summary.json"), &report_value(&report))?;
+    report.print(args.json);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The report as one JSON object (as `--json` prints it).
+fn report_value(r: &Report) -> Value {
+    let mut obj = Map::new();
+    obj.insert("bench".into(), r.bench.clone().into());
+    for (k, v) in &r.fields {
+        obj.insert(k.clone(), v.clone());
+    }
+    obj.insert(
+        "rows".into(),
+        Value::Array(r.rows.iter().cloned().map(Value::Object).collect()),
+    );
+    Value::Object(obj)
+}
+
+/// Writes pretty JSON to `path`.
+pub(crate) fn write_json(path: &Path, v: &Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes rows as CSV (columns of the first row; strings quoted when they need it).
+pub(crate) fn write_csv(path: &Path, rows: &[Map<String, Value>]) -> anyhow::Result<()> {
+    let mut out = String::new();
+    if let Some(first) = rows.first() {
+        let cols: Vec<&String> = first.keys().collect();
+        out.push_str(
+            &cols
+                .iter()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        out.push('\n');
+        for r in rows {
+            let cells: Vec<String> = cols
+                .iter()
+                .map(|c| match r.get(*c) {
+                    None | Some(Value::Null) => String::new(),
+                    Some(Value::String(s)) if s.contains([',', '"', '\n']) => {
+                        format!("\"{}\"", s.replace('"', "\"\""))
+                    }
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v) => v.to_string(),
+                })
+                .collect();
+            out.push_str(&cells.join(","));
+            out.push('\n');
+        }
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A number not returned before in this process (fresh inproc endpoint names: ZeroMQ frees a
+/// closed socket's inproc name asynchronously, so reusing one can fail to bind).
+pub(crate) fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A number field of a row (0 when missing).
+pub(crate) fn field(row: &Map<String, Value>, key: &str) -> f64 {
+    row.get(key).and_then(Value::as_f64).unwrap_or(0.0)
+}
