@@ -484,6 +484,19 @@ impl EventStore {
         };
         // The index had no entry (checked above) and is not full: the insert succeeds.
         let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
+        // The next fragment of this channel most likely has this size and goes where the
+        // cursor is now (or at the start of the next free page): warm its header and trailer
+        // lines now, so that writing them then does not stall on memory.
+        let (np, no) = if ch.write_offset + words <= page_words {
+            (ch.write_page, ch.write_offset)
+        } else {
+            (ch.free.last().copied().unwrap_or(NO_PAGE), 0)
+        };
+        if np != NO_PAGE {
+            table.prefetch(np, no);
+            table.prefetch(np, no + 16);
+            table.prefetch(np, (no + words).min(page_words) - 1);
+        }
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);

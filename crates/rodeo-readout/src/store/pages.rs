@@ -140,6 +140,28 @@ impl PageTable {
         }
     }
 
+    /// Hints the CPU to bring the cache line holding word `offset` of page `p` into cache
+    /// (the store's next write there: the emulated input's header and trailer writes then
+    /// do not wait for memory). Out of range: nothing. Never reads or writes memory.
+    #[inline]
+    pub(crate) fn prefetch(&self, p: u32, offset: usize) {
+        let Some(&base) = self.base.get(p as usize) else {
+            return;
+        };
+        if offset >= self.page_words {
+            return;
+        }
+        let ptr = base.wrapping_add(offset).cast::<i8>().cast_const();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and has no effect on memory or on
+        // program state, whatever the address (here one inside the page, checked above).
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = ptr;
+    }
+
     /// A mutable view of `len` words of page `p` from `offset`, to fill in place.
     ///
     /// # Safety
@@ -225,5 +247,32 @@ impl Drop for PageRef {
             // table, so this push cannot fail.
             let _ = self.table.returned.push(self.page);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rodeo_memory::PagePoolConfig;
+
+    #[test]
+    fn prefetch_is_a_hint_anywhere_and_changes_nothing() {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages: 4,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let table = PageTable::new(&pool, 2).unwrap();
+        let words: Vec<u32> = (0..64).collect();
+        // SAFETY: this test is the only user of the table; nothing references page 0.
+        unsafe { table.write(0, 0, &words) };
+        // In range, at the last word, past the page, and on a page that does not exist.
+        for (p, offset) in [(0, 0), (0, 63), (0, 64), (1, 10), (7, 0), (NO_PAGE, 5)] {
+            table.prefetch(p, offset);
+        }
+        // SAFETY: page 0's words were written above and nothing writes them meanwhile.
+        let back = unsafe { table.slice_mut(0, 0, 64) }.to_vec();
+        assert_eq!(back, words);
     }
 }
