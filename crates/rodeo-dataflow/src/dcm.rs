@@ -358,7 +358,26 @@ struct Dcm {
     summary: DcmSummary,
     buf: Vec<u8>,
     event: Vec<u32>,
+    /// Capacity reused for the ROB views handed to the algorithm (empty between events).
+    rob_views: Vec<RobFragment<'static>>,
+    /// Capacity reused for the pieces of the event being built (empty between events).
+    piece_views: Vec<&'static [u32]>,
 }
+
+/// An empty vector with `v`'s allocation, for elements of another lifetime: the standard
+/// library collects a `vec::IntoIter` in place when the layouts agree, so once the capacity
+/// suffices the per-event views cost no allocation.
+fn relabel<T: Relabel<U>, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
+}
+
+/// Types that differ only by a lifetime (same layout), for [`relabel`].
+trait Relabel<U> {}
+impl<'a, 'b> Relabel<RobFragment<'b>> for RobFragment<'a> {}
+impl<'a, 'b> Relabel<&'b [u32]> for &'a [u32] {}
 
 fn transaction(slot: usize, generation: u16) -> u32 {
     ((slot as u32) << 16) | u32::from(generation)
@@ -393,6 +412,8 @@ impl Dcm {
             summary: DcmSummary::default(),
             buf: Vec::with_capacity(4096),
             event: Vec::new(),
+            rob_views: Vec::new(),
+            piece_views: Vec::new(),
             config,
             algorithm,
             counters,
@@ -610,18 +631,18 @@ impl Dcm {
     /// Requests every ROB not fetched yet from every node (n = 0 when nothing came from it).
     fn fetch_rest(&mut self, i: usize, readout: &mut [Socket]) -> Result<(), DataflowError> {
         for n in 0..self.nodes.len() {
-            let s = &mut self.slots[i];
-            s.wanted[n].clear();
-            let missing: Vec<u32> = self.config.readout[n]
-                .robs
-                .iter()
-                .copied()
-                .filter(|&r| !s.has(r))
-                .collect();
-            if missing.is_empty() && !self.config.readout[n].robs.is_empty() {
-                continue;
-            }
-            s.wanted[n] = missing;
+            // The slot's own list, refilled in place (no allocation once it has grown).
+            let mut missing = std::mem::take(&mut self.slots[i].wanted[n]);
+            missing.clear();
+            let s = &self.slots[i];
+            missing.extend(
+                self.config.readout[n]
+                    .robs
+                    .iter()
+                    .copied()
+                    .filter(|&r| !s.has(r)),
+            );
+            self.slots[i].wanted[n] = missing;
         }
         self.slots[i].phase = Phase::Fetching(Stage::Rest);
         self.dispatch_wanted(i, readout)?;
@@ -856,12 +877,13 @@ impl Dcm {
     }
 
     fn decide(&mut self, i: usize, readout: &mut [Socket]) -> Result<(), DataflowError> {
+        let mut robs: Vec<RobFragment<'_>> = relabel(std::mem::take(&mut self.rob_views));
         let s = &self.slots[i];
-        let robs: Vec<RobFragment<'_>> = s
-            .frags
-            .iter()
-            .filter_map(|&(_, start, len)| RobFragment::parse(&s.arena[start..start + len]).ok())
-            .collect();
+        robs.extend(
+            s.frags.iter().filter_map(|&(_, start, len)| {
+                RobFragment::parse(&s.arena[start..start + len]).ok()
+            }),
+        );
         let info = EventInfo {
             global_id: s.global_id,
             l1id: s.l1id,
@@ -870,7 +892,7 @@ impl Dcm {
             rois: &s.rois,
         };
         let outcome = self.algorithm.decide(&info, &robs);
-        drop(robs);
+        self.rob_views = relabel(robs);
         let s = &self.slots[i];
         self.counters
             .decision_latency
@@ -937,11 +959,12 @@ impl Dcm {
             name,
             stream_type: if s.forced { "debug" } else { "physics" },
         }];
-        let pieces: Vec<&[u32]> = s
-            .frags
-            .iter()
-            .map(|&(_, start, len)| &s.arena[start..start + len])
-            .collect();
+        let mut pieces: Vec<&[u32]> = relabel(std::mem::take(&mut self.piece_views));
+        pieces.extend(
+            s.frags
+                .iter()
+                .map(|&(_, start, len)| &s.arena[start..start + len]),
+        );
         let status_words = [status.word()];
         let builder = EventBuilder {
             source_id: SourceId(self.config.source_id),
@@ -957,7 +980,9 @@ impl Dcm {
             ..EventBuilder::default()
         };
         self.event.clear();
-        if builder.write_vec(&mut self.event).is_err() {
+        let written = builder.write_vec(&mut self.event);
+        self.piece_views = relabel(pieces);
+        if written.is_err() {
             // Only a >4 GiB event or a bad stream name can fail: count and reject.
             self.summary.bad_messages += 1;
             self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
@@ -1094,5 +1119,23 @@ impl Dcm {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod relabel_tests {
+    use super::*;
+
+    #[test]
+    fn relabel_keeps_the_allocation_and_empties_the_vector() {
+        let words = [1u32, 2, 3];
+        let mut v: Vec<&[u32]> = Vec::with_capacity(32);
+        v.push(&words);
+        let w: Vec<&'static [u32]> = relabel(v);
+        assert!(w.is_empty());
+        assert!(w.capacity() >= 32, "capacity {}", w.capacity());
+        let mut again: Vec<&[u32]> = relabel(w);
+        again.push(&words[1..]);
+        assert_eq!(again, vec![&words[1..]]);
     }
 }
