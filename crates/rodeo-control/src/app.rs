@@ -559,7 +559,7 @@ impl RunControl for AppControl {
         self.lock()
             .config
             .as_ref()
-            .map(PartitionConfig::to_toml)
+            .map(PartitionConfig::to_toml_public)
             .unwrap_or_default()
     }
 
@@ -656,6 +656,7 @@ pub fn serve(
 ) -> Result<u64, ServeError> {
     let ep = Endpoint::parse(endpoint)?;
     let mut sock = app.transport.socket(SocketKind::Dealer)?;
+    sock.set_max_message_size(crate::channel::MAX_MESSAGE_BYTES as i64)?;
     sock.set_identity(app.name.as_bytes())?;
     // A controller that is gone must not block us for long.
     sock.set_send_timeout(2000)?;

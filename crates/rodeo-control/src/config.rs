@@ -478,6 +478,16 @@ impl PartitionConfig {
         toml::to_string(self).unwrap_or_default()
     }
 
+    /// The configuration as TOML for anyone who may read it (`GET /api/config`): the command
+    /// token is replaced by `"(hidden)"`.
+    pub fn to_toml_public(&self) -> String {
+        let mut c = self.clone();
+        if !c.control.token.is_empty() {
+            c.control.token = "(hidden)".into();
+        }
+        c.to_toml()
+    }
+
     /// Checks every value; the error names the first bad field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn bad(field: &'static str, value: impl ToString, allowed: &'static str) -> ConfigError {
@@ -732,6 +742,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("run.events"), "{e}");
+    }
+
+    #[test]
+    fn the_public_toml_hides_the_token() {
+        let mut c = PartitionConfig::default();
+        assert!(!c.to_toml_public().contains("(hidden)"));
+        c.control.token = "s3cret".into();
+        let t = c.to_toml_public();
+        assert!(!t.contains("s3cret") && t.contains("(hidden)"), "{t}");
+        assert!(c.to_toml().contains("s3cret"));
     }
 
     #[test]

@@ -307,6 +307,8 @@ impl Controller {
         config.validate()?;
         let transport = Transport::new(1)?;
         let socket = transport.socket(SocketKind::Router)?;
+        // A frame larger than any control message is refused before it is buffered.
+        socket.set_max_message_size(crate::channel::MAX_MESSAGE_BYTES as i64)?;
         let want = Endpoint::parse(&format!("tcp://{}:*", config.control.address))?;
         let endpoint = socket.bind(&want)?;
         let apps = config
@@ -813,7 +815,7 @@ impl RunControl for Controller {
     }
 
     fn config_toml(&self) -> String {
-        self.config.to_toml()
+        self.config.to_toml_public()
     }
 
     fn write_metrics(&self, out: &mut MetricsWriter) {

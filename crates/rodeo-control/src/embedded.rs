@@ -684,11 +684,7 @@ impl RunControl for EmbeddedPartition {
     }
 
     fn config_toml(&self) -> String {
-        let mut c = self.config.clone();
-        if !c.control.token.is_empty() {
-            c.control.token = "(hidden)".into();
-        }
-        c.to_toml()
+        self.config.to_toml_public()
     }
 
     fn write_metrics(&self, w: &mut MetricsWriter) {

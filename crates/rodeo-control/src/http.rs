@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::control::RunControl;
 use crate::lifecycle::{Command, TransitionError};
@@ -125,10 +125,13 @@ impl Request {
 pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
+    // Where the search for the end of the head resumes (no rescan of what was searched).
+    let mut scanned = 0usize;
     let head_end = loop {
-        if let Some(p) = find(&buf, b"\r\n\r\n") {
-            break p;
+        if let Some(p) = find(&buf[scanned..], b"\r\n\r\n") {
+            break scanned + p;
         }
+        scanned = buf.len().saturating_sub(3);
         if buf.len() > MAX_HEADER_BYTES {
             return Err(RequestError::HeadTooLarge);
         }
@@ -532,6 +535,25 @@ fn accept_loop(
     // Dropping `tx` (the caller's) when this returns ends the workers' loops.
 }
 
+/// Reads from a socket until a deadline for the whole request; past it, reads fail with
+/// `TimedOut`.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        s.read(buf)
+    }
+}
+
 fn worker(
     rx: &Mutex<Receiver<TcpStream>>,
     control: &dyn RunControl,
@@ -549,9 +571,14 @@ fn worker(
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         };
-        let _ = stream.set_read_timeout(Some(timeout));
         let _ = stream.set_write_timeout(Some(timeout));
-        let response = match read_request(&mut stream) {
+        // One deadline for the whole request, not per read: a client trickling a byte every
+        // few seconds cannot hold a worker for longer than `timeout`.
+        let mut reader = DeadlineReader {
+            stream: &stream,
+            deadline: Instant::now() + timeout,
+        };
+        let response = match read_request(&mut reader) {
             Ok(req) => handle(control, token, counters, &req),
             Err(RequestError::Io(_)) => continue,
             Err(e @ RequestError::Timeout) => Response::error(408, &e.to_string()),

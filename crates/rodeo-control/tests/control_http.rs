@@ -303,3 +303,55 @@ fn the_web_page_shows_the_state_in_chromium() {
         p.command(c.parse().unwrap()).unwrap();
     }
 }
+
+#[test]
+fn the_token_is_never_served_and_a_trickling_client_is_cut_at_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.control.token = "secret-in-config".into();
+    let p = Arc::new(EmbeddedPartition::new(c, None));
+    let control: Arc<dyn RunControl> = p.clone();
+    let server = HttpServer::start(
+        "127.0.0.1:0",
+        control,
+        HttpConfig {
+            token: Some(TOKEN.into()),
+            workers: 1,
+            io_timeout: Duration::from_millis(800),
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr();
+    let (code, body) = http(addr, "GET", "/api/config", None, "");
+    assert_eq!(code, 200);
+    assert!(!body.contains("secret-in-config"), "{body}");
+    assert!(body.contains("(hidden)"), "{body}");
+
+    // One byte every 200 ms: each read is quick, the request never ends. The only worker must
+    // give up at the connection's deadline (408), not serve this client forever.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let start = Instant::now();
+    let request = b"GET /api/status HTTP/1.1\r\nHost: slow\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    for b in request.iter() {
+        // Stop writing once the answer is there (writing to a closed connection could reset
+        // it and lose the answer).
+        s.set_nonblocking(true).unwrap();
+        let answered = matches!(s.peek(&mut [0u8; 1]), Ok(n) if n > 0);
+        s.set_nonblocking(false).unwrap();
+        if answered || s.write_all(std::slice::from_ref(b)).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if start.elapsed() > Duration::from_secs(4) {
+            break;
+        }
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out:?}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // The worker is free again.
+    assert_eq!(http(addr, "GET", "/api/status", None, "").0, 200);
+}

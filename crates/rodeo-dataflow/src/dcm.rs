@@ -376,8 +376,8 @@ fn relabel<T: Relabel<U>, U>(mut v: Vec<T>) -> Vec<U> {
 
 /// Types that differ only by a lifetime (same layout), for [`relabel`].
 trait Relabel<U> {}
-impl<'a, 'b> Relabel<RobFragment<'b>> for RobFragment<'a> {}
-impl<'a, 'b> Relabel<&'b [u32]> for &'a [u32] {}
+impl Relabel<RobFragment<'_>> for RobFragment<'_> {}
+impl Relabel<&[u32]> for &[u32] {}
 
 fn transaction(slot: usize, generation: u16) -> u32 {
     ((slot as u32) << 16) | u32::from(generation)

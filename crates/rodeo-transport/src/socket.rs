@@ -243,6 +243,17 @@ impl Socket {
             })
     }
 
+    /// Refuses (and disconnects the peer of) any incoming message larger than `bytes`, before
+    /// it is buffered: for sockets that face untrusted or small-message peers.
+    pub fn set_max_message_size(&self, bytes: i64) -> Result<(), TransportError> {
+        self.inner
+            .set_maxmsgsize(bytes)
+            .map_err(|source| TransportError::Setup {
+                op: "set maxmsgsize",
+                source,
+            })
+    }
+
     /// Sets the routing id this (DEALER) socket presents to a ROUTER.
     pub fn set_identity(&self, id: &[u8]) -> Result<(), TransportError> {
         self.inner

@@ -41,8 +41,9 @@
 //!
 //! Each side sets a flag when dropped. A client whose server is gone gets
 //! [`DirectError::Closed`] instead of waiting for request boxes; a server whose client is gone
-//! still answers (the replies wait in the queue and are dropped with the link, releasing their
-//! page references). A reply that finds no free box (only possible when a client breaks the
+//! refuses its replies (counted as send errors; the box goes back and the page references are
+//! released at once), so nothing waits for a reader that will never come. A reply that finds no
+//! free box (only possible when a client breaks the
 //! bound above) is refused: counted by the server as a send error, its pages released.
 
 use std::sync::atomic::{AtomicBool, Ordering};

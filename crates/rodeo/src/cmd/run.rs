@@ -276,8 +276,19 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     std::fs::create_dir_all(&layout.output)
         .with_context(|| format!("cannot create {}", layout.output.display()))?;
     let cfg_path = layout.output.join("partition.toml");
-    std::fs::write(&cfg_path, config.to_toml())
-        .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+    // Readable by the owner only: it may hold the command token (control.token).
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&cfg_path)
+            .and_then(|mut f| f.write_all(config.to_toml().as_bytes()))
+            .with_context(|| format!("cannot write {}", cfg_path.display()))?;
+    }
     let exe = std::env::current_exe().context("cannot find the rodeo executable")?;
     crate::signal::install();
     let mut ctl = Controller::new(config.clone(), exe)?;
