@@ -44,8 +44,8 @@ fn http(
 fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args([
+    let (child, addr) = spawn_with_http(
+        &[
             "run",
             "--seconds",
             "300",
@@ -57,29 +57,12 @@ fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
             "--trace-every",
             "50",
             "--output",
-        ])
-        .arg(dir.path())
-        .arg("--trace")
-        .arg(&trace)
-        .env("RODEO_TOKEN", "secret-1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The address is on stderr ("rodeo: HTTP API on http://ADDR/").
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[rodeo] {line}");
-            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
-                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the HTTP address");
+            dir.path().to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        "secret-1",
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         let (code, body) = http(addr, "GET", "/api/status", None, "");
@@ -119,26 +102,7 @@ fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
     assert_eq!(code, 200, "{body}");
 
     // The run goes down and ends by itself, balanced.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rodeo run did not end after stop"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    assert!(exit.success(), "{out}");
-    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    let summary = wait_for_summary(child);
     assert_eq!(summary["balanced"], true, "{summary}");
     assert!(
         summary["seconds"].as_f64().unwrap() < 290.0,
@@ -206,6 +170,31 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("control.log"));
 }
 
+/// Waits (bounded) for `rodeo run` to end after a stop; checks it succeeded and returns its
+/// JSON summary.
+fn wait_for_summary(mut child: std::process::Child) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rodeo run did not end after stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(exit.success(), "{out}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
 /// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and the HTTP address it printed.
 fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
@@ -235,7 +224,7 @@ fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAd
 fn processes_mode_serves_the_controller_and_stops_with_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
-    let (mut child, addr) = spawn_with_http(
+    let (child, addr) = spawn_with_http(
         &[
             "run",
             "--processes",
@@ -275,26 +264,7 @@ fn processes_mode_serves_the_controller_and_stops_with_the_token() {
     assert_eq!(http(addr, "POST", "/api/command", None, stop).0, 401);
     let (code, body) = http(addr, "POST", "/api/command", Some("proc-token"), stop);
     assert_eq!(code, 200, "{body}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rodeo run did not end after stop"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    assert!(exit.success(), "{out}");
-    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    let summary = wait_for_summary(child);
     assert_eq!(summary["balanced"], true, "{summary}");
     assert!(summary["seconds"].as_f64().unwrap() < 290.0);
 }

@@ -73,13 +73,14 @@ pub(crate) struct Args {
 }
 
 /// The DCMs' trigger factory for `--trigger SPEC`, and a closure reporting its counters.
-#[cfg(feature = "python")]
-fn python_trigger(
-    spec: &str,
-) -> anyhow::Result<(
+type TriggerSetup = (
     rodeo_control::embedded::TriggerFactory,
     Box<dyn Fn() -> serde_json::Value>,
-)> {
+);
+
+/// Loads `--trigger SPEC` (see [`TriggerSetup`]).
+#[cfg(feature = "python")]
+fn python_trigger(spec: &str) -> anyhow::Result<TriggerSetup> {
     use std::sync::atomic::Ordering::Relaxed;
     let loader = rodeo_pytrigger::PyTriggerLoader::load(spec)?;
     let stats = Arc::clone(loader.stats());
@@ -97,13 +98,9 @@ fn python_trigger(
     Ok((factory, report))
 }
 
+/// Refuses `--trigger`: this binary has no Python.
 #[cfg(not(feature = "python"))]
-fn python_trigger(
-    spec: &str,
-) -> anyhow::Result<(
-    rodeo_control::embedded::TriggerFactory,
-    Box<dyn Fn() -> serde_json::Value>,
-)> {
+fn python_trigger(spec: &str) -> anyhow::Result<TriggerSetup> {
     anyhow::bail!(
         "--trigger {spec}: this rodeo was built without Python triggers; build it with \
          `cargo build --release --features python` (needs python3-dev)"
