@@ -118,6 +118,10 @@ impl DirectReply {
     /// first, `None` for a fragment too short to have them. Stops at a fragment whose size
     /// word is unusable.
     pub fn for_each_fragment(&self, mut f: impl FnMut(Option<[u32; 3]>)) {
+        // The fragment headers were written on another core: ask for all of them at once.
+        for s in &self.segments {
+            s.prefetch();
+        }
         // Empty fragments, in the head after 20 bytes.
         let mut at = HEADER_BYTES + 8;
         while at < self.head.len() {
@@ -241,6 +245,7 @@ pub fn direct_link(
     (
         DirectSource {
             shared: Arc::clone(&shared),
+            spare: Vec::with_capacity(replies),
         },
         DirectClient {
             shared,
@@ -275,6 +280,21 @@ impl Backoff {
 /// The core thread's end of a direct link (a [`RequestSource`]).
 pub struct DirectSource {
     shared: Arc<Shared>,
+    /// Reply boxes taken back from the client, emptied on this thread; used last in, first out
+    /// (the box most likely still in cache).
+    spare: Vec<Box<DirectReply>>,
+}
+
+impl DirectSource {
+    /// Takes back the boxes the client has read and drops their page references here, on the
+    /// core thread.
+    #[inline]
+    fn drain_returned(&mut self) {
+        while let Some(mut r) = self.shared.reply_free.pop() {
+            r.segments.clear();
+            self.spare.push(r);
+        }
+    }
 }
 
 impl std::fmt::Debug for DirectSource {
@@ -298,6 +318,7 @@ impl RequestSource for DirectSource {
             // The pool is as large as the queue: cannot fail.
             let _ = self.shared.request_free.push(b);
         }
+        self.drain_returned();
         match self.shared.requests.pop() {
             Some(b) => {
                 *buf = Some(b);
@@ -346,14 +367,17 @@ impl RequestSource for DirectSource {
         head: &[u8],
         segments: &mut Vec<PageRef>,
     ) -> Result<(), ReplyRefused> {
+        if self.spare.is_empty() {
+            self.drain_returned();
+        }
         let gone = self.shared.client_gone.load(Ordering::Relaxed);
-        let Some(mut r) = self.shared.reply_free.pop().filter(|_| !gone) else {
+        let Some(mut r) = self.spare.pop().filter(|_| !gone) else {
             segments.clear();
             return Err(ReplyRefused);
         };
         r.head.clear();
         r.head.extend_from_slice(head);
-        r.segments.clear();
+        // Emptied when it came back (drain_returned).
         r.segments.append(segments);
         // The pool is as large as the queue: cannot fail.
         let _ = self.shared.replies.push(r);
@@ -451,11 +475,10 @@ impl DirectClient {
     }
 
     /// Receives a reply into `slot` if one is ready. The reply held in `slot` before is given
-    /// back first (its page references dropped).
+    /// back first, with its page references: the core thread drops them.
     #[inline]
     pub fn try_recv(&mut self, slot: &mut Option<Box<DirectReply>>) -> bool {
-        if let Some(mut r) = slot.take() {
-            r.segments.clear();
+        if let Some(r) = slot.take() {
             let _ = self.shared.reply_free.push(r);
         }
         match self.shared.replies.pop() {

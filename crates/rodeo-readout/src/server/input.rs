@@ -187,8 +187,12 @@ impl FirmwareInput {
 }
 
 /// Writes one emulated ROD fragment of `ndata` data words into `d` (exactly its size).
+#[inline]
 fn write_rod(d: &mut [u32], source: u32, l1id: u32, ndata: usize, payload: Payload) {
-    d[..ROD_HEADER_WORDS].copy_from_slice(&[
+    // Split once: the header, data and trailer stores below need no further bounds checks.
+    let (head, rest) = d.split_at_mut(ROD_HEADER_WORDS + 1);
+    let (data, trailer) = rest.split_at_mut(ndata);
+    head.copy_from_slice(&[
         ROD_MARKER,
         ROD_HEADER_WORDS as u32,
         ROD_FORMAT_VERSION,
@@ -198,17 +202,15 @@ fn write_rod(d: &mut [u32], source: u32, l1id: u32, ndata: usize, payload: Paylo
         l1id.wrapping_mul(7) % 3564,
         1,
         0,
+        0, // status word
     ]);
-    d[ROD_HEADER_WORDS] = 0;
     if payload == Payload::Full {
         let base = rodeo_format::synth::counter_word(source, l1id, 0);
-        let data = &mut d[ROD_HEADER_WORDS + 1..ROD_HEADER_WORDS + 1 + ndata];
         for (i, w) in data.iter_mut().enumerate() {
             *w = base.wrapping_add(i as u32);
         }
     }
-    let t = ROD_HEADER_WORDS + 1 + ndata;
-    d[t..t + 3].copy_from_slice(&[1, ndata as u32, 0]);
+    trailer[..3].copy_from_slice(&[1, ndata as u32, 0]);
 }
 
 impl Input for FirmwareInput {
@@ -220,31 +222,51 @@ impl Input for FirmwareInput {
         if !in_place && self.scratch.len() != nwords {
             self.scratch = vec![0; nwords];
         }
+        let (ndata, payload) = (self.data_words, self.payload);
         for c in 0..self.counters.len() {
-            for _ in 0..POLL_BUDGET {
-                let counter = &mut self.counters[c];
-                if self.limit.is_some_and(|l| counter.events() >= l) {
-                    break;
-                }
-                let l1id = counter.extended();
-                let source = self.source_ids[c];
-                let (ndata, payload) = (self.data_words, self.payload);
-                let r = if in_place {
-                    store.ingest_with(c, l1id, nwords, Status::OK, |d| {
-                        write_rod(d, source, l1id, ndata, payload)
-                    })
-                } else {
-                    write_rod(&mut self.scratch, source, l1id, ndata, Payload::Full);
-                    store.ingest(c, &self.scratch, Status::OK)
-                };
-                match r {
-                    Ok(_) => {
-                        counter.advance();
-                        consumed += 1;
-                    }
-                    Err(_) => break,
-                }
+            let counter = &mut self.counters[c];
+            let budget = match self.limit {
+                Some(l) => POLL_BUDGET.min(l.saturating_sub(counter.events()) as usize),
+                None => POLL_BUDGET,
+            };
+            if budget == 0 {
+                continue;
             }
+            let source = self.source_ids[c];
+            // The L1IDs from the counter's position; it advances by what the store consumed.
+            let mut next = *counter;
+            let done = if in_place {
+                // The whole run in one call: the store's common path stays in registers.
+                let (done, _) = store.ingest_run(
+                    c,
+                    nwords,
+                    Status::OK,
+                    budget,
+                    || {
+                        let l1id = next.extended();
+                        next.advance();
+                        l1id
+                    },
+                    |l1id, d| write_rod(d, source, l1id, ndata, payload),
+                );
+                done
+            } else {
+                let mut done = 0;
+                while done < budget {
+                    let l1id = next.extended();
+                    write_rod(&mut self.scratch, source, l1id, ndata, Payload::Full);
+                    if store.ingest(c, &self.scratch, Status::OK).is_err() {
+                        break;
+                    }
+                    next.advance();
+                    done += 1;
+                }
+                done
+            };
+            for _ in 0..done {
+                counter.advance();
+            }
+            consumed += done as u64;
         }
         consumed
     }

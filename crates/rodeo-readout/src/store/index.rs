@@ -181,6 +181,30 @@ impl L1idIndex {
         self.insert_absent(l1id, slot).map(|()| None)
     }
 
+    /// The slot where `l1id` would go directly: its home, when that is empty and the table is
+    /// not full. An empty home means the key is absent (Robin Hood order keeps every key's
+    /// cluster contiguous from its home). `None`: ask [`L1idIndex::get`] and
+    /// [`L1idIndex::insert_absent`] instead.
+    #[inline]
+    pub(crate) fn vacant_home(&self, l1id: u32) -> Option<usize> {
+        let i = self.home(l1id);
+        (self.len < self.limit && !self.entries[i].used()).then_some(i)
+    }
+
+    /// Fills the slot `i` that [`L1idIndex::vacant_home`] returned for `l1id` (nothing changed
+    /// the table since) with a stored fragment.
+    #[inline]
+    pub(crate) fn fill_home(&mut self, i: usize, l1id: u32, loc: Location) {
+        debug_assert!(!self.entries[i].used() && self.home(l1id) == i);
+        self.entries[i] = Entry {
+            l1id,
+            page: loc.page,
+            offset: loc.offset,
+            words: loc.words.max(1),
+        };
+        self.len += 1;
+    }
+
     /// Inserts `l1id`, which the caller knows is absent; `Err(())` when the table is full.
     #[inline]
     pub(crate) fn insert_absent(&mut self, l1id: u32, slot: Slot) -> Result<(), ()> {
@@ -205,6 +229,30 @@ impl L1idIndex {
             i = (i + 1) & self.mask;
             d += 1;
         }
+    }
+
+    /// Removes `l1id` in the common case of a clear: a stored fragment at its home slot whose
+    /// removal shifts nothing (the next slot is empty or holds an entry at its own home).
+    /// `None`: nothing changed; ask [`L1idIndex::remove`], which handles every case.
+    #[inline]
+    pub(crate) fn take_home(&mut self, l1id: u32) -> Option<Location> {
+        let i = self.home(l1id);
+        let e = self.entries[i];
+        if !e.used() || e.l1id != l1id || e.page == CLEARED {
+            return None;
+        }
+        let next = (i + 1) & self.mask;
+        let n = self.entries[next];
+        if n.used() && self.dist(next, n.l1id) != 0 {
+            return None;
+        }
+        self.entries[i] = EMPTY;
+        self.len -= 1;
+        Some(Location {
+            page: e.page,
+            offset: e.offset,
+            words: e.words,
+        })
     }
 
     /// Removes `l1id`; returns what it held.
@@ -286,6 +334,67 @@ mod tests {
         for (&k, &v) in &model {
             assert_eq!(ix.get(k), Some(loc(v)));
         }
+    }
+
+    #[test]
+    fn the_home_fast_path_agrees_with_the_general_insert() {
+        let mut ix = L1idIndex::new(16);
+        // Consecutive L1IDs: each goes home.
+        for l1id in 0..10 {
+            let i = ix.vacant_home(l1id).expect("home is free");
+            ix.fill_home(
+                i,
+                l1id,
+                Location {
+                    page: l1id,
+                    offset: 0,
+                    words: 4,
+                },
+            );
+        }
+        assert_eq!(ix.len(), 10);
+        // A stored key and a key whose home is taken by another (same low bits, later ECR)
+        // are not vacant at home.
+        assert_eq!(ix.vacant_home(3), None);
+        let other = (1 << 24) | 3;
+        assert_eq!(ix.vacant_home(other), None);
+        assert_eq!(ix.insert(other, loc(99)), Ok(None));
+        // Removing 3 shifts `other` home: its home is still not vacant, and both lookups hold.
+        assert!(ix.remove(3).is_some());
+        assert_eq!(ix.get(other), Some(loc(99)));
+        assert_eq!(ix.vacant_home(3), None);
+        for l1id in (0..10).filter(|&l| l != 3) {
+            assert!(matches!(ix.get(l1id), Some(Slot::Stored(l)) if l.page == l1id));
+        }
+        // The clear fast path takes only what needs no shift; the general remove does the rest.
+        assert!(ix.take_home(9).is_some(), "9 is at home, slot 10 is empty");
+        assert_eq!(ix.get(9), None);
+        assert_eq!(ix.take_home(9), None, "already gone");
+        let third = (2 << 24) | 4;
+        assert_eq!(ix.insert(third, loc(7)), Ok(None)); // displaced past 4, which is at home
+        assert_eq!(
+            ix.take_home(4),
+            None,
+            "removing 4 must shift the displaced entry back"
+        );
+        assert!(ix.remove(4).is_some());
+        assert_eq!(ix.get(third), Some(loc(7)));
+        // A full table offers no home.
+        let mut small = L1idIndex::new(4);
+        let mut n = 0;
+        while let Some(i) = small.vacant_home(n) {
+            small.fill_home(
+                i,
+                n,
+                Location {
+                    page: 0,
+                    offset: 0,
+                    words: 1,
+                },
+            );
+            n += 1;
+        }
+        assert!(small.is_full());
     }
 
     #[test]

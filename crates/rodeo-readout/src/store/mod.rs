@@ -198,6 +198,14 @@ struct Channel {
 #[derive(Debug)]
 pub struct EventStore {
     table: Arc<PageTable>,
+    /// The store thread's own holds per page: the channel's write cursor while it writes into
+    /// the page, plus one per stored fragment touching it. Plain counters: only this thread
+    /// changes them. While a page has any, the store holds exactly one reference on the
+    /// page's shared (atomic) count, so storing and clearing a fragment costs no atomic
+    /// read-modify-write, which would wait for the page writes before it to reach the cache.
+    holds: Box<[u32]>,
+    /// Words per page (the table's, kept here for the hot path).
+    page_words: usize,
     channels: Vec<Channel>,
     page_channel: Box<[u16]>,
     by_rob: HashMap<u32, u16>,
@@ -251,7 +259,9 @@ impl EventStore {
         let page_channel = (0..wanted).map(|p| (p / per) as u16).collect();
         let alarm_pages = ((per as f64) * config.alarm_fraction.clamp(0.0, 1.0)).ceil() as usize;
         Ok(EventStore {
+            page_words: table.page_words(),
             table: Arc::new(table),
+            holds: vec![0; wanted].into_boxed_slice(),
             channels,
             page_channel,
             by_rob,
@@ -403,6 +413,53 @@ impl EventStore {
         })
     }
 
+    /// Stores a run of fragments of `rod_words` ROD words each on channel `c`, as a card's DMA
+    /// engine fills its pages: the L1ID of each comes from `next_l1id`, and `fill(l1id, dst)`
+    /// writes its ROD words in place (`dst` is exactly `rod_words` long). Stops after `limit`
+    /// fragments or at the first one the store refuses (full channel, or one of the other
+    /// [`IngestError`]s); that one is not consumed. Returns how many L1IDs were consumed
+    /// (stored, or dropped as duplicates or already cleared, as [`EventStore::ingest_with`]
+    /// does) and the error that stopped the run. The ROB fragment must fit one page.
+    pub fn ingest_run(
+        &mut self,
+        c: usize,
+        rod_words: usize,
+        status: Status,
+        limit: usize,
+        mut next_l1id: impl FnMut() -> u32,
+        mut fill: impl FnMut(u32, &mut [u32]),
+    ) -> (usize, Option<IngestError>) {
+        let words = ROB_HEADER_WORDS + rod_words;
+        if words > self.page_words {
+            return (0, Some(IngestError::TooLarge(rod_words)));
+        }
+        for done in 0..limit {
+            let l1id = next_l1id();
+            if let Some((page, offset, source)) = self.place_fast(c, l1id, words) {
+                // SAFETY: as in `ingest`: the words just placed, exclusively the store thread's.
+                let dst = unsafe { self.table.slice_mut(page, offset, words) };
+                let (header, rod) = dst.split_at_mut(ROB_HEADER_WORDS);
+                header.copy_from_slice(&rob_header(source, words, status));
+                fill(l1id, rod);
+                continue;
+            }
+            let fill = &mut fill;
+            let write = move |table: &PageTable, page: u32, offset: usize, header: &[u32]| {
+                // SAFETY: as above.
+                let dst = unsafe { table.slice_mut(page, offset, words) };
+                dst[..ROB_HEADER_WORDS].copy_from_slice(header);
+                fill(l1id, &mut dst[ROB_HEADER_WORDS..]);
+            };
+            if let Err(e) = self.ingest_general(c, l1id, rod_words, status, write) {
+                return (done, Some(e));
+            }
+        }
+        (limit, None)
+    }
+
+    /// Every case of an ingest: the common one inline ([`EventStore::place_fast`]), the rest
+    /// through [`EventStore::ingest_general`].
+    #[inline(always)]
     fn ingest_inner(
         &mut self,
         c: usize,
@@ -411,7 +468,91 @@ impl EventStore {
         status: Status,
         write: impl FnOnce(&PageTable, u32, usize, &[u32]),
     ) -> Result<Ingested, IngestError> {
+        let words = ROB_HEADER_WORDS + rod_words;
+        match self.place_fast(c, l1id, words) {
+            Some((page, offset, source)) => {
+                write(
+                    &self.table,
+                    page,
+                    offset,
+                    &rob_header(source, words, status),
+                );
+                Ok(Ingested::Stored)
+            }
+            None => self.ingest_general(c, l1id, rod_words, status, write),
+        }
+    }
+
+    /// The common case of an ingest: a ROB fragment of `words` words that fits the channel's
+    /// write page or one fresh page, whose L1ID's index slot is free at home (in-order
+    /// L1IDs). Places and indexes it, and returns its page, word offset and the channel's
+    /// source id: the caller writes the words there before anything looks the L1ID up (the
+    /// store has one thread). Anything else (no such channel, duplicates, early clears,
+    /// collisions, fragments spanning pages, a full channel) changes nothing and returns
+    /// `None`: ask [`EventStore::ingest_general`].
+    #[inline(always)]
+    fn place_fast(&mut self, c: usize, l1id: u32, words: usize) -> Option<(u32, usize, u32)> {
+        let pw = self.page_words;
+        let ch = self.channels.get_mut(c)?;
+        if words > pw {
+            return None;
+        }
+        let home = ch.index.vacant_home(l1id)?;
+        let fits = ch.write_page != NO_PAGE && ch.write_offset + words <= pw;
+        if !fits && ch.free.is_empty() {
+            return None;
+        }
         let table = &*self.table;
+        let holds = &mut self.holds;
+        if !fits {
+            // Leave the current page (drop the cursor's hold) for a fresh one.
+            if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
+                ch.free.push(ch.write_page);
+            }
+            let p = ch.free.pop()?;
+            hold(holds, table, p);
+            table.set_next(p, NO_PAGE);
+            ch.write_page = p;
+            ch.write_offset = 0;
+        }
+        let (page, offset) = (ch.write_page, ch.write_offset);
+        hold(holds, table, page);
+        ch.write_offset = offset + words;
+        ch.index.fill_home(
+            home,
+            l1id,
+            Location {
+                page,
+                offset: offset as u32,
+                words: words as u32,
+            },
+        );
+        prefetch_next(table, ch, words, pw);
+        ch.counters.fragments += 1;
+        ch.counters.words += words as u64;
+        note_l1id(ch, l1id);
+        if !fits {
+            let in_use = self.pages_per_channel - ch.free.len();
+            if !ch.alarm && in_use >= self.alarm_pages {
+                ch.alarm = true;
+                ch.counters.alarms += 1;
+            }
+        }
+        Some((page, offset, ch.source_id))
+    }
+
+    /// Every case of an ingest (the common one is [`EventStore::place_fast`]).
+    #[inline(never)]
+    fn ingest_general(
+        &mut self,
+        c: usize,
+        l1id: u32,
+        rod_words: usize,
+        status: Status,
+        write: impl FnOnce(&PageTable, u32, usize, &[u32]),
+    ) -> Result<Ingested, IngestError> {
+        let table = &*self.table;
+        let holds = &mut self.holds;
         let page_words = table.page_words();
         let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
         match ch.index.get(l1id) {
@@ -446,29 +587,29 @@ impl EventStore {
         let (first, offset) = if fresh == 0 {
             (ch.write_page, ch.write_offset)
         } else {
-            // Leave the current page (drop the cursor's reference) and chain fresh pages.
-            if ch.write_page != NO_PAGE && table.release(ch.write_page) {
+            // Leave the current page (drop the cursor's hold) and chain fresh pages.
+            if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
                 ch.free.push(ch.write_page);
             }
             let first = ch.free.pop().expect("checked above");
             let mut prev = first;
-            table.acquire(first);
+            hold(holds, table, first);
             table.set_next(first, NO_PAGE);
             for _ in 1..fresh {
                 let p = ch.free.pop().expect("checked above");
-                table.acquire(p);
+                hold(holds, table, p);
                 table.set_next(p, NO_PAGE);
                 table.set_next(prev, p);
                 prev = p;
             }
-            // The last page becomes the write page: the cursor holds a reference.
-            table.acquire(prev);
+            // The last page becomes the write page: the cursor holds it.
+            hold(holds, table, prev);
             ch.write_page = prev;
             ch.write_offset = 0;
             (first, 0)
         };
         if fresh == 0 {
-            table.acquire(first);
+            hold(holds, table, first);
         }
         write(table, first, offset, &header);
         ch.write_offset = if fresh == 0 {
@@ -484,19 +625,7 @@ impl EventStore {
         };
         // The index had no entry (checked above) and is not full: the insert succeeds.
         let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
-        // The next fragment of this channel most likely has this size and goes where the
-        // cursor is now (or at the start of the next free page): warm its header and trailer
-        // lines now, so that writing them then does not stall on memory.
-        let (np, no) = if ch.write_offset + words <= page_words {
-            (ch.write_page, ch.write_offset)
-        } else {
-            (ch.free.last().copied().unwrap_or(NO_PAGE), 0)
-        };
-        if np != NO_PAGE {
-            table.prefetch(np, no);
-            table.prefetch(np, no + 16);
-            table.prefetch(np, (no + words).min(page_words) - 1);
-        }
+        prefetch_next(table, ch, words, page_words);
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
@@ -551,6 +680,7 @@ impl EventStore {
     /// Releases `l1ids` on every channel. Returns the fragments released.
     pub fn clear(&mut self, l1ids: impl IntoIterator<Item = u32>) -> u64 {
         let table = &*self.table;
+        let holds = &mut self.holds;
         let pw = table.page_words();
         let mut released = 0;
         self.clear_ids.clear();
@@ -558,20 +688,16 @@ impl EventStore {
         // Channel by channel: a group of consecutive L1IDs then walks adjacent index slots.
         for ch in &mut self.channels {
             for &l1id in &self.clear_ids {
+                // The common case first: stored at home, nothing to shift.
+                if let Some(loc) = ch.index.take_home(l1id) {
+                    release_fragment(holds, table, &mut ch.free, loc, pw);
+                    ch.counters.cleared += 1;
+                    released += 1;
+                    continue;
+                }
                 match ch.index.remove(l1id) {
                     Some(Slot::Stored(loc)) => {
-                        let (mut page, mut offset, mut rest) =
-                            (loc.page, loc.offset as usize, loc.words as usize);
-                        while rest > 0 {
-                            let n = rest.min(pw - offset);
-                            let next = table.next(page);
-                            if table.release(page) {
-                                ch.free.push(page);
-                            }
-                            rest -= n;
-                            page = next;
-                            offset = 0;
-                        }
+                        release_fragment(holds, table, &mut ch.free, loc, pw);
                         ch.counters.cleared += 1;
                         released += 1;
                     }
@@ -602,11 +728,12 @@ impl EventStore {
     pub fn settle(&mut self, c: usize) -> usize {
         let table = &*self.table;
         let ch = &mut self.channels[c];
-        if ch.write_page != NO_PAGE && table.refs(ch.write_page) == 1 {
+        // Only the cursor holds it: no stored fragment.
+        if ch.write_page != NO_PAGE && self.holds[ch.write_page as usize] == 1 {
             let p = ch.write_page;
             ch.write_page = NO_PAGE;
             ch.write_offset = 0;
-            if table.release(p) {
+            if unhold(&mut self.holds, table, p) {
                 ch.free.push(p);
             }
         }
@@ -614,6 +741,74 @@ impl EventStore {
     }
 }
 
+/// The next fragment of channel `ch` most likely has this size (`words`) and goes where the
+/// cursor is now (or at the start of the next free page): warms its header and trailer lines
+/// now, so that writing them then does not stall on memory.
+#[inline(always)]
+fn prefetch_next(table: &PageTable, ch: &Channel, words: usize, page_words: usize) {
+    let (np, no) = if ch.write_offset + words <= page_words {
+        (ch.write_page, ch.write_offset)
+    } else {
+        (ch.free.last().copied().unwrap_or(NO_PAGE), 0)
+    };
+    if np != NO_PAGE {
+        table.prefetch(np, no);
+        table.prefetch(np, no + 16);
+        table.prefetch(np, (no + words).min(page_words) - 1);
+    }
+}
+
+/// Drops the store's holds of a cleared fragment at `loc`: one per page it touches; pages
+/// whose last reference that was go back on `free`.
+#[inline(always)]
+fn release_fragment(
+    holds: &mut [u32],
+    table: &PageTable,
+    free: &mut Vec<u32>,
+    loc: Location,
+    page_words: usize,
+) {
+    let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
+    if offset + rest <= page_words {
+        // On one page (the common case): no chain to follow.
+        if unhold(holds, table, page) {
+            free.push(page);
+        }
+        return;
+    }
+    while rest > 0 {
+        let n = rest.min(page_words - offset);
+        let next = table.next(page);
+        if unhold(holds, table, page) {
+            free.push(page);
+        }
+        rest -= n;
+        page = next;
+        offset = 0;
+    }
+}
+
+/// Adds a store hold on page `p`; the first takes the store's one shared reference.
+#[inline(always)]
+fn hold(holds: &mut [u32], table: &PageTable, p: u32) {
+    let h = &mut holds[p as usize];
+    if *h == 0 {
+        table.take_fresh(p);
+    }
+    *h += 1;
+}
+
+/// Drops a store hold on page `p`; the last drops the store's shared reference. True when
+/// that was the page's last reference (no reply frame holds it): the caller frees the page.
+#[inline(always)]
+fn unhold(holds: &mut [u32], table: &PageTable, p: u32) -> bool {
+    let h = &mut holds[p as usize];
+    debug_assert!(*h > 0, "unhold of page {p} without a hold");
+    *h -= 1;
+    *h == 0 && table.release(p)
+}
+
+#[inline(always)]
 fn note_l1id(ch: &mut Channel, l1id: u32) {
     if ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last)) {
         ch.last_l1id = Some(l1id);

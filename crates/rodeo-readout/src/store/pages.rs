@@ -7,8 +7,9 @@
 //!   back to the pool).
 //! - `base`: each page's address, taken once, with write permission, when the handle was still
 //!   exclusively ours.
-//! - `refs[p]`: how many holders page `p` has: the channel's write cursor while it writes into
-//!   the page, one per stored fragment touching it, one per reply frame in flight.
+//! - `refs[p]`: how many holders page `p` has: one for the store while it holds the page (its
+//!   write cursor or a stored fragment is on it; the store counts those itself, without
+//!   atomics), and one per reply frame in flight.
 //! - `next[p]`: the page a fragment overflowing `p` continues on (a linked list, as the ROS
 //!   index), written by the store thread before any reader can see the fragment.
 //! - `returned`: page ids whose last reference was dropped on another thread (a sent reply); the
@@ -89,6 +90,14 @@ impl PageTable {
         self.page_words
     }
 
+    /// Gives the store its reference on a free page `p` (count 0: no one else can hold it, so
+    /// a plain store does; it does not wait for earlier writes as an atomic add would).
+    #[inline]
+    pub(crate) fn take_fresh(&self, p: u32) {
+        debug_assert_eq!(self.refs[p as usize].load(Ordering::Relaxed), 0);
+        self.refs[p as usize].store(1, Ordering::Relaxed);
+    }
+
     /// Adds a reference to page `p`.
     #[inline]
     pub(crate) fn acquire(&self, p: u32) {
@@ -102,6 +111,7 @@ impl PageTable {
     }
 
     /// References held on page `p` (for tests and checks).
+    #[cfg(test)]
     pub(crate) fn refs(&self, p: u32) -> u32 {
         self.refs[p as usize].load(Ordering::Acquire)
     }
@@ -229,6 +239,16 @@ impl PageRef {
             self.table
                 .slice(self.page, self.offset as usize, self.words as usize)
         }
+    }
+}
+
+impl PageRef {
+    /// Hints the CPU to bring the first cache line of the referenced words into this core's
+    /// cache: a reader about to look at several fragments' headers issues the hints for all of
+    /// them first, so the misses overlap instead of coming one after another.
+    #[inline]
+    pub fn prefetch(&self) {
+        self.table.prefetch(self.page, self.offset as usize);
     }
 }
 

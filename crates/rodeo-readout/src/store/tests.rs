@@ -191,3 +191,58 @@ fn empty_rob_parses_with_its_flags() {
     assert_eq!(rob.rod().extended_l1id(), 17);
     assert_eq!(rob.source_id().word(), 0x42);
 }
+
+/// `ingest_run` (the card's path, many fragments per call) stores exactly what `ingest` would,
+/// takes its unusual cases through the general path, and stops at a full channel without
+/// consuming the refused L1ID.
+#[test]
+fn ingest_run_matches_single_ingests_and_stops_at_full() {
+    let pool = pool(1024, 64);
+    let mut run = EventStore::new(&pool, &StoreConfig::with_channels(1, 0x200, 4)).unwrap();
+    let mut one = EventStore::new(&pool, &StoreConfig::with_channels(1, 0x200, 4)).unwrap();
+    let ndata = 100; // ROB fragments of 8 + 113 words: two per 256-word page.
+                     // L1IDs 0..3, then a duplicate of 2 (general path), then 4.. until the channel is full.
+    let ids = [0u32, 1, 2, 3, 2, 4, 5, 6, 7, 8, 9, 10];
+    let mut at = 0;
+    let (consumed, err) = run.ingest_run(
+        0,
+        rod(0x200, 0, ndata).len(),
+        Status::OK,
+        ids.len(),
+        || {
+            let l = ids[at];
+            at += 1;
+            l
+        },
+        |l1id, d| d.copy_from_slice(&rod(0x200, l1id, ndata)),
+    );
+    assert_eq!(err, Some(IngestError::Full));
+    // 4 pages of two fragments, the cursor page included: 8 fragments stored, and the
+    // duplicate consumed (dropped, counted); the refused L1ID was asked for but not consumed.
+    assert_eq!(consumed, 9);
+    assert_eq!(at, 10);
+    assert_eq!(run.counters(0).duplicates, 1);
+    assert_eq!(run.counters(0).fragments, 8);
+    for &l in &ids[..consumed] {
+        let r = rod(0x200, l, ndata);
+        let _ = one.ingest(0, &r, Status::OK);
+    }
+    let refused = rod(0x200, ids[consumed], ndata);
+    assert_eq!(one.ingest(0, &refused, Status::OK), Err(IngestError::Full));
+    for l1id in 0..8 {
+        assert_eq!(
+            run.fragment_copy(0, l1id),
+            one.fragment_copy(0, l1id),
+            "L1ID {l1id}"
+        );
+        assert!(run.fragment_copy(0, l1id).is_some());
+    }
+    assert_eq!(run.counters(0), one.counters(0));
+    // Clearing everything frees every page on both paths alike.
+    run.clear(0..8);
+    one.clear(0..8);
+    assert_eq!((run.settle(0), one.settle(0)), (0, 0));
+    // Fragments larger than a page are refused by the run path, which writes in place.
+    let (n, e) = run.ingest_run(0, 300, Status::OK, 1, || 20, |_, _| {});
+    assert_eq!((n, e), (0, Some(IngestError::TooLarge(300))));
+}
