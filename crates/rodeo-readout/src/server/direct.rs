@@ -281,7 +281,8 @@ impl Backoff {
 pub struct DirectSource {
     shared: Arc<Shared>,
     /// Reply boxes taken back from the client, emptied on this thread; used last in, first out
-    /// (the box most likely still in cache).
+    /// (the box most likely still in cache). Boxes, because they travel through the queues.
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<DirectReply>>,
 }
 

@@ -246,3 +246,33 @@ fn ingest_run_matches_single_ingests_and_stops_at_full() {
     let (n, e) = run.ingest_run(0, 300, Status::OK, 1, || 20, |_, _| {});
     assert_eq!((n, e), (0, Some(IngestError::TooLarge(300))));
 }
+
+/// The store holds one shared reference per page however many fragments it stores there; reply
+/// frames add theirs; the page is free only when both are gone, whichever goes last.
+#[test]
+fn a_page_is_shared_once_by_the_store_and_once_per_frame() {
+    let pool = pool(1024, 16);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, 4)).unwrap();
+    for l1id in 0..2 {
+        assert_eq!(
+            s.ingest(0, &rod(7, l1id, 50), Status::OK),
+            Ok(Ingested::Stored)
+        );
+    }
+    let page = s.channels[0].write_page;
+    // The cursor and two fragments: three store holds, one shared reference.
+    assert_eq!(s.holds[page as usize], 3);
+    assert_eq!(s.table.refs(page), 1);
+    let mut frames = Vec::new();
+    assert!(s.with_segments(0, 1, |r| frames.push(r)));
+    assert_eq!(s.table.refs(page), 2);
+    // Cleared and the cursor gone: the frame alone keeps the page.
+    s.clear([0u32, 1]);
+    assert_eq!(s.settle(0), 1);
+    assert_eq!(s.table.refs(page), 1);
+    assert_eq!(s.holds[page as usize], 0);
+    drop(frames);
+    assert_eq!(s.reclaim(), 1);
+    assert_eq!(s.settle(0), 0);
+    assert_eq!(s.table.refs(page), 0);
+}
