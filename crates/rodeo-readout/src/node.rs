@@ -59,6 +59,8 @@ pub struct NodeConfig {
     pub pending_timeout: Duration,
     /// File receiving unreadable fragments (rate-limited).
     pub error_file: Option<PathBuf>,
+    /// Pin the core thread to this CPU (`None`: the kernel places it).
+    pub core_cpu: Option<usize>,
 }
 
 impl Default for NodeConfig {
@@ -74,6 +76,7 @@ impl Default for NodeConfig {
             descriptors: 1024,
             pending_timeout: Duration::from_millis(200),
             error_file: None,
+            core_cpu: None,
         }
     }
 }
@@ -159,6 +162,7 @@ fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
         endpoint: endpoint.to_string(),
         descriptors: config.descriptors,
         pending_timeout: config.pending_timeout,
+        core_cpu: config.core_cpu,
         ..ServerConfig::default()
     }
 }

@@ -12,7 +12,7 @@ use super::source::{Ids, Incoming, RequestSource};
 
 /// How long an idle loop waits for a message before polling the input again.
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
-use super::{Input, ServerConfig, ServerStats, Stopped};
+use super::{bump, Input, ServerConfig, ServerStats, Stopped};
 use crate::store::{empty_rob, EventStore, Lookup, PageRef};
 
 /// The core thread's state; requests come from (and replies go to) `S`.
@@ -31,10 +31,13 @@ pub(super) struct Core<S: RequestSource> {
     segments: Vec<PageRef>,
 }
 
-/// Whether a request can be answered now.
-enum Ready {
-    Yes,
-    No,
+/// How [`Core::answer`] treats a fragment that may still arrive.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Send nothing and return false: the request waits (it is parked or stays parked).
+    Wait,
+    /// Answer it now, the fragment flagged PENDING (timeout, or the server stops).
+    GiveUp,
 }
 
 impl<S: RequestSource> Core<S> {
@@ -62,6 +65,7 @@ impl<S: RequestSource> Core<S> {
     }
 
     pub(super) fn run(mut self) -> Stopped {
+        let core_pinned = self.config.core_cpu.is_some_and(crate::swrod::pin_to_cpu);
         let cpu0 = crate::cputime::thread_cpu_time();
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
@@ -69,17 +73,13 @@ impl<S: RequestSource> Core<S> {
             let mut work = self.store.reclaim() as u64;
             let ingested = self.input.poll(&mut self.store);
             if ingested > 0 {
-                self.stats
-                    .input_fragments
-                    .fetch_add(ingested, Ordering::Relaxed);
+                bump(&self.stats.input_fragments, ingested);
             }
             work += ingested;
             let mut changed = ingested > 0;
             for _ in 0..batch {
                 if self.descriptors.available() == 0 {
-                    self.stats
-                        .descriptors_exhausted
-                        .fetch_add(1, Ordering::Relaxed);
+                    bump(&self.stats.descriptors_exhausted, 1);
                     break;
                 }
                 if !self.source.try_recv(&mut msg) {
@@ -118,6 +118,7 @@ impl<S: RequestSource> Core<S> {
             slink: self.input.slink_counters(),
             input_stalls: self.input.stalls(),
             core_cpu: crate::cputime::thread_cpu_time().saturating_sub(cpu0),
+            core_pinned,
             store: self.store,
         }
     }
@@ -126,7 +127,7 @@ impl<S: RequestSource> Core<S> {
     fn handle(&mut self, msg: Incoming<'_>) -> bool {
         match msg {
             Incoming::Bad => {
-                self.stats.bad_messages.fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.bad_messages, 1);
                 false
             }
             Incoming::DataRequest {
@@ -135,7 +136,7 @@ impl<S: RequestSource> Core<S> {
                 l1id,
                 robs,
             } => {
-                self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.requests, 1);
                 let Some(d) = self.descriptors.take() else {
                     // The loop reads only while descriptors are free.
                     return false;
@@ -157,33 +158,29 @@ impl<S: RequestSource> Core<S> {
                         Ids::Slice(s) => desc.robs.extend_from_slice(s),
                     }
                 }
-                match self.ready(d) {
-                    Ready::Yes => self.answer(d, false),
-                    Ready::No => {
-                        // The deadline matters only to a parked request.
-                        self.descriptors.get_mut(d).deadline =
-                            Instant::now() + self.config.pending_timeout;
-                        self.stats.parked.fetch_add(1, Ordering::Relaxed);
-                        self.descriptors.park(d);
-                        self.stats
-                            .pending_now
-                            .store(self.descriptors.pending() as u64, Ordering::Relaxed);
-                    }
+                // One pass: answered now unless a fragment may still arrive.
+                if !self.answer(d, Missing::Wait) {
+                    // The deadline matters only to a parked request.
+                    self.descriptors.get_mut(d).deadline =
+                        Instant::now() + self.config.pending_timeout;
+                    bump(&self.stats.parked, 1);
+                    self.descriptors.park(d);
+                    self.stats
+                        .pending_now
+                        .store(self.descriptors.pending() as u64, Ordering::Relaxed);
                 }
                 false
             }
             Incoming::Clear { sequence, l1ids } => {
                 let seq = sequence;
-                self.stats.clears.fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.clears, 1);
                 if let Some(last) = self.last_clear {
                     if seq != last.wrapping_add(1) {
-                        self.stats.clear_gaps.fetch_add(1, Ordering::Relaxed);
+                        bump(&self.stats.clear_gaps, 1);
                     }
                 }
                 self.last_clear = Some(seq);
-                self.stats
-                    .cleared_l1ids
-                    .fetch_add(l1ids.len() as u64, Ordering::Relaxed);
+                bump(&self.stats.cleared_l1ids, l1ids.len() as u64);
                 match l1ids {
                     Ids::Wire(l) => self.store.clear(l.iter()),
                     Ids::Slice(s) => self.store.clear(s.iter().copied()),
@@ -191,29 +188,14 @@ impl<S: RequestSource> Core<S> {
                 true
             }
             Incoming::KeepAlive => {
-                self.stats.keepalives.fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.keepalives, 1);
                 false
             }
             Incoming::Unexpected => {
-                self.stats
-                    .unexpected_messages
-                    .fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.unexpected_messages, 1);
                 false
             }
         }
-    }
-
-    /// True when every requested fragment is present or lost.
-    fn ready(&self, d: u32) -> Ready {
-        let desc = self.descriptors.get(d);
-        for &rob in &desc.robs {
-            if let Some(c) = self.store.channel_of(rob) {
-                if self.store.lookup(c, desc.l1id) == Lookup::Pending {
-                    return Ready::No;
-                }
-            }
-        }
-        Ready::Yes
     }
 
     /// Re-checks every pending request once, in order; answers those ready, expired, or all
@@ -224,15 +206,16 @@ impl<S: RequestSource> Core<S> {
                 break;
             };
             let expired = self.descriptors.get(d).deadline <= now;
-            match self.ready(d) {
-                Ready::Yes => self.answer(d, false),
-                Ready::No if expired || flush => {
-                    if expired {
-                        self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                    }
-                    self.answer(d, true);
+            if self.answer(d, Missing::Wait) {
+                continue;
+            }
+            if expired || flush {
+                if expired {
+                    bump(&self.stats.timeouts, 1);
                 }
-                Ready::No => self.descriptors.park(d),
+                self.answer(d, Missing::GiveUp);
+            } else {
+                self.descriptors.park(d);
             }
         }
         self.stats
@@ -240,9 +223,11 @@ impl<S: RequestSource> Core<S> {
             .store(self.descriptors.pending() as u64, Ordering::Relaxed);
     }
 
-    /// Sends the reply of descriptor `d` and frees it. Missing fragments are empty ROB
-    /// fragments flagged LOST or (only when `give_up`) PENDING.
-    fn answer(&mut self, d: u32, give_up: bool) {
+    /// Sends the reply of descriptor `d` and frees it; true when sent. Missing fragments are
+    /// empty ROB fragments flagged LOST, or PENDING with [`Missing::GiveUp`]; with
+    /// [`Missing::Wait`] a fragment that may still arrive stops the reply (false: nothing sent,
+    /// the descriptor kept). Each requested fragment is looked up once when it is present.
+    fn answer(&mut self, d: u32, missing: Missing) -> bool {
         let desc = self.descriptors.get(d);
         let l1id = desc.l1id;
         self.head.clear();
@@ -255,7 +240,7 @@ impl<S: RequestSource> Core<S> {
         for &rob in &desc.robs {
             let status = match self.store.channel_of(rob) {
                 None => {
-                    self.stats.unknown_robs.fetch_add(1, Ordering::Relaxed);
+                    bump(&self.stats.unknown_robs, 1);
                     Status::ROB_FRAGMENT_LOST
                 }
                 Some(c) => {
@@ -265,10 +250,13 @@ impl<S: RequestSource> Core<S> {
                         continue;
                     }
                     match self.store.lookup(c, l1id) {
-                        Lookup::Pending if give_up => Status::ROB_FRAGMENT_PENDING,
-                        Lookup::Pending => {
-                            debug_assert!(false, "answered a request that is not ready");
+                        Lookup::Pending if missing == Missing::GiveUp => {
                             Status::ROB_FRAGMENT_PENDING
+                        }
+                        Lookup::Pending => {
+                            // Not ready: drop what was gathered (the page references).
+                            self.segments.clear();
+                            return false;
                         }
                         _ => Status::ROB_FRAGMENT_LOST,
                     }
@@ -296,18 +284,18 @@ impl<S: RequestSource> Core<S> {
         let s = &self.stats;
         match sent {
             Ok(()) => {
-                s.replies.fetch_add(1, Ordering::Relaxed);
-                s.fragments_sent.fetch_add(present, Ordering::Relaxed);
-                s.bytes_sent
-                    .fetch_add(u64::from(payload), Ordering::Relaxed);
-                s.lost_fragments.fetch_add(lost, Ordering::Relaxed);
-                s.pending_fragments.fetch_add(pending, Ordering::Relaxed);
+                bump(&s.replies, 1);
+                bump(&s.fragments_sent, present);
+                bump(&s.bytes_sent, u64::from(payload));
+                bump(&s.lost_fragments, lost);
+                bump(&s.pending_fragments, pending);
             }
             Err(_) => {
-                s.send_errors.fetch_add(1, Ordering::Relaxed);
+                bump(&s.send_errors, 1);
             }
         }
         self.segments.clear();
         self.descriptors.put(d);
+        true
     }
 }

@@ -74,6 +74,9 @@ pub struct ServerConfig {
     pub batch: usize,
     /// ZeroMQ high-water mark of the ROUTER, in messages (default 10000).
     pub high_water_mark: u32,
+    /// Pin the core thread to this CPU (default: none, the kernel places it). Whether the
+    /// kernel accepted is in [`Stopped::core_pinned`].
+    pub core_cpu: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +87,7 @@ impl Default for ServerConfig {
             pending_timeout: Duration::from_millis(200),
             batch: 64,
             high_water_mark: 10_000,
+            core_cpu: None,
         }
     }
 }
@@ -101,6 +105,17 @@ pub enum ServerError {
     /// The core thread could not be spawned.
     #[error("cannot start the core thread: {0}")]
     Spawn(#[from] std::io::Error),
+}
+
+/// Adds `n` to a [`ServerStats`] counter. Only the core thread writes them, so a plain load and
+/// store do (readers see one value or the next); a locked read-modify-write would also wait
+/// for every earlier store of the thread, such as the input's writes into cold pages.
+#[inline(always)]
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
 }
 
 macro_rules! counters {
@@ -176,6 +191,9 @@ pub struct Stopped {
     pub input_stalls: u64,
     /// CPU time the core thread used (busy polling included).
     pub core_cpu: std::time::Duration,
+    /// The core thread ran pinned to [`ServerConfig::core_cpu`] (false: no CPU asked for, or
+    /// the kernel refused it).
+    pub core_pinned: bool,
 }
 
 /// A running request server. See the module docs.

@@ -209,6 +209,9 @@ pub struct EventStore {
     channels: Vec<Channel>,
     page_channel: Box<[u16]>,
     by_rob: HashMap<u32, u16>,
+    /// Channel `c` has source id `rob_base + c` for every channel (the usual numbering):
+    /// [`EventStore::channel_of`] subtracts instead of hashing.
+    rob_base: Option<u32>,
     pages_per_channel: usize,
     alarm_pages: usize,
     /// The L1IDs of the clear being processed (reused).
@@ -264,6 +267,13 @@ impl EventStore {
             holds: vec![0; wanted].into_boxed_slice(),
             channels,
             page_channel,
+            rob_base: config.source_ids.first().copied().filter(|&base| {
+                config
+                    .source_ids
+                    .iter()
+                    .enumerate()
+                    .all(|(c, &id)| u64::from(id) == u64::from(base) + c as u64)
+            }),
             by_rob,
             pages_per_channel: per,
             alarm_pages,
@@ -284,6 +294,10 @@ impl EventStore {
     /// The channel holding ROB `rob`.
     #[inline]
     pub fn channel_of(&self, rob: u32) -> Option<usize> {
+        if let Some(base) = self.rob_base {
+            let c = rob.wrapping_sub(base) as usize;
+            return (c < self.channels.len()).then_some(c);
+        }
         self.by_rob.get(&rob).map(|&c| usize::from(c))
     }
 
@@ -514,6 +528,7 @@ impl EventStore {
             table.set_next(p, NO_PAGE);
             ch.write_page = p;
             ch.write_offset = 0;
+            prefetch_page_ahead(table, ch, words, pw);
         }
         let (page, offset) = (ch.write_page, ch.write_offset);
         hold(holds, table, page);
@@ -746,6 +761,9 @@ impl EventStore {
 /// now, so that writing them then does not stall on memory.
 #[inline(always)]
 fn prefetch_next(table: &PageTable, ch: &Channel, words: usize, page_words: usize) {
+    if pf_mode() != 0 {
+        return;
+    }
     let (np, no) = if ch.write_offset + words <= page_words {
         (ch.write_page, ch.write_offset)
     } else {
@@ -755,6 +773,44 @@ fn prefetch_next(table: &PageTable, ch: &Channel, words: usize, page_words: usiz
         table.prefetch(np, no);
         table.prefetch(np, no + 16);
         table.prefetch(np, (no + words).min(page_words) - 1);
+    }
+}
+
+fn pf_mode() -> u32 {
+    static M: std::sync::LazyLock<u32> = std::sync::LazyLock::new(|| {
+        std::env::var("PFMODE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    *M
+}
+
+/// Pages the page-ahead prefetch looks down the free stack.
+const PREFETCH_PAGES_AHEAD: usize = 2;
+
+/// Called when channel `ch` takes a fresh page: warms the header and trailer lines that
+/// fragments of `words` words will use in the page it takes [`PREFETCH_PAGES_AHEAD`] pages
+/// later, so the misses overlap with the work on the fragments in between.
+#[inline(always)]
+fn prefetch_page_ahead(table: &PageTable, ch: &Channel, words: usize, page_words: usize) {
+    if pf_mode() != 1 {
+        return;
+    }
+    let n = ch.free.len();
+    if n < PREFETCH_PAGES_AHEAD {
+        return;
+    }
+    let p = ch.free[n - PREFETCH_PAGES_AHEAD];
+    let mut off = 0;
+    for _ in 0..8 {
+        if off + words > page_words {
+            break;
+        }
+        table.prefetch(p, off);
+        table.prefetch(p, off + 16);
+        table.prefetch(p, off + words - 1);
+        off += words;
     }
 }
 

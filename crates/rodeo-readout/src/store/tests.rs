@@ -276,3 +276,29 @@ fn a_page_is_shared_once_by_the_store_and_once_per_frame() {
     assert_eq!(s.settle(0), 0);
     assert_eq!(s.table.refs(page), 0);
 }
+
+/// ROB ids map to channels by subtraction when they are consecutive and by lookup otherwise;
+/// both refuse ids the node does not have, including ones just outside the range.
+#[test]
+fn channel_of_consecutive_and_scattered_source_ids() {
+    let pool = pool(1024, 16);
+    let s = EventStore::new(&pool, &StoreConfig::with_channels(3, 0x10, 2)).unwrap();
+    assert_eq!(
+        [0x0f, 0x10, 0x11, 0x12, 0x13, 0].map(|r| s.channel_of(r)),
+        [None, Some(0), Some(1), Some(2), None, None]
+    );
+    let top = EventStore::new(&pool, &StoreConfig::with_channels(2, u32::MAX - 1, 2)).unwrap();
+    assert_eq!(
+        [u32::MAX - 2, u32::MAX - 1, u32::MAX, 0].map(|r| top.channel_of(r)),
+        [None, Some(0), Some(1), None]
+    );
+    let config = StoreConfig {
+        source_ids: vec![7, 3, 9],
+        ..StoreConfig::with_channels(3, 0, 2)
+    };
+    let scattered = EventStore::new(&pool, &config).unwrap();
+    assert_eq!(
+        [7, 3, 9, 8, 4].map(|r| scattered.channel_of(r)),
+        [Some(0), Some(1), Some(2), None, None]
+    );
+}

@@ -81,6 +81,9 @@ pub(crate) struct NodeArgs {
     /// L1ID wrap value of the emulated inputs (the ECR increments).
     #[arg(long, default_value_t = 1 << 24)]
     pub(crate) l1id_wrap: u32,
+    /// Pin the node's core thread to this CPU (default: the kernel places it).
+    #[arg(long, value_name = "CPU")]
+    pub(crate) core_cpu: Option<usize>,
 }
 
 /// Input kinds.
@@ -149,6 +152,7 @@ pub(crate) fn node_config(a: &NodeArgs) -> NodeConfig {
         descriptors: a.descriptors,
         pending_timeout: Duration::from_millis(a.pending_timeout_ms),
         error_file: a.error_file.clone(),
+        core_cpu: a.core_cpu,
     }
 }
 
@@ -173,6 +177,7 @@ pub(crate) fn summary(s: &Stopped) -> Value {
         "unknown_robs": c.unknown_robs,
         "send_errors": c.send_errors,
         "input_fragments": c.input_fragments,
+        "core_pinned": s.core_pinned,
         "stored_fragments": k.fragments,
         "stored_now": k.stored,
         "released_fragments": k.cleared,

@@ -93,6 +93,18 @@ pub(crate) struct Args {
     /// Skip the plain ZeroMQ baseline.
     #[arg(long)]
     no_baseline: bool,
+    /// Let the kernel place the threads. By default, with the direct link on a machine with
+    /// two CPUs or more, the node's core thread runs pinned to CPU 1 and the tester thread to
+    /// CPU 0, as a readout node pins its threads (the other transports are not pinned).
+    #[arg(long)]
+    no_pin: bool,
+}
+
+/// The CPUs of (core thread, tester thread): with the direct link, unless `--no-pin` or the
+/// machine has fewer than two CPUs.
+fn pinning(a: &Args) -> Option<(usize, usize)> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (!a.no_pin && a.transport == Transport_::Direct && cpus >= 2).then_some((1, 0))
 }
 
 /// The bench's transports.
@@ -165,6 +177,7 @@ fn node_args(a: &Args) -> NodeArgs {
         pending_timeout_ms: 200,
         error_file: None,
         l1id_wrap: 1 << 24,
+        core_cpu: pinning(a).map(|(core, _)| core),
     }
 }
 
@@ -213,7 +226,18 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let (tester, counters) = match a.transport {
         Transport_::Direct => {
             let (n, mut client) = start_direct_node(&node)?;
-            let r = run_direct_tester(&mut client, &robs, node.l1id_wrap, &mix)?;
+            let tester_cpu = pinning(&a).map(|(_, t)| t);
+            // The tester in a thread of its own, so that pinning it leaves this one free.
+            let r = std::thread::scope(|s| {
+                s.spawn(|| {
+                    if let Some(cpu) = tester_cpu {
+                        rodeo_readout::swrod::pin_to_cpu(cpu);
+                    }
+                    run_direct_tester(&mut client, &robs, node.l1id_wrap, &mix)
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("the tester thread panicked"))?
+            })?;
             drop(client);
             let stopped = n.stop();
             (r, summary(&stopped))
@@ -299,6 +323,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     f.insert("channels".into(), a.channels.into());
     f.insert("fragment_words".into(), a.fragment_words.into());
     f.insert("pages_per_channel".into(), node.pages_per_channel.into());
+    f.insert("pinned".into(), pinning(&a).is_some().into());
     f.insert("l1_rate_hz".into(), ros_rate.into());
     f.insert("data_path_l1_rate_hz".into(), data_path.into());
     f.insert("ratio_to_data_path".into(), over(data_path).into());

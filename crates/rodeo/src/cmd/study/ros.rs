@@ -134,6 +134,7 @@ fn measure(t: &Transport, p: Point, seconds: f64) -> anyhow::Result<(Row, u64)> 
         pending_timeout_ms: 200,
         error_file: None,
         l1id_wrap: 1 << 24,
+        core_cpu: None,
     };
     let mix = MixArgs {
         l2_fraction: p.l2,

@@ -63,6 +63,7 @@ fn emulator_args(sources: usize, words: u32, first: u32) -> NodeArgs {
         pending_timeout_ms: 200,
         error_file: None,
         l1id_wrap: 1 << 24,
+        core_cpu: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn node_args(words: u32) -> NodeArgs {
         pending_timeout_ms: 200,
         error_file: None,
         l1id_wrap: 1 << 24,
+        core_cpu: None,
     }
 }
 
