@@ -36,6 +36,11 @@
 //! No free descriptor: the loop stops reading requests until a reply frees one (ZeroMQ's
 //! high-water marks then hold the clients). Full store: the input stops (see [`input`]).
 //!
+//! # Inputs
+//!
+//! Emulated S-LINK cards through DMA superpages ([`DmaInput`]), the inline firmware-style
+//! generator ([`FirmwareInput`]), or the SW ROD fragment builder ([`swrod_input`]).
+//!
 //! # Shutdown
 //!
 //! [`RequestServer::stop`] sets the stop flag; the loop answers every pending request
@@ -46,6 +51,7 @@ mod descriptor;
 pub mod direct;
 pub mod input;
 pub mod source;
+pub mod swrod_input;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,6 +66,7 @@ pub use direct::{direct_link, DirectClient, DirectError, DirectReply, DirectSour
 pub use input::{DmaInput, FirmwareInput, Input, Payload};
 use rodeo_format::slink::SlinkCounters;
 pub use source::{Ids, Incoming, ReplyRefused, RequestSource, ZmqSource};
+pub use swrod_input::{swrod_link, StoreSink, SwRodInput, SwRodLinkCounters};
 
 /// Configuration of a [`RequestServer`].
 #[derive(Debug, Clone)]

@@ -1,0 +1,396 @@
+//! The SW ROD fragment builder feeding the event store: a [`FragmentSink`] on the builder's
+//! side ([`StoreSink`]) and an [`Input`] on the core thread's side ([`SwRodInput`]), joined by
+//! two bounded lock-free queues ([`swrod_link`]).
+//!
+//! # Data flow and copies
+//!
+//! The builder's receiving threads complete a fragment as N pool blocks joined by reference.
+//! The sink gathers its ROD words (everything after the builder's 8-word ROB header) into one
+//! buffer from a fixed set, in one pass over the pieces, and gives the blocks back to the pool
+//! at once, so the builder's memory stays with the builder. The core thread then stores the
+//! buffer in its pages behind the store's own ROB header ([`EventStore::ingest`], one copy, as
+//! for an S-LINK fragment) with the builder's status (TIMEOUT, FRAGMENT_LOST,
+//! BCID_CHECK_FAIL, ...), and returns the buffer. Two copies per fragment is the price of
+//! keeping the builder's pool and the store's pages apart: the store's pages are the core
+//! thread's alone (see [`crate::store`]), and a builder block lives only until the sink
+//! returns.
+//!
+//! # Order
+//!
+//! The store expects each channel's L1IDs in order: an absent L1ID older than the channel's
+//! last one is answered LOST (protocol rule 3), as an S-LINK ROD sends in order. The builder
+//! does not: its threads complete L1IDs in groups of 64, group `g` on thread `g % N`, so a
+//! group can arrive before the one before it is finished, and an incomplete fragment comes
+//! only at its timeout, after many later ones. The input therefore puts the fragments back in
+//! L1ID order before storing them, in a window twice the builder's own (L1IDs in flight,
+//! [`SwRodConfig::window`]): the builder never has more L1IDs open than that (each thread may
+//! besides hold one built fragment while it waits in the sink), and builds every one exactly
+//! once, so the window always drains. The link has a buffer for every slot of the window and
+//! one per thread more, so the fragment the window waits for can always get through. A fragment outside the window
+//! (a builder restarted at another L1ID) is stored at once and counted in
+//! [`SwRodLinkCounters::out_of_order`].
+//!
+//! # State and ownership
+//!
+//! | queue | producer | consumer | holds |
+//! |---|---|---|---|
+//! | `free` | core thread | builder threads (any) | empty buffers |
+//! | `ready` | builder threads (any) | core thread | filled buffers and their status |
+//!
+//! Every buffer is allocated when the link is made and keeps its capacity; one that must grow
+//! for a larger fragment grows once. Each queue is as large as the set of buffers, so a push
+//! never fails. The window's slots belong to the core thread.
+//!
+//! # Back-pressure
+//!
+//! Full store: [`SwRodInput::poll`] keeps the refused fragment and retries it on the next poll,
+//! so filled buffers stop coming back. No free buffer: [`StoreSink::fragment`] waits (spin,
+//! then yield, then short sleeps; counted in [`SwRodLinkCounters::sink_waits`]) while holding the
+//! fragment, so its pool blocks stay taken and the builder waits for its pool, and its links
+//! apply XOFF. Nothing is dropped on the way; a fragment the store drops for its own reasons
+//! (a duplicate L1ID, one cleared before it arrived, too short to hold an L1ID) is counted by
+//! the store as for any input.
+//!
+//! # Shutdown
+//!
+//! Dropping the [`SwRodInput`] (the core thread stopped) makes a waiting sink give up: it then
+//! drops the fragment and counts it in [`SwRodLinkCounters::dropped_no_consumer`], so a builder
+//! never hangs on a node that is gone.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+use rodeo_format::fragment::Status;
+use rodeo_format::l1id::next_extended_l1id;
+
+use super::input::Input;
+use crate::store::{EventStore, IngestError};
+use crate::swrod::{Flow, Fragment, FragmentSink, SwRodConfig, ROB_HEADER_WORDS};
+
+/// One fragment on its way: the ROD words and the builder's status.
+#[derive(Debug)]
+struct Filled {
+    words: Vec<u32>,
+    status: Status,
+}
+
+#[derive(Debug)]
+struct Link {
+    free: ArrayQueue<Vec<u32>>,
+    ready: ArrayQueue<Filled>,
+    consumer_gone: AtomicBool,
+    sink_waits: AtomicU64,
+    dropped_no_consumer: AtomicU64,
+    fragments: AtomicU64,
+    rejected: AtomicU64,
+    out_of_order: AtomicU64,
+}
+
+/// Counters of a [`swrod_link`] (64-bit, monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwRodLinkCounters {
+    /// Fragments the sink handed to the core thread.
+    pub fragments: u64,
+    /// Times the sink found no free buffer and waited (back-pressure from the store).
+    pub sink_waits: u64,
+    /// Fragments dropped because the core thread's input was gone (shutdown only).
+    pub dropped_no_consumer: u64,
+    /// Fragments the store refused for good: no readable L1ID, or no such channel (a
+    /// configuration error). Duplicates and fragments already cleared are the store's counts.
+    pub rejected: u64,
+    /// Fragments outside the reorder window, stored as they came.
+    pub out_of_order: u64,
+}
+
+/// Makes a link between a builder configured by `config` and store channel `channel`: buffers
+/// for the reorder window (twice the builder's window of L1IDs in flight), one per receiving
+/// thread and `extra` more (at least one), each starting with room for `words` ROD words.
+pub fn swrod_link(
+    channel: usize,
+    config: &SwRodConfig,
+    extra: usize,
+    words: usize,
+) -> (StoreSink, SwRodInput) {
+    let window = 2 * config.window.max(1).next_power_of_two();
+    let buffers = window + config.thread_elinks.len() + extra.max(1);
+    let link = Arc::new(Link {
+        free: ArrayQueue::new(buffers),
+        ready: ArrayQueue::new(buffers),
+        consumer_gone: AtomicBool::new(false),
+        sink_waits: AtomicU64::new(0),
+        dropped_no_consumer: AtomicU64::new(0),
+        fragments: AtomicU64::new(0),
+        rejected: AtomicU64::new(0),
+        out_of_order: AtomicU64::new(0),
+    });
+    for _ in 0..buffers {
+        let _ = link.free.push(Vec::with_capacity(words));
+    }
+    (
+        StoreSink {
+            link: Arc::clone(&link),
+        },
+        SwRodInput {
+            link,
+            channel,
+            held: None,
+            slots: (0..window).map(|_| None).collect(),
+            base: 0,
+            next: config.first_l1id,
+            wrap: config.l1id_wrap.clamp(1, 1 << 24),
+        },
+    )
+}
+
+/// The builder's end: a [`FragmentSink`] that hands each fragment to the core thread.
+#[derive(Debug, Clone)]
+pub struct StoreSink {
+    link: Arc<Link>,
+}
+
+impl StoreSink {
+    /// The link's counters.
+    pub fn counters(&self) -> SwRodLinkCounters {
+        self.link.counters()
+    }
+}
+
+impl Link {
+    fn counters(&self) -> SwRodLinkCounters {
+        SwRodLinkCounters {
+            fragments: self.fragments.load(Ordering::Relaxed),
+            sink_waits: self.sink_waits.load(Ordering::Relaxed),
+            dropped_no_consumer: self.dropped_no_consumer.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            out_of_order: self.out_of_order.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<'p> FragmentSink<'p> for StoreSink {
+    fn fragment(&self, fragment: Fragment<'p>) -> Flow {
+        let link = &*self.link;
+        let mut spins = 0u32;
+        let mut buf = loop {
+            if let Some(b) = link.free.pop() {
+                break b;
+            }
+            if link.consumer_gone.load(Ordering::Acquire) {
+                link.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+                return Flow::Continue;
+            }
+            if spins == 0 {
+                link.sink_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else if spins < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            spins = spins.saturating_add(1);
+        };
+        buf.clear();
+        // The ROD words: every piece, less the builder's ROB header at the front.
+        let mut skip = ROB_HEADER_WORDS;
+        for piece in fragment.pieces() {
+            let n = skip.min(piece.len());
+            buf.extend_from_slice(&piece[n..]);
+            skip -= n;
+        }
+        let status = fragment.status();
+        // The pool blocks go back now.
+        drop(fragment);
+        // As many queue slots as buffers: cannot fail.
+        let _ = link.ready.push(Filled { words: buf, status });
+        link.fragments.fetch_add(1, Ordering::Relaxed);
+        Flow::Continue
+    }
+}
+
+/// The core thread's end: an [`Input`] storing the builder's fragments on one channel.
+#[derive(Debug)]
+pub struct SwRodInput {
+    link: Arc<Link>,
+    channel: usize,
+    /// A fragment outside the window that the store refused (full), retried first.
+    held: Option<Filled>,
+    /// The reorder window: slot `(base + d) % len` holds the fragment `d` events after `next`.
+    slots: Box<[Option<Filled>]>,
+    /// The slot of `next`.
+    base: usize,
+    /// The extended L1ID stored next.
+    next: u32,
+    /// The builder's L1ID wrap.
+    wrap: u32,
+}
+
+impl SwRodInput {
+    /// The link's counters.
+    pub fn counters(&self) -> SwRodLinkCounters {
+        self.link.counters()
+    }
+}
+
+impl Drop for SwRodInput {
+    fn drop(&mut self) {
+        self.link.consumer_gone.store(true, Ordering::Release);
+    }
+}
+
+/// Fragments stored per poll at most, so requests are not starved.
+const POLL_BUDGET: usize = 256;
+
+impl SwRodInput {
+    /// Events from `self.next` to the extended L1ID `l1id`, counted along the wrap and ECR
+    /// sequence (so 0 is `next` itself); large for an L1ID behind it.
+    fn distance(&self, l1id: u32) -> u64 {
+        let n = |x: u32| u64::from(x >> 24) * u64::from(self.wrap) + u64::from(x & 0x00FF_FFFF);
+        let period = 256 * u64::from(self.wrap);
+        (n(l1id) + period - n(self.next) % period) % period
+    }
+
+    /// Stores `f`; false (and `f` kept in `slot`) when the store is full.
+    fn store_one(
+        store: &mut EventStore,
+        link: &Link,
+        channel: usize,
+        f: Filled,
+        slot: &mut Option<Filled>,
+    ) -> bool {
+        match store.ingest(channel, &f.words, f.status) {
+            Err(IngestError::Full) => {
+                *slot = Some(f);
+                false
+            }
+            stored => {
+                // Stored, or dropped and counted by the store (duplicate, already cleared);
+                // refused for good otherwise, counted here.
+                if stored.is_err() {
+                    link.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                // As many queue slots as buffers: cannot fail.
+                let _ = link.free.push(f.words);
+                true
+            }
+        }
+    }
+}
+
+impl Input for SwRodInput {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        let mask = self.slots.len() - 1;
+        let mut consumed = 0;
+        if let Some(f) = self.held.take() {
+            if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
+                return 0;
+            }
+            consumed += 1;
+        }
+        while consumed < POLL_BUDGET as u64 {
+            // The next L1ID in order, if it is here.
+            let at = self.base;
+            if let Some(f) = self.slots[at].take() {
+                if !Self::store_one(store, &self.link, self.channel, f, &mut self.slots[at]) {
+                    break;
+                }
+                self.next = next_extended_l1id(self.next, self.wrap);
+                self.base = (self.base + 1) & mask;
+                consumed += 1;
+                continue;
+            }
+            let Some(f) = self.link.ready.pop() else {
+                break;
+            };
+            let l1id = f.words.get(5).copied().unwrap_or(self.next);
+            let d = self.distance(l1id);
+            let slot = (self.base + (d as usize & mask)) & mask;
+            if (d as usize) < self.slots.len() && self.slots[slot].is_none() {
+                self.slots[slot] = Some(f);
+                continue;
+            }
+            // Outside the window (or a second copy of a waiting L1ID): stored as it came.
+            self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
+            if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
+                break;
+            }
+            consumed += 1;
+        }
+        consumed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Lookup, StoreConfig};
+    use rodeo_format::fragment::{RodBuilder, SourceId};
+    use rodeo_memory::{PagePool, PagePoolConfig};
+
+    fn rod(l1id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        RodBuilder {
+            source_id: SourceId(9),
+            extended_l1id: l1id,
+            status: &[0],
+            data: &[&[l1id; 3]],
+            ..RodBuilder::default()
+        }
+        .write_vec(&mut out)
+        .unwrap();
+        out
+    }
+
+    /// Fragments handed over out of order (across an L1ID wrap and ECR) reach the store in
+    /// order; one far outside the window is stored as it came and counted.
+    #[test]
+    fn the_input_stores_in_l1id_order() {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages: 64,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 64)).unwrap();
+        let config = SwRodConfig {
+            window: 4,
+            l1id_wrap: 3,
+            first_l1id: 1,
+            ..SwRodConfig::default()
+        };
+        let (_sink, mut input) = swrod_link(0, &config, 1, 16);
+        let give = |input: &mut SwRodInput, l1id: u32| {
+            let mut words = input.link.free.pop().expect("a free buffer");
+            words.clear();
+            words.extend_from_slice(&rod(l1id));
+            input
+                .link
+                .ready
+                .push(Filled {
+                    words,
+                    status: Status::OK,
+                })
+                .unwrap();
+        };
+        // Events 1, 2, then (ECR 1) L1IDs 0, 1, 2: handed over as 0x1000001, 2, 0x1000000, 1.
+        for l1id in [0x0100_0001, 2, 0x0100_0000] {
+            give(&mut input, l1id);
+        }
+        assert_eq!(input.poll(&mut store), 0, "waiting for L1ID 1");
+        assert_eq!(store.lookup(0, 2), Lookup::Pending, "not stored before 1");
+        give(&mut input, 1);
+        assert_eq!(input.poll(&mut store), 4);
+        assert_eq!(store.last_l1id(0), Some(0x0100_0001));
+        for l1id in [1, 2, 0x0100_0000, 0x0100_0001] {
+            assert_eq!(store.lookup(0, l1id), Lookup::Present, "{l1id:#x}");
+        }
+        // Far ahead (ECR 9): outside the window, stored at once.
+        give(&mut input, 0x0900_0000);
+        assert_eq!(input.poll(&mut store), 1);
+        assert_eq!(input.counters().out_of_order, 1);
+        assert_eq!(store.lookup(0, 0x0900_0000), Lookup::Present);
+    }
+}
