@@ -61,6 +61,7 @@ mod decoder;
 mod fragment;
 mod receiver;
 mod shared;
+mod walker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -78,7 +79,8 @@ pub use fragment::{
 
 use crate::dma::{DmaChannel, SuperpageBuffer};
 use counters::SharedCounters;
-use receiver::{Aggregator, Backoff, Receiver};
+use receiver::{Aggregator, Backoff};
+use walker::Receiver;
 use shared::Shared;
 
 /// Configuration of a [`FragmentBuilder`].
