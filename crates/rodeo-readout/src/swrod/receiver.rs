@@ -47,7 +47,7 @@ use rodeo_memory::{Chunk, PoolCache};
 
 use super::decoder::PacketDecoder;
 use super::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
-use super::shared::{Part, Parts, Shared, GROUP};
+use super::shared::{Part, Shared, GROUP};
 use super::{Plan, SwRodCounters};
 
 /// A thread publishes its mark (and assembles its share) at least every this many events, so
@@ -545,7 +545,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         let s = &self.hot[si];
         s.open
             && s.bits == self.low_full
-            && self.hi_bits[si * w..(si + 1) * w] == self.hi_full[..]
+            && self.hi_bits[si * w..(si + 1) * w]
+                .iter()
+                .zip(&self.hi_full)
+                .all(|(b, f)| b == f)
     }
 
     /// Whether the base event may be complete: the cheap test the walker makes after each
@@ -673,6 +676,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 status: cold.status,
                 bcid: Some(hot.bcid),
                 packets: placed,
+                l1id: self.base_raw,
             }
         } else {
             Part {
@@ -682,6 +686,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 status: Status::OK,
                 bcid: None,
                 packets: 0,
+                l1id: self.base_raw,
             }
         };
         let w = self.hi_words;
@@ -769,8 +774,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                     // SAFETY: `s` is in one of our groups, below the `complete_end` we read,
                     // taken once (our cursor moves past it below), and the cursor is stored
                     // after.
-                    let parts = unsafe { self.shared.take(s) };
-                    self.assemble(s, parts);
+                    unsafe { self.assemble(s) };
                 }
             }
             seq = group_end;
@@ -830,11 +834,17 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     }
 
     /// Builds the fragment of `seq` from every thread's part and hands it to the sink.
-    fn assemble(&mut self, seq: u64, mut parts: Parts<'p>) {
+    ///
+    /// # Safety
+    ///
+    /// As [`Shared::take`] for `seq`: this thread assembles `seq`, every mark is past it, and
+    /// it is assembled once.
+    unsafe fn assemble(&mut self, seq: u64) {
         let plan = self.plan;
         let mut status = Status::OK;
         let mut bcid: Option<u16> = None;
         let mut packets = 0;
+        let mut l1id = None;
         self.missing.clear();
         let mut frag = Fragment {
             blocks: Default::default(),
@@ -843,15 +853,19 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             last: 0,
             trailer_words: 0,
             data_words: 0,
-            l1id: plan.extended_l1id(seq),
+            l1id: 0,
             bcid: 0,
             status: Status::OK,
             packets: 0,
             missing: 0,
             thread: self.t,
         };
-        for (t, part) in parts.iter_mut().enumerate().take(plan.threads()) {
-            let Some(part) = part.take() else { continue };
+        for t in 0..plan.threads().min(MAX_THREADS) {
+            // SAFETY: the caller's guarantee, for each thread's cell of `seq` once.
+            let Some(part) = (unsafe { self.shared.take(t, seq) }) else {
+                continue;
+            };
+            l1id.get_or_insert(part.l1id);
             status |= part.status;
             packets += part.packets;
             if let Some(b) = part.bcid {
@@ -864,29 +878,30 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                     Some(_) => {}
                 }
             }
-            match &part.chunk {
+            match part.chunk {
                 Some(c) => {
-                    let end = part.end as usize;
-                    let list = c
-                        .words()
-                        .get(end..end + part.missing as usize)
-                        .unwrap_or(&[]);
-                    self.missing.extend_from_slice(list);
+                    if part.missing > 0 {
+                        let end = part.end as usize;
+                        let list = c
+                            .words()
+                            .get(end..end + part.missing as usize)
+                            .unwrap_or(&[]);
+                        self.missing.extend_from_slice(list);
+                    }
+                    if frag.first == usize::MAX {
+                        frag.first = t;
+                    }
+                    frag.last = t;
+                    frag.ends[t] = part.end;
+                    frag.data_words += part.end as usize - HEADER_WORDS;
+                    frag.blocks[t] = Some(c);
                 }
                 None => self
                     .missing
                     .extend(plan.thread_elinks[t].iter().map(|&e| u32::from(e))),
             }
-            if let Some(c) = part.chunk {
-                if frag.first == usize::MAX {
-                    frag.first = t;
-                }
-                frag.last = t;
-                frag.ends[t] = part.end;
-                frag.data_words += part.end as usize - HEADER_WORDS;
-                frag.blocks[t] = Some(c);
-            }
         }
+        frag.l1id = l1id.unwrap_or_else(|| plan.extended_l1id(seq));
         if frag.blocks[self.t].is_some() {
             // Header and trailer go into this thread's own block: the other threads' blocks
             // are only read, never written, by the thread that completes the fragment.

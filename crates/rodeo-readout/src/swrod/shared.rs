@@ -46,8 +46,6 @@ use std::time::Instant;
 use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
 
-use super::fragment::MAX_THREADS;
-
 /// One thread's contribution to one L1ID.
 pub(crate) struct Part<'p> {
     /// The memory block; `None` when the thread had no packet for this L1ID (all its E-links
@@ -63,9 +61,9 @@ pub(crate) struct Part<'p> {
     pub(crate) bcid: Option<u16>,
     /// Packets in the part.
     pub(crate) packets: u32,
+    /// Extended L1ID of the event (every thread's part carries the same).
+    pub(crate) l1id: u32,
 }
-
-pub(crate) type Parts<'p> = [Option<Part<'p>>; MAX_THREADS];
 
 /// A value on a cache line of its own.
 #[repr(align(64))]
@@ -175,21 +173,21 @@ impl<'p> Shared<'p> {
         (seq / GROUP) % self.threads
     }
 
-    /// Takes every thread's part of `seq`.
+    /// Takes thread `t`'s part of `seq` (`None` for a thread index out of range).
     ///
     /// # Safety
     ///
     /// The caller is thread [`assembler_of(seq)`](Shared::assembler_of), has read
-    /// `complete_end() > seq`, takes each `seq` once, and stores its cursor past `seq` only after.
-    pub(crate) unsafe fn take(&self, seq: u64) -> Parts<'p> {
-        let i = (seq & self.mask) as usize;
-        std::array::from_fn(|t| {
-            let ring = self.rings.get(t)?;
-            // SAFETY: rule 2: every thread's mark is past `seq`, so its cell is written and its
-            // writer does not touch it again before our cursor moves past `seq` (rules 1, 3);
-            // only the assembler of `seq` takes it.
-            unsafe { (*ring.0[i].get()).take() }
-        })
+    /// `complete_end() > seq`, takes each `(t, seq)` once, and stores its cursor past `seq` only
+    /// after.
+    #[inline]
+    pub(crate) unsafe fn take(&self, t: usize, seq: u64) -> Option<Part<'p>> {
+        let ring = self.rings.get(t)?;
+        let cell = ring.0.get((seq & self.mask) as usize)?;
+        // SAFETY: rule 2: every thread's mark is past `seq`, so the cell is written and its
+        // writer does not touch it again before our cursor moves past `seq` (rules 1, 3); only
+        // the assembler of `seq` takes it.
+        unsafe { (*cell.get()).take() }
     }
 
     /// Publishes that thread `t` has assembled every event of its groups below `end`.
