@@ -212,7 +212,8 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
-    fn low(&self) -> bool {
+    /// Whether the arrival bit is in the hot slot (local E-links below 63).
+    pub(crate) fn low(&self) -> bool {
         self.local < LOW_ELINKS
     }
 }
@@ -381,8 +382,11 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     ///
     /// The common case is inline and straight: decode, one subtraction to the event number,
     /// the arrival bit, the order and BCID checks, and the copy. Everything rare is out of line.
+    ///
+    /// `LOW`: the lane is one of the first 63 local E-links (`lane.local < 63`, the walker
+    /// checks it once per block), whose arrival bit is in the hot slot.
     #[inline(always)]
-    pub(crate) fn packet(&mut self, lane: &Lane, data: &[u8], flags: u16) {
+    pub(crate) fn packet<const LOW: bool>(&mut self, lane: &Lane, data: &[u8], flags: u16) {
         let Ok(info) = self.decoder.decode(lane.elink, data) else {
             self.c.corrupt_packets += 1;
             return;
@@ -404,7 +408,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         let s = unsafe { self.hot.get_unchecked_mut(si) };
         if flags == 0 && need <= s.room as usize && need <= MAX_NEED {
             let bits = s.bits;
-            if lane.low() {
+            if LOW {
                 if bits & lane.bit == 0 {
                     s.bits = bits | lane.bit;
                     s.unordered |= bits > lane.bit;

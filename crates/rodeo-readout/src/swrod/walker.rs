@@ -208,10 +208,11 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         }
         self.last_seq[local] = sequence;
         let lane = self.agg.lane(local, elink);
-        if w32 {
-            self.walk::<true>(block, &lane, gap);
-        } else {
-            self.walk::<false>(block, &lane, gap);
+        match (w32, lane.low()) {
+            (true, true) => self.walk::<true, true>(block, &lane, gap),
+            (true, false) => self.walk::<true, false>(block, &lane, gap),
+            (false, true) => self.walk::<false, true>(block, &lane, gap),
+            (false, false) => self.walk::<false, false>(block, &lane, gap),
         }
         // Completion is checked once per block rather than once per packet, and the full test
         // only when the base slot's bits say it may be complete.
@@ -223,9 +224,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         }
     }
 
-    /// Walks one block's subchunks (`W32`: 32-bit trailers, else 16-bit).
+    /// Walks one block's subchunks (`W32`: 32-bit trailers, else 16-bit; `LOW`: the lane's
+    /// arrival bit is in the hot slot, see [`Aggregator::packet`]).
     #[inline(always)]
-    fn walk<const W32: bool>(&mut self, block: &[u8], lane: &Lane, gap: bool) {
+    fn walk<const W32: bool, const LOW: bool>(&mut self, block: &[u8], lane: &Lane, gap: bool) {
         let size = if W32 {
             TrailerSize::Bits32
         } else {
@@ -267,7 +269,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 let start = at - padded;
                 // SAFETY: `start + len <= start + padded == at < block.len()`.
                 let data = unsafe { block.get_unchecked(start..start + len) };
-                agg.packet(lane, data, 0);
+                agg.packet::<LOW>(lane, data, 0);
                 end = start;
                 continue;
             }
@@ -299,8 +301,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 agg.c.damaged_blocks += 1;
             }
             // The open packet lost its end (or the block between): deliver it as truncated.
-            head.spill(r, |ch| agg.packet(lane, ch.data, ch.flags.bits()));
-            r.flush(|ch| agg.packet(lane, ch.data, ch.flags.bits()));
+            head.spill(r, |ch| agg.packet::<LOW>(lane, ch.data, ch.flags.bits()));
+            r.flush(|ch| agg.packet::<LOW>(lane, ch.data, ch.flags.bits()));
         }
         // Forwards: the pieces in time order.
         for &tw in trailers.iter().rev() {
@@ -323,7 +325,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                         copy_slice(a, &head.bytes[..hl]);
                         copy_slice(b, payload);
                         head.pending = false;
-                        agg.packet(lane, dst, 0);
+                        agg.packet::<LOW>(lane, dst, 0);
                         continue;
                     }
                 } else if kind == 1 && !head.pending && !r.has_open_chunk() && len <= HEAD_BYTES
@@ -334,7 +336,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                     continue;
                 }
             }
-            head.spill(r, |ch| agg.packet(lane, ch.data, ch.flags.bits()));
+            head.spill(r, |ch| agg.packet::<LOW>(lane, ch.data, ch.flags.bits()));
             let sub = Subchunk {
                 kind: SubchunkType::from_bits(kind as u8),
                 flags: size.decode(word).flags,
@@ -342,7 +344,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 offset: at,
             };
             r.push_subchunk(&sub, |ch| {
-                agg.packet(lane, ch.data, ch.flags.bits())
+                agg.packet::<LOW>(lane, ch.data, ch.flags.bits())
             });
         }
     }
