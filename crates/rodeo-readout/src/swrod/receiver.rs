@@ -566,7 +566,17 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
 
     /// Takes a memory block from the pool, waiting (counted) while it is empty; `None` when the
     /// run is aborted meanwhile.
+    #[inline]
     fn alloc_block(&mut self) -> Option<Chunk<'p>> {
+        match self.cache.alloc() {
+            Ok(c) => Some(c),
+            Err(_) => self.alloc_block_wait(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_block_wait(&mut self) -> Option<Chunk<'p>> {
         let mut backoff = Backoff::new();
         loop {
             match self.cache.alloc() {
@@ -640,7 +650,12 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     fn finalize_base(&mut self) -> bool {
         let seq = self.base;
         let si = seq as usize & self.mask;
-        let count = self.arrived_count(si);
+        // Usually every E-link arrived: no population count then.
+        let count = if self.complete(si) {
+            self.nlocal
+        } else {
+            self.arrived_count(si)
+        };
         let hot = std::mem::replace(&mut self.hot[si], HotSlot::CLOSED);
         let mut cold = std::mem::replace(&mut self.cold[si], ColdSlot::closed());
         let part = if hot.open {
@@ -694,7 +709,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             }
         };
         let w = self.hi_words;
-        self.hi_bits[si * w..(si + 1) * w].fill(0);
+        if w > 0 {
+            self.hi_bits[si * w..(si + 1) * w].fill(0);
+        }
         if seq >= self.released_seen + self.window {
             self.released_seen = self.shared.released();
             if seq >= self.released_seen + self.window && !self.wait_for_ring(seq) {

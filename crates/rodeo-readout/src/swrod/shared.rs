@@ -146,6 +146,7 @@ impl<'p> Shared<'p> {
     /// - `t` is in range and the caller is the only thread using index `t`;
     /// - `seq < released() + window`, read by this thread, and `seq` is the next event of the
     ///   thread (each written once, in order, at or above its last published mark).
+    #[inline]
     pub(crate) unsafe fn write(&self, t: usize, seq: u64, part: Part<'p>) {
         let cell = &self.rings[t].0[(seq & self.mask) as usize];
         // SAFETY: rule 1: the previous occupant of the cell was taken before its assembler's
