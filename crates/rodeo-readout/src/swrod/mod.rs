@@ -80,8 +80,8 @@ pub use fragment::{
 use crate::dma::{DmaChannel, SuperpageBuffer};
 use counters::SharedCounters;
 use receiver::{Aggregator, Backoff};
-use walker::Receiver;
 use shared::Shared;
+use walker::Receiver;
 
 /// Configuration of a [`FragmentBuilder`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -167,8 +167,7 @@ impl HotSlot {
         // the packet is empty) is written first, then overwritten where data and header go.
         unsafe {
             wp.add(4 + padded).cast::<u32>().write(0);
-            wp.cast::<u32>()
-                .write(need as u32 | u32::from(flags) << 16);
+            wp.cast::<u32>().write(need as u32 | u32::from(flags) << 16);
             wp.add(4).cast::<u32>().write(u32::from(elink));
             copy_bytes(wp.add(PACKET_HEADER_BYTES), data.as_ptr(), data.len());
             self.wp = wp.add(need);

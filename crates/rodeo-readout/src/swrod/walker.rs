@@ -95,7 +95,11 @@ struct Head {
 
 impl Head {
     /// Hands the kept piece, if any, to the reassembler as the FIRST subchunk it is.
-    fn spill(&mut self, r: &mut ElinkReassembler, on_chunk: impl FnMut(rodeo_format::felix::Chunk<'_>)) {
+    fn spill(
+        &mut self,
+        r: &mut ElinkReassembler,
+        on_chunk: impl FnMut(rodeo_format::felix::Chunk<'_>),
+    ) {
         if !self.pending {
             return;
         }
@@ -328,8 +332,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                         agg.packet::<LOW>(lane, dst, 0);
                         continue;
                     }
-                } else if kind == 1 && !head.pending && !r.has_open_chunk() && len <= HEAD_BYTES
-                {
+                } else if kind == 1 && !head.pending && !r.has_open_chunk() && len <= HEAD_BYTES {
                     copy_slice(&mut head.bytes[..len], payload);
                     head.len = len as u16;
                     head.pending = true;
@@ -343,9 +346,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
                 payload,
                 offset: at,
             };
-            r.push_subchunk(&sub, |ch| {
-                agg.packet::<LOW>(lane, ch.data, ch.flags.bits())
-            });
+            r.push_subchunk(&sub, |ch| agg.packet::<LOW>(lane, ch.data, ch.flags.bits()));
         }
     }
 }
