@@ -7,14 +7,18 @@
 //! E-links into its **own memory block** from the pool (a [`rodeo_memory::Chunk`], through a
 //! per-thread [`rodeo_memory::PoolCache`]: warmed memory, no shared cache line per allocation).
 //! When a thread has closed its part of an L1ID, it leaves the block in its own ring of parts
-//! and, once per superpage (a batch of events), publishes how far it has got in a completion
+//! and, every 16 events and once per superpage, publishes how far it has got in a completion
 //! mark on a cache line of its own. An L1ID is complete when every thread's mark has passed it;
 //! complete L1IDs are assembled in groups of 64, group `g` by thread `g % N` (so the threads
 //! share the assembly evenly), when it next publishes: it writes each one's ROB and ROD headers
 //! and trailer in place and hands the N blocks, joined by reference, to the [`FragmentSink`] as
-//! one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
-//! block; a packet split over FELIX blocks is first rebuilt in its E-link's reassembly buffer.
-//! No block is ever copied to join it to the others.
+//! one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the
+//! superpage into the block; a packet split over FELIX blocks is first joined from its pieces
+//! (the usual FIRST + LAST pair in a small per-E-link buffer, anything else in its E-link's
+//! reassembler). No block is ever copied to join it to the others.
+//!
+//! The per-thread hot path (block walk, packet placement, window slots) is in `walker.rs` and
+//! `receiver.rs`; the state the threads share is in `shared.rs`.
 //!
 //! The rejected alternative is one aggregating thread fed by the receivers through queues: it
 //! pays a queue hop per packet (or per block) and caps the whole builder at one core, which at
