@@ -352,3 +352,103 @@ fn wide_threads_list_missing_elinks_on_both_sides_of_the_hot_slot() {
     }
     assert_eq!((c.incomplete_fragments, c.missing_packets), (1, 2), "{c:?}");
 }
+
+#[test]
+fn fragments_a_sink_does_not_keep_return_their_blocks_through_the_caches() {
+    // Two threads and a counting sink, which hands every fragment back: each block goes to the
+    // assembling thread's cache of its own pool, and from there to its pool in batches. The
+    // pools are tiny (64 blocks each: as many as one cache may hold), so a thread regularly
+    // needs blocks that sit in the other thread's cache, where they would stay while the other
+    // thread waits for it (a deadlock): it flags its pool as starved and the other thread gives
+    // them back. A watchdog turns a hang into a failure.
+    use rodeo_memory::{ChunkPool, PoolConfig, RegionOptions};
+    use rodeo_readout::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
+    use rodeo_readout::swrod::{CountingSink, FragmentBuilder};
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    const EVENTS: u32 = 3000;
+    let groups = [vec![1u16, 2, 3], vec![4u16, 5]];
+    let streams: Vec<Stream> = groups
+        .iter()
+        .map(|g| {
+            let mut s = Stream::new(g);
+            for n in 0..EVENTS {
+                for i in 0..g.len() {
+                    s.packet(i, n, 1, (n + i as u32) % 20);
+                }
+            }
+            s.flush();
+            s
+        })
+        .collect();
+    let config = SwRodConfig {
+        thread_elinks: groups.to_vec(),
+        window: 1024,
+        ..SwRodConfig::default()
+    };
+    let pools: Vec<ChunkPool> = (0..2)
+        .map(|_| {
+            ChunkPool::new(PoolConfig {
+                chunk_bytes: config.block_bytes_for(8 + 4 * 20),
+                chunks_per_region: 64,
+                max_regions: 1,
+                initial_regions: 1,
+                region: RegionOptions::default(),
+            })
+            .unwrap()
+        })
+        .collect();
+    let builder = FragmentBuilder::new(&config, &pools, DefaultFormat::default()).unwrap();
+    let channels: Vec<EmulatedChannel<Vec<u8>>> = streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let ch = EmulatedChannel::start(
+                &format!("card{i}"),
+                EmulatedConfig {
+                    queue_depth: 4,
+                    ..EmulatedConfig::default()
+                },
+                player(s),
+            )
+            .unwrap();
+            for _ in 0..4 {
+                ch.push_superpage(vec![0u8; 4 * BLOCK]).unwrap();
+            }
+            ch
+        })
+        .collect();
+    let inputs: Vec<Vec<&EmulatedChannel<Vec<u8>>>> = channels.iter().map(|c| vec![c]).collect();
+    let sink = CountingSink::new();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let c = std::thread::scope(|s| {
+        s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !done.load(Ordering::Relaxed) {
+                if Instant::now() > deadline {
+                    eprintln!("the builder hung waiting for blocks");
+                    std::process::abort();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let c = builder
+            .run(&inputs, &sink, &AtomicBool::new(false))
+            .unwrap();
+        done.store(true, Ordering::Relaxed);
+        c
+    });
+    let counts = sink.counts();
+    assert_eq!(counts.fragments, u64::from(EVENTS), "{c:?}");
+    assert_eq!(counts.packets, 5 * u64::from(EVENTS));
+    assert_eq!(c.packets, 5 * u64::from(EVENTS));
+    assert_eq!(counts.flagged, 0, "{c:?}");
+    // Every block is back in its pool: none leaked in a cache.
+    for p in &pools {
+        let st = p.stats();
+        assert_eq!(st.in_use, 0, "{st:?}");
+        assert_eq!(st.allocations, st.frees, "{st:?}");
+    }
+    eprintln!("pool waits: {}", c.pool_waits);
+}

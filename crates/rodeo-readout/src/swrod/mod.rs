@@ -52,7 +52,8 @@
 //! # Back-pressure and shutdown
 //!
 //! A thread that finds the pool empty waits (counted `pool_waits`): the consumer holds too
-//! many fragments. A thread a whole window ahead of the assembly waits for the slower threads
+//! many fragments (or other threads' caches hold its blocks: it flags its pool, and they give
+//! them back when they next publish). A thread a whole window ahead of the assembly waits for the slower threads
 //! (`slot_waits`), publishing its mark and assembling what is complete meanwhile. While a
 //! thread waits it reads no superpages, so its channels stall and the card applies XOFF.
 //! [`FragmentBuilder::run`] returns when every channel of every thread has ended (link down and
@@ -371,7 +372,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                 found: inputs.len(),
             });
         }
-        let shared = Shared::new(self.plan.window as usize, n);
+        let shared = Shared::new(self.plan.window as usize, n, self.pools.len().min(n));
         sink.begin(n);
         let results: Vec<Result<SwRodCounters, SwRodError>> = std::thread::scope(|scope| {
             let mut handles = Vec::with_capacity(n);
@@ -421,14 +422,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         if !self.cpus.is_empty() {
             pin_failed = !pin_to_cpu(self.cpus[t % self.cpus.len()]);
         }
-        let agg = Aggregator::new(
-            t,
-            &self.plan,
-            shared,
-            &self.decoder,
-            sink,
-            self.pools[t % self.pools.len()].cache(),
-        );
+        let agg = Aggregator::new(t, &self.plan, shared, &self.decoder, sink, self.pools);
         let mut rx = Receiver::new(agg);
         let published = &self.counters[t];
         let mut ended = vec![false; channels.len()];

@@ -33,17 +33,28 @@
 //! # Ownership
 //!
 //! Everything here belongs to one thread: the window's slots and their blocks, the arrival
-//! bits, the pool cache and the counters (plain `u64`s, published to the builder's shared
-//! mirror once per superpage). The shared state a thread touches: its own ring cell in
-//! [`Shared`] once per event (read by the assembler later), its completion mark and the other
-//! marks every [`PUBLISH_EVERY`] events, the other threads' ring cells of the events it
-//! assembles, and the pool when its cache runs empty. Nothing shared is written per packet.
-//! The write pointer of an open slot points into the slot's own block, which the slot owns
-//! until the event is closed.
+//! bits, one pool cache per block pool and the counters (plain `u64`s, published to the
+//! builder's shared mirror once per superpage). The shared state a thread touches: its own ring
+//! cell in [`Shared`] once per event (read by the assembler later), its completion mark and the
+//! other marks every [`PUBLISH_EVERY`] events, the other threads' ring cells of the events it
+//! assembles, the pools when a cache runs empty or full (a batch of 32 blocks at a time), and
+//! the pools' starvation flags when it publishes. Nothing shared is written per packet. The
+//! write pointer of an open slot points into the slot's own block, which the slot owns until
+//! the event is closed.
+//!
+//! # Returning blocks
+//!
+//! When the sink does not keep a fragment ([`FragmentSink::inspect`]), the assembling thread
+//! puts each of its blocks into its own cache of that block's pool: its own blocks are reused
+//! from there without touching the pool, and another thread's blocks go back to their pool in
+//! batches of 32 (one CAS), which the owner takes back with one CAS and one cache line, rather
+//! than one shared free per block and a walk of links written by another core. A thread that
+//! waits for a block flags its pool (`Shared::set_starved`), and every thread flushes its cache
+//! of that pool when it next publishes (it publishes while it waits, too).
 
 use rodeo_format::felix::ChunkFlags;
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
-use rodeo_memory::{Chunk, PoolCache};
+use rodeo_memory::{Chunk, ChunkPool, PoolCache};
 
 use super::decoder::PacketDecoder;
 use super::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
@@ -224,7 +235,11 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     shared: &'b Shared<'p>,
     decoder: &'b D,
     sink: &'b K,
-    cache: PoolCache<'p>,
+    /// One cache per block pool in use (pool `t % pools` serves thread `t`): allocations come
+    /// from `caches[own]`; blocks of fragments the sink hands back go to their own pool's
+    /// cache, which returns them to that pool in batches.
+    caches: Vec<PoolCache<'p>>,
+    own: usize,
     pub(crate) elinks: &'b [u16],
     nlocal: u32,
     // Copies of the plan's numbers the packet path uses (no pointer chase per packet).
@@ -280,7 +295,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         shared: &'b Shared<'p>,
         decoder: &'b D,
         sink: &'b K,
-        cache: PoolCache<'p>,
+        pools: &'p [ChunkPool],
     ) -> Self {
         let elinks = &plan.thread_elinks[t][..];
         let nlocal = elinks.len();
@@ -308,7 +323,12 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             shared,
             decoder,
             sink,
-            cache,
+            caches: pools
+                .iter()
+                .take(plan.threads())
+                .map(ChunkPool::cache)
+                .collect(),
+            own: t % pools.len().clamp(1, plan.threads()),
             elinks,
             nlocal: nlocal as u32,
             wrap: plan.wrap,
@@ -567,7 +587,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// run is aborted meanwhile.
     #[inline]
     fn alloc_block(&mut self) -> Option<Chunk<'p>> {
-        match self.cache.alloc() {
+        match self.caches[self.own].alloc() {
             Ok(c) => Some(c),
             Err(_) => self.alloc_block_wait(),
         }
@@ -578,9 +598,15 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     fn alloc_block_wait(&mut self) -> Option<Chunk<'p>> {
         let mut backoff = Backoff::new();
         loop {
-            match self.cache.alloc() {
-                Ok(c) => return Some(c),
+            match self.caches[self.own].alloc() {
+                Ok(c) => {
+                    self.shared.set_starved(self.own, false);
+                    return Some(c);
+                }
                 Err(_) => {
+                    // Other threads' caches may hold blocks of our pool: they give them back
+                    // when they see this (in `publish`).
+                    self.shared.set_starved(self.own, true);
                     self.c.pool_waits += 1;
                     if self.aborted() {
                         return None;
@@ -775,6 +801,11 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// assembles the complete events of this thread's groups.
     #[inline(never)]
     pub(crate) fn publish(&mut self) {
+        for (p, cache) in self.caches.iter_mut().enumerate() {
+            if self.shared.starved(p) {
+                cache.flush();
+            }
+        }
         self.shared.publish(self.t, self.base);
         self.published = self.base;
         if self.assembling {
@@ -986,10 +1017,32 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         frag.packets = packets;
         frag.missing = nmissing as u32;
         self.c.fragments += 1;
-        if self.sink.fragment(frag) == Flow::Stop {
+        let flow = match self.sink.inspect(&frag) {
+            Some(flow) => {
+                self.recycle(frag);
+                flow
+            }
+            None => self.sink.fragment(frag),
+        };
+        if flow == Flow::Stop {
             self.shared
                 .stop
                 .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Gives the blocks of a fragment the sink did not keep to this thread's caches, each to a
+    /// cache of its own pool: no shared atomic per block, and a block of another thread goes
+    /// back to its pool in a batch of 32 that its owner takes with one CAS.
+    #[inline]
+    fn recycle(&mut self, mut f: Fragment<'p>) {
+        for block in &mut f.blocks {
+            if let Some(c) = block.take() {
+                match self.caches.iter_mut().find(|k| k.owns(&c)) {
+                    Some(k) => k.free(c),
+                    None => drop(c),
+                }
+            }
         }
     }
 

@@ -22,6 +22,7 @@
 //! | `rings[t][i]: UnsafeCell` | thread `t` (write), the event's assembler (take) | thread `t`'s part of the event `seq` with `seq % window == i` |
 //! | `marks[t]: AtomicU64` | thread `t` | its parts of every event below this are in its ring |
 //! | `cursors[t]: AtomicU64` | thread `t` | the events of its groups below this are assembled, their cells empty |
+//! | `starved[p]: AtomicBool` | a thread of pool `p` | it waits for a block of pool `p`: every thread gives back the blocks of `p` its caches hold |
 //!
 //! # Rules
 //!
@@ -38,6 +39,11 @@
 //!    its mark and assembling its groups meanwhile: the back-pressure between threads. Every
 //!    wait of a receiving thread (ring, pool, end of run) publishes and assembles, so the
 //!    events a waiting thread needs assembled always complete.
+//! 5. Blocks of fragments a sink does not keep go to the assembling thread's cache of their
+//!    pool, which returns them in batches. A thread that finds its pool empty sets
+//!    `starved[p]` (relaxed: a hint, re-set on every retry) and every thread flushes its cache
+//!    of `p` when it next publishes, which it does while waiting too: a block never stays in
+//!    one thread's cache while another waits for it.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -92,6 +98,8 @@ pub(crate) struct Shared<'p> {
     pub(crate) stop: AtomicBool,
     /// Set when a thread panics, so that no other thread waits for it forever.
     pub(crate) abort: AtomicBool,
+    /// Per block pool: a thread waits for a block of it (the others flush their caches of it).
+    starved: Box<[Line<AtomicBool>]>,
     epoch: Instant,
 }
 
@@ -99,7 +107,7 @@ pub(crate) struct Shared<'p> {
 pub(crate) const GROUP: u64 = 64;
 
 impl<'p> Shared<'p> {
-    pub(crate) fn new(window: usize, threads: usize) -> Shared<'p> {
+    pub(crate) fn new(window: usize, threads: usize, pools: usize) -> Shared<'p> {
         Shared {
             rings: (0..threads)
                 .map(|_| Ring((0..window).map(|_| UnsafeCell::new(None)).collect()))
@@ -112,8 +120,25 @@ impl<'p> Shared<'p> {
             finished: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
+            starved: (0..pools).map(|_| Line(AtomicBool::new(false))).collect(),
             epoch: Instant::now(),
         }
+    }
+
+    /// Marks block pool `p` as one a thread waits for (or no longer waits for).
+    pub(crate) fn set_starved(&self, p: usize, starved: bool) {
+        if let Some(f) = self.starved.get(p) {
+            if f.0.load(Ordering::Relaxed) != starved {
+                f.0.store(starved, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether a thread waits for a block of pool `p`.
+    pub(crate) fn starved(&self, p: usize) -> bool {
+        self.starved
+            .get(p)
+            .is_some_and(|f| f.0.load(Ordering::Relaxed))
     }
 
     /// Nanoseconds since the run started (the clock of every timeout).
