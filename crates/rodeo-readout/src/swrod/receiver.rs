@@ -1035,8 +1035,12 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// cache of its own pool: no shared atomic per block, and a block of another thread goes
     /// back to its pool in a batch of 32 that its owner takes with one CAS.
     #[inline]
-    fn recycle(&mut self, mut f: Fragment<'p>) {
-        for block in &mut f.blocks {
+    fn recycle(&mut self, f: Fragment<'p>) {
+        // Only the first `threads` entries can hold a block (thread `t` fills entry `t`; a
+        // fragment with no packet at all uses entry 0).
+        let n = self.plan.threads().min(MAX_THREADS);
+        let Fragment { mut blocks, .. } = f;
+        for block in &mut blocks[..n] {
             if let Some(c) = block.take() {
                 match self.caches.iter_mut().find(|k| k.owns(&c)) {
                     Some(k) => k.free(c),
