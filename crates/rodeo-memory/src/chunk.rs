@@ -268,6 +268,12 @@ impl<'p> PoolCache<'p> {
         std::mem::forget(chunk);
     }
 
+    /// Whether `chunk` belongs to this cache's pool (so that [`free`](PoolCache::free) keeps it).
+    #[inline]
+    pub fn owns(&self, chunk: &Chunk<'_>) -> bool {
+        std::ptr::eq(chunk.pool, self.pool)
+    }
+
     /// Returns every cached chunk to the shared pool and publishes the cache's counters.
     pub fn flush(&mut self) {
         while self.len >= BATCH {
@@ -386,6 +392,35 @@ mod tests {
         assert_eq!(s.in_use, 0);
         assert_eq!(s.allocations, 40);
         assert_eq!(s.frees, 40);
+    }
+
+    #[test]
+    fn a_cache_knows_its_pool_and_keeps_chunks_freed_by_another_thread() {
+        let a = tiny(64, 1, 1);
+        let b = tiny(64, 1, 1);
+        let mut ca = a.cache();
+        let mut cb = b.cache();
+        let chunk = cb.alloc().unwrap();
+        assert!(cb.owns(&chunk) && !ca.owns(&chunk));
+        // Another thread's cache of the same pool keeps the chunk; a cache of another pool
+        // gives it back to its own pool.
+        let other = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut c2 = b.cache();
+                c2.free(chunk);
+                let again = c2.alloc().unwrap();
+                ca.free(again);
+                c2
+            })
+            .join()
+            .unwrap()
+        });
+        drop(other);
+        drop(cb);
+        drop(ca);
+        assert_eq!(a.stats().in_use, 0);
+        assert_eq!(b.stats().in_use, 0);
+        assert_eq!(b.stats().frees, b.stats().allocations);
     }
 
     #[test]

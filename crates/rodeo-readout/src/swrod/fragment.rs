@@ -20,7 +20,10 @@
 //! 0 = good); word 1 the E-link. The ROD status block (after the data) is the status word then the
 //! E-links whose packet did not arrive; the ROB header repeats the status word.
 //!
-//! Dropping a fragment gives its blocks back to the pool.
+//! Dropping a fragment gives its blocks back to the pool. A sink that does not keep fragments
+//! (counting, checking, copying them out) says so in [`FragmentSink::inspect`]: the builder
+//! then keeps the fragment and returns its blocks through its per-thread pool caches, in
+//! batches, which costs no shared atomic per block.
 
 use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
@@ -55,6 +58,17 @@ pub enum Flow {
 pub trait FragmentSink<'p>: Sync {
     /// Takes one built fragment.
     fn fragment(&self, fragment: Fragment<'p>) -> Flow;
+
+    /// Looks at one built fragment before it is handed over: a sink that does not keep it
+    /// (it counts, checks or copies fragments out) returns `Some(flow)`, and the builder then
+    /// keeps the fragment and gives its blocks back to the calling receiving thread's pool
+    /// caches, each to a cache of its own pool, which return them to their pools in batches
+    /// (the lazy return of the ATLAS SW ROD's memory pool) rather than one shared free per
+    /// block. `None` (the default) asks for the fragment itself, through
+    /// [`fragment`](FragmentSink::fragment).
+    fn inspect(&self, _fragment: &Fragment<'p>) -> Option<Flow> {
+        None
+    }
 
     /// Called once before the receiving threads start, with their number.
     fn begin(&self, _threads: usize) {}
@@ -107,10 +121,8 @@ impl CountingSink {
         }
         c
     }
-}
 
-impl<'p> FragmentSink<'p> for CountingSink {
-    fn fragment(&self, fragment: Fragment<'p>) -> Flow {
+    fn count(&self, fragment: &Fragment<'_>) {
         use std::sync::atomic::Ordering::Relaxed;
         // Only the thread that built the fragment writes its shard: loads and stores suffice.
         let s = &self.shards[fragment.thread() % MAX_THREADS].0;
@@ -119,7 +131,19 @@ impl<'p> FragmentSink<'p> for CountingSink {
         add(1, fragment.size_words() as u64);
         add(2, u64::from(fragment.packets()));
         add(3, u64::from(!fragment.status().is_ok()));
+    }
+}
+
+impl<'p> FragmentSink<'p> for CountingSink {
+    fn fragment(&self, fragment: Fragment<'p>) -> Flow {
+        self.count(&fragment);
         Flow::Continue
+    }
+
+    /// Counts the fragment without keeping it: its blocks go back to the builder's caches.
+    fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
+        self.count(fragment);
+        Some(Flow::Continue)
     }
 }
 

@@ -7,14 +7,18 @@
 //! E-links into its **own memory block** from the pool (a [`rodeo_memory::Chunk`], through a
 //! per-thread [`rodeo_memory::PoolCache`]: warmed memory, no shared cache line per allocation).
 //! When a thread has closed its part of an L1ID, it leaves the block in its own ring of parts
-//! and, once per superpage (a batch of events), publishes how far it has got in a completion
+//! and, every 16 events and once per superpage, publishes how far it has got in a completion
 //! mark on a cache line of its own. An L1ID is complete when every thread's mark has passed it;
 //! complete L1IDs are assembled in groups of 64, group `g` by thread `g % N` (so the threads
 //! share the assembly evenly), when it next publishes: it writes each one's ROB and ROD headers
 //! and trailer in place and hands the N blocks, joined by reference, to the [`FragmentSink`] as
-//! one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the superpage into the
-//! block; a packet split over FELIX blocks is first rebuilt in its E-link's reassembly buffer.
-//! No block is ever copied to join it to the others.
+//! one [`Fragment`] (see [`Fragment`] for the layout). A whole packet is copied once, from the
+//! superpage into the block; a packet split over FELIX blocks is first joined from its pieces
+//! (the usual FIRST + LAST pair in a small per-E-link buffer, anything else in its E-link's
+//! reassembler). No block is ever copied to join it to the others.
+//!
+//! The per-thread hot path (block walk, packet placement, window slots) is in `walker.rs` and
+//! `receiver.rs`; the state the threads share is in `shared.rs`.
 //!
 //! The rejected alternative is one aggregating thread fed by the receivers through queues: it
 //! pays a queue hop per packet (or per block) and caps the whole builder at one core, which at
@@ -48,7 +52,8 @@
 //! # Back-pressure and shutdown
 //!
 //! A thread that finds the pool empty waits (counted `pool_waits`): the consumer holds too
-//! many fragments. A thread a whole window ahead of the assembly waits for the slower threads
+//! many fragments (or other threads' caches hold its blocks: it flags its pool, and they give
+//! them back when they next publish). A thread a whole window ahead of the assembly waits for the slower threads
 //! (`slot_waits`), publishing its mark and assembling what is complete meanwhile. While a
 //! thread waits it reads no superpages, so its channels stall and the card applies XOFF.
 //! [`FragmentBuilder::run`] returns when every channel of every thread has ended (link down and
@@ -61,6 +66,7 @@ mod decoder;
 mod fragment;
 mod receiver;
 mod shared;
+mod walker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -78,8 +84,9 @@ pub use fragment::{
 
 use crate::dma::{DmaChannel, SuperpageBuffer};
 use counters::SharedCounters;
-use receiver::{Aggregator, Backoff, Receiver};
+use receiver::{Aggregator, Backoff};
 use shared::Shared;
+use walker::Receiver;
 
 /// Configuration of a [`FragmentBuilder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,7 +372,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                 found: inputs.len(),
             });
         }
-        let shared = Shared::new(self.plan.window as usize, n);
+        let shared = Shared::new(self.plan.window as usize, n, self.pools.len().min(n));
         sink.begin(n);
         let results: Vec<Result<SwRodCounters, SwRodError>> = std::thread::scope(|scope| {
             let mut handles = Vec::with_capacity(n);
@@ -415,14 +422,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         if !self.cpus.is_empty() {
             pin_failed = !pin_to_cpu(self.cpus[t % self.cpus.len()]);
         }
-        let agg = Aggregator::new(
-            t,
-            &self.plan,
-            shared,
-            &self.decoder,
-            sink,
-            self.pools[t % self.pools.len()].cache(),
-        );
+        let agg = Aggregator::new(t, &self.plan, shared, &self.decoder, sink, self.pools);
         let mut rx = Receiver::new(agg);
         let published = &self.counters[t];
         let mut ended = vec![false; channels.len()];

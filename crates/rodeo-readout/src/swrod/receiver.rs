@@ -1,109 +1,107 @@
-//! One receiving thread: the block walker and the per-thread aggregation.
+//! The per-thread aggregation: window slots, packet placement, and closing events.
 //!
-//! # The hot path
+//! # The packet path
 //!
-//! Per block: the 4-byte header names the E-link; one table lookup maps it to this thread's
-//! local index (2048 entries, no hashing). The trailers are read backwards from the block end,
-//! in one pass: a whole packet (BOTH, no flag) goes straight to [`Aggregator::packet`] as soon
-//! as its trailer is read, so the packets of one block arrive last first; every other subchunk
-//! (pieces of split packets, flagged, out-of-band) is kept in a reused list and then handed,
-//! forwards, to the E-link's [`ElinkReassembler`], which rebuilds split packets in its reused
-//! buffer and applies the FELIX rules. So whole packets never wait for, and never disturb, the
-//! reassembly of split ones; a whole packet that a malformed stream places inside an open split
-//! packet is still delivered whole (the reassembler would have cut the open one there: here the
-//! open one continues, fails the decoder's length check and is counted as corrupt). The order
-//! inside a block does not matter for the fragments: each packet of a block has its own L1ID,
-//! and the window is at least as large as a block's packet count (checked at configuration).
+//! [`Aggregator::packet`] is inlined into the block walker (`walker.rs`). The decoder gives the
+//! L1ID; its raw difference from the oldest open event's extended L1ID gives the event number
+//! whenever no L1ID wrap or ECR lies in between (`fast_span`, recomputed once per event;
+//! anything else goes to the out-of-line `seq_slow`), and its low bits the window slot (no
+//! hashing, no division). A packet then touches one [`HotSlot`] (32 bytes, two per cache line):
+//! the arrival bit of its E-link (duplicates), the order check, the BCID check, and the write
+//! pointer and room left in the slot's memory block, where the packet is copied once, with
+//! fixed-size moves, behind its 2-word packet header. Whatever the fast path does not cover
+//! (the first packet of an event, which opens the slot and takes a block; a duplicate; a full
+//! block; a flagged packet; L1ID wrap, late packets and window moves) is a `#[cold]` function.
+//! The per-block constants of the E-link (its local index, arrival bit) come in a [`Lane`].
 //!
-//! Per packet (the inline fast path): the decoder gives the L1ID; its raw difference from the
-//! oldest open event's extended L1ID gives the event number whenever no L1ID wrap or ECR lies in
-//! between (`fast_span`, recomputed once per event; anything else goes to the out-of-line
-//! `seq_slow`), and its low bits the window slot (no hashing, no division). One bit per (slot,
-//! E-link) says whether the packet already arrived (duplicates); the number of E-links arrived
-//! is the bits' population count, taken once per block and per event rather than counted per
-//! packet. The packet is copied once, with fixed-size moves, behind its 2-word packet header,
-//! into the thread's memory block for that L1ID. Rare outcomes (overflow, flagged packets,
-//! window moves, late packets) are `#[cold]` functions.
+//! Arrival bits: bit `i` of `HotSlot::bits` for local E-links `i < 63`, so that a thread of up
+//! to 63 E-links (120 E-links over two threads) keeps all of a slot's state in the hot slot;
+//! local E-links from 63 on have their bits in a side array (`hi_bits`, a few words per slot)
+//! and set bit 63 of `bits`. The packets of a slot are in E-link order as long as no packet
+//! finds a higher bit already set (`bits > bit`: the mark counts as higher than every low
+//! E-link) and, among the E-links from 63 on, each is above the last one placed (`last_hi`).
+//! An event is complete when its bits equal the full mask, a comparison (no population count:
+//! this x86-64 baseline has no `popcnt`), tested after each block.
 //!
 //! # Events, in order
 //!
 //! A thread closes ("finalizes") its part of events strictly in event order, at `base`: when
 //! every one of its E-links has delivered (the normal case, checked after each block), when the
-//! base event is older than
-//! the timeout, when a packet arrives a whole window ahead (the window moves past the base), or
-//! at the end of the run.
+//! base event is older than the timeout, when a packet arrives a whole window ahead (the window
+//! moves past the base), or at the end of the run.
 //!
 //! # Ownership
 //!
-//! Everything here belongs to one thread: the window's local slots and their blocks, the
-//! arrival bits, the reassemblers, the pool cache and the counters (plain `u64`s, published to
-//! the builder's shared mirror once per superpage). The shared state a thread touches: its own
-//! ring cell in [`Shared`] once per event (read by the assembler later), its completion mark and
-//! the other marks once per superpage, the assembly claim when there is something to assemble,
-//! and the pool when its cache runs empty. Nothing shared is written per packet.
+//! Everything here belongs to one thread: the window's slots and their blocks, the arrival
+//! bits, one pool cache per block pool and the counters (plain `u64`s, published to the
+//! builder's shared mirror once per superpage). The shared state a thread touches: its own ring
+//! cell in [`Shared`] once per event (read by the assembler later), its completion mark and the
+//! other marks every [`PUBLISH_EVERY`] events, the other threads' ring cells of the events it
+//! assembles, the pools when a cache runs empty or full (a batch of 32 blocks at a time), and
+//! the pools' starvation flags when it publishes. Nothing shared is written per packet. The
+//! write pointer of an open slot points into the slot's own block, which the slot owns until
+//! the event is closed.
+//!
+//! # Returning blocks
+//!
+//! When the sink does not keep a fragment ([`FragmentSink::inspect`]), the assembling thread
+//! puts each of its blocks into its own cache of that block's pool: its own blocks are reused
+//! from there without touching the pool, and another thread's blocks go back to their pool in
+//! batches of 32 (one CAS), which the owner takes back with one CAS and one cache line, rather
+//! than one shared free per block and a walk of links written by another core. A thread that
+//! waits for a block flags its pool (`Shared::set_starved`), and every thread flushes its cache
+//! of that pool when it next publishes (it publishes while it waits, too).
 
-use rodeo_format::felix::{ChunkFlags, ElinkReassembler, Subchunk, SubchunkType, TrailerSize};
+use rodeo_format::felix::ChunkFlags;
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
-use rodeo_memory::{Chunk, PoolCache};
+use rodeo_memory::{Chunk, ChunkPool, PoolCache};
 
 use super::decoder::PacketDecoder;
 use super::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
-use super::shared::{Part, Parts, Shared, GROUP};
+use super::shared::{Part, Shared, GROUP};
 use super::{Plan, SwRodCounters};
 
-const NO_SEQUENCE: u8 = 0xFF;
 /// A thread publishes its mark (and assembles its share) at least every this many events, so
 /// that fragments are assembled while their blocks are still in the caches.
-const PUBLISH_EVERY: u64 = 16;
-/// How many blocks ahead of the walker the input is prefetched.
-const PREFETCH_BLOCKS: usize = 4;
+pub(crate) const PUBLISH_EVERY: u64 = 16;
+/// Local E-links whose arrival bit lives in the hot slot.
+const LOW_ELINKS: usize = 63;
+/// Bit 63 of [`HotSlot::bits`]: a packet of a local E-link from [`LOW_ELINKS`] on arrived.
+const HI_MARK: u64 = 1 << 63;
+/// Bytes of the packet header in a block (length and status word, E-link word).
+const PACKET_HEADER_BYTES: usize = 8;
+/// The longest packet (with its header) a packet header can describe.
+const MAX_NEED: usize = 0xFFFF;
 
-/// Asks the CPU to bring `bytes` into the cache (a hint: no effect on results).
+/// Copies `n` bytes with fixed-size moves: two overlapping moves of the largest power of two
+/// not above `n` (up to 64), both loads before both stores, so the overlap is exact; a
+/// `memcpy` call for longer or tiny packets.
+///
+/// # Safety
+///
+/// `src` is valid for reading and `dst` for writing `n` bytes, and the ranges do not overlap.
 #[inline(always)]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p = bytes.as_ptr();
-        let mut off = 0;
-        while off < bytes.len() {
-            // SAFETY: a prefetch is a hint that never faults and has no effect on memory; the
-            // address lies inside a live slice, and SSE is part of the x86-64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
-
-/// Copies a packet with fixed-size moves: two overlapping 32-byte moves for 33 to 64 bytes
-/// (the common case at 100 MHz), two 16-byte moves for 16 to 32, two 8-byte moves for 8 to 15;
-/// `copy_from_slice` otherwise. Both loads come before both stores, so the overlap is exact.
-/// `dst` and `src` have the same length.
-#[inline(always)]
-fn copy_packet(dst: &mut [u8], src: &[u8]) {
+pub(crate) unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     #[inline(always)]
-    fn two<const N: usize>(dst: &mut [u8], src: &[u8]) {
-        if let (Some(a), Some(b)) = (src.first_chunk::<N>(), src.last_chunk::<N>()) {
-            let (a, b) = (*a, *b);
-            if let Some(d) = dst.first_chunk_mut::<N>() {
-                *d = a;
-            }
-            if let Some(d) = dst.last_chunk_mut::<N>() {
-                *d = b;
-            }
+    unsafe fn two<const N: usize>(dst: *mut u8, src: *const u8, n: usize) {
+        // SAFETY: N <= n, so both N-byte ranges lie inside the caller's n bytes.
+        unsafe {
+            let a = src.cast::<[u8; N]>().read_unaligned();
+            let b = src.add(n - N).cast::<[u8; N]>().read_unaligned();
+            dst.cast::<[u8; N]>().write_unaligned(a);
+            dst.add(n - N).cast::<[u8; N]>().write_unaligned(b);
         }
     }
-    let n = src.len();
-    if n != dst.len() {
-        return;
-    }
-    match n {
-        33..=64 => two::<32>(dst, src),
-        16..=32 => two::<16>(dst, src),
-        8..=15 => two::<8>(dst, src),
-        _ => dst.copy_from_slice(src),
+    // SAFETY: each arm's size is at most n; the caller guarantees the rest.
+    unsafe {
+        match n {
+            33..=64 => two::<32>(dst, src, n),
+            65..=128 => two::<64>(dst, src, n),
+            16..=32 => two::<16>(dst, src, n),
+            8..=15 => two::<8>(dst, src, n),
+            4..=7 => two::<4>(dst, src, n),
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
+        }
     }
 }
 
@@ -131,55 +129,125 @@ impl Backoff {
     }
 }
 
-/// This thread's state for one L1ID of the window.
-struct LocalSlot<'p> {
-    chunk: Option<Chunk<'p>>,
-    /// Write position in bytes.
-    pos: u32,
+/// What every packet of a window slot touches (see the module docs): 32 bytes.
+#[repr(C, align(32))]
+struct HotSlot {
+    /// Where the next packet goes in the slot's block; null while the slot is closed.
+    wp: *mut u8,
+    /// Arrival bits of local E-links below 63; bit 63 ([`HI_MARK`]) once any other arrived.
+    bits: u64,
+    /// Bytes left for packets before the block's trailer reserve; 0 while closed, so that the
+    /// first packet of an event always takes the slow path, which opens the slot.
+    room: u32,
     /// Packets whose BCID differs from the first one's.
     mismatches: u32,
-    /// Of the E-links arrived (the slot's arrival bits), those, packets that did not fit the block.
-    dropped: u32,
-    last_local: u32,
+    /// BCID of the slot's first packet.
     bcid: u16,
-    status: Status,
-    opened_at: u64,
-    open: bool,
+    /// The last local E-link from 63 on that was placed (0: none yet).
+    last_hi: u16,
+    /// A packet arrived after one of a higher local E-link.
     unordered: bool,
+    open: bool,
 }
 
-impl LocalSlot<'_> {
-    fn closed() -> Self {
-        LocalSlot {
-            chunk: None,
-            pos: 0,
-            mismatches: 0,
-            dropped: 0,
-            last_local: 0,
-            bcid: 0,
-            status: Status::OK,
-            opened_at: 0,
-            open: false,
-            unordered: false,
+impl HotSlot {
+    const CLOSED: HotSlot = HotSlot {
+        wp: std::ptr::null_mut(),
+        bits: 0,
+        room: 0,
+        mismatches: 0,
+        bcid: 0,
+        last_hi: 0,
+        unordered: false,
+        open: false,
+    };
+
+    /// Copies one packet behind its packet header at the write position and advances it.
+    ///
+    /// # Safety
+    ///
+    /// The slot is open and `need = 8 + data.len()` rounded up to 4 is at most `room`.
+    #[inline(always)]
+    unsafe fn put(&mut self, need: usize, flags: u16, elink: u16, data: &[u8]) {
+        let wp = self.wp;
+        let padded = need - PACKET_HEADER_BYTES;
+        // SAFETY: an open slot's `wp .. wp + room` lies inside its block (open_slot sets both
+        // from the block, every write advances both by the same amount), and the caller checked
+        // `need <= room`. The block is 8-byte aligned and every `need` a multiple of 4, so `wp`
+        // is 4-byte aligned. The zero word (padding of the last data word; the E-link word, when
+        // the packet is empty) is written first, then overwritten where data and header go.
+        unsafe {
+            wp.add(4 + padded).cast::<u32>().write(0);
+            wp.cast::<u32>().write(need as u32 | u32::from(flags) << 16);
+            wp.add(4).cast::<u32>().write(u32::from(elink));
+            copy_bytes(wp.add(PACKET_HEADER_BYTES), data.as_ptr(), data.len());
+            self.wp = wp.add(need);
         }
+        self.room -= need as u32;
+    }
+}
+
+/// The rest of a window slot: the block it owns and the rarely touched fields.
+struct ColdSlot<'p> {
+    chunk: Option<Chunk<'p>>,
+    status: Status,
+    /// Of the E-links arrived (the slot's arrival bits), those whose packet did not fit.
+    dropped: u32,
+    opened_at: u64,
+}
+
+impl ColdSlot<'_> {
+    fn closed() -> Self {
+        ColdSlot {
+            chunk: None,
+            status: Status::OK,
+            dropped: 0,
+            opened_at: 0,
+        }
+    }
+}
+
+/// The per-block constants of the E-link whose packets the walker places.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lane {
+    /// Local index of the E-link in this thread.
+    pub(crate) local: usize,
+    /// The E-link number.
+    pub(crate) elink: u16,
+    /// Its arrival bit in [`HotSlot::bits`] ([`HI_MARK`] from local E-link 63 on).
+    bit: u64,
+    /// From local E-link 63 on: its word in a slot's `hi_bits` and its bit there.
+    hi_word: usize,
+    hi_bit: u64,
+}
+
+impl Lane {
+    /// Whether the arrival bit is in the hot slot (local E-links below 63).
+    pub(crate) fn low(&self) -> bool {
+        self.local < LOW_ELINKS
     }
 }
 
 /// Everything a packet touches (split from the reassemblers so both can be borrowed at once).
 pub(crate) struct Aggregator<'b, 'p, D, K> {
-    t: usize,
-    plan: &'b Plan,
+    pub(crate) t: usize,
+    pub(crate) plan: &'b Plan,
     shared: &'b Shared<'p>,
     decoder: &'b D,
     sink: &'b K,
-    cache: PoolCache<'p>,
-    elinks: &'b [u16],
+    /// One cache per block pool in use (pool `t % pools` serves thread `t`): allocations come
+    /// from `caches[own]`; blocks of fragments the sink hands back go to their own pool's
+    /// cache, which returns them to that pool in batches.
+    caches: Vec<PoolCache<'p>>,
+    own: usize,
+    pub(crate) elinks: &'b [u16],
     nlocal: u32,
-    words_per_slot: usize,
     // Copies of the plan's numbers the packet path uses (no pointer chase per packet).
     wrap: u64,
     modulus: u64,
     window: u64,
+    /// `window - 1`: the slot of event `seq` is `seq & mask`.
+    mask: usize,
     limit: usize,
     /// Oldest open event (run-local number) and its number modulo the L1ID cycle.
     base: u64,
@@ -189,8 +257,15 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     base_raw: u32,
     base_l1: u64,
     fast_span: u32,
-    slots: Vec<LocalSlot<'p>>,
-    arrived: Vec<u64>,
+    hot: Vec<HotSlot>,
+    cold: Vec<ColdSlot<'p>>,
+    /// Arrival bits of local E-links from 63 on: `hi_words` per slot.
+    hi_bits: Vec<u64>,
+    hi_words: usize,
+    /// `HotSlot::bits` of a slot whose every E-link arrived, and the same for each `hi_bits`
+    /// word.
+    low_full: u64,
+    hi_full: Vec<u64>,
     open_events: usize,
     waiting_since: u64,
     /// The base event with no packet here that another thread has published, and when that
@@ -203,7 +278,7 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     /// Inside `publish`'s assembly (a nested publish only stores the mark).
     assembling: bool,
     /// The last mark published.
-    published: u64,
+    pub(crate) published: u64,
     pub(crate) now: u64,
     /// One past the newest event seen.
     end_seen: u64,
@@ -220,10 +295,27 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         shared: &'b Shared<'p>,
         decoder: &'b D,
         sink: &'b K,
-        cache: PoolCache<'p>,
+        pools: &'p [ChunkPool],
     ) -> Self {
         let elinks = &plan.thread_elinks[t][..];
-        let words_per_slot = elinks.len().div_ceil(64);
+        let nlocal = elinks.len();
+        let hi = nlocal.saturating_sub(LOW_ELINKS);
+        let hi_words = hi.div_ceil(64);
+        let low_full = if hi > 0 {
+            u64::MAX
+        } else {
+            (1u64 << nlocal) - 1
+        };
+        let hi_full = (0..hi_words)
+            .map(|w| {
+                let n = (hi - 64 * w).min(64);
+                if n == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << n) - 1
+                }
+            })
+            .collect();
         let window = plan.window as usize;
         let mut agg = Aggregator {
             t,
@@ -231,21 +323,30 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             shared,
             decoder,
             sink,
-            cache,
+            caches: pools
+                .iter()
+                .take(plan.threads())
+                .map(ChunkPool::cache)
+                .collect(),
+            own: t % pools.len().clamp(1, plan.threads()),
             elinks,
-            nlocal: elinks.len() as u32,
-            words_per_slot,
+            nlocal: nlocal as u32,
             wrap: plan.wrap,
             modulus: plan.modulus,
             window: plan.window,
+            mask: window - 1,
             limit: plan.data_limit_bytes,
             base: 0,
             base_mod: plan.first_mod,
             base_raw: 0,
             base_l1: 0,
             fast_span: 0,
-            slots: (0..window).map(|_| LocalSlot::closed()).collect(),
-            arrived: vec![0; window * words_per_slot],
+            hot: (0..window).map(|_| HotSlot::CLOSED).collect(),
+            cold: (0..window).map(|_| ColdSlot::closed()).collect(),
+            hi_bits: vec![0; window * hi_words],
+            hi_words,
+            low_full,
+            hi_full,
             open_events: 0,
             waiting_since: 0,
             behind: (u64::MAX, 0),
@@ -257,13 +358,35 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             end_seen: 0,
             c: SwRodCounters::default(),
             missing: Vec::with_capacity(plan.total_elinks),
-            order: Vec::with_capacity(elinks.len()),
+            order: Vec::with_capacity(nlocal),
             scratch: vec![0; plan.chunk_bytes],
         };
         agg.base_l1 = plan.first_mod % plan.wrap;
         agg.base_raw = ((plan.first_mod / plan.wrap) as u32 & 0xFF) << 24 | agg.base_l1 as u32;
         agg.set_fast_span();
         agg
+    }
+
+    /// The per-block constants of local E-link `local`.
+    pub(crate) fn lane(&self, local: usize, elink: u16) -> Lane {
+        if local < LOW_ELINKS {
+            Lane {
+                local,
+                elink,
+                bit: 1 << local,
+                hi_word: 0,
+                hi_bit: 0,
+            }
+        } else {
+            let h = local - LOW_ELINKS;
+            Lane {
+                local,
+                elink,
+                bit: HI_MARK,
+                hi_word: h / 64,
+                hi_bit: 1 << (h % 64),
+            }
+        }
     }
 
     fn set_fast_span(&mut self) {
@@ -274,14 +397,16 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         self.shared.abort.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Places one packet of local E-link `local` (E-link number `elink`).
+    /// Places one packet of the lane's E-link.
     ///
     /// The common case is inline and straight: decode, one subtraction to the event number,
-    /// the arrival bit, and the copy. Everything rare (L1ID wrap or ECR ahead, late packets,
-    /// window moves, a closed slot, a full block, flagged packets) is out of line.
+    /// the arrival bit, the order and BCID checks, and the copy. Everything rare is out of line.
+    ///
+    /// `LOW`: the lane is one of the first 63 local E-links (`lane.local < 63`, the walker
+    /// checks it once per block), whose arrival bit is in the hot slot.
     #[inline(always)]
-    pub(crate) fn packet(&mut self, local: usize, elink: u16, data: &[u8], flags: u16) {
-        let Ok(info) = self.decoder.decode(elink, data) else {
+    pub(crate) fn packet<const LOW: bool>(&mut self, lane: &Lane, data: &[u8], flags: u16) {
+        let Ok(info) = self.decoder.decode(lane.elink, data) else {
             self.c.corrupt_packets += 1;
             return;
         };
@@ -296,48 +421,82 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 None => return,
             }
         };
-        let si = (seq & (self.window - 1)) as usize;
-        if !self.slots[si].open && !self.open_slot(si, seq, info.bcid) {
+        let si = seq as usize & self.mask;
+        let need = PACKET_HEADER_BYTES + ((data.len() + 3) & !3);
+        // SAFETY: `mask` is `hot.len() - 1` and `hot.len()` a power of two (the window).
+        let s = unsafe { self.hot.get_unchecked_mut(si) };
+        if flags == 0 && need <= s.room as usize && need <= MAX_NEED {
+            let bits = s.bits;
+            if LOW {
+                if bits & lane.bit == 0 {
+                    s.bits = bits | lane.bit;
+                    s.unordered |= bits > lane.bit;
+                    s.mismatches += u32::from(info.bcid != s.bcid);
+                    // SAFETY: the slot is open (room > 0) and need <= room.
+                    unsafe { s.put(need, 0, lane.elink, data) };
+                    return;
+                }
+            } else if let Some(w) = self.hi_bits.get_mut(si * self.hi_words + lane.hi_word) {
+                if *w & lane.hi_bit == 0 {
+                    *w |= lane.hi_bit;
+                    s.bits = bits | HI_MARK;
+                    s.unordered |= lane.local < usize::from(s.last_hi);
+                    s.last_hi = lane.local as u16;
+                    s.mismatches += u32::from(info.bcid != s.bcid);
+                    // SAFETY: as above.
+                    unsafe { s.put(need, 0, lane.elink, data) };
+                    return;
+                }
+            }
+        }
+        self.place_slow(seq, si, lane, info.bcid, data, flags);
+    }
+
+    /// Everything the inline path does not cover: a closed slot (opened here), a duplicate, a
+    /// packet that does not fit its block, a flagged packet.
+    #[cold]
+    #[inline(never)]
+    fn place_slow(&mut self, seq: u64, si: usize, lane: &Lane, bcid: u16, data: &[u8], flags: u16) {
+        if !self.hot[si].open && !self.open_slot(si, seq, bcid) {
             return;
         }
-        let Some(word) = self
-            .arrived
-            .get_mut(si * self.words_per_slot + (local >> 6))
-        else {
-            return;
+        let hi_at = si * self.hi_words + lane.hi_word;
+        let arrived = if lane.low() {
+            self.hot[si].bits & lane.bit != 0
+        } else {
+            self.hi_bits.get(hi_at).is_none_or(|w| w & lane.hi_bit != 0)
         };
-        let bit = 1u64 << (local & 63);
-        if *word & bit != 0 {
+        if arrived {
             self.c.duplicate_packets += 1;
             return;
         }
-        *word |= bit;
-        let s = &mut self.slots[si];
-        s.mismatches += u32::from(info.bcid != s.bcid);
-        s.unordered |= (local as u32) < s.last_local;
-        s.last_local = local as u32;
-        let len = data.len();
-        let padded = (len + 3) & !3;
-        let need = 8 + padded;
-        let pos = s.pos as usize;
-        let limit = self.limit;
-        let buf = match s.chunk.as_mut() {
-            Some(chunk) if pos + need <= limit && need <= 0xFFFF => chunk.get_mut(pos..pos + need),
-            _ => None,
-        };
-        let Some(buf) = buf else {
-            self.overflow(si);
-            return;
-        };
-        buf[..4].copy_from_slice(&(need as u32 | u32::from(flags) << 16).to_le_bytes());
-        buf[4..8].copy_from_slice(&u32::from(elink).to_le_bytes());
-        copy_packet(&mut buf[8..8 + len], data);
-        if padded != len {
-            buf[8 + len..].fill(0);
+        let s = &mut self.hot[si];
+        let bits = s.bits;
+        if lane.low() {
+            s.bits = bits | lane.bit;
+            s.unordered |= bits > lane.bit;
+        } else {
+            if let Some(w) = self.hi_bits.get_mut(hi_at) {
+                *w |= lane.hi_bit;
+            }
+            s.bits = bits | HI_MARK;
+            s.unordered |= lane.local < usize::from(s.last_hi);
+            s.last_hi = lane.local as u16;
         }
-        s.pos += need as u32;
+        s.mismatches += u32::from(bcid != s.bcid);
+        let need = PACKET_HEADER_BYTES + ((data.len() + 3) & !3);
+        if need > s.room as usize || need > MAX_NEED {
+            let c = &mut self.cold[si];
+            c.status |= Status::INTERNAL_OVERFLOW | Status::ROB_FRAGMENT_SIZE;
+            c.dropped += 1;
+            self.c.overflow_packets += 1;
+            return;
+        }
+        // SAFETY: the slot is open and need <= room.
+        unsafe { s.put(need, flags, lane.elink, data) };
         if flags != 0 {
-            self.flagged(si, flags);
+            self.c.flagged_packets += 1;
+            self.cold[si].status |= flag_status(flags);
         }
     }
 
@@ -380,46 +539,74 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         Some(seq)
     }
 
-    /// A packet that does not fit its block: dropped and flagged.
-    #[cold]
-    #[inline(never)]
-    fn overflow(&mut self, si: usize) {
-        let s = &mut self.slots[si];
-        s.status |= Status::INTERNAL_OVERFLOW | Status::ROB_FRAGMENT_SIZE;
-        s.dropped += 1;
-        self.c.overflow_packets += 1;
-    }
-
-    /// A packet delivered with FELIX error flags.
-    #[cold]
-    #[inline(never)]
-    fn flagged(&mut self, si: usize, flags: u16) {
-        self.c.flagged_packets += 1;
-        self.slots[si].status |= flag_status(flags);
-    }
-
-    /// E-links of slot `si` that delivered a packet.
+    /// E-links of slot `si` that delivered a packet (counted once per event: no `popcnt` in
+    /// the x86-64 baseline).
     fn arrived_count(&self, si: usize) -> u32 {
-        let w = self.words_per_slot;
-        self.arrived[si * w..(si + 1) * w]
-            .iter()
-            .map(|b| b.count_ones())
-            .sum()
+        let w = self.hi_words;
+        (self.hot[si].bits & !HI_MARK).count_ones()
+            + self.hi_bits[si * w..(si + 1) * w]
+                .iter()
+                .map(|b| b.count_ones())
+                .sum::<u32>()
+    }
+
+    /// Whether local E-link `local` delivered a packet to slot `si`, whose hot bits are `bits`.
+    fn has_arrived(&self, bits: u64, si: usize, local: usize) -> bool {
+        if local < LOW_ELINKS {
+            bits & (1 << local) != 0
+        } else {
+            let h = local - LOW_ELINKS;
+            self.hi_bits
+                .get(si * self.hi_words + h / 64)
+                .is_some_and(|w| w & (1 << (h % 64)) != 0)
+        }
     }
 
     /// Whether the slot `si` is open and has every E-link's packet.
     fn complete(&self, si: usize) -> bool {
-        self.slots[si].open && self.arrived_count(si) == self.nlocal
+        let w = self.hi_words;
+        let s = &self.hot[si];
+        s.open
+            && s.bits == self.low_full
+            && self.hi_bits[si * w..(si + 1) * w]
+                .iter()
+                .zip(&self.hi_full)
+                .all(|(b, f)| b == f)
+    }
+
+    /// Whether the base event may be complete: the cheap test the walker makes after each
+    /// block before calling [`drain`](Self::drain).
+    #[inline(always)]
+    pub(crate) fn base_may_be_complete(&self) -> bool {
+        // SAFETY: `mask` is `hot.len() - 1`.
+        let s = unsafe { self.hot.get_unchecked(self.base as usize & self.mask) };
+        s.bits == self.low_full
     }
 
     /// Takes a memory block from the pool, waiting (counted) while it is empty; `None` when the
     /// run is aborted meanwhile.
+    #[inline]
     fn alloc_block(&mut self) -> Option<Chunk<'p>> {
+        match self.caches[self.own].alloc() {
+            Ok(c) => Some(c),
+            Err(_) => self.alloc_block_wait(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_block_wait(&mut self) -> Option<Chunk<'p>> {
         let mut backoff = Backoff::new();
         loop {
-            match self.cache.alloc() {
-                Ok(c) => return Some(c),
+            match self.caches[self.own].alloc() {
+                Ok(c) => {
+                    self.shared.set_starved(self.own, false);
+                    return Some(c);
+                }
                 Err(_) => {
+                    // Other threads' caches may hold blocks of our pool: they give them back
+                    // when they see this (in `publish`).
+                    self.shared.set_starved(self.own, true);
                     self.c.pool_waits += 1;
                     if self.aborted() {
                         return None;
@@ -435,7 +622,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// Opens slot `si` for event `seq`: takes a memory block (waiting while the pool is empty).
     #[cold]
     fn open_slot(&mut self, si: usize, seq: u64, bcid: u16) -> bool {
-        let Some(chunk) = self.alloc_block() else {
+        let Some(mut chunk) = self.alloc_block() else {
             return false;
         };
         if self.open_events == 0 {
@@ -443,26 +630,36 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         }
         self.open_events += 1;
         self.end_seen = self.end_seen.max(seq + 1);
-        self.slots[si] = LocalSlot {
-            chunk: Some(chunk),
-            pos: (HEADER_WORDS * 4) as u32,
+        let start = HEADER_WORDS * 4;
+        let bytes: &mut [u8] = &mut chunk;
+        // The limit leaves the trailer reserve; `new` checked that the chunk holds the header
+        // and the reserve.
+        let room = self.limit.min(bytes.len()).saturating_sub(start);
+        let wp = bytes[start..].as_mut_ptr();
+        self.hot[si] = HotSlot {
+            wp,
+            bits: 0,
+            room: room.min(u32::MAX as usize) as u32,
             mismatches: 0,
-            dropped: 0,
-            last_local: 0,
             bcid,
-            status: Status::OK,
-            opened_at: self.now,
-            open: true,
+            last_hi: 0,
             unordered: false,
+            open: true,
+        };
+        self.cold[si] = ColdSlot {
+            chunk: Some(chunk),
+            status: Status::OK,
+            dropped: 0,
+            opened_at: self.now,
         };
         true
     }
 
     /// Finalizes complete events at the base.
     #[inline(never)]
-    fn drain(&mut self) {
+    pub(crate) fn drain(&mut self) {
         loop {
-            if !self.complete((self.base & (self.window - 1)) as usize) {
+            if !self.complete(self.base as usize & self.mask) {
                 return;
             }
             if !self.finalize_base() {
@@ -477,49 +674,53 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// aborting.
     fn finalize_base(&mut self) -> bool {
         let seq = self.base;
-        let si = (seq & (self.plan.window - 1)) as usize;
-        let count = self.arrived_count(si);
-        let mut s = std::mem::replace(&mut self.slots[si], LocalSlot::closed());
-        let bits = si * self.words_per_slot..(si + 1) * self.words_per_slot;
-        let part = if s.open {
+        let si = seq as usize & self.mask;
+        // Usually every E-link arrived: no population count then.
+        let count = if self.complete(si) {
+            self.nlocal
+        } else {
+            self.arrived_count(si)
+        };
+        let hot = std::mem::replace(&mut self.hot[si], HotSlot::CLOSED);
+        let mut cold = std::mem::replace(&mut self.cold[si], ColdSlot::closed());
+        let part = if hot.open {
             self.open_events -= 1;
             // Counted here, once per event, rather than once per packet.
-            let placed = count - s.dropped;
-            if s.mismatches > 0 {
-                s.status |= Status::BCID_CHECK_FAIL;
-                self.c.bcid_mismatches += u64::from(s.mismatches);
+            let placed = count - cold.dropped;
+            if hot.mismatches > 0 {
+                cold.status |= Status::BCID_CHECK_FAIL;
+                self.c.bcid_mismatches += u64::from(hot.mismatches);
             }
-            self.c.packets += u64::from(placed);
-            self.c.packet_bytes += (s.pos as usize - HEADER_WORDS * 4 - 8 * placed as usize) as u64;
-            let mut chunk = s.chunk;
-            let mut end = s.pos as usize / 4;
+            let mut chunk = cold.chunk;
+            let mut end = HEADER_WORDS;
             let mut missing = 0;
+            self.c.packets += u64::from(placed);
             if let Some(c) = chunk.as_mut() {
-                if s.unordered {
-                    self.reorder(c, s.pos as usize);
+                let pos = (hot.wp as usize).wrapping_sub(c.as_ptr() as usize);
+                self.c.packet_bytes += (pos - HEADER_WORDS * 4 - 8 * placed as usize) as u64;
+                if hot.unordered {
+                    self.reorder(c, pos);
                 }
+                end = pos / 4;
                 if count < self.nlocal {
-                    let arrived = &self.arrived[bits.clone()];
-                    let words = c.words_mut();
-                    for (local, &elink) in self.elinks.iter().enumerate() {
-                        if arrived[local / 64] & (1 << (local % 64)) == 0 {
-                            if let Some(w) = words.get_mut(end + missing) {
-                                *w = u32::from(elink);
+                    for local in 0..self.elinks.len() {
+                        if !self.has_arrived(hot.bits, si, local) {
+                            if let Some(w) = c.words_mut().get_mut(end + missing) {
+                                *w = u32::from(self.elinks[local]);
                                 missing += 1;
                             }
                         }
                     }
                 }
-            } else {
-                end = HEADER_WORDS;
             }
             Part {
                 chunk,
                 end: end as u32,
                 missing: missing as u32,
-                status: s.status,
-                bcid: Some(s.bcid),
+                status: cold.status,
+                bcid: Some(hot.bcid),
                 packets: placed,
+                l1id: self.base_raw,
             }
         } else {
             Part {
@@ -529,9 +730,13 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                 status: Status::OK,
                 bcid: None,
                 packets: 0,
+                l1id: self.base_raw,
             }
         };
-        self.arrived[bits].fill(0);
+        let w = self.hi_words;
+        if w > 0 {
+            self.hi_bits[si * w..(si + 1) * w].fill(0);
+        }
         if seq >= self.released_seen + self.window {
             self.released_seen = self.shared.released();
             if seq >= self.released_seen + self.window && !self.wait_for_ring(seq) {
@@ -596,6 +801,11 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// assembles the complete events of this thread's groups.
     #[inline(never)]
     pub(crate) fn publish(&mut self) {
+        for (p, cache) in self.caches.iter_mut().enumerate() {
+            if self.shared.starved(p) {
+                cache.flush();
+            }
+        }
         self.shared.publish(self.t, self.base);
         self.published = self.base;
         if self.assembling {
@@ -615,8 +825,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                     // SAFETY: `s` is in one of our groups, below the `complete_end` we read,
                     // taken once (our cursor moves past it below), and the cursor is stored
                     // after.
-                    let parts = unsafe { self.shared.take(s) };
-                    self.assemble(s, parts);
+                    unsafe { self.assemble(s) };
                 }
             }
             seq = group_end;
@@ -676,11 +885,17 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     }
 
     /// Builds the fragment of `seq` from every thread's part and hands it to the sink.
-    fn assemble(&mut self, seq: u64, mut parts: Parts<'p>) {
+    ///
+    /// # Safety
+    ///
+    /// As [`Shared::take`] for `seq`: this thread assembles `seq`, every mark is past it, and
+    /// it is assembled once.
+    unsafe fn assemble(&mut self, seq: u64) {
         let plan = self.plan;
         let mut status = Status::OK;
         let mut bcid: Option<u16> = None;
         let mut packets = 0;
+        let mut l1id = None;
         self.missing.clear();
         let mut frag = Fragment {
             blocks: Default::default(),
@@ -689,15 +904,19 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             last: 0,
             trailer_words: 0,
             data_words: 0,
-            l1id: plan.extended_l1id(seq),
+            l1id: 0,
             bcid: 0,
             status: Status::OK,
             packets: 0,
             missing: 0,
             thread: self.t,
         };
-        for (t, part) in parts.iter_mut().enumerate().take(plan.threads()) {
-            let Some(part) = part.take() else { continue };
+        for t in 0..plan.threads().min(MAX_THREADS) {
+            // SAFETY: the caller's guarantee, for each thread's cell of `seq` once.
+            let Some(part) = (unsafe { self.shared.take(t, seq) }) else {
+                continue;
+            };
+            l1id.get_or_insert(part.l1id);
             status |= part.status;
             packets += part.packets;
             if let Some(b) = part.bcid {
@@ -710,29 +929,30 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
                     Some(_) => {}
                 }
             }
-            match &part.chunk {
+            match part.chunk {
                 Some(c) => {
-                    let end = part.end as usize;
-                    let list = c
-                        .words()
-                        .get(end..end + part.missing as usize)
-                        .unwrap_or(&[]);
-                    self.missing.extend_from_slice(list);
+                    if part.missing > 0 {
+                        let end = part.end as usize;
+                        let list = c
+                            .words()
+                            .get(end..end + part.missing as usize)
+                            .unwrap_or(&[]);
+                        self.missing.extend_from_slice(list);
+                    }
+                    if frag.first == usize::MAX {
+                        frag.first = t;
+                    }
+                    frag.last = t;
+                    frag.ends[t] = part.end;
+                    frag.data_words += part.end as usize - HEADER_WORDS;
+                    frag.blocks[t] = Some(c);
                 }
                 None => self
                     .missing
                     .extend(plan.thread_elinks[t].iter().map(|&e| u32::from(e))),
             }
-            if let Some(c) = part.chunk {
-                if frag.first == usize::MAX {
-                    frag.first = t;
-                }
-                frag.last = t;
-                frag.ends[t] = part.end;
-                frag.data_words += part.end as usize - HEADER_WORDS;
-                frag.blocks[t] = Some(c);
-            }
         }
+        frag.l1id = l1id.unwrap_or_else(|| plan.extended_l1id(seq));
         if frag.blocks[self.t].is_some() {
             // Header and trailer go into this thread's own block: the other threads' blocks
             // are only read, never written, by the thread that completes the fragment.
@@ -797,20 +1017,45 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         frag.packets = packets;
         frag.missing = nmissing as u32;
         self.c.fragments += 1;
-        if self.sink.fragment(frag) == Flow::Stop {
+        let flow = match self.sink.inspect(&frag) {
+            Some(flow) => {
+                self.recycle(frag);
+                flow
+            }
+            None => self.sink.fragment(frag),
+        };
+        if flow == Flow::Stop {
             self.shared
                 .stop
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
+    /// Gives the blocks of a fragment the sink did not keep to this thread's caches, each to a
+    /// cache of its own pool: no shared atomic per block, and a block of another thread goes
+    /// back to its pool in a batch of 32 that its owner takes with one CAS.
+    #[inline]
+    fn recycle(&mut self, f: Fragment<'p>) {
+        // Only the first `threads` entries can hold a block (thread `t` fills entry `t`; a
+        // fragment with no packet at all uses entry 0).
+        let n = self.plan.threads().min(MAX_THREADS);
+        let Fragment { mut blocks, .. } = f;
+        for block in &mut blocks[..n] {
+            if let Some(c) = block.take() {
+                match self.caches.iter_mut().find(|k| k.owns(&c)) {
+                    Some(k) => k.free(c),
+                    None => drop(c),
+                }
+            }
+        }
+    }
+
     /// Closes base events older than the timeout (and the complete ones behind them).
     pub(crate) fn check_timeouts(&mut self) {
-        let window = self.plan.window;
         loop {
-            let s = &self.slots[(self.base & (window - 1)) as usize];
-            let since = if s.open {
-                s.opened_at
+            let si = self.base as usize & self.mask;
+            let since = if self.hot[si].open {
+                self.cold[si].opened_at
             } else if self.open_events > 0 {
                 self.waiting_since
             } else if self.shared.others_past(self.t, self.base) {
@@ -844,7 +1089,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// Closes every event before `end` (end of run: no more data will come for them).
     pub(crate) fn flush_until(&mut self, end: u64) {
         while self.base < end {
-            if !self.complete((self.base & (self.window - 1)) as usize) {
+            if !self.complete(self.base as usize & self.mask) {
                 self.c.end_of_run_parts += 1;
             }
             if !self.finalize_base() {
@@ -869,225 +1114,4 @@ fn flag_status(flags: u16) -> Status {
         s |= Status::ROB_TRANSMISSION;
     }
     s
-}
-
-/// A receiving thread: the block walker, the reassemblers, and the aggregator.
-pub(crate) struct Receiver<'b, 'p, D, K> {
-    pub(crate) agg: Aggregator<'b, 'p, D, K>,
-    reasm: Vec<ElinkReassembler>,
-    last_seq: Vec<u8>,
-    /// Trailers found by the backward pass: `word << 32 | offset`.
-    trailers: Vec<u64>,
-}
-
-impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
-    pub(crate) fn new(agg: Aggregator<'b, 'p, D, K>) -> Self {
-        let plan = agg.plan;
-        let elinks = agg.elinks;
-        Receiver {
-            reasm: elinks
-                .iter()
-                .map(|&e| ElinkReassembler::new(e, plan.max_packet_bytes))
-                .collect(),
-            last_seq: vec![NO_SEQUENCE; elinks.len()],
-            trailers: Vec::with_capacity(plan.felix_block_bytes / 2),
-            agg,
-        }
-    }
-
-    /// Handles the blocks of one filled superpage.
-    pub(crate) fn superpage(&mut self, data: &[u8]) {
-        let bs = self.agg.plan.felix_block_bytes;
-        self.agg.c.superpages += 1;
-        let mut blocks = data.chunks_exact(bs);
-        // The walker jumps to the end of each block and reads backwards, which the hardware
-        // prefetcher does not anticipate: ask for the block PREFETCH_BLOCKS ahead explicitly.
-        let ahead = PREFETCH_BLOCKS * bs;
-        let mut at = 0;
-        for block in &mut blocks {
-            if let Some(next) = data.get(at + ahead..at + ahead + bs) {
-                prefetch(next);
-            }
-            at += bs;
-            self.block(block);
-        }
-        self.agg.c.bad_bytes += blocks.remainder().len() as u64;
-    }
-
-    /// Sums the reassemblers' sequence errors into the counters.
-    pub(crate) fn sync_counters(&mut self) {
-        self.agg.c.sequence_errors = self
-            .reasm
-            .iter()
-            .map(|r| r.counters().sequence_errors)
-            .sum();
-    }
-
-    #[inline]
-    fn block(&mut self, block: &[u8]) {
-        let c = &mut self.agg.c;
-        c.blocks += 1;
-        let (Some(&[h0, h1, m0, m1]), true) = (block.first_chunk::<4>(), block.len() >= 8) else {
-            c.bad_blocks += 1;
-            return;
-        };
-        let w0 = u16::from_le_bytes([h0, h1]);
-        let size = match u16::from_le_bytes([m0, m1]) {
-            rodeo_format::felix::MARKER_TRAILER32 => TrailerSize::Bits32,
-            rodeo_format::felix::MARKER_TRAILER16 => TrailerSize::Bits16,
-            _ => {
-                c.bad_blocks += 1;
-                return;
-            }
-        };
-        let elink = w0 & rodeo_format::felix::MAX_ELINK;
-        let local = match self.agg.plan.local_of(elink) {
-            Some((t, local)) if t == self.agg.t => local,
-            _ => {
-                c.foreign_blocks += 1;
-                return;
-            }
-        };
-        let sequence = (w0 >> 11) as u8;
-        let last = self.last_seq[local];
-        let mut gap = false;
-        if last != NO_SEQUENCE && sequence != (last + 1) % 32 {
-            c.block_gaps += 1;
-            c.lost_blocks += u64::from((sequence + 32 - (last + 1) % 32) % 32);
-            gap = true;
-        }
-        self.last_seq[local] = sequence;
-        match size {
-            TrailerSize::Bits32 => self.walk::<true>(block, local, elink, gap),
-            TrailerSize::Bits16 => self.walk::<false>(block, local, elink, gap),
-        }
-        // Completion is checked once per block rather than once per packet.
-        self.agg.drain();
-        if self.agg.base >= self.agg.published + PUBLISH_EVERY {
-            self.agg.publish();
-        }
-    }
-
-    /// Walks one block's subchunks (`W32`: 32-bit trailers, else 16-bit).
-    #[inline(always)]
-    fn walk<const W32: bool>(&mut self, block: &[u8], local: usize, elink: u16, gap: bool) {
-        let size = if W32 {
-            TrailerSize::Bits32
-        } else {
-            TrailerSize::Bits16
-        };
-        let t = size.bytes();
-        // Type bits and error flags of the trailer; a whole packet without flags (type BOTH = 3,
-        // flags 0) is the one value `whole` under that mask.
-        let (mask, whole, len_mask) = if W32 {
-            (0xFE00_0000u32, 0x6000_0000u32, 0xFFFFu32)
-        } else {
-            (0xFC00, 0x6000, 0x3FF)
-        };
-        let Receiver {
-            agg,
-            reasm,
-            trailers,
-            ..
-        } = self;
-        // Backwards from the block end. A whole packet without flags (BOTH) is placed at once;
-        // pieces of split packets (and flagged or out-of-band subchunks) are kept for the
-        // reassembler, which takes them forwards, in time order.
-        trailers.clear();
-        let mut end = block.len();
-        let mut damaged = false;
-        while end >= 4 + t {
-            let at = end - t;
-            let word = read_trailer::<W32>(block, at);
-            let len = (word & len_mask) as usize;
-            let padded = (len + t - 1) & !(t - 1);
-            if word & mask == whole {
-                if padded > at - 4 {
-                    damaged = true;
-                    break;
-                }
-                let start = at - padded;
-                // `start..at` is the padded packet: one check against the block, then one of
-                // the length against the padding.
-                if let Some(data) = block.get(start..at).and_then(|p| p.get(..len)) {
-                    agg.packet(local, elink, data, 0);
-                }
-                end = start;
-                continue;
-            }
-            let (kind, _) = kind_len(word, size);
-            if kind == 0 {
-                end = at;
-                continue;
-            }
-            if kind == 7 {
-                trailers.push(u64::from(word) << 32 | at as u64);
-                end = at;
-                continue;
-            }
-            if padded > at - 4 {
-                damaged = true;
-                break;
-            }
-            trailers.push(u64::from(word) << 32 | at as u64);
-            end = at - padded;
-        }
-        if !gap && !damaged && trailers.is_empty() {
-            return;
-        }
-        let r = &mut reasm[local];
-        if gap || damaged {
-            if damaged {
-                agg.c.damaged_blocks += 1;
-            }
-            // The open packet lost its end (or the block between): deliver it as truncated.
-            r.flush(|ch| agg.packet(local, elink, ch.data, ch.flags.bits()));
-        }
-        // Forwards: the pieces in time order.
-        for &tw in trailers.iter().rev() {
-            let at = tw as u32 as usize;
-            let word = (tw >> 32) as u32;
-            let (kind, len) = kind_len(word, size);
-            let padded = (len + t - 1) & !(t - 1);
-            let start = at - padded;
-            let payload = if kind == 7 {
-                &[][..]
-            } else {
-                &block[start..start + len]
-            };
-            let trailer = size.decode(word);
-            let sub = Subchunk {
-                kind: SubchunkType::from_bits(kind as u8),
-                flags: trailer.flags,
-                payload,
-                offset: at,
-            };
-            r.push_subchunk(&sub, |ch| {
-                agg.packet(local, elink, ch.data, ch.flags.bits())
-            });
-        }
-    }
-}
-
-#[inline(always)]
-fn read_trailer<const W32: bool>(block: &[u8], at: usize) -> u32 {
-    if W32 {
-        match block.get(at..at + 4) {
-            Some(&[a, b, c, d]) => u32::from_le_bytes([a, b, c, d]),
-            _ => 0,
-        }
-    } else {
-        match block.get(at..at + 2) {
-            Some(&[a, b]) => u32::from(u16::from_le_bytes([a, b])),
-            _ => 0,
-        }
-    }
-}
-
-#[inline(always)]
-fn kind_len(word: u32, size: TrailerSize) -> (u32, usize) {
-    match size {
-        TrailerSize::Bits32 => (word >> 29, (word & 0xFFFF) as usize),
-        TrailerSize::Bits16 => ((word >> 13) & 7, (word & 0x3FF) as usize),
-    }
 }

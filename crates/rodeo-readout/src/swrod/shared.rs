@@ -22,6 +22,7 @@
 //! | `rings[t][i]: UnsafeCell` | thread `t` (write), the event's assembler (take) | thread `t`'s part of the event `seq` with `seq % window == i` |
 //! | `marks[t]: AtomicU64` | thread `t` | its parts of every event below this are in its ring |
 //! | `cursors[t]: AtomicU64` | thread `t` | the events of its groups below this are assembled, their cells empty |
+//! | `starved[p]: AtomicBool` | a thread of pool `p` | it waits for a block of pool `p`: every thread gives back the blocks of `p` its caches hold |
 //!
 //! # Rules
 //!
@@ -38,6 +39,11 @@
 //!    its mark and assembling its groups meanwhile: the back-pressure between threads. Every
 //!    wait of a receiving thread (ring, pool, end of run) publishes and assembles, so the
 //!    events a waiting thread needs assembled always complete.
+//! 5. Blocks of fragments a sink does not keep go to the assembling thread's cache of their
+//!    pool, which returns them in batches. A thread that finds its pool empty sets
+//!    `starved[p]` (relaxed: a hint, re-set on every retry) and every thread flushes its cache
+//!    of `p` when it next publishes, which it does while waiting too: a block never stays in
+//!    one thread's cache while another waits for it.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -45,8 +51,6 @@ use std::time::Instant;
 
 use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
-
-use super::fragment::MAX_THREADS;
 
 /// One thread's contribution to one L1ID.
 pub(crate) struct Part<'p> {
@@ -63,9 +67,9 @@ pub(crate) struct Part<'p> {
     pub(crate) bcid: Option<u16>,
     /// Packets in the part.
     pub(crate) packets: u32,
+    /// Extended L1ID of the event (every thread's part carries the same).
+    pub(crate) l1id: u32,
 }
-
-pub(crate) type Parts<'p> = [Option<Part<'p>>; MAX_THREADS];
 
 /// A value on a cache line of its own.
 #[repr(align(64))]
@@ -94,6 +98,8 @@ pub(crate) struct Shared<'p> {
     pub(crate) stop: AtomicBool,
     /// Set when a thread panics, so that no other thread waits for it forever.
     pub(crate) abort: AtomicBool,
+    /// Per block pool: a thread waits for a block of it (the others flush their caches of it).
+    starved: Box<[Line<AtomicBool>]>,
     epoch: Instant,
 }
 
@@ -101,7 +107,7 @@ pub(crate) struct Shared<'p> {
 pub(crate) const GROUP: u64 = 64;
 
 impl<'p> Shared<'p> {
-    pub(crate) fn new(window: usize, threads: usize) -> Shared<'p> {
+    pub(crate) fn new(window: usize, threads: usize, pools: usize) -> Shared<'p> {
         Shared {
             rings: (0..threads)
                 .map(|_| Ring((0..window).map(|_| UnsafeCell::new(None)).collect()))
@@ -114,8 +120,25 @@ impl<'p> Shared<'p> {
             finished: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
+            starved: (0..pools).map(|_| Line(AtomicBool::new(false))).collect(),
             epoch: Instant::now(),
         }
+    }
+
+    /// Marks block pool `p` as one a thread waits for (or no longer waits for).
+    pub(crate) fn set_starved(&self, p: usize, starved: bool) {
+        if let Some(f) = self.starved.get(p) {
+            if f.0.load(Ordering::Relaxed) != starved {
+                f.0.store(starved, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether a thread waits for a block of pool `p`.
+    pub(crate) fn starved(&self, p: usize) -> bool {
+        self.starved
+            .get(p)
+            .is_some_and(|f| f.0.load(Ordering::Relaxed))
     }
 
     /// Nanoseconds since the run started (the clock of every timeout).
@@ -148,6 +171,7 @@ impl<'p> Shared<'p> {
     /// - `t` is in range and the caller is the only thread using index `t`;
     /// - `seq < released() + window`, read by this thread, and `seq` is the next event of the
     ///   thread (each written once, in order, at or above its last published mark).
+    #[inline]
     pub(crate) unsafe fn write(&self, t: usize, seq: u64, part: Part<'p>) {
         let cell = &self.rings[t].0[(seq & self.mask) as usize];
         // SAFETY: rule 1: the previous occupant of the cell was taken before its assembler's
@@ -175,21 +199,21 @@ impl<'p> Shared<'p> {
         (seq / GROUP) % self.threads
     }
 
-    /// Takes every thread's part of `seq`.
+    /// Takes thread `t`'s part of `seq` (`None` for a thread index out of range).
     ///
     /// # Safety
     ///
     /// The caller is thread [`assembler_of(seq)`](Shared::assembler_of), has read
-    /// `complete_end() > seq`, takes each `seq` once, and stores its cursor past `seq` only after.
-    pub(crate) unsafe fn take(&self, seq: u64) -> Parts<'p> {
-        let i = (seq & self.mask) as usize;
-        std::array::from_fn(|t| {
-            let ring = self.rings.get(t)?;
-            // SAFETY: rule 2: every thread's mark is past `seq`, so its cell is written and its
-            // writer does not touch it again before our cursor moves past `seq` (rules 1, 3);
-            // only the assembler of `seq` takes it.
-            unsafe { (*ring.0[i].get()).take() }
-        })
+    /// `complete_end() > seq`, takes each `(t, seq)` once, and stores its cursor past `seq` only
+    /// after.
+    #[inline]
+    pub(crate) unsafe fn take(&self, t: usize, seq: u64) -> Option<Part<'p>> {
+        let ring = self.rings.get(t)?;
+        let cell = ring.0.get((seq & self.mask) as usize)?;
+        // SAFETY: rule 2: every thread's mark is past `seq`, so the cell is written and its
+        // writer does not touch it again before our cursor moves past `seq` (rules 1, 3); only
+        // the assembler of `seq` takes it.
+        unsafe { (*cell.get()).take() }
     }
 
     /// Publishes that thread `t` has assembled every event of its groups below `end`.

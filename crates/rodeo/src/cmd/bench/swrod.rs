@@ -10,8 +10,10 @@
 //! card's DMA is not what is measured). The filled superpages are then replayed through a
 //! [`DmaChannel`] that hands them out in order (`Replay`), and the builder
 //! ([`FragmentBuilder`], one receiving thread per group, one block pool per thread, a
-//! [`CountingSink`]) is timed from start
-//! to its return, which includes building every fragment. Repeated `--reps` times over the same
+//! [`CountingSink`]) is timed from start to its return, which includes starting the threads,
+//! building every fragment and returning every block (the counting sink keeps no fragment, so
+//! the builder gives the blocks back through its pool caches). Nothing else runs in the timed
+//! part: no generation, no consumer work beyond counting. Repeated `--reps` times over the same
 //! superpages with a fresh run each time; rows give the best repetition and the median.
 //!
 //! # Baseline
