@@ -527,8 +527,7 @@ impl EventStore {
             hold(holds, table, p);
             table.set_next(p, NO_PAGE);
             ch.write_page = p;
-            ch.write_offset = 0;
-            prefetch_page_ahead(table, ch, words, pw);
+            ch.write_offset = first_offset(p, words, pw);
         }
         let (page, offset) = (ch.write_page, ch.write_offset);
         hold(holds, table, page);
@@ -757,17 +756,17 @@ impl EventStore {
 }
 
 /// The next fragment of channel `ch` most likely has this size (`words`) and goes where the
-/// cursor is now (or at the start of the next free page): warms its header and trailer lines
+/// cursor is now (or at the first offset of the next free page): warms its header and trailer lines
 /// now, so that writing them then does not stall on memory.
 #[inline(always)]
 fn prefetch_next(table: &PageTable, ch: &Channel, words: usize, page_words: usize) {
-    if pf_mode() != 0 {
-        return;
-    }
     let (np, no) = if ch.write_offset + words <= page_words {
         (ch.write_page, ch.write_offset)
     } else {
-        (ch.free.last().copied().unwrap_or(NO_PAGE), 0)
+        match ch.free.last() {
+            Some(&p) => (p, first_offset(p, words, page_words)),
+            None => (NO_PAGE, 0),
+        }
     };
     if np != NO_PAGE {
         table.prefetch(np, no);
@@ -776,42 +775,17 @@ fn prefetch_next(table: &PageTable, ch: &Channel, words: usize, page_words: usiz
     }
 }
 
-fn pf_mode() -> u32 {
-    static M: std::sync::LazyLock<u32> = std::sync::LazyLock::new(|| {
-        std::env::var("PFMODE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    });
-    *M
-}
-
-/// Pages the page-ahead prefetch looks down the free stack.
-const PREFETCH_PAGES_AHEAD: usize = 2;
-
-/// Called when channel `ch` takes a fresh page: warms the header and trailer lines that
-/// fragments of `words` words will use in the page it takes [`PREFETCH_PAGES_AHEAD`] pages
-/// later, so the misses overlap with the work on the fragments in between.
+/// Where the first fragment goes in fresh page `p`, for fragments of `words` words in pages of
+/// `page_words`: staggered by a few cache lines from page to page, within the room that
+/// fragments of this size leave unused at a page's end anyway (so no page holds fewer of
+/// them). Without it every page's first header sits at offset 0, and the header lines of all
+/// the store's pages compete for the same few cache sets.
 #[inline(always)]
-fn prefetch_page_ahead(table: &PageTable, ch: &Channel, words: usize, page_words: usize) {
-    if pf_mode() != 1 {
-        return;
-    }
-    let n = ch.free.len();
-    if n < PREFETCH_PAGES_AHEAD {
-        return;
-    }
-    let p = ch.free[n - PREFETCH_PAGES_AHEAD];
-    let mut off = 0;
-    for _ in 0..8 {
-        if off + words > page_words {
-            break;
-        }
-        table.prefetch(p, off);
-        table.prefetch(p, off + 16);
-        table.prefetch(p, off + words - 1);
-        off += words;
-    }
+fn first_offset(p: u32, words: usize, page_words: usize) -> usize {
+    let spare = page_words % words;
+    // 16 words = one 64-byte line; eight colours.
+    let want = (p as usize % 8) * 16;
+    want.min(spare & !15)
 }
 
 /// Drops the store's holds of a cleared fragment at `loc`: one per page it touches; pages

@@ -302,3 +302,21 @@ fn channel_of_consecutive_and_scattered_source_ids() {
         [Some(0), Some(1), Some(2), None, None]
     );
 }
+
+/// Fresh pages start their first fragment a few cache lines in, differently from page to page,
+/// but never so far that a page holds fewer fragments of that size.
+#[test]
+fn staggered_first_offsets_keep_every_page_full() {
+    for pw in [256usize, 1024] {
+        for words in [20usize, 100, 200, 421, 500, pw - 3, pw] {
+            let offsets: Vec<usize> = (0..16).map(|p| first_offset(p, words, pw)).collect();
+            for &o in &offsets {
+                assert_eq!(o % 16, 0, "line-aligned");
+                assert_eq!((pw - o) / words, pw / words, "pw {pw} words {words} at {o}");
+            }
+            if pw % words >= 112 {
+                assert!(offsets.iter().any(|&o| o > 0), "staggered: {offsets:?}");
+            }
+        }
+    }
+}
