@@ -70,6 +70,7 @@ impl<S: RequestSource> Core<S> {
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
         while !self.stop.load(Ordering::Acquire) {
+            self.source.maintain();
             let mut work = self.store.reclaim() as u64;
             let ingested = self.input.poll(&mut self.store);
             if ingested > 0 {
@@ -112,6 +113,7 @@ impl<S: RequestSource> Core<S> {
         }
         // Answer everything still pending, flagged.
         self.recheck(Instant::now(), true);
+        self.source.maintain();
         self.store.reclaim();
         Stopped {
             counters: self.stats.snapshot(),
@@ -206,7 +208,8 @@ impl<S: RequestSource> Core<S> {
                 break;
             };
             let expired = self.descriptors.get(d).deadline <= now;
-            if self.answer(d, Missing::Wait) {
+            // A plain scan first: a request that still waits costs no page references.
+            if self.ready(d) && self.answer(d, Missing::Wait) {
                 continue;
             }
             if expired || flush {
@@ -223,6 +226,17 @@ impl<S: RequestSource> Core<S> {
             .store(self.descriptors.pending() as u64, Ordering::Relaxed);
     }
 
+    /// True when no requested fragment of descriptor `d` may still arrive (each is present or
+    /// lost). For parked requests, re-checked on every turn that brought data or clears.
+    fn ready(&self, d: u32) -> bool {
+        let desc = self.descriptors.get(d);
+        desc.robs.iter().all(|&rob| {
+            self.store
+                .channel_of(rob)
+                .is_none_or(|c| self.store.lookup(c, desc.l1id) != Lookup::Pending)
+        })
+    }
+
     /// Sends the reply of descriptor `d` and frees it; true when sent. Missing fragments are
     /// empty ROB fragments flagged LOST, or PENDING with [`Missing::GiveUp`]; with
     /// [`Missing::Wait`] a fragment that may still arrive stops the reply (false: nothing sent,
@@ -236,11 +250,12 @@ impl<S: RequestSource> Core<S> {
         self.head
             .extend_from_slice(&(desc.robs.len() as u32).to_le_bytes());
         self.segments.clear();
-        let (mut lost, mut pending, mut present) = (0u64, 0u64, 0u64);
+        let (mut lost, mut pending, mut present, mut unknown) = (0u64, 0u64, 0u64, 0u64);
         for &rob in &desc.robs {
             let status = match self.store.channel_of(rob) {
                 None => {
-                    bump(&self.stats.unknown_robs, 1);
+                    // Counted when the reply goes out (a waiting request is looked at again).
+                    unknown += 1;
                     Status::ROB_FRAGMENT_LOST
                 }
                 Some(c) => {
@@ -284,6 +299,7 @@ impl<S: RequestSource> Core<S> {
         let s = &self.stats;
         match sent {
             Ok(()) => {
+                bump(&s.unknown_robs, unknown);
                 bump(&s.replies, 1);
                 bump(&s.fragments_sent, present);
                 bump(&s.bytes_sent, u64::from(payload));

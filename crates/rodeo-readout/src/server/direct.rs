@@ -261,15 +261,15 @@ const CLEAR_SLACK: usize = 16;
 
 /// Spin, then yield, then sleep briefly: waiting on the other thread without a syscall per
 /// check while it is fast, without burning a shared core while it is not (a yield lets any
-/// other runnable thread have the CPU). The yield phase is long, a few milliseconds: a sleep
-/// costs at least 50 µs plus the kernel's timer slack, and a tester or core thread that sleeps
-/// while the other is about to answer leaves both idle in turn (measured: the direct link's
-/// rate halved in runs where they fell into that rhythm).
+/// other runnable thread have the CPU; after a few hundred microseconds of yields the waiter
+/// sleeps, so an idle link costs little CPU). The yield phase is longer than a reply takes
+/// under load: a sleep costs at least 50 µs plus the kernel's timer slack, and a thread that
+/// sleeps while the other is about to answer leaves both idle in turn.
 #[derive(Debug, Default)]
 struct Backoff(u32);
 
-/// Yields before the [`Backoff`] starts sleeping.
-const YIELDS: u32 = 8192;
+/// Yields before the [`Backoff`] starts sleeping (a few hundred microseconds).
+const YIELDS: u32 = 1024;
 
 impl Backoff {
     fn snooze(&mut self) {
@@ -295,12 +295,18 @@ pub struct DirectSource {
 
 impl DirectSource {
     /// Takes back the boxes the client has read and drops their page references here, on the
-    /// core thread.
+    /// core thread. Once the client is gone, the replies it never read come back the same way.
     #[inline]
     fn drain_returned(&mut self) {
         while let Some(mut r) = self.shared.reply_free.pop() {
             r.segments.clear();
             self.spare.push(r);
+        }
+        if self.shared.client_gone.load(Ordering::Acquire) {
+            while let Some(mut r) = self.shared.replies.pop() {
+                r.segments.clear();
+                self.spare.push(r);
+            }
         }
     }
 }
@@ -326,7 +332,6 @@ impl RequestSource for DirectSource {
             // The pool is as large as the queue: cannot fail.
             let _ = self.shared.request_free.push(b);
         }
-        self.drain_returned();
         match self.shared.requests.pop() {
             Some(b) => {
                 *buf = Some(b);
@@ -394,6 +399,10 @@ impl RequestSource for DirectSource {
 
     fn endpoint(&self) -> String {
         "direct".into()
+    }
+
+    fn maintain(&mut self) {
+        self.drain_returned();
     }
 }
 

@@ -127,7 +127,9 @@ pub(crate) fn bump(counter: &AtomicU64, n: u64) {
 
 macro_rules! counters {
     ($(#[$m:meta])* $name:ident, $snap:ident { $($(#[$fm:meta])* $f:ident),* $(,)? }) => {
-        /// Live counters of the server (updated by the core thread, read by anyone).
+        /// Live counters of the server: written by the core thread alone, with plain loads and
+        /// stores (see `bump`), read by anyone. Do not write them from elsewhere: such a write
+        /// could be lost.
         #[derive(Debug, Default)]
         pub struct $name { $($(#[$fm])* pub $f: AtomicU64,)* }
         $(#[$m])*

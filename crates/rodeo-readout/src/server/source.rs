@@ -109,6 +109,9 @@ pub trait RequestSource: Send + 'static {
     ) -> Result<(), ReplyRefused>;
     /// A name for logs and the server's endpoint.
     fn endpoint(&self) -> String;
+    /// Housekeeping the core thread calls once per loop turn and once when it stops (the
+    /// direct link takes back read reply boxes there and drops their page references).
+    fn maintain(&mut self) {}
 }
 
 /// The ZeroMQ source: a bound ROUTER socket (any inproc/ipc/tcp endpoint).

@@ -26,9 +26,19 @@
 //! [`SwRodConfig::window`]): the builder never has more L1IDs open than that (each thread may
 //! besides hold one built fragment while it waits in the sink), and builds every one exactly
 //! once, so the window always drains. The link has a buffer for every slot of the window and
-//! one per thread more, so the fragment the window waits for can always get through. A fragment outside the window
-//! (a builder restarted at another L1ID) is stored at once and counted in
-//! [`SwRodLinkCounters::out_of_order`].
+//! one per thread more, so the fragment the window waits for can always get through.
+//!
+//! What the window does with the unexpected:
+//! - a fragment a whole window or more ahead of the L1ID it waits for (a gap in the builder's
+//!   sequence, or a builder restarted at another L1ID): the window is flushed in order up to
+//!   it, the L1IDs that never came counted in [`SwRodLinkCounters::skipped`], and waiting
+//!   resumes from there;
+//! - a second copy of an L1ID waiting in the window: dropped, counted in
+//!   [`SwRodLinkCounters::duplicates`];
+//! - a fragment behind the L1ID it waits for (one skipped earlier, or a copy of one stored):
+//!   stored as it came (the store keeps the first copy of an L1ID), counted in
+//!   [`SwRodLinkCounters::out_of_order`];
+//! - a fragment too short to carry an L1ID: counted in [`SwRodLinkCounters::rejected`].
 //!
 //! # State and ownership
 //!
@@ -86,6 +96,8 @@ struct Link {
     fragments: AtomicU64,
     rejected: AtomicU64,
     out_of_order: AtomicU64,
+    duplicates: AtomicU64,
+    skipped: AtomicU64,
 }
 
 /// Counters of a [`swrod_link`] (64-bit, monotonic).
@@ -95,13 +107,18 @@ pub struct SwRodLinkCounters {
     pub fragments: u64,
     /// Times the sink found no free buffer and waited (back-pressure from the store).
     pub sink_waits: u64,
-    /// Fragments dropped because the core thread's input was gone (shutdown only).
+    /// Fragments dropped because the core thread's input was gone, or still queued or waiting
+    /// in the reorder window when it went (shutdown only).
     pub dropped_no_consumer: u64,
     /// Fragments the store refused for good: no readable L1ID, or no such channel (a
     /// configuration error). Duplicates and fragments already cleared are the store's counts.
     pub rejected: u64,
-    /// Fragments outside the reorder window, stored as they came.
+    /// Fragments behind the L1ID the window waited for, stored as they came.
     pub out_of_order: u64,
+    /// Second copies of an L1ID waiting in the window, dropped.
+    pub duplicates: u64,
+    /// L1IDs the window stopped waiting for (a fragment came a whole window later).
+    pub skipped: u64,
 }
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: buffers
@@ -124,6 +141,8 @@ pub fn swrod_link(
         fragments: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         out_of_order: AtomicU64::new(0),
+        duplicates: AtomicU64::new(0),
+        skipped: AtomicU64::new(0),
     });
     for _ in 0..buffers {
         let _ = link.free.push(Vec::with_capacity(words));
@@ -136,6 +155,7 @@ pub fn swrod_link(
             link,
             channel,
             held: None,
+            ahead: None,
             slots: (0..window).map(|_| None).collect(),
             base: 0,
             next: config.first_l1id,
@@ -165,6 +185,8 @@ impl Link {
             dropped_no_consumer: self.dropped_no_consumer.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             out_of_order: self.out_of_order.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
         }
     }
 }
@@ -216,8 +238,10 @@ impl<'p> FragmentSink<'p> for StoreSink {
 pub struct SwRodInput {
     link: Arc<Link>,
     channel: usize,
-    /// A fragment outside the window that the store refused (full), retried first.
+    /// A fragment behind the window that the store refused (full), retried first.
     held: Option<Filled>,
+    /// A fragment a whole window ahead: the window is flushed up to it first.
+    ahead: Option<Filled>,
     /// The reorder window: slot `(base + d) % len` holds the fragment `d` events after `next`.
     slots: Box<[Option<Filled>]>,
     /// The slot of `next`.
@@ -238,6 +262,15 @@ impl SwRodInput {
 impl Drop for SwRodInput {
     fn drop(&mut self) {
         self.link.consumer_gone.store(true, Ordering::Release);
+        // What never reached the store is counted, not lost silently.
+        let mut left = self.slots.iter().filter(|s| s.is_some()).count() as u64;
+        left += u64::from(self.held.is_some()) + u64::from(self.ahead.is_some());
+        while self.link.ready.pop().is_some() {
+            left += 1;
+        }
+        self.link
+            .dropped_no_consumer
+            .fetch_add(left, Ordering::Relaxed);
     }
 }
 
@@ -280,9 +313,22 @@ impl SwRodInput {
     }
 }
 
+impl SwRodInput {
+    /// Moves the window one L1ID on (the one at `base` was stored or never came).
+    fn advance(&mut self) {
+        self.next = next_extended_l1id(self.next, self.wrap);
+        self.base = (self.base + 1) & (self.slots.len() - 1);
+    }
+}
+
+/// The L1ID of a ROD fragment's words, if it has one.
+fn l1id_of(words: &[u32]) -> Option<u32> {
+    words.get(5).copied()
+}
+
 impl Input for SwRodInput {
     fn poll(&mut self, store: &mut EventStore) -> u64 {
-        let mask = self.slots.len() - 1;
+        let len = self.slots.len();
         let mut consumed = 0;
         if let Some(f) = self.held.take() {
             if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
@@ -297,27 +343,69 @@ impl Input for SwRodInput {
                 if !Self::store_one(store, &self.link, self.channel, f, &mut self.slots[at]) {
                     break;
                 }
-                self.next = next_extended_l1id(self.next, self.wrap);
-                self.base = (self.base + 1) & mask;
+                self.advance();
                 consumed += 1;
+                continue;
+            }
+            // A fragment a window ahead waits: flush towards it, skipping what never came.
+            if let Some(f) = self.ahead.take() {
+                let target = l1id_of(&f.words).unwrap_or(self.next);
+                let d = self.distance(target);
+                if d as usize >= len && self.slots.iter().any(|s| s.is_some()) {
+                    self.link.skipped.fetch_add(1, Ordering::Relaxed);
+                    self.advance();
+                    self.ahead = Some(f);
+                    continue;
+                }
+                if d as usize >= len {
+                    // The window is empty: jump, counting the L1IDs that never came.
+                    self.link.skipped.fetch_add(d, Ordering::Relaxed);
+                    self.next = target;
+                    self.base = 0;
+                }
+                // In reach now.
+                let slot = (self.base + self.distance(target) as usize) & (len - 1);
+                if self.slots[slot].is_some() {
+                    self.link.duplicates.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.link.free.push(f.words);
+                } else {
+                    self.slots[slot] = Some(f);
+                }
                 continue;
             }
             let Some(f) = self.link.ready.pop() else {
                 break;
             };
-            let l1id = f.words.get(5).copied().unwrap_or(self.next);
+            let Some(l1id) = l1id_of(&f.words) else {
+                self.link.rejected.fetch_add(1, Ordering::Relaxed);
+                // As many queue slots as buffers: cannot fail.
+                let _ = self.link.free.push(f.words);
+                continue;
+            };
             let d = self.distance(l1id);
-            let slot = (self.base + (d as usize & mask)) & mask;
-            if (d as usize) < self.slots.len() && self.slots[slot].is_none() {
-                self.slots[slot] = Some(f);
+            if (d as usize) < len {
+                let slot = (self.base + d as usize) & (len - 1);
+                if self.slots[slot].is_some() {
+                    // A second copy of a waiting L1ID.
+                    self.link.duplicates.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.link.free.push(f.words);
+                } else {
+                    self.slots[slot] = Some(f);
+                }
                 continue;
             }
-            // Outside the window (or a second copy of a waiting L1ID): stored as it came.
-            self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
-            if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
-                break;
+            let period = 256 * u64::from(self.wrap);
+            if d >= period / 2 {
+                // Behind the window: stored as it came.
+                self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
+                if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
+                    break;
+                }
+                consumed += 1;
+                continue;
             }
-            consumed += 1;
+            // A window or more ahead (less than half the L1ID period).
+            self.ahead = Some(f);
         }
         consumed
     }
@@ -387,10 +475,59 @@ mod tests {
         for l1id in [1, 2, 0x0100_0000, 0x0100_0001] {
             assert_eq!(store.lookup(0, l1id), Lookup::Present, "{l1id:#x}");
         }
-        // Far ahead (ECR 9): outside the window, stored at once.
-        give(&mut input, 0x0900_0000);
+        // A gap: ECR 1 L1ID 2 never comes. The next seven fill the window behind it; the
+        // eighth is a whole window ahead, so the window is flushed past the gap.
+        let l1ids: Vec<u32> = (0..8)
+            .map(|k| rodeo_format::l1id::L1idCounter::expected(3, 6 + k))
+            .collect();
+        for &l in &l1ids {
+            give(&mut input, l);
+        }
+        assert_eq!(input.poll(&mut store), 8);
+        assert_eq!(input.counters().skipped, 1);
+        for &l in &l1ids {
+            assert_eq!(store.lookup(0, l), Lookup::Present, "{l:#x}");
+        }
+        // A copy of a stored L1ID is behind the window: stored as it came (the store keeps
+        // the first copy and counts the second).
+        give(&mut input, 1);
         assert_eq!(input.poll(&mut store), 1);
         assert_eq!(input.counters().out_of_order, 1);
-        assert_eq!(store.lookup(0, 0x0900_0000), Lookup::Present);
+        assert_eq!(store.counters(0).duplicates, 1);
+        // Two copies of a waiting L1ID: the second is dropped.
+        let next = rodeo_format::l1id::L1idCounter::expected(3, 14);
+        let after = rodeo_format::l1id::L1idCounter::expected(3, 15);
+        give(&mut input, after);
+        give(&mut input, after);
+        assert_eq!(input.poll(&mut store), 0);
+        assert_eq!(input.counters().duplicates, 1);
+        give(&mut input, next);
+        assert_eq!(input.poll(&mut store), 2);
+        // Far ahead (ECR 100, less than half the L1ID period on): the window is empty, so it
+        // jumps there.
+        give(&mut input, 0x6400_0000);
+        assert_eq!(input.poll(&mut store), 1);
+        assert_eq!(store.lookup(0, 0x6400_0000), Lookup::Present);
+        assert_eq!(input.counters().skipped, 1 + (100 * 3 - 16));
+        // A fragment too short for an L1ID is rejected; buffers all came back.
+        let mut words = input.link.free.pop().unwrap();
+        words.clear();
+        words.extend_from_slice(&[1, 2, 3]);
+        input
+            .link
+            .ready
+            .push(Filled {
+                words,
+                status: Status::OK,
+            })
+            .unwrap();
+        assert_eq!(input.poll(&mut store), 0);
+        assert_eq!(input.counters().rejected, 1);
+        assert_eq!(input.link.free.len(), input.link.free.capacity());
+        // Dropping the input counts what it still held.
+        give(&mut input, 0xC800_0005);
+        let link = Arc::clone(&input.link);
+        drop(input);
+        assert_eq!(link.counters().dropped_no_consumer, 1);
     }
 }

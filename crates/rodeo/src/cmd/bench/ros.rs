@@ -223,23 +223,28 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         false,
     )?;
     // The node.
+    // Whether both threads ran where they were asked to (the kernel may refuse a CPU).
+    let mut pinned = false;
     let (tester, counters) = match a.transport {
         Transport_::Direct => {
             let (n, mut client) = start_direct_node(&node)?;
             let tester_cpu = pinning(&a).map(|(_, t)| t);
             // The tester in a thread of its own, so that pinning it leaves this one free.
-            let r = std::thread::scope(|s| {
+            let (tester_pinned, r) = std::thread::scope(|s| {
                 s.spawn(|| {
-                    if let Some(cpu) = tester_cpu {
-                        rodeo_readout::swrod::pin_to_cpu(cpu);
-                    }
-                    run_direct_tester(&mut client, &robs, node.l1id_wrap, &mix)
+                    let ok = tester_cpu.is_some_and(rodeo_readout::swrod::pin_to_cpu);
+                    (
+                        ok,
+                        run_direct_tester(&mut client, &robs, node.l1id_wrap, &mix),
+                    )
                 })
                 .join()
-                .map_err(|_| anyhow::anyhow!("the tester thread panicked"))?
+                .map_err(|_| anyhow::anyhow!("the tester thread panicked"))
             })?;
+            let r = r?;
             drop(client);
             let stopped = n.stop();
+            pinned = tester_pinned && stopped.core_pinned;
             (r, summary(&stopped))
         }
         Transport_::Inproc => {
@@ -323,7 +328,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     f.insert("channels".into(), a.channels.into());
     f.insert("fragment_words".into(), a.fragment_words.into());
     f.insert("pages_per_channel".into(), node.pages_per_channel.into());
-    f.insert("pinned".into(), pinning(&a).is_some().into());
+    f.insert("pinned".into(), pinned.into());
     f.insert("l1_rate_hz".into(), ros_rate.into());
     f.insert("data_path_l1_rate_hz".into(), data_path.into());
     f.insert("ratio_to_data_path".into(), over(data_path).into());
