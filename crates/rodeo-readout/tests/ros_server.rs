@@ -158,7 +158,7 @@ fn direct_frags(r: &DirectReply) -> Vec<Vec<u32>> {
     let count = head[4] as usize;
     let mut all: Vec<u32> = head[5..].to_vec();
     for seg in r.segments() {
-        all.extend_from_slice(seg.words());
+        all.extend_from_slice(seg);
     }
     assert_eq!(
         (r.payload_bytes().unwrap() as usize - 8) / 4,

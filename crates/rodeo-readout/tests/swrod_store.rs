@@ -153,10 +153,7 @@ fn fetch(client: &mut DirectClient, slot: &mut Option<Box<DirectReply>>, l1id: u
     );
     let r = slot.as_ref().unwrap();
     assert_eq!(r.l1id(), Some(l1id));
-    r.segments()
-        .iter()
-        .flat_map(|s| s.words().iter().copied())
-        .collect()
+    r.segments().flat_map(|s| s.iter().copied()).collect()
 }
 
 #[test]

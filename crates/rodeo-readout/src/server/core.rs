@@ -13,7 +13,7 @@ use super::source::{Ids, Incoming, RequestSource};
 /// How long an idle loop waits for a message before polling the input again.
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 use super::{bump, Input, ServerConfig, ServerStats, Stopped};
-use crate::store::{empty_rob, EventStore, Lookup, PageRef};
+use crate::store::{empty_rob, EventStore, HeldSegment, Lookup, PageRef};
 
 /// The core thread's state; requests come from (and replies go to) `S`.
 pub(super) struct Core<S: RequestSource> {
@@ -29,6 +29,8 @@ pub(super) struct Core<S: RequestSource> {
     head: Vec<u8>,
     /// Reply scratch: the present fragments' page segments.
     segments: Vec<PageRef>,
+    /// Reply scratch for a source that takes held segments.
+    held: Vec<HeldSegment>,
 }
 
 /// How [`Core::answer`] treats a fragment that may still arrive.
@@ -54,6 +56,7 @@ impl<S: RequestSource> Core<S> {
             source,
             config,
             segments: Vec::with_capacity(store.channels() * 2),
+            held: Vec::with_capacity(store.channels() * 2),
             head: Vec::with_capacity(64 + store.channels() * 4 * crate::store::EMPTY_ROB_WORDS),
             store,
             input,
@@ -70,7 +73,7 @@ impl<S: RequestSource> Core<S> {
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
         while !self.stop.load(Ordering::Acquire) {
-            self.source.maintain();
+            self.source.maintain(&mut self.store);
             let mut work = self.store.reclaim() as u64;
             let ingested = self.input.poll(&mut self.store);
             if ingested > 0 {
@@ -113,7 +116,7 @@ impl<S: RequestSource> Core<S> {
         }
         // Answer everything still pending, flagged.
         self.recheck(Instant::now(), true);
-        self.source.maintain();
+        self.source.maintain(&mut self.store);
         self.store.reclaim();
         Stopped {
             counters: self.stats.snapshot(),
@@ -250,6 +253,8 @@ impl<S: RequestSource> Core<S> {
         self.head
             .extend_from_slice(&(desc.robs.len() as u32).to_le_bytes());
         self.segments.clear();
+        self.held.clear();
+        let held = self.source.holds_segments();
         let (mut lost, mut pending, mut present, mut unknown) = (0u64, 0u64, 0u64, 0u64);
         for &rob in &desc.robs {
             let status = match self.store.channel_of(rob) {
@@ -259,8 +264,13 @@ impl<S: RequestSource> Core<S> {
                     Status::ROB_FRAGMENT_LOST
                 }
                 Some(c) => {
-                    let segs = &mut self.segments;
-                    if self.store.with_segments(c, l1id, |r| segs.push(r)) {
+                    let found = if held {
+                        self.store.hold_segments(c, l1id, &mut self.held)
+                    } else {
+                        let segs = &mut self.segments;
+                        self.store.with_segments(c, l1id, |r| segs.push(r))
+                    };
+                    if found {
                         present += 1;
                         continue;
                     }
@@ -269,8 +279,9 @@ impl<S: RequestSource> Core<S> {
                             Status::ROB_FRAGMENT_PENDING
                         }
                         Lookup::Pending => {
-                            // Not ready: drop what was gathered (the page references).
+                            // Not ready: give back what was gathered.
                             self.segments.clear();
+                            self.store.release_held(self.held.drain(..));
                             return false;
                         }
                         _ => Status::ROB_FRAGMENT_LOST,
@@ -286,16 +297,33 @@ impl<S: RequestSource> Core<S> {
                 self.head.extend_from_slice(&w.to_le_bytes());
             }
         }
-        let seg_bytes: usize = self.segments.iter().map(|r| r.words().len() * 4).sum();
+        let seg_bytes: usize = self
+            .segments
+            .iter()
+            .map(|r| r.words().len() * 4)
+            .sum::<usize>()
+            + self
+                .held
+                .iter()
+                .map(|h| h.words as usize * 4)
+                .sum::<usize>();
         let payload = (self.head.len() - 12 + seg_bytes) as u32;
         self.head[..12].copy_from_slice(&header_bytes(
             MessageType::DataReply,
             desc.transaction,
             payload,
         ));
-        let sent = self
-            .source
-            .reply(&desc.peer, &self.head, &mut self.segments);
+        let sent = if held {
+            let sent =
+                self.source
+                    .reply_held(&desc.peer, &self.head, &mut self.held, &mut self.store);
+            // Refused: nothing took the holds.
+            self.store.release_held(self.held.drain(..));
+            sent
+        } else {
+            self.source
+                .reply(&desc.peer, &self.head, &mut self.segments)
+        };
         let s = &self.stats;
         match sent {
             Ok(()) => {

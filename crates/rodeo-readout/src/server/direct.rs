@@ -47,14 +47,14 @@
 //! bound above) is refused: counted by the server as a send error, its pages released.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use rodeo_transport::message::HEADER_BYTES;
 
 use super::source::{Ids, Incoming, ReplyRefused, RequestSource};
-use crate::store::PageRef;
+use crate::store::{EventStore, HeldSegment, PageRef, PageTable};
 
 /// What a request box carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,11 +75,29 @@ pub struct DirectRequest {
 }
 
 /// One reply on its way to the client: the DataReply's head bytes and the present fragments'
-/// page segments, referenced where they lie.
+/// page segments, read where they lie. The store holds those pages (a plain counter on the core
+/// thread) until the box comes back; a box dropped instead hands its segments back through the
+/// link's orphan queue.
 #[derive(Debug)]
 pub struct DirectReply {
     head: Vec<u8>,
-    segments: Vec<PageRef>,
+    segments: Vec<HeldSegment>,
+    /// The store's pages (none for a link made without a store).
+    table: Option<Arc<PageTable>>,
+    /// The link, to hand back the segments of a box dropped instead of returned.
+    back: Weak<Shared>,
+}
+
+impl Drop for DirectReply {
+    fn drop(&mut self) {
+        if self.segments.is_empty() {
+            return;
+        }
+        if let Some(shared) = self.back.upgrade() {
+            // As large as the set of boxes: cannot fail.
+            let _ = shared.orphans.push(std::mem::take(&mut self.segments));
+        }
+    }
 }
 
 impl DirectReply {
@@ -89,9 +107,24 @@ impl DirectReply {
         &self.head
     }
 
-    /// The present fragments' page segments, in order (a fragment may span several).
-    pub fn segments(&self) -> &[PageRef] {
-        &self.segments
+    /// The present fragments' page segments, in order (a fragment may span several): the words
+    /// of each.
+    pub fn segments(&self) -> impl Iterator<Item = &[u32]> + '_ {
+        (0..self.segments.len()).map(|i| self.segment_words(i))
+    }
+
+    /// The words of segment `i` (empty past the end).
+    fn segment_words(&self, i: usize) -> &[u32] {
+        match (self.segments.get(i), &self.table) {
+            // SAFETY: the store holds this segment's page (EventStore::hold_segments) from the
+            // moment the core put it in this box until the box is back on the core thread
+            // (DirectSource::drain_returned, or the orphan queue when the box is dropped): the
+            // page is not reused meanwhile and its fragment words do not change (pages rule
+            // 2), and the Arc keeps the pages mapped. The range was a stored fragment's, in
+            // bounds of its page.
+            (Some(s), Some(t)) => unsafe { t.slice(s.page, s.offset as usize, s.words as usize) },
+            _ => &[],
+        }
     }
 
     fn head_word(&self, i: usize) -> Option<u32> {
@@ -119,8 +152,10 @@ impl DirectReply {
     /// word is unusable.
     pub fn for_each_fragment(&self, mut f: impl FnMut(Option<[u32; 3]>)) {
         // The fragment headers were written on another core: ask for all of them at once.
-        for s in &self.segments {
-            s.prefetch();
+        if let Some(t) = &self.table {
+            for s in &self.segments {
+                t.prefetch(s.page, s.offset as usize);
+            }
         }
         // Empty fragments, in the head after 20 bytes.
         let mut at = HEADER_BYTES + 8;
@@ -142,7 +177,7 @@ impl DirectReply {
         // Present fragments, across the segments.
         let (mut seg, mut off) = (0usize, 0usize);
         while seg < self.segments.len() {
-            let w = |k: usize| seg_word(&self.segments, seg, off, k);
+            let w = |k: usize| self.seg_word(seg, off, k);
             let Some(size) = w(1).map(|s| s as usize) else {
                 f(None);
                 return;
@@ -157,7 +192,7 @@ impl DirectReply {
             // Advance `size` words.
             let mut rest = size;
             while rest > 0 && seg < self.segments.len() {
-                let left = self.segments[seg].words().len() - off;
+                let left = self.segment_words(seg).len() - off;
                 if rest < left {
                     off += rest;
                     rest = 0;
@@ -171,16 +206,21 @@ impl DirectReply {
     }
 }
 
-/// Word `k` after (`seg`, `off`) in a chain of segments.
-fn seg_word(segs: &[PageRef], mut seg: usize, mut off: usize, mut k: usize) -> Option<u32> {
-    loop {
-        let w = segs.get(seg)?.words();
-        if off + k < w.len() {
-            return w.get(off + k).copied();
+impl DirectReply {
+    /// Word `k` after (`seg`, `off`) in the chain of segments.
+    fn seg_word(&self, mut seg: usize, mut off: usize, mut k: usize) -> Option<u32> {
+        loop {
+            if seg >= self.segments.len() {
+                return None;
+            }
+            let w = self.segment_words(seg);
+            if off + k < w.len() {
+                return w.get(off + k).copied();
+            }
+            k -= w.len().saturating_sub(off);
+            seg += 1;
+            off = 0;
         }
-        k -= w.len().saturating_sub(off);
-        seg += 1;
-        off = 0;
     }
 }
 
@@ -206,11 +246,25 @@ struct Shared {
     replies: ArrayQueue<Box<DirectReply>>,
     server_gone: AtomicBool,
     client_gone: AtomicBool,
+    /// Segments of reply boxes dropped instead of given back, for the core to release.
+    orphans: ArrayQueue<Vec<HeldSegment>>,
 }
 
 /// Makes a link for up to `capacity` DataRequests in flight; request boxes hold `ids` ids and
-/// reply boxes `segments` page segments and `head_bytes` head bytes without growing.
+/// reply boxes `segments` page segments and `head_bytes` head bytes without growing. Replies
+/// can carry no fragment (no store): the link for tests of the link itself.
 pub fn direct_link(
+    capacity: usize,
+    ids: usize,
+    segments: usize,
+    head_bytes: usize,
+) -> (DirectSource, DirectClient) {
+    direct_link_for(None, capacity, ids, segments, head_bytes)
+}
+
+/// [`direct_link`] for a store whose pages are `table`.
+pub(crate) fn direct_link_for(
+    table: Option<Arc<PageTable>>,
     capacity: usize,
     ids: usize,
     segments: usize,
@@ -227,6 +281,7 @@ pub fn direct_link(
         replies: ArrayQueue::new(replies),
         server_gone: AtomicBool::new(false),
         client_gone: AtomicBool::new(false),
+        orphans: ArrayQueue::new(replies),
     });
     for _ in 0..requests {
         let _ = shared.request_free.push(Box::new(DirectRequest {
@@ -240,6 +295,8 @@ pub fn direct_link(
         let _ = shared.reply_free.push(Box::new(DirectReply {
             head: Vec::with_capacity(head_bytes),
             segments: Vec::with_capacity(segments),
+            table: table.clone(),
+            back: Arc::downgrade(&shared),
         }));
     }
     (
@@ -294,20 +351,33 @@ pub struct DirectSource {
 }
 
 impl DirectSource {
-    /// Takes back the boxes the client has read and drops their page references here, on the
-    /// core thread. Once the client is gone, the replies it never read come back the same way.
+    /// Takes back the boxes the client has read and releases what they held, here on the core
+    /// thread; likewise the segments of boxes dropped instead, and, once the client is gone, the
+    /// replies it never read.
     #[inline]
-    fn drain_returned(&mut self) {
+    fn drain_returned(&mut self, store: &mut EventStore) {
         while let Some(mut r) = self.shared.reply_free.pop() {
-            r.segments.clear();
+            store.release_held(r.segments.drain(..));
             self.spare.push(r);
+        }
+        while let Some(segments) = self.shared.orphans.pop() {
+            store.release_held(segments);
         }
         if self.shared.client_gone.load(Ordering::Acquire) {
             while let Some(mut r) = self.shared.replies.pop() {
-                r.segments.clear();
+                store.release_held(r.segments.drain(..));
                 self.spare.push(r);
             }
         }
+    }
+
+    /// A free reply box (none when the client is gone or breaks its bound).
+    fn take_box(&mut self, store: &mut EventStore) -> Option<Box<DirectReply>> {
+        if self.spare.is_empty() {
+            self.drain_returned(store);
+        }
+        let gone = self.shared.client_gone.load(Ordering::Relaxed);
+        self.spare.pop().filter(|_| !gone)
     }
 }
 
@@ -373,19 +443,49 @@ impl RequestSource for DirectSource {
         }
     }
 
-    #[inline]
+    /// The core uses [`RequestSource::reply_held`] for this source; this form carries only
+    /// replies without present fragments (a link without a store) and refuses others.
     fn reply(
         &mut self,
         _peer: &[u8],
         head: &[u8],
         segments: &mut Vec<PageRef>,
     ) -> Result<(), ReplyRefused> {
-        if self.spare.is_empty() {
-            self.drain_returned();
-        }
-        let gone = self.shared.client_gone.load(Ordering::Relaxed);
-        let Some(mut r) = self.spare.pop().filter(|_| !gone) else {
+        if !segments.is_empty() {
             segments.clear();
+            return Err(ReplyRefused);
+        }
+        let Some(mut r) = self.spare.pop().or_else(|| self.shared.reply_free.pop()) else {
+            return Err(ReplyRefused);
+        };
+        if self.shared.client_gone.load(Ordering::Relaxed) {
+            self.spare.push(r);
+            return Err(ReplyRefused);
+        }
+        r.head.clear();
+        r.head.extend_from_slice(head);
+        // The pool is as large as the queue: cannot fail.
+        let _ = self.shared.replies.push(r);
+        Ok(())
+    }
+
+    fn endpoint(&self) -> String {
+        "direct".into()
+    }
+
+    fn holds_segments(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn reply_held(
+        &mut self,
+        _peer: &[u8],
+        head: &[u8],
+        segments: &mut Vec<HeldSegment>,
+        store: &mut EventStore,
+    ) -> Result<(), ReplyRefused> {
+        let Some(mut r) = self.take_box(store) else {
             return Err(ReplyRefused);
         };
         r.head.clear();
@@ -397,12 +497,8 @@ impl RequestSource for DirectSource {
         Ok(())
     }
 
-    fn endpoint(&self) -> String {
-        "direct".into()
-    }
-
-    fn maintain(&mut self) {
-        self.drain_returned();
+    fn maintain(&mut self, store: &mut EventStore) {
+        self.drain_returned(store);
     }
 }
 
@@ -527,6 +623,67 @@ impl DirectClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreConfig;
+    use rodeo_format::fragment::{RodBuilder, SourceId, Status};
+    use rodeo_memory::{PagePool, PagePoolConfig};
+
+    /// Held segments: the client reads the stored words in place; a box given back or
+    /// dropped releases its holds on the core thread, and every page comes back after the
+    /// clear.
+    #[test]
+    fn held_segments_are_read_in_place_and_released_returned_or_dropped() {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages: 8,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 5, 8)).unwrap();
+        let mut rods = Vec::new();
+        for l1id in 0..3u32 {
+            let mut rod = Vec::new();
+            let data: Vec<u32> = (0..90).map(|i| l1id * 1000 + i).collect();
+            RodBuilder {
+                source_id: SourceId(5),
+                extended_l1id: l1id,
+                status: &[0],
+                data: &[&data],
+                ..RodBuilder::default()
+            }
+            .write_vec(&mut rod)
+            .unwrap();
+            store.ingest(0, &rod, Status::OK).unwrap();
+            rods.push(rod);
+        }
+        let (mut source, mut client) =
+            direct_link_for(Some(Arc::clone(store.table())), 4, 4, 4, 64);
+        let mut slot = None;
+        for l1id in 0..3u32 {
+            client.send_request(l1id, l1id, &[5]).unwrap();
+            let mut held = Vec::new();
+            assert!(store.hold_segments(0, l1id, &mut held));
+            source
+                .reply_held(&[], &[0u8; 20], &mut held, &mut store)
+                .unwrap();
+            assert!(held.is_empty(), "the box took the segments");
+            // Receiving gives the previous box back.
+            assert!(client.try_recv(&mut slot));
+            let words: Vec<u32> = slot
+                .as_ref()
+                .unwrap()
+                .segments()
+                .flat_map(|s| s.iter().copied())
+                .collect();
+            assert_eq!(words, store.fragment_copy(0, l1id).unwrap());
+            assert_eq!(&words[8..], &rods[l1id as usize][..]);
+            source.maintain(&mut store);
+        }
+        // The last box is dropped, not given back: its holds come back as orphans.
+        drop(slot);
+        source.maintain(&mut store);
+        store.clear(0..3u32);
+        assert_eq!(store.settle(0), 0, "every page back");
+    }
 
     #[test]
     fn requests_in_flight_are_bounded_and_a_reply_frees_one() {

@@ -246,7 +246,8 @@ impl RequestServer {
         input: Box<dyn Input>,
     ) -> Result<(RequestServer, DirectClient), ServerError> {
         let channels = store.channels();
-        let (source, client) = direct_link(
+        let (source, client) = direct::direct_link_for(
+            Some(std::sync::Arc::clone(store.table())),
             config.descriptors,
             channels.max(128),
             channels * 2,

@@ -20,7 +20,7 @@ use std::time::Duration;
 use rodeo_transport::message::{decode, Message, U32List};
 use rodeo_transport::socket::{Frame, Received, Socket};
 
-use crate::store::PageRef;
+use crate::store::{EventStore, HeldSegment, PageRef};
 
 /// A list of ROB ids or L1IDs, as received on the wire or as a slice.
 #[derive(Debug, Clone, Copy)]
@@ -109,9 +109,27 @@ pub trait RequestSource: Send + 'static {
     ) -> Result<(), ReplyRefused>;
     /// A name for logs and the server's endpoint.
     fn endpoint(&self) -> String;
+    /// True when this source takes replies as segments the store holds itself
+    /// ([`RequestSource::reply_held`]) instead of [`PageRef`]s: a reader that hands them back to
+    /// the core thread, so no atomic reference count is needed.
+    fn holds_segments(&self) -> bool {
+        false
+    }
+    /// Sends a reply whose present fragments are `segments`, held by `store` until the source
+    /// gives them back ([`EventStore::release_held`]) in [`RequestSource::maintain`]. Moves the
+    /// segments out on success; on failure leaves them for the caller to release.
+    fn reply_held(
+        &mut self,
+        _peer: &[u8],
+        _head: &[u8],
+        _segments: &mut Vec<HeldSegment>,
+        _store: &mut EventStore,
+    ) -> Result<(), ReplyRefused> {
+        Err(ReplyRefused)
+    }
     /// Housekeeping the core thread calls once per loop turn and once when it stops (the
-    /// direct link takes back read reply boxes there and drops their page references).
-    fn maintain(&mut self) {}
+    /// direct link takes back read reply boxes there and releases what they held).
+    fn maintain(&mut self, _store: &mut EventStore) {}
 }
 
 /// The ZeroMQ source: a bound ROUTER socket (any inproc/ipc/tcp endpoint).

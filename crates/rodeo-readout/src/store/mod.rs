@@ -54,7 +54,17 @@ use rodeo_memory::{AllocError, PagePool};
 
 use index::{L1idIndex, Location, Slot};
 pub use pages::PageRef;
-use pages::{PageTable, NO_PAGE};
+pub(crate) use pages::PageTable;
+use pages::NO_PAGE;
+
+/// Part of a stored fragment on one page, held by the store for a reader (see
+/// [`EventStore::hold_segments`]): the page's words `offset..offset + words`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldSegment {
+    pub(crate) page: u32,
+    pub(crate) offset: u32,
+    pub(crate) words: u32,
+}
 
 /// Words of the ROB header the store writes before each ROD fragment (one status word, no
 /// checksum).
@@ -663,6 +673,54 @@ impl EventStore {
                 _ => Lookup::Pending,
             },
         }
+    }
+
+    /// Appends the page segments of the fragment of (`c`, `l1id`) to `out`, the store holding
+    /// each page itself (a plain counter, as for a stored fragment) until
+    /// [`EventStore::release_held`]; returns false (and appends nothing) when it is not stored.
+    /// For a reader that hands its segments back to this thread (the direct link): no atomic
+    /// operation on either side.
+    #[inline]
+    pub(crate) fn hold_segments(
+        &mut self,
+        c: usize,
+        l1id: u32,
+        out: &mut Vec<HeldSegment>,
+    ) -> bool {
+        let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
+            return false;
+        };
+        let pw = self.page_words;
+        let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
+        while rest > 0 {
+            let n = rest.min(pw - offset);
+            hold(&mut self.holds, &self.table, page);
+            out.push(HeldSegment {
+                page,
+                offset: offset as u32,
+                words: n as u32,
+            });
+            rest -= n;
+            page = self.table.next(page);
+            offset = 0;
+        }
+        true
+    }
+
+    /// Gives back the holds [`EventStore::hold_segments`] took; pages whose last holder that
+    /// was go back to their channel's free stack.
+    pub(crate) fn release_held(&mut self, segments: impl IntoIterator<Item = HeldSegment>) {
+        for s in segments {
+            if unhold(&mut self.holds, &self.table, s.page) {
+                let c = usize::from(self.page_channel[s.page as usize]);
+                self.channels[c].free.push(s.page);
+            }
+        }
+    }
+
+    /// The page table, for readers of held segments.
+    pub(crate) fn table(&self) -> &Arc<PageTable> {
+        &self.table
     }
 
     /// Calls `f` with a [`PageRef`] per page segment of the fragment of (`c`, `l1id`); returns
