@@ -7,11 +7,14 @@
 //! ZeroMQ message frames, routed through the ROUTER's pipes (with a mutex-protected mailbox
 //! per socket) and decoded again. At 1 MHz that machinery, not rodeo's data path, is what
 //! `rodeo bench ros` measured. The direct path keeps everything the core thread does (the same
-//! descriptors, pending queue, clears and page references, through [`RequestSource`]) and
+//! descriptors, pending queue, clears and page holds, through [`RequestSource`]) and
 //! replaces only the transport: requests are boxes with the L1ID and ROB ids as native words,
 //! replies are boxes holding the reply head (the bytes a DataReply would start with) and the
-//! [`PageRef`]s of the present fragments, which the client reads where they lie and drops when
-//! done (the page goes back to the store once cleared and unreferenced).
+//! present fragments' page segments, which the client reads where they lie. The store holds
+//! those pages itself ([`EventStore::hold_segments`], a plain counter on the core thread, as for
+//! a stored fragment) until the box is back on the core thread, which releases them
+//! ([`EventStore::release_held`]): no atomic reference count per fragment on either side. A
+//! link is tied to the store it was made for; replies for any other store are refused.
 //!
 //! # State and ownership
 //!
@@ -21,7 +24,7 @@
 //! |---|---|---|---|
 //! | `request_free` | core (after handling) | client | empty request boxes |
 //! | `requests` | client | core | filled requests and clears |
-//! | `reply_free` | client (after reading) | core | empty reply boxes |
+//! | `reply_free` | client (after reading) | core | read reply boxes, segments still held |
 //! | `replies` | core | client | replies |
 //!
 //! Every box is allocated once, when the link is made ([`direct_link`]); its vectors keep
@@ -41,10 +44,13 @@
 //!
 //! Each side sets a flag when dropped. A client whose server is gone gets
 //! [`DirectError::Closed`] instead of waiting for request boxes; a server whose client is gone
-//! refuses its replies (counted as send errors; the box goes back and the page references are
-//! released at once), so nothing waits for a reader that will never come. A reply that finds no
-//! free box (only possible when a client breaks the
-//! bound above) is refused: counted by the server as a send error, its pages released.
+//! refuses its replies (counted as send errors; the holds are released at once) and takes back
+//! the replies it never read, so nothing waits for a reader that will never come. A reply that
+//! finds no free box (only possible when a client breaks the bound above) is refused: counted
+//! by the server as a send error, its holds released. A reply box the client drops instead of
+//! giving back is replaced in the return queue by one carrying its segments, so the pool keeps
+//! its size and the holds are released. Boxes given back after the server stopped are not
+//! drained: their pages stay held in the store the server returns (drop the client first).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -76,8 +82,8 @@ pub struct DirectRequest {
 
 /// One reply on its way to the client: the DataReply's head bytes and the present fragments'
 /// page segments, read where they lie. The store holds those pages (a plain counter on the core
-/// thread) until the box comes back; a box dropped instead hands its segments back through the
-/// link's orphan queue.
+/// thread) until the box comes back; a box dropped instead is replaced in the return queue by
+/// one carrying its segments (see its `Drop`).
 #[derive(Debug)]
 pub struct DirectReply {
     head: Vec<u8>,
@@ -89,13 +95,23 @@ pub struct DirectReply {
 }
 
 impl Drop for DirectReply {
+    /// A box dropped instead of given back: a new box with its vectors (and the segments the
+    /// store still holds for it) takes its place in the link's return queue, so the pool keeps
+    /// its size and the core releases the holds. Nothing happens once the link is gone.
     fn drop(&mut self) {
-        if self.segments.is_empty() {
+        let Some(shared) = self.back.upgrade() else {
             return;
-        }
-        if let Some(shared) = self.back.upgrade() {
-            // As large as the set of boxes: cannot fail.
-            let _ = shared.orphans.push(std::mem::take(&mut self.segments));
+        };
+        let replacement = Box::new(DirectReply {
+            head: std::mem::take(&mut self.head),
+            segments: std::mem::take(&mut self.segments),
+            table: self.table.take(),
+            back: std::mem::take(&mut self.back),
+        });
+        // The dropped box left the pool, so the queue has room; should it not, the replacement
+        // is dropped without coming back here.
+        if let Err(mut r) = shared.reply_free.push(replacement) {
+            r.back = Weak::new();
         }
     }
 }
@@ -118,10 +134,10 @@ impl DirectReply {
         match (self.segments.get(i), &self.table) {
             // SAFETY: the store holds this segment's page (EventStore::hold_segments) from the
             // moment the core put it in this box until the box is back on the core thread
-            // (DirectSource::drain_returned, or the orphan queue when the box is dropped): the
-            // page is not reused meanwhile and its fragment words do not change (pages rule
-            // 2), and the Arc keeps the pages mapped. The range was a stored fragment's, in
-            // bounds of its page.
+            // (DirectSource::drain_returned; a dropped box's replacement carries the segments
+            // there): the page is not reused meanwhile and its fragment words do not change
+            // (pages rule 2, which a store hold satisfies as a reference does), and the Arc
+            // keeps the pages mapped. The range was a stored fragment's, in bounds of its page.
             (Some(s), Some(t)) => unsafe { t.slice(s.page, s.offset as usize, s.words as usize) },
             _ => &[],
         }
@@ -246,8 +262,6 @@ struct Shared {
     replies: ArrayQueue<Box<DirectReply>>,
     server_gone: AtomicBool,
     client_gone: AtomicBool,
-    /// Segments of reply boxes dropped instead of given back, for the core to release.
-    orphans: ArrayQueue<Vec<HeldSegment>>,
 }
 
 /// Makes a link for up to `capacity` DataRequests in flight; request boxes hold `ids` ids and
@@ -281,7 +295,6 @@ pub(crate) fn direct_link_for(
         replies: ArrayQueue::new(replies),
         server_gone: AtomicBool::new(false),
         client_gone: AtomicBool::new(false),
-        orphans: ArrayQueue::new(replies),
     });
     for _ in 0..requests {
         let _ = shared.request_free.push(Box::new(DirectRequest {
@@ -302,6 +315,7 @@ pub(crate) fn direct_link_for(
     (
         DirectSource {
             shared: Arc::clone(&shared),
+            table: table.clone(),
             spare: Vec::with_capacity(replies),
         },
         DirectClient {
@@ -344,6 +358,8 @@ impl Backoff {
 /// The core thread's end of a direct link (a [`RequestSource`]).
 pub struct DirectSource {
     shared: Arc<Shared>,
+    /// The store's pages the replies refer to (none: replies carry no fragment).
+    table: Option<Arc<PageTable>>,
     /// Reply boxes taken back from the client, emptied on this thread; used last in, first out
     /// (the box most likely still in cache). Boxes, because they travel through the queues.
     #[allow(clippy::vec_box)]
@@ -351,17 +367,16 @@ pub struct DirectSource {
 }
 
 impl DirectSource {
-    /// Takes back the boxes the client has read and releases what they held, here on the core
-    /// thread; likewise the segments of boxes dropped instead, and, once the client is gone, the
-    /// replies it never read.
+    /// Takes back the boxes the client has read (or dropped) and releases what they held, here
+    /// on the core thread; once the client is gone, likewise the replies it never read.
     #[inline]
     fn drain_returned(&mut self, store: &mut EventStore) {
+        if !self.is_for(store) {
+            return;
+        }
         while let Some(mut r) = self.shared.reply_free.pop() {
             store.release_held(r.segments.drain(..));
             self.spare.push(r);
-        }
-        while let Some(segments) = self.shared.orphans.pop() {
-            store.release_held(segments);
         }
         if self.shared.client_gone.load(Ordering::Acquire) {
             while let Some(mut r) = self.shared.replies.pop() {
@@ -369,6 +384,14 @@ impl DirectSource {
                 self.spare.push(r);
             }
         }
+    }
+
+    /// True when `store` is the one whose pages this link's replies refer to: held segments
+    /// are only ever taken from and released to that store.
+    fn is_for(&self, store: &EventStore) -> bool {
+        self.table
+            .as_ref()
+            .is_some_and(|t| Arc::ptr_eq(t, store.table()))
     }
 
     /// A free reply box (none when the client is gone or breaks its bound).
@@ -458,6 +481,12 @@ impl RequestSource for DirectSource {
         let Some(mut r) = self.spare.pop().or_else(|| self.shared.reply_free.pop()) else {
             return Err(ReplyRefused);
         };
+        if !r.segments.is_empty() {
+            // A box of a held reply not yet released (only `maintain` with the store can):
+            // leave it for that.
+            let _ = self.shared.reply_free.push(r);
+            return Err(ReplyRefused);
+        }
         if self.shared.client_gone.load(Ordering::Relaxed) {
             self.spare.push(r);
             return Err(ReplyRefused);
@@ -474,7 +503,7 @@ impl RequestSource for DirectSource {
     }
 
     fn holds_segments(&self) -> bool {
-        true
+        self.table.is_some()
     }
 
     #[inline]
@@ -485,6 +514,10 @@ impl RequestSource for DirectSource {
         segments: &mut Vec<HeldSegment>,
         store: &mut EventStore,
     ) -> Result<(), ReplyRefused> {
+        // Segments of another store could not be read or released through this link.
+        if !self.is_for(store) {
+            return Err(ReplyRefused);
+        }
         let Some(mut r) = self.take_box(store) else {
             return Err(ReplyRefused);
         };
@@ -588,7 +621,7 @@ impl DirectClient {
     }
 
     /// Receives a reply into `slot` if one is ready. The reply held in `slot` before is given
-    /// back first, with its page references: the core thread drops them.
+    /// back first, with its segments: the core thread releases them.
     #[inline]
     pub fn try_recv(&mut self, slot: &mut Option<Box<DirectReply>>) -> bool {
         if let Some(r) = slot.take() {
@@ -678,9 +711,40 @@ mod tests {
             assert_eq!(&words[8..], &rods[l1id as usize][..]);
             source.maintain(&mut store);
         }
-        // The last box is dropped, not given back: its holds come back as orphans.
+        // The last box is dropped, not given back: a replacement brings its holds back, and
+        // the pool keeps its size (five replies through a link of four boxes' capacity + 1).
         drop(slot);
         source.maintain(&mut store);
+        let mut slot = None;
+        for t in 0..5u32 {
+            client.send_request(t, 0, &[5]).unwrap();
+            let mut held = Vec::new();
+            assert!(store.hold_segments(0, 0, &mut held));
+            source
+                .reply_held(&[], &[0u8; 20], &mut held, &mut store)
+                .unwrap();
+            assert!(client.try_recv(&mut slot));
+            drop(slot.take());
+            source.maintain(&mut store);
+        }
+        // Segments of another store are refused (and left to the caller to release).
+        let pool2 = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages: 2,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let mut other = EventStore::new(&pool2, &StoreConfig::with_channels(1, 5, 2)).unwrap();
+        other.ingest(0, &rods[0], Status::OK).unwrap();
+        let mut held = Vec::new();
+        assert!(other.hold_segments(0, 0, &mut held));
+        assert_eq!(
+            source.reply_held(&[], &[0u8; 20], &mut held, &mut other),
+            Err(ReplyRefused)
+        );
+        other.release_held(held.drain(..));
+        other.clear([0u32]);
+        assert_eq!(other.settle(0), 0);
         store.clear(0..3u32);
         assert_eq!(store.settle(0), 0, "every page back");
     }

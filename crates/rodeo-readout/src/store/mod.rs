@@ -14,11 +14,13 @@
 //! # Ownership and threads
 //!
 //! [`EventStore`] has one owner, the node's core thread: ingest, lookup and clear take
-//! `&mut self` or `&self` there, and need no lock. Only reply frames leave the thread; each
-//! holds a counted reference to its page (see `pages`), and a page whose last reference is
-//! dropped elsewhere comes back through a lock-free queue that [`EventStore::reclaim`] drains.
-//! A page is free again only when its fragments are cleared **and** every reply frame on it
-//! has been sent.
+//! `&mut self` or `&self` there, and need no lock. Only replies leave the thread: ZeroMQ reply
+//! frames each hold a counted reference to their page (see `pages`), and a page whose last
+//! reference is dropped elsewhere comes back through a lock-free queue that
+//! [`EventStore::reclaim`] drains; the direct link's replies carry segments the store holds
+//! itself ([`EventStore::hold_segments`]) until the reader hands them back to this thread
+//! ([`EventStore::release_held`]). A page is free again only when its fragments are cleared
+//! **and** every reply on it is done.
 //!
 //! # Back-pressure
 //!

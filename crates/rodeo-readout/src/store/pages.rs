@@ -20,8 +20,10 @@
 //! 1. Only the store thread writes page bytes, and only words no [`PageRef`] covers: it writes
 //!    at its cursor, past every stored fragment of the page, and a page is reused only after
 //!    its count fell to zero.
-//! 2. A [`PageRef`] reads only the words of one stored fragment, which never change while the
-//!    fragment's reference (or the ref's own) is held.
+//! 2. A [`PageRef`], or a segment the store holds for a reader (a store hold counts as the
+//!    store's reference until it is released on the store thread), reads only the words of one
+//!    stored fragment, which never change while the fragment's reference (or the reader's own)
+//!    is held.
 //! 3. The count's transition to zero happens exactly once per use of a page; whoever makes it
 //!    returns the page token (directly on the store thread, through `returned` elsewhere).
 //!
