@@ -176,15 +176,9 @@ impl DirectReply {
         // Empty fragments, in the head after 20 bytes.
         let mut at = HEADER_BYTES + 8;
         while at < self.head.len() {
-            let w = |i: usize| self.head_word(at / 4 + i);
-            let Some(size) = w(1).map(|s| s as usize) else {
-                f(None);
+            let Some(size) = fragment_head(|i| self.head_word(at / 4 + i), &mut f) else {
                 return;
             };
-            f(match (w(0), w(4), w(6)) {
-                (Some(a), Some(b), Some(c)) if size >= 7 => Some([a, b, c]),
-                _ => None,
-            });
             if size == 0 {
                 return;
             }
@@ -193,15 +187,9 @@ impl DirectReply {
         // Present fragments, across the segments.
         let (mut seg, mut off) = (0usize, 0usize);
         while seg < self.segments.len() {
-            let w = |k: usize| self.seg_word(seg, off, k);
-            let Some(size) = w(1).map(|s| s as usize) else {
-                f(None);
+            let Some(size) = fragment_head(|k| self.seg_word(seg, off, k), &mut f) else {
                 return;
             };
-            f(match (w(0), w(4), w(6)) {
-                (Some(a), Some(b), Some(c)) if size >= 7 => Some([a, b, c]),
-                _ => None,
-            });
             if size == 0 {
                 return;
             }
@@ -220,6 +208,24 @@ impl DirectReply {
             }
         }
     }
+}
+
+/// Reads one fragment's head through `w` (its word `k`) and gives `f` words 0, 4 and 6, or
+/// `None` for a fragment too short to have them; returns the fragment's size word, `None` (after
+/// telling `f`) when even that is missing.
+fn fragment_head(
+    w: impl Fn(usize) -> Option<u32>,
+    f: &mut impl FnMut(Option<[u32; 3]>),
+) -> Option<usize> {
+    let Some(size) = w(1).map(|s| s as usize) else {
+        f(None);
+        return None;
+    };
+    f(match (w(0), w(4), w(6)) {
+        (Some(a), Some(b), Some(c)) if size >= 7 => Some([a, b, c]),
+        _ => None,
+    });
+    Some(size)
 }
 
 impl DirectReply {
@@ -337,13 +343,13 @@ const CLEAR_SLACK: usize = 16;
 /// under load: a sleep costs at least 50 µs plus the kernel's timer slack, and a thread that
 /// sleeps while the other is about to answer leaves both idle in turn.
 #[derive(Debug, Default)]
-struct Backoff(u32);
+pub(super) struct Backoff(u32);
 
 /// Yields before the [`Backoff`] starts sleeping (a few hundred microseconds).
 const YIELDS: u32 = 1024;
 
 impl Backoff {
-    fn snooze(&mut self) {
+    pub(super) fn snooze(&mut self) {
         if self.0 < 64 {
             std::hint::spin_loop();
         } else if self.0 < 64 + YIELDS {

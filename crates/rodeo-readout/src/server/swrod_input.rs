@@ -69,12 +69,12 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use rodeo_format::fragment::Status;
 use rodeo_format::l1id::next_extended_l1id;
 
+use super::direct::Backoff;
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
 use crate::swrod::{Flow, Fragment, FragmentSink, SwRodConfig, ROB_HEADER_WORDS};
@@ -194,7 +194,8 @@ impl Link {
 impl<'p> FragmentSink<'p> for StoreSink {
     fn fragment(&self, fragment: Fragment<'p>) -> Flow {
         let link = &*self.link;
-        let mut spins = 0u32;
+        let mut backoff = Backoff::default();
+        let mut waited = false;
         let mut buf = loop {
             if let Some(b) = link.free.pop() {
                 break b;
@@ -203,17 +204,11 @@ impl<'p> FragmentSink<'p> for StoreSink {
                 link.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
                 return Flow::Continue;
             }
-            if spins == 0 {
+            if !waited {
+                waited = true;
                 link.sink_waits.fetch_add(1, Ordering::Relaxed);
             }
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else if spins < 256 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            spins = spins.saturating_add(1);
+            backoff.snooze();
         };
         buf.clear();
         // The ROD words: every piece, less the builder's ROB header at the front.
@@ -450,10 +445,11 @@ mod tests {
             ..SwRodConfig::default()
         };
         let (_sink, mut input) = swrod_link(0, &config, 1, 16);
-        let give = |input: &mut SwRodInput, l1id: u32| {
+        // Hands `words` over as the sink would.
+        let give_words = |input: &mut SwRodInput, rod_words: &[u32]| {
             let mut words = input.link.free.pop().expect("a free buffer");
             words.clear();
-            words.extend_from_slice(&rod(l1id));
+            words.extend_from_slice(rod_words);
             input
                 .link
                 .ready
@@ -463,6 +459,7 @@ mod tests {
                 })
                 .unwrap();
         };
+        let give = |input: &mut SwRodInput, l1id: u32| give_words(input, &rod(l1id));
         // Events 1, 2, then (ECR 1) L1IDs 0, 1, 2: handed over as 0x1000001, 2, 0x1000000, 1.
         for l1id in [0x0100_0001, 2, 0x0100_0000] {
             give(&mut input, l1id);
@@ -510,17 +507,7 @@ mod tests {
         assert_eq!(store.lookup(0, 0x6400_0000), Lookup::Present);
         assert_eq!(input.counters().skipped, 1 + (100 * 3 - 16));
         // A fragment too short for an L1ID is rejected; buffers all came back.
-        let mut words = input.link.free.pop().unwrap();
-        words.clear();
-        words.extend_from_slice(&[1, 2, 3]);
-        input
-            .link
-            .ready
-            .push(Filled {
-                words,
-                status: Status::OK,
-            })
-            .unwrap();
+        give_words(&mut input, &[1, 2, 3]);
         assert_eq!(input.poll(&mut store), 0);
         assert_eq!(input.counters().rejected, 1);
         assert_eq!(input.link.free.len(), input.link.free.capacity());

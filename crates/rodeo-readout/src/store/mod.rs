@@ -692,19 +692,9 @@ impl EventStore {
         let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
             return false;
         };
-        let pw = self.page_words;
-        let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
-        while rest > 0 {
-            let n = rest.min(pw - offset);
-            hold(&mut self.holds, &self.table, page);
-            out.push(HeldSegment {
-                page,
-                offset: offset as u32,
-                words: n as u32,
-            });
-            rest -= n;
-            page = self.table.next(page);
-            offset = 0;
+        for s in chain(&self.table, loc, self.page_words) {
+            hold(&mut self.holds, &self.table, s.page);
+            out.push(s);
         }
         true
     }
@@ -732,14 +722,8 @@ impl EventStore {
         let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
             return false;
         };
-        let pw = self.table.page_words();
-        let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
-        while rest > 0 {
-            let n = rest.min(pw - offset);
-            f(PageRef::new(&self.table, page, offset as u32, n as u32));
-            rest -= n;
-            page = self.table.next(page);
-            offset = 0;
+        for s in chain(&self.table, loc, self.page_words) {
+            f(PageRef::new(&self.table, s.page, s.offset, s.words));
         }
         true
     }
@@ -858,24 +842,40 @@ fn release_fragment(
     loc: Location,
     page_words: usize,
 ) {
+    for s in chain(table, loc, page_words) {
+        if unhold(holds, table, s.page) {
+            free.push(s.page);
+        }
+    }
+}
+
+/// The page segments of a stored fragment at `loc`, in order along its chain of pages. Each
+/// page's successor is read when its segment is produced (and only when the fragment goes on),
+/// so a caller may free the page it was handed before asking for the next.
+#[inline(always)]
+fn chain(
+    table: &PageTable,
+    loc: Location,
+    page_words: usize,
+) -> impl Iterator<Item = HeldSegment> + '_ {
     let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
-    if offset + rest <= page_words {
-        // On one page (the common case): no chain to follow.
-        if unhold(holds, table, page) {
-            free.push(page);
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
         }
-        return;
-    }
-    while rest > 0 {
         let n = rest.min(page_words - offset);
-        let next = table.next(page);
-        if unhold(holds, table, page) {
-            free.push(page);
-        }
+        let s = HeldSegment {
+            page,
+            offset: offset as u32,
+            words: n as u32,
+        };
         rest -= n;
-        page = next;
+        if rest > 0 {
+            page = table.next(page);
+        }
         offset = 0;
-    }
+        Some(s)
+    })
 }
 
 /// Adds a store hold on page `p`; the first takes the store's one shared reference.

@@ -244,16 +244,6 @@ impl PageRef {
     }
 }
 
-impl PageRef {
-    /// Hints the CPU to bring the first cache line of the referenced words into this core's
-    /// cache: a reader about to look at several fragments' headers issues the hints for all of
-    /// them first, so the misses overlap instead of coming one after another.
-    #[inline]
-    pub fn prefetch(&self) {
-        self.table.prefetch(self.page, self.offset as usize);
-    }
-}
-
 impl FrameOwner for PageRef {
     fn frame_bytes(&self) -> &[u8] {
         let w = self.words();
