@@ -149,6 +149,15 @@ fn run_direct(data_words: usize, pages_per_channel: usize) {
     assert_eq!(r.lost_fragments, 0);
     assert_eq!(r.pending_fragments, 0);
     assert!(r.fragments > 0);
+    // The interval series accounts for every event, one entry per interval of the run.
+    assert_eq!(r.intervals.iter().sum::<u64>(), r.events);
+    let spans = (r.seconds / tester::INTERVAL.as_secs_f64()).floor() as usize + 1;
+    assert!(
+        r.intervals.len().abs_diff(spans) <= 1,
+        "{} intervals in {} s",
+        r.intervals.len(),
+        r.seconds
+    );
     let l2 = r.l2_requests as f64 / events as f64;
     assert!((0.6..0.8).contains(&l2), "L2 fraction {l2}");
     let t0 = Instant::now();

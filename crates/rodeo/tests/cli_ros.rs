@@ -118,6 +118,18 @@ fn bench(transport: &str) {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
     assert!(v["target_met"].is_boolean());
+    // The rate over time: 250 ms intervals, summarised.
+    let steps = v["interval_l1_rates_hz"]
+        .as_array()
+        .expect("interval rates");
+    assert!(!steps.is_empty(), "{v}");
+    let q = |k: &str| v[k].as_f64().unwrap_or(-1.0);
+    assert!(
+        0.0 <= q("interval_l1_rate_min_hz")
+            && q("interval_l1_rate_min_hz") <= q("interval_l1_rate_median_hz")
+            && q("interval_l1_rate_median_hz") <= q("interval_l1_rate_max_hz"),
+        "{v}"
+    );
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for r in rows {

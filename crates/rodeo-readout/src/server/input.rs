@@ -13,7 +13,7 @@ use rodeo_memory::Superpage;
 use crate::dma::{DmaChannel, Filled};
 use crate::generator::L1idCounter;
 use crate::store::slink::ErrorDump;
-use crate::store::{EventStore, IngestError, ROB_HEADER_WORDS};
+use crate::store::{EventStore, IngestError, Rewrite, ROB_HEADER_WORDS};
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
 /// A source of fragments polled by the core thread.
@@ -199,7 +199,7 @@ fn write_rod(d: &mut [u32], source: u32, l1id: u32, ndata: usize, payload: Paylo
         source,
         1,
         l1id,
-        l1id.wrapping_mul(7) % 3564,
+        bcid_of(l1id),
         1,
         0,
         0, // status word
@@ -211,6 +211,22 @@ fn write_rod(d: &mut [u32], source: u32, l1id: u32, ndata: usize, payload: Paylo
         }
     }
     trailer[..3].copy_from_slice(&[1, ndata as u32, 0]);
+}
+
+/// Rewrites, in a fragment [`write_rod`] wrote with the same size (headers only), the words
+/// that depend on the L1ID: the L1ID and the BCID.
+#[inline]
+fn rewrite_rod(d: &mut [u32], l1id: u32) {
+    if let Some([l1, bcid]) = d.get_mut(5..7) {
+        *l1 = l1id;
+        *bcid = bcid_of(l1id);
+    }
+}
+
+/// The emulated BCID of an L1ID.
+#[inline]
+fn bcid_of(l1id: u32) -> u32 {
+    l1id.wrapping_mul(7) % 3564
 }
 
 impl Input for FirmwareInput {
@@ -247,7 +263,13 @@ impl Input for FirmwareInput {
                         next.advance();
                         l1id
                     },
-                    |l1id, d| write_rod(d, source, l1id, ndata, payload),
+                    |l1id, d, rewrite| {
+                        if rewrite == Rewrite::Changed && payload == Payload::HeadersOnly {
+                            rewrite_rod(d, l1id)
+                        } else {
+                            write_rod(d, source, l1id, ndata, payload)
+                        }
+                    },
                 );
                 done
             } else {

@@ -37,6 +37,20 @@
 //! index and the fragment is dropped when it arrives (counted, `dropped_after_clear`); a clear
 //! for an L1ID that is older and absent is counted (`unknown_clears`) and harmless.
 //!
+//! # Page layouts (the card's rewrites)
+//!
+//! A card run ([`EventStore::ingest_run`]) fills pages with fragments of one size and status,
+//! so a page that comes back to its channel's free stack and is filled the same way again gets
+//! its fragments at the same offsets (the stagger depends only on the page and the size). The
+//! store keeps, per page, the layout it was last filled with in full (`layouts`, a store-local
+//! word per page: size and status, or none when anything else wrote there) and tells the
+//! run's `fill` whether the slot it gets still holds such a fragment ([`Rewrite::Changed`]):
+//! the ROB header is then already right, and the card writes only the words that differ (an
+//! emulated card's L1ID and BCID). A real card's DMA costs the host nothing; this keeps the
+//! emulation's cost near that, without changing a word a reader sees. Any other writer into a
+//! page ([`EventStore::ingest`], [`EventStore::ingest_with`], the general path) marks it as
+//! holding no layout, so its next fill is written in full.
+//!
 //! # L1ID order
 //!
 //! "Newer" is the signed wrapping distance of extended L1IDs (ECR in bits 31..24), so the
@@ -200,6 +214,11 @@ struct Channel {
     free: Vec<u32>,
     write_page: u32,
     write_offset: usize,
+    /// The layout the write page is being filled with (`NO_LAYOUT`: mixed, or not a run's).
+    write_layout: u64,
+    /// The write page held that same layout in full when it was taken: its slots need only
+    /// the words that change ([`Rewrite::Changed`]).
+    write_same: bool,
     index: L1idIndex,
     last_l1id: Option<u32>,
     alarm: bool,
@@ -216,6 +235,9 @@ pub struct EventStore {
     /// page's shared (atomic) count, so storing and clearing a fragment costs no atomic
     /// read-modify-write, which would wait for the page writes before it to reach the cache.
     holds: Box<[u32]>,
+    /// Per page, the layout ([`layout_key`]) its every fragment slot was last written with in
+    /// full by a card run, or `NO_LAYOUT`. Store-local, like `holds`. See the module docs.
+    layouts: Box<[u64]>,
     /// Words per page (the table's, kept here for the hot path).
     page_words: usize,
     channels: Vec<Channel>,
@@ -265,6 +287,8 @@ impl EventStore {
                 free: ((c * per) as u32..((c + 1) * per) as u32).rev().collect(),
                 write_page: NO_PAGE,
                 write_offset: 0,
+                write_layout: NO_LAYOUT,
+                write_same: false,
                 index: L1idIndex::new(cap),
                 last_l1id: None,
                 alarm: false,
@@ -277,6 +301,7 @@ impl EventStore {
             page_words: table.page_words(),
             table: Arc::new(table),
             holds: vec![0; wanted].into_boxed_slice(),
+            layouts: vec![NO_LAYOUT; wanted].into_boxed_slice(),
             channels,
             page_channel,
             rob_base: config.source_ids.first().copied().filter(|&base| {
@@ -440,8 +465,12 @@ impl EventStore {
     }
 
     /// Stores a run of fragments of `rod_words` ROD words each on channel `c`, as a card's DMA
-    /// engine fills its pages: the L1ID of each comes from `next_l1id`, and `fill(l1id, dst)`
-    /// writes its ROD words in place (`dst` is exactly `rod_words` long). Stops after `limit`
+    /// engine fills its pages: the L1ID of each comes from `next_l1id`, and
+    /// `fill(l1id, dst, rewrite)` writes its ROD words in place (`dst` is exactly `rod_words`
+    /// long). With [`Rewrite::Changed`], `dst` already holds the fragment this channel's runs
+    /// last wrote there with the same size and status (see the module docs): `fill` must leave
+    /// it as a full write would, but need write only the words that differ from that one; with
+    /// [`Rewrite::Full`] it writes every word it wants read. Stops after `limit`
     /// fragments or at the first one the store refuses (full channel, or one of the other
     /// [`IngestError`]s); that one is not consumed. Returns how many L1IDs were consumed
     /// (stored, or dropped as duplicates or already cleared, as [`EventStore::ingest_with`]
@@ -453,20 +482,26 @@ impl EventStore {
         status: Status,
         limit: usize,
         mut next_l1id: impl FnMut() -> u32,
-        mut fill: impl FnMut(u32, &mut [u32]),
+        mut fill: impl FnMut(u32, &mut [u32], Rewrite),
     ) -> (usize, Option<IngestError>) {
         let words = ROB_HEADER_WORDS + rod_words;
         if words > self.page_words {
             return (0, Some(IngestError::TooLarge(rod_words)));
         }
+        let layout = layout_key(words, status);
         for done in 0..limit {
             let l1id = next_l1id();
-            if let Some((page, offset, source)) = self.place_fast(c, l1id, words) {
+            if let Some((page, offset, source, same)) = self.place_fast(c, l1id, words, layout) {
                 // SAFETY: as in `ingest`: the words just placed, exclusively the store thread's.
                 let dst = unsafe { self.table.slice_mut(page, offset, words) };
                 let (header, rod) = dst.split_at_mut(ROB_HEADER_WORDS);
-                header.copy_from_slice(&rob_header(source, words, status));
-                fill(l1id, rod);
+                if same {
+                    // The slot holds this layout's fragment: its ROB header is already right.
+                    fill(l1id, rod, Rewrite::Changed);
+                } else {
+                    header.copy_from_slice(&rob_header(source, words, status));
+                    fill(l1id, rod, Rewrite::Full);
+                }
                 continue;
             }
             let fill = &mut fill;
@@ -474,7 +509,7 @@ impl EventStore {
                 // SAFETY: as above.
                 let dst = unsafe { table.slice_mut(page, offset, words) };
                 dst[..ROB_HEADER_WORDS].copy_from_slice(header);
-                fill(l1id, &mut dst[ROB_HEADER_WORDS..]);
+                fill(l1id, &mut dst[ROB_HEADER_WORDS..], Rewrite::Full);
             };
             if let Err(e) = self.ingest_general(c, l1id, rod_words, status, write) {
                 return (done, Some(e));
@@ -495,8 +530,8 @@ impl EventStore {
         write: impl FnOnce(&PageTable, u32, usize, &[u32]),
     ) -> Result<Ingested, IngestError> {
         let words = ROB_HEADER_WORDS + rod_words;
-        match self.place_fast(c, l1id, words) {
-            Some((page, offset, source)) => {
+        match self.place_fast(c, l1id, words, NO_LAYOUT) {
+            Some((page, offset, source, _)) => {
                 write(
                     &self.table,
                     page,
@@ -516,8 +551,18 @@ impl EventStore {
     /// store has one thread). Anything else (no such channel, duplicates, early clears,
     /// collisions, fragments spanning pages, a full channel) changes nothing and returns
     /// `None`: ask [`EventStore::ingest_general`].
+    ///
+    /// `layout` is the card run's [`layout_key`] (`NO_LAYOUT` for any other writer); the last
+    /// value returned says whether the slot still holds a fragment of that layout (see the
+    /// module docs), so only the words that change need writing.
     #[inline(always)]
-    fn place_fast(&mut self, c: usize, l1id: u32, words: usize) -> Option<(u32, usize, u32)> {
+    fn place_fast(
+        &mut self,
+        c: usize,
+        l1id: u32,
+        words: usize,
+        layout: u64,
+    ) -> Option<(u32, usize, u32, bool)> {
         let pw = self.page_words;
         let ch = self.channels.get_mut(c)?;
         if words > pw {
@@ -540,6 +585,15 @@ impl EventStore {
             table.set_next(p, NO_PAGE);
             ch.write_page = p;
             ch.write_offset = first_offset(p, words, pw);
+            // Filled in full under `layout` from here, unless another writer comes in.
+            let was = std::mem::replace(&mut self.layouts[p as usize], layout);
+            ch.write_same = layout != NO_LAYOUT && was == layout;
+            ch.write_layout = layout;
+        } else if ch.write_layout != layout {
+            // Another writer in this page: its slots follow no one layout any more.
+            self.layouts[ch.write_page as usize] = NO_LAYOUT;
+            ch.write_layout = NO_LAYOUT;
+            ch.write_same = false;
         }
         let (page, offset) = (ch.write_page, ch.write_offset);
         hold(holds, table, page);
@@ -553,7 +607,7 @@ impl EventStore {
                 words: words as u32,
             },
         );
-        prefetch_next(table, ch, words, pw);
+        prefetch_next(table, ch, &self.layouts, words, pw, layout);
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
@@ -564,7 +618,7 @@ impl EventStore {
                 ch.counters.alarms += 1;
             }
         }
-        Some((page, offset, ch.source_id))
+        Some((page, offset, ch.source_id, ch.write_same))
     }
 
     /// Every case of an ingest (the common one is [`EventStore::place_fast`]).
@@ -610,7 +664,12 @@ impl EventStore {
             return Err(IngestError::Full);
         }
         let header = rob_header(ch.source_id, words, status);
+        // Whatever page this writes into follows no card run's layout any more.
+        let layouts = &mut self.layouts;
+        ch.write_layout = NO_LAYOUT;
+        ch.write_same = false;
         let (first, offset) = if fresh == 0 {
+            layouts[ch.write_page as usize] = NO_LAYOUT;
             (ch.write_page, ch.write_offset)
         } else {
             // Leave the current page (drop the cursor's hold) and chain fresh pages.
@@ -621,8 +680,10 @@ impl EventStore {
             let mut prev = first;
             hold(holds, table, first);
             table.set_next(first, NO_PAGE);
+            layouts[first as usize] = NO_LAYOUT;
             for _ in 1..fresh {
                 let p = ch.free.pop().expect("checked above");
+                layouts[p as usize] = NO_LAYOUT;
                 hold(holds, table, p);
                 table.set_next(p, NO_PAGE);
                 table.set_next(prev, p);
@@ -651,7 +712,7 @@ impl EventStore {
         };
         // The index had no entry (checked above) and is not full: the insert succeeds.
         let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
-        prefetch_next(table, ch, words, page_words);
+        prefetch_next(table, ch, layouts, words, page_words, NO_LAYOUT);
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
@@ -799,20 +860,42 @@ impl EventStore {
     }
 }
 
-/// The next fragment of channel `ch` most likely has this size (`words`) and goes where the
-/// cursor is now (or at the first offset of the next free page): warms its header and trailer lines
-/// now, so that writing them then does not stall on memory.
+/// The next fragment of channel `ch` most likely has this size (`words`) and layout (`layout`)
+/// and goes where the cursor is now (or at the first offset of the next free page): warms, for
+/// writing, the lines it will write then, so that those writes do not stall on memory. A slot
+/// that holds that layout already gets only its ROD L1ID and BCID rewritten (one line); any
+/// other gets its header and trailer lines.
 #[inline(always)]
-fn prefetch_next(table: &PageTable, ch: &Channel, words: usize, page_words: usize) {
-    let (np, no) = if ch.write_offset + words <= page_words {
-        (ch.write_page, ch.write_offset)
+fn prefetch_next(
+    table: &PageTable,
+    ch: &Channel,
+    layouts: &[u64],
+    words: usize,
+    page_words: usize,
+    layout: u64,
+) {
+    let (np, no, same) = if ch.write_offset + words <= page_words {
+        (
+            ch.write_page,
+            ch.write_offset,
+            ch.write_same && ch.write_layout == layout,
+        )
     } else {
         match ch.free.last() {
-            Some(&p) => (p, first_offset(p, words, page_words)),
-            None => (NO_PAGE, 0),
+            Some(&p) => (
+                p,
+                first_offset(p, words, page_words),
+                layout != NO_LAYOUT && layouts.get(p as usize) == Some(&layout),
+            ),
+            None => (NO_PAGE, 0, false),
         }
     };
-    if np != NO_PAGE {
+    if np == NO_PAGE {
+        return;
+    }
+    if same {
+        table.prefetch(np, no + ROB_HEADER_WORDS + ROD_L1ID_WORD);
+    } else {
         table.prefetch(np, no);
         table.prefetch(np, no + 16);
         table.prefetch(np, (no + words).min(page_words) - 1);
@@ -925,6 +1008,25 @@ pub fn empty_rob(source_id: u32, l1id: u32, status: Status) -> [u32; EMPTY_ROB_W
         0,
     ]);
     w
+}
+
+/// No card-run layout (see the module docs).
+const NO_LAYOUT: u64 = 0;
+
+/// A card run's page layout: fragment size (ROB header included, never zero) and status.
+#[inline]
+fn layout_key(words: usize, status: Status) -> u64 {
+    (u64::from(status.word()) << 32) | (words as u64 & 0xFFFF_FFFF)
+}
+
+/// What a card run's `fill` is asked to write ([`EventStore::ingest_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite {
+    /// Every word: the slot holds anything.
+    Full,
+    /// Only the words that differ from the fragment this channel's runs last wrote in this
+    /// slot with the same size and status, which the slot still holds.
+    Changed,
 }
 
 /// The ROB header of a stored fragment of `words` words (header included).

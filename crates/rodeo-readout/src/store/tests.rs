@@ -214,7 +214,7 @@ fn ingest_run_matches_single_ingests_and_stops_at_full() {
             at += 1;
             l
         },
-        |l1id, d| d.copy_from_slice(&rod(0x200, l1id, ndata)),
+        |l1id, d, _| d.copy_from_slice(&rod(0x200, l1id, ndata)),
     );
     assert_eq!(err, Some(IngestError::Full));
     // 4 pages of two fragments, the cursor page included: 8 fragments stored, and the
@@ -243,8 +243,153 @@ fn ingest_run_matches_single_ingests_and_stops_at_full() {
     one.clear(0..8);
     assert_eq!((run.settle(0), one.settle(0)), (0, 0));
     // Fragments larger than a page are refused by the run path, which writes in place.
-    let (n, e) = run.ingest_run(0, 300, Status::OK, 1, || 20, |_, _| {});
+    let (n, e) = run.ingest_run(0, 300, Status::OK, 1, || 20, |_, _, _| {});
     assert_eq!((n, e), (0, Some(IngestError::TooLarge(300))));
+}
+
+/// A ROD fragment whose only L1ID-dependent word is the L1ID (word 5), as the emulated card's.
+fn rod_fixed(source: u32, l1id: u32, ndata: usize) -> Vec<u32> {
+    let data: Vec<u32> = (0..ndata as u32).collect();
+    let mut out = Vec::new();
+    RodBuilder {
+        source_id: SourceId(source),
+        extended_l1id: l1id,
+        status: &[0],
+        data: &[&data],
+        ..RodBuilder::default()
+    }
+    .write_vec(&mut out)
+    .unwrap();
+    out
+}
+
+/// A card run that writes only the L1ID word when told the slot holds its layout; counts the
+/// fills of each kind.
+fn card_run(
+    s: &mut EventStore,
+    l1ids: std::ops::Range<u32>,
+    ndata: usize,
+    status: Status,
+    counts: &mut [u64; 2],
+) -> (usize, Option<IngestError>) {
+    let mut next = l1ids.start;
+    let n = l1ids.len();
+    s.ingest_run(
+        0,
+        rod_fixed(0x300, 0, ndata).len(),
+        status,
+        n,
+        || {
+            next += 1;
+            next - 1
+        },
+        |l1id, d, rewrite| match rewrite {
+            Rewrite::Full => {
+                counts[0] += 1;
+                d.copy_from_slice(&rod_fixed(0x300, l1id, ndata));
+            }
+            Rewrite::Changed => {
+                counts[1] += 1;
+                d[5] = l1id;
+            }
+        },
+    )
+}
+
+/// A stored fragment reads back as the fragment `rod_fixed` would write in full.
+fn assert_stored(s: &EventStore, l1id: u32, ndata: usize, status: Status) {
+    let copy = s.fragment_copy(0, l1id).expect("stored");
+    let rob = RobFragment::parse(&copy).unwrap();
+    assert_eq!(rob.status(), status, "L1ID {l1id}");
+    assert_eq!(
+        &copy[ROB_HEADER_WORDS..],
+        &rod_fixed(0x300, l1id, ndata)[..],
+        "L1ID {l1id}"
+    );
+}
+
+/// Card runs refilling their own pages write only what changes, and every fragment still
+/// reads back as written in full; any other writer in a page, another size or another status
+/// makes the next fill of that page a full one.
+#[test]
+fn card_runs_rewrite_only_what_changes_and_readers_see_whole_fragments() {
+    let pool = pool(1024, 64);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 0x300, 4)).unwrap();
+    let ndata = 100; // ROB fragments of 8 + 113 words: two per 256-word page.
+    let mut counts = [0u64; 2];
+    // First fill: every slot written in full.
+    assert_eq!(
+        card_run(&mut s, 0..8, ndata, Status::OK, &mut counts),
+        (8, None)
+    );
+    assert_eq!(counts, [8, 0]);
+    (0..8).for_each(|l| assert_stored(&s, l, ndata, Status::OK));
+    s.clear(0..8);
+    // Second fill of the same pages: only the L1IDs change.
+    assert_eq!(
+        card_run(&mut s, 8..16, ndata, Status::OK, &mut counts),
+        (8, None)
+    );
+    assert_eq!(counts, [8, 8]);
+    (8..16).for_each(|l| assert_stored(&s, l, ndata, Status::OK));
+    s.clear(8..16);
+    // Another writer (a copy of another size) into a page: that page's later slots, and its
+    // next fill, are written in full.
+    assert_eq!(
+        card_run(&mut s, 16..17, ndata, Status::OK, &mut counts),
+        (1, None)
+    );
+    let other = rod_fixed(0x300, 17, 50);
+    assert_eq!(s.ingest(0, &other, Status::OK), Ok(Ingested::Stored));
+    assert_eq!(
+        card_run(&mut s, 18..24, ndata, Status::OK, &mut counts),
+        (6, None)
+    );
+    (18..24).for_each(|l| assert_stored(&s, l, ndata, Status::OK));
+    assert_eq!(
+        s.fragment_copy(0, 17).unwrap()[ROB_HEADER_WORDS..],
+        other[..]
+    );
+    s.clear(16..24);
+    // The next round uses all four pages: the mixed one's two slots are written in full.
+    let before = counts;
+    assert_eq!(
+        card_run(&mut s, 24..32, ndata, Status::OK, &mut counts),
+        (8, None)
+    );
+    assert_eq!(
+        counts[0] - before[0],
+        2,
+        "the page another writer used is filled in full"
+    );
+    (24..32).for_each(|l| assert_stored(&s, l, ndata, Status::OK));
+    s.clear(24..32);
+    // Another status: full fills (the ROB header's status word differs).
+    let flagged = Status::OK | Status::ROB_FRAGMENT_PENDING;
+    let before = counts;
+    assert_eq!(
+        card_run(&mut s, 32..40, ndata, flagged, &mut counts),
+        (8, None)
+    );
+    assert_eq!(counts[1], before[1], "no slot holds the flagged layout yet");
+    (32..40).for_each(|l| assert_stored(&s, l, ndata, flagged));
+    s.clear(32..40);
+    // Many more rounds, sizes alternating: whatever mix of fills, the fragments are whole.
+    for round in 0..40u32 {
+        let n = if round % 3 == 0 { 60 } else { ndata };
+        let base = 40 + round * 8;
+        assert_eq!(
+            card_run(&mut s, base..base + 6, n, Status::OK, &mut counts).1,
+            None
+        );
+        (base..base + 6).for_each(|l| assert_stored(&s, l, n, Status::OK));
+        s.clear(base..base + 6);
+    }
+    assert!(
+        counts[1] > 100,
+        "refills of the same layout rewrite little: {counts:?}"
+    );
+    assert_eq!(s.settle(0), 0);
 }
 
 /// The store holds one shared reference per page however many fragments it stores there; reply

@@ -305,7 +305,13 @@ pub struct TesterReport {
     pub latency: Histogram,
     /// CPU time the tester thread(s) used (waiting included).
     pub cpu: Duration,
+    /// Events handled in each [`INTERVAL`] of the run, in order (the last one partial): the
+    /// rate over time, to tell a steady run from one whose machine changed under it.
+    pub intervals: Vec<u64>,
 }
+
+/// The length of one of [`TesterReport::intervals`].
+pub const INTERVAL: Duration = Duration::from_millis(250);
 
 impl TesterReport {
     /// Delete (L1) rate in Hz.
@@ -323,8 +329,28 @@ impl TesterReport {
         rate(self.bytes, self.seconds)
     }
 
+    /// The delete (L1) rate of each whole interval, in Hz (the last, partial one left out
+    /// unless it is the only one).
+    pub fn interval_rates_hz(&self) -> Vec<f64> {
+        let whole = match self.intervals.len() {
+            0 | 1 => self.intervals.len(),
+            n => n - 1,
+        };
+        let secs = INTERVAL.as_secs_f64();
+        self.intervals[..whole]
+            .iter()
+            .map(|&n| n as f64 / secs)
+            .collect()
+    }
+
     /// Adds another instance's report (rates then refer to the longest run).
     pub fn merge(&mut self, o: &TesterReport) {
+        if self.intervals.len() < o.intervals.len() {
+            self.intervals.resize(o.intervals.len(), 0);
+        }
+        for (a, b) in self.intervals.iter_mut().zip(&o.intervals) {
+            *a += b;
+        }
         self.events += o.events;
         self.seconds = self.seconds.max(o.seconds);
         self.l2_requests += o.l2_requests;
@@ -469,8 +495,20 @@ pub fn run_on<L: TesterLink>(
     let start = Instant::now();
     let mut msg = L::Reply::default();
     let mut last_activity = Instant::now();
+    // The interval series: room for the whole run, so the loop does not allocate.
+    let expected = config.duration.map_or(64, |d| {
+        (d.as_secs_f64() / INTERVAL.as_secs_f64()) as usize + 2
+    });
+    st.report.intervals.reserve(expected);
+    let mut interval_end = INTERVAL;
+    let mut events_before = 0u64;
     loop {
         let elapsed = start.elapsed();
+        while elapsed >= interval_end {
+            st.report.intervals.push(st.report.events - events_before);
+            events_before = st.report.events;
+            interval_end += INTERVAL;
+        }
         let generating = !stop.load(Ordering::Relaxed)
             && config.events.is_none_or(|n| st.next_event < n)
             && config.duration.is_none_or(|d| elapsed < d);
@@ -514,6 +552,7 @@ pub fn run_on<L: TesterLink>(
         }
     }
     let seconds = start.elapsed().as_secs_f64();
+    st.report.intervals.push(st.report.events - events_before);
     // Events still in flight are not cleared by this run's clears: they were never answered.
     st.report.unanswered = (st.slots.len() - st.free.len()) as u64;
     if !st.clear_group.is_empty() {

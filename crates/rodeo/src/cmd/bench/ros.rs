@@ -330,6 +330,20 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     f.insert("pages_per_channel".into(), node.pages_per_channel.into());
     f.insert("pinned".into(), pinned.into());
     f.insert("l1_rate_hz".into(), ros_rate.into());
+    // The rate over time (250 ms intervals): a host that moves this machine's CPUs changes it
+    // within a run (docs/benchmarks.md).
+    let mut steps = tester.interval_rates_hz();
+    f.insert("interval_l1_rates_hz".into(), steps.clone().into());
+    steps.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        steps
+            .get(((steps.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    f.insert("interval_l1_rate_min_hz".into(), at(0.0).into());
+    f.insert("interval_l1_rate_median_hz".into(), at(0.5).into());
+    f.insert("interval_l1_rate_max_hz".into(), at(1.0).into());
     f.insert("data_path_l1_rate_hz".into(), data_path.into());
     f.insert("ratio_to_data_path".into(), over(data_path).into());
     f.insert("input_only_l1_rate_hz".into(), input_only.into());
