@@ -44,12 +44,12 @@ use rodeo_transport::socket::Transport;
 use crate::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Generator};
 use crate::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use crate::server::{
-    swrod_link, DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer,
-    ServerConfig, ServerCounters, StoreSink, Stopped, SwRodInputCounters, SwRodInputs,
+    swrod_link, DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
+    ServerCounters, Stopped, StoreSink, SwRodInputCounters, SwRodInputs,
 };
-use crate::swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
 use crate::store::slink::ErrorDump;
 use crate::store::{EventStore, StoreConfig};
+use crate::swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
 
 /// What feeds the node's channels.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -60,9 +60,13 @@ fn served_fragments_are_the_builders_rob_fragments() {
             assert_eq!(rob_frag.status(), Status::OK, "{l1id:#x}");
             let rod = rob_frag.rod();
             assert_eq!(rod.extended_l1id(), l1id);
-            assert_eq!(rod.source_id(), SourceId(rob), "the builder's ROD source id");
+            assert_eq!(
+                rod.source_id(),
+                SourceId(rob),
+                "the builder's ROD source id"
+            );
             // Every E-link's packet: 2 builder words, 2 packet header words, the payload.
-            let payload = (64 / ELINKS - 4) as usize;
+            let payload = 64 / ELINKS - 4;
             assert_eq!(rod.data().len(), ELINKS * (4 + payload), "{l1id:#x}");
         }
         group.push(l1id);
@@ -72,7 +76,9 @@ fn served_fragments_are_the_builders_rob_fragments() {
             group.clear();
         }
     }
-    let live = node.swrod_stats().expect("a SW ROD node has SW ROD counters");
+    let live = node
+        .swrod_stats()
+        .expect("a SW ROD node has SW ROD counters");
     assert!(live.link.fragments >= events * channels as u64, "{live:?}");
     drop(slot);
     drop(client);

@@ -166,7 +166,15 @@ fn bench_ros_tcp_json_shape() {
 #[test]
 fn tester_in_process_with_the_sw_rod_input_balances() {
     let t = rodeo()
-        .args(["tester", "--input", "swrod", "--elinks", "6", "--channels", "4"])
+        .args([
+            "tester",
+            "--input",
+            "swrod",
+            "--elinks",
+            "6",
+            "--channels",
+            "4",
+        ])
         .args(["--fragment-words", "120", "--pages-per-channel", "256"])
         // Generous: a loaded machine may hold the builders back a while.
         .args(["--pending-timeout-ms", "10000", "--seconds", "60"])

@@ -83,9 +83,7 @@ use rodeo_format::l1id::next_extended_l1id;
 use super::direct::Backoff;
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
-use crate::swrod::{
-    Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS,
-};
+use crate::swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
 
 /// One fragment on its way: the ROD words and the builder's status.
 #[derive(Debug)]
