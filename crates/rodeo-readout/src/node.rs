@@ -66,7 +66,7 @@ pub enum NodeInput {
     /// thread, fed by one emulated FELIX card carrying `elinks` E-links (L1IDs from 0), its
     /// fragments stored through [`swrod_link`]. Each E-link's packet carries
     /// `fragment_words / elinks - 4` payload words (at least 1), so a fragment has about
-    /// `fragment_words` data words. See [`SwRodFeed`](self#the-sw-rod-input).
+    /// `fragment_words` data words. Threads and shutdown: the module docs.
     SwRod {
         /// E-links per ROB (1..=2048).
         elinks: usize,

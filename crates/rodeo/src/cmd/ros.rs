@@ -228,7 +228,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("listening on {}", node.endpoint());
     std::io::stdout().flush()?;
     let start = Instant::now();
-    let mut last = (Instant::now(), node.stats());
+    let built = |n: &ReadoutNode| n.swrod_stats().map_or(0, |c| c.builder.fragments);
+    let mut last = (Instant::now(), node.stats(), built(&node));
     while !crate::signal::interrupted()
         && args
             .seconds
@@ -236,16 +237,24 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         std::thread::sleep(Duration::from_millis(50));
         if args.verbose && last.0.elapsed() >= Duration::from_secs(1) {
-            let now = node.stats();
+            let (now, now_built) = (node.stats(), built(&node));
             let dt = last.0.elapsed().as_secs_f64();
+            let swrod = match node.swrod_stats() {
+                Some(c) => format!(
+                    "  built fragments/s {:.0}  sink waits {}",
+                    (now_built - last.2) as f64 / dt,
+                    c.link.sink_waits
+                ),
+                None => String::new(),
+            };
             eprintln!(
-                "requests/s {:.0}  clears/s {:.0}  input fragments/s {:.0}  pending {}",
+                "requests/s {:.0}  clears/s {:.0}  input fragments/s {:.0}  pending {}{swrod}",
                 (now.requests - last.1.requests) as f64 / dt,
                 (now.cleared_l1ids - last.1.cleared_l1ids) as f64 / dt,
                 (now.input_fragments - last.1.input_fragments) as f64 / dt,
                 now.pending_now
             );
-            last = (Instant::now(), now);
+            last = (Instant::now(), now, now_built);
         }
     }
     let stopped = node.stop();
