@@ -6,22 +6,50 @@
 //! endpoint and starts the core thread. [`ReadoutNode::start_direct`] builds the same node
 //! answering one in-process client over the direct link (no ZeroMQ) instead. `rodeo ros`, the ROSTester's in-process node and the
 //! embedded partition all start nodes this way.
+//!
+//! # The SW ROD input
+//!
+//! With [`NodeInput::SwRod`] the node owns, besides the core thread, per ROB an emulated FELIX
+//! card thread, a fragment builder (one receiving thread) and the builder's block pool, and one
+//! thread (`swrod`) that runs the builders and publishes their counters every 20 ms for
+//! [`ReadoutNode::swrod_stats`]. Each builder hands its fragments to the core thread through a
+//! [`swrod_link`] (reorder window, back-pressure: a full store holds the builder, which stops
+//! reading its card, which stalls).
+//!
+//! Shutdown ([`ReadoutNode::stop`] or drop) goes producers first, so nothing waits on a thread
+//! already gone: the cards' generators are told to finish (each card hands over its last
+//! superpage and reports its link down); the builders read what is left and end on their own
+//! while the core thread still stores their fragments. If they stop making progress for
+//! 100 ms (a full store nobody clears) or 2 s pass, the links are abandoned
+//! ([`StoreSink::abandon`]: a waiting sink drops its fragment, counted) and the builders
+//! stopped; the builder thread is joined (and with it the card threads); then the core thread
+//! is stopped (pending requests answered), which drops its input and counts what it still
+//! held.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use rodeo_format::felix::{packet_len, BLOCK_HEADER_BYTES, DEFAULT_BLOCK_SIZE};
+use rodeo_format::fragment::SourceId;
 use rodeo_format::slink::SlinkCheckConfig;
-use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions, SuperpagePool, SuperpagePoolConfig};
+use rodeo_memory::{
+    ChunkPool, PagePool, PagePoolConfig, PoolConfig, RegionOptions, Superpage, SuperpagePool,
+    SuperpagePoolConfig,
+};
 use rodeo_transport::socket::Transport;
 
-use crate::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
-use crate::generator::{SlinkConfig, SlinkGenerator, WordRange};
+use crate::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Generator};
+use crate::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use crate::server::{
-    DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
-    ServerCounters, Stopped,
+    swrod_link, DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
+    ServerCounters, Stopped, StoreSink, SwRodInputCounters, SwRodInputs,
 };
 use crate::store::slink::ErrorDump;
 use crate::store::{EventStore, StoreConfig};
+use crate::swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
 
 /// What feeds the node's channels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,6 +62,18 @@ pub enum NodeInput {
     },
     /// The inline generator writing fragments straight into store pages (no card threads).
     Firmware(Payload),
+    /// Per channel (ROB) one SW ROD fragment builder ([`crate::swrod`]) with one receiving
+    /// thread, fed by one emulated FELIX card carrying `elinks` E-links (L1IDs from 0), its
+    /// fragments stored through [`swrod_link`]. Each E-link's packet carries
+    /// `fragment_words / elinks - 4` payload words (at least 1), so a fragment has about
+    /// `fragment_words` data words. Threads and shutdown: the module docs.
+    SwRod {
+        /// E-links per ROB (1..=2048).
+        elinks: usize,
+        /// Events per second per ROB at most, about (the card is paced in FELIX blocks;
+        /// `None`: as fast as the store takes).
+        rate_hz: Option<f64>,
+    },
 }
 
 /// How a readout node is built.
@@ -106,6 +146,9 @@ pub enum NodeError {
     /// The server could not start.
     #[error("readout node server: {0}")]
     Server(#[from] crate::server::ServerError),
+    /// A fragment builder rejected its configuration.
+    #[error("readout node fragment builder: {0}")]
+    SwRod(#[from] SwRodError),
     /// A card thread or the error file could not be set up.
     #[error("readout node: {what}: {source}")]
     Io {
@@ -119,6 +162,8 @@ pub enum NodeError {
 
 /// A running readout node and the memory it holds.
 pub struct ReadoutNode {
+    /// Declared before the server: dropped (stopped) first, see the module docs.
+    swrod: Option<SwRodFeed>,
     server: RequestServer,
     robs: Vec<u32>,
     _pool: PagePool,
@@ -144,7 +189,7 @@ impl ReadoutNode {
         let (memory, store, input) = Parts::build(config)?.split();
         let server =
             RequestServer::start(transport, &server_config(config, endpoint), store, input)?;
-        Ok(memory.node(server, config))
+        memory.node(server, config)
     }
 
     /// Builds the node and starts serving the one client returned, over the direct in-process
@@ -153,7 +198,7 @@ impl ReadoutNode {
         let (memory, store, input) = Parts::build(config)?.split();
         let (server, client) =
             RequestServer::start_direct(&server_config(config, "direct"), store, input)?;
-        Ok((memory.node(server, config), client))
+        Ok((memory.node(server, config)?, client))
     }
 }
 
@@ -173,22 +218,28 @@ struct Parts {
     superpages: Option<SuperpagePool>,
     store: EventStore,
     input: Box<dyn Input>,
+    swrod: Option<SwRodParts>,
 }
 
-/// The memory a running node keeps.
+/// The memory (and the SW ROD builders, not yet running) a running node keeps.
 struct Memory {
     pool: PagePool,
     superpages: Option<SuperpagePool>,
+    swrod: Option<SwRodParts>,
 }
 
 impl Memory {
-    fn node(self, server: RequestServer, config: &NodeConfig) -> ReadoutNode {
-        ReadoutNode {
+    /// The node around `server`; starts the SW ROD builders (the core thread already polls
+    /// their links). If they cannot start, the server is stopped again.
+    fn node(self, server: RequestServer, config: &NodeConfig) -> Result<ReadoutNode, NodeError> {
+        let swrod = self.swrod.map(SwRodParts::start).transpose()?;
+        Ok(ReadoutNode {
+            swrod,
             server,
             robs: config.robs(),
             _pool: self.pool,
             _superpages: self.superpages,
-        }
+        })
     }
 }
 
@@ -197,6 +248,7 @@ impl Parts {
         let memory = Memory {
             pool: self.pool,
             superpages: self.superpages,
+            swrod: self.swrod,
         };
         (memory, self.store, self.input)
     }
@@ -224,7 +276,14 @@ impl Parts {
             ),
         )?;
         let mut superpages = None;
+        let mut swrod = None;
         let input: Box<dyn Input> = match config.input {
+            NodeInput::SwRod { elinks, rate_hz } => {
+                let (parts, input, sp) = SwRodParts::build(config, elinks, rate_hz)?;
+                swrod = Some(parts);
+                superpages = Some(sp);
+                Box::new(input)
+            }
             NodeInput::Firmware(payload) => Box::new(FirmwareInput::new(
                 &store,
                 config.fragment_words as usize,
@@ -292,6 +351,7 @@ impl Parts {
             superpages,
             store,
             input,
+            swrod,
         })
     }
 }
@@ -322,8 +382,329 @@ impl ReadoutNode {
         self._pool.clone()
     }
 
-    /// Stops the node (pending requests answered first) and returns its final state.
+    /// Live counters of the SW ROD input (builders and links, summed over the ROBs; the
+    /// builders' published every 20 ms); `None` for other inputs.
+    pub fn swrod_stats(&self) -> Option<SwRodInputCounters> {
+        self.swrod.as_ref().map(SwRodFeed::counters)
+    }
+
+    /// Stops the node (pending requests answered first) and returns its final state. A SW ROD
+    /// input's producers and builders are stopped before the core thread (module docs).
     pub fn stop(self) -> Stopped {
-        self.server.stop()
+        let ReadoutNode {
+            swrod,
+            server,
+            _pool,
+            _superpages,
+            ..
+        } = self;
+        let builders = swrod.map(|mut f| (f.shutdown(), f));
+        let mut stopped = server.stop();
+        if let Some((builder, feed)) = builders {
+            // Read after the core thread dropped its input (what it still held is counted).
+            stopped.swrod = Some(SwRodInputCounters {
+                builder,
+                link: feed.link_counters(),
+            });
+        }
+        stopped
+    }
+}
+
+/// Rate of FELIX blocks for about `events_per_s` events of `elinks` packets of
+/// `payload_words` words each (a 32-bit subchunk trailer per packet).
+fn blocks_per_s(events_per_s: f64, elinks: usize, payload_words: u32) -> f64 {
+    let per_event = elinks as f64 * (packet_len(payload_words) + 4) as f64;
+    events_per_s * per_event / (DEFAULT_BLOCK_SIZE - BLOCK_HEADER_BYTES) as f64
+}
+
+/// A generator that reports itself finished once `finish` is set: its card hands over its
+/// last superpage and takes its link down, so the reader ends by itself.
+struct Finishing<G> {
+    generator: G,
+    finish: Arc<AtomicBool>,
+}
+
+impl<G: Generator> Generator for Finishing<G> {
+    fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+        self.generator.fill(buf, max_units)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finish.load(Ordering::Acquire) || self.generator.is_finished()
+    }
+}
+
+/// One ROB's builder before it runs.
+struct SwRodRob {
+    config: SwRodConfig,
+    pools: Vec<ChunkPool>,
+    card: EmulatedChannel<Superpage>,
+    sink: StoreSink,
+}
+
+/// The SW ROD input's threads and memory, built but not running.
+struct SwRodParts {
+    robs: Vec<SwRodRob>,
+    finish: Arc<AtomicBool>,
+}
+
+/// Superpages per card (the card's queues are as deep) and their size: small, so that a
+/// paced card hands over its events within milliseconds.
+const SWROD_SUPERPAGES: usize = 16;
+const SWROD_SUPERPAGE_BYTES: usize = 16 * 1024;
+
+impl SwRodParts {
+    /// The cards (started: they fill their superpages and stall until the builders read),
+    /// the block pools, the links and the core thread's input.
+    fn build(
+        config: &NodeConfig,
+        elinks: usize,
+        rate_hz: Option<f64>,
+    ) -> Result<(SwRodParts, SwRodInputs, SuperpagePool), NodeError> {
+        if !(1..=2048).contains(&elinks) {
+            return Err(NodeError::Config(format!(
+                "{elinks} E-links per ROB: 1..=2048 needed"
+            )));
+        }
+        let payload_words = (config.fragment_words as usize / elinks)
+            .saturating_sub(4)
+            .max(1) as u32;
+        let sp = SuperpagePool::new(SuperpagePoolConfig {
+            superpage_bytes: SWROD_SUPERPAGE_BYTES,
+            superpages: config.channels * SWROD_SUPERPAGES,
+            region: RegionOptions::default(),
+        })?;
+        let finish = Arc::new(AtomicBool::new(false));
+        let mut robs = Vec::with_capacity(config.channels);
+        let mut inputs = Vec::with_capacity(config.channels);
+        for c in 0..config.channels {
+            let elink_ids: Vec<u16> = (0..elinks as u16).collect();
+            let sw = SwRodConfig {
+                source_id: SourceId(config.base_source_id + c as u32),
+                thread_elinks: vec![elink_ids.clone()],
+                // The smallest window for 1 KiB blocks: the link holds twice as many fragments.
+                window: DEFAULT_BLOCK_SIZE / 2,
+                // No packet is lost in emulation: a long timeout only matters at very low
+                // rates, where a block takes longer than this to fill.
+                timeout: Duration::from_secs(5),
+                l1id_wrap: config.l1id_wrap,
+                first_l1id: 0,
+                ..SwRodConfig::default()
+            };
+            let chunk = sw.block_bytes_for(packet_len(payload_words));
+            let pools = vec![ChunkPool::new(PoolConfig {
+                chunk_bytes: chunk,
+                chunks_per_region: 2 * sw.window,
+                max_regions: 1,
+                initial_regions: 1,
+                region: RegionOptions::default(),
+            })?];
+            // Checks the configuration now, so that the builder thread cannot fail on it.
+            FragmentBuilder::new(&sw, &pools, DefaultFormat::default())?;
+            let generator = FelixGenerator::new(&FelixConfig {
+                elinks: elink_ids,
+                payload_words: WordRange::fixed(payload_words),
+                l1id_wrap: config.l1id_wrap,
+                ..FelixConfig::default()
+            })
+            .map_err(|e| NodeError::Config(format!("FELIX generator: {e}")))?;
+            let card = EmulatedChannel::start(
+                &format!("felix{c}"),
+                EmulatedConfig {
+                    queue_depth: SWROD_SUPERPAGES,
+                    max_units_per_s: rate_hz.map(|r| blocks_per_s(r, elinks, payload_words)),
+                    ..EmulatedConfig::default()
+                },
+                Finishing {
+                    generator,
+                    finish: Arc::clone(&finish),
+                },
+            )
+            .map_err(|source| NodeError::Io {
+                what: format!("starting card thread felix{c}"),
+                source,
+            })?;
+            for _ in 0..SWROD_SUPERPAGES {
+                let s = sp
+                    .alloc()
+                    .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+                if card.push_superpage(s).is_err() {
+                    return Err(NodeError::Config(
+                        "transfer queue smaller than its depth".into(),
+                    ));
+                }
+            }
+            let words = elinks * (payload_words as usize + 4) + 32;
+            let (sink, input) = swrod_link(c, &sw, 1, words);
+            inputs.push(input);
+            robs.push(SwRodRob {
+                config: sw,
+                pools,
+                card,
+                sink,
+            });
+        }
+        Ok((SwRodParts { robs, finish }, SwRodInputs::new(inputs), sp))
+    }
+
+    /// Starts the `swrod` thread running every builder.
+    fn start(self) -> Result<SwRodFeed, NodeError> {
+        let live = Arc::new(Mutex::new(vec![SwRodCounters::default(); self.robs.len()]));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sinks: Vec<StoreSink> = self.robs.iter().map(|r| r.sink.clone()).collect();
+        let (robs, thread_live, thread_stop) = (self.robs, Arc::clone(&live), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("swrod".into())
+            .spawn(move || run_builders(robs, &thread_live, &thread_stop))
+            .map_err(|source| NodeError::Io {
+                what: "starting the fragment builder thread".into(),
+                source,
+            })?;
+        Ok(SwRodFeed {
+            finish: self.finish,
+            stop,
+            live,
+            sinks,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Runs every ROB's builder on a thread of its own until all have returned, publishing their
+/// counters into `live` every 20 ms; returns the final counters, summed.
+fn run_builders(
+    robs: Vec<SwRodRob>,
+    live: &Mutex<Vec<SwRodCounters>>,
+    stop: &AtomicBool,
+) -> Result<SwRodCounters, SwRodError> {
+    let builders = robs
+        .iter()
+        .map(|r| FragmentBuilder::new(&r.config, &r.pools, DefaultFormat::default()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = std::thread::scope(|s| {
+        let handles = builders
+            .iter()
+            .zip(&robs)
+            .enumerate()
+            .map(|(c, (b, r))| {
+                std::thread::Builder::new()
+                    .name(format!("swrod{c}"))
+                    .spawn_scoped(s, move || b.run(&[vec![&r.card]], &r.sink, stop))
+            })
+            .collect::<Vec<_>>();
+        let publish = || {
+            let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
+            for (slot, b) in l.iter_mut().zip(&builders) {
+                *slot = b.counters();
+            }
+        };
+        while handles
+            .iter()
+            .any(|h| h.as_ref().is_ok_and(|h| !h.is_finished()))
+        {
+            publish();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        publish();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(c, h)| match h {
+                Ok(h) => h.join().unwrap_or(Err(SwRodError::Panicked(c))),
+                Err(e) => Err(SwRodError::Spawn(e)),
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut total = SwRodCounters::default();
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(c) => total.add(&c),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    // The cards (and their threads) go with `robs`, after the builders returned.
+    drop(builders);
+    drop(robs);
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(total),
+    }
+}
+
+/// A running SW ROD input: the `swrod` thread and what stops it (see the module docs).
+struct SwRodFeed {
+    /// Tells the cards' generators to finish.
+    finish: Arc<AtomicBool>,
+    /// The builders' stop flag.
+    stop: Arc<AtomicBool>,
+    /// The builders' counters, published by the `swrod` thread.
+    live: Arc<Mutex<Vec<SwRodCounters>>>,
+    /// Clones of the builders' sinks (the links' counters, and to abandon them).
+    sinks: Vec<StoreSink>,
+    thread: Option<JoinHandle<Result<SwRodCounters, SwRodError>>>,
+}
+
+impl SwRodFeed {
+    fn link_counters(&self) -> crate::server::SwRodLinkCounters {
+        let mut total = crate::server::SwRodLinkCounters::default();
+        for s in &self.sinks {
+            total.add(&s.counters());
+        }
+        total
+    }
+
+    fn counters(&self) -> SwRodInputCounters {
+        let mut builder = SwRodCounters::default();
+        for c in self.live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            builder.add(c);
+        }
+        SwRodInputCounters {
+            builder,
+            link: self.link_counters(),
+        }
+    }
+
+    /// Stops producers, then builders (module docs); returns the builders' final counters
+    /// (the last published ones if the thread failed). Idempotent.
+    fn shutdown(&mut self) -> SwRodCounters {
+        let Some(thread) = self.thread.take() else {
+            return self.counters().builder;
+        };
+        self.finish.store(true, Ordering::Release);
+        // The builders drain their cards while the core thread stores, as long as they move.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let progress = |f: &SwRodFeed| {
+            let c = f.counters();
+            c.builder.superpages + c.link.fragments + c.link.dropped_no_consumer
+        };
+        let (mut last, mut since) = (progress(self), Instant::now());
+        while !thread.is_finished()
+            && Instant::now() < deadline
+            && since.elapsed() < Duration::from_millis(100)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+            let now = progress(self);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+        for s in &self.sinks {
+            s.abandon();
+        }
+        self.stop.store(true, Ordering::Release);
+        match thread.join() {
+            Ok(Ok(c)) => c,
+            _ => self.counters().builder,
+        }
+    }
+}
+
+impl Drop for SwRodFeed {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }

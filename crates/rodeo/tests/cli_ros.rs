@@ -160,3 +160,64 @@ fn bench_ros_direct_json_shape() {
 fn bench_ros_tcp_json_shape() {
     bench("tcp");
 }
+
+/// `rodeo tester --input swrod`: an in-process node fed by SW ROD fragment builders answers
+/// every request of the mix, nothing lost, nothing bad.
+#[test]
+fn tester_in_process_with_the_sw_rod_input_balances() {
+    let t = rodeo()
+        .args([
+            "tester",
+            "--input",
+            "swrod",
+            "--elinks",
+            "6",
+            "--channels",
+            "4",
+        ])
+        .args(["--fragment-words", "120", "--pages-per-channel", "256"])
+        // Generous: a loaded machine may hold the builders back a while.
+        .args(["--pending-timeout-ms", "10000", "--seconds", "60"])
+        .args(["--events", "4000", "--json"])
+        .output()
+        .unwrap();
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let v: Value = serde_json::from_slice(&t.stdout).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["events"], 4000, "{v}");
+    assert_eq!(row["bad_replies"], 0, "{v}");
+    assert_eq!(row["lost_fragments"], 0, "{v}");
+    assert_eq!(row["unanswered"], 0, "{v}");
+    assert_eq!(row["clears"], 40, "{v}");
+    assert!(row["fragments"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// `rodeo ros --input swrod` prints the builders' and links' counters with the node's, and
+/// every fragment built is stored or counted dropped at shutdown.
+#[test]
+fn ros_with_the_sw_rod_input_reports_builder_counters() {
+    let out = rodeo()
+        .args(["ros", "--listen", "tcp://127.0.0.1:0", "--input", "swrod"])
+        .args(["--channels", "2", "--elinks", "3", "--fragment-words", "60"])
+        .args(["--pages-per-channel", "64", "--page-bytes", "1024"])
+        .args(["--seconds", "0.5", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let last = text.lines().last().unwrap();
+    let s: Value = serde_json::from_str(last).unwrap();
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"));
+    assert!(n("swrod_fragments") > 0, "{s}");
+    assert_eq!(n("swrod_corrupt_packets"), 0, "{s}");
+    assert_eq!(
+        n("swrod_fragments"),
+        n("stored_fragments") + n("swrod_link_dropped_no_consumer"),
+        "{s}"
+    );
+    assert_eq!(n("input_stalls"), n("swrod_link_sink_waits"), "{s}");
+}

@@ -124,6 +124,7 @@ impl<S: RequestSource> Core<S> {
             input_stalls: self.input.stalls(),
             core_cpu: crate::cputime::thread_cpu_time().saturating_sub(cpu0),
             core_pinned,
+            swrod: None,
             store: self.store,
         }
     }

@@ -66,7 +66,9 @@ pub use direct::{direct_link, DirectClient, DirectError, DirectReply, DirectSour
 pub use input::{DmaInput, FirmwareInput, Input, Payload};
 use rodeo_format::slink::SlinkCounters;
 pub use source::{Ids, Incoming, ReplyRefused, RequestSource, ZmqSource};
-pub use swrod_input::{swrod_link, StoreSink, SwRodInput, SwRodLinkCounters};
+pub use swrod_input::{
+    swrod_link, StoreSink, SwRodInput, SwRodInputCounters, SwRodInputs, SwRodLinkCounters,
+};
 
 /// Configuration of a [`RequestServer`].
 #[derive(Debug, Clone)]
@@ -203,6 +205,9 @@ pub struct Stopped {
     /// The core thread ran pinned to [`ServerConfig::core_cpu`] (false: no CPU asked for, or
     /// the kernel refused it).
     pub core_pinned: bool,
+    /// The SW ROD input's builder and link counters, for a node fed by fragment builders
+    /// (filled in by [`crate::node::ReadoutNode::stop`]; `None` otherwise).
+    pub swrod: Option<SwRodInputCounters>,
 }
 
 /// A running request server. See the module docs.

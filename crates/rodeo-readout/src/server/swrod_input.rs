@@ -65,7 +65,13 @@
 //!
 //! Dropping the [`SwRodInput`] (the core thread stopped) makes a waiting sink give up: it then
 //! drops the fragment and counts it in [`SwRodLinkCounters::dropped_no_consumer`], so a builder
-//! never hangs on a node that is gone.
+//! never hangs on a node that is gone. [`StoreSink::abandon`] does the same while the core
+//! thread still runs: a node stopping its builder before its core thread calls it once the
+//! builder no longer progresses (a full store nobody clears), so the builder's final fragments
+//! cannot wait forever; fragments already handed over are still stored.
+//!
+//! [`SwRodInputs`] polls several links (one per store channel) as one [`Input`], as a readout
+//! node fed by one builder per ROB does.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -77,7 +83,7 @@ use rodeo_format::l1id::next_extended_l1id;
 use super::direct::Backoff;
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
-use crate::swrod::{Flow, Fragment, FragmentSink, SwRodConfig, ROB_HEADER_WORDS};
+use crate::swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
 
 /// One fragment on its way: the ROD words and the builder's status.
 #[derive(Debug)]
@@ -119,6 +125,41 @@ pub struct SwRodLinkCounters {
     pub duplicates: u64,
     /// L1IDs the window stopped waiting for (a fragment came a whole window later).
     pub skipped: u64,
+}
+
+impl SwRodLinkCounters {
+    /// Adds every counter of `other`.
+    pub fn add(&mut self, other: &SwRodLinkCounters) {
+        self.fragments += other.fragments;
+        self.sink_waits += other.sink_waits;
+        self.dropped_no_consumer += other.dropped_no_consumer;
+        self.rejected += other.rejected;
+        self.out_of_order += other.out_of_order;
+        self.duplicates += other.duplicates;
+        self.skipped += other.skipped;
+    }
+
+    /// `(name, value)` pairs, for metrics and reports.
+    pub fn fields(&self) -> [(&'static str, u64); 7] {
+        [
+            ("fragments", self.fragments),
+            ("sink_waits", self.sink_waits),
+            ("dropped_no_consumer", self.dropped_no_consumer),
+            ("rejected", self.rejected),
+            ("out_of_order", self.out_of_order),
+            ("duplicates", self.duplicates),
+            ("skipped", self.skipped),
+        ]
+    }
+}
+
+/// The counters of a SW ROD input: its builders' and its links', each summed over the ROBs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwRodInputCounters {
+    /// The fragment builders' counters.
+    pub builder: SwRodCounters,
+    /// The links' counters.
+    pub link: SwRodLinkCounters,
 }
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: buffers
@@ -174,6 +215,14 @@ impl StoreSink {
     /// The link's counters.
     pub fn counters(&self) -> SwRodLinkCounters {
         self.link.counters()
+    }
+
+    /// From now on a fragment that finds no free buffer is dropped (counted in
+    /// [`SwRodLinkCounters::dropped_no_consumer`]) instead of waiting, as when the input is
+    /// gone; a sink waiting now gives up. For shutting a builder down while the core thread
+    /// runs on and may never free a buffer again (see the module docs).
+    pub fn abandon(&self) {
+        self.link.consumer_gone.store(true, Ordering::Release);
     }
 }
 
@@ -403,6 +452,39 @@ impl Input for SwRodInput {
             self.ahead = Some(f);
         }
         consumed
+    }
+}
+
+/// Several [`SwRodInput`]s (one per store channel) polled as one [`Input`].
+#[derive(Debug)]
+pub struct SwRodInputs {
+    inputs: Vec<SwRodInput>,
+}
+
+impl SwRodInputs {
+    /// Polls `inputs` in turn, each with its own budget.
+    pub fn new(inputs: Vec<SwRodInput>) -> SwRodInputs {
+        SwRodInputs { inputs }
+    }
+
+    /// The links' counters, summed.
+    pub fn counters(&self) -> SwRodLinkCounters {
+        let mut total = SwRodLinkCounters::default();
+        for i in &self.inputs {
+            total.add(&i.counters());
+        }
+        total
+    }
+}
+
+impl Input for SwRodInputs {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        self.inputs.iter_mut().map(|i| i.poll(store)).sum()
+    }
+
+    /// The times a sink waited for a free buffer (the store held the builder back).
+    fn stalls(&self) -> u64 {
+        self.counters().sink_waits
     }
 }
 

@@ -1,4 +1,5 @@
-//! `rodeo ros`: a standalone readout node. Emulated S-LINK channels (L1IDs from 0) feed the
+//! `rodeo ros`: a standalone readout node. Emulated S-LINK channels (L1IDs from 0), or with
+//! `--input swrod` one SW ROD fragment builder per ROB fed by emulated FELIX E-links, feed the
 //! event store; the request server answers DataRequest and Clear on a ROUTER endpoint until
 //! interrupted (or for `--seconds`), then prints its counters.
 //!
@@ -55,17 +56,23 @@ pub(crate) struct NodeArgs {
     /// Store page size in bytes.
     #[arg(long, default_value_t = 4096)]
     pub(crate) page_bytes: usize,
-    /// Input: emulated cards through DMA superpages and the S-LINK checks (`dma`), or the
-    /// inline firmware-style generator writing into the store's pages (`firmware`).
+    /// Input: emulated cards through DMA superpages and the S-LINK checks (`dma`), the
+    /// inline firmware-style generator writing into the store's pages (`firmware`), or per ROB
+    /// a SW ROD fragment builder fed by an emulated FELIX card (`swrod`, see --elinks).
     #[arg(long, value_enum, default_value = "dma")]
     pub(crate) input: InputKind,
     /// With `--input firmware`: write the whole fragment (`full`) or headers only (`headers`,
     /// the card's DMA modelled as free for the host).
     #[arg(long, value_enum, default_value = "full")]
     pub(crate) payload: PayloadKind,
-    /// Fragments per second per channel at most (`--input dma`; default unlimited).
+    /// Fragments per second per channel at most (`--input dma`; with `--input swrod` events
+    /// per second per ROB, about; default unlimited).
     #[arg(long, value_name = "HZ")]
     pub(crate) input_rate: Option<f64>,
+    /// With `--input swrod`: E-links per ROB (1..=2048), one packet each per event; the
+    /// packets share `--fragment-words` (each carries W / N - 4 payload words, at least 1).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub(crate) elinks: usize,
     /// ZeroMQ I/O threads.
     #[arg(long, default_value_t = 1)]
     pub(crate) io_threads: u32,
@@ -93,6 +100,8 @@ pub(crate) enum InputKind {
     Dma,
     /// Inline generator writing straight into store pages.
     Firmware,
+    /// Per ROB a SW ROD fragment builder fed by an emulated FELIX card (`--elinks` E-links).
+    Swrod,
 }
 
 /// Payload modes of the firmware input.
@@ -140,6 +149,10 @@ pub(crate) fn node_config(a: &NodeArgs) -> NodeConfig {
         InputKind::Dma => NodeInput::Dma {
             rate_hz: a.input_rate,
         },
+        InputKind::Swrod => NodeInput::SwRod {
+            elinks: a.elinks,
+            rate_hz: a.input_rate,
+        },
     };
     NodeConfig {
         channels: a.channels,
@@ -160,7 +173,7 @@ pub(crate) fn node_config(a: &NodeArgs) -> NodeConfig {
 pub(crate) fn summary(s: &Stopped) -> Value {
     let c = &s.counters;
     let k = s.store.total_counters();
-    json!({
+    let mut v = json!({
         "requests": c.requests,
         "replies": c.replies,
         "fragments_sent": c.fragments_sent,
@@ -192,7 +205,17 @@ pub(crate) fn summary(s: &Stopped) -> Value {
         "slink_sequence_errors": s.slink.l1id_sequence_errors,
         "input_stalls": s.input_stalls,
         "core_cpu_ns": u64::try_from(s.core_cpu.as_nanos()).unwrap_or(u64::MAX),
-    })
+    });
+    // The SW ROD input: its builders' counters (`swrod_*`) and its links' (`swrod_link_*`).
+    if let (Some(sw), Value::Object(m)) = (&s.swrod, &mut v) {
+        for (k, n) in sw.builder.fields() {
+            m.insert(format!("swrod_{k}"), Value::from(n));
+        }
+        for (k, n) in sw.link.fields() {
+            m.insert(format!("swrod_link_{k}"), Value::from(n));
+        }
+    }
+    v
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -205,7 +228,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("listening on {}", node.endpoint());
     std::io::stdout().flush()?;
     let start = Instant::now();
-    let mut last = (Instant::now(), node.stats());
+    let built = |n: &ReadoutNode| n.swrod_stats().map_or(0, |c| c.builder.fragments);
+    let mut last = (Instant::now(), node.stats(), built(&node));
     while !crate::signal::interrupted()
         && args
             .seconds
@@ -213,16 +237,24 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         std::thread::sleep(Duration::from_millis(50));
         if args.verbose && last.0.elapsed() >= Duration::from_secs(1) {
-            let now = node.stats();
+            let (now, now_built) = (node.stats(), built(&node));
             let dt = last.0.elapsed().as_secs_f64();
+            let swrod = match node.swrod_stats() {
+                Some(c) => format!(
+                    "  built fragments/s {:.0}  sink waits {}",
+                    (now_built - last.2) as f64 / dt,
+                    c.link.sink_waits
+                ),
+                None => String::new(),
+            };
             eprintln!(
-                "requests/s {:.0}  clears/s {:.0}  input fragments/s {:.0}  pending {}",
+                "requests/s {:.0}  clears/s {:.0}  input fragments/s {:.0}  pending {}{swrod}",
                 (now.requests - last.1.requests) as f64 / dt,
                 (now.cleared_l1ids - last.1.cleared_l1ids) as f64 / dt,
                 (now.input_fragments - last.1.input_fragments) as f64 / dt,
                 now.pending_now
             );
-            last = (Instant::now(), now);
+            last = (Instant::now(), now, now_built);
         }
     }
     let stopped = node.stop();

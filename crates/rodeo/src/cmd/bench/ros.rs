@@ -172,6 +172,7 @@ fn node_args(a: &Args) -> NodeArgs {
         input: InputKind::Firmware,
         payload: a.payload,
         input_rate: None,
+        elinks: 4,
         io_threads: 1,
         descriptors: 1024,
         pending_timeout_ms: 200,

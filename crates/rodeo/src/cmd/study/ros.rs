@@ -129,6 +129,7 @@ fn measure(t: &Transport, p: Point, seconds: f64) -> anyhow::Result<(Row, u64)> 
         input: InputKind::Firmware,
         payload: PayloadKind::Headers,
         input_rate: None,
+        elinks: 4,
         io_threads: 1,
         descriptors: 1024,
         pending_timeout_ms: 200,

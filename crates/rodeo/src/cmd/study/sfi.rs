@@ -58,6 +58,7 @@ fn emulator_args(sources: usize, words: u32, first: u32) -> NodeArgs {
         input: InputKind::Firmware,
         payload: PayloadKind::Full,
         input_rate: None,
+        elinks: 4,
         io_threads: 1,
         descriptors: 1,
         pending_timeout_ms: 200,

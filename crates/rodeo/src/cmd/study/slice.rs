@@ -64,6 +64,7 @@ fn node_args(words: u32) -> NodeArgs {
         input: InputKind::Firmware,
         payload: PayloadKind::Headers,
         input_rate: None,
+        elinks: 4,
         io_threads: 1,
         descriptors: 1024,
         pending_timeout_ms: 200,
