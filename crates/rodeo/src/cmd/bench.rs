@@ -5,6 +5,7 @@
 
 pub(crate) mod dma;
 pub(crate) mod pool;
+mod probe;
 pub(crate) mod ros;
 mod swrod;
 mod timing;

@@ -223,6 +223,10 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         seconds.min(1.0),
         false,
     )?;
+    // The machine's own shared-memory rate just before and just after the measured run
+    // (probe.rs): when the host moves the CPUs, both it and the ROS figures drop.
+    let probe_time = Duration::from_secs_f64(seconds.min(2.0) * 0.15);
+    let probe_before = super::probe::shared_ring_rate(probe_time, pinning(&a));
     // The node.
     // Whether both threads ran where they were asked to (the kernel may refuse a CPU).
     let mut pinned = false;
@@ -260,6 +264,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             (r, child.finish()?)
         }
     };
+    let probe_after = super::probe::shared_ring_rate(probe_time, pinning(&a));
     let ros_rate = tester.l1_rate_hz();
     let main_row = Row::new("ros", tname, &tester, &counters);
     // The rate if each thread had a core of its own at the CPU cost per event measured here.
@@ -345,6 +350,8 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     f.insert("interval_l1_rate_min_hz".into(), at(0.0).into());
     f.insert("interval_l1_rate_median_hz".into(), at(0.5).into());
     f.insert("interval_l1_rate_max_hz".into(), at(1.0).into());
+    f.insert("probe_before_per_s".into(), probe_before.into());
+    f.insert("probe_after_per_s".into(), probe_after.into());
     f.insert("data_path_l1_rate_hz".into(), data_path.into());
     f.insert("ratio_to_data_path".into(), over(data_path).into());
     f.insert("input_only_l1_rate_hz".into(), input_only.into());
