@@ -400,12 +400,13 @@ impl ReadoutNode {
         } = self;
         let builders = swrod.map(|mut f| (f.shutdown(), f));
         let mut stopped = server.stop();
-        if let Some((builder, feed)) = builders {
+        if let Some(((builder, error), feed)) = builders {
             // Read after the core thread dropped its input (what it still held is counted).
             stopped.swrod = Some(SwRodInputCounters {
                 builder,
                 link: feed.link_counters(),
             });
+            stopped.swrod_error = error;
         }
         stopped
     }
@@ -670,9 +671,12 @@ impl SwRodFeed {
 
     /// Stops producers, then builders (module docs); returns the builders' final counters
     /// (the last published ones if the thread failed). Idempotent.
-    fn shutdown(&mut self) -> SwRodCounters {
+    /// Stops the builders (see the module docs); returns their final counters and the first
+    /// error, if one failed (the counters are then the last published). Once stopped, returns
+    /// the last published counters and no error.
+    fn shutdown(&mut self) -> (SwRodCounters, Option<String>) {
         let Some(thread) = self.thread.take() else {
-            return self.counters().builder;
+            return (self.counters().builder, None);
         };
         self.finish.store(true, Ordering::Release);
         // The builders drain their cards while the core thread stores, as long as they move.
@@ -697,8 +701,12 @@ impl SwRodFeed {
         }
         self.stop.store(true, Ordering::Release);
         match thread.join() {
-            Ok(Ok(c)) => c,
-            _ => self.counters().builder,
+            Ok(Ok(c)) => (c, None),
+            Ok(Err(e)) => (self.counters().builder, Some(e.to_string())),
+            Err(_) => (
+                self.counters().builder,
+                Some("the SW ROD builders' thread panicked".into()),
+            ),
         }
     }
 }

@@ -125,6 +125,7 @@ impl<S: RequestSource> Core<S> {
             core_cpu: crate::cputime::thread_cpu_time().saturating_sub(cpu0),
             core_pinned,
             swrod: None,
+            swrod_error: None,
             store: self.store,
         }
     }

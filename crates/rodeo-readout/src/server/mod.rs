@@ -208,6 +208,10 @@ pub struct Stopped {
     /// The SW ROD input's builder and link counters, for a node fed by fragment builders
     /// (filled in by [`crate::node::ReadoutNode::stop`]; `None` otherwise).
     pub swrod: Option<SwRodInputCounters>,
+    /// The SW ROD input's first error (a builder that failed or panicked, or its thread that
+    /// did): its ROB's fragments stopped there, and the builder counters are the last ones
+    /// published. `None` when every builder ran to its end, or for other inputs.
+    pub swrod_error: Option<String>,
 }
 
 /// A running request server. See the module docs.

@@ -43,7 +43,8 @@
 //! so a page that comes back to its channel's free stack and is filled the same way again gets
 //! its fragments at the same offsets (the stagger depends only on the page and the size). The
 //! store keeps, per page, the layout it was last filled with in full (`layouts`, a store-local
-//! word per page: size and status, or none when anything else wrote there) and tells the
+//! word per page: size and status, stamped when the page is left with every slot of that
+//! layout written; none when anything else wrote there or the page was left early) and tells the
 //! run's `fill` whether the slot it gets still holds such a fragment ([`Rewrite::Changed`]):
 //! the ROB header is then already right, and the card writes only the words that differ (an
 //! emulated card's L1ID and BCID). A real card's DMA costs the host nothing; this keeps the
@@ -577,6 +578,7 @@ impl EventStore {
         let holds = &mut self.holds;
         if !fits {
             // Leave the current page (drop the cursor's hold) for a fresh one.
+            stamp_left_page(ch, &mut self.layouts, pw);
             if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
                 ch.free.push(ch.write_page);
             }
@@ -585,13 +587,13 @@ impl EventStore {
             table.set_next(p, NO_PAGE);
             ch.write_page = p;
             ch.write_offset = first_offset(p, words, pw);
-            // Filled in full under `layout` from here, unless another writer comes in.
-            let was = std::mem::replace(&mut self.layouts[p as usize], layout);
+            // Being filled under `layout` (stamped when left full); its slots still hold that
+            // layout if it was stamped so.
+            let was = std::mem::replace(&mut self.layouts[p as usize], NO_LAYOUT);
             ch.write_same = layout != NO_LAYOUT && was == layout;
             ch.write_layout = layout;
         } else if ch.write_layout != layout {
             // Another writer in this page: its slots follow no one layout any more.
-            self.layouts[ch.write_page as usize] = NO_LAYOUT;
             ch.write_layout = NO_LAYOUT;
             ch.write_same = false;
         }
@@ -664,15 +666,12 @@ impl EventStore {
             return Err(IngestError::Full);
         }
         let header = rob_header(ch.source_id, words, status);
-        // Whatever page this writes into follows no card run's layout any more.
         let layouts = &mut self.layouts;
-        ch.write_layout = NO_LAYOUT;
-        ch.write_same = false;
         let (first, offset) = if fresh == 0 {
-            layouts[ch.write_page as usize] = NO_LAYOUT;
             (ch.write_page, ch.write_offset)
         } else {
             // Leave the current page (drop the cursor's hold) and chain fresh pages.
+            stamp_left_page(ch, layouts, page_words);
             if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
                 ch.free.push(ch.write_page);
             }
@@ -698,6 +697,9 @@ impl EventStore {
         if fresh == 0 {
             hold(holds, table, first);
         }
+        // The write page now holds a fragment of no card run's layout.
+        ch.write_layout = NO_LAYOUT;
+        ch.write_same = false;
         write(table, first, offset, &header);
         ch.write_offset = if fresh == 0 {
             offset + words
@@ -850,6 +852,7 @@ impl EventStore {
         // Only the cursor holds it: no stored fragment.
         if ch.write_page != NO_PAGE && self.holds[ch.write_page as usize] == 1 {
             let p = ch.write_page;
+            stamp_left_page(ch, &mut self.layouts, table.page_words());
             ch.write_page = NO_PAGE;
             ch.write_offset = 0;
             if unhold(&mut self.holds, table, p) {
@@ -858,6 +861,20 @@ impl EventStore {
         }
         self.pages_per_channel - ch.free.len()
     }
+}
+
+/// Channel `ch` leaves its write page: the page keeps the layout it was being filled with only
+/// when every slot of that layout was written (the next one would not fit), else none. Pages
+/// being filled hold no layout (`place_fast`), so a page left early, by any path, never tells
+/// a later run that slots it never wrote hold its fragments.
+#[inline(always)]
+fn stamp_left_page(ch: &Channel, layouts: &mut [u64], page_words: usize) {
+    let Some(stamp) = layouts.get_mut(ch.write_page as usize) else {
+        return;
+    };
+    let words = (ch.write_layout & 0xFFFF_FFFF) as usize;
+    let complete = ch.write_layout != NO_LAYOUT && ch.write_offset + words > page_words;
+    *stamp = if complete { ch.write_layout } else { NO_LAYOUT };
 }
 
 /// The next fragment of channel `ch` most likely has this size (`words`) and layout (`layout`)

@@ -392,6 +392,51 @@ fn card_runs_rewrite_only_what_changes_and_readers_see_whole_fragments() {
     assert_eq!(s.settle(0), 0);
 }
 
+/// A page left before all its slots were written under a layout keeps no layout: a later run
+/// of that layout gets it written in full, whether the page was left by the cursor's release
+/// (`settle`) or by a larger fragment that did not fit (review findings).
+#[test]
+fn a_page_left_part_filled_is_refilled_in_full() {
+    let pool = pool(1024, 64);
+    let ndata = 100; // 121-word ROB fragments: two per 256-word page.
+                     // Left by settle with one slot of two written.
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 0x300, 4)).unwrap();
+    let mut counts = [0u64; 2];
+    assert_eq!(
+        card_run(&mut s, 0..1, ndata, Status::OK, &mut counts),
+        (1, None)
+    );
+    s.clear(0..1);
+    assert_eq!(s.settle(0), 0);
+    assert_eq!(
+        card_run(&mut s, 1..3, ndata, Status::OK, &mut counts),
+        (2, None)
+    );
+    assert_eq!(counts, [3, 0], "no slot of a part-filled page is a rewrite");
+    (1..3).for_each(|l| assert_stored(&s, l, ndata, Status::OK));
+    s.clear(1..3);
+    // Left by a 221-word copy that did not fit after one slot of two.
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 0x300, 4)).unwrap();
+    let mut counts = [0u64; 2];
+    assert_eq!(
+        card_run(&mut s, 0..1, ndata, Status::OK, &mut counts),
+        (1, None)
+    );
+    let big = rod_fixed(0x300, 1, 200);
+    assert_eq!(s.ingest(0, &big, Status::OK), Ok(Ingested::Stored));
+    s.clear(0..2);
+    for round in 0..6u32 {
+        let base = 2 + round * 2;
+        assert_eq!(
+            card_run(&mut s, base..base + 2, ndata, Status::OK, &mut counts),
+            (2, None)
+        );
+        (base..base + 2).for_each(|l| assert_stored(&s, l, ndata, Status::OK));
+        s.clear(base..base + 2);
+    }
+    assert!(counts[1] > 0, "whole pages are still rewritten: {counts:?}");
+}
+
 /// The store holds one shared reference per page however many fragments it stores there; reply
 /// frames add theirs; the page is free only when both are gone, whichever goes last.
 #[test]

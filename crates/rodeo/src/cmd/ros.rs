@@ -215,6 +215,9 @@ pub(crate) fn summary(s: &Stopped) -> Value {
             m.insert(format!("swrod_link_{k}"), Value::from(n));
         }
     }
+    if let (Some(e), Value::Object(m)) = (&s.swrod_error, &mut v) {
+        m.insert("swrod_error".into(), Value::from(e.as_str()));
+    }
     v
 }
 
@@ -265,6 +268,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         for (k, v) in m {
             println!("{k}: {v}");
         }
+    }
+    if let Some(e) = &stopped.swrod_error {
+        // A builder that failed stopped its ROB's fragments: the run is not a good one.
+        eprintln!("error: the SW ROD input failed: {e}");
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }

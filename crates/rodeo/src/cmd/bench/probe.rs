@@ -21,20 +21,24 @@ const SLOT_WORDS: usize = 200;
 const BATCH: u64 = 32;
 
 /// Runs the probe for `time`, its producer and consumer threads on CPUs `cpus` (producer,
-/// consumer; `None`: wherever the kernel puts them); returns the slots passed per second.
+/// consumer; `None`: wherever the kernel puts them); returns the slots passed per second, or 0
+/// when a thread could not be started.
 pub(crate) fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> f64 {
     let ring: Vec<AtomicU64> = (0..SLOTS * SLOT_WORDS).map(|_| AtomicU64::new(0)).collect();
     let head = AtomicU64::new(0);
     let tail = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let (ring, head, tail, done) = (&ring, &head, &tail, &done);
+    // The producer stops by itself a little after the consumer's time, should the consumer
+    // never set `done` (it failed to start).
+    let producer_deadline = Instant::now() + time + Duration::from_secs(1);
     std::thread::scope(|s| {
-        s.spawn(move || {
+        let producer = std::thread::Builder::new().spawn_scoped(s, move || {
             if let Some((p, _)) = cpus {
                 rodeo_readout::swrod::pin_to_cpu(p);
             }
             let mut h = 0u64;
-            while !done.load(Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) && Instant::now() < producer_deadline {
                 let t = tail.load(Ordering::Acquire);
                 while h - t < (SLOTS as u64 - BATCH) {
                     let base = (h as usize % SLOTS) * SLOT_WORDS;
@@ -51,7 +55,10 @@ pub(crate) fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> 
                 std::hint::spin_loop();
             }
         });
-        let consumer = s.spawn(move || {
+        if producer.is_err() {
+            return 0.0;
+        }
+        let consumer = std::thread::Builder::new().spawn_scoped(s, move || {
             if let Some((_, c)) = cpus {
                 rodeo_readout::swrod::pin_to_cpu(c);
             }
@@ -75,8 +82,14 @@ pub(crate) fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> 
             std::hint::black_box(sum);
             t as f64 / secs
         });
-        // The consumer cannot panic (no indexing past the ring, no unwrap): 0 if it did.
-        consumer.join().unwrap_or(0.0)
+        match consumer {
+            // The consumer cannot panic (no indexing past the ring, no unwrap): 0 if it did.
+            Ok(c) => c.join().unwrap_or(0.0),
+            Err(_) => {
+                done.store(true, Ordering::Relaxed);
+                0.0
+            }
+        }
     })
 }
 
