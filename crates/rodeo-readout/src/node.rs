@@ -400,11 +400,13 @@ impl ReadoutNode {
         } = self;
         let builders = swrod.map(|mut f| (f.shutdown(), f));
         let mut stopped = server.stop();
-        if let Some(((builder, error), feed)) = builders {
+        if let Some(((builder, unread, error), feed)) = builders {
             // Read after the core thread dropped its input (what it still held is counted).
             stopped.swrod = Some(SwRodInputCounters {
                 builder,
                 link: feed.link_counters(),
+                unread_blocks: unread.blocks,
+                unread_bytes: unread.bytes,
             });
             stopped.swrod_error = error;
         }
@@ -572,17 +574,33 @@ impl SwRodParts {
     }
 }
 
+/// What the cards had handed over and no builder read when they stopped.
+#[derive(Debug, Clone, Copy, Default)]
+struct Unread {
+    blocks: u64,
+    bytes: u64,
+}
+
+/// The builders' result: their counters summed (or the first error), and what they left
+/// unread in the cards' queues.
+type BuildersResult = (Result<SwRodCounters, SwRodError>, Unread);
+
 /// Runs every ROB's builder on a thread of its own until all have returned, publishing their
-/// counters into `live` every 20 ms; returns the final counters, summed.
+/// counters into `live` every 20 ms; returns the final counters, summed, and counts what the
+/// cards had handed over that no builder read (dropped at shutdown, never silently).
 fn run_builders(
     robs: Vec<SwRodRob>,
     live: &Mutex<Vec<SwRodCounters>>,
     stop: &AtomicBool,
-) -> Result<SwRodCounters, SwRodError> {
-    let builders = robs
+) -> BuildersResult {
+    let builders = match robs
         .iter()
         .map(|r| FragmentBuilder::new(&r.config, &r.pools, DefaultFormat::default()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(b) => b,
+        Err(e) => return (Err(e), unread(&robs)),
+    };
     let results = std::thread::scope(|s| {
         let handles = builders
             .iter()
@@ -627,13 +645,28 @@ fn run_builders(
             }
         }
     }
-    // The cards (and their threads) go with `robs`, after the builders returned.
+    // The cards (and their threads) go with `robs`, after the builders returned and what
+    // they left in the cards' queues is counted.
     drop(builders);
+    let left = unread(&robs);
     drop(robs);
-    match first_error {
+    let result = match first_error {
         Some(e) => Err(e),
         None => Ok(total),
+    };
+    (result, left)
+}
+
+/// Empties the cards' ready queues, counting the blocks and bytes no builder read.
+fn unread(robs: &[SwRodRob]) -> Unread {
+    let mut u = Unread::default();
+    for r in robs {
+        while let Some(f) = r.card.pop_superpage() {
+            u.blocks += f.units;
+            u.bytes += f.bytes_used as u64;
+        }
     }
+    u
 }
 
 /// A running SW ROD input: the `swrod` thread and what stops it (see the module docs).
@@ -646,7 +679,7 @@ struct SwRodFeed {
     live: Arc<Mutex<Vec<SwRodCounters>>>,
     /// Clones of the builders' sinks (the links' counters, and to abandon them).
     sinks: Vec<StoreSink>,
-    thread: Option<JoinHandle<Result<SwRodCounters, SwRodError>>>,
+    thread: Option<JoinHandle<BuildersResult>>,
 }
 
 impl SwRodFeed {
@@ -666,17 +699,18 @@ impl SwRodFeed {
         SwRodInputCounters {
             builder,
             link: self.link_counters(),
+            unread_blocks: 0,
+            unread_bytes: 0,
         }
     }
 
-    /// Stops producers, then builders (module docs); returns the builders' final counters
-    /// (the last published ones if the thread failed). Idempotent.
-    /// Stops the builders (see the module docs); returns their final counters and the first
-    /// error, if one failed (the counters are then the last published). Once stopped, returns
-    /// the last published counters and no error.
-    fn shutdown(&mut self) -> (SwRodCounters, Option<String>) {
+    /// Stops producers, then builders (module docs); returns the builders' final counters,
+    /// what the cards had handed over that no builder read, and the first error, if one failed
+    /// (the counters are then the last published). Idempotent: once stopped, returns the last
+    /// published counters, nothing unread and no error.
+    fn shutdown(&mut self) -> (SwRodCounters, Unread, Option<String>) {
         let Some(thread) = self.thread.take() else {
-            return (self.counters().builder, None);
+            return (self.counters().builder, Unread::default(), None);
         };
         self.finish.store(true, Ordering::Release);
         // The builders drain their cards while the core thread stores, as long as they move.
@@ -701,10 +735,11 @@ impl SwRodFeed {
         }
         self.stop.store(true, Ordering::Release);
         match thread.join() {
-            Ok(Ok(c)) => (c, None),
-            Ok(Err(e)) => (self.counters().builder, Some(e.to_string())),
+            Ok((Ok(c), unread)) => (c, unread, None),
+            Ok((Err(e), unread)) => (self.counters().builder, unread, Some(e.to_string())),
             Err(_) => (
                 self.counters().builder,
+                Unread::default(),
                 Some("the SW ROD builders' thread panicked".into()),
             ),
         }

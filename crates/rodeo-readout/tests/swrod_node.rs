@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use rodeo_format::felix::DEFAULT_BLOCK_SIZE;
 use rodeo_format::fragment::{RobFragment, SourceId, Status};
 use rodeo_readout::node::{NodeConfig, NodeInput, ReadoutNode};
 use rodeo_readout::server::DirectReply;
@@ -127,6 +128,14 @@ fn a_full_store_nobody_clears_still_stops() {
         sw.builder.fragments,
         k.fragments + sw.link.dropped_no_consumer,
         "{sw:?} {k:?}"
+    );
+    // The cards kept filling their queues while the builders waited: what no builder read is
+    // counted at the stop, block by block.
+    assert!(sw.unread_blocks > 0, "{sw:?}");
+    assert_eq!(
+        sw.unread_bytes,
+        sw.unread_blocks * DEFAULT_BLOCK_SIZE as u64,
+        "{sw:?}"
     );
     assert_eq!(s.input_stalls, sw.link.sink_waits);
 }

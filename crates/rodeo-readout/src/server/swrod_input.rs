@@ -160,6 +160,11 @@ pub struct SwRodInputCounters {
     pub builder: SwRodCounters,
     /// The links' counters.
     pub link: SwRodLinkCounters,
+    /// FELIX blocks the cards had handed over and no builder read before the node stopped:
+    /// dropped at shutdown (known once the builders have stopped; zero before).
+    pub unread_blocks: u64,
+    /// Bytes of those blocks.
+    pub unread_bytes: u64,
 }
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: buffers

@@ -214,6 +214,9 @@ pub(crate) fn summary(s: &Stopped) -> Value {
         for (k, n) in sw.link.fields() {
             m.insert(format!("swrod_link_{k}"), Value::from(n));
         }
+        // What the cards had handed over and no builder read when the node stopped.
+        m.insert("swrod_unread_blocks".into(), Value::from(sw.unread_blocks));
+        m.insert("swrod_unread_bytes".into(), Value::from(sw.unread_bytes));
     }
     if let (Some(e), Value::Object(m)) = (&s.swrod_error, &mut v) {
         m.insert("swrod_error".into(), Value::from(e.as_str()));
