@@ -12,19 +12,25 @@ fn pool(page_bytes: usize, pages: usize) -> PagePool {
     .unwrap()
 }
 
-fn rod(source: u32, l1id: u32, ndata: usize) -> Vec<u32> {
-    let data: Vec<u32> = (0..ndata as u32).map(|i| l1id ^ i).collect();
+/// A ROD fragment of `source` and `l1id` around `data`.
+fn rod_of(source: u32, l1id: u32, data: &[u32]) -> Vec<u32> {
     let mut out = Vec::new();
     RodBuilder {
         source_id: SourceId(source),
         extended_l1id: l1id,
         status: &[0],
-        data: &[&data],
+        data: &[data],
         ..RodBuilder::default()
     }
     .write_vec(&mut out)
     .unwrap();
     out
+}
+
+/// A ROD fragment whose `ndata` data words depend on the L1ID.
+fn rod(source: u32, l1id: u32, ndata: usize) -> Vec<u32> {
+    let data: Vec<u32> = (0..ndata as u32).map(|i| l1id ^ i).collect();
+    rod_of(source, l1id, &data)
 }
 
 #[test]
@@ -250,17 +256,7 @@ fn ingest_run_matches_single_ingests_and_stops_at_full() {
 /// A ROD fragment whose only L1ID-dependent word is the L1ID (word 5), as the emulated card's.
 fn rod_fixed(source: u32, l1id: u32, ndata: usize) -> Vec<u32> {
     let data: Vec<u32> = (0..ndata as u32).collect();
-    let mut out = Vec::new();
-    RodBuilder {
-        source_id: SourceId(source),
-        extended_l1id: l1id,
-        status: &[0],
-        data: &[&data],
-        ..RodBuilder::default()
-    }
-    .write_vec(&mut out)
-    .unwrap();
-    out
+    rod_of(source, l1id, &data)
 }
 
 /// A card run that writes only the L1ID word when told the slot holds its layout; counts the
