@@ -330,17 +330,31 @@ impl TesterReport {
     }
 
     /// The delete (L1) rate of each whole interval, in Hz (the last, partial one left out
-    /// unless it is the only one).
+    /// unless it is the only one: a run shorter than an interval gives its own rate).
     pub fn interval_rates_hz(&self) -> Vec<f64> {
-        let whole = match self.intervals.len() {
-            0 | 1 => self.intervals.len(),
-            n => n - 1,
-        };
         let secs = INTERVAL.as_secs_f64();
+        if let [n] = self.intervals[..] {
+            let over = if self.seconds > 0.0 && self.seconds < secs {
+                self.seconds
+            } else {
+                secs
+            };
+            return vec![n as f64 / over];
+        }
+        let whole = self.intervals.len().saturating_sub(1);
         self.intervals[..whole]
             .iter()
             .map(|&n| n as f64 / secs)
             .collect()
+    }
+
+    /// The `q`-quantile (0: slowest, 0.5: median, 1: fastest) of [`Self::interval_rates_hz`]
+    /// (nearest rank); 0 without intervals.
+    pub fn interval_rate_hz(&self, q: f64) -> f64 {
+        let mut r = self.interval_rates_hz();
+        r.sort_by(f64::total_cmp);
+        let at = ((r.len() as f64 - 1.0) * q.clamp(0.0, 1.0)).round() as usize;
+        r.get(at).copied().unwrap_or(0.0)
     }
 
     /// Adds another instance's report (rates then refer to the longest run).
@@ -741,5 +755,39 @@ impl<L: TesterLink> State<'_, L> {
         self.report.clears += 1;
         self.last_clear = Instant::now();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Interval rates leave out the last, partial interval; their quantiles are nearest-rank;
+    /// merged reports add their series interval by interval.
+    #[test]
+    fn interval_rates_and_their_quantiles() {
+        let mut r = TesterReport {
+            intervals: vec![10, 30, 20, 5],
+            ..TesterReport::default()
+        };
+        assert_eq!(r.interval_rates_hz(), vec![40.0, 120.0, 80.0]);
+        assert_eq!(r.interval_rate_hz(0.0), 40.0);
+        assert_eq!(r.interval_rate_hz(0.5), 80.0);
+        assert_eq!(r.interval_rate_hz(1.0), 120.0);
+        r.merge(&TesterReport {
+            intervals: vec![1, 1, 1, 1, 1],
+            ..TesterReport::default()
+        });
+        assert_eq!(r.intervals, vec![11, 31, 21, 6, 1]);
+        let empty = TesterReport::default();
+        assert!(empty.interval_rates_hz().is_empty());
+        assert_eq!(empty.interval_rate_hz(0.5), 0.0);
+        // A run shorter than one interval: its one partial interval is kept.
+        let short = TesterReport {
+            intervals: vec![3],
+            seconds: 0.1,
+            ..TesterReport::default()
+        };
+        assert!((short.interval_rates_hz()[0] - 30.0).abs() < 1e-9);
     }
 }

@@ -116,6 +116,10 @@ pub(crate) struct Row {
     pub(crate) bad_replies: u64,
     pub(crate) unanswered: u64,
     pub(crate) clears: u64,
+    /// The slowest, median and fastest 250 ms interval of the run (L1 rate).
+    pub(crate) interval_l1_rate_min_hz: f64,
+    pub(crate) interval_l1_rate_median_hz: f64,
+    pub(crate) interval_l1_rate_max_hz: f64,
 }
 
 impl Row {
@@ -139,6 +143,9 @@ impl Row {
             bad_replies: r.bad_replies,
             unanswered: r.unanswered,
             clears: r.clears,
+            interval_l1_rate_min_hz: r.interval_rate_hz(0.0),
+            interval_l1_rate_median_hz: r.interval_rate_hz(0.5),
+            interval_l1_rate_max_hz: r.interval_rate_hz(1.0),
         }
     }
 }

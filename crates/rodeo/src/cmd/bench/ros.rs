@@ -338,18 +338,16 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     f.insert("l1_rate_hz".into(), ros_rate.into());
     // The rate over time (250 ms intervals): a host that moves this machine's CPUs changes it
     // within a run (docs/benchmarks.md).
-    let mut steps = tester.interval_rates_hz();
-    f.insert("interval_l1_rates_hz".into(), steps.clone().into());
-    steps.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        steps
-            .get(((steps.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
-    f.insert("interval_l1_rate_min_hz".into(), at(0.0).into());
-    f.insert("interval_l1_rate_median_hz".into(), at(0.5).into());
-    f.insert("interval_l1_rate_max_hz".into(), at(1.0).into());
+    f.insert(
+        "interval_l1_rates_hz".into(),
+        tester.interval_rates_hz().into(),
+    );
+    for (name, q) in [("min", 0.0), ("median", 0.5), ("max", 1.0)] {
+        f.insert(
+            format!("interval_l1_rate_{name}_hz"),
+            tester.interval_rate_hz(q).into(),
+        );
+    }
     f.insert("probe_before_per_s".into(), probe_before.into());
     f.insert("probe_after_per_s".into(), probe_after.into());
     f.insert("data_path_l1_rate_hz".into(), data_path.into());
