@@ -61,7 +61,7 @@ dcm_timeout_ms = 3000
 clear_group = 100
 
 [ros]
-# Readout nodes (ROS), each with emulated S-LINK channels (one ROB each).
+# Readout nodes (ROS), each with channels (one ROB each), fed as `input` says.
 nodes = 1
 # Channels (ROBs) per node.
 channels = 12
