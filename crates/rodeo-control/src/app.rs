@@ -39,6 +39,7 @@ use rodeo_dataflow::logger::{self, LoggerCounters, LoggerSummary};
 use rodeo_dataflow::supervisor::{self, SupervisorCounters, SupervisorSummary};
 use rodeo_dataflow::AppHandle;
 use rodeo_readout::node::ReadoutNode;
+use rodeo_readout::server::SwRodInputCounters;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport, TransportError};
 use serde_json::json;
@@ -412,12 +413,24 @@ impl AppControl {
             Running::Ros(node) => {
                 let s = node.stop();
                 let k = s.store.total_counters();
-                Some(json!({
+                let mut v = json!({
                     "role": "ros", "name": name,
                     "requests": s.counters.requests, "cleared": s.counters.cleared_l1ids,
                     "clear_gaps": s.counters.clear_gaps, "stored": k.fragments,
                     "stored_now": k.stored,
-                }))
+                });
+                // The SW ROD input's final counters and its first error (a problem of the run).
+                if let serde_json::Value::Object(m) = &mut v {
+                    if let Some(sw) = &s.swrod {
+                        for (k, n) in swrod_counters(sw) {
+                            m.insert(k, n.into());
+                        }
+                    }
+                    if let Some(e) = s.swrod_error {
+                        m.insert("swrod_error".into(), e.into());
+                    }
+                }
+                Some(v)
             }
             Running::Dcm(h, _) => {
                 let s = h.stop().map_err(|e| e.to_string())?;
@@ -507,9 +520,34 @@ fn counters_of(r: &Running, sup: &SupervisorCounters) -> BTreeMap<String, u64> {
             put("pending_now", s.pending_now);
             put("cleared_l1ids", s.cleared_l1ids);
             put("input_fragments", s.input_fragments);
+            if let Some(sw) = node.swrod_stats() {
+                for (k, v) in swrod_counters(&sw) {
+                    put(&k, v);
+                }
+            }
         }
     }
     m
+}
+
+/// A SW ROD input's counters as `(name, value)`: the builders' as `swrod_<counter>`, the
+/// links' as `swrod_link_<counter>`, and the blocks left unread at the stop.
+pub fn swrod_counters(sw: &SwRodInputCounters) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = sw
+        .builder
+        .fields()
+        .iter()
+        .map(|(k, v)| (format!("swrod_{k}"), *v))
+        .collect();
+    out.extend(
+        sw.link
+            .fields()
+            .iter()
+            .map(|(k, v)| (format!("swrod_link_{k}"), *v)),
+    );
+    out.push(("swrod_unread_blocks".into(), sw.unread_blocks));
+    out.push(("swrod_unread_bytes".into(), sw.unread_bytes));
+    out
 }
 
 impl RunControl for AppControl {

@@ -61,7 +61,7 @@ dcm_timeout_ms = 3000
 clear_group = 100
 
 [ros]
-# Readout nodes (ROS), each with emulated S-LINK channels (one ROB each).
+# Readout nodes (ROS), each with channels (one ROB each), fed as `input` says.
 nodes = 1
 # Channels (ROBs) per node.
 channels = 12
@@ -69,6 +69,11 @@ channels = 12
 fragment_words = 200
 # Sub-detector id of the ROBs (0x41: LAr EM barrel A); module ids count from 0 per node.
 subdetector = 0x41
+# What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages) or
+# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card).
+input = "dma"
+# E-links per ROB for input = "swrod" (1..=2048; ignored for "dma").
+elinks = 4
 
 [dcm]
 # Data-collection nodes and processing slots per node. Slots are events in flight: each
@@ -289,6 +294,10 @@ pub struct RosSection {
     pub fragment_words: u32,
     /// Sub-detector id.
     pub subdetector: u8,
+    /// What feeds each ROB.
+    pub input: RosInput,
+    /// E-links per ROB for [`RosInput::Swrod`].
+    pub elinks: usize,
 }
 
 impl Default for RosSection {
@@ -298,8 +307,20 @@ impl Default for RosSection {
             channels: 12,
             fragment_words: 200,
             subdetector: 0x41,
+            input: RosInput::Dma,
+            elinks: 4,
         }
     }
+}
+
+/// What feeds a readout node's ROBs (`[ros] input`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RosInput {
+    /// Emulated S-LINK card threads writing fragments into superpages.
+    Dma,
+    /// Per ROB one SW ROD fragment builder fed by an emulated FELIX card.
+    Swrod,
 }
 
 /// Checksum names in the configuration.
@@ -563,6 +584,9 @@ impl PartitionConfig {
         if ros.fragment_words == 0 || ros.fragment_words > 1 << 20 {
             return Err(bad("ros.fragment_words", ros.fragment_words, "1..=1048576"));
         }
+        if ros.elinks == 0 || ros.elinks > 2048 {
+            return Err(bad("ros.elinks", ros.elinks, "1..=2048"));
+        }
         let d = &self.dcm;
         if d.nodes == 0 || d.nodes > 64 {
             return Err(bad("dcm.nodes", d.nodes, "1..=64"));
@@ -742,6 +766,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("run.events"), "{e}");
+    }
+
+    #[test]
+    fn the_ros_input_and_elinks_parse_and_are_checked() {
+        assert_eq!(PartitionConfig::default().ros.input, RosInput::Dma);
+        let c =
+            PartitionConfig::from_toml("[ros]\ninput = \"swrod\"\nelinks = 8\n", "t.toml").unwrap();
+        assert_eq!((c.ros.input, c.ros.elinks), (RosInput::Swrod, 8));
+        let again = PartitionConfig::from_toml(&c.to_toml(), "again").unwrap();
+        assert_eq!(again.ros, c.ros);
+        let e = PartitionConfig::from_toml("[ros]\ninput = \"felix\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("input") && e.contains("felix") && e.contains("swrod"),
+            "{e}"
+        );
+        for bad in ["0", "2049"] {
+            let e = PartitionConfig::from_toml(&format!("[ros]\nelinks = {bad}\n"), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("ros.elinks")
+                    && e.contains(&format!("= {bad}"))
+                    && e.contains("1..=2048"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -43,7 +43,7 @@ use rodeo_dataflow::trace::TraceRecord;
 use rodeo_dataflow::trigger::TriggerAlgorithm;
 use rodeo_dataflow::AppHandle;
 use rodeo_memory::{LogHistogram, PagePool};
-use rodeo_readout::node::ReadoutNode;
+use rodeo_readout::node::{ReadoutNode, SwRodMonitor};
 use rodeo_readout::server::ServerStats;
 use rodeo_transport::socket::Transport;
 
@@ -111,6 +111,8 @@ struct Apps {
 struct Monitors {
     live: Arc<LiveCounters>,
     nodes: Vec<(String, Arc<ServerStats>, PagePool)>,
+    /// The SW ROD inputs' counters of the nodes that have one (`[ros] input = "swrod"`).
+    swrod: Vec<(String, SwRodMonitor)>,
 }
 
 /// Makes the trigger algorithm of the DCM named by the argument (one per DCM, on connect).
@@ -369,6 +371,7 @@ impl EmbeddedPartition {
         };
         let mut live = LiveCounters::default();
         let mut mon_nodes = Vec::new();
+        let mut mon_swrod = Vec::new();
         let enable = |t: &rodeo_dataflow::trace::TraceLog| {
             if let Some(every) = self.trace_every {
                 t.enable(every, TRACE_CAPACITY);
@@ -385,6 +388,9 @@ impl EmbeddedPartition {
         for (name, ep, nc) in &layout.nodes {
             let node = ReadoutNode::start(t, nc, ep).map_err(|e| fail(name, e))?;
             mon_nodes.push((name.clone(), node.shared_stats(), node.page_pool()));
+            if let Some(m) = node.swrod_monitor() {
+                mon_swrod.push((name.clone(), m));
+            }
             apps.nodes.push((name.clone(), node));
         }
         self.set_apps(State::Connected, &["ros"]);
@@ -403,6 +409,7 @@ impl EmbeddedPartition {
         *lock(&self.monitors) = Arc::new(Monitors {
             live: Arc::new(live),
             nodes: mon_nodes,
+            swrod: mon_swrod,
         });
         self.set_apps(State::Connected, &["dcm", "supervisor"]);
         Ok(())
@@ -459,6 +466,8 @@ impl EmbeddedPartition {
                 clear_gaps: s.counters.clear_gaps,
                 stored: k.fragments,
                 stored_now: k.stored,
+                swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
+                swrod_error: s.swrod_error,
             });
         }
         self.set_apps(State::Configured, &["ros"]);
@@ -953,6 +962,38 @@ impl RunControl for EmbeddedPartition {
             "Fraction of the readout node's page pool in use.",
             &s,
         );
+
+        // The SW ROD inputs: the builders' counters (`rodeo_ros_swrod_<counter>_total`) and
+        // their links' (`rodeo_ros_swrod_link_<counter>_total`), summed over each node's ROBs.
+        let sw: Vec<(&str, rodeo_readout::server::SwRodInputCounters)> = mon
+            .swrod
+            .iter()
+            .map(|(n, m)| (n.as_str(), m.counters()))
+            .collect();
+        if let Some((_, first)) = sw.first() {
+            for (i, (field, _)) in first.builder.fields().iter().enumerate() {
+                counter(
+                    w,
+                    &format!("rodeo_ros_swrod_{field}_total"),
+                    &format!("SW ROD fragment builders' {field}, summed over the node's ROBs."),
+                    sw.iter()
+                        .map(|(n, c)| (vec![("app", *n)], c.builder.fields()[i].1))
+                        .collect(),
+                );
+            }
+            for (i, (field, _)) in first.link.fields().iter().enumerate() {
+                counter(
+                    w,
+                    &format!("rodeo_ros_swrod_link_{field}_total"),
+                    &format!(
+                        "SW ROD builder-to-store links' {field}, summed over the node's ROBs."
+                    ),
+                    sw.iter()
+                        .map(|(n, c)| (vec![("app", *n)], c.link.fields()[i].1))
+                        .collect(),
+                );
+            }
+        }
 
         // Errors by kind, every application in one family.
         let mut errs: Vec<(Vec<(&str, &str)>, u64)> = Vec::new();

@@ -32,7 +32,9 @@ use rodeo_format::checksum::ChecksumType;
 use rodeo_readout::node::{NodeConfig, NodeError, NodeInput};
 use rodeo_transport::socket::TransportError;
 
-use crate::config::{ChecksumName, CompressionName, L1Mode, PartitionConfig, TransportKind};
+use crate::config::{
+    ChecksumName, CompressionName, L1Mode, PartitionConfig, RosInput, TransportKind,
+};
 
 /// Why a partition could not run.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,11 @@ pub struct NodeSummary {
     pub stored: u64,
     /// Fragments still stored at the end (not yet cleared: the emulated inputs run ahead).
     pub stored_now: u64,
+    /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).
+    pub swrod_built: u64,
+    /// The SW ROD input's first error at the stop (a builder that failed), if any: also a
+    /// problem of the run ([`RunSummary::problems`]).
+    pub swrod_error: Option<String>,
 }
 
 /// The end of a run: counts, balance, files.
@@ -226,7 +233,13 @@ impl Layout {
                 base_source_id: (u32::from(config.ros.subdetector) << 16)
                     | (i * config.ros.channels) as u32,
                 l1id_wrap: config.l1.l1id_wrap,
-                input: NodeInput::Dma { rate_hz: None },
+                input: match config.ros.input {
+                    RosInput::Dma => NodeInput::Dma { rate_hz: None },
+                    RosInput::Swrod => NodeInput::SwRod {
+                        elinks: config.ros.elinks,
+                        rate_hz: None,
+                    },
+                },
                 ..NodeConfig::default()
             };
             all_robs.extend(nc.robs());
@@ -342,11 +355,70 @@ pub fn check_balance(s: &mut RunSummary, undecided: u64) {
                 n.name, n.cleared, s.l1_accepts
             ));
         }
+        if let Some(e) = &n.swrod_error {
+            s.problems
+                .push(format!("{}: SW ROD fragment builder failed: {e}", n.name));
+        }
         if n.clear_gaps != 0 {
             s.problems.push(format!(
                 "{} saw {} gaps in the clear sequence",
                 n.name, n.clear_gaps
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn balanced_summary() -> RunSummary {
+        RunSummary {
+            l1_accepts: 10,
+            accepted: 4,
+            rejected: 6,
+            events_written: 4,
+            nodes: vec![NodeSummary {
+                name: "ros-1".into(),
+                cleared: 10,
+                ..NodeSummary::default()
+            }],
+            ..RunSummary::default()
+        }
+    }
+
+    #[test]
+    fn a_builder_error_at_the_stop_is_a_problem_of_the_run() {
+        let mut s = balanced_summary();
+        check_balance(&mut s, 0);
+        assert!(s.balanced(), "{:?}", s.problems);
+
+        let mut s = balanced_summary();
+        s.nodes[0].swrod_error = Some("builder 2 panicked".into());
+        check_balance(&mut s, 0);
+        assert!(!s.balanced());
+        assert_eq!(s.problems.len(), 1, "{:?}", s.problems);
+        assert!(
+            s.problems[0].contains("ros-1") && s.problems[0].contains("builder 2 panicked"),
+            "{:?}",
+            s.problems
+        );
+    }
+
+    #[test]
+    fn the_layout_feeds_the_nodes_as_configured() {
+        let mut c = PartitionConfig::default();
+        let dma = Layout::new(&c);
+        assert!(matches!(dma.nodes[0].2.input, NodeInput::Dma { .. }));
+        c.ros.input = RosInput::Swrod;
+        c.ros.elinks = 7;
+        let sw = Layout::new(&c);
+        assert!(sw.nodes.iter().all(|(_, _, nc)| matches!(
+            nc.input,
+            NodeInput::SwRod {
+                elinks: 7,
+                rate_hz: None
+            }
+        )));
     }
 }

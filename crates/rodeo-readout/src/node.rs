@@ -388,6 +388,16 @@ impl ReadoutNode {
         self.swrod.as_ref().map(SwRodFeed::counters)
     }
 
+    /// A shared handle reading the same live counters as [`ReadoutNode::swrod_stats`], for
+    /// monitors that must not hold the node (the last values stay readable after the stop);
+    /// `None` for other inputs.
+    pub fn swrod_monitor(&self) -> Option<SwRodMonitor> {
+        self.swrod.as_ref().map(|f| SwRodMonitor {
+            live: Arc::clone(&f.live),
+            sinks: f.sinks.clone(),
+        })
+    }
+
     /// Stops the node (pending requests answered first) and returns its final state. A SW ROD
     /// input's producers and builders are stopped before the core thread (module docs).
     pub fn stop(self) -> Stopped {
@@ -682,6 +692,40 @@ struct SwRodFeed {
     thread: Option<JoinHandle<BuildersResult>>,
 }
 
+/// A cheap shared handle on a SW ROD input's live counters ([`ReadoutNode::swrod_monitor`]):
+/// the builders' as last published by the `swrod` thread (every 20 ms) and the links' atomics.
+/// Reading takes the publication lock for a copy (never on a hot path).
+#[derive(Debug, Clone)]
+pub struct SwRodMonitor {
+    live: Arc<Mutex<Vec<SwRodCounters>>>,
+    sinks: Vec<StoreSink>,
+}
+
+impl SwRodMonitor {
+    /// The builders' and links' counters, summed over the ROBs (`unread_*` are zero: known
+    /// only at the stop, in [`Stopped::swrod`]).
+    pub fn counters(&self) -> SwRodInputCounters {
+        swrod_counters(&self.live, &self.sinks)
+    }
+}
+
+fn swrod_counters(live: &Mutex<Vec<SwRodCounters>>, sinks: &[StoreSink]) -> SwRodInputCounters {
+    let mut builder = SwRodCounters::default();
+    for c in live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        builder.add(c);
+    }
+    let mut link = crate::server::SwRodLinkCounters::default();
+    for s in sinks {
+        link.add(&s.counters());
+    }
+    SwRodInputCounters {
+        builder,
+        link,
+        unread_blocks: 0,
+        unread_bytes: 0,
+    }
+}
+
 impl SwRodFeed {
     fn link_counters(&self) -> crate::server::SwRodLinkCounters {
         let mut total = crate::server::SwRodLinkCounters::default();
@@ -692,16 +736,7 @@ impl SwRodFeed {
     }
 
     fn counters(&self) -> SwRodInputCounters {
-        let mut builder = SwRodCounters::default();
-        for c in self.live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            builder.add(c);
-        }
-        SwRodInputCounters {
-            builder,
-            link: self.link_counters(),
-            unread_blocks: 0,
-            unread_bytes: 0,
-        }
+        swrod_counters(&self.live, &self.sinks)
     }
 
     /// Stops producers, then builders (module docs); returns the builders' final counters,

@@ -81,10 +81,19 @@ fn served_fragments_are_the_builders_rob_fragments() {
         .swrod_stats()
         .expect("a SW ROD node has SW ROD counters");
     assert!(live.link.fragments >= events * channels as u64, "{live:?}");
+    // The shared monitor reads the same counters and outlives the node.
+    let monitor = node.swrod_monitor().expect("a SW ROD node has a monitor");
+    assert!(monitor.counters().link.fragments >= live.link.fragments);
     drop(slot);
     drop(client);
     let s = node.stop();
     let sw = s.swrod.expect("SW ROD counters in the final state");
+    let after = monitor.counters();
+    assert_eq!(after.link, sw.link, "{after:?} {sw:?}");
+    assert!(
+        after.builder.fragments <= sw.builder.fragments,
+        "{after:?} {sw:?}"
+    );
     let k = s.store.total_counters();
     assert_eq!(s.counters.lost_fragments, 0);
     assert_eq!(s.counters.replies, events * channels as u64);

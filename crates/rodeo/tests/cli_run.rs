@@ -111,6 +111,38 @@ fn a_configuration_file_and_its_errors() {
 }
 
 #[test]
+fn readout_nodes_fed_by_swrod_fragment_builders() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("swrod.toml");
+    std::fs::write(
+        &cfg,
+        "[ros]\nnodes = 2\nchannels = 2\ninput = \"swrod\"\nelinks = 3\n\
+         [dcm]\naccept_fraction = 0.5\n",
+    )
+    .unwrap();
+    let v = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--events",
+        "1000",
+        "--output",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["partial_events"], 0, "{v}");
+    let written = v["events_written"].as_u64().unwrap();
+    assert!(written > 0, "{v}");
+    assert_eq!(global_ids(&v).len() as u64, written);
+    let nodes = v["readout_nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    for n in nodes {
+        // Each written event holds a fragment of each of the node's two ROBs.
+        assert!(n["swrod_built"].as_u64().unwrap() >= 2 * written, "{n}");
+        assert!(n["swrod_error"].is_null(), "{n}");
+    }
+}
+
+#[test]
 fn processes_balance_like_the_embedded_run() {
     let dir = tempfile::tempdir().unwrap();
     let v = run(&[

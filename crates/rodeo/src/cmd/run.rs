@@ -380,6 +380,8 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
                 clear_gaps: n(v, "clear_gaps"),
                 stored: n(v, "stored"),
                 stored_now: n(v, "stored_now"),
+                swrod_built: n(v, "swrod_fragments"),
+                swrod_error: v["swrod_error"].as_str().map(str::to_string),
             }),
             (Role::Dcm, None) | (Role::Supervisor, _) => {}
             (Role::Logger | Role::Ros, None) => summary
@@ -414,6 +416,8 @@ fn print_summary(
                     "cleared": n.cleared,
                     "clear_gaps": n.clear_gaps,
                     "stored": n.stored,
+                    "swrod_built": n.swrod_built,
+                    "swrod_error": n.swrod_error,
                 })
             })
             .collect();
@@ -471,6 +475,15 @@ fn print_summary(
             "  {}: {} requests, clears for {} events",
             n.name, n.requests, n.cleared
         );
+        if n.swrod_built > 0 || n.swrod_error.is_some() {
+            println!(
+                "    SW ROD input: {} fragments built{}",
+                n.swrod_built,
+                n.swrod_error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(", error: {e}"))
+            );
+        }
     }
     println!("  balance: {}", if balanced { "OK" } else { "MISMATCH" });
     for p in problems {
