@@ -545,8 +545,8 @@ pub fn swrod_counters(sw: &SwRodInputCounters) -> Vec<(String, u64)> {
             .iter()
             .map(|(k, v)| (format!("swrod_link_{k}"), *v)),
     );
-    out.push(("swrod_unread_blocks".into(), sw.unread_blocks));
-    out.push(("swrod_unread_bytes".into(), sw.unread_bytes));
+    // The blocks left unread are known only once the node has stopped (`Stopped::swrod`):
+    // not a live counter.
     out
 }
 

@@ -72,7 +72,8 @@ subdetector = 0x41
 # What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages) or
 # "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card).
 input = "dma"
-# E-links per ROB for input = "swrod" (1..=2048; ignored for "dma").
+# E-links per ROB for input = "swrod" (1..=2048, checked for both inputs; with "swrod" at most
+# fragment_words / 5, each E-link carrying at least one payload word per event).
 elinks = 4
 
 [dcm]
@@ -587,6 +588,32 @@ impl PartitionConfig {
         if ros.elinks == 0 || ros.elinks > 2048 {
             return Err(bad("ros.elinks", ros.elinks, "1..=2048"));
         }
+        if ros.input == RosInput::Swrod {
+            // Each E-link's packet: the fragment's share less 4 words, 1..=65535 payload words.
+            let share = ros.fragment_words as usize / ros.elinks;
+            if share < 5 {
+                return Err(bad(
+                    "ros.elinks",
+                    ros.elinks,
+                    "at most ros.fragment_words / 5 with ros.input = \"swrod\"",
+                ));
+            }
+            if share - 4 > 0xFFFF {
+                return Err(bad(
+                    "ros.fragment_words",
+                    ros.fragment_words,
+                    "at most 65539 x ros.elinks with ros.input = \"swrod\" (FELIX packets)",
+                ));
+            }
+            // The fragment builder's window of 512 L1IDs needs a cycle of 256 x 8 at least.
+            if self.l1.l1id_wrap < 8 {
+                return Err(bad(
+                    "l1.l1id_wrap",
+                    self.l1.l1id_wrap,
+                    ">= 8 with ros.input = \"swrod\" (the fragment builder's window)",
+                ));
+            }
+        }
         let d = &self.dcm;
         if d.nodes == 0 || d.nodes > 64 {
             return Err(bad("dcm.nodes", d.nodes, "1..=64"));
@@ -794,6 +821,26 @@ mod tests {
                 "{e}"
             );
         }
+        // With the SW ROD input: at least one payload word per E-link, and an L1ID cycle that
+        // holds the builder's window; the same values are fine for the DMA input.
+        let swrod = |extra: &str| {
+            PartitionConfig::from_toml(
+                &format!("[ros]\ninput = \"swrod\"\nfragment_words = 200\n{extra}"),
+                "t.toml",
+            )
+        };
+        let e = swrod("elinks = 50\n").unwrap_err().to_string();
+        assert!(
+            e.contains("ros.elinks") && e.contains("fragment_words / 5"),
+            "{e}"
+        );
+        assert!(swrod("elinks = 40\n").is_ok());
+        let e = swrod("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
+        assert!(e.contains("l1.l1id_wrap") && e.contains("swrod"), "{e}");
+        assert!(
+            PartitionConfig::from_toml("[ros]\nelinks = 50\n[l1]\nl1id_wrap = 4\n", "t.toml")
+                .is_ok()
+        );
     }
 
     #[test]

@@ -480,9 +480,16 @@ impl SwRodParts {
                 "{elinks} E-links per ROB: 1..=2048 needed"
             )));
         }
-        let payload_words = (config.fragment_words as usize / elinks)
-            .saturating_sub(4)
-            .max(1) as u32;
+        // Each E-link's packet carries the fragment's share less its 4 words of overhead.
+        let share = config.fragment_words as usize / elinks;
+        if !(5..=0xFFFF + 4).contains(&share) {
+            return Err(NodeError::Config(format!(
+                "{} fragment words over {elinks} E-links: {share} per E-link, 5..=65539 needed \
+                 (a packet's payload of 1..=65535 words and 4 words around it)",
+                config.fragment_words
+            )));
+        }
+        let payload_words = (share - 4) as u32;
         let sp = SuperpagePool::new(SuperpagePoolConfig {
             superpage_bytes: SWROD_SUPERPAGE_BYTES,
             superpages: config.channels * SWROD_SUPERPAGES,
