@@ -414,7 +414,7 @@ impl ReadoutNode {
             // Read after the core thread dropped its input (what it still held is counted).
             stopped.swrod = Some(SwRodInputCounters {
                 builder,
-                link: feed.link_counters(),
+                link: link_counters(&feed.sinks),
                 unread_blocks: unread.blocks,
                 unread_bytes: unread.bytes,
             });
@@ -716,32 +716,29 @@ impl SwRodMonitor {
     }
 }
 
+/// The links' counters, summed over the ROBs' sinks.
+fn link_counters(sinks: &[StoreSink]) -> crate::server::SwRodLinkCounters {
+    let mut total = crate::server::SwRodLinkCounters::default();
+    for s in sinks {
+        total.add(&s.counters());
+    }
+    total
+}
+
 fn swrod_counters(live: &Mutex<Vec<SwRodCounters>>, sinks: &[StoreSink]) -> SwRodInputCounters {
     let mut builder = SwRodCounters::default();
     for c in live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         builder.add(c);
     }
-    let mut link = crate::server::SwRodLinkCounters::default();
-    for s in sinks {
-        link.add(&s.counters());
-    }
     SwRodInputCounters {
         builder,
-        link,
+        link: link_counters(sinks),
         unread_blocks: 0,
         unread_bytes: 0,
     }
 }
 
 impl SwRodFeed {
-    fn link_counters(&self) -> crate::server::SwRodLinkCounters {
-        let mut total = crate::server::SwRodLinkCounters::default();
-        for s in &self.sinks {
-            total.add(&s.counters());
-        }
-        total
-    }
-
     fn counters(&self) -> SwRodInputCounters {
         swrod_counters(&self.live, &self.sinks)
     }

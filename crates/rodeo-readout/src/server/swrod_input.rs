@@ -335,6 +335,18 @@ impl SwRodInput {
         (n(l1id) + period - n(self.next) % period) % period
     }
 
+    /// Files `f` in window slot `slot`, unless a copy of its L1ID already waits there: that
+    /// second copy is dropped (counted) and its buffer given back.
+    fn file(&mut self, slot: usize, f: Filled) {
+        if self.slots[slot].is_some() {
+            self.link.duplicates.fetch_add(1, Ordering::Relaxed);
+            // As many queue slots as buffers: cannot fail.
+            let _ = self.link.free.push(f.words);
+        } else {
+            self.slots[slot] = Some(f);
+        }
+    }
+
     /// Stores `f`; false (and `f` kept in `slot`) when the store is full.
     fn store_one(
         store: &mut EventStore,
@@ -414,12 +426,7 @@ impl Input for SwRodInput {
                 }
                 // In reach now.
                 let slot = (self.base + self.distance(target) as usize) & (len - 1);
-                if self.slots[slot].is_some() {
-                    self.link.duplicates.fetch_add(1, Ordering::Relaxed);
-                    let _ = self.link.free.push(f.words);
-                } else {
-                    self.slots[slot] = Some(f);
-                }
+                self.file(slot, f);
                 continue;
             }
             let Some(f) = self.link.ready.pop() else {
@@ -434,13 +441,7 @@ impl Input for SwRodInput {
             let d = self.distance(l1id);
             if (d as usize) < len {
                 let slot = (self.base + d as usize) & (len - 1);
-                if self.slots[slot].is_some() {
-                    // A second copy of a waiting L1ID.
-                    self.link.duplicates.fetch_add(1, Ordering::Relaxed);
-                    let _ = self.link.free.push(f.words);
-                } else {
-                    self.slots[slot] = Some(f);
-                }
+                self.file(slot, f);
                 continue;
             }
             let period = 256 * u64::from(self.wrap);
