@@ -43,8 +43,8 @@ use rodeo_dataflow::trace::TraceRecord;
 use rodeo_dataflow::trigger::TriggerAlgorithm;
 use rodeo_dataflow::AppHandle;
 use rodeo_memory::{LogHistogram, PagePool};
-use rodeo_readout::node::{ReadoutNode, SwRodMonitor};
-use rodeo_readout::server::ServerStats;
+use rodeo_ros::node::{ReadoutNode, SwRodMonitor};
+use rodeo_ros::server::ServerStats;
 use rodeo_transport::socket::Transport;
 
 use crate::config::PartitionConfig;
@@ -965,7 +965,7 @@ impl RunControl for EmbeddedPartition {
 
         // The SW ROD inputs: the builders' counters (`rodeo_ros_swrod_<counter>_total`) and
         // their links' (`rodeo_ros_swrod_link_<counter>_total`), summed over each node's ROBs.
-        let sw: Vec<(&str, rodeo_readout::server::SwRodInputCounters)> = mon
+        let sw: Vec<(&str, rodeo_ros::server::SwRodInputCounters)> = mon
             .swrod
             .iter()
             .map(|(n, m)| (n.as_str(), m.counters()))

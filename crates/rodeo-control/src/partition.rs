@@ -29,7 +29,7 @@ use rodeo_dataflow::supervisor::{SupervisorConfig, SupervisorCounters};
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_dataflow::DataflowError;
 use rodeo_format::checksum::ChecksumType;
-use rodeo_readout::node::{NodeConfig, NodeError, NodeInput};
+use rodeo_ros::node::{NodeConfig, NodeError, NodeInput};
 use rodeo_transport::socket::TransportError;
 
 use crate::config::{

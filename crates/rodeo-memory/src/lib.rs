@@ -7,6 +7,7 @@
 //!   buffers of one size for DMA-style producers.
 //! - [`LogHistogram`]: a lock-free log-bucket latency histogram for the data path's metrics.
 //! - [`Region`]: `mmap`'d memory with warm-up ([`WarmupReport`]), huge pages and `mlock`.
+//! - [`cpu`]: the CPUs threads run on: pinning ([`cpu::pin_to_cpu`]) and a thread's CPU time.
 //!
 //! # Why a lazy free list
 //!
@@ -82,6 +83,7 @@
 //! regions are unmapped only when the last handle is gone.
 
 mod chunk;
+pub mod cpu;
 mod error;
 pub mod histogram;
 mod page;

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use rodeo_cards::card::{Card, CardSpec, ChannelSource, ChannelSpec};
+use rodeo_cards::dma::EmulatedConfig;
+use rodeo_cards::monitor::LinkMonitor;
+use rodeo_cards::net::LinkAddress;
 use rodeo_format::linkfile::LinkMode;
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{RegionOptions, SuperpagePool, SuperpagePoolConfig};
-use rodeo_readout::card::{Card, CardSpec, ChannelSource, ChannelSpec};
-use rodeo_readout::dma::EmulatedConfig;
-use rodeo_readout::monitor::LinkMonitor;
-use rodeo_readout::net::LinkAddress;
 use serde_json::{json, Map, Value};
 
 use super::gen_link::ModeArg;

@@ -6,14 +6,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rodeo_format::felix::TrailerSize;
-use rodeo_format::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
-use rodeo_readout::corrupt::{Corruptor, StreamShape, UnitSource};
-use rodeo_readout::dma::Generator;
-use rodeo_readout::generator::{
+use rodeo_cards::corrupt::{Corruptor, StreamShape, UnitSource};
+use rodeo_cards::dma::Generator;
+use rodeo_cards::generator::{
     FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange, DEFAULT_L1ID_WRAP,
 };
-use rodeo_readout::net::{LinkAddress, LinkSender};
+use rodeo_cards::net::{LinkAddress, LinkSender};
+use rodeo_format::felix::TrailerSize;
+use rodeo_format::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
 use serde_json::{json, Map, Value};
 
 use crate::progress;

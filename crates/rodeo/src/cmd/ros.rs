@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use rodeo_readout::node::{NodeConfig, NodeInput, ReadoutNode};
-use rodeo_readout::server::{DirectClient, Payload, Stopped};
+use rodeo_ros::node::{NodeConfig, NodeInput, ReadoutNode};
+use rodeo_ros::server::{DirectClient, Payload, Stopped};
 use rodeo_transport::socket::Transport;
 use serde_json::{json, Value};
 

@@ -11,8 +11,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context;
-use rodeo_readout::server::DirectClient;
-use rodeo_readout::tester::{self, TesterConfig, TesterReport};
+use rodeo_ros::server::DirectClient;
+use rodeo_rostester::{self as tester, TesterConfig, TesterReport};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport};
 use serde::Serialize;

@@ -27,11 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
+use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_memory::{RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig};
-use rodeo_readout::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
-use rodeo_readout::generator::{
-    FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange,
-};
 use serde::Serialize;
 use serde_json::Value;
 

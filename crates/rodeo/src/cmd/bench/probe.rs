@@ -35,7 +35,7 @@ pub(crate) fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> 
     std::thread::scope(|s| {
         let producer = std::thread::Builder::new().spawn_scoped(s, move || {
             if let Some((p, _)) = cpus {
-                rodeo_readout::swrod::pin_to_cpu(p);
+                rodeo_memory::cpu::pin_to_cpu(p);
             }
             let mut h = 0u64;
             while !done.load(Ordering::Relaxed) && Instant::now() < producer_deadline {
@@ -60,7 +60,7 @@ pub(crate) fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> 
         }
         let consumer = std::thread::Builder::new().spawn_scoped(s, move || {
             if let Some((_, c)) = cpus {
-                rodeo_readout::swrod::pin_to_cpu(c);
+                rodeo_memory::cpu::pin_to_cpu(c);
             }
             let start = Instant::now();
             let (mut t, mut sum) = (0u64, 0u64);

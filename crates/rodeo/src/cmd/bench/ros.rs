@@ -51,7 +51,7 @@ use serde_json::Value;
 use crate::cmd::ros::{start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind};
 use crate::cmd::tester::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
 use crate::report::Report;
-use rodeo_readout::tester::TesterReport;
+use rodeo_rostester::TesterReport;
 
 /// Arguments of `rodeo bench ros`.
 #[derive(Debug, clap::Args)]
@@ -237,7 +237,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             // The tester in a thread of its own, so that pinning it leaves this one free.
             let (tester_pinned, r) = std::thread::scope(|s| {
                 s.spawn(|| {
-                    let ok = tester_cpu.is_some_and(rodeo_readout::swrod::pin_to_cpu);
+                    let ok = tester_cpu.is_some_and(rodeo_memory::cpu::pin_to_cpu);
                     (
                         ok,
                         run_direct_tester(&mut client, &robs, node.l1id_wrap, &mix),
@@ -388,10 +388,10 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
 /// the L2 request, 0.2 x the rest for EB; skipped without `requests`), and clears by 100.
 /// Events per second.
 fn data_path_rate(node: &NodeArgs, seconds: f64, requests: bool) -> anyhow::Result<f64> {
+    use rodeo_cards::generator::L1idCounter;
     use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
-    use rodeo_readout::generator::L1idCounter;
-    use rodeo_readout::server::{FirmwareInput, Input, Payload};
-    use rodeo_readout::store::{EventStore, StoreConfig};
+    use rodeo_ros::server::{FirmwareInput, Input, Payload};
+    use rodeo_ros::store::{EventStore, StoreConfig};
     let pool = PagePool::new(PagePoolConfig {
         page_bytes: node.page_bytes,
         pages: node.channels * node.pages_per_channel,

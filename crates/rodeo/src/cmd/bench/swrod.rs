@@ -38,16 +38,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use rodeo_cards::dma::{
+    ChannelCounters, ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig, Filled,
+};
+use rodeo_cards::generator::{FelixConfig, FelixGenerator, WordRange};
 use rodeo_memory::{
     ChunkPool, PoolConfig, RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig,
 };
-use rodeo_readout::dma::{
-    ChannelCounters, ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig, Filled,
-};
-use rodeo_readout::generator::{FelixConfig, FelixGenerator, WordRange};
-use rodeo_readout::swrod::{
-    CountingSink, DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters,
-};
+use rodeo_swrod::{CountingSink, DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters};
 use serde::Serialize;
 use serde_json::Value;
 

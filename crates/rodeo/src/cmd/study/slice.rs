@@ -16,8 +16,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rodeo_readout::generator::L1idCounter;
-use rodeo_readout::tester::Histogram;
+use rodeo_cards::generator::L1idCounter;
+use rodeo_rostester::Histogram;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_clear, encode_data_request, Message};
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};

@@ -1,0 +1,84 @@
+//! The CPUs a thread runs on: pinning a thread to one CPU ([`pin_to_cpu`]), and the CPU time
+//! of the calling thread ([`thread_cpu_time`]), for benchmarks that must say what a thread costs
+//! per unit of work independently of how many other processes share the cores (wall-clock rates
+//! on a loaded machine measure the neighbours as much as the code).
+
+use std::time::Duration;
+
+/// Pins the calling thread to `cpu`; false if the kernel refused.
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return false;
+        }
+        // SAFETY: cpu_set_t is a plain bit array for which all-zero is valid; CPU_ZERO/CPU_SET
+        // write inside it (cpu < CPU_SETSIZE, checked above); sched_setaffinity reads
+        // size_of::<cpu_set_t>() bytes from a valid reference, and pid 0 is the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_ZERO(&mut set);
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpu;
+        false
+    }
+}
+
+/// CPU time the calling thread has used so far (user and system), from
+/// `CLOCK_THREAD_CPUTIME_ID`; zero if the clock is unavailable.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the valid, exclusively borrowed pointer
+    // and has no other effect.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pin_to_cpu, thread_cpu_time};
+
+    #[test]
+    fn a_thread_pinned_to_a_cpu_runs_there_and_an_impossible_cpu_is_refused() {
+        std::thread::spawn(|| {
+            assert!(pin_to_cpu(0), "the kernel refused CPU 0");
+            // SAFETY: sched_getcpu has no preconditions; it returns the CPU of this thread.
+            let now = unsafe { libc::sched_getcpu() };
+            assert_eq!(now, 0);
+            assert!(!pin_to_cpu(libc::CPU_SETSIZE as usize));
+            assert!(!pin_to_cpu(usize::MAX));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn thread_cpu_time_grows_with_work_and_not_with_sleep() {
+        let t0 = thread_cpu_time();
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let t1 = thread_cpu_time();
+        assert!(t1 > t0, "busy work used no CPU time");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t2 = thread_cpu_time();
+        // Sleeping costs (almost) no CPU: far less than the 50 ms slept.
+        assert!(t2 - t1 < std::time::Duration::from_millis(40));
+    }
+}

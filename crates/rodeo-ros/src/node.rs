@@ -1,0 +1,792 @@
+//! A readout node (ROS) assembled from its parts: page pool, event store, input, request server.
+//!
+//! [`NodeConfig`] says how many ROB channels, what feeds them (emulated S-LINK cards through
+//! DMA superpages, or the inline firmware-style generator) and how the store and server are
+//! sized; [`ReadoutNode::start`] builds everything, warms the memory, binds the request
+//! endpoint and starts the core thread. [`ReadoutNode::start_direct`] builds the same node
+//! answering one in-process client over the direct link (no ZeroMQ) instead. `rodeo ros`, the ROSTester's in-process node and the
+//! embedded partition all start nodes this way.
+//!
+//! # The SW ROD input
+//!
+//! With [`NodeInput::SwRod`] the node owns, besides the core thread, per ROB an emulated FELIX
+//! card thread, a fragment builder (one receiving thread) and the builder's block pool, and one
+//! thread (`swrod`) that runs the builders and publishes their counters every 20 ms for
+//! [`ReadoutNode::swrod_stats`]. Each builder hands its fragments to the core thread through a
+//! [`swrod_link`] (reorder window, back-pressure: a full store holds the builder, which stops
+//! reading its card, which stalls).
+//!
+//! Shutdown ([`ReadoutNode::stop`] or drop) goes producers first, so nothing waits on a thread
+//! already gone: the cards' generators are told to finish (each card hands over its last
+//! superpage and reports its link down); the builders read what is left and end on their own
+//! while the core thread still stores their fragments. If they stop making progress for
+//! 100 ms (a full store nobody clears) or 2 s pass, the links are abandoned
+//! ([`StoreSink::abandon`]: a waiting sink drops its fragment, counted) and the builders
+//! stopped; the builder thread is joined (and with it the card threads); then the core thread
+//! is stopped (pending requests answered), which drops its input and counts what it still
+//! held.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rodeo_format::felix::{packet_len, BLOCK_HEADER_BYTES, DEFAULT_BLOCK_SIZE};
+use rodeo_format::fragment::SourceId;
+use rodeo_format::slink::SlinkCheckConfig;
+use rodeo_memory::{
+    ChunkPool, PagePool, PagePoolConfig, PoolConfig, RegionOptions, Superpage, SuperpagePool,
+    SuperpagePoolConfig,
+};
+use rodeo_transport::socket::Transport;
+
+use crate::server::{
+    swrod_link, DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
+    ServerCounters, Stopped, StoreSink, SwRodInputCounters, SwRodInputs,
+};
+use crate::store::slink::ErrorDump;
+use crate::store::{EventStore, StoreConfig};
+use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Generator};
+use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
+use rodeo_swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
+
+/// What feeds the node's channels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NodeInput {
+    /// Emulated S-LINK card threads writing framed fragments into superpages, split and checked
+    /// into the store: the real data path. `rate_hz` limits fragments per second per channel.
+    Dma {
+        /// Fragments per second per channel at most (`None`: as fast as the store takes).
+        rate_hz: Option<f64>,
+    },
+    /// The inline generator writing fragments straight into store pages (no card threads).
+    Firmware(Payload),
+    /// Per channel (ROB) one SW ROD fragment builder ([`rodeo_swrod`]) with one receiving
+    /// thread, fed by one emulated FELIX card carrying `elinks` E-links (L1IDs from 0), its
+    /// fragments stored through [`swrod_link`]. Each E-link's packet carries
+    /// `fragment_words / elinks - 4` payload words (at least 1), so a fragment has about
+    /// `fragment_words` data words. Threads and shutdown: the module docs.
+    SwRod {
+        /// E-links per ROB (1..=2048).
+        elinks: usize,
+        /// Events per second per ROB at most, about (the card is paced in FELIX blocks;
+        /// `None`: as fast as the store takes).
+        rate_hz: Option<f64>,
+    },
+}
+
+/// How a readout node is built.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// ROB channels.
+    pub channels: usize,
+    /// Data words per ROD fragment.
+    pub fragment_words: u32,
+    /// Source (ROB) id of channel 0; channel i has this + i.
+    pub base_source_id: u32,
+    /// Store pages per channel.
+    pub pages_per_channel: usize,
+    /// Store page size in bytes.
+    pub page_bytes: usize,
+    /// The input.
+    pub input: NodeInput,
+    /// L1ID wrap of the emulated inputs.
+    pub l1id_wrap: u32,
+    /// Request descriptors.
+    pub descriptors: usize,
+    /// How long a request waits for missing fragments.
+    pub pending_timeout: Duration,
+    /// File receiving unreadable fragments (rate-limited).
+    pub error_file: Option<PathBuf>,
+    /// Pin the core thread to this CPU (`None`: the kernel places it).
+    pub core_cpu: Option<usize>,
+}
+
+impl Default for NodeConfig {
+    fn default() -> NodeConfig {
+        NodeConfig {
+            channels: 4,
+            fragment_words: 400,
+            base_source_id: 0x0051_0000,
+            pages_per_channel: 1024,
+            page_bytes: 4096,
+            input: NodeInput::Dma { rate_hz: None },
+            l1id_wrap: 1 << 24,
+            descriptors: 1024,
+            pending_timeout: Duration::from_millis(200),
+            error_file: None,
+            core_cpu: None,
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The node's ROB ids.
+    pub fn robs(&self) -> Vec<u32> {
+        (0..self.channels as u32)
+            .map(|c| self.base_source_id + c)
+            .collect()
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The configuration is unusable.
+    #[error("readout node: {0}")]
+    Config(String),
+    /// Memory could not be mapped.
+    #[error("readout node memory: {0}")]
+    Memory(#[from] rodeo_memory::Error),
+    /// The store rejected its configuration.
+    #[error("readout node store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    /// The server could not start.
+    #[error("readout node server: {0}")]
+    Server(#[from] crate::server::ServerError),
+    /// A fragment builder rejected its configuration.
+    #[error("readout node fragment builder: {0}")]
+    SwRod(#[from] SwRodError),
+    /// A card thread or the error file could not be set up.
+    #[error("readout node: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running readout node and the memory it holds.
+pub struct ReadoutNode {
+    /// Declared before the server: dropped (stopped) first, see the module docs.
+    swrod: Option<SwRodFeed>,
+    server: RequestServer,
+    robs: Vec<u32>,
+    _pool: PagePool,
+    _superpages: Option<SuperpagePool>,
+}
+
+impl std::fmt::Debug for ReadoutNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadoutNode")
+            .field("endpoint", &self.server.endpoint())
+            .field("robs", &self.robs.len())
+            .finish()
+    }
+}
+
+impl ReadoutNode {
+    /// Builds the node and starts serving on `endpoint`.
+    pub fn start(
+        transport: &Transport,
+        config: &NodeConfig,
+        endpoint: &str,
+    ) -> Result<ReadoutNode, NodeError> {
+        let (memory, store, input) = Parts::build(config)?.split();
+        let server =
+            RequestServer::start(transport, &server_config(config, endpoint), store, input)?;
+        memory.node(server, config)
+    }
+
+    /// Builds the node and starts serving the one client returned, over the direct in-process
+    /// link ([`crate::server::direct`]): the same core thread, without ZeroMQ.
+    pub fn start_direct(config: &NodeConfig) -> Result<(ReadoutNode, DirectClient), NodeError> {
+        let (memory, store, input) = Parts::build(config)?.split();
+        let (server, client) =
+            RequestServer::start_direct(&server_config(config, "direct"), store, input)?;
+        Ok((memory.node(server, config)?, client))
+    }
+}
+
+fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
+    ServerConfig {
+        endpoint: endpoint.to_string(),
+        descriptors: config.descriptors,
+        pending_timeout: config.pending_timeout,
+        core_cpu: config.core_cpu,
+        ..ServerConfig::default()
+    }
+}
+
+/// A node's parts before its server starts.
+struct Parts {
+    pool: PagePool,
+    superpages: Option<SuperpagePool>,
+    store: EventStore,
+    input: Box<dyn Input>,
+    swrod: Option<SwRodParts>,
+}
+
+/// The memory (and the SW ROD builders, not yet running) a running node keeps.
+struct Memory {
+    pool: PagePool,
+    superpages: Option<SuperpagePool>,
+    swrod: Option<SwRodParts>,
+}
+
+impl Memory {
+    /// The node around `server`; starts the SW ROD builders (the core thread already polls
+    /// their links). If they cannot start, the server is stopped again.
+    fn node(self, server: RequestServer, config: &NodeConfig) -> Result<ReadoutNode, NodeError> {
+        let swrod = self.swrod.map(SwRodParts::start).transpose()?;
+        Ok(ReadoutNode {
+            swrod,
+            server,
+            robs: config.robs(),
+            _pool: self.pool,
+            _superpages: self.superpages,
+        })
+    }
+}
+
+impl Parts {
+    fn split(self) -> (Memory, EventStore, Box<dyn Input>) {
+        let memory = Memory {
+            pool: self.pool,
+            superpages: self.superpages,
+            swrod: self.swrod,
+        };
+        (memory, self.store, self.input)
+    }
+
+    fn build(config: &NodeConfig) -> Result<Parts, NodeError> {
+        if config.channels == 0 {
+            return Err(NodeError::Config(
+                "a node needs at least one channel".into(),
+            ));
+        }
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: config.page_bytes,
+            pages: config.channels * config.pages_per_channel,
+            region: RegionOptions {
+                huge_pages: rodeo_memory::HugePages::Transparent,
+                ..RegionOptions::default()
+            },
+        })?;
+        let store = EventStore::new(
+            &pool,
+            &StoreConfig::with_channels(
+                config.channels,
+                config.base_source_id,
+                config.pages_per_channel,
+            ),
+        )?;
+        let mut superpages = None;
+        let mut swrod = None;
+        let input: Box<dyn Input> = match config.input {
+            NodeInput::SwRod { elinks, rate_hz } => {
+                let (parts, input, sp) = SwRodParts::build(config, elinks, rate_hz)?;
+                swrod = Some(parts);
+                superpages = Some(sp);
+                Box::new(input)
+            }
+            NodeInput::Firmware(payload) => Box::new(FirmwareInput::new(
+                &store,
+                config.fragment_words as usize,
+                config.l1id_wrap,
+                payload,
+            )),
+            NodeInput::Dma { rate_hz } => {
+                let depth = 8;
+                let sp = SuperpagePool::new(SuperpagePoolConfig {
+                    superpage_bytes: 256 * 1024,
+                    superpages: config.channels * depth,
+                    region: RegionOptions::default(),
+                })?;
+                let mut chans = Vec::with_capacity(config.channels);
+                for c in 0..config.channels {
+                    let ch = EmulatedChannel::start(
+                        &format!("slink{c}"),
+                        EmulatedConfig {
+                            queue_depth: depth,
+                            max_units_per_s: rate_hz,
+                            ..EmulatedConfig::default()
+                        },
+                        SlinkGenerator::new(SlinkConfig {
+                            source_id: config.base_source_id + c as u32,
+                            data_words: WordRange::fixed(config.fragment_words),
+                            l1id_wrap: config.l1id_wrap,
+                            framing: true,
+                            ..SlinkConfig::default()
+                        }),
+                    )
+                    .map_err(|source| NodeError::Io {
+                        what: format!("starting card thread slink{c}"),
+                        source,
+                    })?;
+                    for _ in 0..depth {
+                        let s = sp.alloc().map_err(|e| {
+                            NodeError::Config(format!("superpage pool too small: {e}"))
+                        })?;
+                        if ch.push_superpage(s).is_err() {
+                            return Err(NodeError::Config(
+                                "transfer queue smaller than its depth".into(),
+                            ));
+                        }
+                    }
+                    chans.push(ch);
+                }
+                superpages = Some(sp);
+                let file = match &config.error_file {
+                    Some(p) => Some(std::fs::File::create(p).map_err(|source| NodeError::Io {
+                        what: format!("creating error file {}", p.display()),
+                        source,
+                    })?),
+                    None => None,
+                };
+                let check = SlinkCheckConfig {
+                    framing: true,
+                    crc: false,
+                    l1id_wrap: config.l1id_wrap,
+                };
+                Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10)))
+            }
+        };
+        Ok(Parts {
+            pool,
+            superpages,
+            store,
+            input,
+            swrod,
+        })
+    }
+}
+
+impl ReadoutNode {
+    /// The request endpoint actually bound.
+    pub fn endpoint(&self) -> &str {
+        self.server.endpoint()
+    }
+
+    /// The node's ROB ids.
+    pub fn robs(&self) -> &[u32] {
+        &self.robs
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> ServerCounters {
+        self.server.stats()
+    }
+
+    /// The request server's live counters, shared (for monitoring without the node).
+    pub fn shared_stats(&self) -> std::sync::Arc<crate::server::ServerStats> {
+        self.server.shared_stats()
+    }
+
+    /// The node's page pool (a cheap shared handle; its stats are the buffer occupancy).
+    pub fn page_pool(&self) -> PagePool {
+        self._pool.clone()
+    }
+
+    /// Live counters of the SW ROD input (builders and links, summed over the ROBs; the
+    /// builders' published every 20 ms); `None` for other inputs.
+    pub fn swrod_stats(&self) -> Option<SwRodInputCounters> {
+        self.swrod.as_ref().map(SwRodFeed::counters)
+    }
+
+    /// A shared handle reading the same live counters as [`ReadoutNode::swrod_stats`], for
+    /// monitors that must not hold the node (the last values stay readable after the stop);
+    /// `None` for other inputs.
+    pub fn swrod_monitor(&self) -> Option<SwRodMonitor> {
+        self.swrod.as_ref().map(|f| SwRodMonitor {
+            live: Arc::clone(&f.live),
+            sinks: f.sinks.clone(),
+        })
+    }
+
+    /// Stops the node (pending requests answered first) and returns its final state. A SW ROD
+    /// input's producers and builders are stopped before the core thread (module docs).
+    pub fn stop(self) -> Stopped {
+        let ReadoutNode {
+            swrod,
+            server,
+            _pool,
+            _superpages,
+            ..
+        } = self;
+        let builders = swrod.map(|mut f| (f.shutdown(), f));
+        let mut stopped = server.stop();
+        if let Some(((builder, unread, error), feed)) = builders {
+            // Read after the core thread dropped its input (what it still held is counted).
+            stopped.swrod = Some(SwRodInputCounters {
+                builder,
+                link: link_counters(&feed.sinks),
+                unread_blocks: unread.blocks,
+                unread_bytes: unread.bytes,
+            });
+            stopped.swrod_error = error;
+        }
+        stopped
+    }
+}
+
+/// Rate of FELIX blocks for about `events_per_s` events of `elinks` packets of
+/// `payload_words` words each (a 32-bit subchunk trailer per packet).
+fn blocks_per_s(events_per_s: f64, elinks: usize, payload_words: u32) -> f64 {
+    let per_event = elinks as f64 * (packet_len(payload_words) + 4) as f64;
+    events_per_s * per_event / (DEFAULT_BLOCK_SIZE - BLOCK_HEADER_BYTES) as f64
+}
+
+/// A generator that reports itself finished once `finish` is set: its card hands over its
+/// last superpage and takes its link down, so the reader ends by itself.
+struct Finishing<G> {
+    generator: G,
+    finish: Arc<AtomicBool>,
+}
+
+impl<G: Generator> Generator for Finishing<G> {
+    fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+        self.generator.fill(buf, max_units)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finish.load(Ordering::Acquire) || self.generator.is_finished()
+    }
+}
+
+/// One ROB's builder before it runs.
+struct SwRodRob {
+    config: SwRodConfig,
+    pools: Vec<ChunkPool>,
+    card: EmulatedChannel<Superpage>,
+    sink: StoreSink,
+}
+
+/// The SW ROD input's threads and memory, built but not running.
+struct SwRodParts {
+    robs: Vec<SwRodRob>,
+    finish: Arc<AtomicBool>,
+}
+
+/// Superpages per card (the card's queues are as deep) and their size: small, so that a
+/// paced card hands over its events within milliseconds.
+const SWROD_SUPERPAGES: usize = 16;
+const SWROD_SUPERPAGE_BYTES: usize = 16 * 1024;
+
+impl SwRodParts {
+    /// The cards (started: they fill their superpages and stall until the builders read),
+    /// the block pools, the links and the core thread's input.
+    fn build(
+        config: &NodeConfig,
+        elinks: usize,
+        rate_hz: Option<f64>,
+    ) -> Result<(SwRodParts, SwRodInputs, SuperpagePool), NodeError> {
+        if !(1..=2048).contains(&elinks) {
+            return Err(NodeError::Config(format!(
+                "{elinks} E-links per ROB: 1..=2048 needed"
+            )));
+        }
+        // Each E-link's packet carries the fragment's share less its 4 words of overhead.
+        let share = config.fragment_words as usize / elinks;
+        if !(5..=0xFFFF + 4).contains(&share) {
+            return Err(NodeError::Config(format!(
+                "{} fragment words over {elinks} E-links: {share} per E-link, 5..=65539 needed \
+                 (a packet's payload of 1..=65535 words and 4 words around it)",
+                config.fragment_words
+            )));
+        }
+        let payload_words = (share - 4) as u32;
+        let sp = SuperpagePool::new(SuperpagePoolConfig {
+            superpage_bytes: SWROD_SUPERPAGE_BYTES,
+            superpages: config.channels * SWROD_SUPERPAGES,
+            region: RegionOptions::default(),
+        })?;
+        let finish = Arc::new(AtomicBool::new(false));
+        let mut robs = Vec::with_capacity(config.channels);
+        let mut inputs = Vec::with_capacity(config.channels);
+        for c in 0..config.channels {
+            let elink_ids: Vec<u16> = (0..elinks as u16).collect();
+            let sw = SwRodConfig {
+                source_id: SourceId(config.base_source_id + c as u32),
+                thread_elinks: vec![elink_ids.clone()],
+                // The smallest window for 1 KiB blocks: the link holds twice as many fragments.
+                window: DEFAULT_BLOCK_SIZE / 2,
+                // No packet is lost in emulation: a long timeout only matters at very low
+                // rates, where a block takes longer than this to fill.
+                timeout: Duration::from_secs(5),
+                l1id_wrap: config.l1id_wrap,
+                first_l1id: 0,
+                ..SwRodConfig::default()
+            };
+            let chunk = sw.block_bytes_for(packet_len(payload_words));
+            let pools = vec![ChunkPool::new(PoolConfig {
+                chunk_bytes: chunk,
+                chunks_per_region: 2 * sw.window,
+                max_regions: 1,
+                initial_regions: 1,
+                region: RegionOptions::default(),
+            })?];
+            // Checks the configuration now, so that the builder thread cannot fail on it.
+            FragmentBuilder::new(&sw, &pools, DefaultFormat::default())?;
+            let generator = FelixGenerator::new(&FelixConfig {
+                elinks: elink_ids,
+                payload_words: WordRange::fixed(payload_words),
+                l1id_wrap: config.l1id_wrap,
+                ..FelixConfig::default()
+            })
+            .map_err(|e| NodeError::Config(format!("FELIX generator: {e}")))?;
+            let card = EmulatedChannel::start(
+                &format!("felix{c}"),
+                EmulatedConfig {
+                    queue_depth: SWROD_SUPERPAGES,
+                    max_units_per_s: rate_hz.map(|r| blocks_per_s(r, elinks, payload_words)),
+                    ..EmulatedConfig::default()
+                },
+                Finishing {
+                    generator,
+                    finish: Arc::clone(&finish),
+                },
+            )
+            .map_err(|source| NodeError::Io {
+                what: format!("starting card thread felix{c}"),
+                source,
+            })?;
+            for _ in 0..SWROD_SUPERPAGES {
+                let s = sp
+                    .alloc()
+                    .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+                if card.push_superpage(s).is_err() {
+                    return Err(NodeError::Config(
+                        "transfer queue smaller than its depth".into(),
+                    ));
+                }
+            }
+            let words = elinks * (payload_words as usize + 4) + 32;
+            let (sink, input) = swrod_link(c, &sw, 1, words);
+            inputs.push(input);
+            robs.push(SwRodRob {
+                config: sw,
+                pools,
+                card,
+                sink,
+            });
+        }
+        Ok((SwRodParts { robs, finish }, SwRodInputs::new(inputs), sp))
+    }
+
+    /// Starts the `swrod` thread running every builder.
+    fn start(self) -> Result<SwRodFeed, NodeError> {
+        let live = Arc::new(Mutex::new(vec![SwRodCounters::default(); self.robs.len()]));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sinks: Vec<StoreSink> = self.robs.iter().map(|r| r.sink.clone()).collect();
+        let (robs, thread_live, thread_stop) = (self.robs, Arc::clone(&live), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("swrod".into())
+            .spawn(move || run_builders(robs, &thread_live, &thread_stop))
+            .map_err(|source| NodeError::Io {
+                what: "starting the fragment builder thread".into(),
+                source,
+            })?;
+        Ok(SwRodFeed {
+            finish: self.finish,
+            stop,
+            live,
+            sinks,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// What the cards had handed over and no builder read when they stopped.
+#[derive(Debug, Clone, Copy, Default)]
+struct Unread {
+    blocks: u64,
+    bytes: u64,
+}
+
+/// The builders' result: their counters summed (or the first error), and what they left
+/// unread in the cards' queues.
+type BuildersResult = (Result<SwRodCounters, SwRodError>, Unread);
+
+/// Runs every ROB's builder on a thread of its own until all have returned, publishing their
+/// counters into `live` every 20 ms; returns the final counters, summed, and counts what the
+/// cards had handed over that no builder read (dropped at shutdown, never silently).
+fn run_builders(
+    robs: Vec<SwRodRob>,
+    live: &Mutex<Vec<SwRodCounters>>,
+    stop: &AtomicBool,
+) -> BuildersResult {
+    let builders = match robs
+        .iter()
+        .map(|r| FragmentBuilder::new(&r.config, &r.pools, DefaultFormat::default()))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(b) => b,
+        Err(e) => return (Err(e), unread(&robs)),
+    };
+    let results = std::thread::scope(|s| {
+        let handles = builders
+            .iter()
+            .zip(&robs)
+            .enumerate()
+            .map(|(c, (b, r))| {
+                std::thread::Builder::new()
+                    .name(format!("swrod{c}"))
+                    .spawn_scoped(s, move || b.run(&[vec![&r.card]], &r.sink, stop))
+            })
+            .collect::<Vec<_>>();
+        let publish = || {
+            let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
+            for (slot, b) in l.iter_mut().zip(&builders) {
+                *slot = b.counters();
+            }
+        };
+        while handles
+            .iter()
+            .any(|h| h.as_ref().is_ok_and(|h| !h.is_finished()))
+        {
+            publish();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        publish();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(c, h)| match h {
+                Ok(h) => h.join().unwrap_or(Err(SwRodError::Panicked(c))),
+                Err(e) => Err(SwRodError::Spawn(e)),
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut total = SwRodCounters::default();
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(c) => total.add(&c),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    // The cards (and their threads) go with `robs`, after the builders returned and what
+    // they left in the cards' queues is counted.
+    drop(builders);
+    let left = unread(&robs);
+    drop(robs);
+    let result = match first_error {
+        Some(e) => Err(e),
+        None => Ok(total),
+    };
+    (result, left)
+}
+
+/// Empties the cards' ready queues, counting the blocks and bytes no builder read.
+fn unread(robs: &[SwRodRob]) -> Unread {
+    let mut u = Unread::default();
+    for r in robs {
+        while let Some(f) = r.card.pop_superpage() {
+            u.blocks += f.units;
+            u.bytes += f.bytes_used as u64;
+        }
+    }
+    u
+}
+
+/// A running SW ROD input: the `swrod` thread and what stops it (see the module docs).
+struct SwRodFeed {
+    /// Tells the cards' generators to finish.
+    finish: Arc<AtomicBool>,
+    /// The builders' stop flag.
+    stop: Arc<AtomicBool>,
+    /// The builders' counters, published by the `swrod` thread.
+    live: Arc<Mutex<Vec<SwRodCounters>>>,
+    /// Clones of the builders' sinks (the links' counters, and to abandon them).
+    sinks: Vec<StoreSink>,
+    thread: Option<JoinHandle<BuildersResult>>,
+}
+
+/// A cheap shared handle on a SW ROD input's live counters ([`ReadoutNode::swrod_monitor`]):
+/// the builders' as last published by the `swrod` thread (every 20 ms) and the links' atomics.
+/// Reading takes the publication lock for a copy (never on a hot path).
+#[derive(Debug, Clone)]
+pub struct SwRodMonitor {
+    live: Arc<Mutex<Vec<SwRodCounters>>>,
+    sinks: Vec<StoreSink>,
+}
+
+impl SwRodMonitor {
+    /// The builders' and links' counters, summed over the ROBs (`unread_*` are zero: known
+    /// only at the stop, in [`Stopped::swrod`]).
+    pub fn counters(&self) -> SwRodInputCounters {
+        swrod_counters(&self.live, &self.sinks)
+    }
+}
+
+/// The links' counters, summed over the ROBs' sinks.
+fn link_counters(sinks: &[StoreSink]) -> crate::server::SwRodLinkCounters {
+    let mut total = crate::server::SwRodLinkCounters::default();
+    for s in sinks {
+        total.add(&s.counters());
+    }
+    total
+}
+
+fn swrod_counters(live: &Mutex<Vec<SwRodCounters>>, sinks: &[StoreSink]) -> SwRodInputCounters {
+    let mut builder = SwRodCounters::default();
+    for c in live.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        builder.add(c);
+    }
+    SwRodInputCounters {
+        builder,
+        link: link_counters(sinks),
+        unread_blocks: 0,
+        unread_bytes: 0,
+    }
+}
+
+impl SwRodFeed {
+    fn counters(&self) -> SwRodInputCounters {
+        swrod_counters(&self.live, &self.sinks)
+    }
+
+    /// Stops producers, then builders (module docs); returns the builders' final counters,
+    /// what the cards had handed over that no builder read, and the first error, if one failed
+    /// (the counters are then the last published). Idempotent: once stopped, returns the last
+    /// published counters, nothing unread and no error.
+    fn shutdown(&mut self) -> (SwRodCounters, Unread, Option<String>) {
+        let Some(thread) = self.thread.take() else {
+            return (self.counters().builder, Unread::default(), None);
+        };
+        self.finish.store(true, Ordering::Release);
+        // The builders drain their cards while the core thread stores, as long as they move.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let progress = |f: &SwRodFeed| {
+            let c = f.counters();
+            c.builder.superpages + c.link.fragments + c.link.dropped_no_consumer
+        };
+        let (mut last, mut since) = (progress(self), Instant::now());
+        while !thread.is_finished()
+            && Instant::now() < deadline
+            && since.elapsed() < Duration::from_millis(100)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+            let now = progress(self);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+        for s in &self.sinks {
+            s.abandon();
+        }
+        self.stop.store(true, Ordering::Release);
+        match thread.join() {
+            Ok((Ok(c), unread)) => (c, unread, None),
+            Ok((Err(e), unread)) => (self.counters().builder, unread, Some(e.to_string())),
+            Err(_) => (
+                self.counters().builder,
+                Unread::default(),
+                Some("the SW ROD builders' thread panicked".into()),
+            ),
+        }
+    }
+}
+
+impl Drop for SwRodFeed {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

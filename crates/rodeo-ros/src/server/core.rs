@@ -1,0 +1,350 @@
+//! The core thread's loop. See the parent module for the design.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rodeo_format::fragment::Status;
+use rodeo_transport::message::{header_bytes, MessageType};
+
+use super::descriptor::Descriptors;
+use super::source::{Ids, Incoming, RequestSource};
+
+/// How long an idle loop waits for a message before polling the input again.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+use super::{bump, Input, ServerConfig, ServerStats, Stopped};
+use crate::store::{empty_rob, EventStore, HeldSegment, Lookup, PageRef};
+
+/// The core thread's state; requests come from (and replies go to) `S`.
+pub(super) struct Core<S: RequestSource> {
+    source: S,
+    config: ServerConfig,
+    store: EventStore,
+    input: Box<dyn Input>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<ServerStats>,
+    descriptors: Descriptors,
+    last_clear: Option<u32>,
+    /// Reply scratch: header, L1ID, count and the empty fragments, as bytes.
+    head: Vec<u8>,
+    /// Reply scratch: the present fragments' page segments.
+    segments: Vec<PageRef>,
+    /// Reply scratch for a source that takes held segments.
+    held: Vec<HeldSegment>,
+}
+
+/// How [`Core::answer`] treats a fragment that may still arrive.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Send nothing and return false: the request waits (it is parked or stays parked).
+    Wait,
+    /// Answer it now, the fragment flagged PENDING (timeout, or the server stops).
+    GiveUp,
+}
+
+impl<S: RequestSource> Core<S> {
+    pub(super) fn new(
+        source: S,
+        config: ServerConfig,
+        store: EventStore,
+        input: Box<dyn Input>,
+        stop: Arc<AtomicBool>,
+        stats: Arc<ServerStats>,
+    ) -> Core<S> {
+        let descriptors = Descriptors::new(config.descriptors, store.channels());
+        Core {
+            source,
+            config,
+            segments: Vec::with_capacity(store.channels() * 2),
+            held: Vec::with_capacity(store.channels() * 2),
+            head: Vec::with_capacity(64 + store.channels() * 4 * crate::store::EMPTY_ROB_WORDS),
+            store,
+            input,
+            stop,
+            stats,
+            descriptors,
+            last_clear: None,
+        }
+    }
+
+    pub(super) fn run(mut self) -> Stopped {
+        let core_pinned = self
+            .config
+            .core_cpu
+            .is_some_and(rodeo_memory::cpu::pin_to_cpu);
+        let cpu0 = rodeo_memory::cpu::thread_cpu_time();
+        let mut msg = S::Buffer::default();
+        let batch = self.config.batch.max(1);
+        while !self.stop.load(Ordering::Acquire) {
+            self.source.maintain(&mut self.store);
+            let mut work = self.store.reclaim() as u64;
+            let ingested = self.input.poll(&mut self.store);
+            if ingested > 0 {
+                bump(&self.stats.input_fragments, ingested);
+            }
+            work += ingested;
+            let mut changed = ingested > 0;
+            for _ in 0..batch {
+                if self.descriptors.available() == 0 {
+                    bump(&self.stats.descriptors_exhausted, 1);
+                    break;
+                }
+                if !self.source.try_recv(&mut msg) {
+                    break;
+                }
+                work += 1;
+                changed |= self.handle(S::view(&msg));
+            }
+            // The clock is read only when something waits (most turns nothing does).
+            if self.descriptors.pending() > 0 {
+                let now = Instant::now();
+                let expired = self.descriptors.first_deadline().is_some_and(|d| d <= now);
+                if changed || expired {
+                    self.recheck(now, false);
+                }
+            }
+            if work == 0 {
+                // Idle: wait for a message (or input) for up to a millisecond.
+                if self.descriptors.available() > 0 {
+                    if self.source.recv_timeout(&mut msg, IDLE_WAIT)
+                        && self.handle(S::view(&msg))
+                        && self.descriptors.pending() > 0
+                    {
+                        self.recheck(Instant::now(), false);
+                    }
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            }
+        }
+        // Answer everything still pending, flagged.
+        self.recheck(Instant::now(), true);
+        self.source.maintain(&mut self.store);
+        self.store.reclaim();
+        Stopped {
+            counters: self.stats.snapshot(),
+            slink: self.input.slink_counters(),
+            input_stalls: self.input.stalls(),
+            core_cpu: rodeo_memory::cpu::thread_cpu_time().saturating_sub(cpu0),
+            core_pinned,
+            swrod: None,
+            swrod_error: None,
+            store: self.store,
+        }
+    }
+
+    /// Handles one message; true when it may let pending requests complete (a clear).
+    fn handle(&mut self, msg: Incoming<'_>) -> bool {
+        match msg {
+            Incoming::Bad => {
+                bump(&self.stats.bad_messages, 1);
+                false
+            }
+            Incoming::DataRequest {
+                peer,
+                transaction,
+                l1id,
+                robs,
+            } => {
+                bump(&self.stats.requests, 1);
+                let Some(d) = self.descriptors.take() else {
+                    // The loop reads only while descriptors are free.
+                    return false;
+                };
+                let all = robs.is_empty();
+                let desc = self.descriptors.get_mut(d);
+                desc.peer.clear();
+                desc.peer.extend_from_slice(peer);
+                desc.transaction = transaction;
+                desc.l1id = l1id;
+                desc.robs.clear();
+                if all {
+                    for c in 0..self.store.channels() {
+                        desc.robs.push(self.store.source_id(c).unwrap_or(0));
+                    }
+                } else {
+                    match robs {
+                        Ids::Wire(l) => desc.robs.extend(l.iter()),
+                        Ids::Slice(s) => desc.robs.extend_from_slice(s),
+                    }
+                }
+                // One pass: answered now unless a fragment may still arrive.
+                if !self.answer(d, Missing::Wait) {
+                    // The deadline matters only to a parked request.
+                    self.descriptors.get_mut(d).deadline =
+                        Instant::now() + self.config.pending_timeout;
+                    bump(&self.stats.parked, 1);
+                    self.descriptors.park(d);
+                    self.stats
+                        .pending_now
+                        .store(self.descriptors.pending() as u64, Ordering::Relaxed);
+                }
+                false
+            }
+            Incoming::Clear { sequence, l1ids } => {
+                let seq = sequence;
+                bump(&self.stats.clears, 1);
+                if let Some(last) = self.last_clear {
+                    if seq != last.wrapping_add(1) {
+                        bump(&self.stats.clear_gaps, 1);
+                    }
+                }
+                self.last_clear = Some(seq);
+                bump(&self.stats.cleared_l1ids, l1ids.len() as u64);
+                match l1ids {
+                    Ids::Wire(l) => self.store.clear(l.iter()),
+                    Ids::Slice(s) => self.store.clear(s.iter().copied()),
+                };
+                true
+            }
+            Incoming::KeepAlive => {
+                bump(&self.stats.keepalives, 1);
+                false
+            }
+            Incoming::Unexpected => {
+                bump(&self.stats.unexpected_messages, 1);
+                false
+            }
+        }
+    }
+
+    /// Re-checks every pending request once, in order; answers those ready, expired, or all
+    /// of them with `flush`.
+    fn recheck(&mut self, now: Instant, flush: bool) {
+        for _ in 0..self.descriptors.pending() {
+            let Some(d) = self.descriptors.unpark() else {
+                break;
+            };
+            let expired = self.descriptors.get(d).deadline <= now;
+            // A plain scan first: a request that still waits costs no page references.
+            if self.ready(d) && self.answer(d, Missing::Wait) {
+                continue;
+            }
+            if expired || flush {
+                if expired {
+                    bump(&self.stats.timeouts, 1);
+                }
+                self.answer(d, Missing::GiveUp);
+            } else {
+                self.descriptors.park(d);
+            }
+        }
+        self.stats
+            .pending_now
+            .store(self.descriptors.pending() as u64, Ordering::Relaxed);
+    }
+
+    /// True when no requested fragment of descriptor `d` may still arrive (each is present or
+    /// lost). For parked requests, re-checked on every turn that brought data or clears.
+    fn ready(&self, d: u32) -> bool {
+        let desc = self.descriptors.get(d);
+        desc.robs.iter().all(|&rob| {
+            self.store
+                .channel_of(rob)
+                .is_none_or(|c| self.store.lookup(c, desc.l1id) != Lookup::Pending)
+        })
+    }
+
+    /// Sends the reply of descriptor `d` and frees it; true when sent. Missing fragments are
+    /// empty ROB fragments flagged LOST, or PENDING with [`Missing::GiveUp`]; with
+    /// [`Missing::Wait`] a fragment that may still arrive stops the reply (false: nothing sent,
+    /// the descriptor kept). Each requested fragment is looked up once when it is present.
+    fn answer(&mut self, d: u32, missing: Missing) -> bool {
+        let desc = self.descriptors.get(d);
+        let l1id = desc.l1id;
+        self.head.clear();
+        self.head.extend_from_slice(&[0u8; 12]);
+        self.head.extend_from_slice(&l1id.to_le_bytes());
+        self.head
+            .extend_from_slice(&(desc.robs.len() as u32).to_le_bytes());
+        self.segments.clear();
+        self.held.clear();
+        let held = self.source.holds_segments();
+        let (mut lost, mut pending, mut present, mut unknown) = (0u64, 0u64, 0u64, 0u64);
+        for &rob in &desc.robs {
+            let status = match self.store.channel_of(rob) {
+                None => {
+                    // Counted when the reply goes out (a waiting request is looked at again).
+                    unknown += 1;
+                    Status::ROB_FRAGMENT_LOST
+                }
+                Some(c) => {
+                    let found = if held {
+                        self.store.hold_segments(c, l1id, &mut self.held)
+                    } else {
+                        let segs = &mut self.segments;
+                        self.store.with_segments(c, l1id, |r| segs.push(r))
+                    };
+                    if found {
+                        present += 1;
+                        continue;
+                    }
+                    match self.store.lookup(c, l1id) {
+                        Lookup::Pending if missing == Missing::GiveUp => {
+                            Status::ROB_FRAGMENT_PENDING
+                        }
+                        Lookup::Pending => {
+                            // Not ready: give back what was gathered.
+                            self.segments.clear();
+                            self.store.release_held(self.held.drain(..));
+                            return false;
+                        }
+                        _ => Status::ROB_FRAGMENT_LOST,
+                    }
+                }
+            };
+            if status == Status::ROB_FRAGMENT_LOST {
+                lost += 1;
+            } else {
+                pending += 1;
+            }
+            for w in empty_rob(rob, l1id, status) {
+                self.head.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let seg_bytes: usize = self
+            .segments
+            .iter()
+            .map(|r| r.words().len() * 4)
+            .sum::<usize>()
+            + self
+                .held
+                .iter()
+                .map(|h| h.words as usize * 4)
+                .sum::<usize>();
+        let payload = (self.head.len() - 12 + seg_bytes) as u32;
+        self.head[..12].copy_from_slice(&header_bytes(
+            MessageType::DataReply,
+            desc.transaction,
+            payload,
+        ));
+        let sent = if held {
+            let sent =
+                self.source
+                    .reply_held(&desc.peer, &self.head, &mut self.held, &mut self.store);
+            // Refused: nothing took the holds.
+            self.store.release_held(self.held.drain(..));
+            sent
+        } else {
+            self.source
+                .reply(&desc.peer, &self.head, &mut self.segments)
+        };
+        let s = &self.stats;
+        match sent {
+            Ok(()) => {
+                bump(&s.unknown_robs, unknown);
+                bump(&s.replies, 1);
+                bump(&s.fragments_sent, present);
+                bump(&s.bytes_sent, u64::from(payload));
+                bump(&s.lost_fragments, lost);
+                bump(&s.pending_fragments, pending);
+            }
+            Err(_) => {
+                bump(&s.send_errors, 1);
+            }
+        }
+        self.segments.clear();
+        self.descriptors.put(d);
+        true
+    }
+}

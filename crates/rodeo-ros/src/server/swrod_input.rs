@@ -1,0 +1,608 @@
+//! The SW ROD fragment builder feeding the event store: a [`FragmentSink`] on the builder's
+//! side ([`StoreSink`]) and an [`Input`] on the core thread's side ([`SwRodInput`]), joined by
+//! two bounded lock-free queues ([`swrod_link`]).
+//!
+//! # Data flow and copies
+//!
+//! The builder's receiving threads complete a fragment as N pool blocks joined by reference.
+//! The sink gathers its ROD words (everything after the builder's 8-word ROB header) into one
+//! buffer from a fixed set, in one pass over the pieces, and gives the blocks back to the pool
+//! at once, so the builder's memory stays with the builder. The core thread then stores the
+//! buffer in its pages behind the store's own ROB header ([`EventStore::ingest`], one copy, as
+//! for an S-LINK fragment) with the builder's status (TIMEOUT, FRAGMENT_LOST,
+//! BCID_CHECK_FAIL, ...), and returns the buffer. Two copies per fragment is the price of
+//! keeping the builder's pool and the store's pages apart: the store's pages are the core
+//! thread's alone (see [`crate::store`]), and a builder block lives only until the sink
+//! returns.
+//!
+//! # Order
+//!
+//! The store expects each channel's L1IDs in order: an absent L1ID older than the channel's
+//! last one is answered LOST (protocol rule 3), as an S-LINK ROD sends in order. The builder
+//! does not: its threads complete L1IDs in groups of 64, group `g` on thread `g % N`, so a
+//! group can arrive before the one before it is finished, and an incomplete fragment comes
+//! only at its timeout, after many later ones. The input therefore puts the fragments back in
+//! L1ID order before storing them, in a window twice the builder's own (L1IDs in flight,
+//! [`SwRodConfig::window`]): the builder never has more L1IDs open than that (each thread may
+//! besides hold one built fragment while it waits in the sink), and builds every one exactly
+//! once, so the window always drains. The link has a buffer for every slot of the window and
+//! one per thread more, so the fragment the window waits for can always get through.
+//!
+//! What the window does with the unexpected:
+//! - a fragment a whole window or more ahead of the L1ID it waits for (a gap in the builder's
+//!   sequence, or a builder restarted at another L1ID): the window is flushed in order up to
+//!   it, the L1IDs that never came counted in [`SwRodLinkCounters::skipped`], and waiting
+//!   resumes from there;
+//! - a second copy of an L1ID waiting in the window: dropped, counted in
+//!   [`SwRodLinkCounters::duplicates`];
+//! - a fragment behind the L1ID it waits for (one skipped earlier, or a copy of one stored):
+//!   stored as it came (the store keeps the first copy of an L1ID), counted in
+//!   [`SwRodLinkCounters::out_of_order`];
+//! - a fragment too short to carry an L1ID: counted in [`SwRodLinkCounters::rejected`].
+//!
+//! # State and ownership
+//!
+//! | queue | producer | consumer | holds |
+//! |---|---|---|---|
+//! | `free` | core thread | builder threads (any) | empty buffers |
+//! | `ready` | builder threads (any) | core thread | filled buffers and their status |
+//!
+//! Every buffer is allocated when the link is made and keeps its capacity; one that must grow
+//! for a larger fragment grows once. Each queue is as large as the set of buffers, so a push
+//! never fails. The window's slots belong to the core thread.
+//!
+//! # Back-pressure
+//!
+//! Full store: [`SwRodInput::poll`] keeps the refused fragment and retries it on the next poll,
+//! so filled buffers stop coming back. No free buffer: [`StoreSink::fragment`] waits (spin,
+//! then yield, then short sleeps; counted in [`SwRodLinkCounters::sink_waits`]) while holding the
+//! fragment, so its pool blocks stay taken and the builder waits for its pool, and its links
+//! apply XOFF. Nothing is dropped on the way; a fragment the store drops for its own reasons
+//! (a duplicate L1ID, one cleared before it arrived, too short to hold an L1ID) is counted by
+//! the store as for any input.
+//!
+//! # Shutdown
+//!
+//! Dropping the [`SwRodInput`] (the core thread stopped) makes a waiting sink give up: it then
+//! drops the fragment and counts it in [`SwRodLinkCounters::dropped_no_consumer`], so a builder
+//! never hangs on a node that is gone. [`StoreSink::abandon`] does the same while the core
+//! thread still runs: a node stopping its builder before its core thread calls it once the
+//! builder no longer progresses (a full store nobody clears), so the builder's final fragments
+//! cannot wait forever; fragments already handed over are still stored.
+//!
+//! [`SwRodInputs`] polls several links (one per store channel) as one [`Input`], as a readout
+//! node fed by one builder per ROB does.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use rodeo_format::fragment::Status;
+use rodeo_format::l1id::next_extended_l1id;
+
+use super::direct::Backoff;
+use super::input::Input;
+use crate::store::{EventStore, IngestError};
+use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
+
+/// One fragment on its way: the ROD words and the builder's status.
+#[derive(Debug)]
+struct Filled {
+    words: Vec<u32>,
+    status: Status,
+}
+
+#[derive(Debug)]
+struct Link {
+    free: ArrayQueue<Vec<u32>>,
+    ready: ArrayQueue<Filled>,
+    consumer_gone: AtomicBool,
+    sink_waits: AtomicU64,
+    dropped_no_consumer: AtomicU64,
+    fragments: AtomicU64,
+    rejected: AtomicU64,
+    out_of_order: AtomicU64,
+    duplicates: AtomicU64,
+    skipped: AtomicU64,
+}
+
+/// Counters of a [`swrod_link`] (64-bit, monotonic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwRodLinkCounters {
+    /// Fragments the sink handed to the core thread.
+    pub fragments: u64,
+    /// Times the sink found no free buffer and waited (back-pressure from the store).
+    pub sink_waits: u64,
+    /// Fragments dropped because the core thread's input was gone, or still queued or waiting
+    /// in the reorder window when it went (shutdown only).
+    pub dropped_no_consumer: u64,
+    /// Fragments the store refused for good: no readable L1ID, or no such channel (a
+    /// configuration error). Duplicates and fragments already cleared are the store's counts.
+    pub rejected: u64,
+    /// Fragments behind the L1ID the window waited for, stored as they came.
+    pub out_of_order: u64,
+    /// Second copies of an L1ID waiting in the window, dropped.
+    pub duplicates: u64,
+    /// L1IDs the window stopped waiting for (a fragment came a whole window later).
+    pub skipped: u64,
+}
+
+impl SwRodLinkCounters {
+    /// Adds every counter of `other`.
+    pub fn add(&mut self, other: &SwRodLinkCounters) {
+        self.fragments += other.fragments;
+        self.sink_waits += other.sink_waits;
+        self.dropped_no_consumer += other.dropped_no_consumer;
+        self.rejected += other.rejected;
+        self.out_of_order += other.out_of_order;
+        self.duplicates += other.duplicates;
+        self.skipped += other.skipped;
+    }
+
+    /// `(name, value)` pairs, for metrics and reports.
+    pub fn fields(&self) -> [(&'static str, u64); 7] {
+        [
+            ("fragments", self.fragments),
+            ("sink_waits", self.sink_waits),
+            ("dropped_no_consumer", self.dropped_no_consumer),
+            ("rejected", self.rejected),
+            ("out_of_order", self.out_of_order),
+            ("duplicates", self.duplicates),
+            ("skipped", self.skipped),
+        ]
+    }
+}
+
+/// The counters of a SW ROD input: its builders' and its links', each summed over the ROBs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwRodInputCounters {
+    /// The fragment builders' counters.
+    pub builder: SwRodCounters,
+    /// The links' counters.
+    pub link: SwRodLinkCounters,
+    /// FELIX blocks the cards had handed over and no builder read before the node stopped:
+    /// dropped at shutdown (known once the builders have stopped; zero before).
+    pub unread_blocks: u64,
+    /// Bytes of those blocks.
+    pub unread_bytes: u64,
+}
+
+/// Makes a link between a builder configured by `config` and store channel `channel`: buffers
+/// for the reorder window (twice the builder's window of L1IDs in flight), one per receiving
+/// thread and `extra` more (at least one), each starting with room for `words` ROD words.
+pub fn swrod_link(
+    channel: usize,
+    config: &SwRodConfig,
+    extra: usize,
+    words: usize,
+) -> (StoreSink, SwRodInput) {
+    let window = 2 * config.window.max(1).next_power_of_two();
+    let buffers = window + config.thread_elinks.len() + extra.max(1);
+    let link = Arc::new(Link {
+        free: ArrayQueue::new(buffers),
+        ready: ArrayQueue::new(buffers),
+        consumer_gone: AtomicBool::new(false),
+        sink_waits: AtomicU64::new(0),
+        dropped_no_consumer: AtomicU64::new(0),
+        fragments: AtomicU64::new(0),
+        rejected: AtomicU64::new(0),
+        out_of_order: AtomicU64::new(0),
+        duplicates: AtomicU64::new(0),
+        skipped: AtomicU64::new(0),
+    });
+    for _ in 0..buffers {
+        let _ = link.free.push(Vec::with_capacity(words));
+    }
+    (
+        StoreSink {
+            link: Arc::clone(&link),
+        },
+        SwRodInput {
+            link,
+            channel,
+            held: None,
+            ahead: None,
+            slots: (0..window).map(|_| None).collect(),
+            base: 0,
+            next: config.first_l1id,
+            wrap: config.l1id_wrap.clamp(1, 1 << 24),
+        },
+    )
+}
+
+/// The builder's end: a [`FragmentSink`] that hands each fragment to the core thread.
+#[derive(Debug, Clone)]
+pub struct StoreSink {
+    link: Arc<Link>,
+}
+
+impl StoreSink {
+    /// The link's counters.
+    pub fn counters(&self) -> SwRodLinkCounters {
+        self.link.counters()
+    }
+
+    /// From now on a fragment that finds no free buffer is dropped (counted in
+    /// [`SwRodLinkCounters::dropped_no_consumer`]) instead of waiting, as when the input is
+    /// gone; a sink waiting now gives up. For shutting a builder down while the core thread
+    /// runs on and may never free a buffer again (see the module docs).
+    pub fn abandon(&self) {
+        self.link.consumer_gone.store(true, Ordering::Release);
+    }
+}
+
+impl Link {
+    fn counters(&self) -> SwRodLinkCounters {
+        SwRodLinkCounters {
+            fragments: self.fragments.load(Ordering::Relaxed),
+            sink_waits: self.sink_waits.load(Ordering::Relaxed),
+            dropped_no_consumer: self.dropped_no_consumer.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            out_of_order: self.out_of_order.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<'p> FragmentSink<'p> for StoreSink {
+    fn fragment(&self, fragment: Fragment<'p>) -> Flow {
+        let link = &*self.link;
+        let mut backoff = Backoff::default();
+        let mut waited = false;
+        let mut buf = loop {
+            if let Some(b) = link.free.pop() {
+                break b;
+            }
+            if link.consumer_gone.load(Ordering::Acquire) {
+                link.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+                return Flow::Continue;
+            }
+            if !waited {
+                waited = true;
+                link.sink_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            backoff.snooze();
+        };
+        buf.clear();
+        // The ROD words: every piece, less the builder's ROB header at the front.
+        let mut skip = ROB_HEADER_WORDS;
+        for piece in fragment.pieces() {
+            let n = skip.min(piece.len());
+            buf.extend_from_slice(&piece[n..]);
+            skip -= n;
+        }
+        let status = fragment.status();
+        // The pool blocks go back now.
+        drop(fragment);
+        // As many queue slots as buffers: cannot fail.
+        let _ = link.ready.push(Filled { words: buf, status });
+        link.fragments.fetch_add(1, Ordering::Relaxed);
+        Flow::Continue
+    }
+}
+
+/// The core thread's end: an [`Input`] storing the builder's fragments on one channel.
+#[derive(Debug)]
+pub struct SwRodInput {
+    link: Arc<Link>,
+    channel: usize,
+    /// A fragment behind the window that the store refused (full), retried first.
+    held: Option<Filled>,
+    /// A fragment a whole window ahead: the window is flushed up to it first.
+    ahead: Option<Filled>,
+    /// The reorder window: slot `(base + d) % len` holds the fragment `d` events after `next`.
+    slots: Box<[Option<Filled>]>,
+    /// The slot of `next`.
+    base: usize,
+    /// The extended L1ID stored next.
+    next: u32,
+    /// The builder's L1ID wrap.
+    wrap: u32,
+}
+
+impl SwRodInput {
+    /// The link's counters.
+    pub fn counters(&self) -> SwRodLinkCounters {
+        self.link.counters()
+    }
+}
+
+impl Drop for SwRodInput {
+    fn drop(&mut self) {
+        self.link.consumer_gone.store(true, Ordering::Release);
+        // What never reached the store is counted, not lost silently.
+        let mut left = self.slots.iter().filter(|s| s.is_some()).count() as u64;
+        left += u64::from(self.held.is_some()) + u64::from(self.ahead.is_some());
+        while self.link.ready.pop().is_some() {
+            left += 1;
+        }
+        self.link
+            .dropped_no_consumer
+            .fetch_add(left, Ordering::Relaxed);
+    }
+}
+
+/// Fragments stored per poll at most, so requests are not starved.
+const POLL_BUDGET: usize = 256;
+
+impl SwRodInput {
+    /// Events from `self.next` to the extended L1ID `l1id`, counted along the wrap and ECR
+    /// sequence (so 0 is `next` itself); large for an L1ID behind it.
+    fn distance(&self, l1id: u32) -> u64 {
+        let n = |x: u32| u64::from(x >> 24) * u64::from(self.wrap) + u64::from(x & 0x00FF_FFFF);
+        let period = 256 * u64::from(self.wrap);
+        (n(l1id) + period - n(self.next) % period) % period
+    }
+
+    /// Files `f` in window slot `slot`, unless a copy of its L1ID already waits there: that
+    /// second copy is dropped (counted) and its buffer given back.
+    fn file(&mut self, slot: usize, f: Filled) {
+        if self.slots[slot].is_some() {
+            self.link.duplicates.fetch_add(1, Ordering::Relaxed);
+            // As many queue slots as buffers: cannot fail.
+            let _ = self.link.free.push(f.words);
+        } else {
+            self.slots[slot] = Some(f);
+        }
+    }
+
+    /// Stores `f`; false (and `f` kept in `slot`) when the store is full.
+    fn store_one(
+        store: &mut EventStore,
+        link: &Link,
+        channel: usize,
+        f: Filled,
+        slot: &mut Option<Filled>,
+    ) -> bool {
+        match store.ingest(channel, &f.words, f.status) {
+            Err(IngestError::Full) => {
+                *slot = Some(f);
+                false
+            }
+            stored => {
+                // Stored, or dropped and counted by the store (duplicate, already cleared);
+                // refused for good otherwise, counted here.
+                if stored.is_err() {
+                    link.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                // As many queue slots as buffers: cannot fail.
+                let _ = link.free.push(f.words);
+                true
+            }
+        }
+    }
+}
+
+impl SwRodInput {
+    /// Moves the window one L1ID on (the one at `base` was stored or never came).
+    fn advance(&mut self) {
+        self.next = next_extended_l1id(self.next, self.wrap);
+        self.base = (self.base + 1) & (self.slots.len() - 1);
+    }
+}
+
+/// The L1ID of a ROD fragment's words, if it has one.
+fn l1id_of(words: &[u32]) -> Option<u32> {
+    words.get(5).copied()
+}
+
+impl Input for SwRodInput {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        let len = self.slots.len();
+        let mut consumed = 0;
+        if let Some(f) = self.held.take() {
+            if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
+                return 0;
+            }
+            consumed += 1;
+        }
+        while consumed < POLL_BUDGET as u64 {
+            // The next L1ID in order, if it is here.
+            let at = self.base;
+            if let Some(f) = self.slots[at].take() {
+                if !Self::store_one(store, &self.link, self.channel, f, &mut self.slots[at]) {
+                    break;
+                }
+                self.advance();
+                consumed += 1;
+                continue;
+            }
+            // A fragment a window ahead waits: flush towards it, skipping what never came.
+            if let Some(f) = self.ahead.take() {
+                let target = l1id_of(&f.words).unwrap_or(self.next);
+                let d = self.distance(target);
+                if d as usize >= len && self.slots.iter().any(|s| s.is_some()) {
+                    self.link.skipped.fetch_add(1, Ordering::Relaxed);
+                    self.advance();
+                    self.ahead = Some(f);
+                    continue;
+                }
+                if d as usize >= len {
+                    // The window is empty: jump, counting the L1IDs that never came.
+                    self.link.skipped.fetch_add(d, Ordering::Relaxed);
+                    self.next = target;
+                    self.base = 0;
+                }
+                // In reach now.
+                let slot = (self.base + self.distance(target) as usize) & (len - 1);
+                self.file(slot, f);
+                continue;
+            }
+            let Some(f) = self.link.ready.pop() else {
+                break;
+            };
+            let Some(l1id) = l1id_of(&f.words) else {
+                self.link.rejected.fetch_add(1, Ordering::Relaxed);
+                // As many queue slots as buffers: cannot fail.
+                let _ = self.link.free.push(f.words);
+                continue;
+            };
+            let d = self.distance(l1id);
+            if (d as usize) < len {
+                let slot = (self.base + d as usize) & (len - 1);
+                self.file(slot, f);
+                continue;
+            }
+            let period = 256 * u64::from(self.wrap);
+            if d >= period / 2 {
+                // Behind the window: stored as it came.
+                self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
+                if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
+                    break;
+                }
+                consumed += 1;
+                continue;
+            }
+            // A window or more ahead (less than half the L1ID period).
+            self.ahead = Some(f);
+        }
+        consumed
+    }
+}
+
+/// Several [`SwRodInput`]s (one per store channel) polled as one [`Input`].
+#[derive(Debug)]
+pub struct SwRodInputs {
+    inputs: Vec<SwRodInput>,
+}
+
+impl SwRodInputs {
+    /// Polls `inputs` in turn, each with its own budget.
+    pub fn new(inputs: Vec<SwRodInput>) -> SwRodInputs {
+        SwRodInputs { inputs }
+    }
+
+    /// The links' counters, summed.
+    pub fn counters(&self) -> SwRodLinkCounters {
+        let mut total = SwRodLinkCounters::default();
+        for i in &self.inputs {
+            total.add(&i.counters());
+        }
+        total
+    }
+}
+
+impl Input for SwRodInputs {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        self.inputs.iter_mut().map(|i| i.poll(store)).sum()
+    }
+
+    /// The times a sink waited for a free buffer (the store held the builder back).
+    fn stalls(&self) -> u64 {
+        self.counters().sink_waits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Lookup, StoreConfig};
+    use rodeo_format::fragment::{RodBuilder, SourceId};
+    use rodeo_memory::{PagePool, PagePoolConfig};
+
+    fn rod(l1id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        RodBuilder {
+            source_id: SourceId(9),
+            extended_l1id: l1id,
+            status: &[0],
+            data: &[&[l1id; 3]],
+            ..RodBuilder::default()
+        }
+        .write_vec(&mut out)
+        .unwrap();
+        out
+    }
+
+    /// Fragments handed over out of order (across an L1ID wrap and ECR) reach the store in
+    /// order; one far outside the window is stored as it came and counted.
+    #[test]
+    fn the_input_stores_in_l1id_order() {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages: 64,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 64)).unwrap();
+        let config = SwRodConfig {
+            window: 4,
+            l1id_wrap: 3,
+            first_l1id: 1,
+            ..SwRodConfig::default()
+        };
+        let (_sink, mut input) = swrod_link(0, &config, 1, 16);
+        // Hands `words` over as the sink would.
+        let give_words = |input: &mut SwRodInput, rod_words: &[u32]| {
+            let mut words = input.link.free.pop().expect("a free buffer");
+            words.clear();
+            words.extend_from_slice(rod_words);
+            input
+                .link
+                .ready
+                .push(Filled {
+                    words,
+                    status: Status::OK,
+                })
+                .unwrap();
+        };
+        let give = |input: &mut SwRodInput, l1id: u32| give_words(input, &rod(l1id));
+        // Events 1, 2, then (ECR 1) L1IDs 0, 1, 2: handed over as 0x1000001, 2, 0x1000000, 1.
+        for l1id in [0x0100_0001, 2, 0x0100_0000] {
+            give(&mut input, l1id);
+        }
+        assert_eq!(input.poll(&mut store), 0, "waiting for L1ID 1");
+        assert_eq!(store.lookup(0, 2), Lookup::Pending, "not stored before 1");
+        give(&mut input, 1);
+        assert_eq!(input.poll(&mut store), 4);
+        assert_eq!(store.last_l1id(0), Some(0x0100_0001));
+        for l1id in [1, 2, 0x0100_0000, 0x0100_0001] {
+            assert_eq!(store.lookup(0, l1id), Lookup::Present, "{l1id:#x}");
+        }
+        // A gap: ECR 1 L1ID 2 never comes. The next seven fill the window behind it; the
+        // eighth is a whole window ahead, so the window is flushed past the gap.
+        let l1ids: Vec<u32> = (0..8)
+            .map(|k| rodeo_format::l1id::L1idCounter::expected(3, 6 + k))
+            .collect();
+        for &l in &l1ids {
+            give(&mut input, l);
+        }
+        assert_eq!(input.poll(&mut store), 8);
+        assert_eq!(input.counters().skipped, 1);
+        for &l in &l1ids {
+            assert_eq!(store.lookup(0, l), Lookup::Present, "{l:#x}");
+        }
+        // A copy of a stored L1ID is behind the window: stored as it came (the store keeps
+        // the first copy and counts the second).
+        give(&mut input, 1);
+        assert_eq!(input.poll(&mut store), 1);
+        assert_eq!(input.counters().out_of_order, 1);
+        assert_eq!(store.counters(0).duplicates, 1);
+        // Two copies of a waiting L1ID: the second is dropped.
+        let next = rodeo_format::l1id::L1idCounter::expected(3, 14);
+        let after = rodeo_format::l1id::L1idCounter::expected(3, 15);
+        give(&mut input, after);
+        give(&mut input, after);
+        assert_eq!(input.poll(&mut store), 0);
+        assert_eq!(input.counters().duplicates, 1);
+        give(&mut input, next);
+        assert_eq!(input.poll(&mut store), 2);
+        // Far ahead (ECR 100, less than half the L1ID period on): the window is empty, so it
+        // jumps there.
+        give(&mut input, 0x6400_0000);
+        assert_eq!(input.poll(&mut store), 1);
+        assert_eq!(store.lookup(0, 0x6400_0000), Lookup::Present);
+        assert_eq!(input.counters().skipped, 1 + (100 * 3 - 16));
+        // A fragment too short for an L1ID is rejected; buffers all came back.
+        give_words(&mut input, &[1, 2, 3]);
+        assert_eq!(input.poll(&mut store), 0);
+        assert_eq!(input.counters().rejected, 1);
+        assert_eq!(input.link.free.len(), input.link.free.capacity());
+        // Dropping the input counts what it still held.
+        give(&mut input, 0xC800_0005);
+        let link = Arc::clone(&input.link);
+        drop(input);
+        assert_eq!(link.counters().dropped_no_consumer, 1);
+    }
+}
