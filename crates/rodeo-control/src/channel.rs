@@ -4,19 +4,20 @@
 //! routing id is its application name. Each message is one frame of JSON:
 //!
 //! - application -> controller: [`ToController::Hello`] once on connect, a
-//!   [`ToController::Heartbeat`] every heartbeat period (state, counters), and one
-//!   [`ToController::Reply`] per command (the new state, or why it failed, and the
-//!   application's summary where the command ends its part of the run);
+//!   [`ToController::Heartbeat`] every heartbeat period (state, typed live counters:
+//!   [`AppMetrics`]), and one [`ToController::Reply`] per command (the new state, or why it
+//!   failed, and the application's typed [`AppSummary`] where the command ends its part of the
+//!   run);
 //! - controller -> application: [`ToApp::Command`], numbered by `seq` (the reply repeats it).
 //!
 //! A frame that does not decode is dropped and counted by the receiver; nothing on the channel
 //! can make either side panic.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{Command, State};
+use crate::metrics::AppMetrics;
+use crate::summary::AppSummary;
 
 /// The largest control message accepted (a configuration is a few KiB).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -53,9 +54,9 @@ pub struct Heartbeat {
     /// The supervisor: its L1 source reached the end of the run (event count) by itself.
     #[serde(default)]
     pub finished: bool,
-    /// Live counters by name (`l1_accepts`, `events_written`, …), monotonic except gauges.
+    /// Live counters (after connect; the last values stay after the run).
     #[serde(default)]
-    pub counters: BTreeMap<String, u64>,
+    pub metrics: Option<AppMetrics>,
 }
 
 /// A message from an application to the controller.
@@ -87,7 +88,7 @@ pub enum ToController {
         /// The application's summary of the run, when the command ended its part in it
         /// (`stop` of the supervisor, `disconnect` of the others).
         #[serde(default)]
-        summary: Option<serde_json::Value>,
+        summary: Option<AppSummary>,
     },
 }
 
@@ -137,13 +138,26 @@ mod tests {
             summary: None,
         };
         assert_eq!(decode::<ToController>(&encode(&r)).unwrap(), r);
-        let mut hb = Heartbeat {
+        let r = ToController::Reply {
+            seq: 8,
+            state: State::Configured,
+            error: None,
+            summary: Some(AppSummary::Ros(crate::summary::NodeSummary {
+                name: "ros-1".into(),
+                cleared: 3,
+                ..Default::default()
+            })),
+        };
+        assert_eq!(decode::<ToController>(&encode(&r)).unwrap(), r);
+        let hb = Heartbeat {
             state: State::Running,
             error: None,
             finished: false,
-            counters: BTreeMap::new(),
+            metrics: Some(AppMetrics::Logger(crate::metrics::LoggerMetrics {
+                events_written: 12,
+                bytes_written: 4096,
+            })),
         };
-        hb.counters.insert("l1_accepts".into(), 12);
         let h = ToController::Heartbeat(hb);
         let text = String::from_utf8(encode(&h)).unwrap();
         assert!(text.contains("\"type\":\"heartbeat\""), "{text}");

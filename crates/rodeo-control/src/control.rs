@@ -3,12 +3,17 @@
 //! processes on other hosts).
 //!
 //! [`RunControl`] is implemented by the embedded partition, by each `rodeo app` process and by
-//! the controller that drives processes; the HTTP server serves any of them.
+//! the controller that drives processes; the HTTP server serves any of them. [`Partition`] adds
+//! what a whole run needs (its end, its progress, its balance sheet), implemented by the
+//! embedded partition and by the controller, and [`run_to_end`] runs either one run long.
+
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::prometheus::MetricsWriter;
+use crate::summary::RunSummary;
 
 /// The state of one application, as the status endpoint reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,4 +82,102 @@ pub trait RunControl: Send + Sync {
 
     /// Writes the metrics in Prometheus text format.
     fn write_metrics(&self, out: &mut MetricsWriter);
+}
+
+/// A whole partition (embedded, or processes under a controller): a [`RunControl`] whose run
+/// ends by itself and leaves a balance sheet.
+pub trait Partition: RunControl {
+    /// The partition's lifecycle state (cheaper than the whole status).
+    fn partition_state(&self) -> State;
+
+    /// Whether the run ended by itself (the supervisor reached the event count) or an
+    /// application failed (the partition is then in ERROR): time to stop.
+    fn run_ended(&self) -> bool;
+
+    /// L1 accepts so far and seconds since the start of the run.
+    fn progress(&self) -> (u64, f64);
+
+    /// The balance sheet, once disconnected (taken: a second call returns `None`).
+    fn take_summary(&self) -> Option<RunSummary>;
+
+    /// The failure that last put the partition in ERROR, if any.
+    fn last_failure(&self) -> Option<TransitionError>;
+
+    /// The configured length of a run in seconds (0: until the event count).
+    fn run_limit_seconds(&self) -> f64;
+}
+
+/// How often [`run_to_end`] looks at the partition, and how often it calls its tick.
+const POLL: Duration = Duration::from_millis(20);
+const TICK: Duration = Duration::from_millis(200);
+
+/// Brings `p` up to RUNNING, runs it until the event count, the configured seconds, an
+/// application failure, `quit()` or a `stop` from elsewhere (HTTP), then down to NONE, and
+/// returns the balance sheet. `tick` gets the L1 accepts so far and the seconds since start,
+/// about every 200 ms and once at the end. A failure at any step brings everything down
+/// (`shutdown`) and returns the error that names the application.
+pub fn run_to_end(
+    p: &dyn Partition,
+    quit: &dyn Fn() -> bool,
+    mut tick: impl FnMut(u64, f64),
+) -> Result<RunSummary, TransitionError> {
+    for c in [
+        Command::Initialize,
+        Command::Configure,
+        Command::Connect,
+        Command::Start,
+    ] {
+        if let Err(e) = p.command(c) {
+            let _ = p.command(Command::Shutdown);
+            return Err(e);
+        }
+    }
+    let limit = p.run_limit_seconds();
+    let mut last_tick = Instant::now();
+    while p.partition_state() == State::Running {
+        std::thread::sleep(POLL);
+        let (l1, seconds) = p.progress();
+        if last_tick.elapsed() >= TICK {
+            tick(l1, seconds);
+            last_tick = Instant::now();
+        }
+        if (limit > 0.0 && seconds >= limit) || p.run_ended() || quit() {
+            break;
+        }
+    }
+    // Down, whoever drives: a stop from HTTP may be under way (it holds the command lock) or
+    // done, so each step starts from the state found then.
+    loop {
+        let next = match p.partition_state() {
+            State::None => break,
+            State::Error => {
+                let e = p.last_failure();
+                let _ = p.command(Command::Shutdown);
+                return Err(e.unwrap_or_else(|| TransitionError::Failed {
+                    who: "partition".into(),
+                    command: Command::Stop,
+                    from: State::Error,
+                    reason: "the partition is in ERROR".into(),
+                }));
+            }
+            s => Command::path(s, State::None)
+                .and_then(|p| p.first().copied())
+                .unwrap_or(Command::Shutdown),
+        };
+        match p.command(next) {
+            Ok(_) | Err(TransitionError::Illegal { .. }) => {}
+            Err(e) => {
+                let _ = p.command(Command::Shutdown);
+                return Err(e);
+            }
+        }
+    }
+    let (l1, seconds) = p.progress();
+    tick(l1, seconds);
+    p.take_summary().ok_or_else(|| TransitionError::Failed {
+        who: "partition".into(),
+        command: Command::Disconnect,
+        from: State::Connected,
+        reason: "no balance sheet: the run was not disconnected".into(),
+    })
 }

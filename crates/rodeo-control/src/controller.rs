@@ -33,7 +33,7 @@
 //! table's) and wait on a condition variable for their reply, so status and metrics never wait
 //! for a command. Dropping the controller shuts everything down.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
@@ -46,12 +46,15 @@ use std::time::{Duration, Instant};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport, TransportError};
 
-use crate::app::{write_app_metrics, AppMetrics, Role};
+use crate::application::Role;
 use crate::channel::{self, ToApp, ToController};
 use crate::config::PartitionConfig;
-use crate::control::{AppStatus, PartitionStatus, RunControl};
+use crate::control::{AppStatus, Partition, PartitionStatus, RunControl};
 use crate::lifecycle::{Command, Lifecycle, State, TransitionError};
+use crate::metrics::{write_partition_metrics, AppMetrics, PartitionExtras};
+use crate::partition::Layout;
 use crate::prometheus::MetricsWriter;
+use crate::summary::{AppSummary, RunSummary};
 
 /// How many recent errors the status keeps.
 const RECENT_ERRORS: usize = 32;
@@ -86,14 +89,14 @@ struct App {
     error: Option<String>,
     hello: bool,
     last_heard: Option<Instant>,
-    counters: BTreeMap<String, u64>,
+    metrics: Option<AppMetrics>,
     rate_base: Option<(Instant, u64)>,
     rate_hz: f64,
     finished: bool,
     /// The command in flight with this application (its seq).
     waiting: Option<u64>,
     reply: Option<(u64, State, Option<String>)>,
-    summary: Option<serde_json::Value>,
+    summary: Option<AppSummary>,
     dead: bool,
     /// Asked to leave: its exit is expected.
     leaving: bool,
@@ -193,7 +196,7 @@ impl Shared {
                     a.error = hb.error;
                 }
                 a.finished = hb.finished;
-                let main = hb.counters.get(a.role.rate_counter()).copied().unwrap_or(0);
+                let main = hb.metrics.as_ref().map_or(0, AppMetrics::main_count);
                 match a.rate_base {
                     Some((t0, v0)) if now.duration_since(t0) >= Duration::from_millis(200) => {
                         let dt = now.duration_since(t0).as_secs_f64();
@@ -203,7 +206,9 @@ impl Shared {
                     Some(_) => {}
                     None => a.rate_base = Some((now, main)),
                 }
-                a.counters = hb.counters;
+                if hb.metrics.is_some() {
+                    a.metrics = hb.metrics;
+                }
             }
             ToController::Reply {
                 seq,
@@ -279,6 +284,10 @@ pub struct Controller {
     program: PathBuf,
     endpoint: String,
     local_config: Option<PathBuf>,
+    /// The balance sheet of the last run (made at disconnect).
+    summary: Mutex<Option<RunSummary>>,
+    /// The failure that last put the partition in ERROR.
+    last_failure: Mutex<Option<TransitionError>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -327,7 +336,7 @@ impl Controller {
                     error: None,
                     hello: false,
                     last_heard: None,
-                    counters: BTreeMap::new(),
+                    metrics: None,
                     rate_base: None,
                     rate_hz: 0.0,
                     finished: false,
@@ -390,6 +399,8 @@ impl Controller {
             program,
             endpoint,
             local_config: None,
+            summary: Mutex::new(None),
+            last_failure: Mutex::new(None),
         })
     }
 
@@ -415,7 +426,7 @@ impl Controller {
 
     /// Every application's last summary (`None`: it gave none, e.g. it died), in
     /// dependency order: `(name, role, summary)`.
-    pub fn summaries(&self) -> Vec<(String, Role, Option<serde_json::Value>)> {
+    pub fn summaries(&self) -> Vec<(String, Role, Option<AppSummary>)> {
         let t = self.shared.table();
         t.apps
             .iter()
@@ -440,6 +451,34 @@ impl Controller {
             (Some(s), State::Running) => s.elapsed().as_secs_f64(),
             _ => t.run_seconds,
         }
+    }
+
+    /// The balance sheet from the applications' summaries (at disconnect): a logger or
+    /// readout node without one is a problem; a DCM without one died and its events were
+    /// reassigned.
+    fn assemble(&self, t: &Table) -> RunSummary {
+        let summaries: Vec<(String, AppSummary)> = t
+            .apps
+            .iter()
+            .filter_map(|a| a.summary.clone().map(|s| (a.name.clone(), s)))
+            .collect();
+        let missing: Vec<String> = t
+            .apps
+            .iter()
+            .filter(|a| a.summary.is_none() && matches!(a.role, Role::Logger | Role::Ros))
+            .map(|a| a.name.clone())
+            .collect();
+        let seconds = match (t.run_start, t.lifecycle.state()) {
+            (Some(s), State::Running) => s.elapsed().as_secs_f64(),
+            _ => t.run_seconds,
+        };
+        RunSummary::assemble(
+            self.config.run.number,
+            Layout::new(&self.config).output,
+            seconds,
+            &summaries,
+            &missing,
+        )
     }
 
     /// The process of application `name` on this host (its ssh client for a remote one).
@@ -509,7 +548,7 @@ impl Controller {
             a.finished = false;
             a.last_heard = None;
             a.rate_base = None;
-            a.counters.clear();
+            a.metrics = None;
             match self.spawn_one(a) {
                 Ok(mut c) => {
                     a.stdin = c.stdin.take();
@@ -651,10 +690,9 @@ impl Controller {
                 .map_err(|e| (name.clone(), e))?;
             if command == Command::Stop && role == Role::Supervisor {
                 let t = self.shared.table();
-                l1_accepts = t.apps[i]
-                    .summary
-                    .as_ref()
-                    .and_then(|s| s["l1_accepts"].as_u64());
+                if let Some(AppSummary::Supervisor(s)) = &t.apps[i].summary {
+                    l1_accepts = Some(s.l1_accepts);
+                }
             }
         }
         Ok(())
@@ -726,13 +764,7 @@ impl Controller {
 impl RunControl for Controller {
     fn status(&self) -> PartitionStatus {
         let t = self.shared.table();
-        let sum = |role: Role, key: &str| -> u64 {
-            t.apps
-                .iter()
-                .filter(|a| a.role == role)
-                .map(|a| a.counters.get(key).copied().unwrap_or(0))
-                .sum()
-        };
+        let totals = crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref()));
         let rate = |role: Role| -> f64 {
             t.apps
                 .iter()
@@ -753,8 +785,8 @@ impl RunControl for Controller {
             l1_rate_hz: rate(Role::Supervisor),
             event_rate_hz: rate(Role::Dcm),
             write_rate_hz: rate(Role::Logger),
-            l1_accepts: sum(Role::Supervisor, "l1_accepts"),
-            events_written: sum(Role::Logger, "events_written"),
+            l1_accepts: totals.l1_accepts,
+            events_written: totals.written,
             apps: t
                 .apps
                 .iter()
@@ -797,19 +829,36 @@ impl RunControl for Controller {
                 if command == Command::Stop {
                     t.run_seconds = t.run_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
                 }
+                if command == Command::Disconnect {
+                    let s = self.assemble(&t);
+                    *self.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+                }
                 // An application may have died meanwhile: the partition may be in ERROR.
-                t.lifecycle.apply(command, || Ok::<(), String>(()))
+                let r = t.lifecycle.apply(command, || Ok::<(), String>(()));
+                if t.lifecycle.state() == State::Error {
+                    let why = t.lifecycle.error().unwrap_or_default().to_string();
+                    *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(TransitionError::Failed {
+                            who: "partition".into(),
+                            command,
+                            from,
+                            reason: why,
+                        });
+                }
+                r
             }
             Err((who, reason)) => {
                 t.lifecycle
                     .fail(format!("{command} failed in {who}: {reason}"));
                 t.record(format!("{command} failed in {who}: {reason}"));
-                Err(TransitionError::Failed {
+                let e = TransitionError::Failed {
                     who,
                     command,
                     from,
                     reason,
-                })
+                };
+                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                Err(e)
             }
         }
     }
@@ -820,49 +869,56 @@ impl RunControl for Controller {
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
         let st = self.status();
-        out.family(
-            "rodeo_partition_state",
-            "gauge",
-            "1 for the partition's state",
-        );
-        for s in State::ALL {
-            out.sample(
-                "rodeo_partition_state",
-                &[("state", s.name())],
-                if s == st.state { 1.0 } else { 0.0 },
-            );
-        }
-        out.family(
-            "rodeo_app_heartbeat_age_seconds",
-            "gauge",
-            "seconds since each application's last heartbeat",
-        );
-        for a in &st.apps {
-            if let Some(ms) = a.heartbeat_age_ms {
-                out.sample(
-                    "rodeo_app_heartbeat_age_seconds",
-                    &[("app", a.name.as_str()), ("role", a.role.as_str())],
-                    ms as f64 / 1e3,
-                );
-            }
-        }
         let t = self.shared.table();
-        let apps: Vec<AppMetrics<'_>> = t
+        let apps: Vec<(&str, Option<&AppMetrics>)> = t
             .apps
             .iter()
-            .map(|a| AppMetrics {
-                name: &a.name,
-                role: a.role.name(),
-                state: a.state,
-                counters: &a.counters,
-            })
+            .map(|a| (a.name.as_str(), a.metrics.as_ref()))
             .collect();
-        write_app_metrics(out, &apps);
-        out.counter(
-            "rodeo_control_bad_messages_total",
-            "control frames dropped because they did not decode",
-            &[(&[], t.bad_messages)],
+        write_partition_metrics(
+            out,
+            &st,
+            &apps,
+            PartitionExtras {
+                bad_control_messages: t.bad_messages,
+            },
         );
+    }
+}
+
+impl Partition for Controller {
+    fn partition_state(&self) -> State {
+        self.shared.table().lifecycle.state()
+    }
+
+    fn run_ended(&self) -> bool {
+        self.run_finished()
+    }
+
+    fn progress(&self) -> (u64, f64) {
+        let t = self.shared.table();
+        let l1 =
+            crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref())).l1_accepts;
+        drop(t);
+        (l1, self.run_seconds())
+    }
+
+    fn take_summary(&self) -> Option<RunSummary> {
+        self.summary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    fn last_failure(&self) -> Option<TransitionError> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn run_limit_seconds(&self) -> f64 {
+        self.config.run.seconds
     }
 }
 

@@ -1,70 +1,60 @@
 //! The embedded partition under run control: [`EmbeddedPartition`] holds every application of
-//! a configuration as threads in this process and moves them through the lifecycle
-//! ([`crate::lifecycle`]) on command, from `rodeo run`'s own driver or from the HTTP API.
+//! a configuration as an [`AppDriver`] in this process (threads, inproc endpoints unless the
+//! configuration says otherwise) and moves them through the lifecycle ([`crate::lifecycle`]) on
+//! command, from [`crate::control::run_to_end`] or from the HTTP API.
 //!
 //! # Transitions, in dependency order
 //!
-//! | command | what happens |
-//! |---|---|
-//! | initialize | the ZeroMQ context; the applications are named (from the [`Layout`]) |
-//! | configure | the layout and the run's output directory (the loggers' resource) |
-//! | connect | loggers, readout nodes, DCMs started (sockets bound and connected) |
-//! | start | the supervisor with its L1 source: data flows; the run clock starts |
-//! | stop | the supervisor drains: no new events, every assigned event decided, the last clears sent, then joined |
-//! | disconnect | DCMs, loggers (files closed), readout nodes stopped; the balance sheet made |
-//! | unconfigure | the layout dropped |
-//! | shutdown | the context dropped; from ERROR, every application still there is stopped |
-//!
-//! Up goes loggers -> readout -> DCMs -> supervisor/L1 so nothing sends to an application that
-//! is not there; down is the reverse, so the dataflow drains before anything stops.
+//! The applications are ordered loggers, readout nodes, DCMs, supervisor ([`Layout::app_order`]).
+//! An upward command (initialize, configure, connect, start) goes through them in that order, a
+//! downward one (stop, disconnect, unconfigure, shutdown) in the reverse order, so nothing sends
+//! to an application that is not there yet and the dataflow drains before anything stops: the
+//! supervisor's `stop` drains every assigned event and sends the last clears, then the readout
+//! nodes wait for those clears, then `disconnect` stops the DCMs, the readout nodes and the
+//! loggers (closing their files) and the balance sheet is made from their summaries
+//! ([`RunSummary::assemble`]). What each application does in each transition is in
+//! [`crate::application`].
 //!
 //! A transition whose action fails puts the partition and the application that failed in
-//! ERROR; the [`TransitionError::Failed`] names that application. An application thread that
-//! ends by itself while RUNNING (it failed) is found by [`EmbeddedPartition::check_apps`] and
-//! put in ERROR with its error.
+//! ERROR; the [`TransitionError::Failed`] names that application, and the remaining
+//! applications are not sent the command. An application thread that ends by itself while
+//! RUNNING (it failed) is found by [`crate::control::Partition::run_ended`] and put in ERROR
+//! with its error, and with it the partition.
 //!
 //! # State and locking
 //!
-//! Commands are rare: one mutex (`apps`) serialises them and owns the application handles.
-//! What the status, metrics and web page read is separate and never waits for a command: the
-//! lifecycle view (a short-held mutex) and the applications' shared atomic counters
-//! ([`LiveCounters`]), which the data path updates without locks. A `stop` that drains for
-//! seconds therefore does not block `GET /api/status`.
+//! Commands are rare: one mutex (`apps`) serialises them and owns the drivers. What the
+//! status, metrics and web page read is separate and never waits for a command: the lifecycle
+//! view (a short-held mutex) and the applications' probes (lock-free readers of the atomic
+//! counters the data path updates). A `stop` that drains for seconds therefore does not block
+//! `GET /api/status`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rodeo_dataflow::dcm::{self, DcmCounters, DcmSummary};
-use rodeo_dataflow::logger::{self, LoggerCounters, LoggerSummary};
-use rodeo_dataflow::supervisor::{self, SupervisorSummary};
 use rodeo_dataflow::trace::TraceRecord;
-use rodeo_dataflow::trigger::TriggerAlgorithm;
-use rodeo_dataflow::AppHandle;
-use rodeo_memory::{LogHistogram, PagePool};
-use rodeo_ros::node::{ReadoutNode, SwRodMonitor};
-use rodeo_ros::server::ServerStats;
 use rodeo_transport::socket::Transport;
 
+use crate::application::{self, AppContext, Probe, Role, RunEnd, TriggerFactory};
 use crate::config::PartitionConfig;
-use crate::control::{AppStatus, PartitionStatus, RunControl};
+use crate::control::{AppStatus, Partition, PartitionStatus, RunControl};
+use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, Lifecycle, State, TransitionError};
-use crate::partition::{check_balance, Layout, LiveCounters, NodeSummary, RunSummary};
+use crate::metrics::{write_partition_metrics, AppMetrics, PartitionExtras};
+use crate::partition::Layout;
 use crate::prometheus::MetricsWriter;
+use crate::rates::Rates;
+use crate::summary::{AppSummary, RunSummary};
 
 /// Recent errors kept for the status (oldest dropped first).
 const RECENT_ERRORS: usize = 20;
-/// Trace records kept per application until drained.
-const TRACE_CAPACITY: usize = 1 << 16;
 
-/// One application as the controller sees it.
+/// One application as status and metrics see it (short-held lock).
 #[derive(Debug)]
 struct AppView {
-    role: &'static str,
+    role: Role,
     lifecycle: Lifecycle,
-    last_count: u64,
-    rate_hz: f64,
 }
 
 /// What status and metrics read (short-held lock).
@@ -75,9 +65,7 @@ struct View {
     run_start: Option<Instant>,
     run_seconds: f64,
     recent_errors: VecDeque<String>,
-    /// Last rate sample: time, L1 accepts, decided, written; and the rates.
-    sample: (Instant, u64, u64, u64),
-    rates: (f64, f64, f64),
+    rates: Rates,
 }
 
 impl View {
@@ -88,35 +76,18 @@ impl View {
         }
         self.recent_errors.push_back(e);
     }
-
-    fn app(&mut self, name: &str) -> Option<&mut AppView> {
-        self.apps.iter_mut().find(|a| a.lifecycle.who() == name)
-    }
 }
 
-/// The live handles of the applications (owned by the command lock).
-#[derive(Default)]
+/// Each application's name and counter reader.
+type Probes = Arc<Vec<(String, Option<Probe>)>>;
+
+/// The drivers and what a run collects (owned by the command lock).
 struct Apps {
     transport: Option<Transport>,
     layout: Option<Layout>,
-    loggers: Vec<AppHandle<LoggerSummary>>,
-    nodes: Vec<(String, ReadoutNode)>,
-    dcms: Vec<AppHandle<DcmSummary>>,
-    supervisor: Option<AppHandle<SupervisorSummary>>,
-    sup_summary: Option<SupervisorSummary>,
+    drivers: Vec<AppDriver>,
+    summaries: Vec<(String, AppSummary)>,
 }
-
-/// Shared monitoring handles of a connected partition.
-#[derive(Default)]
-struct Monitors {
-    live: Arc<LiveCounters>,
-    nodes: Vec<(String, Arc<ServerStats>, PagePool)>,
-    /// The SW ROD inputs' counters of the nodes that have one (`[ros] input = "swrod"`).
-    swrod: Vec<(String, SwRodMonitor)>,
-}
-
-/// Makes the trigger algorithm of the DCM named by the argument (one per DCM, on connect).
-pub type TriggerFactory = Arc<dyn Fn(&str) -> Box<dyn TriggerAlgorithm> + Send + Sync>;
 
 /// The embedded partition; see the module docs.
 pub struct EmbeddedPartition {
@@ -125,7 +96,8 @@ pub struct EmbeddedPartition {
     trigger: Option<TriggerFactory>,
     apps: Mutex<Apps>,
     view: Mutex<View>,
-    monitors: Mutex<Arc<Monitors>>,
+    /// Each application's name and counter reader, in the view's order (after connect).
+    probes: Mutex<Probes>,
     summary: Mutex<Option<RunSummary>>,
     traces: Mutex<Vec<(String, TraceRecord)>>,
     last_failure: Mutex<Option<TransitionError>>,
@@ -139,12 +111,6 @@ impl std::fmt::Debug for EmbeddedPartition {
     }
 }
 
-type Failure = (String, String);
-
-fn fail(who: &str, e: impl std::fmt::Display) -> Failure {
-    (who.to_string(), e.to_string())
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -154,39 +120,32 @@ impl EmbeddedPartition {
     /// event in that many (`None`: no tracing).
     pub fn new(config: PartitionConfig, trace_every: Option<u64>) -> EmbeddedPartition {
         let layout = Layout::new(&config);
-        let mut apps = Vec::new();
-        let mut add = |name: &str, role: &'static str| {
-            apps.push(AppView {
+        let apps = layout
+            .app_order()
+            .into_iter()
+            .map(|(name, role)| AppView {
                 role,
                 lifecycle: Lifecycle::new(name),
-                last_count: 0,
-                rate_hz: 0.0,
             })
-        };
-        for l in &layout.loggers {
-            add(&l.name, "logger");
-        }
-        for (name, ..) in &layout.nodes {
-            add(name, "ros");
-        }
-        for d in &layout.dcms {
-            add(&d.name, "dcm");
-        }
-        add(&layout.supervisor.name, "supervisor");
+            .collect();
         EmbeddedPartition {
             trace_every,
             trigger: None,
-            apps: Mutex::new(Apps::default()),
+            apps: Mutex::new(Apps {
+                transport: None,
+                layout: None,
+                drivers: Vec::new(),
+                summaries: Vec::new(),
+            }),
             view: Mutex::new(View {
                 lifecycle: Lifecycle::new("partition"),
                 apps,
                 run_start: None,
                 run_seconds: 0.0,
                 recent_errors: VecDeque::new(),
-                sample: (Instant::now(), 0, 0, 0),
-                rates: (0.0, 0.0, 0.0),
+                rates: Rates::default(),
             }),
-            monitors: Mutex::new(Arc::new(Monitors::default())),
+            probes: Mutex::new(Arc::new(Vec::new())),
             summary: Mutex::new(None),
             traces: Mutex::new(Vec::new()),
             last_failure: Mutex::new(None),
@@ -211,35 +170,11 @@ impl EmbeddedPartition {
         &self.config
     }
 
-    /// The live counters of the connected applications (empty before connect).
-    pub fn live(&self) -> Arc<LiveCounters> {
-        Arc::clone(&lock(&self.monitors).live)
-    }
-
     /// Seconds since start (frozen at stop).
     pub fn run_seconds(&self) -> f64 {
         let v = lock(&self.view);
         v.run_start
             .map_or(v.run_seconds, |t| t.elapsed().as_secs_f64())
-    }
-
-    /// Whether the supervisor ended by itself (its event count reached) while RUNNING.
-    pub fn supervisor_finished(&self) -> bool {
-        match self.apps.try_lock() {
-            Ok(a) => a.supervisor.as_ref().is_some_and(|s| s.is_finished()),
-            Err(_) => false,
-        }
-    }
-
-    /// Whether a DCM or logger thread ended by itself (it failed) while the partition runs.
-    /// The caller should then stop the run; the failure surfaces in the stop.
-    pub fn check_apps(&self) -> bool {
-        match self.apps.try_lock() {
-            Ok(a) => {
-                a.dcms.iter().any(|d| d.is_finished()) || a.loggers.iter().any(|l| l.is_finished())
-            }
-            Err(_) => false,
-        }
     }
 
     /// The run's summary, once disconnected (taken: a second call returns `None`).
@@ -252,110 +187,151 @@ impl EmbeddedPartition {
         std::mem::take(&mut *lock(&self.traces))
     }
 
-    fn set_apps(&self, state: State, roles: &[&str]) {
+    /// Brings the partition up to RUNNING, runs it to its end (see
+    /// [`crate::control::run_to_end`]) and down to NONE; returns the balance sheet. `tick` is
+    /// called about every 200 ms with the L1 accepts so far and the seconds since start.
+    pub fn run(&self, tick: impl FnMut(u64, f64)) -> Result<RunSummary, TransitionError> {
+        crate::control::run_to_end(self, &|| false, tick)
+    }
+
+    /// Every application's counters now (name, counters), in the view's order.
+    fn app_metrics(&self) -> Vec<(String, Option<AppMetrics>)> {
+        let probes = Arc::clone(&lock(&self.probes));
+        probes
+            .iter()
+            .map(|(n, p)| (n.clone(), p.as_ref().map(|p| p())))
+            .collect()
+    }
+
+    /// Copies the drivers' states into the view, and their probes into the monitors.
+    fn publish(&self, apps: &Apps) {
         let mut v = lock(&self.view);
-        for a in &mut v.apps {
-            if roles.contains(&a.role) && a.lifecycle.state() != State::Error {
-                let cmd = Command::path(a.lifecycle.state(), state).and_then(|p| p.last().copied());
-                if let Some(c) = cmd {
-                    // Legal by construction: each app follows the partition one step behind.
-                    let _ = a.lifecycle.apply(c, || Ok::<(), String>(()));
-                }
-            }
+        for (view, d) in v.apps.iter_mut().zip(&apps.drivers) {
+            view.lifecycle = d.lifecycle().clone();
+        }
+        drop(v);
+        if !apps.drivers.is_empty() {
+            let probes: Vec<(String, Option<Probe>)> = apps
+                .drivers
+                .iter()
+                .map(|d| (d.name().to_string(), d.probe()))
+                .collect();
+            *lock(&self.probes) = Arc::new(probes);
         }
     }
 
-    fn action(&self, apps: &mut Apps, command: Command) -> Result<(), Failure> {
-        const ALL: [&str; 4] = ["logger", "ros", "dcm", "supervisor"];
+    /// Runs `command` through every driver in dependency order; the first failure names its
+    /// application.
+    fn step(&self, apps: &mut Apps, command: Command) -> Result<(), (String, String)> {
+        let n = apps.drivers.len();
+        let order: Vec<usize> = if command.is_downward() {
+            (0..n).rev().collect()
+        } else {
+            (0..n).collect()
+        };
+        let mut run = RunEnd::default();
+        for i in order {
+            let Apps {
+                layout,
+                drivers,
+                summaries,
+                ..
+            } = &mut *apps;
+            let input = CommandInput {
+                layout: layout.as_ref(),
+                run,
+            };
+            let d = &mut drivers[i];
+            let name = d.name().to_string();
+            let r = d.command(command, input);
+            match r {
+                Ok((_, Some(s))) => {
+                    if let AppSummary::Supervisor(sup) = &s {
+                        run.l1_accepts = Some(sup.l1_accepts);
+                    }
+                    summaries.push((name, s));
+                }
+                Ok((_, None)) => {}
+                Err(e) => {
+                    self.publish(apps);
+                    return Err((name, failure_reason(&e)));
+                }
+            }
+            self.publish(apps);
+        }
+        Ok(())
+    }
+
+    fn action(&self, apps: &mut Apps, command: Command) -> Result<(), (String, String)> {
         match command {
             Command::Initialize => {
                 let t = Transport::new(self.config.transport.io_threads)
-                    .map_err(|e| fail("partition", e))?;
+                    .map_err(|e| ("partition".to_string(), e.to_string()))?;
+                let ctx = AppContext {
+                    transport: t.clone(),
+                    trace_every: self.trace_every,
+                    trigger: self.trigger.clone(),
+                };
+                let layout = Layout::new(&self.config);
+                apps.drivers = layout
+                    .app_order()
+                    .into_iter()
+                    .map(|(name, role)| AppDriver::new(application::build(role, &name, &ctx)))
+                    .collect();
                 apps.transport = Some(t);
-                self.set_apps(State::Initial, &ALL);
+                self.step(apps, command)?;
             }
             Command::Configure => {
-                let layout = Layout::new(&self.config);
-                let first_logger = layout
-                    .loggers
-                    .first()
-                    .map_or("logger", |l| l.name.as_str())
-                    .to_string();
-                std::fs::create_dir_all(&layout.output).map_err(|e| {
-                    fail(
-                        &first_logger,
-                        format!("output directory {}: {e}", layout.output.display()),
-                    )
-                })?;
-                apps.layout = Some(layout);
-                self.set_apps(State::Configured, &ALL);
+                apps.layout = Some(Layout::new(&self.config));
+                self.step(apps, command)?;
             }
-            Command::Connect => self.connect(apps)?,
+            Command::Connect => {
+                apps.summaries.clear();
+                self.step(apps, command)?;
+            }
             Command::Start => {
-                let (Some(t), Some(layout)) = (&apps.transport, &apps.layout) else {
-                    return Err(fail("partition", "not configured"));
-                };
-                let live = self.live();
-                let name = layout.supervisor.name.clone();
-                let s =
-                    supervisor::spawn(layout.supervisor.clone(), t, Arc::clone(&live.supervisor))
-                        .map_err(|e| fail(&name, e))?;
-                apps.supervisor = Some(s);
                 {
                     let mut v = lock(&self.view);
                     v.run_start = Some(Instant::now());
-                    v.sample = (Instant::now(), 0, 0, 0);
+                    v.rates = Rates::default();
                 }
-                self.set_apps(State::Running, &ALL);
+                self.step(apps, command)?;
                 tracing::info!(run = self.config.run.number, "run started");
             }
             Command::Stop => {
-                if let Some(s) = apps.supervisor.take() {
-                    let r = s.stop();
-                    {
-                        let mut v = lock(&self.view);
-                        if let Some(t) = v.run_start.take() {
-                            v.run_seconds = t.elapsed().as_secs_f64();
-                        }
+                let r = self.step(apps, command);
+                {
+                    let mut v = lock(&self.view);
+                    if let Some(t) = v.run_start.take() {
+                        v.run_seconds = t.elapsed().as_secs_f64();
                     }
-                    apps.sup_summary = Some(r.map_err(|e| fail("supervisor", e))?);
                 }
-                // An application that ended during the run failed: say which.
-                if let Some(i) = apps.dcms.iter().position(|d| d.is_finished()) {
-                    let d = apps.dcms.swap_remove(i);
-                    let name = d.name().to_string();
-                    d.join().map_err(|e| fail(&name, e))?;
-                }
-                if let Some(i) = apps.loggers.iter().position(|d| d.is_finished()) {
-                    let l = apps.loggers.swap_remove(i);
-                    let name = l.name().to_string();
-                    l.join().map_err(|e| fail(&name, e))?;
-                }
-                self.collect_traces();
-                self.set_apps(State::Connected, &ALL);
+                self.collect_traces(apps);
+                r?;
                 tracing::info!(run = self.config.run.number, "run stopped");
             }
-            Command::Disconnect => self.disconnect(apps)?,
+            Command::Disconnect => {
+                self.step(apps, command)?;
+                self.make_summary(apps);
+            }
             Command::Unconfigure => {
+                self.step(apps, command)?;
                 apps.layout = None;
-                self.set_apps(State::Initial, &ALL);
             }
             Command::Shutdown => {
-                // From ERROR: stop whatever is still there (drops stop the threads).
-                if let Some(s) = apps.supervisor.take() {
-                    let _ = s.stop();
+                // From INITIAL each application goes down in order; from ERROR whatever is
+                // still there is stopped.
+                for d in apps.drivers.iter_mut().rev() {
+                    if d.command(Command::Shutdown, CommandInput::default())
+                        .is_err()
+                    {
+                        d.reset();
+                    }
                 }
-                for d in apps.dcms.drain(..) {
-                    let _ = d.stop();
-                }
-                for l in apps.loggers.drain(..) {
-                    let _ = l.stop();
-                }
-                for (_, n) in apps.nodes.drain(..) {
-                    let _ = n.stop();
-                }
+                self.publish(apps);
                 apps.layout = None;
                 apps.transport = None;
+                apps.drivers.clear();
                 let mut v = lock(&self.view);
                 for a in &mut v.apps {
                     a.lifecycle = Lifecycle::new(a.lifecycle.who());
@@ -365,113 +341,20 @@ impl EmbeddedPartition {
         Ok(())
     }
 
-    fn connect(&self, apps: &mut Apps) -> Result<(), Failure> {
-        let (Some(t), Some(layout)) = (&apps.transport, &apps.layout) else {
-            return Err(fail("partition", "not configured"));
-        };
-        let mut live = LiveCounters::default();
-        let mut mon_nodes = Vec::new();
-        let mut mon_swrod = Vec::new();
-        let enable = |t: &rodeo_dataflow::trace::TraceLog| {
-            if let Some(every) = self.trace_every {
-                t.enable(every, TRACE_CAPACITY);
-            }
-        };
-        enable(&live.supervisor.trace);
-        for lc in &layout.loggers {
-            let counters = Arc::new(LoggerCounters::default());
-            live.loggers.push(Arc::clone(&counters));
-            apps.loggers
-                .push(logger::spawn(lc.clone(), t, counters).map_err(|e| fail(&lc.name, e))?);
-        }
-        self.set_apps(State::Connected, &["logger"]);
-        for (name, ep, nc) in &layout.nodes {
-            let node = ReadoutNode::start(t, nc, ep).map_err(|e| fail(name, e))?;
-            mon_nodes.push((name.clone(), node.shared_stats(), node.page_pool()));
-            if let Some(m) = node.swrod_monitor() {
-                mon_swrod.push((name.clone(), m));
-            }
-            apps.nodes.push((name.clone(), node));
-        }
-        self.set_apps(State::Connected, &["ros"]);
-        for dc in &layout.dcms {
-            let counters = Arc::new(DcmCounters::default());
-            enable(&counters.trace);
-            live.dcms.push(Arc::clone(&counters));
-            let algorithm: Box<dyn TriggerAlgorithm> = match &self.trigger {
-                Some(make) => make(&dc.name),
-                None => Box::new(layout.trigger.clone()),
-            };
-            apps.dcms.push(
-                dcm::spawn(dc.clone(), t, algorithm, counters).map_err(|e| fail(&dc.name, e))?,
-            );
-        }
-        *lock(&self.monitors) = Arc::new(Monitors {
-            live: Arc::new(live),
-            nodes: mon_nodes,
-            swrod: mon_swrod,
-        });
-        self.set_apps(State::Connected, &["dcm", "supervisor"]);
-        Ok(())
-    }
-
-    fn disconnect(&self, apps: &mut Apps) -> Result<(), Failure> {
-        let sup = apps.sup_summary.take().unwrap_or_default();
+    fn make_summary(&self, apps: &mut Apps) {
         let seconds = lock(&self.view).run_seconds;
         let output = apps
             .layout
             .as_ref()
             .map(|l| l.output.clone())
             .unwrap_or_default();
-        let mut summary = RunSummary {
-            run: self.config.run.number,
-            l1_accepts: sup.l1_accepts,
-            accepted: sup.accepted,
-            rejected: sup.rejected,
-            forced_accepts: sup.forced_accepts,
-            seconds,
-            l1_rate_hz: sup.l1_accepts as f64 / seconds.max(1e-9),
+        let summary = RunSummary::assemble(
+            self.config.run.number,
             output,
-            ..RunSummary::default()
-        };
-        for d in apps.dcms.drain(..) {
-            let name = d.name().to_string();
-            let s = d.stop().map_err(|e| fail(&name, e))?;
-            summary.partial_events += s.partial;
-        }
-        self.set_apps(State::Configured, &["dcm", "supervisor"]);
-        for l in apps.loggers.drain(..) {
-            let name = l.name().to_string();
-            let s = l.stop().map_err(|e| fail(&name, e))?;
-            summary.events_written += s.events_written;
-            summary.duplicates += s.duplicates;
-            summary.bytes_written += s.bytes_written;
-            summary.files.extend(s.files);
-        }
-        self.set_apps(State::Configured, &["logger"]);
-        // The last clears are on their way: give each node a moment to read them.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        for (_, node) in &apps.nodes {
-            while node.stats().cleared_l1ids < summary.l1_accepts && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        for (name, node) in apps.nodes.drain(..) {
-            let s = node.stop();
-            let k = s.store.total_counters();
-            summary.nodes.push(NodeSummary {
-                name,
-                requests: s.counters.requests,
-                cleared: s.counters.cleared_l1ids,
-                clear_gaps: s.counters.clear_gaps,
-                stored: k.fragments,
-                stored_now: k.stored,
-                swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
-                swrod_error: s.swrod_error,
-            });
-        }
-        self.set_apps(State::Configured, &["ros"]);
-        check_balance(&mut summary, sup.undecided);
+            seconds,
+            &std::mem::take(&mut apps.summaries),
+            &[],
+        );
         {
             let mut v = lock(&self.view);
             for p in &summary.problems {
@@ -479,143 +362,126 @@ impl EmbeddedPartition {
             }
         }
         *lock(&self.summary) = Some(summary);
-        Ok(())
     }
 
-    fn collect_traces(&self) {
+    fn collect_traces(&self, apps: &Apps) {
         if self.trace_every.is_none() {
             return;
         }
-        let live = self.live();
         let mut out = lock(&self.traces);
         let mut buf = Vec::new();
-        live.supervisor.trace.drain(&mut buf);
-        out.extend(buf.drain(..).map(|r| ("supervisor".to_string(), r)));
-        for (i, d) in live.dcms.iter().enumerate() {
-            d.trace.drain(&mut buf);
-            let name = format!("dcm-{}", i + 1);
+        for d in &apps.drivers {
+            d.drain_traces(&mut buf);
+            let name = d.name().to_string();
             out.extend(buf.drain(..).map(|r| (name.clone(), r)));
         }
     }
 
-    /// Brings the partition up to RUNNING, runs until the supervisor's event count, the
-    /// configured seconds, an application failure or a `stop` from elsewhere (HTTP), then down
-    /// to NONE; returns the balance sheet. `tick` is called about every 200 ms.
-    pub fn run(
+    /// Puts the partition in ERROR for `who`'s `reason`, recording the failure.
+    fn failed(
         &self,
-        mut tick: impl FnMut(&LiveCounters, f64),
-    ) -> Result<RunSummary, TransitionError> {
-        for c in [
-            Command::Initialize,
-            Command::Configure,
-            Command::Connect,
-            Command::Start,
-        ] {
-            if let Err(e) = self.command(c) {
-                let _ = self.command(Command::Shutdown);
-                return Err(e);
+        who: String,
+        command: Command,
+        from: State,
+        reason: String,
+    ) -> TransitionError {
+        let e = TransitionError::Failed {
+            who: who.clone(),
+            command,
+            from,
+            reason: reason.clone(),
+        };
+        let mut v = lock(&self.view);
+        v.lifecycle.fail(format!("{who}: {reason}"));
+        if let Some(a) = v.apps.iter_mut().find(|a| a.lifecycle.who() == who) {
+            if a.lifecycle.state() != State::Error {
+                a.lifecycle.fail(reason);
             }
         }
-        let limit = (self.config.run.seconds > 0.0)
-            .then(|| Duration::from_secs_f64(self.config.run.seconds));
-        while self.state() == State::Running {
-            std::thread::sleep(Duration::from_millis(200));
-            let seconds = self.run_seconds();
-            tick(&self.live(), seconds);
-            if limit.is_some_and(|l| seconds >= l.as_secs_f64())
-                || self.supervisor_finished()
-                || self.check_apps()
-            {
-                break;
+        v.error(e.to_string());
+        *lock(&self.last_failure) = Some(e.clone());
+        e
+    }
+}
+
+/// The reason of a failed transition (without the application's name, which goes separately).
+fn failure_reason(e: &TransitionError) -> String {
+    match e {
+        TransitionError::Failed { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl Partition for EmbeddedPartition {
+    fn partition_state(&self) -> State {
+        self.state()
+    }
+
+    fn run_limit_seconds(&self) -> f64 {
+        self.config.run.seconds
+    }
+
+    fn run_ended(&self) -> bool {
+        let Ok(mut apps) = self.apps.try_lock() else {
+            return false;
+        };
+        let mut ended = false;
+        let mut failed = None;
+        for d in apps.drivers.iter_mut() {
+            if let Some(why) = d.poll() {
+                failed.get_or_insert((d.name().to_string(), why));
             }
+            ended |= d.finished();
         }
-        // Down, whoever drives: a stop from HTTP may be under way (it holds the command lock)
-        // or done, so each step starts from the state found then.
-        loop {
-            let state = self.state();
-            let next = match state {
-                State::None => break,
-                State::Error => {
-                    let e = lock(&self.last_failure).clone();
-                    let _ = self.command(Command::Shutdown);
-                    return Err(e.unwrap_or_else(|| TransitionError::Failed {
-                        who: "partition".into(),
-                        command: Command::Stop,
-                        from: State::Error,
-                        reason: "the partition is in ERROR".into(),
-                    }));
-                }
-                s => Command::path(s, State::None)
-                    .and_then(|p| p.first().copied())
-                    .unwrap_or(Command::Shutdown),
-            };
-            match self.command(next) {
-                Ok(_) | Err(TransitionError::Illegal { .. }) => {}
-                Err(e) => {
-                    let _ = self.command(Command::Shutdown);
-                    return Err(e);
-                }
-            }
+        if let Some((who, why)) = failed {
+            self.publish(&apps);
+            let from = self.state();
+            self.failed(who, Command::Stop, from, why);
+            return true;
         }
-        tick(&self.live(), self.run_seconds());
-        self.take_summary().ok_or_else(|| TransitionError::Failed {
-            who: "partition".into(),
-            command: Command::Disconnect,
-            from: State::Connected,
-            reason: "no balance sheet: the run was not disconnected".into(),
-        })
+        ended
+    }
+
+    fn progress(&self) -> (u64, f64) {
+        let l1 = self
+            .app_metrics()
+            .iter()
+            .find_map(|(_, m)| match m {
+                Some(AppMetrics::Supervisor(s)) => Some(s.l1_accepts),
+                _ => None,
+            })
+            .unwrap_or(0);
+        (l1, self.run_seconds())
+    }
+
+    fn take_summary(&self) -> Option<RunSummary> {
+        EmbeddedPartition::take_summary(self)
+    }
+
+    fn last_failure(&self) -> Option<TransitionError> {
+        lock(&self.last_failure).clone()
     }
 }
 
 impl RunControl for EmbeddedPartition {
     fn status(&self) -> PartitionStatus {
-        let mon = Arc::clone(&lock(&self.monitors));
-        let live = &mon.live;
-        let l1 = live.supervisor.l1_accepts.load(Ordering::Relaxed);
-        let sup = &live.supervisor;
-        let decided = sup.accepted.load(Ordering::Relaxed)
-            + sup.rejected.load(Ordering::Relaxed)
-            + sup.forced_accepts.load(Ordering::Relaxed);
-        let written = live.events_written();
-        // Per-application counts, in the view's order (loggers, ros, dcms, supervisor).
-        let mut counts = Vec::new();
-        counts.extend(
-            live.loggers
-                .iter()
-                .map(|l| l.events_written.load(Ordering::Relaxed)),
-        );
-        counts.extend(
-            mon.nodes
-                .iter()
-                .map(|(_, s, _)| s.requests.load(Ordering::Relaxed)),
-        );
-        counts.extend(live.dcms.iter().map(|d| d.events.load(Ordering::Relaxed)));
-        counts.push(l1);
+        let metrics = self.app_metrics();
         let mut v = lock(&self.view);
-        let now = Instant::now();
-        let dt = now.duration_since(v.sample.0).as_secs_f64();
         let running = v.lifecycle.state() == State::Running;
-        if dt >= 0.5 || !running {
-            let rate = |new: u64, old: u64| {
-                if running && dt > 0.0 {
-                    new.saturating_sub(old) as f64 / dt
-                } else {
-                    0.0
-                }
-            };
-            v.rates = (
-                rate(l1, v.sample.1),
-                rate(decided, v.sample.2),
-                rate(written, v.sample.3),
-            );
-            v.sample = (now, l1, decided, written);
-            let have = counts.len() == v.apps.len();
-            for (i, a) in v.apps.iter_mut().enumerate() {
-                let c = if have { counts[i] } else { 0 };
-                a.rate_hz = rate(c, a.last_count);
-                a.last_count = c;
-            }
-        }
+        let now = Instant::now();
+        let counts: Vec<u64> = v
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                metrics
+                    .get(i)
+                    .and_then(|(_, m)| m.as_ref())
+                    .map_or(0, AppMetrics::main_count)
+            })
+            .collect();
+        let totals = crate::rates::Totals::of(metrics.iter().filter_map(|(_, m)| m.as_ref()));
+        v.rates.sample(now, running, totals, &counts);
         let run_seconds = v
             .run_start
             .map_or(v.run_seconds, |t| t.elapsed().as_secs_f64());
@@ -623,29 +489,30 @@ impl RunControl for EmbeddedPartition {
             partition: "embedded".into(),
             state: v.lifecycle.state(),
             error: v.lifecycle.error().map(str::to_string),
-            run_number: if v.lifecycle.state() == State::None && l1 == 0 {
+            run_number: if v.lifecycle.state() == State::None && totals.l1_accepts == 0 {
                 0
             } else {
                 self.config.run.number
             },
             run_seconds,
-            l1_rate_hz: v.rates.0,
-            event_rate_hz: v.rates.1,
-            write_rate_hz: v.rates.2,
-            l1_accepts: l1,
-            events_written: written,
+            l1_rate_hz: v.rates.l1_hz,
+            event_rate_hz: v.rates.decided_hz,
+            write_rate_hz: v.rates.written_hz,
+            l1_accepts: totals.l1_accepts,
+            events_written: totals.written,
             apps: v
                 .apps
                 .iter()
-                .map(|a| AppStatus {
+                .enumerate()
+                .map(|(i, a)| AppStatus {
                     name: a.lifecycle.who().to_string(),
-                    role: a.role.to_string(),
+                    role: a.role.name().to_string(),
                     state: a.lifecycle.state(),
                     error: a.lifecycle.error().map(str::to_string),
                     host: None,
                     pid: None,
                     heartbeat_age_ms: None,
-                    rate_hz: a.rate_hz,
+                    rate_hz: v.rates.app_hz.get(i).copied().unwrap_or(0.0),
                 })
                 .collect(),
             recent_errors: v.recent_errors.iter().cloned().collect(),
@@ -673,22 +540,7 @@ impl RunControl for EmbeddedPartition {
                 }
                 r
             }
-            Err((who, reason)) => {
-                let e = TransitionError::Failed {
-                    who: who.clone(),
-                    command,
-                    from,
-                    reason: reason.clone(),
-                };
-                let mut v = lock(&self.view);
-                v.lifecycle.fail(format!("{who}: {reason}"));
-                if let Some(a) = v.app(&who) {
-                    a.lifecycle.fail(reason);
-                }
-                v.error(e.to_string());
-                *lock(&self.last_failure) = Some(e.clone());
-                Err(e)
-            }
+            Err((who, reason)) => Err(self.failed(who, command, from, reason)),
         }
     }
 
@@ -697,345 +549,19 @@ impl RunControl for EmbeddedPartition {
     }
 
     fn write_metrics(&self, w: &mut MetricsWriter) {
-        let mon = Arc::clone(&lock(&self.monitors));
-        let live = &mon.live;
         let status = self.status();
-        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-
-        w.family(
-            "rodeo_partition_state",
-            "gauge",
-            "1 for the partition's lifecycle state, 0 for the others.",
-        );
-        for s in State::ALL {
-            let v = if s == status.state { 1.0 } else { 0.0 };
-            w.sample("rodeo_partition_state", &[("state", s.name())], v);
-        }
-        w.family(
-            "rodeo_app_state",
-            "gauge",
-            "1 for each application's lifecycle state.",
-        );
-        for a in &status.apps {
-            w.sample(
-                "rodeo_app_state",
-                &[
-                    ("app", &a.name),
-                    ("role", &a.role),
-                    ("state", a.state.name()),
-                ],
-                1.0,
-            );
-        }
-        w.gauge(
-            "rodeo_run_number",
-            "The run number.",
-            &[(&[], f64::from(status.run_number))],
-        );
-        w.gauge(
-            "rodeo_run_seconds",
-            "Seconds since the run started.",
-            &[(&[], status.run_seconds)],
-        );
-
-        let sup = &live.supervisor;
-        let app = [("app", "supervisor")];
-        w.counter(
-            "rodeo_l1_accepts_total",
-            "L1 accepts produced by the L1 source.",
-            &[(&app, ld(&sup.l1_accepts))],
-        );
-        w.counter(
-            "rodeo_events_decided_total",
-            "Events decided, by verdict.",
-            &[
-                (
-                    &[("app", "supervisor"), ("verdict", "accept")],
-                    ld(&sup.accepted),
-                ),
-                (
-                    &[("app", "supervisor"), ("verdict", "reject")],
-                    ld(&sup.rejected),
-                ),
-                (
-                    &[("app", "supervisor"), ("verdict", "forced_accept")],
-                    ld(&sup.forced_accepts),
-                ),
-            ],
-        );
-        w.gauge(
-            "rodeo_supervisor_events_in_flight",
-            "Events assigned and not yet decided.",
-            &[(&app, ld(&sup.in_flight) as f64)],
-        );
-        w.gauge(
-            "rodeo_supervisor_credits",
-            "Free DCM slots known to the supervisor (credits).",
-            &[(&app, ld(&sup.credits) as f64)],
-        );
-        write_histogram(
-            w,
-            "rodeo_decision_latency_seconds",
-            "Assignment to decision, at the supervisor.",
-            &[("supervisor", &sup.decision_latency)],
-        );
-
-        let names: Vec<String> = (1..=live.dcms.len()).map(|i| format!("dcm-{i}")).collect();
-        let per_dcm = |f: &dyn Fn(&DcmCounters) -> u64| -> Vec<(Vec<(&str, &str)>, u64)> {
-            live.dcms
-                .iter()
-                .zip(&names)
-                .map(|(d, n)| (vec![("app", n.as_str())], f(d)))
-                .collect()
-        };
-        let counter =
-            |w: &mut MetricsWriter, name: &str, help: &str, v: Vec<(Vec<(&str, &str)>, u64)>| {
-                let s: Vec<(&[(&str, &str)], u64)> =
-                    v.iter().map(|(l, x)| (l.as_slice(), *x)).collect();
-                w.counter(name, help, &s);
-            };
-        let gauge =
-            |w: &mut MetricsWriter, name: &str, help: &str, v: Vec<(Vec<(&str, &str)>, u64)>| {
-                let s: Vec<(&[(&str, &str)], f64)> =
-                    v.iter().map(|(l, x)| (l.as_slice(), *x as f64)).collect();
-                w.gauge(name, help, &s);
-            };
-        counter(
-            w,
-            "rodeo_dcm_events_total",
-            "Events finished by the DCM.",
-            per_dcm(&|d| ld(&d.events)),
-        );
-        counter(
-            w,
-            "rodeo_dcm_accepted_total",
-            "Events accepted (and logged) by the DCM.",
-            per_dcm(&|d| ld(&d.accepted)),
-        );
-        counter(
-            w,
-            "rodeo_dcm_requests_total",
-            "Data requests sent to readout nodes.",
-            per_dcm(&|d| ld(&d.requests)),
-        );
-        counter(
-            w,
-            "rodeo_dcm_received_bytes_total",
-            "Bytes of ROB fragments received.",
-            per_dcm(&|d| ld(&d.bytes_received)),
-        );
-        gauge(
-            w,
-            "rodeo_dcm_busy_slots",
-            "Processing slots busy (events in the DCM).",
-            per_dcm(&|d| ld(&d.busy_slots)),
-        );
-        w.gauge(
-            "rodeo_dcm_slots",
-            "Processing slots configured per DCM.",
-            &[(&[], self.config.dcm.slots as f64)],
-        );
-        gauge(
-            w,
-            "rodeo_dcm_outstanding_requests",
-            "Data requests in flight (pending answers).",
-            per_dcm(&|d| ld(&d.outstanding_requests)),
-        );
-        gauge(
-            w,
-            "rodeo_dcm_queued_requests",
-            "Data requests queued behind the per-node limit of requests in flight (queue depth).",
-            per_dcm(&|d| ld(&d.queued_requests)),
-        );
-        let hist: Vec<(&str, &LogHistogram)> = live
-            .dcms
+        let metrics = self.app_metrics();
+        let apps: Vec<(&str, Option<&AppMetrics>)> = metrics
             .iter()
-            .zip(&names)
-            .map(|(d, n)| (n.as_str(), &d.request_latency))
+            .map(|(n, m)| (n.as_str(), m.as_ref()))
             .collect();
-        write_histogram(
+        write_partition_metrics(
             w,
-            "rodeo_dcm_request_latency_seconds",
-            "Data request sent to its answer read, per request.",
-            &hist,
-        );
-        let hist: Vec<(&str, &LogHistogram)> = live
-            .dcms
-            .iter()
-            .zip(&names)
-            .map(|(d, n)| (n.as_str(), &d.decision_latency))
-            .collect();
-        write_histogram(
-            w,
-            "rodeo_dcm_decision_latency_seconds",
-            "Assignment read to the trigger's verdict, in the DCM.",
-            &hist,
-        );
-        let hist: Vec<(&str, &LogHistogram)> = live
-            .dcms
-            .iter()
-            .zip(&names)
-            .map(|(d, n)| (n.as_str(), &d.build_latency))
-            .collect();
-        write_histogram(
-            w,
-            "rodeo_event_build_latency_seconds",
-            "Assignment read to the event done (logged if accepted), in the DCM.",
-            &hist,
-        );
-
-        let lnames: Vec<String> = (1..=live.loggers.len())
-            .map(|i| format!("logger-{i}"))
-            .collect();
-        let per_logger = |f: &dyn Fn(&LoggerCounters) -> u64| -> Vec<(Vec<(&str, &str)>, u64)> {
-            live.loggers
-                .iter()
-                .zip(&lnames)
-                .map(|(d, n)| (vec![("app", n.as_str())], f(d)))
-                .collect()
-        };
-        counter(
-            w,
-            "rodeo_logger_events_written_total",
-            "Events written to files.",
-            per_logger(&|l| ld(&l.events_written)),
-        );
-        counter(
-            w,
-            "rodeo_file_bytes_written_total",
-            "Bytes of event records written to files.",
-            per_logger(&|l| ld(&l.bytes_written)),
-        );
-
-        let per_node = |f: &dyn Fn(&ServerStats) -> u64| -> Vec<(Vec<(&str, &str)>, u64)> {
-            mon.nodes
-                .iter()
-                .map(|(n, s, _)| (vec![("app", n.as_str())], f(s)))
-                .collect()
-        };
-        counter(
-            w,
-            "rodeo_ros_requests_total",
-            "Data requests served by the readout node.",
-            per_node(&|s| ld(&s.requests)),
-        );
-        counter(
-            w,
-            "rodeo_ros_fragments_sent_total",
-            "ROB fragments sent.",
-            per_node(&|s| ld(&s.fragments_sent)),
-        );
-        counter(
-            w,
-            "rodeo_ros_sent_bytes_total",
-            "Payload bytes of replies.",
-            per_node(&|s| ld(&s.bytes_sent)),
-        );
-        counter(
-            w,
-            "rodeo_ros_cleared_total",
-            "L1IDs cleared.",
-            per_node(&|s| ld(&s.cleared_l1ids)),
-        );
-        gauge(
-            w,
-            "rodeo_ros_pending_requests",
-            "Requests waiting for fragments now.",
-            per_node(&|s| ld(&s.pending_now)),
-        );
-        let occ: Vec<(Vec<(&str, &str)>, f64)> = mon
-            .nodes
-            .iter()
-            .map(|(n, _, pool)| {
-                let st = pool.stats();
-                let frac = if st.capacity_chunks > 0 {
-                    st.in_use as f64 / st.capacity_chunks as f64
-                } else {
-                    0.0
-                };
-                (vec![("app", n.as_str())], frac)
-            })
-            .collect();
-        let s: Vec<(&[(&str, &str)], f64)> = occ.iter().map(|(l, x)| (l.as_slice(), *x)).collect();
-        w.gauge(
-            "rodeo_ros_buffer_occupancy_ratio",
-            "Fraction of the readout node's page pool in use.",
-            &s,
-        );
-
-        // The SW ROD inputs: the builders' counters (`rodeo_ros_swrod_<counter>_total`) and
-        // their links' (`rodeo_ros_swrod_link_<counter>_total`), summed over each node's ROBs.
-        let sw: Vec<(&str, rodeo_ros::server::SwRodInputCounters)> = mon
-            .swrod
-            .iter()
-            .map(|(n, m)| (n.as_str(), m.counters()))
-            .collect();
-        if let Some((_, first)) = sw.first() {
-            for (i, (field, _)) in first.builder.fields().iter().enumerate() {
-                counter(
-                    w,
-                    &format!("rodeo_ros_swrod_{field}_total"),
-                    &format!("SW ROD fragment builders' {field}, summed over the node's ROBs."),
-                    sw.iter()
-                        .map(|(n, c)| (vec![("app", *n)], c.builder.fields()[i].1))
-                        .collect(),
-                );
-            }
-            for (i, (field, _)) in first.link.fields().iter().enumerate() {
-                counter(
-                    w,
-                    &format!("rodeo_ros_swrod_link_{field}_total"),
-                    &format!(
-                        "SW ROD builder-to-store links' {field}, summed over the node's ROBs."
-                    ),
-                    sw.iter()
-                        .map(|(n, c)| (vec![("app", *n)], c.link.fields()[i].1))
-                        .collect(),
-                );
-            }
-        }
-
-        // Errors by kind, every application in one family.
-        let mut errs: Vec<(Vec<(&str, &str)>, u64)> = Vec::new();
-        for (n, s, _) in &mon.nodes {
-            for (kind, v) in [
-                ("lost_fragment", ld(&s.lost_fragments)),
-                ("pending_fragment", ld(&s.pending_fragments)),
-                ("request_timeout", ld(&s.timeouts)),
-                ("clear_gap", ld(&s.clear_gaps)),
-            ] {
-                errs.push((vec![("app", n.as_str()), ("kind", kind)], v));
-            }
-        }
-        for (d, n) in live.dcms.iter().zip(&names) {
-            for (kind, v) in [
-                ("bad_message", ld(&d.bad_messages)),
-                ("stale_reply", ld(&d.stale_replies)),
-                ("send_failure", ld(&d.send_failures)),
-            ] {
-                errs.push((vec![("app", n.as_str()), ("kind", kind)], v));
-            }
-        }
-        counter(
-            w,
-            "rodeo_errors_total",
-            "Errors and discarded messages, by application and kind.",
-            errs,
-        );
-    }
-}
-
-fn write_histogram(w: &mut MetricsWriter, name: &str, help: &str, hists: &[(&str, &LogHistogram)]) {
-    w.family(name, "histogram", help);
-    let bounds = LogHistogram::bounds_seconds();
-    for (app, h) in hists {
-        let s = h.snapshot();
-        w.histogram(
-            name,
-            &[("app", app)],
-            &bounds,
-            &s.counts,
-            s.sum_ns as f64 * 1e-9,
+            &status,
+            &apps,
+            PartitionExtras {
+                bad_control_messages: 0,
+            },
         );
     }
 }

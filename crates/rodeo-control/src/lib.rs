@@ -1,29 +1,45 @@
-//! rodeo's control layer: the partition configuration and the runner that brings a partition
-//! up, runs it and brings it down in dependency order, ending with the run's balance sheet.
+//! rodeo's control layer: the partition configuration, one lifecycle for every application,
+//! and the runners that bring a partition up, run it and bring it down in dependency order,
+//! ending with the run's balance sheet; the HTTP API, metrics and web page over any of them.
 //!
-//! - [`chrome_trace`]: sampled per-event stage time stamps as a Chrome/Perfetto trace.
+//! **Role in the flow.** Above every application crate (`rodeo-ros`'s readout node,
+//! `rodeo-dataflow`'s supervisor, DCM and logger): it configures, starts, watches and stops
+//! them. It **owns** the lifecycle state of every application and of the partition, the control
+//! channel to `rodeo app` processes and the processes themselves. It **must not depend on** the
+//! studies or the binary, and no application crate depends on it.
+//!
 //! - [`config`]: the TOML partition configuration, its defaults and its validation.
-//! - [`partition`]: the embedded partition runner and the run's balance sheet.
-//! - [`embedded`]: the embedded partition under run control ([`embedded::EmbeddedPartition`]).
+//! - [`partition`]: the layout: every application's name, endpoint and configuration.
 //! - [`lifecycle`]: the state machine every application and the partition go through.
-//! - [`control`]: the run-control interface ([`control::RunControl`]) and status types.
+//! - [`application`]: the [`application::Application`] trait and its four implementations
+//!   (readout node, supervisor, DCM, logger); [`driver`]: the [`driver::AppDriver`] that moves
+//!   one application through the lifecycle, the same in every mode.
+//! - [`metrics`]: the one metric vocabulary (typed live counters per role, the `/metrics`
+//!   families); [`summary`]: the typed summaries and the run's balance sheet.
+//! - [`embedded`]: the partition as threads of this process ([`embedded::EmbeddedPartition`]).
+//! - [`app`]: one application in its own process ([`app::AppControl`]) and its side of the
+//!   control channel; [`channel`]: the channel's messages; [`controller`]: the
+//!   [`controller::Controller`] that runs a partition as processes, local or over ssh, watching
+//!   heartbeats.
+//! - [`control`]: the run-control interface ([`control::RunControl`]), the whole-partition
+//!   interface ([`control::Partition`]) and [`control::run_to_end`], one run of either.
 //! - [`http`]: the HTTP/1.1 API (status, commands with a bearer token, configuration,
-//!   `/metrics`, the web page) for any [`control::RunControl`].
-//! - [`prometheus`]: the Prometheus text-format writer.
-//! - [`channel`]: the control channel's messages (controller <-> `rodeo app` processes).
-//! - [`app`]: one application under lifecycle control ([`app::AppControl`]) and its side of
-//!   the control channel.
-//! - [`controller`]: the [`controller::Controller`] that runs a partition as processes, local
-//!   or over ssh, in dependency order, watching heartbeats.
+//!   `/metrics`, the web page) for any [`control::RunControl`]; [`prometheus`]: the text
+//!   format; [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
 
 pub mod app;
+pub mod application;
 pub mod channel;
 pub mod chrome_trace;
 pub mod config;
 pub mod control;
 pub mod controller;
+pub mod driver;
 pub mod embedded;
 pub mod http;
 pub mod lifecycle;
+pub mod metrics;
 pub mod partition;
 pub mod prometheus;
+pub mod rates;
+pub mod summary;

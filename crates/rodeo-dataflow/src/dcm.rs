@@ -165,7 +165,7 @@ pub struct DcmCounters {
 }
 
 /// What a DCM did in a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DcmSummary {
     /// Events assigned (Process + Build).
     pub assigned: u64,

@@ -90,7 +90,7 @@ impl LoggerConfig {
 }
 
 /// What a logger did in a run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoggerSummary {
     /// Events written (each once).
     pub events_written: u64,

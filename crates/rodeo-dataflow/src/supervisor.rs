@@ -123,7 +123,7 @@ pub struct SupervisorCounters {
 }
 
 /// The counts of a run: these must balance (rule 6).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SupervisorSummary {
     /// L1 accepts produced.
     pub l1_accepts: u64,

@@ -41,7 +41,7 @@ impl Default for LogHistogram {
 }
 
 /// A copy of a histogram's counts at one moment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HistogramSnapshot {
     /// Per-bucket counts (not cumulative); the last is the overflow.
     pub counts: [u64; BUCKETS],

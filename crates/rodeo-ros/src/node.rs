@@ -179,6 +179,39 @@ impl std::fmt::Debug for ReadoutNode {
     }
 }
 
+/// The memory a readout node claims before it is started: its page pool, allocated and warmed
+/// (every page written once). What a node's CONFIGURED state promises; a cheap handle, kept
+/// across starts (a stopped node's store gives every page back when it is dropped).
+#[derive(Debug, Clone)]
+pub struct NodeMemory {
+    pool: PagePool,
+}
+
+impl NodeMemory {
+    /// Allocates and warms the page pool `config` needs.
+    pub fn allocate(config: &NodeConfig) -> Result<NodeMemory, NodeError> {
+        if config.channels == 0 {
+            return Err(NodeError::Config(
+                "a node needs at least one channel".into(),
+            ));
+        }
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: config.page_bytes,
+            pages: config.channels * config.pages_per_channel,
+            region: RegionOptions {
+                huge_pages: rodeo_memory::HugePages::Transparent,
+                ..RegionOptions::default()
+            },
+        })?;
+        Ok(NodeMemory { pool })
+    }
+
+    /// The page pool (its stats are the buffer occupancy).
+    pub fn page_pool(&self) -> &PagePool {
+        &self.pool
+    }
+}
+
 impl ReadoutNode {
     /// Builds the node and starts serving on `endpoint`.
     pub fn start(
@@ -186,7 +219,18 @@ impl ReadoutNode {
         config: &NodeConfig,
         endpoint: &str,
     ) -> Result<ReadoutNode, NodeError> {
-        let (memory, store, input) = Parts::build(config)?.split();
+        Self::start_in(NodeMemory::allocate(config)?, transport, config, endpoint)
+    }
+
+    /// Builds the node in `memory` (from [`NodeMemory::allocate`] with the same `config`) and
+    /// starts serving on `endpoint`.
+    pub fn start_in(
+        memory: NodeMemory,
+        transport: &Transport,
+        config: &NodeConfig,
+        endpoint: &str,
+    ) -> Result<ReadoutNode, NodeError> {
+        let (memory, store, input) = Parts::build(memory, config)?.split();
         let server =
             RequestServer::start(transport, &server_config(config, endpoint), store, input)?;
         memory.node(server, config)
@@ -195,7 +239,7 @@ impl ReadoutNode {
     /// Builds the node and starts serving the one client returned, over the direct in-process
     /// link ([`crate::server::direct`]): the same core thread, without ZeroMQ.
     pub fn start_direct(config: &NodeConfig) -> Result<(ReadoutNode, DirectClient), NodeError> {
-        let (memory, store, input) = Parts::build(config)?.split();
+        let (memory, store, input) = Parts::build(NodeMemory::allocate(config)?, config)?.split();
         let (server, client) =
             RequestServer::start_direct(&server_config(config, "direct"), store, input)?;
         Ok((memory.node(server, config)?, client))
@@ -253,20 +297,8 @@ impl Parts {
         (memory, self.store, self.input)
     }
 
-    fn build(config: &NodeConfig) -> Result<Parts, NodeError> {
-        if config.channels == 0 {
-            return Err(NodeError::Config(
-                "a node needs at least one channel".into(),
-            ));
-        }
-        let pool = PagePool::new(PagePoolConfig {
-            page_bytes: config.page_bytes,
-            pages: config.channels * config.pages_per_channel,
-            region: RegionOptions {
-                huge_pages: rodeo_memory::HugePages::Transparent,
-                ..RegionOptions::default()
-            },
-        })?;
+    fn build(memory: NodeMemory, config: &NodeConfig) -> Result<Parts, NodeError> {
+        let pool = memory.pool;
         let store = EventStore::new(
             &pool,
             &StoreConfig::with_channels(

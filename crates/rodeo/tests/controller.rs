@@ -1,5 +1,6 @@
 //! The controller over real `rodeo app` processes: a failing transition, illegal commands, a
-//! dead application found by heartbeat and by process exit.
+//! dead application found by heartbeat and by process exit, the same metric families as the
+//! embedded partition.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -7,6 +8,7 @@ use std::time::{Duration, Instant};
 use rodeo_control::config::{PartitionConfig, TransportKind};
 use rodeo_control::control::RunControl;
 use rodeo_control::controller::Controller;
+use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
 
 fn rodeo() -> PathBuf {
@@ -186,7 +188,7 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     ctl.write_metrics(&mut m);
     let text = m.finish();
     assert!(
-        text.contains("rodeo_app_l1_accepts_total{app=\"supervisor\",role=\"supervisor\"}"),
+        text.contains("rodeo_l1_accepts_total{app=\"supervisor\"}"),
         "{text}"
     );
     assert!(
@@ -247,4 +249,68 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     }
     // The stopped DCM was killed by the shutdown (it could not answer).
     assert!(!pid_alive(dcm));
+}
+
+/// The metric families (`# TYPE` lines) of a partition's `/metrics` page.
+fn families(p: &dyn RunControl) -> std::collections::BTreeSet<String> {
+    let mut m = rodeo_control::prometheus::MetricsWriter::new();
+    p.write_metrics(&mut m);
+    m.finish()
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn the_embedded_partition_and_processes_export_the_same_metric_families() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = [
+        Command::Initialize,
+        Command::Configure,
+        Command::Connect,
+        Command::Start,
+    ];
+    let mut c = small_config(&dir.path().join("embedded"), 4);
+    c.transport.kind = TransportKind::Inproc;
+    let embedded = EmbeddedPartition::new(c, None);
+    for cmd in up {
+        embedded.command(cmd).unwrap();
+    }
+    let t0 = Instant::now();
+    while embedded.status().l1_accepts < 100 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let in_process = families(&embedded);
+    embedded.command(Command::Stop).unwrap();
+
+    let ctl = Controller::new(small_config(&dir.path().join("processes"), 5), rodeo()).unwrap();
+    for cmd in up {
+        ctl.command(cmd).unwrap();
+    }
+    wait_for(&ctl, "events flowing", |s| s.l1_accepts > 100);
+    let processes = families(&ctl);
+    assert_eq!(ctl.command(Command::Stop).unwrap(), State::Connected);
+    // Every application's counters, histograms included, in both modes.
+    for f in [
+        "rodeo_l1_accepts_total",
+        "rodeo_dcm_events_total",
+        "rodeo_dcm_request_latency_seconds",
+        "rodeo_ros_requests_total",
+        "rodeo_logger_events_written_total",
+        "rodeo_errors_total",
+        "rodeo_app_heartbeat_age_seconds",
+    ] {
+        assert!(
+            in_process.contains(f),
+            "{f} missing in process: {in_process:?}"
+        );
+    }
+    assert_eq!(
+        in_process,
+        processes,
+        "families only embedded: {:?}; only in processes: {:?}",
+        in_process.difference(&processes).collect::<Vec<_>>(),
+        processes.difference(&in_process).collect::<Vec<_>>()
+    );
 }

@@ -18,7 +18,7 @@ use rodeo_control::config::PartitionConfig;
 use rodeo_control::control::RunControl;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::http::{HttpConfig, HttpServer};
-use rodeo_control::partition::RunSummary;
+use rodeo_control::summary::RunSummary;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ pub(crate) struct Args {
 
 /// The DCMs' trigger factory for `--trigger SPEC`, and a closure reporting its counters.
 type TriggerSetup = (
-    rodeo_control::embedded::TriggerFactory,
+    rodeo_control::application::TriggerFactory,
     Box<dyn Fn() -> serde_json::Value>,
 );
 
@@ -84,7 +84,7 @@ fn python_trigger(spec: &str) -> anyhow::Result<TriggerSetup> {
     use std::sync::atomic::Ordering::Relaxed;
     let loader = rodeo_pytrigger::PyTriggerLoader::load(spec)?;
     let stats = Arc::clone(loader.stats());
-    let factory: rodeo_control::embedded::TriggerFactory =
+    let factory: rodeo_control::application::TriggerFactory =
         Arc::new(move |_dcm: &str| Box::new(loader.make()));
     let report = Box::new(move || {
         json!({
@@ -196,11 +196,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let partition = Arc::new(partition);
         let _server = serve_http(&config.control, partition.clone())?;
         let summary = partition
-            .run(|live, seconds| {
-                let l1 = live
-                    .supervisor
-                    .l1_accepts
-                    .load(std::sync::atomic::Ordering::Relaxed);
+            .run(|l1, seconds| {
                 if by_events {
                     bar.set_position(l1);
                 } else {
@@ -255,13 +251,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// the run (event count reached, time up, or SIGINT/SIGTERM); disconnect (each application
 /// hands back its summary), unconfigure, shutdown.
 fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
-    use rodeo_control::app::Role;
     use rodeo_control::config::TransportKind;
-    use rodeo_control::control::RunControl;
+    use rodeo_control::control::run_to_end;
     use rodeo_control::controller::Controller;
-    use rodeo_control::lifecycle::{Command, State};
-    use rodeo_control::partition::{check_balance, Layout, NodeSummary};
-    use std::time::{Duration, Instant};
+    use rodeo_control::partition::Layout;
 
     let mut config = config.clone();
     if config.transport.kind == TransportKind::Inproc {
@@ -292,108 +285,11 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     ctl.set_local_config_file(cfg_path);
     let ctl = Arc::new(ctl);
     let _server = serve_http(&config.control, ctl.clone())?;
-    // Up, in dependency order; on a failure bring everything down and say who failed.
-    for c in [
-        Command::Initialize,
-        Command::Configure,
-        Command::Connect,
-        Command::Start,
-    ] {
-        if let Err(e) = ctl.command(c) {
-            let _ = ctl.command(Command::Shutdown);
-            anyhow::bail!("{e}");
-        }
-    }
-    let limit = (config.run.seconds > 0.0).then(|| Duration::from_secs_f64(config.run.seconds));
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(20));
-        let st = ctl.status();
-        if st.state == State::Error {
-            let why = st.error.unwrap_or_default();
-            let _ = ctl.command(Command::Shutdown);
-            anyhow::bail!("the partition is in ERROR: {why}");
-        }
-        // A state other than RUNNING: stopped over HTTP.
-        if st.state != State::Running
-            || ctl.run_finished()
-            || limit.is_some_and(|l| start.elapsed() >= l)
-            || crate::signal::interrupted()
-        {
-            break;
-        }
-    }
-    // Down in reverse order: the supervisor drains first (unless a stop over HTTP did).
-    let down: &[Command] = if ctl.status().state == State::Running {
-        &[Command::Stop, Command::Disconnect]
-    } else {
-        &[Command::Disconnect]
-    };
-    for &c in down {
-        if let Err(e) = ctl.command(c) {
-            let _ = ctl.command(Command::Shutdown);
-            anyhow::bail!("{e}");
-        }
-    }
-    let seconds = ctl.run_seconds();
-    let summaries = ctl.summaries();
-    let dead = ctl.dead_apps();
-    for c in [Command::Unconfigure, Command::Shutdown] {
-        if let Err(e) = ctl.command(c) {
-            eprintln!("warning: {e}");
-        }
-    }
-    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
-    let sup_json = summaries
-        .iter()
-        .find(|(_, r, _)| *r == Role::Supervisor)
-        .and_then(|(.., s)| s.clone())
-        .context("the supervisor ended without its summary")?;
-    let mut summary = RunSummary {
-        run: config.run.number,
-        l1_accepts: n(&sup_json, "l1_accepts"),
-        accepted: n(&sup_json, "accepted"),
-        rejected: n(&sup_json, "rejected"),
-        forced_accepts: n(&sup_json, "forced_accepts"),
-        seconds,
-        output: layout.output.clone(),
-        ..RunSummary::default()
-    };
-    summary.l1_rate_hz = summary.l1_accepts as f64 / seconds.max(1e-9);
-    for (name, role, s) in &summaries {
-        match (role, s) {
-            (Role::Dcm, Some(v)) => summary.partial_events += n(v, "partial"),
-            (Role::Logger, Some(v)) => {
-                summary.events_written += n(v, "events_written");
-                summary.duplicates += n(v, "duplicates");
-                summary.bytes_written += n(v, "bytes_written");
-                if let Some(files) = v["files"].as_array() {
-                    summary
-                        .files
-                        .extend(files.iter().filter_map(|f| f.as_str()).map(PathBuf::from));
-                }
-            }
-            (Role::Ros, Some(v)) => summary.nodes.push(NodeSummary {
-                name: name.clone(),
-                requests: n(v, "requests"),
-                cleared: n(v, "cleared"),
-                clear_gaps: n(v, "clear_gaps"),
-                stored: n(v, "stored"),
-                stored_now: n(v, "stored_now"),
-                swrod_built: n(v, "swrod_fragments"),
-                swrod_error: v["swrod_error"].as_str().map(str::to_string),
-            }),
-            (Role::Dcm, None) | (Role::Supervisor, _) => {}
-            (Role::Logger | Role::Ros, None) => summary
-                .problems
-                .push(format!("{name} ended without its summary")),
-        }
-    }
-    for (name, why) in dead {
+    let summary = run_to_end(ctl.as_ref(), &crate::signal::interrupted, |_, _| {})?;
+    for (name, why) in ctl.dead_apps() {
         // A DCM that died: its events were reassigned; not an imbalance, but worth saying.
         eprintln!("note: {name} died ({why}); its events were reassigned");
     }
-    check_balance(&mut summary, n(&sup_json, "undecided"));
     Ok(summary)
 }
 

@@ -1,0 +1,160 @@
+//! The readout node (ROS) as an [`Application`]: configure allocates and warms its page pool,
+//! connect builds the store, starts its input (the emulated cards, or SW ROD builders) and binds
+//! its request endpoint; stop waits (bounded) for the clears of every L1 accept of the run;
+//! disconnect stops it and hands back its summary.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rodeo_memory::PagePool;
+use rodeo_ros::node::{NodeConfig, NodeMemory, ReadoutNode, SwRodMonitor};
+use rodeo_ros::server::ServerStats;
+use rodeo_transport::socket::Transport;
+
+use super::{not_in_layout, AppContext, AppError, Application, Probe, Role, RunEnd};
+use crate::metrics::{AppMetrics, RosMetrics, SwRodMetrics};
+use crate::partition::Layout;
+use crate::summary::{AppSummary, NodeSummary};
+
+/// How long `stop` waits for the last clears of the run.
+const CLEAR_WAIT: Duration = Duration::from_secs(5);
+
+/// A readout node under lifecycle control.
+pub struct RosApp {
+    name: String,
+    transport: Transport,
+    config: Option<(String, NodeConfig)>,
+    memory: Option<NodeMemory>,
+    node: Option<ReadoutNode>,
+    /// What the probe reads; kept after the node stops, so the last values stay on the page.
+    monitor: Option<(Arc<ServerStats>, PagePool, Option<SwRodMonitor>)>,
+}
+
+impl RosApp {
+    /// The readout node `name`, not yet configured.
+    pub fn new(name: &str, ctx: &AppContext) -> RosApp {
+        RosApp {
+            name: name.to_string(),
+            transport: ctx.transport.clone(),
+            config: None,
+            memory: None,
+            node: None,
+            monitor: None,
+        }
+    }
+}
+
+impl Application for RosApp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn role(&self) -> Role {
+        Role::Ros
+    }
+
+    fn configure(&mut self, layout: &Layout) -> Result<(), AppError> {
+        let (_, ep, nc) = layout
+            .nodes
+            .iter()
+            .find(|(n, ..)| *n == self.name)
+            .ok_or_else(|| not_in_layout(Role::Ros, &self.name))?;
+        self.memory = Some(NodeMemory::allocate(nc).map_err(|e| e.to_string())?);
+        self.config = Some((ep.clone(), nc.clone()));
+        Ok(())
+    }
+
+    fn connect(&mut self) -> Result<(), AppError> {
+        let (ep, nc) = self.config.as_ref().ok_or("not configured")?;
+        let memory = self.memory.clone().ok_or("not configured")?;
+        let node =
+            ReadoutNode::start_in(memory, &self.transport, nc, ep).map_err(|e| e.to_string())?;
+        self.monitor = Some((node.shared_stats(), node.page_pool(), node.swrod_monitor()));
+        self.node = Some(node);
+        Ok(())
+    }
+
+    fn stop(&mut self, run: RunEnd) -> Result<Option<AppSummary>, AppError> {
+        // The supervisor's last clears are on their way: wait for them (bounded).
+        if let (Some(node), Some(n)) = (&self.node, run.l1_accepts) {
+            let deadline = Instant::now() + CLEAR_WAIT;
+            while node.stats().cleared_l1ids < n && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Ok(None)
+    }
+
+    fn disconnect(&mut self) -> Result<Option<AppSummary>, AppError> {
+        let Some(node) = self.node.take() else {
+            return Ok(None);
+        };
+        let s = node.stop();
+        let k = s.store.total_counters();
+        Ok(Some(AppSummary::Ros(NodeSummary {
+            name: self.name.clone(),
+            requests: s.counters.requests,
+            cleared: s.counters.cleared_l1ids,
+            clear_gaps: s.counters.clear_gaps,
+            stored: k.fragments,
+            stored_now: k.stored,
+            swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
+            swrod_error: s.swrod_error,
+        })))
+    }
+
+    fn unconfigure(&mut self) {
+        self.config = None;
+        self.memory = None;
+    }
+
+    fn abort(&mut self) {
+        if let Some(n) = self.node.take() {
+            let _ = n.stop();
+        }
+    }
+
+    fn probe(&self) -> Option<Probe> {
+        let (stats, pool, swrod) = self.monitor.clone()?;
+        Some(Arc::new(move || {
+            let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            let st = pool.stats();
+            let occupancy = if st.capacity_chunks > 0 {
+                st.in_use as f64 / st.capacity_chunks as f64
+            } else {
+                0.0
+            };
+            AppMetrics::Ros(RosMetrics {
+                requests: ld(&stats.requests),
+                fragments_sent: ld(&stats.fragments_sent),
+                bytes_sent: ld(&stats.bytes_sent),
+                cleared_l1ids: ld(&stats.cleared_l1ids),
+                pending_now: ld(&stats.pending_now),
+                input_fragments: ld(&stats.input_fragments),
+                lost_fragments: ld(&stats.lost_fragments),
+                pending_fragments: ld(&stats.pending_fragments),
+                timeouts: ld(&stats.timeouts),
+                clear_gaps: ld(&stats.clear_gaps),
+                buffer_occupancy: occupancy,
+                swrod: swrod.as_ref().map(|m| {
+                    let c = m.counters();
+                    SwRodMetrics {
+                        builder: c
+                            .builder
+                            .fields()
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), *v))
+                            .collect(),
+                        link: c
+                            .link
+                            .fields()
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), *v))
+                            .collect(),
+                    }
+                }),
+            })
+        }))
+    }
+}

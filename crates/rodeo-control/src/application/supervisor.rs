@@ -1,0 +1,142 @@
+//! The supervisor (with its L1 source) as an [`Application`]: it binds and starts the L1 source
+//! at start (data flows only once everything downstream is connected), and at stop stops the
+//! L1 source, drains every assigned event, sends the last clears and hands back the run's
+//! counts.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rodeo_dataflow::supervisor::{self, SupervisorConfig, SupervisorCounters, SupervisorSummary};
+use rodeo_dataflow::trace::TraceRecord;
+use rodeo_dataflow::AppHandle;
+
+use super::{AppContext, AppError, Application, Poll, Probe, Role, RunEnd, TRACE_CAPACITY};
+use crate::metrics::{histogram, AppMetrics, SupervisorMetrics};
+use crate::partition::Layout;
+use crate::summary::AppSummary;
+
+/// The supervisor under lifecycle control.
+pub struct SupervisorApp {
+    name: String,
+    ctx: AppContext,
+    config: Option<SupervisorConfig>,
+    running: Option<AppHandle<SupervisorSummary>>,
+    /// Live across the run and after it (the last values stay on the page).
+    counters: Option<Arc<SupervisorCounters>>,
+}
+
+impl SupervisorApp {
+    /// The supervisor `name`, not yet configured.
+    pub fn new(name: &str, ctx: &AppContext) -> SupervisorApp {
+        SupervisorApp {
+            name: name.to_string(),
+            ctx: ctx.clone(),
+            config: None,
+            running: None,
+            counters: None,
+        }
+    }
+
+    fn fresh_counters(&mut self) {
+        let c = Arc::new(SupervisorCounters::default());
+        if let Some(every) = self.ctx.trace_every {
+            c.trace.enable(every, TRACE_CAPACITY);
+        }
+        self.counters = Some(c);
+    }
+}
+
+impl Application for SupervisorApp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn role(&self) -> Role {
+        Role::Supervisor
+    }
+
+    fn configure(&mut self, layout: &Layout) -> Result<(), AppError> {
+        if layout.supervisor.name != self.name {
+            return Err(super::not_in_layout(Role::Supervisor, &self.name));
+        }
+        self.config = Some(layout.supervisor.clone());
+        Ok(())
+    }
+
+    fn connect(&mut self) -> Result<(), AppError> {
+        // The supervisor binds when it starts: its L1 source runs from then on. Its counters
+        // exist from now, so the page shows zeros rather than nothing.
+        self.fresh_counters();
+        Ok(())
+    }
+
+    fn start(&mut self) -> Result<(), AppError> {
+        let c = self.config.clone().ok_or("not configured")?;
+        if self
+            .counters
+            .as_ref()
+            .is_some_and(|c| c.l1_accepts.load(Ordering::Relaxed) > 0)
+        {
+            self.fresh_counters();
+        }
+        let counters = Arc::clone(self.counters.as_ref().ok_or("not connected")?);
+        let h = supervisor::spawn(c, &self.ctx.transport, counters).map_err(|e| e.to_string())?;
+        self.running = Some(h);
+        Ok(())
+    }
+
+    fn stop(&mut self, _run: RunEnd) -> Result<Option<AppSummary>, AppError> {
+        match self.running.take() {
+            Some(h) => {
+                let s = h.stop().map_err(|e| e.to_string())?;
+                Ok(Some(AppSummary::Supervisor(s)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn disconnect(&mut self) -> Result<Option<AppSummary>, AppError> {
+        Ok(None)
+    }
+
+    fn unconfigure(&mut self) {
+        self.config = None;
+    }
+
+    fn abort(&mut self) {
+        if let Some(h) = self.running.take() {
+            let _ = h.stop();
+        }
+    }
+
+    fn probe(&self) -> Option<Probe> {
+        let c = Arc::clone(self.counters.as_ref()?);
+        Some(Arc::new(move || {
+            let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            AppMetrics::Supervisor(Box::new(SupervisorMetrics {
+                l1_accepts: ld(&c.l1_accepts),
+                accepted: ld(&c.accepted),
+                rejected: ld(&c.rejected),
+                forced_accepts: ld(&c.forced_accepts),
+                in_flight: ld(&c.in_flight),
+                credits: ld(&c.credits),
+                decision_latency: histogram(&c.decision_latency),
+            }))
+        }))
+    }
+
+    fn poll(&mut self) -> Poll {
+        // The L1 source reached its event count: the run ended by itself.
+        if self.running.as_ref().is_some_and(|h| h.is_finished()) {
+            Poll::Finished
+        } else {
+            Poll::Running
+        }
+    }
+
+    fn drain_traces(&self, out: &mut Vec<TraceRecord>) {
+        if let Some(c) = &self.counters {
+            c.trace.drain(out);
+        }
+    }
+}

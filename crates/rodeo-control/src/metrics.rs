@@ -1,0 +1,509 @@
+//! One metric vocabulary, whatever runs the partition: each application's live counters as a
+//! typed [`AppMetrics`] (read through its [`Probe`](crate::application::Probe) in the embedded
+//! partition, carried by heartbeats to the controller in process mode), and
+//! [`write_partition_metrics`], the one function that turns them into the Prometheus families
+//! of `/metrics` (listed in docs/run-control.md).
+//!
+//! Every counter has one home: the application's own counter struct in its crate
+//! (`SupervisorCounters`, `DcmCounters`, `LoggerCounters`, the readout node's `ServerStats`),
+//! snapshotted here field by field; the family names are written in this file only.
+
+use std::collections::BTreeMap;
+
+use rodeo_memory::histogram::HistogramSnapshot;
+use rodeo_memory::LogHistogram;
+use serde::{Deserialize, Serialize};
+
+use crate::control::PartitionStatus;
+use crate::lifecycle::State;
+use crate::prometheus::MetricsWriter;
+
+/// The supervisor's live counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SupervisorMetrics {
+    /// L1 accepts produced by the L1 source.
+    pub l1_accepts: u64,
+    /// Events accepted by a DCM.
+    pub accepted: u64,
+    /// Events rejected.
+    pub rejected: u64,
+    /// Events force-accepted after a reassignment.
+    pub forced_accepts: u64,
+    /// Events assigned and not yet decided (gauge).
+    pub in_flight: u64,
+    /// Free DCM slots known (credits, gauge).
+    pub credits: u64,
+    /// Assignment to decision.
+    pub decision_latency: HistogramSnapshot,
+}
+
+/// A DCM's live counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DcmMetrics {
+    /// Processing slots configured.
+    pub slots: u64,
+    /// Events finished.
+    pub events: u64,
+    /// Events accepted (and logged).
+    pub accepted: u64,
+    /// Data requests sent.
+    pub requests: u64,
+    /// Bytes of ROB fragments received.
+    pub bytes_received: u64,
+    /// Slots busy now (gauge).
+    pub busy_slots: u64,
+    /// Data requests in flight (gauge).
+    pub outstanding_requests: u64,
+    /// Data requests queued behind the per-node limit (gauge).
+    pub queued_requests: u64,
+    /// Messages that did not decode.
+    pub bad_messages: u64,
+    /// Replies to unknown or expired transactions.
+    pub stale_replies: u64,
+    /// Sends that failed (retried).
+    pub send_failures: u64,
+    /// Data request sent to its answer read.
+    pub request_latency: HistogramSnapshot,
+    /// Assignment read to the trigger's verdict.
+    pub decision_latency: HistogramSnapshot,
+    /// Assignment read to the event done.
+    pub build_latency: HistogramSnapshot,
+}
+
+/// A logger's live counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggerMetrics {
+    /// Events written to files.
+    pub events_written: u64,
+    /// Bytes of event records written.
+    pub bytes_written: u64,
+}
+
+/// A readout node's SW ROD input counters, by the names of their structs' fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwRodMetrics {
+    /// The fragment builders' (`SwRodCounters`), summed over the node's ROBs.
+    pub builder: BTreeMap<String, u64>,
+    /// The builder-to-store links' (`SwRodLinkCounters`), summed over the node's ROBs.
+    pub link: BTreeMap<String, u64>,
+}
+
+/// A readout node's live counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RosMetrics {
+    /// Data requests served.
+    pub requests: u64,
+    /// ROB fragments sent.
+    pub fragments_sent: u64,
+    /// Payload bytes of replies.
+    pub bytes_sent: u64,
+    /// L1IDs cleared.
+    pub cleared_l1ids: u64,
+    /// Requests waiting for fragments now (gauge).
+    pub pending_now: u64,
+    /// Fragments taken from the input.
+    pub input_fragments: u64,
+    /// Missing fragments answered FRAGMENT_LOST.
+    pub lost_fragments: u64,
+    /// Missing fragments answered FRAGMENT_PENDING.
+    pub pending_fragments: u64,
+    /// Parked requests answered at their timeout.
+    pub timeouts: u64,
+    /// Gaps in the clear sequence.
+    pub clear_gaps: u64,
+    /// Fraction of the page pool in use (gauge).
+    pub buffer_occupancy: f64,
+    /// The SW ROD input's counters (`[ros] input = "swrod"`).
+    pub swrod: Option<SwRodMetrics>,
+}
+
+/// One application's live counters, by role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum AppMetrics {
+    /// The supervisor's.
+    Supervisor(Box<SupervisorMetrics>),
+    /// A DCM's.
+    Dcm(Box<DcmMetrics>),
+    /// A logger's.
+    Logger(LoggerMetrics),
+    /// A readout node's.
+    Ros(RosMetrics),
+}
+
+impl AppMetrics {
+    /// The counter that is the application's main rate: L1 accepts, events finished, events
+    /// written, requests served.
+    pub fn main_count(&self) -> u64 {
+        match self {
+            AppMetrics::Supervisor(s) => s.l1_accepts,
+            AppMetrics::Dcm(d) => d.events,
+            AppMetrics::Logger(l) => l.events_written,
+            AppMetrics::Ros(r) => r.requests,
+        }
+    }
+}
+
+/// A histogram snapshot of a live histogram.
+pub(crate) fn histogram(h: &LogHistogram) -> HistogramSnapshot {
+    h.snapshot()
+}
+
+/// What [`write_partition_metrics`] needs besides the applications' counters.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionExtras {
+    /// Control frames dropped because they did not decode (0 without a control channel).
+    pub bad_control_messages: u64,
+}
+
+/// Writes the whole vocabulary of `/metrics` for a partition: its state and run, every
+/// application's state and heartbeat age, and every application's counters by role. `apps`
+/// pairs each application's name with its counters (absent before connect).
+pub fn write_partition_metrics(
+    w: &mut MetricsWriter,
+    status: &PartitionStatus,
+    apps: &[(&str, Option<&AppMetrics>)],
+    extras: PartitionExtras,
+) {
+    w.family(
+        "rodeo_partition_state",
+        "gauge",
+        "1 for the partition's lifecycle state, 0 for the others.",
+    );
+    for s in State::ALL {
+        let v = if s == status.state { 1.0 } else { 0.0 };
+        w.sample("rodeo_partition_state", &[("state", s.name())], v);
+    }
+    w.family(
+        "rodeo_app_state",
+        "gauge",
+        "1 for each application's lifecycle state, 0 for the others.",
+    );
+    for a in &status.apps {
+        for s in State::ALL {
+            let v = if s == a.state { 1.0 } else { 0.0 };
+            w.sample(
+                "rodeo_app_state",
+                &[("app", &a.name), ("role", &a.role), ("state", s.name())],
+                v,
+            );
+        }
+    }
+    w.family(
+        "rodeo_app_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since each application's counters were last heard (0: read in this process).",
+    );
+    for a in &status.apps {
+        let age = a.heartbeat_age_ms.map_or(0.0, |ms| ms as f64 / 1e3);
+        w.sample(
+            "rodeo_app_heartbeat_age_seconds",
+            &[("app", &a.name), ("role", &a.role)],
+            age,
+        );
+    }
+    w.gauge(
+        "rodeo_run_number",
+        "The run number.",
+        &[(&[], f64::from(status.run_number))],
+    );
+    w.gauge(
+        "rodeo_run_seconds",
+        "Seconds since the run started.",
+        &[(&[], status.run_seconds)],
+    );
+    w.counter(
+        "rodeo_control_bad_messages_total",
+        "Control frames dropped because they did not decode.",
+        &[(&[], extras.bad_control_messages)],
+    );
+
+    let mut sup = Vec::new();
+    let mut dcms = Vec::new();
+    let mut loggers = Vec::new();
+    let mut nodes = Vec::new();
+    for (name, m) in apps {
+        match m {
+            Some(AppMetrics::Supervisor(s)) => sup.push((*name, &**s)),
+            Some(AppMetrics::Dcm(d)) => dcms.push((*name, &**d)),
+            Some(AppMetrics::Logger(l)) => loggers.push((*name, l)),
+            Some(AppMetrics::Ros(r)) => nodes.push((*name, r)),
+            None => {}
+        }
+    }
+    write_supervisor(w, &sup);
+    write_dcms(w, &dcms);
+    write_loggers(w, &loggers);
+    write_nodes(w, &nodes);
+
+    // Errors by kind, every application in one family.
+    let mut errs: Vec<([(&str, &str); 2], u64)> = Vec::new();
+    for (n, s) in &nodes {
+        for (kind, v) in [
+            ("lost_fragment", s.lost_fragments),
+            ("pending_fragment", s.pending_fragments),
+            ("request_timeout", s.timeouts),
+            ("clear_gap", s.clear_gaps),
+        ] {
+            errs.push(([("app", n), ("kind", kind)], v));
+        }
+    }
+    for (n, d) in &dcms {
+        for (kind, v) in [
+            ("bad_message", d.bad_messages),
+            ("stale_reply", d.stale_replies),
+            ("send_failure", d.send_failures),
+        ] {
+            errs.push(([("app", n), ("kind", kind)], v));
+        }
+    }
+    let s: Vec<(&[(&str, &str)], u64)> = errs.iter().map(|(l, v)| (&l[..], *v)).collect();
+    w.counter(
+        "rodeo_errors_total",
+        "Errors and discarded messages, by application and kind.",
+        &s,
+    );
+}
+
+/// One sample per application: `(app label, value)`.
+fn per_app<'a, T>(
+    apps: &[(&'a str, &T)],
+    f: impl Fn(&T) -> u64,
+) -> Vec<([(&'a str, &'a str); 1], u64)> {
+    apps.iter().map(|(n, m)| ([("app", *n)], f(m))).collect()
+}
+
+fn counter(w: &mut MetricsWriter, name: &str, help: &str, v: &[([(&str, &str); 1], u64)]) {
+    let s: Vec<(&[(&str, &str)], u64)> = v.iter().map(|(l, x)| (&l[..], *x)).collect();
+    w.counter(name, help, &s);
+}
+
+fn gauge(w: &mut MetricsWriter, name: &str, help: &str, v: &[([(&str, &str); 1], u64)]) {
+    let s: Vec<(&[(&str, &str)], f64)> = v.iter().map(|(l, x)| (&l[..], *x as f64)).collect();
+    w.gauge(name, help, &s);
+}
+
+fn write_histograms(
+    w: &mut MetricsWriter,
+    name: &str,
+    help: &str,
+    hists: &[(&str, &HistogramSnapshot)],
+) {
+    w.family(name, "histogram", help);
+    let bounds = LogHistogram::bounds_seconds();
+    for (app, h) in hists {
+        w.histogram(
+            name,
+            &[("app", app)],
+            &bounds,
+            &h.counts,
+            h.sum_ns as f64 * 1e-9,
+        );
+    }
+}
+
+fn write_supervisor(w: &mut MetricsWriter, sup: &[(&str, &SupervisorMetrics)]) {
+    counter(
+        w,
+        "rodeo_l1_accepts_total",
+        "L1 accepts produced by the L1 source.",
+        &per_app(sup, |s| s.l1_accepts),
+    );
+    let mut decided = Vec::new();
+    for (n, s) in sup {
+        for (verdict, v) in [
+            ("accept", s.accepted),
+            ("reject", s.rejected),
+            ("forced_accept", s.forced_accepts),
+        ] {
+            decided.push(([("app", *n), ("verdict", verdict)], v));
+        }
+    }
+    let d: Vec<(&[(&str, &str)], u64)> = decided.iter().map(|(l, v)| (&l[..], *v)).collect();
+    w.counter(
+        "rodeo_events_decided_total",
+        "Events decided, by verdict.",
+        &d,
+    );
+    gauge(
+        w,
+        "rodeo_supervisor_events_in_flight",
+        "Events assigned and not yet decided.",
+        &per_app(sup, |s| s.in_flight),
+    );
+    gauge(
+        w,
+        "rodeo_supervisor_credits",
+        "Free DCM slots known to the supervisor (credits).",
+        &per_app(sup, |s| s.credits),
+    );
+    let h: Vec<(&str, &HistogramSnapshot)> =
+        sup.iter().map(|(n, s)| (*n, &s.decision_latency)).collect();
+    write_histograms(
+        w,
+        "rodeo_decision_latency_seconds",
+        "Assignment to decision, at the supervisor.",
+        &h,
+    );
+}
+
+fn write_dcms(w: &mut MetricsWriter, dcms: &[(&str, &DcmMetrics)]) {
+    counter(
+        w,
+        "rodeo_dcm_events_total",
+        "Events finished by the DCM.",
+        &per_app(dcms, |d| d.events),
+    );
+    counter(
+        w,
+        "rodeo_dcm_accepted_total",
+        "Events accepted (and logged) by the DCM.",
+        &per_app(dcms, |d| d.accepted),
+    );
+    counter(
+        w,
+        "rodeo_dcm_requests_total",
+        "Data requests sent to readout nodes.",
+        &per_app(dcms, |d| d.requests),
+    );
+    counter(
+        w,
+        "rodeo_dcm_received_bytes_total",
+        "Bytes of ROB fragments received.",
+        &per_app(dcms, |d| d.bytes_received),
+    );
+    gauge(
+        w,
+        "rodeo_dcm_busy_slots",
+        "Processing slots busy (events in the DCM).",
+        &per_app(dcms, |d| d.busy_slots),
+    );
+    gauge(
+        w,
+        "rodeo_dcm_slots",
+        "Processing slots configured per DCM.",
+        &per_app(dcms, |d| d.slots),
+    );
+    gauge(
+        w,
+        "rodeo_dcm_outstanding_requests",
+        "Data requests in flight (pending answers).",
+        &per_app(dcms, |d| d.outstanding_requests),
+    );
+    gauge(
+        w,
+        "rodeo_dcm_queued_requests",
+        "Data requests queued behind the per-node limit of requests in flight (queue depth).",
+        &per_app(dcms, |d| d.queued_requests),
+    );
+    for (name, help, f) in [
+        (
+            "rodeo_dcm_request_latency_seconds",
+            "Data request sent to its answer read, per request.",
+            (|d: &DcmMetrics| &d.request_latency) as fn(&DcmMetrics) -> &HistogramSnapshot,
+        ),
+        (
+            "rodeo_dcm_decision_latency_seconds",
+            "Assignment read to the trigger's verdict, in the DCM.",
+            |d: &DcmMetrics| &d.decision_latency,
+        ),
+        (
+            "rodeo_event_build_latency_seconds",
+            "Assignment read to the event done (logged if accepted), in the DCM.",
+            |d: &DcmMetrics| &d.build_latency,
+        ),
+    ] {
+        let h: Vec<(&str, &HistogramSnapshot)> = dcms.iter().map(|(n, d)| (*n, f(d))).collect();
+        write_histograms(w, name, help, &h);
+    }
+}
+
+fn write_loggers(w: &mut MetricsWriter, loggers: &[(&str, &LoggerMetrics)]) {
+    counter(
+        w,
+        "rodeo_logger_events_written_total",
+        "Events written to files.",
+        &per_app(loggers, |l| l.events_written),
+    );
+    counter(
+        w,
+        "rodeo_file_bytes_written_total",
+        "Bytes of event records written to files.",
+        &per_app(loggers, |l| l.bytes_written),
+    );
+}
+
+fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
+    counter(
+        w,
+        "rodeo_ros_requests_total",
+        "Data requests served by the readout node.",
+        &per_app(nodes, |s| s.requests),
+    );
+    counter(
+        w,
+        "rodeo_ros_fragments_sent_total",
+        "ROB fragments sent.",
+        &per_app(nodes, |s| s.fragments_sent),
+    );
+    counter(
+        w,
+        "rodeo_ros_sent_bytes_total",
+        "Payload bytes of replies.",
+        &per_app(nodes, |s| s.bytes_sent),
+    );
+    counter(
+        w,
+        "rodeo_ros_cleared_total",
+        "L1IDs cleared.",
+        &per_app(nodes, |s| s.cleared_l1ids),
+    );
+    gauge(
+        w,
+        "rodeo_ros_pending_requests",
+        "Requests waiting for fragments now.",
+        &per_app(nodes, |s| s.pending_now),
+    );
+    let occ: Vec<([(&str, &str); 1], f64)> = nodes
+        .iter()
+        .map(|(n, s)| ([("app", *n)], s.buffer_occupancy))
+        .collect();
+    let s: Vec<(&[(&str, &str)], f64)> = occ.iter().map(|(l, x)| (&l[..], *x)).collect();
+    w.gauge(
+        "rodeo_ros_buffer_occupancy_ratio",
+        "Fraction of the readout node's page pool in use.",
+        &s,
+    );
+    // The SW ROD inputs: the builders' counters (`rodeo_ros_swrod_<counter>_total`) and their
+    // links' (`rodeo_ros_swrod_link_<counter>_total`), summed over each node's ROBs.
+    let sw: Vec<(&str, &SwRodMetrics)> = nodes
+        .iter()
+        .filter_map(|(n, s)| s.swrod.as_ref().map(|m| (*n, m)))
+        .collect();
+    if let Some((_, first)) = sw.first() {
+        for field in first.builder.keys() {
+            let v: Vec<([(&str, &str); 1], u64)> = sw
+                .iter()
+                .map(|(n, m)| ([("app", *n)], m.builder.get(field).copied().unwrap_or(0)))
+                .collect();
+            counter(
+                w,
+                &format!("rodeo_ros_swrod_{field}_total"),
+                &format!("SW ROD fragment builders' {field}, summed over the node's ROBs."),
+                &v,
+            );
+        }
+        for field in first.link.keys() {
+            let v: Vec<([(&str, &str); 1], u64)> = sw
+                .iter()
+                .map(|(n, m)| ([("app", *n)], m.link.get(field).copied().unwrap_or(0)))
+                .collect();
+            counter(
+                w,
+                &format!("rodeo_ros_swrod_link_{field}_total"),
+                &format!("SW ROD builder-to-store links' {field}, summed over the node's ROBs."),
+                &v,
+            );
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The end of a run: each application's typed summary ([`AppSummary`]), and the run's balance
+//! sheet ([`RunSummary`]) assembled from them by [`RunSummary::assemble`], the same way for the
+//! embedded partition and for a partition of processes (whose summaries come over the control
+//! channel as JSON of these types).
+//!
+//! # The balance sheet (protocol rule 6)
+//!
+//! [`RunSummary::balanced`] checks the counts: every L1 accept decided once (accepted +
+//! rejected + forced = L1 accepts), every readout node told to clear every event, the loggers
+//! wrote exactly the accepted and forced events. A mismatch is listed in
+//! [`RunSummary::problems`] and is an error, never a warning.
+
+use std::path::PathBuf;
+
+use rodeo_dataflow::dcm::DcmSummary;
+use rodeo_dataflow::logger::LoggerSummary;
+use rodeo_dataflow::supervisor::SupervisorSummary;
+use serde::{Deserialize, Serialize};
+
+/// What one readout node reports at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    /// Node name.
+    pub name: String,
+    /// Data requests answered.
+    pub requests: u64,
+    /// L1IDs cleared (received in clears).
+    pub cleared: u64,
+    /// Gaps in the clear sequence.
+    pub clear_gaps: u64,
+    /// Fragments stored from the input.
+    pub stored: u64,
+    /// Fragments still stored at the end (not yet cleared: the emulated inputs run ahead).
+    pub stored_now: u64,
+    /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).
+    pub swrod_built: u64,
+    /// The SW ROD input's first error at the stop (a builder that failed), if any: also a
+    /// problem of the run ([`RunSummary::problems`]).
+    pub swrod_error: Option<String>,
+}
+
+/// What an application hands back at the end of its part of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum AppSummary {
+    /// The supervisor's (at `stop`): the counts that must balance.
+    Supervisor(SupervisorSummary),
+    /// A DCM's (at `disconnect`).
+    Dcm(DcmSummary),
+    /// A logger's (at `disconnect`): events, bytes and files written.
+    Logger(LoggerSummary),
+    /// A readout node's (at `disconnect`).
+    Ros(NodeSummary),
+}
+
+/// The end of a run: counts, balance, files.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// Run number.
+    pub run: u32,
+    /// L1 accepts.
+    pub l1_accepts: u64,
+    /// Accepted by the trigger.
+    pub accepted: u64,
+    /// Rejected.
+    pub rejected: u64,
+    /// Forced accepts.
+    pub forced_accepts: u64,
+    /// Events written by the loggers.
+    pub events_written: u64,
+    /// Duplicates dropped by the loggers.
+    pub duplicates: u64,
+    /// Bytes of event records written.
+    pub bytes_written: u64,
+    /// Events built without some fragments.
+    pub partial_events: u64,
+    /// Per readout node.
+    pub nodes: Vec<NodeSummary>,
+    /// Seconds from the first L1 accept to the supervisor's end.
+    pub seconds: f64,
+    /// L1 accepts per second.
+    pub l1_rate_hz: f64,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+    /// The output directory of the run.
+    pub output: PathBuf,
+    /// Every imbalance found (empty: balanced).
+    pub problems: Vec<String>,
+}
+
+impl RunSummary {
+    /// Whether the run balanced (rule 6).
+    pub fn balanced(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The balance sheet of run `run` (written to `output`, `seconds` long) from the
+    /// applications' summaries, each named; `expected` names the applications that must have
+    /// handed one back (a logger or readout node without one is a problem; a DCM that died is
+    /// not: its events were reassigned). The problems of rule 6 are filled in.
+    pub fn assemble(
+        run: u32,
+        output: PathBuf,
+        seconds: f64,
+        summaries: &[(String, AppSummary)],
+        missing: &[String],
+    ) -> RunSummary {
+        let mut s = RunSummary {
+            run,
+            seconds,
+            output,
+            ..RunSummary::default()
+        };
+        let mut undecided = 0;
+        let mut have_supervisor = false;
+        for (name, summary) in summaries {
+            match summary {
+                AppSummary::Supervisor(sup) => {
+                    have_supervisor = true;
+                    s.l1_accepts = sup.l1_accepts;
+                    s.accepted = sup.accepted;
+                    s.rejected = sup.rejected;
+                    s.forced_accepts = sup.forced_accepts;
+                    undecided = sup.undecided;
+                }
+                AppSummary::Dcm(d) => s.partial_events += d.partial,
+                AppSummary::Logger(l) => {
+                    s.events_written += l.events_written;
+                    s.duplicates += l.duplicates;
+                    s.bytes_written += l.bytes_written;
+                    s.files.extend(l.files.iter().cloned());
+                }
+                AppSummary::Ros(n) => {
+                    let mut n = n.clone();
+                    if n.name.is_empty() {
+                        n.name = name.clone();
+                    }
+                    s.nodes.push(n);
+                }
+            }
+        }
+        s.l1_rate_hz = s.l1_accepts as f64 / seconds.max(1e-9);
+        if !have_supervisor {
+            s.problems
+                .push("the supervisor ended without its summary".to_string());
+        }
+        for name in missing {
+            s.problems.push(format!("{name} ended without its summary"));
+        }
+        check_balance(&mut s, undecided);
+        s
+    }
+}
+
+/// Fills [`RunSummary::problems`] with every imbalance of rule 6.
+pub fn check_balance(s: &mut RunSummary, undecided: u64) {
+    let decided = s.accepted + s.rejected + s.forced_accepts;
+    if undecided > 0 {
+        s.problems.push(format!(
+            "{undecided} events were still undecided when the supervisor stopped"
+        ));
+    }
+    if decided != s.l1_accepts {
+        s.problems.push(format!(
+            "L1 accepts {} != accepted {} + rejected {} + forced {} = {decided}",
+            s.l1_accepts, s.accepted, s.rejected, s.forced_accepts
+        ));
+    }
+    if s.events_written != s.accepted + s.forced_accepts {
+        s.problems.push(format!(
+            "events written {} != accepted {} + forced {}",
+            s.events_written, s.accepted, s.forced_accepts
+        ));
+    }
+    for n in &s.nodes {
+        if n.cleared != s.l1_accepts {
+            s.problems.push(format!(
+                "{} received clears for {} events, expected {}",
+                n.name, n.cleared, s.l1_accepts
+            ));
+        }
+        if let Some(e) = &n.swrod_error {
+            s.problems
+                .push(format!("{}: SW ROD fragment builder failed: {e}", n.name));
+        }
+        if n.clear_gaps != 0 {
+            s.problems.push(format!(
+                "{} saw {} gaps in the clear sequence",
+                n.name, n.clear_gaps
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn balanced_summary() -> RunSummary {
+        RunSummary {
+            l1_accepts: 10,
+            accepted: 4,
+            rejected: 6,
+            events_written: 4,
+            nodes: vec![NodeSummary {
+                name: "ros-1".into(),
+                cleared: 10,
+                ..NodeSummary::default()
+            }],
+            ..RunSummary::default()
+        }
+    }
+
+    #[test]
+    fn a_builder_error_at_the_stop_is_a_problem_of_the_run() {
+        let mut s = balanced_summary();
+        check_balance(&mut s, 0);
+        assert!(s.balanced(), "{:?}", s.problems);
+
+        let mut s = balanced_summary();
+        s.nodes[0].swrod_error = Some("builder 2 panicked".into());
+        check_balance(&mut s, 0);
+        assert!(!s.balanced());
+        assert_eq!(s.problems.len(), 1, "{:?}", s.problems);
+        assert!(
+            s.problems[0].contains("ros-1") && s.problems[0].contains("builder 2 panicked"),
+            "{:?}",
+            s.problems
+        );
+    }
+
+    #[test]
+    fn summaries_assemble_into_the_balance_sheet_and_travel_as_json() {
+        let summaries = vec![
+            (
+                "supervisor".to_string(),
+                AppSummary::Supervisor(SupervisorSummary {
+                    l1_accepts: 10,
+                    accepted: 3,
+                    rejected: 6,
+                    forced_accepts: 1,
+                    ..SupervisorSummary::default()
+                }),
+            ),
+            (
+                "dcm-1".to_string(),
+                AppSummary::Dcm(DcmSummary {
+                    partial: 2,
+                    ..DcmSummary::default()
+                }),
+            ),
+            (
+                "logger-1".to_string(),
+                AppSummary::Logger(LoggerSummary {
+                    events_written: 4,
+                    files: vec![PathBuf::from("a.data")],
+                    ..LoggerSummary::default()
+                }),
+            ),
+            (
+                "ros-1".to_string(),
+                AppSummary::Ros(NodeSummary {
+                    cleared: 10,
+                    ..NodeSummary::default()
+                }),
+            ),
+        ];
+        for (_, a) in &summaries {
+            let text = serde_json::to_string(a).unwrap();
+            assert_eq!(&serde_json::from_str::<AppSummary>(&text).unwrap(), a);
+        }
+        let s = RunSummary::assemble(7, PathBuf::from("out"), 2.0, &summaries, &[]);
+        assert!(s.balanced(), "{:?}", s.problems);
+        assert_eq!((s.run, s.l1_accepts, s.partial_events), (7, 10, 2));
+        assert_eq!(s.nodes[0].name, "ros-1");
+        assert_eq!(s.files, vec![PathBuf::from("a.data")]);
+        assert!((s.l1_rate_hz - 5.0).abs() < 1e-9);
+
+        let s = RunSummary::assemble(
+            7,
+            PathBuf::new(),
+            1.0,
+            &summaries[1..],
+            &["logger-2".into()],
+        );
+        assert!(
+            s.problems.iter().any(|p| p.contains("supervisor")),
+            "{:?}",
+            s.problems
+        );
+        assert!(
+            s.problems.iter().any(|p| p.contains("logger-2")),
+            "{:?}",
+            s.problems
+        );
+    }
+}
