@@ -1,6 +1,6 @@
 //! The partition's layout: every application of a [`PartitionConfig`], named, with its
 //! endpoint and its configuration, derived from the configuration alone so that the embedded
-//! partition and every `rodeo app` process agree.
+//! partition and every `rodeo app` process agree; and the [`Role`] each application has.
 //!
 //! # Order
 //!
@@ -9,7 +9,9 @@
 //! downward ones in the reverse order: the supervisor first (no new events, every assigned
 //! event decided, the last clears sent), so the dataflow drains before anything stops.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use rodeo_dataflow::dcm::{DcmConfig, ReadoutNode as DcmReadout};
@@ -20,8 +22,6 @@ use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_format::checksum::ChecksumType;
 use rodeo_ros::node::{NodeConfig, NodeInput};
-
-use crate::application::Role;
 
 use crate::config::{
     ChecksumName, CompressionName, L1Mode, PartitionConfig, RosInput, TransportKind,
@@ -218,5 +218,63 @@ mod tests {
                 rate_hz: None
             }
         )));
+    }
+}
+
+/// An application's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A logger (SFO).
+    Logger,
+    /// A readout node (ROS).
+    Ros,
+    /// A data-collection node (DCM).
+    Dcm,
+    /// The supervisor with its L1 source.
+    Supervisor,
+}
+
+impl Role {
+    /// The role's name (`logger`, `ros`, `dcm`, `supervisor`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Logger => "logger",
+            Role::Ros => "ros",
+            Role::Dcm => "dcm",
+            Role::Supervisor => "supervisor",
+        }
+    }
+
+    /// The role of an application name (`logger-1`, `ros-2`, `dcm-3`, `supervisor`).
+    pub fn of_name(name: &str) -> Option<Role> {
+        if name == "supervisor" {
+            return Some(Role::Supervisor);
+        }
+        let (prefix, n) = name.rsplit_once('-')?;
+        n.parse::<u32>().ok()?;
+        prefix.parse().ok()
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Role, String> {
+        match s {
+            "logger" => Ok(Role::Logger),
+            "ros" => Ok(Role::Ros),
+            "dcm" => Ok(Role::Dcm),
+            "supervisor" => Ok(Role::Supervisor),
+            _ => Err(format!(
+                "unknown role {s:?}: expected logger, ros, dcm or supervisor"
+            )),
+        }
     }
 }

@@ -33,3 +33,4 @@ pub mod linkfile;
 pub mod rawfile;
 pub mod slink;
 pub mod synth;
+pub mod verify;

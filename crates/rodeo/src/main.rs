@@ -3,7 +3,6 @@
 mod cmd;
 mod logging;
 mod progress;
-mod report;
 mod signal;
 
 use clap::Parser;

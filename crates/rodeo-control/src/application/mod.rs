@@ -41,7 +41,6 @@ pub mod ros;
 pub mod supervisor;
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use rodeo_dataflow::trace::TraceRecord;
@@ -50,65 +49,8 @@ use rodeo_transport::socket::Transport;
 
 use crate::metrics::AppMetrics;
 use crate::partition::Layout;
+pub use crate::partition::Role;
 use crate::summary::AppSummary;
-
-/// An application's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// A logger (SFO).
-    Logger,
-    /// A readout node (ROS).
-    Ros,
-    /// A data-collection node (DCM).
-    Dcm,
-    /// The supervisor with its L1 source.
-    Supervisor,
-}
-
-impl Role {
-    /// The role's name (`logger`, `ros`, `dcm`, `supervisor`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Logger => "logger",
-            Role::Ros => "ros",
-            Role::Dcm => "dcm",
-            Role::Supervisor => "supervisor",
-        }
-    }
-
-    /// The role of an application name (`logger-1`, `ros-2`, `dcm-3`, `supervisor`).
-    pub fn of_name(name: &str) -> Option<Role> {
-        if name == "supervisor" {
-            return Some(Role::Supervisor);
-        }
-        let (prefix, n) = name.rsplit_once('-')?;
-        n.parse::<u32>().ok()?;
-        prefix.parse().ok()
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Role {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Role, String> {
-        match s {
-            "logger" => Ok(Role::Logger),
-            "ros" => Ok(Role::Ros),
-            "dcm" => Ok(Role::Dcm),
-            "supervisor" => Ok(Role::Supervisor),
-            _ => Err(format!(
-                "unknown role {s:?}: expected logger, ros, dcm or supervisor"
-            )),
-        }
-    }
-}
 
 /// Why a transition of an application failed: a sentence for the operator (what, where).
 pub type AppError = String;

@@ -1,16 +1,12 @@
 //! `rodeo bench <kind>`: measurements from the papers, reproduced on this machine in one run.
 //!
-//! Each kind is a subcommand with its own arguments; every comparison it prints is measured in
-//! the same run, so a ratio stays meaningful on a noisy machine.
-
-pub(crate) mod dma;
-pub(crate) mod pool;
-mod probe;
-pub(crate) mod ros;
-mod swrod;
-mod timing;
+//! Each kind is a subcommand with its own arguments; the measurement is a call into
+//! `rodeo_studies::bench`, which returns the report this command prints. Every comparison it
+//! prints is measured in the same run, so a ratio stays meaningful on a noisy machine.
 
 use std::process::ExitCode;
+
+use rodeo_studies::bench::{dma, pool, ros, swrod};
 
 use clap::Subcommand;
 
@@ -41,10 +37,18 @@ enum Kind {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match args.kind {
-        Kind::Pool(a) => pool::run(a),
-        Kind::Dma(a) => dma::run(a),
-        Kind::Ros(a) => ros::run(a),
-        Kind::Swrod(a) => swrod::run(a),
-    }
+    let (report, json) = match args.kind {
+        Kind::Pool(a) => {
+            let json = a.json;
+            (pool::measure_report(a)?, json)
+        }
+        Kind::Dma(a) => {
+            let json = a.json;
+            (dma::measure_report(a)?, json)
+        }
+        Kind::Ros(a) => (ros::measure_report(&a)?, a.json),
+        Kind::Swrod(a) => (swrod::measure_report(&a)?, a.json),
+    };
+    report.print(json);
+    Ok(ExitCode::SUCCESS)
 }

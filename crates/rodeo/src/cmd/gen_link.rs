@@ -16,6 +16,8 @@ use rodeo_format::felix::TrailerSize;
 use rodeo_format::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
 use serde_json::{json, Map, Value};
 
+use rodeo_studies::node::parse_u32;
+
 use crate::progress;
 
 /// Link kind.
@@ -94,16 +96,6 @@ pub(crate) struct LinkArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-/// A 32-bit number, decimal or 0x hex (source ids, wrap values).
-pub(crate) fn parse_u32(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16),
-        None => t.parse(),
-    };
-    r.map_err(|e| format!("{s:?} is not a 32-bit number (decimal or 0x hex): {e}"))
 }
 
 fn parse_range(s: &str) -> Result<WordRange, String> {

@@ -22,8 +22,8 @@ use rodeo_control::summary::RunSummary;
 use serde_json::json;
 use std::sync::Arc;
 
-use super::verify::verify_file;
 use crate::progress;
+use rodeo_format::verify::check_file;
 
 /// Arguments of `rodeo run`.
 #[derive(Debug, clap::Args)]
@@ -224,7 +224,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut verified = 0u64;
     let mut problems = summary.problems.clone();
     for f in &summary.files {
-        let v = verify_file(f);
+        let v = check_file(f);
         verified += v.good_events;
         if let Some(e) = v.error {
             problems.push(format!("{}: {e}", f.display()));

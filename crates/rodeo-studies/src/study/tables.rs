@@ -6,20 +6,20 @@ use serde_json::{Map, Value};
 
 use super::plot::{line_chart, Chart, Series};
 use super::{field, Ctx};
-use crate::cmd::bench::{dma, pool};
+use crate::bench::{dma, pool};
 use crate::report::Report;
 
 /// Parses bench arguments as the command line would.
 #[derive(Debug, Parser)]
 struct PoolArgs {
     #[command(flatten)]
-    a: pool::Args,
+    pub a: pool::Args,
 }
 
 #[derive(Debug, Parser)]
 struct DmaArgs {
     #[command(flatten)]
-    a: dma::Args,
+    pub a: dma::Args,
 }
 
 fn by<'a>(rows: &'a [Map<String, Value>], key: &str, value: &str) -> Vec<&'a Map<String, Value>> {
@@ -29,7 +29,7 @@ fn by<'a>(rows: &'a [Map<String, Value>], key: &str, value: &str) -> Vec<&'a Map
 }
 
 /// The memory-pool table: allocation time per allocator and thread count.
-pub(crate) fn pool(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
+pub fn pool(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let mut argv = vec!["pool"];
     if ctx.quick {
         argv.push("--quick");
@@ -75,7 +75,7 @@ pub(crate) fn pool(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
 }
 
 /// The readout-input table: DMA throughput per superpage size and channel count.
-pub(crate) fn dma(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
+pub fn dma(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let mut argv = vec!["dma"];
     if ctx.quick {
         argv.push("--quick");

@@ -1,22 +1,21 @@
-//! `rodeo study NAME`: the papers' characterisation methods as commands. Each study runs its
+//! The studies: the papers' characterisation methods (`rodeo study NAME`). Each study runs its
 //! measurements in this process, then writes into `--output DIR/NAME/` a CSV of the measured
-//! points, `summary.json` (the printed report: top-level fields and rows) and PNG plots, and
-//! prints the report (a table, or one JSON object with `--json`).
+//! points, `summary.json` (the report: top-level fields and rows) and PNG plots, and returns the
+//! report for the caller to print.
 //!
 //! Studies call the existing measurement code: the ROSTester and the in-process readout node
 //! (`ros`, `slice`), the plain ZeroMQ fragment server of `bench ros` (`sfi`), and `bench pool` /
 //! `bench dma` (`pool`, `dma`). Nothing here runs in the background after the command returns:
 //! every node and thread a study starts is stopped and joined before the next point.
 
-mod model;
-mod plot;
-mod ros;
-mod sfi;
-mod slice;
-mod tables;
+pub mod model;
+pub mod plot;
+pub mod ros;
+pub mod sfi;
+pub mod slice;
+pub mod tables;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::{Map, Value};
@@ -25,34 +24,34 @@ use crate::report::Report;
 
 /// Arguments of `rodeo study`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {
+pub struct Args {
     /// Which study.
     #[arg(value_enum)]
-    name: Name,
+    pub name: Name,
     /// A smaller grid and shorter points (the `ros` study then takes a few minutes).
     #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Directory receiving NAME/ with the CSV, summary.json and PNG plots.
     #[arg(long, value_name = "DIR", default_value = "rodeo-study")]
-    output: PathBuf,
+    pub output: PathBuf,
     /// Seconds per measured point (default depends on the study and --quick).
     #[arg(long, value_name = "S")]
-    seconds: Option<f64>,
+    pub seconds: Option<f64>,
     /// `ros` and `slice`: measurements of each point, the median kept (`ros`: 9 with --quick,
     /// else 5; `slice`: 3).
     #[arg(long, value_name = "N")]
-    rounds: Option<usize>,
+    pub rounds: Option<usize>,
     /// `ros`: only the first N grid points (tests run a tiny grid).
     #[arg(long, hide = true, value_name = "N")]
-    max_points: Option<usize>,
+    pub max_points: Option<usize>,
     /// Print the report as one JSON object.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// The studies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Name {
+pub enum Name {
     /// ROS paper 7.1: maximum delete rate over fragment size, EB/L2 fractions and RoI size;
     /// Figure 9; the utilisation model fitted on part of the grid, held-out points predicted.
     Ros,
@@ -69,7 +68,8 @@ enum Name {
 }
 
 impl Name {
-    fn as_str(self) -> &'static str {
+    /// The study's name (its output directory and `bench` field).
+    pub fn as_str(self) -> &'static str {
         match self {
             Name::Ros => "ros",
             Name::Sfi => "sfi",
@@ -81,20 +81,31 @@ impl Name {
 }
 
 /// What a study gets: its options and its output directory (created).
-pub(crate) struct Ctx {
+pub struct Ctx {
     /// `--quick`.
-    pub(crate) quick: bool,
+    pub quick: bool,
     /// `--seconds`.
-    pub(crate) seconds: Option<f64>,
+    pub seconds: Option<f64>,
     /// `DIR/NAME`.
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
     /// `--rounds`.
-    pub(crate) rounds: Option<usize>,
+    pub rounds: Option<usize>,
     /// `--max-points`.
-    pub(crate) max_points: Option<usize>,
+    pub max_points: Option<usize>,
 }
 
-pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// What a study returns: its report (also written to `summary.json`) and whether every check it
+/// makes held (a fitted model that predicts its held-out points, a met target).
+#[derive(Debug)]
+pub struct Outcome {
+    /// The report, as `--json` prints it.
+    pub report: Report,
+    /// Whether the study's checks held.
+    pub ok: bool,
+}
+
+/// Runs the study `args` names and writes its CSV, `summary.json` and plots.
+pub fn run(args: &Args) -> anyhow::Result<Outcome> {
     let name = args.name.as_str();
     let dir = args.output.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -123,12 +134,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .insert("output_dir".into(), dir.display().to_string().into());
     write_csv(&dir.join(format!("{name}.csv")), &report.rows)?;
     write_json(&dir.join("summary.json"), &report_value(&report))?;
-    report.print(args.json);
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(Outcome { report, ok })
 }
 
 /// The report as one JSON object (as `--json` prints it).
@@ -146,13 +152,13 @@ fn report_value(r: &Report) -> Value {
 }
 
 /// Writes pretty JSON to `path`.
-pub(crate) fn write_json(path: &Path, v: &Value) -> anyhow::Result<()> {
+pub fn write_json(path: &Path, v: &Value) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(v)?;
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
 /// Writes rows as CSV (columns of the first row; strings quoted when they need it).
-pub(crate) fn write_csv(path: &Path, rows: &[Map<String, Value>]) -> anyhow::Result<()> {
+pub fn write_csv(path: &Path, rows: &[Map<String, Value>]) -> anyhow::Result<()> {
     let mut out = String::new();
     if let Some(first) = rows.first() {
         let cols: Vec<&String> = first.keys().collect();
@@ -185,12 +191,12 @@ pub(crate) fn write_csv(path: &Path, rows: &[Map<String, Value>]) -> anyhow::Res
 
 /// A number not returned before in this process (fresh inproc endpoint names: ZeroMQ frees a
 /// closed socket's inproc name asynchronously, so reusing one can fail to bind).
-pub(crate) fn unique() -> u64 {
+pub fn unique() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A number field of a row (0 when missing).
-pub(crate) fn field(row: &Map<String, Value>, key: &str) -> f64 {
+pub fn field(row: &Map<String, Value>, key: &str) -> f64 {
     row.get(key).and_then(Value::as_f64).unwrap_or(0.0)
 }

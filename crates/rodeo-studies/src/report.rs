@@ -1,4 +1,3 @@
-#![allow(dead_code)] // used by the bench and study commands as they land
 //! Output of benchmark and study results: one JSON object with a `rows` array of flat objects
 //! (`--json`), or an aligned text table for people.
 
@@ -6,18 +5,18 @@ use serde_json::{Map, Value};
 
 /// A benchmark or study result: a name, top-level fields and rows of flat objects.
 #[derive(Debug, Default)]
-pub(crate) struct Report {
+pub struct Report {
     /// What was measured, e.g. `"pool"`.
-    pub(crate) bench: String,
+    pub bench: String,
     /// Top-level fields (baselines measured in the same run, machine facts).
-    pub(crate) fields: Map<String, Value>,
+    pub fields: Map<String, Value>,
     /// One flat object per measured point.
-    pub(crate) rows: Vec<Map<String, Value>>,
+    pub rows: Vec<Map<String, Value>>,
 }
 
 impl Report {
     /// An empty report for `bench`.
-    pub(crate) fn new(bench: &str) -> Report {
+    pub fn new(bench: &str) -> Report {
         Report {
             bench: bench.to_string(),
             ..Report::default()
@@ -25,7 +24,7 @@ impl Report {
     }
 
     /// Adds a row from any serializable flat struct.
-    pub(crate) fn push_row<T: serde::Serialize>(&mut self, row: &T) -> anyhow::Result<()> {
+    pub fn push_row<T: serde::Serialize>(&mut self, row: &T) -> anyhow::Result<()> {
         match serde_json::to_value(row)? {
             Value::Object(map) => {
                 self.rows.push(map);
@@ -36,7 +35,7 @@ impl Report {
     }
 
     /// Prints the report: JSON on one line, or a header of fields and an aligned table.
-    pub(crate) fn print(&self, json: bool) {
+    pub fn print(&self, json: bool) {
         if json {
             let mut obj = Map::new();
             obj.insert("bench".into(), Value::String(self.bench.clone()));
@@ -75,7 +74,7 @@ fn fmt_value(v: &Value) -> String {
 }
 
 /// Prints rows as an aligned table; columns in the order of the first row.
-pub(crate) fn print_table(rows: &[Map<String, Value>]) {
+pub fn print_table(rows: &[Map<String, Value>]) {
     let Some(first) = rows.first() else { return };
     let cols: Vec<&String> = first.keys().collect();
     let cells: Vec<Vec<String>> = rows

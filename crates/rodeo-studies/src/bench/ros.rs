@@ -36,81 +36,84 @@
 //! behind them. `ratio_to_transport` is the node's rate over it.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rodeo_format::fragment::{RobBuilder, RobPayload, RodBuilder, SourceId};
 use rodeo_transport::endpoint::Endpoint;
-use rodeo_transport::message::{decode, header_bytes, Message, MessageType};
-use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
+use rodeo_transport::socket::{SocketKind, Transport};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cmd::ros::{start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind};
-use crate::cmd::tester::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
+use crate::node::{start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind};
+use crate::plain::plain_loop;
 use crate::report::Report;
+use crate::tester::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
 use rodeo_rostester::TesterReport;
 
 /// Arguments of `rodeo bench ros`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {
+pub struct Args {
     /// Where the node runs and how the tester reaches it: in this process over the direct link
     /// (`direct`) or ZeroMQ inproc (`inproc`), or in a second process over tcp loopback (`tcp`).
     #[arg(long, value_enum, default_value = "direct")]
-    transport: Transport_,
+    pub transport: BenchTransport,
     /// Seconds per measurement (default 5, or 1 with --quick).
     #[arg(long, value_name = "S")]
-    seconds: Option<f64>,
+    pub seconds: Option<f64>,
     /// Short runs, for smoke tests.
     #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Print one JSON object.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Tester threads.
     #[arg(long, default_value_t = 1)]
-    threads: u32,
+    pub threads: u32,
     /// Requests in flight per tester thread.
     #[arg(long, default_value_t = 128)]
-    max_outstanding: usize,
+    pub max_outstanding: usize,
     /// Store pages (4 KiB, two fragments each) per channel; default: just enough for every
     /// tester thread's requests in flight and clear group, so the pages stay in cache (the
     /// bench measures rates, not buffer depth; in a real node the card's DMA, not the CPU,
     /// writes a deep buffer).
     #[arg(long)]
-    pages_per_channel: Option<usize>,
+    pub pages_per_channel: Option<usize>,
     /// ROB channels.
     #[arg(long, default_value_t = 24)]
-    channels: usize,
+    pub channels: usize,
     /// Data words per fragment.
     #[arg(long, default_value_t = 400)]
-    fragment_words: u32,
+    pub fragment_words: u32,
     /// What the emulated input writes per fragment.
     #[arg(long, value_enum, default_value = "headers")]
-    payload: PayloadKind,
+    pub payload: PayloadKind,
     /// Skip the plain ZeroMQ baseline.
     #[arg(long)]
-    no_baseline: bool,
+    pub no_baseline: bool,
     /// Let the kernel place the threads. By default, with the direct link on a machine with
     /// two CPUs or more, the node's core thread runs pinned to CPU 1 and the tester thread to
     /// CPU 0, as a readout node pins its threads (the other transports are not pinned).
     #[arg(long)]
-    no_pin: bool,
+    pub no_pin: bool,
+    /// The `rodeo` executable that `--transport tcp` starts as the second process (`rodeo ros`);
+    /// default: this process's own executable (right when called from the `rodeo` binary).
+    #[arg(skip)]
+    pub rodeo_exe: Option<PathBuf>,
 }
 
 /// The CPUs of (core thread, tester thread): with the direct link, unless `--no-pin` or the
 /// machine has fewer than two CPUs.
 fn pinning(a: &Args) -> Option<(usize, usize)> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (!a.no_pin && a.transport == Transport_::Direct && cpus >= 2).then_some((1, 0))
+    (!a.no_pin && a.transport == BenchTransport::Direct && cpus >= 2).then_some((1, 0))
 }
 
 /// The bench's transports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-#[allow(non_camel_case_types)]
-enum Transport_ {
+pub enum BenchTransport {
     /// Node and tester in this process, the direct link (no ZeroMQ).
     Direct,
     /// Node and tester in this process, ZeroMQ inproc.
@@ -200,16 +203,17 @@ fn mix(a: &Args, seconds: f64) -> MixArgs {
     }
 }
 
-pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
+/// Runs the bench as `a` describes it and returns its report.
+pub fn measure_report(a: &Args) -> anyhow::Result<Report> {
     let seconds = a.seconds.unwrap_or(if a.quick { 1.0 } else { 5.0 });
-    let node = node_args(&a);
+    let node = node_args(a);
     let robs = node.robs();
-    let mix = mix(&a, seconds);
+    let mix = mix(a, seconds);
     let t = Transport::new(1)?;
     let tname = match a.transport {
-        Transport_::Direct => "direct",
-        Transport_::Inproc => "inproc",
-        Transport_::Tcp => "tcp",
+        BenchTransport::Direct => "direct",
+        BenchTransport::Inproc => "inproc",
+        BenchTransport::Tcp => "tcp",
     };
     let mut report = Report::new("ros");
     let data_path = data_path_rate(&node, seconds.min(2.0), true)?;
@@ -226,14 +230,14 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     // The machine's own shared-memory rate just before and just after the measured run
     // (probe.rs): when the host moves the CPUs, both it and the ROS figures drop.
     let probe_time = Duration::from_secs_f64(seconds.min(2.0) * 0.15);
-    let probe_before = super::probe::shared_ring_rate(probe_time, pinning(&a));
+    let probe_before = super::probe::shared_ring_rate(probe_time, pinning(a));
     // The node.
     // Whether both threads ran where they were asked to (the kernel may refuse a CPU).
     let mut pinned = false;
     let (tester, counters) = match a.transport {
-        Transport_::Direct => {
+        BenchTransport::Direct => {
             let (n, mut client) = start_direct_node(&node)?;
-            let tester_cpu = pinning(&a).map(|(_, t)| t);
+            let tester_cpu = pinning(a).map(|(_, t)| t);
             // The tester in a thread of its own, so that pinning it leaves this one free.
             let (tester_pinned, r) = std::thread::scope(|s| {
                 s.spawn(|| {
@@ -252,19 +256,19 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             pinned = tester_pinned && stopped.core_pinned;
             (r, summary(&stopped))
         }
-        Transport_::Inproc => {
+        BenchTransport::Inproc => {
             let n = start_node(&t, &node, "inproc://bench-ros")?;
             let r = run_testers(&t, n.endpoint(), &robs, node.l1id_wrap, &mix)?;
             let stopped = n.stop();
             (r, summary(&stopped))
         }
-        Transport_::Tcp => {
-            let mut child = Child::spawn(&node, false)?;
+        BenchTransport::Tcp => {
+            let mut child = Child::spawn(a.rodeo_exe.as_deref(), &node, false)?;
             let r = run_testers(&t, &child.endpoint, &robs, node.l1id_wrap, &mix)?;
             (r, child.finish()?)
         }
     };
-    let probe_after = super::probe::shared_ring_rate(probe_time, pinning(&a));
+    let probe_after = super::probe::shared_ring_rate(probe_time, pinning(a));
     let ros_rate = tester.l1_rate_hz();
     let main_row = Row::new("ros", tname, &tester, &counters);
     // The rate if each thread had a core of its own at the CPU cost per event measured here.
@@ -287,14 +291,14 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut limit = 0.0;
     if !a.no_baseline {
         let r = match a.transport {
-            Transport_::Direct => {
+            BenchTransport::Direct => {
                 let n = start_node(&t, &node, "inproc://bench-ros")?;
                 let r = run_testers(&t, n.endpoint(), &robs, node.l1id_wrap, &mix)?;
                 let counters = summary(&n.stop());
                 report.push_row(&Row::new("ros", "inproc", &r, &counters))?;
                 r
             }
-            Transport_::Inproc => {
+            BenchTransport::Inproc => {
                 let stop = AtomicBool::new(false);
                 std::thread::scope(|s| -> anyhow::Result<_> {
                     let sock = t.socket(SocketKind::Router)?;
@@ -310,25 +314,25 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
                     r
                 })?
             }
-            Transport_::Tcp => {
-                let mut child = Child::spawn(&node, true)?;
+            BenchTransport::Tcp => {
+                let mut child = Child::spawn(a.rodeo_exe.as_deref(), &node, true)?;
                 let r = run_testers(&t, &child.endpoint, &robs, node.l1id_wrap, &mix)?;
                 child.finish()?;
                 r
             }
         };
         limit = r.l1_rate_hz();
-        if a.transport != Transport_::Direct {
+        if a.transport != BenchTransport::Direct {
             report.push_row(&Row::new("plain_zmq", tname, &r, &Value::Null))?;
         }
     }
     let target = match a.transport {
-        Transport_::Direct | Transport_::Inproc => 1.0e6,
-        Transport_::Tcp => 2.0e5,
+        BenchTransport::Direct | BenchTransport::Inproc => 1.0e6,
+        BenchTransport::Tcp => 2.0e5,
     };
     let ratio = if limit > 0.0 { ros_rate / limit } else { 0.0 };
     let over = |x: f64| if x > 0.0 { ros_rate / x } else { 0.0 };
-    let met = ros_rate >= target || (a.transport == Transport_::Tcp && ratio >= 0.8);
+    let met = ros_rate >= target || (a.transport == BenchTransport::Tcp && ratio >= 0.8);
     let f = &mut report.fields;
     f.insert("transport".into(), tname.into());
     f.insert("channels".into(), a.channels.into());
@@ -370,7 +374,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         "input_full_payload_bytes_per_s".into(),
         (input_full * a.channels as f64 * (f64::from(a.fragment_words) + 21.0) * 4.0).into(),
     );
-    if a.transport == Transport_::Direct {
+    if a.transport == BenchTransport::Direct {
         f.insert("zmq_inproc_l1_rate_hz".into(), limit.into());
         f.insert("ratio_to_zmq_inproc".into(), ratio.into());
     } else {
@@ -379,8 +383,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     f.insert("target_l1_rate_hz".into(), target.into());
     f.insert("target_met".into(), met.into());
-    report.print(a.json);
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 /// The store alone, in this thread, no transport: per event 24 fragments written by the
@@ -448,8 +451,11 @@ struct Child {
 }
 
 impl Child {
-    fn spawn(node: &NodeArgs, plain: bool) -> anyhow::Result<Child> {
-        let exe = std::env::current_exe().context("current exe")?;
+    fn spawn(exe: Option<&std::path::Path>, node: &NodeArgs, plain: bool) -> anyhow::Result<Child> {
+        let exe = match exe {
+            Some(p) => p.to_path_buf(),
+            None => std::env::current_exe().context("current exe")?,
+        };
         let mut cmd = Command::new(exe);
         cmd.args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
             .args(["--channels", &node.channels.to_string()])
@@ -502,94 +508,4 @@ impl Child {
         );
         Ok(serde_json::from_str(rest.trim()).unwrap_or(Value::Null))
     }
-}
-
-/// `rodeo ros --plain-baseline`: the plain ZeroMQ server in its own process.
-pub(crate) fn serve_plain(
-    t: &Transport,
-    listen: &str,
-    node: &NodeArgs,
-    seconds: Option<f64>,
-) -> anyhow::Result<ExitCode> {
-    let sock = t.socket(SocketKind::Router)?;
-    sock.set_high_water_marks(10_000)?;
-    let ep = sock.bind(&Endpoint::parse(listen)?)?;
-    println!("listening on {ep}");
-    std::io::Write::flush(&mut std::io::stdout())?;
-    let start = Instant::now();
-    let served = plain_loop(sock, node, &|| {
-        crate::signal::interrupted() || seconds.is_some_and(|s| start.elapsed().as_secs_f64() >= s)
-    })?;
-    println!("{{\"requests\":{served}}}");
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Answers DataRequests with prebuilt fragments of the node's size until `stop()`; returns the
-/// requests served.
-pub(crate) fn plain_loop(
-    mut sock: rodeo_transport::socket::Socket,
-    node: &NodeArgs,
-    stop: &dyn Fn() -> bool,
-) -> anyhow::Result<u64> {
-    let data = vec![0u32; node.fragment_words as usize];
-    let robs = node.robs();
-    let frags: Vec<Vec<u8>> = robs
-        .iter()
-        .map(|&id| {
-            let mut w = Vec::new();
-            let pieces: [&[u32]; 1] = [&data];
-            RobBuilder {
-                source_id: SourceId(id),
-                status: &[0],
-                payload: RobPayload::Rod(RodBuilder {
-                    source_id: SourceId(id),
-                    status: &[0],
-                    data: &pieces,
-                    ..RodBuilder::default()
-                }),
-                ..RobBuilder::default()
-            }
-            .write_vec(&mut w)
-            .expect("small fragment");
-            w.iter().flat_map(|x| x.to_le_bytes()).collect()
-        })
-        .collect();
-    let mut msg = Received::default();
-    let mut head = Vec::with_capacity(20);
-    let mut served = 0u64;
-    let mut idx = Vec::with_capacity(robs.len());
-    while !stop() {
-        // A signal (the SIGTERM that stops this process) interrupts the wait: check stop().
-        if !sock.recv(&mut msg, 20).unwrap_or(false) {
-            continue;
-        }
-        let Ok(d) = decode(&msg.bytes) else { continue };
-        let Message::DataRequest { l1id, robs: want } = d.message else {
-            continue;
-        };
-        idx.clear();
-        if want.is_empty() {
-            idx.extend(0..robs.len());
-        } else {
-            idx.extend(
-                want.iter()
-                    .filter_map(|r| robs.iter().position(|&x| x == r)),
-            );
-        }
-        let bytes: usize = idx.iter().map(|&i| frags[i].len()).sum();
-        head.clear();
-        head.extend_from_slice(&header_bytes(
-            MessageType::DataReply,
-            d.header.transaction,
-            (8 + bytes) as u32,
-        ));
-        head.extend_from_slice(&l1id.to_le_bytes());
-        head.extend_from_slice(&(idx.len() as u32).to_le_bytes());
-        let frames =
-            std::iter::once(Frame::Copy(&head)).chain(idx.iter().map(|&i| Frame::Copy(&frags[i])));
-        let peer = msg.peer.clone();
-        sock.send_to(&peer, frames)?;
-        served += 1;
-    }
-    Ok(served)
 }

@@ -27,9 +27,9 @@ use serde_json::{json, Map, Value};
 use super::model::{self, Rates};
 use super::plot::{line_chart, Chart, Series};
 use super::{field, write_json, Ctx};
-use crate::cmd::ros::{start_node, summary, InputKind, NodeArgs, PayloadKind};
-use crate::cmd::tester::{run_testers, MixArgs};
+use crate::node::{start_node, summary, InputKind, NodeArgs, PayloadKind};
 use crate::report::Report;
+use crate::tester::{run_testers, MixArgs};
 
 /// Input links of the node (two RobinNP cards in the paper).
 const LINKS: usize = 24;
@@ -40,20 +40,20 @@ const TARGET: f64 = 0.15;
 
 /// One grid point.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Point {
+pub struct Point {
     /// Data words per ROD fragment.
-    pub(crate) words: u32,
+    pub words: u32,
     /// EB request fraction.
-    pub(crate) eb: f64,
+    pub eb: f64,
     /// L2 request fraction.
-    pub(crate) l2: f64,
+    pub l2: f64,
     /// ROBs per L2 request.
-    pub(crate) roi: usize,
+    pub roi: usize,
 }
 
 /// The grid: Figure 9's points (RoI 4, L2 0.7, four sizes, EB 0.2 .. 0.5) and points with
 /// RoI sizes 2 and 3 and another L2 fraction.
-pub(crate) fn grid(quick: bool) -> Vec<Point> {
+pub fn grid(quick: bool) -> Vec<Point> {
     let mut g = Vec::new();
     for words in [300, 350, 400, 450] {
         for eb in [0.2, 0.3, 0.4, 0.5] {
@@ -213,7 +213,8 @@ fn per_event(row: &Map<String, Value>) -> [f64; 4] {
     ]
 }
 
-pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
+/// Runs the ROS study: the grid of points, the fitted utilisation model, the plots.
+pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let mut points = grid(ctx.quick);
     if let Some(n) = ctx.max_points {
         points.truncate(n.max(HOLDOUT));

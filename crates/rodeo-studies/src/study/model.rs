@@ -13,19 +13,19 @@
 //! Pure arithmetic on plain arrays: no state, no threads.
 
 /// Names of the parameters, in order.
-pub(crate) const NAMES: [&str; 4] = ["t_ext_s", "t_int_s", "t_del_s", "t_kb_s"];
+pub const NAMES: [&str; 4] = ["t_ext_s", "t_int_s", "t_del_s", "t_kb_s"];
 
 /// One measured point: the four rates at the maximum delete rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Rates {
+pub struct Rates {
     /// External requests per second.
-    pub(crate) f_ext: f64,
+    pub f_ext: f64,
     /// Fragments served per second.
-    pub(crate) f_int: f64,
+    pub f_int: f64,
     /// Deletes (events cleared) per second.
-    pub(crate) f_del: f64,
+    pub f_del: f64,
     /// kB (1000 bytes) sent per second.
-    pub(crate) s_kb: f64,
+    pub s_kb: f64,
 }
 
 impl Rates {
@@ -35,13 +35,13 @@ impl Rates {
 }
 
 /// Utilisation of a node with effective times `t` under `r`.
-pub(crate) fn utilisation(t: &[f64; 4], r: &Rates) -> f64 {
+pub fn utilisation(t: &[f64; 4], r: &Rates) -> f64 {
     r.as_array().iter().zip(t).map(|(a, b)| a * b).sum()
 }
 
 /// Maximum delete rate (Hz) predicted for a mix whose per-event costs are `per_event`
 /// (requests, fragments, 1, kB per event): the rate at which U reaches 1.
-pub(crate) fn max_delete_rate(t: &[f64; 4], per_event: &[f64; 4]) -> f64 {
+pub fn max_delete_rate(t: &[f64; 4], per_event: &[f64; 4]) -> f64 {
     let s: f64 = per_event.iter().zip(t).map(|(a, b)| a * b).sum();
     if s > 0.0 {
         1.0 / s
@@ -81,7 +81,7 @@ fn solve(mut m: Vec<Vec<f64>>, mut v: Vec<f64>) -> Option<Vec<f64>> {
 
 /// Fits the effective times to `points` (each saturated: U = 1). Least squares, every time
 /// non-negative. `None` with no points or no non-degenerate solution.
-pub(crate) fn fit(points: &[Rates]) -> Option<[f64; 4]> {
+pub fn fit(points: &[Rates]) -> Option<[f64; 4]> {
     if points.is_empty() {
         return None;
     }
@@ -136,7 +136,7 @@ pub(crate) fn fit(points: &[Rates]) -> Option<[f64; 4]> {
 }
 
 /// Relative error of the rate `t` predicts for point `r` against its measured delete rate.
-pub(crate) fn relative_error(t: &[f64; 4], r: &Rates) -> f64 {
+pub fn relative_error(t: &[f64; 4], r: &Rates) -> f64 {
     let d = r.f_del;
     if d <= 0.0 {
         return f64::INFINITY;
@@ -149,7 +149,7 @@ pub(crate) fn relative_error(t: &[f64; 4], r: &Rates) -> f64 {
 /// times the median one (and 5%) are left out of the second fit. On a shared machine a point
 /// measured while another process took the CPU would otherwise pull every time. Returns the
 /// times and which points the final fit used (all of them if fewer than four would remain).
-pub(crate) fn fit_trimmed(points: &[Rates]) -> Option<([f64; 4], Vec<bool>)> {
+pub fn fit_trimmed(points: &[Rates]) -> Option<([f64; 4], Vec<bool>)> {
     let t = fit(points)?;
     let err: Vec<f64> = points.iter().map(|p| relative_error(&t, p)).collect();
     let mut sorted = err.clone();

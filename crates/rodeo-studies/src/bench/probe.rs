@@ -23,7 +23,7 @@ const BATCH: u64 = 32;
 /// Runs the probe for `time`, its producer and consumer threads on CPUs `cpus` (producer,
 /// consumer; `None`: wherever the kernel puts them); returns the slots passed per second, or 0
 /// when a thread could not be started.
-pub(crate) fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> f64 {
+pub fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> f64 {
     let ring: Vec<AtomicU64> = (0..SLOTS * SLOT_WORDS).map(|_| AtomicU64::new(0)).collect();
     let head = AtomicU64::new(0);
     let tail = AtomicU64::new(0);

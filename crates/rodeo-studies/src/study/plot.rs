@@ -8,27 +8,27 @@ use anyhow::Context;
 use plotters::prelude::*;
 
 /// One named series of points.
-pub(crate) struct Series {
+pub struct Series {
     /// Legend text.
-    pub(crate) label: String,
+    pub label: String,
     /// The points, drawn in order.
-    pub(crate) points: Vec<(f64, f64)>,
+    pub points: Vec<(f64, f64)>,
     /// Join the points with a line (otherwise markers only).
-    pub(crate) line: bool,
+    pub line: bool,
 }
 
 /// Titles and axes of a chart.
-pub(crate) struct Chart<'a> {
+pub struct Chart<'a> {
     /// Title above the plot.
-    pub(crate) title: &'a str,
+    pub title: &'a str,
     /// X axis label.
-    pub(crate) x_label: &'a str,
+    pub x_label: &'a str,
     /// Y axis label.
-    pub(crate) y_label: &'a str,
+    pub y_label: &'a str,
     /// Logarithmic x axis.
-    pub(crate) log_x: bool,
+    pub log_x: bool,
     /// Logarithmic y axis.
-    pub(crate) log_y: bool,
+    pub log_y: bool,
 }
 
 static FONT: Once = Once::new();
@@ -64,7 +64,7 @@ fn range(v: impl Iterator<Item = f64> + Clone, log: bool) -> (f64, f64) {
 }
 
 /// Draws `series` into a 1000x700 PNG at `path`.
-pub(crate) fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> anyhow::Result<()> {
+pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> anyhow::Result<()> {
     register_font();
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));

@@ -22,8 +22,8 @@ use serde::Serialize;
 
 use super::plot::{line_chart, Chart, Series};
 use super::{field, Ctx};
-use crate::cmd::bench::ros::plain_loop;
-use crate::cmd::ros::{InputKind, NodeArgs, PayloadKind};
+use crate::node::{InputKind, NodeArgs, PayloadKind};
+use crate::plain::plain_loop;
 use crate::report::Report;
 
 /// Emulator threads (the paper had 60 FPGA emulators for 1600 sources).
@@ -222,7 +222,8 @@ impl Tally {
     }
 }
 
-pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
+/// Runs the SFI study: event building from many emulated sources, rates and bandwidth.
+pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let seconds = ctx.seconds.unwrap_or(if ctx.quick { 1.0 } else { 3.0 });
     let sizes: &[u32] = if ctx.quick {
         &[160, 640, 1456]

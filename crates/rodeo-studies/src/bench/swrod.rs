@@ -32,7 +32,6 @@
 
 use std::collections::VecDeque;
 use std::hint::black_box;
-use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -58,29 +57,29 @@ const THREADS: &[usize] = &[1, 2];
 
 /// Arguments of `rodeo bench swrod`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {
+pub struct Args {
     /// E-links (split evenly among the threads); sweeps 12..192 when not given.
     #[arg(long, value_name = "N")]
-    elinks: Option<usize>,
+    pub elinks: Option<usize>,
     /// Packet payload bytes (a multiple of 4; the packet adds an 8-byte header); sweeps 8..64
     /// when not given.
     #[arg(long, value_name = "B")]
-    packet_bytes: Option<usize>,
+    pub packet_bytes: Option<usize>,
     /// Receiving threads (1..=8); sweeps 1 and 2 when not given.
     #[arg(long, value_name = "T")]
-    threads: Option<usize>,
+    pub threads: Option<usize>,
     /// Packets of input per point (generated before timing).
     #[arg(long, default_value_t = 4_000_000)]
-    packets: u64,
+    pub packets: u64,
     /// Timed repetitions per point (best and median reported).
     #[arg(long, default_value_t = 5)]
-    reps: usize,
+    pub reps: usize,
     /// Pin receiving thread i to CPU i.
     #[arg(long)]
-    pin: bool,
+    pub pin: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// One measured point.
@@ -384,7 +383,8 @@ fn loadavg() -> Option<f64> {
         .ok()
 }
 
-pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Runs the measurement grid that `args` selects and returns its report.
+pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
     let elinks: Vec<usize> = args.elinks.map_or(ELINKS.to_vec(), |e| vec![e]);
     let payloads: Vec<usize> = args.packet_bytes.map_or(PAYLOADS.to_vec(), |p| vec![p]);
     let threads: Vec<usize> = args.threads.map_or(THREADS.to_vec(), |t| vec![t]);
@@ -399,7 +399,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for &e in &elinks {
         for &p in &payloads {
             for &t in &threads {
-                let row = measure(e, p, t, &args)?;
+                let row = measure(e, p, t, args)?;
                 if (e, p, t) == (120, 40, 2) {
                     target = Some(row.packets_per_s >= 1e8);
                 }
@@ -418,6 +418,5 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(met) = target {
         report.fields.insert("target_met".into(), Value::from(met));
     }
-    report.print(args.json);
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }

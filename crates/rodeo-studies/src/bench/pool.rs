@@ -25,7 +25,6 @@
 
 use std::alloc::Layout;
 use std::collections::VecDeque;
-use std::process::ExitCode;
 use std::ptr::NonNull;
 use std::sync::{Barrier, Mutex};
 use std::time::Instant;
@@ -42,33 +41,37 @@ const CHUNK: usize = 4096;
 
 /// Arguments of `rodeo bench pool`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {
+pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// A smaller workload (256 MiB live, 16 MiB of first-touch pages) for smoke tests.
     #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Live total in MiB that the workload grows to (overrides the default of 1024, or 256 with
     /// `--quick`).
     #[arg(long, value_name = "MIB")]
-    live_mib: Option<usize>,
+    pub live_mib: Option<usize>,
     /// MiB of fresh pages for the first-touch rows (default 256, or 16 with `--quick`).
     #[arg(long, value_name = "MIB")]
-    touch_mib: Option<usize>,
+    pub touch_mib: Option<usize>,
     /// Repetitions of the whole table; each statistic of a row is the median over them, which
     /// damps one-off scheduler preemptions equally for every allocator.
     #[arg(long, default_value_t = 3, value_name = "N")]
-    repeat: usize,
+    pub repeat: usize,
     /// Pages backing the rodeo pool's regions.
     #[arg(long, value_enum, default_value_t = Huge::None)]
-    huge_pages: Huge,
+    pub huge_pages: Huge,
 }
 
+/// The pages backing the pool's regions.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Huge {
+pub enum Huge {
+    /// Ordinary 4 KiB pages.
     None,
+    /// Transparent huge pages (madvise).
     Transparent,
+    /// Explicit huge pages (hugetlbfs; fails when none are reserved).
     Explicit,
 }
 
@@ -394,14 +397,8 @@ fn first_touch(bytes: usize) -> anyhow::Result<(Histogram, Histogram)> {
 
 // --- the command ---------------------------------------------------------------------------
 
-pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let json = args.json;
-    measure_report(args)?.print(json);
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Runs the measurement and returns its report (also used by `rodeo study pool`).
-pub(crate) fn measure_report(args: Args) -> anyhow::Result<Report> {
+pub fn measure_report(args: Args) -> anyhow::Result<Report> {
     let live_mib = args.live_mib.unwrap_or(if args.quick { 256 } else { 1024 });
     let touch_mib = args.touch_mib.unwrap_or(if args.quick { 16 } else { 256 });
     anyhow::ensure!(live_mib >= 1, "--live-mib must be at least 1");

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 /// Reads the tick counter: the TSC on x86-64, nanoseconds since the first call elsewhere.
 #[inline(always)]
-pub(crate) fn ticks() -> u64 {
+pub fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: rdtsc has no preconditions; every x86-64 CPU has it.
@@ -19,7 +19,7 @@ pub(crate) fn ticks() -> u64 {
 }
 
 /// Name of the tick source, for the report.
-pub(crate) const CLOCK: &str = if cfg!(target_arch = "x86_64") {
+pub const CLOCK: &str = if cfg!(target_arch = "x86_64") {
     "rdtsc"
 } else {
     "instant"
@@ -27,13 +27,14 @@ pub(crate) const CLOCK: &str = if cfg!(target_arch = "x86_64") {
 
 /// Converts ticks to nanoseconds by comparing the tick counter with `Instant` over the run.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Calibration {
+pub struct Calibration {
     start: Instant,
     start_ticks: u64,
 }
 
 impl Calibration {
-    pub(crate) fn start() -> Calibration {
+    /// Starts calibrating the tick counter against the monotonic clock.
+    pub fn start() -> Calibration {
         Calibration {
             start: Instant::now(),
             start_ticks: ticks(),
@@ -41,7 +42,7 @@ impl Calibration {
     }
 
     /// Nanoseconds per tick measured from `start` until now (call after the run, seconds later).
-    pub(crate) fn ns_per_tick(&self) -> f64 {
+    pub fn ns_per_tick(&self) -> f64 {
         let ns = self.start.elapsed().as_nanos() as f64;
         let t = ticks().wrapping_sub(self.start_ticks) as f64;
         if t <= 0.0 {
@@ -61,15 +62,22 @@ const BUCKETS: usize = LINEAR + (64 - SUB_BITS as usize - 1) * SUB;
 
 /// A log-linear histogram of tick counts: exact below 32, then 16 buckets per power of two.
 #[derive(Debug, Clone)]
-pub(crate) struct Histogram {
+pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,
     count: u64,
     sum: u128,
     max: u64,
 }
 
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram::new()
+    }
+}
+
 impl Histogram {
-    pub(crate) fn new() -> Histogram {
+    /// An empty histogram.
+    pub fn new() -> Histogram {
         Histogram {
             counts: Box::new([0; BUCKETS]),
             count: 0,
@@ -101,14 +109,16 @@ impl Histogram {
     }
 
     #[inline]
-    pub(crate) fn record(&mut self, v: u64) {
+    /// Counts one value.
+    pub fn record(&mut self, v: u64) {
         self.counts[Self::index(v)] += 1;
         self.count += 1;
         self.sum += u128::from(v);
         self.max = self.max.max(v);
     }
 
-    pub(crate) fn merge(&mut self, other: &Histogram) {
+    /// Adds another histogram's counts to this one.
+    pub fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
             *a += b;
         }
@@ -117,11 +127,13 @@ impl Histogram {
         self.max = self.max.max(other.max);
     }
 
-    pub(crate) fn count(&self) -> u64 {
+    /// Values counted.
+    pub fn count(&self) -> u64 {
         self.count
     }
 
-    pub(crate) fn mean(&self) -> f64 {
+    /// The mean of the values counted.
+    pub fn mean(&self) -> f64 {
         if self.count == 0 {
             0.0
         } else {
@@ -129,12 +141,13 @@ impl Histogram {
         }
     }
 
-    pub(crate) fn max(&self) -> u64 {
+    /// The largest value counted.
+    pub fn max(&self) -> u64 {
         self.max
     }
 
     /// The value below which a fraction `q` of the samples lie (bucket midpoint).
-    pub(crate) fn quantile(&self, q: f64) -> f64 {
+    pub fn quantile(&self, q: f64) -> f64 {
         let rank = ((self.count as f64) * q).ceil().max(1.0) as u64;
         let mut seen = 0;
         for (i, &c) in self.counts.iter().enumerate() {

@@ -21,7 +21,6 @@
 //! ratio above 1 is possible (and small superpage pools stay in cache).
 
 use std::hint::black_box;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,24 +39,24 @@ const MIB: usize = 1024 * 1024;
 
 /// Arguments of `rodeo bench dma`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {
+pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Fewer superpage sizes and shorter points (0.2 s), for smoke tests.
     #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Seconds measured per point (default 1, or 0.2 with `--quick`).
     #[arg(long, value_name = "S")]
-    seconds: Option<f64>,
+    pub seconds: Option<f64>,
     /// The card's generator mode.
     #[arg(long, value_enum, default_value = "slink")]
-    generator: Mode,
+    pub generator: Mode,
 }
 
 /// Generator mode of the emulated cards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Mode {
+pub enum Mode {
     /// S-LINK mode: ROD fragments of 4 KiB data written in one pass.
     Slink,
     /// FELIX mode: 8 E-links, packets of 62 payload words, 1 KiB blocks (encoded per packet).
@@ -65,7 +64,8 @@ enum Mode {
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    /// The generator's name in the report.
+    pub fn name(self) -> &'static str {
         match self {
             Mode::Slink => "slink",
             Mode::Felix => "felix",
@@ -214,14 +214,8 @@ fn measure(
     Ok((rates, stalls, superpages))
 }
 
-pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let json = args.json;
-    measure_report(args)?.print(json);
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Runs the measurement and returns its report (also used by `rodeo study dma`).
-pub(crate) fn measure_report(args: Args) -> anyhow::Result<Report> {
+pub fn measure_report(args: Args) -> anyhow::Result<Report> {
     let seconds = args.seconds.unwrap_or(if args.quick { 0.2 } else { 1.0 });
     anyhow::ensure!(seconds > 0.0, "--seconds must be positive");
     let sizes: &[usize] = if args.quick {

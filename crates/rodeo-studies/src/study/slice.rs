@@ -25,9 +25,9 @@ use serde::Serialize;
 
 use super::plot::{line_chart, Chart, Series};
 use super::{field, Ctx};
-use crate::cmd::ros::{start_node, InputKind, NodeArgs, PayloadKind};
-use crate::cmd::tester::{run_testers, MixArgs};
+use crate::node::{start_node, InputKind, NodeArgs, PayloadKind};
 use crate::report::Report;
+use crate::tester::{run_testers, MixArgs};
 
 /// What one run of a point gives: events, seconds, event latency, bytes per reply, bad replies.
 type Measured = (u64, f64, Histogram, u64, u64);
@@ -189,7 +189,8 @@ fn roi_parallel_point(
     r
 }
 
-pub(crate) fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
+/// Runs the vertical-slice study: its four scenarios over fragment size.
+pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let seconds = ctx.seconds.unwrap_or(if ctx.quick { 0.5 } else { 2.0 });
     let sizes: &[u32] = if ctx.quick {
         &[256, 1024, 4096]

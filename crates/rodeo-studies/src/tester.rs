@@ -1,0 +1,230 @@
+//! The ROSTester as the benches and studies drive it: tester threads over ZeroMQ or one tester
+//! on the direct link of an in-process node, configured by [`MixArgs`] (the command line's
+//! request-mix options), and one flat result row.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use rodeo_ros::server::DirectClient;
+use rodeo_rostester::{self as tester, TesterConfig, TesterReport};
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{SocketKind, Transport};
+use serde::Serialize;
+
+/// The request mix and the run's limits (shared with `bench ros`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct MixArgs {
+    /// Probability of an L2 (RoI) request per event.
+    #[arg(long, default_value_t = 0.7)]
+    pub l2_fraction: f64,
+    /// ROBs per L2 request.
+    #[arg(long, default_value_t = 4)]
+    pub roi_size: usize,
+    /// Probability of an event-building request (the ROBs not yet requested) per event.
+    #[arg(long, default_value_t = 0.2)]
+    pub eb_fraction: f64,
+    /// L1IDs per Clear message.
+    #[arg(long, default_value_t = 100)]
+    pub clear_group: usize,
+    /// Requests in flight at most, per tester thread.
+    #[arg(long, default_value_t = 256)]
+    pub max_outstanding: usize,
+    /// Events per second at most, per tester thread.
+    #[arg(long, value_name = "HZ")]
+    pub max_rate: Option<f64>,
+    /// Tester instances sharing the node (L1IDs interleave).
+    #[arg(long, default_value_t = 1)]
+    pub instances: u32,
+    /// This instance, 0 .. instances-1.
+    #[arg(long, default_value_t = 0)]
+    pub instance: u32,
+    /// Tester threads in this process (each a sub-instance).
+    #[arg(long, default_value_t = 1)]
+    pub threads: u32,
+    /// Events per thread (default: run for --seconds).
+    #[arg(long)]
+    /// Events the testers completed (all their fragments received, cleared).
+    pub events: Option<u64>,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 5.0)]
+    /// Wall-clock seconds of the run.
+    pub seconds: f64,
+    /// Re-asks for FRAGMENT_PENDING fragments.
+    #[arg(long, default_value_t = 3)]
+    pub retries: u32,
+    /// PRNG seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// One tester result row.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Events the testers completed (every fragment received, cleared).
+    pub events: u64,
+    /// Wall-clock seconds of the run.
+    pub seconds: f64,
+    /// Events (L1 accepts, i.e. deletes) per second.
+    pub l1_rate_hz: f64,
+    /// Data requests per second.
+    pub requests_per_s: f64,
+    /// L2 (RoI) requests sent.
+    pub l2_requests: u64,
+    /// Event-building requests sent.
+    pub eb_requests: u64,
+    /// Fragments received.
+    pub fragments: u64,
+    /// Fragment bytes received.
+    pub bytes: u64,
+    /// Fragment bytes received per second.
+    pub bytes_per_s: f64,
+    /// Median request latency.
+    pub p50_latency_ns: u64,
+    /// 90th percentile of the request latency.
+    pub p90_latency_ns: u64,
+    /// 99th percentile of the request latency.
+    pub p99_latency_ns: u64,
+    /// Longest request latency.
+    pub max_latency_ns: u64,
+    /// Fragments the node reported pending (asked again).
+    pub pending_fragments: u64,
+    /// Fragments the node reported lost.
+    pub lost_fragments: u64,
+    /// Replies that did not parse or did not match a request.
+    pub bad_replies: u64,
+    /// Requests still unanswered at the end.
+    pub unanswered: u64,
+    /// Clear messages sent.
+    pub clears: u64,
+    /// The slowest 250 ms interval's L1 rate (the median and fastest follow).
+    pub interval_l1_rate_min_hz: f64,
+    /// The median 250 ms interval's L1 rate.
+    pub interval_l1_rate_median_hz: f64,
+    /// The fastest 250 ms interval's L1 rate.
+    pub interval_l1_rate_max_hz: f64,
+}
+
+impl Row {
+    /// The row of a tester report.
+    pub fn from_report(r: &TesterReport) -> Row {
+        Row {
+            events: r.events,
+            seconds: r.seconds,
+            l1_rate_hz: r.l1_rate_hz(),
+            requests_per_s: r.requests_per_s(),
+            l2_requests: r.l2_requests,
+            eb_requests: r.eb_requests,
+            fragments: r.fragments,
+            bytes: r.bytes,
+            bytes_per_s: r.bytes_per_s(),
+            p50_latency_ns: r.latency.quantile(0.5),
+            p90_latency_ns: r.latency.quantile(0.9),
+            p99_latency_ns: r.latency.quantile(0.99),
+            max_latency_ns: r.latency.max(),
+            pending_fragments: r.pending_fragments,
+            lost_fragments: r.lost_fragments,
+            bad_replies: r.bad_replies,
+            unanswered: r.unanswered,
+            clears: r.clears,
+            interval_l1_rate_min_hz: r.interval_rate_hz(0.0),
+            interval_l1_rate_median_hz: r.interval_rate_hz(0.5),
+            interval_l1_rate_max_hz: r.interval_rate_hz(1.0),
+        }
+    }
+}
+
+/// Runs `mix.threads` tester threads against `endpoint`; returns the merged report.
+pub fn run_testers(
+    t: &Transport,
+    endpoint: &str,
+    robs: &[u32],
+    l1id_wrap: u32,
+    mix: &MixArgs,
+) -> anyhow::Result<TesterReport> {
+    anyhow::ensure!(
+        mix.instance < mix.instances,
+        "--instance must be below --instances"
+    );
+    anyhow::ensure!(
+        robs.len() <= tester::MAX_ROBS,
+        "at most {} ROBs",
+        tester::MAX_ROBS
+    );
+    let ep = Endpoint::parse(endpoint)?;
+    let threads = mix.threads.max(1);
+    let stop = AtomicBool::new(false);
+    let results: Vec<anyhow::Result<TesterReport>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|j| {
+                let (ep, stop) = (&ep, &stop);
+                let cfg = tester_config(robs, l1id_wrap, mix, j);
+                s.spawn(move || -> anyhow::Result<TesterReport> {
+                    let mut sock = t.socket(SocketKind::Dealer)?;
+                    sock.set_high_water_marks(100_000)?;
+                    sock.connect(ep)?;
+                    Ok(tester::run(&mut sock, &cfg, stop)?)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("tester thread panicked")))
+            })
+            .collect()
+    });
+    let mut merged = TesterReport::default();
+    for r in results {
+        merged.merge(&r?);
+    }
+    Ok(merged)
+}
+
+/// The library's tester configuration for thread `j` of `mix.threads`.
+pub fn tester_config(robs: &[u32], l1id_wrap: u32, mix: &MixArgs, j: u32) -> TesterConfig {
+    let threads = mix.threads.max(1);
+    TesterConfig {
+        robs: robs.to_vec(),
+        l2_fraction: mix.l2_fraction,
+        roi_size: mix.roi_size,
+        eb_fraction: mix.eb_fraction,
+        clear_group: mix.clear_group,
+        max_outstanding: mix.max_outstanding,
+        max_rate: mix.max_rate,
+        instances: mix.instances * threads,
+        instance: mix.instance * threads + j,
+        events: mix.events,
+        duration: Some(Duration::from_secs_f64(mix.seconds)),
+        l1id_wrap,
+        seed: mix.seed,
+        retries: mix.retries,
+        drain_timeout: Duration::from_secs(5),
+        clear_flush: Duration::from_millis(20),
+    }
+}
+
+/// Runs one tester on the direct link of an in-process node (one thread: the link has one
+/// client).
+pub fn run_direct_tester(
+    client: &mut DirectClient,
+    robs: &[u32],
+    l1id_wrap: u32,
+    mix: &MixArgs,
+) -> anyhow::Result<TesterReport> {
+    anyhow::ensure!(
+        mix.threads <= 1,
+        "the direct link serves one tester thread; use --transport inproc for --threads > 1"
+    );
+    anyhow::ensure!(
+        mix.instance < mix.instances,
+        "--instance must be below --instances"
+    );
+    anyhow::ensure!(
+        robs.len() <= tester::MAX_ROBS,
+        "at most {} ROBs",
+        tester::MAX_ROBS
+    );
+    let cfg = tester_config(robs, l1id_wrap, mix, 0);
+    Ok(tester::run_direct(client, &cfg, &AtomicBool::new(false))?)
+}
