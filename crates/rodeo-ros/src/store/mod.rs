@@ -58,9 +58,24 @@
 //! comparison stays right across the L1ID wrap and an ECR. A request for an absent L1ID that is
 //! not newer than a channel's last one will never be satisfied: it is LOST (protocol rule 3);
 //! otherwise it is PENDING.
+//!
+//! # Layout
+//!
+//! - this module: the configuration, the public types, the channels and [`EventStore`]'s
+//!   construction and gauges, the store's page holds, and ROB headers;
+//! - `ingest`: storing fragments (the inline common case, the general case, card runs and
+//!   the page layouts they reuse, prefetching the next slot);
+//! - `read`: answering requests: what a channel holds for an L1ID (present, pending, lost) and
+//!   the page segments of a stored fragment;
+//! - `clear`: releasing cleared fragments (and early clears), and settling an idle channel;
+//! - `index`: the per-channel L1ID index; `pages`: the page table shared with reply frames;
+//!   `slink`: the S-LINK error dump.
 
+mod clear;
 mod index;
+mod ingest;
 mod pages;
+mod read;
 pub mod slink;
 
 use std::collections::HashMap;
@@ -69,7 +84,11 @@ use std::sync::Arc;
 use rodeo_format::fragment::{SourceId, Status, FORMAT_VERSION, ROB_MARKER};
 use rodeo_memory::{AllocError, PagePool};
 
-use index::{L1idIndex, Location, Slot};
+use index::L1idIndex;
+#[cfg(test)]
+use ingest::first_offset;
+pub use ingest::Rewrite;
+use ingest::NO_LAYOUT;
 pub use pages::PageRef;
 pub(crate) use pages::PageTable;
 use pages::NO_PAGE;
@@ -209,6 +228,7 @@ pub struct ChannelCounters {
     pub stored: u64,
 }
 
+/// One ROB channel: its free pages, write cursor, L1ID index, alarm and counters.
 #[derive(Debug)]
 struct Channel {
     source_id: u32,
@@ -404,578 +424,6 @@ impl EventStore {
         }
         n
     }
-
-    /// Stores the ROD fragment `rod` of channel `c` with ROB status `status`, copying it into
-    /// the channel's pages behind an 8-word ROB header. See the module docs for back-pressure.
-    pub fn ingest(
-        &mut self,
-        c: usize,
-        rod: &[u32],
-        status: Status,
-    ) -> Result<Ingested, IngestError> {
-        let l1id = *rod
-            .get(ROD_L1ID_WORD)
-            .ok_or(IngestError::NoL1id(rod.len()))?;
-        self.ingest_inner(
-            c,
-            l1id,
-            rod.len(),
-            status,
-            |table, mut page, mut offset, header| {
-                // Header and ROD words, page by page along the chain.
-                let mut rest: [&[u32]; 2] = [header, rod];
-                let page_words = table.page_words();
-                for part in &mut rest {
-                    while !part.is_empty() {
-                        if offset == page_words {
-                            page = table.next(page);
-                            offset = 0;
-                        }
-                        let n = part.len().min(page_words - offset);
-                        // SAFETY: the store thread writes the words of a fragment being placed, past
-                        // every stored fragment of these pages (pages::rule 1).
-                        unsafe { table.write(page, offset, &part[..n]) };
-                        offset += n;
-                        *part = &part[n..];
-                    }
-                }
-            },
-        )
-    }
-
-    /// Stores a fragment of `rod_words` words and L1ID `l1id` written in place by `fill` (an
-    /// emulated card writing straight into the page, as a DMA engine would). The ROB fragment
-    /// must fit one page. `fill` gets exactly `rod_words` words.
-    pub fn ingest_with(
-        &mut self,
-        c: usize,
-        l1id: u32,
-        rod_words: usize,
-        status: Status,
-        fill: impl FnOnce(&mut [u32]),
-    ) -> Result<Ingested, IngestError> {
-        if rod_words + ROB_HEADER_WORDS > self.table.page_words() {
-            return Err(IngestError::TooLarge(rod_words));
-        }
-        self.ingest_inner(c, l1id, rod_words, status, |table, page, offset, header| {
-            // SAFETY: as in `ingest`: the words being placed, exclusively the store thread's.
-            let dst = unsafe { table.slice_mut(page, offset, ROB_HEADER_WORDS + rod_words) };
-            dst[..ROB_HEADER_WORDS].copy_from_slice(header);
-            fill(&mut dst[ROB_HEADER_WORDS..]);
-        })
-    }
-
-    /// Stores a run of fragments of `rod_words` ROD words each on channel `c`, as a card's DMA
-    /// engine fills its pages: the L1ID of each comes from `next_l1id`, and
-    /// `fill(l1id, dst, rewrite)` writes its ROD words in place (`dst` is exactly `rod_words`
-    /// long). With [`Rewrite::Changed`], `dst` already holds the fragment this channel's runs
-    /// last wrote there with the same size and status (see the module docs): `fill` must leave
-    /// it as a full write would, but need write only the words that differ from that one; with
-    /// [`Rewrite::Full`] it writes every word it wants read. Stops after `limit`
-    /// fragments or at the first one the store refuses (full channel, or one of the other
-    /// [`IngestError`]s); that one is not consumed. Returns how many L1IDs were consumed
-    /// (stored, or dropped as duplicates or already cleared, as [`EventStore::ingest_with`]
-    /// does) and the error that stopped the run. The ROB fragment must fit one page.
-    pub fn ingest_run(
-        &mut self,
-        c: usize,
-        rod_words: usize,
-        status: Status,
-        limit: usize,
-        mut next_l1id: impl FnMut() -> u32,
-        mut fill: impl FnMut(u32, &mut [u32], Rewrite),
-    ) -> (usize, Option<IngestError>) {
-        let words = ROB_HEADER_WORDS + rod_words;
-        if words > self.page_words {
-            return (0, Some(IngestError::TooLarge(rod_words)));
-        }
-        let layout = layout_key(words, status);
-        for done in 0..limit {
-            let l1id = next_l1id();
-            if let Some((page, offset, source, same)) = self.place_fast(c, l1id, words, layout) {
-                // SAFETY: as in `ingest`: the words just placed, exclusively the store thread's.
-                let dst = unsafe { self.table.slice_mut(page, offset, words) };
-                let (header, rod) = dst.split_at_mut(ROB_HEADER_WORDS);
-                if same {
-                    // The slot holds this layout's fragment: its ROB header is already right.
-                    fill(l1id, rod, Rewrite::Changed);
-                } else {
-                    header.copy_from_slice(&rob_header(source, words, status));
-                    fill(l1id, rod, Rewrite::Full);
-                }
-                continue;
-            }
-            let fill = &mut fill;
-            let write = move |table: &PageTable, page: u32, offset: usize, header: &[u32]| {
-                // SAFETY: as above.
-                let dst = unsafe { table.slice_mut(page, offset, words) };
-                dst[..ROB_HEADER_WORDS].copy_from_slice(header);
-                fill(l1id, &mut dst[ROB_HEADER_WORDS..], Rewrite::Full);
-            };
-            if let Err(e) = self.ingest_general(c, l1id, rod_words, status, write) {
-                return (done, Some(e));
-            }
-        }
-        (limit, None)
-    }
-
-    /// Every case of an ingest: the common one inline ([`EventStore::place_fast`]), the rest
-    /// through [`EventStore::ingest_general`].
-    #[inline(always)]
-    fn ingest_inner(
-        &mut self,
-        c: usize,
-        l1id: u32,
-        rod_words: usize,
-        status: Status,
-        write: impl FnOnce(&PageTable, u32, usize, &[u32]),
-    ) -> Result<Ingested, IngestError> {
-        let words = ROB_HEADER_WORDS + rod_words;
-        match self.place_fast(c, l1id, words, NO_LAYOUT) {
-            Some((page, offset, source, _)) => {
-                write(
-                    &self.table,
-                    page,
-                    offset,
-                    &rob_header(source, words, status),
-                );
-                Ok(Ingested::Stored)
-            }
-            None => self.ingest_general(c, l1id, rod_words, status, write),
-        }
-    }
-
-    /// The common case of an ingest: a ROB fragment of `words` words that fits the channel's
-    /// write page or one fresh page, whose L1ID's index slot is free at home (in-order
-    /// L1IDs). Places and indexes it, and returns its page, word offset and the channel's
-    /// source id: the caller writes the words there before anything looks the L1ID up (the
-    /// store has one thread). Anything else (no such channel, duplicates, early clears,
-    /// collisions, fragments spanning pages, a full channel) changes nothing and returns
-    /// `None`: ask [`EventStore::ingest_general`].
-    ///
-    /// `layout` is the card run's [`layout_key`] (`NO_LAYOUT` for any other writer); the last
-    /// value returned says whether the slot still holds a fragment of that layout (see the
-    /// module docs), so only the words that change need writing.
-    #[inline(always)]
-    fn place_fast(
-        &mut self,
-        c: usize,
-        l1id: u32,
-        words: usize,
-        layout: u64,
-    ) -> Option<(u32, usize, u32, bool)> {
-        let pw = self.page_words;
-        let ch = self.channels.get_mut(c)?;
-        if words > pw {
-            return None;
-        }
-        let home = ch.index.vacant_home(l1id)?;
-        let fits = ch.write_page != NO_PAGE && ch.write_offset + words <= pw;
-        if !fits && ch.free.is_empty() {
-            return None;
-        }
-        let table = &*self.table;
-        let holds = &mut self.holds;
-        if !fits {
-            // Leave the current page (drop the cursor's hold) for a fresh one.
-            stamp_left_page(ch, &mut self.layouts, pw);
-            if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
-                ch.free.push(ch.write_page);
-            }
-            let p = ch.free.pop()?;
-            hold(holds, table, p);
-            table.set_next(p, NO_PAGE);
-            ch.write_page = p;
-            ch.write_offset = first_offset(p, words, pw);
-            // Being filled under `layout` (stamped when left full); its slots still hold that
-            // layout if it was stamped so.
-            let was = std::mem::replace(&mut self.layouts[p as usize], NO_LAYOUT);
-            ch.write_same = layout != NO_LAYOUT && was == layout;
-            ch.write_layout = layout;
-        } else if ch.write_layout != layout {
-            // Another writer in this page: its slots follow no one layout any more.
-            ch.write_layout = NO_LAYOUT;
-            ch.write_same = false;
-        }
-        let (page, offset) = (ch.write_page, ch.write_offset);
-        hold(holds, table, page);
-        ch.write_offset = offset + words;
-        ch.index.fill_home(
-            home,
-            l1id,
-            Location {
-                page,
-                offset: offset as u32,
-                words: words as u32,
-            },
-        );
-        prefetch_next(table, ch, &self.layouts, words, pw, layout);
-        ch.counters.fragments += 1;
-        ch.counters.words += words as u64;
-        note_l1id(ch, l1id);
-        if !fits {
-            let in_use = self.pages_per_channel - ch.free.len();
-            if !ch.alarm && in_use >= self.alarm_pages {
-                ch.alarm = true;
-                ch.counters.alarms += 1;
-            }
-        }
-        Some((page, offset, ch.source_id, ch.write_same))
-    }
-
-    /// Every case of an ingest (the common one is [`EventStore::place_fast`]).
-    #[inline(never)]
-    fn ingest_general(
-        &mut self,
-        c: usize,
-        l1id: u32,
-        rod_words: usize,
-        status: Status,
-        write: impl FnOnce(&PageTable, u32, usize, &[u32]),
-    ) -> Result<Ingested, IngestError> {
-        let table = &*self.table;
-        let holds = &mut self.holds;
-        let page_words = table.page_words();
-        let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
-        match ch.index.get(l1id) {
-            Some(Slot::Stored(_)) => {
-                ch.counters.duplicates += 1;
-                return Ok(Ingested::Duplicate);
-            }
-            Some(Slot::ClearedEarly) => {
-                ch.index.remove(l1id);
-                ch.counters.dropped_after_clear += 1;
-                note_l1id(ch, l1id);
-                return Ok(Ingested::AlreadyCleared);
-            }
-            None => {}
-        }
-        let words = ROB_HEADER_WORDS + rod_words;
-        let room = if ch.write_page == NO_PAGE {
-            0
-        } else {
-            page_words - ch.write_offset
-        };
-        let fresh = if words <= room {
-            0
-        } else {
-            words.div_ceil(page_words)
-        };
-        if ch.free.len() < fresh || ch.index.is_full() {
-            ch.counters.full += 1;
-            return Err(IngestError::Full);
-        }
-        let header = rob_header(ch.source_id, words, status);
-        let layouts = &mut self.layouts;
-        let (first, offset) = if fresh == 0 {
-            (ch.write_page, ch.write_offset)
-        } else {
-            // Leave the current page (drop the cursor's hold) and chain fresh pages.
-            stamp_left_page(ch, layouts, page_words);
-            if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
-                ch.free.push(ch.write_page);
-            }
-            let first = ch.free.pop().expect("checked above");
-            let mut prev = first;
-            hold(holds, table, first);
-            table.set_next(first, NO_PAGE);
-            layouts[first as usize] = NO_LAYOUT;
-            for _ in 1..fresh {
-                let p = ch.free.pop().expect("checked above");
-                layouts[p as usize] = NO_LAYOUT;
-                hold(holds, table, p);
-                table.set_next(p, NO_PAGE);
-                table.set_next(prev, p);
-                prev = p;
-            }
-            // The last page becomes the write page: the cursor holds it.
-            hold(holds, table, prev);
-            ch.write_page = prev;
-            ch.write_offset = 0;
-            (first, 0)
-        };
-        if fresh == 0 {
-            hold(holds, table, first);
-        }
-        // The write page now holds a fragment of no card run's layout.
-        ch.write_layout = NO_LAYOUT;
-        ch.write_same = false;
-        write(table, first, offset, &header);
-        ch.write_offset = if fresh == 0 {
-            offset + words
-        } else {
-            // Words on the last page of the chain: 1 ..= page_words.
-            words - (fresh - 1) * page_words
-        };
-        let loc = Location {
-            page: first,
-            offset: offset as u32,
-            words: words as u32,
-        };
-        // The index had no entry (checked above) and is not full: the insert succeeds.
-        let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
-        prefetch_next(table, ch, layouts, words, page_words, NO_LAYOUT);
-        ch.counters.fragments += 1;
-        ch.counters.words += words as u64;
-        note_l1id(ch, l1id);
-        let in_use = self.pages_per_channel - ch.free.len();
-        if !ch.alarm && in_use >= self.alarm_pages {
-            ch.alarm = true;
-            ch.counters.alarms += 1;
-        }
-        Ok(Ingested::Stored)
-    }
-
-    /// What channel `c` holds for `l1id`.
-    #[inline]
-    pub fn lookup(&self, c: usize, l1id: u32) -> Lookup {
-        let ch = &self.channels[c];
-        match ch.index.get(l1id) {
-            Some(Slot::Stored(_)) => Lookup::Present,
-            Some(Slot::ClearedEarly) => Lookup::Lost,
-            None => match ch.last_l1id {
-                Some(last) if !l1id_newer(l1id, last) => Lookup::Lost,
-                _ => Lookup::Pending,
-            },
-        }
-    }
-
-    /// Appends the page segments of the fragment of (`c`, `l1id`) to `out`, the store holding
-    /// each page itself (a plain counter, as for a stored fragment) until
-    /// [`EventStore::release_held`]; returns false (and appends nothing) when it is not stored.
-    /// For a reader that hands its segments back to this thread (the direct link): no atomic
-    /// operation on either side.
-    #[inline]
-    pub(crate) fn hold_segments(
-        &mut self,
-        c: usize,
-        l1id: u32,
-        out: &mut Vec<HeldSegment>,
-    ) -> bool {
-        let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
-            return false;
-        };
-        for s in chain(&self.table, loc, self.page_words) {
-            hold(&mut self.holds, &self.table, s.page);
-            out.push(s);
-        }
-        true
-    }
-
-    /// Gives back the holds [`EventStore::hold_segments`] took; pages whose last holder that
-    /// was go back to their channel's free stack.
-    pub(crate) fn release_held(&mut self, segments: impl IntoIterator<Item = HeldSegment>) {
-        for s in segments {
-            if unhold(&mut self.holds, &self.table, s.page) {
-                let c = usize::from(self.page_channel[s.page as usize]);
-                self.channels[c].free.push(s.page);
-            }
-        }
-    }
-
-    /// The page table, for readers of held segments.
-    pub(crate) fn table(&self) -> &Arc<PageTable> {
-        &self.table
-    }
-
-    /// Calls `f` with a [`PageRef`] per page segment of the fragment of (`c`, `l1id`); returns
-    /// false (and calls nothing) when it is not stored.
-    #[inline]
-    pub fn with_segments(&self, c: usize, l1id: u32, mut f: impl FnMut(PageRef)) -> bool {
-        let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
-            return false;
-        };
-        for s in chain(&self.table, loc, self.page_words) {
-            f(PageRef::new(&self.table, s.page, s.offset, s.words));
-        }
-        true
-    }
-
-    /// A copy of the ROB fragment of (`c`, `l1id`), for tests and diagnostics.
-    pub fn fragment_copy(&self, c: usize, l1id: u32) -> Option<Vec<u32>> {
-        let mut out = Vec::new();
-        self.with_segments(c, l1id, |r| out.extend_from_slice(r.words()))
-            .then_some(out)
-    }
-
-    /// Releases `l1ids` on every channel. Returns the fragments released.
-    pub fn clear(&mut self, l1ids: impl IntoIterator<Item = u32>) -> u64 {
-        let table = &*self.table;
-        let holds = &mut self.holds;
-        let pw = table.page_words();
-        let mut released = 0;
-        self.clear_ids.clear();
-        self.clear_ids.extend(l1ids);
-        // Channel by channel: a group of consecutive L1IDs then walks adjacent index slots.
-        for ch in &mut self.channels {
-            for &l1id in &self.clear_ids {
-                // The common case first: stored at home, nothing to shift.
-                if let Some(loc) = ch.index.take_home(l1id) {
-                    release_fragment(holds, table, &mut ch.free, loc, pw);
-                    ch.counters.cleared += 1;
-                    released += 1;
-                    continue;
-                }
-                match ch.index.remove(l1id) {
-                    Some(Slot::Stored(loc)) => {
-                        release_fragment(holds, table, &mut ch.free, loc, pw);
-                        ch.counters.cleared += 1;
-                        released += 1;
-                    }
-                    Some(Slot::ClearedEarly) => {
-                        // Cleared twice before it arrived: keep the marker.
-                        let _ = ch.index.insert_absent(l1id, Slot::ClearedEarly);
-                    }
-                    None => {
-                        let newer = ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last));
-                        if !newer || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err() {
-                            ch.counters.unknown_clears += 1;
-                        }
-                    }
-                }
-            }
-        }
-        for ch in &mut self.channels {
-            let in_use = self.pages_per_channel - ch.free.len();
-            if ch.alarm && in_use < self.alarm_pages {
-                ch.alarm = false;
-            }
-        }
-        released
-    }
-
-    /// Pages in use on channel `c` after the write cursor's page is released if it holds no
-    /// fragment (an idle, fully cleared channel then shows zero).
-    pub fn settle(&mut self, c: usize) -> usize {
-        let table = &*self.table;
-        let ch = &mut self.channels[c];
-        // Only the cursor holds it: no stored fragment.
-        if ch.write_page != NO_PAGE && self.holds[ch.write_page as usize] == 1 {
-            let p = ch.write_page;
-            stamp_left_page(ch, &mut self.layouts, table.page_words());
-            ch.write_page = NO_PAGE;
-            ch.write_offset = 0;
-            if unhold(&mut self.holds, table, p) {
-                ch.free.push(p);
-            }
-        }
-        self.pages_per_channel - ch.free.len()
-    }
-}
-
-/// Channel `ch` leaves its write page: the page keeps the layout it was being filled with only
-/// when every slot of that layout was written (the next one would not fit), else none. Pages
-/// being filled hold no layout (`place_fast`), so a page left early, by any path, never tells
-/// a later run that slots it never wrote hold its fragments.
-#[inline(always)]
-fn stamp_left_page(ch: &Channel, layouts: &mut [u64], page_words: usize) {
-    let Some(stamp) = layouts.get_mut(ch.write_page as usize) else {
-        return;
-    };
-    let words = (ch.write_layout & 0xFFFF_FFFF) as usize;
-    let complete = ch.write_layout != NO_LAYOUT && ch.write_offset + words > page_words;
-    *stamp = if complete { ch.write_layout } else { NO_LAYOUT };
-}
-
-/// The next fragment of channel `ch` most likely has this size (`words`) and layout (`layout`)
-/// and goes where the cursor is now (or at the first offset of the next free page): warms, for
-/// writing, the lines it will write then, so that those writes do not stall on memory. A slot
-/// that holds that layout already gets only its ROD L1ID and BCID rewritten (one line); any
-/// other gets its header and trailer lines.
-#[inline(always)]
-fn prefetch_next(
-    table: &PageTable,
-    ch: &Channel,
-    layouts: &[u64],
-    words: usize,
-    page_words: usize,
-    layout: u64,
-) {
-    let (np, no, same) = if ch.write_offset + words <= page_words {
-        (
-            ch.write_page,
-            ch.write_offset,
-            ch.write_same && ch.write_layout == layout,
-        )
-    } else {
-        match ch.free.last() {
-            Some(&p) => (
-                p,
-                first_offset(p, words, page_words),
-                layout != NO_LAYOUT && layouts.get(p as usize) == Some(&layout),
-            ),
-            None => (NO_PAGE, 0, false),
-        }
-    };
-    if np == NO_PAGE {
-        return;
-    }
-    if same {
-        table.prefetch(np, no + ROB_HEADER_WORDS + ROD_L1ID_WORD);
-    } else {
-        table.prefetch(np, no);
-        table.prefetch(np, no + 16);
-        table.prefetch(np, (no + words).min(page_words) - 1);
-    }
-}
-
-/// Where the first fragment goes in fresh page `p`, for fragments of `words` words in pages of
-/// `page_words`: staggered by a few cache lines from page to page, within the room that
-/// fragments of this size leave unused at a page's end anyway (so no page holds fewer of
-/// them). Without it every page's first header sits at offset 0, and the header lines of all
-/// the store's pages compete for the same few cache sets.
-#[inline(always)]
-fn first_offset(p: u32, words: usize, page_words: usize) -> usize {
-    let spare = page_words % words;
-    // 16 words = one 64-byte line; eight colours.
-    let want = (p as usize % 8) * 16;
-    want.min(spare & !15)
-}
-
-/// Drops the store's holds of a cleared fragment at `loc`: one per page it touches; pages
-/// whose last reference that was go back on `free`.
-#[inline(always)]
-fn release_fragment(
-    holds: &mut [u32],
-    table: &PageTable,
-    free: &mut Vec<u32>,
-    loc: Location,
-    page_words: usize,
-) {
-    for s in chain(table, loc, page_words) {
-        if unhold(holds, table, s.page) {
-            free.push(s.page);
-        }
-    }
-}
-
-/// The page segments of a stored fragment at `loc`, in order along its chain of pages. Each
-/// page's successor is read when its segment is produced (and only when the fragment goes on),
-/// so a caller may free the page it was handed before asking for the next.
-#[inline(always)]
-fn chain(
-    table: &PageTable,
-    loc: Location,
-    page_words: usize,
-) -> impl Iterator<Item = HeldSegment> + '_ {
-    let (mut page, mut offset, mut rest) = (loc.page, loc.offset as usize, loc.words as usize);
-    std::iter::from_fn(move || {
-        if rest == 0 {
-            return None;
-        }
-        let n = rest.min(page_words - offset);
-        let s = HeldSegment {
-            page,
-            offset: offset as u32,
-            words: n as u32,
-        };
-        rest -= n;
-        if rest > 0 {
-            page = table.next(page);
-        }
-        offset = 0;
-        Some(s)
-    })
 }
 
 /// Adds a store hold on page `p`; the first takes the store's one shared reference.
@@ -998,6 +446,7 @@ fn unhold(holds: &mut [u32], table: &PageTable, p: u32) -> bool {
     *h == 0 && table.release(p)
 }
 
+/// Notes `l1id` as channel `ch`'s last L1ID when it is newer than the last one.
 #[inline(always)]
 fn note_l1id(ch: &mut Channel, l1id: u32) {
     if ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last)) {
@@ -1025,25 +474,6 @@ pub fn empty_rob(source_id: u32, l1id: u32, status: Status) -> [u32; EMPTY_ROB_W
         0,
     ]);
     w
-}
-
-/// No card-run layout (see the module docs).
-const NO_LAYOUT: u64 = 0;
-
-/// A card run's page layout: fragment size (ROB header included, never zero) and status.
-#[inline]
-fn layout_key(words: usize, status: Status) -> u64 {
-    (u64::from(status.word()) << 32) | (words as u64 & 0xFFFF_FFFF)
-}
-
-/// What a card run's `fill` is asked to write ([`EventStore::ingest_run`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rewrite {
-    /// Every word: the slot holds anything.
-    Full,
-    /// Only the words that differ from the fragment this channel's runs last wrote in this
-    /// slot with the same size and status, which the slot still holds.
-    Changed,
 }
 
 /// The ROB header of a stored fragment of `words` words (header included).

@@ -1,0 +1,199 @@
+//! Event assembly in a DCM: the ROB fragments of a reply filed into their slot, the full
+//! event built from a slot's fragments (checksum, stream tag, FORCED_ACCEPT / PARTIAL_EVENT
+//! status) and sent to its logger, and the loggers' acknowledgements that finish accepted
+//! events.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rodeo_format::checksum::words_as_bytes;
+use rodeo_format::fragment::{EventBuilder, RobFragment, SourceId, Status, StreamTag};
+use rodeo_transport::message::{
+    decode, header_bytes, Message, MessageType, Verdict as WireVerdict,
+};
+use rodeo_transport::socket::{Frame, Received, Socket};
+
+use super::{Dcm, Phase, TraceStage};
+use crate::DataflowError;
+
+/// An empty vector with `v`'s allocation, for elements of another lifetime: the standard
+/// library collects a `vec::IntoIter` in place when the layouts agree, so once the capacity
+/// suffices the per-event views cost no allocation.
+pub(super) fn relabel<T: Relabel<U>, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
+}
+
+/// Types that differ only by a lifetime (same layout), for [`relabel`].
+pub(super) trait Relabel<U> {}
+impl Relabel<RobFragment<'_>> for RobFragment<'_> {}
+impl Relabel<&[u32]> for &[u32] {}
+
+impl Dcm {
+    /// Files the ROB fragments of one reply (`words`: fragments back to back) into slot `i`:
+    /// a PENDING fragment is noted to ask again, a LOST one makes the event partial, a
+    /// fragment already held is ignored; malformed ones are counted.
+    pub(super) fn file_fragments(&mut self, i: usize, words: &[u32]) {
+        let mut at = 0;
+        while at < words.len() {
+            let Some(&size) = words.get(at + 1) else {
+                break;
+            };
+            let size = size as usize;
+            let Some(frag) = words.get(at..at + size).filter(|_| size > 0) else {
+                self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+                break;
+            };
+            at += size;
+            let Ok(rob) = RobFragment::parse(frag) else {
+                self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            self.summary.fragments += 1;
+            let status = rob.status();
+            let id = rob.source_id().word();
+            let s = &mut self.slots[i];
+            if status.contains(Status::ROB_FRAGMENT_PENDING) {
+                if !s.pending.contains(&id) {
+                    s.pending.push(id);
+                }
+                continue;
+            }
+            if status.contains(Status::ROB_FRAGMENT_LOST) {
+                s.partial = true;
+            }
+            if !s.has(id) {
+                let start = s.arena.len();
+                s.arena.extend_from_slice(frag);
+                s.frags.push((id, start, frag.len()));
+            }
+        }
+    }
+
+    /// Builds the full event and sends it to its logger.
+    pub(super) fn ship(&mut self, i: usize, loggers: &mut [Socket]) -> Result<(), DataflowError> {
+        let s = &self.slots[i];
+        let mut status = Status::OK;
+        if s.forced {
+            status.insert(Status::EVENT_FORCED_ACCEPT);
+        }
+        if s.partial {
+            status.insert(Status::EVENT_PARTIAL);
+        }
+        let stream = s.stream.unwrap_or(0);
+        let name = self
+            .config
+            .streams
+            .get(stream as usize)
+            .map_or("debug_unknown", String::as_str);
+        let tags = [StreamTag {
+            name,
+            stream_type: if s.forced { "debug" } else { "physics" },
+        }];
+        let mut pieces: Vec<&[u32]> = relabel(std::mem::take(&mut self.piece_views));
+        pieces.extend(
+            s.frags
+                .iter()
+                .map(|&(_, start, len)| &s.arena[start..start + len]),
+        );
+        let status_words = [status.word()];
+        let builder = EventBuilder {
+            source_id: SourceId(self.config.source_id),
+            status: &status_words,
+            checksum: self.config.checksum,
+            global_id: s.global_id,
+            run_number: self.config.run_number,
+            extended_l1id: s.l1id,
+            bcid: s.bcid,
+            l1_trigger_type: s.trigger_type,
+            stream_tags: &tags,
+            robs: &pieces,
+            ..EventBuilder::default()
+        };
+        self.event.clear();
+        let written = builder.write_vec(&mut self.event);
+        self.piece_views = relabel(pieces);
+        if written.is_err() {
+            // Only a >4 GiB event or a bad stream name can fail: count and reject.
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            self.finish(i, WireVerdict::Reject);
+            return Ok(());
+        }
+        let global_id = s.global_id;
+        let payload = 4 + 4 * self.event.len();
+        let header = header_bytes(MessageType::Event, i as u32, payload as u32);
+        let stream_word = stream.to_le_bytes();
+        let k = (global_id % loggers.len() as u64) as usize;
+        let sent = loggers[k].send([
+            Frame::Copy(&header),
+            Frame::Copy(&stream_word),
+            Frame::Copy(words_as_bytes(&self.event)),
+        ]);
+        if sent.is_err() {
+            // The logger is gone or stuck: try shipping again shortly.
+            self.summary.send_failures += 1;
+            self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
+            self.slots[i].retry_at =
+                Some(Instant::now() + self.config.retry_delay.max(Duration::from_millis(10)));
+            return Ok(());
+        }
+        self.summary.events_sent += 1;
+        self.slots[i].phase = Phase::Logging;
+        Ok(())
+    }
+
+    pub(super) fn on_ack(&mut self, msg: &Received) {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Message::EventAck { global_ids } = decoded.message else {
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        for gid in global_ids.iter() {
+            let Some(i) = self
+                .slots
+                .iter()
+                .position(|s| s.phase == Phase::Logging && s.global_id == gid)
+            else {
+                self.summary.stale_replies += 1;
+                continue;
+            };
+            self.counters.trace.record(gid, TraceStage::Logged, 0);
+            if self.slots[i].forced {
+                self.summary.forced += 1;
+                self.finish(i, WireVerdict::ForcedAccept);
+            } else {
+                self.summary.accepted += 1;
+                self.finish(i, WireVerdict::Accept);
+            }
+            self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod relabel_tests {
+    use super::*;
+
+    #[test]
+    fn relabel_keeps_the_allocation_and_empties_the_vector() {
+        let words = [1u32, 2, 3];
+        let mut v: Vec<&[u32]> = Vec::with_capacity(32);
+        v.push(&words);
+        let w: Vec<&'static [u32]> = relabel(v);
+        assert!(w.is_empty());
+        assert!(w.capacity() >= 32, "capacity {}", w.capacity());
+        let mut again: Vec<&[u32]> = relabel(w);
+        again.push(&words[1..]);
+        assert_eq!(again, vec![&words[1..]]);
+    }
+}

@@ -1,0 +1,536 @@
+//! A data-collection node (the seeds' DCM / L2PU + SFI): processing slots that fetch data,
+//! run the trigger, build accepted events and ship them to a logger.
+//!
+//! # Sockets (all owned by the one DCM thread, waited on together)
+//!
+//! - a DEALER to the supervisor: `Update` out (credits, decisions, heartbeats), `Process` and
+//!   `Build` in;
+//! - a DEALER per readout node: `DataRequest` out, `DataReply` in;
+//! - a DEALER per logger: `Event` out, `EventAck` in.
+//!
+//! # One event, one slot
+//!
+//! 1. `Process`: the RoI ROBs are requested from the readout nodes that hold them (one
+//!    request per node). `Build` (a reassigned event) skips the trigger and fetches everything.
+//! 2. Replies are matched by transaction id (slot and event generation; a stale or unknown reply
+//!    is counted and dropped). A fragment flagged FRAGMENT_PENDING is asked for again after
+//!    `retry_delay`, up to `max_retries` times; then the event goes on without it, flagged
+//!    PARTIAL_EVENT (rule 3). A fragment flagged FRAGMENT_LOST also makes the event partial.
+//! 3. The trigger algorithm decides on the RoI fragments; it may ask for more ROBs first. An
+//!    emulated processing time holds the slot without holding the thread.
+//! 4. Accept: the ROBs not fetched yet are requested from every node; the full event is built
+//!    (configured checksum, stream tag, FORCED_ACCEPT / PARTIAL_EVENT status) and sent to a
+//!    logger (chosen by global id).
+//! 5. The slot frees when the logger acknowledges the event (accepted) or at once (rejected);
+//!    the decision and the freed credit go to the supervisor in the next `Update` (rule 5).
+//!
+//! # Bounds and back-pressure
+//!
+//! At most `max_outstanding` requests per readout node are in flight; more wait in a queue
+//! (rule 3's bound). The slot count bounds the events in flight; the supervisor never assigns
+//! more than the credits announced (rule 1).
+//!
+//! # Heartbeat and shutdown
+//!
+//! An `Update` goes out at least every [`HEARTBEAT`], so the supervisor knows the node lives.
+//! On stop the node finishes nothing more: events in its slots are the supervisor's to
+//! reassign (what a crash would also leave behind).
+//!
+//! # Layout
+//!
+//! - this module: the configuration, [`spawn`], the slot state and the DCM's main loop (poll,
+//!   heartbeat `Update`s, assignments from the supervisor);
+//! - `requests`: asking the readout nodes for fragments (per-node bound and queue), their
+//!   replies, re-asks of pending fragments and the timers;
+//! - `decision`: the trigger call-out, the emulated hold and the recorded decision;
+//! - `assembly`: filing reply fragments into a slot, building the event and shipping it to a
+//!   logger, and the logger's acknowledgements;
+//! - `counters`: [`DcmCounters`] (live) and [`DcmSummary`] (the run's totals).
+
+mod assembly;
+mod counters;
+mod decision;
+mod requests;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::trace::Stage as TraceStage;
+
+use rodeo_format::checksum::ChecksumType;
+use rodeo_format::fragment::RobFragment;
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::message::{decode, encode_update, Decision, Message};
+use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
+
+use crate::trigger::{TriggerAlgorithm, Verdict};
+use crate::{AppHandle, DataflowError};
+
+pub use counters::{DcmCounters, DcmSummary};
+
+/// Longest interval between two `Update`s of a DCM (its heartbeat).
+pub const HEARTBEAT: Duration = Duration::from_millis(250);
+
+/// Longest a send may block on a peer (gone, or not keeping up) before it counts as failed.
+const SEND_TIMEOUT_MS: i32 = 1000;
+
+/// A readout node as a DCM sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadoutNode {
+    /// Its request endpoint.
+    pub endpoint: String,
+    /// The ROB ids it holds.
+    pub robs: Vec<u32>,
+}
+
+/// Configuration of a DCM.
+#[derive(Debug, Clone)]
+pub struct DcmConfig {
+    /// Application name (also its identity at the supervisor).
+    pub name: String,
+    /// The supervisor's endpoint.
+    pub supervisor: String,
+    /// The readout nodes.
+    pub readout: Vec<ReadoutNode>,
+    /// Logger endpoints (an event goes to `loggers[global_id % n]`).
+    pub loggers: Vec<String>,
+    /// Processing slots (events in flight).
+    pub slots: usize,
+    /// Most requests in flight per readout node.
+    pub max_outstanding: usize,
+    /// Delay before asking again for a pending fragment.
+    pub retry_delay: Duration,
+    /// Re-asks per event before it is built without its pending fragments.
+    pub max_retries: u32,
+    /// Checksum of the built events.
+    pub checksum: ChecksumType,
+    /// Run number written into events.
+    pub run_number: u32,
+    /// Stream names by index (for stream tags).
+    pub streams: Vec<String>,
+    /// Source id of built events.
+    pub source_id: u32,
+}
+
+impl DcmConfig {
+    /// A DCM `name` with `slots` slots, 64 requests per node, 1 ms retry delay, 1000 retries,
+    /// Adler-32, one stream `physics_Main`.
+    pub fn new(
+        name: &str,
+        supervisor: &str,
+        readout: Vec<ReadoutNode>,
+        loggers: Vec<String>,
+        slots: usize,
+    ) -> DcmConfig {
+        DcmConfig {
+            name: name.to_string(),
+            supervisor: supervisor.to_string(),
+            readout,
+            loggers,
+            slots,
+            max_outstanding: 64,
+            retry_delay: Duration::from_millis(1),
+            max_retries: 1000,
+            checksum: ChecksumType::Adler32,
+            run_number: 1,
+            streams: vec!["physics_Main".into()],
+            source_id: 0x007C_0000,
+        }
+    }
+}
+
+/// Starts a DCM thread with its trigger algorithm; sockets connect before this returns.
+pub fn spawn(
+    config: DcmConfig,
+    transport: &Transport,
+    algorithm: Box<dyn TriggerAlgorithm>,
+    counters: Arc<DcmCounters>,
+) -> Result<AppHandle<DcmSummary>, DataflowError> {
+    let app = config.name.clone();
+    if config.slots == 0 || config.loggers.is_empty() {
+        return Err(DataflowError::Config {
+            app,
+            reason: "a DCM needs at least one slot and one logger".into(),
+        });
+    }
+    if 2 + config.readout.len() + config.loggers.len() > 64 {
+        return Err(DataflowError::Config {
+            app,
+            reason: "a DCM talks to at most 62 readout nodes and loggers".into(),
+        });
+    }
+    let terr = |what: String| {
+        let app = app.clone();
+        move |source| DataflowError::Transport { app, what, source }
+    };
+    let dealer = |endpoint: &str| -> Result<Socket, DataflowError> {
+        let ep = Endpoint::parse(endpoint).map_err(|source| DataflowError::Endpoint {
+            app: app.clone(),
+            source,
+        })?;
+        let s = transport
+            .socket(SocketKind::Dealer)
+            .map_err(terr("create socket".into()))?;
+        s.set_high_water_marks(100_000)
+            .map_err(terr("set high-water marks".into()))?;
+        s.set_identity(app.as_bytes())
+            .map_err(terr("set identity".into()))?;
+        s.set_send_timeout(SEND_TIMEOUT_MS)
+            .map_err(terr("set send timeout".into()))?;
+        s.connect(&ep)
+            .map_err(terr(format!("connect {endpoint}")))?;
+        Ok(s)
+    };
+    let supervisor = dealer(&config.supervisor)?;
+    let readout = config
+        .readout
+        .iter()
+        .map(|r| dealer(&r.endpoint))
+        .collect::<Result<Vec<_>, _>>()?;
+    let loggers = config
+        .loggers
+        .iter()
+        .map(|l| dealer(l))
+        .collect::<Result<Vec<_>, _>>()?;
+    AppHandle::spawn(&app, move |stop| {
+        Dcm::new(config, algorithm, counters).run(supervisor, readout, loggers, &stop)
+    })
+}
+
+/// What a slot is fetching fragments for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Fetching the RoI (or extra) fragments for the algorithm.
+    Decide,
+    /// Fetching the rest of an accepted (or forced) event.
+    Rest,
+}
+
+/// Where a slot's event is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Free,
+    Fetching(Stage),
+    /// The algorithm decided; the emulated processing time runs until `until`.
+    Holding(Instant),
+    /// Sent to a logger; waiting for its acknowledgement.
+    Logging,
+}
+
+/// A processing slot: one event in flight and its fragments.
+#[derive(Debug)]
+struct Slot {
+    phase: Phase,
+    generation: u16,
+    global_id: u64,
+    l1id: u32,
+    bcid: u32,
+    trigger_type: u32,
+    rois: Vec<u32>,
+    forced: bool,
+    partial: bool,
+    /// Accepted into this stream (after the algorithm).
+    stream: Option<u32>,
+    /// The verdict waiting for the hold to end.
+    held: Option<Verdict>,
+    /// Fragments received: words back to back, and (rob id, start, len) for each.
+    arena: Vec<u32>,
+    frags: Vec<(u32, usize, usize)>,
+    /// Requests in flight for this slot.
+    waiting: u32,
+    /// ROB ids to request, per readout node (reused).
+    wanted: Vec<Vec<u32>>,
+    /// ROB ids answered PENDING, to ask again.
+    pending: Vec<u32>,
+    retries: u32,
+    retry_at: Option<Instant>,
+    more_rounds: u32,
+    /// When the assignment was read.
+    assigned_at: Instant,
+    /// When the last request to each readout node was sent.
+    sent_at: Vec<Instant>,
+}
+
+impl Slot {
+    fn new(nodes: usize) -> Slot {
+        Slot {
+            phase: Phase::Free,
+            generation: 0,
+            global_id: 0,
+            l1id: 0,
+            bcid: 0,
+            trigger_type: 0,
+            rois: Vec::new(),
+            forced: false,
+            partial: false,
+            stream: None,
+            held: None,
+            arena: Vec::new(),
+            frags: Vec::new(),
+            waiting: 0,
+            wanted: vec![Vec::new(); nodes],
+            pending: Vec::new(),
+            retries: 0,
+            retry_at: None,
+            more_rounds: 0,
+            assigned_at: Instant::now(),
+            sent_at: vec![Instant::now(); nodes],
+        }
+    }
+
+    fn has(&self, rob: u32) -> bool {
+        self.frags.iter().any(|&(r, ..)| r == rob)
+    }
+}
+
+/// A readout node's request bookkeeping.
+struct Node {
+    outstanding: usize,
+    /// Slots (with their generation) waiting to send a request to this node.
+    queue: VecDeque<(usize, u16)>,
+}
+
+/// The DCM's state, owned by its thread.
+struct Dcm {
+    config: DcmConfig,
+    algorithm: Box<dyn TriggerAlgorithm>,
+    counters: Arc<DcmCounters>,
+    slots: Vec<Slot>,
+    nodes: Vec<Node>,
+    /// ROB id -> readout node index, sorted by ROB id.
+    rob_node: Vec<(u32, usize)>,
+    decisions: Vec<Decision>,
+    credits: u32,
+    last_update: Instant,
+    summary: DcmSummary,
+    buf: Vec<u8>,
+    event: Vec<u32>,
+    /// Capacity reused for the ROB views handed to the algorithm (empty between events).
+    rob_views: Vec<RobFragment<'static>>,
+    /// Capacity reused for the pieces of the event being built (empty between events).
+    piece_views: Vec<&'static [u32]>,
+}
+
+/// The transaction id of a request: slot index and the slot's event generation.
+fn transaction(slot: usize, generation: u16) -> u32 {
+    ((slot as u32) << 16) | u32::from(generation)
+}
+
+impl Dcm {
+    fn new(
+        config: DcmConfig,
+        algorithm: Box<dyn TriggerAlgorithm>,
+        counters: Arc<DcmCounters>,
+    ) -> Dcm {
+        let n = config.readout.len();
+        let mut rob_node: Vec<(u32, usize)> = config
+            .readout
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.robs.iter().map(move |&rob| (rob, i)))
+            .collect();
+        rob_node.sort_unstable();
+        Dcm {
+            slots: (0..config.slots).map(|_| Slot::new(n)).collect(),
+            nodes: (0..n)
+                .map(|_| Node {
+                    outstanding: 0,
+                    queue: VecDeque::new(),
+                })
+                .collect(),
+            rob_node,
+            decisions: Vec::new(),
+            credits: config.slots as u32,
+            last_update: Instant::now() - HEARTBEAT,
+            summary: DcmSummary::default(),
+            buf: Vec::with_capacity(4096),
+            event: Vec::new(),
+            rob_views: Vec::new(),
+            piece_views: Vec::new(),
+            config,
+            algorithm,
+            counters,
+        }
+    }
+
+    fn terr(
+        &self,
+        what: &str,
+    ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError {
+        let app = self.config.name.clone();
+        let what = what.to_string();
+        move |source| DataflowError::Transport { app, what, source }
+    }
+
+    fn node_of(&self, rob: u32) -> Option<usize> {
+        self.rob_node
+            .binary_search_by_key(&rob, |&(r, _)| r)
+            .ok()
+            .map(|i| self.rob_node[i].1)
+    }
+
+    fn run(
+        mut self,
+        mut supervisor: Socket,
+        mut readout: Vec<Socket>,
+        mut loggers: Vec<Socket>,
+        stop: &AtomicBool,
+    ) -> Result<DcmSummary, DataflowError> {
+        let mut msg = Received::default();
+        while !stop.load(Ordering::Acquire) {
+            let timeout = self.next_timer_ms();
+            let ready = {
+                let mut all: Vec<&Socket> = Vec::with_capacity(1 + readout.len() + loggers.len());
+                all.push(&supervisor);
+                all.extend(readout.iter());
+                all.extend(loggers.iter());
+                poll_readable(&all, timeout).map_err(self.terr("poll"))?
+            };
+            if ready & 1 != 0 {
+                while supervisor
+                    .try_recv(&mut msg)
+                    .map_err(self.terr("receive"))?
+                {
+                    self.on_supervisor(&msg, &mut readout)?;
+                }
+            }
+            for k in 0..readout.len() {
+                if ready & (1 << (1 + k)) != 0 {
+                    while readout[k]
+                        .try_recv(&mut msg)
+                        .map_err(self.terr("receive"))?
+                    {
+                        self.on_reply(k, &msg, &mut readout, &mut loggers)?;
+                    }
+                }
+            }
+            let first_logger = 1 + readout.len();
+            for (k, logger) in loggers.iter_mut().enumerate() {
+                if ready & (1 << (first_logger + k)) != 0 {
+                    while logger.try_recv(&mut msg).map_err(self.terr("receive"))? {
+                        self.on_ack(&msg);
+                    }
+                }
+            }
+            self.run_timers(&mut readout, &mut loggers)?;
+            self.send_update(&mut supervisor, false)?;
+        }
+        self.summary.unfinished =
+            self.slots.iter().filter(|s| s.phase != Phase::Free).count() as u64;
+        // Report what is finished; the rest is the supervisor's to reassign.
+        if !self.decisions.is_empty() {
+            self.send_update(&mut supervisor, true)?;
+        }
+        Ok(self.summary)
+    }
+
+    /// Milliseconds until the next timer (retry or hold) or heartbeat.
+    fn next_timer_ms(&self) -> i64 {
+        let now = Instant::now();
+        let mut next = self.last_update + HEARTBEAT;
+        if !self.decisions.is_empty() || self.credits > 0 {
+            next = now;
+        }
+        for s in &self.slots {
+            if let Some(t) = s.retry_at {
+                next = next.min(t);
+            }
+            if let Phase::Holding(t) = s.phase {
+                next = next.min(t);
+            }
+        }
+        let ms = next
+            .saturating_duration_since(now)
+            .as_micros()
+            .div_ceil(1000);
+        (ms as i64).min(50)
+    }
+
+    fn send_update(&mut self, supervisor: &mut Socket, force: bool) -> Result<(), DataflowError> {
+        let due = Instant::now().duration_since(self.last_update) >= HEARTBEAT;
+        if self.decisions.is_empty() && self.credits == 0 && !due && !force {
+            return Ok(());
+        }
+        self.buf.clear();
+        encode_update(&mut self.buf, 0, self.credits, &self.decisions);
+        if supervisor.send([Frame::Copy(&self.buf)]).is_err() {
+            // The supervisor is gone or not reading: keep the decisions and credits for the
+            // next try (a restarted supervisor gets them; at stop they are the run's loss to
+            // report, not to hide).
+            self.summary.send_failures += 1;
+            self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
+            self.last_update = Instant::now();
+            return Ok(());
+        }
+        self.decisions.clear();
+        self.credits = 0;
+        self.last_update = Instant::now();
+        Ok(())
+    }
+
+    fn on_supervisor(
+        &mut self,
+        msg: &Received,
+        readout: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        let (a, build) = match decoded.message {
+            Message::Process(a) => (a, false),
+            Message::Build(a) => (a, true),
+            _ => {
+                self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        };
+        let Some(i) = self.slots.iter().position(|s| s.phase == Phase::Free) else {
+            // Assigned without a credit: a protocol violation; the event times out at the
+            // supervisor and is reassigned.
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.summary.assigned += 1;
+        if build {
+            self.summary.builds += 1;
+        }
+        let s = &mut self.slots[i];
+        s.generation = s.generation.wrapping_add(1);
+        s.global_id = a.global_id;
+        s.l1id = a.l1id;
+        s.bcid = a.bcid;
+        s.trigger_type = a.trigger_type;
+        s.rois.clear();
+        s.rois.extend(a.rois.iter());
+        s.forced = build;
+        s.partial = false;
+        s.stream = None;
+        s.held = None;
+        s.arena.clear();
+        s.frags.clear();
+        s.waiting = 0;
+        s.pending.clear();
+        s.retries = 0;
+        s.retry_at = None;
+        s.more_rounds = 0;
+        s.assigned_at = Instant::now();
+        self.counters.busy_slots.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .trace
+            .record(a.global_id, TraceStage::Assigned, 0);
+        if build {
+            self.fetch_rest(i, readout)?;
+        } else {
+            let rois = std::mem::take(&mut self.slots[i].rois);
+            self.fetch(i, Stage::Decide, &rois, readout)?;
+            self.slots[i].rois = rois;
+        }
+        Ok(())
+    }
+}

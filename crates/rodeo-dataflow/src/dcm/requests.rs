@@ -1,0 +1,321 @@
+//! Request scheduling of a DCM: asking the readout nodes for a slot's fragments (one request
+//! per node, at most `max_outstanding` in flight per node, the rest queued), reading their
+//! replies, completing a fetch stage, re-asking for pending fragments after `retry_delay`, and
+//! the timers (retries, holds, delayed shipping).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rodeo_format::checksum::bytes_as_words;
+use rodeo_transport::message::{decode, encode_data_request, Message};
+use rodeo_transport::socket::{Frame, Received, Socket};
+
+use super::{transaction, Dcm, Phase, Stage, TraceStage};
+use crate::trigger::Verdict;
+use crate::DataflowError;
+
+impl Dcm {
+    /// Requests `robs` (those not fetched yet) for slot `i`, grouped by node.
+    pub(super) fn fetch(
+        &mut self,
+        i: usize,
+        stage: Stage,
+        robs: &[u32],
+        readout: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        for w in &mut self.slots[i].wanted {
+            w.clear();
+        }
+        for &rob in robs {
+            if self.slots[i].has(rob) {
+                continue;
+            }
+            if let Some(n) = self.node_of(rob) {
+                if !self.slots[i].wanted[n].contains(&rob) {
+                    self.slots[i].wanted[n].push(rob);
+                }
+            }
+        }
+        self.slots[i].phase = Phase::Fetching(stage);
+        self.dispatch_wanted(i, readout)?;
+        if self.slots[i].waiting == 0 {
+            self.stage_complete(i, readout)?;
+        }
+        Ok(())
+    }
+
+    /// Requests every ROB not fetched yet from every node (n = 0 when nothing came from it).
+    pub(super) fn fetch_rest(
+        &mut self,
+        i: usize,
+        readout: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        for n in 0..self.nodes.len() {
+            // The slot's own list, refilled in place (no allocation once it has grown).
+            let mut missing = std::mem::take(&mut self.slots[i].wanted[n]);
+            missing.clear();
+            let s = &self.slots[i];
+            missing.extend(
+                self.config.readout[n]
+                    .robs
+                    .iter()
+                    .copied()
+                    .filter(|&r| !s.has(r)),
+            );
+            self.slots[i].wanted[n] = missing;
+        }
+        self.slots[i].phase = Phase::Fetching(Stage::Rest);
+        self.dispatch_wanted(i, readout)?;
+        if self.slots[i].waiting == 0 {
+            self.stage_complete(i, readout)?;
+        }
+        Ok(())
+    }
+
+    /// Sends (or queues, over the per-node bound) the slot's wanted requests.
+    fn dispatch_wanted(&mut self, i: usize, readout: &mut [Socket]) -> Result<(), DataflowError> {
+        for n in 0..self.nodes.len() {
+            let rest_all = self.slots[i].phase == Phase::Fetching(Stage::Rest)
+                && self.config.readout[n].robs.is_empty();
+            if self.slots[i].wanted[n].is_empty() && !rest_all {
+                continue;
+            }
+            self.slots[i].waiting += 1;
+            if self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
+                self.send_request(i, n, readout)?;
+            } else {
+                let g = self.slots[i].generation;
+                self.nodes[n].queue.push_back((i, g));
+                self.counters
+                    .queued_requests
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn send_request(
+        &mut self,
+        i: usize,
+        n: usize,
+        readout: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        let s = &self.slots[i];
+        self.buf.clear();
+        encode_data_request(
+            &mut self.buf,
+            transaction(i, s.generation),
+            s.l1id,
+            &s.wanted[n],
+        );
+        if readout[n].send([Frame::Copy(&self.buf)]).is_err() {
+            // The node is gone or stuck: ask again after the retry delay, like a PENDING
+            // answer (and, past the retry limit, build without it).
+            self.summary.send_failures += 1;
+            self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
+            let s = &mut self.slots[i];
+            let wanted = std::mem::take(&mut s.wanted[n]);
+            s.pending.extend_from_slice(&wanted);
+            s.wanted[n] = wanted;
+            s.waiting = s.waiting.saturating_sub(1);
+            if s.waiting == 0 {
+                s.retry_at = Some(Instant::now() + self.config.retry_delay);
+            }
+            return Ok(());
+        }
+        self.nodes[n].outstanding += 1;
+        self.summary.requests += 1;
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .outstanding_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let s = &mut self.slots[i];
+        s.sent_at[n] = Instant::now();
+        self.counters
+            .trace
+            .record(s.global_id, TraceStage::RequestSent, n as u32);
+        Ok(())
+    }
+
+    pub(super) fn on_reply(
+        &mut self,
+        n: usize,
+        msg: &Received,
+        readout: &mut [Socket],
+        loggers: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        let Message::DataReply { fragments, .. } = decoded.message else {
+            self.summary.bad_messages += 1;
+            self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        if self.nodes[n].outstanding > 0 {
+            self.counters
+                .outstanding_requests
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+        self.nodes[n].outstanding = self.nodes[n].outstanding.saturating_sub(1);
+        // A freed request slot on this node: send the next queued request.
+        while self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
+            let Some((q, g)) = self.nodes[n].queue.pop_front() else {
+                break;
+            };
+            self.counters
+                .queued_requests
+                .fetch_sub(1, Ordering::Relaxed);
+            if self.slots[q].generation == g && matches!(self.slots[q].phase, Phase::Fetching(_)) {
+                self.send_request(q, n, readout)?;
+            }
+        }
+        let tx = decoded.header.transaction;
+        let i = (tx >> 16) as usize;
+        let g = tx as u16;
+        let live = self
+            .slots
+            .get(i)
+            .is_some_and(|s| s.generation == g && matches!(s.phase, Phase::Fetching(_)));
+        if !live {
+            self.summary.stale_replies += 1;
+            self.counters.stale_replies.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let s = &self.slots[i];
+        self.counters
+            .request_latency
+            .record(s.sent_at.get(n).map_or(Duration::ZERO, |t| t.elapsed()));
+        self.counters
+            .trace
+            .record(s.global_id, TraceStage::RequestAnswered, n as u32);
+        let mut scratch = Vec::new();
+        let raw = fragments.as_bytes();
+        let words: &[u32] = match bytes_as_words(raw) {
+            Some(w) => w,
+            None => {
+                scratch.extend(
+                    raw.chunks_exact(4)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+                &scratch
+            }
+        };
+        self.counters
+            .bytes_received
+            .fetch_add(4 * words.len() as u64, Ordering::Relaxed);
+        self.file_fragments(i, words);
+        let s = &mut self.slots[i];
+        s.waiting = s.waiting.saturating_sub(1);
+        if s.waiting == 0 {
+            self.stage_complete_or_retry(i, readout, loggers)?;
+        }
+        Ok(())
+    }
+
+    fn stage_complete_or_retry(
+        &mut self,
+        i: usize,
+        readout: &mut [Socket],
+        loggers: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        let s = &mut self.slots[i];
+        if !s.pending.is_empty() {
+            if s.retries < self.config.max_retries {
+                s.retry_at = Some(Instant::now() + self.config.retry_delay);
+                return Ok(());
+            }
+            s.partial = true;
+            s.pending.clear();
+        }
+        self.stage_complete_with(i, readout, loggers)
+    }
+
+    fn stage_complete(&mut self, i: usize, readout: &mut [Socket]) -> Result<(), DataflowError> {
+        // Called when no request was needed: nothing can be pending, loggers are not needed
+        // before the Rest stage completes, which goes through the retry path with loggers.
+        let mut none: [Socket; 0] = [];
+        self.stage_complete_with(i, readout, &mut none)
+    }
+
+    fn stage_complete_with(
+        &mut self,
+        i: usize,
+        readout: &mut [Socket],
+        loggers: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        match self.slots[i].phase {
+            Phase::Fetching(Stage::Decide) => self.decide(i, readout),
+            Phase::Fetching(Stage::Rest) => {
+                if loggers.is_empty() {
+                    // Reached without any request (every ROB already fetched): ship on the
+                    // next timer pass, which has the loggers.
+                    self.slots[i].retry_at = Some(Instant::now());
+                    return Ok(());
+                }
+                self.ship(i, loggers)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn run_timers(
+        &mut self,
+        readout: &mut [Socket],
+        loggers: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        let now = Instant::now();
+        for i in 0..self.slots.len() {
+            if let Phase::Holding(t) = self.slots[i].phase {
+                if t <= now {
+                    let v = self.slots[i].held.take().unwrap_or(Verdict::Reject);
+                    self.act(i, v, readout)?;
+                }
+                continue;
+            }
+            let Some(t) = self.slots[i].retry_at else {
+                continue;
+            };
+            if t > now {
+                continue;
+            }
+            self.slots[i].retry_at = None;
+            if self.slots[i].pending.is_empty() {
+                // A Rest stage that completed without requests: ship it now.
+                if self.slots[i].phase == Phase::Fetching(Stage::Rest) {
+                    self.ship(i, loggers)?;
+                }
+                continue;
+            }
+            let s = &mut self.slots[i];
+            s.retries += 1;
+            self.summary.retries += 1;
+            let pending = std::mem::take(&mut s.pending);
+            let stage = match s.phase {
+                Phase::Fetching(st) => st,
+                _ => Stage::Decide,
+            };
+            for w in &mut s.wanted {
+                w.clear();
+            }
+            for &rob in &pending {
+                if let Some(n) = self
+                    .rob_node
+                    .binary_search_by_key(&rob, |&(r, _)| r)
+                    .ok()
+                    .map(|k| self.rob_node[k].1)
+                {
+                    self.slots[i].wanted[n].push(rob);
+                }
+            }
+            self.slots[i].phase = Phase::Fetching(stage);
+            self.dispatch_wanted(i, readout)?;
+            if self.slots[i].waiting == 0 {
+                self.stage_complete_with(i, readout, loggers)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! Clears: releasing the cleared L1IDs' fragments on every channel (their pages go back to
+//! the free stack once no reply holds them), remembering clears that come before their
+//! fragment, and settling an idle channel's write page.
+
+use super::index::{Location, Slot};
+use super::ingest::stamp_left_page;
+use super::pages::{PageTable, NO_PAGE};
+use super::read::chain;
+use super::{l1id_newer, unhold, EventStore};
+
+impl EventStore {
+    /// Releases `l1ids` on every channel. Returns the fragments released.
+    pub fn clear(&mut self, l1ids: impl IntoIterator<Item = u32>) -> u64 {
+        let table = &*self.table;
+        let holds = &mut self.holds;
+        let pw = table.page_words();
+        let mut released = 0;
+        self.clear_ids.clear();
+        self.clear_ids.extend(l1ids);
+        // Channel by channel: a group of consecutive L1IDs then walks adjacent index slots.
+        for ch in &mut self.channels {
+            for &l1id in &self.clear_ids {
+                // The common case first: stored at home, nothing to shift.
+                if let Some(loc) = ch.index.take_home(l1id) {
+                    release_fragment(holds, table, &mut ch.free, loc, pw);
+                    ch.counters.cleared += 1;
+                    released += 1;
+                    continue;
+                }
+                match ch.index.remove(l1id) {
+                    Some(Slot::Stored(loc)) => {
+                        release_fragment(holds, table, &mut ch.free, loc, pw);
+                        ch.counters.cleared += 1;
+                        released += 1;
+                    }
+                    Some(Slot::ClearedEarly) => {
+                        // Cleared twice before it arrived: keep the marker.
+                        let _ = ch.index.insert_absent(l1id, Slot::ClearedEarly);
+                    }
+                    None => {
+                        let newer = ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last));
+                        if !newer || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err() {
+                            ch.counters.unknown_clears += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for ch in &mut self.channels {
+            let in_use = self.pages_per_channel - ch.free.len();
+            if ch.alarm && in_use < self.alarm_pages {
+                ch.alarm = false;
+            }
+        }
+        released
+    }
+
+    /// Pages in use on channel `c` after the write cursor's page is released if it holds no
+    /// fragment (an idle, fully cleared channel then shows zero).
+    pub fn settle(&mut self, c: usize) -> usize {
+        let table = &*self.table;
+        let ch = &mut self.channels[c];
+        // Only the cursor holds it: no stored fragment.
+        if ch.write_page != NO_PAGE && self.holds[ch.write_page as usize] == 1 {
+            let p = ch.write_page;
+            stamp_left_page(ch, &mut self.layouts, table.page_words());
+            ch.write_page = NO_PAGE;
+            ch.write_offset = 0;
+            if unhold(&mut self.holds, table, p) {
+                ch.free.push(p);
+            }
+        }
+        self.pages_per_channel - ch.free.len()
+    }
+}
+
+/// Drops the store's holds of a cleared fragment at `loc`: one per page it touches; pages
+/// whose last reference that was go back on `free`.
+#[inline(always)]
+pub(super) fn release_fragment(
+    holds: &mut [u32],
+    table: &PageTable,
+    free: &mut Vec<u32>,
+    loc: Location,
+    page_words: usize,
+) {
+    for s in chain(table, loc, page_words) {
+        if unhold(holds, table, s.page) {
+            free.push(s.page);
+        }
+    }
+}
