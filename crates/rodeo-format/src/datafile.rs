@@ -178,7 +178,7 @@ pub enum DataFileError {
         source: std::io::Error,
     },
     /// The file starts with neither container's start record.
-    #[error("{}: not a raw-data file: first word {found:#010x}, expected the file start marker 0x1234aaaa (rodeo or EventStorage)", path.display())]
+    #[error("{}: not a raw-data file: file start record marker {found:#010x}, expected 0x1234aaaa (rodeo or EventStorage)", path.display())]
     NotADataFile {
         /// The file.
         path: PathBuf,
