@@ -1,7 +1,7 @@
 """rodeo from Python: raw-data files as NumPy arrays, event and ROB fragments, writers.
 
 Everything here is the Rust code of rodeo-format (``rodeo._rodeo``, built with PyO3): the
-reader and writer of raw-data files, the validating fragment views, the fragment builders and
+reader of raw-data files (rodeo's container and ATLAS/BESIII EventStorage v2-v6), the writer, the validating fragment views, the fragment builders and
 the synthetic-event generator; and ``rodeo.Client``, the run-control HTTP client
 (``rodeo.client``, pure Python). See docs/python.md for the API.
 

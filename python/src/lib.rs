@@ -36,6 +36,9 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySlice};
 
 use rodeo_format::checksum::ChecksumType;
 use rodeo_format::compress::{decompress_event, CompressError};
+use rodeo_format::datafile::{
+    detect_container, Container, DataFileError, DataFileReader, FileEvent, FileInfo, RobRef,
+};
 use rodeo_format::fragment::{
     EventBuilder, FragmentError, FullEvent, RobBuilder, RobFragment, RobPayload, RodBuilder,
     SourceId, StatusPosition, StreamTag,
@@ -77,6 +80,31 @@ fn raw_file_err(py: Python<'_>, e: RustRawFileError) -> PyErr {
     let _ = value.setattr("offset", e.offset());
     let _ = value.setattr("events_recovered", e.events_recovered());
     err
+}
+
+/// A Python exception for an error of the data-file reader (either container), with its offset
+/// and recovered-event count.
+fn data_file_err(py: Python<'_>, e: DataFileError) -> PyErr {
+    match e {
+        DataFileError::Rodeo(e) => raw_file_err(py, e),
+        DataFileError::Io { op, path, source }
+        | DataFileError::EventStorage(rodeo_format::eventstorage::EsError::Io {
+            op,
+            path,
+            source,
+        }) => PyOSError::new_err((
+            source.raw_os_error().unwrap_or(0),
+            format!("{op}: {source}"),
+            path.display().to_string(),
+        )),
+        other => {
+            let err = RawFileError::new_err(other.to_string());
+            let value = err.value(py);
+            let _ = value.setattr("offset", other.offset());
+            let _ = value.setattr("events_recovered", other.events_recovered());
+            err
+        }
+    }
 }
 
 /// A Python exception for a fragment error, with the word offset.
@@ -280,6 +308,8 @@ fn parse_header(words: &[u32]) -> Result<Header, FragmentError> {
 pub struct Event {
     words: Py<PyArray1<u32>>,
     header: Result<Header, FragmentError>,
+    /// For an eformat 3/4 event read from a file: its identifiers and ROB ranges.
+    legacy: Option<Legacy>,
     robs: PyOnceLock<Py<PyList>>,
     #[pyo3(get)]
     /// Index of the event in its file (0-based), or None for an event not read from a file.
@@ -292,7 +322,31 @@ pub struct Event {
     flags: u32,
 }
 
+/// What the data-file reader found in an eformat 3/4 event.
+struct Legacy {
+    eformat: u32,
+    run_number: u32,
+    l1id: u32,
+    global_id: Option<u64>,
+    robs: Vec<RobRef>,
+}
+
 impl Event {
+    /// An event from the data-file reader: eformat 5 events as [`Event::new`]; eformat 3/4
+    /// events keep the reader's identifiers and ROB ranges (their headers are not eformat 5's).
+    fn from_file_event(py: Python<'_>, e: FileEvent, flags: u32) -> PyResult<Event> {
+        let legacy = (e.eformat != 5).then(|| Legacy {
+            eformat: e.eformat,
+            run_number: e.run_number,
+            l1id: e.l1id,
+            global_id: e.global_id,
+            robs: e.robs.clone(),
+        });
+        let mut ev = Event::new(py, e.words, Some(e.index), Some(e.offset), flags)?;
+        ev.legacy = legacy;
+        Ok(ev)
+    }
+
     fn new(
         py: Python<'_>,
         words: Vec<u32>,
@@ -304,6 +358,7 @@ impl Event {
         Ok(Event {
             words: frozen_array(py, words)?.unbind(),
             header,
+            legacy: None,
             robs: PyOnceLock::new(),
             index,
             offset,
@@ -321,8 +376,14 @@ impl Event {
         let words = guard
             .as_slice()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let event = FullEvent::parse(words).map_err(|e| format_err(py, &e))?;
         let list = PyList::empty(py);
+        if let Some(l) = &self.legacy {
+            for r in &l.robs {
+                list.append(Rob::from_ref(arr, words, r))?;
+            }
+            return Ok(list.unbind());
+        }
+        let event = FullEvent::parse(words).map_err(|e| format_err(py, &e))?;
         for rob in event.robs() {
             let rob = rob.map_err(|e| format_err(py, &e))?;
             list.append(Rob::new(arr, words, &rob)?)?;
@@ -382,22 +443,39 @@ impl Event {
         Ok(self.header(py)?.source_id)
     }
 
-    /// Global event id.
+    /// Global event id (for an eformat 3/4 event: its event number, when the layout has one).
     #[getter]
-    fn global_id(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(self.header(py)?.global_id)
+    fn global_id(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        if let Some(l) = &self.legacy {
+            return Ok(l.global_id);
+        }
+        Ok(Some(self.header(py)?.global_id))
     }
 
-    /// L1ID (bits 23..0 of the extended L1ID).
+    /// L1ID (bits 23..0 of the extended L1ID; an eformat 3/4 event's L1ID word as it is).
     #[getter]
     fn l1id(&self, py: Python<'_>) -> PyResult<u32> {
+        if let Some(l) = &self.legacy {
+            return Ok(l.l1id);
+        }
         Ok(self.header(py)?.extended_l1id & 0x00FF_FFFF)
     }
 
     /// Extended L1ID (ECR counter in bits 31..24, L1ID in bits 23..0).
     #[getter]
     fn extended_l1id(&self, py: Python<'_>) -> PyResult<u32> {
+        if let Some(l) = &self.legacy {
+            return Ok(l.l1id);
+        }
         Ok(self.header(py)?.extended_l1id)
+    }
+
+    /// eformat major version of the event: 5, or 3/4 for BESIII and older ATLAS files (whose
+    /// events have `run_number`, `l1id`, `global_id` and `robs`, but not the eformat 5 header
+    /// fields, which raise `FormatError`).
+    #[getter]
+    fn eformat(&self) -> u32 {
+        self.legacy.as_ref().map_or(5, |l| l.eformat)
     }
 
     /// Bunch-crossing id.
@@ -409,6 +487,9 @@ impl Event {
     /// Run number.
     #[getter]
     fn run_number(&self, py: Python<'_>) -> PyResult<u32> {
+        if let Some(l) = &self.legacy {
+            return Ok(l.run_number);
+        }
         Ok(self.header(py)?.run_number)
     }
 
@@ -491,7 +572,9 @@ impl Event {
     /// `FormatError` at the first malformed ROB.
     #[getter]
     fn robs(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
-        self.header(py)?;
+        if self.legacy.is_none() {
+            self.header(py)?;
+        }
         let list = self.robs.get_or_try_init(py, || self.make_robs(py))?;
         Ok(list.clone_ref(py))
     }
@@ -514,6 +597,15 @@ impl Event {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         let n = self.words.bind(py).len();
+        if let Some(l) = &self.legacy {
+            return format!(
+                "<rodeo.Event eformat={} l1id={:#010x} run={} robs={} words={n}>",
+                l.eformat,
+                l.l1id,
+                l.run_number,
+                l.robs.len()
+            );
+        }
         match &self.header {
             Ok(h) => format!(
                 "<rodeo.Event global_id={} l1id={:#010x} bcid={} run={} words={n}>",
@@ -588,6 +680,45 @@ impl Rob {
 }
 
 impl Rob {
+    /// A `Rob` over an eformat 3/4 ROB found by the data-file reader in `all` (the words of
+    /// `arr`): the ROB and ROD header fields read at their fixed offsets (identical in eformat
+    /// 3, 4 and 5 ROD headers); no ROB checksum.
+    fn from_ref(arr: &Bound<'_, PyArray1<u32>>, all: &[u32], r: &RobRef) -> Rob {
+        let w = |i: usize| all.get(i).copied().unwrap_or(0);
+        let span = |at: usize, n: usize| {
+            at.checked_add(n)
+                .and_then(|end| all.get(at..end))
+                .unwrap_or(&[])
+                .to_vec()
+        };
+        let nstatus = w(r.offset + 5) as usize;
+        let rod = r.rod_offset;
+        let rod_end = rod + r.rod_size;
+        let rod_nstatus = w(rod_end.saturating_sub(3)) as usize;
+        let status_first = w(rod_end.saturating_sub(1)) == 0;
+        let rod_status_at = if status_first {
+            rod + w(rod + 1) as usize
+        } else {
+            r.data_offset + r.data_len
+        };
+        Rob {
+            parent: arr.clone().unbind(),
+            range: (r.offset, r.size),
+            data_range: (r.data_offset, r.data_len),
+            words: PyOnceLock::new(),
+            data: PyOnceLock::new(),
+            source_id: r.source_id,
+            status_words: span(r.offset + 6, nstatus),
+            extended_l1id: w(rod + 5),
+            bcid: (w(rod + 6) & 0xFFF) as u16,
+            run_number: w(rod + 4),
+            trigger_type: (w(rod + 7) & 0xFF) as u8,
+            rod_status_words: span(rod_status_at, rod_nstatus),
+            checksum: ChecksumType::None,
+            offset: Some(r.offset),
+        }
+    }
+
     /// The view of `range` in the parent array, made once.
     fn view_of(
         &self,
@@ -702,24 +833,32 @@ fn start_dict<'py>(py: Python<'py>, s: &FileStart) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-/// An open raw-data file: a context manager and an iterator of `Event`s.
+/// The reader behind a [`RawFile`]: rodeo's own, or the data-file reader for EventStorage.
+enum Reader {
+    Rodeo(Box<RawFileReader>),
+    EventStorage(Box<DataFileReader>),
+}
+
+/// An open raw-data file, rodeo's container or EventStorage (v2-v6, eformat 3-5), chosen by
+/// its first record: a context manager and an iterator of `Event`s.
 ///
 /// Iteration yields every valid event in order; at the first problem (truncation, a bad
 /// checksum, no end record, ...) it raises `RawFileError` naming the byte offset, after the
 /// events before it were yielded.
 #[pyclass(module = "rodeo")]
 pub struct RawFile {
-    reader: Option<RawFileReader>,
+    reader: Option<Reader>,
     /// Decompress compressed events as they are read.
     decompress: bool,
     path: String,
-    start: FileStart,
-    /// Summary once the end record was read: events, event bytes, adler.
-    done: Option<(u64, u64, u32, u64)>,
+    info: FileInfo,
+    /// Summary once the end record was read: events, event bytes, adler (rodeo), file bytes.
+    done: Option<(u64, u64, Option<u32>, u64)>,
+    events: u64,
 }
 
 impl RawFile {
-    fn reader(&mut self) -> PyResult<&mut RawFileReader> {
+    fn reader(&mut self) -> PyResult<&mut Reader> {
         self.reader
             .as_mut()
             .ok_or_else(|| PyValueError::new_err(format!("{} is closed", self.path)))
@@ -728,21 +867,51 @@ impl RawFile {
 
 #[pymethods]
 impl RawFile {
-    /// Opens `path` and validates its file start record. With `decompress` (the default),
-    /// compressed events (zstd, written by a logger with `compression = "zstd"`) are yielded
-    /// in their plain form; without it, as stored (see `Event.decompress()`).
+    /// Opens `path` and validates its first records. With `decompress` (the default),
+    /// compressed events (zstd in rodeo files; zlib in EventStorage files, always restored)
+    /// are yielded in their plain form; without it, rodeo's zstd events come as stored (see
+    /// `Event.decompress()`).
     #[new]
     #[pyo3(signature = (path, *, decompress=true))]
     fn py_new(py: Python<'_>, path: std::path::PathBuf, decompress: bool) -> PyResult<RawFile> {
-        let reader = py
-            .detach(|| RawFileReader::open(&path))
-            .map_err(|e| raw_file_err(py, e))?;
+        let container = py
+            .detach(|| detect_container(&path))
+            .map_err(|e| data_file_err(py, e))?;
+        let (reader, info) = match container {
+            Container::Rodeo => {
+                let r = py
+                    .detach(|| RawFileReader::open(&path))
+                    .map_err(|e| raw_file_err(py, e))?;
+                let s = r.start().clone();
+                let info = FileInfo {
+                    container,
+                    version: s.version,
+                    run_number: s.run,
+                    lumiblock: Some(s.lumiblock),
+                    file_number: s.sequence,
+                    app_name: s.app_name.clone(),
+                    stream: s.stream_name.clone(),
+                    compression: "none".into(),
+                    eventstorage: None,
+                    rodeo: Some(s),
+                };
+                (Reader::Rodeo(Box::new(r)), info)
+            }
+            Container::EventStorage => {
+                let r = py
+                    .detach(|| DataFileReader::open_with(&path, decompress))
+                    .map_err(|e| data_file_err(py, e))?;
+                let info = r.info().clone();
+                (Reader::EventStorage(Box::new(r)), info)
+            }
+        };
         Ok(RawFile {
-            start: reader.start().clone(),
+            info,
             reader: Some(reader),
             decompress,
             path: path.display().to_string(),
             done: None,
+            events: 0,
         })
     }
 
@@ -752,44 +921,79 @@ impl RawFile {
         &self.path
     }
 
-    /// Run number (from the file start record).
+    /// The container: `"rodeo"` or `"eventstorage"`.
     #[getter]
-    fn run(&self) -> u32 {
-        self.start.run
+    fn container(&self) -> &'static str {
+        self.info.container.name()
     }
 
-    /// Stream name.
+    /// The container's format version (rodeo 1; EventStorage 2 to 6).
+    #[getter]
+    fn format_version(&self) -> u32 {
+        self.info.version
+    }
+
+    /// Run number (rodeo start record; EventStorage run parameters).
+    #[getter]
+    fn run(&self) -> u32 {
+        self.info.run_number
+    }
+
+    /// Stream name (EventStorage: the `Stream=` free string, else the file-name core).
     #[getter]
     fn stream(&self) -> &str {
-        &self.start.stream_name
+        &self.info.stream
     }
 
     /// Name of the application that wrote the file.
     #[getter]
     fn app_name(&self) -> &str {
-        &self.start.app_name
+        &self.info.app_name
     }
 
-    /// File sequence number.
+    /// File sequence number (EventStorage: the file number).
     #[getter]
     fn sequence(&self) -> u32 {
-        self.start.sequence
+        self.info.file_number
     }
 
-    /// Luminosity block.
+    /// Luminosity block (EventStorage: the `LumiBlock=` free string; None if absent).
     #[getter]
-    fn lumiblock(&self) -> u32 {
-        self.start.lumiblock
+    fn lumiblock(&self) -> Option<u32> {
+        self.info.lumiblock
     }
 
-    /// The file start record as a dict.
+    /// The file's first records as a dict: rodeo's start record, or EventStorage's file start,
+    /// file name strings, free strings and run parameters.
     #[getter]
     fn start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        start_dict(py, &self.start)
+        if let Some(s) = &self.info.rodeo {
+            return start_dict(py, s);
+        }
+        let d = PyDict::new(py);
+        if let Some(es) = &self.info.eventstorage {
+            d.set_item("version", es.version)?;
+            d.set_item("file_number", es.file_number)?;
+            d.set_item("date", es.date)?;
+            d.set_item("time", es.time)?;
+            d.set_item("app_name", &es.app_name)?;
+            d.set_item("file_name_core", &es.file_name_core)?;
+            d.set_item("free_strings", es.free_strings.clone())?;
+            d.set_item("run", es.run.run_number)?;
+            d.set_item("max_events", es.run.max_events)?;
+            d.set_item("rec_enable", es.run.rec_enable)?;
+            d.set_item("trigger_type", es.run.trigger_type)?;
+            d.set_item("detector_mask", es.run.detector_mask)?;
+            d.set_item("beam_type", es.run.beam_type)?;
+            d.set_item("beam_energy", es.run.beam_energy)?;
+            d.set_item("compression", es.compression())?;
+        }
+        Ok(d)
     }
 
-    /// Once the end record has been read and validated: a dict with `events`, `event_bytes`,
-    /// `adler32` and `file_bytes`; None before.
+    /// Once the end record has been read and validated: a dict with `events`, `event_bytes`
+    /// and `adler32` (rodeo files: the end record's; 0 and absent for EventStorage files) and
+    /// `file_bytes`; None before.
     #[getter]
     fn summary<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some((events, event_bytes, adler, file_bytes)) = self.done else {
@@ -798,7 +1002,9 @@ impl RawFile {
         let d = PyDict::new(py);
         d.set_item("events", events)?;
         d.set_item("event_bytes", event_bytes)?;
-        d.set_item("adler32", adler)?;
+        if let Some(adler) = adler {
+            d.set_item("adler32", adler)?;
+        }
         d.set_item("file_bytes", file_bytes)?;
         Ok(Some(d))
     }
@@ -828,33 +1034,60 @@ impl RawFile {
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Event>> {
         let decompress = self.decompress;
-        let reader = self.reader()?;
-        match py.detach(|| reader.next()) {
-            Some(Ok(ev)) => {
-                let words = if decompress {
-                    py.detach(|| plain_words(ev.words))
-                        .map_err(|e| compress_err(py, &e, Some(ev.offset)))?
-                } else {
-                    ev.words
-                };
-                Event::new(py, words, Some(ev.index), Some(ev.offset), ev.flags).map(Some)
-            }
-            Some(Err(e)) => Err(raw_file_err(py, e)),
-            None => {
-                if let Some(s) = reader.summary() {
-                    self.done = Some((s.events, s.event_bytes, s.adler, s.file_bytes));
+        let mut done = None;
+        let result = match self.reader()? {
+            Reader::Rodeo(reader) => match py.detach(|| reader.next()) {
+                Some(Ok(ev)) => {
+                    let words = if decompress {
+                        py.detach(|| plain_words(ev.words))
+                            .map_err(|e| compress_err(py, &e, Some(ev.offset)))?
+                    } else {
+                        ev.words
+                    };
+                    Event::new(py, words, Some(ev.index), Some(ev.offset), ev.flags).map(Some)
                 }
-                Ok(None)
+                Some(Err(e)) => Err(raw_file_err(py, e)),
+                None => {
+                    if let Some(s) = reader.summary() {
+                        done = Some((s.events, s.event_bytes, Some(s.adler), s.file_bytes));
+                    }
+                    Ok(None)
+                }
+            },
+            Reader::EventStorage(reader) => match py.detach(|| reader.next()) {
+                Some(Ok(ev)) => {
+                    let flags = u32::from(ev.stored_compressed);
+                    Event::from_file_event(py, ev, flags).map(Some)
+                }
+                Some(Err(e)) => Err(data_file_err(py, e)),
+                None => {
+                    if reader.complete() {
+                        done = Some((0, 0, None, reader.file_len()));
+                    }
+                    Ok(None)
+                }
+            },
+        };
+        if let Some(mut d) = done {
+            if d.2.is_none() {
+                d.0 = self.events;
             }
+            self.done = Some(d);
         }
+        if let Ok(Some(_)) = &result {
+            self.events += 1;
+        }
+        result
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "<rodeo.RawFile {:?} run={} stream={:?}{}>",
+            "<rodeo.RawFile {:?} {} v{} run={} stream={:?}{}>",
             self.path,
-            self.start.run,
-            self.start.stream_name,
+            self.info.container.name(),
+            self.info.version,
+            self.info.run_number,
+            self.info.stream,
             if self.reader.is_some() { "" } else { " closed" }
         )
     }

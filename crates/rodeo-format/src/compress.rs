@@ -15,8 +15,12 @@ use std::io::Read;
 use crate::checksum::words_as_bytes;
 use crate::fragment::{ErrorKind, EventBuilder, FragmentError, FragmentKind, FullEvent, StreamTag};
 
-/// The compression type word of a zstd-compressed event.
+/// The compression type word of a zstd-compressed event (rodeo's own container).
 pub const COMPRESSION_ZSTD: u32 = 1;
+/// The compression type word of a zlib-compressed payload in ATLAS files (`eformat/
+/// compression.h`: `UNCOMPRESSED = 0, ZLIB = 1`). The same value as rodeo's zstd: which codec
+/// a 1 means depends on the container the event came from (EventStorage: zlib, rodeo: zstd).
+pub const EFORMAT_COMPRESSION_ZLIB: u32 = 1;
 
 /// Why an event could not be compressed or decompressed.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +35,9 @@ pub enum CompressError {
     /// The zstd frame is damaged or shorter than the declared size.
     #[error("zstd payload: {0}")]
     Zstd(String),
+    /// The zlib stream is damaged or does not restore the declared size.
+    #[error("zlib payload: {0}")]
+    Zlib(String),
 }
 
 fn header_of<'a>(
@@ -121,14 +128,62 @@ pub fn decompress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Compres
         .map_err(|err| CompressError::Zstd(err.to_string()))?;
     dec.read_exact(&mut bytes)
         .map_err(|err| CompressError::Zstd(format!("{err} (expected {n} words)")))?;
-    let plain: Vec<u32> = bytes
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let plain = bytes_to_words(&bytes);
     let tags = tags_of(&e)?;
     let pieces: [&[u32]; 1] = [&plain];
     header_of(&e, &tags, &pieces, 0, None).write_vec(out)?;
     Ok(())
+}
+
+/// Writes the plain form of an event from an ATLAS file into `out` (cleared first): a payload
+/// marked [`EFORMAT_COMPRESSION_ZLIB`] is one zlib stream of the ROB fragments, restored to the
+/// header's uncompressed size (words) and checked against it; a plain event is copied.
+pub fn decompress_zlib_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), CompressError> {
+    out.clear();
+    let e = FullEvent::parse(words)?;
+    match e.compression() {
+        0 => {
+            out.extend_from_slice(words);
+            return Ok(());
+        }
+        EFORMAT_COMPRESSION_ZLIB => {}
+        other => return Err(CompressError::Unsupported(other)),
+    }
+    let n = e.uncompressed_size() as usize;
+    let bytes = inflate_exact(words_as_bytes(e.payload()), 4 * n)
+        .map_err(|reason| CompressError::Zlib(format!("{reason} (expected {n} words)")))?;
+    let plain = bytes_to_words(&bytes);
+    let tags = tags_of(&e)?;
+    let pieces: [&[u32]; 1] = [&plain];
+    header_of(&e, &tags, &pieces, 0, None).write_vec(out)?;
+    Ok(())
+}
+
+/// Inflates the zlib stream at the start of `input` (trailing padding ignored) and requires
+/// exactly `expected` bytes out. Never allocates more than `expected` + 1 bytes.
+pub(crate) fn inflate_exact(input: &[u8], expected: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(expected.min(64 << 20));
+    let mut dec = flate2::read::ZlibDecoder::new(input);
+    (&mut dec)
+        .take(expected as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() != expected {
+        return Err(format!(
+            "restores {} bytes{}",
+            out.len().min(expected),
+            if out.len() > expected { " or more" } else { "" }
+        ));
+    }
+    Ok(out)
+}
+
+/// Little-endian words of `bytes` (a multiple of 4 long; a partial last word is dropped).
+pub(crate) fn bytes_to_words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 #[cfg(test)]
@@ -161,6 +216,34 @@ mod tests {
             decompress_event(&packed, &mut back).unwrap();
             assert_eq!(back, plain);
         }
+    }
+
+    #[test]
+    fn zlib_payloads_are_restored() {
+        use std::io::Write as _;
+        let mut synth = EventSynth::new(SynthConfig::default());
+        let (mut plain, mut back) = (Vec::new(), Vec::new());
+        synth.event(3, &mut plain).unwrap();
+        let e = FullEvent::parse(&plain).unwrap();
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(words_as_bytes(e.payload())).unwrap();
+        let mut stream = z.finish().unwrap();
+        stream.resize(stream.len().next_multiple_of(4), 0);
+        let packed_words = bytes_to_words(&stream);
+        let tags = tags_of(&e).unwrap();
+        let pieces: [&[u32]; 1] = [&packed_words];
+        let n = e.payload().len() as u32;
+        let mut packed = Vec::new();
+        header_of(&e, &tags, &pieces, EFORMAT_COMPRESSION_ZLIB, Some(n))
+            .write_vec(&mut packed)
+            .unwrap();
+        decompress_zlib_event(&packed, &mut back).unwrap();
+        assert_eq!(back, plain);
+        // A damaged stream is an error.
+        let at = packed.len() - packed_words.len() - e.checksum_type().trailer_words();
+        let mut wrong = packed.clone();
+        wrong[at] ^= 0xFFFF_FFFF;
+        assert!(decompress_zlib_event(&wrong, &mut back).is_err());
     }
 
     #[test]

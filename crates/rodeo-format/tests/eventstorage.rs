@@ -1,0 +1,506 @@
+//! EventStorage files: the v5 writer against a reader written from the spec alone, the round
+//! trip through rodeo's reader, hand-built v2 (BESIII) / v4 / v6 files, damaged files, and the
+//! one reader of both containers.
+
+mod spec_reader;
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use rodeo_format::checksum::ChecksumType;
+use rodeo_format::compress::compress_event;
+use rodeo_format::datafile::{verify_data_file, Container, DataFileError, DataFileReader};
+use rodeo_format::eventstorage::{
+    EsCompression, EsError, EsReader, EsWriter, EsWriterConfig, RunParameters,
+};
+use rodeo_format::fragment::FullEvent;
+use rodeo_format::rawfile::{RawFileConfig, RawFileWriter, FLAG_COMPRESSED};
+use rodeo_format::synth::{EventSynth, SynthConfig};
+
+fn events(n: u64, run: u32) -> Vec<Vec<u32>> {
+    let mut synth = EventSynth::new(SynthConfig {
+        robs: 6,
+        run_number: run,
+        checksum: ChecksumType::Adler32,
+        ..SynthConfig::default()
+    });
+    (0..n)
+        .map(|g| {
+            let mut out = Vec::new();
+            synth.event(g, &mut out).unwrap();
+            out
+        })
+        .collect()
+}
+
+fn config(dir: &Path, run: u32) -> EsWriterConfig {
+    let mut c = EsWriterConfig::new(dir, "data25_test", run, "physics", "Main", "rodeo-SFO-1");
+    c.fsync_on_close = false;
+    c.free_disk_margin_bytes = 0;
+    c.lumiblock = 17;
+    c.run = RunParameters {
+        run_number: run,
+        detector_mask: 0x0000_0002_0000_0001,
+        beam_energy: 6800,
+        ..RunParameters::default()
+    };
+    c
+}
+
+fn write(dir: &Path, c: EsWriterConfig, evs: &[Vec<u32>]) -> Vec<PathBuf> {
+    let _ = dir;
+    let mut w = EsWriter::create(c).unwrap();
+    for e in evs {
+        w.write_event(e).unwrap();
+    }
+    w.finish().unwrap().into_iter().map(|f| f.path).collect()
+}
+
+#[test]
+fn v5_writer_output_is_what_the_spec_says_event_for_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs = events(25, 348_885);
+    let paths = write(dir.path(), config(dir.path(), 348_885), &evs);
+    assert_eq!(paths.len(), 1);
+    let name = paths[0].file_name().unwrap().to_str().unwrap();
+    assert_eq!(
+        name,
+        "data25_test.00348885.physics_Main.daq.RAW._lb0017._rodeo-SFO-1._0001.data"
+    );
+    let bytes = std::fs::read(&paths[0]).unwrap();
+    let f = spec_reader::read_v5(&bytes).unwrap();
+    assert_eq!(f.run_number, 348_885);
+    assert_eq!(f.detector_mask, 0x0000_0002_0000_0001);
+    assert_eq!(f.app_name, "rodeo-SFO-1");
+    assert_eq!(
+        f.file_name_core,
+        "data25_test.00348885.physics_Main.daq.RAW._lb0017._rodeo-SFO-1"
+    );
+    assert!(f.free_strings[0].starts_with("GUID=") && f.free_strings[0].len() == 41);
+    assert_eq!(
+        spec_reader::free(&f, "Stream").as_deref(),
+        Some("physics_Main")
+    );
+    assert_eq!(
+        spec_reader::free(&f, "Project").as_deref(),
+        Some("data25_test")
+    );
+    assert_eq!(spec_reader::free(&f, "LumiBlock").as_deref(), Some("17"));
+    assert_eq!(spec_reader::free(&f, "Compression"), None);
+    assert_eq!(f.blocks.len(), evs.len(), "accepted event count");
+    for (i, (block, e)) in f.blocks.iter().zip(&evs).enumerate() {
+        assert_eq!(&spec_reader::words(block), e, "event {i}");
+    }
+    assert_eq!(f.block_numbers, (1..=25).collect::<Vec<u32>>());
+    assert_eq!((f.end_events_in_file, f.end_events_in_run), (25, 25));
+    assert_eq!(f.end_status, 1, "the last file of the run");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".writing"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn v5_zlib_blocks_inflate_with_plain_zlib() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs = events(10, 7);
+    let mut c = config(dir.path(), 7);
+    c.compression = EsCompression::Zlib { level: 6 };
+    let paths = write(dir.path(), c, &evs);
+    let bytes = std::fs::read(&paths[0]).unwrap();
+    let f = spec_reader::read_v5(&bytes).unwrap();
+    assert_eq!(
+        spec_reader::free(&f, "Compression").as_deref(),
+        Some("zlib")
+    );
+    let mut stored = 0;
+    for (block, e) in f.blocks.iter().zip(&evs) {
+        assert_eq!(block.len() % 4, 0, "blocks are padded to words");
+        let mut out = Vec::new();
+        flate2::read::ZlibDecoder::new(&block[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(&spec_reader::words(&out), e);
+        stored += block.len();
+    }
+    assert!(stored < evs.iter().map(|e| e.len() * 4).sum::<usize>());
+    // And rodeo's own reader restores them too.
+    let back: Vec<Vec<u32>> = DataFileReader::open(&paths[0])
+        .unwrap()
+        .map(|e| e.unwrap().words)
+        .collect();
+    assert_eq!(back, evs);
+}
+
+#[test]
+fn v5_round_trip_through_the_data_file_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs = events(12, 99);
+    let mut c = config(dir.path(), 99);
+    c.max_events_per_file = 5;
+    let paths = write(dir.path(), c, &evs);
+    assert_eq!(paths.len(), 3, "12 events, 5 per file");
+    let mut all = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        let r = DataFileReader::open(p).unwrap();
+        let info = r.info().clone();
+        assert_eq!(info.container, Container::EventStorage);
+        assert_eq!((info.version, info.run_number), (5, 99));
+        assert_eq!(info.file_number, i as u32 + 1);
+        assert_eq!(info.lumiblock, Some(17));
+        assert_eq!(info.stream, "physics_Main");
+        for e in r {
+            all.push(e.unwrap());
+        }
+        let s = verify_data_file(p).unwrap();
+        assert_eq!(s.events_by_eformat[5], s.events);
+        // Status 1 only on the run's last file.
+        let es = EsReader::open(p).unwrap();
+        let mut es = es;
+        for b in es.by_ref() {
+            b.unwrap();
+        }
+        let sum = es.summary().unwrap();
+        assert_eq!(sum.status, u32::from(i == 2));
+    }
+    assert_eq!(all.len(), evs.len());
+    for (e, w) in all.iter().zip(&evs) {
+        let fe = FullEvent::parse(w).unwrap();
+        assert_eq!(&e.words, w);
+        assert_eq!((e.eformat, e.run_number), (5, 99));
+        assert_eq!(e.l1id, fe.extended_l1id());
+        let ids: Vec<u32> = fe.robs().map(|r| r.unwrap().source_id().0).collect();
+        let got: Vec<u32> = e.robs.iter().map(|r| r.source_id).collect();
+        assert_eq!(got, ids);
+        for (r, rob) in e.robs.iter().zip(fe.robs()) {
+            let rob = rob.unwrap();
+            assert_eq!(e.rob_words(r), rob.words());
+            assert_eq!(e.data_words(r), rob.rod().data());
+        }
+    }
+}
+
+#[test]
+fn zstd_events_of_rodeo_are_written_plain() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs = events(3, 5);
+    let mut w = EsWriter::create(config(dir.path(), 5)).unwrap();
+    let mut packed = Vec::new();
+    for e in &evs {
+        compress_event(e, &mut packed).unwrap();
+        assert_ne!(&packed, e);
+        w.write_event(&packed).unwrap();
+    }
+    let paths = w.finish().unwrap();
+    let f = spec_reader::read_v5(&std::fs::read(&paths[0].path).unwrap()).unwrap();
+    for (block, e) in f.blocks.iter().zip(&evs) {
+        assert_eq!(
+            &spec_reader::words(block),
+            e,
+            "compression field 0, ROBs in place"
+        );
+    }
+}
+
+// ---- hand-built files of other versions, from the spec ----
+
+fn le(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn string(s: &str) -> Vec<u32> {
+    let mut b = s.as_bytes().to_vec();
+    while b.len() % 4 != 0 {
+        b.push(b' ');
+    }
+    let mut w = vec![s.len() as u32];
+    w.extend(
+        b.chunks(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    w
+}
+
+/// A fragment with the generic header and `word6` (v3: specific count; v4: checksum type).
+fn frag(
+    marker: u32,
+    version: u32,
+    source: u32,
+    word6: u32,
+    spec: &[u32],
+    payload: &[u32],
+) -> Vec<u32> {
+    let header = 7 + spec.len() as u32;
+    let mut w = vec![
+        marker,
+        header + payload.len() as u32,
+        header,
+        version,
+        source,
+        0,
+        word6,
+    ];
+    w.extend_from_slice(spec);
+    w.extend_from_slice(payload);
+    w
+}
+
+fn rob(version: u32, source: u32, run: u32, l1id: u32, data: &[u32]) -> Vec<u32> {
+    let mut rod = vec![0xEE12_34EE, 9, 0x0300_0000, source, run, l1id, 0, 0, 0];
+    rod.extend_from_slice(data);
+    rod.extend_from_slice(&[0, data.len() as u32, 0]);
+    frag(0xDD12_34DD, version, source, 0, &[], &rod)
+}
+
+/// A BESIII event: full event (10 specific words) > sub-detector > ROS > ROBs (pybes3 layout).
+fn besiii_event(evt_no: u32, run: u32, l1id: u32) -> Vec<u32> {
+    let mut mdc = rob(0x0300_0000, 0x00A1_0001, run, l1id, &[0x40000 | evt_no]);
+    mdc.extend(rob(0x0300_0000, 0x00A1_0002, run, l1id, &[]));
+    let ros_mdc = frag(
+        0xCC12_34CC,
+        0x0300_0000,
+        0x00A1_0000,
+        3,
+        &[run, 0, l1id],
+        &mdc,
+    );
+    let sd_mdc = frag(0xBB12_34BB, 0x0300_0000, 0x00A1_0000, 0, &[], &ros_mdc);
+    let emc = rob(0x0300_0000, 0x00A3_0001, run, l1id, &[1, 2, 3]);
+    let ros_emc = frag(
+        0xCC12_34CC,
+        0x0300_0000,
+        0x00A3_0000,
+        3,
+        &[run, 0, l1id],
+        &emc,
+    );
+    let sd_emc = frag(0xBB12_34BB, 0x0300_0000, 0x00A3_0000, 0, &[], &ros_emc);
+    let mut payload = sd_mdc;
+    payload.extend(sd_emc);
+    let spec = [1_250_000_000, evt_no, run, l1id, 0, 0, 0, 0, 0, 0];
+    frag(0xAA12_34AA, 0x0300_0000, 0, 10, &spec, &payload)
+}
+
+/// An EventStorage file of `version` (2-4: no free strings, 9-word run parameters) holding
+/// `events`; `end` adds the end record.
+fn es_file(version: u32, run: u32, events: &[Vec<u32>], end: bool) -> Vec<u8> {
+    let mut w = vec![0x1234_AAAA, 8, version, 1, 19_062_009, 73_541, 0, 0];
+    w.push(0x1234_AABB);
+    w.extend(string("BESIII-EF"));
+    w.extend(string("run_0012345_All_file001"));
+    if version >= 5 {
+        w.extend([0x1234_AABC, 1]);
+        w.extend(string("Stream=physics_Main"));
+    }
+    let masks = match version {
+        6 => 4,
+        5 => 2,
+        _ => 1,
+    };
+    w.extend([0x1234_BBBB, 8 + masks, run, 0, 1, 0]);
+    w.extend(std::iter::repeat_n(0xFF, masks as usize));
+    w.extend([0, 0]);
+    for (i, e) in events.iter().enumerate() {
+        w.extend([0x1234_CCCC, 4, i as u32 + 1, e.len() as u32 * 4]);
+        w.extend_from_slice(e);
+    }
+    if end {
+        let n = events.len() as u32;
+        w.extend([
+            0x1234_DDDD,
+            10,
+            19_062_009,
+            80_000,
+            n,
+            0,
+            n,
+            0,
+            1,
+            0x1234_EEEE,
+        ]);
+    }
+    le(&w)
+}
+
+fn save(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn besiii_v2_file_reads_through_sub_detector_and_ros_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs: Vec<Vec<u32>> = (0..4)
+        .map(|i| besiii_event(100 + i, 12_345, 7 + i))
+        .collect();
+    let p = save(
+        dir.path(),
+        "run_0012345_All_file001_SFO-1.raw",
+        &es_file(2, 12_345, &evs, true),
+    );
+    let r = DataFileReader::open(&p).unwrap();
+    assert_eq!(r.info().container, Container::EventStorage);
+    assert_eq!((r.info().version, r.info().run_number), (2, 12_345));
+    assert_eq!(r.info().app_name, "BESIII-EF");
+    let got: Vec<_> = r.map(|e| e.unwrap()).collect();
+    assert_eq!(got.len(), 4);
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!((e.eformat, e.run_number, e.l1id), (3, 12_345, 7 + i as u32));
+        assert_eq!(e.global_id, Some(100 + i as u64));
+        let ids: Vec<u32> = e.robs.iter().map(|r| r.source_id).collect();
+        assert_eq!(ids, [0x00A1_0001, 0x00A1_0002, 0x00A3_0001]);
+        assert_eq!(e.data_words(&e.robs[0]), &[0x40000 | (100 + i as u32)]);
+        assert_eq!(e.data_words(&e.robs[2]), &[1, 2, 3]);
+    }
+    let s = verify_data_file(&p).unwrap();
+    assert_eq!((s.events, s.robs, s.events_by_eformat[3]), (4, 12, 4));
+}
+
+#[test]
+fn atlas_v4_and_v6_files_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // eformat 4: ROBs directly in the event, checksum type word, run at specific word 4 and
+    // L1ID at word 6 (athena v40_FullEventFragment).
+    let v4: Vec<Vec<u32>> = (0..3)
+        .map(|i| {
+            let robs = [
+                rob(0x0400_0000, 0x0011_0001, 42, 0x0100_0000 + i, &[i, i]),
+                rob(0x0400_0000, 0x0021_0005, 42, 0x0100_0000 + i, &[]),
+            ]
+            .concat();
+            let spec = [0, 0, 1000 + i, 0, 42, 3, 0x0100_0000 + i, 0, 0, 0, 0, 0, 0];
+            frag(0xAA12_34AA, 0x0400_0000, 0x007C_0000, 0, &spec, &robs)
+        })
+        .collect();
+    let p = save(dir.path(), "v4.data", &es_file(4, 42, &v4, true));
+    let got: Vec<_> = DataFileReader::open(&p)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(got.len(), 3);
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!(
+            (e.eformat, e.run_number, e.l1id),
+            (4, 42, 0x0100_0000 + i as u32)
+        );
+        assert_eq!(e.robs.len(), 2);
+        assert_eq!(e.robs[1].source_id, 0x0021_0005);
+    }
+    // Version 6: 12-word run parameters with a 4-word detector mask, eformat 5 events.
+    let evs = events(2, 42);
+    let p = save(dir.path(), "v6.data", &es_file(6, 42, &evs, true));
+    let r = EsReader::open(&p).unwrap();
+    let ff = 0xFFu128;
+    assert_eq!(
+        r.info().run.detector_mask,
+        ff | ff << 32 | ff << 64 | ff << 96
+    );
+    let got: Vec<_> = DataFileReader::open(&p)
+        .unwrap()
+        .map(|e| e.unwrap().words)
+        .collect();
+    assert_eq!(got, evs);
+}
+
+#[test]
+fn damaged_files_give_every_event_before_the_damage_and_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs: Vec<Vec<u32>> = (0..5).map(|i| besiii_event(i, 1, i)).collect();
+    let whole = es_file(2, 1, &evs, true);
+    // Where each data separator starts.
+    let header_len = whole.len() - 40 - evs.iter().map(|e| 16 + e.len() * 4).sum::<usize>();
+    let mut starts = vec![header_len];
+    for e in &evs {
+        starts.push(starts.last().unwrap() + 16 + e.len() * 4);
+    }
+    // Cut inside event 3: events 0..3 come back, then a typed error at event 3's offset.
+    let cut = starts[3] + 30;
+    let p = save(dir.path(), "cut.data", &whole[..cut]);
+    let mut ok = 0;
+    let mut err = None;
+    for e in DataFileReader::open(&p).unwrap() {
+        match e {
+            Ok(_) => ok += 1,
+            Err(e) => err = Some(e),
+        }
+    }
+    assert_eq!(ok, 3);
+    let err = err.unwrap();
+    assert_eq!(err.offset(), Some(starts[3] as u64));
+    assert_eq!(err.events_recovered(), Some(3));
+    assert!(
+        matches!(err, DataFileError::EventStorage(EsError::Truncated { .. })),
+        "{err}"
+    );
+    // No end record: all events, then NoEndRecord at the file's end.
+    let p = save(dir.path(), "noend.data", &es_file(2, 1, &evs, false));
+    let r: Vec<_> = DataFileReader::open(&p).unwrap().collect();
+    assert_eq!(r.iter().filter(|e| e.is_ok()).count(), 5);
+    let last = r.last().unwrap().as_ref().unwrap_err();
+    assert!(matches!(
+        last,
+        DataFileError::EventStorage(EsError::NoEndRecord { .. })
+    ));
+    // A ROB size running past its ROS inside event 1: event 0, then an event error there.
+    let mut bad = evs.clone();
+    bad[1][18] += 1000; // the sub-detector's size word
+    let p = save(dir.path(), "badsize.data", &es_file(2, 1, &bad, true));
+    let r: Vec<_> = DataFileReader::open(&p).unwrap().collect();
+    assert_eq!(r.len(), 2);
+    let e = r[1].as_ref().unwrap_err();
+    assert_eq!(e.offset(), Some(starts[1] as u64));
+    assert!(e.to_string().contains("runs past its parent"), "{e}");
+    // Every prefix of the file: an error or a clean end, never a panic; offsets inside the file.
+    for n in (0..whole.len()).step_by(7) {
+        let p = save(dir.path(), "prefix.data", &whole[..n]);
+        match DataFileReader::open(&p) {
+            Ok(r) => {
+                for e in r {
+                    if let Err(e) = e {
+                        assert!(e.offset().unwrap_or(0) <= n as u64);
+                    }
+                }
+            }
+            Err(e) => assert!(e.offset().unwrap_or(0) <= n as u64),
+        }
+    }
+}
+
+#[test]
+fn rodeo_container_reads_through_the_same_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs = events(4, 3);
+    let mut c = RawFileConfig::new(dir.path(), 3, "app", "physics_Main");
+    c.fsync_on_close = false;
+    c.free_disk_margin_bytes = 0;
+    let mut w = RawFileWriter::create(c).unwrap();
+    let mut packed = Vec::new();
+    for (i, e) in evs.iter().enumerate() {
+        if i % 2 == 1 {
+            compress_event(e, &mut packed).unwrap();
+            w.write_event(&packed, FLAG_COMPRESSED).unwrap();
+        } else {
+            w.write_event(e, 0).unwrap();
+        }
+    }
+    let p = w.finish().unwrap().remove(0).path;
+    let r = DataFileReader::open(&p).unwrap();
+    assert_eq!(r.info().container, Container::Rodeo);
+    assert_eq!(r.info().run_number, 3);
+    let got: Vec<_> = r.map(|e| e.unwrap()).collect();
+    for (i, (e, w)) in got.iter().zip(&evs).enumerate() {
+        assert_eq!(&e.words, w, "event {i} restored");
+        assert_eq!(e.stored_compressed, i % 2 == 1);
+        assert_eq!(e.robs.len(), 6);
+    }
+    assert_eq!(verify_data_file(&p).unwrap().events, 4);
+    // Not a data file at all.
+    let p = save(dir.path(), "junk", b"hello world, not a file");
+    assert!(matches!(
+        DataFileReader::open(&p),
+        Err(DataFileError::NotADataFile { .. })
+    ));
+}
