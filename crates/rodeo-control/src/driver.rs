@@ -114,7 +114,14 @@ impl AppDriver {
             summary = match command {
                 Command::Initialize => None,
                 Command::Configure => {
-                    app.configure(input.layout.ok_or("no configuration to configure with")?)?;
+                    let layout = input.layout.ok_or("no configuration to configure with")?;
+                    layout.make_runtime_dir().map_err(|e| {
+                        format!(
+                            "cannot make the runtime directory {} for the ipc endpoints: {e}",
+                            layout.runtime.display()
+                        )
+                    })?;
+                    app.configure(layout)?;
                     None
                 }
                 Command::Connect => {

@@ -316,7 +316,11 @@ impl EmbeddedPartition {
             }
             Command::Unconfigure => {
                 self.step(apps, command)?;
-                apps.layout = None;
+                if let Some(layout) = apps.layout.take() {
+                    if let Err(e) = layout.remove_runtime_dir() {
+                        tracing::warn!(dir = %layout.runtime.display(), "cannot remove the runtime directory: {e}");
+                    }
+                }
             }
             Command::Shutdown => {
                 // From INITIAL each application goes down in order; from ERROR whatever is
@@ -329,7 +333,10 @@ impl EmbeddedPartition {
                     }
                 }
                 self.publish(apps);
-                apps.layout = None;
+                if let Some(layout) = apps.layout.take() {
+                    // Ignored: the directory may never have been made (not ipc, or down early).
+                    let _ = layout.remove_runtime_dir();
+                }
                 apps.transport = None;
                 apps.drivers.clear();
                 let mut v = lock(&self.view);

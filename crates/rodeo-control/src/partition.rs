@@ -52,13 +52,34 @@ impl Endpoints {
     }
 }
 
+/// The runtime directory of the run whose output directory is `output`: `rodeo-<hash>` under
+/// the system's temporary directory, the hash (64-bit FNV-1a) taken over the output path as
+/// written, so that the applications of one run agree without talking.
+fn runtime_dir(output: &std::path::Path) -> PathBuf {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in output.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    std::env::temp_dir().join(format!("rodeo-{h:016x}"))
+}
+
 /// Every application of a partition, named and configured: what the embedded runner starts as
 /// threads and what `rodeo app` starts one per process. Derived from the configuration alone,
 /// so every process computes the same endpoints.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    /// The run's output directory (`<output>/run-<number>`).
+    /// The run's output directory (`<output>/run-<number>`): data files, `partition.toml`,
+    /// `summary.json`; nothing that lives only while the run does.
     pub output: PathBuf,
+    /// The run's runtime directory: the ipc endpoints' socket files, made by
+    /// [`Layout::make_runtime_dir`] when an application is configured and removed by
+    /// [`Layout::remove_runtime_dir`] at the end of the run. Under the system's temporary
+    /// directory, named after the output directory and the run number, so every process of the
+    /// run derives the same one (and socket paths stay short: ipc paths are limited to 107 bytes).
+    pub runtime: PathBuf,
+    /// The transport kind of the endpoints.
+    pub transport: TransportKind,
     /// Loggers.
     pub loggers: Vec<LoggerConfig>,
     /// Readout nodes: name, endpoint, configuration.
@@ -82,16 +103,39 @@ impl Layout {
         v
     }
 
+    /// Makes the runtime directory when the endpoints need one (ipc); idempotent, so every
+    /// application of the run may call it.
+    pub fn make_runtime_dir(&self) -> std::io::Result<()> {
+        if self.transport != TransportKind::Ipc {
+            return Ok(());
+        }
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.runtime)
+    }
+
+    /// Removes the runtime directory and its socket files (the run has ended); a directory
+    /// already gone is not an error.
+    pub fn remove_runtime_dir(&self) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&self.runtime) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// The layout of `config`.
     pub fn new(config: &PartitionConfig) -> Layout {
         let output =
             PathBuf::from(&config.run.output).join(format!("run-{:08}", config.run.number));
+        let runtime = runtime_dir(&output);
         let mut eps = Endpoints {
             kind: config.transport.kind,
             host: config.transport.host.clone(),
             hosts: config.hosts.clone(),
             next_port: config.transport.base_port,
-            ipc_dir: output.clone(),
+            ipc_dir: runtime.clone(),
         };
         let mut loggers = Vec::new();
         for i in 0..config.logger.nodes {
@@ -190,6 +234,8 @@ impl Layout {
         };
         Layout {
             output,
+            runtime,
+            transport: config.transport.kind,
             loggers,
             nodes,
             dcms,

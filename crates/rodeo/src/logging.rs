@@ -3,6 +3,9 @@
 //! The filter is `RODEO_LOG` when set (tracing's syntax: `warn,rodeo_control=info`), else
 //! `warn` until a command has read its configuration, which may then set `control.log`
 //! ([`apply_config`]); the environment variable always wins.
+//!
+//! Colours only on a terminal, and never when `NO_COLOR` is set (no-color.org): a log
+//! redirected to a file holds no escape codes.
 
 use std::sync::OnceLock;
 
@@ -17,7 +20,9 @@ pub(crate) fn init() {
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = EnvFilter::try_from_env("RODEO_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     let (filter, handle) = reload::Layer::new(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colours_wanted());
     if tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
@@ -26,6 +31,13 @@ pub(crate) fn init() {
     {
         let _ = HANDLE.set(handle);
     }
+}
+
+/// Whether log lines may carry colour codes: stderr is a terminal and `NO_COLOR` is unset or
+/// empty.
+fn colours_wanted() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Applies the configuration's `control.log` filter, unless `RODEO_LOG` is set.

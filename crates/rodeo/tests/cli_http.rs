@@ -160,6 +160,11 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
         err.contains("partition command") && err.contains("run started"),
         "{err}"
     );
+    // stderr is a pipe here: log lines carry no colour codes.
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "an escape byte in a log written to a pipe: {err}"
+    );
     // RODEO_LOG wins over the configuration.
     let out = run("warn,rodeo_control=info", Some("error"));
     assert!(out.status.success());

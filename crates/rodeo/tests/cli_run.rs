@@ -70,6 +70,38 @@ fn default_partition_balances_and_writes_each_accepted_event_once() {
     assert!(ids.iter().all(|&g| g < 3000));
     assert!(v["l1_rate_hz"].as_f64().unwrap() > 0.0);
     assert!(v["seconds"].as_f64().unwrap() > 0.0);
+    assert_run_directory_records_the_run(&v);
+}
+
+/// The run directory holds the configuration that ran and the balance sheet beside the data
+/// files, and no runtime file (socket) is left anywhere under the output directory.
+fn assert_run_directory_records_the_run(v: &Value) {
+    let run_dir = std::path::Path::new(v["directory"].as_str().unwrap());
+    let toml = std::fs::read_to_string(run_dir.join("partition.toml")).expect("partition.toml");
+    assert!(
+        toml.contains("[ros]"),
+        "not a partition configuration: {toml}"
+    );
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("summary.json")).expect("summary.json"))
+            .expect("summary.json is JSON");
+    assert_eq!(record, *v, "summary.json differs from what --json printed");
+    let parent = run_dir.parent().unwrap();
+    let mut stack = vec![parent.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                assert!(
+                    p.extension().is_none_or(|x| x != "sock"),
+                    "a socket file left in the output directory: {}",
+                    p.display()
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -160,6 +192,7 @@ fn processes_balance_like_the_embedded_run() {
         v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap()
     );
     assert_eq!(global_ids(&v).len() as u64, written);
+    assert_run_directory_records_the_run(&v);
 }
 
 /// The pid of the `rodeo app dcm --name NAME` process whose command line mentions `marker`.

@@ -186,6 +186,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         bar.finish_and_clear();
         run_processes(&config).context("the partition failed")?
     } else {
+        write_config_snapshot(&rodeo_control::partition::Layout::new(&config), &config)?;
         let trace_every = args.trace.is_some().then_some(config.control.trace_every);
         let mut partition = EmbeddedPartition::new(config.clone(), trace_every);
         if let Some(spec) = &args.trigger {
@@ -238,11 +239,52 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let balanced = problems.is_empty();
     let trigger = trigger_report.map(|r| r());
-    print_summary(&summary, verified, &problems, balanced, trigger, args.json);
+    let record = summary_json(&summary, verified, &problems, balanced, trigger.as_ref());
+    // The balance sheet stays with the data: `summary.json` in the run directory.
+    let record_path = summary.output.join("summary.json");
+    if let Err(e) = serde_json::to_vec_pretty(&record)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&record_path, b))
+    {
+        problems_note(&format!("cannot write {}: {e}", record_path.display()));
+    }
+    if args.json {
+        println!("{record}");
+    } else {
+        print_summary(&summary, verified, &problems, balanced, trigger);
+    }
     if !balanced {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the configuration of the run into its run directory as `partition.toml` (made here
+/// if need be): the record of what ran, and the file the local `rodeo app` processes of a
+/// `--processes` run name on their command line. Readable by the owner only: it may hold the
+/// command token (control.token).
+fn write_config_snapshot(
+    layout: &rodeo_control::partition::Layout,
+    config: &PartitionConfig,
+) -> anyhow::Result<PathBuf> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::create_dir_all(&layout.output).with_context(|| {
+        format!(
+            "cannot create the run directory {}",
+            layout.output.display()
+        )
+    })?;
+    let path = layout.output.join("partition.toml");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(config.to_toml().as_bytes()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
 }
 
 /// Runs the partition with one `rodeo app` process per application (see `cmd/app.rs`), on
@@ -261,31 +303,22 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
         config.transport.kind = TransportKind::Ipc;
     }
     let layout = Layout::new(&config);
-    // The run directory holds the ipc endpoints and the configuration the local applications
-    // name on their command line (`--config`); loggers make it on their own hosts too.
-    std::fs::create_dir_all(&layout.output)
-        .with_context(|| format!("cannot create {}", layout.output.display()))?;
-    let cfg_path = layout.output.join("partition.toml");
-    // Readable by the owner only: it may hold the command token (control.token).
-    {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&cfg_path)
-            .and_then(|mut f| f.write_all(config.to_toml().as_bytes()))
-            .with_context(|| format!("cannot write {}", cfg_path.display()))?;
-    }
+    let cfg_path = write_config_snapshot(&layout, &config)?;
     let exe = std::env::current_exe().context("cannot find the rodeo executable")?;
     crate::signal::install();
     let mut ctl = Controller::new(config.clone(), exe)?;
     ctl.set_local_config_file(cfg_path);
     let ctl = Arc::new(ctl);
     let _server = serve_http(&config.control, ctl.clone())?;
-    let summary = run_to_end(ctl.as_ref(), &crate::signal::interrupted, |_, _| {})?;
+    let result = run_to_end(ctl.as_ref(), &crate::signal::interrupted, |_, _| {});
+    // The ipc socket files go with the run, whatever its end.
+    if let Err(e) = layout.remove_runtime_dir() {
+        eprintln!(
+            "rodeo: warning: cannot remove the runtime directory {}: {e}",
+            layout.runtime.display()
+        );
+    }
+    let summary = result?;
     for (name, why) in ctl.dead_apps() {
         // A DCM that died: its events were reassigned; not an imbalance, but worth saying.
         eprintln!("note: {name} died ({why}); its events were reassigned");
@@ -293,55 +326,65 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     Ok(summary)
 }
 
+/// A note on stderr that does not change the run's verdict.
+fn problems_note(what: &str) {
+    eprintln!("rodeo: warning: {what}");
+}
+
+/// The run's balance sheet as one JSON object (`--json`, and `summary.json` in the run
+/// directory).
+fn summary_json(
+    s: &RunSummary,
+    verified: u64,
+    problems: &[String],
+    balanced: bool,
+    trigger: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    let nodes: Vec<_> = s
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "requests": n.requests,
+                "cleared": n.cleared,
+                "clear_gaps": n.clear_gaps,
+                "stored": n.stored,
+                "swrod_built": n.swrod_built,
+                "swrod_error": n.swrod_error,
+            })
+        })
+        .collect();
+    json!({
+        "run_number": s.run,
+        "directory": s.output,
+        "l1_accepts": s.l1_accepts,
+        "accepted": s.accepted,
+        "rejected": s.rejected,
+        "forced_accepts": s.forced_accepts,
+        "events_written": s.events_written,
+        "events_verified": verified,
+        "duplicates_dropped": s.duplicates,
+        "partial_events": s.partial_events,
+        "bytes_written": s.bytes_written,
+        "files": s.files,
+        "readout_nodes": nodes,
+        "seconds": s.seconds,
+        "l1_rate_hz": s.l1_rate_hz,
+        "balanced": balanced,
+        "problems": problems,
+        "python_trigger": trigger,
+    })
+}
+
+/// Prints the run's balance sheet for people.
 fn print_summary(
     s: &RunSummary,
     verified: u64,
     problems: &[String],
     balanced: bool,
     trigger: Option<serde_json::Value>,
-    json: bool,
 ) {
-    if json {
-        let nodes: Vec<_> = s
-            .nodes
-            .iter()
-            .map(|n| {
-                json!({
-                    "name": n.name,
-                    "requests": n.requests,
-                    "cleared": n.cleared,
-                    "clear_gaps": n.clear_gaps,
-                    "stored": n.stored,
-                    "swrod_built": n.swrod_built,
-                    "swrod_error": n.swrod_error,
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            json!({
-                "run_number": s.run,
-                "directory": s.output,
-                "l1_accepts": s.l1_accepts,
-                "accepted": s.accepted,
-                "rejected": s.rejected,
-                "forced_accepts": s.forced_accepts,
-                "events_written": s.events_written,
-                "events_verified": verified,
-                "duplicates_dropped": s.duplicates,
-                "partial_events": s.partial_events,
-                "bytes_written": s.bytes_written,
-                "files": s.files,
-                "readout_nodes": nodes,
-                "seconds": s.seconds,
-                "l1_rate_hz": s.l1_rate_hz,
-                "balanced": balanced,
-                "problems": problems,
-                "python_trigger": trigger,
-            })
-        );
-        return;
-    }
     if let Some(t) = &trigger {
         println!("python trigger: {t}");
     }
