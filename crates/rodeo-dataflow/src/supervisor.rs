@@ -387,6 +387,17 @@ impl Supervisor {
         self.summary.undecided = (self.assigned.len() + self.reassign.len()) as u64;
         self.maybe_flush_clears(&mut readout, Instant::now(), true)?;
         self.summary.l1_accepts = self.l1.produced();
+        if let L1Input::Emulator(_, pacer) = &self.l1 {
+            if pacer.missed() > 0 {
+                tracing::warn!(
+                    missed = pacer.missed(),
+                    "the partition could not take the configured L1 rate: {} accepts fell \
+                     behind the schedule by more than {} ms and were not sent",
+                    pacer.missed(),
+                    (crate::l1source::CATCH_UP_S * 1e3) as u64
+                );
+            }
+        }
         self.summary.dcms = self.dcms.len() as u64;
         self.publish();
         Ok(self.summary)

@@ -239,7 +239,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let balanced = problems.is_empty();
     let trigger = trigger_report.map(|r| r());
-    let record = summary_json(&summary, verified, &problems, balanced, trigger.as_ref());
+    let requested = config.l1.rate_hz;
+    let record = summary_json(
+        &summary,
+        requested,
+        verified,
+        &problems,
+        balanced,
+        trigger.as_ref(),
+    );
     // The balance sheet stays with the data: `summary.json` in the run directory.
     let record_path = summary.output.join("summary.json");
     if let Err(e) = serde_json::to_vec_pretty(&record)
@@ -251,7 +259,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{record}");
     } else {
-        print_summary(&summary, verified, &problems, balanced, trigger);
+        print_summary(&summary, requested, verified, &problems, balanced, trigger);
     }
     if !balanced {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
@@ -335,6 +343,7 @@ fn problems_note(what: &str) {
 /// directory).
 fn summary_json(
     s: &RunSummary,
+    requested_hz: f64,
     verified: u64,
     problems: &[String],
     balanced: bool,
@@ -371,6 +380,7 @@ fn summary_json(
         "readout_nodes": nodes,
         "seconds": s.seconds,
         "l1_rate_hz": s.l1_rate_hz,
+        "l1_rate_requested_hz": requested_hz,
         "balanced": balanced,
         "problems": problems,
         "python_trigger": trigger,
@@ -380,6 +390,7 @@ fn summary_json(
 /// Prints the run's balance sheet for people.
 fn print_summary(
     s: &RunSummary,
+    requested_hz: f64,
     verified: u64,
     problems: &[String],
     balanced: bool,
@@ -390,11 +401,22 @@ fn print_summary(
     }
     println!("run {} -> {}", s.run, s.output.display());
     println!(
-        "  {} L1 accepts in {:.2} s: {:.1} kHz",
+        "  {} L1 accepts in {:.2} s: {:.1} kHz{}",
         s.l1_accepts,
         s.seconds,
-        s.l1_rate_hz / 1e3
+        s.l1_rate_hz / 1e3,
+        if requested_hz > 0.0 {
+            format!(" (requested {:.1} kHz)", requested_hz / 1e3)
+        } else {
+            String::new()
+        }
     );
+    if requested_hz > 0.0 && s.l1_rate_hz < 0.98 * requested_hz {
+        println!(
+            "  warning: the partition delivered {:.1}% of the requested L1 rate",
+            100.0 * s.l1_rate_hz / requested_hz
+        );
+    }
     println!(
         "  decided: accepted {} + rejected {} + forced {} = {}",
         s.accepted,
