@@ -275,6 +275,11 @@ pub fn serve(
         // the controller's absence ends us through `quit`.
         let _ = sock.send([Frame::Copy(&channel::encode(m))]);
     };
+    // Heartbeats never wait: with the controller gone (no peer) a blocking send would hold
+    // the walk-down for the send timeout each time; a heartbeat lost is replaced by the next.
+    let beat = |sock: &mut rodeo_transport::socket::Socket, m: &ToController| {
+        let _ = sock.try_send([Frame::Copy(&channel::encode(m))]);
+    };
     send(&mut sock, &hello);
     let mut msg = Received::default();
     let mut bad = 0u64;
@@ -289,12 +294,12 @@ pub fn serve(
                 }
             }
             let hb = app.heartbeat();
-            send(&mut sock, &ToController::Heartbeat(hb));
+            beat(&mut sock, &ToController::Heartbeat(hb));
             return Ok(bad);
         }
         let now = Instant::now();
         if now >= next_beat {
-            send(&mut sock, &ToController::Heartbeat(app.heartbeat()));
+            beat(&mut sock, &ToController::Heartbeat(app.heartbeat()));
             next_beat = now + heartbeat;
         }
         let wait = next_beat
@@ -329,7 +334,7 @@ pub fn serve(
         };
         send(&mut sock, &reply);
         // Tell the controller the new state at once.
-        send(&mut sock, &ToController::Heartbeat(app.heartbeat()));
+        beat(&mut sock, &ToController::Heartbeat(app.heartbeat()));
         next_beat = Instant::now() + heartbeat;
         if command == Command::Shutdown && app.state() == State::None {
             return Ok(bad);

@@ -153,6 +153,37 @@ pub enum ConfigError {
         /// What is allowed.
         allowed: &'static str,
     },
+    /// The output path cannot take the run's files on this host
+    /// ([`PartitionConfig::check_output`]).
+    #[error(
+        "configuration field `run.output` = {path:?}: {reason} (give a writable directory, \
+         or a path whose nearest existing parent is one)"
+    )]
+    Output {
+        /// The path checked (the output, or its nearest existing parent).
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Creates and removes a probe file in `dir`: can this process write there?
+fn probe_writable(dir: &std::path::Path) -> Result<(), ConfigError> {
+    let probe = dir.join(format!(".rodeo-write-check-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(ConfigError::Output {
+            path: dir.display().to_string(),
+            reason: format!("is a directory this process cannot write in: {e}"),
+        }),
+    }
 }
 
 /// `[run]`.
@@ -495,6 +526,53 @@ impl PartitionConfig {
         Ok(config)
     }
 
+    /// How many endpoints the partition binds (tcp: consecutive ports from
+    /// `transport.base_port`): one per logger, one per readout node, the supervisor's.
+    pub fn endpoint_count(&self) -> usize {
+        self.logger.nodes + self.ros.nodes + 1
+    }
+
+    /// Checks on this host that `run.output` can take the run's files: an existing path must be
+    /// a directory this process may write in; a path that does not exist yet needs its nearest
+    /// existing parent to be one (the run creates the rest). Writability is tried, not guessed
+    /// from mode bits: a probe file is created and removed.
+    pub fn check_output(&self) -> Result<(), ConfigError> {
+        let out = std::path::Path::new(&self.run.output);
+        let mut at = out;
+        loop {
+            match std::fs::metadata(at) {
+                Ok(m) if m.is_dir() => return probe_writable(at),
+                Ok(_) => {
+                    return Err(ConfigError::Output {
+                        path: at.display().to_string(),
+                        reason: if at == out {
+                            "exists and is not a directory".into()
+                        } else {
+                            "a parent of the output path is not a directory".into()
+                        },
+                    })
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    at = match at.parent() {
+                        Some(p) if !p.as_os_str().is_empty() => p,
+                        _ => std::path::Path::new("."),
+                    };
+                }
+                Err(e) => {
+                    return Err(ConfigError::Output {
+                        path: at.display().to_string(),
+                        reason: format!("cannot be read: {e}"),
+                    })
+                }
+            }
+        }
+    }
+
     /// The configuration as TOML (what a parent hands to its `rodeo app` processes).
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_default()
@@ -532,6 +610,25 @@ impl PartitionConfig {
         }
         if r.output.is_empty() {
             return Err(bad("run.output", "\"\"", "a directory path"));
+        }
+        if self.transport.kind == TransportKind::Tcp {
+            // Consecutive ports from base_port, one per endpoint; port 0 would mean "any port"
+            // (nobody could find it) and past 65535 the numbers wrap.
+            let t = &self.transport;
+            let last = u32::from(t.base_port) + self.endpoint_count() as u32 - 1;
+            if t.base_port == 0 || last > 65535 {
+                return Err(bad(
+                    "transport.base_port",
+                    format!(
+                        "{} (the partition binds {} consecutive ports: {}..={last})",
+                        t.base_port,
+                        self.endpoint_count(),
+                        t.base_port
+                    ),
+                    "1..=65535 for every port: base_port >= 1 and base_port + endpoints - 1 \
+                     <= 65535 (one endpoint per logger, per readout node, and the supervisor's)",
+                ));
+            }
         }
         if self.transport.io_threads == 0 || self.transport.io_threads > 16 {
             return Err(bad(

@@ -621,7 +621,7 @@ impl Controller {
         let sent = self
             .shared
             .socket()
-            .send_to(name.as_bytes(), [Frame::Copy(&channel::encode(&msg))]);
+            .try_send_to(name.as_bytes(), [Frame::Copy(&channel::encode(&msg))]);
         let deadline = Instant::now() + timeout;
         let mut t = self.shared.table();
         if let Err(e) = sent {

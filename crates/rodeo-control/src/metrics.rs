@@ -113,6 +113,14 @@ pub struct RosMetrics {
     pub clear_gaps: u64,
     /// Fraction of the page pool in use (gauge).
     pub buffer_occupancy: f64,
+    /// Replies dropped because the requesting peer's queue was full (it does not read).
+    pub send_dropped: u64,
+    /// The same per peer (routing id as text; at most 64 peers, then `(other)`).
+    pub send_dropped_by_peer: BTreeMap<String, u64>,
+    /// DataRequests naming more distinct ROBs than the node has (dropped unanswered).
+    pub rejected_requests: u64,
+    /// Messages that did not decode.
+    pub bad_messages: u64,
     /// The SW ROD input's counters (`[ros] input = "swrod"`).
     pub swrod: Option<SwRodMetrics>,
 }
@@ -244,6 +252,9 @@ pub fn write_partition_metrics(
             ("pending_fragment", s.pending_fragments),
             ("request_timeout", s.timeouts),
             ("clear_gap", s.clear_gaps),
+            ("send_dropped", s.send_dropped),
+            ("rejected_request", s.rejected_requests),
+            ("bad_message", s.bad_messages),
         ] {
             errs.push(([("app", n), ("kind", kind)], v));
         }
@@ -463,6 +474,28 @@ fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
         "rodeo_ros_pending_requests",
         "Requests waiting for fragments now.",
         &per_app(nodes, |s| s.pending_now),
+    );
+    counter(
+        w,
+        "rodeo_ros_send_dropped_total",
+        "Replies dropped because the requesting peer's queue was full (a client that does not \
+         read; it sees a lost reply).",
+        &per_app(nodes, |s| s.send_dropped),
+    );
+    let by_peer: Vec<([(&str, &str); 2], u64)> = nodes
+        .iter()
+        .flat_map(|(n, s)| {
+            s.send_dropped_by_peer
+                .iter()
+                .map(move |(p, v)| ([("app", *n), ("peer", p.as_str())], *v))
+        })
+        .collect();
+    let by_peer: Vec<(&[(&str, &str)], u64)> = by_peer.iter().map(|(l, v)| (&l[..], *v)).collect();
+    w.counter(
+        "rodeo_ros_peer_send_dropped_total",
+        "Replies dropped per peer whose queue was full (routing id; at most 64 peers per node, \
+         the rest as \"(other)\").",
+        &by_peer,
     );
     let occ: Vec<([(&str, &str); 1], f64)> = nodes
         .iter()

@@ -22,6 +22,7 @@ use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_format::checksum::ChecksumType;
 use rodeo_ros::node::{NodeConfig, NodeInput};
+use rodeo_transport::message::{clear_bytes, data_request_bytes};
 
 use crate::config::{
     ChecksumName, CompressionName, L1Mode, PartitionConfig, RosInput, TransportKind,
@@ -93,6 +94,23 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Every endpoint the partition binds, with the application that binds it: loggers,
+    /// readout nodes, the supervisor (DCMs only connect).
+    pub fn endpoints(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = Vec::new();
+        v.extend(
+            self.loggers
+                .iter()
+                .map(|l| (l.name.clone(), l.endpoint.clone())),
+        );
+        v.extend(self.nodes.iter().map(|(n, ep, _)| (n.clone(), ep.clone())));
+        v.push((
+            self.supervisor.name.clone(),
+            self.supervisor.endpoint.clone(),
+        ));
+        v
+    }
+
     /// Every application's name and role, in dependency order (module docs).
     pub fn app_order(&self) -> Vec<(String, Role)> {
         let mut v: Vec<(String, Role)> = Vec::new();
@@ -167,6 +185,12 @@ impl Layout {
                         rate_hz: None,
                     },
                 },
+                // What this partition's clients can send: a DataRequest for every channel, a
+                // Clear of one group. Anything larger is refused before it is buffered.
+                max_message_bytes: Some(
+                    data_request_bytes(config.ros.channels)
+                        .max(clear_bytes(config.supervisor.clear_group)),
+                ),
                 ..NodeConfig::default()
             };
             all_robs.extend(nc.robs());

@@ -104,6 +104,11 @@ pub struct LoggerSummary {
     pub commits: u64,
     /// EventAck messages sent.
     pub acks_sent: u64,
+    /// EventAck messages dropped because the DCM's queue was full (it does not read): the
+    /// logger never waits for one DCM; the events' reassignment writes them again, dropped
+    /// here as duplicates and acknowledged.
+    #[serde(default)]
+    pub acks_dropped: u64,
     /// Files closed, in order.
     pub files: Vec<PathBuf>,
 }
@@ -392,12 +397,20 @@ impl Logger {
             self.ack.clear();
             encode_event_ack(&mut self.ack, 0, &self.ids);
             // A DCM that went away cannot be acknowledged; its events are reassigned and
-            // written again (then dropped here as duplicates).
-            if socket
-                .send_to(&self.peer_ids[peer], [Frame::Copy(&self.ack)])
-                .is_ok()
-            {
-                self.summary.acks_sent += 1;
+            // written again (then dropped here as duplicates). One that does not read is not
+            // waited for (the thread serves every DCM): its acknowledgement is dropped, counted.
+            match socket.try_send_to(&self.peer_ids[peer], [Frame::Copy(&self.ack)]) {
+                Ok(()) => self.summary.acks_sent += 1,
+                Err(e) if e.is_would_block() => {
+                    if self.summary.acks_dropped == 0 {
+                        tracing::warn!(
+                            "logger: a DCM does not read its acknowledgements (queue full); \
+                             dropping them (counted)"
+                        );
+                    }
+                    self.summary.acks_dropped += 1;
+                }
+                Err(_) => {}
             }
         }
         self.pending.clear();

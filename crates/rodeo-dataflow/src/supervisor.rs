@@ -155,6 +155,10 @@ pub struct SupervisorSummary {
     pub dcms: u64,
     /// Sends to readout nodes that failed (node gone or stuck past the send timeout).
     pub send_failures: u64,
+    /// Assignments not sent because the DCM's queue was full (it does not read): never
+    /// waited for; the event is reassigned at its timeout or the DCM's death.
+    #[serde(default)]
+    pub assignments_dropped: u64,
 }
 
 impl SupervisorSummary {
@@ -366,6 +370,11 @@ impl Supervisor {
             if stopping {
                 let since = *draining_since.get_or_insert(now);
                 if now.duration_since(since) > self.config.drain_timeout {
+                    break;
+                }
+                // Every DCM that ever spoke is dead: nobody is left to decide what remains
+                // (the partition is going away, e.g. its controller died). Counted undecided.
+                if !self.dcms.is_empty() && self.dcms.iter().all(|d| !d.alive) {
                     break;
                 }
             }
@@ -616,13 +625,26 @@ impl Supervisor {
             accept.global_id,
             number,
         ));
-        if router
-            .send_to(&self.dcms[dcm].id, [Frame::Copy(&self.buf)])
-            .is_err()
-        {
-            // The DCM is gone: the event waits for its timeout or the DCM's death, then goes
-            // elsewhere. Nothing is lost.
-            self.summary.bad_messages += 1;
+        // Never waits for one DCM (the thread serves them all and the L1 source).
+        match router.try_send_to(&self.dcms[dcm].id, [Frame::Copy(&self.buf)]) {
+            Ok(()) => {}
+            Err(e) if e.is_would_block() => {
+                // The DCM does not read: as if it were gone, the event waits for its timeout
+                // or the DCM's death, then goes elsewhere. Nothing is lost.
+                if self.summary.assignments_dropped == 0 {
+                    tracing::warn!(
+                        "supervisor: DCM {} does not read its assignments (queue full); \
+                         dropped, reassigned at their timeout",
+                        String::from_utf8_lossy(&self.dcms[dcm].id)
+                    );
+                }
+                self.summary.assignments_dropped += 1;
+            }
+            Err(_) => {
+                // The DCM is gone: the event waits for its timeout or the DCM's death, then
+                // goes elsewhere. Nothing is lost.
+                self.summary.bad_messages += 1;
+            }
         }
         Ok(())
     }

@@ -101,6 +101,9 @@ pub struct NodeConfig {
     pub error_file: Option<PathBuf>,
     /// Pin the core thread to this CPU (`None`: the kernel places it).
     pub core_cpu: Option<usize>,
+    /// Largest incoming message accepted, in bytes (`None`: derived from the protocol, see
+    /// [`crate::server::default_max_message_bytes`]).
+    pub max_message_bytes: Option<usize>,
 }
 
 impl Default for NodeConfig {
@@ -117,6 +120,7 @@ impl Default for NodeConfig {
             pending_timeout: Duration::from_millis(200),
             error_file: None,
             core_cpu: None,
+            max_message_bytes: None,
         }
     }
 }
@@ -252,6 +256,7 @@ fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
         descriptors: config.descriptors,
         pending_timeout: config.pending_timeout,
         core_cpu: config.core_cpu,
+        max_message_bytes: config.max_message_bytes,
         ..ServerConfig::default()
     }
 }
@@ -407,6 +412,11 @@ impl ReadoutNode {
     /// The request server's live counters, shared (for monitoring without the node).
     pub fn shared_stats(&self) -> std::sync::Arc<crate::server::ServerStats> {
         self.server.shared_stats()
+    }
+
+    /// Replies dropped per peer that did not read (shared, for monitoring without the node).
+    pub fn peer_drops(&self) -> std::sync::Arc<crate::server::PeerDrops> {
+        self.server.peer_drops()
     }
 
     /// The node's page pool (a cheap shared handle; its stats are the buffer occupancy).

@@ -63,6 +63,11 @@ pub struct NodeArgs {
     /// Pin the node's core thread to this CPU (default: the kernel places it).
     #[arg(long, value_name = "CPU")]
     pub core_cpu: Option<usize>,
+    /// Largest incoming message, in bytes; a peer sending a larger one is disconnected
+    /// (default: from the protocol, a DataRequest for every channel or a Clear of 100000
+    /// L1IDs, about 400 kB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_message_bytes: Option<usize>,
 }
 
 /// Input kinds.
@@ -132,6 +137,7 @@ pub fn node_config(a: &NodeArgs) -> NodeConfig {
         pending_timeout: Duration::from_millis(a.pending_timeout_ms),
         error_file: a.error_file.clone(),
         core_cpu: a.core_cpu,
+        max_message_bytes: a.max_message_bytes,
     }
 }
 
@@ -155,6 +161,10 @@ pub fn summary(s: &Stopped) -> Value {
         "unexpected_messages": c.unexpected_messages,
         "unknown_robs": c.unknown_robs,
         "send_errors": c.send_errors,
+        "send_dropped": c.send_dropped,
+        "send_dropped_by_peer": s.peer_drops.iter().map(|p| (p.peer.clone(), json!(p.dropped))).collect::<serde_json::Map<_, _>>(),
+        "rejected_requests": c.rejected_requests,
+        "duplicate_robs": c.duplicate_robs,
         "input_fragments": c.input_fragments,
         "core_pinned": s.core_pinned,
         "stored_fragments": k.fragments,

@@ -24,6 +24,21 @@ use std::fmt;
 /// Size of the message header in bytes.
 pub const HEADER_BYTES: usize = 12;
 
+/// The most L1IDs one Clear may carry: the partition configuration's largest clear group
+/// (`supervisor.clear_group`). A readout node's default limit on incoming messages is derived
+/// from it ([`clear_bytes`]).
+pub const MAX_CLEAR_L1IDS: usize = 100_000;
+
+/// Size in bytes of a DataRequest naming `robs` ROB ids (header, L1ID, count, ids).
+pub const fn data_request_bytes(robs: usize) -> usize {
+    HEADER_BYTES + 8 + 4 * robs
+}
+
+/// Size in bytes of a Clear carrying `l1ids` L1IDs (header, count, ids).
+pub const fn clear_bytes(l1ids: usize) -> usize {
+    HEADER_BYTES + 4 + 4 * l1ids
+}
+
 /// The message types of the protocol, with their type ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]

@@ -23,7 +23,10 @@
 //! # Timeouts
 //!
 //! Nothing here waits forever: [`Socket::recv`] takes a timeout and returns `Ok(false)` when it
-//! expires, so every receive loop can check its stop flag.
+//! expires, so every receive loop can check its stop flag. [`Socket::try_send`] and
+//! [`Socket::try_send_to`] never wait: a server's thread sends with them, so a peer that does
+//! not read its replies costs that peer its replies (the caller's policy) and never stalls the
+//! thread that serves everybody else.
 
 use std::ffi::c_void;
 
@@ -69,6 +72,29 @@ pub enum TransportError {
         /// ZeroMQ's error.
         source: zmq::Error,
     },
+}
+
+impl TransportError {
+    /// True for a send refused because it would have waited: the peer's queue is at its
+    /// high-water mark, or no peer is connected (`EAGAIN` of a non-blocking or timed send).
+    pub fn is_would_block(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Send {
+                source: zmq::Error::EAGAIN
+            }
+        )
+    }
+
+    /// True for a ROUTER send to a peer it does not know (never connected, or gone).
+    pub fn is_unroutable(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Send {
+                source: zmq::Error::EHOSTUNREACH
+            }
+        )
+    }
 }
 
 /// The socket types the protocol uses.
@@ -264,31 +290,70 @@ impl Socket {
             })
     }
 
-    /// Sends one message made of `frames` (blocking while the high-water mark is reached).
+    /// Sends one message made of `frames` (blocking while the high-water mark is reached, up to
+    /// the send timeout if one is set).
     pub fn send<'a>(
         &mut self,
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
-        let mut frames = frames.into_iter().peekable();
-        while let Some(frame) = frames.next() {
-            let more = frames.peek().is_some();
-            self.send_frame(frame, more)?;
-        }
-        Ok(())
+        self.send_frames(frames, 0)
     }
 
-    /// Sends one message to the peer with routing id `peer` (ROUTER).
+    /// Sends one message to the peer with routing id `peer` (ROUTER), blocking like
+    /// [`Socket::send`].
     pub fn send_to<'a>(
         &mut self,
         peer: &[u8],
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
-        self.send_frame(Frame::Copy(peer), true)?;
-        self.send(frames)
+        self.send_frame(Frame::Copy(peer), zmq::SNDMORE)?;
+        self.send_frames(frames, 0)
     }
 
-    fn send_frame(&mut self, frame: Frame<'_>, more: bool) -> Result<(), TransportError> {
-        let flags = if more { zmq::SNDMORE } else { 0 };
+    /// Sends one message made of `frames` without ever waiting: when the peer's queue is full
+    /// (high-water mark) or, for a DEALER, no peer is connected, it fails at once with an error
+    /// for which [`TransportError::is_would_block`] is true, and nothing was queued. The owners
+    /// of zero-copy frames not sent are dropped before it returns.
+    pub fn try_send<'a>(
+        &mut self,
+        frames: impl IntoIterator<Item = Frame<'a>>,
+    ) -> Result<(), TransportError> {
+        self.send_frames(frames, zmq::DONTWAIT)
+    }
+
+    /// Sends one message to the peer with routing id `peer` (ROUTER) without ever waiting.
+    /// A full peer queue fails at once ([`TransportError::is_would_block`]); so does an unknown
+    /// or departed peer ([`TransportError::is_unroutable`], the ROUTER being mandatory). In
+    /// either case nothing was queued and the frames' owners are dropped before it returns.
+    /// Once the routing id is accepted the rest of the message cannot block: libzmq checks the
+    /// high-water mark per message, on its first frame.
+    pub fn try_send_to<'a>(
+        &mut self,
+        peer: &[u8],
+        frames: impl IntoIterator<Item = Frame<'a>>,
+    ) -> Result<(), TransportError> {
+        self.send_frame(Frame::Copy(peer), zmq::SNDMORE | zmq::DONTWAIT)?;
+        self.send_frames(frames, zmq::DONTWAIT)
+    }
+
+    fn send_frames<'a>(
+        &mut self,
+        frames: impl IntoIterator<Item = Frame<'a>>,
+        flags: i32,
+    ) -> Result<(), TransportError> {
+        let mut frames = frames.into_iter().peekable();
+        while let Some(frame) = frames.next() {
+            let more = if frames.peek().is_some() {
+                zmq::SNDMORE
+            } else {
+                0
+            };
+            self.send_frame(frame, flags | more)?;
+        }
+        Ok(())
+    }
+
+    fn send_frame(&mut self, frame: Frame<'_>, flags: i32) -> Result<(), TransportError> {
         match frame {
             Frame::Copy(bytes) => self
                 .inner
@@ -534,6 +599,52 @@ mod tests {
         assert!(err.is_err());
         // The owner of a frame that could not be sent is released, not leaked.
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn try_send_to_a_peer_that_does_not_read_fails_at_once_and_releases_the_frames() {
+        let t = Transport::new(1).unwrap();
+        let mut server = t.socket(SocketKind::Router).unwrap();
+        server.set_high_water_marks(4).unwrap();
+        let bound = server
+            .bind(&Endpoint::parse("tcp://127.0.0.1:*").unwrap())
+            .unwrap();
+        let mut client = t.socket(SocketKind::Dealer).unwrap();
+        client.set_high_water_marks(1).unwrap();
+        client.connect(&Endpoint::parse(&bound).unwrap()).unwrap();
+        client.send([Frame::Copy(b"hello")]).unwrap();
+        let mut msg = Received::default();
+        assert!(server.recv(&mut msg, 5000).unwrap());
+        let peer = msg.peer.clone();
+        let released = Arc::new(AtomicU64::new(0));
+        let (mut sent, mut refused) = (0u64, 0u64);
+        let t0 = std::time::Instant::now();
+        // 64 KiB replies: the socket buffers fill after a few MB at most.
+        while refused == 0 {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "never refused after {sent} sends"
+            );
+            let owner = Box::new(Counted(vec![7u8; 65536], released.clone()));
+            match server.try_send_to(&peer, [Frame::Copy(b"h"), Frame::ZeroCopy(owner)]) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    assert!(e.is_would_block(), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+        // The refused reply's owner was dropped before try_send_to returned.
+        assert!(released.load(Ordering::SeqCst) >= refused);
+        // An unknown peer is unroutable, at once.
+        let e = server
+            .try_send_to(b"nobody", [Frame::Copy(b"x")])
+            .unwrap_err();
+        assert!(e.is_unroutable(), "{e}");
+        // A DEALER without a peer does not wait either.
+        let mut lonely = t.socket(SocketKind::Dealer).unwrap();
+        let e = lonely.try_send([Frame::Copy(b"x")]).unwrap_err();
+        assert!(e.is_would_block(), "{e}");
     }
 
     #[test]

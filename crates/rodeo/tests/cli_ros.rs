@@ -221,3 +221,96 @@ fn ros_with_the_sw_rod_input_reports_builder_counters() {
     );
     assert_eq!(n("input_stalls"), n("swrod_link_sink_waits"), "{s}");
 }
+
+#[test]
+fn sigterm_ends_a_ros_process_within_a_second_beside_a_client_that_never_reads() {
+    use rodeo_transport::endpoint::Endpoint;
+    use rodeo_transport::message::{decode, encode_data_request, Message};
+    use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
+    use std::time::{Duration, Instant};
+
+    let mut ros = rodeo()
+        .args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
+        .args([
+            "--channels",
+            "4",
+            "--fragment-words",
+            "100",
+            "--input",
+            "firmware",
+        ])
+        .args(["--pages-per-channel", "256", "--seconds", "60"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(ros.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let ep = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let t = Transport::new(1).unwrap();
+    let connect = |hwm: Option<u32>| {
+        let s = t.socket(SocketKind::Dealer).unwrap();
+        if let Some(h) = hwm {
+            s.set_high_water_marks(h).unwrap();
+        }
+        s.set_send_timeout(5000).unwrap();
+        s.connect(&Endpoint::parse(&ep).unwrap()).unwrap();
+        s
+    };
+    // The bad client: 20,000 requests, never a read.
+    let mut bad = connect(Some(1));
+    let mut buf = Vec::new();
+    for i in 0..20_000u32 {
+        buf.clear();
+        encode_data_request(&mut buf, i, i % 32, &[]);
+        bad.send([Frame::Copy(&buf)]).unwrap();
+    }
+    // The good client is answered every time.
+    let mut good = connect(None);
+    let mut msg = Received::default();
+    for i in 0..200u32 {
+        buf.clear();
+        encode_data_request(&mut buf, i, i % 32, &[]);
+        good.send([Frame::Copy(&buf)]).unwrap();
+        assert!(
+            good.recv(&mut msg, 10_000).unwrap(),
+            "request {i} unanswered"
+        );
+        let d = decode(&msg.bytes).unwrap();
+        assert!(matches!(d.message, Message::DataReply { .. }));
+        assert_eq!(d.header.transaction, i);
+    }
+    // SIGTERM with the bad client still connected: gone within a second.
+    let t0 = Instant::now();
+    // SAFETY: kill() on our own child's pid; no memory is involved.
+    unsafe {
+        libc::kill(ros.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = loop {
+        if let Some(s) = ros.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            let _ = ros.kill();
+            panic!("rodeo ros still running 5 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = t0.elapsed();
+    assert!(status.success());
+    assert!(took < Duration::from_secs(1), "SIGTERM took {took:?}");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let s: Value = serde_json::from_str(rest.trim()).unwrap();
+    assert!(s["send_dropped"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(
+        s["send_dropped_by_peer"].as_object().unwrap().len(),
+        1,
+        "{s}"
+    );
+    drop(bad);
+}

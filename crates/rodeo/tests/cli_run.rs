@@ -281,3 +281,211 @@ fn killing_a_dcm_process_loses_no_event() {
     );
     assert_eq!(global_ids(&v).len() as u64, written);
 }
+
+/// Every live (not zombie) `rodeo app` process whose command line mentions `marker`.
+fn apps_of(marker: &str) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !(args.iter().any(|a| a == "app") && args.iter().any(|a| a.contains(marker))) {
+            continue;
+        }
+        // A zombie has ended; only its parent (gone here) would reap it.
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
+        if matches!(state, Some('Z') | Some('X') | None) {
+            continue;
+        }
+        let name = args
+            .iter()
+            .position(|a| a == "--name")
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_default();
+        found.push((pid, name));
+    }
+    found
+}
+
+#[test]
+fn killing_the_controller_leaves_no_application_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
+         [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\ndead_after_ms = 3000\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--processes", "--seconds", "120", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = out_dir.to_str().unwrap().to_string();
+    // Wait (bounded) until all five applications run and events are being written.
+    let t0 = std::time::Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "the partition never came up: {:?}",
+            apps_of(&marker)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let written = walk(&out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".data"));
+        if apps_of(&marker).len() == 5 && written {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+    child.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while !apps_of(&marker).is_empty() {
+        assert!(
+            killed.elapsed() < std::time::Duration::from_secs(5),
+            "5 s after the controller died these still run: {:?}",
+            apps_of(&marker)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // They stopped in order: the logger closed its files (none left `.writing`).
+    let files = walk(&out_dir);
+    assert!(
+        files
+            .iter()
+            .all(|p| !p.to_string_lossy().ends_with(".writing")),
+        "{files:?}"
+    );
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `rodeo config check FILE [--bind]` on `text`: (success, stdout + stderr).
+fn config_check(dir: &std::path::Path, text: &str, bind: bool) -> (bool, String) {
+    let cfg = dir.join("check.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+    cmd.args(["config", "check"]).arg(&cfg);
+    if bind {
+        cmd.arg("--bind");
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn config_check_refuses_what_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = format!("[run]\noutput = {:?}\n", out.display().to_string());
+    let ok = format!("{run}[transport]\nkind = \"tcp\"\nbase_port = 65533\n");
+    let (good, text) = config_check(dir.path(), &ok, false);
+    assert!(good, "{text}");
+    // Three endpoints (logger, readout node, supervisor) from 65535: past the last port.
+    for port in [65535, 65534, 0] {
+        let bad = format!("{run}[transport]\nkind = \"tcp\"\nbase_port = {port}\n");
+        let (good, text) = config_check(dir.path(), &bad, false);
+        assert!(!good, "base_port {port} passed: {text}");
+        assert!(
+            text.contains("transport.base_port") && text.contains("1..=65535"),
+            "{text}"
+        );
+    }
+    // inproc never binds ports: any base_port is fine there.
+    let (good, text) = config_check(
+        dir.path(),
+        &format!("{run}[transport]\nbase_port = 0\n"),
+        false,
+    );
+    assert!(good, "{text}");
+
+    // An output path that is a file, or below one.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    for p in [file.clone(), file.join("below")] {
+        let text = format!("[run]\noutput = {:?}\n", p.display().to_string());
+        let (good, msg) = config_check(dir.path(), &text, false);
+        assert!(!good, "{msg}");
+        assert!(
+            msg.contains("run.output") && msg.contains("not a directory"),
+            "{msg}"
+        );
+    }
+
+    // --bind: a port held by someone else is named.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    // The logger binds base_port; the readout node and the supervisor the next two.
+    let text = format!("{run}[transport]\nkind = \"tcp\"\nbase_port = {port}\n");
+    let (good, msg) = config_check(dir.path(), &text, true);
+    assert!(!good, "{msg}");
+    assert!(
+        msg.contains(&format!("logger-1: tcp://127.0.0.1:{port}: FAILS")),
+        "{msg}"
+    );
+    drop(held);
+    // The same ports free: every endpoint binds (a free range found by asking the kernel).
+    let free = (0..50)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        })
+        .find(|&p| {
+            p < 65000 && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok())
+        })
+        .expect("no three free consecutive ports");
+    let text = format!("{run}[transport]\nkind = \"tcp\"\nbase_port = {free}\n");
+    let (good, msg) = config_check(dir.path(), &text, true);
+    assert!(good, "{msg}");
+    assert_eq!(msg.matches(": binds").count(), 3, "{msg}");
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rodeo_memory::PagePool;
 use rodeo_ros::node::{NodeConfig, NodeMemory, ReadoutNode, SwRodMonitor};
-use rodeo_ros::server::ServerStats;
+use rodeo_ros::server::{PeerDrops, ServerStats};
 use rodeo_transport::socket::Transport;
 
 use super::{not_in_layout, AppContext, AppError, Application, Probe, Role, RunEnd};
@@ -20,6 +20,14 @@ use crate::summary::{AppSummary, NodeSummary};
 /// How long `stop` waits for the last clears of the run.
 const CLEAR_WAIT: Duration = Duration::from_secs(5);
 
+/// What the probe reads of a running node.
+type Monitor = (
+    Arc<ServerStats>,
+    Arc<PeerDrops>,
+    PagePool,
+    Option<SwRodMonitor>,
+);
+
 /// A readout node under lifecycle control.
 pub struct RosApp {
     name: String,
@@ -28,7 +36,7 @@ pub struct RosApp {
     memory: Option<NodeMemory>,
     node: Option<ReadoutNode>,
     /// What the probe reads; kept after the node stops, so the last values stay on the page.
-    monitor: Option<(Arc<ServerStats>, PagePool, Option<SwRodMonitor>)>,
+    monitor: Option<Monitor>,
 }
 
 impl RosApp {
@@ -70,7 +78,12 @@ impl Application for RosApp {
         let memory = self.memory.clone().ok_or("not configured")?;
         let node =
             ReadoutNode::start_in(memory, &self.transport, nc, ep).map_err(|e| e.to_string())?;
-        self.monitor = Some((node.shared_stats(), node.page_pool(), node.swrod_monitor()));
+        self.monitor = Some((
+            node.shared_stats(),
+            node.peer_drops(),
+            node.page_pool(),
+            node.swrod_monitor(),
+        ));
         self.node = Some(node);
         Ok(())
     }
@@ -116,7 +129,7 @@ impl Application for RosApp {
     }
 
     fn probe(&self) -> Option<Probe> {
-        let (stats, pool, swrod) = self.monitor.clone()?;
+        let (stats, drops, pool, swrod) = self.monitor.clone()?;
         Some(Arc::new(move || {
             let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             let st = pool.stats();
@@ -137,6 +150,14 @@ impl Application for RosApp {
                 timeouts: ld(&stats.timeouts),
                 clear_gaps: ld(&stats.clear_gaps),
                 buffer_occupancy: occupancy,
+                send_dropped: ld(&stats.send_dropped),
+                send_dropped_by_peer: drops
+                    .snapshot()
+                    .into_iter()
+                    .map(|p| (p.peer, p.dropped))
+                    .collect(),
+                rejected_requests: ld(&stats.rejected_requests),
+                bad_messages: ld(&stats.bad_messages),
                 swrod: swrod.as_ref().map(|m| {
                     let c = m.counters();
                     SwRodMetrics {

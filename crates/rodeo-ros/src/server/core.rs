@@ -8,7 +8,8 @@ use rodeo_format::fragment::Status;
 use rodeo_transport::message::{header_bytes, MessageType};
 
 use super::descriptor::Descriptors;
-use super::source::{Ids, Incoming, RequestSource};
+use super::peers::PeerDrops;
+use super::source::{Ids, Incoming, ReplyRefused, RequestSource};
 
 /// How long an idle loop waits for a message before polling the input again.
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
@@ -23,7 +24,16 @@ pub(super) struct Core<S: RequestSource> {
     input: Box<dyn Input>,
     stop: Arc<AtomicBool>,
     stats: Arc<ServerStats>,
+    /// Replies dropped per peer (written on the drop path only).
+    drops: Arc<PeerDrops>,
+    /// The source's endpoint, for the drop warnings.
+    endpoint: String,
     descriptors: Descriptors,
+    /// Per channel, the request stamp that last named it: a ROB id repeated within one
+    /// request is seen without a search.
+    seen: Vec<u32>,
+    /// The current request's stamp (never 0 while in use; `seen` starts at 0).
+    stamp: u32,
     last_clear: Option<u32>,
     /// Reply scratch: header, L1ID, count and the empty fragments, as bytes.
     head: Vec<u8>,
@@ -50,9 +60,14 @@ impl<S: RequestSource> Core<S> {
         input: Box<dyn Input>,
         stop: Arc<AtomicBool>,
         stats: Arc<ServerStats>,
+        drops: Arc<PeerDrops>,
     ) -> Core<S> {
         let descriptors = Descriptors::new(config.descriptors, store.channels());
         Core {
+            endpoint: source.endpoint(),
+            seen: vec![0; store.channels()],
+            stamp: 0,
+            drops,
             source,
             config,
             segments: Vec::with_capacity(store.channels() * 2),
@@ -127,6 +142,7 @@ impl<S: RequestSource> Core<S> {
             input_stalls: self.input.stalls(),
             core_cpu: rodeo_memory::cpu::thread_cpu_time().saturating_sub(cpu0),
             core_pinned,
+            peer_drops: self.drops.snapshot(),
             swrod: None,
             swrod_error: None,
             store: self.store,
@@ -163,9 +179,39 @@ impl<S: RequestSource> Core<S> {
                         desc.robs.push(self.store.source_id(c).unwrap_or(0));
                     }
                 } else {
-                    match robs {
-                        Ids::Wire(l) => desc.robs.extend(l.iter()),
-                        Ids::Slice(s) => desc.robs.extend_from_slice(s),
+                    // Each ROB once, at most one per channel: the reply stays bounded whatever
+                    // the request lists.
+                    self.stamp = self.stamp.wrapping_add(1);
+                    if self.stamp == 0 {
+                        self.seen.fill(0);
+                        self.stamp = 1;
+                    }
+                    let (stamp, limit) = (self.stamp, self.store.channels());
+                    let (store, seen) = (&self.store, &mut self.seen);
+                    let (mut repeats, mut over) = (0u64, false);
+                    robs.for_each(|rob| {
+                        let first = match store.channel_of(rob) {
+                            Some(c) => std::mem::replace(&mut seen[c], stamp) != stamp,
+                            // Unknown ids are rare: a search among those listed.
+                            None => !desc.robs.contains(&rob),
+                        };
+                        if !first {
+                            repeats += 1;
+                        } else if desc.robs.len() < limit {
+                            desc.robs.push(rob);
+                        } else {
+                            over = true;
+                        }
+                    });
+                    if repeats > 0 {
+                        bump(&self.stats.duplicate_robs, repeats);
+                    }
+                    if over {
+                        // More distinct ROBs than the node has: no client that follows the
+                        // protocol sends it, and there is no error reply. Dropped, counted.
+                        bump(&self.stats.rejected_requests, 1);
+                        self.descriptors.put(d);
+                        return false;
                     }
                 }
                 // One pass: answered now unless a fragment may still arrive.
@@ -339,7 +385,13 @@ impl<S: RequestSource> Core<S> {
                 bump(&s.lost_fragments, lost);
                 bump(&s.pending_fragments, pending);
             }
-            Err(_) => {
+            Err(ReplyRefused::PeerFull) => {
+                // The peer does not read: this reply is dropped (its pages are released), as
+                // if lost on the way; the client asks again after its timeout.
+                bump(&s.send_dropped, 1);
+                self.drops.record(&desc.peer, &self.endpoint);
+            }
+            Err(ReplyRefused::Gone) => {
                 bump(&s.send_errors, 1);
             }
         }

@@ -482,20 +482,20 @@ impl RequestSource for DirectSource {
     ) -> Result<(), ReplyRefused> {
         if !segments.is_empty() {
             segments.clear();
-            return Err(ReplyRefused);
+            return Err(ReplyRefused::Gone);
         }
         let Some(mut r) = self.spare.pop().or_else(|| self.shared.reply_free.pop()) else {
-            return Err(ReplyRefused);
+            return Err(ReplyRefused::Gone);
         };
         if !r.segments.is_empty() {
             // A box of a held reply not yet released (only `maintain` with the store can):
             // leave it for that.
             let _ = self.shared.reply_free.push(r);
-            return Err(ReplyRefused);
+            return Err(ReplyRefused::Gone);
         }
         if self.shared.client_gone.load(Ordering::Relaxed) {
             self.spare.push(r);
-            return Err(ReplyRefused);
+            return Err(ReplyRefused::Gone);
         }
         r.head.clear();
         r.head.extend_from_slice(head);
@@ -522,10 +522,10 @@ impl RequestSource for DirectSource {
     ) -> Result<(), ReplyRefused> {
         // Segments of another store could not be read or released through this link.
         if !self.is_for(store) {
-            return Err(ReplyRefused);
+            return Err(ReplyRefused::Gone);
         }
         let Some(mut r) = self.take_box(store) else {
-            return Err(ReplyRefused);
+            return Err(ReplyRefused::Gone);
         };
         r.head.clear();
         r.head.extend_from_slice(head);
@@ -746,7 +746,7 @@ mod tests {
         assert!(other.hold_segments(0, 0, &mut held));
         assert_eq!(
             source.reply_held(&[], &[0u8; 20], &mut held, &mut other),
-            Err(ReplyRefused)
+            Err(ReplyRefused::Gone)
         );
         other.release_held(held.drain(..));
         other.clear([0u32]);
@@ -812,7 +812,7 @@ mod tests {
         drop(client);
         assert_eq!(
             source.reply(&[], &[0u8; 20], &mut Vec::new()),
-            Err(ReplyRefused)
+            Err(ReplyRefused::Gone)
         );
     }
 }

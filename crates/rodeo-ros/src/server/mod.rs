@@ -36,6 +36,19 @@
 //! No free descriptor: the loop stops reading requests until a reply frees one (ZeroMQ's
 //! high-water marks then hold the clients). Full store: the input stops (see [`input`]).
 //!
+//! # Hostile or broken peers
+//!
+//! The core thread never waits for a client. Replies are sent without blocking; a reply to a
+//! peer whose queue is full (a client that does not read) is dropped, its pages released, and
+//! counted in total and per peer ([`peers`]); the client sees a lost reply and asks again.
+//! Requests are bounded: an incoming message larger than [`ServerConfig::max_message_bytes`]
+//! is refused by ZeroMQ before it is buffered (the peer's connection is closed); a DataRequest
+//! lists each ROB id once in its reply (repeats are ignored and counted in `duplicate_robs`),
+//! ids the node does not have are answered FRAGMENT_LOST as before, and one naming more
+//! distinct ids than the node has channels is dropped unanswered and counted
+//! (`rejected_requests`): the protocol has no error reply, and such a request cannot come from
+//! a client that follows it. So a reply never holds more than one fragment per channel.
+//!
 //! # Inputs
 //!
 //! Emulated S-LINK cards through DMA superpages ([`DmaInput`]), the inline firmware-style
@@ -50,6 +63,7 @@ mod core;
 mod descriptor;
 pub mod direct;
 pub mod input;
+pub mod peers;
 pub mod source;
 pub mod swrod_input;
 
@@ -59,11 +73,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::message::{clear_bytes, data_request_bytes, MAX_CLEAR_L1IDS};
 use rodeo_transport::socket::{SocketKind, Transport, TransportError};
 
 use crate::store::EventStore;
 pub use direct::{direct_link, DirectClient, DirectError, DirectReply, DirectSource};
 pub use input::{DmaInput, FirmwareInput, Input, Payload};
+pub use peers::{PeerDrop, PeerDrops};
 use rodeo_format::slink::SlinkCounters;
 pub use source::{Ids, Incoming, ReplyRefused, RequestSource, ZmqSource};
 pub use swrod_input::{
@@ -81,8 +97,14 @@ pub struct ServerConfig {
     pub pending_timeout: Duration,
     /// Messages read per loop turn before the input is polled again (default 64).
     pub batch: usize,
-    /// ZeroMQ high-water mark of the ROUTER, in messages (default 10000).
+    /// ZeroMQ high-water mark of the ROUTER, in messages (default 10000): per peer, the replies
+    /// queued before further replies to that peer are dropped, and the requests queued before
+    /// the peer is held back.
     pub high_water_mark: u32,
+    /// Largest incoming message accepted, in bytes (ZMQ_MAXMSGSIZE): a peer sending a larger
+    /// one is disconnected by ZeroMQ before the message is buffered. `None` (the default):
+    /// [`default_max_message_bytes`] for the node's channels.
+    pub max_message_bytes: Option<usize>,
     /// Pin the core thread to this CPU (default: none, the kernel places it). Whether the
     /// kernel accepted is in [`Stopped::core_pinned`].
     pub core_cpu: Option<usize>,
@@ -96,9 +118,18 @@ impl Default for ServerConfig {
             pending_timeout: Duration::from_millis(200),
             batch: 64,
             high_water_mark: 10_000,
+            max_message_bytes: None,
             core_cpu: None,
         }
     }
+}
+
+/// The default limit on a readout node's incoming messages, from the protocol: the larger of a
+/// DataRequest naming each of its `channels` ROBs and a Clear of the largest clear group a
+/// partition may configure ([`MAX_CLEAR_L1IDS`]), about 400 kB. Anything larger cannot come
+/// from a client that follows the protocol.
+pub fn default_max_message_bytes(channels: usize) -> usize {
+    data_request_bytes(channels).max(clear_bytes(MAX_CLEAR_L1IDS))
 }
 
 /// Why the server could not start.
@@ -181,8 +212,16 @@ counters!(
     unexpected_messages,
     /// Requested ROB ids this node does not have (answered LOST).
     unknown_robs,
-    /// Replies ZeroMQ refused (peer gone).
+    /// Replies ZeroMQ refused because the peer is gone or unknown.
     send_errors,
+    /// Replies dropped because the requesting peer's queue was full (it does not read); per
+    /// peer in [`PeerDrops`].
+    send_dropped,
+    /// DataRequests naming more distinct ROB ids than the node has channels: dropped
+    /// unanswered (the protocol has no error reply).
+    rejected_requests,
+    /// ROB ids repeated within one DataRequest (ignored: each ROB is answered once).
+    duplicate_robs,
     /// Loop turns that found every descriptor taken.
     descriptors_exhausted,
     /// Fragments taken from the input (stored or dropped).
@@ -205,6 +244,8 @@ pub struct Stopped {
     /// The core thread ran pinned to [`ServerConfig::core_cpu`] (false: no CPU asked for, or
     /// the kernel refused it).
     pub core_pinned: bool,
+    /// Replies dropped per peer whose queue was full (see [`peers`]).
+    pub peer_drops: Vec<PeerDrop>,
     /// The SW ROD input's builder and link counters, for a node fed by fragment builders
     /// (filled in by [`crate::node::ReadoutNode::stop`]; `None` otherwise).
     pub swrod: Option<SwRodInputCounters>,
@@ -219,6 +260,7 @@ pub struct RequestServer {
     endpoint: String,
     stop: Arc<AtomicBool>,
     stats: Arc<ServerStats>,
+    drops: Arc<PeerDrops>,
     thread: Option<JoinHandle<Stopped>>,
 }
 
@@ -242,6 +284,10 @@ impl RequestServer {
             Endpoint::parse(&config.endpoint).map_err(|e| ServerError::Endpoint(e.to_string()))?;
         let socket = transport.socket(SocketKind::Router)?;
         socket.set_high_water_marks(config.high_water_mark)?;
+        let max = config
+            .max_message_bytes
+            .unwrap_or_else(|| default_max_message_bytes(store.channels()));
+        socket.set_max_message_size(i64::try_from(max).unwrap_or(i64::MAX))?;
         let endpoint = socket.bind(&ep)?;
         RequestServer::start_with(ZmqSource::new(socket, endpoint), config, store, input)
     }
@@ -276,6 +322,7 @@ impl RequestServer {
         let endpoint = source.endpoint();
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ServerStats::default());
+        let drops = Arc::new(PeerDrops::default());
         let core = core::Core::new(
             source,
             config.clone(),
@@ -283,6 +330,7 @@ impl RequestServer {
             input,
             Arc::clone(&stop),
             Arc::clone(&stats),
+            Arc::clone(&drops),
         );
         let thread = std::thread::Builder::new()
             .name("ros-core".into())
@@ -291,6 +339,7 @@ impl RequestServer {
             endpoint,
             stop,
             stats,
+            drops,
             thread: Some(thread),
         })
     }
@@ -308,6 +357,11 @@ impl RequestServer {
     /// The live counters themselves, for a monitor that outlives this handle's borrow.
     pub fn shared_stats(&self) -> Arc<ServerStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// Replies dropped per peer so far (shared with the core thread, which adds to it).
+    pub fn peer_drops(&self) -> Arc<PeerDrops> {
+        Arc::clone(&self.drops)
     }
 
     /// Stops the core thread (pending requests are answered first) and hands back the store.

@@ -84,9 +84,15 @@ pub enum Incoming<'a> {
     Bad,
 }
 
-/// The reply could not be handed on (peer gone, queue closed); its page references were dropped.
+/// Why a reply could not be handed on; in every case its page references were dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplyRefused;
+pub enum ReplyRefused {
+    /// The peer's queue is full (it does not read its replies): the reply was dropped without
+    /// waiting, the node's policy for such a peer (see [`super::peers`]).
+    PeerFull,
+    /// The peer is gone or unknown, or the link is closed.
+    Gone,
+}
 
 /// A source of requests and a sink of replies for the core thread. See the module docs.
 pub trait RequestSource: Send + 'static {
@@ -125,7 +131,7 @@ pub trait RequestSource: Send + 'static {
         _segments: &mut Vec<HeldSegment>,
         _store: &mut EventStore,
     ) -> Result<(), ReplyRefused> {
-        Err(ReplyRefused)
+        Err(ReplyRefused::Gone)
     }
     /// Housekeeping the core thread calls once per loop turn and once when it stops (the
     /// direct link takes back read reply boxes there and releases what they held).
@@ -193,7 +199,16 @@ impl RequestSource for ZmqSource {
     ) -> Result<(), ReplyRefused> {
         let frames = std::iter::once(Frame::Copy(head))
             .chain(segments.drain(..).map(|r| Frame::ZeroCopy(Box::new(r))));
-        let r = self.socket.send_to(peer, frames).map_err(|_| ReplyRefused);
+        // Never waits: a peer that does not read loses this reply, nobody else waits for it.
+        // A refused message's frames (and so its page references) are dropped before this
+        // returns.
+        let r = self.socket.try_send_to(peer, frames).map_err(|e| {
+            if e.is_would_block() {
+                ReplyRefused::PeerFull
+            } else {
+                ReplyRefused::Gone
+            }
+        });
         segments.clear();
         r
     }

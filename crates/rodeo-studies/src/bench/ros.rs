@@ -182,6 +182,7 @@ fn node_args(a: &Args) -> NodeArgs {
         error_file: None,
         l1id_wrap: 1 << 24,
         core_cpu: pinning(a).map(|(core, _)| core),
+        max_message_bytes: None,
     }
 }
 

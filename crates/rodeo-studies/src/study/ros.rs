@@ -136,6 +136,7 @@ fn measure(t: &Transport, p: Point, seconds: f64) -> anyhow::Result<(Row, u64)> 
         error_file: None,
         l1id_wrap: 1 << 24,
         core_cpu: None,
+        max_message_bytes: None,
     };
     let mix = MixArgs {
         l2_fraction: p.l2,

@@ -65,6 +65,7 @@ fn emulator_args(sources: usize, words: u32, first: u32) -> NodeArgs {
         error_file: None,
         l1id_wrap: 1 << 24,
         core_cpu: None,
+        max_message_bytes: None,
     }
 }
 

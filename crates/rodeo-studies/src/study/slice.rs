@@ -71,6 +71,7 @@ fn node_args(words: u32) -> NodeArgs {
         error_file: None,
         l1id_wrap: 1 << 24,
         core_cpu: None,
+        max_message_bytes: None,
     }
 }
 
