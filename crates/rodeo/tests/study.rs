@@ -142,7 +142,8 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
         "wall_predicted",
         "cpu_relative_error",
         "node_cpu_us_per_event",
-        "node_cpu_spread",
+        "node_busy_cpu_us_per_event",
+        "node_busy_cpu_spread",
         "node_relative_error",
     ] {
         assert!(header.iter().any(|h| h == col), "{col} in {header:?}");
