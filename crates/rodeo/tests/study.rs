@@ -107,7 +107,7 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
     let model_ok = v["model_ok"].as_bool().expect("model_ok");
     assert_eq!(ok, model_ok, "exit status follows model_ok: {v}");
     assert_eq!(v["heldout_error_goal"], 0.15);
-    assert_eq!(v["basis"], "node_cpu_time");
+    assert_eq!(v["basis"], "process_cpu_time");
     let verdict = v["verdict"].as_str().expect("verdict");
     assert_eq!(verdict.starts_with("FAILED"), !model_ok, "{verdict}");
     for key in [
@@ -115,7 +115,7 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
         "holdout_error_p10",
         "holdout_error_median",
         "holdout_error_p90",
-        "cpu_holdout_max_relative_error",
+        "node_holdout_max_relative_error",
         "wall_holdout_max_relative_error",
     ] {
         assert!(v[key].as_f64().is_some_and(f64::is_finite), "{key}: {v}");
@@ -142,8 +142,8 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
         "wall_predicted",
         "cpu_relative_error",
         "node_cpu_us_per_event",
+        "node_cpu_spread",
         "node_busy_cpu_us_per_event",
-        "node_busy_cpu_spread",
         "node_relative_error",
     ] {
         assert!(header.iter().any(|h| h == col), "{col} in {header:?}");
@@ -167,7 +167,7 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
     assert_eq!(model["model_ok"], v["model_ok"]);
     assert_eq!(model["heldout_error_goal"], 0.15);
     assert_eq!(model["holdout_error_bootstrap"]["draws"], 200);
-    for basis in ["process_cpu_time", "wall_clock"] {
+    for basis in ["node_cpu_time", "wall_clock"] {
         assert!(model[basis]["model_ok"].is_boolean(), "{basis}");
     }
     assert!(model["measurement"]["repeated_rounds"].is_number());
