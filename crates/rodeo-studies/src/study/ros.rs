@@ -254,9 +254,12 @@ fn per_event(row: &Map<String, Value>) -> [f64; 4] {
     ]
 }
 
+/// A basis: (CSV prefix, rate column, the rate of one run, name in `model.json`).
+type Basis = (&'static str, &'static str, fn(&Run) -> f64, &'static str);
+
 /// The bases the model is fitted on: (CSV prefix, rate column, the rate of one run, name in
 /// `model.json`). The first is the study's result; the others are reported beside it.
-const BASES: [(&str, &str, fn(&Run) -> f64, &str); 3] = [
+const BASES: [Basis; 3] = [
     (
         "cpu",
         "delete_rate_per_cpu_s",

@@ -120,7 +120,7 @@ pub fn order(points: usize, round: usize, seed: u64) -> Vec<usize> {
         let mut v: Vec<usize> = (0..points).collect();
         let mut rng = SplitMix(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         for i in (1..points).rev() {
-            let j = (rng.next() % (i as u64 + 1)) as usize;
+            let j = (rng.next_u64() % (i as u64 + 1)) as usize;
             v.swap(i, j);
         }
         v
@@ -138,7 +138,7 @@ pub struct SplitMix(pub u64);
 
 impl SplitMix {
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -148,7 +148,7 @@ impl SplitMix {
 
     /// A number in `0..n` (`n` > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
