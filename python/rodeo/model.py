@@ -6,14 +6,18 @@ f_ext is the external request rate (DataRequests/s), f_int the internal fragment
 rate (fragments/s), f_del the delete rate (events cleared/s) and S the kB/s sent (1 kB = 1000
 bytes). At a grid point's maximum delete rate the node is saturated (U = 1), so each point is
 one linear equation in the four effective times; the fit is least squares with the times kept
-non-negative, the same method as the Rust fit in `rodeo study ros` (crates/rodeo/src/cmd/study/
-model.rs), so both give the same parameters from the same CSV.
+non-negative, the same method as the Rust fit in `rodeo study ros` (crates/rodeo-studies/src/
+study/model.rs), so both give the same parameters from the same CSV (whose rows are the medians
+of each point's runs).
 
-Two bases, as in the study's ``model.json``:
+Three bases, as in the study's ``model.json``:
 
-- ``"cpu"`` (the default): delete rates per CPU-second of the process (``delete_rate_per_cpu_s``
-  in the CSV), so U = 1 is one CPU busy. This is the load-independent signature.
-- ``"wall"``: the paper's wall-clock maximum delete rate (``delete_rate_hz``).
+- ``"cpu"`` (the default, the study's ``parameters``): delete rates per CPU-second of the whole
+  process, node and tester (``delete_rate_per_cpu_s``), so U = 1 is one CPU busy: the basis
+  that held best on a shared host (docs/studies.md).
+- ``"node"``: delete rates per CPU-second of the readout node's core thread
+  (``delete_rate_per_node_cpu_s``; ``node_cpu_time`` in ``model.json``).
+- ``"wall"``: the paper's wall-clock maximum delete rate (``delete_rate_hz``; ``wall_clock``).
 
 Pure NumPy; :func:`plot_figure9` needs matplotlib (imported when called).
 
@@ -49,7 +53,14 @@ __all__ = [
 PARAMETERS = ("t_ext_s", "t_int_s", "t_del_s", "t_kb_s")
 
 #: The CSV column holding the delete rate of each basis.
-RATE_COLUMNS = {"cpu": "delete_rate_per_cpu_s", "wall": "delete_rate_hz"}
+RATE_COLUMNS = {
+    "node": "delete_rate_per_node_cpu_s",
+    "cpu": "delete_rate_per_cpu_s",
+    "wall": "delete_rate_hz",
+}
+
+#: Columns read when present (CSVs written before the node basis lack them).
+_OPTIONAL = ("delete_rate_per_node_cpu_s",)
 
 _NUMERIC = (
     "fragment_words",
@@ -77,7 +88,8 @@ def read_csv(path) -> Dict[str, np.ndarray]:
     missing = [c for c in _NUMERIC + ("set",) if c not in rows[0]]
     if missing:
         raise ValueError(f"{path}: not a `rodeo study ros` CSV, missing columns {missing}")
-    table = {c: np.array([float(r[c]) for r in rows]) for c in _NUMERIC}
+    columns = _NUMERIC + tuple(c for c in _OPTIONAL if c in rows[0])
+    table = {c: np.array([float(r[c]) for r in rows]) for c in columns}
     table["set"] = np.array([r["set"] for r in rows])
     return table
 
@@ -146,7 +158,7 @@ class Model:
 
     def max_delete_rate(self, requests_per_event, fragments_per_event, kb_per_event):
         """The delete rate at which U reaches 1, for a mix with these per-event costs (Hz; per
-        CPU-second on the ``cpu`` basis). Scalars or arrays."""
+        CPU-second on the ``node`` and ``cpu`` bases). Scalars or arrays."""
         t = self.times
         cost = (
             np.asarray(requests_per_event, dtype=float) * t[0]
@@ -166,14 +178,16 @@ class Model:
 def fit(table, basis: str = "cpu", rows: str = "train", trim: bool = True) -> Model:
     """Fits the model to a study table (from :func:`read_csv`, or a CSV path).
 
-    ``basis`` is ``"cpu"`` or ``"wall"``; ``rows`` is ``"train"`` (what the Rust study fits),
-    ``"holdout"`` or ``"all"``. With ``trim`` (the default, as the study) the fit is repeated
-    without the points whose relative error exceeds max(3 x the median, 5%).
+    ``basis`` is ``"node"``, ``"cpu"`` or ``"wall"``; ``rows`` is ``"train"`` (what the Rust
+    study fits), ``"holdout"`` or ``"all"``. With ``trim`` (the default, as the study) the fit
+    is repeated without the points whose relative error exceeds max(3 x the median, 5%).
     """
     if not isinstance(table, Mapping):
         table = read_csv(table)
     if basis not in RATE_COLUMNS:
         raise ValueError(f"basis must be one of {sorted(RATE_COLUMNS)}, not {basis!r}")
+    if RATE_COLUMNS[basis] not in table:
+        raise ValueError(f"the table has no {RATE_COLUMNS[basis]} column (basis {basis!r})")
     sel = _select(table, rows)
     if not np.any(sel):
         raise ValueError(f"no {rows} rows in the table")

@@ -26,7 +26,9 @@ def rust_model():
     return json.loads((DATA / "ros_quick_model.json").read_text())
 
 
-@pytest.mark.parametrize("basis,key", [("cpu", None), ("wall", "wall_clock")])
+@pytest.mark.parametrize(
+    "basis,key", [("cpu", None), ("node", "node_cpu_time"), ("wall", "wall_clock")]
+)
 def test_numpy_fit_matches_the_rust_fit(table, rust_model, basis, key):
     model = m.fit(table, basis=basis, rows="train")
     want = rust_model["parameters"] if key is None else rust_model[key]["parameters"]
@@ -83,8 +85,10 @@ def test_figure9_png(table, tmp_path):
 
 
 def test_fresh_csv_from_the_binary(run_rodeo, tmp_path):
-    run_rodeo("study", "ros", "--quick", "--seconds", "0.1", "--rounds", "1", "--max-points", "8",
-              "--output", tmp_path)
+    # A tiny grid may miss the model's goal: the study then exits with 1, its files written.
+    out = run_rodeo("study", "ros", "--quick", "--seconds", "0.1", "--rounds", "1",
+                    "--max-points", "8", "--output", tmp_path, check=False)
+    assert out.returncode in (0, 1), out.stderr
     table = m.read_csv(tmp_path / "ros" / "ros.csv")
     rust = json.loads((tmp_path / "ros" / "model.json").read_text())
     model = m.fit(table)

@@ -181,6 +181,7 @@ pub fn summary(s: &Stopped) -> Value {
         "slink_sequence_errors": s.slink.l1id_sequence_errors,
         "input_stalls": s.input_stalls,
         "core_cpu_ns": u64::try_from(s.core_cpu.as_nanos()).unwrap_or(u64::MAX),
+        "core_idle_cpu_ns": u64::try_from(s.core_idle_cpu.as_nanos()).unwrap_or(u64::MAX),
     });
     // The SW ROD input: its builders' counters (`swrod_*`) and its links' (`swrod_link_*`).
     if let (Some(sw), Value::Object(m)) = (&s.swrod, &mut v) {

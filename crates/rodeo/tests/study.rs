@@ -6,7 +6,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn study(dir: &Path, args: &[&str]) -> Value {
+/// Runs `rodeo study ARGS --json` into `dir`; returns its report and whether it exited with
+/// success (a study whose check failed, e.g. a model missing its goal, exits with 1 and still
+/// prints its report).
+fn study_status(dir: &Path, args: &[&str]) -> (Value, bool) {
     let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
         .arg("study")
         .args(args)
@@ -14,12 +17,43 @@ fn study(dir: &Path, args: &[&str]) -> Value {
         .arg(dir)
         .output()
         .expect("run rodeo");
+    let code = out.status.code();
     assert!(
-        out.status.success(),
-        "rodeo study {args:?}: {}",
+        code == Some(0) || code == Some(1),
+        "rodeo study {args:?}: {code:?} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "rodeo study {args:?}: not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (v, code == Some(0))
+}
+
+/// Runs a study that must succeed.
+fn study(dir: &Path, args: &[&str]) -> Value {
+    let (v, ok) = study_status(dir, args);
+    assert!(ok, "rodeo study {args:?} failed: {v}");
+    v
+}
+
+/// The interleaved, probe-guarded schedule's fields: in the report and in every row.
+fn schedule_fields(v: &Value, header: &[String]) {
+    for key in [
+        "rounds",
+        "repeated_rounds",
+        "slow_rounds_kept",
+        "probe_best_per_s",
+        "probe_slow_ratio",
+        "wall_seconds",
+    ] {
+        assert!(v[key].is_number(), "{key} in the report: {v}");
+    }
+    for col in ["runs", "repeated_rounds", "probe_ratio"] {
+        assert!(header.iter().any(|h| h == col), "{col} in {header:?}");
+    }
 }
 
 /// Checks the files of study `name` and returns its CSV header and rows.
@@ -53,7 +87,7 @@ fn files(dir: &Path, name: &str, pngs: &[&str]) -> (Vec<String>, usize) {
 #[test]
 fn ros_study_fits_the_model_on_a_tiny_grid() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let v = study(
+    let (v, ok) = study_status(
         dir.path(),
         &[
             "ros",
@@ -61,13 +95,32 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
             "--seconds",
             "0.15",
             "--rounds",
-            "1",
+            "2",
             "--max-points",
             "8",
         ],
     );
     assert_eq!(v["points"], 8);
     assert_eq!(v["bad_replies"], 0);
+    // A tiny grid need not meet the goal, but the verdict says which it is, and the exit
+    // status follows it.
+    let model_ok = v["model_ok"].as_bool().expect("model_ok");
+    assert_eq!(ok, model_ok, "exit status follows model_ok: {v}");
+    assert_eq!(v["heldout_error_goal"], 0.15);
+    assert_eq!(v["basis"], "process_cpu_time");
+    let verdict = v["verdict"].as_str().expect("verdict");
+    assert_eq!(verdict.starts_with("FAILED"), !model_ok, "{verdict}");
+    for key in [
+        "holdout_max_relative_error",
+        "holdout_error_p10",
+        "holdout_error_median",
+        "holdout_error_p90",
+        "node_holdout_max_relative_error",
+        "wall_holdout_max_relative_error",
+    ] {
+        assert!(v[key].as_f64().is_some_and(f64::is_finite), "{key}: {v}");
+    }
+    assert_eq!(v["rounds"], 2);
     let (header, rows) = files(
         dir.path(),
         "ros",
@@ -76,16 +129,27 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
             "fig9_cpu_per_event.png",
             "model_prediction.png",
             "model_prediction_cpu.png",
+            "fig9_node_cpu_per_event.png",
+            "model_prediction_node.png",
         ],
     );
     assert_eq!(rows, 8);
+    schedule_fields(&v, &header);
     for col in [
         "delete_rate_hz",
+        "delete_rate_spread",
         "readout_fraction",
         "wall_predicted",
         "cpu_relative_error",
+        "node_cpu_us_per_event",
+        "node_cpu_spread",
+        "node_busy_cpu_us_per_event",
+        "node_relative_error",
     ] {
         assert!(header.iter().any(|h| h == col), "{col} in {header:?}");
+    }
+    for row in v["rows"].as_array().expect("rows") {
+        assert_eq!(row["runs"], 2, "every point kept once per round: {row}");
     }
     let model: Value = serde_json::from_slice(
         &std::fs::read(dir.path().join("ros/model.json")).expect("model.json"),
@@ -100,12 +164,22 @@ fn ros_study_fits_the_model_on_a_tiny_grid() {
     assert!(model["holdout_max_relative_error"]
         .as_f64()
         .is_some_and(f64::is_finite));
+    assert_eq!(model["model_ok"], v["model_ok"]);
+    assert_eq!(model["heldout_error_goal"], 0.15);
+    assert_eq!(model["holdout_error_bootstrap"]["draws"], 200);
+    for basis in ["node_cpu_time", "wall_clock"] {
+        assert!(model[basis]["model_ok"].is_boolean(), "{basis}");
+    }
+    assert!(model["measurement"]["repeated_rounds"].is_number());
 }
 
 #[test]
 fn sfi_slice_pool_dma_studies_write_their_files() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let v = study(dir.path(), &["sfi", "--quick", "--seconds", "0.1"]);
+    let v = study(
+        dir.path(),
+        &["sfi", "--quick", "--seconds", "0.1", "--rounds", "2"],
+    );
     assert_eq!(v["bad_replies"], 0);
     let (header, rows) = files(
         dir.path(),
@@ -114,9 +188,13 @@ fn sfi_slice_pool_dma_studies_write_their_files() {
     );
     assert_eq!(rows, 3);
     assert!(header.iter().any(|h| h == "message_rate_hz"));
+    assert!(header.iter().any(|h| h == "message_rate_spread"));
+    schedule_fields(&v, &header);
     for row in v["rows"].as_array().expect("rows") {
         assert_eq!(row["sources"], 1600);
-        assert!(row["messages"].as_u64().is_some_and(|m| m > 0), "{row}");
+        // A median over the runs.
+        assert!(row["messages"].as_f64().is_some_and(|m| m > 0.0), "{row}");
+        assert_eq!(row["runs"], 2, "{row}");
     }
 
     let v = study(
@@ -124,7 +202,7 @@ fn sfi_slice_pool_dma_studies_write_their_files() {
         &["slice", "--quick", "--seconds", "0.05", "--rounds", "1"],
     );
     assert_eq!(v["bad_replies"], 0);
-    let (_, rows) = files(
+    let (header, rows) = files(
         dir.path(),
         "slice",
         &[
@@ -135,7 +213,17 @@ fn sfi_slice_pool_dma_studies_write_their_files() {
         ],
     );
     assert_eq!(rows, 3 * (3 + 3 + 3 + 3));
+    schedule_fields(&v, &header);
+    assert!(header.iter().any(|h| h == "time_per_event_spread"));
 
-    study(dir.path(), &["dma", "--quick", "--seconds", "0.05"]);
-    files(dir.path(), "dma", &["dma_throughput.png"]);
+    let v = study(
+        dir.path(),
+        &["dma", "--quick", "--seconds", "0.05", "--rounds", "2"],
+    );
+    let (header, _) = files(dir.path(), "dma", &["dma_throughput.png"]);
+    assert_eq!(v["repeat"], 2);
+    assert!(header.iter().any(|h| h == "bytes_per_s_spread"));
+    for row in v["rows"].as_array().expect("rows") {
+        assert_eq!(row["repeats"], 2, "{row}");
+    }
 }

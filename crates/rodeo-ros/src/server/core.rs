@@ -88,6 +88,7 @@ impl<S: RequestSource> Core<S> {
             .core_cpu
             .is_some_and(rodeo_memory::cpu::pin_to_cpu);
         let cpu0 = rodeo_memory::cpu::thread_cpu_time();
+        let mut idle_cpu = std::time::Duration::ZERO;
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
         while !self.stop.load(Ordering::Acquire) {
@@ -119,16 +120,19 @@ impl<S: RequestSource> Core<S> {
                 }
             }
             if work == 0 {
-                // Idle: wait for a message (or input) for up to a millisecond.
+                // Idle: wait for a message (or input) for up to a millisecond. The CPU the wait
+                // itself costs (going to sleep, being woken) is counted apart: a saturated node
+                // never pays it.
+                let wait0 = rodeo_memory::cpu::thread_cpu_time();
                 if self.descriptors.available() > 0 {
-                    if self.source.recv_timeout(&mut msg, IDLE_WAIT)
-                        && self.handle(S::view(&msg))
-                        && self.descriptors.pending() > 0
-                    {
+                    let got = self.source.recv_timeout(&mut msg, IDLE_WAIT);
+                    idle_cpu += rodeo_memory::cpu::thread_cpu_time().saturating_sub(wait0);
+                    if got && self.handle(S::view(&msg)) && self.descriptors.pending() > 0 {
                         self.recheck(Instant::now(), false);
                     }
                 } else {
                     std::thread::sleep(std::time::Duration::from_micros(100));
+                    idle_cpu += rodeo_memory::cpu::thread_cpu_time().saturating_sub(wait0);
                 }
             }
         }
@@ -141,6 +145,7 @@ impl<S: RequestSource> Core<S> {
             slink: self.input.slink_counters(),
             input_stalls: self.input.stalls(),
             core_cpu: rodeo_memory::cpu::thread_cpu_time().saturating_sub(cpu0),
+            core_idle_cpu: idle_cpu,
             core_pinned,
             peer_drops: self.drops.snapshot(),
             swrod: None,

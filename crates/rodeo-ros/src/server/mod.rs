@@ -241,6 +241,10 @@ pub struct Stopped {
     pub input_stalls: u64,
     /// CPU time the core thread used (busy polling included).
     pub core_cpu: std::time::Duration,
+    /// The part of [`Stopped::core_cpu`] spent waiting idle for a message (going to sleep and
+    /// being woken): what a saturated node would not spend. `core_cpu - core_idle_cpu` is the
+    /// CPU the work took.
+    pub core_idle_cpu: std::time::Duration,
     /// The core thread ran pinned to [`ServerConfig::core_cpu`] (false: no CPU asked for, or
     /// the kernel refused it).
     pub core_pinned: bool,

@@ -33,6 +33,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::report::Report;
+use crate::study::rounds::summarize;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -52,6 +53,10 @@ pub struct Args {
     /// The card's generator mode.
     #[arg(long, value_enum, default_value = "slink")]
     pub generator: Mode,
+    /// Measurements of every point, the points interleaved (each repetition sweeps them in a
+    /// new order); a row gives the median over them and their spread.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: usize,
 }
 
 /// Generator mode of the emulated cards.
@@ -107,6 +112,10 @@ struct Row {
     ratio_to_memcpy: f64,
     superpages_per_s: f64,
     stalls: u64,
+    /// Measurements of the point (the statistics are medians over them).
+    repeats: usize,
+    /// (max - min) / median of `bytes_per_s` over the repetitions.
+    bytes_per_s_spread: f64,
 }
 
 /// Best single-thread memcpy bandwidth of a `len`-byte buffer over `reps` copies.
@@ -223,31 +232,60 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
     } else {
         &[32 * KIB, 128 * KIB, 512 * KIB, 2 * MIB, 8 * MIB, 64 * MIB]
     };
-    let memcpy = memcpy_bandwidth(64 * MIB, if args.quick { 3 } else { 8 });
+    anyhow::ensure!(args.repeat >= 1, "--repeat must be at least 1");
+    let points: Vec<(usize, usize)> = sizes
+        .iter()
+        .flat_map(|&size| [1, 2].map(|channels| (size, channels)))
+        .collect();
+    // Per point and repetition: (total bytes/s, slowest channel, superpages/s, stalls).
+    let mut runs: Vec<Vec<(f64, f64, f64, u64)>> = vec![Vec::new(); points.len()];
+    let mut memcpys = Vec::new();
+    for rep in 0..args.repeat {
+        memcpys.push(memcpy_bandwidth(64 * MIB, if args.quick { 3 } else { 8 }));
+        for i in crate::study::rounds::order(points.len(), rep, 0xd3a) {
+            let (size, channels) = points[i];
+            let (rates, stalls, superpages) = measure(args.generator, size, channels, seconds)?;
+            runs[i].push((
+                rates.iter().sum(),
+                rates.iter().copied().fold(f64::INFINITY, f64::min),
+                superpages as f64 / seconds,
+                stalls,
+            ));
+        }
+    }
+    let memcpy = summarize(&memcpys).median;
     let mut report = Report::new("dma");
     report
         .fields
         .insert("memcpy_bytes_per_s".into(), Value::from(memcpy));
+    report
+        .fields
+        .insert("repeat".into(), Value::from(args.repeat));
+    report.fields.insert(
+        "statistic".into(),
+        "median over repetitions, points interleaved".into(),
+    );
     let mut best_2ch = 0f64;
-    for &size in sizes {
-        for channels in [1, 2] {
-            let (rates, stalls, superpages) = measure(args.generator, size, channels, seconds)?;
-            let total: f64 = rates.iter().sum();
-            if channels == 2 {
-                best_2ch = best_2ch.max(total / memcpy);
-            }
-            report.push_row(&Row {
-                superpage_bytes: size,
-                channels,
-                generator: args.generator.name(),
-                bytes_per_s: total,
-                per_channel_bytes_per_s: total / channels as f64,
-                min_channel_bytes_per_s: rates.iter().copied().fold(f64::INFINITY, f64::min),
-                ratio_to_memcpy: total / memcpy,
-                superpages_per_s: superpages as f64 / seconds,
-                stalls,
-            })?;
+    for (&(size, channels), rs) in points.iter().zip(&runs) {
+        let total = summarize(&rs.iter().map(|r| r.0).collect::<Vec<_>>());
+        if channels == 2 {
+            best_2ch = best_2ch.max(total.median / memcpy);
         }
+        let mut stalls: Vec<u64> = rs.iter().map(|r| r.3).collect();
+        stalls.sort_unstable();
+        report.push_row(&Row {
+            superpage_bytes: size,
+            channels,
+            generator: args.generator.name(),
+            bytes_per_s: total.median,
+            per_channel_bytes_per_s: total.median / channels as f64,
+            min_channel_bytes_per_s: summarize(&rs.iter().map(|r| r.1).collect::<Vec<_>>()).median,
+            ratio_to_memcpy: total.median / memcpy,
+            superpages_per_s: summarize(&rs.iter().map(|r| r.2).collect::<Vec<_>>()).median,
+            stalls: stalls[stalls.len() / 2],
+            repeats: rs.len(),
+            bytes_per_s_spread: total.spread,
+        })?;
     }
     report
         .fields

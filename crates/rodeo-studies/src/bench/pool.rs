@@ -36,6 +36,7 @@ use serde_json::Value;
 
 use super::timing::{ticks, Calibration, Histogram, CLOCK};
 use crate::report::Report;
+use crate::study::rounds::summarize;
 
 const CHUNK: usize = 4096;
 
@@ -87,6 +88,10 @@ struct Row {
     /// repetitions): a preemption inside a timed allocation sets `max_ns` to a scheduler slice.
     preemptions: u64,
     wall_ms: f64,
+    /// (max - min) / median over the repetitions of `avg_ns`, `p99_ns` and `max_ns`.
+    avg_spread: f64,
+    p99_spread: f64,
+    max_spread: f64,
 }
 
 /// Involuntary context switches of the calling thread so far.
@@ -499,6 +504,9 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
             allocations: m.allocations,
             preemptions: median(&m.preemptions) as u64,
             wall_ms: round1(median(&m.wall_ms)),
+            avg_spread: spread(&m.avg),
+            p99_spread: spread(&m.p99),
+            max_spread: spread(&m.max),
         });
     }
     let find = |name: &str, threads: usize| {
@@ -593,13 +601,12 @@ fn record(
 
 /// The median (the mean of the middle two for an even count).
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    summarize(v).median
+}
+
+/// (max - min) / median, to two decimals.
+fn spread(v: &[f64]) -> f64 {
+    (summarize(v).spread * 100.0).round() / 100.0
 }
 
 fn round1(x: f64) -> f64 {

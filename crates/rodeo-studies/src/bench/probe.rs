@@ -93,6 +93,70 @@ pub fn shared_ring_rate(time: Duration, cpus: Option<(usize, usize)>) -> f64 {
     })
 }
 
+/// The host's CPU time and this process's at one moment, to tell how much of the machine
+/// other processes used between two moments ([`HostLoad::others_share_since`]): measured
+/// alongside a run, not before or after it.
+#[derive(Debug, Clone, Copy)]
+pub struct HostLoad {
+    /// Non-idle CPU seconds of the whole host (all CPUs, steal included), from `/proc/stat`.
+    busy_s: f64,
+    /// CPU seconds this process has used.
+    own_s: f64,
+    at: Instant,
+}
+
+impl HostLoad {
+    /// The host's and this process's CPU time now (`None` where `/proc/stat` is unreadable).
+    pub fn now() -> Option<HostLoad> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+        let jiffies: Vec<u64> = cpu
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let busy: u64 = jiffies
+            .iter()
+            .take(8)
+            .enumerate()
+            .filter(|&(i, _)| i != 3 && i != 4)
+            .map(|(_, &j)| j)
+            .sum();
+        // SAFETY: sysconf has no preconditions.
+        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let tick = if tick > 0 { tick as f64 } else { 100.0 };
+        Some(HostLoad {
+            busy_s: busy as f64 / tick,
+            own_s: process_cpu_seconds(),
+            at: Instant::now(),
+        })
+    }
+
+    /// The share of the host's CPUs (0 .. 1) that other processes used between `earlier` and
+    /// this moment: host busy time less this process's CPU time, over wall time x CPUs.
+    pub fn others_share_since(&self, earlier: &HostLoad) -> f64 {
+        let wall = self.at.duration_since(earlier.at).as_secs_f64();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        if wall <= 0.0 {
+            return 0.0;
+        }
+        let others = (self.busy_s - earlier.busy_s) - (self.own_s - earlier.own_s);
+        (others / (wall * cpus)).clamp(0.0, 1.0)
+    }
+}
+
+/// CPU seconds (user + system) used by this process so far.
+pub fn process_cpu_seconds() -> f64 {
+    // SAFETY: rusage is a C struct of integers, for which all-zero bytes are a valid value.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +166,16 @@ mod tests {
     #[test]
     fn the_ring_moves() {
         assert!(shared_ring_rate(Duration::from_millis(50), None) > 0.0);
+    }
+
+    /// The host's load is read and gives a share between 0 and 1 (its value is the host's).
+    #[test]
+    fn host_load_is_a_share() {
+        let a = HostLoad::now().expect("/proc/stat");
+        std::thread::sleep(Duration::from_millis(30));
+        let b = HostLoad::now().expect("/proc/stat");
+        let share = b.others_share_since(&a);
+        assert!((0.0..=1.0).contains(&share), "{share}");
+        assert!(process_cpu_seconds() > 0.0);
     }
 }

@@ -11,6 +11,7 @@
 pub mod model;
 pub mod plot;
 pub mod ros;
+pub mod rounds;
 pub mod sfi;
 pub mod slice;
 pub mod tables;
@@ -37,8 +38,8 @@ pub struct Args {
     /// Seconds per measured point (default depends on the study and --quick).
     #[arg(long, value_name = "S")]
     pub seconds: Option<f64>,
-    /// `ros` and `slice`: measurements of each point, the median kept (`ros`: 9 with --quick,
-    /// else 5; `slice`: 3).
+    /// Measurements of each point, the points interleaved and the median kept (`ros`: 9 with
+    /// --quick, else 5; `sfi`, `slice`, `dma`: 5; `pool`: 3 repetitions of the table).
     #[arg(long, value_name = "N")]
     pub rounds: Option<usize>,
     /// `ros`: only the first N grid points (tests run a tiny grid).

@@ -6,6 +6,10 @@
 //! the bandwidth into the SFI, per fragment size; the ratio of each size's message rate to the
 //! smallest size's (the paper: 114 kHz at 1456 bytes over 131 kHz at 160 bytes, 0.87).
 //!
+//! Every point is measured `--rounds` times (5 by default), interleaved and probe-guarded as
+//! [`super::rounds`] schedules it; rows hold the medians and the message rate's spread, and
+//! the ratios are between medians.
+//!
 //! # Threads and shutdown
 //!
 //! The SFI loop runs on the calling thread; emulators run in a thread scope and stop on a flag
@@ -21,6 +25,7 @@ use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind
 use serde::Serialize;
 
 use super::plot::{line_chart, Chart, Series};
+use super::rounds::{self, summarize};
 use super::{field, Ctx};
 use crate::node::{InputKind, NodeArgs, PayloadKind};
 use crate::plain::plain_loop;
@@ -33,14 +38,38 @@ const WINDOW: usize = 512;
 /// Bytes of a fragment with no data words (ROB and ROD headers, status, trailer).
 const EMPTY_FRAGMENT_BYTES: u32 = 4 * 21;
 
-#[derive(Debug, Serialize)]
-struct Row {
-    sources: usize,
+/// One run of one point.
+#[derive(Debug, Clone)]
+struct Run {
     fragment_bytes: u32,
     events: u64,
     messages: u64,
     seconds: f64,
     message_rate_hz: f64,
+    bytes_per_s: f64,
+    event_rate_hz: f64,
+    bad_replies: u64,
+}
+
+/// A point summarised over its runs (a CSV row): medians and the message rate's spread.
+#[derive(Debug, Serialize)]
+struct Row {
+    sources: usize,
+    fragment_bytes: u32,
+    /// Runs kept (one per round).
+    runs: usize,
+    /// Runs measured again because the probe said the host was slow.
+    repeated_rounds: usize,
+    /// Median over the kept runs of the probe over the best probe of the study.
+    probe_ratio: f64,
+    events: f64,
+    messages: f64,
+    seconds: f64,
+    message_rate_hz: f64,
+    /// (max - min) / median of the message rate over the runs.
+    message_rate_spread: f64,
+    message_rate_min_hz: f64,
+    message_rate_max_hz: f64,
     bytes_per_s: f64,
     event_rate_hz: f64,
     event_bytes: u64,
@@ -75,11 +104,11 @@ fn measure(
     sources: usize,
     fragment_bytes: u32,
     seconds: f64,
-) -> anyhow::Result<Row> {
+) -> anyhow::Result<Run> {
     let words = fragment_bytes.saturating_sub(EMPTY_FRAGMENT_BYTES) / 4;
     let per = sources.div_ceil(EMULATORS);
     let stop = AtomicBool::new(false);
-    std::thread::scope(|s| -> anyhow::Result<Row> {
+    std::thread::scope(|s| -> anyhow::Result<Run> {
         let mut socks = Vec::new();
         let mut handles = Vec::new();
         for e in 0..EMULATORS {
@@ -105,8 +134,7 @@ fn measure(
                 .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??;
         }
         let (events, messages, bytes, bad, secs) = r?;
-        Ok(Row {
-            sources,
+        Ok(Run {
             // As measured: reply fragment bytes over fragments.
             fragment_bytes: bytes
                 .checked_div(messages)
@@ -117,8 +145,6 @@ fn measure(
             message_rate_hz: messages as f64 / secs,
             bytes_per_s: bytes as f64 / secs,
             event_rate_hz: events as f64 / secs,
-            event_bytes: sources as u64 * u64::from(EMPTY_FRAGMENT_BYTES + 4 * words),
-            rate_ratio_to_smallest: 0.0,
             bad_replies: bad,
         })
     })
@@ -238,27 +264,62 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     };
     let t = Transport::new(1)?;
     let mut report = Report::new("sfi");
-    let mut bad = 0;
-    for &sources in source_counts {
-        let mut base = 0.0;
-        for &size in sizes {
-            let mut row = measure(&t, sources, size, seconds)
+    let points: Vec<(usize, u32)> = source_counts
+        .iter()
+        .flat_map(|&n| sizes.iter().map(move |&b| (n, b)))
+        .collect();
+    // Every point `rounds` times, interleaved, probe-guarded (rounds.rs).
+    let plan = rounds::study_plan(ctx.rounds.unwrap_or(5), ctx.quick);
+    let schedule = rounds::run(
+        points.len(),
+        &plan,
+        rounds::host_probe(seconds),
+        |i, round| {
+            let (sources, size) = points[i];
+            let r = measure(&t, sources, size, seconds)
                 .with_context(|| format!("{sources} sources, {size} bytes"))?;
-            if base == 0.0 {
-                base = row.message_rate_hz;
-            }
-            row.rate_ratio_to_smallest = if base > 0.0 {
-                row.message_rate_hz / base
-            } else {
-                0.0
-            };
-            bad += row.bad_replies;
             eprintln!(
-                "study sfi: {sources} sources, {} bytes: {:.0} messages/s",
-                row.fragment_bytes, row.message_rate_hz
+                "study sfi: round {}/{}, {sources} sources, {} bytes: {:.0} messages/s",
+                round + 1,
+                plan.rounds,
+                r.fragment_bytes,
+                r.message_rate_hz
             );
-            report.push_row(&row)?;
+            Ok(r)
+        },
+    )?;
+    let mut bad = 0;
+    let mut base = 0.0;
+    for (i, &(sources, size)) in points.iter().enumerate() {
+        let runs: Vec<&Run> = schedule.samples[i].iter().map(|s| &s.value).collect();
+        let med = |f: fn(&Run) -> f64| summarize(&runs.iter().map(|r| f(r)).collect::<Vec<_>>());
+        let rate = med(|r| r.message_rate_hz);
+        if size == sizes[0] {
+            base = rate.median;
         }
+        let (probe_ratio, repeats) = schedule.point_probe(i);
+        let words = size.saturating_sub(EMPTY_FRAGMENT_BYTES) / 4;
+        let row = Row {
+            sources,
+            fragment_bytes: med(|r| f64::from(r.fragment_bytes)).median as u32,
+            runs: runs.len(),
+            repeated_rounds: repeats,
+            probe_ratio,
+            events: med(|r| r.events as f64).median,
+            messages: med(|r| r.messages as f64).median,
+            seconds: med(|r| r.seconds).median,
+            message_rate_hz: rate.median,
+            message_rate_spread: rate.spread,
+            message_rate_min_hz: rate.min,
+            message_rate_max_hz: rate.max,
+            bytes_per_s: med(|r| r.bytes_per_s).median,
+            event_rate_hz: med(|r| r.event_rate_hz).median,
+            event_bytes: sources as u64 * u64::from(EMPTY_FRAGMENT_BYTES + 4 * words),
+            rate_ratio_to_smallest: if base > 0.0 { rate.median / base } else { 0.0 },
+            bad_replies: runs.iter().map(|r| r.bad_replies).sum(),
+        };
+        bad += row.bad_replies;
+        report.push_row(&row)?;
     }
     let mut rate = Vec::new();
     let mut bw = Vec::new();
@@ -320,6 +381,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     f.insert("emulator_threads".into(), EMULATORS.into());
     f.insert("window_requests".into(), WINDOW.into());
     f.insert("seconds_per_point".into(), seconds.into());
+    rounds::record_fields(f, &plan, &schedule);
     f.insert("bad_replies".into(), bad.into());
     Ok((report, bad == 0))
 }

@@ -12,6 +12,10 @@
 //!
 //! The first three run the ROSTester with the matching mix; the last a small driver here,
 //! since the tester sends one L2 request per event. Each point starts and stops its own node.
+//!
+//! Every point is measured `--rounds` times (5 by default), interleaved and probe-guarded as
+//! [`super::rounds`] schedules it; rows hold the medians (time per event, latencies) and the
+//! time per event's spread.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +28,7 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 use serde::Serialize;
 
 use super::plot::{line_chart, Chart, Series};
+use super::rounds::{self, summarize};
 use super::{field, Ctx};
 use crate::node::{start_node, InputKind, NodeArgs, PayloadKind};
 use crate::report::Report;
@@ -37,19 +42,37 @@ const ROBS: usize = 3;
 /// Bytes of a ROB fragment with no data words.
 const EMPTY_FRAGMENT_BYTES: u32 = 4 * 21;
 
+/// A point summarised over its runs (a CSV row): medians, and the spread of the time per
+/// event.
 #[derive(Debug, Serialize)]
 struct Row {
     scenario: &'static str,
     /// Events in flight, streams, ROBs per RoI or RoIs per event.
     degree: usize,
     message_bytes: u64,
-    events: u64,
+    /// Runs kept (one per round).
+    runs: usize,
+    /// Runs measured again because the probe said the host was slow.
+    repeated_rounds: usize,
+    /// Median over the kept runs of the probe over the best probe of the study.
+    probe_ratio: f64,
+    events: f64,
     seconds: f64,
     time_per_event_ns: f64,
-    p50_latency_ns: u64,
-    p99_latency_ns: u64,
+    /// (max - min) / median of the time per event over the runs.
+    time_per_event_spread: f64,
+    p50_latency_ns: f64,
+    p99_latency_ns: f64,
     bad_replies: u64,
 }
+
+/// The scenarios, in the order of the rows.
+const SCENARIOS: [&str; 4] = [
+    "pipeline",
+    "event_parallelism",
+    "fragment_building",
+    "roi_parallelism",
+];
 
 fn node_args(words: u32) -> NodeArgs {
     let frag = u64::from(words) * 4 + u64::from(EMPTY_FRAGMENT_BYTES);
@@ -205,70 +228,66 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     };
     let t = Transport::new(1)?;
     let mut report = Report::new("slice");
+    // The points: (scenario, degree, message size), in the order of the rows.
+    let mut points: Vec<(&'static str, usize, u32)> = Vec::new();
+    for &size in sizes {
+        for scenario in SCENARIOS {
+            let degrees: Vec<usize> = if scenario == "pipeline" {
+                depths.to_vec()
+            } else {
+                (1..=ROBS).collect()
+            };
+            points.extend(degrees.into_iter().map(|d| (scenario, d, size)));
+        }
+    }
+    // Every point `rounds` times, interleaved, probe-guarded (rounds.rs).
+    let plan = rounds::study_plan(ctx.rounds.unwrap_or(5), ctx.quick);
+    let schedule = rounds::run(
+        points.len(),
+        &plan,
+        rounds::host_probe(seconds),
+        |i, round| {
+            let (scenario, d, size) = points[i];
+            let r = match scenario {
+                "pipeline" => tester_point(&t, words_for(size), d, 1, 1, seconds),
+                "event_parallelism" => tester_point(&t, words_for(size), 1, d as u32, 1, seconds),
+                "fragment_building" => {
+                    tester_point(&t, words_for(size / d as u32), 1, 1, d, seconds)
+                }
+                _ => roi_parallel_point(&t, words_for(size), d, seconds),
+            }
+            .with_context(|| format!("{scenario} {d}, {size} bytes"))?;
+            if i == 0 {
+                eprintln!("study slice: round {}/{}", round + 1, plan.rounds);
+            }
+            Ok(r)
+        },
+    )?;
     let mut bad = 0;
-    let push = |report: &mut Report,
-                scenario: &'static str,
-                degree: usize,
-                r: Measured|
-     -> anyhow::Result<()> {
-        let (events, secs, hist, message_bytes, b) = r;
-        report.push_row(&Row {
+    for (i, &(scenario, degree, _)) in points.iter().enumerate() {
+        let runs: Vec<&Measured> = schedule.samples[i].iter().map(|s| &s.value).collect();
+        let med = |f: &dyn Fn(&Measured) -> f64| {
+            summarize(&runs.iter().map(|r| f(r)).collect::<Vec<_>>())
+        };
+        let per_event = med(&|m| m.1 * 1e9 / m.0.max(1) as f64);
+        let (probe_ratio, repeats) = schedule.point_probe(i);
+        let row = Row {
             scenario,
             degree,
-            message_bytes,
-            events,
-            seconds: secs,
-            time_per_event_ns: secs * 1e9 / events.max(1) as f64,
-            p50_latency_ns: hist.quantile(0.5),
-            p99_latency_ns: hist.quantile(0.99),
-            bad_replies: b,
-        })
-    };
-    // Each point is measured `rounds` times, the whole sweep repeated so that a change of the
-    // machine's load spreads over every point; the run with the median time per event is kept.
-    let rounds = ctx.rounds.unwrap_or(3);
-    let mut points: Vec<(&'static str, usize, Vec<Measured>)> = Vec::new();
-    for round in 0..rounds {
-        let mut slot = 0usize;
-        let mut record = |scenario: &'static str, degree: usize, m: Measured| {
-            bad += m.4;
-            if round == 0 {
-                points.push((scenario, degree, vec![m]));
-            } else if let Some(p) = points.get_mut(slot) {
-                p.2.push(m);
-            }
-            slot += 1;
+            message_bytes: med(&|m| m.3 as f64).median as u64,
+            runs: runs.len(),
+            repeated_rounds: repeats,
+            probe_ratio,
+            events: med(&|m| m.0 as f64).median,
+            seconds: med(&|m| m.1).median,
+            time_per_event_ns: per_event.median,
+            time_per_event_spread: per_event.spread,
+            p50_latency_ns: med(&|m| m.2.quantile(0.5) as f64).median,
+            p99_latency_ns: med(&|m| m.2.quantile(0.99) as f64).median,
+            bad_replies: runs.iter().map(|m| m.4).sum(),
         };
-        for &size in sizes {
-            for &n in depths {
-                let r = tester_point(&t, words_for(size), n, 1, 1, seconds)
-                    .with_context(|| format!("pipeline {n}, {size} bytes"))?;
-                record("pipeline", n, r);
-            }
-            for s in 1..=ROBS {
-                let r = tester_point(&t, words_for(size), 1, s as u32, 1, seconds)
-                    .with_context(|| format!("event parallelism {s}, {size} bytes"))?;
-                record("event_parallelism", s, r);
-            }
-            for k in 1..=ROBS {
-                let r = tester_point(&t, words_for(size / k as u32), 1, 1, k, seconds)
-                    .with_context(|| format!("fragment building {k}, {size} bytes"))?;
-                record("fragment_building", k, r);
-            }
-            for k in 1..=ROBS {
-                let r = roi_parallel_point(&t, words_for(size), k, seconds)
-                    .with_context(|| format!("RoI parallelism {k}, {size} bytes"))?;
-                record("roi_parallelism", k, r);
-            }
-            eprintln!("study slice: {size} bytes done");
-        }
-        eprintln!("study slice: round {}/{rounds} done", round + 1);
-    }
-    let per_event = |m: &Measured| m.1 / m.0.max(1) as f64;
-    for (scenario, degree, mut ms) in points {
-        ms.sort_by(|a, b| per_event(a).total_cmp(&per_event(b)));
-        let m = ms.swap_remove(ms.len() / 2);
-        push(&mut report, scenario, degree, m)?;
+        bad += row.bad_replies;
+        report.push_row(&row)?;
     }
     for (scenario, what) in [
         ("pipeline", "events in flight"),
@@ -323,7 +342,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let f = &mut report.fields;
     f.insert("robs".into(), ROBS.into());
     f.insert("seconds_per_point".into(), seconds.into());
-    f.insert("rounds".into(), rounds.into());
+    rounds::record_fields(f, &plan, &schedule);
     f.insert("bad_replies".into(), bad.into());
     Ok((report, bad == 0))
 }

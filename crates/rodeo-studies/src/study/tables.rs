@@ -30,7 +30,10 @@ fn by<'a>(rows: &'a [Map<String, Value>], key: &str, value: &str) -> Vec<&'a Map
 
 /// The memory-pool table: allocation time per allocator and thread count.
 pub fn pool(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
-    let mut argv = vec!["pool"];
+    // The whole table `--rounds` times (3 by default; the allocators interleaved within each
+    // repetition): medians and spread.
+    let repeat = ctx.rounds.unwrap_or(3).to_string();
+    let mut argv = vec!["pool", "--repeat", &repeat];
     if ctx.quick {
         argv.push("--quick");
     }
@@ -76,7 +79,9 @@ pub fn pool(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
 
 /// The readout-input table: DMA throughput per superpage size and channel count.
 pub fn dma(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
-    let mut argv = vec!["dma"];
+    // Every point measured `--rounds` times (5 by default), interleaved: medians and spread.
+    let repeat = ctx.rounds.unwrap_or(5).to_string();
+    let mut argv = vec!["dma", "--repeat", &repeat];
     if ctx.quick {
         argv.push("--quick");
     }
