@@ -9,13 +9,21 @@ use std::path::{Path, PathBuf};
 
 use rodeo_format::checksum::ChecksumType;
 use rodeo_format::compress::compress_event;
-use rodeo_format::datafile::{verify_data_file, Container, DataFileError, DataFileReader};
+use rodeo_format::datafile::{Container, DataFileError, DataFileReader};
 use rodeo_format::eventstorage::{
     EsCompression, EsError, EsReader, EsWriter, EsWriterConfig, RunParameters,
 };
 use rodeo_format::fragment::FullEvent;
 use rodeo_format::rawfile::{RawFileConfig, RawFileWriter, FLAG_COMPRESSED};
 use rodeo_format::synth::{EventSynth, SynthConfig};
+use rodeo_format::verify::{check_file, FileVerdict};
+
+/// `check_file`'s verdict on a file that must be good.
+fn verified(p: &Path) -> FileVerdict {
+    let v = check_file(p);
+    assert!(v.ok, "{v:?}");
+    v
+}
 
 fn events(n: u64, run: u32) -> Vec<Vec<u32>> {
     let mut synth = EventSynth::new(SynthConfig {
@@ -154,8 +162,9 @@ fn v5_round_trip_through_the_data_file_reader() {
         for e in r {
             all.push(e.unwrap());
         }
-        let s = verify_data_file(p).unwrap();
-        assert_eq!(s.events_by_eformat[5], s.events);
+        let s = verified(p);
+        assert_eq!(s.events_by_eformat[5], s.good_events);
+        assert_eq!(s.container, Some(Container::EventStorage));
         // Status 1 only on the run's last file.
         let es = EsReader::open(p).unwrap();
         let mut es = es;
@@ -355,8 +364,9 @@ fn besiii_v2_file_reads_through_sub_detector_and_ros_levels() {
         assert_eq!(e.data_words(&e.robs[0]), &[0x40000 | (100 + i as u32)]);
         assert_eq!(e.data_words(&e.robs[2]), &[1, 2, 3]);
     }
-    let s = verify_data_file(&p).unwrap();
-    assert_eq!((s.events, s.robs, s.events_by_eformat[3]), (4, 12, 4));
+    let s = verified(&p);
+    assert_eq!((s.good_events, s.robs, s.events_by_eformat[3]), (4, 12, 4));
+    assert_eq!(s.version, Some(2));
 }
 
 #[test]
@@ -496,7 +506,7 @@ fn rodeo_container_reads_through_the_same_reader() {
         assert_eq!(e.stored_compressed, i % 2 == 1);
         assert_eq!(e.robs.len(), 6);
     }
-    assert_eq!(verify_data_file(&p).unwrap().events, 4);
+    assert_eq!(verified(&p).good_events, 4);
     // Not a data file at all.
     let p = save(dir.path(), "junk", b"hello world, not a file");
     assert!(matches!(
