@@ -97,8 +97,16 @@ nodes = 1
 streams = ["physics_Main"]
 # Rotate files at this size.
 max_file_mib = 1024
-# Compress event payloads: "none" or "zstd" (compression type 1; the header stays readable).
+# The files' container: "rodeo" (rodeo's own, a checksum per record; docs/file-formats.md) or
+# "eventstorage" (ATLAS EventStorage version 5 with ATLAS file names, what offline software
+# reads; stream names "<type>_<name>").
+format = "rodeo"
+# Compression: "none"; "zstd" with format = "rodeo" (event payloads, compression type 1; the
+# header stays readable); "zlib" with format = "eventstorage" (data blocks, the ATLAS readers'
+# codec). Other pairs are refused.
 compression = "none"
+# EventStorage project tag: the first part of the file names and the Project= free string.
+project = "data_test"
 
 [control]
 # Serve the HTTP API, /metrics and the web page on this address during `rodeo run`
@@ -377,8 +385,22 @@ pub struct LoggerSection {
     pub streams: Vec<String>,
     /// File rotation size.
     pub max_file_mib: u64,
-    /// Payload compression.
+    /// The files' container.
+    pub format: FormatName,
+    /// Compression (a codec of `format`).
     pub compression: CompressionName,
+    /// EventStorage project tag.
+    pub project: String,
+}
+
+/// The logger's file formats in the configuration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    /// rodeo's own container.
+    Rodeo,
+    /// ATLAS EventStorage version 5.
+    Eventstorage,
 }
 
 /// Compression names in the configuration.
@@ -387,8 +409,10 @@ pub struct LoggerSection {
 pub enum CompressionName {
     /// Payloads as they are.
     None,
-    /// zstd (compression type 1).
+    /// zstd (compression type 1), rodeo's container.
     Zstd,
+    /// zlib data blocks, EventStorage.
+    Zlib,
 }
 
 impl Default for LoggerSection {
@@ -397,7 +421,9 @@ impl Default for LoggerSection {
             nodes: 1,
             streams: vec!["physics_Main".into()],
             max_file_mib: 1024,
+            format: FormatName::Rodeo,
             compression: CompressionName::None,
+            project: "data_test".into(),
         }
     }
 }
@@ -652,6 +678,46 @@ impl PartitionConfig {
         if l.max_file_mib == 0 {
             return Err(bad("logger.max_file_mib", 0, ">= 1"));
         }
+        match (l.format, l.compression) {
+            (FormatName::Eventstorage, CompressionName::Zstd) => {
+                return Err(bad(
+                    "logger.compression",
+                    "\"zstd\"",
+                    "\"zlib\" or \"none\" with logger.format = \"eventstorage\" (ATLAS readers \
+                     decompress zlib only; zstd needs logger.format = \"rodeo\")",
+                ))
+            }
+            (FormatName::Rodeo, CompressionName::Zlib) => {
+                return Err(bad(
+                    "logger.compression",
+                    "\"zlib\"",
+                    "\"zstd\" or \"none\" with logger.format = \"rodeo\" (zlib is \
+                     EventStorage's codec: logger.format = \"eventstorage\")",
+                ))
+            }
+            _ => {}
+        }
+        if l.format == FormatName::Eventstorage {
+            use rodeo_format::eventstorage::valid_name_part;
+            if !valid_name_part(&l.project) {
+                return Err(bad(
+                    "logger.project",
+                    format!("{:?}", l.project),
+                    "1 to 255 ASCII letters, digits, '-' or '_' (part of the EventStorage file names)",
+                ));
+            }
+            for st in &l.streams {
+                let (t, n) = rodeo_dataflow::logger::stream_type_and_name(st);
+                if !valid_name_part(t) || t.contains('_') || !valid_name_part(n) {
+                    return Err(bad(
+                        "logger.streams",
+                        format!("{st:?}"),
+                        "\"<type>_<name>\" (or a name alone, of type physics) of ASCII letters, \
+                         digits, '-' and '_' with logger.format = \"eventstorage\"",
+                    ));
+                }
+            }
+        }
         let c = &self.control;
         if !c.http.is_empty() && c.http.parse::<std::net::SocketAddr>().is_err() {
             return Err(bad(
@@ -877,6 +943,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("control.dead_after_ms"), "{e}");
+    }
+
+    #[test]
+    fn the_logger_format_and_its_codecs() {
+        assert_eq!(PartitionConfig::default().logger.format, FormatName::Rodeo);
+        let c = PartitionConfig::from_toml(
+            "[logger]\nformat = \"eventstorage\"\ncompression = \"zlib\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.logger.format, c.logger.compression),
+            (FormatName::Eventstorage, CompressionName::Zlib)
+        );
+        assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+        let e = PartitionConfig::from_toml(
+            "[logger]\nformat = \"eventstorage\"\ncompression = \"zstd\"\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("logger.compression") && e.contains("zstd") && e.contains("zlib"),
+            "{e}"
+        );
+        let e = PartitionConfig::from_toml("[logger]\ncompression = \"zlib\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("logger.compression") && e.contains("eventstorage"),
+            "{e}"
+        );
+        let e = PartitionConfig::from_toml(
+            "[logger]\nformat = \"eventstorage\"\nstreams = [\"phys.ics\"]\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("logger.streams") && e.contains("phys.ics"),
+            "{e}"
+        );
+        let e = PartitionConfig::from_toml("[logger]\nformat = \"root\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("root") && e.contains("eventstorage"), "{e}");
     }
 
     #[test]

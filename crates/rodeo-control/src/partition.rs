@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rodeo_dataflow::dcm::{DcmConfig, ReadoutNode as DcmReadout};
 use rodeo_dataflow::l1source::L1SourceConfig;
-use rodeo_dataflow::logger::LoggerConfig;
+use rodeo_dataflow::logger::{FileFormat, LoggerCompression, LoggerConfig};
 use rodeo_dataflow::roib::RoibConfig;
 use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
@@ -24,7 +24,7 @@ use rodeo_format::checksum::ChecksumType;
 use rodeo_ros::node::{NodeConfig, NodeInput};
 
 use crate::config::{
-    ChecksumName, CompressionName, L1Mode, PartitionConfig, RosInput, TransportKind,
+    ChecksumName, CompressionName, FormatName, L1Mode, PartitionConfig, RosInput, TransportKind,
 };
 
 /// Endpoint names of one partition.
@@ -100,7 +100,16 @@ impl Layout {
             let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
             lc.streams = config.logger.streams.clone();
             lc.max_file_bytes = config.logger.max_file_mib << 20;
-            lc.compress = config.logger.compression == CompressionName::Zstd;
+            lc.format = match config.logger.format {
+                FormatName::Rodeo => FileFormat::Rodeo,
+                FormatName::Eventstorage => FileFormat::EventStorage,
+            };
+            lc.compression = match config.logger.compression {
+                CompressionName::None => LoggerCompression::None,
+                CompressionName::Zstd => LoggerCompression::Zstd,
+                CompressionName::Zlib => LoggerCompression::Zlib,
+            };
+            lc.project = config.logger.project.clone();
             loggers.push(lc);
         }
         // ROB ids: (subdetector << 16) | module, modules counting across nodes.
