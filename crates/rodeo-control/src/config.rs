@@ -707,7 +707,7 @@ impl PartitionConfig {
                 ));
             }
             for st in &l.streams {
-                let (t, n) = rodeo_dataflow::logger::stream_type_and_name(st);
+                let (t, n) = rodeo_format::eventstorage::split_stream(st);
                 if !valid_name_part(t) || t.contains('_') || !valid_name_part(n) {
                     return Err(bad(
                         "logger.streams",

@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use rodeo_format::checksum::bytes_as_words;
 use rodeo_format::compress::compress_event;
-use rodeo_format::eventstorage::{EsCompression, EsWriter, EsWriterConfig};
+use rodeo_format::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
 use rodeo_format::fragment::FullEvent;
 use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_transport::endpoint::Endpoint;
@@ -112,15 +112,6 @@ pub enum LoggerCompression {
     Zlib,
 }
 
-/// The stream type and name of an EventStorage file for a logger stream: `physics_Main` is type
-/// `physics`, name `Main`; a name without `_` is the name, of type `physics`.
-pub fn stream_type_and_name(stream: &str) -> (&str, &str) {
-    match stream.split_once('_') {
-        Some((t, n)) if !t.is_empty() && !n.is_empty() => (t, n),
-        _ => ("physics", stream),
-    }
-}
-
 impl LoggerConfig {
     /// A logger `name` binding `endpoint`, writing run `run` into `directory`, one stream
     /// `physics_Main`, 1 GiB files, batches of 256.
@@ -180,7 +171,7 @@ impl LoggerConfig {
                 ));
             }
             for s in &self.streams {
-                let (t, n) = stream_type_and_name(s);
+                let (t, n) = split_stream(s);
                 if !name_ok(t) || t.contains('_') || !name_ok(n) {
                     return Err(format!(
                         "stream {s:?}: \"<type>_<name>\" (or a name alone, of type physics) \
@@ -214,7 +205,7 @@ impl StreamWriter {
                     .map_err(|source| DataflowError::Files { app: app(), source })
             }
             FileFormat::EventStorage => {
-                let (t, n) = stream_type_and_name(stream);
+                let (t, n) = split_stream(stream);
                 let mut cfg = EsWriterConfig::new(&c.directory, &c.project, c.run, t, n, &c.name);
                 cfg.run.rec_enable = 1;
                 cfg.max_file_bytes = c.max_file_bytes;

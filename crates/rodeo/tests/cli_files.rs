@@ -175,3 +175,76 @@ fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
     assert_eq!(v["error"]["offset"], recs[5] as u64);
     assert_eq!(v["error"]["events_recovered"], 5);
 }
+
+#[test]
+fn convert_to_eventstorage_and_back_keeps_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen(dir.path(), 20, "crc16");
+    let es = dir.path().join("events.es.data");
+    let out = rodeo(&[
+        "convert",
+        f.to_str().unwrap(),
+        es.to_str().unwrap(),
+        "--format",
+        "eventstorage",
+        "--compression",
+        "zlib",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (s["events"].as_u64(), s["robs"].as_u64()),
+        (Some(20), Some(160))
+    );
+    let out = rodeo(&["verify", es.to_str().unwrap()]);
+    assert!(text(&out).contains("OK, 20 events"), "{}", text(&out));
+    assert!(text(&out).contains("eventstorage 5"), "{}", text(&out));
+    let back = dir.path().join("back.data");
+    let out = rodeo(&[
+        "convert",
+        es.to_str().unwrap(),
+        back.to_str().unwrap(),
+        "--format",
+        "rodeo",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dump = |p: &Path| -> serde_json::Value {
+        let out = rodeo(&["dump", "--json", p.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (a, b) = (dump(&f), dump(&back));
+    assert_eq!(b["container"], "rodeo");
+    let strip = |v: &serde_json::Value| -> Vec<(u64, u64, Vec<u64>)> {
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let robs = e["robs"].as_array().unwrap();
+                (
+                    e["global_id"].as_u64().unwrap(),
+                    e["l1id"].as_u64().unwrap(),
+                    robs.iter()
+                        .map(|r| r["source_id"].as_u64().unwrap())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(strip(&a).len(), 20);
+    // zstd into EventStorage is refused with the reason.
+    let out = rodeo(&[
+        "convert",
+        f.to_str().unwrap(),
+        dir.path().join("x.data").to_str().unwrap(),
+        "--format",
+        "eventstorage",
+        "--compression",
+        "zstd",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("zlib"), "{}", text(&out));
+}
