@@ -69,12 +69,26 @@ channels = 12
 fragment_words = 200
 # Sub-detector id of the ROBs (0x41: LAr EM barrel A); module ids count from 0 per node.
 subdetector = 0x41
-# What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages) or
-# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card).
+# What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages),
+# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card) or "replay" (an
+# emulated S-LINK card per ROB replaying the ROD fragments of raw-data files: rodeo's container
+# or EventStorage v2-v6; docs/file-formats.md).
 input = "dma"
 # E-links per ROB for input = "swrod" (1..=2048, checked for both inputs; with "swrod" at most
 # fragment_words / 5, each E-link carrying at least one payload word per event).
 elinks = 4
+# input = "replay": the files, in order. The ROBs of each event go to the channel whose ROB id
+# ((subdetector << 16) | module) is their source id, after replay_source_map.
+replay_files = []
+# Fragments per second per ROB (0: as fast as the store takes them).
+replay_rate_hz = 0.0
+# Start again after the last event (else set run.events to the files' event count at most).
+replay_loop = false
+# "renumber": L1IDs 0, 1, 2, ... in file order, as the L1 emulator issues them; "keep": the
+# files' L1IDs, which the L1 source then issues in the same order.
+replay_l1id = "renumber"
+# Source ids renamed before they pick their channel: [[id in the file, ROB id here], ...].
+replay_source_map = []
 
 [dcm]
 # Data-collection nodes and processing slots per node. Slots are events in flight: each
@@ -307,6 +321,26 @@ pub struct RosSection {
     pub input: RosInput,
     /// E-links per ROB for [`RosInput::Swrod`].
     pub elinks: usize,
+    /// Files replayed by [`RosInput::Replay`].
+    pub replay_files: Vec<String>,
+    /// Replay rate per ROB (0: unpaced).
+    pub replay_rate_hz: f64,
+    /// Replay the files again after the last event.
+    pub replay_loop: bool,
+    /// L1IDs of the replay.
+    pub replay_l1id: ReplayL1id,
+    /// Source ids renamed for the replay: `[id in the file, ROB id here]`.
+    pub replay_source_map: Vec<[u32; 2]>,
+}
+
+/// `[ros] replay_l1id`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayL1id {
+    /// The files' L1IDs.
+    Keep,
+    /// 0, 1, 2, ... in file order.
+    Renumber,
 }
 
 impl Default for RosSection {
@@ -318,6 +352,11 @@ impl Default for RosSection {
             subdetector: 0x41,
             input: RosInput::Dma,
             elinks: 4,
+            replay_files: Vec::new(),
+            replay_rate_hz: 0.0,
+            replay_loop: false,
+            replay_l1id: ReplayL1id::Renumber,
+            replay_source_map: Vec::new(),
         }
     }
 }
@@ -330,6 +369,8 @@ pub enum RosInput {
     Dma,
     /// Per ROB one SW ROD fragment builder fed by an emulated FELIX card.
     Swrod,
+    /// Per ROB an emulated S-LINK card replaying raw-data files.
+    Replay,
 }
 
 /// Checksum names in the configuration.
@@ -640,6 +681,32 @@ impl PartitionConfig {
                 ));
             }
         }
+        if ros.input == RosInput::Replay {
+            if ros.replay_files.is_empty() || ros.replay_files.iter().any(|f| f.is_empty()) {
+                return Err(bad(
+                    "ros.replay_files",
+                    format!("{:?}", ros.replay_files),
+                    "at least one raw-data file path with ros.input = \"replay\"",
+                ));
+            }
+        }
+        if !ros.replay_rate_hz.is_finite() || ros.replay_rate_hz < 0.0 {
+            return Err(bad(
+                "ros.replay_rate_hz",
+                ros.replay_rate_hz,
+                "fragments per second >= 0 (0: unpaced)",
+            ));
+        }
+        let mut mapped = std::collections::HashSet::new();
+        for [from, to] in &ros.replay_source_map {
+            if !mapped.insert(*from) {
+                return Err(bad(
+                    "ros.replay_source_map",
+                    format!("[{from:#x}, {to:#x}]"),
+                    "each file source id mapped once",
+                ));
+            }
+        }
         let d = &self.dcm;
         if d.nodes == 0 || d.nodes > 64 {
             return Err(bad("dcm.nodes", d.nodes, "1..=64"));
@@ -943,6 +1010,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("control.dead_after_ms"), "{e}");
+    }
+
+    #[test]
+    fn the_replay_input_parses_and_is_checked() {
+        let c = PartitionConfig::from_toml(
+            "[ros]\ninput = \"replay\"\nreplay_files = [\"a.data\"]\nreplay_l1id = \"keep\"\n\
+             replay_loop = true\nreplay_source_map = [[0xA10001, 0x410000]]\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.ros.input, RosInput::Replay);
+        assert_eq!(c.ros.replay_l1id, ReplayL1id::Keep);
+        assert_eq!(c.ros.replay_source_map, [[0xA1_0001, 0x41_0000]]);
+        assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+        let e = PartitionConfig::from_toml("[ros]\ninput = \"replay\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ros.replay_files"), "{e}");
+        let e =
+            PartitionConfig::from_toml("[ros]\nreplay_source_map = [[1, 2], [1, 3]]\n", "t.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("ros.replay_source_map"), "{e}");
     }
 
     #[test]

@@ -21,10 +21,12 @@ use rodeo_dataflow::roib::RoibConfig;
 use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_format::checksum::ChecksumType;
-use rodeo_ros::node::{NodeConfig, NodeInput};
+use rodeo_format::replay::L1idMode;
+use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
 
 use crate::config::{
-    ChecksumName, CompressionName, FormatName, L1Mode, PartitionConfig, RosInput, TransportKind,
+    ChecksumName, CompressionName, FormatName, L1Mode, PartitionConfig, ReplayL1id, RosInput,
+    TransportKind,
 };
 
 /// Endpoint names of one partition.
@@ -69,6 +71,9 @@ pub struct Layout {
     pub supervisor: SupervisorConfig,
     /// The trigger every DCM runs.
     pub trigger: AcceptFraction,
+    /// A replay that keeps its files' L1IDs: the files whose L1IDs the supervisor's L1 source
+    /// issues, in order (read when the supervisor is configured); empty otherwise.
+    pub replay_l1id_files: Vec<PathBuf>,
 }
 
 impl Layout {
@@ -131,6 +136,22 @@ impl Layout {
                         elinks: config.ros.elinks,
                         rate_hz: None,
                     },
+                    RosInput::Replay => NodeInput::Replay(ReplayInput {
+                        files: config.ros.replay_files.iter().map(PathBuf::from).collect(),
+                        rate_hz: (config.ros.replay_rate_hz > 0.0)
+                            .then_some(config.ros.replay_rate_hz),
+                        looping: config.ros.replay_loop,
+                        l1id: match config.ros.replay_l1id {
+                            ReplayL1id::Keep => L1idMode::Keep,
+                            ReplayL1id::Renumber => L1idMode::Renumber,
+                        },
+                        source_map: config
+                            .ros
+                            .replay_source_map
+                            .iter()
+                            .map(|[a, b]| (*a, *b))
+                            .collect(),
+                    }),
                 },
                 ..NodeConfig::default()
             };
@@ -197,6 +218,12 @@ impl Layout {
                 TimeDistribution::Zero
             },
         };
+        let replay_l1id_files =
+            if config.ros.input == RosInput::Replay && config.ros.replay_l1id == ReplayL1id::Keep {
+                config.ros.replay_files.iter().map(PathBuf::from).collect()
+            } else {
+                Vec::new()
+            };
         Layout {
             output,
             loggers,
@@ -204,6 +231,7 @@ impl Layout {
             dcms,
             supervisor: sc,
             trigger,
+            replay_l1id_files,
         }
     }
 }
