@@ -1,7 +1,8 @@
 //! A readout node (ROS) assembled from its parts: page pool, event store, input, request server.
 //!
 //! [`NodeConfig`] says how many ROB channels, what feeds them (emulated S-LINK cards through
-//! DMA superpages, or the inline firmware-style generator) and how the store and server are
+//! DMA superpages, raw-data files replayed through the same cards, SW ROD fragment builders, or
+//! the inline firmware-style generator) and how the store and server are
 //! sized; [`ReadoutNode::start`] builds everything, warms the memory, binds the request
 //! endpoint and starts the core thread. [`ReadoutNode::start_direct`] builds the same node
 //! answering one in-process client over the direct link (no ZeroMQ) instead. `rodeo ros`, the ROSTester's in-process node and the
