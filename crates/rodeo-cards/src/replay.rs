@@ -134,3 +134,93 @@ impl Generator for ReplayGenerator {
         self.finished
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use rodeo_format::fragment::{EventBuilder, RobBuilder, RobPayload, RodBuilder, SourceId};
+    use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
+
+    use super::*;
+
+    /// A file of 3 events with L1IDs 10, 20, 30; event 1 lacks ROB 0x41.
+    fn events(dir: &std::path::Path) -> Arc<ReplayEvents> {
+        let mut c = RawFileConfig::new(dir, 1, "t", "s");
+        c.fsync_on_close = false;
+        c.free_disk_margin_bytes = 0;
+        let mut w = RawFileWriter::create(c).unwrap();
+        for (i, l1id) in [10u32, 20, 30].into_iter().enumerate() {
+            let mut robs = Vec::new();
+            for source in [0x41u32, 0x42] {
+                if i == 1 && source == 0x41 {
+                    continue;
+                }
+                let data = [source, l1id];
+                RobBuilder {
+                    source_id: SourceId(source),
+                    payload: RobPayload::Rod(RodBuilder {
+                        source_id: SourceId(source),
+                        extended_l1id: l1id,
+                        data: &[&data],
+                        ..RodBuilder::default()
+                    }),
+                    ..RobBuilder::default()
+                }
+                .write_vec(&mut robs)
+                .unwrap();
+            }
+            let mut ev = Vec::new();
+            EventBuilder {
+                global_id: i as u64,
+                extended_l1id: l1id,
+                robs: &[&robs],
+                ..EventBuilder::default()
+            }
+            .write_vec(&mut ev)
+            .unwrap();
+            w.write_event(&ev, 0).unwrap();
+        }
+        let path = w.finish().unwrap()[0].path.clone();
+        Arc::new(ReplayEvents::load(&[path], &HashMap::new()).unwrap())
+    }
+
+    /// (L1ID word, first data word) of each framed fragment in `bytes`.
+    fn fragments(bytes: &[u8]) -> Vec<(u32, u32)> {
+        let w: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < w.len() {
+            assert_eq!(w[at], SLINK_BEGIN);
+            let end = (at..w.len()).find(|&i| w[i] == SLINK_END).unwrap();
+            // Framing word, 9 header words (L1ID the 6th), no status words, then the data.
+            out.push((w[at + 6], w[at + 10]));
+            at = end + 1;
+        }
+        out
+    }
+
+    #[test]
+    fn renumbers_or_keeps_l1ids_skips_missing_robs_and_loops() {
+        let dir = tempfile::tempdir().unwrap();
+        let ev = events(dir.path());
+        let mut buf = vec![0u8; 4096];
+        // Renumbered: event k has L1ID k; the channel of 0x41 has no fragment for event 1.
+        let mut g = ReplayGenerator::new(Arc::clone(&ev), 0x41, L1idMode::Renumber, false, 1 << 24);
+        let f = g.fill(&mut buf, u64::MAX);
+        assert_eq!(f.units, 2);
+        assert_eq!(fragments(&buf[..f.bytes]), [(0, 0x41), (2, 0x41)]);
+        assert!(g.is_finished());
+        // Kept, looping: the file's L1IDs again and again.
+        let mut g = ReplayGenerator::new(Arc::clone(&ev), 0x42, L1idMode::Keep, true, 1 << 24);
+        let f = g.fill(&mut buf, 5);
+        let got: Vec<u32> = fragments(&buf[..f.bytes]).iter().map(|x| x.0).collect();
+        assert_eq!(got, [10, 20, 30, 10, 20]);
+        assert!(!g.is_finished() && g.passes() == 1);
+        // A channel whose ROB the files never have is finished at once.
+        assert!(ReplayGenerator::new(ev, 0x99, L1idMode::Keep, true, 1 << 24).is_finished());
+    }
+}

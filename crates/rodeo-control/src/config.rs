@@ -681,14 +681,14 @@ impl PartitionConfig {
                 ));
             }
         }
-        if ros.input == RosInput::Replay {
-            if ros.replay_files.is_empty() || ros.replay_files.iter().any(|f| f.is_empty()) {
-                return Err(bad(
-                    "ros.replay_files",
-                    format!("{:?}", ros.replay_files),
-                    "at least one raw-data file path with ros.input = \"replay\"",
-                ));
-            }
+        if ros.input == RosInput::Replay
+            && (ros.replay_files.is_empty() || ros.replay_files.iter().any(|f| f.is_empty()))
+        {
+            return Err(bad(
+                "ros.replay_files",
+                format!("{:?}", ros.replay_files),
+                "at least one raw-data file path with ros.input = \"replay\"",
+            ));
         }
         if !ros.replay_rate_hz.is_finite() || ros.replay_rate_hz < 0.0 {
             return Err(bad(

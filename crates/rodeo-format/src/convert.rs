@@ -138,7 +138,7 @@ pub enum ConvertError {
         events: u64,
         /// The reader's error (with the byte offset).
         #[source]
-        source: DataFileError,
+        source: Box<DataFileError>,
     },
     /// An event could not be lifted to eformat 5.
     #[error("event {index} (byte {offset} of the input): {source}")]
@@ -330,7 +330,7 @@ pub fn convert_file(
         input: input.to_path_buf(),
         output: output.to_path_buf(),
         events: 0,
-        source,
+        source: Box::new(source),
     })?;
     let info = reader.info().clone();
     // A file path: the writer works in a private directory next to it (its container's own
@@ -475,7 +475,7 @@ pub fn convert_file(
             input: input.to_path_buf(),
             output: final_path,
             events,
-            source,
+            source: Box::new(source),
         });
     }
     let bytes = std::fs::metadata(&final_path)

@@ -546,9 +546,11 @@ fn rob_with_status(
     frag(0xDD12_34DD, 0x0300_0000, source, 0, &[], &rod)
 }
 
-/// The ROBs of every event of a file as (source id, ROD data words, ROD status words): what a
-/// conversion must keep.
-fn rob_contents(p: &Path) -> Vec<(u32, u32, Vec<(u32, Vec<u32>)>)> {
+/// Per ROB: source id and ROD data words.
+type RobData = Vec<(u32, Vec<u32>)>;
+
+/// Every event of a file as (run number, L1ID, its ROBs): what a conversion must keep.
+fn rob_contents(p: &Path) -> Vec<(u32, u32, RobData)> {
     DataFileReader::open(p)
         .unwrap()
         .map(|e| {

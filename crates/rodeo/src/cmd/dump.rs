@@ -59,13 +59,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(es) = &i.eventstorage {
         writeln!(out, "  free strings: {:?}", es.free_strings)?;
     }
-    let mut shown = 0u64;
-    for next in reader.by_ref() {
-        if args.limit.is_some_and(|l| shown >= l) {
-            break;
-        }
+    let limit = args.limit.unwrap_or(u64::MAX);
+    for next in reader
+        .by_ref()
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+    {
         let ev = next.with_context(|| format!("reading {}", args.file.display()))?;
-        shown += 1;
         write!(
             out,
             "event {} at byte {}: eformat {}, {} words{}",
