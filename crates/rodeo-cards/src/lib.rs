@@ -12,8 +12,9 @@
 //! - [`generator`]: the emulated cards' data sources: [`generator::SlinkGenerator`] (whole ROD
 //!   fragments, S-LINK mode) and [`generator::FelixGenerator`] (1 KiB FELIX blocks of E-link
 //!   packets, FELIX mode).
-//! - [`player`], [`net`]: the other sources behind the same channel: a recorded link stream
-//!   replayed ([`player::FilePlayer`]), units from the network ([`net::UdpReceiver`],
+//! - [`player`], [`replay`], [`net`]: the other sources behind the same channel: a recorded
+//!   link stream replayed ([`player::FilePlayer`]), the ROBs of raw-data files' events as ROD
+//!   fragments ([`replay::ReplayGenerator`]), units from the network ([`net::UdpReceiver`],
 //!   [`net::TcpReceiver`]).
 //! - [`corrupt`]: every error kind of links.md injected into a unit stream, for testing the
 //!   receiving side; [`monitor`]: the receiving side's decoders over a channel's output, with
@@ -34,3 +35,4 @@ pub mod generator;
 pub mod monitor;
 pub mod net;
 pub mod player;
+pub mod replay;

@@ -69,12 +69,26 @@ channels = 12
 fragment_words = 200
 # Sub-detector id of the ROBs (0x41: LAr EM barrel A); module ids count from 0 per node.
 subdetector = 0x41
-# What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages) or
-# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card).
+# What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages),
+# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card) or "replay" (an
+# emulated S-LINK card per ROB replaying the ROD fragments of raw-data files: rodeo's container
+# or EventStorage v2-v6; docs/file-formats.md).
 input = "dma"
 # E-links per ROB for input = "swrod" (1..=2048, checked for both inputs; with "swrod" at most
 # fragment_words / 5, each E-link carrying at least one payload word per event).
 elinks = 4
+# input = "replay": the files, in order. The ROBs of each event go to the channel whose ROB id
+# ((subdetector << 16) | module) is their source id, after replay_source_map.
+replay_files = []
+# Fragments per second per ROB (0: as fast as the store takes them).
+replay_rate_hz = 0.0
+# Start again after the last event (else set run.events to the files' event count at most).
+replay_loop = false
+# "renumber": L1IDs 0, 1, 2, ... in file order, as the L1 emulator issues them; "keep": the
+# files' L1IDs, which the L1 source then issues in the same order.
+replay_l1id = "renumber"
+# Source ids renamed before they pick their channel: [[id in the file, ROB id here], ...].
+replay_source_map = []
 
 [dcm]
 # Data-collection nodes and processing slots per node. Slots are events in flight: each
@@ -97,8 +111,16 @@ nodes = 1
 streams = ["physics_Main"]
 # Rotate files at this size.
 max_file_mib = 1024
-# Compress event payloads: "none" or "zstd" (compression type 1; the header stays readable).
+# The files' container: "rodeo" (rodeo's own, a checksum per record; docs/file-formats.md) or
+# "eventstorage" (ATLAS EventStorage version 5 with ATLAS file names, what offline software
+# reads; stream names "<type>_<name>").
+format = "rodeo"
+# Compression: "none"; "zstd" with format = "rodeo" (event payloads, compression type 1; the
+# header stays readable); "zlib" with format = "eventstorage" (data blocks, the ATLAS readers'
+# codec). Other pairs are refused.
 compression = "none"
+# EventStorage project tag: the first part of the file names and the Project= free string.
+project = "data_test"
 
 [control]
 # Serve the HTTP API, /metrics and the web page on this address during `rodeo run`
@@ -330,6 +352,26 @@ pub struct RosSection {
     pub input: RosInput,
     /// E-links per ROB for [`RosInput::Swrod`].
     pub elinks: usize,
+    /// Files replayed by [`RosInput::Replay`].
+    pub replay_files: Vec<String>,
+    /// Replay rate per ROB (0: unpaced).
+    pub replay_rate_hz: f64,
+    /// Replay the files again after the last event.
+    pub replay_loop: bool,
+    /// L1IDs of the replay.
+    pub replay_l1id: ReplayL1id,
+    /// Source ids renamed for the replay: `[id in the file, ROB id here]`.
+    pub replay_source_map: Vec<[u32; 2]>,
+}
+
+/// `[ros] replay_l1id`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayL1id {
+    /// The files' L1IDs.
+    Keep,
+    /// 0, 1, 2, ... in file order.
+    Renumber,
 }
 
 impl Default for RosSection {
@@ -341,6 +383,11 @@ impl Default for RosSection {
             subdetector: 0x41,
             input: RosInput::Dma,
             elinks: 4,
+            replay_files: Vec::new(),
+            replay_rate_hz: 0.0,
+            replay_loop: false,
+            replay_l1id: ReplayL1id::Renumber,
+            replay_source_map: Vec::new(),
         }
     }
 }
@@ -353,6 +400,8 @@ pub enum RosInput {
     Dma,
     /// Per ROB one SW ROD fragment builder fed by an emulated FELIX card.
     Swrod,
+    /// Per ROB an emulated S-LINK card replaying raw-data files.
+    Replay,
 }
 
 /// Checksum names in the configuration.
@@ -408,8 +457,22 @@ pub struct LoggerSection {
     pub streams: Vec<String>,
     /// File rotation size.
     pub max_file_mib: u64,
-    /// Payload compression.
+    /// The files' container.
+    pub format: FormatName,
+    /// Compression (a codec of `format`).
     pub compression: CompressionName,
+    /// EventStorage project tag.
+    pub project: String,
+}
+
+/// The logger's file formats in the configuration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    /// rodeo's own container.
+    Rodeo,
+    /// ATLAS EventStorage version 5.
+    Eventstorage,
 }
 
 /// Compression names in the configuration.
@@ -418,8 +481,10 @@ pub struct LoggerSection {
 pub enum CompressionName {
     /// Payloads as they are.
     None,
-    /// zstd (compression type 1).
+    /// zstd (compression type 1), rodeo's container.
     Zstd,
+    /// zlib data blocks, EventStorage.
+    Zlib,
 }
 
 impl Default for LoggerSection {
@@ -428,7 +493,9 @@ impl Default for LoggerSection {
             nodes: 1,
             streams: vec!["physics_Main".into()],
             max_file_mib: 1024,
+            format: FormatName::Rodeo,
             compression: CompressionName::None,
+            project: "data_test".into(),
         }
     }
 }
@@ -711,6 +778,32 @@ impl PartitionConfig {
                 ));
             }
         }
+        if ros.input == RosInput::Replay
+            && (ros.replay_files.is_empty() || ros.replay_files.iter().any(|f| f.is_empty()))
+        {
+            return Err(bad(
+                "ros.replay_files",
+                format!("{:?}", ros.replay_files),
+                "at least one raw-data file path with ros.input = \"replay\"",
+            ));
+        }
+        if !ros.replay_rate_hz.is_finite() || ros.replay_rate_hz < 0.0 {
+            return Err(bad(
+                "ros.replay_rate_hz",
+                ros.replay_rate_hz,
+                "fragments per second >= 0 (0: unpaced)",
+            ));
+        }
+        let mut mapped = std::collections::HashSet::new();
+        for [from, to] in &ros.replay_source_map {
+            if !mapped.insert(*from) {
+                return Err(bad(
+                    "ros.replay_source_map",
+                    format!("[{from:#x}, {to:#x}]"),
+                    "each file source id mapped once",
+                ));
+            }
+        }
         let d = &self.dcm;
         if d.nodes == 0 || d.nodes > 64 {
             return Err(bad("dcm.nodes", d.nodes, "1..=64"));
@@ -748,6 +841,46 @@ impl PartitionConfig {
         }
         if l.max_file_mib == 0 {
             return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        }
+        match (l.format, l.compression) {
+            (FormatName::Eventstorage, CompressionName::Zstd) => {
+                return Err(bad(
+                    "logger.compression",
+                    "\"zstd\"",
+                    "\"zlib\" or \"none\" with logger.format = \"eventstorage\" (ATLAS readers \
+                     decompress zlib only; zstd needs logger.format = \"rodeo\")",
+                ))
+            }
+            (FormatName::Rodeo, CompressionName::Zlib) => {
+                return Err(bad(
+                    "logger.compression",
+                    "\"zlib\"",
+                    "\"zstd\" or \"none\" with logger.format = \"rodeo\" (zlib is \
+                     EventStorage's codec: logger.format = \"eventstorage\")",
+                ))
+            }
+            _ => {}
+        }
+        if l.format == FormatName::Eventstorage {
+            use rodeo_format::eventstorage::valid_name_part;
+            if !valid_name_part(&l.project) {
+                return Err(bad(
+                    "logger.project",
+                    format!("{:?}", l.project),
+                    "1 to 255 ASCII letters, digits, '-' or '_' (part of the EventStorage file names)",
+                ));
+            }
+            for st in &l.streams {
+                let (t, n) = rodeo_format::eventstorage::split_stream(st);
+                if !valid_name_part(t) || t.contains('_') || !valid_name_part(n) {
+                    return Err(bad(
+                        "logger.streams",
+                        format!("{st:?}"),
+                        "\"<type>_<name>\" (or a name alone, of type physics) of ASCII letters, \
+                         digits, '-' and '_' with logger.format = \"eventstorage\"",
+                    ));
+                }
+            }
         }
         let c = &self.control;
         if !c.http.is_empty() && c.http.parse::<std::net::SocketAddr>().is_err() {
@@ -856,131 +989,5 @@ impl PartitionConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_commented_default_is_the_built_in_default() {
-        let parsed = PartitionConfig::from_toml(DEFAULT_TOML, "default").unwrap();
-        assert_eq!(parsed, PartitionConfig::default());
-        assert_eq!(
-            PartitionConfig::from_toml("", "empty").unwrap(),
-            PartitionConfig::default()
-        );
-    }
-
-    #[test]
-    fn unknown_fields_and_bad_values_name_the_field() {
-        let e = PartitionConfig::from_toml("[dcm]\nslotz = 3\n", "t.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("slotz") && e.contains("t.toml"), "{e}");
-        let e = PartitionConfig::from_toml("[dcm]\nslots = 0\n", "t.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("dcm.slots") && e.contains("= 0") && e.contains("1..=4096"),
-            "{e}"
-        );
-        let e = PartitionConfig::from_toml("[dcm]\nchecksum = \"md5\"\n", "t.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("md5") && e.contains("adler32"), "{e}");
-        let e = PartitionConfig::from_toml("[run]\nevents = 0\n", "t.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("run.events"), "{e}");
-    }
-
-    #[test]
-    fn the_ros_input_and_elinks_parse_and_are_checked() {
-        assert_eq!(PartitionConfig::default().ros.input, RosInput::Dma);
-        let c =
-            PartitionConfig::from_toml("[ros]\ninput = \"swrod\"\nelinks = 8\n", "t.toml").unwrap();
-        assert_eq!((c.ros.input, c.ros.elinks), (RosInput::Swrod, 8));
-        let again = PartitionConfig::from_toml(&c.to_toml(), "again").unwrap();
-        assert_eq!(again.ros, c.ros);
-        let e = PartitionConfig::from_toml("[ros]\ninput = \"felix\"\n", "t.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("input") && e.contains("felix") && e.contains("swrod"),
-            "{e}"
-        );
-        for bad in ["0", "2049"] {
-            let e = PartitionConfig::from_toml(&format!("[ros]\nelinks = {bad}\n"), "t.toml")
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("ros.elinks")
-                    && e.contains(&format!("= {bad}"))
-                    && e.contains("1..=2048"),
-                "{e}"
-            );
-        }
-        // With the SW ROD input: at least one payload word per E-link, and an L1ID cycle that
-        // holds the builder's window; the same values are fine for the DMA input.
-        let swrod = |extra: &str| {
-            PartitionConfig::from_toml(
-                &format!("[ros]\ninput = \"swrod\"\nfragment_words = 200\n{extra}"),
-                "t.toml",
-            )
-        };
-        let e = swrod("elinks = 50\n").unwrap_err().to_string();
-        assert!(
-            e.contains("ros.elinks") && e.contains("fragment_words / 5"),
-            "{e}"
-        );
-        assert!(swrod("elinks = 40\n").is_ok());
-        let e = swrod("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
-        assert!(e.contains("l1.l1id_wrap") && e.contains("swrod"), "{e}");
-        assert!(
-            PartitionConfig::from_toml("[ros]\nelinks = 50\n[l1]\nl1id_wrap = 4\n", "t.toml")
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn the_public_toml_hides_the_token() {
-        let mut c = PartitionConfig::default();
-        assert!(!c.to_toml_public().contains("(hidden)"));
-        c.control.token = "s3cret".into();
-        let t = c.to_toml_public();
-        assert!(!t.contains("s3cret") && t.contains("(hidden)"), "{t}");
-        assert!(c.to_toml().contains("s3cret"));
-    }
-
-    #[test]
-    fn hosts_need_tcp_and_known_names() {
-        let e = PartitionConfig::from_toml("[hosts]\n\"dcm-1\" = \"10.200.0.2\"\n", "h.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("transport.kind") && e.contains("tcp"), "{e}");
-        let e = PartitionConfig::from_toml(
-            "[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-9\" = \"10.200.0.2\"\n",
-            "h.toml",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("hosts") && e.contains("dcm-9"), "{e}");
-        let c = PartitionConfig::from_toml(
-            "[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-1\" = \"10.200.0.2\"\n",
-            "h.toml",
-        )
-        .unwrap();
-        assert_eq!(c.hosts["dcm-1"], "10.200.0.2");
-        assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
-        let e = PartitionConfig::from_toml("[control]\ndead_after_ms = 100\n", "h.toml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("control.dead_after_ms"), "{e}");
-    }
-
-    #[test]
-    fn toml_round_trip() {
-        let mut c = PartitionConfig::default();
-        c.dcm.slots = 7;
-        c.transport.kind = TransportKind::Ipc;
-        assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -16,16 +16,18 @@ use std::time::Duration;
 
 use rodeo_dataflow::dcm::{DcmConfig, ReadoutNode as DcmReadout};
 use rodeo_dataflow::l1source::L1SourceConfig;
-use rodeo_dataflow::logger::LoggerConfig;
+use rodeo_dataflow::logger::{FileFormat, LoggerCompression, LoggerConfig};
 use rodeo_dataflow::roib::RoibConfig;
 use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_format::checksum::ChecksumType;
-use rodeo_ros::node::{NodeConfig, NodeInput};
+use rodeo_format::replay::L1idMode;
+use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
 use rodeo_transport::message::{clear_bytes, data_request_bytes};
 
 use crate::config::{
-    ChecksumName, CompressionName, L1Mode, PartitionConfig, RosInput, TransportKind,
+    ChecksumName, CompressionName, FormatName, L1Mode, PartitionConfig, ReplayL1id, RosInput,
+    TransportKind,
 };
 
 /// Endpoint names of one partition.
@@ -91,6 +93,9 @@ pub struct Layout {
     pub supervisor: SupervisorConfig,
     /// The trigger every DCM runs.
     pub trigger: AcceptFraction,
+    /// A replay that keeps its files' L1IDs: the files whose L1IDs the supervisor's L1 source
+    /// issues, in order (read when the supervisor is configured); empty otherwise.
+    pub replay_l1id_files: Vec<PathBuf>,
 }
 
 impl Layout {
@@ -162,7 +167,16 @@ impl Layout {
             let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
             lc.streams = config.logger.streams.clone();
             lc.max_file_bytes = config.logger.max_file_mib << 20;
-            lc.compress = config.logger.compression == CompressionName::Zstd;
+            lc.format = match config.logger.format {
+                FormatName::Rodeo => FileFormat::Rodeo,
+                FormatName::Eventstorage => FileFormat::EventStorage,
+            };
+            lc.compression = match config.logger.compression {
+                CompressionName::None => LoggerCompression::None,
+                CompressionName::Zstd => LoggerCompression::Zstd,
+                CompressionName::Zlib => LoggerCompression::Zlib,
+            };
+            lc.project = config.logger.project.clone();
             loggers.push(lc);
         }
         // ROB ids: (subdetector << 16) | module, modules counting across nodes.
@@ -184,6 +198,22 @@ impl Layout {
                         elinks: config.ros.elinks,
                         rate_hz: None,
                     },
+                    RosInput::Replay => NodeInput::Replay(ReplayInput {
+                        files: config.ros.replay_files.iter().map(PathBuf::from).collect(),
+                        rate_hz: (config.ros.replay_rate_hz > 0.0)
+                            .then_some(config.ros.replay_rate_hz),
+                        looping: config.ros.replay_loop,
+                        l1id: match config.ros.replay_l1id {
+                            ReplayL1id::Keep => L1idMode::Keep,
+                            ReplayL1id::Renumber => L1idMode::Renumber,
+                        },
+                        source_map: config
+                            .ros
+                            .replay_source_map
+                            .iter()
+                            .map(|[a, b]| (*a, *b))
+                            .collect(),
+                    }),
                 },
                 // What this partition's clients can send: a DataRequest for every channel, a
                 // Clear of one group. Anything larger is refused before it is buffered.
@@ -256,6 +286,12 @@ impl Layout {
                 TimeDistribution::Zero
             },
         };
+        let replay_l1id_files =
+            if config.ros.input == RosInput::Replay && config.ros.replay_l1id == ReplayL1id::Keep {
+                config.ros.replay_files.iter().map(PathBuf::from).collect()
+            } else {
+                Vec::new()
+            };
         Layout {
             output,
             runtime,
@@ -265,6 +301,7 @@ impl Layout {
             dcms,
             supervisor: sc,
             trigger,
+            replay_l1id_files,
         }
     }
 }

@@ -48,6 +48,15 @@ pub enum DataflowError {
         #[source]
         source: rodeo_format::rawfile::RawFileError,
     },
+    /// Writing EventStorage files failed.
+    #[error("{app}: {source}")]
+    EventStorage {
+        /// The application.
+        app: String,
+        /// The error.
+        #[source]
+        source: rodeo_format::eventstorage::EsError,
+    },
     /// The application's thread could not start or panicked.
     #[error("{app}: thread {what}")]
     Thread {

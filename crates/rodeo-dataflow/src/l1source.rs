@@ -72,6 +72,9 @@ pub struct L1SourceConfig {
     pub trigger_type: u32,
     /// PRNG seed.
     pub seed: u64,
+    /// The extended L1IDs of the accepts in order, repeated when exhausted (a replay that keeps
+    /// its files' L1IDs); `None`: counted from 0 with `l1id_wrap`, as the emulated cards count.
+    pub l1ids: Option<std::sync::Arc<[u32]>>,
 }
 
 impl Default for L1SourceConfig {
@@ -84,6 +87,7 @@ impl Default for L1SourceConfig {
             l1id_wrap: 1 << 24,
             trigger_type: 1,
             seed: 0x001A_11CE,
+            l1ids: None,
         }
     }
 }
@@ -145,7 +149,10 @@ impl L1Source {
         if self.is_done() {
             return None;
         }
-        let extended = self.l1id.extended();
+        let extended = match &self.config.l1ids {
+            Some(list) if !list.is_empty() => list[(self.next_global % list.len() as u64) as usize],
+            _ => self.l1id.extended(),
+        };
         let robs = self.config.roi_robs.len() as u64;
         let (lo, hi) = self.config.rois_per_event;
         let hi = (hi.max(lo) as u64).min(MAX_ROIS as u64).min(robs);

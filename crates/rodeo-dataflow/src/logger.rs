@@ -22,6 +22,19 @@
 //! repeat can only come within the supervisor's event and node timeouts (seconds), so the
 //! window bounds the memory of a long run without losing that guarantee.
 //!
+//! # File formats
+//!
+//! [`FileFormat::Rodeo`] (the default) writes rodeo's container (`specs/raw-file.md`) with the
+//! raw-file writer, optionally zstd events; [`FileFormat::EventStorage`] writes ATLAS
+//! EventStorage version 5 (`specs/eventstorage.md`) with `EsWriter`: ATLAS file names
+//! (`<project>.<run>.<type>_<name>.daq.RAW._lb0000._<app>._0001.data`, the stream `physics_Main`
+//! split at its first `_` into type and name, a name without `_` taking type `physics`), free
+//! strings `GUID=`, `Stream=`, `Project=`, `LumiBlock=` (and `Compression=zlib`), the run
+//! parameters, the end record, `.writing` then rename, optionally zlib data blocks (the ATLAS
+//! readers' codec). The group commit and the fsync on close are the same for both.
+//! [`LoggerConfig::check`] refuses a codec the format does not have (zstd in EventStorage, zlib
+//! in rodeo's container).
+//!
 //! # Bad input
 //!
 //! A message that does not decode, or an event fragment that does not parse, is counted,
@@ -36,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use rodeo_format::checksum::bytes_as_words;
 use rodeo_format::compress::compress_event;
+use rodeo_format::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
 use rodeo_format::fragment::FullEvent;
 use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_transport::endpoint::Endpoint;
@@ -68,8 +82,34 @@ pub struct LoggerConfig {
     pub max_file_bytes: u64,
     /// Most events per group commit.
     pub batch: usize,
-    /// Compress event payloads with zstd (compression type 1) before writing.
-    pub compress: bool,
+    /// The container of the files.
+    pub format: FileFormat,
+    /// How events are compressed (a codec of `format`: see [`LoggerConfig::check`]).
+    pub compression: LoggerCompression,
+    /// EventStorage project tag (first part of the file names, `Project=`).
+    pub project: String,
+}
+
+/// The container a logger writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileFormat {
+    /// rodeo's own container (`specs/raw-file.md`), with a checksum per record.
+    #[default]
+    Rodeo,
+    /// ATLAS EventStorage version 5 (`specs/eventstorage.md`), what offline software reads.
+    EventStorage,
+}
+
+/// How a logger compresses events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoggerCompression {
+    /// Events as they are.
+    #[default]
+    None,
+    /// zstd payloads (compression type 1), rodeo's container only.
+    Zstd,
+    /// zlib data blocks (`Compression=zlib`, level 1 as ATLAS), EventStorage only.
+    Zlib,
 }
 
 impl LoggerConfig {
@@ -84,7 +124,156 @@ impl LoggerConfig {
             streams: vec!["physics_Main".into()],
             max_file_bytes: 1 << 30,
             batch: 256,
-            compress: false,
+            format: FileFormat::Rodeo,
+            compression: LoggerCompression::None,
+            project: "data_test".to_string(),
+        }
+    }
+
+    /// Checks that the compression is a codec of the format and, for EventStorage, that the
+    /// project, application and stream names can be parts of an ATLAS file name. The message
+    /// says what to use instead.
+    pub fn check(&self) -> Result<(), String> {
+        match (self.format, self.compression) {
+            (FileFormat::EventStorage, LoggerCompression::Zstd) => {
+                return Err(
+                    "compression \"zstd\" is not an EventStorage codec (ATLAS readers \
+                     decompress zlib only): use compression = \"zlib\" or \"none\" with \
+                     format = \"eventstorage\", or format = \"rodeo\" for zstd"
+                        .into(),
+                )
+            }
+            (FileFormat::Rodeo, LoggerCompression::Zlib) => {
+                return Err(
+                    "compression \"zlib\" is EventStorage's codec: rodeo's container \
+                     compresses with zstd; use compression = \"zstd\" or \"none\" with \
+                     format = \"rodeo\", or format = \"eventstorage\" for zlib"
+                        .into(),
+                )
+            }
+            _ => {}
+        }
+        if self.format == FileFormat::EventStorage {
+            use rodeo_format::eventstorage::valid_name_part;
+            let name_ok = |s: &str| valid_name_part(s);
+            if !name_ok(&self.project) {
+                return Err(format!(
+                    "project {:?}: 1 to 255 ASCII letters, digits, '-' or '_' (part of the \
+                     EventStorage file names)",
+                    self.project
+                ));
+            }
+            if !name_ok(&self.name) {
+                return Err(format!(
+                    "application name {:?}: 1 to 255 ASCII letters, digits, '-' or '_' (part of \
+                     the EventStorage file names)",
+                    self.name
+                ));
+            }
+            for s in &self.streams {
+                let (t, n) = split_stream(s);
+                if !name_ok(t) || t.contains('_') || !name_ok(n) {
+                    return Err(format!(
+                        "stream {s:?}: \"<type>_<name>\" (or a name alone, of type physics) \
+                         of ASCII letters, digits, '-' and '_' (part of the EventStorage file \
+                         names)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One stream's open files, in the logger's format.
+#[derive(Debug)]
+enum StreamWriter {
+    Rodeo(RawFileWriter),
+    Es(EsWriter),
+}
+
+impl StreamWriter {
+    /// Opens the first file of stream `stream`.
+    fn create(c: &LoggerConfig, stream: &str) -> Result<StreamWriter, DataflowError> {
+        let app = || c.name.clone();
+        match c.format {
+            FileFormat::Rodeo => {
+                let mut cfg = RawFileConfig::new(&c.directory, c.run, &c.name, stream);
+                cfg.max_file_bytes = c.max_file_bytes;
+                RawFileWriter::create(cfg)
+                    .map(StreamWriter::Rodeo)
+                    .map_err(|source| DataflowError::Files { app: app(), source })
+            }
+            FileFormat::EventStorage => {
+                let (t, n) = split_stream(stream);
+                let mut cfg = EsWriterConfig::new(&c.directory, &c.project, c.run, t, n, &c.name);
+                cfg.run.rec_enable = 1;
+                cfg.max_file_bytes = c.max_file_bytes;
+                cfg.compression = match c.compression {
+                    LoggerCompression::Zlib => EsCompression::Zlib { level: 1 },
+                    _ => EsCompression::None,
+                };
+                EsWriter::create(cfg)
+                    .map(StreamWriter::Es)
+                    .map_err(|source| DataflowError::EventStorage { app: app(), source })
+            }
+        }
+    }
+
+    /// Writes one event (`compressed`: a zstd event, rodeo's record flag); returns the bytes
+    /// stored.
+    fn write(&mut self, app: &str, words: &[u32], compressed: bool) -> Result<u64, DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => w
+                .write_event(words, u32::from(compressed))
+                .map(|_| 4 * words.len() as u64)
+                .map_err(|source| DataflowError::Files {
+                    app: app.to_string(),
+                    source,
+                }),
+            StreamWriter::Es(w) => {
+                let before = w.data_bytes();
+                w.write_event(words)
+                    .map(|_| w.data_bytes() - before)
+                    .map_err(|source| DataflowError::EventStorage {
+                        app: app.to_string(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// Flushes and `fdatasync`s the open file.
+    fn sync(&mut self, app: &str) -> Result<(), DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => w.sync().map_err(|source| DataflowError::Files {
+                app: app.to_string(),
+                source,
+            }),
+            StreamWriter::Es(w) => w.sync().map_err(|source| DataflowError::EventStorage {
+                app: app.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Closes the last file; the paths of every file closed.
+    fn finish(self, app: &str) -> Result<Vec<PathBuf>, DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => w
+                .finish()
+                .map(|c| c.into_iter().map(|c| c.path).collect())
+                .map_err(|source| DataflowError::Files {
+                    app: app.to_string(),
+                    source,
+                }),
+            StreamWriter::Es(w) => w
+                .finish()
+                .map(|c| c.into_iter().map(|c| c.path).collect())
+                .map_err(|source| DataflowError::EventStorage {
+                    app: app.to_string(),
+                    source,
+                }),
         }
     }
 }
@@ -94,7 +283,7 @@ impl LoggerConfig {
 pub struct LoggerSummary {
     /// Events written (each once).
     pub events_written: u64,
-    /// Bytes of event records written.
+    /// Bytes of events written, as stored (compressed when compressed).
     pub bytes_written: u64,
     /// Repeated events dropped (still acknowledged).
     pub duplicates: u64,
@@ -129,6 +318,10 @@ pub fn spawn(
     counters: Arc<LoggerCounters>,
 ) -> Result<AppHandle<LoggerSummary>, DataflowError> {
     let app = config.name.clone();
+    config.check().map_err(|reason| DataflowError::Config {
+        app: app.clone(),
+        reason,
+    })?;
     let endpoint = Endpoint::parse(&config.endpoint).map_err(|source| DataflowError::Endpoint {
         app: app.clone(),
         source,
@@ -159,7 +352,7 @@ pub fn spawn(
 struct Logger {
     config: LoggerConfig,
     counters: Arc<LoggerCounters>,
-    writers: Vec<Option<RawFileWriter>>,
+    writers: Vec<Option<StreamWriter>>,
     touched: Vec<bool>,
     written: HashSet<u64>,
     /// Global ids in `written`, oldest first, with the time they were written.
@@ -191,13 +384,6 @@ impl Logger {
             packed: Vec::new(),
             ack: Vec::new(),
             ids: Vec::new(),
-        }
-    }
-
-    fn err_files(&self, source: rodeo_format::rawfile::RawFileError) -> DataflowError {
-        DataflowError::Files {
-            app: self.config.name.clone(),
-            source,
         }
     }
 
@@ -255,11 +441,7 @@ impl Logger {
         }
         let mut files = Vec::new();
         for w in self.writers.drain(..).flatten() {
-            let closed = w.finish().map_err(|source| DataflowError::Files {
-                app: self.config.name.clone(),
-                source,
-            })?;
-            files.extend(closed.into_iter().map(|c| c.path));
+            files.extend(w.finish(&self.config.name)?);
         }
         self.summary.files = files;
         Ok(self.summary)
@@ -330,19 +512,11 @@ impl Logger {
                 .get(s)
                 .cloned()
                 .unwrap_or_else(|| format!("stream{s}"));
-            let mut cfg = RawFileConfig::new(
-                &self.config.directory,
-                self.config.run,
-                &self.config.name,
-                &name,
-            );
-            cfg.max_file_bytes = self.config.max_file_bytes;
-            let w = RawFileWriter::create(cfg).map_err(|e| self.err_files(e))?;
-            self.writers[s] = Some(w);
+            self.writers[s] = Some(StreamWriter::create(&self.config, &name)?);
         }
         let mut words = words;
         let mut compressed = parsed.compression() != 0;
-        if self.config.compress && !compressed {
+        if self.config.compression == LoggerCompression::Zstd && !compressed {
             if compress_event(words, &mut self.packed).is_err() {
                 self.summary.bad_messages += 1;
                 return Ok(());
@@ -353,19 +527,14 @@ impl Logger {
         let Some(writer) = self.writers[s].as_mut() else {
             return Ok(());
         };
-        writer
-            .write_event(words, u32::from(compressed))
-            .map_err(|source| DataflowError::Files {
-                app: self.config.name.clone(),
-                source,
-            })?;
+        let bytes = writer.write(&self.config.name, words, compressed)?;
         self.touched[s] = true;
         self.summary.events_written += 1;
-        self.summary.bytes_written += 4 * words.len() as u64;
+        self.summary.bytes_written += bytes;
         self.counters.events_written.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_written
-            .fetch_add(4 * words.len() as u64, Ordering::Relaxed);
+            .fetch_add(bytes, Ordering::Relaxed);
         self.pending.push((peer, gid));
         Ok(())
     }
@@ -377,10 +546,7 @@ impl Logger {
     ) -> Result<(), DataflowError> {
         for (w, t) in self.writers.iter_mut().zip(self.touched.iter_mut()) {
             if let (Some(w), true) = (w.as_mut(), *t) {
-                w.sync().map_err(|source| DataflowError::Files {
-                    app: self.config.name.clone(),
-                    source,
-                })?;
+                w.sync(&self.config.name)?;
             }
             *t = false;
         }

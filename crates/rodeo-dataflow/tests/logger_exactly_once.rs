@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rodeo_dataflow::logger::{self, LoggerConfig, LoggerCounters};
+use rodeo_dataflow::logger::{self, LoggerCompression, LoggerConfig, LoggerCounters};
 use rodeo_format::checksum::words_as_bytes;
 use rodeo_format::rawfile::RawFileReader;
 use rodeo_format::synth::{EventSynth, SynthConfig};
@@ -16,7 +16,7 @@ fn repeats_are_acknowledged_and_written_once() {
     let dir = tempfile::tempdir().unwrap();
     let t = Transport::new(1).unwrap();
     let mut cfg = LoggerConfig::new("logger-t", "inproc://logger-t", dir.path().into(), 7);
-    cfg.compress = true;
+    cfg.compression = LoggerCompression::Zstd;
     let counters = Arc::new(LoggerCounters::default());
     let handle = logger::spawn(cfg, &t, Arc::clone(&counters)).unwrap();
     let mut dcm = t.socket(SocketKind::Dealer).unwrap();

@@ -108,6 +108,9 @@ pub struct FileEvent {
     pub global_id: Option<u64>,
     /// The event was stored compressed (and has been restored).
     pub stored_compressed: bool,
+    /// The Adler-32 of the event's record (rodeo's container, verified by the reader);
+    /// EventStorage has no checksum per record.
+    pub record_adler32: Option<u32>,
     /// The full event's words (plain).
     pub words: Vec<u32>,
     /// Its ROBs in order.
@@ -377,13 +380,25 @@ impl DataFileReader {
         if self.failed {
             return None;
         }
-        let (index, offset, mut words, compressed) = match &mut self.inner {
+        let (index, offset, mut words, compressed, adler) = match &mut self.inner {
             Inner::Rodeo(r) => match r.next()? {
-                Ok(e) => (e.index, e.offset, e.words, e.flags & FLAG_COMPRESSED != 0),
+                Ok(e) => (
+                    e.index,
+                    e.offset,
+                    e.words,
+                    e.flags & FLAG_COMPRESSED != 0,
+                    Some(e.checksum),
+                ),
                 Err(e) => return Some(Err(e.into())),
             },
             Inner::Es(r) => match r.next()? {
-                Ok(b) => (b.index, b.offset, b.words, self.info.compression != "none"),
+                Ok(b) => (
+                    b.index,
+                    b.offset,
+                    b.words,
+                    self.info.compression != "none",
+                    None,
+                ),
                 Err(e) => return Some(Err(e.into())),
             },
         };
@@ -412,7 +427,14 @@ impl DataFileReader {
                 std::mem::swap(&mut words, &mut self.scratch);
             }
         }
-        Some(decode(index, offset, words, stored_compressed).map_err(fail))
+        Some(
+            decode(index, offset, words, stored_compressed)
+                .map(|mut e| {
+                    e.record_adler32 = adler;
+                    e
+                })
+                .map_err(fail),
+        )
     }
 }
 
@@ -421,7 +443,8 @@ fn is_v5(words: &[u32]) -> bool {
 }
 
 /// Decodes the full event in `words` (any supported eformat version) into a [`FileEvent`].
-/// A compressed eformat 5 event decodes with an empty ROB list.
+/// A compressed eformat 5 event decodes with an empty ROB list; `record_adler32` is left
+/// `None` (the container's, not the event's).
 pub fn decode(
     index: u64,
     offset: u64,
@@ -467,6 +490,7 @@ pub fn decode(
                 l1id,
                 global_id: Some(global_id),
                 stored_compressed,
+                record_adler32: None,
                 words,
                 robs,
             })
@@ -494,6 +518,7 @@ pub fn decode(
                 l1id: e.l1id,
                 global_id: e.global_id.map(u64::from),
                 stored_compressed,
+                record_adler32: None,
                 words,
                 robs,
             })
@@ -517,62 +542,4 @@ impl Iterator for DataFileReader {
         }
         Some(r)
     }
-}
-
-/// What a completely valid data file holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DataFileSummary {
-    /// The file's metadata.
-    pub info: FileInfo,
-    /// Events.
-    pub events: u64,
-    /// ROBs over all events.
-    pub robs: u64,
-    /// Events per eformat major version (index 3, 4, 5; 0-2 unused).
-    pub events_by_eformat: [u64; 6],
-    /// File size in bytes.
-    pub file_bytes: u64,
-}
-
-/// Reads a whole data file of either container and checks everything that can be checked:
-/// the container's records (and rodeo's record checksums), every event's structure down to its
-/// ROBs and RODs, and for eformat 5 the event and ROB checksums. Returns the summary or the
-/// first problem (with the byte offset of the record it is in).
-pub fn verify_data_file(path: impl AsRef<Path>) -> Result<DataFileSummary, DataFileError> {
-    let mut r = DataFileReader::open(path)?;
-    let (mut events, mut robs, mut by) = (0u64, 0u64, [0u64; 6]);
-    for e in r.by_ref() {
-        let e = e?;
-        if e.eformat == 5 {
-            let fail = |error: FragmentError| DataFileError::Event {
-                index: e.index,
-                offset: e.offset,
-                error: error.into(),
-            };
-            let fe = FullEvent::parse(&e.words).map_err(fail)?;
-            fe.verify_checksum().map_err(fail)?;
-            for rob in fe.robs() {
-                rob.and_then(|rob| rob.verify_checksum()).map_err(fail)?;
-            }
-        }
-        events += 1;
-        robs += e.robs.len() as u64;
-        if let Some(n) = by.get_mut(e.eformat as usize) {
-            *n += 1;
-        }
-    }
-    if !r.complete() {
-        // The container readers report a missing end record themselves; this is a guard.
-        return Err(DataFileError::EventStorage(EsError::NoEndRecord {
-            offset: r.file_len(),
-            events,
-        }));
-    }
-    Ok(DataFileSummary {
-        info: r.info.clone(),
-        events,
-        robs,
-        events_by_eformat: by,
-        file_bytes: r.file_len(),
-    })
 }

@@ -26,6 +26,8 @@
 //!   sub-detector and ROS fragments down to the ROBs.
 //! - [`datafile`]: one reader for every data file, whichever container it is (chosen by the
 //!   first record) and whichever eformat version its events are: run number, L1ID, ROBs.
+//! - [`convert`]: a data file into either container, eformat 3/4 events lifted to eformat 5.
+//! - [`replay`]: the RODs of data files' events loaded for replay through a readout node.
 //!
 //! Every parser in this crate takes bytes or words from outside and returns a typed error on
 //! malformed input: none of them panics or reads out of bounds, whatever it is given. The fuzz
@@ -33,6 +35,7 @@
 
 pub mod checksum;
 pub mod compress;
+pub mod convert;
 pub mod datafile;
 pub mod eventstorage;
 pub mod felix;
@@ -41,6 +44,7 @@ pub mod l1id;
 pub mod legacy;
 pub mod linkfile;
 pub mod rawfile;
+pub mod replay;
 pub mod slink;
 pub mod synth;
 pub mod verify;

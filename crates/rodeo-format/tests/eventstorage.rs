@@ -9,13 +9,21 @@ use std::path::{Path, PathBuf};
 
 use rodeo_format::checksum::ChecksumType;
 use rodeo_format::compress::compress_event;
-use rodeo_format::datafile::{verify_data_file, Container, DataFileError, DataFileReader};
+use rodeo_format::datafile::{Container, DataFileError, DataFileReader};
 use rodeo_format::eventstorage::{
     EsCompression, EsError, EsReader, EsWriter, EsWriterConfig, RunParameters,
 };
 use rodeo_format::fragment::FullEvent;
 use rodeo_format::rawfile::{RawFileConfig, RawFileWriter, FLAG_COMPRESSED};
 use rodeo_format::synth::{EventSynth, SynthConfig};
+use rodeo_format::verify::{check_file, FileVerdict};
+
+/// `check_file`'s verdict on a file that must be good.
+fn verified(p: &Path) -> FileVerdict {
+    let v = check_file(p);
+    assert!(v.ok, "{v:?}");
+    v
+}
 
 fn events(n: u64, run: u32) -> Vec<Vec<u32>> {
     let mut synth = EventSynth::new(SynthConfig {
@@ -154,8 +162,9 @@ fn v5_round_trip_through_the_data_file_reader() {
         for e in r {
             all.push(e.unwrap());
         }
-        let s = verify_data_file(p).unwrap();
-        assert_eq!(s.events_by_eformat[5], s.events);
+        let s = verified(p);
+        assert_eq!(s.events_by_eformat[5], s.good_events);
+        assert_eq!(s.container, Some(Container::EventStorage));
         // Status 1 only on the run's last file.
         let es = EsReader::open(p).unwrap();
         let mut es = es;
@@ -355,8 +364,9 @@ fn besiii_v2_file_reads_through_sub_detector_and_ros_levels() {
         assert_eq!(e.data_words(&e.robs[0]), &[0x40000 | (100 + i as u32)]);
         assert_eq!(e.data_words(&e.robs[2]), &[1, 2, 3]);
     }
-    let s = verify_data_file(&p).unwrap();
-    assert_eq!((s.events, s.robs, s.events_by_eformat[3]), (4, 12, 4));
+    let s = verified(&p);
+    assert_eq!((s.good_events, s.robs, s.events_by_eformat[3]), (4, 12, 4));
+    assert_eq!(s.version, Some(2));
 }
 
 #[test]
@@ -496,11 +506,199 @@ fn rodeo_container_reads_through_the_same_reader() {
         assert_eq!(e.stored_compressed, i % 2 == 1);
         assert_eq!(e.robs.len(), 6);
     }
-    assert_eq!(verify_data_file(&p).unwrap().events, 4);
+    assert_eq!(verified(&p).good_events, 4);
     // Not a data file at all.
     let p = save(dir.path(), "junk", b"hello world, not a file");
     assert!(matches!(
         DataFileReader::open(&p),
         Err(DataFileError::NotADataFile { .. })
     ));
+}
+
+/// A ROB whose ROD has `status` words before (position 0) or after (1) its data.
+fn rob_with_status(
+    source: u32,
+    l1id: u32,
+    data: &[u32],
+    status: &[u32],
+    position: u32,
+) -> Vec<u32> {
+    let mut rod = vec![
+        0xEE12_34EE,
+        9,
+        0x0300_0007,
+        source,
+        5,
+        l1id,
+        0x123,
+        0x8,
+        0x77,
+    ];
+    let (before, after): (&[u32], &[u32]) = if position == 0 {
+        (status, &[])
+    } else {
+        (&[], status)
+    };
+    rod.extend_from_slice(before);
+    rod.extend_from_slice(data);
+    rod.extend_from_slice(after);
+    rod.extend_from_slice(&[status.len() as u32, data.len() as u32, position]);
+    frag(0xDD12_34DD, 0x0300_0000, source, 0, &[], &rod)
+}
+
+/// Per ROB: source id and ROD data words.
+type RobData = Vec<(u32, Vec<u32>)>;
+
+/// Every event of a file as (run number, L1ID, its ROBs): what a conversion must keep.
+fn rob_contents(p: &Path) -> Vec<(u32, u32, RobData)> {
+    DataFileReader::open(p)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let robs = e
+                .robs
+                .iter()
+                .map(|r| (r.source_id, e.data_words(r).to_vec()))
+                .collect();
+            (e.run_number, e.l1id & 0x00FF_FFFF, robs)
+        })
+        .collect()
+}
+
+#[test]
+fn convert_round_trips_between_the_containers() {
+    use rodeo_format::convert::{convert_file, ConvertCompression, ConvertOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let evs = events(15, 4242);
+    let mut c = RawFileConfig::new(dir.path(), 4242, "SFO-1", "physics_Main");
+    c.fsync_on_close = false;
+    c.free_disk_margin_bytes = 0;
+    let mut w = RawFileWriter::create(c).unwrap();
+    for e in &evs {
+        w.write_event(e, 0).unwrap();
+    }
+    let rodeo_in = w.finish().unwrap()[0].path.clone();
+    for (compression, back_compression) in [
+        (ConvertCompression::None, ConvertCompression::None),
+        (ConvertCompression::Zlib, ConvertCompression::Zstd),
+    ] {
+        let sub = dir.path().join(format!("{compression:?}"));
+        std::fs::create_dir(&sub).unwrap();
+        let mut o = ConvertOptions::new(Container::EventStorage);
+        o.compression = compression;
+        o.fsync = false;
+        let es = convert_file(&rodeo_in, &sub.join("out.data"), &o).unwrap();
+        assert_eq!((es.events, es.lifted, es.robs), (15, 0, 90));
+        // The spec-only reader accepts it, event for event.
+        let f = spec_reader::read_v5(&std::fs::read(&es.output).unwrap()).unwrap();
+        assert_eq!(f.blocks.len(), 15);
+        assert_eq!(f.run_number, 4242);
+        assert_eq!(
+            spec_reader::free(&f, "Stream").as_deref(),
+            Some("physics_Main")
+        );
+        verified(&es.output);
+        // And back into rodeo's container: the same events, word for word.
+        let mut o = ConvertOptions::new(Container::Rodeo);
+        o.compression = back_compression;
+        o.fsync = false;
+        let back = convert_file(&es.output, &sub, &o).unwrap();
+        assert_eq!(back.events, 15);
+        verified(&back.output);
+        let got: Vec<Vec<u32>> = DataFileReader::open(&back.output)
+            .unwrap()
+            .map(|e| e.unwrap().words)
+            .collect();
+        assert_eq!(got, evs);
+        // The same output again is refused, not overwritten.
+        assert!(convert_file(&es.output, &back.output, &o).is_err());
+    }
+    // Codecs of the other container are refused before anything is written.
+    let mut o = ConvertOptions::new(Container::EventStorage);
+    o.compression = ConvertCompression::Zstd;
+    let e = convert_file(&rodeo_in, &dir.path().join("x.data"), &o).unwrap_err();
+    assert!(
+        e.to_string().contains("zstd") && e.to_string().contains("zlib"),
+        "{e}"
+    );
+    assert!(!dir.path().join("x.data").exists());
+}
+
+#[test]
+fn convert_lifts_eformat_3_and_4_robs_into_eformat_5_events() {
+    use rodeo_format::convert::{convert_file, ConvertOptions};
+    use rodeo_format::fragment::FullEvent;
+    let dir = tempfile::tempdir().unwrap();
+    // BESIII v2 (eformat 3 through sub-detector and ROS levels), with one more event whose
+    // RODs carry status words before and after their data.
+    let mut evs: Vec<Vec<u32>> = (0..4)
+        .map(|i| besiii_event(100 + i, 12_345, 7 + i))
+        .collect();
+    let robs = [
+        rob_with_status(0x00A1_0007, 11, &[9, 8, 7], &[0xAB], 0),
+        rob_with_status(0x00A1_0008, 11, &[6], &[0xCD, 0xEF], 1),
+    ]
+    .concat();
+    let ros = frag(
+        0xCC12_34CC,
+        0x0300_0000,
+        0x00A1_0000,
+        3,
+        &[12_345, 0, 11],
+        &robs,
+    );
+    let sd = frag(0xBB12_34BB, 0x0300_0000, 0x00A1_0000, 0, &[], &ros);
+    let spec = [1_250_000_000, 104, 12_345, 11, 0, 0, 0, 0, 0, 0];
+    evs.push(frag(0xAA12_34AA, 0x0300_0000, 0, 10, &spec, &sd));
+    let v2 = save(dir.path(), "besiii.raw", &es_file(2, 12_345, &evs, true));
+    // ATLAS v4 (eformat 4, ROBs directly in the event).
+    let v4evs: Vec<Vec<u32>> = (0..3)
+        .map(|i| {
+            let robs = [
+                rob(0x0400_0000, 0x0011_0001, 42, 0x0100_0000 + i, &[i, i]),
+                rob(0x0400_0000, 0x0021_0005, 42, 0x0100_0000 + i, &[]),
+            ]
+            .concat();
+            let spec = [0, 0, 1000 + i, 0, 42, 3, 0x0100_0000 + i, 0, 0, 0, 0, 0, 0];
+            frag(0xAA12_34AA, 0x0400_0000, 0x007C_0000, 0, &spec, &robs)
+        })
+        .collect();
+    let v4 = save(dir.path(), "v4.data", &es_file(4, 42, &v4evs, true));
+    for (input, events) in [(&v2, 5u64), (&v4, 3)] {
+        for format in [Container::EventStorage, Container::Rodeo] {
+            let out = dir.path().join(format!(
+                "{}.{}.data",
+                input.file_stem().unwrap().to_str().unwrap(),
+                format.name()
+            ));
+            let mut o = ConvertOptions::new(format);
+            o.fsync = false;
+            let s = convert_file(input, &out, &o).unwrap();
+            assert_eq!((s.events, s.lifted), (events, events));
+            let v = verified(&out);
+            assert_eq!(v.events_by_eformat[5], events, "{v:?}");
+            // Run numbers, L1IDs, ROB source ids and ROD data words survive the lifting.
+            assert_eq!(rob_contents(&out), rob_contents(input));
+            for e in DataFileReader::open(&out).unwrap() {
+                let e = e.unwrap();
+                assert_eq!(e.eformat, 5);
+                let fe = FullEvent::parse(&e.words).unwrap();
+                assert_eq!(fe.validate_robs().unwrap(), e.robs.len());
+            }
+        }
+    }
+    // The ROD status words kept their place.
+    let out = dir.path().join("besiii.rodeo.data");
+    let last = DataFileReader::open(&out).unwrap().last().unwrap().unwrap();
+    assert_eq!(last.global_id, Some(104));
+    let fe = FullEvent::parse(&last.words).unwrap();
+    let robs: Vec<_> = fe.robs().map(|r| r.unwrap()).collect();
+    assert_eq!(robs[0].rod().status_words(), &[0xAB]);
+    assert_eq!(robs[0].rod().data(), &[9, 8, 7]);
+    assert_eq!(robs[1].rod().status_words(), &[0xCD, 0xEF]);
+    assert_eq!(robs[1].rod().data(), &[6]);
+    assert_eq!(
+        (robs[1].rod().bcid(), robs[1].rod().run_number()),
+        (0x123, 5)
+    );
 }

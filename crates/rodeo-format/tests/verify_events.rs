@@ -70,3 +70,66 @@ fn a_missing_file_is_a_verdict_not_a_panic() {
     assert_eq!(v.good_events, 0);
     assert!(v.error.is_some());
 }
+
+/// Writes the same synthetic events as EventStorage v5 (optionally zlib blocks).
+fn write_es_file(
+    dir: &Path,
+    compression: rodeo_format::eventstorage::EsCompression,
+) -> std::path::PathBuf {
+    use rodeo_format::eventstorage::{EsWriter, EsWriterConfig};
+    let mut cfg = EsWriterConfig::new(dir, "data_test", 77, "physics", "Main", "SFO-1");
+    cfg.free_disk_margin_bytes = 0;
+    cfg.fsync_on_close = false;
+    cfg.compression = compression;
+    let mut w = EsWriter::create(cfg).unwrap();
+    let mut synth = EventSynth::new(SynthConfig {
+        robs: ROBS,
+        ..SynthConfig::default()
+    });
+    let mut words = Vec::new();
+    for i in 0..EVENTS {
+        synth.event(i, &mut words).unwrap();
+        w.write_event(&words).unwrap();
+    }
+    w.finish().unwrap()[0].path.clone()
+}
+
+#[test]
+fn eventstorage_files_pass_and_a_damaged_one_stops_at_the_damage() {
+    use rodeo_format::datafile::Container;
+    use rodeo_format::eventstorage::EsCompression;
+    let dir = tempfile::tempdir().unwrap();
+    for (i, c) in [EsCompression::None, EsCompression::Zlib { level: 1 }]
+        .into_iter()
+        .enumerate()
+    {
+        let sub = dir.path().join(i.to_string());
+        std::fs::create_dir(&sub).unwrap();
+        let path = write_es_file(&sub, c);
+        let v = check_file(&path);
+        assert!(v.ok, "{v:?}");
+        assert_eq!(v.container, Some(Container::EventStorage));
+        assert_eq!(v.version, Some(5));
+        assert_eq!((v.good_events, v.events_by_eformat[5]), (EVENTS, EVENTS));
+        assert_eq!(v.robs, EVENTS * ROBS as u64);
+    }
+    // A flipped byte in the middle of an uncompressed file: the events before it are good and
+    // the offset lies past them.
+    let path = write_es_file(dir.path(), EsCompression::None);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&path, &bytes).unwrap();
+    let v = check_file(&path);
+    assert!(!v.ok);
+    assert!(v.good_events > 0 && v.good_events < EVENTS, "{v:?}");
+    let at = v.error_offset.expect("an offset");
+    assert!(
+        at <= mid as u64 + 4 && at > 0,
+        "{at} vs damage at {mid}: {v:?}"
+    );
+    // Truncated: the complete events, the file length named.
+    std::fs::write(&path, &bytes[..mid]).unwrap();
+    let v = check_file(&path);
+    assert!(!v.ok && v.good_events < EVENTS, "{v:?}");
+}

@@ -1,7 +1,8 @@
 //! A readout node (ROS) assembled from its parts: page pool, event store, input, request server.
 //!
 //! [`NodeConfig`] says how many ROB channels, what feeds them (emulated S-LINK cards through
-//! DMA superpages, or the inline firmware-style generator) and how the store and server are
+//! DMA superpages, raw-data files replayed through the same cards, SW ROD fragment builders, or
+//! the inline firmware-style generator) and how the store and server are
 //! sized; [`ReadoutNode::start`] builds everything, warms the memory, binds the request
 //! endpoint and starts the core thread. [`ReadoutNode::start_direct`] builds the same node
 //! answering one in-process client over the direct link (no ZeroMQ) instead. `rodeo ros`, the ROSTester's in-process node and the
@@ -49,10 +50,27 @@ use crate::store::slink::ErrorDump;
 use crate::store::{EventStore, StoreConfig};
 use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Generator};
 use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
+use rodeo_cards::replay::ReplayGenerator;
+use rodeo_format::replay::{L1idMode, ReplayError, ReplayEvents};
 use rodeo_swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
 
+/// Raw-data files replayed through a node's channels ([`NodeInput::Replay`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReplayInput {
+    /// The files (rodeo's container or EventStorage v2-v6), replayed in this order.
+    pub files: Vec<PathBuf>,
+    /// Fragments per second per channel at most (`None`: as fast as the store takes).
+    pub rate_hz: Option<f64>,
+    /// Start again after the last event.
+    pub looping: bool,
+    /// L1IDs kept or renumbered from 0.
+    pub l1id: L1idMode,
+    /// Source ids renamed before they pick their channel: (id in the file, channel's id).
+    pub source_map: Vec<(u32, u32)>,
+}
+
 /// What feeds the node's channels.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum NodeInput {
     /// Emulated S-LINK card threads writing framed fragments into superpages, split and checked
     /// into the store: the real data path. `rate_hz` limits fragments per second per channel.
@@ -74,6 +92,13 @@ pub enum NodeInput {
         /// `None`: as fast as the store takes).
         rate_hz: Option<f64>,
     },
+    /// Per channel an emulated S-LINK card replaying the ROD fragments of raw-data files
+    /// ([`rodeo_cards::replay::ReplayGenerator`]): the ROBs of each event go to the channel with
+    /// their source id (after [`ReplayInput::source_map`]), framed, through superpages and the
+    /// S-LINK checks into the store, as [`NodeInput::Dma`] does with emulated fragments. The
+    /// files are loaded when the node is built; ROBs of no channel of this node are not
+    /// replayed by it. Keeping the L1IDs replays the events in L1ID order (link order).
+    Replay(ReplayInput),
 }
 
 /// How a readout node is built.
@@ -153,6 +178,9 @@ pub enum NodeError {
     /// A fragment builder rejected its configuration.
     #[error("readout node fragment builder: {0}")]
     SwRod(#[from] SwRodError),
+    /// The replay files could not be loaded.
+    #[error("readout node replay: {0}")]
+    Replay(#[from] ReplayError),
     /// A card thread or the error file could not be set up.
     #[error("readout node: {what}: {source}")]
     Io {
@@ -314,9 +342,9 @@ impl Parts {
         )?;
         let mut superpages = None;
         let mut swrod = None;
-        let input: Box<dyn Input> = match config.input {
+        let input: Box<dyn Input> = match &config.input {
             NodeInput::SwRod { elinks, rate_hz } => {
-                let (parts, input, sp) = SwRodParts::build(config, elinks, rate_hz)?;
+                let (parts, input, sp) = SwRodParts::build(config, *elinks, *rate_hz)?;
                 swrod = Some(parts);
                 superpages = Some(sp);
                 Box::new(input)
@@ -325,62 +353,43 @@ impl Parts {
                 &store,
                 config.fragment_words as usize,
                 config.l1id_wrap,
-                payload,
+                *payload,
             )),
             NodeInput::Dma { rate_hz } => {
-                let depth = 8;
-                let sp = SuperpagePool::new(SuperpagePoolConfig {
-                    superpage_bytes: 256 * 1024,
-                    superpages: config.channels * depth,
-                    region: RegionOptions::default(),
+                let (input, sp) = dma_input(config, *rate_hz, 256 * 1024, |c| {
+                    SlinkGenerator::new(SlinkConfig {
+                        source_id: config.base_source_id + c as u32,
+                        data_words: WordRange::fixed(config.fragment_words),
+                        l1id_wrap: config.l1id_wrap,
+                        framing: true,
+                        ..SlinkConfig::default()
+                    })
                 })?;
-                let mut chans = Vec::with_capacity(config.channels);
-                for c in 0..config.channels {
-                    let ch = EmulatedChannel::start(
-                        &format!("slink{c}"),
-                        EmulatedConfig {
-                            queue_depth: depth,
-                            max_units_per_s: rate_hz,
-                            ..EmulatedConfig::default()
-                        },
-                        SlinkGenerator::new(SlinkConfig {
-                            source_id: config.base_source_id + c as u32,
-                            data_words: WordRange::fixed(config.fragment_words),
-                            l1id_wrap: config.l1id_wrap,
-                            framing: true,
-                            ..SlinkConfig::default()
-                        }),
-                    )
-                    .map_err(|source| NodeError::Io {
-                        what: format!("starting card thread slink{c}"),
-                        source,
-                    })?;
-                    for _ in 0..depth {
-                        let s = sp.alloc().map_err(|e| {
-                            NodeError::Config(format!("superpage pool too small: {e}"))
-                        })?;
-                        if ch.push_superpage(s).is_err() {
-                            return Err(NodeError::Config(
-                                "transfer queue smaller than its depth".into(),
-                            ));
-                        }
-                    }
-                    chans.push(ch);
-                }
                 superpages = Some(sp);
-                let file = match &config.error_file {
-                    Some(p) => Some(std::fs::File::create(p).map_err(|source| NodeError::Io {
-                        what: format!("creating error file {}", p.display()),
-                        source,
-                    })?),
-                    None => None,
-                };
-                let check = SlinkCheckConfig {
-                    framing: true,
-                    crc: false,
-                    l1id_wrap: config.l1id_wrap,
-                };
-                Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10)))
+                input
+            }
+            NodeInput::Replay(r) => {
+                let map = r.source_map.iter().copied().collect();
+                let mut events = ReplayEvents::load(&r.files, &map)?;
+                if r.l1id == L1idMode::Keep {
+                    // In link order: the store takes a fragment older than the newest as lost.
+                    events.sort_by_l1id();
+                }
+                let events = Arc::new(events);
+                // A superpage holds the largest fragment with its framing words.
+                let largest = 4 * (events.max_rod_words() + 2);
+                let superpage_bytes = (256 * 1024).max(largest.next_power_of_two());
+                let (input, sp) = dma_input(config, r.rate_hz, superpage_bytes, |c| {
+                    ReplayGenerator::new(
+                        Arc::clone(&events),
+                        config.base_source_id + c as u32,
+                        r.l1id,
+                        r.looping,
+                        config.l1id_wrap,
+                    )
+                })?;
+                superpages = Some(sp);
+                input
             }
         };
         Ok(Parts {
@@ -391,6 +400,65 @@ impl Parts {
             swrod,
         })
     }
+}
+
+/// Per channel an emulated S-LINK card running `generator(channel)`, `depth` superpages of
+/// `superpage_bytes` each, read through the S-LINK checks (framing on): the node's DMA input.
+fn dma_input<G: Generator>(
+    config: &NodeConfig,
+    rate_hz: Option<f64>,
+    superpage_bytes: usize,
+    generator: impl Fn(usize) -> G,
+) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
+    let depth = 8;
+    let sp = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes,
+        superpages: config.channels * depth,
+        region: RegionOptions::default(),
+    })?;
+    let mut chans = Vec::with_capacity(config.channels);
+    for c in 0..config.channels {
+        let ch = EmulatedChannel::start(
+            &format!("slink{c}"),
+            EmulatedConfig {
+                queue_depth: depth,
+                max_units_per_s: rate_hz,
+                ..EmulatedConfig::default()
+            },
+            generator(c),
+        )
+        .map_err(|source| NodeError::Io {
+            what: format!("starting card thread slink{c}"),
+            source,
+        })?;
+        for _ in 0..depth {
+            let s = sp
+                .alloc()
+                .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+            if ch.push_superpage(s).is_err() {
+                return Err(NodeError::Config(
+                    "transfer queue smaller than its depth".into(),
+                ));
+            }
+        }
+        chans.push(ch);
+    }
+    let file = match &config.error_file {
+        Some(p) => Some(std::fs::File::create(p).map_err(|source| NodeError::Io {
+            what: format!("creating error file {}", p.display()),
+            source,
+        })?),
+        None => None,
+    };
+    let check = SlinkCheckConfig {
+        framing: true,
+        crc: false,
+        l1id_wrap: config.l1id_wrap,
+    };
+    Ok((
+        Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10))),
+        sp,
+    ))
 }
 
 impl ReadoutNode {

@@ -175,3 +175,143 @@ fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
     assert_eq!(v["error"]["offset"], recs[5] as u64);
     assert_eq!(v["error"]["events_recovered"], 5);
 }
+
+#[test]
+fn convert_to_eventstorage_and_back_keeps_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen(dir.path(), 20, "crc16");
+    let es = dir.path().join("events.es.data");
+    let out = rodeo(&[
+        "convert",
+        f.to_str().unwrap(),
+        es.to_str().unwrap(),
+        "--format",
+        "eventstorage",
+        "--compression",
+        "zlib",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (s["events"].as_u64(), s["robs"].as_u64()),
+        (Some(20), Some(160))
+    );
+    let out = rodeo(&["verify", es.to_str().unwrap()]);
+    assert!(text(&out).contains("OK, 20 events"), "{}", text(&out));
+    assert!(text(&out).contains("eventstorage 5"), "{}", text(&out));
+    let back = dir.path().join("back.data");
+    let out = rodeo(&[
+        "convert",
+        es.to_str().unwrap(),
+        back.to_str().unwrap(),
+        "--format",
+        "rodeo",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dump = |p: &Path| -> serde_json::Value {
+        let out = rodeo(&["dump", "--json", p.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (a, b) = (dump(&f), dump(&back));
+    assert_eq!(b["container"], "rodeo");
+    let strip = |v: &serde_json::Value| -> Vec<(u64, u64, Vec<u64>)> {
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let robs = e["robs"].as_array().unwrap();
+                (
+                    e["global_id"].as_u64().unwrap(),
+                    e["l1id"].as_u64().unwrap(),
+                    robs.iter()
+                        .map(|r| r["source_id"].as_u64().unwrap())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(strip(&a).len(), 20);
+    // zstd into EventStorage is refused with the reason.
+    let out = rodeo(&[
+        "convert",
+        f.to_str().unwrap(),
+        dir.path().join("x.data").to_str().unwrap(),
+        "--format",
+        "eventstorage",
+        "--compression",
+        "zstd",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("zlib"), "{}", text(&out));
+}
+
+/// A real BESIII file (EventStorage v2, eformat 3; `crates/rodeo-format/tests/data/README.md`).
+fn besiii_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rodeo-format/tests/data/besiii_run0091668_pybes3.raw")
+}
+
+#[test]
+fn a_real_besiii_file_dumps_verifies_and_converts() {
+    let f = besiii_file();
+    let out = rodeo(&["dump", "--json", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["container"].as_str(), v["version"].as_u64()),
+        (Some("eventstorage"), Some(2))
+    );
+    assert!(v["error"].is_null(), "{}", v["error"]);
+    let events = v["events"].as_array().unwrap();
+    // What pybes3 0.5.6 reads (python/tests/test_eventstorage.py compares them with it).
+    let l1ids = [
+        199_781u64, 199_784, 199_785, 199_787, 199_788, 199_786, 199_790, 199_789, 199_793, 199_794,
+    ];
+    assert_eq!(events.len(), l1ids.len());
+    for (e, l1id) in events.iter().zip(l1ids) {
+        assert_eq!(e["eformat"], 3);
+        assert_eq!(e["run_number"], 91_668);
+        assert_eq!(e["l1id"], l1id);
+        assert_eq!(e["global_id"], l1id, "BESIII event number");
+        assert_eq!(e["robs"].as_array().unwrap().len(), 42);
+    }
+    let out = rodeo(&["verify", "--json", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (verdict["good_events"].as_u64(), verdict["robs"].as_u64()),
+        (Some(10), Some(420))
+    );
+    // Lifted to eformat 5 in an EventStorage v5 file, which verifies with every ROB.
+    let dir = tempfile::tempdir().unwrap();
+    let v5 = dir.path().join("besiii.v5.data");
+    let out = rodeo(&[
+        "convert",
+        f.to_str().unwrap(),
+        v5.to_str().unwrap(),
+        "--format",
+        "eventstorage",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (s["events"].as_u64(), s["lifted"].as_u64()),
+        (Some(10), Some(10))
+    );
+    let out = rodeo(&["verify", v5.to_str().unwrap()]);
+    assert!(
+        text(&out).contains("OK, 10 events, 420 ROBs"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("eventstorage 5, eformat 5"),
+        "{}",
+        text(&out)
+    );
+}

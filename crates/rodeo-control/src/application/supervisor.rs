@@ -59,7 +59,14 @@ impl Application for SupervisorApp {
         if layout.supervisor.name != self.name {
             return Err(super::not_in_layout(Role::Supervisor, &self.name));
         }
-        self.config = Some(layout.supervisor.clone());
+        let mut config = layout.supervisor.clone();
+        if !layout.replay_l1id_files.is_empty() {
+            // A replay keeping its files' L1IDs: the L1 source issues them in the same order.
+            let l1ids = rodeo_format::replay::file_l1ids(&layout.replay_l1id_files)
+                .map_err(|e| format!("L1IDs of the replay files: {e}"))?;
+            config.l1.l1ids = Some(l1ids.into());
+        }
+        self.config = Some(config);
         Ok(())
     }
 

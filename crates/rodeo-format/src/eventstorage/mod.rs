@@ -200,6 +200,16 @@ pub fn file_name(
     format!("{core}._{file_number:04}.data")
 }
 
+/// The stream type and name of a stream spelled `<type>_<name>` (`physics_Main`: type
+/// `physics`, name `Main`, split at the first `_`); a name without `_` is the name, of type
+/// `physics`.
+pub fn split_stream(stream: &str) -> (&str, &str) {
+    match stream.split_once('_') {
+        Some((t, n)) if !t.is_empty() && !n.is_empty() => (t, n),
+        _ => ("physics", stream),
+    }
+}
+
 /// Checks a name that becomes part of an ATLAS file name: 1 to 255 bytes of ASCII letters,
 /// digits, `-` and `_` for the project, stream type and application, and also no `_` in the
 /// stream type (it separates type from name in the file name).

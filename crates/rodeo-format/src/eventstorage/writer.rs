@@ -255,6 +255,11 @@ impl EsWriter {
         self.run_events
     }
 
+    /// Bytes of data blocks written by this writer, as stored (compressed or not).
+    pub fn data_bytes(&self) -> u64 {
+        self.run_data_bytes
+    }
+
     /// Writes one eformat 5 full event as one data block. A zstd-compressed event (rodeo's
     /// compression type 1) is decompressed first, because a 1 in an ATLAS file means a zlib
     /// payload; returns the byte offset of the data separator in the current file.

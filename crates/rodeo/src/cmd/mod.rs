@@ -4,6 +4,7 @@ mod app;
 mod bench;
 mod cards;
 mod config;
+mod convert;
 mod dump;
 mod gen;
 mod gen_link;
@@ -47,9 +48,13 @@ enum Command {
     App(app::Args),
     /// Generate synthetic data: full events into raw-data files, or link streams (`gen link`).
     Gen(gen::Args),
-    /// Show the events and ROBs of a raw-data file.
+    /// Show the events and ROBs of a raw-data file (rodeo's or EventStorage v2-v6).
     Dump(dump::Args),
-    /// Check raw-data files: structure, every checksum, the end record.
+    /// Convert a raw-data file between rodeo's container and EventStorage v5 (old eformat 3/4
+    /// events lifted to eformat 5).
+    Convert(convert::Args),
+    /// Check raw-data files (rodeo's or EventStorage v2-v6): structure, every checksum, the end
+    /// record.
     Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
@@ -76,6 +81,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::App(args) => app::run(args),
         Command::Gen(args) => gen::run(args),
         Command::Dump(args) => dump::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
         Command::Bench(args) => bench::run(args),

@@ -1,4 +1,6 @@
-//! `rodeo verify FILE...`: structure, every checksum and the end record of raw-data files.
+//! `rodeo verify FILE...`: structure, every checksum and the end record of raw-data files of
+//! either container (rodeo's own or EventStorage v2-v6, told apart by the first record; the
+//! checks are `rodeo_format::verify::check_file`'s).
 //!
 //! One summary line per file. On the first problem in a file: where (byte offset in the file),
 //! what was expected and what was found, and how many events before it are good; the exit code
@@ -13,7 +15,7 @@ use serde_json::json;
 /// Arguments of `rodeo verify`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Raw-data files to check.
+    /// Raw-data files to check (rodeo's container or EventStorage v2-v6).
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Print one JSON object per file instead of text.
@@ -30,11 +32,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("{}", verdict_json(&v));
         } else if v.ok {
             println!(
-                "{}: OK, {} events, {} ROBs, {} bytes of events",
+                "{}: OK, {} events, {} ROBs, {} bytes of events ({})",
                 v.file.display(),
                 v.good_events,
                 v.robs,
-                v.event_bytes
+                v.event_bytes,
+                kind(&v)
             );
         } else {
             println!(
@@ -54,6 +57,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The container, its version and the events' eformat versions, e.g. `eventstorage 2, eformat 3`.
+fn kind(v: &FileVerdict) -> String {
+    let (Some(c), Some(version)) = (v.container, v.version) else {
+        return "not a raw-data file".into();
+    };
+    let eformat: Vec<String> = (3..=5)
+        .filter(|&e| v.events_by_eformat[e] > 0)
+        .map(|e| e.to_string())
+        .collect();
+    if eformat.is_empty() {
+        format!("{} {version}", c.name())
+    } else {
+        format!("{} {version}, eformat {}", c.name(), eformat.join("/"))
+    }
+}
+
 /// One file's verdict as the JSON line `--json` prints.
 fn verdict_json(v: &FileVerdict) -> serde_json::Value {
     json!({
@@ -64,5 +83,12 @@ fn verdict_json(v: &FileVerdict) -> serde_json::Value {
         "event_bytes": v.event_bytes,
         "error_offset": v.error_offset,
         "error": v.error,
+        "container": v.container.map(|c| c.name()),
+        "version": v.version,
+        "events_by_eformat": {
+            "3": v.events_by_eformat[3],
+            "4": v.events_by_eformat[4],
+            "5": v.events_by_eformat[5],
+        },
     })
 }

@@ -1,0 +1,192 @@
+//! Tests of `config`: the commented default, parsing, and `validate` naming fields.
+
+use super::*;
+
+#[test]
+fn the_commented_default_is_the_built_in_default() {
+    let parsed = PartitionConfig::from_toml(DEFAULT_TOML, "default").unwrap();
+    assert_eq!(parsed, PartitionConfig::default());
+    assert_eq!(
+        PartitionConfig::from_toml("", "empty").unwrap(),
+        PartitionConfig::default()
+    );
+}
+
+#[test]
+fn unknown_fields_and_bad_values_name_the_field() {
+    let e = PartitionConfig::from_toml("[dcm]\nslotz = 3\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("slotz") && e.contains("t.toml"), "{e}");
+    let e = PartitionConfig::from_toml("[dcm]\nslots = 0\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("dcm.slots") && e.contains("= 0") && e.contains("1..=4096"),
+        "{e}"
+    );
+    let e = PartitionConfig::from_toml("[dcm]\nchecksum = \"md5\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("md5") && e.contains("adler32"), "{e}");
+    let e = PartitionConfig::from_toml("[run]\nevents = 0\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("run.events"), "{e}");
+}
+
+#[test]
+fn the_ros_input_and_elinks_parse_and_are_checked() {
+    assert_eq!(PartitionConfig::default().ros.input, RosInput::Dma);
+    let c = PartitionConfig::from_toml("[ros]\ninput = \"swrod\"\nelinks = 8\n", "t.toml").unwrap();
+    assert_eq!((c.ros.input, c.ros.elinks), (RosInput::Swrod, 8));
+    let again = PartitionConfig::from_toml(&c.to_toml(), "again").unwrap();
+    assert_eq!(again.ros, c.ros);
+    let e = PartitionConfig::from_toml("[ros]\ninput = \"felix\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("input") && e.contains("felix") && e.contains("swrod"),
+        "{e}"
+    );
+    for bad in ["0", "2049"] {
+        let e = PartitionConfig::from_toml(&format!("[ros]\nelinks = {bad}\n"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ros.elinks") && e.contains(&format!("= {bad}")) && e.contains("1..=2048"),
+            "{e}"
+        );
+    }
+    // With the SW ROD input: at least one payload word per E-link, and an L1ID cycle that
+    // holds the builder's window; the same values are fine for the DMA input.
+    let swrod = |extra: &str| {
+        PartitionConfig::from_toml(
+            &format!("[ros]\ninput = \"swrod\"\nfragment_words = 200\n{extra}"),
+            "t.toml",
+        )
+    };
+    let e = swrod("elinks = 50\n").unwrap_err().to_string();
+    assert!(
+        e.contains("ros.elinks") && e.contains("fragment_words / 5"),
+        "{e}"
+    );
+    assert!(swrod("elinks = 40\n").is_ok());
+    let e = swrod("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
+    assert!(e.contains("l1.l1id_wrap") && e.contains("swrod"), "{e}");
+    assert!(
+        PartitionConfig::from_toml("[ros]\nelinks = 50\n[l1]\nl1id_wrap = 4\n", "t.toml").is_ok()
+    );
+}
+
+#[test]
+fn the_public_toml_hides_the_token() {
+    let mut c = PartitionConfig::default();
+    assert!(!c.to_toml_public().contains("(hidden)"));
+    c.control.token = "s3cret".into();
+    let t = c.to_toml_public();
+    assert!(!t.contains("s3cret") && t.contains("(hidden)"), "{t}");
+    assert!(c.to_toml().contains("s3cret"));
+}
+
+#[test]
+fn hosts_need_tcp_and_known_names() {
+    let e = PartitionConfig::from_toml("[hosts]\n\"dcm-1\" = \"10.200.0.2\"\n", "h.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("transport.kind") && e.contains("tcp"), "{e}");
+    let e = PartitionConfig::from_toml(
+        "[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-9\" = \"10.200.0.2\"\n",
+        "h.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("hosts") && e.contains("dcm-9"), "{e}");
+    let c = PartitionConfig::from_toml(
+        "[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-1\" = \"10.200.0.2\"\n",
+        "h.toml",
+    )
+    .unwrap();
+    assert_eq!(c.hosts["dcm-1"], "10.200.0.2");
+    assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+    let e = PartitionConfig::from_toml("[control]\ndead_after_ms = 100\n", "h.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("control.dead_after_ms"), "{e}");
+}
+
+#[test]
+fn the_replay_input_parses_and_is_checked() {
+    let c = PartitionConfig::from_toml(
+        "[ros]\ninput = \"replay\"\nreplay_files = [\"a.data\"]\nreplay_l1id = \"keep\"\n\
+         replay_loop = true\nreplay_source_map = [[0xA10001, 0x410000]]\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.ros.input, RosInput::Replay);
+    assert_eq!(c.ros.replay_l1id, ReplayL1id::Keep);
+    assert_eq!(c.ros.replay_source_map, [[0xA1_0001, 0x41_0000]]);
+    assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+    let e = PartitionConfig::from_toml("[ros]\ninput = \"replay\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ros.replay_files"), "{e}");
+    let e = PartitionConfig::from_toml("[ros]\nreplay_source_map = [[1, 2], [1, 3]]\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ros.replay_source_map"), "{e}");
+}
+
+#[test]
+fn the_logger_format_and_its_codecs() {
+    assert_eq!(PartitionConfig::default().logger.format, FormatName::Rodeo);
+    let c = PartitionConfig::from_toml(
+        "[logger]\nformat = \"eventstorage\"\ncompression = \"zlib\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.logger.format, c.logger.compression),
+        (FormatName::Eventstorage, CompressionName::Zlib)
+    );
+    assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+    let e = PartitionConfig::from_toml(
+        "[logger]\nformat = \"eventstorage\"\ncompression = \"zstd\"\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("logger.compression") && e.contains("zstd") && e.contains("zlib"),
+        "{e}"
+    );
+    let e = PartitionConfig::from_toml("[logger]\ncompression = \"zlib\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("logger.compression") && e.contains("eventstorage"),
+        "{e}"
+    );
+    let e = PartitionConfig::from_toml(
+        "[logger]\nformat = \"eventstorage\"\nstreams = [\"phys.ics\"]\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("logger.streams") && e.contains("phys.ics"),
+        "{e}"
+    );
+    let e = PartitionConfig::from_toml("[logger]\nformat = \"root\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("root") && e.contains("eventstorage"), "{e}");
+}
+
+#[test]
+fn toml_round_trip() {
+    let mut c = PartitionConfig::default();
+    c.dcm.slots = 7;
+    c.transport.kind = TransportKind::Ipc;
+    assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+}
