@@ -10,10 +10,10 @@
 use std::io::Write as _;
 
 use libfuzzer_sys::fuzz_target;
-use rodeo_format::convert::lift_to_v5;
-use rodeo_format::datafile::DataFileReader;
+use rodeo_files::convert::lift_to_v5;
+use rodeo_files::datafile::DataFileReader;
 use rodeo_format::fragment::FullEvent;
-use rodeo_format::verify::check_file;
+use rodeo_files::verify::check_file;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("rodeo-fuzz-es-{}.data", std::process::id()));

@@ -6,7 +6,7 @@
 use std::io::Write as _;
 
 use libfuzzer_sys::fuzz_target;
-use rodeo_format::rawfile::RawFileReader;
+use rodeo_files::rawfile::RawFileReader;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("rodeo-fuzz-rawfile-{}.data", std::process::id()));

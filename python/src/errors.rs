@@ -4,9 +4,9 @@ use pyo3::exceptions::{PyException, PyOSError};
 use pyo3::prelude::*;
 
 use rodeo_format::compress::CompressError;
-use rodeo_format::datafile::DataFileError;
+use rodeo_files::datafile::DataFileError;
 use rodeo_format::fragment::FragmentError;
-use rodeo_format::rawfile::RawFileError as RustRawFileError;
+use rodeo_files::rawfile::RawFileError as RustRawFileError;
 
 pyo3::create_exception!(rodeo, Error, PyException, "Base class of rodeo's errors.");
 pyo3::create_exception!(
@@ -48,7 +48,7 @@ pub(crate) fn data_file_err(py: Python<'_>, e: DataFileError) -> PyErr {
     match e {
         DataFileError::Rodeo(e) => raw_file_err(py, e),
         DataFileError::Io { op, path, source }
-        | DataFileError::EventStorage(rodeo_format::eventstorage::EsError::Io {
+        | DataFileError::EventStorage(rodeo_files::eventstorage::EsError::Io {
             op,
             path,
             source,

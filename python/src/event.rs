@@ -10,7 +10,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyList};
 
 use rodeo_format::checksum::ChecksumType;
 use rodeo_format::compress::decompress_event;
-use rodeo_format::datafile::{FileEvent, RobRef};
+use rodeo_files::datafile::{FileEvent, RobRef};
 use rodeo_format::fragment::{FragmentError, FullEvent, RobFragment, SourceId};
 
 use crate::errors::*;

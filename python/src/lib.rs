@@ -67,6 +67,6 @@ fn _rodeo(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synth_event, m)?)?;
     m.add_function(wrap_pyfunction!(counter_word, m)?)?;
     m.add_function(wrap_pyfunction!(check_counter, m)?)?;
-    m.add("FORMAT_VERSION", rodeo_format::rawfile::FORMAT_VERSION)?;
+    m.add("FORMAT_VERSION", rodeo_files::rawfile::FORMAT_VERSION)?;
     Ok(())
 }

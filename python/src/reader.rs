@@ -4,8 +4,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use rodeo_format::datafile::{detect_container, Container, DataFileReader, FileInfo};
-use rodeo_format::rawfile::{FileStart, RawFileReader};
+use rodeo_files::datafile::{detect_container, Container, DataFileReader, FileInfo};
+use rodeo_files::rawfile::{FileStart, RawFileReader};
 
 use crate::errors::*;
 use crate::event::*;
@@ -303,7 +303,7 @@ pub(crate) fn verify<'py>(
     path: std::path::PathBuf,
 ) -> PyResult<Bound<'py, PyDict>> {
     let s = py
-        .detach(|| rodeo_format::rawfile::verify_file(&path))
+        .detach(|| rodeo_files::rawfile::verify_file(&path))
         .map_err(|e| raw_file_err(py, e))?;
     let d = PyDict::new(py);
     d.set_item("path", s.path.display().to_string())?;

@@ -4,7 +4,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use rodeo_format::rawfile::{RawFileConfig, RawFileError as RustRawFileError, RawFileWriter};
+use rodeo_files::rawfile::{RawFileConfig, RawFileError as RustRawFileError, RawFileWriter};
 
 use crate::errors::*;
 use crate::event::*;

@@ -164,7 +164,7 @@ def test_pybes3_and_rodeo_agree_on_every_event(tmp_path):
 
 REAL_BESIII = (
     pathlib.Path(__file__).resolve().parents[2]
-    / "crates/rodeo-format/tests/data/besiii_run0091668_pybes3.raw"
+    / "crates/rodeo-files/tests/data/besiii_run0091668_pybes3.raw"
 )
 
 
@@ -184,7 +184,7 @@ def _count_robs(words, at, end):
 
 
 def test_a_real_besiii_file_agrees_with_pybes3(dump_json, run_rodeo):
-    """A real BESIII file (crates/rodeo-format/tests/data/README.md): pybes3, rodeo's reader and
+    """A real BESIII file (crates/rodeo-files/tests/data/README.md): pybes3, rodeo's reader and
     `rodeo dump --json` agree on the events, run numbers and L1IDs; the ROB counts agree with
     a walk of the event words written here; `rodeo verify` passes."""
     pybes3 = _pybes3()

@@ -13,8 +13,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rodeo_files::linkfile::{LinkFile, LinkFileError, LinkMode};
 use rodeo_format::felix::{packet_len, TrailerSize};
-use rodeo_format::linkfile::{LinkFile, LinkFileError, LinkMode};
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::Superpage;
 

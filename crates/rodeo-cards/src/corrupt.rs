@@ -8,10 +8,10 @@
 //! kind. What each kind does, and what a receiver counts for it, is listed on
 //! [`CorruptionKind`].
 
+use rodeo_files::linkfile::LinkMode;
 use rodeo_format::checksum::{crc16_words, CRC16_INIT};
 use rodeo_format::felix::{BlockDecoder, SubchunkType, Trailer, TrailerFlags, TrailerSize};
 use rodeo_format::fragment::{ROD_MARKER, SLINK_BEGIN, SLINK_END};
-use rodeo_format::linkfile::LinkMode;
 
 use crate::dma::Generator;
 use crate::generator::Rng;

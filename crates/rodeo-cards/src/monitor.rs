@@ -7,9 +7,9 @@
 //! with what a [`crate::corrupt::Corruptor`] injected. It is a checking reader, not the data
 //! path: the fragment builder and event store do their own decoding on their hot paths.
 
+use rodeo_files::linkfile::LinkMode;
 use rodeo_format::checksum::bytes_as_words;
 use rodeo_format::felix::{check_packet, FelixCounters, Reassembler};
-use rodeo_format::linkfile::LinkMode;
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 use rodeo_format::synth::check_counter;
 

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use rodeo_format::linkfile::LinkFile;
+use rodeo_files::linkfile::LinkFile;
 
 use crate::dma::{Fill, Generator};
 
@@ -96,7 +96,7 @@ impl Generator for FilePlayer {
 mod tests {
     use std::path::Path;
 
-    use rodeo_format::linkfile::{LinkFileHeader, LinkMode, LINK_FILE_MARKER};
+    use rodeo_files::linkfile::{LinkFileHeader, LinkMode, LINK_FILE_MARKER};
 
     use super::*;
 

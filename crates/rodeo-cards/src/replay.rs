@@ -17,9 +17,9 @@
 
 use std::sync::Arc;
 
+use rodeo_files::replay::{L1idMode, ReplayEvents};
 use rodeo_format::fragment::{SLINK_BEGIN, SLINK_END};
 use rodeo_format::l1id::L1idCounter;
-use rodeo_format::replay::{L1idMode, ReplayEvents};
 
 use crate::dma::{Fill, Generator};
 
@@ -139,8 +139,8 @@ impl Generator for ReplayGenerator {
 mod tests {
     use std::collections::HashMap;
 
+    use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
     use rodeo_format::fragment::{EventBuilder, RobBuilder, RobPayload, RodBuilder, SourceId};
-    use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
 
     use super::*;
 

@@ -11,8 +11,8 @@ use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Generator};
 use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_cards::monitor::LinkMonitor;
 use rodeo_cards::player::FilePlayer;
+use rodeo_files::linkfile::{LinkFile, LinkFileHeader, LinkFileWriter, LinkMode};
 use rodeo_format::felix::TrailerSize;
-use rodeo_format::linkfile::{LinkFile, LinkFileHeader, LinkFileWriter, LinkMode};
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{RegionOptions, SuperpagePool, SuperpagePoolConfig};
 

@@ -11,8 +11,8 @@ use rodeo_cards::dma::EmulatedConfig;
 use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_cards::monitor::LinkMonitor;
 use rodeo_cards::net::{LinkAddress, LinkSender};
+use rodeo_files::linkfile::LinkMode;
 use rodeo_format::felix::TrailerSize;
-use rodeo_format::linkfile::LinkMode;
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{RegionOptions, SuperpagePool, SuperpagePoolConfig};
 

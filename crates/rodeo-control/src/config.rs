@@ -862,7 +862,7 @@ impl PartitionConfig {
             _ => {}
         }
         if l.format == FormatName::Eventstorage {
-            use rodeo_format::eventstorage::valid_name_part;
+            use rodeo_files::eventstorage::valid_name_part;
             if !valid_name_part(&l.project) {
                 return Err(bad(
                     "logger.project",
@@ -871,7 +871,7 @@ impl PartitionConfig {
                 ));
             }
             for st in &l.streams {
-                let (t, n) = rodeo_format::eventstorage::split_stream(st);
+                let (t, n) = rodeo_files::eventstorage::split_stream(st);
                 if !valid_name_part(t) || t.contains('_') || !valid_name_part(n) {
                     return Err(bad(
                         "logger.streams",

@@ -20,8 +20,8 @@ use rodeo_dataflow::logger::{FileFormat, LoggerCompression, LoggerConfig};
 use rodeo_dataflow::roib::RoibConfig;
 use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
+use rodeo_files::replay::L1idMode;
 use rodeo_format::checksum::ChecksumType;
-use rodeo_format::replay::L1idMode;
 use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
 use rodeo_transport::message::{clear_bytes, data_request_bytes};
 

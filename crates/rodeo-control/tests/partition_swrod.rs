@@ -9,9 +9,9 @@ use rodeo_control::config::{PartitionConfig, RosInput};
 use rodeo_control::control::RunControl;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::prometheus::MetricsWriter;
+use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::FullEvent;
-use rodeo_format::rawfile::RawFileReader;
 
 const EVENTS: u64 = 1500;
 const NODES: usize = 2;

@@ -46,7 +46,7 @@ pub enum DataflowError {
         app: String,
         /// The error.
         #[source]
-        source: rodeo_format::rawfile::RawFileError,
+        source: rodeo_files::rawfile::RawFileError,
     },
     /// Writing EventStorage files failed.
     #[error("{app}: {source}")]
@@ -55,7 +55,7 @@ pub enum DataflowError {
         app: String,
         /// The error.
         #[source]
-        source: rodeo_format::eventstorage::EsError,
+        source: rodeo_files::eventstorage::EsError,
     },
     /// The application's thread could not start or panicked.
     #[error("{app}: thread {what}")]

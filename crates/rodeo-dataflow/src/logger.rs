@@ -47,11 +47,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rodeo_files::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
+use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_format::checksum::bytes_as_words;
 use rodeo_format::compress::compress_event;
-use rodeo_format::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
 use rodeo_format::fragment::FullEvent;
-use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_event_ack, Message};
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
@@ -154,7 +154,7 @@ impl LoggerConfig {
             _ => {}
         }
         if self.format == FileFormat::EventStorage {
-            use rodeo_format::eventstorage::valid_name_part;
+            use rodeo_files::eventstorage::valid_name_part;
             let name_ok = |s: &str| valid_name_part(s);
             if !name_ok(&self.project) {
                 return Err(format!(

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use rodeo_dataflow::logger::{self, LoggerCompression, LoggerConfig, LoggerCounters};
+use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::checksum::words_as_bytes;
-use rodeo_format::rawfile::RawFileReader;
 use rodeo_format::synth::{EventSynth, SynthConfig};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, header_bytes, Message, MessageType};

@@ -179,7 +179,7 @@ pub(crate) fn inflate_exact(input: &[u8], expected: usize) -> Result<Vec<u8>, St
 }
 
 /// Little-endian words of `bytes` (a multiple of 4 long; a partial last word is dropped).
-pub(crate) fn bytes_to_words(bytes: &[u8]) -> Vec<u32> {
+pub fn bytes_to_words(bytes: &[u8]) -> Vec<u32> {
     bytes
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

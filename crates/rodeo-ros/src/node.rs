@@ -51,7 +51,7 @@ use crate::store::{EventStore, StoreConfig};
 use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Generator};
 use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_cards::replay::ReplayGenerator;
-use rodeo_format::replay::{L1idMode, ReplayError, ReplayEvents};
+use rodeo_files::replay::{L1idMode, ReplayError, ReplayEvents};
 use rodeo_swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
 
 /// Raw-data files replayed through a node's channels ([`NodeInput::Replay`]).

@@ -4,7 +4,7 @@
 //! event with the accepted count; zlib blocks inflate with plain zlib; `rodeo dump` and
 //! `rodeo verify` read them; zstd with EventStorage is refused naming the field.
 
-#[path = "../../rodeo-format/tests/spec_reader/mod.rs"]
+#[path = "../../rodeo-files/tests/spec_reader/mod.rs"]
 mod spec_reader;
 
 use std::collections::HashSet;

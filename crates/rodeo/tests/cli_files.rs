@@ -249,10 +249,10 @@ fn convert_to_eventstorage_and_back_keeps_every_event() {
     assert!(text(&out).contains("zlib"), "{}", text(&out));
 }
 
-/// A real BESIII file (EventStorage v2, eformat 3; `crates/rodeo-format/tests/data/README.md`).
+/// A real BESIII file (EventStorage v2, eformat 3; `crates/rodeo-files/tests/data/README.md`).
 fn besiii_file() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rodeo-format/tests/data/besiii_run0091668_pybes3.raw")
+        .join("../rodeo-files/tests/data/besiii_run0091668_pybes3.raw")
 }
 
 #[test]

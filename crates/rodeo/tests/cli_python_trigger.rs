@@ -7,8 +7,8 @@ use std::process::Command;
 #[cfg(feature = "python")]
 #[test]
 fn a_python_callable_decides_every_event_of_the_run() {
+    use rodeo_files::rawfile::RawFileReader;
     use rodeo_format::fragment::FullEvent;
-    use rodeo_format::rawfile::RawFileReader;
 
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("mytrigger.py");

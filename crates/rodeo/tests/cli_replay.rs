@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use rodeo_format::datafile::DataFileReader;
+use rodeo_files::datafile::DataFileReader;
 use serde_json::Value;
 
 /// Runs `rodeo ARGS`, killing it after `limit` (output read while it runs).

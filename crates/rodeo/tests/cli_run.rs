@@ -4,9 +4,9 @@
 use std::collections::HashSet;
 use std::process::Command;
 
+use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::FullEvent;
-use rodeo_format::rawfile::RawFileReader;
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Value {

@@ -62,7 +62,7 @@ impl Application for SupervisorApp {
         let mut config = layout.supervisor.clone();
         if !layout.replay_l1id_files.is_empty() {
             // A replay keeping its files' L1IDs: the L1 source issues them in the same order.
-            let l1ids = rodeo_format::replay::file_l1ids(&layout.replay_l1id_files)
+            let l1ids = rodeo_files::replay::file_l1ids(&layout.replay_l1id_files)
                 .map_err(|e| format!("L1IDs of the replay files: {e}"))?;
             config.l1.l1ids = Some(l1ids.into());
         }

@@ -17,7 +17,7 @@ use rodeo_cards::card::{Card, CardSpec, ChannelSource, ChannelSpec};
 use rodeo_cards::dma::EmulatedConfig;
 use rodeo_cards::monitor::LinkMonitor;
 use rodeo_cards::net::LinkAddress;
-use rodeo_format::linkfile::LinkMode;
+use rodeo_files::linkfile::LinkMode;
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{RegionOptions, SuperpagePool, SuperpagePoolConfig};
 use serde_json::{json, Map, Value};

@@ -1,14 +1,14 @@
 //! `rodeo convert IN OUT --format eventstorage|rodeo`: one raw-data file into the other
 //! container (or the same), eformat 3/4 events lifted to eformat 5
-//! (`rodeo_format::convert::convert_file`). Prints what was written; on a damaged input the
+//! (`rodeo_files::convert::convert_file`). Prints what was written; on a damaged input the
 //! events before the damage are converted, the output closed, and the exit code is 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use rodeo_format::convert::{convert_file, ConvertCompression, ConvertError, ConvertOptions};
-use rodeo_format::datafile::Container;
+use rodeo_files::convert::{convert_file, ConvertCompression, ConvertError, ConvertOptions};
+use rodeo_files::datafile::Container;
 use serde_json::json;
 
 /// The output container as `--format` spells it.

@@ -2,7 +2,7 @@
 //! (rodeo's own or EventStorage v2-v6, eformat 3, 4 or 5 events), hex words on request, or
 //! everything as one JSON object (`--json`).
 //!
-//! Files are opened through `rodeo_format::datafile::DataFileReader`, which tells the
+//! Files are opened through `rodeo_files::datafile::DataFileReader`, which tells the
 //! containers apart by their first record. Every event shows its run number, L1ID and ROBs
 //! with their source ids, whatever its version; eformat 5 events show their header fields too.
 //! Compressed events are shown restored (`stored_compressed`). A damaged file shows every
@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use rodeo_format::datafile::{DataFileReader, FileEvent, FileInfo};
+use rodeo_files::datafile::{DataFileReader, FileEvent, FileInfo};
 use rodeo_format::fragment::FullEvent;
 use serde_json::{json, Value};
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_format::checksum::ChecksumType;
-use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_format::synth::{EventSynth, SynthConfig};
 use serde::Serialize;
 

@@ -12,8 +12,8 @@ use rodeo_cards::generator::{
     FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange, DEFAULT_L1ID_WRAP,
 };
 use rodeo_cards::net::{LinkAddress, LinkSender};
+use rodeo_files::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
 use rodeo_format::felix::TrailerSize;
-use rodeo_format::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
 use serde_json::{json, Map, Value};
 
 use rodeo_studies::node::parse_u32;

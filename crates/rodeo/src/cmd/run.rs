@@ -23,7 +23,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 use crate::progress;
-use rodeo_format::verify::check_file;
+use rodeo_files::verify::check_file;
 
 /// Arguments of `rodeo run`.
 #[derive(Debug, clap::Args)]

@@ -1,6 +1,6 @@
 //! `rodeo verify FILE...`: structure, every checksum and the end record of raw-data files of
 //! either container (rodeo's own or EventStorage v2-v6, told apart by the first record; the
-//! checks are `rodeo_format::verify::check_file`'s).
+//! checks are `rodeo_files::verify::check_file`'s).
 //!
 //! One summary line per file. On the first problem in a file: where (byte offset in the file),
 //! what was expected and what was found, and how many events before it are good; the exit code
@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rodeo_format::verify::{check_file, FileVerdict};
+use rodeo_files::verify::{check_file, FileVerdict};
 use serde_json::json;
 
 /// Arguments of `rodeo verify`.

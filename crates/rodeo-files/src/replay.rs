@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::convert::{lift_to_v5, LiftError};
 use crate::datafile::{DataFileError, DataFileReader};
-use crate::fragment::FullEvent;
+use rodeo_format::fragment::FullEvent;
 
 /// What the replayed fragments carry as their L1ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -24,7 +24,7 @@ pub enum L1idMode {
     /// The L1IDs of the file's events (each ROD written with its event's L1ID).
     Keep,
     /// 0, 1, 2, ... in file order (continuing over loops), wrapping into the ECR like the
-    /// emulated cards (`crate::l1id`): what an L1 emulator asks for.
+    /// emulated cards (`rodeo_format::l1id`): what an L1 emulator asks for.
     #[default]
     Renumber,
 }

@@ -8,7 +8,7 @@ use super::{
     FileStart, RawFileError, RecordKind, END_MARKER, END_RECORD_WORDS, END_TRAILER,
     EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, START_MARKER,
 };
-use crate::checksum::{adler32, adler32_concat, ADLER32_INIT};
+use rodeo_format::checksum::{adler32, adler32_concat, ADLER32_INIT};
 
 /// Largest start record accepted, in words (two maximal strings fit many times over).
 const MAX_START_WORDS: u32 = 16_384;

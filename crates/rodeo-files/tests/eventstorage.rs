@@ -7,16 +7,16 @@ mod spec_reader;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use rodeo_format::checksum::ChecksumType;
-use rodeo_format::compress::compress_event;
-use rodeo_format::datafile::{Container, DataFileError, DataFileReader};
-use rodeo_format::eventstorage::{
+use rodeo_files::datafile::{Container, DataFileError, DataFileReader};
+use rodeo_files::eventstorage::{
     EsCompression, EsError, EsReader, EsWriter, EsWriterConfig, RunParameters,
 };
+use rodeo_files::rawfile::{RawFileConfig, RawFileWriter, FLAG_COMPRESSED};
+use rodeo_files::verify::{check_file, FileVerdict};
+use rodeo_format::checksum::ChecksumType;
+use rodeo_format::compress::compress_event;
 use rodeo_format::fragment::FullEvent;
-use rodeo_format::rawfile::{RawFileConfig, RawFileWriter, FLAG_COMPRESSED};
 use rodeo_format::synth::{EventSynth, SynthConfig};
-use rodeo_format::verify::{check_file, FileVerdict};
 
 /// `check_file`'s verdict on a file that must be good.
 fn verified(p: &Path) -> FileVerdict {
@@ -567,7 +567,7 @@ fn rob_contents(p: &Path) -> Vec<(u32, u32, RobData)> {
 
 #[test]
 fn convert_round_trips_between_the_containers() {
-    use rodeo_format::convert::{convert_file, ConvertCompression, ConvertOptions};
+    use rodeo_files::convert::{convert_file, ConvertCompression, ConvertOptions};
     let dir = tempfile::tempdir().unwrap();
     let evs = events(15, 4242);
     let mut c = RawFileConfig::new(dir.path(), 4242, "SFO-1", "physics_Main");
@@ -626,7 +626,7 @@ fn convert_round_trips_between_the_containers() {
 
 #[test]
 fn convert_lifts_eformat_3_and_4_robs_into_eformat_5_events() {
-    use rodeo_format::convert::{convert_file, ConvertOptions};
+    use rodeo_files::convert::{convert_file, ConvertOptions};
     use rodeo_format::fragment::FullEvent;
     let dir = tempfile::tempdir().unwrap();
     // BESIII v2 (eformat 3 through sub-detector and ROS levels), with one more event whose

@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::compress::{decompress_event, CompressError};
 use crate::datafile::{Container, DataFileError, DataFileReader, EventError, FileEvent};
-use crate::fragment::{ErrorKind, FragmentError, FragmentKind, FullEvent};
+use rodeo_format::compress::{decompress_event, CompressError};
+use rodeo_format::fragment::{ErrorKind, FragmentError, FragmentKind, FullEvent};
 
 /// Bytes of the record header before an event's words, in both containers: rodeo's event
 /// record header and EventStorage's data separator are 4 words each.

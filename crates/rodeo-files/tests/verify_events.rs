@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use rodeo_format::rawfile::{RawFileConfig, RawFileWriter};
+use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
+use rodeo_files::verify::check_file;
 use rodeo_format::synth::{EventSynth, SynthConfig};
-use rodeo_format::verify::check_file;
 
 const EVENTS: u64 = 20;
 const ROBS: usize = 8;
@@ -74,9 +74,9 @@ fn a_missing_file_is_a_verdict_not_a_panic() {
 /// Writes the same synthetic events as EventStorage v5 (optionally zlib blocks).
 fn write_es_file(
     dir: &Path,
-    compression: rodeo_format::eventstorage::EsCompression,
+    compression: rodeo_files::eventstorage::EsCompression,
 ) -> std::path::PathBuf {
-    use rodeo_format::eventstorage::{EsWriter, EsWriterConfig};
+    use rodeo_files::eventstorage::{EsWriter, EsWriterConfig};
     let mut cfg = EsWriterConfig::new(dir, "data_test", 77, "physics", "Main", "SFO-1");
     cfg.free_disk_margin_bytes = 0;
     cfg.fsync_on_close = false;
@@ -96,8 +96,8 @@ fn write_es_file(
 
 #[test]
 fn eventstorage_files_pass_and_a_damaged_one_stops_at_the_damage() {
-    use rodeo_format::datafile::Container;
-    use rodeo_format::eventstorage::EsCompression;
+    use rodeo_files::datafile::Container;
+    use rodeo_files::eventstorage::EsCompression;
     let dir = tempfile::tempdir().unwrap();
     for (i, c) in [EsCompression::None, EsCompression::Zlib { level: 1 }]
         .into_iter()

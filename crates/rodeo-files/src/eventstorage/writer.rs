@@ -11,10 +11,10 @@ use super::{
     FILE_END_LAST, FILE_END_MARKER, FILE_END_WORDS, FILE_NAME_MARKER, FILE_START_MARKER,
     FILE_START_WORDS, FREE_STRINGS_MARKER, WRITE_VERSION, WRITING_SUFFIX,
 };
-use crate::checksum::words_as_bytes;
-use crate::compress::{decompress_event, COMPRESSION_ZSTD};
-use crate::fragment::FullEvent;
 use crate::rawfile::free_disk_bytes;
+use rodeo_format::checksum::words_as_bytes;
+use rodeo_format::compress::{decompress_event, COMPRESSION_ZSTD};
+use rodeo_format::fragment::FullEvent;
 
 const END_BYTES: u64 = FILE_END_WORDS as u64 * 4;
 const SEPARATOR_BYTES: u64 = DATA_SEPARATOR_WORDS as u64 * 4;

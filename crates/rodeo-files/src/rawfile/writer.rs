@@ -12,7 +12,7 @@ use super::{
     file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS, END_TRAILER,
     EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
 };
-use crate::checksum::{adler32, adler32_concat, words_as_bytes, ADLER32_INIT};
+use rodeo_format::checksum::{adler32, adler32_concat, words_as_bytes, ADLER32_INIT};
 
 const END_RECORD_BYTES: u64 = END_RECORD_WORDS as u64 * 4;
 

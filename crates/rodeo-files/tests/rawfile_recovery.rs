@@ -3,11 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use rodeo_format::checksum::{adler32, words_as_bytes, ADLER32_INIT};
-use rodeo_format::rawfile::{
+use rodeo_files::rawfile::{
     verify_file, EventLocation, RawFileConfig, RawFileError, RawFileReader, RawFileWriter,
     RecordKind,
 };
+use rodeo_format::checksum::{adler32, words_as_bytes, ADLER32_INIT};
 
 fn fragment(i: u32) -> Vec<u32> {
     (0..20 + (i * 53) % 400).map(|j| i ^ (j << 8)).collect()

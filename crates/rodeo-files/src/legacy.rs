@@ -1,6 +1,6 @@
 //! eformat v3 and v4 full events (BESIII, ATLAS before 2009), walked down to their ROBs.
 //!
-//! rodeo builds and reads eformat 5 ([`crate::fragment`]); the experiments' older files hold
+//! rodeo builds and reads eformat 5 ([`rodeo_format::fragment`]); the experiments' older files hold
 //! events of major version 3 (0x0300xxxx) or 4 (0x0400xxxx). This module reads them, read-only,
 //! into what a replay or a dump needs: the event's run number and L1ID and the list of its ROB
 //! fragments (source identifier, the ROB's words, its ROD's words and data block).
@@ -51,7 +51,7 @@
 
 use std::fmt;
 
-use crate::fragment::{
+use rodeo_format::fragment::{
     FULL_EVENT_MARKER, LEGACY_ROS_MARKER, LEGACY_SUBDETECTOR_MARKER, ROB_MARKER, ROD_MARKER,
 };
 
@@ -502,7 +502,7 @@ fn parse_rob(
 /// [`LegacyEvent::parse`] reads.
 pub mod build {
     use super::{FULL_EVENT_MARKER, ROB_MARKER, ROD_MARKER};
-    use crate::fragment::{LEGACY_ROS_MARKER, LEGACY_SUBDETECTOR_MARKER};
+    use rodeo_format::fragment::{LEGACY_ROS_MARKER, LEGACY_SUBDETECTOR_MARKER};
 
     /// A generic header (marker, size, header size, version, source, no status, then `word6`
     /// and `specific`) followed by `payload`.

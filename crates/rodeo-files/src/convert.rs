@@ -6,7 +6,7 @@
 //! eformat 5 events are copied word for word (restored first if they were stored compressed);
 //! eformat 3 and 4 events (BESIII, ATLAS before 2009) are lifted to eformat 5 by
 //! [`lift_to_v5`]: their ROBs are taken out of the sub-detector and ROS levels and wrapped,
-//! in the same order, in one eformat 5 full event (`crate::fragment` builders), each ROD
+//! in the same order, in one eformat 5 full event (`rodeo_format::fragment` builders), each ROD
 //! rewritten with the eformat 5 ROD version word and its status and data words unchanged.
 //!
 //! The file's metadata goes along: run number, luminosity block, application and stream
@@ -14,16 +14,16 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::compress::{compress_event, CompressError};
 use crate::datafile::{Container, DataFileError, DataFileReader, FileEvent, FileInfo};
 use crate::eventstorage::{
     split_stream, valid_name_part, EsCompression, EsError, EsWriter, EsWriterConfig, RunParameters,
 };
-use crate::fragment::{
-    EventBuilder, FragmentError, RobBuilder, RobPayload, RodBuilder, SourceId, StatusPosition,
-};
 use crate::legacy::{LegacyError, LegacyEvent};
 use crate::rawfile::{valid_name, RawFileConfig, RawFileError, RawFileWriter, FLAG_COMPRESSED};
+use rodeo_format::compress::{compress_event, CompressError};
+use rodeo_format::fragment::{
+    EventBuilder, FragmentError, RobBuilder, RobPayload, RodBuilder, SourceId, StatusPosition,
+};
 
 /// How a converted file is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

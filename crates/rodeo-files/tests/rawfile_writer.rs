@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use rodeo_format::checksum::{adler32, words_as_bytes, ADLER32_INIT};
-use rodeo_format::rawfile::{
+use rodeo_files::rawfile::{
     file_name, verify_file, RawFileConfig, RawFileError, RawFileReader, RawFileWriter,
 };
+use rodeo_format::checksum::{adler32, words_as_bytes, ADLER32_INIT};
 
 fn fragment(i: u32) -> Vec<u32> {
     (0..(i * 37) % 300).map(|j| i * 100_000 + j).collect()

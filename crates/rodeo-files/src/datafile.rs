@@ -5,7 +5,7 @@
 //! to rodeo's reader (`specs/raw-file.md`), which reports its own errors. Events come out as
 //! [`FileEvent`]s with what every consumer needs whatever the file: run number, L1ID, and the
 //! ROBs with their source identifiers and word ranges. eformat 5 events are read with
-//! [`crate::fragment`], eformat 3/4 events with [`crate::legacy`] (through their sub-detector
+//! [`rodeo_format::fragment`], eformat 3/4 events with [`crate::legacy`] (through their sub-detector
 //! and ROS levels).
 //!
 //! Compressed events are restored by default: rodeo's zstd events (record flag bit 0),
@@ -22,11 +22,11 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::compress::{decompress_event, decompress_zlib_event, CompressError};
 use crate::eventstorage::{EsError, EsFileInfo, EsReader, FILE_START_WORDS};
-use crate::fragment::{FragmentError, FullEvent, FULL_EVENT_MARKER};
 use crate::legacy::{LegacyError, LegacyEvent};
 use crate::rawfile::{FileStart, RawFileError, RawFileReader, FLAG_COMPRESSED, START_MARKER};
+use rodeo_format::compress::{decompress_event, decompress_zlib_event, CompressError};
+use rodeo_format::fragment::{FragmentError, FullEvent, FULL_EVENT_MARKER};
 
 /// Which container a file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,7 +9,7 @@ use super::{
     FILE_END_LAST, FILE_END_MARKER, FILE_END_WORDS, FILE_NAME_MARKER, FILE_START_MARKER,
     FILE_START_WORDS, FREE_STRINGS_MARKER, READ_VERSIONS, RUN_PARAMETERS_MARKER,
 };
-use crate::compress::bytes_to_words;
+use rodeo_format::compress::bytes_to_words;
 
 /// Largest string accepted in a metadata record.
 const MAX_STRING_BYTES: u64 = 1 << 20;

@@ -1,0 +1,34 @@
+//! rodeo's data files: what is written to disk and read back.
+//!
+//! **Role in the flow.** The last stage of the data flow (the logger writes these files) and the
+//! first of a replay (a readout node's cards can be fed from them). Built on `rodeo-format`, which
+//! defines the events and fragments inside the files.
+//!
+//! - [`rawfile`]: rodeo's raw-data files (writer with rotation and free-space check, streaming
+//!   reader with checksum validation and recovery of damaged files).
+//! - [`eventstorage`]: ATLAS EventStorage files, the experiments' container: a version-5 writer
+//!   (ATLAS file names, metadata records, zlib data blocks) and a reader of versions 2 to 6.
+//! - [`legacy`]: eformat v3/v4 full events (BESIII, ATLAS before 2009) walked through their
+//!   sub-detector and ROS fragments down to the ROBs.
+//! - [`datafile`]: one reader for every data file, whichever container it is (chosen by the
+//!   first record) and whichever eformat version its events are: run number, L1ID, ROBs.
+//! - [`verify`]: a file checked completely (records, checksums, every event and ROB).
+//! - [`convert`]: a data file into either container, eformat 3/4 events lifted to eformat 5.
+//! - [`replay`]: the RODs of data files' events loaded for replay through a readout node.
+//! - [`linkfile`]: link capture files, recorded streams of FELIX blocks or S-LINK fragments.
+//!
+//! **Owns**: file layouts, naming, the write path's durability (fsync, `.writing` then rename)
+//! and every parser of file bytes, each returning a typed error with the byte offset; none
+//! panics on any input (the fuzz targets in `fuzz/` hold them to that).
+//!
+//! **Must not depend on** threads, sockets or any stage of the data flow: the logger, the
+//! readout and the tools call into it, never the other way round.
+
+pub mod convert;
+pub mod datafile;
+pub mod eventstorage;
+pub mod legacy;
+pub mod linkfile;
+pub mod rawfile;
+pub mod replay;
+pub mod verify;
