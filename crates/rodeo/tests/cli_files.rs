@@ -142,6 +142,9 @@ fn dump_shows_events_and_robs() {
     assert_eq!(t.matches("\nevent ").count(), 2, "{t}");
     assert_eq!(t.matches("  ROB 0x").count(), 16, "{t}");
     assert!(t.contains("aa1234aa"), "hex words missing: {t}");
+    // Names for people, not Rust debug text.
+    assert!(t.contains("(Pixel)"), "{t}");
+    assert!(!t.contains("Some("), "debug text in the dump: {t}");
 }
 
 #[test]

@@ -69,6 +69,23 @@ pub enum System {
     Other,
 }
 
+impl System {
+    /// The system's name as people write it (`Pixel`, `SCT`, `LAr`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            System::FullEvent => "full event",
+            System::Pixel => "Pixel",
+            System::Sct => "SCT",
+            System::Trt => "TRT",
+            System::LAr => "LAr",
+            System::Tile => "Tile",
+            System::Muon => "Muon",
+            System::Tdaq => "TDAQ",
+            System::Other => "other",
+        }
+    }
+}
+
 /// A source identifier: optional field (bits 31..24), sub-detector (23..16), module id (15..0).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct SourceId(pub u32);

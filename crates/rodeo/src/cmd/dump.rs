@@ -111,9 +111,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                         let rod = rob.rod();
                         writeln!(
                             out,
-                            "  ROB {:#010x} ({:?}): {} words, status {:#010x}, L1ID {:#010x}, BCID {}, {} data words",
+                            "  ROB {:#010x} ({}): {} words, status {:#010x}, L1ID {:#010x}, BCID {}, {} data words",
                             rob.source_id().word(),
-                            rob.source_id().subdetector().system(),
+                            rob.source_id()
+                                .subdetector()
+                                .system()
+                                .map_or("unknown sub-detector", |s| s.name()),
                             rob.size_words(),
                             rob.status().word(),
                             rod.extended_l1id(),
