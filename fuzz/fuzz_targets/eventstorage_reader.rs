@@ -12,13 +12,15 @@ use std::io::Write as _;
 use libfuzzer_sys::fuzz_target;
 use rodeo_files::convert::lift_to_v5;
 use rodeo_files::datafile::DataFileReader;
-use rodeo_format::fragment::FullEvent;
 use rodeo_files::verify::check_file;
+use rodeo_format::fragment::FullEvent;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("rodeo-fuzz-es-{}.data", std::process::id()));
     {
-        let Ok(mut f) = std::fs::File::create(&path) else { return };
+        let Ok(mut f) = std::fs::File::create(&path) else {
+            return;
+        };
         if f.write_all(data).is_err() {
             return;
         }
@@ -37,7 +39,10 @@ fuzz_target!(|data: &[u8]| {
                         let mut v5 = Vec::new();
                         if e.eformat != 5 && lift_to_v5(&e, &mut v5).is_ok() {
                             let lifted = FullEvent::parse(&v5).expect("a lifted event parses");
-                            assert_eq!(lifted.validate_robs().expect("its ROBs parse"), e.robs.len());
+                            assert_eq!(
+                                lifted.validate_robs().expect("its ROBs parse"),
+                                e.robs.len()
+                            );
                         }
                     }
                     Err(e) => {

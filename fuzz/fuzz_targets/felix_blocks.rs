@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use rodeo_format::felix::{check_packet, decode_packet, BlockDecoder, Reassembler};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let block = if sel & 1 == 0 { 1024 } else { 2048 };
     let mut dec = BlockDecoder::new();
     let mut re = Reassembler::new(64 * 1024);

@@ -11,7 +11,9 @@ use rodeo_files::rawfile::RawFileReader;
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("rodeo-fuzz-rawfile-{}.data", std::process::id()));
     {
-        let Ok(mut f) = std::fs::File::create(&path) else { return };
+        let Ok(mut f) = std::fs::File::create(&path) else {
+            return;
+        };
         if f.write_all(data).is_err() {
             return;
         }
@@ -22,7 +24,11 @@ fuzz_target!(|data: &[u8]| {
                 Ok(e) => assert!(e.offset < data.len() as u64),
                 Err(e) => {
                     if let Some(o) = e.offset() {
-                        assert!(o <= data.len() as u64, "error offset {o} beyond the file ({})", data.len());
+                        assert!(
+                            o <= data.len() as u64,
+                            "error offset {o} beyond the file ({})",
+                            data.len()
+                        );
                     }
                     break;
                 }

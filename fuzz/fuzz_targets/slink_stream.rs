@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkItem};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let words: Vec<u32> = rest
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

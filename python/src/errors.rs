@@ -3,10 +3,10 @@
 use pyo3::exceptions::{PyException, PyOSError};
 use pyo3::prelude::*;
 
-use rodeo_format::compress::CompressError;
 use rodeo_files::datafile::DataFileError;
-use rodeo_format::fragment::FragmentError;
 use rodeo_files::rawfile::RawFileError as RustRawFileError;
+use rodeo_format::compress::CompressError;
+use rodeo_format::fragment::FragmentError;
 
 pyo3::create_exception!(rodeo, Error, PyException, "Base class of rodeo's errors.");
 pyo3::create_exception!(

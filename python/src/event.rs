@@ -8,9 +8,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyList};
 
+use rodeo_files::datafile::{FileEvent, RobRef};
 use rodeo_format::checksum::ChecksumType;
 use rodeo_format::compress::decompress_event;
-use rodeo_files::datafile::{FileEvent, RobRef};
 use rodeo_format::fragment::{FragmentError, FullEvent, RobFragment, SourceId};
 
 use crate::errors::*;
