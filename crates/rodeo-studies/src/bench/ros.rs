@@ -171,18 +171,10 @@ fn node_args(a: &Args) -> NodeArgs {
             let events = a.threads.max(1) as usize * (100 + a.max_outstanding);
             events.div_ceil(2) + 16
         }),
-        page_bytes: 4096,
         input: InputKind::Firmware,
         payload: a.payload,
-        input_rate: None,
-        elinks: 4,
-        io_threads: 1,
-        descriptors: 1024,
-        pending_timeout_ms: 200,
-        error_file: None,
-        l1id_wrap: 1 << 24,
         core_cpu: pinning(a).map(|(core, _)| core),
-        max_message_bytes: None,
+        ..crate::defaults()
     }
 }
 

@@ -177,18 +177,9 @@ fn measure(t: &Transport, p: Point, seconds: f64) -> anyhow::Result<Run> {
         base_source_id: 0x0051_0000,
         // Room for the requests in flight and a clear group, as `bench ros` sizes it.
         pages_per_channel: (100 + max_outstanding).div_ceil(2) + 16,
-        page_bytes: 4096,
         input: InputKind::Firmware,
         payload: PayloadKind::Headers,
-        input_rate: None,
-        elinks: 4,
-        io_threads: 1,
-        descriptors: 1024,
-        pending_timeout_ms: 200,
-        error_file: None,
-        l1id_wrap: 1 << 24,
-        core_cpu: None,
-        max_message_bytes: None,
+        ..crate::defaults()
     };
     let mix = MixArgs {
         l2_fraction: p.l2,

@@ -27,7 +27,7 @@ use serde::Serialize;
 use super::plot::{line_chart, Chart, Series};
 use super::rounds::{self, summarize};
 use super::{field, Ctx};
-use crate::node::{InputKind, NodeArgs, PayloadKind};
+use crate::node::{InputKind, NodeArgs};
 use crate::plain::plain_loop;
 use crate::report::Report;
 
@@ -83,18 +83,9 @@ fn emulator_args(sources: usize, words: u32, first: u32) -> NodeArgs {
         fragment_words: words,
         base_source_id: first,
         pages_per_channel: 1,
-        page_bytes: 4096,
         input: InputKind::Firmware,
-        payload: PayloadKind::Full,
-        input_rate: None,
-        elinks: 4,
-        io_threads: 1,
         descriptors: 1,
-        pending_timeout_ms: 200,
-        error_file: None,
-        l1id_wrap: 1 << 24,
-        core_cpu: None,
-        max_message_bytes: None,
+        ..crate::defaults()
     }
 }
 

@@ -83,18 +83,9 @@ fn node_args(words: u32) -> NodeArgs {
         base_source_id: 0x0042_0000,
         // Room for every stream's clear group and events in flight, so the input never stalls.
         pages_per_channel: 400 * pages_per_fragment + 16,
-        page_bytes: 4096,
         input: InputKind::Firmware,
         payload: PayloadKind::Headers,
-        input_rate: None,
-        elinks: 4,
-        io_threads: 1,
-        descriptors: 1024,
-        pending_timeout_ms: 200,
-        error_file: None,
-        l1id_wrap: 1 << 24,
-        core_cpu: None,
-        max_message_bytes: None,
+        ..crate::defaults()
     }
 }
 
