@@ -25,6 +25,10 @@ pub struct FileVerdict {
     pub version: Option<u32>,
     /// Whether the whole file is good.
     pub ok: bool,
+    /// Whether the file start record carries a checksum that was checked (rodeo format
+    /// version 2 and later); `false` for rodeo version 1 and EventStorage files, whose start
+    /// records are read unchecked (their fields are still cross-checked against the events).
+    pub start_record_checked: bool,
     /// Events read and found good (all of them when `ok`; those before the problem otherwise).
     pub good_events: u64,
     /// Good events per eformat major version (index 3, 4 and 5; the others stay 0).
@@ -50,6 +54,7 @@ pub fn check_file(path: &Path) -> FileVerdict {
         container: None,
         version: None,
         ok: false,
+        start_record_checked: false,
         good_events: 0,
         events_by_eformat: [0; 6],
         robs: 0,
@@ -72,6 +77,13 @@ pub fn check_file(path: &Path) -> FileVerdict {
     let as_stored = container == Container::Rodeo || reader.info().compression == "none";
     v.container = Some(container);
     v.version = Some(reader.info().version);
+    v.start_record_checked = reader
+        .info()
+        .rodeo
+        .as_ref()
+        .is_some_and(|s| s.checksummed());
+    let file_run = reader.info().run_number;
+    let file_stream = reader.info().stream.clone();
     for next in reader.by_ref() {
         let ev = match next {
             Ok(ev) => ev,
@@ -81,6 +93,14 @@ pub fn check_file(path: &Path) -> FileVerdict {
                 return v;
             }
         };
+        if let Err(e) = cross_check(&ev, file_run, &file_stream) {
+            v.error_offset = Some(ev.offset);
+            v.error = Some(format!(
+                "event {} (record at byte {}): {e}",
+                ev.index, ev.offset
+            ));
+            return v;
+        }
         let robs = if ev.eformat == 5 {
             match check_event(&ev.words) {
                 Ok(robs) => robs,
@@ -117,6 +137,43 @@ pub fn check_file(path: &Path) -> FileVerdict {
     }
     v.ok = true;
     v
+}
+
+/// Checks an event against its file's start record: the same run number, and (for an eformat 5
+/// event that carries stream tags) a tag of the file's stream, named either as the file's
+/// stream (`physics_Main`) or as its type and name (`physics` + `Main`).
+fn cross_check(ev: &FileEvent, file_run: u32, file_stream: &str) -> Result<(), String> {
+    if ev.run_number != file_run {
+        return Err(format!(
+            "run number {} disagrees with the file start record's run {file_run}",
+            ev.run_number
+        ));
+    }
+    if ev.eformat != 5 {
+        return Ok(());
+    }
+    let Ok(full) = FullEvent::parse(&ev.words) else {
+        return Ok(()); // the structure check that follows names the problem
+    };
+    let mut tags = 0u32;
+    for tag in full.stream_tags() {
+        let Ok(tag) = tag else {
+            return Ok(()); // idem
+        };
+        tags += 1;
+        let joined = file_stream
+            .strip_prefix(tag.stream_type)
+            .and_then(|rest| rest.strip_prefix('_'));
+        if tag.name == file_stream || joined == Some(tag.name) {
+            return Ok(());
+        }
+    }
+    if tags == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "none of its {tags} stream tags names the file's stream {file_stream:?}"
+    ))
 }
 
 /// The file offset of word `word` of `ev`'s event, when the words are as stored (rodeo's

@@ -19,6 +19,8 @@ fn write_file(dir: &Path) -> (std::path::PathBuf, Vec<u64>) {
     let mut w = RawFileWriter::create(cfg).unwrap();
     let mut synth = EventSynth::new(SynthConfig {
         robs: ROBS,
+        run_number: 77,
+        stream: ("physics".into(), "physics".into()),
         ..SynthConfig::default()
     });
     let mut words = Vec::new();
@@ -84,6 +86,7 @@ fn write_es_file(
     let mut w = EsWriter::create(cfg).unwrap();
     let mut synth = EventSynth::new(SynthConfig {
         robs: ROBS,
+        run_number: 77,
         ..SynthConfig::default()
     });
     let mut words = Vec::new();
@@ -132,4 +135,94 @@ fn eventstorage_files_pass_and_a_damaged_one_stops_at_the_damage() {
     std::fs::write(&path, &bytes[..mid]).unwrap();
     let v = check_file(&path);
     assert!(!v.ok && v.good_events < EVENTS, "{v:?}");
+}
+
+/// The file's bytes with its version-2 start record replaced by a version-1 record (no
+/// checksum) holding the same fields, except the run number `run`.
+fn as_version_1(bytes: &[u8], run: u32) -> Vec<u8> {
+    use rodeo_files::rawfile::FileStart;
+    let size_words = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let word = |i: usize| u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap());
+    let name = |at: usize| {
+        let len = word(at) as usize;
+        let s = String::from_utf8(bytes[(at + 1) * 4..(at + 1) * 4 + len].to_vec()).unwrap();
+        (s, at + 1 + len.div_ceil(4))
+    };
+    let (app_name, next) = name(8);
+    let (stream_name, _) = name(next);
+    let start = FileStart {
+        version: 1,
+        sequence: word(3),
+        creation_time_ns: u64::from(word(4)) | (u64::from(word(5)) << 32),
+        run,
+        lumiblock: word(7),
+        app_name,
+        stream_name,
+    };
+    let mut out = Vec::new();
+    start.encode(&mut out);
+    out.extend_from_slice(&bytes[size_words * 4..]);
+    out
+}
+
+#[test]
+fn a_flipped_byte_in_the_start_record_fails_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_file(dir.path());
+    let good = std::fs::read(&path).unwrap();
+    assert!(check_file(&path).start_record_checked);
+    // The run number (byte 24), the sequence (12), the lumiblock (28), a letter of the
+    // application name (36).
+    for at in [24usize, 12, 28, 36] {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let v = check_file(&path);
+        assert!(!v.ok, "byte {at} flipped: {v:?}");
+        assert_eq!(v.error_offset, Some(0), "{v:?}");
+        assert!(
+            v.error.as_deref().unwrap().contains("start record"),
+            "{v:?}"
+        );
+    }
+}
+
+#[test]
+fn version_1_files_still_verify_marked_unchecked_and_are_cross_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_file(dir.path());
+    let good = std::fs::read(&path).unwrap();
+    std::fs::write(&path, as_version_1(&good, 77)).unwrap();
+    let v = check_file(&path);
+    assert!(v.ok, "{v:?}");
+    assert_eq!((v.version, v.start_record_checked), (Some(1), false));
+    assert_eq!(v.good_events, EVENTS);
+    // An unchecked start record whose run number disagrees with every event's.
+    std::fs::write(&path, as_version_1(&good, 78)).unwrap();
+    let v = check_file(&path);
+    assert!(!v.ok);
+    let e = v.error.unwrap();
+    assert!(e.contains("run number 77") && e.contains("run 78"), "{e}");
+}
+
+#[test]
+fn an_event_of_another_stream_fails_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = RawFileConfig::new(dir.path(), 77, "SFO-1", "calibration");
+    cfg.free_disk_margin_bytes = 0;
+    cfg.fsync_on_close = false;
+    let mut w = RawFileWriter::create(cfg).unwrap();
+    let mut synth = EventSynth::new(SynthConfig {
+        robs: 2,
+        run_number: 77,
+        stream: ("Main".into(), "physics".into()),
+        ..SynthConfig::default()
+    });
+    let mut words = Vec::new();
+    synth.event(0, &mut words).unwrap();
+    w.write_event(&words, 0).unwrap();
+    let path = w.finish().unwrap()[0].path.clone();
+    let v = check_file(&path);
+    assert!(!v.ok);
+    assert!(v.error.unwrap().contains("\"calibration\""));
 }

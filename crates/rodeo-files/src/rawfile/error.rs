@@ -82,6 +82,15 @@ pub enum RawFileError {
         /// The value found.
         found: u64,
     },
+    /// The file start record's Adler-32 (format version 2) disagrees with its bytes: a field of
+    /// the record (run number, sequence, names...) was damaged.
+    #[error("file start record: Adler-32 stored {expected:#010x}, computed {found:#010x}: the record (run number, sequence, lumiblock or names) is damaged")]
+    StartChecksum {
+        /// The checksum stored in the record's last word.
+        expected: u32,
+        /// The checksum of the record's bytes.
+        found: u32,
+    },
     /// A string of the file start record is not valid UTF-8.
     #[error("file start record: {field} at byte {offset} is not valid UTF-8")]
     BadString {
@@ -186,6 +195,7 @@ impl RawFileError {
             | RawFileError::BadEndRecord { offset, .. }
             | RawFileError::TrailingBytes { offset, .. } => Some(offset),
             RawFileError::BadString { offset, .. } => Some(offset),
+            RawFileError::StartChecksum { .. } => Some(0),
             _ => None,
         }
     }

@@ -5,9 +5,9 @@
 //! Everything is little-endian 32-bit words (`specs/raw-file.md`):
 //!
 //! ```text
-//! file start  0x1234AAAA | size words | version=1 | file sequence | creation ns (u64: low, high)
+//! file start  0x1234AAAA | size words | version=2 | file sequence | creation ns (u64: low, high)
 //!             | run | lumiblock | app name (u32 byte length, UTF-8, zero pad to 4)
-//!             | stream name (same)
+//!             | stream name (same) | Adler-32 of the record's bytes before this word (version 2)
 //! event  *    0x1234CCCC | record size words (4 + fragment) | flags (bit 0 compressed)
 //!             | Adler-32 of the fragment bytes | fragment words...
 //! file end    0x1234DDDD | 9 | event count (u64) | event-record bytes (u64)
@@ -17,6 +17,12 @@
 //! u64 fields are two words, low word first. Fragments are written as they lie in memory
 //! (`words_as_bytes`), which is little-endian on every target rodeo supports. The end record's Adler-32 runs over the complete
 //! event records (their 4 header words included), in file order; its byte count is theirs.
+//!
+//! **Start record checksum (version 2).** Version 1 of the spec left the start record
+//! unprotected: a flipped run number or stream name went unnoticed. Version 2 (written since
+//! 2026-11) appends one word, the Adler-32 of every byte of the start record before it; the size
+//! word counts it. Readers accept both versions; a version-1 file's start record is reported as
+//! unchecked ([`FileStart::checksummed`]).
 //!
 //! **End record size.** The spec gives the end record a size of 9 words but lists fields for 8.
 //! rodeo keeps the size word at 9 and inserts one reserved word (written 0, ignored by readers)
@@ -63,8 +69,10 @@ pub const EVENT_MARKER: u32 = 0x1234_CCCC;
 pub const END_MARKER: u32 = 0x1234_DDDD;
 /// Last word of the file end record.
 pub const END_TRAILER: u32 = 0xDDDD_1234;
-/// Format version written and accepted.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written: 2, whose start record ends in its own Adler-32.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest format version read: 1, whose start record carries no checksum.
+pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Size of the file end record in words.
 pub const END_RECORD_WORDS: u32 = 9;
 /// Header words of an event record (marker, size, flags, checksum).
@@ -80,7 +88,7 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// The fields of a file start record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileStart {
-    /// Format version (1).
+    /// Format version (1 or 2; 2 adds the start record's checksum).
     pub version: u32,
     /// File sequence number within the run and stream.
     pub sequence: u32,
@@ -99,11 +107,22 @@ pub struct FileStart {
 impl FileStart {
     /// Size of this start record in words.
     pub fn size_words(&self) -> usize {
-        8 + 1 + self.app_name.len().div_ceil(4) + 1 + self.stream_name.len().div_ceil(4)
+        8 + 1
+            + self.app_name.len().div_ceil(4)
+            + 1
+            + self.stream_name.len().div_ceil(4)
+            + usize::from(self.checksummed())
     }
 
-    /// Appends the record's bytes to `out`.
+    /// Whether the record carries its own checksum (format version 2 and later); a version-1
+    /// start record is read unchecked.
+    pub fn checksummed(&self) -> bool {
+        self.version >= 2
+    }
+
+    /// Appends the record's bytes to `out` (with its checksum word for version 2).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let begin = out.len();
         let time = self.creation_time_ns;
         for w in [
             START_MARKER,
@@ -121,6 +140,13 @@ impl FileStart {
             out.extend_from_slice(&(s.len() as u32).to_le_bytes());
             out.extend_from_slice(s.as_bytes());
             out.resize(out.len() + (s.len().next_multiple_of(4) - s.len()), 0);
+        }
+        if self.checksummed() {
+            let sum = rodeo_format::checksum::adler32(
+                rodeo_format::checksum::ADLER32_INIT,
+                &out[begin..],
+            );
+            out.extend_from_slice(&sum.to_le_bytes());
         }
     }
 }
@@ -180,7 +206,7 @@ mod tests {
 
     #[test]
     fn start_record_size() {
-        let s = FileStart {
+        let mut s = FileStart {
             version: 1,
             sequence: 1,
             creation_time_ns: 0,
@@ -193,5 +219,13 @@ mod tests {
         s.encode(&mut out);
         assert_eq!(out.len(), s.size_words() * 4);
         assert_eq!(s.size_words(), 8 + 1 + 2 + 1 + 1);
+        s.version = 2;
+        let mut v2 = Vec::new();
+        s.encode(&mut v2);
+        assert_eq!(v2.len(), s.size_words() * 4);
+        assert_eq!(v2.len(), out.len() + 4);
+        // Beside the version and the size word, version 2 only appends the checksum.
+        assert_eq!(&v2[12..out.len()], &out[12..], "fields after the version");
+        assert_eq!(v2[..4], out[..4]);
     }
 }

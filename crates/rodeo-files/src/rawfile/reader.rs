@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{
     FileStart, RawFileError, RecordKind, END_MARKER, END_RECORD_WORDS, END_TRAILER,
-    EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, START_MARKER,
+    EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, MIN_FORMAT_VERSION, START_MARKER,
 };
 use rodeo_format::checksum::{adler32, adler32_concat, ADLER32_INIT};
 
@@ -263,14 +263,29 @@ impl RawFileReader {
         };
         // Word indices below are relative to the start of `rest` (file word 2).
         let version = word(0);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(RawFileError::BadStart {
                 field: "format version",
-                expected: FORMAT_VERSION.to_string(),
+                expected: format!("{MIN_FORMAT_VERSION}..={FORMAT_VERSION}"),
                 found: u64::from(version),
             });
         }
-        let total = size as usize - 2;
+        // Version 2 ends the record with its Adler-32: check it before trusting any field.
+        let checksummed = version >= 2;
+        let total = size as usize - 2 - usize::from(checksummed);
+        if checksummed {
+            let stored = word(total);
+            let mut head = [0u8; 8];
+            head[..4].copy_from_slice(&marker.to_le_bytes());
+            head[4..].copy_from_slice(&size.to_le_bytes());
+            let sum = adler32(adler32(ADLER32_INIT, &head), &rest[..total * 4]);
+            if sum != stored {
+                return Err(RawFileError::StartChecksum {
+                    expected: stored,
+                    found: sum,
+                });
+            }
+        }
         let mut at = 6;
         let mut strings = [String::new(), String::new()];
         for (field, out) in ["application name", "stream name"]

@@ -66,10 +66,21 @@ fn kind(v: &FileVerdict) -> String {
         .filter(|&e| v.events_by_eformat[e] > 0)
         .map(|e| e.to_string())
         .collect();
-    if eformat.is_empty() {
-        format!("{} {version}", c.name())
+    // Every start record is cross-checked against the events; only rodeo's version 2 carries a
+    // checksum of its own.
+    let start = if v.start_record_checked {
+        "start record checksummed"
     } else {
-        format!("{} {version}, eformat {}", c.name(), eformat.join("/"))
+        "start record unchecked"
+    };
+    if eformat.is_empty() {
+        format!("{} {version}, {start}", c.name())
+    } else {
+        format!(
+            "{} {version}, eformat {}, {start}",
+            c.name(),
+            eformat.join("/")
+        )
     }
 }
 
@@ -85,6 +96,7 @@ fn verdict_json(v: &FileVerdict) -> serde_json::Value {
         "error": v.error,
         "container": v.container.map(|c| c.name()),
         "version": v.version,
+        "start_record_checked": v.start_record_checked,
         "events_by_eformat": {
             "3": v.events_by_eformat[3],
             "4": v.events_by_eformat[4],
