@@ -100,10 +100,11 @@ fn hostile_turn(
     endpoint: &str,
     rng: &mut Rng,
     limit: usize,
+    rob: u32,
     sent: &AtomicU64,
 ) -> Option<()> {
     let mut buf = Vec::new();
-    match rng.below(8) {
+    match rng.below(9) {
         // Garbage frames of random length, sometimes several frames in one message.
         0 => {
             let mut s = try_dealer(t, endpoint, None)?;
@@ -192,6 +193,18 @@ fn hostile_turn(
                 sent.fetch_add(2, Ordering::Relaxed);
             }
         }
+        // One of the node's ROBs named as often as the size limit lets through (half of it):
+        // answered with one fragment, never a reply that grows with the list.
+        7 => {
+            let mut s = try_dealer(t, endpoint, None)?;
+            let robs = vec![rob; limit / 8];
+            for i in 0..4u32 {
+                buf.clear();
+                encode_data_request(&mut buf, i, i % GOOD_L1IDS, &robs);
+                let _ = s.send([Frame::Copy(&buf)]);
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         // Message types a readout node does not take, with plausible payloads.
         _ => {
             let mut s = try_dealer(t, endpoint, None)?;
@@ -210,7 +223,7 @@ fn hostile_turn(
 
 /// Checks one answer of the good client: its transaction and L1ID, one valid ROB per channel
 /// with distinct source ids and the L1ID asked for.
-fn check_reply(msg: &Received, txn: u32, l1id: u32) -> Result<(), String> {
+fn check_reply(msg: &Received, txn: u32, l1id: u32) -> Result<Vec<u32>, String> {
     let d = decode(&msg.bytes).map_err(|e| format!("reply does not decode: {e}"))?;
     if d.header.transaction != txn {
         return Err(format!("transaction {} for {txn}", d.header.transaction));
@@ -245,7 +258,7 @@ fn check_reply(msg: &Received, txn: u32, l1id: u32) -> Result<(), String> {
             "sources {sources:x?}: expected {CHANNELS} distinct ROBs"
         ));
     }
-    Ok(())
+    Ok(sources)
 }
 
 #[test]
@@ -287,7 +300,7 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     let mut buf = Vec::new();
     let mut msg = Received::default();
     let t0 = Instant::now();
-    loop {
+    let rob = loop {
         buf.clear();
         encode_data_request(&mut buf, 0, GOOD_L1IDS - 1, &[]);
         good.send([Frame::Copy(&buf)]).unwrap();
@@ -295,14 +308,14 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
             good.recv(&mut msg, 10_000).unwrap(),
             "the node never answered"
         );
-        if check_reply(&msg, 0, GOOD_L1IDS - 1).is_ok() {
-            break;
+        if let Ok(sources) = check_reply(&msg, 0, GOOD_L1IDS - 1) {
+            break sources[0];
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "input never filled the store"
         );
-    }
+    };
     let rss_before = status_bytes(pid, "VmRSS");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -316,7 +329,7 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
                 let mut rng = Rng::new(seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 let mut turns = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    if hostile_turn(&t, &endpoint, &mut rng, limit, &sent).is_some() {
+                    if hostile_turn(&t, &endpoint, &mut rng, limit, rob, &sent).is_some() {
                         turns += 1;
                     }
                     // A breath between turns: the mix is about what peers send, not about
@@ -376,6 +389,10 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
         "seed {seed:#x}: the hostile traffic did not reach the node: {s}"
     );
     assert!(n("replies") > answered, "{s}");
+    assert!(
+        n("duplicate_robs") > 0,
+        "no repeated-ROB request was read: {s}"
+    );
     let growth = rss_peak.saturating_sub(rss_before);
     assert!(
         growth < RSS_GROWTH_LIMIT_BYTES,
