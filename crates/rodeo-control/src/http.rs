@@ -16,17 +16,24 @@
 //!
 //! # Threads, bounds and shutdown
 //!
-//! One accept thread polls a non-blocking listener and hands each connection to a bounded
-//! queue served by a fixed number of worker threads (default 4); when the queue is full the
-//! connection is answered 503 at once. A worker reads one request (headers at most
-//! [`MAX_HEADER_BYTES`], a body at most [`MAX_BODY_BYTES`], each read with a timeout), answers
-//! it and closes the connection (`Connection: close`): no keep-alive state to bound. A parser
-//! error is typed ([`RequestError`]), answered 400/413/408 and counted. Dropping the
-//! [`HttpServer`] stops the accept thread within its poll interval, closes the queue and joins
-//! the workers (a worker in a long command — `stop` drains the dataflow — finishes it first).
+//! One reader thread accepts connections and reads every open one as its bytes arrive
+//! (readiness through `mio`: an idle or slow client costs a table entry, never a thread).
+//! Only a complete request (head at most [`MAX_HEADER_BYTES`], body at most
+//! [`MAX_BODY_BYTES`]) goes to the bounded queue served by a fixed number of worker threads
+//! (default 4); when that queue is full the request is answered 503 at once. A connection has
+//! one deadline for its whole request ([`HttpConfig::io_timeout`]): past it, 408 and closed.
+//! At most [`HttpConfig::max_connections`] connections are open: a new one beyond that
+//! closes the oldest (counted `evicted`), so a flood of idle connections can never lock an
+//! operator out of `/api/status` and `/api/command`. A worker answers and closes the
+//! connection (`Connection: close`): no keep-alive state to bound. A parser error is typed
+//! ([`RequestError`]), answered 400/413/408 and counted. Dropping the [`HttpServer`] stops the
+//! reader within its poll interval, closes the queue and joins the workers (a worker in a long
+//! command — `stop` drains the dataflow — finishes it first).
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -56,8 +63,11 @@ pub struct HttpConfig {
     pub workers: usize,
     /// Connections waiting for a worker before new ones get 503.
     pub queue: usize,
-    /// Read and write timeout of a connection.
+    /// Deadline of a connection's whole request (from accept), and the write timeout of its
+    /// answer.
     pub io_timeout: Duration,
+    /// Most connections open at once; a new one beyond this closes the oldest.
+    pub max_connections: usize,
 }
 
 impl Default for HttpConfig {
@@ -67,6 +77,7 @@ impl Default for HttpConfig {
             workers: 4,
             queue: 64,
             io_timeout: Duration::from_secs(5),
+            max_connections: 1024,
         }
     }
 }
@@ -305,6 +316,10 @@ pub struct HttpCounters {
     pub server_errors: AtomicU64,
     /// Commands refused for a missing or wrong token.
     pub unauthorized: AtomicU64,
+    /// Connections closed at their deadline without a complete request (answered 408).
+    pub timed_out: AtomicU64,
+    /// Connections closed unanswered to make room for a new one (`max_connections`).
+    pub evicted: AtomicU64,
 }
 
 /// Answers `request` against `control` (the routing, without sockets: tests call it directly).
@@ -447,7 +462,7 @@ impl HttpServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(HttpCounters::default());
-        let (tx, rx) = sync_channel::<TcpStream>(config.queue.max(1));
+        let (tx, rx) = sync_channel::<ReadRequest>(config.queue.max(1));
         let rx = Arc::new(Mutex::new(rx));
         let token: Option<Arc<str>> = config.token.as_deref().map(Arc::from);
         let mut workers = Vec::new();
@@ -463,12 +478,13 @@ impl HttpServer {
                     .spawn(move || worker(&rx, &*control, token.as_deref(), &counters, timeout))?,
             );
         }
+        let reader = Reader::new(listener, &config)?;
         let accept = {
             let stop = Arc::clone(&stop);
             let counters = Arc::clone(&counters);
             std::thread::Builder::new()
-                .name("http-accept".into())
-                .spawn(move || accept_loop(&listener, &tx, &stop, &counters))?
+                .name("http-reader".into())
+                .spawn(move || reader.run(&tx, &stop, &counters))?
         };
         tracing::info!(%addr, "HTTP API listening");
         Ok(HttpServer {
@@ -503,59 +519,274 @@ impl Drop for HttpServer {
     }
 }
 
-fn accept_loop(
-    listener: &TcpListener,
-    tx: &SyncSender<TcpStream>,
-    stop: &AtomicBool,
-    counters: &HttpCounters,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                match tx.try_send(stream) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(mut s)) => {
-                        counters.server_errors.fetch_add(1, Ordering::Relaxed);
-                        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                        let _ = Response::error(503, "busy").write_to(&mut s);
+/// A connection whose request is read (or failed to read) and waits for a worker.
+struct ReadRequest {
+    stream: TcpStream,
+    request: Result<Request, RequestError>,
+}
+
+/// A connection being read: its bytes so far and its deadline.
+struct Open {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+    /// Accept sequence number: tells a live entry of `order` from a stale one.
+    seq: u64,
+}
+
+/// Largest request in bytes (head, separator, body).
+const MAX_REQUEST_BYTES: usize = MAX_HEADER_BYTES + 4 + MAX_BODY_BYTES;
+/// The listener's token; connection `i` of the table is token `i + 1`.
+const LISTENER: mio::Token = mio::Token(0);
+
+/// The reader thread's state: the listener and the table of open connections.
+struct Reader {
+    poll: mio::Poll,
+    listener: mio::net::TcpListener,
+    open: Vec<Option<Open>>,
+    free: Vec<usize>,
+    /// (slot, seq) in accept order: deadlines are accept time + timeout, so the front is both
+    /// the oldest connection and the next deadline. Entries of closed connections are skipped.
+    order: VecDeque<(usize, u64)>,
+    live: usize,
+    next_seq: u64,
+    timeout: Duration,
+    max_connections: usize,
+}
+
+impl Reader {
+    fn new(listener: TcpListener, config: &HttpConfig) -> io::Result<Reader> {
+        let poll = mio::Poll::new()?;
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, mio::Interest::READABLE)?;
+        Ok(Reader {
+            poll,
+            listener,
+            open: Vec::new(),
+            free: Vec::new(),
+            order: VecDeque::new(),
+            live: 0,
+            next_seq: 0,
+            timeout: config.io_timeout,
+            max_connections: config.max_connections.max(1),
+        })
+    }
+
+    fn run(mut self, tx: &SyncSender<ReadRequest>, stop: &AtomicBool, counters: &HttpCounters) {
+        let mut events = mio::Events::with_capacity(256);
+        while !stop.load(Ordering::Relaxed) {
+            let wait = self
+                .next_deadline()
+                .map_or(Duration::from_millis(50), |d| {
+                    d.saturating_duration_since(Instant::now())
+                })
+                .min(Duration::from_millis(50));
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::warn!("HTTP reader: poll failed: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                if ev.token() == LISTENER {
+                    self.accept_all(counters);
+                } else {
+                    let slot = ev.token().0 - 1;
+                    if let Some(ready) = self.read_ready(slot) {
+                        hand_over(tx, ready, counters);
                     }
-                    Err(TrySendError::Disconnected(_)) => return,
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
+            self.expire(counters);
+        }
+        // Dropping `tx` (the caller's) when this returns ends the workers' loops.
+    }
+
+    /// The deadline of the oldest live connection.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&(slot, seq)) = self.order.front() {
+            match &self.open[slot] {
+                Some(o) if o.seq == seq => return Some(o.deadline),
+                _ => {
+                    self.order.pop_front();
+                }
             }
-            Err(e) => {
-                tracing::warn!("HTTP accept: {e}");
-                std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn accept_all(&mut self, counters: &HttpCounters) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors, most likely: make room, take the next one later.
+                    tracing::warn!("HTTP accept: {e}");
+                    if self.live > 0 {
+                        self.evict_oldest(counters);
+                    }
+                    return;
+                }
+            };
+            if self.live >= self.max_connections {
+                self.evict_oldest(counters);
+            }
+            let stream = TcpStream::from(stream);
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.open.push(None);
+                self.open.len() - 1
+            });
+            let fd = stream.as_raw_fd();
+            if let Err(e) = self.poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                mio::Token(slot + 1),
+                mio::Interest::READABLE,
+            ) {
+                tracing::warn!("HTTP reader: cannot watch a connection: {e}");
+                self.free.push(slot);
+                continue;
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.open[slot] = Some(Open {
+                stream,
+                buf: Vec::new(),
+                deadline: Instant::now() + self.timeout,
+                seq,
+            });
+            self.order.push_back((slot, seq));
+            self.live += 1;
+        }
+    }
+
+    /// Takes connection `slot` out of the table (and out of the poll set).
+    fn close(&mut self, slot: usize) -> Option<Open> {
+        let o = self.open.get_mut(slot)?.take()?;
+        let fd = o.stream.as_raw_fd();
+        let _ = self
+            .poll
+            .registry()
+            .deregister(&mut mio::unix::SourceFd(&fd));
+        self.free.push(slot);
+        self.live -= 1;
+        Some(o)
+    }
+
+    fn evict_oldest(&mut self, counters: &HttpCounters) {
+        while let Some((slot, seq)) = self.order.pop_front() {
+            if matches!(&self.open[slot], Some(o) if o.seq == seq) {
+                self.close(slot);
+                counters.evicted.fetch_add(1, Ordering::Relaxed);
+                return;
             }
         }
     }
-    // Dropping `tx` (the caller's) when this returns ends the workers' loops.
-}
 
-/// Reads from a socket until a deadline for the whole request; past it, reads fail with
-/// `TimedOut`.
-struct DeadlineReader<'a> {
-    stream: &'a TcpStream,
-    deadline: Instant,
-}
-
-impl Read for DeadlineReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
+    /// Reads what connection `slot` has; returns it when its request is complete (or cannot
+    /// become one).
+    fn read_ready(&mut self, slot: usize) -> Option<ReadRequest> {
+        let o = self.open.get_mut(slot)?.as_mut()?;
+        let mut chunk = [0u8; 4096];
+        let mut closed = false;
+        loop {
+            let room = MAX_REQUEST_BYTES + 1 - o.buf.len().min(MAX_REQUEST_BYTES);
+            match (&o.stream).read(&mut chunk[..room.min(4096)]) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    o.buf.extend_from_slice(&chunk[..n]);
+                    if o.buf.len() > MAX_REQUEST_BYTES {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
         }
-        self.stream.set_read_timeout(Some(left))?;
-        let mut s = self.stream;
-        s.read(buf)
+        if request_complete(&o.buf) {
+            let o = self.close(slot)?;
+            let request = read_request(&mut o.buf.as_slice());
+            return Some(ReadRequest {
+                stream: o.stream,
+                request,
+            });
+        }
+        if closed {
+            // Gone before its request was whole: nobody to answer.
+            self.close(slot);
+        }
+        None
+    }
+
+    /// Answers 408 to, and closes, every connection past its deadline.
+    fn expire(&mut self, counters: &HttpCounters) {
+        let now = Instant::now();
+        while let Some(deadline) = self.next_deadline() {
+            if deadline > now {
+                return;
+            }
+            let Some((slot, _)) = self.order.pop_front() else {
+                return;
+            };
+            if let Some(mut o) = self.close(slot) {
+                counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                counters.client_errors.fetch_add(1, Ordering::Relaxed);
+                // Best effort, never waiting: the answer fits the socket's buffer.
+                let _ = Response::error(408, &RequestError::Timeout.to_string())
+                    .write_to(&mut o.stream);
+                let _ = o.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Whether `buf` holds a whole request, or enough to know it can never be one (too large):
+/// either way it goes to a worker, which answers it or its [`RequestError`].
+fn request_complete(buf: &[u8]) -> bool {
+    let Some(head_end) = find(buf, b"\r\n\r\n") else {
+        return buf.len() > MAX_HEADER_BYTES;
+    };
+    if head_end > MAX_HEADER_BYTES {
+        return true;
+    }
+    let head = String::from_utf8_lossy(&buf[..head_end]);
+    let length = head.split("\r\n").skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+    });
+    match length {
+        // No length: no body. A malformed one: the parser's error.
+        None | Some(None) => true,
+        Some(Some(n)) => n > MAX_BODY_BYTES || buf.len() >= head_end + 4 + n,
+    }
+}
+
+/// Gives a read request to the workers, or answers 503 when their queue is full.
+fn hand_over(tx: &SyncSender<ReadRequest>, ready: ReadRequest, counters: &HttpCounters) {
+    match tx.try_send(ready) {
+        Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+        Err(TrySendError::Full(mut r)) => {
+            counters.server_errors.fetch_add(1, Ordering::Relaxed);
+            // Best effort, never waiting (the stream is still non-blocking).
+            let _ = Response::error(503, "busy").write_to(&mut r.stream);
+            let _ = r.stream.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
 fn worker(
-    rx: &Mutex<Receiver<TcpStream>>,
+    rx: &Mutex<Receiver<ReadRequest>>,
     control: &dyn RunControl,
     token: Option<&str>,
     counters: &HttpCounters,
@@ -566,19 +797,17 @@ fn worker(
             Ok(guard) => guard.recv_timeout(Duration::from_millis(100)),
             Err(_) => return,
         };
-        let mut stream = match next {
-            Ok(s) => s,
+        let ReadRequest {
+            mut stream,
+            request,
+        } = match next {
+            Ok(r) => r,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         };
+        let _ = stream.set_nonblocking(false);
         let _ = stream.set_write_timeout(Some(timeout));
-        // One deadline for the whole request, not per read: a client trickling a byte every
-        // few seconds cannot hold a worker for longer than `timeout`.
-        let mut reader = DeadlineReader {
-            stream: &stream,
-            deadline: Instant::now() + timeout,
-        };
-        let response = match read_request(&mut reader) {
+        let response = match request {
             Ok(req) => handle(control, token, counters, &req),
             Err(RequestError::Io(_)) => continue,
             Err(e @ RequestError::Timeout) => Response::error(408, &e.to_string()),

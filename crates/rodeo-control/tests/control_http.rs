@@ -5,6 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -354,4 +355,92 @@ fn the_token_is_never_served_and_a_trickling_client_is_cut_at_the_deadline() {
     assert!(start.elapsed() < Duration::from_secs(10));
     // The worker is free again.
     assert_eq!(http(addr, "GET", "/api/status", None, "").0, 200);
+}
+
+/// Waits (bounded) until `f` holds.
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_thousand_idle_connections_do_not_lock_an_operator_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Arc::new(EmbeddedPartition::new(config(dir.path()), None));
+    let control: Arc<dyn RunControl> = p.clone();
+    let server = HttpServer::start(
+        "127.0.0.1:0",
+        control,
+        HttpConfig {
+            token: Some(TOKEN.into()),
+            // Long enough that none of the idle connections expires during the test.
+            io_timeout: Duration::from_secs(60),
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr();
+    // 1,000 connections that send nothing, and 20 that send half a request head.
+    let mut idle: Vec<TcpStream> = (0..1000)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /api/status HTTP/1.1\r\nHost: sl")
+            .unwrap();
+        idle.push(s);
+    }
+    // The operator: status and a command, each answered within a second.
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let (code, _) = http(addr, "GET", "/api/status", None, "");
+        assert_eq!(code, 200);
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    }
+    let t0 = Instant::now();
+    let (code, v) = command(addr, Some(TOKEN), r#"{"command":"initialize"}"#);
+    assert_eq!(code, 200, "{v}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(server.counters().evicted.load(Ordering::Relaxed), 0);
+    drop(idle);
+    p.command("shutdown".parse().unwrap()).unwrap();
+}
+
+#[test]
+fn beyond_max_connections_the_oldest_idle_one_is_closed_and_a_new_client_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Arc::new(EmbeddedPartition::new(config(dir.path()), None));
+    let control: Arc<dyn RunControl> = p.clone();
+    let server = HttpServer::start(
+        "127.0.0.1:0",
+        control,
+        HttpConfig {
+            io_timeout: Duration::from_secs(60),
+            max_connections: 50,
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    let addr = server.local_addr();
+    let mut idle: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // The reader has taken all 50 (accepts are asynchronous to connect).
+    wait_until("50 connections accepted", Duration::from_secs(10), || {
+        let (code, _) = http(addr, "GET", "/api/status", None, "");
+        code == 200 && server.counters().evicted.load(Ordering::Relaxed) >= 1
+    });
+    // Each answered status request took a slot and evicted the oldest idle connection: the
+    // first idle one is closed (read gives EOF), the operator was served.
+    idle[0]
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert_eq!(
+        idle[0].read(&mut b).unwrap_or(0),
+        0,
+        "the oldest was not closed"
+    );
+    idle.clear();
 }
