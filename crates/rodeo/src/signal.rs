@@ -1,13 +1,24 @@
-//! SIGINT/SIGTERM as a flag: long-running commands (`rodeo ros`) poll [`interrupted`] and stop
-//! cleanly (answer what is pending, print their counters) instead of dying mid-reply.
+//! SIGINT/SIGTERM as a flag: long-running commands (`rodeo ros`, `rodeo run`) poll
+//! [`interrupted`] and stop cleanly (answer what is pending, close files, print their balance
+//! sheet) instead of dying mid-reply. After [`abort_on_second`], a second signal ends the
+//! process at once (exit 130), for an operator whose orderly stop takes too long.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static ABORT_ON_SECOND: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_sig: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    INTERRUPTED.store(true, Ordering::SeqCst);
+    // Only atomic loads and stores and `_exit`: async-signal-safe.
+    if INTERRUPTED.swap(true, Ordering::SeqCst) && ABORT_ON_SECOND.load(Ordering::SeqCst) {
+        // SAFETY: `_exit` is async-signal-safe and ends the process without running anything.
+        unsafe { libc::_exit(130) };
+    }
+}
+
+/// Makes a second SIGINT/SIGTERM end the process at once (exit code 130).
+pub(crate) fn abort_on_second() {
+    ABORT_ON_SECOND.store(true, Ordering::SeqCst);
 }
 
 /// Installs the handler for SIGINT and SIGTERM.

@@ -489,3 +489,84 @@ fn config_check_refuses_what_cannot_run() {
     assert!(good, "{msg}");
     assert_eq!(msg.matches(": binds").count(), 3, "{msg}");
 }
+
+#[test]
+fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(&cfg, "[l1]\nrate_hz = 5000.0\n").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--seconds", "30", "--json", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until events are being written, then interrupt.
+    let t0 = std::time::Instant::now();
+    while !walk(&out_dir)
+        .iter()
+        .any(|p| p.to_string_lossy().ends_with(".writing"))
+    {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "no file was opened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let interrupted = std::time::Instant::now();
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let took = interrupted.elapsed();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "stop took {took:?}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the balance sheet as JSON");
+    assert_eq!(v["balanced"], true, "{v}");
+    assert!(v["seconds"].as_f64().unwrap() < 29.0, "{v}");
+    assert_eq!(v["events_verified"], v["events_written"]);
+    let files = walk(&out_dir);
+    assert!(
+        files
+            .iter()
+            .all(|p| !p.to_string_lossy().ends_with(".writing")),
+        "{files:?}"
+    );
+    assert!(files
+        .iter()
+        .any(|p| p.to_string_lossy().ends_with("summary.json")));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+}
+
+#[test]
+fn a_run_number_that_exists_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("run-00000001")).unwrap();
+    let t0 = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--seconds", "20", "--run-number", "1", "--output"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already exists") && err.contains("next free number (2)"),
+        "{err}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(10),
+        "it ran first"
+    );
+}

@@ -174,6 +174,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     config.validate()?;
     crate::logging::apply_config(&config.control.log)?;
+    // Known before any data is taken: a run directory that exists would fail the run at stop.
+    let run_dir = rodeo_control::partition::Layout::new(&config).output;
+    if run_dir.exists() {
+        anyhow::bail!(
+            "the run directory {} already exists: run {} was taken before. Leave out \
+             --run-number to take the next free number ({}), or choose another.",
+            run_dir.display(),
+            config.run.number,
+            next_run_number(std::path::Path::new(&config.run.output))
+        );
+    }
+    // Ctrl-C or SIGTERM stops the run in order (files closed, balance sheet); a second one
+    // aborts.
+    crate::signal::install();
+    crate::signal::abort_on_second();
 
     let bar = if config.run.events > 0 {
         progress::bar(config.run.events, "events")
@@ -182,9 +197,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let by_events = config.run.events > 0;
     let mut trigger_report: Option<Box<dyn Fn() -> serde_json::Value>> = None;
-    let summary = if args.processes {
+    let outcome = if args.processes {
         bar.finish_and_clear();
-        run_processes(&config).context("the partition failed")?
+        run_processes(&config).context("the partition failed")
     } else {
         write_config_snapshot(&rodeo_control::partition::Layout::new(&config), &config)?;
         let trace_every = args.trace.is_some().then_some(config.control.trace_every);
@@ -196,17 +211,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let partition = Arc::new(partition);
         let _server = serve_http(&config.control, partition.clone())?;
-        let summary = partition
-            .run(|l1, seconds| {
+        let outcome = rodeo_control::control::run_to_end(
+            partition.as_ref(),
+            &interrupted_with_note,
+            |l1, seconds| {
                 if by_events {
                     bar.set_position(l1);
                 } else {
                     bar.set_position((seconds * 1000.0) as u64);
                 }
                 bar.set_message(format!("{:.0} kHz", l1 as f64 / seconds.max(1e-9) / 1e3));
-            })
-            .context("the partition failed")?;
-        if let Some(path) = &args.trace {
+            },
+        )
+        .context("the partition failed");
+        if let (Some(path), Ok(_)) = (&args.trace, &outcome) {
             let records = partition.take_traces();
             let json = rodeo_control::chrome_trace::to_json(&records);
             std::fs::write(path, serde_json::to_vec(&json)?)
@@ -217,9 +235,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 path.display()
             );
         }
-        summary
+        outcome
     };
     bar.finish_and_clear();
+    let summary = match outcome {
+        Ok(s) => s,
+        Err(e) => return Ok(failed_run(&config, &e, args.json)),
+    };
 
     // Read back every file: the events written must all be there, intact.
     let mut verified = 0u64;
@@ -313,12 +335,11 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     let layout = Layout::new(&config);
     let cfg_path = write_config_snapshot(&layout, &config)?;
     let exe = std::env::current_exe().context("cannot find the rodeo executable")?;
-    crate::signal::install();
     let mut ctl = Controller::new(config.clone(), exe)?;
     ctl.set_local_config_file(cfg_path);
     let ctl = Arc::new(ctl);
     let _server = serve_http(&config.control, ctl.clone())?;
-    let result = run_to_end(ctl.as_ref(), &crate::signal::interrupted, |_, _| {});
+    let result = run_to_end(ctl.as_ref(), &interrupted_with_note, |_, _| {});
     // The ipc socket files go with the run, whatever its end.
     if let Err(e) = layout.remove_runtime_dir() {
         eprintln!(
@@ -332,6 +353,60 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
         eprintln!("note: {name} died ({why}); its events were reassigned");
     }
     Ok(summary)
+}
+
+/// A run that failed before its balance sheet was complete: prints what is known (with
+/// `--json`, the summary's JSON object with `balanced: false` and the `reason`), writes it to
+/// `summary.json` when the run directory exists, and gives exit code 2.
+fn failed_run(config: &PartitionConfig, error: &anyhow::Error, json: bool) -> ExitCode {
+    let layout = rodeo_control::partition::Layout::new(config);
+    let reason = format!("{error:#}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&layout.output)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".data") || n.ends_with(".data.writing"))
+        })
+        .collect();
+    let record = json!({
+        "run_number": config.run.number,
+        "directory": layout.output,
+        "balanced": false,
+        "reason": reason,
+        "problems": [reason],
+        "files": files,
+    });
+    if layout.output.is_dir() {
+        let path = layout.output.join("summary.json");
+        if let Err(e) = std::fs::write(&path, record.to_string()) {
+            problems_note(&format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    if json {
+        println!("{record}");
+    } else {
+        println!("run {} -> {}", config.run.number, layout.output.display());
+        println!("  balance: FAILED: {reason}");
+        for f in &files {
+            println!("  file left: {}", f.display());
+        }
+    }
+    eprintln!("error: the run failed: {reason}");
+    ExitCode::from(2)
+}
+
+/// Whether SIGINT/SIGTERM arrived; says once on stderr that the run is stopping.
+fn interrupted_with_note() -> bool {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let yes = crate::signal::interrupted();
+    if yes && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("rodeo: interrupted: stopping the run in order (interrupt again to abort)");
+    }
+    yes
 }
 
 /// A note on stderr that does not change the run's verdict.
