@@ -832,12 +832,25 @@ impl PartitionConfig {
         if l.nodes == 0 || l.nodes > 16 {
             return Err(bad("logger.nodes", l.nodes, "1..=16"));
         }
-        if l.streams.is_empty() || l.streams.iter().any(|s| s.is_empty() || s.contains('\0')) {
-            return Err(bad(
-                "logger.streams",
-                format!("{:?}", l.streams),
-                "at least one non-empty stream name without NUL",
-            ));
+        if l.streams.is_empty() {
+            return Err(bad("logger.streams", "[]", "at least one stream name"));
+        }
+        // Stream names become parts of file names: no path separator, no leading dot, no dot
+        // at all (rodeo's file names use dots between their fields).
+        for st in &l.streams {
+            let ok = !st.is_empty()
+                && st.len() <= 255
+                && st
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                return Err(bad(
+                    "logger.streams",
+                    format!("{st:?}"),
+                    "1 to 255 ASCII letters, digits, '_' or '-' (a stream name is part of its \
+                     files' names)",
+                ));
+            }
         }
         if l.max_file_mib == 0 {
             return Err(bad("logger.max_file_mib", 0, ">= 1"));

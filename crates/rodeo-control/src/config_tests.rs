@@ -190,3 +190,20 @@ fn toml_round_trip() {
     c.transport.kind = TransportKind::Ipc;
     assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
 }
+
+#[test]
+fn stream_names_that_would_escape_or_break_file_names_are_refused() {
+    for bad in ["../../etc", ".hidden", "a/b", "a.b", "", "x y", "é"] {
+        let text = format!("[logger]\nstreams = [{bad:?}]\n");
+        let e = PartitionConfig::from_toml(&text, "s.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("logger.streams"), "{bad:?}: {e}");
+    }
+    let c = PartitionConfig::from_toml(
+        "[logger]\nstreams = [\"physics_Main\", \"calibration-1\"]\n",
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(c.logger.streams.len(), 2);
+}
