@@ -8,6 +8,8 @@
 //! | `GET /api/config` | the configuration in effect (TOML) |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `POST /api/command` | `{"command":"stop"}`; needs `Authorization: Bearer <token>` |
+//! | `GET /api/runs` | `{"runs": [...]}` from the run database, newest first (`rodeo runs --json`) |
+//! | `GET /api/runs/N` | run N with its files, configuration and balance sheet; 404 if unknown |
 //!
 //! Command answers: 200 `{"state":…}`; 401 without the right token (or when no token is
 //! configured: commands are then refused); 400 for a body that is not `{"command": name}` or
@@ -68,6 +70,8 @@ pub struct HttpConfig {
     pub io_timeout: Duration,
     /// Most connections open at once; a new one beyond this closes the oldest.
     pub max_connections: usize,
+    /// The run database served at `GET /api/runs` and `GET /api/runs/N` (None: 404).
+    pub runs_db: Option<std::path::PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -78,6 +82,7 @@ impl Default for HttpConfig {
             queue: 64,
             io_timeout: Duration::from_secs(5),
             max_connections: 1024,
+            runs_db: None,
         }
     }
 }
@@ -472,10 +477,20 @@ impl HttpServer {
             let counters = Arc::clone(&counters);
             let token = token.clone();
             let timeout = config.io_timeout;
+            let runs_db = config.runs_db.clone();
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("http-{i}"))
-                    .spawn(move || worker(&rx, &*control, token.as_deref(), &counters, timeout))?,
+                    .spawn(move || {
+                        worker(
+                            &rx,
+                            &*control,
+                            token.as_deref(),
+                            &counters,
+                            timeout,
+                            runs_db.as_deref(),
+                        )
+                    })?,
             );
         }
         let reader = Reader::new(listener, &config)?;
@@ -750,6 +765,32 @@ impl Reader {
     }
 }
 
+/// `GET /api/runs` and `GET /api/runs/N` from the run database.
+fn runs_response(db: Option<&std::path::Path>, path: &str) -> Response {
+    let Some(db) = db.filter(|p| p.exists()) else {
+        return Response::error(404, "no run database here");
+    };
+    let db = match crate::rundb::RunDb::open(db) {
+        Ok(d) => d,
+        Err(e) => return Response::error(500, &e.to_string()),
+    };
+    let rest = path.trim_start_matches("/api/runs").trim_matches('/');
+    if rest.is_empty() {
+        return match db.list() {
+            Ok(runs) => Response::json(200, &serde_json::json!({ "runs": runs })),
+            Err(e) => Response::error(500, &e.to_string()),
+        };
+    }
+    let Ok(n) = rest.parse::<u32>() else {
+        return Response::error(400, "a run number is a decimal integer: /api/runs/N");
+    };
+    match db.get(n) {
+        Ok(Some(run)) => Response::json(200, &run),
+        Ok(None) => Response::error(404, &format!("no run {n} in the run database")),
+        Err(e) => Response::error(500, &e.to_string()),
+    }
+}
+
 /// Whether `buf` holds a whole request, or enough to know it can never be one (too large):
 /// either way it goes to a worker, which answers it or its [`RequestError`].
 fn request_complete(buf: &[u8]) -> bool {
@@ -791,6 +832,7 @@ fn worker(
     token: Option<&str>,
     counters: &HttpCounters,
     timeout: Duration,
+    runs_db: Option<&std::path::Path>,
 ) {
     loop {
         let next = match rx.lock() {
@@ -808,6 +850,9 @@ fn worker(
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_write_timeout(Some(timeout));
         let response = match request {
+            Ok(req) if req.method == "GET" && req.path.starts_with("/api/runs") => {
+                runs_response(runs_db, &req.path)
+            }
             Ok(req) => handle(control, token, counters, &req),
             Err(RequestError::Io(_)) => continue,
             Err(e @ RequestError::Timeout) => Response::error(408, &e.to_string()),

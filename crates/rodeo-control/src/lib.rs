@@ -42,4 +42,5 @@ pub mod metrics;
 pub mod partition;
 pub mod prometheus;
 pub mod rates;
+pub mod rundb;
 pub mod summary;

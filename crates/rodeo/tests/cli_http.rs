@@ -273,3 +273,81 @@ fn processes_mode_serves_the_controller_and_stops_with_the_token() {
     assert_eq!(summary["balanced"], true, "{summary}");
     assert!(summary["seconds"].as_f64().unwrap() < 290.0);
 }
+
+fn rodeo_json(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn every_run_is_recorded_in_the_run_database_and_served_at_api_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let first = rodeo_json(&["run", "--events", "2000", "--output", out_dir, "--json"]);
+    assert_eq!(first["run_number"], 1);
+    // A run directory that a crash left without a record: found, verified, recorded.
+    std::fs::create_dir(dir.path().join("run-00000005")).unwrap();
+    // A second run serves the database over HTTP while it runs; it takes number 6.
+    let (child, addr) = spawn_with_http(
+        &[
+            "run",
+            "--seconds",
+            "300",
+            "--rate",
+            "2000",
+            "--http",
+            "127.0.0.1:0",
+            "--output",
+            out_dir,
+            "--json",
+        ],
+        "tok",
+    );
+    let (code, body) = http(addr, "GET", "/api/runs", None, "");
+    assert_eq!(code, 200, "{body}");
+    let served: Value = serde_json::from_str(&body).unwrap();
+    let numbers: Vec<u64> = served["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![5, 1], "newest first: {served}");
+    assert_eq!(served["runs"][0]["status"], "crashed");
+    assert_eq!(served["runs"][1]["status"], "ok");
+    assert_eq!(served["runs"][1]["l1_accepts"], 2000);
+    let files = served["runs"][1]["files"].as_array().unwrap();
+    assert!(!files.is_empty());
+    assert!(files.iter().all(|f| f["size_bytes"].as_u64().unwrap() > 0));
+    let (code, one) = http(addr, "GET", "/api/runs/1", None, "");
+    assert_eq!(code, 200);
+    let one: Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(one["summary"]["events_written"], first["events_written"]);
+    assert!(one["config_toml"].as_str().unwrap().contains("[l1]"));
+    assert_eq!(http(addr, "GET", "/api/runs/99", None, "").0, 404);
+    // Stop the second run; it is recorded too, and the CLI agrees with the API.
+    let (code, _) = http(
+        addr,
+        "POST",
+        "/api/command",
+        Some("tok"),
+        r#"{"command":"stop"}"#,
+    );
+    assert_eq!(code, 200);
+    let second = wait_for_summary(child);
+    assert_eq!(second["run_number"], 6);
+    let listed = rodeo_json(&["runs", "--output", out_dir, "--json"]);
+    let runs = listed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert_eq!(runs[0]["run_number"], 6);
+    assert_eq!(runs[0]["balanced"], true);
+    assert_eq!(runs[1..], served["runs"].as_array().unwrap()[..]);
+}

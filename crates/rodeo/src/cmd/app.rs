@@ -86,6 +86,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ..section
             },
             app.clone(),
+            None,
         )?,
         None => None,
     };

@@ -11,6 +11,7 @@ mod gen_link;
 mod info;
 mod ros;
 mod run;
+mod runs;
 mod study;
 mod tester;
 mod verify;
@@ -58,6 +59,8 @@ enum Command {
     Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
+    /// List the runs recorded in an output directory's run database (`runs.sqlite`).
+    Runs(runs::Args),
     /// A standalone readout node: emulated S-LINK channels, event store, request server.
     Ros(ros::Args),
     /// The ROSTester: drive a readout node with the HLT's request mix and measure it.
@@ -84,6 +87,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(args) => convert::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
+        Command::Runs(args) => runs::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),

@@ -111,6 +111,7 @@ fn python_trigger(spec: &str) -> anyhow::Result<TriggerSetup> {
 pub(crate) fn serve_http(
     section: &rodeo_control::config::ControlSection,
     control: Arc<dyn RunControl>,
+    runs_db: Option<PathBuf>,
 ) -> anyhow::Result<Option<HttpServer>> {
     if section.http.is_empty() {
         return Ok(None);
@@ -124,12 +125,18 @@ pub(crate) fn serve_http(
         control,
         HttpConfig {
             token,
+            runs_db,
             ..HttpConfig::default()
         },
     )
     .with_context(|| format!("cannot serve HTTP on {}", section.http))?;
     eprintln!("rodeo: HTTP API on http://{}/", server.local_addr());
     Ok(Some(server))
+}
+
+/// `<output>/runs.sqlite` of a configuration.
+fn runs_db_path(config: &PartitionConfig) -> PathBuf {
+    std::path::Path::new(&config.run.output).join(rodeo_control::rundb::FILE_NAME)
 }
 
 /// Loads the configuration file (or the default) and applies the command-line overrides.
@@ -168,10 +175,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&config.run.output)
         .with_context(|| format!("cannot create output directory {}", config.run.output))?;
+    // The run database remembers every run (and records those a crash left unrecorded).
+    let mut rundb = super::runs::open_and_reconcile(std::path::Path::new(&config.run.output))?;
+    let next_in_db = rundb.last_run_number()?.map_or(1, |n| n.saturating_add(1));
     config.run.number = match args.run_number {
         Some(r) => r,
-        None => next_run_number(std::path::Path::new(&config.run.output)),
+        None => next_run_number(std::path::Path::new(&config.run.output)).max(next_in_db),
     };
+    let started_at_ns = rodeo_control::rundb::now_ns();
     config.validate()?;
     crate::logging::apply_config(&config.control.log)?;
     // Known before any data is taken: a run directory that exists would fail the run at stop.
@@ -210,7 +221,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             trigger_report = Some(report);
         }
         let partition = Arc::new(partition);
-        let _server = serve_http(&config.control, partition.clone())?;
+        let _server = serve_http(
+            &config.control,
+            partition.clone(),
+            Some(runs_db_path(&config)),
+        )?;
         let outcome = rodeo_control::control::run_to_end(
             partition.as_ref(),
             &interrupted_with_note,
@@ -240,7 +255,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     let summary = match outcome {
         Ok(s) => s,
-        Err(e) => return Ok(failed_run(&config, &e, args.json)),
+        Err(e) => {
+            let (code, record) = failed_run(&config, &e, args.json);
+            let files =
+                super::runs::data_files(&rodeo_control::partition::Layout::new(&config).output);
+            super::runs::record_run(
+                &mut rundb,
+                config.run.number,
+                started_at_ns,
+                config.to_toml_public(),
+                &record,
+                &files,
+            );
+            return Ok(code);
+        }
     };
 
     // Read back every file: the events written must all be there, intact.
@@ -278,6 +306,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         problems_note(&format!("cannot write {}: {e}", record_path.display()));
     }
+    super::runs::record_run(
+        &mut rundb,
+        config.run.number,
+        started_at_ns,
+        config.to_toml_public(),
+        &record,
+        &summary.files,
+    );
     if args.json {
         println!("{record}");
     } else {
@@ -338,7 +374,7 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     let mut ctl = Controller::new(config.clone(), exe)?;
     ctl.set_local_config_file(cfg_path);
     let ctl = Arc::new(ctl);
-    let _server = serve_http(&config.control, ctl.clone())?;
+    let _server = serve_http(&config.control, ctl.clone(), Some(runs_db_path(&config)))?;
     let result = run_to_end(ctl.as_ref(), &interrupted_with_note, |_, _| {});
     // The ipc socket files go with the run, whatever its end.
     if let Err(e) = layout.remove_runtime_dir() {
@@ -358,20 +394,14 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
 /// A run that failed before its balance sheet was complete: prints what is known (with
 /// `--json`, the summary's JSON object with `balanced: false` and the `reason`), writes it to
 /// `summary.json` when the run directory exists, and gives exit code 2.
-fn failed_run(config: &PartitionConfig, error: &anyhow::Error, json: bool) -> ExitCode {
+fn failed_run(
+    config: &PartitionConfig,
+    error: &anyhow::Error,
+    json: bool,
+) -> (ExitCode, serde_json::Value) {
     let layout = rodeo_control::partition::Layout::new(config);
     let reason = format!("{error:#}");
-    let files: Vec<PathBuf> = std::fs::read_dir(&layout.output)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".data") || n.ends_with(".data.writing"))
-        })
-        .collect();
+    let files = super::runs::data_files(&layout.output);
     let record = json!({
         "run_number": config.run.number,
         "directory": layout.output,
@@ -396,7 +426,7 @@ fn failed_run(config: &PartitionConfig, error: &anyhow::Error, json: bool) -> Ex
         }
     }
     eprintln!("error: the run failed: {reason}");
-    ExitCode::from(2)
+    (ExitCode::from(2), record)
 }
 
 /// Whether SIGINT/SIGTERM arrived; says once on stderr that the run is stopping.

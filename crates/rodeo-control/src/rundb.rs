@@ -1,0 +1,490 @@
+//! The run database: one SQLite file per output directory (`<output>/runs.sqlite`) that
+//! remembers every run: its number, when it started and stopped, who started it, the
+//! configuration it ran with (text and hash), its balance sheet and the files it wrote (size
+//! and Adler-32 of each).
+//!
+//! # Schema (version 1, `PRAGMA user_version = 1`)
+//!
+//! ```text
+//! runs(run_number INTEGER PRIMARY KEY, started_at_ns, stopped_at_ns, started_by, config_toml,
+//!      config_hash, l1_accepts, accepted, rejected, forced_accepts, partial_events,
+//!      events_written, bytes_written, balanced, reason, status, summary_json)
+//! files(run_number, path, size_bytes, adler32, events, PRIMARY KEY (run_number, path))
+//! ```
+//!
+//! `status` is `ok`, `failed` (the run ended with an error or an unbalanced sheet) or
+//! `crashed` (found at the next start without a record: the process died; its files found
+//! and verified then). `summary_json` is the balance sheet exactly as `rodeo run --json`
+//! printed it.
+//!
+//! # Versions and migrations
+//!
+//! [`RunDb::open`] brings an older file up to [`SCHEMA_VERSION`] step by step in one
+//! transaction (`MIGRATIONS[v]` takes version `v` to `v + 1`), and refuses a file written by a
+//! newer rodeo (its version above ours) instead of guessing.
+//!
+//! Why SQLite (rusqlite, bundled): one file beside the data, transactions, readable by any
+//! tool (`sqlite3 runs.sqlite`), no server to run; `bundled` builds the library from source so
+//! a fresh machine needs nothing installed.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::{json, Value};
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The database file's name in an output directory.
+pub const FILE_NAME: &str = "runs.sqlite";
+
+/// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
+const MIGRATIONS: [&str; 1] = [
+    // 0 -> 1: the first schema.
+    "CREATE TABLE runs (
+        run_number INTEGER PRIMARY KEY,
+        started_at_ns INTEGER,
+        stopped_at_ns INTEGER,
+        started_by TEXT NOT NULL,
+        config_toml TEXT NOT NULL,
+        config_hash TEXT NOT NULL,
+        l1_accepts INTEGER NOT NULL DEFAULT 0,
+        accepted INTEGER NOT NULL DEFAULT 0,
+        rejected INTEGER NOT NULL DEFAULT 0,
+        forced_accepts INTEGER NOT NULL DEFAULT 0,
+        partial_events INTEGER NOT NULL DEFAULT 0,
+        events_written INTEGER NOT NULL DEFAULT 0,
+        bytes_written INTEGER NOT NULL DEFAULT 0,
+        balanced INTEGER NOT NULL,
+        reason TEXT,
+        status TEXT NOT NULL,
+        summary_json TEXT NOT NULL
+    );
+    CREATE TABLE files (
+        run_number INTEGER NOT NULL REFERENCES runs(run_number),
+        path TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        adler32 INTEGER NOT NULL,
+        events INTEGER NOT NULL,
+        PRIMARY KEY (run_number, path)
+    );",
+];
+
+/// What can go wrong with the run database.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunDbError {
+    /// SQLite refused (open, query, write).
+    #[error("run database {path}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The file was written by a newer rodeo.
+    #[error(
+        "run database {path} has schema version {found}, newer than this rodeo's {SCHEMA_VERSION}: \
+         use a newer rodeo, or another output directory"
+    )]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its version.
+        found: i64,
+    },
+}
+
+/// One file of a run, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    /// Its path.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Adler-32 of the whole file.
+    pub adler32: u32,
+    /// Good events in it (`rodeo verify`'s count).
+    pub events: u64,
+}
+
+/// What [`RunDb::record`] stores about one run.
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    /// The run number.
+    pub run_number: u32,
+    /// Start, nanoseconds since the Unix epoch (None: unknown, e.g. a crashed run).
+    pub started_at_ns: Option<u64>,
+    /// Stop, nanoseconds since the Unix epoch.
+    pub stopped_at_ns: Option<u64>,
+    /// Who or what started it (`rodeo run`, `http`, `user@host`...).
+    pub started_by: String,
+    /// The configuration it ran with (TOML).
+    pub config_toml: String,
+    /// `ok`, `failed` or `crashed`.
+    pub status: String,
+    /// The balance sheet as `rodeo run --json` prints it.
+    pub summary: Value,
+    /// Its files.
+    pub files: Vec<FileRecord>,
+}
+
+/// An open run database.
+#[derive(Debug)]
+pub struct RunDb {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl RunDb {
+    /// Opens (creating if need be) `<dir>/runs.sqlite`, migrating it to [`SCHEMA_VERSION`].
+    pub fn open_in(dir: &Path) -> Result<RunDb, RunDbError> {
+        RunDb::open(&dir.join(FILE_NAME))
+    }
+
+    /// Opens (creating if need be) the database at `path`, migrating it to
+    /// [`SCHEMA_VERSION`].
+    pub fn open(path: &Path) -> Result<RunDb, RunDbError> {
+        let err = |source| RunDbError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut conn = Connection::open(path).map_err(err)?;
+        // Several processes (a service and `rodeo runs`) may open it: wait for a lock.
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err)?;
+        if version > SCHEMA_VERSION {
+            return Err(RunDbError::TooNew {
+                path: path.to_path_buf(),
+                found: version,
+            });
+        }
+        if version < SCHEMA_VERSION {
+            let tx = conn.transaction().map_err(err)?;
+            for step in &MIGRATIONS[version.max(0) as usize..] {
+                tx.execute_batch(step).map_err(err)?;
+            }
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(err)?;
+            tx.commit().map_err(err)?;
+        }
+        Ok(RunDb {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> RunDbError + '_ {
+        move |source| RunDbError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The largest run number recorded.
+    pub fn last_run_number(&self) -> Result<Option<u32>, RunDbError> {
+        self.conn
+            .query_row("SELECT MAX(run_number) FROM runs", [], |r| {
+                r.get::<_, Option<u32>>(0)
+            })
+            .map_err(self.err())
+    }
+
+    /// Whether run `n` is recorded.
+    pub fn has_run(&self, n: u32) -> Result<bool, RunDbError> {
+        self.conn
+            .query_row("SELECT 1 FROM runs WHERE run_number = ?1", [n], |_| Ok(()))
+            .optional()
+            .map(|o| o.is_some())
+            .map_err(self.err())
+    }
+
+    /// Records one run (replacing an earlier record of the same number) with its files, in one
+    /// transaction.
+    pub fn record(&mut self, r: &RunRecord) -> Result<(), RunDbError> {
+        let path = self.path.clone();
+        let err = |source| RunDbError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let s = &r.summary;
+        let n = |k: &str| s[k].as_u64().unwrap_or(0) as i64;
+        let tx = self.conn.transaction().map_err(err)?;
+        tx.execute("DELETE FROM files WHERE run_number = ?1", [r.run_number])
+            .map_err(err)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO runs (run_number, started_at_ns, stopped_at_ns, started_by,
+                config_toml, config_hash, l1_accepts, accepted, rejected, forced_accepts,
+                partial_events, events_written, bytes_written, balanced, reason, status,
+                summary_json)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            params![
+                r.run_number,
+                r.started_at_ns.map(|v| v as i64),
+                r.stopped_at_ns.map(|v| v as i64),
+                r.started_by,
+                r.config_toml,
+                config_hash(&r.config_toml),
+                n("l1_accepts"),
+                n("accepted"),
+                n("rejected"),
+                n("forced_accepts"),
+                n("partial_events"),
+                n("events_written"),
+                n("bytes_written"),
+                s["balanced"].as_bool().unwrap_or(false),
+                s["reason"].as_str(),
+                r.status,
+                s.to_string(),
+            ],
+        )
+        .map_err(err)?;
+        for f in &r.files {
+            tx.execute(
+                "INSERT OR REPLACE INTO files (run_number, path, size_bytes, adler32, events)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    r.run_number,
+                    f.path.to_string_lossy(),
+                    f.size_bytes as i64,
+                    f.adler32,
+                    f.events as i64
+                ],
+            )
+            .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
+    /// Every run, newest first, as JSON objects (the form of `rodeo runs --json` and
+    /// `GET /api/runs`).
+    pub fn list(&self) -> Result<Vec<Value>, RunDbError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{SELECT_RUN} ORDER BY run_number DESC"))
+            .map_err(self.err())?;
+        let rows = stmt.query_map([], run_json).map_err(self.err())?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r.map_err(self.err())?);
+        }
+        for r in &mut out {
+            let n = r["run_number"].as_u64().unwrap_or(0) as u32;
+            r["files"] = Value::Array(self.files_json(n)?);
+        }
+        Ok(out)
+    }
+
+    /// One run with its files and full balance sheet, or None.
+    pub fn get(&self, n: u32) -> Result<Option<Value>, RunDbError> {
+        let run = self
+            .conn
+            .query_row(
+                &format!("{SELECT_RUN} WHERE run_number = ?1"),
+                [n],
+                run_json,
+            )
+            .optional()
+            .map_err(self.err())?;
+        let Some(mut run) = run else {
+            return Ok(None);
+        };
+        run["files"] = Value::Array(self.files_json(n)?);
+        let (summary, config): (String, String) = self
+            .conn
+            .query_row(
+                "SELECT summary_json, config_toml FROM runs WHERE run_number = ?1",
+                [n],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(self.err())?;
+        run["summary"] = serde_json::from_str(&summary).unwrap_or(Value::Null);
+        run["config_toml"] = Value::String(config);
+        Ok(Some(run))
+    }
+
+    fn files_json(&self, n: u32) -> Result<Vec<Value>, RunDbError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT path, size_bytes, adler32, events FROM files WHERE run_number = ?1
+                 ORDER BY path",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([n], |r| {
+                Ok(json!({
+                    "path": r.get::<_, String>(0)?,
+                    "size_bytes": r.get::<_, i64>(1)?,
+                    "adler32": r.get::<_, u32>(2)?,
+                    "events": r.get::<_, i64>(3)?,
+                }))
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+}
+
+const SELECT_RUN: &str = "SELECT run_number, started_at_ns, stopped_at_ns, started_by, config_hash,
+    l1_accepts, accepted, rejected, forced_accepts, partial_events, events_written,
+    bytes_written, balanced, reason, status FROM runs";
+
+fn run_json(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
+    Ok(json!({
+        "run_number": r.get::<_, u32>(0)?,
+        "started_at_ns": r.get::<_, Option<i64>>(1)?,
+        "stopped_at_ns": r.get::<_, Option<i64>>(2)?,
+        "started_by": r.get::<_, String>(3)?,
+        "config_hash": r.get::<_, String>(4)?,
+        "l1_accepts": r.get::<_, i64>(5)?,
+        "accepted": r.get::<_, i64>(6)?,
+        "rejected": r.get::<_, i64>(7)?,
+        "forced_accepts": r.get::<_, i64>(8)?,
+        "partial_events": r.get::<_, i64>(9)?,
+        "events_written": r.get::<_, i64>(10)?,
+        "bytes_written": r.get::<_, i64>(11)?,
+        "balanced": r.get::<_, bool>(12)?,
+        "reason": r.get::<_, Option<String>>(13)?,
+        "status": r.get::<_, String>(14)?,
+    }))
+}
+
+/// The configuration's hash: FNV-1a 64 of its text, as 16 hex digits (a fingerprint to tell
+/// runs of the same configuration, not a security measure).
+pub fn config_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Size and Adler-32 of a whole file, read in 1 MiB steps.
+pub fn file_checksum(path: &Path) -> std::io::Result<(u64, u32)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut size, mut adler) = (0u64, rodeo_format::checksum::ADLER32_INIT);
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok((size, adler));
+        }
+        adler = rodeo_format::checksum::adler32(adler, &buf[..n]);
+        size += n as u64;
+    }
+}
+
+/// Nanoseconds since the Unix epoch now.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: u32, balanced: bool) -> RunRecord {
+        RunRecord {
+            run_number: n,
+            started_at_ns: Some(1),
+            stopped_at_ns: Some(2),
+            started_by: "test".into(),
+            config_toml: format!("[run]\nnumber = {n}\n"),
+            status: if balanced { "ok" } else { "failed" }.into(),
+            summary: json!({"run_number": n, "balanced": balanced, "l1_accepts": 10 * n,
+                            "reason": if balanced { Value::Null } else { json!("disk full") }}),
+            files: vec![FileRecord {
+                path: format!("/data/run-{n}/a.data").into(),
+                size_bytes: 100,
+                adler32: 7,
+                events: 3,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_fresh_database_gets_the_schema_and_keeps_runs_across_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut db = RunDb::open_in(dir.path()).unwrap();
+            assert_eq!(db.last_run_number().unwrap(), None);
+            db.record(&record(1, true)).unwrap();
+            db.record(&record(2, false)).unwrap();
+        }
+        let db = RunDb::open_in(dir.path()).unwrap();
+        assert_eq!(db.last_run_number().unwrap(), Some(2));
+        let runs = db.list().unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0]["run_number"], 2, "newest first");
+        assert_eq!(runs[0]["balanced"], false);
+        assert_eq!(runs[0]["reason"], "disk full");
+        assert_eq!(runs[1]["l1_accepts"], 10);
+        assert_eq!(runs[1]["files"][0]["events"], 3);
+        let one = db.get(1).unwrap().unwrap();
+        assert_eq!(one["summary"]["l1_accepts"], 10);
+        assert!(db.get(3).unwrap().is_none());
+        let v: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_version_0_file_is_migrated_and_a_newer_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        // Version 0: an empty SQLite file someone made (user_version 0, no tables).
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE notes (x TEXT);")
+            .unwrap();
+        let mut db = RunDb::open(&path).unwrap();
+        db.record(&record(5, true)).unwrap();
+        drop(db);
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let e = RunDb::open(&path).unwrap_err();
+        assert!(matches!(e, RunDbError::TooNew { found, .. } if found == SCHEMA_VERSION + 1));
+        assert!(e.to_string().contains("newer"), "{e}");
+    }
+
+    #[test]
+    fn recording_a_run_again_replaces_it_and_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = RunDb::open_in(dir.path()).unwrap();
+        db.record(&record(1, false)).unwrap();
+        let mut again = record(1, true);
+        again.files.clear();
+        db.record(&again).unwrap();
+        let runs = db.list().unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0]["balanced"], true);
+        assert_eq!(runs[0]["files"].as_array().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn config_hash_and_file_checksum() {
+        assert_eq!(config_hash("a"), config_hash("a"));
+        assert_ne!(config_hash("a"), config_hash("b"));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x");
+        std::fs::write(&p, b"Wikipedia").unwrap();
+        // Adler-32("Wikipedia") = 0x11E60398.
+        assert_eq!(file_checksum(&p).unwrap(), (9, 0x11E6_0398));
+    }
+}
