@@ -111,7 +111,8 @@ pub trait Partition: RunControl {
 const POLL: Duration = Duration::from_millis(20);
 const TICK: Duration = Duration::from_millis(200);
 
-/// Brings `p` up to RUNNING, runs it until the event count, the configured seconds, an
+/// Brings `p` up to RUNNING (from whatever state it is in: a service keeps its partition
+/// CONNECTED between runs), runs it until the event count, the configured seconds, an
 /// application failure, `quit()` or a `stop` from elsewhere (HTTP), then down to NONE, and
 /// returns the balance sheet. `tick` gets the L1 accepts so far and the seconds since start,
 /// about every 200 ms and once at the end. A failure at any step brings everything down
@@ -121,12 +122,15 @@ pub fn run_to_end(
     quit: &dyn Fn() -> bool,
     mut tick: impl FnMut(u64, f64),
 ) -> Result<RunSummary, TransitionError> {
-    for c in [
-        Command::Initialize,
-        Command::Configure,
-        Command::Connect,
-        Command::Start,
-    ] {
+    let up = Command::path(p.partition_state(), State::Running).unwrap_or_else(|| {
+        vec![
+            Command::Initialize,
+            Command::Configure,
+            Command::Connect,
+            Command::Start,
+        ]
+    });
+    for c in up {
         if let Err(e) = p.command(c) {
             let _ = p.command(Command::Shutdown);
             return Err(e);

@@ -351,3 +351,107 @@ fn every_run_is_recorded_in_the_run_database_and_served_at_api_runs() {
     assert_eq!(runs[0]["balanced"], true);
     assert_eq!(runs[1..], served["runs"].as_array().unwrap()[..]);
 }
+
+#[test]
+fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nevents = 0\nseconds = 3600.0\n[l1]\nrate_hz = 3000.0\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let serve = |expect_first: u64| {
+        let (child, addr) = spawn_with_http(
+            &[
+                "serve",
+                "--config",
+                cfg,
+                "--output",
+                out_dir,
+                "--http",
+                "127.0.0.1:0",
+            ],
+            "tok",
+        );
+        for i in 0..3u64 {
+            let (code, body) = http(
+                addr,
+                "POST",
+                "/api/command",
+                Some("tok"),
+                r#"{"command":"start"}"#,
+            );
+            assert_eq!(code, 200, "start {i}: {body}");
+            // Wait (bounded) until events flow, then stop.
+            let t0 = Instant::now();
+            loop {
+                let (_, st) = http(addr, "GET", "/api/status", None, "");
+                let st: Value = serde_json::from_str(&st).unwrap();
+                if st["l1_accepts"].as_u64().unwrap_or(0) > 100 {
+                    assert_eq!(st["run_number"], expect_first + i, "{st}");
+                    break;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(30), "no events: {st}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let (code, body) = http(
+                addr,
+                "POST",
+                "/api/command",
+                Some("tok"),
+                r#"{"command":"stop"}"#,
+            );
+            assert_eq!(code, 200, "stop {i}: {body}");
+            assert!(body.contains("CONNECTED"), "{body}");
+        }
+        let (code, runs) = http(addr, "GET", "/api/runs", None, "");
+        assert_eq!(code, 200);
+        let runs: Value = serde_json::from_str(&runs).unwrap();
+        // SIGTERM: down in order, exit 0.
+        // SAFETY: kill(2) on our own child's pid with a valid signal number.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        let mut child = child;
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "serve did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{status}");
+        runs
+    };
+    let first = serve(1);
+    let numbers: Vec<u64> = first["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![3, 2, 1]);
+    assert!(first["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["balanced"] == true && r["status"] == "ok"));
+    // A new service on the same directory goes on from run 4 (the run the first one had
+    // prepared when it was stopped was never started: not a run, its directory removed).
+    let second = serve(4);
+    assert_eq!(second["runs"][0]["run_number"], 6, "{second}");
+    let listed = rodeo_json(&["runs", "--output", out_dir, "--json"]);
+    let numbers: Vec<u64> = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![6, 5, 4, 3, 2, 1]);
+    assert_eq!(
+        listed["runs"].as_array().unwrap()[..3],
+        second["runs"].as_array().unwrap()[..3]
+    );
+}

@@ -12,6 +12,7 @@ mod info;
 mod ros;
 mod run;
 mod runs;
+mod serve;
 mod study;
 mod tester;
 mod verify;
@@ -59,6 +60,9 @@ enum Command {
     Verify(verify::Args),
     /// Print what this build of rodeo is and what the machine offers it.
     Info(info::Args),
+    /// A partition that stays up: start and stop as many runs as you like over HTTP, each
+    /// recorded in the run database.
+    Serve(serve::Args),
     /// List the runs recorded in an output directory's run database (`runs.sqlite`).
     Runs(runs::Args),
     /// A standalone readout node: emulated S-LINK channels, event store, request server.
@@ -88,6 +92,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
         Command::Runs(args) => runs::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),

@@ -271,33 +271,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
 
-    // Read back every file: the events written must all be there, intact.
-    let mut verified = 0u64;
-    let mut problems = summary.problems.clone();
-    for f in &summary.files {
-        let v = check_file(f);
-        verified += v.good_events;
-        if let Some(e) = v.error {
-            problems.push(format!("{}: {e}", f.display()));
-        }
-    }
-    if verified != summary.events_written {
-        problems.push(format!(
-            "files hold {verified} valid events, the loggers wrote {}",
-            summary.events_written
-        ));
-    }
-    let balanced = problems.is_empty();
     let trigger = trigger_report.map(|r| r());
     let requested = config.l1.rate_hz;
-    let record = summary_json(
-        &summary,
-        requested,
-        verified,
-        &problems,
-        balanced,
-        trigger.as_ref(),
-    );
+    let (record, verified, problems, balanced) =
+        balance_sheet(&summary, requested, trigger.as_ref());
     // The balance sheet stays with the data: `summary.json` in the run directory.
     let record_path = summary.output.join("summary.json");
     if let Err(e) = serde_json::to_vec_pretty(&record)
@@ -323,6 +300,41 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run's balance sheet: every file read back (the events written must all be there,
+/// intact), the problems found, and the JSON object `--json` prints (also `summary.json` and
+/// the run database's record). Returns (record, events verified, problems, balanced).
+pub(crate) fn balance_sheet(
+    summary: &RunSummary,
+    requested_hz: f64,
+    trigger: Option<&serde_json::Value>,
+) -> (serde_json::Value, u64, Vec<String>, bool) {
+    let mut verified = 0u64;
+    let mut problems = summary.problems.clone();
+    for f in &summary.files {
+        let v = check_file(f);
+        verified += v.good_events;
+        if let Some(e) = v.error {
+            problems.push(format!("{}: {e}", f.display()));
+        }
+    }
+    if verified != summary.events_written {
+        problems.push(format!(
+            "files hold {verified} valid events, the loggers wrote {}",
+            summary.events_written
+        ));
+    }
+    let balanced = problems.is_empty();
+    let record = summary_json(
+        summary,
+        requested_hz,
+        verified,
+        &problems,
+        balanced,
+        trigger,
+    );
+    (record, verified, problems, balanced)
 }
 
 /// Writes the configuration of the run into its run directory as `partition.toml` (made here
