@@ -407,9 +407,17 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
             assert_eq!(code, 200, "stop {i}: {body}");
             assert!(body.contains("CONNECTED"), "{body}");
         }
-        let (code, runs) = http(addr, "GET", "/api/runs", None, "");
-        assert_eq!(code, 200);
-        let runs: Value = serde_json::from_str(&runs).unwrap();
+        // The same from another shell: `rodeo ctl`.
+        let url = format!("http://{addr}");
+        let st = rodeo_json(&["ctl", "status", "--url", &url]);
+        assert_eq!(st["state"], "CONNECTED", "{st}");
+        assert_eq!(st["run_number"], expect_first + 3);
+        let runs = rodeo_json(&["ctl", "runs", "--url", &url]);
+        let refused = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+            .args(["ctl", "start", "--url", &url, "--token", "wrong"])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success());
         // SIGTERM: down in order, exit 0.
         // SAFETY: kill(2) on our own child's pid with a valid signal number.
         assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);

@@ -5,6 +5,7 @@ mod bench;
 mod cards;
 mod config;
 mod convert;
+mod ctl;
 mod dump;
 mod gen;
 mod gen_link;
@@ -63,6 +64,8 @@ enum Command {
     /// A partition that stays up: start and stop as many runs as you like over HTTP, each
     /// recorded in the run database.
     Serve(serve::Args),
+    /// Run control from another shell: `rodeo ctl start|stop|shutdown|status|runs --url URL`.
+    Ctl(ctl::Args),
     /// List the runs recorded in an output directory's run database (`runs.sqlite`).
     Runs(runs::Args),
     /// A standalone readout node: emulated S-LINK channels, event store, request server.
@@ -93,6 +96,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Info(args) => info::run(args),
         Command::Runs(args) => runs::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),
