@@ -43,15 +43,11 @@ fn felix_blocks_reassemble_and_check() {
     }
     // Hold every superpage until the card has filled them all and stalled for want of an empty
     // one: the back-pressure path, exercised deterministically (not left to the scheduler).
-    let held = Instant::now();
-    while ch.status().counters.superpages < pushed || ch.status().counters.stalls == 0 {
-        assert!(
-            held.elapsed() < Duration::from_secs(30),
-            "card never filled the pool: {:?}",
-            ch.status()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    rodeo_testkit::wait_until(
+        "the card to fill the pool and stall",
+        Duration::from_secs(30),
+        || ch.status().counters.superpages >= pushed && ch.status().counters.stalls > 0,
+    );
     let stalls_while_held = ch.status().counters.stalls;
     let mut reassembler = Reassembler::default();
     let mut next = vec![0u64; elinks.len()];

@@ -66,14 +66,14 @@ fn play(file: Arc<LinkFile>, mut monitor: LinkMonitor) -> LinkMonitor {
             "player stalled: {:?}",
             ch.status()
         );
-        match ch.pop_superpage() {
-            Some(filled) => {
-                seen += filled.units;
-                monitor.consume(filled.data());
-                ch.push_superpage(filled.superpage).unwrap();
-            }
-            None => std::thread::sleep(Duration::from_micros(100)),
-        }
+        let filled = rodeo_testkit::wait_for(
+            "the player's next superpage",
+            deadline.saturating_duration_since(Instant::now()),
+            || ch.pop_superpage(),
+        );
+        seen += filled.units;
+        monitor.consume(filled.data());
+        ch.push_superpage(filled.superpage).unwrap();
     }
     assert_eq!(seen, units);
     monitor

@@ -135,11 +135,9 @@ fn commands_need_the_token_and_illegal_ones_name_the_state() {
         "{st}"
     );
     // Data flows: wait (bounded) for some L1 accepts.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status(addr)["l1_accepts"].as_u64().unwrap() < 100 {
-        assert!(Instant::now() < deadline, "no data flowed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("100 L1 accepts", Duration::from_secs(60), || {
+        status(addr)["l1_accepts"].as_u64().unwrap() >= 100
+    });
     // Metrics: counters and histograms, every family typed.
     let (code, metrics) = http(addr, "GET", "/metrics", None, "");
     assert_eq!(code, 200);
@@ -275,11 +273,9 @@ fn the_web_page_shows_the_state_in_chromium() {
     for c in ["initialize", "configure", "connect", "start"] {
         p.command(c.parse().unwrap()).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while p.status().l1_accepts == 0 {
-        assert!(Instant::now() < deadline, "no data flowed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("data flowing", Duration::from_secs(60), || {
+        p.status().l1_accepts > 0
+    });
     let dom = dump_dom(browser, &url);
     assert!(dom.contains("data-state=\"RUNNING\""), "{dom}");
     assert!(
@@ -344,6 +340,7 @@ fn the_token_is_never_served_and_a_trickling_client_is_cut_at_the_deadline() {
         if answered || s.write_all(std::slice::from_ref(b)).is_err() {
             break;
         }
+        // The slow client's pace (the behaviour under test, not a synchronisation).
         std::thread::sleep(Duration::from_millis(200));
         if start.elapsed() > Duration::from_secs(4) {
             break;
@@ -357,14 +354,7 @@ fn the_token_is_never_served_and_a_trickling_client_is_cut_at_the_deadline() {
     assert_eq!(http(addr, "GET", "/api/status", None, "").0, 200);
 }
 
-/// Waits (bounded) until `f` holds.
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+use rodeo_testkit::wait_until;
 
 #[test]
 fn a_thousand_idle_connections_do_not_lock_an_operator_out() {

@@ -217,12 +217,8 @@ impl Harness {
 }
 
 /// Waits (bounded) until `f` holds.
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < WAIT * 2, "{what}: not within {:?}", WAIT * 2);
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    rodeo_testkit::wait_until(what, WAIT * 2, f);
 }
 
 #[test]

@@ -70,11 +70,11 @@ fn ask(s: &mut Socket, buf: &mut Vec<u8>, txn: u32, l1id: u32) {
 
 /// Waits (bounded) until the node has stored `n` fragments.
 fn wait_stored(node: &ReadoutNode, n: u64) {
-    let t0 = Instant::now();
-    while node.stats().input_fragments < n {
-        assert!(t0.elapsed() < Duration::from_secs(10), "input never ran");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rodeo_testkit::wait_until(
+        "the input to store fragments",
+        Duration::from_secs(10),
+        || node.stats().input_fragments >= n,
+    );
 }
 
 #[test]

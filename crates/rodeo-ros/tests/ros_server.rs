@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use rodeo_cards::dma::{ChannelCounters, ChannelStatus, DmaChannel, Filled};
@@ -190,12 +190,11 @@ macro_rules! backends {
     };
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+/// Longest a test waits for a condition.
+const WAIT: Duration = Duration::from_secs(20);
+
+fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    rodeo_testkit::wait_until(what, WAIT, f);
 }
 
 fn run_full_cycle(endpoint: &str) {
@@ -666,7 +665,9 @@ fn a_full_store_stalls_the_card_and_drops_nothing() {
         )),
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    rodeo_testkit::wait_until("the card stalled on the full store", WAIT, || {
+        server.stats().input_stalls > 0
+    });
     let s = server.stop();
     let k = s.store.counters(0);
     assert!(k.full > 0, "the store never refused: {k:?}");

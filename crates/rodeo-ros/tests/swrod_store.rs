@@ -168,15 +168,9 @@ fn built_fragments_are_stored_once_and_served_word_for_word() {
     assert_eq!(c.incomplete_fragments, 1);
     let built = tee.words.lock().unwrap().clone();
     // The builder is done; wait until the node has taken every fragment in.
-    let t0 = Instant::now();
-    while server.stats().input_fragments < events {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{:?}",
-            server.stats()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rodeo_testkit::wait_until("every fragment stored", Duration::from_secs(20), || {
+        server.stats().input_fragments >= events
+    });
     let mut slot = None;
     for &l1id in &l1ids {
         let served = fetch(&mut client, &mut slot, l1id);
@@ -194,14 +188,9 @@ fn built_fragments_are_stored_once_and_served_word_for_word() {
     drop(slot);
     drop(client);
     // The clear is handled before the node stops.
-    let t0 = Instant::now();
-    while server.stats().clears < 1 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the clear was not handled"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    rodeo_testkit::wait_until("the clear handled", Duration::from_secs(20), || {
+        server.stats().clears >= 1
+    });
     let counts = tee.sink.counters();
     assert_eq!(
         (

@@ -2,7 +2,7 @@
 //! answered once, every event is cleared, and the node ends empty.
 
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
 use rodeo_ros::server::{FirmwareInput, Payload, RequestServer, ServerConfig};
@@ -73,26 +73,16 @@ fn run(endpoint: &str, instances: u32) {
     assert!((0.6..0.8).contains(&l2), "L2 fraction {l2}");
     let eb = r.eb_requests as f64 / total as f64;
     assert!((0.12..0.28).contains(&eb), "EB fraction {eb}");
-    let t0 = Instant::now();
-    while server.stats().cleared_l1ids < total {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "clears not all received"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rodeo_testkit::wait_until("every clear received", Duration::from_secs(20), || {
+        server.stats().cleared_l1ids >= total
+    });
     let mut stopped = server.stop();
     assert_eq!(stopped.counters.replies, r.replies, "one reply per request");
     assert_eq!(stopped.counters.requests, r.l2_requests + r.eb_requests);
-    let t0 = Instant::now();
-    loop {
+    rodeo_testkit::wait_until("every page given back", Duration::from_secs(20), || {
         stopped.store.reclaim();
-        if (0..channels).all(|c| stopped.store.settle(c) == 0) {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "pages still held");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        (0..channels).all(|c| stopped.store.settle(c) == 0)
+    });
     assert_eq!(stopped.store.total_counters().stored, 0);
 }
 
@@ -160,14 +150,9 @@ fn run_direct(data_words: usize, pages_per_channel: usize) {
     );
     let l2 = r.l2_requests as f64 / events as f64;
     assert!((0.6..0.8).contains(&l2), "L2 fraction {l2}");
-    let t0 = Instant::now();
-    while server.stats().cleared_l1ids < events {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "clears not all received"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rodeo_testkit::wait_until("every clear received", Duration::from_secs(20), || {
+        server.stats().cleared_l1ids >= events
+    });
     // Nothing is answered twice: no reply waits beyond those the tester read.
     assert!(!client.recv_timeout(&mut None, Duration::from_millis(100)));
     let mut stopped = server.stop();
@@ -179,15 +164,10 @@ fn run_direct(data_words: usize, pages_per_channel: usize) {
         "every fragment sent arrived"
     );
     drop(client);
-    let t0 = Instant::now();
-    loop {
+    rodeo_testkit::wait_until("every page given back", Duration::from_secs(20), || {
         stopped.store.reclaim();
-        if (0..channels).all(|c| stopped.store.settle(c) == 0) {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "pages still held");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        (0..channels).all(|c| stopped.store.settle(c) == 0)
+    });
     assert_eq!(stopped.store.total_counters().stored, 0);
     for c in 0..channels {
         assert_eq!(stopped.store.occupancy(c), 0.0, "channel {c} not empty");

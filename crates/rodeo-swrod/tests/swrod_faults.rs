@@ -6,7 +6,7 @@ mod swrod_common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rodeo_format::felix::check_packet;
 use rodeo_format::fragment::Status;
@@ -108,10 +108,9 @@ fn missing_packet_is_built_at_its_timeout() {
     let stop = AtomicBool::new(false);
     let c = std::thread::scope(|scope| {
         scope.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while rec.seen.lock().unwrap().len() < 20 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            rodeo_testkit::holds_within(Duration::from_secs(30), || {
+                rec.seen.lock().unwrap().len() >= 20
+            });
             stop.store(true, Ordering::Relaxed);
         });
         run_streams(&config, vec![p], &[0], &rec, 4096, &stop)
@@ -164,10 +163,9 @@ fn two_threads_one_without_any_packet_times_out() {
     let stop = AtomicBool::new(false);
     let c = std::thread::scope(|scope| {
         scope.spawn(|| {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while rec.seen.lock().unwrap().len() < 20 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            rodeo_testkit::holds_within(Duration::from_secs(30), || {
+                rec.seen.lock().unwrap().len() >= 20
+            });
             stop.store(true, Ordering::Relaxed);
         });
         run_streams(&config, players, &[0, 1], &rec, 4096, &stop)

@@ -98,15 +98,10 @@ impl Drop for Hosts {
 
 /// Waits (bounded) until a TCP connection to `addr` succeeds.
 fn wait_listening(addr: &str) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(15) {
-        let a: std::net::SocketAddr = addr.parse().unwrap();
-        if std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+    let a: std::net::SocketAddr = addr.parse().unwrap();
+    rodeo_testkit::holds_within(Duration::from_secs(15), || {
+        std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok()
+    })
 }
 
 fn setup(dir: &Path, tag: &str) -> Hosts {
@@ -264,7 +259,9 @@ remote_rodeo = "{rodeo}"
             let _ = child.wait();
             panic!("the three-host run did not end within 120 s");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        rodeo_testkit::holds_within(Duration::from_millis(50), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
     };
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

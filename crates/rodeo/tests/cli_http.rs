@@ -6,8 +6,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use rodeo_testkit::wait_for;
 use serde_json::Value;
 
 fn http(
@@ -63,17 +64,12 @@ fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
         ],
         "secret-1",
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
+    let status = wait_for("RUNNING with events", Duration::from_secs(60), || {
         let (code, body) = http(addr, "GET", "/api/status", None, "");
         assert_eq!(code, 200);
         let v: Value = serde_json::from_str(&body).unwrap();
-        if v["state"] == "RUNNING" && v["events_written"].as_u64() > Some(0) {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "never RUNNING with events: {v}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        (v["state"] == "RUNNING" && v["events_written"].as_u64() > Some(0)).then_some(v)
+    });
     assert_eq!(status["run_number"], 1);
     let (code, metrics) = http(addr, "GET", "/metrics", None, "");
     assert_eq!(code, 200);
@@ -178,17 +174,11 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
 /// Waits (bounded) for `rodeo run` to end after a stop; checks it succeeded and returns its
 /// JSON summary.
 fn wait_for_summary(mut child: std::process::Child) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rodeo run did not end after stop"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let exit = wait_for(
+        "rodeo run to end after stop",
+        Duration::from_secs(120),
+        || child.try_wait().unwrap(),
+    );
     let mut out = String::new();
     child
         .stdout
@@ -245,17 +235,12 @@ fn processes_mode_serves_the_controller_and_stops_with_the_token() {
         ],
         "proc-token",
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
+    let status = wait_for("RUNNING with L1 accepts", Duration::from_secs(60), || {
         let (code, body) = http(addr, "GET", "/api/status", None, "");
         assert_eq!(code, 200);
         let v: Value = serde_json::from_str(&body).unwrap();
-        if v["state"] == "RUNNING" && v["l1_accepts"].as_u64() > Some(0) {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "never RUNNING: {v}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        (v["state"] == "RUNNING" && v["l1_accepts"].as_u64() > Some(0)).then_some(v)
+    });
     // Every application is a process with its own pid and heartbeat.
     let apps = status["apps"].as_array().unwrap();
     assert!(apps.len() >= 4, "{status}");
@@ -386,17 +371,12 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
             );
             assert_eq!(code, 200, "start {i}: {body}");
             // Wait (bounded) until events flow, then stop.
-            let t0 = Instant::now();
-            loop {
+            let st = wait_for("events flowing", Duration::from_secs(30), || {
                 let (_, st) = http(addr, "GET", "/api/status", None, "");
                 let st: Value = serde_json::from_str(&st).unwrap();
-                if st["l1_accepts"].as_u64().unwrap_or(0) > 100 {
-                    assert_eq!(st["run_number"], expect_first + i, "{st}");
-                    break;
-                }
-                assert!(t0.elapsed() < Duration::from_secs(30), "no events: {st}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+                (st["l1_accepts"].as_u64().unwrap_or(0) > 100).then_some(st)
+            });
+            assert_eq!(st["run_number"], expect_first + i, "{st}");
             let (code, body) = http(
                 addr,
                 "POST",
@@ -422,14 +402,9 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
         // SAFETY: kill(2) on our own child's pid with a valid signal number.
         assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
         let mut child = child;
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(30), "serve did not end");
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = wait_for("serve to end", Duration::from_secs(30), || {
+            child.try_wait().unwrap()
+        });
         assert!(status.success(), "{status}");
         runs
     };

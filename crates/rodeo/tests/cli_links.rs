@@ -4,7 +4,6 @@
 
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -92,14 +91,22 @@ fn felix_blocks_over_udp_reach_a_network_channel() {
         .unwrap()
         .port();
     let address = format!("udp://127.0.0.1:{port}");
-    let cards = rodeo()
+    let mut cards = rodeo()
         .args(["cards", "--no-defaults", "--seconds", "4", "--json"])
         .args(["--listen", &address, "--listen-mode", "felix"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Send once the input is bound (the line comes before the cards' --seconds run; the
+    // process ends by itself, so the read is bounded).
+    let mut err = std::io::BufReader::new(cards.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("card(s) running") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(n > 0, "rodeo cards ended before its inputs ran");
+    }
     let gen = json_of(
         rodeo()
             .args(["gen", "link", "--mode", "felix", "--units", "2000"])

@@ -298,7 +298,9 @@ fn sigterm_ends_a_ros_process_within_a_second_beside_a_client_that_never_reads()
             let _ = ros.kill();
             panic!("rodeo ros still running 5 s after SIGTERM");
         }
-        std::thread::sleep(Duration::from_millis(10));
+        rodeo_testkit::holds_within(Duration::from_millis(10), || {
+            matches!(ros.try_wait(), Ok(Some(_)))
+        });
     };
     let took = t0.elapsed();
     assert!(status.success());

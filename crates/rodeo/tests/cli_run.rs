@@ -3,6 +3,9 @@
 
 use std::collections::HashSet;
 use std::process::Command;
+use std::time::Duration;
+
+use rodeo_testkit::{wait_for, wait_until};
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
@@ -243,23 +246,18 @@ fn killing_a_dcm_process_loses_no_event() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Let the run get going, then kill dcm-1 without warning.
+    // Once events are being written (the run is going), kill dcm-1 without warning.
     let marker = out_dir.to_str().unwrap().to_string();
-    let mut killed = false;
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        if t0.elapsed() < std::time::Duration::from_millis(1500) {
-            continue;
-        }
-        if let Some(pid) = find_app("dcm-1", &marker) {
-            // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-            killed = true;
-            break;
-        }
-    }
-    assert!(killed, "dcm-1 never found");
+    wait_until("events being written", Duration::from_secs(30), || {
+        walk(&out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".data"))
+    });
+    let pid = wait_for("dcm-1's process", Duration::from_secs(20), || {
+        find_app("dcm-1", &marker)
+    });
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -346,35 +344,26 @@ fn killing_the_controller_leaves_no_application_running() {
         .spawn()
         .unwrap();
     let marker = out_dir.to_str().unwrap().to_string();
-    // Wait (bounded) until all five applications run and events are being written.
-    let t0 = std::time::Instant::now();
-    loop {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(60),
-            "the partition never came up: {:?}",
-            apps_of(&marker)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let written = walk(&out_dir)
-            .iter()
-            .any(|p| p.to_string_lossy().contains(".data"));
-        if apps_of(&marker).len() == 5 && written {
-            break;
-        }
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Wait (bounded) until all five applications run and an event file is complete (events
+    // flow end to end).
+    wait_until(
+        "the partition up and writing",
+        Duration::from_secs(60),
+        || {
+            apps_of(&marker).len() == 5
+                && walk(&out_dir)
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains(".data"))
+        },
+    );
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
     child.wait().unwrap();
-    let killed = std::time::Instant::now();
-    while !apps_of(&marker).is_empty() {
-        assert!(
-            killed.elapsed() < std::time::Duration::from_secs(5),
-            "5 s after the controller died these still run: {:?}",
-            apps_of(&marker)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(
+        "no application left 5 s after the controller died",
+        Duration::from_secs(5),
+        || apps_of(&marker).is_empty(),
+    );
     // They stopped in order: the logger closed its files (none left `.writing`).
     let files = walk(&out_dir);
     assert!(
@@ -506,17 +495,11 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
         .spawn()
         .unwrap();
     // Wait (bounded) until events are being written, then interrupt.
-    let t0 = std::time::Instant::now();
-    while !walk(&out_dir)
-        .iter()
-        .any(|p| p.to_string_lossy().ends_with(".writing"))
-    {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(30),
-            "no file was opened"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until("a file being written", Duration::from_secs(30), || {
+        walk(&out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".writing"))
+    });
     let interrupted = std::time::Instant::now();
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);

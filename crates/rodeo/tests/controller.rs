@@ -3,7 +3,7 @@
 //! embedded partition.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rodeo_control::config::{PartitionConfig, TransportKind};
 use rodeo_control::control::RunControl;
@@ -21,18 +21,14 @@ fn wait_for(
     what: &str,
     cond: impl Fn(&rodeo_control::control::PartitionStatus) -> bool,
 ) {
-    let t0 = Instant::now();
-    loop {
+    let mut last = None;
+    let held = rodeo_testkit::holds_within(Duration::from_secs(30), || {
         let st = ctl.status();
-        if cond(&st) {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}: {st:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        let ok = cond(&st);
+        last = Some(st);
+        ok
+    });
+    assert!(held, "timed out waiting for {what}: {last:#?}");
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -106,10 +102,9 @@ fn a_failing_transition_puts_the_partition_in_error_naming_the_application() {
     let e = ctl.command(Command::Start).unwrap_err();
     assert!(e.to_string().contains("ERROR"), "{e}");
     assert_eq!(ctl.command(Command::Shutdown).unwrap(), State::None);
-    let t0 = Instant::now();
-    while pids.iter().any(|&p| pid_alive(p)) && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    rodeo_testkit::holds_within(Duration::from_secs(10), || {
+        !pids.iter().any(|&p| pid_alive(p))
+    });
     for p in pids {
         assert!(!pid_alive(p), "process {p} still there after shutdown");
     }
@@ -242,10 +237,7 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     assert!(r.error.as_deref().unwrap().contains("exited"), "{r:?}");
     assert_eq!(ctl.command(Command::Shutdown).unwrap(), State::None);
     for p in [dcm, ros] {
-        let t0 = Instant::now();
-        while pid_alive(p) && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        rodeo_testkit::holds_within(Duration::from_secs(10), || !pid_alive(p));
     }
     // The stopped DCM was killed by the shutdown (it could not answer).
     assert!(!pid_alive(dcm));
@@ -277,10 +269,9 @@ fn the_embedded_partition_and_processes_export_the_same_metric_families() {
     for cmd in up {
         embedded.command(cmd).unwrap();
     }
-    let t0 = Instant::now();
-    while embedded.status().l1_accepts < 100 && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    rodeo_testkit::wait_until("100 L1 accepts", Duration::from_secs(30), || {
+        embedded.status().l1_accepts >= 100
+    });
     let in_process = families(&embedded);
     embedded.command(Command::Stop).unwrap();
 

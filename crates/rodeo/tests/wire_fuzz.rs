@@ -332,9 +332,9 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
                     if hostile_turn(&t, &endpoint, &mut rng, limit, rob, &sent).is_some() {
                         turns += 1;
                     }
-                    // A breath between turns: the mix is about what peers send, not about
-                    // out-connecting the node's I/O thread (no server survives a SYN flood
-                    // from its own host unaided).
+                    // A breath between turns (the peers' pace, not a synchronisation): the mix
+                    // is about what peers send, not about out-connecting the node's I/O
+                    // thread (no server survives a SYN flood from its own host unaided).
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 turns

@@ -131,6 +131,9 @@ impl<S: RequestSource> Core<S> {
                         self.recheck(Instant::now(), false);
                     }
                 } else {
+                    self.stats
+                        .input_stalls
+                        .store(self.input.stalls(), Ordering::Relaxed);
                     std::thread::sleep(std::time::Duration::from_micros(100));
                     idle_cpu += rodeo_memory::cpu::thread_cpu_time().saturating_sub(wait0);
                 }

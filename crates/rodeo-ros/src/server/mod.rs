@@ -226,6 +226,9 @@ counters!(
     descriptors_exhausted,
     /// Fragments taken from the input (stored or dropped).
     input_fragments,
+    /// Times the input stalled on a full store so far (published when the core is idle; the
+    /// final count is [`Stopped::input_stalls`]).
+    input_stalls,
 });
 
 /// What a stopped server hands back.

@@ -145,6 +145,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         running.push((card, reader, pool));
     }
+    // Every input is bound and reading: a sender may start now (scripts and tests wait for
+    // this line).
+    eprintln!("rodeo cards: {} card(s) running", running.len());
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
     let seconds = start.elapsed().as_secs_f64();
     let reports: Vec<_> = running.iter().map(|(card, ..)| card.report()).collect();

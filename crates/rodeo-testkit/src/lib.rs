@@ -1,0 +1,70 @@
+//! Test helpers shared by rodeo's test suites (a dev-dependency only).
+//!
+//! Tests never use a fixed sleep as synchronisation ("give the run 1.5 s to get going"): on a
+//! loaded 2-core machine any fixed time is sometimes too short. They wait on the condition they
+//! need, with a deadline that turns a hang into a failure naming what did not happen. This
+//! crate holds the only `sleep` of the test suites: the poll interval of those waits.
+
+use std::time::{Duration, Instant};
+
+/// How often a condition is polled.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Waits until `cond` holds; panics naming `what` if it does not within `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    wait_for(what, limit, || cond().then_some(()));
+}
+
+/// Waits until `f` gives a value and returns it; panics naming `what` if it gives none within
+/// `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(POLL.min(limit / 10).max(Duration::from_micros(100)));
+    }
+}
+
+/// Waits until `cond` holds or `limit` passes; returns whether it held (for a condition whose
+/// absence is the expected outcome, e.g. "no process of the partition is left").
+pub fn holds_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if t0.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_until_the_condition_and_returns_the_value() {
+        let mut n = 0;
+        let v = wait_for("n to reach 3", Duration::from_secs(5), || {
+            n += 1;
+            (n >= 3).then_some(n)
+        });
+        assert_eq!(v, 3);
+        assert!(holds_within(Duration::from_millis(50), || true));
+        assert!(!holds_within(Duration::from_millis(20), || false));
+    }
+
+    #[test]
+    #[should_panic(expected = "waiting for never")]
+    fn a_condition_that_never_holds_fails_naming_it() {
+        wait_until("never", Duration::from_millis(20), || false);
+    }
+}
