@@ -124,6 +124,10 @@ impl<S: RequestSource> Core<S> {
                 // itself costs (going to sleep, being woken) is counted apart: a saturated node
                 // never pays it.
                 let wait0 = rodeo_memory::cpu::thread_cpu_time();
+                // Idle turns only: the input's stall count is read from its channels.
+                self.stats
+                    .input_stalls
+                    .store(self.input.stalls(), Ordering::Relaxed);
                 if self.descriptors.available() > 0 {
                     let got = self.source.recv_timeout(&mut msg, IDLE_WAIT);
                     idle_cpu += rodeo_memory::cpu::thread_cpu_time().saturating_sub(wait0);
@@ -131,9 +135,6 @@ impl<S: RequestSource> Core<S> {
                         self.recheck(Instant::now(), false);
                     }
                 } else {
-                    self.stats
-                        .input_stalls
-                        .store(self.input.stalls(), Ordering::Relaxed);
                     std::thread::sleep(std::time::Duration::from_micros(100));
                     idle_cpu += rodeo_memory::cpu::thread_cpu_time().saturating_sub(wait0);
                 }
