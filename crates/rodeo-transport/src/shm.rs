@@ -20,10 +20,11 @@
 //!
 //! Every send notifies the receiver's event service; iceoryx2 sends a datagram only when the
 //! receiver has consumed the previous one, so a busy receiver costs its senders an atomic, and a
-//! receiver that drains everything before it waits gets one wake-up per batch. The receiver
-//! consumes its notifications before it looks at its queue a last time, so a sample that arrives
-//! afterwards always comes with a fresh datagram. The event's file descriptor joins
-//! [`poll_readable`](crate::socket::poll_readable) next to ZeroMQ sockets.
+//! receiver that drains everything before it waits gets one wake-up per batch. An empty
+//! `try_recv` costs no system call; a waiting receiver consumes its notification before it looks
+//! at its queue once more, so a sample that arrives afterwards always comes with a fresh datagram.
+//! The event's file descriptor joins [`poll_readable`](crate::socket::poll_readable) next to
+//! ZeroMQ sockets. No thread is added: iceoryx2 has none of its own.
 //!
 //! # Back-pressure
 //!
@@ -141,7 +142,7 @@ fn open_inbox(node: &Node<Svc>, name: &str) -> Result<Inbox, TransportError> {
         .service_builder(&sname)
         .publish_subscribe::<[u8]>()
         .max_publishers(MAX_PEERS)
-        .max_subscribers(2)
+        .max_subscribers(1)
         .max_nodes(MAX_PEERS + 8)
         .subscriber_max_buffer_size(QUEUE_MESSAGES)
         .subscriber_max_borrowed_samples(2)
@@ -187,7 +188,7 @@ fn open_outbox(node: &Node<Svc>, name: &str, create: bool) -> Result<Outbox, Tra
         .service_builder(&sname)
         .publish_subscribe::<[u8]>()
         .max_publishers(MAX_PEERS)
-        .max_subscribers(2)
+        .max_subscribers(1)
         .max_nodes(MAX_PEERS + 8)
         .subscriber_max_buffer_size(QUEUE_MESSAGES)
         .subscriber_max_borrowed_samples(2)
@@ -449,18 +450,21 @@ impl ShmSocket {
         }
     }
 
-    /// Receives one message if one is queued, without waiting.
+    /// Receives one message if one is queued, without waiting and without a system call.
     pub(crate) fn try_recv(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
-        if self.take(msg)? {
-            return Ok(true);
-        }
-        // Consume the pending notification, then look once more: whatever arrives after this
-        // comes with a new notification (module docs).
+        self.take(msg)
+    }
+
+    /// Consumes this inbox's pending notification (a non-blocking read of its datagram), then
+    /// tells whether a message is queued. After it, whatever arrives comes with a new
+    /// notification (module docs): `poll_readable` calls it for an inbox whose descriptor was
+    /// readable, so that a consumed notification never keeps a poll awake.
+    pub(crate) fn consume_wake(&self) -> Result<bool, TransportError> {
         self.inbox
             .listener
             .try_wait(|_| {})
             .map_err(|e| shm_err("event", &self.inbox.name, e))?;
-        self.take(msg)
+        Ok(self.has_message())
     }
 
     /// Waits up to `timeout_ms` (-1: forever) for a message.
@@ -472,7 +476,7 @@ impl ShmSocket {
         let deadline = (timeout_ms >= 0)
             .then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
         loop {
-            if self.try_recv(msg)? {
+            if self.take(msg)? {
                 return Ok(true);
             }
             let left = match deadline {
@@ -485,6 +489,8 @@ impl ShmSocket {
                 }
                 None => Duration::from_secs(1),
             };
+            // Returns at once when a notification is pending (a message may have come with
+            // it), else sleeps until one comes; either way it consumes it before we look.
             self.inbox
                 .listener
                 .timed_wait(|_| {}, left)

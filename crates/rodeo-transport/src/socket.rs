@@ -300,6 +300,15 @@ impl Socket {
         })
     }
 
+    fn consume_shm_wake(&self) -> Result<bool, TransportError> {
+        // The inbox's notification is consumed through a shared borrow: iceoryx2's listener
+        // takes `&self`. The socket is not shared between threads (`!Sync`).
+        match self.shm.get() {
+            Some(s) => s.consume_wake(),
+            None => Ok(true),
+        }
+    }
+
     /// True once the socket is bound or connected to an `shm://` endpoint.
     pub fn is_shm(&self) -> bool {
         self.shm.get().is_some()
@@ -505,33 +514,55 @@ impl Socket {
 /// timeout. An application thread that owns several sockets (a DCM: supervisor, readout nodes,
 /// loggers) waits on all of them with one call. At most 64 sockets.
 pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, TransportError> {
-    // Shared-memory sockets with a queued message: ready without a system call.
-    let queued = sockets
-        .iter()
-        .take(64)
-        .enumerate()
-        .filter(|(_, s)| s.shm.get().is_some_and(ShmSocket::has_message))
-        .fold(0u64, |mask, (i, _)| mask | (1 << i));
-    if queued != 0 {
-        return Ok(queued);
+    let sockets = &sockets[..sockets.len().min(64)];
+    let deadline = (timeout_ms >= 0)
+        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
+    loop {
+        // Shared-memory sockets with a queued message: ready without a system call.
+        let queued = sockets
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.shm.get().is_some_and(ShmSocket::has_message))
+            .fold(0u64, |mask, (i, _)| mask | (1 << i));
+        if queued != 0 {
+            return Ok(queued);
+        }
+        let wait = match deadline {
+            Some(d) => d
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .min(i64::MAX as u128) as i64,
+            None => -1,
+        };
+        let mut items: Vec<zmq::PollItem<'_>> = sockets
+            .iter()
+            .map(|s| match s.shm.get() {
+                Some(shm) => zmq::PollItem::from_fd(shm.wake_fd(), zmq::POLLIN),
+                None => s.inner.as_poll_item(zmq::POLLIN),
+            })
+            .collect();
+        let n = zmq::poll(&mut items, wait).map_err(|source| TransportError::Recv { source })?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut mask = 0u64;
+        for (i, it) in items.iter().enumerate() {
+            if !it.is_readable() {
+                continue;
+            }
+            let ready = match sockets[i].shm.get() {
+                // A notification: consume it; ready only if a message came with it.
+                Some(_) => sockets[i].consume_shm_wake()?,
+                None => true,
+            };
+            if ready {
+                mask |= 1 << i;
+            }
+        }
+        if mask != 0 || wait == 0 {
+            return Ok(mask);
+        }
     }
-    let mut items: Vec<zmq::PollItem<'_>> = sockets
-        .iter()
-        .take(64)
-        .map(|s| match s.shm.get() {
-            Some(shm) => zmq::PollItem::from_fd(shm.wake_fd(), zmq::POLLIN),
-            None => s.inner.as_poll_item(zmq::POLLIN),
-        })
-        .collect();
-    let n = zmq::poll(&mut items, timeout_ms).map_err(|source| TransportError::Recv { source })?;
-    if n == 0 {
-        return Ok(0);
-    }
-    Ok(items
-        .iter()
-        .enumerate()
-        .filter(|(_, it)| it.is_readable())
-        .fold(0u64, |mask, (i, _)| mask | (1 << i)))
 }
 
 /// Frees a zero-copy frame's owner once ZeroMQ no longer needs its bytes.
