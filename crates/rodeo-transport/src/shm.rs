@@ -219,12 +219,8 @@ fn open_outbox(node: &Node<Svc>, name: &str, create: bool) -> Result<Outbox, Tra
 }
 
 enum Role {
-    Router {
-        peers: HashMap<Vec<u8>, Outbox>,
-    },
-    Dealer {
-        out: Outbox,
-    },
+    Router { peers: HashMap<Vec<u8>, Outbox> },
+    Dealer { out: Outbox },
 }
 
 /// The shared-memory side of a [`Socket`](crate::socket::Socket) once bound or connected.
@@ -391,9 +387,7 @@ impl ShmSocket {
                     // identity byte, the identity, and each frame, whose lengths sum to
                     // `total`), so the whole slice is initialised.
                     let sample = unsafe { sample.assume_init() };
-                    sample
-                        .send()
-                        .map_err(|e| shm_err("send", &self.bound, e))?
+                    sample.send().map_err(|e| shm_err("send", &self.bound, e))?
                 }
                 // All slots in flight: the receiver has not released them yet.
                 Err(_) => 0,
@@ -473,8 +467,8 @@ impl ShmSocket {
         msg: &mut Received,
         timeout_ms: i64,
     ) -> Result<bool, TransportError> {
-        let deadline = (timeout_ms >= 0)
-            .then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+        let deadline =
+            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
         loop {
             if self.take(msg)? {
                 return Ok(true);

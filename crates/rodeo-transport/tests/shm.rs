@@ -64,7 +64,9 @@ fn request_and_reply_by_identity_with_zero_copy_frames() {
     server
         .try_send_to(&got[1].0, [Frame::Copy(b"to-b")])
         .unwrap();
-    server.try_send_to(b"dcm-1", [Frame::Copy(b"to-a")]).unwrap();
+    server
+        .try_send_to(b"dcm-1", [Frame::Copy(b"to-a")])
+        .unwrap();
     assert!(a.recv(&mut msg, 5000).unwrap());
     assert_eq!(msg.bytes, b"to-a");
     assert!(msg.peer.is_empty());
@@ -151,7 +153,11 @@ fn a_full_inbox_is_back_pressure_and_nothing_is_lost() {
         .send([Frame::Copy(&sent.to_le_bytes()), Frame::Copy(&[7u8; 1000])])
         .unwrap();
     let seen = drain.join().unwrap();
-    assert_eq!(seen, (0..=sent).collect::<Vec<_>>(), "nothing lost, in order");
+    assert_eq!(
+        seen,
+        (0..=sent).collect::<Vec<_>>(),
+        "nothing lost, in order"
+    );
 }
 
 #[test]
