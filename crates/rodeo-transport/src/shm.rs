@@ -220,7 +220,7 @@ fn open_outbox(node: &Node<Svc>, name: &str, create: bool) -> Result<Outbox, Tra
 
 enum Role {
     Router { peers: HashMap<Vec<u8>, Outbox> },
-    Dealer { out: Outbox },
+    Dealer { out: Box<Outbox> },
 }
 
 /// The shared-memory side of a [`Socket`](crate::socket::Socket) once bound or connected.
@@ -300,7 +300,7 @@ impl ShmSocket {
         Ok(ShmSocket {
             node,
             inbox,
-            role: Role::Dealer { out },
+            role: Role::Dealer { out: Box::new(out) },
             identity,
             bound: name.to_string(),
             send_timeout_ms,
