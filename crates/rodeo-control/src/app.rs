@@ -167,6 +167,7 @@ impl AppControl {
             error: inner.driver.error().map(str::to_string),
             finished: inner.driver.finished(),
             metrics: inner.driver.metrics(),
+            shm_backpressure: rodeo_transport::shm::backpressure_count(),
         }
     }
 }
@@ -231,6 +232,7 @@ impl RunControl for AppControl {
             &[(self.name.as_str(), metrics.as_ref())],
             PartitionExtras {
                 bad_control_messages: 0,
+                shm_backpressure: rodeo_transport::shm::backpressure_count(),
             },
         );
     }

@@ -57,6 +57,9 @@ pub struct Heartbeat {
     /// Live counters (after connect; the last values stay after the run).
     #[serde(default)]
     pub metrics: Option<AppMetrics>,
+    /// Sends a full shared-memory inbox refused in this process so far (back-pressure).
+    #[serde(default)]
+    pub shm_backpressure: u64,
 }
 
 /// A message from an application to the controller.
@@ -157,6 +160,7 @@ mod tests {
                 events_written: 12,
                 bytes_written: 4096,
             })),
+            shm_backpressure: 5,
         };
         let h = ToController::Heartbeat(hb);
         let text = String::from_utf8(encode(&h)).unwrap();

@@ -27,7 +27,9 @@ seconds = 0.0
 output = "rodeo-output"
 
 [transport]
-# Endpoints: "inproc" (one process), "ipc" (processes on one host), "tcp" (hosts).
+# Endpoints: "inproc" (one process), "shm" (processes on one host, shared memory: what
+# `--processes` uses when this says "inproc"), "ipc" (ZeroMQ between processes on one host),
+# "tcp" (hosts).
 kind = "inproc"
 # ZeroMQ I/O threads (ipc/tcp).
 io_threads = 1
@@ -243,6 +245,9 @@ pub enum TransportKind {
     Ipc,
     /// TCP.
     Tcp,
+    /// Shared memory (iceoryx2) between processes on one host: the default of `--processes`
+    /// when every application runs on this host.
+    Shm,
 }
 
 /// `[transport]`.

@@ -90,6 +90,7 @@ struct App {
     hello: bool,
     last_heard: Option<Instant>,
     metrics: Option<AppMetrics>,
+    shm_backpressure: u64,
     rate_base: Option<(Instant, u64)>,
     rate_hz: f64,
     finished: bool,
@@ -196,6 +197,7 @@ impl Shared {
                     a.error = hb.error;
                 }
                 a.finished = hb.finished;
+                a.shm_backpressure = hb.shm_backpressure;
                 let main = hb.metrics.as_ref().map_or(0, AppMetrics::main_count);
                 match a.rate_base {
                     Some((t0, v0)) if now.duration_since(t0) >= Duration::from_millis(200) => {
@@ -337,6 +339,7 @@ impl Controller {
                     hello: false,
                     last_heard: None,
                     metrics: None,
+                    shm_backpressure: 0,
                     rate_base: None,
                     rate_hz: 0.0,
                     finished: false,
@@ -881,6 +884,7 @@ impl RunControl for Controller {
             &apps,
             PartitionExtras {
                 bad_control_messages: t.bad_messages,
+                shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
             },
         );
     }

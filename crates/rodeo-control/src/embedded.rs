@@ -568,6 +568,7 @@ impl RunControl for EmbeddedPartition {
             &apps,
             PartitionExtras {
                 bad_control_messages: 0,
+                shm_backpressure: rodeo_transport::shm::backpressure_count(),
             },
         );
     }

@@ -162,6 +162,8 @@ pub(crate) fn histogram(h: &LogHistogram) -> HistogramSnapshot {
 pub struct PartitionExtras {
     /// Control frames dropped because they did not decode (0 without a control channel).
     pub bad_control_messages: u64,
+    /// Sends refused by a full shared-memory inbox (back-pressure), all applications together.
+    pub shm_backpressure: u64,
 }
 
 /// Writes the whole vocabulary of `/metrics` for a partition: its state and run, every
@@ -224,6 +226,11 @@ pub fn write_partition_metrics(
         "rodeo_control_bad_messages_total",
         "Control frames dropped because they did not decode.",
         &[(&[], extras.bad_control_messages)],
+    );
+    w.counter(
+        "rodeo_shm_backpressure_total",
+        "Sends a full shared-memory inbox refused (retried or reported to the sender, never lost).",
+        &[(&[], extras.shm_backpressure)],
     );
 
     let mut sup = Vec::new();

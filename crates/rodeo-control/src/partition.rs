@@ -44,6 +44,14 @@ impl Endpoints {
         match self.kind {
             TransportKind::Inproc => format!("inproc://{name}"),
             TransportKind::Ipc => format!("ipc://{}/{name}.sock", self.ipc_dir.display()),
+            // The runtime directory's name (`rodeo-<hash of output dir and run>`) makes the
+            // shared-memory services unique to the partition and run.
+            TransportKind::Shm => format!(
+                "shm://{}/{name}",
+                self.ipc_dir
+                    .file_name()
+                    .map_or_else(|| "rodeo".into(), |n| n.to_string_lossy())
+            ),
             TransportKind::Tcp => {
                 let p = self.next_port;
                 self.next_port = self.next_port.wrapping_add(1);

@@ -1,4 +1,4 @@
-//! Endpoint URLs: `inproc://name`, `ipc:///path`, `tcp://host:port`. The same code runs on all
+//! Endpoint URLs: `inproc://name`, `ipc:///path`, `tcp://host:port`, `shm://name`. The same code runs on all
 //! three; this module only checks that a string names one of them, so a typo in a configuration is
 //! reported with the field's value before any socket is made.
 
@@ -13,6 +13,8 @@ pub enum Scheme {
     Ipc,
     /// TCP between hosts.
     Tcp,
+    /// Shared memory (iceoryx2) between processes of one host: `shm://NAME`.
+    Shm,
 }
 
 /// A checked endpoint URL.
@@ -28,7 +30,7 @@ pub struct Endpoint {
 pub enum EndpointError {
     /// The scheme is none of inproc, ipc, tcp.
     #[error(
-        "endpoint {url:?}: unknown scheme (use inproc://NAME, ipc:///PATH or tcp://HOST:PORT)"
+        "endpoint {url:?}: unknown scheme (use inproc://NAME, ipc:///PATH, tcp://HOST:PORT or shm://NAME)"
     )]
     UnknownScheme {
         /// The rejected URL.
@@ -59,6 +61,8 @@ impl Endpoint {
             (Scheme::Ipc, rest)
         } else if let Some(rest) = url.strip_prefix("tcp://") {
             (Scheme::Tcp, rest)
+        } else if let Some(rest) = url.strip_prefix("shm://") {
+            (Scheme::Shm, rest)
         } else {
             return Err(EndpointError::UnknownScheme {
                 url: url.to_string(),
@@ -87,6 +91,11 @@ impl Endpoint {
     /// The URL as given.
     pub fn as_str(&self) -> &str {
         &self.url
+    }
+
+    /// What follows the scheme (`NAME` of `shm://NAME`).
+    pub fn address(&self) -> &str {
+        self.url.split_once("://").map_or("", |(_, a)| a)
     }
 
     /// The transport.

@@ -4,7 +4,9 @@
 //!   received bytes (no allocation, no copy: lists are iterators over the payload) and an encoder
 //!   that appends to a reusable buffer.
 //! - [`socket`]: ZeroMQ sockets with the protocol's framing, zero-copy frames and receive timeouts.
-//! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`), checked before a socket sees them.
+//! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`, `shm://`), checked before a
+//!   socket sees them.
+//! - [`shm`]: the same-host data plane: ROUTER/DEALER over iceoryx2 shared memory.
 //!
 //! The decoder treats every received byte as hostile: an unknown type, a size that disagrees with
 //! the bytes received, or a payload that does not parse is a typed [`message::DecodeError`], never
@@ -12,4 +14,5 @@
 
 pub mod endpoint;
 pub mod message;
+pub mod shm;
 pub mod socket;

@@ -30,7 +30,10 @@
 
 use std::ffi::c_void;
 
-use crate::endpoint::Endpoint;
+use std::cell::{Cell, OnceCell, RefCell};
+
+use crate::endpoint::{Endpoint, Scheme};
+use crate::shm::ShmSocket;
 
 /// What went wrong in a socket operation, with the endpoint or operation named.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,19 @@ pub enum TransportError {
     Recv {
         /// ZeroMQ's error.
         source: zmq::Error,
+    },
+    /// A shared-memory (iceoryx2) operation failed.
+    #[error(
+        "shared memory {op} {name:?}: {detail} (stale resources of a crashed run are removed at \
+         the next start; check /dev/shm and /tmp/iceoryx2)"
+    )]
+    Shm {
+        /// The operation.
+        op: &'static str,
+        /// The service or endpoint name.
+        name: String,
+        /// iceoryx2's error.
+        detail: String,
     },
 }
 
@@ -164,6 +180,10 @@ impl Transport {
             inner,
             kind,
             part: zmq::Message::new(),
+            shm: OnceCell::new(),
+            identity: RefCell::new(Vec::new()),
+            send_timeout_ms: Cell::new(-1),
+            max_message_bytes: Cell::new(None),
         })
     }
 }
@@ -201,11 +221,17 @@ pub struct Received {
     pub frames: u32,
 }
 
-/// A ZeroMQ socket with the protocol's framing.
+/// A socket with the protocol's framing: ZeroMQ, or shared memory once bound or connected to a
+/// `shm://` endpoint ([`crate::shm`]); the methods are the same for both.
 pub struct Socket {
     inner: zmq::Socket,
     kind: SocketKind,
     part: zmq::Message,
+    /// Set by `bind`/`connect` of an `shm://` endpoint; every operation then goes there.
+    shm: OnceCell<ShmSocket>,
+    identity: RefCell<Vec<u8>>,
+    send_timeout_ms: Cell<i32>,
+    max_message_bytes: Cell<Option<usize>>,
 }
 
 impl std::fmt::Debug for Socket {
@@ -217,6 +243,15 @@ impl std::fmt::Debug for Socket {
 impl Socket {
     /// Binds `endpoint`; returns the endpoint actually bound (tcp port 0 or `*` resolved).
     pub fn bind(&self, endpoint: &Endpoint) -> Result<String, TransportError> {
+        if endpoint.scheme() == Scheme::Shm {
+            let s = ShmSocket::bind(
+                endpoint.address(),
+                self.send_timeout_ms.get(),
+                self.max_message_bytes.get(),
+            )?;
+            self.set_shm(s, endpoint)?;
+            return Ok(endpoint.to_string());
+        }
         self.inner
             .bind(endpoint.as_str())
             .map_err(|source| TransportError::Bind {
@@ -233,12 +268,56 @@ impl Socket {
 
     /// Connects to `endpoint` (the peer may bind later; ZeroMQ reconnects by itself).
     pub fn connect(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
+        if endpoint.scheme() == Scheme::Shm {
+            let s = ShmSocket::connect(
+                endpoint.address(),
+                &self.identity.borrow(),
+                self.send_timeout_ms.get(),
+                self.max_message_bytes.get(),
+            )?;
+            return self.set_shm(s, endpoint);
+        }
         self.inner
             .connect(endpoint.as_str())
             .map_err(|source| TransportError::Connect {
                 endpoint: endpoint.to_string(),
                 source,
             })
+    }
+
+    fn set_shm(&self, s: ShmSocket, endpoint: &Endpoint) -> Result<(), TransportError> {
+        if !matches!(self.kind, SocketKind::Router | SocketKind::Dealer) {
+            return Err(TransportError::Shm {
+                op: "bind/connect",
+                name: endpoint.to_string(),
+                detail: format!("{:?} sockets have no shared-memory transport", self.kind),
+            });
+        }
+        self.shm.set(s).map_err(|_| TransportError::Shm {
+            op: "bind/connect",
+            name: endpoint.to_string(),
+            detail: "a shared-memory socket binds or connects one endpoint".into(),
+        })
+    }
+
+    fn consume_shm_wake(&self) -> Result<bool, TransportError> {
+        // The inbox's notification is consumed through a shared borrow: iceoryx2's listener
+        // takes `&self`. The socket is not shared between threads (`!Sync`).
+        match self.shm.get() {
+            Some(s) => s.consume_wake(),
+            None => Ok(true),
+        }
+    }
+
+    /// True once the socket is bound or connected to an `shm://` endpoint.
+    pub fn is_shm(&self) -> bool {
+        self.shm.get().is_some()
+    }
+
+    /// Messages this socket dropped on receipt because they were malformed or larger than
+    /// [`Socket::set_max_message_size`] (shared memory; ZeroMQ disconnects such peers instead).
+    pub fn dropped_count(&self) -> u64 {
+        self.shm.get().map_or(0, |s| s.oversized)
     }
 
     /// Sets the send and receive high-water marks (messages queued per peer before back-pressure).
@@ -261,6 +340,7 @@ impl Socket {
     /// Bounds how long a send may block (high-water mark reached, or no peer connected yet) to
     /// `ms` milliseconds; a send that would wait longer fails with `EAGAIN`. -1: forever.
     pub fn set_send_timeout(&self, ms: i32) -> Result<(), TransportError> {
+        self.send_timeout_ms.set(ms);
         self.inner
             .set_sndtimeo(ms)
             .map_err(|source| TransportError::Setup {
@@ -272,6 +352,8 @@ impl Socket {
     /// Refuses (and disconnects the peer of) any incoming message larger than `bytes`, before
     /// it is buffered: for sockets that face untrusted or small-message peers.
     pub fn set_max_message_size(&self, bytes: i64) -> Result<(), TransportError> {
+        self.max_message_bytes
+            .set(usize::try_from(bytes).ok().filter(|_| bytes >= 0));
         self.inner
             .set_maxmsgsize(bytes)
             .map_err(|source| TransportError::Setup {
@@ -282,6 +364,7 @@ impl Socket {
 
     /// Sets the routing id this (DEALER) socket presents to a ROUTER.
     pub fn set_identity(&self, id: &[u8]) -> Result<(), TransportError> {
+        *self.identity.borrow_mut() = id.to_vec();
         self.inner
             .set_identity(id)
             .map_err(|source| TransportError::Setup {
@@ -296,6 +379,9 @@ impl Socket {
         &mut self,
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
+        if let Some(s) = self.shm.get_mut() {
+            return s.send(None, frames, true);
+        }
         self.send_frames(frames, 0)
     }
 
@@ -306,6 +392,9 @@ impl Socket {
         peer: &[u8],
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
+        if let Some(s) = self.shm.get_mut() {
+            return s.send(Some(peer), frames, true);
+        }
         self.send_frame(Frame::Copy(peer), zmq::SNDMORE)?;
         self.send_frames(frames, 0)
     }
@@ -318,6 +407,9 @@ impl Socket {
         &mut self,
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
+        if let Some(s) = self.shm.get_mut() {
+            return s.send(None, frames, false);
+        }
         self.send_frames(frames, zmq::DONTWAIT)
     }
 
@@ -332,6 +424,9 @@ impl Socket {
         peer: &[u8],
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
+        if let Some(s) = self.shm.get_mut() {
+            return s.send(Some(peer), frames, false);
+        }
         self.send_frame(Frame::Copy(peer), zmq::SNDMORE | zmq::DONTWAIT)?;
         self.send_frames(frames, zmq::DONTWAIT)
     }
@@ -366,6 +461,9 @@ impl Socket {
     /// Waits up to `timeout_ms` for a message and receives it into `msg` (reusing its buffers).
     /// Returns `Ok(false)` when the timeout expired first.
     pub fn recv(&mut self, msg: &mut Received, timeout_ms: i64) -> Result<bool, TransportError> {
+        if let Some(s) = self.shm.get_mut() {
+            return s.recv(msg, timeout_ms);
+        }
         let ready = self
             .inner
             .poll(zmq::POLLIN, timeout_ms)
@@ -379,6 +477,9 @@ impl Socket {
     /// Receives a message into `msg` if one is queued, without waiting and without a poll
     /// system call (the busy loops' receive). Returns `Ok(false)` when none is queued.
     pub fn try_recv(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
+        if let Some(s) = self.shm.get_mut() {
+            return s.try_recv(msg);
+        }
         self.recv_parts(msg, zmq::DONTWAIT)
     }
 
@@ -413,20 +514,55 @@ impl Socket {
 /// timeout. An application thread that owns several sockets (a DCM: supervisor, readout nodes,
 /// loggers) waits on all of them with one call. At most 64 sockets.
 pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, TransportError> {
-    let mut items: Vec<zmq::PollItem<'_>> = sockets
-        .iter()
-        .take(64)
-        .map(|s| s.inner.as_poll_item(zmq::POLLIN))
-        .collect();
-    let n = zmq::poll(&mut items, timeout_ms).map_err(|source| TransportError::Recv { source })?;
-    if n == 0 {
-        return Ok(0);
+    let sockets = &sockets[..sockets.len().min(64)];
+    let deadline = (timeout_ms >= 0)
+        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
+    loop {
+        // Shared-memory sockets with a queued message: ready without a system call.
+        let queued = sockets
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.shm.get().is_some_and(ShmSocket::has_message))
+            .fold(0u64, |mask, (i, _)| mask | (1 << i));
+        if queued != 0 {
+            return Ok(queued);
+        }
+        let wait = match deadline {
+            Some(d) => d
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis()
+                .min(i64::MAX as u128) as i64,
+            None => -1,
+        };
+        let mut items: Vec<zmq::PollItem<'_>> = sockets
+            .iter()
+            .map(|s| match s.shm.get() {
+                Some(shm) => zmq::PollItem::from_fd(shm.wake_fd(), zmq::POLLIN),
+                None => s.inner.as_poll_item(zmq::POLLIN),
+            })
+            .collect();
+        let n = zmq::poll(&mut items, wait).map_err(|source| TransportError::Recv { source })?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut mask = 0u64;
+        for (i, it) in items.iter().enumerate() {
+            if !it.is_readable() {
+                continue;
+            }
+            let ready = match sockets[i].shm.get() {
+                // A notification: consume it; ready only if a message came with it.
+                Some(_) => sockets[i].consume_shm_wake()?,
+                None => true,
+            };
+            if ready {
+                mask |= 1 << i;
+            }
+        }
+        if mask != 0 || wait == 0 {
+            return Ok(mask);
+        }
     }
-    Ok(items
-        .iter()
-        .enumerate()
-        .filter(|(_, it)| it.is_readable())
-        .fold(0u64, |mask, (i, _)| mask | (1 << i)))
 }
 
 /// Frees a zero-copy frame's owner once ZeroMQ no longer needs its bytes.

@@ -8,3 +8,4 @@ pub mod probe;
 pub mod ros;
 pub mod swrod;
 pub mod timing;
+pub mod transport;

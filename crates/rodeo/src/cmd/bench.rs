@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use rodeo_studies::bench::{dma, pool, ros, swrod};
+use rodeo_studies::bench::{dma, pool, ros, swrod, transport};
 
 use clap::Subcommand;
 
@@ -34,6 +34,13 @@ enum Kind {
     /// The SW ROD fragment builder: E-link packets from pre-generated FELIX superpages into ROB
     /// fragments (packets/s, fragments/s, bytes/s), against a memcpy of the same input.
     Swrod(swrod::Args),
+    /// Message hand-over between a producer and a consumer (two processes for the cross-process
+    /// ones): direct in-process channel, iceoryx2 shared memory, ZeroMQ ipc and tcp, plain tcp;
+    /// 64 B to 96 KiB: msg/s, bytes/s, CPU ns per message.
+    Transport(transport::Args),
+    /// The consumer process of `rodeo bench transport` (started by it).
+    #[command(hide = true)]
+    TransportPeer(transport::PeerArgs),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -48,6 +55,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Kind::Ros(a) => (ros::measure_report(&a)?, a.json),
         Kind::Swrod(a) => (swrod::measure_report(&a)?, a.json),
+        Kind::Transport(a) => (transport::measure_report(&a)?, a.json),
+        Kind::TransportPeer(a) => {
+            transport::peer(&a)?;
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     report.print(json);
     Ok(ExitCode::SUCCESS)

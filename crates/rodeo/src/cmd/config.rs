@@ -83,7 +83,7 @@ fn try_binds(config: &PartitionConfig) -> anyhow::Result<bool> {
                     continue;
                 }
             }
-            TransportKind::Tcp => {}
+            TransportKind::Tcp | TransportKind::Shm => {}
         }
         let socket = transport.socket(SocketKind::Router)?;
         match Endpoint::parse(&ep)

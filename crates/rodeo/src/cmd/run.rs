@@ -377,8 +377,14 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     use rodeo_control::partition::Layout;
 
     let mut config = config.clone();
+    // Applications on one host exchange data through shared memory (ZeroMQ stays for run
+    // control); `[transport] kind = "ipc"` or `"tcp"` keeps ZeroMQ for data too.
     if config.transport.kind == TransportKind::Inproc {
-        config.transport.kind = TransportKind::Ipc;
+        config.transport.kind = if config.hosts.is_empty() {
+            TransportKind::Shm
+        } else {
+            TransportKind::Tcp
+        };
     }
     let layout = Layout::new(&config);
     let cfg_path = write_config_snapshot(&layout, &config)?;
@@ -394,6 +400,16 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
             "rodeo: warning: cannot remove the runtime directory {}: {e}",
             layout.runtime.display()
         );
+    }
+    // What a process killed with -9 left in shared memory goes with the run too.
+    if config.transport.kind == TransportKind::Shm {
+        match rodeo_transport::shm::cleanup_dead_nodes() {
+            Ok(0) => {}
+            Ok(n) => eprintln!(
+                "rodeo: removed the shared-memory resources of {n} dead application process(es)"
+            ),
+            Err(e) => eprintln!("rodeo: warning: shared-memory clean-up: {e}"),
+        }
     }
     let summary = result?;
     for (name, why) in ctl.dead_apps() {

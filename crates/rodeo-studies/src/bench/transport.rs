@@ -1,0 +1,365 @@
+//! `rodeo bench transport`: how fast one producer can hand messages to one consumer, per
+//! transport and message size, side by side in one run.
+//!
+//! Transports: `direct` (a bounded in-process channel between two threads, buffers recycled:
+//! the floor of any hand-over), `iceoryx2` (rodeo's shared-memory sockets, `shm://`, DEALER to
+//! ROUTER with event notification), `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to
+//! ROUTER) and `tcp` (a plain kernel TCP stream over loopback with a length prefix: the kernel's
+//! limit). Every cross-process transport runs its consumer in a second process (this executable
+//! re-run with the hidden `rodeo bench transport-peer`).
+//!
+//! For every message the producer writes every payload byte (`fill`) and the consumer reads
+//! every byte (a checksum). A point runs for `--seconds`; the producer then sends a short end
+//! marker and the consumer answers with what it received and its CPU time. `cpu_ns_per_msg` is
+//! the CPU time (user + system) of both processes over the point divided by the messages: for
+//! ZeroMQ it includes its I/O threads, for tcp the kernel's copies.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::report::Report;
+
+/// Message sizes measured when `--bytes` is not given.
+const SIZES: &[usize] = &[64, 1024, 12 * 1024, 96 * 1024];
+/// Transports in report order.
+const TRANSPORTS: &[&str] = &["direct", "iceoryx2", "zmq_ipc", "zmq_tcp", "tcp"];
+
+/// Arguments of `rodeo bench transport`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Message size in bytes; sweeps 64 B, 1 KiB, 12 KiB, 96 KiB when not given.
+    #[arg(long, value_name = "B")]
+    pub bytes: Option<usize>,
+    /// One transport (direct, iceoryx2, zmq_ipc, zmq_tcp, tcp); all when not given.
+    #[arg(long, value_name = "NAME")]
+    pub transport: Option<String>,
+    /// Seconds per point.
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of the hidden consumer process (`rodeo bench transport-peer`).
+#[derive(Debug, clap::Args)]
+pub struct PeerArgs {
+    /// iceoryx2, zmq_ipc, zmq_tcp or tcp.
+    #[arg(long)]
+    pub transport: String,
+    /// The endpoint to bind (an address for tcp).
+    #[arg(long)]
+    pub endpoint: String,
+    /// Message size: a message of another size ends the point.
+    #[arg(long)]
+    pub bytes: usize,
+}
+
+/// One measured point.
+#[derive(Debug, Serialize)]
+struct Row {
+    transport: &'static str,
+    message_bytes: u64,
+    processes: u32,
+    messages: u64,
+    seconds: f64,
+    msg_per_s: f64,
+    bytes_per_s: f64,
+    cpu_ns_per_msg: f64,
+}
+
+/// CPU time (user + system) of this process so far, in nanoseconds.
+fn process_cpu_ns() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we pass and reads nothing else.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if rc != 0 {
+        return 0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    b.iter().fold(0u64, |s, &x| s.wrapping_add(u64::from(x)))
+}
+
+/// The consumer process: binds, says `ready`, receives until the end marker, prints
+/// `{"messages":..,"checksum":..,"cpu_ns":..}` and returns.
+pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
+    let cpu0 = process_cpu_ns();
+    let (mut n, mut sum) = (0u64, 0u64);
+    let mut out = std::io::stdout();
+    if args.transport == "tcp" {
+        let listener = TcpListener::bind(&args.endpoint)
+            .with_context(|| format!("bench peer: bind {}", args.endpoint))?;
+        writeln!(out, "ready {}", listener.local_addr()?)?;
+        out.flush()?;
+        let (stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut r = BufReader::with_capacity(256 * 1024, stream);
+        let mut buf = vec![0u8; args.bytes.max(1)];
+        loop {
+            let mut len = [0u8; 4];
+            r.read_exact(&mut len)?;
+            let len = u32::from_le_bytes(len) as usize;
+            if len != args.bytes {
+                break;
+            }
+            r.read_exact(&mut buf[..len])?;
+            sum = sum.wrapping_add(checksum(&buf[..len]));
+            n += 1;
+        }
+    } else {
+        let transport = Transport::new(1)?;
+        let socket = transport.socket(SocketKind::Router)?;
+        socket.set_high_water_marks(1000)?;
+        let ep = Endpoint::parse(&args.endpoint)?;
+        let bound = socket.bind(&ep)?;
+        writeln!(out, "ready {bound}")?;
+        out.flush()?;
+        let mut socket = socket;
+        let mut msg = Received::default();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if !socket.recv(&mut msg, 1000)? {
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "bench peer: no end marker within 120 s"
+                );
+                continue;
+            }
+            if msg.bytes.len() != args.bytes {
+                break;
+            }
+            sum = sum.wrapping_add(checksum(&msg.bytes));
+            n += 1;
+        }
+    }
+    let cpu = process_cpu_ns() - cpu0;
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({"messages": n, "checksum": sum, "cpu_ns": cpu})
+    )?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Kills and reaps the consumer should the producer fail half-way.
+struct PeerGuard(Child);
+
+impl Drop for PeerGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_peer(
+    transport: &str,
+    endpoint: &str,
+    bytes: usize,
+) -> anyhow::Result<(PeerGuard, BufReader<std::process::ChildStdout>, String)> {
+    let exe = std::env::current_exe().context("bench transport: cannot find the executable")?;
+    let mut child = Command::new(exe)
+        .args([
+            "bench",
+            "transport-peer",
+            "--transport",
+            transport,
+            "--endpoint",
+            endpoint,
+            "--bytes",
+            &bytes.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("bench transport: cannot start the consumer process")?;
+    let stdout = child.stdout.take().context("consumer stdout")?;
+    let guard = PeerGuard(child);
+    let mut r = BufReader::new(stdout);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let bound = line
+        .trim()
+        .strip_prefix("ready ")
+        .with_context(|| format!("bench transport: consumer said {line:?}"))?
+        .to_string();
+    Ok((guard, r, bound))
+}
+
+fn finish_peer(
+    mut guard: PeerGuard,
+    mut r: BufReader<std::process::ChildStdout>,
+) -> anyhow::Result<(u64, u64)> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let v: Value = serde_json::from_str(line.trim())
+        .with_context(|| format!("bench transport: consumer report {line:?}"))?;
+    let _ = guard.0.wait();
+    Ok((
+        v["messages"].as_u64().unwrap_or(0),
+        v["cpu_ns"].as_u64().unwrap_or(0),
+    ))
+}
+
+fn measure_direct(bytes: usize, time: Duration) -> anyhow::Result<(u64, f64, u64)> {
+    use std::sync::mpsc::sync_channel;
+    let (tx, rx) = sync_channel::<Vec<u8>>(256);
+    let (back_tx, back_rx) = sync_channel::<Vec<u8>>(512);
+    for _ in 0..300 {
+        back_tx.send(vec![0u8; bytes])?;
+    }
+    let cpu0 = process_cpu_ns();
+    let start = Instant::now();
+    let consumer = std::thread::spawn(move || {
+        let (mut n, mut sum) = (0u64, 0u64);
+        while let Ok(b) = rx.recv() {
+            sum = sum.wrapping_add(checksum(&b));
+            n += 1;
+            if back_tx.send(b).is_err() {
+                break;
+            }
+        }
+        (n, sum)
+    });
+    let mut i = 0u64;
+    while start.elapsed() < time {
+        for _ in 0..64 {
+            let mut b = back_rx.recv()?;
+            b.fill(i as u8);
+            tx.send(b)?;
+            i += 1;
+        }
+    }
+    drop(tx);
+    let (n, _) = consumer
+        .join()
+        .map_err(|_| anyhow::anyhow!("direct consumer panicked"))?;
+    Ok((n, start.elapsed().as_secs_f64(), process_cpu_ns() - cpu0))
+}
+
+fn measure_socket(
+    transport: &'static str,
+    bytes: usize,
+    time: Duration,
+) -> anyhow::Result<(u64, f64, u64)> {
+    let endpoint = match transport {
+        "iceoryx2" => format!("shm://rodeo-bench-{}/consumer", std::process::id()),
+        "zmq_ipc" => format!(
+            "ipc://{}/rodeo-bench-{}.sock",
+            std::env::temp_dir().display(),
+            std::process::id()
+        ),
+        "zmq_tcp" => "tcp://127.0.0.1:0".to_string(),
+        _ => "127.0.0.1:0".to_string(),
+    };
+    let (guard, r, bound) = spawn_peer(transport, &endpoint, bytes)?;
+    let mut buf = vec![0u8; bytes];
+    let cpu0 = process_cpu_ns();
+    let start;
+    let mut sent = 0u64;
+    if transport == "tcp" {
+        let s = TcpStream::connect(&bound)?;
+        s.set_nodelay(true)?;
+        let mut w = std::io::BufWriter::with_capacity(256 * 1024, s);
+        start = Instant::now();
+        while start.elapsed() < time {
+            for _ in 0..64 {
+                buf.fill(sent as u8);
+                w.write_all(&(bytes as u32).to_le_bytes())?;
+                w.write_all(&buf)?;
+                sent += 1;
+            }
+        }
+        w.write_all(&1u32.to_le_bytes())?;
+        w.write_all(&[0])?;
+        w.flush()?;
+        let (n, peer_cpu) = finish_peer(guard, r)?;
+        let secs = start.elapsed().as_secs_f64();
+        return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu));
+    }
+    let t = Transport::new(1)?;
+    let socket = t.socket(SocketKind::Dealer)?;
+    socket.set_high_water_marks(1000)?;
+    socket.set_send_timeout(10_000)?;
+    socket.connect(&Endpoint::parse(&bound)?)?;
+    let mut socket = socket;
+    start = Instant::now();
+    while start.elapsed() < time {
+        for _ in 0..64 {
+            buf.fill(sent as u8);
+            socket
+                .send([Frame::Copy(&buf)])
+                .context("bench transport: send")?;
+            sent += 1;
+        }
+    }
+    socket.send([Frame::Copy(&[0u8])])?;
+    let (n, peer_cpu) = finish_peer(guard, r)?;
+    let secs = start.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        n == sent,
+        "bench transport {transport}: sent {sent}, received {n}"
+    );
+    Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu))
+}
+
+/// Measures every selected transport and size; returns the report.
+pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
+    let sizes: Vec<usize> = args.bytes.map_or(SIZES.to_vec(), |b| vec![b.max(2)]);
+    let transports: Vec<&'static str> = match &args.transport {
+        Some(t) => vec![*TRANSPORTS
+            .iter()
+            .find(|x| **x == t.as_str())
+            .with_context(|| format!("--transport {t}: one of {TRANSPORTS:?}"))?],
+        None => TRANSPORTS.to_vec(),
+    };
+    let time = Duration::from_secs_f64(args.seconds.clamp(0.05, 60.0));
+    let mut report = Report::new("transport");
+    let mut rate = std::collections::HashMap::new();
+    for &bytes in &sizes {
+        for &tr in &transports {
+            let (messages, seconds, cpu_ns) = if tr == "direct" {
+                measure_direct(bytes, time)?
+            } else {
+                measure_socket(tr, bytes, time)?
+            };
+            let msg_per_s = messages as f64 / seconds.max(1e-9);
+            rate.insert((tr, bytes), msg_per_s);
+            report.push_row(&Row {
+                transport: tr,
+                message_bytes: bytes as u64,
+                processes: if tr == "direct" { 1 } else { 2 },
+                messages,
+                seconds,
+                msg_per_s,
+                bytes_per_s: msg_per_s * bytes as f64,
+                cpu_ns_per_msg: cpu_ns as f64 / messages.max(1) as f64,
+            })?;
+        }
+    }
+    for &bytes in &sizes {
+        if let (Some(s), Some(z)) = (
+            rate.get(&("iceoryx2", bytes)),
+            rate.get(&("zmq_ipc", bytes)),
+        ) {
+            report.fields.insert(
+                format!("iceoryx2_vs_zmq_ipc_{bytes}b_ratio"),
+                Value::from(s / z.max(1e-9)),
+            );
+        }
+    }
+    Ok(report)
+}

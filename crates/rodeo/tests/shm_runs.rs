@@ -1,0 +1,183 @@
+//! `rodeo run --processes` over shared memory (the default on one host): two partitions at once,
+//! kill -9 of each role followed by a clean next run of the same partition and run number, and
+//! no shared-memory resource left behind by any of it.
+//!
+//! The tests of this file run one at a time (a lock): they compare what iceoryx2 holds in
+//! /dev/shm and /tmp/iceoryx2 before and after.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Every iceoryx2 file: shared-memory objects, node and service records.
+fn shm_entries() -> BTreeSet<String> {
+    let mut set = BTreeSet::new();
+    for dir in ["/dev/shm", "/tmp/iceoryx2/nodes", "/tmp/iceoryx2/services"] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // iceoryx2's one global management object stays by design (16 bytes, made once).
+            if name.ends_with(".global_mgmt") {
+                continue;
+            }
+            if dir != "/dev/shm" || name.starts_with("iox2_") {
+                set.insert(format!("{dir}/{name}"));
+            }
+        }
+    }
+    set
+}
+
+fn config_file(dir: &Path) -> PathBuf {
+    let cfg = dir.join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[l1]\nrate_hz = 4000.0\n[supervisor]\ndcm_timeout_ms = 1000\nevent_timeout_ms = 5000\n\
+         [dcm]\nnodes = 2\nslots = 8\naccept_fraction = 0.3\n\
+         [control]\nheartbeat_ms = 200\ndead_after_ms = 3000\n",
+    )
+    .unwrap();
+    cfg
+}
+
+fn start(cfg: &Path, out: &Path, events: u64) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--processes", "--run-number", "1", "--json"])
+        .args(["--events", &events.to_string(), "--config"])
+        .arg(cfg)
+        .arg("--output")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (bounded: 120 s, then kills it) for the run to end; its status, stdout and stderr.
+fn finish(mut child: Child) -> (bool, Value, String) {
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        out.status.success(),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The pid of the `rodeo app` process named `name` whose command line mentions `marker`.
+fn find_app(name: &str, marker: &str) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let has = |s: &str| args.iter().any(|a| a == s);
+        if has("app") && has(name) && args.iter().any(|a| a.contains(marker)) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn assert_balanced(ok: bool, v: &Value, err: &str, events: u64) {
+    assert!(ok, "run failed: {err}\n{v}");
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["l1_accepts"], events, "{v}");
+    assert_eq!(
+        v["events_written"].as_u64().unwrap(),
+        v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap(),
+        "{v}"
+    );
+}
+
+/// Waits (bounded) until nothing iceoryx2 holds is new compared with `before`.
+fn assert_nothing_new(before: &BTreeSet<String>, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        let now = shm_entries();
+        let new: Vec<&String> = now.difference(before).collect();
+        if new.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what}: left behind {new:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn two_partitions_run_at_once_on_one_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = shm_entries();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path());
+    let a = start(&cfg, &dir.path().join("a"), 6000);
+    let b = start(&cfg, &dir.path().join("b"), 6000);
+    let (ok_a, va, ea) = finish(a);
+    let (ok_b, vb, eb) = finish(b);
+    assert_balanced(ok_a, &va, &ea, 6000);
+    assert_balanced(ok_b, &vb, &eb, 6000);
+    assert_nothing_new(&before, "two partitions");
+}
+
+#[test]
+fn kill_9_of_each_role_then_a_clean_run_of_the_same_partition() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = shm_entries();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path());
+    for role in ["dcm-1", "ros-1", "logger-1", "supervisor"] {
+        let out = dir.path().join(format!("kill-{role}"));
+        let child = start(&cfg, &out, 16_000);
+        let marker = out.to_str().unwrap().to_string();
+        let t0 = Instant::now();
+        let mut killed = false;
+        while t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(100));
+            // Let the run get going first (events flowing through shared memory).
+            if t0.elapsed() < Duration::from_millis(1500) {
+                continue;
+            }
+            if let Some(pid) = find_app(role, &marker) {
+                // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+                assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+                killed = true;
+                break;
+            }
+        }
+        assert!(killed, "{role} never found");
+        let (ok, v, err) = finish(child);
+        if role.starts_with("dcm") {
+            // A DCM's death costs no event: the supervisor reassigns its events.
+            assert_balanced(ok, &v, &err, 16_000);
+            assert!(v["forced_accepts"].as_u64().unwrap() > 0, "{v}");
+        }
+        assert_nothing_new(&before, &format!("after kill -9 of {role}"));
+        // The same partition and run number again (the same shared-memory names): clean.
+        std::fs::remove_dir_all(&out).unwrap();
+        let (ok, v, err) = finish(start(&cfg, &out, 3000));
+        assert_balanced(ok, &v, &err, 3000);
+        assert_nothing_new(&before, &format!("the run after {role}'s kill"));
+    }
+}
