@@ -38,7 +38,11 @@ host = "127.0.0.1"
 
 [l1]
 # "emulator": the L1 emulator in the supervisor; "roib": accepts assembled by L1ID from
-# several emulated Level-1 inputs (RoI builder), with a timeout and flow control.
+# several emulated Level-1 inputs (RoI builder), with a timeout and flow control; "readout":
+# data-driven, the L1 accepts are the L1IDs every channel of every readout node has received
+# (counted from 0 in the readout's wrap order; a test beam without a central trigger). With
+# "readout" the run also ends when the inputs end (ros.input = "network" over tcp, or "file"
+# without link_loop), so run.events and run.seconds may both be 0; rate_hz is ignored.
 mode = "emulator"
 # RoIB mode: number of Level-1 inputs, and how long an incomplete event waits for the rest.
 roib_inputs = 3
@@ -70,9 +74,10 @@ fragment_words = 200
 # Sub-detector id of the ROBs (0x41: LAr EM barrel A); module ids count from 0 per node.
 subdetector = 0x41
 # What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages),
-# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card) or "replay" (an
+# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card), "replay" (an
 # emulated S-LINK card per ROB replaying the ROD fragments of raw-data files: rodeo's container
-# or EventStorage v2-v6; docs/file-formats.md).
+# or EventStorage v2-v6; docs/file-formats.md), "network" (real data: per ROB a UDP or TCP
+# receiver, `listen`) or "file" (per ROB a link capture file, `link_files`).
 input = "dma"
 # E-links per ROB for input = "swrod" (1..=2048, checked for both inputs; with "swrod" at most
 # fragment_words / 5, each E-link carrying at least one payload word per event).
@@ -89,6 +94,22 @@ replay_loop = false
 replay_l1id = "renumber"
 # Source ids renamed before they pick their channel: [[id in the file, ROB id here], ...].
 replay_source_map = []
+# input = "network": one address per ROB (ros.nodes x ros.channels, node by node), where a
+# front-end (or `rodeo gen link --send`) sends its S-LINK fragments: "tcp://HOST:PORT" (records:
+# u32 length in bytes, then the fragment padded to 4 bytes; back-pressure) or "udp://HOST:PORT"
+# (one fragment per datagram; losses show as L1ID sequence errors). docs/test-beam.md.
+listen = []
+# What the network input carries: "slink" (ROD fragments, checked as the S-LINK inputs are).
+listen_mode = "slink"
+# The fragments are framed by the S-LINK control words / followed by a CRC16 word.
+listen_framing = false
+listen_crc = false
+# tcp: a ROB's input ends when its sender closes the connection (else it waits for another).
+listen_end_on_close = true
+# input = "file": one S-LINK link capture file per ROB (`rodeo gen link --mode slink -o`),
+# played once, or looping with link_loop = true.
+link_files = []
+link_loop = false
 
 [dcm]
 # Data-collection nodes and processing slots per node. Slots are events in flight: each
@@ -278,6 +299,8 @@ pub enum L1Mode {
     Emulator,
     /// The RoI builder over emulated Level-1 inputs.
     Roib,
+    /// Data-driven: the L1IDs complete on every channel of the readout.
+    Readout,
 }
 
 /// `[l1]`.
@@ -362,6 +385,30 @@ pub struct RosSection {
     pub replay_l1id: ReplayL1id,
     /// Source ids renamed for the replay: `[id in the file, ROB id here]`.
     pub replay_source_map: Vec<[u32; 2]>,
+    /// [`RosInput::Network`]: one address per ROB (`udp://` or `tcp://HOST:PORT`).
+    pub listen: Vec<String>,
+    /// What the network input carries.
+    pub listen_mode: ListenMode,
+    /// Network S-LINK fragments are framed by control words.
+    pub listen_framing: bool,
+    /// Network S-LINK fragments carry a CRC word.
+    pub listen_crc: bool,
+    /// TCP: a ROB's input ends when its sender closes the connection.
+    pub listen_end_on_close: bool,
+    /// [`RosInput::File`]: one S-LINK link capture file per ROB.
+    pub link_files: Vec<String>,
+    /// Play the link files in a loop.
+    pub link_loop: bool,
+}
+
+/// `[ros] listen_mode`: the framing of a network input.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenMode {
+    /// S-LINK ROD fragments.
+    Slink,
+    /// FELIX blocks of E-link packets.
+    Felix,
 }
 
 /// `[ros] replay_l1id`.
@@ -388,6 +435,13 @@ impl Default for RosSection {
             replay_loop: false,
             replay_l1id: ReplayL1id::Renumber,
             replay_source_map: Vec::new(),
+            listen: Vec::new(),
+            listen_mode: ListenMode::Slink,
+            listen_framing: false,
+            listen_crc: false,
+            listen_end_on_close: true,
+            link_files: Vec::new(),
+            link_loop: false,
         }
     }
 }
@@ -402,6 +456,10 @@ pub enum RosInput {
     Swrod,
     /// Per ROB an emulated S-LINK card replaying raw-data files.
     Replay,
+    /// Per ROB a network receiver (UDP or TCP) of S-LINK fragments.
+    Network,
+    /// Per ROB an S-LINK link capture file.
+    File,
 }
 
 /// Checksum names in the configuration.
@@ -665,11 +723,22 @@ impl PartitionConfig {
             }
         }
         let r = &self.run;
-        if r.events == 0 && r.seconds <= 0.0 {
+        let inputs_end = self.l1.mode == L1Mode::Readout
+            && match self.ros.input {
+                RosInput::File => !self.ros.link_loop,
+                RosInput::Network => {
+                    self.ros.listen_end_on_close
+                        && self.ros.listen.iter().all(|a| a.starts_with("tcp://"))
+                }
+                _ => false,
+            };
+        if r.events == 0 && r.seconds <= 0.0 && !inputs_end {
             return Err(bad(
                 "run.events",
                 r.events,
-                "give run.events > 0 or run.seconds > 0 (a run must end)",
+                "give run.events > 0 or run.seconds > 0 (a run must end; only l1.mode = \
+                 \"readout\" with inputs that end, ros.input = \"file\" without link_loop or \
+                 \"network\" over tcp with listen_end_on_close, may have neither)",
             ));
         }
         if !r.seconds.is_finite() || r.seconds < 0.0 {
@@ -803,6 +872,49 @@ impl PartitionConfig {
                     "each file source id mapped once",
                 ));
             }
+        }
+        let robs = ros.nodes * ros.channels;
+        if ros.input == RosInput::Network {
+            if ros.listen.len() != robs {
+                return Err(bad(
+                    "ros.listen",
+                    format!(
+                        "{:?} ({} addresses for {robs} ROBs)",
+                        ros.listen,
+                        ros.listen.len()
+                    ),
+                    "one address per ROB (ros.nodes x ros.channels, node by node) with ros.input \
+                     = \"network\"",
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for a in &ros.listen {
+                if !(a.starts_with("tcp://") || a.starts_with("udp://")) || !seen.insert(a) {
+                    return Err(bad(
+                        "ros.listen",
+                        format!("{a:?}"),
+                        "\"tcp://HOST:PORT\" or \"udp://HOST:PORT\", each address once",
+                    ));
+                }
+            }
+            if ros.listen_mode == ListenMode::Felix {
+                return Err(bad(
+                    "ros.listen_mode",
+                    "\"felix\"",
+                    "\"slink\": a partition's network input takes S-LINK fragments for now \
+                     (FELIX blocks: `rodeo cards --listen ADDRESS --listen-mode felix`)",
+                ));
+            }
+        }
+        if ros.input == RosInput::File
+            && (ros.link_files.len() != robs || ros.link_files.iter().any(|f| f.is_empty()))
+        {
+            return Err(bad(
+                "ros.link_files",
+                format!("{:?}", ros.link_files),
+                "one S-LINK link capture file per ROB (ros.nodes x ros.channels, node by node) \
+                 with ros.input = \"file\"",
+            ));
         }
         let d = &self.dcm;
         if d.nodes == 0 || d.nodes > 64 {
