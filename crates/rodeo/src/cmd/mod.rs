@@ -8,7 +8,7 @@ mod convert;
 mod dump;
 mod gen;
 mod gen_link;
-mod info;
+pub(crate) mod info;
 mod ros;
 mod run;
 mod study;
