@@ -119,6 +119,10 @@ nodes = 2
 slots = 256
 # Fraction of events the built-in trigger accepts (deterministic per L1ID).
 accept_fraction = 0.1
+# How the built-in trigger shares the accepted events among logger.streams: one weight per
+# stream, in order (e.g. [0.9, 0.1]: 90% physics, 10% calibration; by a hash of the L1ID).
+# Empty: every accepted event goes to the first stream. Python/Rust triggers choose their own.
+stream_shares = []
 # Emulated processing time per event, mean in microseconds (exponential; 0: none).
 processing_us = 0.0
 # Checksum of built events: "none", "crc16" or "adler32".
@@ -484,6 +488,8 @@ pub struct DcmSection {
     pub slots: usize,
     /// Accept fraction.
     pub accept_fraction: f64,
+    /// Share of the accepted events per stream (empty: all to the first).
+    pub stream_shares: Vec<f64>,
     /// Mean emulated processing time.
     pub processing_us: f64,
     /// Checksum of built events.
@@ -498,6 +504,7 @@ impl Default for DcmSection {
             nodes: 2,
             slots: 256,
             accept_fraction: 0.1,
+            stream_shares: Vec::new(),
             processing_us: 0.0,
             checksum: ChecksumName::Adler32,
             max_outstanding: 64,
@@ -941,6 +948,18 @@ impl PartitionConfig {
             return Err(bad("dcm.max_outstanding", 0, ">= 1"));
         }
         let l = &self.logger;
+        if !d.stream_shares.is_empty()
+            && (d.stream_shares.len() != l.streams.len()
+                || d.stream_shares.iter().any(|w| !w.is_finite() || *w < 0.0)
+                || d.stream_shares.iter().sum::<f64>() <= 0.0)
+        {
+            return Err(bad(
+                "dcm.stream_shares",
+                format!("{:?} for streams {:?}", d.stream_shares, l.streams),
+                "one weight >= 0 per logger.streams entry, not all 0 (or [] for all to the \
+                 first stream)",
+            ));
+        }
         if l.nodes == 0 || l.nodes > 16 {
             return Err(bad("logger.nodes", l.nodes, "1..=16"));
         }

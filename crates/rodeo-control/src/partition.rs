@@ -307,6 +307,7 @@ impl Layout {
         let trigger = AcceptFraction {
             fraction: config.dcm.accept_fraction,
             stream: 0,
+            shares: config.dcm.stream_shares.clone(),
             time: if config.dcm.processing_us > 0.0 {
                 TimeDistribution::Exponential(Duration::from_secs_f64(
                     config.dcm.processing_us * 1e-6,

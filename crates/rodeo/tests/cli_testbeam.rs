@@ -188,3 +188,51 @@ fn dump_shows_the_robs_of_zstd_compressed_events() {
     assert_eq!(text.matches("(stored compressed)").count(), 50, "{text}");
     assert_eq!(text.matches("  ROB 0x").count(), 150, "{text}");
 }
+
+#[test]
+fn accepted_events_are_shared_among_the_streams_each_in_its_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("s.toml");
+    std::fs::write(
+        &config,
+        "[run]\nevents = 4000\n[ros]\nchannels = 2\n[dcm]\nnodes = 1\naccept_fraction = 0.5\n\
+         stream_shares = [0.75, 0.25]\n[logger]\nstreams = [\"physics_Main\", \"calibration_Beam\"]\n",
+    )
+    .unwrap();
+    let out = rodeo()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--output")
+        .arg(dir.path().join("out"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}");
+    let mut per_stream = std::collections::BTreeMap::new();
+    for f in v["files"].as_array().unwrap() {
+        let d = rodeo()
+            .args(["dump", "--json"])
+            .arg(f.as_str().unwrap())
+            .output()
+            .unwrap();
+        let d: Value = serde_json::from_slice(&d.stdout).unwrap();
+        let stream = d["stream"].as_str().unwrap().to_string();
+        for e in d["events"].as_array().unwrap() {
+            // Each event's stream tag names the stream whose file holds it.
+            assert_eq!(e["stream_tags"][0]["name"], stream.as_str(), "{e}");
+            *per_stream.entry(stream.clone()).or_insert(0u64) += 1;
+        }
+    }
+    let main = per_stream["physics_Main"];
+    let calib = per_stream["calibration_Beam"];
+    assert_eq!(main + calib, v["accepted"].as_u64().unwrap());
+    // 3:1 by a hash of the L1ID: about 1500 and 500 of some 2000.
+    assert!(calib > 300 && main > 2 * calib, "{per_stream:?}");
+}
