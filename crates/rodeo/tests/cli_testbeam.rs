@@ -236,3 +236,57 @@ fn accepted_events_are_shared_among_the_streams_each_in_its_own_files() {
     // 3:1 by a hash of the L1ID: about 1500 and 500 of some 2000.
     assert!(calib > 300 && main > 2 * calib, "{per_stream:?}");
 }
+
+/// The worked example of docs/test-beam.md: the Python "detector" of
+/// docs/examples/test-beam/detector.py feeding the example partition over TCP.
+#[test]
+fn the_test_beam_example_detector_fills_the_example_partition() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: no python3 to run docs/examples/test-beam/detector.py");
+        return;
+    }
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/test-beam");
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_port(), free_port()];
+    let addresses: Vec<String> = ports
+        .iter()
+        .map(|p| format!("tcp://127.0.0.1:{p}"))
+        .collect();
+    let text = std::fs::read_to_string(example.join("beam.toml"))
+        .unwrap()
+        .replace("tcp://127.0.0.1:47710", &addresses[0])
+        .replace("tcp://127.0.0.1:47711", &addresses[1]);
+    let config = dir.path().join("beam.toml");
+    std::fs::write(&config, text).unwrap();
+    let mut run = rodeo()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--output")
+        .arg(dir.path().join("beam-data"))
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut detector = Command::new("python3")
+        .arg(example.join("detector.py"))
+        .args(["--events", "500"])
+        .args(&addresses)
+        .spawn()
+        .unwrap();
+    assert!(wait_until(&mut detector, deadline, "detector.py").success());
+    let status = wait_until(&mut run, deadline, "rodeo run");
+    let output = run.wait_with_output().unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let v: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["events_verified"], 500, "{v}");
+    assert_eq!(v["partial_events"], 0, "{v}");
+}
