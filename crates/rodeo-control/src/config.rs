@@ -42,8 +42,13 @@ host = "127.0.0.1"
 # data-driven, the L1 accepts are the L1IDs every channel of every readout node has received
 # (counted from 0 in the readout's wrap order; a test beam without a central trigger). With
 # "readout" the run also ends when the inputs end (ros.input = "network" over tcp, or "file"
-# without link_loop), so run.events and run.seconds may both be 0; rate_hz is ignored.
+# without link_loop), so run.events and run.seconds may both be 0; rate_hz is ignored;
+# "external": L1 accepts (extended L1ID, trigger type) from a trigger unit over TCP on
+# external_listen, the partition's busy state sent back (docs/test-beam.md); the run also ends
+# when the trigger unit closes its connection.
 mode = "emulator"
+# mode = "external": where the trigger unit connects.
+external_listen = "tcp://127.0.0.1:47900"
 # RoIB mode: number of Level-1 inputs, and how long an incomplete event waits for the rest.
 roib_inputs = 3
 roib_timeout_ms = 100
@@ -305,14 +310,18 @@ pub enum L1Mode {
     Roib,
     /// Data-driven: the L1IDs complete on every channel of the readout.
     Readout,
+    /// From a trigger unit outside, over TCP.
+    External,
 }
 
 /// `[l1]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct L1Config {
-    /// Emulator or RoIB.
+    /// Emulator, RoIB, readout or external.
     pub mode: L1Mode,
+    /// [`L1Mode::External`]: the TCP address the trigger unit connects to.
+    pub external_listen: String,
     /// RoIB inputs.
     pub roib_inputs: usize,
     /// RoIB assembly timeout.
@@ -331,6 +340,7 @@ impl Default for L1Config {
     fn default() -> Self {
         L1Config {
             mode: L1Mode::Emulator,
+            external_listen: "tcp://127.0.0.1:47900".into(),
             roib_inputs: 3,
             roib_timeout_ms: 100,
             rate_hz: 0.0,
@@ -730,22 +740,24 @@ impl PartitionConfig {
             }
         }
         let r = &self.run;
-        let inputs_end = self.l1.mode == L1Mode::Readout
-            && match self.ros.input {
-                RosInput::File => !self.ros.link_loop,
-                RosInput::Network => {
-                    self.ros.listen_end_on_close
-                        && self.ros.listen.iter().all(|a| a.starts_with("tcp://"))
-                }
-                _ => false,
-            };
+        let inputs_end = self.l1.mode == L1Mode::External
+            || self.l1.mode == L1Mode::Readout
+                && match self.ros.input {
+                    RosInput::File => !self.ros.link_loop,
+                    RosInput::Network => {
+                        self.ros.listen_end_on_close
+                            && self.ros.listen.iter().all(|a| a.starts_with("tcp://"))
+                    }
+                    _ => false,
+                };
         if r.events == 0 && r.seconds <= 0.0 && !inputs_end {
             return Err(bad(
                 "run.events",
                 r.events,
                 "give run.events > 0 or run.seconds > 0 (a run must end; only l1.mode = \
                  \"readout\" with inputs that end, ros.input = \"file\" without link_loop or \
-                 \"network\" over tcp with listen_end_on_close, may have neither)",
+                 \"network\" over tcp with listen_end_on_close, or l1.mode = \"external\", \
+                 may have neither)",
             ));
         }
         if !r.seconds.is_finite() || r.seconds < 0.0 {
@@ -781,6 +793,19 @@ impl PartitionConfig {
             ));
         }
         let l1 = &self.l1;
+        if l1.mode == L1Mode::External
+            && l1
+                .external_listen
+                .strip_prefix("tcp://")
+                .and_then(|a| a.rsplit_once(':'))
+                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+        {
+            return Err(bad(
+                "l1.external_listen",
+                format!("{:?}", l1.external_listen),
+                "\"tcp://HOST:PORT\" with l1.mode = \"external\"",
+            ));
+        }
         if !l1.rate_hz.is_finite() || l1.rate_hz < 0.0 {
             return Err(bad("l1.rate_hz", l1.rate_hz, "a rate >= 0 (0: unlimited)"));
         }

@@ -227,3 +227,20 @@ fn network_and_file_inputs_and_the_data_driven_l1_are_checked() {
     let e = err(&tcp.replace("mode = \"readout\"", "mode = \"emulator\""));
     assert!(e.contains("run.events"), "{e}");
 }
+
+#[test]
+fn the_external_l1_needs_a_tcp_address_and_may_run_without_limits() {
+    let ok = PartitionConfig::from_toml(
+        "[run]\nevents = 0\n[l1]\nmode = \"external\"\nexternal_listen = \"tcp://127.0.0.1:5000\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.l1.mode, L1Mode::External);
+    let e = PartitionConfig::from_toml(
+        "[l1]\nmode = \"external\"\nexternal_listen = \"udp://127.0.0.1:5000\"\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("l1.external_listen"), "{e}");
+}

@@ -296,6 +296,10 @@ impl Layout {
             timeout: Duration::from_millis(config.l1.roib_timeout_ms),
             ..RoibConfig::default()
         });
+        if config.l1.mode == L1Mode::External {
+            sc.external = Some(config.l1.external_listen.clone());
+            sc.l1.rate_hz = None;
+        }
         if config.l1.mode == L1Mode::Readout {
             // The nodes' progress is added when the supervisor starts, in their process.
             sc.readout = Some(ReadoutFeed::default());

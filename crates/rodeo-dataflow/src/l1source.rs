@@ -146,13 +146,21 @@ impl L1Source {
 
     /// The next accept, or `None` when the configured count is reached.
     pub fn next_accept(&mut self) -> Option<L1Accept> {
-        if self.is_done() {
-            return None;
-        }
         let extended = match &self.config.l1ids {
             Some(list) if !list.is_empty() => list[(self.next_global % list.len() as u64) as usize],
             _ => self.l1id.extended(),
         };
+        let trigger_type = self.config.trigger_type;
+        self.accept_for(extended, trigger_type)
+    }
+
+    /// The next accept with an L1ID and trigger type given from outside (the external L1),
+    /// its global id and RoIs as [`L1Source::next_accept`] would give; `None` when the
+    /// configured count is reached.
+    pub fn accept_for(&mut self, extended: u32, trigger_type: u32) -> Option<L1Accept> {
+        if self.is_done() {
+            return None;
+        }
         let robs = self.config.roi_robs.len() as u64;
         let (lo, hi) = self.config.rois_per_event;
         let hi = (hi.max(lo) as u64).min(MAX_ROIS as u64).min(robs);
@@ -172,7 +180,7 @@ impl L1Source {
             self.next_global,
             extended,
             extended.wrapping_mul(7) % 3564,
-            self.config.trigger_type,
+            trigger_type,
             &rois[..k],
         );
         self.next_global += 1;

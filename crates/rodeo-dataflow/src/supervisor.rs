@@ -48,6 +48,7 @@ use rodeo_transport::message::{
 };
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport};
 
+use crate::external::ExternalTrigger;
 use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer, ReadoutFeed};
 use crate::roib::{Roib, RoibConfig};
 use crate::{AppHandle, DataflowError};
@@ -71,6 +72,9 @@ pub struct SupervisorConfig {
     /// Data-driven mode: accepts for the L1IDs the readout nodes have complete, unpaced
     /// ([`ReadoutFeed`]; `l1.rate_hz` is ignored). A feed without nodes is refused at spawn.
     pub readout: Option<ReadoutFeed>,
+    /// External mode: L1 accepts from a trigger unit connecting to this TCP address
+    /// ([`crate::external`]; `l1.rate_hz` is ignored).
+    pub external: Option<String>,
     /// An assigned event not decided within this time is reassigned (rule 2; default 10 s).
     pub event_timeout: Duration,
     /// A DCM silent for this long is dead (default 3 s).
@@ -95,6 +99,7 @@ impl SupervisorConfig {
             l1: L1SourceConfig::default(),
             roib: None,
             readout: None,
+            external: None,
             event_timeout: Duration::from_secs(10),
             dcm_timeout: Duration::from_secs(3),
             clear_group: 100,
@@ -213,6 +218,21 @@ pub fn spawn(
         readout.push(s);
     }
     let l1 = match (&config.roib, &config.readout) {
+        _ if config.external.is_some() => {
+            let address = config.external.clone().unwrap_or_default();
+            let ext = ExternalTrigger::start(&address).map_err(|e| DataflowError::Thread {
+                app: app.clone(),
+                what: format!(
+                    "cannot listen for the trigger unit on {address} (l1.external_listen): \
+                         {e}"
+                ),
+            })?;
+            tracing::info!(
+                "external L1: waiting for the trigger unit on {}",
+                ext.local_addr()
+            );
+            L1Input::External(L1Source::new(config.l1.clone()), Box::new(ext))
+        }
         (_, Some(feed)) => {
             if feed.nodes.is_empty() {
                 return Err(DataflowError::Thread {
@@ -276,6 +296,7 @@ enum L1Input {
         complete: u64,
         ended: bool,
     },
+    External(L1Source, Box<ExternalTrigger>),
 }
 
 impl L1Input {
@@ -289,6 +310,7 @@ impl L1Input {
                 ended,
                 ..
             } => source.is_done() || (*ended && source.produced() >= *complete),
+            L1Input::External(s, ext) => s.is_done() || (ext.ended() && ext.waiting() == 0),
         }
     }
 
@@ -297,6 +319,7 @@ impl L1Input {
             L1Input::Emulator(s, _) => s.produced(),
             L1Input::Roib(r) => r.produced(),
             L1Input::Readout { source, .. } => source.produced(),
+            L1Input::External(s, _) => s.produced(),
         }
     }
 
@@ -314,6 +337,7 @@ impl L1Input {
                 (*complete, *ended) = feed.read();
                 complete.saturating_sub(source.produced())
             }
+            L1Input::External(_, ext) => ext.waiting() as u64,
         }
     }
 
@@ -326,6 +350,10 @@ impl L1Input {
             }
             L1Input::Roib(r) => r.next_accept(),
             L1Input::Readout { source, .. } => source.next_accept(),
+            L1Input::External(s, ext) => {
+                let (l1id, trigger_type) = ext.pop()?;
+                s.accept_for(l1id, trigger_type)
+            }
         }
     }
 
@@ -335,6 +363,7 @@ impl L1Input {
             L1Input::Emulator(_, p) => p.wait_s(),
             L1Input::Roib(_) => 0.0005,
             L1Input::Readout { .. } => 0.001,
+            L1Input::External(..) => 0.0005,
         }
     }
 }
@@ -409,6 +438,10 @@ impl Supervisor {
             self.check_timeouts(now);
             let stopping = stop.load(Ordering::Acquire) || self.l1.is_done();
             let assigned_any = self.assign(&mut router, stopping)?;
+            if let L1Input::External(_, ext) = &self.l1 {
+                // Busy while no DCM slot is free (the trigger unit holds its triggers).
+                ext.set_no_slots(self.credits.is_empty());
+            }
             self.maybe_flush_clears(&mut readout, now, false)?;
             self.publish();
             if stopping && self.assigned.is_empty() && self.reassign.is_empty() {

@@ -290,3 +290,65 @@ fn the_test_beam_example_detector_fills_the_example_partition() {
     assert_eq!(v["events_verified"], 500, "{v}");
     assert_eq!(v["partial_events"], 0, "{v}");
 }
+
+/// `[l1] mode = "external"` with the reference trigger unit of docs/examples/test-beam/tlu.py:
+/// every trigger it sends becomes an L1 accept, and with few slots it sees the partition busy.
+#[test]
+fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: no python3 to run docs/examples/test-beam/tlu.py");
+        return;
+    }
+    let tlu = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/examples/test-beam/tlu.py");
+    let dir = tempfile::tempdir().unwrap();
+    let address = format!("tcp://127.0.0.1:{}", free_port());
+    let config = dir.path().join("ext.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[run]\nevents = 0\nseconds = 0\n[l1]\nmode = \"external\"\nexternal_listen = \
+             \"{address}\"\n[ros]\nchannels = 3\n[dcm]\nnodes = 1\nslots = 2\n\
+             processing_us = 2000\naccept_fraction = 0.5\n"
+        ),
+    )
+    .unwrap();
+    let mut run = rodeo()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--output")
+        .arg(dir.path().join("out"))
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut unit = Command::new("python3")
+        .arg(&tlu)
+        .args(["--triggers", "300", &address])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(&mut unit, deadline, "tlu.py").success());
+    let said = String::from_utf8(unit.wait_with_output().unwrap().stdout).unwrap();
+    let status = wait_until(&mut run, deadline, "rodeo run");
+    let output = run.wait_with_output().unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let v: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["l1_accepts"], 300, "{v}");
+    // Two slots of 2 ms each cannot take 300 triggers at once: the unit was held.
+    let held: u64 = said
+        .split("busy seen on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("tlu.py said {said:?}"));
+    assert!(held > 0, "{said}");
+}

@@ -108,6 +108,17 @@ impl Application for RosApp {
         let Some(node) = self.node.take() else {
             return Ok(None);
         };
+        let net = node.net_totals();
+        if net.dropped_units > 0 || net.broken_connections > 0 {
+            tracing::warn!(
+                node = %self.name,
+                units = net.units,
+                dropped_units = net.dropped_units,
+                broken_connections = net.broken_connections,
+                "network input: units of the wrong size were dropped or a TCP sender broke a \
+                 record (docs/test-beam.md)"
+            );
+        }
         let s = node.stop();
         let k = s.store.total_counters();
         Ok(Some(AppSummary::Ros(NodeSummary {
