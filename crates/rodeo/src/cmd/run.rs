@@ -202,10 +202,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut line = crate::status::StatusLine::new(
             args.quiet,
             PathBuf::from(&config.run.output),
-            if config.l1.mode == rodeo_control::config::L1Mode::Readout {
-                0.0
-            } else {
-                config.l1.rate_hz
+            match config.l1.mode {
+                rodeo_control::config::L1Mode::Readout
+                | rodeo_control::config::L1Mode::External => 0.0,
+                _ => config.l1.rate_hz,
             },
         );
         let watched = Arc::clone(&partition);
@@ -244,7 +244,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let balanced = problems.is_empty();
     let trigger = trigger_report.map(|r| r());
-    let requested = config.l1.rate_hz;
+    // The data-driven and external L1 ignore l1.rate_hz: nothing was requested.
+    let requested = match config.l1.mode {
+        rodeo_control::config::L1Mode::Readout | rodeo_control::config::L1Mode::External => 0.0,
+        _ => config.l1.rate_hz,
+    };
     let record = summary_json(
         &summary,
         requested,
