@@ -19,7 +19,7 @@ pub struct Writer {
 
 #[pymethods]
 impl Writer {
-    /// Opens the first file in `directory` (which must exist).
+    /// Opens the first file in `directory`, which is created (with its parents) if missing.
     #[new]
     #[pyo3(signature = (directory, *, run=1, stream="physics_Main", app="rodeo-py", lumiblock=0,
         max_file_bytes=None, max_events_per_file=None, first_sequence=1, fsync=true,
@@ -38,6 +38,12 @@ impl Writer {
         fsync: bool,
         free_disk_margin_bytes: Option<u64>,
     ) -> PyResult<Writer> {
+        std::fs::create_dir_all(&directory).map_err(|e| {
+            pyo3::exceptions::PyOSError::new_err(format!(
+                "rodeo.Writer: cannot create the directory {}: {e}",
+                directory.display()
+            ))
+        })?;
         let mut cfg = RawFileConfig::new(directory, run, app, stream);
         cfg.lumiblock = lumiblock;
         cfg.first_sequence = first_sequence;

@@ -119,6 +119,18 @@ def test_writer_refuses_bad_names_and_writes_after_close(tmp_path):
         w.write(make_event(2))
 
 
+def test_writer_creates_its_directory(tmp_path):
+    out = tmp_path / "missing" / "dir"
+    with rodeo.Writer(out, fsync=False) as w:
+        w.write(make_event(1))
+    assert len(w.files) == 1 and w.files[0].startswith(str(out))
+    assert rodeo.verify(w.files[0])["events"] == 1
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError, match="cannot create the directory"):
+        rodeo.Writer(blocker / "sub")
+
+
 def test_unclosed_writer_leaves_a_recoverable_file(tmp_path):
     w = rodeo.Writer(tmp_path, fsync=False)
     for g in range(4):

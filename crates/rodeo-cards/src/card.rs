@@ -47,6 +47,9 @@ pub enum ChannelSource {
         block_size: usize,
         /// S-LINK framing and CRC (S-LINK mode).
         slink: SlinkCheckConfig,
+        /// TCP: the channel finishes (link down) when its first sender ends its connection
+        /// cleanly ([`TcpReceiver::end_with_sender`]); otherwise it waits for the next one.
+        end_with_sender: bool,
     },
 }
 
@@ -254,7 +257,10 @@ impl Card {
     }
 }
 
-fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel, CardError> {
+/// Starts one channel of `spec` as channel `i` of card `card` (its card thread named
+/// `<card>-ch<i>`): what [`Card::start`] does for each of its channels, for a reader (a readout
+/// node) that keeps its channels itself. The channel is given no superpages.
+pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel, CardError> {
     let name = format!("{card}-ch{i}");
     let io = |what: String| {
         let card = card.to_string();
@@ -357,6 +363,7 @@ fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel
             mode,
             block_size,
             slink,
+            end_with_sender,
         } => {
             let rule = match mode {
                 LinkMode::Felix => UnitRule::Block(*block_size),
@@ -373,7 +380,9 @@ fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel
                     (boxed(ch), net, bound)
                 }
                 LinkAddress::Tcp(a) => {
-                    let r = TcpReceiver::bind(*a, rule).map_err(bind)?;
+                    let r = TcpReceiver::bind(*a, rule)
+                        .map_err(bind)?
+                        .end_with_sender(*end_with_sender);
                     let net = r.counters();
                     let bound = r.local_addr().map(LinkAddress::Tcp).unwrap_or(*address);
                     let ch = EmulatedChannel::start(&name, spec.config, r)

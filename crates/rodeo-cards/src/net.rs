@@ -311,6 +311,10 @@ pub struct TcpReceiver {
     carry: Box<[u8]>,
     /// Bytes of `carry` received so far (a record may arrive across pauses).
     have: usize,
+    /// Finish (no more input) once a sender has ended its connection cleanly.
+    end_with_sender: bool,
+    /// A sender ended cleanly while `end_with_sender` was set.
+    finished: bool,
 }
 
 impl TcpReceiver {
@@ -325,7 +329,18 @@ impl TcpReceiver {
             counters: Arc::default(),
             carry: vec![0u8; 4 + rule.max_bytes().next_multiple_of(4)].into_boxed_slice(),
             have: 0,
+            end_with_sender: false,
+            finished: false,
         })
+    }
+
+    /// Makes the receiver finish ([`Generator::is_finished`]) when its first sender ends its
+    /// connection cleanly (between records): the channel then hands over its last superpage
+    /// and takes its link down, so a run fed by a finite sender ends with it. Off by default:
+    /// a receiver then waits for the next sender.
+    pub fn end_with_sender(mut self, on: bool) -> TcpReceiver {
+        self.end_with_sender = on;
+        self
     }
 
     /// The listening address.
@@ -407,6 +422,7 @@ impl Generator for TcpReceiver {
                     // A clean end between records is a sender that finished, not an error.
                     let clean = e.kind() == io::ErrorKind::UnexpectedEof && self.have == 0;
                     self.close(!clean);
+                    self.finished |= clean && self.end_with_sender;
                     break;
                 }
             }
@@ -444,6 +460,10 @@ impl Generator for TcpReceiver {
 
     fn waits_for_input(&self) -> bool {
         true
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
     }
 }
 

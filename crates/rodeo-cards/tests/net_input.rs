@@ -25,6 +25,7 @@ fn card(address: &str, mode: LinkMode, slink: SlinkCheckConfig) -> Card {
                 mode,
                 block_size: 1024,
                 slink,
+                end_with_sender: false,
             },
             config: EmulatedConfig {
                 queue_depth: 4,

@@ -71,6 +71,7 @@ impl AppControl {
             transport: transport.clone(),
             trace_every: None,
             trigger: None,
+            readout: Default::default(),
         };
         let mut driver = AppDriver::new(application::build(role, name, &ctx));
         // The process exists: initialize is implied.

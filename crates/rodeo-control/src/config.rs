@@ -40,8 +40,17 @@ host = "127.0.0.1"
 
 [l1]
 # "emulator": the L1 emulator in the supervisor; "roib": accepts assembled by L1ID from
-# several emulated Level-1 inputs (RoI builder), with a timeout and flow control.
+# several emulated Level-1 inputs (RoI builder), with a timeout and flow control; "readout":
+# data-driven, the L1 accepts are the L1IDs every channel of every readout node has received
+# (counted from 0 in the readout's wrap order; a test beam without a central trigger). With
+# "readout" the run also ends when the inputs end (ros.input = "network" over tcp, or "file"
+# without link_loop), so run.events and run.seconds may both be 0; rate_hz is ignored;
+# "external": L1 accepts (extended L1ID, trigger type) from a trigger unit over TCP on
+# external_listen, the partition's busy state sent back (docs/test-beam.md); the run also ends
+# when the trigger unit closes its connection.
 mode = "emulator"
+# mode = "external": where the trigger unit connects.
+external_listen = "tcp://127.0.0.1:47900"
 # RoIB mode: number of Level-1 inputs, and how long an incomplete event waits for the rest.
 roib_inputs = 3
 roib_timeout_ms = 100
@@ -72,9 +81,10 @@ fragment_words = 200
 # Sub-detector id of the ROBs (0x41: LAr EM barrel A); module ids count from 0 per node.
 subdetector = 0x41
 # What feeds each ROB: "dma" (an emulated S-LINK card writing fragments into superpages),
-# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card) or "replay" (an
+# "swrod" (a SW ROD fragment builder per ROB, fed by an emulated FELIX card), "replay" (an
 # emulated S-LINK card per ROB replaying the ROD fragments of raw-data files: rodeo's container
-# or EventStorage v2-v6; docs/file-formats.md).
+# or EventStorage v2-v6; docs/file-formats.md), "network" (real data: per ROB a UDP or TCP
+# receiver, `listen`) or "file" (per ROB a link capture file, `link_files`).
 input = "dma"
 # E-links per ROB for input = "swrod" (1..=2048, checked for both inputs; with "swrod" at most
 # fragment_words / 5, each E-link carrying at least one payload word per event).
@@ -91,6 +101,22 @@ replay_loop = false
 replay_l1id = "renumber"
 # Source ids renamed before they pick their channel: [[id in the file, ROB id here], ...].
 replay_source_map = []
+# input = "network": one address per ROB (ros.nodes x ros.channels, node by node), where a
+# front-end (or `rodeo gen link --send`) sends its S-LINK fragments: "tcp://HOST:PORT" (records:
+# u32 length in bytes, then the fragment padded to 4 bytes; back-pressure) or "udp://HOST:PORT"
+# (one fragment per datagram; losses show as L1ID sequence errors). docs/test-beam.md.
+listen = []
+# What the network input carries: "slink" (ROD fragments, checked as the S-LINK inputs are).
+listen_mode = "slink"
+# The fragments are framed by the S-LINK control words / followed by a CRC16 word.
+listen_framing = false
+listen_crc = false
+# tcp: a ROB's input ends when its sender closes the connection (else it waits for another).
+listen_end_on_close = true
+# input = "file": one S-LINK link capture file per ROB (`rodeo gen link --mode slink -o`),
+# played once, or looping with link_loop = true.
+link_files = []
+link_loop = false
 
 [dcm]
 # Data-collection nodes and processing slots per node. Slots are events in flight: each
@@ -100,6 +126,10 @@ nodes = 2
 slots = 256
 # Fraction of events the built-in trigger accepts (deterministic per L1ID).
 accept_fraction = 0.1
+# How the built-in trigger shares the accepted events among logger.streams: one weight per
+# stream, in order (e.g. [0.9, 0.1]: 90% physics, 10% calibration; by a hash of the L1ID).
+# Empty: every accepted event goes to the first stream. Python/Rust triggers choose their own.
+stream_shares = []
 # Emulated processing time per event, mean in microseconds (exponential; 0: none).
 processing_us = 0.0
 # Checksum of built events: "none", "crc16" or "adler32".
@@ -283,14 +313,20 @@ pub enum L1Mode {
     Emulator,
     /// The RoI builder over emulated Level-1 inputs.
     Roib,
+    /// Data-driven: the L1IDs complete on every channel of the readout.
+    Readout,
+    /// From a trigger unit outside, over TCP.
+    External,
 }
 
 /// `[l1]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct L1Config {
-    /// Emulator or RoIB.
+    /// Emulator, RoIB, readout or external.
     pub mode: L1Mode,
+    /// [`L1Mode::External`]: the TCP address the trigger unit connects to.
+    pub external_listen: String,
     /// RoIB inputs.
     pub roib_inputs: usize,
     /// RoIB assembly timeout.
@@ -309,6 +345,7 @@ impl Default for L1Config {
     fn default() -> Self {
         L1Config {
             mode: L1Mode::Emulator,
+            external_listen: "tcp://127.0.0.1:47900".into(),
             roib_inputs: 3,
             roib_timeout_ms: 100,
             rate_hz: 0.0,
@@ -367,6 +404,30 @@ pub struct RosSection {
     pub replay_l1id: ReplayL1id,
     /// Source ids renamed for the replay: `[id in the file, ROB id here]`.
     pub replay_source_map: Vec<[u32; 2]>,
+    /// [`RosInput::Network`]: one address per ROB (`udp://` or `tcp://HOST:PORT`).
+    pub listen: Vec<String>,
+    /// What the network input carries.
+    pub listen_mode: ListenMode,
+    /// Network S-LINK fragments are framed by control words.
+    pub listen_framing: bool,
+    /// Network S-LINK fragments carry a CRC word.
+    pub listen_crc: bool,
+    /// TCP: a ROB's input ends when its sender closes the connection.
+    pub listen_end_on_close: bool,
+    /// [`RosInput::File`]: one S-LINK link capture file per ROB.
+    pub link_files: Vec<String>,
+    /// Play the link files in a loop.
+    pub link_loop: bool,
+}
+
+/// `[ros] listen_mode`: the framing of a network input.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenMode {
+    /// S-LINK ROD fragments.
+    Slink,
+    /// FELIX blocks of E-link packets.
+    Felix,
 }
 
 /// `[ros] replay_l1id`.
@@ -393,6 +454,13 @@ impl Default for RosSection {
             replay_loop: false,
             replay_l1id: ReplayL1id::Renumber,
             replay_source_map: Vec::new(),
+            listen: Vec::new(),
+            listen_mode: ListenMode::Slink,
+            listen_framing: false,
+            listen_crc: false,
+            listen_end_on_close: true,
+            link_files: Vec::new(),
+            link_loop: false,
         }
     }
 }
@@ -407,6 +475,10 @@ pub enum RosInput {
     Swrod,
     /// Per ROB an emulated S-LINK card replaying raw-data files.
     Replay,
+    /// Per ROB a network receiver (UDP or TCP) of S-LINK fragments.
+    Network,
+    /// Per ROB an S-LINK link capture file.
+    File,
 }
 
 /// Checksum names in the configuration.
@@ -431,6 +503,8 @@ pub struct DcmSection {
     pub slots: usize,
     /// Accept fraction.
     pub accept_fraction: f64,
+    /// Share of the accepted events per stream (empty: all to the first).
+    pub stream_shares: Vec<f64>,
     /// Mean emulated processing time.
     pub processing_us: f64,
     /// Checksum of built events.
@@ -445,6 +519,7 @@ impl Default for DcmSection {
             nodes: 2,
             slots: 256,
             accept_fraction: 0.1,
+            stream_shares: Vec::new(),
             processing_us: 0.0,
             checksum: ChecksumName::Adler32,
             max_outstanding: 64,
@@ -670,11 +745,24 @@ impl PartitionConfig {
             }
         }
         let r = &self.run;
-        if r.events == 0 && r.seconds <= 0.0 {
+        let inputs_end = self.l1.mode == L1Mode::External
+            || self.l1.mode == L1Mode::Readout
+                && match self.ros.input {
+                    RosInput::File => !self.ros.link_loop,
+                    RosInput::Network => {
+                        self.ros.listen_end_on_close
+                            && self.ros.listen.iter().all(|a| a.starts_with("tcp://"))
+                    }
+                    _ => false,
+                };
+        if r.events == 0 && r.seconds <= 0.0 && !inputs_end {
             return Err(bad(
                 "run.events",
                 r.events,
-                "give run.events > 0 or run.seconds > 0 (a run must end)",
+                "give run.events > 0 or run.seconds > 0 (a run must end; only l1.mode = \
+                 \"readout\" with inputs that end, ros.input = \"file\" without link_loop or \
+                 \"network\" over tcp with listen_end_on_close, or l1.mode = \"external\", \
+                 may have neither)",
             ));
         }
         if !r.seconds.is_finite() || r.seconds < 0.0 {
@@ -710,6 +798,19 @@ impl PartitionConfig {
             ));
         }
         let l1 = &self.l1;
+        if l1.mode == L1Mode::External
+            && l1
+                .external_listen
+                .strip_prefix("tcp://")
+                .and_then(|a| a.rsplit_once(':'))
+                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+        {
+            return Err(bad(
+                "l1.external_listen",
+                format!("{:?}", l1.external_listen),
+                "\"tcp://HOST:PORT\" with l1.mode = \"external\"",
+            ));
+        }
         if !l1.rate_hz.is_finite() || l1.rate_hz < 0.0 {
             return Err(bad("l1.rate_hz", l1.rate_hz, "a rate >= 0 (0: unlimited)"));
         }
@@ -809,6 +910,49 @@ impl PartitionConfig {
                 ));
             }
         }
+        let robs = ros.nodes * ros.channels;
+        if ros.input == RosInput::Network {
+            if ros.listen.len() != robs {
+                return Err(bad(
+                    "ros.listen",
+                    format!(
+                        "{:?} ({} addresses for {robs} ROBs)",
+                        ros.listen,
+                        ros.listen.len()
+                    ),
+                    "one address per ROB (ros.nodes x ros.channels, node by node) with ros.input \
+                     = \"network\"",
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for a in &ros.listen {
+                if !(a.starts_with("tcp://") || a.starts_with("udp://")) || !seen.insert(a) {
+                    return Err(bad(
+                        "ros.listen",
+                        format!("{a:?}"),
+                        "\"tcp://HOST:PORT\" or \"udp://HOST:PORT\", each address once",
+                    ));
+                }
+            }
+            if ros.listen_mode == ListenMode::Felix {
+                return Err(bad(
+                    "ros.listen_mode",
+                    "\"felix\"",
+                    "\"slink\": a partition's network input takes S-LINK fragments for now \
+                     (FELIX blocks: `rodeo cards --listen ADDRESS --listen-mode felix`)",
+                ));
+            }
+        }
+        if ros.input == RosInput::File
+            && (ros.link_files.len() != robs || ros.link_files.iter().any(|f| f.is_empty()))
+        {
+            return Err(bad(
+                "ros.link_files",
+                format!("{:?}", ros.link_files),
+                "one S-LINK link capture file per ROB (ros.nodes x ros.channels, node by node) \
+                 with ros.input = \"file\"",
+            ));
+        }
         let d = &self.dcm;
         if d.nodes == 0 || d.nodes > 64 {
             return Err(bad("dcm.nodes", d.nodes, "1..=64"));
@@ -834,6 +978,18 @@ impl PartitionConfig {
             return Err(bad("dcm.max_outstanding", 0, ">= 1"));
         }
         let l = &self.logger;
+        if !d.stream_shares.is_empty()
+            && (d.stream_shares.len() != l.streams.len()
+                || d.stream_shares.iter().any(|w| !w.is_finite() || *w < 0.0)
+                || d.stream_shares.iter().sum::<f64>() <= 0.0)
+        {
+            return Err(bad(
+                "dcm.stream_shares",
+                format!("{:?} for streams {:?}", d.stream_shares, l.streams),
+                "one weight >= 0 per logger.streams entry, not all 0 (or [] for all to the \
+                 first stream)",
+            ));
+        }
         if l.nodes == 0 || l.nodes > 16 {
             return Err(bad("logger.nodes", l.nodes, "1..=16"));
         }

@@ -207,3 +207,57 @@ fn stream_names_that_would_escape_or_break_file_names_are_refused() {
     .unwrap();
     assert_eq!(c.logger.streams.len(), 2);
 }
+
+#[test]
+fn network_and_file_inputs_and_the_data_driven_l1_are_checked() {
+    let err = |t: &str| {
+        PartitionConfig::from_toml(t, "t.toml")
+            .unwrap_err()
+            .to_string()
+    };
+    let ok = |t: &str| PartitionConfig::from_toml(t, "t.toml").unwrap();
+    let net = "[ros]\nchannels = 2\ninput = \"network\"\n";
+    let e = err(&format!("{net}listen = [\"tcp://127.0.0.1:5000\"]\n"));
+    assert!(
+        e.contains("ros.listen") && e.contains("one address per ROB"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{net}listen = [\"tcp://127.0.0.1:5000\", \"http://x:1\"]\n"
+    ));
+    assert!(e.contains("ros.listen") && e.contains("http://x:1"), "{e}");
+    let e = err(&format!(
+        "{net}listen = [\"tcp://127.0.0.1:5000\", \"udp://127.0.0.1:5001\"]\nlisten_mode = \"felix\"\n"
+    ));
+    assert!(e.contains("ros.listen_mode"), "{e}");
+    let e = err("[ros]\nchannels = 2\ninput = \"file\"\nlink_files = [\"a\"]\n");
+    assert!(e.contains("ros.link_files"), "{e}");
+    // A data-driven run over inputs that end may have neither events nor seconds...
+    let tcp = format!(
+        "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n{net}\
+         listen = [\"tcp://127.0.0.1:5000\", \"tcp://127.0.0.1:5001\"]\n"
+    );
+    assert_eq!(ok(&tcp).l1.mode, L1Mode::Readout);
+    // ...but not over UDP (it never ends) or with the emulator.
+    let e = err(&tcp.replace("tcp://127.0.0.1:5001", "udp://127.0.0.1:5001"));
+    assert!(e.contains("run.events") && e.contains("readout"), "{e}");
+    let e = err(&tcp.replace("mode = \"readout\"", "mode = \"emulator\""));
+    assert!(e.contains("run.events"), "{e}");
+}
+
+#[test]
+fn the_external_l1_needs_a_tcp_address_and_may_run_without_limits() {
+    let ok = PartitionConfig::from_toml(
+        "[run]\nevents = 0\n[l1]\nmode = \"external\"\nexternal_listen = \"tcp://127.0.0.1:5000\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(ok.l1.mode, L1Mode::External);
+    let e = PartitionConfig::from_toml(
+        "[l1]\nmode = \"external\"\nexternal_listen = \"udp://127.0.0.1:5000\"\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("l1.external_listen"), "{e}");
+}

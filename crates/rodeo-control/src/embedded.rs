@@ -194,6 +194,17 @@ impl EmbeddedPartition {
         crate::control::run_to_end(self, &|| false, tick)
     }
 
+    /// Bytes the loggers have written in this run so far (event records).
+    pub fn bytes_written(&self) -> u64 {
+        self.app_metrics()
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Some(AppMetrics::Logger(l)) => Some(l.bytes_written),
+                _ => None,
+            })
+            .sum()
+    }
+
     /// Every application's counters now (name, counters), in the view's order.
     fn app_metrics(&self) -> Vec<(String, Option<AppMetrics>)> {
         let probes = Arc::clone(&lock(&self.probes));
@@ -271,6 +282,7 @@ impl EmbeddedPartition {
                     transport: t.clone(),
                     trace_every: self.trace_every,
                     trigger: self.trigger.clone(),
+                    readout: Default::default(),
                 };
                 let layout = Layout::new(&self.config);
                 apps.drivers = layout

@@ -16,12 +16,14 @@ use std::time::Duration;
 
 use rodeo_dataflow::dcm::{DcmConfig, ReadoutNode as DcmReadout};
 use rodeo_dataflow::l1source::L1SourceConfig;
+use rodeo_dataflow::l1source::ReadoutFeed;
 use rodeo_dataflow::logger::{FileFormat, LoggerCompression, LoggerConfig};
 use rodeo_dataflow::roib::RoibConfig;
 use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_files::replay::L1idMode;
 use rodeo_format::checksum::ChecksumType;
+use rodeo_ros::links::{FileInput, NetworkInput};
 use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
 use rodeo_transport::message::{clear_bytes, data_request_bytes};
 
@@ -73,6 +75,15 @@ fn runtime_dir(output: &std::path::Path) -> PathBuf {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     std::env::temp_dir().join(format!("rodeo-{h:016x}"))
+}
+
+/// Node `node`'s share of a per-ROB list (`channels` entries from `node * channels`).
+fn per_node(list: &[String], node: usize, channels: usize) -> Vec<String> {
+    list.iter()
+        .skip(node * channels)
+        .take(channels)
+        .cloned()
+        .collect()
 }
 
 /// Every application of a partition, named and configured: what the embedded runner starts as
@@ -222,6 +233,19 @@ impl Layout {
                             .map(|[a, b]| (*a, *b))
                             .collect(),
                     }),
+                    RosInput::Network => NodeInput::Network(NetworkInput {
+                        listen: per_node(&config.ros.listen, i, config.ros.channels),
+                        framing: config.ros.listen_framing,
+                        crc: config.ros.listen_crc,
+                        end_with_sender: config.ros.listen_end_on_close,
+                    }),
+                    RosInput::File => NodeInput::Files(FileInput {
+                        files: per_node(&config.ros.link_files, i, config.ros.channels)
+                            .into_iter()
+                            .map(PathBuf::from)
+                            .collect(),
+                        looping: config.ros.link_loop,
+                    }),
                 },
                 // What this partition's clients can send: a DataRequest for every channel, a
                 // Clear of one group. Anything larger is refused before it is buffered.
@@ -280,12 +304,22 @@ impl Layout {
             timeout: Duration::from_millis(config.l1.roib_timeout_ms),
             ..RoibConfig::default()
         });
+        if config.l1.mode == L1Mode::External {
+            sc.external = Some(config.l1.external_listen.clone());
+            sc.l1.rate_hz = None;
+        }
+        if config.l1.mode == L1Mode::Readout {
+            // The nodes' progress is added when the supervisor starts, in their process.
+            sc.readout = Some(ReadoutFeed::default());
+            sc.l1.rate_hz = None;
+        }
         sc.event_timeout = Duration::from_millis(config.supervisor.event_timeout_ms);
         sc.dcm_timeout = Duration::from_millis(config.supervisor.dcm_timeout_ms);
         sc.clear_group = config.supervisor.clear_group;
         let trigger = AcceptFraction {
             fraction: config.dcm.accept_fraction,
             stream: 0,
+            shares: config.dcm.stream_shares.clone(),
             time: if config.dcm.processing_us > 0.0 {
                 TimeDistribution::Exponential(Duration::from_secs_f64(
                     config.dcm.processing_us * 1e-6,

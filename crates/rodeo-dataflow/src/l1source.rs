@@ -146,13 +146,21 @@ impl L1Source {
 
     /// The next accept, or `None` when the configured count is reached.
     pub fn next_accept(&mut self) -> Option<L1Accept> {
-        if self.is_done() {
-            return None;
-        }
         let extended = match &self.config.l1ids {
             Some(list) if !list.is_empty() => list[(self.next_global % list.len() as u64) as usize],
             _ => self.l1id.extended(),
         };
+        let trigger_type = self.config.trigger_type;
+        self.accept_for(extended, trigger_type)
+    }
+
+    /// The next accept with an L1ID and trigger type given from outside (the external L1),
+    /// its global id and RoIs as [`L1Source::next_accept`] would give; `None` when the
+    /// configured count is reached.
+    pub fn accept_for(&mut self, extended: u32, trigger_type: u32) -> Option<L1Accept> {
+        if self.is_done() {
+            return None;
+        }
         let robs = self.config.roi_robs.len() as u64;
         let (lo, hi) = self.config.rois_per_event;
         let hi = (hi.max(lo) as u64).min(MAX_ROIS as u64).min(robs);
@@ -172,7 +180,7 @@ impl L1Source {
             self.next_global,
             extended,
             extended.wrapping_mul(7) % 3564,
-            self.config.trigger_type,
+            trigger_type,
             &rois[..k],
         );
         self.next_global += 1;
@@ -255,9 +263,67 @@ impl Pacer {
     }
 }
 
+/// One readout node's progress as the data-driven L1 reads it: (L1IDs complete on every
+/// channel, counted from L1ID 0 in the wrap order; the node's input ended). `ended` is read
+/// first: once it is true, the count read after it is final.
+pub type ReadoutMark = std::sync::Arc<dyn Fn() -> (u64, bool) + Send + Sync>;
+
+/// The readout nodes' progress, the input of the data-driven L1 (`[l1] mode = "readout"`):
+/// an L1 accept is issued for each L1ID every node has complete, in order, and the source is
+/// done when every node's input ended and each of its L1IDs was issued. The nodes and the
+/// supervisor share it in one process (a readout node's `ReadoutProgress`).
+#[derive(Clone, Default)]
+pub struct ReadoutFeed {
+    /// One mark per readout node.
+    pub nodes: Vec<ReadoutMark>,
+}
+
+impl std::fmt::Debug for ReadoutFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadoutFeed")
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+impl ReadoutFeed {
+    /// (L1IDs complete on every node, every node's input ended); (0, false) without nodes.
+    pub fn read(&self) -> (u64, bool) {
+        if self.nodes.is_empty() {
+            return (0, false);
+        }
+        let mut complete = u64::MAX;
+        let mut ended = true;
+        for n in &self.nodes {
+            let (c, e) = n();
+            complete = complete.min(c);
+            ended &= e;
+        }
+        (complete, ended)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_feed_takes_the_slowest_node_and_ends_when_all_have() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let a = Arc::new(AtomicU64::new(5));
+        let a2 = Arc::clone(&a);
+        let feed = ReadoutFeed {
+            nodes: vec![
+                Arc::new(move || (a2.load(Ordering::Relaxed), false)),
+                Arc::new(|| (9, true)),
+            ],
+        };
+        assert_eq!(feed.read(), (5, false));
+        a.store(12, Ordering::Relaxed);
+        assert_eq!(feed.read(), (9, false));
+        assert_eq!(ReadoutFeed::default().read(), (0, false));
+    }
     use std::time::Duration;
 
     /// Takes every accept allowed at `now`; returns how many.

@@ -2,6 +2,7 @@
 //!
 //! - [`l1source`]: the Level-1 accepts (an emulator: rate, RoIs drawn from configured ROBs,
 //!   deterministic from a seed).
+//! - [`external`]: the external L1: accepts from a trigger unit over TCP, busy state back.
 //! - [`roib`]: the RoI builder mode of the L1 source: accepts assembled by L1ID from several
 //!   Level-1 inputs, with a timeout and flow control.
 //! - [`supervisor`]: assigns events to data-collection nodes against credits, reassigns the
@@ -21,6 +22,7 @@
 //! summary.
 
 pub mod dcm;
+pub mod external;
 pub mod l1source;
 pub mod logger;
 pub mod roib;

@@ -48,7 +48,8 @@ use rodeo_transport::message::{
 };
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport};
 
-use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer};
+use crate::external::ExternalTrigger;
+use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer, ReadoutFeed};
 use crate::roib::{Roib, RoibConfig};
 use crate::{AppHandle, DataflowError};
 
@@ -68,6 +69,12 @@ pub struct SupervisorConfig {
     pub l1: L1SourceConfig,
     /// RoIB mode: accepts assembled from several Level-1 inputs (`None`: the L1 emulator).
     pub roib: Option<RoibConfig>,
+    /// Data-driven mode: accepts for the L1IDs the readout nodes have complete, unpaced
+    /// ([`ReadoutFeed`]; `l1.rate_hz` is ignored). A feed without nodes is refused at spawn.
+    pub readout: Option<ReadoutFeed>,
+    /// External mode: L1 accepts from a trigger unit connecting to this TCP address
+    /// ([`crate::external`]; `l1.rate_hz` is ignored).
+    pub external: Option<String>,
     /// An assigned event not decided within this time is reassigned (rule 2; default 10 s).
     pub event_timeout: Duration,
     /// A DCM silent for this long is dead (default 3 s).
@@ -91,6 +98,8 @@ impl SupervisorConfig {
             readout_endpoints,
             l1: L1SourceConfig::default(),
             roib: None,
+            readout: None,
+            external: None,
             event_timeout: Duration::from_secs(10),
             dcm_timeout: Duration::from_secs(3),
             clear_group: 100,
@@ -208,12 +217,44 @@ pub fn spawn(
         s.connect(&ep(r)?).map_err(terr(format!("connect {r}")))?;
         readout.push(s);
     }
-    let l1 = match &config.roib {
-        None => L1Input::Emulator(
+    let l1 = match (&config.roib, &config.readout) {
+        _ if config.external.is_some() => {
+            let address = config.external.clone().unwrap_or_default();
+            let ext = ExternalTrigger::start(&address).map_err(|e| DataflowError::Thread {
+                app: app.clone(),
+                what: format!(
+                    "cannot listen for the trigger unit on {address} (l1.external_listen): \
+                         {e}"
+                ),
+            })?;
+            tracing::info!(
+                "external L1: waiting for the trigger unit on {}",
+                ext.local_addr()
+            );
+            L1Input::External(L1Source::new(config.l1.clone()), Box::new(ext))
+        }
+        (_, Some(feed)) => {
+            if feed.nodes.is_empty() {
+                return Err(DataflowError::Thread {
+                    app: app.clone(),
+                    what: "the data-driven L1 (l1.mode = \"readout\") reads the readout \
+                           nodes' progress in this process, and none is here: run the \
+                           partition in one process (without --processes)"
+                        .into(),
+                });
+            }
+            L1Input::Readout {
+                source: L1Source::new(config.l1.clone()),
+                feed: feed.clone(),
+                complete: 0,
+                ended: false,
+            }
+        }
+        (None, None) => L1Input::Emulator(
             L1Source::new(config.l1.clone()),
             Pacer::new(config.l1.rate_hz),
         ),
-        Some(rc) => L1Input::Roib(Box::new(Roib::start(rc.clone(), &config.l1).map_err(
+        (Some(rc), None) => L1Input::Roib(Box::new(Roib::start(rc.clone(), &config.l1).map_err(
             |_| DataflowError::Thread {
                 app: app.clone(),
                 what: "could not start the RoIB inputs".into(),
@@ -243,10 +284,19 @@ struct Assigned {
     at: Instant,
 }
 
-/// Where accepts come from: the emulator (paced here) or the RoIB (paced by its inputs).
+/// Where accepts come from: the emulator (paced here), the RoIB (paced by its inputs) or the
+/// readout (data-driven: the L1IDs every node has complete).
 enum L1Input {
     Emulator(L1Source, Pacer),
     Roib(Box<Roib>),
+    Readout {
+        source: L1Source,
+        feed: ReadoutFeed,
+        /// The feed's last reading: L1IDs complete on every node, and whether all ended.
+        complete: u64,
+        ended: bool,
+    },
+    External(L1Source, Box<ExternalTrigger>),
 }
 
 impl L1Input {
@@ -254,6 +304,13 @@ impl L1Input {
         match self {
             L1Input::Emulator(s, _) => s.is_done(),
             L1Input::Roib(r) => r.is_done(),
+            L1Input::Readout {
+                source,
+                complete,
+                ended,
+                ..
+            } => source.is_done() || (*ended && source.produced() >= *complete),
+            L1Input::External(s, ext) => s.is_done() || (ext.ended() && ext.waiting() == 0),
         }
     }
 
@@ -261,6 +318,8 @@ impl L1Input {
         match self {
             L1Input::Emulator(s, _) => s.produced(),
             L1Input::Roib(r) => r.produced(),
+            L1Input::Readout { source, .. } => source.produced(),
+            L1Input::External(s, _) => s.produced(),
         }
     }
 
@@ -269,6 +328,16 @@ impl L1Input {
         match self {
             L1Input::Emulator(_, p) => p.available(),
             L1Input::Roib(_) => u64::MAX,
+            L1Input::Readout {
+                source,
+                feed,
+                complete,
+                ended,
+            } => {
+                (*complete, *ended) = feed.read();
+                complete.saturating_sub(source.produced())
+            }
+            L1Input::External(_, ext) => ext.waiting() as u64,
         }
     }
 
@@ -280,6 +349,11 @@ impl L1Input {
                 Some(a)
             }
             L1Input::Roib(r) => r.next_accept(),
+            L1Input::Readout { source, .. } => source.next_accept(),
+            L1Input::External(s, ext) => {
+                let (l1id, trigger_type) = ext.pop()?;
+                s.accept_for(l1id, trigger_type)
+            }
         }
     }
 
@@ -288,6 +362,8 @@ impl L1Input {
         match self {
             L1Input::Emulator(_, p) => p.wait_s(),
             L1Input::Roib(_) => 0.0005,
+            L1Input::Readout { .. } => 0.001,
+            L1Input::External(..) => 0.0005,
         }
     }
 }
@@ -362,6 +438,10 @@ impl Supervisor {
             self.check_timeouts(now);
             let stopping = stop.load(Ordering::Acquire) || self.l1.is_done();
             let assigned_any = self.assign(&mut router, stopping)?;
+            if let L1Input::External(_, ext) = &self.l1 {
+                // Busy while no DCM slot is free (the trigger unit holds its triggers).
+                ext.set_no_slots(self.credits.is_empty());
+            }
             self.maybe_flush_clears(&mut readout, now, false)?;
             self.publish();
             if stopping && self.assigned.is_empty() && self.reassign.is_empty() {

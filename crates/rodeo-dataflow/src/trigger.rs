@@ -11,7 +11,16 @@
 //! factory per node; a Python callable can implement it through a small adapter.
 //!
 //! Built in: [`AcceptFraction`] (accepts a deterministic fraction of events by a hash of the
-//! L1ID, with an emulated processing time drawn from a configured distribution).
+//! L1ID, with an emulated processing time drawn from a configured distribution, and routes the
+//! accepted events to streams by configured shares).
+//!
+//! # Streams
+//!
+//! The verdict names the stream (an index into the partition's `logger.streams`): the DCM puts
+//! that stream's tag into the built event and the logger writes it to that stream's files.
+//! [`AcceptFraction`] picks the stream by `shares` (weights per stream, by a second hash of the
+//! L1ID, so the choice is deterministic and independent of the accept decision); a Python or
+//! Rust algorithm returns its own index.
 
 use std::time::Duration;
 
@@ -84,8 +93,11 @@ pub enum TimeDistribution {
 pub struct AcceptFraction {
     /// Fraction accepted (0..=1).
     pub fraction: f64,
-    /// Stream index of accepted events.
+    /// Stream index of accepted events when `shares` is empty.
     pub stream: u32,
+    /// Share (weight) of the accepted events per stream index; empty: every accepted event
+    /// goes to `stream`.
+    pub shares: Vec<f64>,
     /// Emulated processing time.
     pub time: TimeDistribution,
 }
@@ -106,13 +118,34 @@ impl AcceptFraction {
     pub fn accepts(&self, l1id: u32) -> bool {
         unit(mix(u64::from(l1id))) < self.fraction
     }
+
+    /// The stream of an accepted event with this L1ID (deterministic; by `shares`).
+    pub fn stream_of(&self, l1id: u32) -> u32 {
+        let total: f64 = self.shares.iter().filter(|w| **w > 0.0).sum();
+        if total <= 0.0 {
+            return self.stream;
+        }
+        let mut at = unit(mix(u64::from(l1id) ^ 0x57EA_0000_0000)) * total;
+        let mut last = self.stream;
+        for (i, &w) in self.shares.iter().enumerate() {
+            if w <= 0.0 {
+                continue;
+            }
+            last = i as u32;
+            if at < w {
+                return last;
+            }
+            at -= w;
+        }
+        last
+    }
 }
 
 impl TriggerAlgorithm for AcceptFraction {
     fn decide(&mut self, event: &EventInfo<'_>, _robs: &[RobFragment<'_>]) -> Outcome {
         let verdict = if self.accepts(event.l1id) {
             Verdict::Accept {
-                stream: self.stream,
+                stream: self.stream_of(event.l1id),
             }
         } else {
             Verdict::Reject
@@ -142,6 +175,7 @@ mod tests {
         let mut a = AcceptFraction {
             fraction: 0.1,
             stream: 0,
+            shares: Vec::new(),
             time: TimeDistribution::Exponential(Duration::from_micros(100)),
         };
         let mut accepted = 0;
@@ -167,5 +201,29 @@ mod tests {
             mean > Duration::from_micros(90) && mean < Duration::from_micros(110),
             "{mean:?}"
         );
+    }
+
+    #[test]
+    fn accepted_events_go_to_the_streams_by_their_shares() {
+        let a = AcceptFraction {
+            fraction: 1.0,
+            stream: 0,
+            shares: vec![0.7, 0.0, 0.3],
+            time: TimeDistribution::Zero,
+        };
+        let mut counts = [0u32; 3];
+        for l1id in 0..100_000u32 {
+            counts[a.stream_of(l1id) as usize] += 1;
+            assert_eq!(a.stream_of(l1id), a.stream_of(l1id));
+        }
+        assert_eq!(counts[1], 0);
+        assert!((68_000..72_000).contains(&counts[0]), "{counts:?}");
+        assert!((28_000..32_000).contains(&counts[2]), "{counts:?}");
+        let one = AcceptFraction {
+            shares: Vec::new(),
+            stream: 1,
+            ..a
+        };
+        assert_eq!(one.stream_of(7), 1);
     }
 }

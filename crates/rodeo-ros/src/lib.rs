@@ -13,6 +13,8 @@
 //!   core thread that owns the store, the input and the request descriptors; DataRequest/Clear
 //!   per the dataflow protocol, with a pending queue and timeout; the SW ROD builder's
 //!   [`server::StoreSink`] feeding the store in L1ID order.
+//! - [`links`]: real inputs (per ROB a UDP/TCP receiver or a link capture file, `rodeo cards`'
+//!   channels) and the node's [`links::ReadoutProgress`] for a data-driven L1.
 //! - [`node`]: a whole readout node from a [`node::NodeConfig`]: page pool, store, input
 //!   (emulated S-LINK cards, the inline firmware generator, or SW ROD builders on emulated FELIX
 //!   cards) and request server, started and stopped in order.
@@ -24,6 +26,7 @@
 //! talks to it only through the protocol (`rodeo-transport`'s messages), and its clients (the
 //! ROSTester, `rodeo-rostester`) sit above it.
 
+pub mod links;
 pub mod node;
 pub mod server;
 pub mod store;

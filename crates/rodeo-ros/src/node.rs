@@ -42,6 +42,10 @@ use rodeo_memory::{
 };
 use rodeo_transport::socket::Transport;
 
+use crate::links::{
+    file_sources, net_totals, network_sources, start_links, FileInput, NetTotals, NetworkInput,
+    ProgressInput, ReadoutProgress,
+};
 use crate::server::{
     swrod_link, DirectClient, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
     ServerCounters, Stopped, StoreSink, SwRodInputCounters, SwRodInputs,
@@ -99,6 +103,13 @@ pub enum NodeInput {
     /// files are loaded when the node is built; ROBs of no channel of this node are not
     /// replayed by it. Keeping the L1IDs replays the events in L1ID order (link order).
     Replay(ReplayInput),
+    /// Per channel a network receiver of S-LINK fragments (UDP datagrams or TCP records, the
+    /// channels of `rodeo cards --listen`), read through the S-LINK checks as [`NodeInput::Dma`]
+    /// reads its emulated cards ([`crate::links`]).
+    Network(NetworkInput),
+    /// Per channel an S-LINK link capture file played once or looping (the channels of
+    /// `rodeo cards --play`), read through the S-LINK checks ([`crate::links`]).
+    Files(FileInput),
 }
 
 /// How a readout node is built.
@@ -197,6 +208,8 @@ pub struct ReadoutNode {
     /// Declared before the server: dropped (stopped) first, see the module docs.
     swrod: Option<SwRodFeed>,
     server: RequestServer,
+    progress: Arc<ReadoutProgress>,
+    net: Vec<Arc<rodeo_cards::net::NetCounters>>,
     robs: Vec<u32>,
     _pool: PagePool,
     _superpages: Option<SuperpagePool>,
@@ -296,6 +309,8 @@ struct Parts {
     store: EventStore,
     input: Box<dyn Input>,
     swrod: Option<SwRodParts>,
+    net: Vec<Arc<rodeo_cards::net::NetCounters>>,
+    l1id_wrap: u32,
 }
 
 /// The memory (and the SW ROD builders, not yet running) a running node keeps.
@@ -303,6 +318,8 @@ struct Memory {
     pool: PagePool,
     superpages: Option<SuperpagePool>,
     swrod: Option<SwRodParts>,
+    progress: Arc<ReadoutProgress>,
+    net: Vec<Arc<rodeo_cards::net::NetCounters>>,
 }
 
 impl Memory {
@@ -313,6 +330,8 @@ impl Memory {
         Ok(ReadoutNode {
             swrod,
             server,
+            progress: self.progress,
+            net: self.net,
             robs: config.robs(),
             _pool: self.pool,
             _superpages: self.superpages,
@@ -322,12 +341,15 @@ impl Memory {
 
 impl Parts {
     fn split(self) -> (Memory, EventStore, Box<dyn Input>) {
+        let input = ProgressInput::new(self.input, self.store.channels(), self.l1id_wrap);
         let memory = Memory {
             pool: self.pool,
             superpages: self.superpages,
             swrod: self.swrod,
+            progress: input.progress(),
+            net: self.net,
         };
-        (memory, self.store, self.input)
+        (memory, self.store, Box::new(input))
     }
 
     fn build(memory: NodeMemory, config: &NodeConfig) -> Result<Parts, NodeError> {
@@ -342,6 +364,7 @@ impl Parts {
         )?;
         let mut superpages = None;
         let mut swrod = None;
+        let mut net = Vec::new();
         let input: Box<dyn Input> = match &config.input {
             NodeInput::SwRod { elinks, rate_hz } => {
                 let (parts, input, sp) = SwRodParts::build(config, *elinks, *rate_hz)?;
@@ -391,6 +414,32 @@ impl Parts {
                 superpages = Some(sp);
                 input
             }
+            NodeInput::Network(n) => {
+                if n.listen.len() != config.channels {
+                    return Err(NodeError::Config(format!(
+                        "{} network addresses for {} channels: one per channel (ROB)",
+                        n.listen.len(),
+                        config.channels
+                    )));
+                }
+                let (input, sp, counters) =
+                    link_input(config, network_sources(n).map_err(NodeError::Config)?)?;
+                net = counters;
+                superpages = Some(sp);
+                input
+            }
+            NodeInput::Files(f) => {
+                if f.files.len() != config.channels {
+                    return Err(NodeError::Config(format!(
+                        "{} link files for {} channels: one per channel (ROB)",
+                        f.files.len(),
+                        config.channels
+                    )));
+                }
+                let (input, sp, _) = link_input(config, file_sources(f))?;
+                superpages = Some(sp);
+                input
+            }
         };
         Ok(Parts {
             pool,
@@ -398,7 +447,67 @@ impl Parts {
             store,
             input,
             swrod,
+            net,
+            l1id_wrap: config.l1id_wrap,
         })
+    }
+}
+
+/// Superpages of a network or file channel: the largest network unit with its record, so any
+/// fragment a sender may send fits one.
+const LINK_SUPERPAGE_BYTES: usize = 128 * 1024;
+
+/// Per channel a `rodeo cards` channel (network receiver or file player) with `depth`
+/// superpages, read through the S-LINK checks the channels' links call for.
+#[allow(clippy::type_complexity)]
+fn link_input(
+    config: &NodeConfig,
+    sources: Vec<rodeo_cards::card::ChannelSource>,
+) -> Result<
+    (
+        Box<dyn Input>,
+        SuperpagePool,
+        Vec<Arc<rodeo_cards::net::NetCounters>>,
+    ),
+    NodeError,
+> {
+    let depth = 8;
+    let sp = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes: LINK_SUPERPAGE_BYTES,
+        superpages: config.channels * depth,
+        region: RegionOptions::default(),
+    })?;
+    let links = start_links("link", sources, depth, config.l1id_wrap).map_err(NodeError::Config)?;
+    for ch in &links.channels {
+        for _ in 0..depth {
+            let s = sp
+                .alloc()
+                .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+            if ch.push_superpage(s).is_err() {
+                return Err(NodeError::Config(
+                    "transfer queue smaller than its depth".into(),
+                ));
+            }
+        }
+    }
+    let dump = ErrorDump::new(error_file(config)?, 10);
+    Ok((
+        Box::new(DmaInput::new(links.channels, links.check, dump)),
+        sp,
+        links.net,
+    ))
+}
+
+/// The error file of unreadable words, created if configured.
+fn error_file(config: &NodeConfig) -> Result<Option<std::fs::File>, NodeError> {
+    match &config.error_file {
+        Some(p) => Ok(Some(std::fs::File::create(p).map_err(|source| {
+            NodeError::Io {
+                what: format!("creating error file {}", p.display()),
+                source,
+            }
+        })?)),
+        None => Ok(None),
     }
 }
 
@@ -443,13 +552,7 @@ fn dma_input<G: Generator>(
         }
         chans.push(ch);
     }
-    let file = match &config.error_file {
-        Some(p) => Some(std::fs::File::create(p).map_err(|source| NodeError::Io {
-            what: format!("creating error file {}", p.display()),
-            source,
-        })?),
-        None => None,
-    };
+    let file = error_file(config)?;
     let check = SlinkCheckConfig {
         framing: true,
         crc: false,
@@ -485,6 +588,17 @@ impl ReadoutNode {
     /// Replies dropped per peer that did not read (shared, for monitoring without the node).
     pub fn peer_drops(&self) -> std::sync::Arc<crate::server::PeerDrops> {
         self.server.peer_drops()
+    }
+
+    /// The input's progress: L1IDs complete on every channel, and whether the input ended
+    /// ([`crate::links`]); shared, for a data-driven L1 source.
+    pub fn progress(&self) -> Arc<ReadoutProgress> {
+        Arc::clone(&self.progress)
+    }
+
+    /// Totals of the network receivers ([`NodeInput::Network`]; zero for other inputs).
+    pub fn net_totals(&self) -> NetTotals {
+        net_totals(&self.net)
     }
 
     /// The node's page pool (a cheap shared handle; its stats are the buffer occupancy).

@@ -14,6 +14,29 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 
 static HANDLE: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
 
+/// Log events at WARN or ERROR so far (what the live status line shows).
+static WARNINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Warnings and errors logged so far.
+pub(crate) fn warnings() -> u64 {
+    WARNINGS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts the WARN and ERROR events that pass the filter.
+struct CountWarnings;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountWarnings {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if *event.metadata().level() <= tracing::Level::WARN {
+            WARNINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Installs the subscriber (once, at the start of `main`).
 pub(crate) fn init() {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -26,6 +49,7 @@ pub(crate) fn init() {
     if tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
+        .with(CountWarnings)
         .try_init()
         .is_ok()
     {

@@ -4,6 +4,7 @@ mod cmd;
 mod logging;
 mod progress;
 mod signal;
+mod status;
 
 use clap::Parser;
 

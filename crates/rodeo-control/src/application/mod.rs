@@ -90,7 +90,15 @@ pub struct AppContext {
     pub trace_every: Option<u64>,
     /// The DCMs' trigger algorithm instead of the configuration's emulated one.
     pub trigger: Option<TriggerFactory>,
+    /// The readout nodes of this process register their progress here when they connect,
+    /// and a data-driven supervisor (`l1.mode = "readout"`) reads it when it starts.
+    pub readout: ReadoutBoard,
 }
+
+/// Readout nodes' progress by node name, shared by the applications of one process.
+pub type ReadoutBoard = Arc<
+    std::sync::Mutex<std::collections::BTreeMap<String, Arc<rodeo_ros::links::ReadoutProgress>>>,
+>;
 
 impl fmt::Debug for AppContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

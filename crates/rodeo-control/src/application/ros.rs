@@ -32,6 +32,7 @@ type Monitor = (
 pub struct RosApp {
     name: String,
     transport: Transport,
+    board: super::ReadoutBoard,
     config: Option<(String, NodeConfig)>,
     memory: Option<NodeMemory>,
     node: Option<ReadoutNode>,
@@ -45,6 +46,7 @@ impl RosApp {
         RosApp {
             name: name.to_string(),
             transport: ctx.transport.clone(),
+            board: Arc::clone(&ctx.readout),
             config: None,
             memory: None,
             node: None,
@@ -78,6 +80,9 @@ impl Application for RosApp {
         let memory = self.memory.clone().ok_or("not configured")?;
         let node =
             ReadoutNode::start_in(memory, &self.transport, nc, ep).map_err(|e| e.to_string())?;
+        if let Ok(mut board) = self.board.lock() {
+            board.insert(self.name.clone(), node.progress());
+        }
         self.monitor = Some((
             node.shared_stats(),
             node.peer_drops(),
@@ -103,6 +108,17 @@ impl Application for RosApp {
         let Some(node) = self.node.take() else {
             return Ok(None);
         };
+        let net = node.net_totals();
+        if net.dropped_units > 0 || net.broken_connections > 0 {
+            tracing::warn!(
+                node = %self.name,
+                units = net.units,
+                dropped_units = net.dropped_units,
+                broken_connections = net.broken_connections,
+                "network input: units of the wrong size were dropped or a TCP sender broke a \
+                 record (docs/test-beam.md)"
+            );
+        }
         let s = node.stop();
         let k = s.store.total_counters();
         Ok(Some(AppSummary::Ros(NodeSummary {

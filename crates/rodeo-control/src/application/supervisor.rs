@@ -20,6 +20,8 @@ pub struct SupervisorApp {
     name: String,
     ctx: AppContext,
     config: Option<SupervisorConfig>,
+    /// The readout nodes' names (for the data-driven L1).
+    nodes: Option<Vec<String>>,
     running: Option<AppHandle<SupervisorSummary>>,
     /// Live across the run and after it (the last values stay on the page).
     counters: Option<Arc<SupervisorCounters>>,
@@ -32,6 +34,7 @@ impl SupervisorApp {
             name: name.to_string(),
             ctx: ctx.clone(),
             config: None,
+            nodes: None,
             running: None,
             counters: None,
         }
@@ -67,6 +70,7 @@ impl Application for SupervisorApp {
             config.l1.l1ids = Some(l1ids.into());
         }
         self.config = Some(config);
+        self.nodes = Some(layout.nodes.iter().map(|(n, ..)| n.clone()).collect());
         Ok(())
     }
 
@@ -78,7 +82,34 @@ impl Application for SupervisorApp {
     }
 
     fn start(&mut self) -> Result<(), AppError> {
-        let c = self.config.clone().ok_or("not configured")?;
+        let mut c = self.config.clone().ok_or("not configured")?;
+        if let (Some(feed), Some(want)) = (c.readout.as_mut(), self.nodes.as_ref()) {
+            // Data-driven L1: the readout nodes of this process, every one of the partition's.
+            let board = self
+                .ctx
+                .readout
+                .lock()
+                .map_err(|_| "readout board poisoned")?;
+            feed.nodes.clear();
+            for name in want {
+                if let Some(p) = board.get(name) {
+                    let p = Arc::clone(p);
+                    feed.nodes.push(Arc::new(move || {
+                        let ended = p.ended();
+                        (p.complete(), ended)
+                    }));
+                }
+            }
+            if feed.nodes.len() != want.len() {
+                return Err(format!(
+                    "l1.mode = \"readout\" reads the progress of every readout node in the \
+                     supervisor's process, and {} of {} are elsewhere: run the partition in one \
+                     process (without --processes)",
+                    want.len() - feed.nodes.len(),
+                    want.len()
+                ));
+            }
+        }
         if self
             .counters
             .as_ref()

@@ -92,7 +92,13 @@ impl Dcm {
             .map_or("debug_unknown", String::as_str);
         let tags = [StreamTag {
             name,
-            stream_type: if s.forced { "debug" } else { "physics" },
+            // The type is the stream name's prefix (`calibration_Beam`: calibration), as the
+            // EventStorage file names have it; a name without one is physics.
+            stream_type: if s.forced {
+                "debug"
+            } else {
+                rodeo_files::eventstorage::split_stream(name).0
+            },
         }];
         let mut pieces: Vec<&[u32]> = relabel(std::mem::take(&mut self.piece_views));
         pieces.extend(

@@ -28,6 +28,11 @@ pub trait Input: Send + 'static {
     fn stalls(&self) -> u64 {
         0
     }
+    /// True once the input has nothing more to deliver and everything it delivered was read
+    /// (every link down, nothing left in its queues); false for inputs that never end.
+    fn finished(&self) -> bool {
+        false
+    }
 }
 
 /// Fragments taken per channel per poll, so one busy channel cannot starve requests.
@@ -138,6 +143,14 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
             .iter()
             .map(|l| l.channel.status().counters.stalls)
             .sum()
+    }
+
+    fn finished(&self) -> bool {
+        self.lanes.iter().all(|l| {
+            // The card puts its last superpage on the ready queue before its link goes down.
+            let s = l.channel.status();
+            l.current.is_none() && !s.link_up && s.ready_queue_len == 0
+        })
     }
 }
 

@@ -536,6 +536,24 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
             num(ratio(m_avg, r_avg)),
         );
         targets_met &= r_avg <= 50.0 && eager_ratio >= 100.0 && malloc_ratio >= 10.0;
+        report.add_target(
+            &format!("rodeo pool average allocation, {threads} thread(s)"),
+            format!("{r_avg:.1} ns"),
+            "<= 50 ns".into(),
+            r_avg <= 50.0,
+        );
+        report.add_target(
+            &format!("worst case of an eager pool over rodeo's, {threads} thread(s)"),
+            format!("{eager_ratio:.1}x"),
+            ">= 100x".into(),
+            eager_ratio >= 100.0,
+        );
+        report.add_target(
+            &format!("worst case of malloc over rodeo's, {threads} thread(s)"),
+            format!("{malloc_ratio:.1}x"),
+            ">= 10x".into(),
+            malloc_ratio >= 10.0,
+        );
     }
     let (cold_avg, _) = find("first_touch_cold", 1);
     let (warm_avg, _) = find("first_touch_warm", 1);

@@ -401,7 +401,7 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
             for &t in &threads {
                 let row = measure(e, p, t, args)?;
                 if (e, p, t) == (120, 40, 2) {
-                    target = Some(row.packets_per_s >= 1e8);
+                    target = Some((row.packets_per_s >= 1e8, row.packets_per_s));
                 }
                 report.push_row(&row)?;
             }
@@ -415,8 +415,14 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
     report
         .fields
         .insert("target_packets_per_s".into(), Value::from(1e8));
-    if let Some(met) = target {
+    if let Some((met, rate)) = target {
         report.fields.insert("target_met".into(), Value::from(met));
+        report.add_target(
+            "SW ROD packet rate (120 E-links, 40-byte payloads, 2 threads)",
+            format!("{:.1} M packets/s", rate / 1e6),
+            ">= 100 M packets/s".into(),
+            met,
+        );
     }
     Ok(report)
 }

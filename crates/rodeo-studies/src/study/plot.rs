@@ -63,15 +63,34 @@ fn range(v: impl Iterator<Item = f64> + Clone, log: bool) -> (f64, f64) {
     }
 }
 
-/// Draws `series` into a 1000x700 PNG at `path`.
+/// A tick label in plain digits: `100`, `1000`, `0.25`, never `100.0` or `1e3`.
+pub fn tick(v: f64) -> String {
+    if !v.is_finite() {
+        return String::new();
+    }
+    if v == v.round() && v.abs() < 1e15 {
+        return format!("{v:.0}");
+    }
+    let s = format!("{v:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Width of the legend column at the right of the plot: the legend never covers data.
+const LEGEND_WIDTH: u32 = 260;
+
+/// Draws `series` into a PNG at `path`: the plot (1000x700) with its legend in a column at the
+/// right, outside the data.
 pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> anyhow::Result<()> {
     register_font();
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let (x0, x1) = range(xs, chart.log_x);
     let (y0, y1) = range(ys, chart.log_y);
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let whole = BitMapBackend::new(path, (1000 + LEGEND_WIDTH, 700)).into_drawing_area();
+    whole.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (root, legend) = whole.split_horizontally(1000);
+    draw_legend(&legend, series)
+        .map_err(|e| anyhow::anyhow!("plotting {}: {e}", path.display()))?;
     let draw =
         |root: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>| -> Result<(), String> {
             let mut b = ChartBuilder::on(root);
@@ -87,6 +106,8 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> anyhow::
                         .y_desc(chart.y_label)
                         .label_style(("sans-serif", 16))
                         .axis_desc_style(("sans-serif", 18))
+                        .x_label_formatter(&|v| tick(*v))
+                        .y_label_formatter(&|v| tick(*v))
                         .draw()
                         .map_err(|e| e.to_string())?;
                     for (i, s) in series.iter().enumerate() {
@@ -102,16 +123,8 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> anyhow::
                                 .map_err(|e| e.to_string())?;
                         }
                         ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                            .map_err(|e| e.to_string())?
-                            .label(s.label.clone())
-                            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+                            .map_err(|e| e.to_string())?;
                     }
-                    ctx.configure_series_labels()
-                        .background_style(WHITE.mix(0.85))
-                        .border_style(BLACK)
-                        .label_font(("sans-serif", 15))
-                        .draw()
-                        .map_err(|e| e.to_string())?;
                 }};
             }
             match (chart.log_x, chart.log_y) {
@@ -131,7 +144,64 @@ pub fn line_chart(path: &Path, chart: &Chart<'_>, series: &[Series]) -> anyhow::
             Ok(())
         };
     draw(&root).map_err(|e| anyhow::anyhow!("plotting {}: {e}", path.display()))?;
-    root.present()
+    whole
+        .present()
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+/// The legend, one line per series (its marker and label), top-down in `area`.
+fn draw_legend(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    series: &[Series],
+) -> Result<(), String> {
+    let font = ("sans-serif", 15).into_font().color(&BLACK);
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let y = 70 + 26 * i as i32;
+        area.draw(&Circle::new((14, y), 5, color.filled()))
+            .map_err(|e| e.to_string())?;
+        // Long labels are cut to the column's width (about 28 characters at this size).
+        let label: String = s.label.chars().take(28).collect();
+        area.draw(&Text::new(label, (26, y - 8), font.clone()))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_plain_numbers() {
+        assert_eq!(tick(100.0), "100");
+        assert_eq!(tick(1000.0), "1000");
+        assert_eq!(tick(0.25), "0.25");
+        assert_eq!(tick(-3.0), "-3");
+        assert_eq!(tick(1.0e6), "1000000");
+    }
+
+    #[test]
+    fn the_legend_sits_beside_the_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.png");
+        let series = vec![Series {
+            label: "a series".into(),
+            points: vec![(1.0, 1.0), (10.0, 100.0), (100.0, 1000.0)],
+            line: true,
+        }];
+        let chart = Chart {
+            title: "t",
+            x_label: "x",
+            y_label: "y",
+            log_x: true,
+            log_y: true,
+        };
+        line_chart(&path, &chart, &series).unwrap();
+        let png = std::fs::read(&path).unwrap();
+        // PNG IHDR: width at bytes 16..20, big-endian.
+        let width = u32::from_be_bytes([png[16], png[17], png[18], png[19]]);
+        assert_eq!(width, 1000 + LEGEND_WIDTH);
+    }
 }

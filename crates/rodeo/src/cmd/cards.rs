@@ -99,6 +99,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     crc: args.crc,
                     ..SlinkCheckConfig::default()
                 },
+                end_with_sender: false,
             },
             config: EmulatedConfig::default(),
         });

@@ -140,7 +140,7 @@ fn memlock_limit() -> Option<u64> {
 
 /// Free bytes (for an unprivileged writer) of the file system holding `dir`, or its nearest
 /// existing parent.
-fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+pub(crate) fn free_bytes(dir: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt as _;
     let existing = dir
         .ancestors()

@@ -9,7 +9,7 @@ mod ctl;
 mod dump;
 mod gen;
 mod gen_link;
-mod info;
+pub(crate) mod info;
 mod ros;
 mod run;
 mod runs;

@@ -22,7 +22,6 @@ use rodeo_control::summary::RunSummary;
 use serde_json::json;
 use std::sync::Arc;
 
-use crate::progress;
 use rodeo_files::verify::check_file;
 
 /// Arguments of `rodeo run`.
@@ -56,7 +55,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
     /// Write per-event stage time stamps (L1 accept, assigned, requests, decision, logged) of
-    /// one event in control.trace_every as a Chrome/Perfetto trace (JSON) to FILE.
+    /// one event in control.trace_every as a Chrome/Perfetto trace (JSON) to FILE. Not with
+    /// --processes (refused): the time stamps are gathered from the applications' threads in
+    /// this process.
     #[arg(long, value_name = "FILE", conflicts_with = "processes")]
     trace: Option<PathBuf>,
     /// Trace one event in this many (overrides control.trace_every).
@@ -70,6 +71,9 @@ pub(crate) struct Args {
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
+    /// No live status line on the terminal (it is never shown when stderr is not a terminal).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// The DCMs' trigger factory for `--trigger SPEC`, and a closure reporting its counters.
@@ -184,6 +188,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let started_at_ns = rodeo_control::rundb::now_ns();
     config.validate()?;
+    if args.processes && config.l1.mode == rodeo_control::config::L1Mode::Readout {
+        anyhow::bail!(
+            "l1.mode = \"readout\" (the data-driven L1) reads the readout nodes' progress in \
+             the supervisor's process: run this partition without --processes"
+        );
+    }
     crate::logging::apply_config(&config.control.log)?;
     // Known before any data is taken: a run directory that exists would fail the run at stop.
     let run_dir = rodeo_control::partition::Layout::new(&config).output;
@@ -201,15 +211,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
     crate::signal::abort_on_second();
 
-    let bar = if config.run.events > 0 {
-        progress::bar(config.run.events, "events")
-    } else {
-        progress::bar((config.run.seconds * 1000.0) as u64, "ms")
-    };
-    let by_events = config.run.events > 0;
     let mut trigger_report: Option<Box<dyn Fn() -> serde_json::Value>> = None;
     let outcome = if args.processes {
-        bar.finish_and_clear();
         run_processes(&config).context("the partition failed")
     } else {
         write_config_snapshot(&rodeo_control::partition::Layout::new(&config), &config)?;
@@ -226,19 +229,23 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             partition.clone(),
             Some(runs_db_path(&config)),
         )?;
+        let mut line = crate::status::StatusLine::new(
+            args.quiet,
+            PathBuf::from(&config.run.output),
+            match config.l1.mode {
+                rodeo_control::config::L1Mode::Readout
+                | rodeo_control::config::L1Mode::External => 0.0,
+                _ => config.l1.rate_hz,
+            },
+        );
+        let watched = Arc::clone(&partition);
         let outcome = rodeo_control::control::run_to_end(
             partition.as_ref(),
             &interrupted_with_note,
-            |l1, seconds| {
-                if by_events {
-                    bar.set_position(l1);
-                } else {
-                    bar.set_position((seconds * 1000.0) as u64);
-                }
-                bar.set_message(format!("{:.0} kHz", l1 as f64 / seconds.max(1e-9) / 1e3));
-            },
-        )
-        .context("the partition failed");
+            |_, _| line.update(&watched.status(), watched.bytes_written()),
+        );
+        line.finish();
+        let outcome = outcome.context("the partition failed");
         if let (Some(path), Ok(_)) = (&args.trace, &outcome) {
             let records = partition.take_traces();
             let json = rodeo_control::chrome_trace::to_json(&records);
@@ -252,7 +259,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         outcome
     };
-    bar.finish_and_clear();
     let summary = match outcome {
         Ok(s) => s,
         Err(e) => {
@@ -272,7 +278,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
 
     let trigger = trigger_report.map(|r| r());
-    let requested = config.l1.rate_hz;
+    // The data-driven and external L1 ignore l1.rate_hz: nothing was requested.
+    let requested = match config.l1.mode {
+        rodeo_control::config::L1Mode::Readout | rodeo_control::config::L1Mode::External => 0.0,
+        _ => config.l1.rate_hz,
+    };
     let (record, verified, problems, balanced) =
         balance_sheet(&summary, requested, trigger.as_ref());
     // The balance sheet stays with the data: `summary.json` in the run directory.

@@ -1,0 +1,246 @@
+//! The external L1 (`[l1] mode = "external"`): L1 accepts from a trigger unit outside the
+//! partition (a TLU-like trigger/busy pair), over one TCP connection.
+//!
+//! # Protocol (little-endian; docs/test-beam.md)
+//!
+//! - trigger unit -> partition: one 8-byte record per L1 accept, in order:
+//!   `u32 extended L1ID` (ECR in bits 31..24), `u32 L1 trigger type`.
+//! - partition -> trigger unit: one byte each time the busy state changes, and once when the
+//!   connection is accepted: `B` busy, `R` ready. A trigger unit holds its triggers while busy.
+//!
+//! # Back-pressure
+//!
+//! The accepts wait in a bounded queue ([`QUEUE`]) until the supervisor assigns them. The
+//! partition is busy when that queue is half full or the supervisor has no free DCM slot; a full
+//! queue stops the reader, so TCP closes its window and the sender blocks: nothing is dropped.
+//!
+//! # Shutdown
+//!
+//! One trigger unit at a time. Its clean close (between records) ends the input: the supervisor
+//! assigns what is queued and the run ends. A close inside a record is counted (`broken`) and
+//! ends the input too. The reader thread waits at most [`POLL`] for anything, so
+//! [`ExternalTrigger`]'s drop stops it promptly.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
+
+/// Accepts received and not yet assigned, at most.
+pub const QUEUE: usize = 4096;
+
+/// Longest wait of the reader thread for input or room.
+pub const POLL: Duration = Duration::from_millis(5);
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    ended: AtomicBool,
+    /// Set by the supervisor: no free DCM slot.
+    no_slots: AtomicBool,
+    received: AtomicU64,
+    broken: AtomicU64,
+}
+
+/// The trigger input of the external L1; see the module docs.
+pub struct ExternalTrigger {
+    queue: Arc<ArrayQueue<(u32, u32)>>,
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ExternalTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalTrigger")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl ExternalTrigger {
+    /// Listens on `address` (`tcp://HOST:PORT` or `HOST:PORT`; port 0 picks one, see
+    /// [`ExternalTrigger::local_addr`]) and starts the reader thread.
+    pub fn start(address: &str) -> io::Result<ExternalTrigger> {
+        let host = address.strip_prefix("tcp://").unwrap_or(address);
+        let listener = TcpListener::bind(host)?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        let queue = Arc::new(ArrayQueue::new(QUEUE));
+        let shared = Arc::new(Shared::default());
+        let (q, s) = (Arc::clone(&queue), Arc::clone(&shared));
+        let thread = std::thread::Builder::new()
+            .name("l1-external".into())
+            .spawn(move || serve(&listener, &q, &s))?;
+        Ok(ExternalTrigger {
+            queue,
+            shared,
+            local,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address listened on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The next accept received: (extended L1ID, trigger type).
+    pub fn pop(&self) -> Option<(u32, u32)> {
+        self.queue.pop()
+    }
+
+    /// Accepts waiting.
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The trigger unit closed its connection (no more accepts will come).
+    pub fn ended(&self) -> bool {
+        self.shared.ended.load(Ordering::Acquire)
+    }
+
+    /// Tells the reader whether the partition has a free DCM slot (part of the busy state).
+    pub fn set_no_slots(&self, none: bool) {
+        self.shared.no_slots.store(none, Ordering::Relaxed);
+    }
+
+    /// Accepts received so far, and connections broken inside a record.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.shared.received.load(Ordering::Relaxed),
+            self.shared.broken.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for ExternalTrigger {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(listener: &TcpListener, queue: &ArrayQueue<(u32, u32)>, shared: &Shared) {
+    let mut stream = loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(_) => std::thread::sleep(POLL),
+        }
+    };
+    if stream.set_nonblocking(false).is_err() || stream.set_read_timeout(Some(POLL)).is_err() {
+        shared.broken.fetch_add(1, Ordering::Relaxed);
+        shared.ended.store(true, Ordering::Release);
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let mut record = [0u8; 8];
+    let mut have = 0usize;
+    let mut busy = None;
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let now_busy =
+            shared.no_slots.load(Ordering::Relaxed) || queue.len() >= queue.capacity() / 2;
+        if busy != Some(now_busy) {
+            busy = Some(now_busy);
+            // A trigger unit that does not read its busy bytes only loses them.
+            let _ = send_state(&mut stream, now_busy);
+        }
+        if queue.is_full() {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        match stream.read(&mut record[have..]) {
+            Ok(0) => {
+                if have != 0 {
+                    shared.broken.fetch_add(1, Ordering::Relaxed);
+                }
+                break;
+            }
+            Ok(n) => {
+                have += n;
+                if have == record.len() {
+                    have = 0;
+                    let l1id = u32::from_le_bytes([record[0], record[1], record[2], record[3]]);
+                    let tt = u32::from_le_bytes([record[4], record[5], record[6], record[7]]);
+                    // Room was checked above and only this thread pushes.
+                    let _ = queue.push((l1id, tt));
+                    shared.received.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => {
+                shared.broken.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    shared.ended.store(true, Ordering::Release);
+}
+
+fn send_state(stream: &mut TcpStream, busy: bool) -> io::Result<()> {
+    stream.write_all(if busy { b"B" } else { b"R" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn accepts_arrive_in_order_the_state_is_sent_and_a_close_ends_the_input() {
+        let ext = ExternalTrigger::start("tcp://127.0.0.1:0").unwrap();
+        let mut s = TcpStream::connect(ext.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut state = [0u8; 1];
+        s.read_exact(&mut state).unwrap();
+        assert_eq!(&state, b"R");
+        for l1id in 0..100u32 {
+            let mut rec = l1id.to_le_bytes().to_vec();
+            rec.extend_from_slice(&7u32.to_le_bytes());
+            // Split records on purpose: the reader joins them.
+            s.write_all(&rec[..3]).unwrap();
+            s.write_all(&rec[3..]).unwrap();
+        }
+        drop(s);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ext.ended() {
+            assert!(Instant::now() < deadline, "the close was not seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
+        assert_eq!(got, (0..100).map(|l| (l, 7)).collect::<Vec<_>>());
+        assert_eq!(ext.counts(), (100, 0));
+    }
+
+    #[test]
+    fn no_free_slot_makes_the_partition_busy() {
+        let ext = ExternalTrigger::start("127.0.0.1:0").unwrap();
+        ext.set_no_slots(true);
+        let mut s = TcpStream::connect(ext.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut state = [0u8; 1];
+        s.read_exact(&mut state).unwrap();
+        assert_eq!(&state, b"B");
+        ext.set_no_slots(false);
+        s.read_exact(&mut state).unwrap();
+        assert_eq!(&state, b"R");
+    }
+}
