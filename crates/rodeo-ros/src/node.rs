@@ -402,7 +402,12 @@ impl Parts {
     }
 }
 
-/// Per channel an emulated S-LINK card running `generator(channel)`, `depth` superpages of
+/// Channels per emulated card (one DMA-engine thread each), for S-LINK (a RobinNP's 12 links)
+/// and FELIX inputs alike.
+pub const CHANNELS_PER_CARD: usize = 12;
+
+/// Per channel an emulated S-LINK link running `generator(channel)`, [`CHANNELS_PER_CARD`] to
+/// a card (one engine thread), `depth` superpages of
 /// `superpage_bytes` each, read through the S-LINK checks (framing on): the node's DMA input.
 fn dma_input<G: Generator>(
     config: &NodeConfig,
@@ -416,32 +421,37 @@ fn dma_input<G: Generator>(
         superpages: config.channels * depth,
         region: RegionOptions::default(),
     })?;
+    // One engine thread per card of (at most) CHANNELS_PER_CARD channels, as a RobinNP
+    // serves its links with its DMA engine; never a thread per channel.
     let mut chans = Vec::with_capacity(config.channels);
-    for c in 0..config.channels {
-        let ch = EmulatedChannel::start(
-            &format!("slink{c}"),
-            EmulatedConfig {
-                queue_depth: depth,
-                max_units_per_s: rate_hz,
-                ..EmulatedConfig::default()
-            },
-            generator(c),
+    let card_config = EmulatedConfig {
+        queue_depth: depth,
+        max_units_per_s: rate_hz,
+        ..EmulatedConfig::default()
+    };
+    let channels: Vec<usize> = (0..config.channels).collect();
+    for (k, group) in channels.chunks(CHANNELS_PER_CARD).enumerate() {
+        let card = EmulatedChannel::start_card(
+            &format!("slink{k}"),
+            group.iter().map(|&c| (card_config, generator(c))).collect(),
         )
         .map_err(|source| NodeError::Io {
-            what: format!("starting card thread slink{c}"),
+            what: format!("starting card thread slink{k}"),
             source,
         })?;
-        for _ in 0..depth {
-            let s = sp
-                .alloc()
-                .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
-            if ch.push_superpage(s).is_err() {
-                return Err(NodeError::Config(
-                    "transfer queue smaller than its depth".into(),
-                ));
+        for ch in card {
+            for _ in 0..depth {
+                let s = sp
+                    .alloc()
+                    .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+                if ch.push_superpage(s).is_err() {
+                    return Err(NodeError::Config(
+                        "transfer queue smaller than its depth".into(),
+                    ));
+                }
             }
+            chans.push(ch);
         }
-        chans.push(ch);
     }
     let file = match &config.error_file {
         Some(p) => Some(std::fs::File::create(p).map_err(|source| NodeError::Io {
