@@ -600,6 +600,9 @@ struct SwRodParts {
 /// paced card hands over its events within milliseconds.
 const SWROD_SUPERPAGES: usize = 16;
 const SWROD_SUPERPAGE_BYTES: usize = 16 * 1024;
+/// Superpage size of an unpaced SW ROD input: larger, so that the cards and builders pay their
+/// per-superpage work (queues, timeouts, counters) over more events.
+const SWROD_UNPACED_SUPERPAGE_BYTES: usize = 64 * 1024;
 
 impl SwRodParts {
     /// The cards (started: they fill their superpages and stall until the builders read),
@@ -626,7 +629,11 @@ impl SwRodParts {
         }
         let payload_words = (share - 4) as u32;
         let sp = SuperpagePool::new(SuperpagePoolConfig {
-            superpage_bytes: SWROD_SUPERPAGE_BYTES,
+            superpage_bytes: if rate_hz.is_some() {
+                SWROD_SUPERPAGE_BYTES
+            } else {
+                SWROD_UNPACED_SUPERPAGE_BYTES
+            },
             superpages: config.channels * SWROD_SUPERPAGES,
             region: RegionOptions::default(),
         })?;

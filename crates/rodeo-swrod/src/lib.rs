@@ -431,6 +431,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         let agg = Aggregator::new(t, &self.plan, shared, &self.decoder, sink, self.pools);
         Lane {
             rx: Receiver::new(agg),
+            sink,
             channels,
             ended: vec![false; channels.len()],
             shared,
@@ -466,7 +467,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             if shared.abort.load(Ordering::Relaxed) {
                 return Err(SwRodError::Panicked(usize::MAX));
             }
-            match lane.turn() {
+            match lane.turn(true) {
                 Turn::Got => backoff.reset(),
                 Turn::Idle => backoff.wait(),
                 Turn::Ended => break,
@@ -495,6 +496,7 @@ enum Turn {
 /// A builder's own thread turns one lane; a [`BuilderPool`] thread turns many, one per ROB.
 struct Lane<'b, 'p, 'c, D, K, C: ?Sized> {
     rx: Receiver<'b, 'p, D, K>,
+    sink: &'b K,
     channels: &'c [&'c C],
     ended: Vec<bool>,
     shared: &'b Shared<'p>,
@@ -502,15 +504,20 @@ struct Lane<'b, 'p, 'c, D, K, C: ?Sized> {
 }
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, D, K, C> {
-    /// Reads one superpage of each channel that has one.
-    fn turn<S: SuperpageBuffer>(&mut self) -> Turn
+    /// Reads one superpage of each channel that has one. With nothing to read and
+    /// `maintain`, checks the links and the timeouts and publishes the counters (a pool thread
+    /// does that about every millisecond per ROB, not on every idle turn); without
+    /// `maintain`, an idle turn returns at once.
+    fn turn<S: SuperpageBuffer>(&mut self, maintain: bool) -> Turn
     where
         C: DmaChannel<S>,
     {
         let rx = &mut self.rx;
         let mut got = false;
+        // A sink without room holds back this ROB's reading (its cards stall), not the thread.
+        let room = self.sink.has_room();
         for (i, ch) in self.channels.iter().enumerate() {
-            if self.ended[i] {
+            if self.ended[i] || !room {
                 continue;
             }
             match ch.pop_superpage() {
@@ -527,16 +534,20 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
                     rx.sync_counters();
                     self.published.publish(&rx.agg.c);
                 }
-                None => {
+                None if maintain => {
                     let st = ch.status();
                     if !st.link_up && st.ready_queue_len == 0 && ch.pop_superpage().is_none() {
                         self.ended[i] = true;
                     }
                 }
+                None => {}
             }
         }
         if got {
             return Turn::Got;
+        }
+        if !maintain {
+            return Turn::Idle;
         }
         if self.ended.iter().all(|&e| e) {
             return Turn::Ended;

@@ -8,8 +8,9 @@
 //! disjoint set of whole ROBs (ROB `r` on thread `r % threads`), so a ROB's fragment is
 //! completed on the thread where all its packets land, with no cross-thread assembly. A pool
 //! thread turns its ROBs in order: each reads what its channels have ready (one superpage per
-//! channel per turn), checks its timeouts and publishes its counters; only when none of its
-//! ROBs had anything does the thread back off. Each ROB keeps its own window, ring, timeouts
+//! channel per turn, then checks its timeouts and publishes its counters); a ROB with nothing
+//! to read costs a queue pop per channel, its links, timeouts and counters are looked after
+//! about every millisecond; only when none of its ROBs had anything does the thread back off. Each ROB keeps its own window, ring, timeouts
 //! and counters, exactly as when it runs on its own thread, so bad input (missing and
 //! duplicate packets, timeouts, BCID mismatches) is handled and counted per ROB as before.
 //! The ROBs' builders may share one block pool (they then each hold a per-ROB cache of it).
@@ -26,6 +27,10 @@ use crate::receiver::Backoff;
 use crate::shared::Shared;
 use crate::{thread_cpu_ns, FragmentBuilder, FragmentSink, PacketDecoder, SwRodCounters};
 use crate::{SwRodError, Turn};
+
+/// How often a pool thread checks its idle ROBs' links and timeouts and publishes their
+/// counters.
+const MAINTAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// One ROB run by a [`BuilderPool`]: its builder (configured with one receiving thread), the
 /// DMA channels carrying its E-links, and the sink of its fragments.
@@ -179,8 +184,14 @@ where
     let mut ended: Vec<Option<Result<SwRodCounters, SwRodError>>> =
         (0..mine.len()).map(|_| None).collect();
     let mut backoff = Backoff::new();
+    let mut last_maintain = std::time::Instant::now();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
+        // Links, timeouts and counters of idle ROBs: about every millisecond.
+        let maintain = last_maintain.elapsed() >= MAINTAIN_EVERY;
+        if maintain {
+            last_maintain = std::time::Instant::now();
+        }
         let mut got = false;
         let mut live = 0usize;
         for k in 0..lanes.len() {
@@ -190,7 +201,7 @@ where
             let turn = if stopping || lane.shared.stop.load(Ordering::Relaxed) {
                 Turn::Ended
             } else {
-                lane.turn()
+                lane.turn(maintain)
             };
             match turn {
                 Turn::Got => {

@@ -97,6 +97,8 @@ struct Link {
     free: ArrayQueue<Vec<u32>>,
     ready: ArrayQueue<Filled>,
     consumer_gone: AtomicBool,
+    /// Free buffers below which the sink reports no room (`FragmentSink::has_room`).
+    room: usize,
     sink_waits: AtomicU64,
     dropped_no_consumer: AtomicU64,
     fragments: AtomicU64,
@@ -182,6 +184,8 @@ pub fn swrod_link(
         free: ArrayQueue::new(buffers),
         ready: ArrayQueue::new(buffers),
         consumer_gone: AtomicBool::new(false),
+        // Room for what one more superpage may complete: a few assembly groups of 64.
+        room: (buffers / 2).min(256),
         sink_waits: AtomicU64::new(0),
         dropped_no_consumer: AtomicU64::new(0),
         fragments: AtomicU64::new(0),
@@ -246,6 +250,10 @@ impl Link {
 }
 
 impl<'p> FragmentSink<'p> for StoreSink {
+    fn has_room(&self) -> bool {
+        self.link.free.len() >= self.link.room || self.link.consumer_gone.load(Ordering::Relaxed)
+    }
+
     fn fragment(&self, fragment: Fragment<'p>) -> Flow {
         let link = &*self.link;
         let mut backoff = Backoff::default();
