@@ -2,9 +2,12 @@
 //!
 //! A [`CardSpec`] says what feeds each channel ([`ChannelSource`]: an emulated FELIX or S-LINK
 //! generator, a file player, a UDP or TCP receiver) and with which limits; [`Card::start`]
-//! builds the channels, each an [`EmulatedChannel`] whose card thread runs that source, behind
-//! the [`DmaChannel`] trait like any driver. A card reports, per channel, the link state, queue
-//! depths and counters ([`ChannelReport`]).
+//! builds the channels behind the [`DmaChannel`] trait like any driver: every generator, file
+//! player and replay channel of a card is filled by one engine thread (the card's DMA engine,
+//! named after the card, see [`crate::dma`]); a network input channel, which waits for its
+//! input, gets an engine thread of its own (`<card>-ch<N>`). A card reports, per channel, the
+//! link state, queue depths and counters ([`ChannelReport`]), and the CPU time of its engine
+//! threads ([`Card::cpu_ns`]).
 //!
 //! [`CardSpec::defaults`] is the built-in set `rodeo cards` shows with no configuration: a
 //! FELIX card (2 channels of 12 E-links) and a RobinNP-like S-LINK card (12 channels in two
@@ -18,7 +21,7 @@ use rodeo_format::felix::{packet_len, TrailerSize};
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::Superpage;
 
-use crate::dma::{ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig};
+use crate::dma::{CardCpu, ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig, Generator};
 use crate::generator::{FelixConfig, FelixGenerator, GeneratorError, SlinkConfig, SlinkGenerator};
 use crate::net::{LinkAddress, NetCounters, TcpReceiver, UdpReceiver, UnitRule};
 use crate::player::{FilePlayer, PlayerError};
@@ -199,6 +202,8 @@ pub struct CardChannel {
 pub struct Card {
     name: String,
     channels: Vec<CardChannel>,
+    /// One per engine thread of the card.
+    engines: Vec<CardCpu>,
 }
 
 /// The state of one channel, for reports.
@@ -217,16 +222,70 @@ pub struct ChannelReport {
 }
 
 impl Card {
-    /// Starts every channel of `spec` (card threads named `<card>-ch<N>`).
+    /// Starts every channel of `spec`: the generator, file and replay channels on one engine
+    /// thread named after the card, each network channel on its own (`<card>-ch<N>`).
     pub fn start(spec: &CardSpec) -> Result<Card, CardError> {
-        let mut channels = Vec::with_capacity(spec.channels.len());
+        let mut started: Vec<Option<CardChannel>> = Vec::with_capacity(spec.channels.len());
+        let mut engines = Vec::new();
+        let mut pending = Vec::new();
         for (i, ch) in spec.channels.iter().enumerate() {
-            channels.push(start_channel(&spec.name, i, ch)?);
+            match prepare_channel(&spec.name, i, ch)? {
+                Prepared::Started(c, cpu) => {
+                    engines.push(cpu);
+                    started.push(Some(c));
+                }
+                Prepared::Generator(g, meta) => {
+                    pending.push((i, ch.config, g, meta));
+                    started.push(None);
+                }
+            }
+        }
+        if !pending.is_empty() {
+            let first = pending[0].0;
+            let (index, lanes, metas): (Vec<_>, Vec<_>, Vec<_>) = pending.into_iter().fold(
+                (Vec::new(), Vec::new(), Vec::new()),
+                |(mut a, mut b, mut c), (i, config, g, meta)| {
+                    a.push(i);
+                    b.push((config, g));
+                    c.push(meta);
+                    (a, b, c)
+                },
+            );
+            let chans =
+                EmulatedChannel::<Superpage>::start_card(&spec.name, lanes).map_err(|source| {
+                    CardError::Io {
+                        card: spec.name.clone(),
+                        channel: first,
+                        what: "start the card's engine thread".into(),
+                        source,
+                    }
+                })?;
+            if let Some(c) = chans.first() {
+                engines.push(c.card_cpu());
+            }
+            for ((i, ch), meta) in index.into_iter().zip(chans).zip(metas) {
+                started[i] = Some(CardChannel {
+                    channel: Box::new(ch),
+                    ..meta
+                });
+            }
         }
         Ok(Card {
             name: spec.name.clone(),
-            channels,
+            channels: started.into_iter().flatten().collect(),
+            engines,
         })
+    }
+
+    /// CPU time the card's engine threads have used so far, in nanoseconds (what the
+    /// emulation cost).
+    pub fn cpu_ns(&self) -> u64 {
+        self.engines.iter().map(CardCpu::ns).sum()
+    }
+
+    /// Engine threads of the card.
+    pub fn threads(&self) -> usize {
+        self.engines.len()
     }
 
     /// The card's name.
@@ -257,10 +316,64 @@ impl Card {
     }
 }
 
-/// Starts one channel of `spec` as channel `i` of card `card` (its card thread named
-/// `<card>-ch<i>`): what [`Card::start`] does for each of its channels, for a reader (a readout
+/// Starts one channel of `spec` as channel `i` of card `card`, on an engine thread of its own
+/// (named `<card>-ch<i>`): what [`Card::start`] does for a channel, for a reader (a readout
 /// node) that keeps its channels itself. The channel is given no superpages.
 pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardChannel, CardError> {
+    match prepare_channel(card, i, spec)? {
+        Prepared::Started(c, _) => Ok(c),
+        Prepared::Generator(g, meta) => {
+            let name = format!("{card}-ch{i}");
+            let ch =
+                EmulatedChannel::<Superpage>::start(&name, spec.config, g).map_err(|source| {
+                    CardError::Io {
+                        card: card.to_string(),
+                        channel: i,
+                        what: "start the channel's engine thread".into(),
+                        source,
+                    }
+                })?;
+            Ok(CardChannel {
+                channel: Box::new(ch),
+                ..meta
+            })
+        }
+    }
+}
+
+/// A channel ready to join its card's engine, or started on an engine of its own.
+enum Prepared {
+    /// The source, and the channel's description (its `channel` a placeholder until the
+    /// card's engine starts).
+    Generator(Box<dyn Generator>, CardChannel),
+    /// A network channel on its own engine thread.
+    Started(CardChannel, CardCpu),
+}
+
+/// A `DmaChannel` that is never used: the placeholder of a channel whose card has not started.
+struct NotStarted;
+
+impl DmaChannel<Superpage> for NotStarted {
+    fn push_superpage(&self, superpage: Superpage) -> Result<(), Superpage> {
+        Err(superpage)
+    }
+    fn pop_superpage(&self) -> Option<crate::dma::Filled<Superpage>> {
+        None
+    }
+    fn transfer_queue_available(&self) -> usize {
+        0
+    }
+    fn status(&self) -> ChannelStatus {
+        ChannelStatus {
+            link_up: false,
+            transfer_queue_len: 0,
+            ready_queue_len: 0,
+            counters: crate::dma::ChannelCounters::default(),
+        }
+    }
+}
+
+fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared, CardError> {
     let name = format!("{card}-ch{i}");
     let io = |what: String| {
         let card = card.to_string();
@@ -277,6 +390,7 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
         l1id_wrap: c.l1id_wrap,
     };
     let boxed = |ch: EmulatedChannel<Superpage>| -> Box<dyn DmaChannel<Superpage>> { Box::new(ch) };
+    let placeholder = || -> Box<dyn DmaChannel<Superpage>> { Box::new(NotStarted) };
     Ok(match &spec.source {
         ChannelSource::Felix(cfg) => {
             let g = FelixGenerator::new(cfg).map_err(|source| CardError::Generator {
@@ -284,46 +398,47 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
                 channel: i,
                 source,
             })?;
+            Prepared::Generator(
+                Box::new(g),
+                CardChannel {
+                    channel: placeholder(),
+                    link: format!(
+                        "FELIX emulator, {} E-links, {} B blocks, {}-bit trailers",
+                        cfg.elinks.len(),
+                        cfg.block_size,
+                        if cfg.trailer == TrailerSize::Bits32 {
+                            32
+                        } else {
+                            16
+                        }
+                    ),
+                    mode: LinkMode::Felix,
+                    block_size: cfg.block_size,
+                    slink: SlinkCheckConfig::default(),
+                    net: None,
+                    address: None,
+                },
+            )
+        }
+        ChannelSource::Slink(cfg) => Prepared::Generator(
+            Box::new(SlinkGenerator::new(*cfg)),
             CardChannel {
-                channel: boxed(
-                    EmulatedChannel::start(&name, spec.config, g).map_err(io("start".into()))?,
-                ),
+                channel: placeholder(),
                 link: format!(
-                    "FELIX emulator, {} E-links, {} B blocks, {}-bit trailers",
-                    cfg.elinks.len(),
-                    cfg.block_size,
-                    if cfg.trailer == TrailerSize::Bits32 {
-                        32
-                    } else {
-                        16
-                    }
+                    "S-LINK emulator, source {:#010x}, {}..{} data words{}{}",
+                    cfg.source_id,
+                    cfg.data_words.min,
+                    cfg.data_words.max,
+                    if cfg.framing { ", framed" } else { "" },
+                    if cfg.crc { ", CRC" } else { "" }
                 ),
-                mode: LinkMode::Felix,
-                block_size: cfg.block_size,
-                slink: SlinkCheckConfig::default(),
+                mode: LinkMode::Slink,
+                block_size: 0,
+                slink: slink_check(cfg),
                 net: None,
                 address: None,
-            }
-        }
-        ChannelSource::Slink(cfg) => CardChannel {
-            channel: boxed(
-                EmulatedChannel::start(&name, spec.config, SlinkGenerator::new(*cfg))
-                    .map_err(io("start".into()))?,
-            ),
-            link: format!(
-                "S-LINK emulator, source {:#010x}, {}..{} data words{}{}",
-                cfg.source_id,
-                cfg.data_words.min,
-                cfg.data_words.max,
-                if cfg.framing { ", framed" } else { "" },
-                if cfg.crc { ", CRC" } else { "" }
-            ),
-            mode: LinkMode::Slink,
-            block_size: 0,
-            slink: slink_check(cfg),
-            net: None,
-            address: None,
-        },
+            },
+        ),
         ChannelSource::File { path, looping } => {
             let file = LinkFile::read(path).map_err(|source| CardError::LinkFile {
                 card: card.to_string(),
@@ -337,26 +452,26 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
                     channel: i,
                     source,
                 })?;
-            CardChannel {
-                channel: boxed(
-                    EmulatedChannel::start(&name, spec.config, player)
-                        .map_err(io("start".into()))?,
-                ),
-                link: format!(
-                    "file player, {}{}",
-                    path.display(),
-                    if *looping { ", looping" } else { "" }
-                ),
-                mode: h.mode,
-                block_size: h.block_size as usize,
-                slink: SlinkCheckConfig {
-                    framing: h.framing,
-                    crc: h.crc,
-                    l1id_wrap: h.l1id_wrap,
+            Prepared::Generator(
+                Box::new(player),
+                CardChannel {
+                    channel: placeholder(),
+                    link: format!(
+                        "file player, {}{}",
+                        path.display(),
+                        if *looping { ", looping" } else { "" }
+                    ),
+                    mode: h.mode,
+                    block_size: h.block_size as usize,
+                    slink: SlinkCheckConfig {
+                        framing: h.framing,
+                        crc: h.crc,
+                        l1id_wrap: h.l1id_wrap,
+                    },
+                    net: None,
+                    address: None,
                 },
-                net: None,
-                address: None,
-            }
+            )
         }
         ChannelSource::Net {
             address,
@@ -370,14 +485,15 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
                 LinkMode::Slink => UnitRule::Words(crate::net::MAX_NET_UNIT),
             };
             let bind = io(format!("listen on {address}"));
-            let (channel, net, bound) = match address {
+            let (channel, net, bound, cpu) = match address {
                 LinkAddress::Udp(a) => {
                     let r = UdpReceiver::bind(*a, rule).map_err(bind)?;
                     let net = r.counters();
                     let bound = r.local_addr().map(LinkAddress::Udp).unwrap_or(*address);
                     let ch = EmulatedChannel::start(&name, spec.config, r)
                         .map_err(io("start".into()))?;
-                    (boxed(ch), net, bound)
+                    let cpu = ch.card_cpu();
+                    (boxed(ch), net, bound, cpu)
                 }
                 LinkAddress::Tcp(a) => {
                     let r = TcpReceiver::bind(*a, rule)
@@ -387,10 +503,11 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
                     let bound = r.local_addr().map(LinkAddress::Tcp).unwrap_or(*address);
                     let ch = EmulatedChannel::start(&name, spec.config, r)
                         .map_err(io("start".into()))?;
-                    (boxed(ch), net, bound)
+                    let cpu = ch.card_cpu();
+                    (boxed(ch), net, bound, cpu)
                 }
             };
-            CardChannel {
+            let started = CardChannel {
                 channel,
                 link: format!(
                     "network input {bound}, {}",
@@ -404,7 +521,8 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
                 slink: *slink,
                 net: Some(net),
                 address: Some(bound),
-            }
+            };
+            Prepared::Started(started, cpu)
         }
     })
 }

@@ -22,13 +22,30 @@
 //! card keeps the filled superpage and stalls the same way. [`ChannelCounters::stalls`] and
 //! [`ChannelCounters::stall_ns`] show how often and for how long.
 //!
+//! # Threads: one DMA engine per card
+//!
+//! An emulated card is one thread (its DMA engine) filling the superpages of all its channels
+//! in turn ([`EmulatedChannel::start_card`]; [`EmulatedChannel::start`] is a card of one
+//! channel): per turn, each channel that has an empty superpage and room on its ready queue
+//! gets as many units as its limits grant (all that fit when unlimited). A channel without an
+//! empty superpage, a full ready queue or no grant simply waits for the next turn; only when no
+//! channel of the card could do anything does the thread back off (a short spin, a few yields,
+//! then sleeps growing to 100 us), so a card of 12 stalled channels costs one thread's
+//! wake-ups, not twelve. The CPU time the engine thread used is published at most every
+//! millisecond ([`EmulatedChannel::card_cpu_ns`], the same figure on every channel of a card),
+//! so that a measurement can say what the emulation cost.
+//!
+//! Sources fed from outside ([`Generator::waits_for_input`], a network receiver) wait inside
+//! their `fill`; give each its own card so that it never holds other channels up.
+//!
 //! # Shutdown
 //!
-//! [`EmulatedChannel::stop`] (or drop) stops the card thread after the unit it is writing;
-//! superpages still queued can be popped (filled) or are dropped with the channel (empty).
+//! [`EmulatedChannel::stop`] (or drop) stops the channel after the unit it is writing (and
+//! waits until its engine has let it go); the card's thread ends with its last channel.
+//! Superpages still queued can be popped (filled) or are dropped with the channel (empty).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -139,6 +156,18 @@ pub struct Fill {
     pub units: u64,
 }
 
+impl<G: Generator + ?Sized> Generator for Box<G> {
+    fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+        (**self).fill(buf, max_units)
+    }
+    fn is_finished(&self) -> bool {
+        (**self).is_finished()
+    }
+    fn waits_for_input(&self) -> bool {
+        (**self).waits_for_input()
+    }
+}
+
 /// The data source of an emulated card: writes whole units (never a partial one) into buffers.
 ///
 /// Emulators, file players and network receivers are all generators: the channel thread asks
@@ -197,21 +226,9 @@ struct Shared<S> {
     stall_ns: AtomicU64,
 }
 
-/// A DMA channel whose card is a thread running a [`Generator`].
-pub struct EmulatedChannel<S: SuperpageBuffer> {
-    shared: Arc<Shared<S>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl<S: SuperpageBuffer> EmulatedChannel<S> {
-    /// Starts the card thread (named `name`) writing with `generator`.
-    pub fn start<G: Generator>(
-        name: &str,
-        config: EmulatedConfig,
-        generator: G,
-    ) -> std::io::Result<Self> {
-        let depth = config.queue_depth.max(1);
-        let shared = Arc::new(Shared {
+impl<S> Shared<S> {
+    fn new(depth: usize) -> Shared<S> {
+        Shared {
             transfer: ArrayQueue::new(depth),
             ready: ArrayQueue::new(depth),
             stop: AtomicBool::new(false),
@@ -221,23 +238,162 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
             units: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
             stall_ns: AtomicU64::new(0),
-        });
-        let card = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || card_loop(&card, generator, &config))?;
-        Ok(EmulatedChannel {
-            shared,
-            thread: Some(thread),
-        })
+        }
     }
+}
 
-    /// Stops the card thread and waits for it.
-    pub fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
+/// What a card's engine thread shares with its channels.
+struct EngineState {
+    stop: AtomicBool,
+    cpu_ns: AtomicU64,
+}
+
+/// A card's DMA-engine thread, shared by its channels: stopped and joined when the last one
+/// goes (the thread itself holds only the [`EngineState`], so it never joins itself).
+struct Engine {
+    state: Arc<EngineState>,
+    channels: usize,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Engine {
+    fn finished(&self) -> bool {
+        self.thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(JoinHandle::is_finished)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::Release);
+        let t = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = t {
             let _ = t.join();
         }
+    }
+}
+
+/// A DMA channel of an emulated card: the card's engine thread runs a [`Generator`] for it.
+pub struct EmulatedChannel<S: SuperpageBuffer> {
+    shared: Arc<Shared<S>>,
+    engine: Option<Arc<Engine>>,
+}
+
+impl<S: SuperpageBuffer> EmulatedChannel<S> {
+    /// Starts a card of one channel (its engine thread named `name`) writing with `generator`.
+    pub fn start<G: Generator>(
+        name: &str,
+        config: EmulatedConfig,
+        generator: G,
+    ) -> std::io::Result<Self> {
+        let mut v = Self::start_card(name, vec![(config, generator)])?;
+        Ok(v.remove(0))
+    }
+
+    /// Starts a card of `channels.len()` channels, each with its configuration and generator,
+    /// driven by one engine thread named `name` (see the module docs); returns the channels in
+    /// the order given.
+    pub fn start_card<G: Generator>(
+        name: &str,
+        channels: Vec<(EmulatedConfig, G)>,
+    ) -> std::io::Result<Vec<Self>> {
+        let lanes: Vec<Lane<S, G>> = channels
+            .into_iter()
+            .map(|(config, generator)| Lane {
+                shared: Arc::new(Shared::new(config.queue_depth.max(1))),
+                generator,
+                limits: Limits::new(&config),
+                sequence: 0,
+                current: None,
+                ready: None,
+                stalled_since: None,
+                done: false,
+            })
+            .collect();
+        let channels: Vec<Arc<Shared<S>>> = lanes.iter().map(|l| Arc::clone(&l.shared)).collect();
+        let state = Arc::new(EngineState {
+            stop: AtomicBool::new(false),
+            cpu_ns: AtomicU64::new(0),
+        });
+        let engine = Arc::new(Engine {
+            state: Arc::clone(&state),
+            channels: channels.len(),
+            thread: Mutex::new(None),
+        });
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || engine_loop(lanes, &state))?;
+        *engine.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+        Ok(channels
+            .into_iter()
+            .map(|shared| EmulatedChannel {
+                shared,
+                engine: Some(Arc::clone(&engine)),
+            })
+            .collect())
+    }
+
+    /// Stops this channel and waits until its card's engine has let it go (the engine thread
+    /// ends with the card's last channel).
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let Some(engine) = self.engine.take() else {
+            return;
+        };
+        // The engine marks the channel down at its next turn (after the unit it writes).
+        let mut backoff = Backoff::default();
+        while self.shared.running.load(Ordering::Acquire) && !engine.finished() {
+            backoff.wait();
+        }
+        self.shared.running.store(false, Ordering::Release);
+        // The last channel's engine is joined as the Arc goes.
+        drop(engine);
+    }
+
+    /// CPU time the card's engine thread has used so far, in nanoseconds (published at most
+    /// every millisecond; the same figure on every channel of the card).
+    pub fn card_cpu_ns(&self) -> u64 {
+        self.engine
+            .as_ref()
+            .map_or(0, |e| e.state.cpu_ns.load(Ordering::Relaxed))
+    }
+
+    /// Channels of this channel's card (sharing its engine thread).
+    pub fn card_channels(&self) -> usize {
+        self.engine.as_ref().map_or(0, |e| e.channels)
+    }
+
+    /// A handle reading the card's engine CPU time after the channel has gone behind a
+    /// `dyn DmaChannel` (one per card is enough: every channel of a card reads the same).
+    pub fn card_cpu(&self) -> CardCpu {
+        CardCpu(self.engine.as_ref().map(|e| Arc::clone(&e.state)))
+    }
+}
+
+/// A cheap shared handle on a card engine's CPU time ([`EmulatedChannel::card_cpu`]).
+#[derive(Clone)]
+pub struct CardCpu(Option<Arc<EngineState>>);
+
+impl std::fmt::Debug for CardCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CardCpu").field(&self.ns()).finish()
+    }
+}
+
+impl CardCpu {
+    /// CPU time the engine thread has used so far, in nanoseconds (published at most every
+    /// millisecond, and when the thread ends).
+    pub fn ns(&self) -> u64 {
+        self.0
+            .as_ref()
+            .map_or(0, |s| s.cpu_ns.load(Ordering::Relaxed))
     }
 }
 
@@ -277,20 +433,27 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
     }
 }
 
-/// Waits with a short spin, then yields, then sleeps, so a stalled card costs little CPU yet
-/// resumes within tens of microseconds.
+/// The engine's idle wait when no channel of its card could do anything: a short spin, a few
+/// yields, then sleeps growing from 10 to 100 us, so an idle or stalled card costs little CPU
+/// yet resumes within about 100 us.
+#[derive(Default)]
 struct Backoff(u32);
 
 impl Backoff {
     fn wait(&mut self) {
-        if self.0 < 64 {
+        if self.0 < 32 {
             std::hint::spin_loop();
-        } else if self.0 < 128 {
+        } else if self.0 < 40 {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            let us = (10u64 << ((self.0 - 40) / 8).min(4)).min(100);
+            std::thread::sleep(Duration::from_micros(us));
         }
         self.0 = self.0.saturating_add(1);
+    }
+
+    fn reset(&mut self) {
+        self.0 = 0;
     }
 }
 
@@ -368,150 +531,193 @@ impl Limits {
     }
 }
 
-/// What one superpage's filling ended with.
-enum Filling {
-    /// Hand the superpage over (full, finished, idle input, or stopping).
-    Done(Fill),
-    /// Not even one unit fits an empty superpage: a configuration error.
-    Unfit,
+/// One channel as its card's engine sees it.
+struct Lane<S, G> {
+    shared: Arc<Shared<S>>,
+    generator: G,
+    limits: Option<Limits>,
+    sequence: u64,
+    /// The superpage being filled and what it holds so far.
+    current: Option<(S, Fill)>,
+    /// A filled superpage the full ready queue did not take yet.
+    ready: Option<Filled<S>>,
+    /// When the channel started to wait for an empty superpage or ready-queue room.
+    stalled_since: Option<Instant>,
+    /// Stopped, finished or unfit: the engine no longer serves it.
+    done: bool,
 }
 
-/// Fills one superpage: in one call without limits, unit batch by unit batch under a limit,
-/// and until input pauses for a source that waits for input.
-fn fill_superpage<G: Generator>(
-    shared: &Shared<impl SuperpageBuffer>,
-    generator: &mut G,
-    limits: &mut Option<Limits>,
-    buf: &mut [u8],
-) -> Filling {
-    let mut fill = Fill::default();
-    let waits = generator.waits_for_input();
-    while fill.bytes < buf.len() && !generator.is_finished() {
-        let max_units = match limits {
+impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
+    fn stall(&mut self) {
+        if self.stalled_since.is_none() {
+            self.shared.stalls.fetch_add(1, Ordering::Relaxed);
+            self.stalled_since = Some(Instant::now());
+        }
+    }
+
+    fn unstall(&mut self) {
+        if let Some(t) = self.stalled_since.take() {
+            self.shared
+                .stall_ns
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.unstall();
+        self.done = true;
+        self.shared.running.store(false, Ordering::Release);
+    }
+
+    /// Hands the current superpage over (to the ready queue, or kept until it has room).
+    fn hand_over(&mut self) {
+        let Some((superpage, fill)) = self.current.take() else {
+            return;
+        };
+        self.shared
+            .bytes
+            .fetch_add(fill.bytes as u64, Ordering::Relaxed);
+        self.shared.units.fetch_add(fill.units, Ordering::Relaxed);
+        self.ready = Some(Filled {
+            superpage,
+            bytes_used: fill.bytes,
+            units: fill.units,
+            sequence: self.sequence,
+        });
+        self.sequence += 1;
+        self.push_ready();
+    }
+
+    /// Pushes the kept filled superpage; true when it went (or there was none).
+    fn push_ready(&mut self) -> bool {
+        let Some(filled) = self.ready.take() else {
+            return true;
+        };
+        match self.shared.ready.push(filled) {
+            Ok(()) => {
+                self.unstall();
+                self.shared.superpages.fetch_add(1, Ordering::Relaxed);
+                if self.generator.is_finished() {
+                    self.finish();
+                }
+                true
+            }
+            Err(filled) => {
+                self.ready = Some(filled);
+                self.stall();
+                false
+            }
+        }
+    }
+
+    /// One turn: returns true when the channel moved (a superpage taken, units written or a
+    /// superpage handed over).
+    fn turn(&mut self) -> bool {
+        if self.shared.stop.load(Ordering::Acquire) {
+            // What was written is handed over if the ready queue has room; then down.
+            if self.current.as_ref().is_some_and(|c| c.1.units > 0) {
+                self.hand_over();
+            }
+            self.finish();
+            return true;
+        }
+        if self.ready.is_some() {
+            return self.push_ready();
+        }
+        let mut moved = false;
+        if self.current.is_none() {
+            match self.shared.transfer.pop() {
+                Some(s) => {
+                    self.unstall();
+                    self.current = Some((s, Fill::default()));
+                    moved = true;
+                }
+                None => {
+                    self.stall();
+                    return false;
+                }
+            }
+        }
+        let max_units = match &mut self.limits {
             None => u64::MAX,
             Some(l) => match l.grant() {
-                0 => {
-                    if shared.stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_micros(20));
-                    continue;
-                }
+                0 => return moved,
                 n => n,
             },
         };
-        let f = generator.fill(&mut buf[fill.bytes..], max_units);
-        if let Some(l) = limits {
+        let waits = self.generator.waits_for_input();
+        let Some((superpage, fill)) = self.current.as_mut() else {
+            return moved;
+        };
+        let buf = superpage.as_bytes_mut();
+        let f = if fill.bytes < buf.len() && !self.generator.is_finished() {
+            self.generator.fill(&mut buf[fill.bytes..], max_units)
+        } else {
+            Fill::default()
+        };
+        if let Some(l) = &mut self.limits {
             l.charge(f);
         }
         fill.bytes += f.bytes;
         fill.units += f.units;
-        if f.units == 0 {
-            if waits && fill.units == 0 && !shared.stop.load(Ordering::Acquire) {
-                continue; // nothing arrived yet: keep waiting with an empty superpage
+        let total = *fill;
+        let finished = self.generator.is_finished();
+        if f.units > 0 {
+            // Unlimited sources fill a superpage in one call; the others go on next turn
+            // until a call writes nothing (full, or an outside source paused).
+            if (self.limits.is_none() && !waits) || finished {
+                self.hand_over();
             }
-            break;
+            return true;
         }
-        if limits.is_none() && !waits {
-            break;
+        if total.units > 0 || finished {
+            self.hand_over();
+            return true;
         }
+        if waits {
+            return moved; // nothing arrived yet: keep waiting with an empty superpage
+        }
+        // Not even one unit fits an empty superpage: a configuration error; the link goes down.
+        self.current = None;
+        self.finish();
+        true
     }
-    if fill.units == 0 && !waits && !generator.is_finished() && !shared.stop.load(Ordering::Acquire)
-    {
-        return Filling::Unfit;
-    }
-    Filling::Done(fill)
 }
 
-fn card_loop<S: SuperpageBuffer, G: Generator>(
-    shared: &Shared<S>,
-    mut generator: G,
-    config: &EmulatedConfig,
-) {
-    let mut limits = Limits::new(config);
-    let mut sequence = 0u64;
-    while !shared.stop.load(Ordering::Acquire) {
-        let Some(mut superpage) = take_empty(shared) else {
-            break;
-        };
-        let fill = match fill_superpage(
-            shared,
-            &mut generator,
-            &mut limits,
-            superpage.as_bytes_mut(),
-        ) {
-            Filling::Done(fill) => fill,
-            Filling::Unfit => break,
-        };
-        if fill.units == 0 && generator.waits_for_input() {
-            // Stopping with nothing received: the empty superpage is not a filled one.
+fn engine_loop<S: SuperpageBuffer, G: Generator>(mut lanes: Vec<Lane<S, G>>, engine: &EngineState) {
+    let mut backoff = Backoff::default();
+    let mut last_cpu = Instant::now();
+    let publish = || {
+        let ns = rodeo_memory::cpu::thread_cpu_time().as_nanos() as u64;
+        engine.cpu_ns.store(ns, Ordering::Relaxed);
+    };
+    loop {
+        let mut moved = false;
+        let mut live = 0usize;
+        for lane in lanes.iter_mut().filter(|l| !l.done) {
+            moved |= lane.turn();
+            live += usize::from(!lane.done);
+        }
+        if live == 0 {
             break;
         }
-        let filled = Filled {
-            superpage,
-            bytes_used: fill.bytes,
-            units: fill.units,
-            sequence,
-        };
-        sequence += 1;
-        shared.bytes.fetch_add(fill.bytes as u64, Ordering::Relaxed);
-        shared.units.fetch_add(fill.units, Ordering::Relaxed);
-        if !put_ready(shared, filled) {
+        if engine.stop.load(Ordering::Acquire) {
             break;
         }
-        shared.superpages.fetch_add(1, Ordering::Relaxed);
-        if generator.is_finished() {
-            break;
+        if last_cpu.elapsed() >= Duration::from_millis(1) {
+            last_cpu = Instant::now();
+            publish();
+        }
+        if moved {
+            backoff.reset();
+        } else {
+            backoff.wait();
         }
     }
-    shared.running.store(false, Ordering::Release);
-}
-
-/// Takes an empty superpage, stalling (counted) while there is none. `None` when stopped.
-fn take_empty<S: SuperpageBuffer>(shared: &Shared<S>) -> Option<S> {
-    if let Some(s) = shared.transfer.pop() {
-        return Some(s);
+    for lane in lanes.iter_mut().filter(|l| !l.done) {
+        lane.finish();
     }
-    let start = Instant::now();
-    shared.stalls.fetch_add(1, Ordering::Relaxed);
-    let mut backoff = Backoff(0);
-    let got = loop {
-        if let Some(s) = shared.transfer.pop() {
-            break Some(s);
-        }
-        if shared.stop.load(Ordering::Acquire) {
-            break None;
-        }
-        backoff.wait();
-    };
-    shared
-        .stall_ns
-        .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    got
-}
-
-/// Puts a filled superpage on the ready queue, stalling (counted) while it is full.
-fn put_ready<S: SuperpageBuffer>(shared: &Shared<S>, filled: Filled<S>) -> bool {
-    let Err(mut filled) = shared.ready.push(filled) else {
-        return true;
-    };
-    let start = Instant::now();
-    shared.stalls.fetch_add(1, Ordering::Relaxed);
-    let mut backoff = Backoff(0);
-    let ok = loop {
-        match shared.ready.push(filled) {
-            Ok(()) => break true,
-            Err(f) => filled = f,
-        }
-        if shared.stop.load(Ordering::Acquire) {
-            break false;
-        }
-        backoff.wait();
-    };
-    shared
-        .stall_ns
-        .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    ok
+    publish();
 }
 
 #[cfg(test)]
@@ -667,6 +873,70 @@ mod tests {
             start.elapsed() >= Duration::from_millis(80),
             "bandwidth limit not applied: {:?}",
             start.elapsed()
+        );
+    }
+
+    /// Threads of this process named `name` (Linux: /proc/self/task/*/comm).
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.trim_end() == name)
+                    })
+                    .count()
+            })
+            .unwrap_or(1)
+    }
+
+    #[test]
+    fn one_engine_thread_serves_every_channel_of_a_card() {
+        let gens: Vec<Counter> = (0..3)
+            .map(|_| Counter {
+                next: 0,
+                limit: Some(500),
+            })
+            .collect();
+        let config = EmulatedConfig {
+            queue_depth: 2,
+            ..EmulatedConfig::default()
+        };
+        let mut chans: Vec<EmulatedChannel<Vec<u8>>> =
+            EmulatedChannel::start_card("card3", gens.into_iter().map(|g| (config, g)).collect())
+                .unwrap();
+        assert_eq!(chans[1].card_channels(), 3);
+        // The thread names itself when it starts.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while threads_named("card3") == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(threads_named("card3"), 1, "one thread for the card");
+        for ch in &chans {
+            ch.push_superpage(vec![0; 640]).unwrap();
+            ch.push_superpage(vec![0; 640]).unwrap();
+        }
+        // Channel 2 stops early; the others go on to the end.
+        chans.pop().unwrap().stop();
+        for ch in &chans {
+            let words = drain(ch, 500);
+            assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
+        }
+        while chans.iter().any(|c| c.status().link_up) {
+            assert!(Instant::now() < deadline, "a finished channel stays up");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The engine published its CPU time when its last channel finished.
+        while chans[0].card_cpu_ns() == 0 {
+            assert!(Instant::now() < deadline, "no CPU time published");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(chans[0].card_cpu_ns(), chans[1].card_cpu_ns());
+        drop(chans);
+        assert_eq!(
+            threads_named("card3"),
+            0,
+            "the engine ends with its channels"
         );
     }
 

@@ -216,6 +216,8 @@ impl Layout {
                     RosInput::Swrod => NodeInput::SwRod {
                         elinks: config.ros.elinks,
                         rate_hz: None,
+                        // One per core, shared by the node's ROBs.
+                        threads: 0,
                     },
                     RosInput::Replay => NodeInput::Replay(ReplayInput {
                         files: config.ros.replay_files.iter().map(PathBuf::from).collect(),
@@ -364,7 +366,8 @@ mod tests {
             nc.input,
             NodeInput::SwRod {
                 elinks: 7,
-                rate_hz: None
+                rate_hz: None,
+                threads: 0,
             }
         )));
     }

@@ -125,6 +125,7 @@ impl Harness {
         let trigger = AcceptFraction {
             fraction,
             stream: 0,
+            shares: Vec::new(),
             time: TimeDistribution::Zero,
         };
         let handle =

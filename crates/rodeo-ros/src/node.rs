@@ -10,12 +10,15 @@
 //!
 //! # The SW ROD input
 //!
-//! With [`NodeInput::SwRod`] the node owns, besides the core thread, per ROB an emulated FELIX
-//! card thread, a fragment builder (one receiving thread) and the builder's block pool, and one
-//! thread (`swrod`) that runs the builders and publishes their counters every 20 ms for
-//! [`ReadoutNode::swrod_stats`]. Each builder hands its fragments to the core thread through a
-//! [`swrod_link`] (reorder window, back-pressure: a full store holds the builder, which stops
-//! reading its card, which stalls).
+//! With [`NodeInput::SwRod`] the node runs one SW ROD serving all its ROBs: per ROB an emulated
+//! FELIX channel (12 channels to a card, one DMA-engine thread per card) and a single-thread
+//! fragment builder, all the builders on a fixed [`BuilderPool`] of builder threads (`threads`,
+//! default one per core; ROB `r` on pool thread `r % threads`, so a ROB's fragment completes
+//! where its packets land) drawing their blocks from one shared block pool, and one thread
+//! (`swrod`) that runs the pool and publishes the builders' counters every 20 ms for
+//! [`ReadoutNode::swrod_stats`]. Each builder hands its fragments to the core thread through
+//! its ROB's [`swrod_link`] (the per-ROB reorder window; back-pressure: a full store holds the
+//! builder, which stops reading its card, which stalls).
 //!
 //! Shutdown ([`ReadoutNode::stop`] or drop) goes producers first, so nothing waits on a thread
 //! already gone: the cards' generators are told to finish (each card hands over its last
@@ -56,7 +59,9 @@ use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Genera
 use rodeo_cards::generator::{FelixConfig, FelixGenerator, SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_cards::replay::ReplayGenerator;
 use rodeo_files::replay::{L1idMode, ReplayError, ReplayEvents};
-use rodeo_swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
+use rodeo_swrod::{
+    BuilderPool, DefaultFormat, FragmentBuilder, RobRun, SwRodConfig, SwRodCounters, SwRodError,
+};
 
 /// Raw-data files replayed through a node's channels ([`NodeInput::Replay`]).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -84,9 +89,10 @@ pub enum NodeInput {
     },
     /// The inline generator writing fragments straight into store pages (no card threads).
     Firmware(Payload),
-    /// Per channel (ROB) one SW ROD fragment builder ([`rodeo_swrod`]) with one receiving
-    /// thread, fed by one emulated FELIX card carrying `elinks` E-links (L1IDs from 0), its
-    /// fragments stored through [`swrod_link`]. Each E-link's packet carries
+    /// One SW ROD for all channels (ROBs): per ROB a single-thread fragment builder
+    /// ([`rodeo_swrod`]) fed by one emulated FELIX channel carrying `elinks` E-links (L1IDs
+    /// from 0), the builders run by `threads` pooled builder threads, its fragments stored
+    /// through [`swrod_link`]. Each E-link's packet carries
     /// `fragment_words / elinks - 4` payload words (at least 1), so a fragment has about
     /// `fragment_words` data words. Threads and shutdown: the module docs.
     SwRod {
@@ -95,6 +101,8 @@ pub enum NodeInput {
         /// Events per second per ROB at most, about (the card is paced in FELIX blocks;
         /// `None`: as fast as the store takes).
         rate_hz: Option<f64>,
+        /// Builder threads serving all ROBs (0: one per core, [`BuilderPool::default_threads`]).
+        threads: usize,
     },
     /// Per channel an emulated S-LINK card replaying the ROD fragments of raw-data files
     /// ([`rodeo_cards::replay::ReplayGenerator`]): the ROBs of each event go to the channel with
@@ -366,8 +374,12 @@ impl Parts {
         let mut swrod = None;
         let mut net = Vec::new();
         let input: Box<dyn Input> = match &config.input {
-            NodeInput::SwRod { elinks, rate_hz } => {
-                let (parts, input, sp) = SwRodParts::build(config, *elinks, *rate_hz)?;
+            NodeInput::SwRod {
+                elinks,
+                rate_hz,
+                threads,
+            } => {
+                let (parts, input, sp) = SwRodParts::build(config, *elinks, *rate_hz, *threads)?;
                 swrod = Some(parts);
                 superpages = Some(sp);
                 Box::new(input)
@@ -511,7 +523,12 @@ fn error_file(config: &NodeConfig) -> Result<Option<std::fs::File>, NodeError> {
     }
 }
 
-/// Per channel an emulated S-LINK card running `generator(channel)`, `depth` superpages of
+/// Channels per emulated card (one DMA-engine thread each), for S-LINK (a RobinNP's 12 links)
+/// and FELIX inputs alike.
+pub const CHANNELS_PER_CARD: usize = 12;
+
+/// Per channel an emulated S-LINK link running `generator(channel)`, [`CHANNELS_PER_CARD`] to
+/// a card (one engine thread), `depth` superpages of
 /// `superpage_bytes` each, read through the S-LINK checks (framing on): the node's DMA input.
 fn dma_input<G: Generator>(
     config: &NodeConfig,
@@ -525,32 +542,37 @@ fn dma_input<G: Generator>(
         superpages: config.channels * depth,
         region: RegionOptions::default(),
     })?;
+    // One engine thread per card of (at most) CHANNELS_PER_CARD channels, as a RobinNP
+    // serves its links with its DMA engine; never a thread per channel.
     let mut chans = Vec::with_capacity(config.channels);
-    for c in 0..config.channels {
-        let ch = EmulatedChannel::start(
-            &format!("slink{c}"),
-            EmulatedConfig {
-                queue_depth: depth,
-                max_units_per_s: rate_hz,
-                ..EmulatedConfig::default()
-            },
-            generator(c),
+    let card_config = EmulatedConfig {
+        queue_depth: depth,
+        max_units_per_s: rate_hz,
+        ..EmulatedConfig::default()
+    };
+    let channels: Vec<usize> = (0..config.channels).collect();
+    for (k, group) in channels.chunks(CHANNELS_PER_CARD).enumerate() {
+        let card = EmulatedChannel::start_card(
+            &format!("slink{k}"),
+            group.iter().map(|&c| (card_config, generator(c))).collect(),
         )
         .map_err(|source| NodeError::Io {
-            what: format!("starting card thread slink{c}"),
+            what: format!("starting card thread slink{k}"),
             source,
         })?;
-        for _ in 0..depth {
-            let s = sp
-                .alloc()
-                .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
-            if ch.push_superpage(s).is_err() {
-                return Err(NodeError::Config(
-                    "transfer queue smaller than its depth".into(),
-                ));
+        for ch in card {
+            for _ in 0..depth {
+                let s = sp
+                    .alloc()
+                    .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+                if ch.push_superpage(s).is_err() {
+                    return Err(NodeError::Config(
+                        "transfer queue smaller than its depth".into(),
+                    ));
+                }
             }
+            chans.push(ch);
         }
-        chans.push(ch);
     }
     let file = error_file(config)?;
     let check = SlinkCheckConfig {
@@ -675,7 +697,6 @@ impl<G: Generator> Generator for Finishing<G> {
 /// One ROB's builder before it runs.
 struct SwRodRob {
     config: SwRodConfig,
-    pools: Vec<ChunkPool>,
     card: EmulatedChannel<Superpage>,
     sink: StoreSink,
 }
@@ -683,6 +704,9 @@ struct SwRodRob {
 /// The SW ROD input's threads and memory, built but not running.
 struct SwRodParts {
     robs: Vec<SwRodRob>,
+    /// The block pool every ROB's builder draws from.
+    pools: Vec<ChunkPool>,
+    pool: BuilderPool,
     finish: Arc<AtomicBool>,
 }
 
@@ -690,6 +714,9 @@ struct SwRodParts {
 /// paced card hands over its events within milliseconds.
 const SWROD_SUPERPAGES: usize = 16;
 const SWROD_SUPERPAGE_BYTES: usize = 16 * 1024;
+/// Superpage size of an unpaced SW ROD input: larger, so that the cards and builders pay their
+/// per-superpage work (queues, timeouts, counters) over more events.
+const SWROD_UNPACED_SUPERPAGE_BYTES: usize = 64 * 1024;
 
 impl SwRodParts {
     /// The cards (started: they fill their superpages and stall until the builders read),
@@ -698,6 +725,7 @@ impl SwRodParts {
         config: &NodeConfig,
         elinks: usize,
         rate_hz: Option<f64>,
+        threads: usize,
     ) -> Result<(SwRodParts, SwRodInputs, SuperpagePool), NodeError> {
         if !(1..=2048).contains(&elinks) {
             return Err(NodeError::Config(format!(
@@ -715,16 +743,18 @@ impl SwRodParts {
         }
         let payload_words = (share - 4) as u32;
         let sp = SuperpagePool::new(SuperpagePoolConfig {
-            superpage_bytes: SWROD_SUPERPAGE_BYTES,
+            superpage_bytes: if rate_hz.is_some() {
+                SWROD_SUPERPAGE_BYTES
+            } else {
+                SWROD_UNPACED_SUPERPAGE_BYTES
+            },
             superpages: config.channels * SWROD_SUPERPAGES,
             region: RegionOptions::default(),
         })?;
         let finish = Arc::new(AtomicBool::new(false));
-        let mut robs = Vec::with_capacity(config.channels);
-        let mut inputs = Vec::with_capacity(config.channels);
-        for c in 0..config.channels {
-            let elink_ids: Vec<u16> = (0..elinks as u16).collect();
-            let sw = SwRodConfig {
+        let elink_ids: Vec<u16> = (0..elinks as u16).collect();
+        let configs: Vec<SwRodConfig> = (0..config.channels)
+            .map(|c| SwRodConfig {
                 source_id: SourceId(config.base_source_id + c as u32),
                 thread_elinks: vec![elink_ids.clone()],
                 // The smallest window for 1 KiB blocks: the link holds twice as many fragments.
@@ -735,40 +765,66 @@ impl SwRodParts {
                 l1id_wrap: config.l1id_wrap,
                 first_l1id: 0,
                 ..SwRodConfig::default()
-            };
-            let chunk = sw.block_bytes_for(packet_len(payload_words));
-            let pools = vec![ChunkPool::new(PoolConfig {
-                chunk_bytes: chunk,
-                chunks_per_region: 2 * sw.window,
-                max_regions: 1,
-                initial_regions: 1,
-                region: RegionOptions::default(),
-            })?];
+            })
+            .collect();
+        let Some(first) = configs.first() else {
+            return Err(NodeError::Config("a SW ROD input without a channel".into()));
+        };
+        // One block pool for every ROB: each ROB's window of blocks twice over.
+        let chunk = first.block_bytes_for(packet_len(payload_words));
+        let pools = vec![ChunkPool::new(PoolConfig {
+            chunk_bytes: chunk,
+            chunks_per_region: 2 * first.window * config.channels,
+            max_regions: 1,
+            initial_regions: 1,
+            region: RegionOptions::default(),
+        })?];
+        let mut generators = Vec::with_capacity(config.channels);
+        let mut robs = Vec::with_capacity(config.channels);
+        let mut inputs = Vec::with_capacity(config.channels);
+        for (c, sw) in configs.iter().enumerate() {
             // Checks the configuration now, so that the builder thread cannot fail on it.
-            FragmentBuilder::new(&sw, &pools, DefaultFormat::default())?;
+            FragmentBuilder::new(sw, &pools, DefaultFormat::default())?;
             let generator = FelixGenerator::new(&FelixConfig {
-                elinks: elink_ids,
+                elinks: elink_ids.clone(),
                 payload_words: WordRange::fixed(payload_words),
                 l1id_wrap: config.l1id_wrap,
                 ..FelixConfig::default()
             })
             .map_err(|e| NodeError::Config(format!("FELIX generator: {e}")))?;
-            let card = EmulatedChannel::start(
-                &format!("felix{c}"),
-                EmulatedConfig {
-                    queue_depth: SWROD_SUPERPAGES,
-                    max_units_per_s: rate_hz.map(|r| blocks_per_s(r, elinks, payload_words)),
-                    ..EmulatedConfig::default()
-                },
-                Finishing {
-                    generator,
-                    finish: Arc::clone(&finish),
-                },
-            )
-            .map_err(|source| NodeError::Io {
-                what: format!("starting card thread felix{c}"),
-                source,
-            })?;
+            generators.push(Finishing {
+                generator,
+                finish: Arc::clone(&finish),
+            });
+            let words = elinks * (payload_words as usize + 4) + 32;
+            let (sink, input) = swrod_link(c, sw, 1, words);
+            inputs.push((sw.clone(), sink, input));
+        }
+        let card_config = EmulatedConfig {
+            queue_depth: SWROD_SUPERPAGES,
+            max_units_per_s: rate_hz.map(|r| blocks_per_s(r, elinks, payload_words)),
+            ..EmulatedConfig::default()
+        };
+        // One engine thread per card of CHANNELS_PER_CARD channels.
+        let mut cards = Vec::with_capacity(config.channels);
+        let mut generators = generators.into_iter();
+        for k in 0..config.channels.div_ceil(CHANNELS_PER_CARD) {
+            let lanes: Vec<_> = generators
+                .by_ref()
+                .take(CHANNELS_PER_CARD)
+                .map(|g| (card_config, g))
+                .collect();
+            let card =
+                EmulatedChannel::start_card(&format!("felix{k}"), lanes).map_err(|source| {
+                    NodeError::Io {
+                        what: format!("starting card thread felix{k}"),
+                        source,
+                    }
+                })?;
+            cards.extend(card);
+        }
+        let mut store_inputs = Vec::with_capacity(config.channels);
+        for (card, (sw, sink, input)) in cards.into_iter().zip(inputs) {
             for _ in 0..SWROD_SUPERPAGES {
                 let s = sp
                     .alloc()
@@ -779,34 +835,41 @@ impl SwRodParts {
                     ));
                 }
             }
-            let words = elinks * (payload_words as usize + 4) + 32;
-            let (sink, input) = swrod_link(c, &sw, 1, words);
-            inputs.push(input);
+            store_inputs.push(input);
             robs.push(SwRodRob {
                 config: sw,
-                pools,
                 card,
                 sink,
             });
         }
-        Ok((SwRodParts { robs, finish }, SwRodInputs::new(inputs), sp))
+        Ok((
+            SwRodParts {
+                robs,
+                pools,
+                pool: BuilderPool::new(threads, Vec::new()),
+                finish,
+            },
+            SwRodInputs::new(store_inputs),
+            sp,
+        ))
     }
 
-    /// Starts the `swrod` thread running every builder.
+    /// Starts the `swrod` thread running the builder pool.
     fn start(self) -> Result<SwRodFeed, NodeError> {
         let live = Arc::new(Mutex::new(vec![SwRodCounters::default(); self.robs.len()]));
         let stop = Arc::new(AtomicBool::new(false));
         let sinks: Vec<StoreSink> = self.robs.iter().map(|r| r.sink.clone()).collect();
-        let (robs, thread_live, thread_stop) = (self.robs, Arc::clone(&live), Arc::clone(&stop));
+        let finish = Arc::clone(&self.finish);
+        let (thread_live, thread_stop) = (Arc::clone(&live), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("swrod".into())
-            .spawn(move || run_builders(robs, &thread_live, &thread_stop))
+            .spawn(move || run_builders(self, &thread_live, &thread_stop))
             .map_err(|source| NodeError::Io {
                 what: "starting the fragment builder thread".into(),
                 source,
             })?;
         Ok(SwRodFeed {
-            finish: self.finish,
+            finish,
             stop,
             live,
             sinks,
@@ -826,68 +889,72 @@ struct Unread {
 /// unread in the cards' queues.
 type BuildersResult = (Result<SwRodCounters, SwRodError>, Unread);
 
-/// Runs every ROB's builder on a thread of its own until all have returned, publishing their
+/// Runs every ROB's builder on the builder pool until all have returned, publishing their
 /// counters into `live` every 20 ms; returns the final counters, summed, and counts what the
 /// cards had handed over that no builder read (dropped at shutdown, never silently).
 fn run_builders(
-    robs: Vec<SwRodRob>,
+    parts: SwRodParts,
     live: &Mutex<Vec<SwRodCounters>>,
     stop: &AtomicBool,
 ) -> BuildersResult {
+    let SwRodParts {
+        robs, pools, pool, ..
+    } = parts;
     let builders = match robs
         .iter()
-        .map(|r| FragmentBuilder::new(&r.config, &r.pools, DefaultFormat::default()))
+        .map(|r| FragmentBuilder::new(&r.config, &pools, DefaultFormat::default()))
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(b) => b,
         Err(e) => return (Err(e), unread(&robs)),
     };
+    let runs: Vec<RobRun<'_, '_, _, EmulatedChannel<Superpage>, StoreSink>> = builders
+        .iter()
+        .zip(&robs)
+        .map(|(b, r)| RobRun {
+            builder: b,
+            channels: vec![&r.card],
+            sink: &r.sink,
+        })
+        .collect();
     let results = std::thread::scope(|s| {
-        let handles = builders
-            .iter()
-            .zip(&robs)
-            .enumerate()
-            .map(|(c, (b, r))| {
-                std::thread::Builder::new()
-                    .name(format!("swrod{c}"))
-                    .spawn_scoped(s, move || b.run(&[vec![&r.card]], &r.sink, stop))
-            })
-            .collect::<Vec<_>>();
+        let handle = std::thread::Builder::new()
+            .name("swrod-pool".into())
+            .spawn_scoped(s, || pool.run(&runs, stop));
         let publish = || {
             let mut l = live.lock().unwrap_or_else(|e| e.into_inner());
             for (slot, b) in l.iter_mut().zip(&builders) {
                 *slot = b.counters();
             }
         };
-        while handles
-            .iter()
-            .any(|h| h.as_ref().is_ok_and(|h| !h.is_finished()))
-        {
+        while handle.as_ref().is_ok_and(|h| !h.is_finished()) {
             publish();
             std::thread::sleep(Duration::from_millis(20));
         }
         publish();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(c, h)| match h {
-                Ok(h) => h.join().unwrap_or(Err(SwRodError::Panicked(c))),
-                Err(e) => Err(SwRodError::Spawn(e)),
-            })
-            .collect::<Vec<_>>()
+        match handle {
+            Ok(h) => h.join().unwrap_or(Err(SwRodError::Panicked(0))),
+            Err(e) => Err(SwRodError::Spawn(e)),
+        }
     });
     let mut total = SwRodCounters::default();
     let mut first_error = None;
-    for r in results {
-        match r {
-            Ok(c) => total.add(&c),
-            Err(e) => {
-                first_error.get_or_insert(e);
+    match results {
+        Ok(per_rob) => {
+            for r in per_rob {
+                match r {
+                    Ok(c) => total.add(&c),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
             }
         }
+        Err(e) => first_error = Some(e),
     }
     // The cards (and their threads) go with `robs`, after the builders returned and what
     // they left in the cards' queues is counted.
+    drop(runs);
     drop(builders);
     let left = unread(&robs);
     drop(robs);

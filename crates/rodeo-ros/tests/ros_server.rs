@@ -70,9 +70,10 @@ fn reply(s: &mut Socket) -> (u32, u32, Vec<Vec<u32>>) {
     (d.header.transaction, l1id, frags)
 }
 
-/// A test client over either transport.
+/// A test client over either transport (the socket boxed: it is much larger than the direct
+/// client's handle since it can be a shared-memory socket).
 enum Client {
-    Zmq(Socket),
+    Zmq(Box<Socket>),
     Direct(DirectClient),
 }
 
@@ -94,7 +95,7 @@ fn start(
         Backend::Inproc => {
             let s = RequestServer::start(t, &config, store, input).unwrap();
             let c = client(t, s.endpoint());
-            (s, Client::Zmq(c))
+            (s, Client::Zmq(Box::new(c)))
         }
         Backend::Direct => {
             let (s, c) = RequestServer::start_direct(&config, store, input).unwrap();

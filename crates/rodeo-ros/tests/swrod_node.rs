@@ -24,6 +24,7 @@ fn config(channels: usize, pages: usize) -> NodeConfig {
         input: NodeInput::SwRod {
             elinks: ELINKS,
             rate_hz: None,
+            threads: 2,
         },
         // Wraps within the run: the ECR moves.
         l1id_wrap: 1000,
@@ -155,11 +156,13 @@ fn bad_sw_rod_configurations_are_refused() {
     c.input = NodeInput::SwRod {
         elinks: 0,
         rate_hz: None,
+        threads: 0,
     };
     assert!(ReadoutNode::start_direct(&c).is_err());
     c.input = NodeInput::SwRod {
         elinks: 3000,
         rate_hz: Some(10.0),
+        threads: 1,
     };
     assert!(ReadoutNode::start_direct(&c).is_err());
 }

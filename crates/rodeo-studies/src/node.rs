@@ -45,6 +45,10 @@ pub struct NodeArgs {
     /// packets share `--fragment-words` (each carries W / N - 4 payload words, at least 1).
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub elinks: usize,
+    /// With `--input swrod`: builder threads of the node's SW ROD, shared by all its ROBs
+    /// (0: one per core).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub swrod_threads: usize,
     /// ZeroMQ I/O threads.
     #[arg(long, default_value_t = 1)]
     pub io_threads: u32,
@@ -123,6 +127,7 @@ pub fn node_config(a: &NodeArgs) -> NodeConfig {
         InputKind::Swrod => NodeInput::SwRod {
             elinks: a.elinks,
             rate_hz: a.input_rate,
+            threads: a.swrod_threads,
         },
     };
     NodeConfig {

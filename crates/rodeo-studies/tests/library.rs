@@ -16,8 +16,11 @@ fn a_bench_runs_without_the_command_line() {
     for row in &report.rows {
         let moved = row["bytes_per_s"].as_f64().unwrap();
         assert!(moved > 0.0, "no bytes moved: {row:?}");
+        assert!(row["memcpy_bytes_per_s"].as_f64().unwrap() > 0.0);
+        assert!(row["ratio_to_memcpy"].as_f64().is_some(), "{row:?}");
+        assert_eq!(row["fill"], "payload");
     }
-    assert!(report.fields["memcpy_bytes_per_s"].as_f64().unwrap() > 0.0);
+    assert!(report.fields["memcpy_64mib_bytes_per_s"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -70,6 +70,14 @@ pub trait FragmentSink<'p>: Sync {
         None
     }
 
+    /// Whether the sink can take the fragments one more superpage may complete without
+    /// waiting. A [`BuilderPool`](crate::BuilderPool) thread reads a ROB's channels only while
+    /// its sink has room, so a sink that would wait holds back its own ROB (whose card then
+    /// stalls) and never the other ROBs of the thread. The default: always.
+    fn has_room(&self) -> bool {
+        true
+    }
+
     /// Called once before the receiving threads start, with their number.
     fn begin(&self, _threads: usize) {}
 

@@ -74,6 +74,7 @@
 mod counters;
 mod decoder;
 mod fragment;
+mod pool;
 mod receiver;
 mod shared;
 mod walker;
@@ -91,6 +92,7 @@ pub use fragment::{
     CountingSink, Flow, Fragment, FragmentSink, SinkCounts, HEADER_WORDS, MAX_THREADS,
     PACKET_HEADER_WORDS, ROB_HEADER_WORDS,
 };
+pub use pool::{BuilderPool, RobRun};
 
 use counters::SharedCounters;
 use receiver::{Aggregator, Backoff};
@@ -413,6 +415,30 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         Ok(total)
     }
 
+    /// Thread `t`'s state: its walker and aggregator over `shared`, and its channels.
+    fn lane<'b, 'c, S, C, K>(
+        &'b self,
+        t: usize,
+        channels: &'c [&'c C],
+        shared: &'b Shared<'p>,
+        sink: &'b K,
+    ) -> Lane<'b, 'p, 'c, D, K, C>
+    where
+        S: SuperpageBuffer,
+        C: DmaChannel<S> + ?Sized,
+        K: FragmentSink<'p>,
+    {
+        let agg = Aggregator::new(t, &self.plan, shared, &self.decoder, sink, self.pools);
+        Lane {
+            rx: Receiver::new(agg),
+            sink,
+            channels,
+            ended: vec![false; channels.len()],
+            shared,
+            published: &self.counters[t],
+        }
+    }
+
     fn receive<S, C, K>(
         &self,
         t: usize,
@@ -432,10 +458,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         if !self.cpus.is_empty() {
             pin_failed = !rodeo_memory::cpu::pin_to_cpu(self.cpus[t % self.cpus.len()]);
         }
-        let agg = Aggregator::new(t, &self.plan, shared, &self.decoder, sink, self.pools);
-        let mut rx = Receiver::new(agg);
-        let published = &self.counters[t];
-        let mut ended = vec![false; channels.len()];
+        let mut lane = self.lane(t, channels, shared, sink);
         let mut backoff = Backoff::new();
         loop {
             if stop.load(Ordering::Relaxed) || shared.stop.load(Ordering::Relaxed) {
@@ -444,51 +467,106 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             if shared.abort.load(Ordering::Relaxed) {
                 return Err(SwRodError::Panicked(usize::MAX));
             }
-            let mut got = false;
-            for (i, ch) in channels.iter().enumerate() {
-                if ended[i] {
-                    continue;
-                }
-                match ch.pop_superpage() {
-                    Some(filled) => {
-                        got = true;
-                        rx.agg.now = shared.now();
-                        rx.superpage(filled.data());
-                        // A channel takes back what it handed out; if it refuses, the
-                        // superpage goes back to its pool when dropped here.
-                        let _ = ch.push_superpage(filled.superpage);
-                        rx.agg.check_timeouts();
-                        rx.agg.publish_horizon();
-                        rx.agg.publish();
-                        rx.sync_counters();
-                        published.publish(&rx.agg.c);
-                    }
-                    None => {
-                        let st = ch.status();
-                        if !st.link_up && st.ready_queue_len == 0 && ch.pop_superpage().is_none() {
-                            ended[i] = true;
-                        }
-                    }
-                }
-            }
-            if got {
-                backoff.reset();
-            } else {
-                if ended.iter().all(|&e| e) {
-                    break;
-                }
-                rx.agg.now = shared.now();
-                rx.agg.check_timeouts();
-                rx.agg.publish();
-                published.publish(&rx.agg.c);
-                backoff.wait();
+            match lane.turn(true) {
+                Turn::Got => backoff.reset(),
+                Turn::Idle => backoff.wait(),
+                Turn::Ended => break,
             }
         }
-        // End of input: build everything any thread has seen, helping slower threads meanwhile.
+        let published = lane.published;
+        let mut c = lane.end(self.threads())?;
+        c.pin_failures += u64::from(pin_failed);
+        c.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
+        published.publish(&c);
+        Ok(c)
+    }
+}
+
+/// What one turn of a receiving thread did.
+enum Turn {
+    /// Read at least one superpage.
+    Got,
+    /// Nothing to read (timeouts checked, counters published).
+    Idle,
+    /// Every channel has ended.
+    Ended,
+}
+
+/// One receiving thread's state between turns: its walker and aggregator and its channels.
+/// A builder's own thread turns one lane; a [`BuilderPool`] thread turns many, one per ROB.
+struct Lane<'b, 'p, 'c, D, K, C: ?Sized> {
+    rx: Receiver<'b, 'p, D, K>,
+    sink: &'b K,
+    channels: &'c [&'c C],
+    ended: Vec<bool>,
+    shared: &'b Shared<'p>,
+    published: &'b SharedCounters,
+}
+
+impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, D, K, C> {
+    /// Reads one superpage of each channel that has one. With nothing to read and
+    /// `maintain`, checks the links and the timeouts and publishes the counters (a pool thread
+    /// does that about every millisecond per ROB, not on every idle turn); without
+    /// `maintain`, an idle turn returns at once.
+    fn turn<S: SuperpageBuffer>(&mut self, maintain: bool) -> Turn
+    where
+        C: DmaChannel<S>,
+    {
+        let rx = &mut self.rx;
+        let mut got = false;
+        // A sink without room holds back this ROB's reading (its cards stall), not the thread.
+        let room = self.sink.has_room();
+        for (i, ch) in self.channels.iter().enumerate() {
+            if self.ended[i] || !room {
+                continue;
+            }
+            match ch.pop_superpage() {
+                Some(filled) => {
+                    got = true;
+                    rx.agg.now = self.shared.now();
+                    rx.superpage(filled.data());
+                    // A channel takes back what it handed out; if it refuses, the
+                    // superpage goes back to its pool when dropped here.
+                    let _ = ch.push_superpage(filled.superpage);
+                    rx.agg.check_timeouts();
+                    rx.agg.publish_horizon();
+                    rx.agg.publish();
+                    rx.sync_counters();
+                    self.published.publish(&rx.agg.c);
+                }
+                None if maintain => {
+                    let st = ch.status();
+                    if !st.link_up && st.ready_queue_len == 0 && ch.pop_superpage().is_none() {
+                        self.ended[i] = true;
+                    }
+                }
+                None => {}
+            }
+        }
+        if got {
+            return Turn::Got;
+        }
+        if !maintain {
+            return Turn::Idle;
+        }
+        if self.ended.iter().all(|&e| e) {
+            return Turn::Ended;
+        }
+        rx.agg.now = self.shared.now();
+        rx.agg.check_timeouts();
+        rx.agg.publish();
+        self.published.publish(&rx.agg.c);
+        Turn::Idle
+    }
+
+    /// End of input: builds everything any of the builder's `threads` threads has seen,
+    /// helping slower threads meanwhile; returns this thread's counters (not yet published).
+    fn end(mut self, threads: usize) -> Result<SwRodCounters, SwRodError> {
+        let (rx, shared) = (&mut self.rx, self.shared);
         rx.agg.publish_horizon();
         shared.finished.fetch_add(1, Ordering::AcqRel);
         let mut backoff = Backoff::new();
-        while shared.finished.load(Ordering::Acquire) < self.threads() {
+        while shared.finished.load(Ordering::Acquire) < threads {
             if shared.abort.load(Ordering::Relaxed) {
                 return Err(SwRodError::Panicked(usize::MAX));
             }
@@ -510,11 +588,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             return Err(SwRodError::Panicked(usize::MAX));
         }
         rx.sync_counters();
-        let mut c = rx.agg.c;
-        c.pin_failures += u64::from(pin_failed);
-        c.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
-        published.publish(&c);
-        Ok(c)
+        Ok(rx.agg.c)
     }
 }
 

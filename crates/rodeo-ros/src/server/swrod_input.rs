@@ -6,8 +6,9 @@
 //!
 //! The builder's receiving threads complete a fragment as N pool blocks joined by reference.
 //! The sink gathers its ROD words (everything after the builder's 8-word ROB header) into one
-//! buffer from a fixed set, in one pass over the pieces, and gives the blocks back to the pool
-//! at once, so the builder's memory stays with the builder. The core thread then stores the
+//! buffer from a fixed set, in one pass over the pieces (`FragmentSink::inspect`), and leaves
+//! the blocks to the builder, which recycles them at once through its thread's pool caches, so
+//! the builder's memory stays with the builder. The core thread then stores the
 //! buffer in its pages behind the store's own ROB header ([`EventStore::ingest`], one copy, as
 //! for an S-LINK fragment) with the builder's status (TIMEOUT, FRAGMENT_LOST,
 //! BCID_CHECK_FAIL, ...), and returns the buffer. Two copies per fragment is the price of
@@ -97,6 +98,10 @@ struct Link {
     free: ArrayQueue<Vec<u32>>,
     ready: ArrayQueue<Filled>,
     consumer_gone: AtomicBool,
+    /// Free buffers below which the sink reports no room (`FragmentSink::has_room`).
+    room: usize,
+    /// The sink last reported no room (counted once per episode in `sink_waits`).
+    no_room: AtomicBool,
     sink_waits: AtomicU64,
     dropped_no_consumer: AtomicU64,
     fragments: AtomicU64,
@@ -111,7 +116,8 @@ struct Link {
 pub struct SwRodLinkCounters {
     /// Fragments the sink handed to the core thread.
     pub fragments: u64,
-    /// Times the sink found no free buffer and waited (back-pressure from the store).
+    /// Times the sink found no free buffer and waited, or reported no room so that its
+    /// builder stopped reading its cards (back-pressure from the store; once per episode).
     pub sink_waits: u64,
     /// Fragments dropped because the core thread's input was gone, or still queued or waiting
     /// in the reorder window when it went (shutdown only).
@@ -182,6 +188,9 @@ pub fn swrod_link(
         free: ArrayQueue::new(buffers),
         ready: ArrayQueue::new(buffers),
         consumer_gone: AtomicBool::new(false),
+        // Room for what one more superpage may complete: a few assembly groups of 64.
+        room: (buffers / 2).min(256),
+        no_room: AtomicBool::new(false),
         sink_waits: AtomicU64::new(0),
         dropped_no_consumer: AtomicU64::new(0),
         fragments: AtomicU64::new(0),
@@ -246,7 +255,22 @@ impl Link {
 }
 
 impl<'p> FragmentSink<'p> for StoreSink {
-    fn fragment(&self, fragment: Fragment<'p>) -> Flow {
+    fn has_room(&self) -> bool {
+        let link = &*self.link;
+        let room = link.free.len() >= link.room || link.consumer_gone.load(Ordering::Relaxed);
+        // Each episode without room is back-pressure from the store, counted once.
+        if room == link.no_room.load(Ordering::Relaxed) {
+            link.no_room.store(!room, Ordering::Relaxed);
+            if !room {
+                link.sink_waits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        room
+    }
+
+    /// Copies the fragment out and lets the builder keep its blocks: they go back to the
+    /// calling thread's pool caches in batches, not one shared free per block.
+    fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
         let link = &*self.link;
         let mut backoff = Backoff::default();
         let mut waited = false;
@@ -256,7 +280,7 @@ impl<'p> FragmentSink<'p> for StoreSink {
             }
             if link.consumer_gone.load(Ordering::Acquire) {
                 link.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
-                return Flow::Continue;
+                return Some(Flow::Continue);
             }
             if !waited {
                 waited = true;
@@ -273,12 +297,15 @@ impl<'p> FragmentSink<'p> for StoreSink {
             skip -= n;
         }
         let status = fragment.status();
-        // The pool blocks go back now.
-        drop(fragment);
         // As many queue slots as buffers: cannot fail.
         let _ = link.ready.push(Filled { words: buf, status });
         link.fragments.fetch_add(1, Ordering::Relaxed);
-        Flow::Continue
+        Some(Flow::Continue)
+    }
+
+    fn fragment(&self, fragment: Fragment<'p>) -> Flow {
+        // The pool blocks go back when `fragment` drops, after the copy.
+        self.inspect(&fragment).unwrap_or(Flow::Continue)
     }
 }
 

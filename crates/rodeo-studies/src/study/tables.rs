@@ -93,7 +93,7 @@ pub fn dma(ctx: &Ctx) -> anyhow::Result<(Report, bool)> {
     let report = dma::measure_report(DmaArgs::try_parse_from(argv)?.a)?;
     let memcpy = report
         .fields
-        .get("memcpy_bytes_per_s")
+        .get("memcpy_64mib_bytes_per_s")
         .and_then(Value::as_f64)
         .unwrap_or(0.0);
     let mut series: Vec<Series> = [1.0, 2.0]

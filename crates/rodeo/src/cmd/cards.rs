@@ -152,9 +152,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
     let seconds = start.elapsed().as_secs_f64();
     let reports: Vec<_> = running.iter().map(|(card, ..)| card.report()).collect();
+    // What the emulation cost: the CPU time of each card's engine threads over the run.
+    let cpus: Vec<u64> = running.iter().map(|(card, ..)| card.cpu_ns()).collect();
     stop.store(true, Ordering::Relaxed);
     let mut cards = Vec::new();
-    for ((card, reader, _pool), report) in running.into_iter().zip(reports) {
+    for (((card, reader, _pool), report), cpu_ns) in running.into_iter().zip(reports).zip(cpus) {
         let monitors = reader
             .join()
             .map_err(|_| anyhow::anyhow!("the reader of card {} panicked", card.name()))?;
@@ -190,7 +192,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        cards.push(json!({"name": card.name(), "channels": channels}));
+        cards.push(json!({
+            "name": card.name(),
+            "engine_threads": card.threads(),
+            "cpu_ns": cpu_ns,
+            "cpu_per_s": cpu_ns as f64 * 1e-9 / seconds,
+            "channels": channels,
+        }));
     }
     if args.json {
         println!("{}", json!({"seconds": seconds, "cards": cards}));
@@ -232,7 +240,12 @@ fn read_card(card: &Card, stop: &AtomicBool) -> Vec<LinkMonitor> {
 fn print_table(cards: &[Value], seconds: f64) {
     println!("cards after {seconds:.2} s:");
     for card in cards {
-        println!("{}", card["name"].as_str().unwrap_or("?"));
+        println!(
+            "{}  ({} engine thread(s), {:.1}% of a core)",
+            card["name"].as_str().unwrap_or("?"),
+            card["engine_threads"],
+            100.0 * card["cpu_per_s"].as_f64().unwrap_or(0.0)
+        );
         let Some(channels) = card["channels"].as_array() else {
             continue;
         };
