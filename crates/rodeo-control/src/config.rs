@@ -121,6 +121,10 @@ format = "rodeo"
 compression = "none"
 # EventStorage project tag: the first part of the file names and the Project= free string.
 project = "data_test"
+# After the run, re-read every file completely (records, checksums, every event down to its
+# RODs) as `rodeo verify` does. Off: the loggers' own check counts (each record's Adler-32
+# computed as its bytes are written, the end record and size of each closed file read back).
+verify_after = false
 
 [control]
 # Serve the HTTP API, /metrics and the web page on this address during `rodeo run`
@@ -463,6 +467,10 @@ pub struct LoggerSection {
     pub compression: CompressionName,
     /// EventStorage project tag.
     pub project: String,
+    /// After the run, re-read every file completely (`rodeo_files::verify::check_file`)
+    /// instead of trusting the loggers' check (record checksums computed as the bytes are
+    /// written, end record and size read back). Off by default.
+    pub verify_after: bool,
 }
 
 /// The logger's file formats in the configuration.
@@ -496,6 +504,7 @@ impl Default for LoggerSection {
             format: FormatName::Rodeo,
             compression: CompressionName::None,
             project: "data_test".into(),
+            verify_after: false,
         }
     }
 }
