@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use rodeo_studies::bench::{dma, pool, ros, swrod};
+use rodeo_studies::bench::{dma, logger, pool, ros, swrod};
 
 use clap::Subcommand;
 
@@ -34,6 +34,10 @@ enum Kind {
     /// The SW ROD fragment builder: E-link packets from pre-generated FELIX superpages into ROB
     /// fragments (packets/s, fragments/s, bytes/s), against a memcpy of the same input.
     Swrod(swrod::Args),
+    /// The logger's file writer alone: synthetic events of 1 KiB to 1 MiB written with the
+    /// logger's group commit (direct I/O, and buffered for comparison), against dd-style
+    /// direct writes (4 MiB blocks, O_DIRECT) to the same directory before and after.
+    Logger(logger::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -48,6 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Kind::Ros(a) => (ros::measure_report(&a)?, a.json),
         Kind::Swrod(a) => (swrod::measure_report(&a)?, a.json),
+        Kind::Logger(a) => (logger::measure_report(&a)?, a.json),
     };
     report.print(json);
     Ok(ExitCode::SUCCESS)
