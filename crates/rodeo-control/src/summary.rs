@@ -77,6 +77,13 @@ pub struct RunSummary {
     pub events_verified: u64,
     /// Events built without some fragments.
     pub partial_events: u64,
+    /// Bytes of built events the DCMs compressed, and the bytes they became (0: compression
+    /// off).
+    pub compress_in_bytes: u64,
+    /// Bytes of the compressed events.
+    pub compress_out_bytes: u64,
+    /// Seconds of DCM thread time spent compressing, summed over the DCMs.
+    pub compress_seconds: f64,
     /// Per readout node.
     pub nodes: Vec<NodeSummary>,
     /// Seconds from the first L1 accept to the supervisor's end.
@@ -135,7 +142,12 @@ impl RunSummary {
                     undecided = sup.undecided;
                     l1_span_ns = sup.l1_span_ns;
                 }
-                AppSummary::Dcm(d) => s.partial_events += d.partial,
+                AppSummary::Dcm(d) => {
+                    s.partial_events += d.partial;
+                    s.compress_in_bytes += d.compress_in_bytes;
+                    s.compress_out_bytes += d.compress_out_bytes;
+                    s.compress_seconds += d.compress_ns as f64 / 1e9;
+                }
                 AppSummary::Logger(l) => {
                     s.events_written += l.events_written;
                     s.duplicates += l.duplicates;

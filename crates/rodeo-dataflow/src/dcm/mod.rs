@@ -112,6 +112,10 @@ pub struct DcmConfig {
     pub streams: Vec<String>,
     /// Source id of built events.
     pub source_id: u32,
+    /// Compress each built event's payload with zstd (compression type 1) before shipping it:
+    /// the partition's `[logger] compression = "zstd"`, done where the cores are (every DCM in
+    /// parallel) instead of in the logger's one thread. Default false.
+    pub compress: bool,
 }
 
 impl DcmConfig {
@@ -137,6 +141,7 @@ impl DcmConfig {
             run_number: 1,
             streams: vec!["physics_Main".into()],
             source_id: 0x007C_0000,
+            compress: false,
         }
     }
 }
@@ -306,7 +311,12 @@ struct Dcm {
     last_update: Instant,
     summary: DcmSummary,
     buf: Vec<u8>,
+    /// The built event, or (without compression) its words before the ROB fragments.
     event: Vec<u32>,
+    /// The built event's words after the ROB fragments (its checksum word), when gathered.
+    event_tail: Vec<u32>,
+    /// The compressed event (with `compress`).
+    packed: Vec<u32>,
     /// Capacity reused for the ROB views handed to the algorithm (empty between events).
     rob_views: Vec<RobFragment<'static>>,
     /// Capacity reused for the pieces of the event being built (empty between events).
@@ -347,6 +357,8 @@ impl Dcm {
             summary: DcmSummary::default(),
             buf: Vec::with_capacity(4096),
             event: Vec::new(),
+            event_tail: Vec::new(),
+            packed: Vec::new(),
             rob_views: Vec::new(),
             piece_views: Vec::new(),
             config,

@@ -400,6 +400,11 @@ fn summary_json(
         "l1_rate_hz": s.l1_rate_hz,
         "l1_seconds": s.l1_seconds,
         "write_bytes_per_s": s.write_bytes_per_s,
+        "compress_in_bytes": s.compress_in_bytes,
+        "compress_out_bytes": s.compress_out_bytes,
+        "compression_ratio": (s.compress_out_bytes > 0)
+            .then(|| s.compress_in_bytes as f64 / s.compress_out_bytes as f64),
+        "compress_seconds": s.compress_seconds,
         "l1_rate_requested_hz": requested_hz,
         "balanced": balanced,
         "problems": problems,
