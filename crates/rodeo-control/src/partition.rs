@@ -254,6 +254,7 @@ impl Layout {
                 // writes them as they come (it compresses only what arrives uncompressed).
                 dc.compress = config.logger.format == FormatName::Rodeo
                     && config.logger.compression == CompressionName::Zstd;
+                dc.compress_level = config.logger.zstd_level;
                 dc
             })
             .collect();

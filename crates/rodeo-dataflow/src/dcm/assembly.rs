@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rodeo_format::checksum::words_as_bytes;
-use rodeo_format::compress::compress_event;
 use rodeo_format::fragment::{EventBuilder, RobFragment, SourceId, Status, StreamTag};
 use rodeo_transport::message::{
     decode, header_bytes, Message, MessageType, Verdict as WireVerdict,
@@ -134,9 +133,9 @@ impl Dcm {
             self.finish(i, WireVerdict::Reject);
             return Ok(());
         }
-        let packed = if self.config.compress {
+        let packed = if let Some(c) = self.compressor.as_mut() {
             let t0 = Instant::now();
-            let r = compress_event(&self.event, &mut self.packed);
+            let r = c.compress(&self.event, &mut self.packed);
             self.summary.compress_ns += t0.elapsed().as_nanos() as u64;
             match r {
                 Ok(()) => {
