@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use rodeo_files::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
 use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_format::checksum::bytes_as_words;
-use rodeo_format::compress::compress_event;
+use rodeo_format::compress::{EventCompressor, DEFAULT_ZSTD_LEVEL};
 use rodeo_format::fragment::FullEvent;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_event_ack, Message};
@@ -418,6 +418,9 @@ struct Logger {
     packed: Vec<u32>,
     ack: Vec<u8>,
     ids: Vec<u64>,
+    /// The encoder for events that arrive uncompressed with `LoggerCompression::Zstd` (the
+    /// DCMs compress in a partition; made at the first such event).
+    compressor: Option<EventCompressor>,
     /// Time of the first and of the latest event written.
     first_write: Option<Instant>,
     last_write: Option<Instant>,
@@ -440,6 +443,7 @@ impl Logger {
             packed: Vec::new(),
             ack: Vec::new(),
             ids: Vec::new(),
+            compressor: None,
             first_write: None,
             last_write: None,
         }
@@ -588,7 +592,19 @@ impl Logger {
         let mut words = words;
         let mut compressed = parsed.compression() != 0;
         if self.config.compression == LoggerCompression::Zstd && !compressed {
-            if compress_event(words, &mut self.packed).is_err() {
+            let c = match self.compressor.as_mut() {
+                Some(c) => c,
+                None => {
+                    let c = EventCompressor::new(DEFAULT_ZSTD_LEVEL).map_err(|e| {
+                        DataflowError::Config {
+                            app: self.config.name.clone(),
+                            reason: format!("cannot make the zstd encoder: {e}"),
+                        }
+                    })?;
+                    self.compressor.insert(c)
+                }
+            };
+            if c.compress(words, &mut self.packed).is_err() {
                 self.summary.bad_messages += 1;
                 return Ok(());
             }
