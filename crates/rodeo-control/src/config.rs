@@ -153,6 +153,13 @@ format = "rodeo"
 compression = "none"
 # EventStorage project tag: the first part of the file names and the Project= free string.
 project = "data_test"
+# zstd level with compression = "zstd" (the DCMs compress, in parallel): 1 by measurement
+# (docs/benchmarks.md); negative levels are faster, higher ones smaller and slower.
+zstd_level = 1
+# After the run, re-read every file completely (records, checksums, every event down to its
+# RODs) as `rodeo verify` does. Off: the loggers' own check counts (each record's Adler-32
+# computed as its bytes are written, the end record and size of each closed file read back).
+verify_after = false
 
 [control]
 # Serve the HTTP API, /metrics and the web page on this address during `rodeo run`
@@ -543,6 +550,12 @@ pub struct LoggerSection {
     pub compression: CompressionName,
     /// EventStorage project tag.
     pub project: String,
+    /// zstd level of `compression = "zstd"` (the DCMs compress).
+    pub zstd_level: i32,
+    /// After the run, re-read every file completely (`rodeo_files::verify::check_file`)
+    /// instead of trusting the loggers' check (record checksums computed as the bytes are
+    /// written, end record and size read back). Off by default.
+    pub verify_after: bool,
 }
 
 /// The logger's file formats in the configuration.
@@ -576,6 +589,8 @@ impl Default for LoggerSection {
             format: FormatName::Rodeo,
             compression: CompressionName::None,
             project: "data_test".into(),
+            zstd_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
+            verify_after: false,
         }
     }
 }
@@ -1015,6 +1030,13 @@ impl PartitionConfig {
         }
         if l.max_file_mib == 0 {
             return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        }
+        if !(-7..=22).contains(&l.zstd_level) {
+            return Err(bad(
+                "logger.zstd_level",
+                l.zstd_level,
+                "-7..=22 (zstd's levels: 1 the default, negative faster, higher smaller)",
+            ));
         }
         match (l.format, l.compression) {
             (FormatName::Eventstorage, CompressionName::Zstd) => {

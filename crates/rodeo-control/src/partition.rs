@@ -284,6 +284,11 @@ impl Layout {
                 };
                 dc.run_number = config.run.number;
                 dc.streams = config.logger.streams.clone();
+                // rodeo's zstd events are compressed in the DCMs, in parallel; the logger
+                // writes them as they come (it compresses only what arrives uncompressed).
+                dc.compress = config.logger.format == FormatName::Rodeo
+                    && config.logger.compression == CompressionName::Zstd;
+                dc.compress_level = config.logger.zstd_level;
                 dc
             })
             .collect();

@@ -72,14 +72,31 @@ pub struct RunSummary {
     pub duplicates: u64,
     /// Bytes of event records written.
     pub bytes_written: u64,
+    /// Events in files the loggers cross-checked after closing them (record checksums
+    /// computed on the way, end record and size read back: `LoggerSummary::events_verified`).
+    pub events_verified: u64,
     /// Events built without some fragments.
     pub partial_events: u64,
+    /// Bytes of built events the DCMs compressed, and the bytes they became (0: compression
+    /// off).
+    pub compress_in_bytes: u64,
+    /// Bytes of the compressed events.
+    pub compress_out_bytes: u64,
+    /// Seconds of DCM thread time spent compressing, summed over the DCMs.
+    pub compress_seconds: f64,
     /// Per readout node.
     pub nodes: Vec<NodeSummary>,
     /// Seconds from the first L1 accept to the supervisor's end.
     pub seconds: f64,
-    /// L1 accepts per second.
+    /// L1 accepts per second, on the supervisor's clock from the first L1 accept to the last
+    /// (`(l1_accepts - 1) / l1_seconds`); the run's `seconds` when the supervisor did not
+    /// measure it (fewer than two accepts).
     pub l1_rate_hz: f64,
+    /// Seconds from the first L1 accept to the last, on the supervisor's clock (0: unknown).
+    pub l1_seconds: f64,
+    /// Bytes of event records written per second: each logger's bytes over its own first to
+    /// last write, summed over the loggers (they write at the same time).
+    pub write_bytes_per_s: f64,
     /// Files written.
     pub files: Vec<PathBuf>,
     /// The output directory of the run.
@@ -113,6 +130,7 @@ impl RunSummary {
         };
         let mut undecided = 0;
         let mut have_supervisor = false;
+        let mut l1_span_ns = 0u64;
         for (name, summary) in summaries {
             match summary {
                 AppSummary::Supervisor(sup) => {
@@ -122,12 +140,24 @@ impl RunSummary {
                     s.rejected = sup.rejected;
                     s.forced_accepts = sup.forced_accepts;
                     undecided = sup.undecided;
+                    l1_span_ns = sup.l1_span_ns;
                 }
-                AppSummary::Dcm(d) => s.partial_events += d.partial,
+                AppSummary::Dcm(d) => {
+                    s.partial_events += d.partial;
+                    s.compress_in_bytes += d.compress_in_bytes;
+                    s.compress_out_bytes += d.compress_out_bytes;
+                    s.compress_seconds += d.compress_ns as f64 / 1e9;
+                }
                 AppSummary::Logger(l) => {
                     s.events_written += l.events_written;
                     s.duplicates += l.duplicates;
                     s.bytes_written += l.bytes_written;
+                    s.events_verified += l.events_verified;
+                    s.problems.extend(l.verify_problems.iter().cloned());
+                    if l.write_span_ns > 0 {
+                        s.write_bytes_per_s +=
+                            l.bytes_written as f64 / (l.write_span_ns as f64 / 1e9);
+                    }
                     s.files.extend(l.files.iter().cloned());
                 }
                 AppSummary::Ros(n) => {
@@ -139,7 +169,12 @@ impl RunSummary {
                 }
             }
         }
-        s.l1_rate_hz = s.l1_accepts as f64 / seconds.max(1e-9);
+        s.l1_seconds = l1_span_ns as f64 / 1e9;
+        s.l1_rate_hz = if l1_span_ns > 0 && s.l1_accepts >= 2 {
+            (s.l1_accepts - 1) as f64 / s.l1_seconds
+        } else {
+            s.l1_accepts as f64 / seconds.max(1e-9)
+        };
         if !have_supervisor {
             s.problems
                 .push("the supervisor ended without its summary".to_string());
@@ -275,6 +310,20 @@ mod tests {
         assert_eq!(s.nodes[0].name, "ros-1");
         assert_eq!(s.files, vec![PathBuf::from("a.data")]);
         assert!((s.l1_rate_hz - 5.0).abs() < 1e-9);
+
+        // With the supervisor's and the logger's own spans, the rates are theirs.
+        let mut timed = summaries.clone();
+        if let AppSummary::Supervisor(sup) = &mut timed[0].1 {
+            sup.l1_span_ns = 3_000_000_000;
+        }
+        if let AppSummary::Logger(l) = &mut timed[2].1 {
+            l.bytes_written = 8_000;
+            l.write_span_ns = 2_000_000_000;
+        }
+        let s = RunSummary::assemble(7, PathBuf::from("out"), 2.0, &timed, &[]);
+        assert!((s.l1_rate_hz - 3.0).abs() < 1e-9, "{}", s.l1_rate_hz);
+        assert!((s.l1_seconds - 3.0).abs() < 1e-9);
+        assert!((s.write_bytes_per_s - 4_000.0).abs() < 1e-6);
 
         let s = RunSummary::assemble(
             7,

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use rodeo_files::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
 use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
 use rodeo_format::checksum::bytes_as_words;
-use rodeo_format::compress::compress_event;
+use rodeo_format::compress::{EventCompressor, DEFAULT_ZSTD_LEVEL};
 use rodeo_format::fragment::FullEvent;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_event_ack, Message};
@@ -200,9 +200,12 @@ impl StreamWriter {
             FileFormat::Rodeo => {
                 let mut cfg = RawFileConfig::new(&c.directory, c.run, &c.name, stream);
                 cfg.max_file_bytes = c.max_file_bytes;
-                RawFileWriter::create(cfg)
-                    .map(StreamWriter::Rodeo)
-                    .map_err(|source| DataflowError::Files { app: app(), source })
+                let w = RawFileWriter::create(cfg)
+                    .map_err(|source| DataflowError::Files { app: app(), source })?;
+                if let Some(why) = w.direct_io_fallback() {
+                    tracing::warn!("{}: no direct I/O for stream {stream}: {why}", c.name);
+                }
+                Ok(StreamWriter::Rodeo(w))
             }
             FileFormat::EventStorage => {
                 let (t, n) = split_stream(stream);
@@ -257,25 +260,61 @@ impl StreamWriter {
         }
     }
 
-    /// Closes the last file; the paths of every file closed.
-    fn finish(self, app: &str) -> Result<Vec<PathBuf>, DataflowError> {
+    /// Closes the last file; every file closed, each cross-checked on disk without reading
+    /// its events back (see [`LoggerSummary::events_verified`]).
+    fn finish(self, app: &str) -> Result<Vec<Closed>, DataflowError> {
         match self {
             StreamWriter::Rodeo(w) => w
                 .finish()
-                .map(|c| c.into_iter().map(|c| c.path).collect())
+                .map(|c| {
+                    c.into_iter()
+                        .map(|c| Closed {
+                            problem: c.check_on_disk().err().map(|e| e.to_string()),
+                            path: c.path,
+                            events: c.events,
+                        })
+                        .collect()
+                })
                 .map_err(|source| DataflowError::Files {
                     app: app.to_string(),
                     source,
                 }),
             StreamWriter::Es(w) => w
                 .finish()
-                .map(|c| c.into_iter().map(|c| c.path).collect())
+                .map(|c| {
+                    c.into_iter()
+                        .map(|c| {
+                            // EventStorage records carry no checksum: the size is checked.
+                            let problem = match std::fs::metadata(&c.path) {
+                                Ok(m) if m.len() == c.file_bytes => None,
+                                Ok(m) => Some(format!(
+                                    "file size {} on disk, {} written",
+                                    m.len(),
+                                    c.file_bytes
+                                )),
+                                Err(e) => Some(format!("cannot stat: {e}")),
+                            };
+                            Closed {
+                                path: c.path,
+                                events: c.events,
+                                problem,
+                            }
+                        })
+                        .collect()
+                })
                 .map_err(|source| DataflowError::EventStorage {
                     app: app.to_string(),
                     source,
                 }),
         }
     }
+}
+
+/// A file a logger closed, with the verdict of its cross-check on disk.
+struct Closed {
+    path: PathBuf,
+    events: u64,
+    problem: Option<String>,
 }
 
 /// What a logger did in a run.
@@ -300,6 +339,20 @@ pub struct LoggerSummary {
     pub acks_dropped: u64,
     /// Files closed, in order.
     pub files: Vec<PathBuf>,
+    /// Events in files cross-checked after their close: every record's Adler-32 computed as
+    /// its bytes went into the write buffer (nothing is read back), then the file's size and
+    /// its end record (event count, bytes, Adler-32 over the records) read back and compared
+    /// with what the writer counted and summed (EventStorage: the size). A full re-read is
+    /// `rodeo run --verify-after` / `[logger] verify_after` (`rodeo_files::verify::check_file`).
+    #[serde(default)]
+    pub events_verified: u64,
+    /// Files whose cross-check failed, each with what was wrong (empty in a good run).
+    #[serde(default)]
+    pub verify_problems: Vec<String>,
+    /// Nanoseconds from the first event written to the last, on the logger's clock (0 with
+    /// fewer than two): the written rate is `bytes_written / write_span_ns`.
+    #[serde(default)]
+    pub write_span_ns: u64,
 }
 
 /// Live counters of a logger, readable while it runs.
@@ -365,6 +418,12 @@ struct Logger {
     packed: Vec<u32>,
     ack: Vec<u8>,
     ids: Vec<u64>,
+    /// The encoder for events that arrive uncompressed with `LoggerCompression::Zstd` (the
+    /// DCMs compress in a partition; made at the first such event).
+    compressor: Option<EventCompressor>,
+    /// Time of the first and of the latest event written.
+    first_write: Option<Instant>,
+    last_write: Option<Instant>,
 }
 
 impl Logger {
@@ -384,6 +443,9 @@ impl Logger {
             packed: Vec::new(),
             ack: Vec::new(),
             ids: Vec::new(),
+            compressor: None,
+            first_write: None,
+            last_write: None,
         }
     }
 
@@ -441,9 +503,22 @@ impl Logger {
         }
         let mut files = Vec::new();
         for w in self.writers.drain(..).flatten() {
-            files.extend(w.finish(&self.config.name)?);
+            for c in w.finish(&self.config.name)? {
+                match c.problem {
+                    None => self.summary.events_verified += c.events,
+                    Some(p) => self
+                        .summary
+                        .verify_problems
+                        .push(format!("{}: {p}", c.path.display())),
+                }
+                files.push(c.path);
+            }
         }
         self.summary.files = files;
+        if let (Some(first), Some(last)) = (self.first_write, self.last_write) {
+            self.summary.write_span_ns =
+                u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);
+        }
         Ok(self.summary)
     }
 
@@ -517,7 +592,19 @@ impl Logger {
         let mut words = words;
         let mut compressed = parsed.compression() != 0;
         if self.config.compression == LoggerCompression::Zstd && !compressed {
-            if compress_event(words, &mut self.packed).is_err() {
+            let c = match self.compressor.as_mut() {
+                Some(c) => c,
+                None => {
+                    let c = EventCompressor::new(DEFAULT_ZSTD_LEVEL).map_err(|e| {
+                        DataflowError::Config {
+                            app: self.config.name.clone(),
+                            reason: format!("cannot make the zstd encoder: {e}"),
+                        }
+                    })?;
+                    self.compressor.insert(c)
+                }
+            };
+            if c.compress(words, &mut self.packed).is_err() {
                 self.summary.bad_messages += 1;
                 return Ok(());
             }
@@ -528,6 +615,9 @@ impl Logger {
             return Ok(());
         };
         let bytes = writer.write(&self.config.name, words, compressed)?;
+        let now = Instant::now();
+        self.first_write.get_or_insert(now);
+        self.last_write = Some(now);
         self.touched[s] = true;
         self.summary.events_written += 1;
         self.summary.bytes_written += bytes;

@@ -168,6 +168,11 @@ pub struct SupervisorSummary {
     /// waited for; the event is reassigned at its timeout or the DCM's death.
     #[serde(default)]
     pub assignments_dropped: u64,
+    /// Nanoseconds from the first L1 accept to the last, on the supervisor's clock (0 with
+    /// fewer than two): the run's L1 rate is `(l1_accepts - 1) / l1_span_ns`, free of the
+    /// start-up and drain around the accepts and of the controller's poll period.
+    #[serde(default)]
+    pub l1_span_ns: u64,
 }
 
 impl SupervisorSummary {
@@ -383,6 +388,9 @@ struct Supervisor {
     clear_sequence: u32,
     last_clear: Instant,
     oldest_pending_clear: Option<Instant>,
+    /// Time of the first and of the latest new L1 accept assigned.
+    l1_first: Option<Instant>,
+    l1_last: Option<Instant>,
     summary: SupervisorSummary,
     buf: Vec<u8>,
 }
@@ -404,6 +412,8 @@ impl Supervisor {
             clear_sequence: 0,
             last_clear: Instant::now(),
             oldest_pending_clear: None,
+            l1_first: None,
+            l1_last: None,
             summary: SupervisorSummary::default(),
             buf: Vec::with_capacity(256),
         }
@@ -476,6 +486,10 @@ impl Supervisor {
         self.summary.undecided = (self.assigned.len() + self.reassign.len()) as u64;
         self.maybe_flush_clears(&mut readout, Instant::now(), true)?;
         self.summary.l1_accepts = self.l1.produced();
+        if let (Some(first), Some(last)) = (self.l1_first, self.l1_last) {
+            self.summary.l1_span_ns =
+                u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);
+        }
         if let L1Input::Emulator(_, pacer) = &self.l1 {
             if pacer.missed() > 0 {
                 tracing::warn!(
@@ -661,6 +675,9 @@ impl Supervisor {
                 break;
             };
             budget -= 1;
+            let now = Instant::now();
+            self.l1_first.get_or_insert(now);
+            self.l1_last = Some(now);
             self.counters
                 .trace
                 .record(accept.global_id, TraceStage::L1Accept, 0);

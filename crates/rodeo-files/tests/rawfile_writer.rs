@@ -262,3 +262,30 @@ fn rejects_bad_names_and_rotates_on_lumiblock() {
     assert_eq!(lbs, vec![(1, 3), (2, 4)]);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
 }
+
+#[test]
+fn a_closed_file_is_cross_checked_on_disk_without_reading_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = RawFileWriter::create(config(dir.path())).unwrap();
+    for i in 0..10u32 {
+        w.write_event(&vec![i; 1000 + i as usize], 0).unwrap();
+    }
+    let closed = w.finish().unwrap();
+    assert_eq!(closed.len(), 1);
+    closed[0].check_on_disk().unwrap();
+
+    // A flipped byte of the end record's Adler-32 is found.
+    let c = &closed[0];
+    let mut bytes = std::fs::read(&c.path).unwrap();
+    let at = bytes.len() - 12;
+    bytes[at] ^= 1;
+    std::fs::write(&c.path, &bytes).unwrap();
+    let e = c.check_on_disk().unwrap_err();
+    assert!(e.to_string().contains("adler32"), "{e}");
+
+    // A file cut short is found by its size.
+    bytes.truncate(bytes.len() - 4);
+    std::fs::write(&c.path, &bytes).unwrap();
+    let e = c.check_on_disk().unwrap_err();
+    assert!(e.to_string().contains("file size"), "{e}");
+}

@@ -7,8 +7,9 @@
 //! stored), so a file can be verified without decompressing. [`decompress_event`] rebuilds the
 //! plain event, with the checksum computed again over the restored payload.
 //!
-//! zstd comes from `ruzstd`, a pure-Rust implementation (no C library to build or install);
-//! its encoder offers the "fastest" level, about zstd's level 1, which is what a logger wants.
+//! The encoder is libzstd's (the `zstd` crate, [`EventCompressor`], any level): `ruzstd`'s
+//! pure-Rust encoder compressed at about 16 MB/s, which cost a partition 15x its event rate
+//! (issue 22). Decoding stays with `ruzstd` (pure Rust, fast enough for reading back).
 
 use std::io::Read;
 
@@ -74,39 +75,92 @@ fn tags_of<'a>(e: &FullEvent<'a>) -> Result<Vec<StreamTag<'a>>, FragmentError> {
     e.stream_tags().collect()
 }
 
-/// Writes the zstd-compressed form of the plain event `words` into `out` (cleared first). An
-/// event that is already compressed is copied as it is.
+/// The zstd level a logger's events are compressed at by default: measured on the default
+/// partition's events (docs/benchmarks.md, "Compression"): level 1 keeps the ratio of the
+/// higher levels on counter payloads at a fraction of their time.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
+
+/// A zstd encoder for events, kept from event to event (its context and buffers are allocated
+/// once): what a DCM or logger compressing every event holds.
+pub struct EventCompressor {
+    cx: zstd::bulk::Compressor<'static>,
+    frame: Vec<u8>,
+    words: Vec<u32>,
+    level: i32,
+}
+
+impl std::fmt::Debug for EventCompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventCompressor")
+            .field("level", &self.level)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventCompressor {
+    /// An encoder at zstd `level` (1..=22; negative levels are faster still, 0 is zstd's
+    /// default, 3).
+    pub fn new(level: i32) -> Result<EventCompressor, CompressError> {
+        let cx = zstd::bulk::Compressor::new(level).map_err(|e| {
+            CompressError::Zstd(format!("cannot make a level {level} encoder: {e}"))
+        })?;
+        Ok(EventCompressor {
+            cx,
+            frame: Vec::new(),
+            words: Vec::new(),
+            level,
+        })
+    }
+
+    /// The level it compresses at.
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    /// Writes the zstd-compressed form of the plain event `words` into `out` (cleared first);
+    /// an event that is already compressed is copied as it is.
+    pub fn compress(&mut self, words: &[u32], out: &mut Vec<u32>) -> Result<(), CompressError> {
+        out.clear();
+        let e = FullEvent::parse(words)?;
+        if e.compression() != 0 {
+            out.extend_from_slice(words);
+            return Ok(());
+        }
+        let payload = e.payload();
+        let bytes = words_as_bytes(payload);
+        self.frame.clear();
+        self.frame
+            .reserve(zstd::zstd_safe::compress_bound(bytes.len()));
+        self.cx
+            .compress_to_buffer(bytes, &mut self.frame)
+            .map_err(|err| CompressError::Zstd(err.to_string()))?;
+        self.words.clear();
+        self.words.extend(self.frame.chunks(4).map(|b| {
+            let mut x = [0u8; 4];
+            x[..b.len()].copy_from_slice(b);
+            u32::from_le_bytes(x)
+        }));
+        let tags = tags_of(&e)?;
+        let pieces: [&[u32]; 1] = [&self.words];
+        let n = u32::try_from(payload.len()).map_err(|_| {
+            FragmentError::new(
+                FragmentKind::FullEvent,
+                0,
+                ErrorKind::TooLarge {
+                    words: payload.len() as u64,
+                },
+            )
+        })?;
+        header_of(&e, &tags, &pieces, COMPRESSION_ZSTD, Some(n)).write_vec(out)?;
+        Ok(())
+    }
+}
+
+/// Writes the zstd-compressed form of the plain event `words` into `out` (cleared first), at
+/// [`DEFAULT_ZSTD_LEVEL`]. An event that is already compressed is copied as it is. Compressing
+/// many events: keep an [`EventCompressor`].
 pub fn compress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), CompressError> {
-    out.clear();
-    let e = FullEvent::parse(words)?;
-    if e.compression() != 0 {
-        out.extend_from_slice(words);
-        return Ok(());
-    }
-    let payload = e.payload();
-    let frame = ruzstd::encoding::compress_to_vec(
-        words_as_bytes(payload),
-        ruzstd::encoding::CompressionLevel::Fastest,
-    );
-    let mut packed = vec![0u32; frame.len().div_ceil(4)];
-    for (w, b) in packed.iter_mut().zip(frame.chunks(4)) {
-        let mut x = [0u8; 4];
-        x[..b.len()].copy_from_slice(b);
-        *w = u32::from_le_bytes(x);
-    }
-    let tags = tags_of(&e)?;
-    let pieces: [&[u32]; 1] = [&packed];
-    let n = u32::try_from(payload.len()).map_err(|_| {
-        FragmentError::new(
-            FragmentKind::FullEvent,
-            0,
-            ErrorKind::TooLarge {
-                words: payload.len() as u64,
-            },
-        )
-    })?;
-    header_of(&e, &tags, &pieces, COMPRESSION_ZSTD, Some(n)).write_vec(out)?;
-    Ok(())
+    EventCompressor::new(DEFAULT_ZSTD_LEVEL)?.compress(words, out)
 }
 
 /// Writes the plain form of the event `words` into `out` (cleared first): a compressed event is
@@ -215,6 +269,26 @@ mod tests {
             );
             decompress_event(&packed, &mut back).unwrap();
             assert_eq!(back, plain);
+        }
+    }
+
+    #[test]
+    fn one_compressor_serves_many_events_at_any_level() {
+        let mut synth = EventSynth::new(SynthConfig::default());
+        let (mut plain, mut packed, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        for level in [-1, 1, 3] {
+            let mut c = EventCompressor::new(level).unwrap();
+            assert_eq!(c.level(), level);
+            for gid in 0..20 {
+                synth.event(gid, &mut plain).unwrap();
+                c.compress(&plain, &mut packed).unwrap();
+                assert_eq!(
+                    FullEvent::parse(&packed).unwrap().compression(),
+                    COMPRESSION_ZSTD
+                );
+                decompress_event(&packed, &mut back).unwrap();
+                assert_eq!(back, plain, "level {level}, event {gid}");
+            }
         }
     }
 

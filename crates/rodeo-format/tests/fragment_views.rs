@@ -293,3 +293,44 @@ fn compressed_payload_is_not_iterated() {
     b.stream_tags = &bad;
     assert!(b.size_words().is_err());
 }
+
+#[test]
+fn an_event_written_around_its_pieces_is_the_event_written_whole() {
+    for checksum in [
+        ChecksumType::None,
+        ChecksumType::Crc16,
+        ChecksumType::Adler32,
+    ] {
+        let r1 = rob(checksum, 1);
+        let r2 = rob(ChecksumType::None, 2);
+        let robs: [&[u32]; 3] = [&r1, &r2, &r1[..3]];
+        let b = EventBuilder {
+            source_id: SourceId::new(SubDetector::TDAQ_EVENT_FILTER, 0),
+            status: &[Status::EVENT_PARTIAL.word()],
+            checksum,
+            global_id: 77,
+            l1_info: &[1, 2, 3],
+            stream_tags: &[StreamTag {
+                name: "Main",
+                stream_type: "physics",
+            }],
+            robs: &robs,
+            ..EventBuilder::default()
+        };
+        let mut whole = Vec::new();
+        let size = b.write_vec(&mut whole).unwrap();
+        let (mut head, mut tail) = (vec![9], vec![9]);
+        assert_eq!(b.write_around(&mut head, &mut tail).unwrap(), size);
+        let mut gathered = head.clone();
+        for p in robs {
+            gathered.extend_from_slice(p);
+        }
+        gathered.extend_from_slice(&tail);
+        assert_eq!(gathered, whole, "{checksum:?}");
+        assert_eq!(
+            tail.len(),
+            usize::from(checksum != ChecksumType::None),
+            "{checksum:?}"
+        );
+    }
+}

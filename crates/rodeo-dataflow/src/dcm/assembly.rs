@@ -120,26 +120,74 @@ impl Dcm {
             robs: &pieces,
             ..EventBuilder::default()
         };
-        self.event.clear();
-        let written = builder.write_vec(&mut self.event);
-        self.piece_views = relabel(pieces);
+        // Without compression the event is gathered where its pieces lie: the header and the
+        // checksum word are written here, the ROB fragments go from the slot's arena straight
+        // into the message frames (no full event assembled in between). With compression the
+        // payload must be contiguous for the encoder: the event is built, then compressed here,
+        // in the DCMs, in parallel, not in the logger's one thread.
+        let written = if self.config.compress {
+            self.event.clear();
+            builder.write_vec(&mut self.event)
+        } else {
+            builder.write_around(&mut self.event, &mut self.event_tail)
+        };
         if written.is_err() {
+            self.piece_views = relabel(pieces);
             // Only a >4 GiB event or a bad stream name can fail: count and reject.
             self.summary.bad_messages += 1;
             self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             self.finish(i, WireVerdict::Reject);
             return Ok(());
         }
+        let packed = if let Some(c) = self.compressor.as_mut() {
+            let t0 = Instant::now();
+            let r = c.compress(&self.event, &mut self.packed);
+            self.summary.compress_ns += t0.elapsed().as_nanos() as u64;
+            match r {
+                Ok(()) => {
+                    self.summary.compress_in_bytes += 4 * self.event.len() as u64;
+                    self.summary.compress_out_bytes += 4 * self.packed.len() as u64;
+                    true
+                }
+                Err(_) => {
+                    // Cannot happen for an event just built; sent as it is, counted.
+                    self.summary.compress_failures += 1;
+                    false
+                }
+            }
+        } else {
+            false
+        };
+        let event_words = if packed {
+            self.packed.len()
+        } else if self.config.compress {
+            self.event.len()
+        } else {
+            written.unwrap_or(0)
+        };
         let global_id = s.global_id;
-        let payload = 4 + 4 * self.event.len();
+        let payload = 4 + 4 * event_words;
         let header = header_bytes(MessageType::Event, i as u32, payload as u32);
         let stream_word = stream.to_le_bytes();
         let k = (global_id % loggers.len() as u64) as usize;
-        let sent = loggers[k].send([
+        let whole: &[u32] = if packed { &self.packed } else { &self.event };
+        let gathered = !self.config.compress;
+        let tail: &[u32] = &self.event_tail;
+        let frames = [
             Frame::Copy(&header),
             Frame::Copy(&stream_word),
-            Frame::Copy(words_as_bytes(&self.event)),
-        ]);
+            Frame::Copy(words_as_bytes(whole)),
+        ]
+        .into_iter()
+        .chain(
+            pieces
+                .iter()
+                .chain(std::iter::once(&tail))
+                .filter(|p| gathered && !p.is_empty())
+                .map(|p| Frame::Copy(words_as_bytes(p))),
+        );
+        let sent = loggers[k].send(frames);
+        self.piece_views = relabel(pieces);
         if sent.is_err() {
             // The logger is gone or stuck: try shipping again shortly.
             self.summary.send_failures += 1;

@@ -71,4 +71,16 @@ pub struct DcmSummary {
     pub unfinished: u64,
     /// Sends that failed (peer gone or stuck past the send timeout).
     pub send_failures: u64,
+    /// Bytes of built events given to the compressor (`compress`).
+    #[serde(default)]
+    pub compress_in_bytes: u64,
+    /// Bytes of the compressed events it made.
+    #[serde(default)]
+    pub compress_out_bytes: u64,
+    /// Nanoseconds the DCM thread spent compressing.
+    #[serde(default)]
+    pub compress_ns: u64,
+    /// Events the compressor refused (sent uncompressed).
+    #[serde(default)]
+    pub compress_failures: u64,
 }

@@ -60,6 +60,7 @@ use std::time::{Duration, Instant};
 use crate::trace::Stage as TraceStage;
 
 use rodeo_format::checksum::ChecksumType;
+use rodeo_format::compress::EventCompressor;
 use rodeo_format::fragment::RobFragment;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_update, Decision, Message};
@@ -112,6 +113,12 @@ pub struct DcmConfig {
     pub streams: Vec<String>,
     /// Source id of built events.
     pub source_id: u32,
+    /// Compress each built event's payload with zstd (compression type 1) before shipping it:
+    /// the partition's `[logger] compression = "zstd"`, done where the cores are (every DCM in
+    /// parallel) instead of in the logger's one thread. Default false.
+    pub compress: bool,
+    /// The zstd level of `compress` (default `rodeo_format::compress::DEFAULT_ZSTD_LEVEL`).
+    pub compress_level: i32,
 }
 
 impl DcmConfig {
@@ -137,6 +144,8 @@ impl DcmConfig {
             run_number: 1,
             streams: vec!["physics_Main".into()],
             source_id: 0x007C_0000,
+            compress: false,
+            compress_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
         }
     }
 }
@@ -183,6 +192,18 @@ pub fn spawn(
             .map_err(terr(format!("connect {endpoint}")))?;
         Ok(s)
     };
+    let compressor = if config.compress {
+        let c = EventCompressor::new(config.compress_level).map_err(|e| DataflowError::Config {
+            app: app.clone(),
+            reason: format!(
+                "zstd level {}: {e}; use a level from 1 to 22 (or negative)",
+                config.compress_level
+            ),
+        })?;
+        Some(c)
+    } else {
+        None
+    };
     let supervisor = dealer(&config.supervisor)?;
     let readout = config
         .readout
@@ -195,7 +216,7 @@ pub fn spawn(
         .map(|l| dealer(l))
         .collect::<Result<Vec<_>, _>>()?;
     AppHandle::spawn(&app, move |stop| {
-        Dcm::new(config, algorithm, counters).run(supervisor, readout, loggers, &stop)
+        Dcm::new(config, algorithm, counters, compressor).run(supervisor, readout, loggers, &stop)
     })
 }
 
@@ -306,7 +327,14 @@ struct Dcm {
     last_update: Instant,
     summary: DcmSummary,
     buf: Vec<u8>,
+    /// The built event, or (without compression) its words before the ROB fragments.
     event: Vec<u32>,
+    /// The built event's words after the ROB fragments (its checksum word), when gathered.
+    event_tail: Vec<u32>,
+    /// The compressed event (with `compress`).
+    packed: Vec<u32>,
+    /// The encoder (with `compress`).
+    compressor: Option<EventCompressor>,
     /// Capacity reused for the ROB views handed to the algorithm (empty between events).
     rob_views: Vec<RobFragment<'static>>,
     /// Capacity reused for the pieces of the event being built (empty between events).
@@ -323,6 +351,7 @@ impl Dcm {
         config: DcmConfig,
         algorithm: Box<dyn TriggerAlgorithm>,
         counters: Arc<DcmCounters>,
+        compressor: Option<EventCompressor>,
     ) -> Dcm {
         let n = config.readout.len();
         let mut rob_node: Vec<(u32, usize)> = config
@@ -347,6 +376,9 @@ impl Dcm {
             summary: DcmSummary::default(),
             buf: Vec::with_capacity(4096),
             event: Vec::new(),
+            event_tail: Vec::new(),
+            packed: Vec::new(),
+            compressor,
             rob_views: Vec::new(),
             piece_views: Vec::new(),
             config,

@@ -51,10 +51,12 @@
 //! events whose place in the file is not certain, and every event before the damage is already
 //! recovered.
 
+mod direct;
 mod error;
 mod reader;
 mod writer;
 
+pub use direct::ALIGN as DIRECT_IO_ALIGN;
 pub use error::{RawFileError, RecordKind};
 pub use reader::{verify_file, Event, EventRef, FileSummary, RawFileReader};
 pub use writer::{

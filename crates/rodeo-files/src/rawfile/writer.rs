@@ -1,13 +1,14 @@
 //! The rotating raw-data file writer.
 
 use std::ffi::CString;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::fs::{self, File};
+use std::io;
 use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::direct::DirectOut;
 use super::{
     file_name, valid_name, FileStart, RawFileError, END_MARKER, END_RECORD_WORDS, END_TRAILER,
     EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, WRITING_SUFFIX,
@@ -38,8 +39,12 @@ pub struct RawFileConfig {
     pub free_disk_margin_bytes: u64,
     /// fsync the file (and then its directory) on close, before and after the rename. Default true.
     pub fsync_on_close: bool,
-    /// Size of the write buffer. Default 4 MiB.
+    /// Size of the write buffer (rounded up to a multiple of 4 KiB). Default 4 MiB.
     pub buffer_bytes: usize,
+    /// Write with direct I/O (`O_DIRECT`: the buffer goes to the disk without a copy into the
+    /// page cache); a file system that refuses it gets buffered writes
+    /// ([`RawFileWriter::direct_io_fallback`] says why). Default true.
+    pub direct_io: bool,
     /// Sequence number of the first file. Default 1.
     pub first_sequence: u32,
 }
@@ -63,6 +68,7 @@ impl RawFileConfig {
             free_disk_margin_bytes: 64 << 20,
             fsync_on_close: true,
             buffer_bytes: 4 << 20,
+            direct_io: true,
             first_sequence: 1,
         }
     }
@@ -96,6 +102,59 @@ pub struct ClosedFile {
     pub adler: u32,
 }
 
+impl ClosedFile {
+    /// Cross-checks the file on disk against what the writer wrote, without reading the
+    /// events back: the file's size, and every field of its end record (read back: 36 bytes)
+    /// against the writer's counts and its Adler-32 computed as the records went into the
+    /// buffer. With the record checksums computed on the way, this is the logger's check of a
+    /// closed file; [`crate::verify::check_file`] re-reads everything (`--verify-after`).
+    pub fn check_on_disk(&self) -> Result<(), RawFileError> {
+        use std::os::unix::fs::FileExt as _;
+        let io_err = |op| {
+            let path = self.path.clone();
+            move |source| RawFileError::Io { op, path, source }
+        };
+        let file = File::open(&self.path).map_err(io_err("open"))?;
+        let len = file.metadata().map_err(io_err("stat"))?.len();
+        let offset = self.file_bytes.saturating_sub(END_RECORD_BYTES);
+        let bad = |field, expected: u64, found: u64| RawFileError::BadEndRecord {
+            offset,
+            field,
+            expected,
+            found,
+            events: self.events,
+        };
+        if len != self.file_bytes {
+            return Err(bad("file size", self.file_bytes, len));
+        }
+        let mut end = [0u8; END_RECORD_BYTES as usize];
+        file.read_exact_at(&mut end, offset)
+            .map_err(io_err("read"))?;
+        let w = |i: usize| {
+            u64::from(u32::from_le_bytes([
+                end[4 * i],
+                end[4 * i + 1],
+                end[4 * i + 2],
+                end[4 * i + 3],
+            ]))
+        };
+        let fields = [
+            ("marker", u64::from(END_MARKER), w(0)),
+            ("size", u64::from(END_RECORD_WORDS), w(1)),
+            ("event count", self.events, w(2) | w(3) << 32),
+            ("event bytes", self.event_bytes, w(4) | w(5) << 32),
+            ("adler32", u64::from(self.adler), w(6)),
+            ("trailer", u64::from(END_TRAILER), w(8)),
+        ];
+        for (field, expected, found) in fields {
+            if expected != found {
+                return Err(bad(field, expected, found));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Writer statistics (64-bit counters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriterStats {
@@ -117,7 +176,7 @@ pub struct WriterStats {
 
 #[derive(Debug)]
 struct OpenFile {
-    out: BufWriter<File>,
+    out: DirectOut,
     writing: PathBuf,
     final_path: PathBuf,
     sequence: u32,
@@ -131,7 +190,9 @@ struct OpenFile {
 ///
 /// The first file is opened by [`RawFileWriter::create`] (so a full disk or a bad directory is
 /// reported at start); later files are opened when an event needs them. Each file is written
-/// through a large [`BufWriter`] under its `.writing` name and renamed on a clean close.
+/// under its `.writing` name through one page-aligned buffer (each byte copied into it once),
+/// with direct I/O when the file system allows it (`RawFileConfig::direct_io`), and renamed on
+/// a clean close.
 /// [`RawFileWriter::finish`] closes the last file; a writer dropped without `finish` leaves its
 /// file as `.writing` without an end record, exactly as a crash would, and the reader recovers
 /// its events.
@@ -143,6 +204,7 @@ pub struct RawFileWriter {
     closed: Vec<ClosedFile>,
     stats: WriterStats,
     start_record: Vec<u8>,
+    fallback: Option<String>,
 }
 
 impl RawFileWriter {
@@ -172,6 +234,7 @@ impl RawFileWriter {
             closed: Vec::new(),
             stats: WriterStats::default(),
             start_record: Vec::new(),
+            fallback: None,
         };
         writer.open_next()?;
         Ok(writer)
@@ -190,6 +253,19 @@ impl RawFileWriter {
     /// Files closed so far, in order.
     pub fn closed_files(&self) -> &[ClosedFile] {
         &self.closed
+    }
+
+    /// Whether the open file is written with direct I/O.
+    pub fn direct_io(&self) -> bool {
+        self.current.as_ref().is_some_and(|f| f.out.is_direct())
+    }
+
+    /// Why direct I/O was asked for and refused (the first file system refusal seen by this
+    /// writer), for a log line; `None` when it was never refused.
+    pub fn direct_io_fallback(&self) -> Option<&str> {
+        self.fallback
+            .as_deref()
+            .or_else(|| self.current.as_ref().and_then(|f| f.out.fallback()))
     }
 
     /// The `.writing` path of the open file, if one is open.
@@ -270,8 +346,7 @@ impl RawFileWriter {
         let Some(f) = self.current.as_mut() else {
             return Ok(());
         };
-        let r = f.out.flush().and_then(|()| f.out.get_ref().sync_data());
-        r.map_err(|source| RawFileError::Io {
+        f.out.sync_data().map_err(|source| RawFileError::Io {
             op: "fdatasync",
             path: f.writing.clone(),
             source,
@@ -348,23 +423,20 @@ impl RawFileWriter {
         if final_path.exists() {
             return Err(RawFileError::AlreadyExists { path: final_path });
         }
-        let file = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&writing)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(RawFileError::AlreadyExists { path: writing })
-            }
-            Err(source) => {
-                return Err(RawFileError::Io {
-                    op: "create",
-                    path: writing,
-                    source,
-                })
-            }
-        };
+        let mut out =
+            match DirectOut::create(&writing, self.config.buffer_bytes, self.config.direct_io) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    return Err(RawFileError::AlreadyExists { path: writing })
+                }
+                Err(source) => {
+                    return Err(RawFileError::Io {
+                        op: "create",
+                        path: writing,
+                        source,
+                    })
+                }
+            };
         let start = FileStart {
             version: FORMAT_VERSION,
             sequence,
@@ -379,7 +451,6 @@ impl RawFileWriter {
         };
         self.start_record.clear();
         start.encode(&mut self.start_record);
-        let mut out = BufWriter::with_capacity(self.config.buffer_bytes.max(4096), file);
         out.write_all(&self.start_record)
             .map_err(|source| RawFileError::Io {
                 op: "write",
@@ -407,6 +478,9 @@ impl RawFileWriter {
         let Some(mut f) = self.current.take() else {
             return Ok(());
         };
+        if self.fallback.is_none() {
+            self.fallback = f.out.fallback().map(str::to_string);
+        }
         let mut end = [0u8; END_RECORD_BYTES as usize];
         let words = [
             END_MARKER,
@@ -427,15 +501,11 @@ impl RawFileWriter {
             move |source| RawFileError::Io { op, path, source }
         };
         f.out.write_all(&end).map_err(err("write", &f.writing))?;
-        let file = f.out.into_inner().map_err(|e| RawFileError::Io {
-            op: "flush",
-            path: f.writing.clone(),
-            source: e.into_error(),
-        })?;
+        f.out.finish().map_err(err("write", &f.writing))?;
         if self.config.fsync_on_close {
-            file.sync_all().map_err(err("fsync", &f.writing))?;
+            f.out.sync_all().map_err(err("fsync", &f.writing))?;
         }
-        drop(file);
+        drop(f.out);
         fs::rename(&f.writing, &f.final_path).map_err(err("rename", &f.writing))?;
         if self.config.fsync_on_close {
             File::open(&self.config.directory)
@@ -457,7 +527,7 @@ impl RawFileWriter {
     }
 }
 
-fn write_record(out: &mut BufWriter<File>, header: &[u8], pieces: &[&[u32]]) -> io::Result<()> {
+fn write_record(out: &mut DirectOut, header: &[u8], pieces: &[&[u32]]) -> io::Result<()> {
     out.write_all(header)?;
     for p in pieces {
         out.write_all(words_as_bytes(p))?;

@@ -30,6 +30,27 @@ impl Sink for VecSink<'_> {
     }
 }
 
+/// Keeps a fragment's words before and after its payload, skipping the payload itself (the
+/// pieces stay where they are; the checksum still runs over them).
+struct SplitSink<'v> {
+    head: &'v mut Vec<u32>,
+    tail: &'v mut Vec<u32>,
+    head_left: usize,
+    skip_left: u64,
+}
+
+impl Sink for SplitSink<'_> {
+    fn put_slice(&mut self, mut words: &[u32]) {
+        let n = self.head_left.min(words.len());
+        self.head.extend_from_slice(&words[..n]);
+        self.head_left -= n;
+        words = &words[n..];
+        let n = usize::try_from(self.skip_left).map_or(words.len(), |s| s.min(words.len()));
+        self.skip_left -= n as u64;
+        self.tail.extend_from_slice(&words[n..]);
+    }
+}
+
 /// Writes into a slice; a write past its end is dropped and remembered (never panics).
 struct SliceSink<'s> {
     buf: &'s mut [u32],
@@ -432,6 +453,29 @@ impl EventBuilder<'_> {
     /// Writes the event at the start of `out`; returns the number of words written.
     pub fn write_slice(&self, out: &mut [u32]) -> Result<usize, FragmentError> {
         write_slice(self, out)
+    }
+
+    /// Writes the event without its payload: the words before the ROB fragments into `head`
+    /// and those after them (the checksum word, if any) into `tail` (both cleared first), the
+    /// checksum computed over the pieces where they lie. `head`, the pieces of `robs` and
+    /// `tail` back to back are the event [`EventBuilder::write_vec`] writes (a sender gathers
+    /// them, no copy of the payload here); returns the event's size in words.
+    pub fn write_around(
+        &self,
+        head: &mut Vec<u32>,
+        tail: &mut Vec<u32>,
+    ) -> Result<usize, FragmentError> {
+        let (size, size32) = checked_size(self)?;
+        head.clear();
+        tail.clear();
+        let mut sink = SplitSink {
+            head,
+            tail,
+            head_left: self.header_size()? as usize,
+            skip_left: pieces_len(self.robs),
+        };
+        self.emit(&mut sink, size32);
+        Ok(size)
     }
 
     fn emit_stream_tags<S: Sink>(&self, sink: &mut S, nwords: u32) {

@@ -3,6 +3,7 @@
 //! same run, so that it stays meaningful on a noisy machine.
 
 pub mod dma;
+pub mod logger;
 pub mod pool;
 pub mod probe;
 pub mod ros;

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use rodeo_studies::bench::{dma, pool, ros, swrod, transport};
+use rodeo_studies::bench::{dma, logger, pool, ros, swrod, transport};
 
 use clap::Subcommand;
 
@@ -41,6 +41,10 @@ enum Kind {
     /// The consumer process of `rodeo bench transport` (started by it).
     #[command(hide = true)]
     TransportPeer(transport::PeerArgs),
+    /// The logger's file writer alone: synthetic events of 1 KiB to 1 MiB written with the
+    /// logger's group commit (direct I/O, and buffered for comparison), against dd-style
+    /// direct writes (4 MiB blocks, O_DIRECT) to the same directory before and after.
+    Logger(logger::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -60,6 +64,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             transport::peer(&a)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Kind::Logger(a) => (logger::measure_report(&a)?, a.json),
     };
     report.print(json);
     Ok(ExitCode::SUCCESS)

@@ -68,6 +68,11 @@ pub(crate) struct Args {
     /// with `--features python`.
     #[arg(long, value_name = "SPEC", conflicts_with = "processes")]
     trigger: Option<String>,
+    /// After the run, re-read every file completely as `rodeo verify` does (overrides
+    /// logger.verify_after; default: the loggers' own check, record checksums computed as the
+    /// bytes are written and each file's end record read back).
+    #[arg(long)]
+    verify_after: bool,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -177,6 +182,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.trace_every {
         config.control.trace_every = n;
     }
+    if args.verify_after {
+        config.logger.verify_after = true;
+    }
     std::fs::create_dir_all(&config.run.output)
         .with_context(|| format!("cannot create output directory {}", config.run.output))?;
     // The run database remembers every run (and records those a crash left unrecorded).
@@ -283,8 +291,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         rodeo_control::config::L1Mode::Readout | rodeo_control::config::L1Mode::External => 0.0,
         _ => config.l1.rate_hz,
     };
-    let (record, verified, problems, balanced) =
-        balance_sheet(&summary, requested, trigger.as_ref());
+    let (record, verified, problems, balanced) = balance_sheet(
+        &summary,
+        requested,
+        trigger.as_ref(),
+        config.logger.verify_after,
+    );
     // The balance sheet stays with the data: `summary.json` in the run directory.
     let record_path = summary.output.join("summary.json");
     if let Err(e) = serde_json::to_vec_pretty(&record)
@@ -312,26 +324,34 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The run's balance sheet: every file read back (the events written must all be there,
-/// intact), the problems found, and the JSON object `--json` prints (also `summary.json` and
-/// the run database's record). Returns (record, events verified, problems, balanced).
+/// The run's balance sheet: the events written must all be in the files, intact (the
+/// loggers' check: record checksums computed on the way, each closed file's end record and
+/// size read back; with `verify_after` every file re-read completely with `check_file`), the
+/// problems found, and the JSON object `--json` prints (also `summary.json` and the run
+/// database's record). Returns (record, events verified, problems, balanced).
 pub(crate) fn balance_sheet(
     summary: &RunSummary,
     requested_hz: f64,
     trigger: Option<&serde_json::Value>,
+    verify_after: bool,
 ) -> (serde_json::Value, u64, Vec<String>, bool) {
-    let mut verified = 0u64;
     let mut problems = summary.problems.clone();
-    for f in &summary.files {
-        let v = check_file(f);
-        verified += v.good_events;
-        if let Some(e) = v.error {
-            problems.push(format!("{}: {e}", f.display()));
+    let verified = if verify_after {
+        let mut verified = 0u64;
+        for f in &summary.files {
+            let v = check_file(f);
+            verified += v.good_events;
+            if let Some(e) = v.error {
+                problems.push(format!("{}: {e}", f.display()));
+            }
         }
-    }
+        verified
+    } else {
+        summary.events_verified
+    };
     if verified != summary.events_written {
         problems.push(format!(
-            "files hold {verified} valid events, the loggers wrote {}",
+            "files hold {verified} verified events, the loggers wrote {}",
             summary.events_written
         ));
     }
@@ -340,6 +360,7 @@ pub(crate) fn balance_sheet(
         summary,
         requested_hz,
         verified,
+        verify_after,
         &problems,
         balanced,
         trigger,
@@ -488,6 +509,7 @@ fn summary_json(
     s: &RunSummary,
     requested_hz: f64,
     verified: u64,
+    verify_after: bool,
     problems: &[String],
     balanced: bool,
     trigger: Option<&serde_json::Value>,
@@ -516,6 +538,7 @@ fn summary_json(
         "forced_accepts": s.forced_accepts,
         "events_written": s.events_written,
         "events_verified": verified,
+        "verified_by_reading": verify_after,
         "duplicates_dropped": s.duplicates,
         "partial_events": s.partial_events,
         "bytes_written": s.bytes_written,
@@ -523,6 +546,13 @@ fn summary_json(
         "readout_nodes": nodes,
         "seconds": s.seconds,
         "l1_rate_hz": s.l1_rate_hz,
+        "l1_seconds": s.l1_seconds,
+        "write_bytes_per_s": s.write_bytes_per_s,
+        "compress_in_bytes": s.compress_in_bytes,
+        "compress_out_bytes": s.compress_out_bytes,
+        "compression_ratio": (s.compress_out_bytes > 0)
+            .then(|| s.compress_in_bytes as f64 / s.compress_out_bytes as f64),
+        "compress_seconds": s.compress_seconds,
         "l1_rate_requested_hz": requested_hz,
         "balanced": balanced,
         "problems": problems,
@@ -568,9 +598,10 @@ fn print_summary(
         s.accepted + s.rejected + s.forced_accepts
     );
     println!(
-        "  written: {} events ({:.1} MB) in {} file(s), {} verified",
+        "  written: {} events ({:.1} MB, {:.2} GB/s) in {} file(s), {} verified",
         s.events_written,
         s.bytes_written as f64 / 1e6,
+        s.write_bytes_per_s / 1e9,
         s.files.len(),
         verified
     );

@@ -153,7 +153,12 @@ impl Service {
         );
         let (record, files) = match outcome {
             Ok(summary) => {
-                let (record, ..) = super::run::balance_sheet(&summary, config.l1.rate_hz, None);
+                let (record, ..) = super::run::balance_sheet(
+                    &summary,
+                    config.l1.rate_hz,
+                    None,
+                    config.logger.verify_after,
+                );
                 (record, summary.files.clone())
             }
             Err(e) => {
