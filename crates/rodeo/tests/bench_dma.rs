@@ -24,15 +24,24 @@ fn check(generator: &str) {
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["bench"], "dma");
     assert!(
-        v["memcpy_bytes_per_s"].as_f64().is_some_and(|x| x > 0.0),
+        v["memcpy_64mib_bytes_per_s"]
+            .as_f64()
+            .is_some_and(|x| x > 0.0),
         "{v}"
     );
+    assert!(v["max_ratio_to_memcpy"].is_number(), "{v}");
     assert!(v["best_ratio_2ch"].is_number());
     assert!(v["target_met"].is_boolean());
     let rows = v["rows"].as_array().expect("rows");
     let mut seen = Vec::new();
     for row in rows {
-        for key in ["bytes_per_s", "per_channel_bytes_per_s", "ratio_to_memcpy"] {
+        for key in [
+            "bytes_per_s",
+            "per_channel_bytes_per_s",
+            "memcpy_bytes_per_s",
+            "ratio_to_memcpy",
+            "card_cpu_per_s",
+        ] {
             assert!(
                 row[key].as_f64().is_some_and(|x| x >= 0.0),
                 "{key} in {row}"
