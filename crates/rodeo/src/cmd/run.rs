@@ -627,7 +627,7 @@ fn print_summary(
 }
 
 /// One more than the largest `run-NNNNNNNN` in `dir` (1 when there is none).
-fn next_run_number(dir: &std::path::Path) -> u32 {
+pub(crate) fn next_run_number(dir: &std::path::Path) -> u32 {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()

@@ -369,18 +369,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The first free run number: after every run directory and every recorded run.
 fn next_number(output: &Path, db: &RunDb) -> anyhow::Result<u32> {
     let in_db = db.last_run_number()?.map_or(1, |n| n.saturating_add(1));
-    let in_dir = std::fs::read_dir(output)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("run-")?
-                .parse::<u32>()
-                .ok()
-        })
-        .max()
-        .map_or(1, |m| m.saturating_add(1));
+    let in_dir = super::run::next_run_number(output);
     Ok(in_db.max(in_dir))
 }
