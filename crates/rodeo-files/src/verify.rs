@@ -83,7 +83,6 @@ pub fn check_file(path: &Path) -> FileVerdict {
         .as_ref()
         .is_some_and(|s| s.checksummed());
     let file_run = reader.info().run_number;
-    let file_stream = reader.info().stream.clone();
     for next in reader.by_ref() {
         let ev = match next {
             Ok(ev) => ev,
@@ -93,7 +92,7 @@ pub fn check_file(path: &Path) -> FileVerdict {
                 return v;
             }
         };
-        if let Err(e) = cross_check(&ev, file_run, &file_stream) {
+        if let Err(e) = cross_check(&ev, file_run) {
             v.error_offset = Some(ev.offset);
             v.error = Some(format!(
                 "event {} (record at byte {}): {e}",
@@ -139,41 +138,17 @@ pub fn check_file(path: &Path) -> FileVerdict {
     v
 }
 
-/// Checks an event against its file's start record: the same run number, and (for an eformat 5
-/// event that carries stream tags) a tag of the file's stream, named either as the file's
-/// stream (`physics_Main`) or as its type and name (`physics` + `Main`).
-fn cross_check(ev: &FileEvent, file_run: u32, file_stream: &str) -> Result<(), String> {
+/// Checks an event against its file's start record: the same run number. (Stream tags are not
+/// checked: a file may rightly hold events copied from another stream, e.g. a replay or a
+/// debug stream.)
+fn cross_check(ev: &FileEvent, file_run: u32) -> Result<(), String> {
     if ev.run_number != file_run {
         return Err(format!(
             "run number {} disagrees with the file start record's run {file_run}",
             ev.run_number
         ));
     }
-    if ev.eformat != 5 {
-        return Ok(());
-    }
-    let Ok(full) = FullEvent::parse(&ev.words) else {
-        return Ok(()); // the structure check that follows names the problem
-    };
-    let mut tags = 0u32;
-    for tag in full.stream_tags() {
-        let Ok(tag) = tag else {
-            return Ok(()); // idem
-        };
-        tags += 1;
-        let joined = file_stream
-            .strip_prefix(tag.stream_type)
-            .and_then(|rest| rest.strip_prefix('_'));
-        if tag.name == file_stream || joined == Some(tag.name) {
-            return Ok(());
-        }
-    }
-    if tags == 0 {
-        return Ok(());
-    }
-    Err(format!(
-        "none of its {tags} stream tags names the file's stream {file_stream:?}"
-    ))
+    Ok(())
 }
 
 /// The file offset of word `word` of `ev`'s event, when the words are as stored (rodeo's

@@ -204,25 +204,3 @@ fn version_1_files_still_verify_marked_unchecked_and_are_cross_checked() {
     let e = v.error.unwrap();
     assert!(e.contains("run number 77") && e.contains("run 78"), "{e}");
 }
-
-#[test]
-fn an_event_of_another_stream_fails_the_check() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = RawFileConfig::new(dir.path(), 77, "SFO-1", "calibration");
-    cfg.free_disk_margin_bytes = 0;
-    cfg.fsync_on_close = false;
-    let mut w = RawFileWriter::create(cfg).unwrap();
-    let mut synth = EventSynth::new(SynthConfig {
-        robs: 2,
-        run_number: 77,
-        stream: ("Main".into(), "physics".into()),
-        ..SynthConfig::default()
-    });
-    let mut words = Vec::new();
-    synth.event(0, &mut words).unwrap();
-    w.write_event(&words, 0).unwrap();
-    let path = w.finish().unwrap()[0].path.clone();
-    let v = check_file(&path);
-    assert!(!v.ok);
-    assert!(v.error.unwrap().contains("\"calibration\""));
-}
