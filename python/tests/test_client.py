@@ -66,11 +66,18 @@ def test_status_metrics_token_and_stop(running):
     assert m['rodeo_l1_accepts_total{app="supervisor"}'] > 0
     # The same page through Prometheus's own parser: every family typed, counters and
     # histograms among them, the histogram consistent (+Inf bucket == count).
-    families = {f.name: f for f in text_string_to_metric_families(c.metrics_text())}
+    # dcm-1 may not have asked for data yet just after the start: wait (bounded) until it has.
+    deadline = time.monotonic() + 30
+    while True:
+        families = {f.name: f for f in text_string_to_metric_families(c.metrics_text())}
+        h = families["rodeo_dcm_request_latency_seconds"]
+        by = {(x.name, x.labels.get("app"), x.labels.get("le")): x.value for x in h.samples}
+        if by.get(("rodeo_dcm_request_latency_seconds_count", "dcm-1", None), 0) > 0:
+            break
+        assert time.monotonic() < deadline, "dcm-1 never asked for data"
+        time.sleep(0.05)
     assert families["rodeo_l1_accepts"].type == "counter"
-    h = families["rodeo_dcm_request_latency_seconds"]
     assert h.type == "histogram"
-    by = {(x.name, x.labels.get("app"), x.labels.get("le")): x.value for x in h.samples}
     assert by[("rodeo_dcm_request_latency_seconds_bucket", "dcm-1", "+Inf")] == \
         by[("rodeo_dcm_request_latency_seconds_count", "dcm-1", None)] > 0
     assert sum(len(f.samples) for f in families.values()) >= 20
