@@ -13,6 +13,7 @@
 //! a panic.
 
 pub mod endpoint;
+pub mod frame;
 pub mod message;
 pub mod shm;
 pub mod socket;

@@ -52,7 +52,7 @@ use iceoryx2::port::publisher::Publisher;
 use iceoryx2::port::subscriber::Subscriber;
 use iceoryx2::prelude::*;
 
-use crate::socket::{Frame, Received, TransportError};
+use crate::frame::{Frame, Received, TransportError};
 
 /// The iceoryx2 service variant: inter-process, ports usable from the thread they are moved to.
 pub(crate) type Svc = ipc_threadsafe::Service;

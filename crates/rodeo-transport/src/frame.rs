@@ -1,0 +1,115 @@
+//! What both transports (ZeroMQ in [`crate::socket`], shared memory in [`crate::shm`]) send,
+//! receive and fail with: [`Frame`], [`FrameOwner`], [`Received`] and [`TransportError`]. They
+//! live apart from either transport so that neither imports the other's internals for them
+//! (re-exported from [`crate::socket`], where callers have always found them).
+
+/// What went wrong in a socket operation, with the endpoint or operation named.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// Creating a socket or setting an option failed.
+    #[error("zeromq {op}: {source}")]
+    Setup {
+        /// The operation.
+        op: &'static str,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Binding an endpoint failed (in use, bad interface, missing directory).
+    #[error("cannot bind {endpoint}: {source} (is another process using it?)")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Connecting to an endpoint failed.
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Sending failed (peer unknown to a ROUTER, high-water mark with a timeout, context closed).
+    #[error("send failed: {source}")]
+    Send {
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Receiving failed (context closed, interrupted).
+    #[error("receive failed: {source}")]
+    Recv {
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// A shared-memory (iceoryx2) operation failed.
+    #[error(
+        "shared memory {op} {name:?}: {detail} (stale resources of a crashed run are removed at \
+         the next start; check /dev/shm and /tmp/iceoryx2)"
+    )]
+    Shm {
+        /// The operation.
+        op: &'static str,
+        /// The service or endpoint name.
+        name: String,
+        /// iceoryx2's error.
+        detail: String,
+    },
+}
+
+impl TransportError {
+    /// True for a send refused because it would have waited: the peer's queue is at its
+    /// high-water mark, or no peer is connected (`EAGAIN` of a non-blocking or timed send).
+    pub fn is_would_block(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Send {
+                source: zmq::Error::EAGAIN
+            }
+        )
+    }
+
+    /// True for a ROUTER send to a peer it does not know (never connected, or gone).
+    pub fn is_unroutable(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Send {
+                source: zmq::Error::EHOSTUNREACH
+            }
+        )
+    }
+}
+
+/// A frame to send.
+pub enum Frame<'a> {
+    /// Bytes copied into the message.
+    Copy(&'a [u8]),
+    /// Bytes sent where they lie; ZeroMQ drops the owner when it no longer needs them.
+    ZeroCopy(Box<dyn FrameOwner>),
+}
+
+/// Something that owns bytes ZeroMQ may send without copying (a page handle, a `Vec<u8>`).
+///
+/// The bytes must stay where they are, unchanged, until the owner is dropped.
+pub trait FrameOwner: Send + 'static {
+    /// The bytes to send.
+    fn frame_bytes(&self) -> &[u8];
+}
+
+impl FrameOwner for Vec<u8> {
+    fn frame_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A received message: the peer's routing id (ROUTER only) and all frames joined.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// Routing id of the sender (empty unless received on a ROUTER).
+    pub peer: Vec<u8>,
+    /// The message's frames, joined.
+    pub bytes: Vec<u8>,
+    /// Number of frames the message had (not counting the routing id).
+    pub frames: u32,
+}
