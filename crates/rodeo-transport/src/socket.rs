@@ -108,6 +108,7 @@ impl Transport {
             identity: RefCell::new(Vec::new()),
             send_timeout_ms: Cell::new(-1),
             max_message_bytes: Cell::new(None),
+            stalled: false,
         })
     }
 }
@@ -123,6 +124,9 @@ pub struct Socket {
     identity: RefCell<Vec<u8>>,
     send_timeout_ms: Cell<i32>,
     max_message_bytes: Cell<Option<usize>>,
+    /// A [`Socket::send`] timed out and no send has got through since: the next sends do not
+    /// wait (a vanished or stuck peer costs one send timeout, not one per message).
+    stalled: bool,
 }
 
 impl std::fmt::Debug for Socket {
@@ -265,15 +269,33 @@ impl Socket {
     }
 
     /// Sends one message made of `frames` (blocking while the high-water mark is reached, up to
-    /// the send timeout if one is set).
+    /// the send timeout if one is set). After a send timed out, the following sends fail at once
+    /// while the peer's queue stays full ([`Socket::try_send`]); the first that gets through
+    /// makes sends wait again. So a peer that vanished or stopped reading costs its sender one
+    /// send timeout, not one per message (a DCM with a dead readout node and a queue of events
+    /// to ask for would otherwise spend seconds per event on its way down).
     pub fn send<'a>(
         &mut self,
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
-        if let Some(s) = self.shm.get_mut() {
-            return s.send(None, frames, true);
+        let wait = !self.stalled;
+        let sent = if let Some(s) = self.shm.get_mut() {
+            s.send(None, frames, wait)
+        } else {
+            self.send_frames(frames, if wait { 0 } else { zmq::DONTWAIT })
+        };
+        match &sent {
+            Ok(()) => self.stalled = false,
+            Err(e) if e.is_would_block() => self.stalled = true,
+            Err(_) => {}
         }
-        self.send_frames(frames, 0)
+        sent
+    }
+
+    /// Whether the last blocking send timed out and none got through since (see
+    /// [`Socket::send`]).
+    pub fn is_stalled(&self) -> bool {
+        self.stalled
     }
 
     /// Sends one message to the peer with routing id `peer` (ROUTER), blocking like

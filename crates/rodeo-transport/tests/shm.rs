@@ -203,3 +203,43 @@ fn oversized_messages_are_dropped_and_counted() {
     assert_eq!(msg.bytes, [2u8; 16]);
     assert_eq!(server.dropped_count(), 1);
 }
+
+#[test]
+fn a_peer_that_stopped_reading_costs_one_send_timeout_not_one_per_message() {
+    let t = Transport::new(1).unwrap();
+    let name = unique("stalled");
+    let mut server = router(&t, &name);
+    let mut client = t.socket(SocketKind::Dealer).unwrap();
+    client.set_identity(b"dcm-9").unwrap();
+    client.set_send_timeout(300).unwrap();
+    client
+        .connect(&Endpoint::parse(&format!("shm://{name}")).unwrap())
+        .unwrap();
+    // The server never reads: fill its inbox.
+    while client.try_send([Frame::Copy(&[1u8; 1000])]).is_ok() {}
+    // One blocking send waits out its timeout ...
+    let t0 = Instant::now();
+    let e = client.send([Frame::Copy(&[2u8; 1000])]).unwrap_err();
+    assert!(e.is_would_block(), "{e}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(client.is_stalled());
+    // ... the next ones fail at once while the peer stays full.
+    let t1 = Instant::now();
+    for _ in 0..20 {
+        assert!(client.send([Frame::Copy(&[3u8; 1000])]).is_err());
+    }
+    assert!(
+        t1.elapsed() < Duration::from_millis(250),
+        "20 sends to a stalled peer took {:?}",
+        t1.elapsed()
+    );
+    // The peer reads again: the next send gets through and sends wait again.
+    let mut msg = Received::default();
+    while server.recv(&mut msg, 50).unwrap() {}
+    client.send([Frame::Copy(&[4u8; 10])]).unwrap();
+    assert!(!client.is_stalled());
+}

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
 
-use rodeo_testkit::{wait_for, wait_until};
+use rodeo_testkit::{holds_within, wait_for, wait_until};
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
@@ -359,10 +359,11 @@ fn killing_the_controller_leaves_no_application_running() {
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
     child.wait().unwrap();
-    wait_until(
-        "no application left 5 s after the controller died",
-        Duration::from_secs(5),
-        || apps_of(&marker).is_empty(),
+    let all_gone = holds_within(Duration::from_secs(5), || apps_of(&marker).is_empty());
+    assert!(
+        all_gone,
+        "applications left 5 s after the controller died: {:?}",
+        apps_of(&marker)
     );
     // They stopped in order: the logger closed its files (none left `.writing`).
     let files = walk(&out_dir);
