@@ -37,6 +37,15 @@ pub struct NodeSummary {
     /// The SW ROD input's first error at the stop (a builder that failed), if any: also a
     /// problem of the run ([`RunSummary::problems`]).
     pub swrod_error: Option<String>,
+    /// Errors the input's checks found in the link data, every kind summed (S-LINK framing,
+    /// markers, CRC, sequence, garbage...; units of the wrong size dropped by a network
+    /// receiver). Corrupt input does not unbalance a run (its events are built without the
+    /// fragment, flagged), but the balance sheet says it happened.
+    #[serde(default)]
+    pub input_errors: u64,
+    /// Words of link data dropped by those checks (garbage, short fragments).
+    #[serde(default)]
+    pub input_dropped_words: u64,
 }
 
 /// What an application hands back at the end of its part of a run.

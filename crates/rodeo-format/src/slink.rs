@@ -181,6 +181,22 @@ impl SlinkCounters {
     pub fn dropped_fragments(&self) -> u64 {
         self.short_fragments
     }
+
+    /// Every error found, whatever its kind (a fragment with several counts once per kind):
+    /// framing, truncation, CRC, marker, format, duplicate and L1ID sequence errors, dropped
+    /// short fragments and garbage spans.
+    pub fn errors(&self) -> u64 {
+        self.missing_begin
+            + self.missing_end
+            + self.truncated
+            + self.crc_errors
+            + self.bad_markers
+            + self.format_errors
+            + self.duplicates
+            + self.l1id_sequence_errors
+            + self.short_fragments
+            + self.garbage_spans
+    }
 }
 
 /// Walks S-LINK streams of one channel; see the module docs. Keeps the L1ID sequence across

@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod process;
+
 /// How often a condition is polled.
 const POLL: Duration = Duration::from_millis(5);
 

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
 
+use rodeo_testkit::process::{apps_of, find_app};
 use rodeo_testkit::{holds_within, wait_for, wait_until};
 
 use rodeo_files::rawfile::RawFileReader;
@@ -198,27 +199,6 @@ fn processes_balance_like_the_embedded_run() {
     assert_run_directory_records_the_run(&v);
 }
 
-/// The pid of the `rodeo app dcm --name NAME` process whose command line mentions `marker`.
-fn find_app(name: &str, marker: &str) -> Option<i32> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmd
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let has = |s: &str| args.iter().any(|a| a == s);
-        if has("app") && has("dcm") && has(name) && args.iter().any(|a| a.contains(marker)) {
-            return Some(pid);
-        }
-    }
-    None
-}
-
 #[test]
 fn killing_a_dcm_process_loses_no_event() {
     let dir = tempfile::tempdir().unwrap();
@@ -278,49 +258,6 @@ fn killing_a_dcm_process_loses_no_event() {
         v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap()
     );
     assert_eq!(global_ids(&v).len() as u64, written);
-}
-
-/// Every live (not zombie) `rodeo app` process whose command line mentions `marker`.
-fn apps_of(marker: &str) -> Vec<(i32, String)> {
-    let mut found = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in dir.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmd
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if !(args.iter().any(|a| a == "app") && args.iter().any(|a| a.contains(marker))) {
-            continue;
-        }
-        // A zombie has ended; only its parent (gone here) would reap it.
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .next();
-        if matches!(state, Some('Z') | Some('X') | None) {
-            continue;
-        }
-        let name = args
-            .iter()
-            .position(|a| a == "--name")
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_default();
-        found.push((pid, name));
-    }
-    found
 }
 
 #[test]

@@ -130,6 +130,8 @@ impl Application for RosApp {
             stored_now: k.stored,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
             swrod_error: s.swrod_error,
+            input_errors: s.slink.errors() + net.dropped_units,
+            input_dropped_words: s.slink.dropped_words,
         })))
     }
 

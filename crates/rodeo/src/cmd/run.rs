@@ -526,6 +526,8 @@ fn summary_json(
                 "stored": n.stored,
                 "swrod_built": n.swrod_built,
                 "swrod_error": n.swrod_error,
+                "input_errors": n.input_errors,
+                "input_dropped_words": n.input_dropped_words,
             })
         })
         .collect();
@@ -541,6 +543,7 @@ fn summary_json(
         "verified_by_reading": verify_after,
         "duplicates_dropped": s.duplicates,
         "partial_events": s.partial_events,
+        "input_errors": s.nodes.iter().map(|n| n.input_errors).sum::<u64>(),
         "bytes_written": s.bytes_written,
         "files": s.files,
         "readout_nodes": nodes,
@@ -610,6 +613,12 @@ fn print_summary(
             "  {}: {} requests, clears for {} events",
             n.name, n.requests, n.cleared
         );
+        if n.input_errors > 0 {
+            println!(
+                "    input: {} link errors found ({} words dropped); their events are flagged",
+                n.input_errors, n.input_dropped_words
+            );
+        }
         if n.swrod_built > 0 || n.swrod_error.is_some() {
             println!(
                 "    SW ROD input: {} fragments built{}",

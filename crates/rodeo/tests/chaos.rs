@@ -1,0 +1,224 @@
+//! Chaos suite: faults an operator meets, each against a `rodeo run --processes` partition that
+//! must end balanced (or, where the fault ends the run, with a clear error and its balance
+//! sheet), its files read back with the raw-file reader.
+//!
+//! Here: each role paused (SIGSTOP, then SIGCONT) for less than the dead-application limit, and
+//! a corrupted link stream into a readout node's network input. kill -9 of each role and a full
+//! disk have their own test files (see the "faults" table in docs/run-control.md).
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rodeo_files::rawfile::RawFileReader;
+use rodeo_format::fragment::FullEvent;
+use rodeo_testkit::process::find_app;
+use rodeo_testkit::{wait_for, wait_until};
+use serde_json::Value;
+
+/// How long an application stays stopped: well past the DCM's request timeout and the
+/// supervisor's keep-alive, below `dead_after_ms` (5 s here).
+const PAUSE: Duration = Duration::from_secs(2);
+
+/// Runs a small partition, pauses the application `name` once events are being written, and
+/// checks that the run ends balanced with every accepted event written once.
+fn pause_and_resume(name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[l1]\nrate_hz = 3000.0\n[supervisor]\ndcm_timeout_ms = 4000\nevent_timeout_ms = 8000\n\
+         [dcm]\nnodes = 2\nslots = 8\naccept_fraction = 0.3\n\
+         [control]\nheartbeat_ms = 200\ndead_after_ms = 5000\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args([
+            "run",
+            "--processes",
+            "--events",
+            "9000",
+            "--json",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let marker = out_dir.to_str().unwrap().to_string();
+    wait_until("events being written", Duration::from_secs(60), || {
+        files_under(&out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".data"))
+    });
+    let pid = wait_for(name, Duration::from_secs(20), || find_app(name, &marker));
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The fault itself lasts PAUSE (this sleep is the fault's duration, not synchronisation).
+    std::thread::sleep(PAUSE);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} paused: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{name} paused: {v}");
+    assert_eq!(v["l1_accepts"], 9000, "{v}");
+    let written = v["events_written"].as_u64().unwrap();
+    assert_eq!(
+        written,
+        v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap(),
+        "{v}"
+    );
+    assert_eq!(events_in_files(&v), written, "{v}");
+}
+
+/// Reads every file of the balance sheet; returns how many distinct events they hold (panics
+/// on a damaged event or one written twice).
+fn events_in_files(summary: &Value) -> u64 {
+    let mut ids = HashSet::new();
+    for f in summary["files"].as_array().expect("files") {
+        let mut reader = RawFileReader::open(f.as_str().unwrap()).unwrap();
+        while let Some(event) = reader.next_event() {
+            let event = event.unwrap();
+            let e = FullEvent::parse(event.words).unwrap();
+            e.verify_checksum().unwrap();
+            assert!(ids.insert(e.global_id()), "event {} twice", e.global_id());
+        }
+    }
+    ids.len() as u64
+}
+
+/// Every file below `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// A port free now on 127.0.0.1 (the listener is closed again; the partition binds it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
+    const UNITS: u64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = dir.path().join("beam.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[run]\nevents = 0\nseconds = 0\n[l1]\nmode = \"readout\"\nrois_per_event = [1, 1]\n\
+             [ros]\nnodes = 1\nchannels = 2\ninput = \"network\"\nlisten = [\"{}\", \"{}\"]\n\
+             listen_mode = \"slink\"\n[dcm]\nnodes = 1\naccept_fraction = 1.0\n",
+            addresses[0], addresses[1]
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--json", "--config"])
+        .arg(&config)
+        .arg("--output")
+        .arg(&out_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Each sender corrupts 2% of its fragments, cycling through every error kind (bad
+    // markers, size mismatches, short and lost fragments, duplicates, garbage). It retries
+    // (bounded) until the partition listens.
+    let senders: Vec<_> = addresses
+        .iter()
+        .cloned()
+        .map(|address| {
+            std::thread::spawn(move || {
+                wait_until(
+                    "a corrupting sender to deliver its stream",
+                    Duration::from_secs(60),
+                    || {
+                        Command::new(env!("CARGO_BIN_EXE_rodeo"))
+                            .args(["gen", "link", "--mode", "slink", "--units"])
+                            .arg(UNITS.to_string())
+                            .args(["--data-words", "16..64", "--corrupt", "0.02", "--send"])
+                            .arg(&address)
+                            .output()
+                            .unwrap()
+                            .status
+                            .success()
+                    },
+                )
+            })
+        })
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let out = child_output_within(run, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}");
+    assert!(v["input_errors"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["partial_events"].as_u64().unwrap() > 0, "{v}");
+    let written = v["events_written"].as_u64().unwrap();
+    assert_eq!(written, v["l1_accepts"].as_u64().unwrap(), "{v}");
+    assert!(written >= UNITS - UNITS / 10, "{v}");
+    assert_eq!(events_in_files(&v), written, "{v}");
+}
+
+/// Waits for `child` to end within `limit` (killing it and failing the test past that).
+fn child_output_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let ended = rodeo_testkit::holds_within(limit, || child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the run did not end within {limit:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_paused_readout_node_delays_the_run_but_loses_nothing() {
+    pause_and_resume("ros-1");
+}
+
+#[test]
+fn a_paused_logger_is_back_pressure_and_loses_nothing() {
+    pause_and_resume("logger-1");
+}
+
+#[test]
+fn a_paused_supervisor_delays_the_run_but_loses_nothing() {
+    pause_and_resume("supervisor");
+}
+
+#[test]
+fn a_paused_dcm_delays_its_events_but_loses_nothing() {
+    pause_and_resume("dcm-1");
+}
