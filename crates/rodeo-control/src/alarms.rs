@@ -63,17 +63,15 @@ pub const STATUS_METRICS: [&str; 5] = [
 
 /// Checks `[[alarms]]`; the error names the field (`alarms[i].…`).
 pub fn validate(specs: &[AlarmSpec]) -> Result<(), ConfigError> {
-    let bad = |field: &'static str, i: usize, value: String, allowed: &'static str| {
-        ConfigError::Value {
+    let bad =
+        |field: &'static str, i: usize, value: String, allowed: &'static str| ConfigError::Value {
             field,
             value: format!("{value} (alarms[{i}])"),
             allowed,
-        }
-    };
+        };
     for (i, a) in specs.iter().enumerate() {
         let name_ok = !a.name.is_empty()
-            && a
-                .name
+            && a.name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if !name_ok {
@@ -168,7 +166,10 @@ pub fn metric_value(text: &str, selector: &str) -> Option<f64> {
         if n != name {
             continue;
         }
-        if !labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))) {
+        if !labels
+            .iter()
+            .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        {
             continue;
         }
         if let Ok(v) = value.parse::<f64>() {
@@ -321,8 +322,11 @@ impl Alarms {
         if self.specs.is_empty() {
             return;
         }
-        let names: Vec<[(&str, &str); 1]> =
-            self.specs.iter().map(|s| [("name", s.name.as_str())]).collect();
+        let names: Vec<[(&str, &str); 1]> = self
+            .specs
+            .iter()
+            .map(|s| [("name", s.name.as_str())])
+            .collect();
         let active: Vec<(&[(&str, &str)], f64)> = names
             .iter()
             .zip(&self.states)
@@ -397,7 +401,9 @@ mod tests {
         let t0 = Instant::now();
         let low = |_: &str| Some(1.0);
         assert!(a.evaluate(&low, true, t0).is_empty());
-        assert!(a.evaluate(&low, true, t0 + Duration::from_secs(1)).is_empty());
+        assert!(a
+            .evaluate(&low, true, t0 + Duration::from_secs(1))
+            .is_empty());
         let c = a.evaluate(&low, true, t0 + Duration::from_secs(2));
         assert!(matches!(&c[..], [AlarmChange::Raised(n, ..)] if n == "low"));
         let mut w = MetricsWriter::new();
@@ -418,9 +424,15 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(field(spec("", "x", Some(1.0), None, 0.0)), "alarms.name");
-        assert_eq!(field(spec("a", "x{", Some(1.0), None, 0.0)), "alarms.metric");
+        assert_eq!(
+            field(spec("a", "x{", Some(1.0), None, 0.0)),
+            "alarms.metric"
+        );
         assert_eq!(field(spec("a", "x", None, None, 0.0)), "alarms.below");
-        assert_eq!(field(spec("a", "x", Some(1.0), None, -1.0)), "alarms.for_seconds");
+        assert_eq!(
+            field(spec("a", "x", Some(1.0), None, -1.0)),
+            "alarms.for_seconds"
+        );
         assert!(validate(&[spec("a", "x{k=\"v\"}", None, Some(0.0), 0.0)]).is_ok());
     }
 }

@@ -99,7 +99,9 @@ pub trait RunControl: Send + Sync {
 
     /// Acknowledges the alarm `name`.
     fn acknowledge_alarm(&self, name: &str) -> Result<(), String> {
-        Err(format!("no alarm named {name:?}: alarms are kept by `rodeo serve`"))
+        Err(format!(
+            "no alarm named {name:?}: alarms are kept by `rodeo serve`"
+        ))
     }
 }
 
@@ -107,13 +109,17 @@ pub trait RunControl: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigChangeError {
     /// Only `rodeo serve` replaces its configuration.
-    #[error("this partition cannot change its configuration (only `rodeo serve` can, between runs)")]
+    #[error(
+        "this partition cannot change its configuration (only `rodeo serve` can, between runs)"
+    )]
     NotSupported,
     /// The configuration does not pass the checks (names the field).
     #[error("{0}")]
     Invalid(String),
     /// A run is in progress.
-    #[error("the configuration changes only between runs: the partition is {0}; stop the run first")]
+    #[error(
+        "the configuration changes only between runs: the partition is {0}; stop the run first"
+    )]
     Busy(State),
     /// The new configuration was accepted but the partition could not be brought up with it.
     #[error("{0}")]

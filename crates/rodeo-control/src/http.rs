@@ -420,7 +420,10 @@ pub fn handle(
         "/api/history" | "/api/alarms" | "/api/histograms" | "/api/log" if get => {
             match control.view(request.path.trim_start_matches("/api/")) {
                 Some(v) => Response::json(200, &v),
-                None => Response::error(404, "this partition keeps no such view (`rodeo serve` does)"),
+                None => Response::error(
+                    404,
+                    "this partition keeps no such view (`rodeo serve` does)",
+                ),
             }
         }
         "/api/alarms/ack" if request.method == "POST" => {

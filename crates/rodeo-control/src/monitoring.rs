@@ -185,19 +185,20 @@ impl MonitoringSection {
 
     /// What each DCM gets (`None`: sampling off).
     pub fn sample_config(&self) -> Option<rodeo_dataflow::dcm::SampleConfig> {
-        self.enabled()
-            .then(|| rodeo_dataflow::dcm::SampleConfig {
-                endpoint: self.input_connect(),
-                fraction: self.effective_fraction(),
-                max_rate_hz: self.max_rate_hz,
-                queue: self.queue,
-            })
+        self.enabled().then(|| rodeo_dataflow::dcm::SampleConfig {
+            endpoint: self.input_connect(),
+            fraction: self.effective_fraction(),
+            max_rate_hz: self.max_rate_hz,
+            queue: self.queue,
+        })
     }
 }
 
 /// Why the forwarder could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("monitoring forwarder: cannot {what} {endpoint}: {source} (free it or change [monitoring])")]
+#[error(
+    "monitoring forwarder: cannot {what} {endpoint}: {source} (free it or change [monitoring])"
+)]
 pub struct ForwarderError {
     what: &'static str,
     endpoint: String,
@@ -240,7 +241,8 @@ impl Forwarder {
             s.set_linger(0).map_err(err("set linger on", &m.endpoint))?;
         }
         let hwm = i32::try_from(m.queue).unwrap_or(i32::MAX);
-        xpub.set_sndhwm(hwm).map_err(err("set sndhwm on", &m.endpoint))?;
+        xpub.set_sndhwm(hwm)
+            .map_err(err("set sndhwm on", &m.endpoint))?;
         xsub.set_rcvhwm(hwm.saturating_mul(4))
             .map_err(err("set rcvhwm on", &input))?;
         xsub.bind(&input).map_err(err("bind", &input))?;
@@ -287,7 +289,10 @@ impl Drop for Forwarder {
 /// up; looks at `stop` at least every 100 ms.
 fn forward(xsub: &zmq::Socket, xpub: &zmq::Socket, stop: &AtomicBool, forwarded: &AtomicU64) {
     while !stop.load(Ordering::Relaxed) {
-        let mut items = [xsub.as_poll_item(zmq::POLLIN), xpub.as_poll_item(zmq::POLLIN)];
+        let mut items = [
+            xsub.as_poll_item(zmq::POLLIN),
+            xpub.as_poll_item(zmq::POLLIN),
+        ];
         if zmq::poll(&mut items, 100).is_err() {
             continue;
         }
@@ -474,10 +479,13 @@ impl SampleSubscriber {
                 source,
             }
         };
-        let sub = ctx.socket(zmq::SUB).map_err(err("create a SUB socket for"))?;
+        let sub = ctx
+            .socket(zmq::SUB)
+            .map_err(err("create a SUB socket for"))?;
         sub.set_linger(0).map_err(err("set linger on"))?;
         sub.set_rcvhwm(64).map_err(err("set rcvhwm on"))?;
-        sub.set_rcvtimeo(100).map_err(err("set a receive timeout on"))?;
+        sub.set_rcvtimeo(100)
+            .map_err(err("set a receive timeout on"))?;
         sub.set_subscribe(b"").map_err(err("subscribe to"))?;
         sub.connect(endpoint).map_err(err("connect to"))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -612,7 +620,13 @@ mod tests {
     #[test]
     fn gaps_in_a_dcms_sequence_are_counted() {
         let mut h = SampleHistograms::default();
-        for (dcm, seq) in [("dcm-1", 0), ("dcm-1", 1), ("dcm-2", 5), ("dcm-1", 4), ("dcm-2", 6)] {
+        for (dcm, seq) in [
+            ("dcm-1", 0),
+            ("dcm-1", 1),
+            ("dcm-2", 5),
+            ("dcm-1", 4),
+            ("dcm-2", 6),
+        ] {
             h.add(&Sample {
                 dcm: dcm.into(),
                 seq,
@@ -622,6 +636,9 @@ mod tests {
         }
         assert_eq!((h.samples, h.gaps), (5, 2));
         let j = h.to_json();
-        assert_eq!(j["rob_bytes"]["0x00110001"].as_array().map(Vec::len), Some(5));
+        assert_eq!(
+            j["rob_bytes"]["0x00110001"].as_array().map(Vec::len),
+            Some(5)
+        );
     }
 }

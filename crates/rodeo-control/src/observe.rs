@@ -95,7 +95,9 @@ pub struct Observer {
 
 impl std::fmt::Debug for Observer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Observer").field("output", &self.output).finish()
+        f.debug_struct("Observer")
+            .field("output", &self.output)
+            .finish()
     }
 }
 

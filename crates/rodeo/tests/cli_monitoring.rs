@@ -85,7 +85,11 @@ fn check_sample(frames: &[Vec<u8>]) -> Value {
     let data = frames.last().unwrap();
     let word = |i: usize| u32::from_le_bytes(data[4 * i..4 * i + 4].try_into().unwrap());
     assert_eq!(word(0), FULL_EVENT_MARKER);
-    assert_eq!(4 * word(1) as usize, data.len(), "size word matches the frame");
+    assert_eq!(
+        4 * word(1) as usize,
+        data.len(),
+        "size word matches the frame"
+    );
     assert_eq!(header["bytes"].as_u64(), Some(data.len() as u64));
     assert!(header["dcm"].as_str().unwrap().starts_with("dcm-"));
     header
@@ -179,7 +183,13 @@ fn chromium() -> Option<&'static str> {
 
 fn chromium_run(browser: &str, extra: &[&str], url: &str) -> String {
     let out = Command::new("timeout")
-        .args(["120", browser, "--headless", "--no-sandbox", "--disable-gpu"])
+        .args([
+            "120",
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
         .args(["--virtual-time-budget=8000", "--window-size=1300,2600"])
         .args(extra)
         .arg(url)
@@ -298,9 +308,15 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
             "alarm row: {dom}"
         );
         assert!(dom.contains("<tr data-run=\"1\">"), "run history: {dom}");
-        assert!(dom.contains("rate_hz = 600.0"), "configuration editor: {dom}");
+        assert!(
+            dom.contains("rate_hz = 600.0"),
+            "configuration editor: {dom}"
+        );
         assert!(dom.contains("<tr data-source=\"0x"), "ROB histogram: {dom}");
-        assert!(dom.contains("dcm_sampled_total"), "per-application detail: {dom}");
+        assert!(
+            dom.contains("dcm_sampled_total"),
+            "per-application detail: {dom}"
+        );
         // Only the legal commands: stop enabled, start not.
         assert!(dom.contains("id=\"cmd-start\" disabled"), "{dom}");
         assert!(!dom.contains("id=\"cmd-stop\" disabled"), "{dom}");
@@ -325,7 +341,13 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
     }
 
     // Acknowledged from the page's endpoint with the token.
-    let (code, _) = http(addr, "POST", "/api/alarms/ack", None, r#"{"name":"l1-rate-low"}"#);
+    let (code, _) = http(
+        addr,
+        "POST",
+        "/api/alarms/ack",
+        None,
+        r#"{"name":"l1-rate-low"}"#,
+    );
     assert_eq!(code, 401);
     let (code, body) = http(
         addr,

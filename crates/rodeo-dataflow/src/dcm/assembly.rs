@@ -191,7 +191,11 @@ impl Dcm {
             if sampler.choose() {
                 let rest = pieces.iter().chain(std::iter::once(&tail));
                 let rest = rest.filter(|_| gathered).copied();
-                sampler.publish(std::iter::once(whole).chain(rest), global_id, &self.counters);
+                sampler.publish(
+                    std::iter::once(whole).chain(rest),
+                    global_id,
+                    &self.counters,
+                );
             }
         }
         self.piece_views = relabel(pieces);

@@ -18,8 +18,8 @@ use rodeo_control::config::{PartitionConfig, TransportKind};
 use rodeo_control::control::{ConfigChangeError, Partition, PartitionStatus, RunControl};
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
-use rodeo_control::prometheus::MetricsWriter;
 use rodeo_control::observe::Observer;
+use rodeo_control::prometheus::MetricsWriter;
 use rodeo_control::rundb::RunDb;
 
 /// Arguments of `rodeo serve`.
