@@ -29,10 +29,12 @@ from ._rodeo import (
     verify,
 )
 from .client import Client, ControlError, IllegalTransition, Unauthorized
+from .monitor import Monitor
 from . import model  # the ROS utilisation model (NumPy; matplotlib only for its plot)
 
 __all__ = [
     "Client",
+    "Monitor",
     "ControlError",
     "IllegalTransition",
     "Unauthorized",

@@ -617,6 +617,11 @@ pub struct PartitionConfig {
     pub control: ControlSection,
     /// `[hosts]`: application name -> host (applications not named run on this host).
     pub hosts: BTreeMap<String, String>,
+    /// `[monitoring]`: event sampling ([`crate::monitoring`]).
+    pub monitoring: crate::monitoring::MonitoringSection,
+    /// `[[alarms]]`: conditions raised on the page, in /metrics and the log
+    /// ([`crate::alarms`]).
+    pub alarms: Vec<crate::alarms::AlarmSpec>,
 }
 
 /// `[control]`: run control and observability (HTTP API, logs, traces) and how the
@@ -1168,6 +1173,8 @@ impl PartitionConfig {
                 "\"tcp\" when [hosts] places applications on other hosts",
             ));
         }
+        self.monitoring.validate()?;
+        crate::alarms::validate(&self.alarms)?;
         Ok(())
     }
 

@@ -82,6 +82,48 @@ pub trait RunControl: Send + Sync {
 
     /// Writes the metrics in Prometheus text format.
     fn write_metrics(&self, out: &mut MetricsWriter);
+
+    /// Replaces the configuration of the next run with `toml` (`PUT /api/config`), after the
+    /// checks of `rodeo config check`. Only a service between runs can.
+    fn replace_config(&self, toml: &str) -> Result<(), ConfigChangeError> {
+        let _ = toml;
+        Err(ConfigChangeError::NotSupported)
+    }
+
+    /// A service's view `what` (`history`, `alarms`, `histograms`, `log`) as JSON; `None`
+    /// where there is no such view.
+    fn view(&self, what: &str) -> Option<serde_json::Value> {
+        let _ = what;
+        None
+    }
+
+    /// Acknowledges the alarm `name`.
+    fn acknowledge_alarm(&self, name: &str) -> Result<(), String> {
+        Err(format!(
+            "no alarm named {name:?}: alarms are kept by `rodeo serve`"
+        ))
+    }
+}
+
+/// Why `PUT /api/config` did not replace the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigChangeError {
+    /// Only `rodeo serve` replaces its configuration.
+    #[error(
+        "this partition cannot change its configuration (only `rodeo serve` can, between runs)"
+    )]
+    NotSupported,
+    /// The configuration does not pass the checks (names the field).
+    #[error("{0}")]
+    Invalid(String),
+    /// A run is in progress.
+    #[error(
+        "the configuration changes only between runs: the partition is {0}; stop the run first"
+    )]
+    Busy(State),
+    /// The new configuration was accepted but the partition could not be brought up with it.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// A whole partition (embedded, or processes under a controller): a [`RunControl`] whose run

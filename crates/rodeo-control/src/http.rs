@@ -10,6 +10,9 @@
 //! | `POST /api/command` | `{"command":"stop"}`; needs `Authorization: Bearer <token>` |
 //! | `GET /api/runs` | `{"runs": [...]}` from the run database, newest first (`rodeo runs --json`) |
 //! | `GET /api/runs/N` | run N with its files, configuration and balance sheet; 404 if unknown |
+//! | `PUT /api/config` | replaces the next run's configuration (TOML body, token); 400 names the bad field, 409 while running |
+//! | `GET /api/history`, `/api/alarms`, `/api/histograms`, `/api/log` | a service's views ([`crate::observe`]); 404 elsewhere |
+//! | `POST /api/alarms/ack` | `{"name":"…"}` acknowledges an alarm (token) |
 //!
 //! Command answers: 200 `{"state":…}`; 401 without the right token (or when no token is
 //! configured: commands are then refused); 400 for a body that is not `{"command": name}` or
@@ -394,18 +397,83 @@ pub fn handle(
                 ),
             }
         }
+        "/api/config" if request.method == "PUT" => {
+            if let Some(r) = refuse_unauthorized(token, counters, request) {
+                return r;
+            }
+            let Ok(text) = std::str::from_utf8(&request.body) else {
+                return Response::error(400, "the configuration must be UTF-8 TOML");
+            };
+            match control.replace_config(text) {
+                Ok(()) => Response::json(200, &serde_json::json!({ "replaced": true })),
+                Err(e) => {
+                    let status = match e {
+                        crate::control::ConfigChangeError::NotSupported => 405,
+                        crate::control::ConfigChangeError::Invalid(_) => 400,
+                        crate::control::ConfigChangeError::Busy(_) => 409,
+                        crate::control::ConfigChangeError::Failed(_) => 500,
+                    };
+                    Response::error(status, &e.to_string())
+                }
+            }
+        }
+        "/api/history" | "/api/alarms" | "/api/histograms" | "/api/log" if get => {
+            match control.view(request.path.trim_start_matches("/api/")) {
+                Some(v) => Response::json(200, &v),
+                None => Response::error(
+                    404,
+                    "this partition keeps no such view (`rodeo serve` does)",
+                ),
+            }
+        }
+        "/api/alarms/ack" if request.method == "POST" => {
+            if let Some(r) = refuse_unauthorized(token, counters, request) {
+                return r;
+            }
+            #[derive(serde::Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct Ack {
+                name: String,
+            }
+            match serde_json::from_slice::<Ack>(&request.body) {
+                Ok(a) => match control.acknowledge_alarm(&a.name) {
+                    Ok(()) => Response::json(200, &serde_json::json!({ "acknowledged": a.name })),
+                    Err(e) => Response::error(404, &e),
+                },
+                Err(e) => Response::error(400, &format!("expected {{\"name\": \"alarm\"}}: {e}")),
+            }
+        }
         "/" | "/index.html" | "/api/status" | "/api/config" | "/metrics" | "/api/command" => {
             let mut r = Response::error(405, "method not allowed");
-            let allow = if request.path == "/api/command" {
-                "POST"
-            } else {
-                "GET"
+            let allow = match request.path.as_str() {
+                "/api/command" => "POST",
+                "/api/config" => "GET, PUT",
+                _ => "GET",
             };
             r.headers.push(("Allow", allow.into()));
             r
         }
         _ => Response::error(404, "no such endpoint"),
     }
+}
+
+/// The 401 answer for a request without the right token (`None`: authorized).
+fn refuse_unauthorized(
+    token: Option<&str>,
+    counters: &HttpCounters,
+    request: &Request,
+) -> Option<Response> {
+    if authorized(token, request.header("authorization")) {
+        return None;
+    }
+    counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+    let mut r = Response::error(
+        401,
+        "this request needs the header Authorization: Bearer <token> (RODEO_TOKEN)",
+    );
+    r.headers
+        .push(("WWW-Authenticate", "Bearer realm=\"rodeo\"".into()));
+    Some(r)
 }
 
 /// `{"command": "stop"}` -> the command.

@@ -27,6 +27,7 @@
 //!   `/metrics`, the web page) for any [`control::RunControl`]; [`prometheus`]: the text
 //!   format; [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
 
+pub mod alarms;
 pub mod app;
 pub mod application;
 pub mod channel;
@@ -39,6 +40,8 @@ pub mod embedded;
 pub mod http;
 pub mod lifecycle;
 pub mod metrics;
+pub mod monitoring;
+pub mod observe;
 pub mod partition;
 pub mod prometheus;
 pub mod rates;

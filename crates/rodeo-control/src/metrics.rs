@@ -68,6 +68,12 @@ pub struct DcmMetrics {
     pub decision_latency: HistogramSnapshot,
     /// Assignment read to the event done.
     pub build_latency: HistogramSnapshot,
+    /// Events published for monitoring.
+    #[serde(default)]
+    pub sampled: u64,
+    /// Samples dropped (the monitoring socket's queue full).
+    #[serde(default)]
+    pub sample_dropped: u64,
 }
 
 /// A logger's live counters.
@@ -377,6 +383,18 @@ fn write_dcms(w: &mut MetricsWriter, dcms: &[(&str, &DcmMetrics)]) {
         "rodeo_dcm_accepted_total",
         "Events accepted (and logged) by the DCM.",
         &per_app(dcms, |d| d.accepted),
+    );
+    counter(
+        w,
+        "rodeo_dcm_sampled_total",
+        "Events the DCM published for monitoring ([monitoring]).",
+        &per_app(dcms, |d| d.sampled),
+    );
+    counter(
+        w,
+        "rodeo_dcm_sample_dropped_total",
+        "Samples the DCM dropped because its monitoring queue was full (never waited for).",
+        &per_app(dcms, |d| d.sample_dropped),
     );
     counter(
         w,

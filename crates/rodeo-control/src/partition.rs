@@ -289,6 +289,7 @@ impl Layout {
                 dc.compress = config.logger.format == FormatName::Rodeo
                     && config.logger.compression == CompressionName::Zstd;
                 dc.compress_level = config.logger.zstd_level;
+                dc.sample = config.monitoring.sample_config();
                 dc
             })
             .collect();

@@ -37,6 +37,52 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountWarnings {
     }
 }
 
+/// Keeps every event that passes the filter as a line for `GET /api/log` (the page's recent
+/// log lines): `HH:MM:SS LEVEL target: message key=value…` (UTC).
+struct RecentLines;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RecentLines {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                use std::fmt::Write as _;
+                if f.name() == "message" {
+                    let _ = write!(self.0, " {v:?}");
+                } else {
+                    let _ = write!(self.0, " {}={v:?}", f.name());
+                }
+            }
+            fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
+                use std::fmt::Write as _;
+                if f.name() == "message" {
+                    let _ = write!(self.0, " {v}");
+                } else {
+                    let _ = write!(self.0, " {}={v}", f.name());
+                }
+            }
+        }
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let m = event.metadata();
+        let mut f = Fields(format!(
+            "{:02}:{:02}:{:02} {} {}:",
+            secs / 3600 % 24,
+            secs / 60 % 60,
+            secs % 60,
+            m.level(),
+            m.target()
+        ));
+        event.record(&mut f);
+        rodeo_control::observe::push_log_line(f.0);
+    }
+}
+
 /// Installs the subscriber (once, at the start of `main`).
 pub(crate) fn init() {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -50,6 +96,7 @@ pub(crate) fn init() {
         .with(filter)
         .with(fmt)
         .with(CountWarnings)
+        .with(RecentLines)
         .try_init()
         .is_ok()
     {

@@ -114,6 +114,8 @@ impl Application for DcmApp {
                 request_latency: histogram(&c.request_latency),
                 decision_latency: histogram(&c.decision_latency),
                 build_latency: histogram(&c.build_latency),
+                sampled: ld(&c.sampled),
+                sample_dropped: ld(&c.sample_dropped),
             }))
         }))
     }

@@ -187,6 +187,17 @@ impl Dcm {
                 .map(|p| Frame::Copy(words_as_bytes(p))),
         );
         let sent = loggers[k].send(frames);
+        if let (Some(sampler), true) = (self.sampler.as_mut(), sent.is_ok()) {
+            if sampler.choose() {
+                let rest = pieces.iter().chain(std::iter::once(&tail));
+                let rest = rest.filter(|_| gathered).copied();
+                sampler.publish(
+                    std::iter::once(whole).chain(rest),
+                    global_id,
+                    &self.counters,
+                );
+            }
+        }
         self.piece_views = relabel(pieces);
         if sent.is_err() {
             // The logger is gone or stuck: try shipping again shortly.

@@ -30,6 +30,10 @@ pub struct DcmCounters {
     pub stale_replies: AtomicU64,
     /// Sends that failed (peer gone or stuck).
     pub send_failures: AtomicU64,
+    /// Events published for monitoring (`[monitoring]`).
+    pub sampled: AtomicU64,
+    /// Samples dropped because the monitoring socket's queue was full.
+    pub sample_dropped: AtomicU64,
     /// Data request latency: request sent to reply read, per request.
     pub request_latency: LogHistogram,
     /// Decision latency: assignment read to the trigger's verdict.

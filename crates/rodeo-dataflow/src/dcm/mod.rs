@@ -51,6 +51,7 @@ mod assembly;
 mod counters;
 mod decision;
 mod requests;
+mod sampler;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,6 +71,7 @@ use crate::trigger::{TriggerAlgorithm, Verdict};
 use crate::{AppHandle, DataflowError};
 
 pub use counters::{DcmCounters, DcmSummary};
+pub use sampler::SampleConfig;
 
 /// Longest interval between two `Update`s of a DCM (its heartbeat).
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
@@ -119,6 +121,8 @@ pub struct DcmConfig {
     pub compress: bool,
     /// The zstd level of `compress` (default `rodeo_format::compress::DEFAULT_ZSTD_LEVEL`).
     pub compress_level: i32,
+    /// Event sampling for monitoring (`None`: none, at no cost).
+    pub sample: Option<SampleConfig>,
 }
 
 impl DcmConfig {
@@ -146,6 +150,7 @@ impl DcmConfig {
             source_id: 0x007C_0000,
             compress: false,
             compress_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
+            sample: None,
         }
     }
 }
@@ -215,8 +220,15 @@ pub fn spawn(
         .iter()
         .map(|l| dealer(l))
         .collect::<Result<Vec<_>, _>>()?;
+    let sampler = config
+        .sample
+        .as_ref()
+        .map(|c| sampler::Sampler::connect(c, transport, &app, config.run_number))
+        .transpose()?;
     AppHandle::spawn(&app, move |stop| {
-        Dcm::new(config, algorithm, counters, compressor).run(supervisor, readout, loggers, &stop)
+        let mut dcm = Dcm::new(config, algorithm, counters, compressor);
+        dcm.sampler = sampler;
+        dcm.run(supervisor, readout, loggers, &stop)
     })
 }
 
@@ -339,6 +351,8 @@ struct Dcm {
     rob_views: Vec<RobFragment<'static>>,
     /// Capacity reused for the pieces of the event being built (empty between events).
     piece_views: Vec<&'static [u32]>,
+    /// Event sampling for monitoring (`[monitoring]`), if configured.
+    sampler: Option<sampler::Sampler>,
 }
 
 /// The transaction id of a request: slot index and the slot's event generation.
@@ -381,6 +395,7 @@ impl Dcm {
             compressor,
             rob_views: Vec::new(),
             piece_views: Vec::new(),
+            sampler: None,
             config,
             algorithm,
             counters,

@@ -12,8 +12,11 @@ use anyhow::Context;
 /// Arguments of `rodeo ctl`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// `status`, `runs`, or a lifecycle command: `start`, `stop`, `shutdown`, ...
+    /// `status`, `runs`, `config get`, `config put FILE`, `alarms`, `ack NAME`, or a lifecycle
+    /// command: `start`, `stop`, `shutdown`, ...
     command: String,
+    /// The words after `config` (`get`, or `put FILE`) or after `ack` (the alarm's name).
+    rest: Vec<String>,
     /// The service's address (`http://HOST:PORT`).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
@@ -31,16 +34,31 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .strip_prefix("http://")
         .context("--url must start with http:// (e.g. http://127.0.0.1:8080)")?
         .trim_end_matches('/');
-    let (method, path, body) = match args.command.as_str() {
-        "status" => ("GET", "/api/status", String::new()),
-        "runs" => ("GET", "/api/runs", String::new()),
-        c => ("POST", "/api/command", format!("{{\"command\":\"{c}\"}}")),
+    let rest: Vec<&str> = args.rest.iter().map(String::as_str).collect();
+    let (method, path, body) = match (args.command.as_str(), &rest[..]) {
+        ("status", []) => ("GET", "/api/status", String::new()),
+        ("runs", []) => ("GET", "/api/runs", String::new()),
+        ("alarms", []) => ("GET", "/api/alarms", String::new()),
+        ("config", ["get"]) => ("GET", "/api/config", String::new()),
+        ("config", ["put", file]) => (
+            "PUT",
+            "/api/config",
+            std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?,
+        ),
+        ("config", _) => anyhow::bail!("use `rodeo ctl config get` or `rodeo ctl config put FILE`"),
+        ("ack", [name]) => (
+            "POST",
+            "/api/alarms/ack",
+            serde_json::json!({ "name": name }).to_string(),
+        ),
+        (c, [_, ..]) => anyhow::bail!("`{c}` takes no further arguments"),
+        (c, []) => ("POST", "/api/command", format!("{{\"command\":\"{c}\"}}")),
     };
     let token = args
         .token
         .or_else(|| std::env::var("RODEO_TOKEN").ok())
         .filter(|t| !t.is_empty());
-    if method == "POST" && token.is_none() {
+    if method != "GET" && token.is_none() {
         anyhow::bail!("a command needs the token: --token T or RODEO_TOKEN");
     }
     let mut s = TcpStream::connect(host).with_context(|| format!("cannot connect to {host}"))?;
@@ -49,7 +67,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n",
         body.len()
     );
-    if let (Some(t), "POST") = (&token, method) {
+    if let (Some(t), false) = (&token, method == "GET") {
         req.push_str(&format!("Authorization: Bearer {t}\r\n"));
     }
     req.push_str("\r\n");

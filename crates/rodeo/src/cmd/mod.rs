@@ -10,6 +10,7 @@ mod dump;
 mod gen;
 mod gen_link;
 pub(crate) mod info;
+mod monitor;
 mod ros;
 mod run;
 mod runs;
@@ -66,6 +67,9 @@ enum Command {
     Serve(serve::Args),
     /// Run control from another shell: `rodeo ctl start|stop|shutdown|status|runs --url URL`.
     Ctl(ctl::Args),
+    /// Subscribe to a partition's sampled events (`[monitoring] endpoint`) and print a live
+    /// summary: events per second, mean size, ROBs per event.
+    Monitor(monitor::Args),
     /// List the runs recorded in an output directory's run database (`runs.sqlite`).
     Runs(runs::Args),
     /// A standalone readout node: emulated S-LINK channels, event store, request server.
@@ -97,6 +101,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs(args) => runs::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Ctl(args) => ctl::run(args),
+        Command::Monitor(args) => monitor::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Ros(args) => ros::run(args),
         Command::Tester(args) => tester::run(args),

@@ -218,6 +218,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     // aborts.
     crate::signal::install();
     crate::signal::abort_on_second();
+    // `[monitoring]`: the forwarder every DCM publishes its samples through (lives as long as
+    // the run).
+    let _forwarder = config
+        .monitoring
+        .enabled()
+        .then(|| rodeo_control::monitoring::Forwarder::start(&config.monitoring))
+        .transpose()?;
 
     let mut trigger_report: Option<Box<dyn Fn() -> serde_json::Value>> = None;
     let outcome = if args.processes {

@@ -15,9 +15,10 @@ use std::thread::JoinHandle;
 
 use anyhow::Context;
 use rodeo_control::config::{PartitionConfig, TransportKind};
-use rodeo_control::control::{Partition, PartitionStatus, RunControl};
+use rodeo_control::control::{ConfigChangeError, Partition, PartitionStatus, RunControl};
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
+use rodeo_control::observe::Observer;
 use rodeo_control::prometheus::MetricsWriter;
 use rodeo_control::rundb::RunDb;
 
@@ -53,7 +54,10 @@ struct Current {
 
 /// The service: a [`RunControl`] over one run's partition after another.
 struct Service {
-    config: PartitionConfig,
+    /// The configuration of the next run (`PUT /api/config` replaces it between runs).
+    config: Mutex<PartitionConfig>,
+    /// History, alarms, sampled histograms, log ([`Observer`]).
+    observer: Observer,
     processes: bool,
     json: bool,
     db: Mutex<RunDb>,
@@ -69,8 +73,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Service {
     /// A partition for run `number`, brought up to CONNECTED.
+    fn config(&self) -> PartitionConfig {
+        lock(&self.config).clone()
+    }
+
+    /// A partition for run `number`, brought up to CONNECTED.
     fn prepare(&self, number: u32) -> Result<Arc<dyn Partition>, TransitionError> {
-        let mut config = self.config.clone();
+        let mut config = self.config();
         config.run.number = number;
         let layout = rodeo_control::partition::Layout::new(&config);
         std::fs::create_dir_all(&layout.output).map_err(|e| TransitionError::Failed {
@@ -144,7 +153,7 @@ impl Service {
     /// One run to its end: its balance sheet printed and recorded.
     fn run(&self, partition: &dyn Partition, number: u32, quit: &AtomicBool) {
         let started = rodeo_control::rundb::now_ns();
-        let mut config = self.config.clone();
+        let mut config = self.config();
         config.run.number = number;
         let outcome = rodeo_control::control::run_to_end(
             partition,
@@ -243,6 +252,59 @@ impl Service {
         }
     }
 
+    /// `PUT /api/config`: checks `toml` as `rodeo config check` does, and between runs makes it
+    /// the configuration of the next run (the prepared partition brought down and up again with
+    /// it). `run.output` and `control.http` stay the service's; a token shown as `(hidden)`
+    /// keeps the one in effect.
+    fn replace_config(&self, toml: &str) -> Result<(), ConfigChangeError> {
+        let old = self.config();
+        let mut new = PartitionConfig::from_toml(toml, "PUT /api/config")
+            .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
+        new.run.output = old.run.output.clone();
+        new.control.http = old.control.http.clone();
+        if new.control.token == "(hidden)" {
+            new.control.token = old.control.token.clone();
+        }
+        if self.processes && new.transport.kind == TransportKind::Inproc {
+            new.transport.kind = TransportKind::Ipc;
+        }
+        new.validate()
+            .and_then(|()| new.check_output())
+            .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
+        let mut cur = lock(&self.current);
+        let state = cur.partition.partition_state();
+        if cur.run.is_some() || state == State::Running {
+            return Err(ConfigChangeError::Busy(state));
+        }
+        while cur.partition.partition_state() != State::None {
+            let s = cur.partition.partition_state();
+            let next = Command::path(s, State::None)
+                .and_then(|p| p.first().copied())
+                .unwrap_or(Command::Shutdown);
+            if cur.partition.command(next).is_err() && next == Command::Shutdown {
+                break;
+            }
+        }
+        *lock(&self.config) = new.clone();
+        self.observer
+            .reconfigure(&new.alarms, &new.monitoring)
+            .map_err(|e| ConfigChangeError::Failed(e.to_string()))?;
+        tracing::warn!(run = cur.number, "configuration replaced (PUT /api/config)");
+        cur.partition = self
+            .prepare(cur.number)
+            .map_err(|e| ConfigChangeError::Failed(e.to_string()))?;
+        Ok(())
+    }
+
+    /// One look for the observer: the status and metrics of the partition now.
+    fn look(&self, control: &dyn RunControl) {
+        let status = control.status();
+        let mut w = MetricsWriter::new();
+        lock(&self.current).partition.write_metrics(&mut w);
+        self.observer
+            .tick(&status, &w.finish(), std::time::Instant::now());
+    }
+
     fn shutdown(&self) -> Result<State, TransitionError> {
         self.shut_down.store(true, Ordering::Relaxed);
         if lock(&self.current).run.is_some() {
@@ -262,7 +324,7 @@ impl Service {
         // The run prepared for the next start was never started: not a run. Its directory
         // goes (unless something was written there), so the next service takes its number.
         if !started {
-            let mut config = self.config.clone();
+            let mut config = self.config();
             config.run.number = cur.number;
             let dir = rodeo_control::partition::Layout::new(&config).output;
             if super::runs::data_files(&dir).is_empty() {
@@ -300,11 +362,25 @@ impl RunControl for ServiceControl {
     }
 
     fn config_toml(&self) -> String {
-        self.0.config.to_toml_public()
+        self.0.config().to_toml_public()
     }
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
         lock(&self.0.current).partition.write_metrics(out);
+        self.0.observer.write_metrics(out);
+    }
+
+    fn replace_config(&self, toml: &str) -> Result<(), ConfigChangeError> {
+        let _guard = lock(&self.0.commands);
+        self.0.replace_config(toml)
+    }
+
+    fn view(&self, what: &str) -> Option<serde_json::Value> {
+        self.0.observer.view(what)
+    }
+
+    fn acknowledge_alarm(&self, name: &str) -> Result<(), String> {
+        self.0.observer.acknowledge(name)
     }
 }
 
@@ -324,8 +400,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create output directory {}", output.display()))?;
     let db = super::runs::open_and_reconcile(&output)?;
     let first = next_number(&output, &db)?;
+    let observer = Observer::new(&output, &config.alarms, &config.monitoring)?;
     let service = Arc::new(Service {
-        config: config.clone(),
+        config: Mutex::new(config.clone()),
+        observer,
         processes: args.processes,
         json: args.json,
         db: Mutex::new(db),
@@ -353,6 +431,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?
     .context("rodeo serve needs --http")?;
     eprintln!("rodeo: serving; run {first} is ready (CONNECTED): POST {{\"command\":\"start\"}}");
+    let mut last_look = std::time::Instant::now();
     while !service.shut_down.load(Ordering::Relaxed) {
         if crate::signal::interrupted() {
             eprintln!("rodeo: interrupted: stopping in order (interrupt again to abort)");
@@ -360,6 +439,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             break;
         }
         service.reap();
+        if last_look.elapsed() >= std::time::Duration::from_secs(1) {
+            last_look = std::time::Instant::now();
+            service.look(&*control);
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     eprintln!("rodeo: shut down");

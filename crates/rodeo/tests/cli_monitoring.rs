@@ -1,0 +1,370 @@
+//! Event sampling and the operator's page end to end, with real processes and sockets:
+//! a plain ZeroMQ SUB socket receives sampled full events from `rodeo run` (and a subscriber
+//! that never reads does not stop the run); `rodeo serve` raises a configured alarm from a real
+//! condition, acknowledges it, shows its sampled histograms, replaces its configuration between
+//! runs only (`PUT /api/config`), and its page shows all that in headless Chromium.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rodeo_testkit::{wait_for, wait_until};
+use serde_json::Value;
+
+const FULL_EVENT_MARKER: u32 = 0xAA12_34AA;
+
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(a) = auth {
+        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out[9..12].parse().unwrap();
+    (
+        status,
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> Value {
+    let (code, body) = http(addr, "GET", path, None, "");
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// A tcp port `p` with `p + 1` free too (the forwarder's input takes the next port).
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let p = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if p < 65535
+            && TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && TcpListener::bind(("127.0.0.1", p + 1)).is_ok()
+        {
+            return p;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+fn sub(ctx: &zmq::Context, endpoint: &str, hwm: i32) -> zmq::Socket {
+    let s = ctx.socket(zmq::SUB).unwrap();
+    s.set_linger(0).unwrap();
+    s.set_rcvhwm(hwm).unwrap();
+    s.set_subscribe(b"").unwrap();
+    s.connect(endpoint).unwrap();
+    s
+}
+
+/// Checks one sample: a JSON header and the full event's bytes (marker, size word).
+fn check_sample(frames: &[Vec<u8>]) -> Value {
+    assert_eq!(frames.len(), 2, "two frames");
+    let header: Value = serde_json::from_slice(&frames[0]).expect("JSON header");
+    let data = frames.last().unwrap();
+    let word = |i: usize| u32::from_le_bytes(data[4 * i..4 * i + 4].try_into().unwrap());
+    assert_eq!(word(0), FULL_EVENT_MARKER);
+    assert_eq!(
+        4 * word(1) as usize,
+        data.len(),
+        "size word matches the frame"
+    );
+    assert_eq!(header["bytes"].as_u64(), Some(data.len() as u64));
+    assert!(header["dcm"].as_str().unwrap().starts_with("dcm-"));
+    header
+}
+
+#[test]
+fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port_pair();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nevents = 0\nseconds = 6.0\noutput = {:?}\n[l1]\nrate_hz = 3000.0\n\
+             [monitoring]\nendpoint = \"tcp://127.0.0.1:{port}\"\nfraction = 1.0\nqueue = 4\n",
+            dir.path().join("out").display().to_string()
+        ),
+    )
+    .unwrap();
+    let ctx = zmq::Context::new();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let reader = sub(&ctx, &endpoint, 1000);
+    // Subscribed and never read: its queue fills at once, the forwarder drops for it.
+    let _deaf = sub(&ctx, &endpoint, 1);
+    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--config", cfg.to_str().unwrap(), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    reader.set_rcvtimeo(60_000).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let frames = reader.recv_multipart(0).expect("a sample within 60 s");
+        let h = check_sample(&frames);
+        seen.insert(h["dcm"].as_str().unwrap().to_string());
+    }
+    let mut child = child;
+    let exit = wait_for("the run to end", Duration::from_secs(120), || {
+        child.try_wait().unwrap()
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(exit.success(), "{out}");
+    let sheet: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(sheet["balanced"], true, "{sheet}");
+    assert!(!seen.is_empty());
+}
+
+/// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and its HTTP address.
+fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(args)
+        .env("RODEO_TOKEN", token)
+        .env("RODEO_LOG", "warn,rodeo_control=info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[rodeo] {line}");
+            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
+                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the HTTP address");
+    (child, addr)
+}
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+fn chromium_run(browser: &str, extra: &[&str], url: &str) -> String {
+    let out = Command::new("timeout")
+        .args([
+            "120",
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args(["--virtual-time-budget=8000", "--window-size=1300,2600"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let port = free_port_pair();
+    let cfg = dir.path().join("p.toml");
+    // A real condition: the L1 rate (500 Hz) is below the alarm's 1000 Hz.
+    let toml = format!(
+        "[run]\nevents = 0\nseconds = 3600.0\n[l1]\nrate_hz = 500.0\n\
+         [monitoring]\nendpoint = \"tcp://127.0.0.1:{port}\"\nfraction = 0.2\n\
+         [[alarms]]\nname = \"l1-rate-low\"\nmetric = \"l1_rate_hz\"\nbelow = 1000.0\nfor_seconds = 1.0\n\
+         [[alarms]]\nname = \"lost-fragments\"\nmetric = 'rodeo_errors_total{{kind=\"lost_fragment\"}}'\nabove = 0.0\n"
+    );
+    std::fs::write(&cfg, &toml).unwrap();
+    let (mut child, addr) = spawn_with_http(
+        &[
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--output",
+            out_dir.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+        ],
+        "tok",
+    );
+    let cmd = |c: &str| {
+        http(
+            addr,
+            "POST",
+            "/api/command",
+            Some("tok"),
+            &format!("{{\"command\":\"{c}\"}}"),
+        )
+    };
+    // Run 1, stopped at once: the run history has a row.
+    assert_eq!(cmd("start").0, 200);
+    wait_until("events flowing", Duration::from_secs(30), || {
+        get_json(addr, "/api/status")["l1_accepts"]
+            .as_u64()
+            .unwrap_or(0)
+            > 50
+    });
+    assert_eq!(cmd("stop").0, 200);
+
+    // Between runs: a bad configuration is refused naming the field, a good one replaces it.
+    let bad = toml.replace("fraction = 0.2", "fraction = 2.0");
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &bad);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("monitoring.fraction"), "{body}");
+    let (code, _) = http(addr, "PUT", "/api/config", None, &toml);
+    assert_eq!(code, 401);
+    let newer = toml.replace("rate_hz = 500.0", "rate_hz = 600.0");
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &newer);
+    assert_eq!(code, 200, "{body}");
+    let (_, served) = http(addr, "GET", "/api/config", None, "");
+    assert!(served.contains("rate_hz = 600.0"), "{served}");
+    // And from another shell: `rodeo ctl config get`.
+    let url = format!("http://{addr}");
+    let got = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["ctl", "config", "get", "--url", &url])
+        .output()
+        .unwrap();
+    assert!(got.status.success());
+    assert!(String::from_utf8_lossy(&got.stdout).contains("rate_hz = 600.0"));
+
+    // Run 2 with the new configuration: the alarm is raised by the real rate.
+    assert_eq!(cmd("start").0, 200);
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &toml);
+    assert_eq!(code, 409, "no change while running: {body}");
+    wait_until("the L1-rate alarm raised", Duration::from_secs(60), || {
+        get_json(addr, "/api/alarms")["alarms"][0]["active"] == true
+    });
+    let (_, metrics) = http(addr, "GET", "/metrics", None, "");
+    assert!(
+        metrics.contains("rodeo_alarm_active{name=\"l1-rate-low\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("rodeo_alarm_active{name=\"lost-fragments\"} 0"));
+    let log = get_json(addr, "/api/log");
+    assert!(
+        log["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("ALARM raised")),
+        "{log}"
+    );
+    wait_until("sampled histograms", Duration::from_secs(60), || {
+        let h = get_json(addr, "/api/histograms");
+        h["samples"].as_u64().unwrap_or(0) >= 20
+            && h["rob_bytes"].as_object().is_some_and(|m| !m.is_empty())
+    });
+    let history = get_json(addr, "/api/history");
+    assert!(!history["points"].as_array().unwrap().is_empty());
+
+    if let Some(browser) = chromium() {
+        let page = format!("http://{addr}/#token=tok");
+        let dom = chromium_run(browser, &["--dump-dom"], &page);
+        assert!(dom.contains("data-state=\"RUNNING\""), "{dom}");
+        assert!(
+            dom.contains("data-alarm=\"l1-rate-low\" data-active=\"true\""),
+            "alarm row: {dom}"
+        );
+        assert!(dom.contains("<tr data-run=\"1\">"), "run history: {dom}");
+        assert!(
+            dom.contains("rate_hz = 600.0"),
+            "configuration editor: {dom}"
+        );
+        assert!(dom.contains("<tr data-source=\"0x"), "ROB histogram: {dom}");
+        assert!(
+            dom.contains("dcm_sampled_total"),
+            "per-application detail: {dom}"
+        );
+        // Only the legal commands: stop enabled, start not.
+        assert!(dom.contains("id=\"cmd-start\" disabled"), "{dom}");
+        assert!(!dom.contains("id=\"cmd-stop\" disabled"), "{dom}");
+        // The screenshot for the docs (RODEO_UPDATE_SCREENSHOT=1 writes docs/).
+        let shot = if std::env::var_os("RODEO_UPDATE_SCREENSHOT").is_some() {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/run-control-page.png")
+        } else {
+            dir.path().join("page.png")
+        };
+        chromium_run(
+            browser,
+            &[&format!("--screenshot={}", shot.display())],
+            &page,
+        );
+        assert!(shot.metadata().is_ok_and(|m| m.len() > 10_000));
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have chromium (.ci/run installs it)"
+        );
+        eprintln!("page not checked: no chromium on this machine");
+    }
+
+    // Acknowledged from the page's endpoint with the token.
+    let (code, _) = http(
+        addr,
+        "POST",
+        "/api/alarms/ack",
+        None,
+        r#"{"name":"l1-rate-low"}"#,
+    );
+    assert_eq!(code, 401);
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/api/alarms/ack",
+        Some("tok"),
+        r#"{"name":"l1-rate-low"}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        get_json(addr, "/api/alarms")["alarms"][0]["acknowledged"],
+        true
+    );
+    assert_eq!(cmd("stop").0, 200);
+    assert_eq!(cmd("shutdown").0, 200);
+    let status = wait_for("serve to end", Duration::from_secs(60), || {
+        child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
+}
