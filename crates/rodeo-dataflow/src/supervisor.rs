@@ -110,9 +110,18 @@ impl SupervisorConfig {
     }
 }
 
+/// How long a drain that is told to give up ([`SupervisorCounters::abandon_drain`]) still
+/// waits for the events that can be decided.
+pub const ABANDON_GRACE: Duration = Duration::from_secs(1);
+
 /// Live counters of the supervisor (64-bit, readable while it runs).
 #[derive(Debug, Default)]
 pub struct SupervisorCounters {
+    /// Set by the controller before the stop when the run stops because an application
+    /// cannot go on (a logger whose disks are full): the drain ends after [`ABANDON_GRACE`]
+    /// instead of waiting `drain_timeout` for events that can no longer be decided (they are
+    /// counted as undecided).
+    pub abandon_drain: std::sync::atomic::AtomicBool,
     /// L1 accepts produced.
     pub l1_accepts: AtomicU64,
     /// Events accepted by a DCM.
@@ -460,6 +469,11 @@ impl Supervisor {
             if stopping {
                 let since = *draining_since.get_or_insert(now);
                 if now.duration_since(since) > self.config.drain_timeout {
+                    break;
+                }
+                if now.duration_since(since) > ABANDON_GRACE
+                    && self.counters.abandon_drain.load(Ordering::Acquire)
+                {
                     break;
                 }
                 // Every DCM that ever spoke is dead: nobody is left to decide what remains
