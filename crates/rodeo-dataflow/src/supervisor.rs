@@ -625,9 +625,13 @@ impl Supervisor {
     }
 
     /// Takes back events whose deadline passed.
+    /// Entries of events already decided are dropped from the front as soon as they get
+    /// there, not at their deadline: the queue holds about the events in flight, not every
+    /// event of the last `event_timeout` (memory flat whatever the rate).
     fn check_timeouts(&mut self, now: Instant) {
         while let Some(&(deadline, gid, number)) = self.deadlines.front() {
-            if deadline > now {
+            let live = self.assigned.get(&gid).is_some_and(|a| a.number == number);
+            if live && deadline > now {
                 break;
             }
             self.deadlines.pop_front();

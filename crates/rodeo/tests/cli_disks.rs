@@ -261,10 +261,20 @@ fn a_small_first_directory_moves_the_run_to_the_second_and_it_balances() {
         .iter()
         .map(|f| f.as_str().unwrap())
         .collect();
-    let in_small = files.iter().filter(|f| f.starts_with(small.dir.to_str().unwrap()));
-    let in_big = files.iter().filter(|f| f.starts_with(big.path().to_str().unwrap()));
-    assert!(in_small.count() >= 1, "files in the small directory: {files:?}");
-    assert!(in_big.count() >= 1, "files in the second directory: {files:?}");
+    let in_small = files
+        .iter()
+        .filter(|f| f.starts_with(small.dir.to_str().unwrap()));
+    let in_big = files
+        .iter()
+        .filter(|f| f.starts_with(big.path().to_str().unwrap()));
+    assert!(
+        in_small.count() >= 1,
+        "files in the small directory: {files:?}"
+    );
+    assert!(
+        in_big.count() >= 1,
+        "files in the second directory: {files:?}"
+    );
     let ids = verify_files(&s);
     assert_eq!(ids.len() as u64, s["events_written"].as_u64().unwrap());
     assert_eq!(
