@@ -117,6 +117,20 @@ impl AppControl {
         config: Option<&str>,
         expect_cleared: Option<u64>,
     ) -> Result<(State, Option<AppSummary>), TransitionError> {
+        let run = RunEnd {
+            l1_accepts: expect_cleared,
+            ..RunEnd::default()
+        };
+        self.handle_run(command, config, run)
+    }
+
+    /// [`AppControl::handle`] with everything `stop` may be told about the ending run.
+    pub fn handle_run(
+        &self,
+        command: Command,
+        config: Option<&str>,
+        run: RunEnd,
+    ) -> Result<(State, Option<AppSummary>), TransitionError> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut layout = None;
@@ -151,9 +165,7 @@ impl AppControl {
         }
         let input = CommandInput {
             layout: layout.as_ref(),
-            run: RunEnd {
-                l1_accepts: expect_cleared,
-            },
+            run,
         };
         inner.driver.command(command, input)
     }
@@ -165,7 +177,12 @@ impl AppControl {
         inner.driver.poll();
         Heartbeat {
             state: inner.driver.state(),
-            error: inner.driver.error().map(str::to_string),
+            // A halted application is not in ERROR; its reason shows as its error.
+            error: inner
+                .driver
+                .error()
+                .or(inner.driver.halted())
+                .map(str::to_string),
             finished: inner.driver.finished(),
             metrics: inner.driver.metrics(),
             shm_backpressure: rodeo_transport::shm::backpressure_count(),
@@ -316,12 +333,17 @@ pub fn serve(
             command,
             config,
             expect_cleared,
+            abandon_drain,
         }) = channel::decode::<ToApp>(&msg.bytes)
         else {
             bad += 1;
             continue;
         };
-        let reply = match app.handle(command, config.as_deref(), expect_cleared) {
+        let run = RunEnd {
+            l1_accepts: expect_cleared,
+            abandon_drain,
+        };
+        let reply = match app.handle_run(command, config.as_deref(), run) {
             Ok((state, summary)) => ToController::Reply {
                 seq,
                 state,

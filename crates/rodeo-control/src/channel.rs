@@ -39,6 +39,10 @@ pub enum ToApp {
         /// for (bounded) before it replies.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect_cleared: Option<u64>,
+        /// With `stop` to the supervisor: an application halted (a logger's disks are full),
+        /// so the drain does not wait for events that can no longer be decided.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        abandon_drain: bool,
     },
 }
 
@@ -131,6 +135,7 @@ mod tests {
             command: Command::Configure,
             config: Some("[run]\n".into()),
             expect_cleared: None,
+            abandon_drain: false,
         };
         let b = encode(&m);
         assert_eq!(decode::<ToApp>(&b).unwrap(), m);
@@ -159,6 +164,9 @@ mod tests {
             metrics: Some(AppMetrics::Logger(crate::metrics::LoggerMetrics {
                 events_written: 12,
                 bytes_written: 4096,
+                disk_full: 1,
+                directory_moves: 2,
+                events_refused: 3,
             })),
             shm_backpressure: 5,
         };

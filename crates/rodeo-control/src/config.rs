@@ -160,6 +160,15 @@ zstd_level = 1
 # RODs) as `rodeo verify` does. Off: the loggers' own check counts (each record's Adler-32
 # computed as its bytes are written, the end record and size of each closed file read back).
 verify_after = false
+# Output directories ("disks", as the SFO's), used in order: each logger writes into
+# <directory>/run-<number>/ of the first one with room, moves to the next when it is full, and
+# when every one is full stops writing (back-pressure) and the run stops in order with a
+# clear error (docs/run-control.md, "Disks"). Empty: run.output.
+directories = []
+# Room each output directory keeps free: the larger of these two (bytes, and a fraction of
+# its file system). Free space is checked every 4 MiB written and at each file rotation.
+min_free_bytes = 67108864
+min_free_fraction = 0.0
 
 [control]
 # Serve the HTTP API, /metrics and the web page on this address during `rodeo run`
@@ -226,6 +235,58 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An output directory of the loggers cannot take files on this host
+    /// ([`PartitionConfig::check_output`]).
+    #[error(
+        "configuration field `logger.directories` entry {entry:?}: {path}: {reason} (give a \
+         writable directory, or a path whose nearest existing parent is one)"
+    )]
+    Directory {
+        /// The entry as configured.
+        entry: String,
+        /// The path checked (the entry, or its nearest existing parent).
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Whether `path` can take files: an existing directory this process may write in, or a path
+/// whose nearest existing parent is one (made when used). `Err((path checked, what is wrong))`.
+fn check_writable_dir(out: &std::path::Path) -> Result<(), (String, String)> {
+    let mut at = out;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => {
+                return probe_writable(at).map_err(|e| match e {
+                    ConfigError::Output { path, reason } => (path, reason),
+                    other => (at.display().to_string(), other.to_string()),
+                })
+            }
+            Ok(_) => {
+                return Err((
+                    at.display().to_string(),
+                    if at == out {
+                        "exists and is not a directory".into()
+                    } else {
+                        "a parent of the output path is not a directory".into()
+                    },
+                ))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                at = match at.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => std::path::Path::new("."),
+                };
+            }
+            Err(e) => return Err((at.display().to_string(), format!("cannot be read: {e}"))),
+        }
+    }
 }
 
 /// Creates and removes a probe file in `dir`: can this process write there?
@@ -556,6 +617,12 @@ pub struct LoggerSection {
     /// instead of trusting the loggers' check (record checksums computed as the bytes are
     /// written, end record and size read back). Off by default.
     pub verify_after: bool,
+    /// Output directories, used in order (each gets `run-NNNNNNNN/`); empty: `run.output`.
+    pub directories: Vec<String>,
+    /// Bytes each output directory keeps free.
+    pub min_free_bytes: u64,
+    /// Fraction (0 to 1) of its file system each output directory keeps free.
+    pub min_free_fraction: f64,
 }
 
 /// The logger's file formats in the configuration.
@@ -591,6 +658,9 @@ impl Default for LoggerSection {
             project: "data_test".into(),
             zstd_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
             verify_after: false,
+            directories: Vec::new(),
+            min_free_bytes: rodeo_dataflow::disks::DEFAULT_MIN_FREE_BYTES,
+            min_free_fraction: 0.0,
         }
     }
 }
@@ -738,6 +808,22 @@ impl PartitionConfig {
                 }
             }
         }
+    }
+
+    /// Checks on this host that every `logger.directories` entry can take files, as
+    /// [`PartitionConfig::check_output`] does for `run.output` (exists and writable, or
+    /// creatable); the error names the entry.
+    pub fn check_directories(&self) -> Result<(), ConfigError> {
+        for entry in &self.logger.directories {
+            check_writable_dir(std::path::Path::new(entry)).map_err(|(path, reason)| {
+                ConfigError::Directory {
+                    entry: entry.clone(),
+                    path,
+                    reason,
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// The configuration as TOML (what a parent hands to its `rodeo app` processes).
@@ -1035,6 +1121,29 @@ impl PartitionConfig {
         }
         if l.max_file_mib == 0 {
             return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        }
+        if !l.min_free_fraction.is_finite() || !(0.0..1.0).contains(&l.min_free_fraction) {
+            return Err(bad(
+                "logger.min_free_fraction",
+                l.min_free_fraction,
+                "a fraction of the disk >= 0 and < 1 (0: only logger.min_free_bytes)",
+            ));
+        }
+        for (i, d) in l.directories.iter().enumerate() {
+            if d.is_empty() || d.contains('\0') {
+                return Err(bad(
+                    "logger.directories",
+                    format!("{d:?}"),
+                    "directory paths, not empty, without NUL",
+                ));
+            }
+            if l.directories[..i].contains(d) {
+                return Err(bad(
+                    "logger.directories",
+                    format!("{d:?} twice"),
+                    "each directory once (they are used in order)",
+                ));
+            }
         }
         if !(-7..=22).contains(&l.zstd_level) {
             return Err(bad(

@@ -261,3 +261,50 @@ fn the_external_l1_needs_a_tcp_address_and_may_run_without_limits() {
     .to_string();
     assert!(e.contains("l1.external_listen"), "{e}");
 }
+
+#[test]
+fn output_directories_and_margins_are_checked_naming_the_field() {
+    let err = |t: &str| {
+        PartitionConfig::from_toml(t, "t.toml")
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("[logger]\nmin_free_fraction = 1.5\n");
+    assert!(e.contains("logger.min_free_fraction"), "{e}");
+    let e = err("[logger]\ndirectories = [\"/a\", \"/a\"]\n");
+    assert!(
+        e.contains("logger.directories") && e.contains("twice"),
+        "{e}"
+    );
+    let e = err("[logger]\ndirectories = [\"\"]\n");
+    assert!(e.contains("logger.directories"), "{e}");
+    // On this host: an entry under a plain file cannot take files; a new path under a
+    // writable directory can (the run makes it).
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("plain");
+    std::fs::write(&file, b"x").unwrap();
+    let good = t.path().join("new/disk");
+    let c = PartitionConfig::from_toml(
+        &format!(
+            "[logger]\ndirectories = [{:?}, {:?}]\n",
+            good.display().to_string(),
+            file.join("sub").display().to_string()
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    let e = c.check_directories().unwrap_err().to_string();
+    assert!(
+        e.contains("logger.directories") && e.contains("plain") && e.contains("not a directory"),
+        "{e}"
+    );
+    let c = PartitionConfig::from_toml(
+        &format!(
+            "[logger]\ndirectories = [{:?}]\n",
+            good.display().to_string()
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    c.check_directories().unwrap();
+}

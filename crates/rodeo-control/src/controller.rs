@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport, TransportError};
 
-use crate::application::Role;
+use crate::application::{Role, RunEnd};
 use crate::channel::{self, ToApp, ToController};
 use crate::config::PartitionConfig;
 use crate::control::{AppStatus, Partition, PartitionStatus, RunControl};
@@ -419,12 +419,19 @@ impl Controller {
         &self.endpoint
     }
 
-    /// Whether the supervisor reported that its L1 source reached the end of the run.
+    /// Whether the supervisor reported that its L1 source reached the end of the run, or a
+    /// logger halted (every output directory full: its heartbeat's error says why).
     pub fn run_finished(&self) -> bool {
         let t = self.shared.table();
         t.apps
             .iter()
-            .any(|a| a.role == Role::Supervisor && a.finished)
+            .any(|a| matches!(a.role, Role::Supervisor | Role::Logger) && a.finished)
+    }
+
+    /// Whether a logger halted (every output directory full; its heartbeat said so).
+    fn run_halted(&self) -> bool {
+        let t = self.shared.table();
+        t.apps.iter().any(|a| a.role == Role::Logger && a.finished)
     }
 
     /// Every application's last summary (`None`: it gave none, e.g. it died), in
@@ -603,7 +610,7 @@ impl Controller {
         &self,
         i: usize,
         command: Command,
-        expect_cleared: Option<u64>,
+        run: RunEnd,
         timeout: Duration,
     ) -> Result<State, String> {
         let (name, seq) = {
@@ -619,7 +626,8 @@ impl Controller {
             seq,
             command,
             config: (command == Command::Configure).then(|| self.config.to_toml()),
-            expect_cleared,
+            expect_cleared: run.l1_accepts,
+            abandon_drain: run.abandon_drain,
         };
         let sent = self
             .shared
@@ -684,17 +692,23 @@ impl Controller {
             if dead {
                 continue;
             }
-            let expect = if command == Command::Stop && role == Role::Ros {
-                l1_accepts
-            } else {
-                None
+            let run = RunEnd {
+                l1_accepts: (command == Command::Stop && role == Role::Ros)
+                    .then_some(l1_accepts)
+                    .flatten(),
+                // A logger halted (its disks are full): events it cannot write cannot be
+                // decided, the supervisor's drain does not wait for them.
+                abandon_drain: command == Command::Stop
+                    && role == Role::Supervisor
+                    && self.run_halted(),
             };
-            self.send_command(i, command, expect, timeout)
+            self.send_command(i, command, run, timeout)
                 .map_err(|e| (name.clone(), e))?;
             if command == Command::Stop && role == Role::Supervisor {
                 let t = self.shared.table();
                 if let Some(AppSummary::Supervisor(s)) = &t.apps[i].summary {
-                    l1_accepts = Some(s.l1_accepts);
+                    // Undecided events (a drain given up) are never cleared.
+                    l1_accepts = Some(s.l1_accepts.saturating_sub(s.undecided));
                 }
             }
         }
@@ -718,7 +732,7 @@ impl Controller {
                     if c == Command::Shutdown {
                         self.shared.table().apps[i].leaving = true;
                     }
-                    if self.send_command(i, c, None, timeout).is_err() {
+                    if self.send_command(i, c, RunEnd::default(), timeout).is_err() {
                         break;
                     }
                 }

@@ -30,8 +30,10 @@ pub struct AppDriver {
     app: Box<dyn Application>,
     lifecycle: Lifecycle,
     probe: Option<Probe>,
-    /// The application's work ended by itself (the supervisor's event count).
+    /// The application's work ended by itself (the supervisor's event count), or it halted.
     finished: bool,
+    /// Why the application halted ([`Poll::Halted`]), if it did.
+    halted: Option<String>,
 }
 
 impl std::fmt::Debug for AppDriver {
@@ -52,6 +54,7 @@ impl AppDriver {
             lifecycle,
             probe: None,
             finished: false,
+            halted: None,
         }
     }
 
@@ -85,9 +88,15 @@ impl AppDriver {
         self.lifecycle.fail(reason);
     }
 
-    /// Whether the application's work ended by itself (the supervisor's event count).
+    /// Whether the application's work ended by itself (the supervisor's event count) or it
+    /// halted ([`AppDriver::halted`]): time to stop the run.
     pub fn finished(&self) -> bool {
         self.finished
+    }
+
+    /// Why the application asked for the run to stop ([`Poll::Halted`]), if it did.
+    pub fn halted(&self) -> Option<&str> {
+        self.halted.as_deref()
     }
 
     /// The reader of its live counters (from connect on; kept after disconnect so the last
@@ -147,6 +156,7 @@ impl AppDriver {
         });
         if matches!(command, Command::Connect | Command::Start) {
             self.finished = false;
+            self.halted = None;
             if let Some(p) = self.app.probe() {
                 self.probe = Some(p);
             }
@@ -177,6 +187,14 @@ impl AppDriver {
             Poll::Failed(why) => {
                 self.lifecycle.fail(why.clone());
                 Some(why)
+            }
+            Poll::Halted(why) => {
+                if self.halted.is_none() {
+                    tracing::error!("{why}: stopping the run");
+                }
+                self.finished = true;
+                self.halted = Some(why);
+                None
             }
         }
     }

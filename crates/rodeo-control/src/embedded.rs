@@ -240,7 +240,11 @@ impl EmbeddedPartition {
         } else {
             (0..n).collect()
         };
-        let mut run = RunEnd::default();
+        let mut run = RunEnd {
+            abandon_drain: command == Command::Stop
+                && apps.drivers.iter().any(|d| d.halted().is_some()),
+            ..RunEnd::default()
+        };
         for i in order {
             let Apps {
                 layout,
@@ -258,7 +262,8 @@ impl EmbeddedPartition {
             match r {
                 Ok((_, Some(s))) => {
                     if let AppSummary::Supervisor(sup) = &s {
-                        run.l1_accepts = Some(sup.l1_accepts);
+                        // Undecided events (a drain given up) are never cleared.
+                        run.l1_accepts = Some(sup.l1_accepts.saturating_sub(sup.undecided));
                     }
                     summaries.push((name, s));
                 }
@@ -447,8 +452,12 @@ impl Partition for EmbeddedPartition {
         let mut ended = false;
         let mut failed = None;
         for d in apps.drivers.iter_mut() {
+            let halted_before = d.halted().is_some();
             if let Some(why) = d.poll() {
                 failed.get_or_insert((d.name().to_string(), why));
+            }
+            if let (false, Some(why)) = (halted_before, d.halted()) {
+                lock(&self.view).error(why.to_string());
             }
             ended |= d.finished();
         }

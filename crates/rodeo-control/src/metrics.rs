@@ -83,6 +83,15 @@ pub struct LoggerMetrics {
     pub events_written: u64,
     /// Bytes of event records written.
     pub bytes_written: u64,
+    /// 1 while every output directory is full (nothing is written), else 0.
+    #[serde(default)]
+    pub disk_full: u64,
+    /// Moves to the next output directory.
+    #[serde(default)]
+    pub directory_moves: u64,
+    /// Event messages refused because every output directory was full.
+    #[serde(default)]
+    pub events_refused: u64,
 }
 
 /// A readout node's SW ROD input counters, by the names of their structs' fields.
@@ -466,6 +475,24 @@ fn write_loggers(w: &mut MetricsWriter, loggers: &[(&str, &LoggerMetrics)]) {
         "rodeo_file_bytes_written_total",
         "Bytes of event records written to files.",
         &per_app(loggers, |l| l.bytes_written),
+    );
+    gauge(
+        w,
+        "rodeo_logger_disk_full",
+        "1 while every output directory of the logger is full (nothing is written).",
+        &per_app(loggers, |l| l.disk_full),
+    );
+    counter(
+        w,
+        "rodeo_logger_directory_moves_total",
+        "Moves to the next output directory (the one before was full).",
+        &per_app(loggers, |l| l.directory_moves),
+    );
+    counter(
+        w,
+        "rodeo_logger_events_refused_total",
+        "Event messages refused (not written, not acknowledged): every output directory full.",
+        &per_app(loggers, |l| l.events_refused),
     );
 }
 

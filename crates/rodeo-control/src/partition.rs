@@ -183,7 +183,19 @@ impl Layout {
         for i in 0..config.logger.nodes {
             let name = format!("logger-{}", i + 1);
             let ep = eps.make(&name);
-            let mut lc = LoggerConfig::new(&name, &ep, output.clone(), config.run.number);
+            // `[logger] directories`: files go to <directory>/run-NNNNNNNN/, in order.
+            let mut dirs = config
+                .logger
+                .directories
+                .iter()
+                .map(|d| PathBuf::from(d).join(format!("run-{:08}", config.run.number)));
+            let first = dirs.next().unwrap_or_else(|| output.clone());
+            let mut lc = LoggerConfig::new(&name, &ep, first, config.run.number);
+            lc.more_directories = dirs.collect();
+            lc.margin = rodeo_dataflow::disks::DiskMargin {
+                min_free_bytes: config.logger.min_free_bytes,
+                min_free_fraction: config.logger.min_free_fraction,
+            };
             lc.streams = config.logger.streams.clone();
             lc.max_file_bytes = config.logger.max_file_mib << 20;
             lc.format = match config.logger.format {

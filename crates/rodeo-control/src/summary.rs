@@ -163,6 +163,12 @@ impl RunSummary {
                     s.bytes_written += l.bytes_written;
                     s.events_verified += l.events_verified;
                     s.problems.extend(l.verify_problems.iter().cloned());
+                    if let Some(why) = &l.disk_full {
+                        s.problems.push(format!(
+                            "{why} ({} event messages refused)",
+                            l.events_refused
+                        ));
+                    }
                     if l.write_span_ns > 0 {
                         s.write_bytes_per_s +=
                             l.bytes_written as f64 / (l.write_span_ns as f64 / 1e9);

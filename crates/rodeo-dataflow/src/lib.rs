@@ -12,6 +12,10 @@
 //!   logger, done reported after the logger's acknowledgement.
 //! - [`trace`]: sampled per-event time stamps at each stage (Chrome/Perfetto traces).
 //! - [`trigger`]: the trigger-algorithm interface and the built-in emulations.
+//! - [`dedup`]: the logger's bounded duplicate detector (a low-water mark and a sliding
+//!   bitmap over global ids).
+//! - [`disks`]: the logger's output directories, their free-space margin, and what a full
+//!   disk looks like (statvfs, `ENOSPC`, `EDQUOT`).
 //! - [`logger`]: writes events per stream with group commit (fdatasync per batch), then
 //!   acknowledges them; drops (and counts) duplicates, so every event is written once.
 //!
@@ -22,6 +26,8 @@
 //! summary.
 
 pub mod dcm;
+pub mod dedup;
+pub mod disks;
 pub mod external;
 pub mod l1source;
 pub mod logger;

@@ -17,10 +17,25 @@
 //! # Exactly once
 //!
 //! An event reassigned after a timeout may reach the logger twice (the slow node finishing it
-//! after all). The logger remembers the global ids it wrote in the last [`DEDUP_WINDOW`] and
-//! drops a repeat, counting it and still acknowledging it, so every event is written once. A
-//! repeat can only come within the supervisor's event and node timeouts (seconds), so the
-//! window bounds the memory of a long run without losing that guarantee.
+//! after all). The logger remembers the global ids it wrote in a [`DedupWindow`] (a low-water
+//! mark and a sliding bitmap over the last [`DEFAULT_WINDOW_IDS`] ids, 2 MiB whatever the
+//! length of the run) and drops a repeat, counting it and still acknowledging it, so every
+//! event is written once. A repeat can only come within the supervisor's event and node
+//! timeouts (seconds), far inside the window.
+//!
+//! # Full disks
+//!
+//! The files go to the first of the configured directories ([`LoggerConfig::directory`], then
+//! [`LoggerConfig::more_directories`]) that has room ([`crate::disks`]): its free space is
+//! checked every few MiB written and at each file rotation, against the margin. When it is
+//! full (the check, or the kernel's `ENOSPC`/`EDQUOT` on a write or an `fdatasync`), every
+//! open file is closed (a file whose write failed is left `.writing`, as a crash would leave
+//! it; its events not yet synced are not acknowledged and not counted, so their DCMs' events
+//! are reassigned at the timeout) and the logger goes on in the next directory. When every
+//! directory is full it stops writing: events are neither written nor acknowledged (counted
+//! as refused), which is back-pressure on the DCMs and, through their credits, on the L1;
+//! [`LoggerCounters::halted`] says why (the application reports it, the run stops in order)
+//! and [`LoggerSummary::disk_full`] puts it in the balance sheet. No event is dropped silently.
 //!
 //! # File formats
 //!
@@ -41,8 +56,8 @@
 //! logged and dropped (never acknowledged: its sender will see the event time out and the
 //! supervisor will reassign it).
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,10 +71,9 @@ use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_event_ack, Message};
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 
+use crate::dedup::{DedupWindow, DEFAULT_WINDOW_IDS};
+use crate::disks::{is_disk_full, DiskMargin, Disks};
 use crate::{AppHandle, DataflowError};
-
-/// How long the logger remembers a written global id (far longer than any reassignment takes).
-pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 
 /// Longest an event waits for its batch before the group commit (the fdatasync and the
 /// acknowledgements): more events share a sync, at the cost of this much latency.
@@ -74,6 +88,11 @@ pub struct LoggerConfig {
     pub endpoint: String,
     /// Output directory.
     pub directory: PathBuf,
+    /// Further output directories, used in order once `directory` is full (module docs, "Full
+    /// disks"; made when first used).
+    pub more_directories: Vec<PathBuf>,
+    /// Room every output directory keeps free.
+    pub margin: DiskMargin,
     /// Run number.
     pub run: u32,
     /// Stream names, by stream index; events for other indices go to `stream<N>`.
@@ -120,6 +139,8 @@ impl LoggerConfig {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
             directory,
+            more_directories: Vec::new(),
+            margin: DiskMargin::default(),
             run,
             streams: vec!["physics_Main".into()],
             max_file_bytes: 1 << 30,
@@ -193,13 +214,22 @@ enum StreamWriter {
 }
 
 impl StreamWriter {
-    /// Opens the first file of stream `stream`.
-    fn create(c: &LoggerConfig, stream: &str) -> Result<StreamWriter, DataflowError> {
+    /// Opens the first file of stream `stream` in `dir`, numbered `sequence`, refusing to open
+    /// any file with less than `margin` bytes free.
+    fn create(
+        c: &LoggerConfig,
+        dir: &Path,
+        stream: &str,
+        sequence: u32,
+        margin: u64,
+    ) -> Result<StreamWriter, DataflowError> {
         let app = || c.name.clone();
         match c.format {
             FileFormat::Rodeo => {
-                let mut cfg = RawFileConfig::new(&c.directory, c.run, &c.name, stream);
+                let mut cfg = RawFileConfig::new(dir, c.run, &c.name, stream);
                 cfg.max_file_bytes = c.max_file_bytes;
+                cfg.first_sequence = sequence;
+                cfg.free_disk_margin_bytes = margin;
                 let w = RawFileWriter::create(cfg)
                     .map_err(|source| DataflowError::Files { app: app(), source })?;
                 if let Some(why) = w.direct_io_fallback() {
@@ -209,9 +239,10 @@ impl StreamWriter {
             }
             FileFormat::EventStorage => {
                 let (t, n) = split_stream(stream);
-                let mut cfg = EsWriterConfig::new(&c.directory, &c.project, c.run, t, n, &c.name);
+                let mut cfg = EsWriterConfig::new(dir, &c.project, c.run, t, n, &c.name);
                 cfg.run.rec_enable = 1;
                 cfg.max_file_bytes = c.max_file_bytes;
+                cfg.free_disk_margin_bytes = margin;
                 cfg.compression = match c.compression {
                     LoggerCompression::Zlib => EsCompression::Zlib { level: 1 },
                     _ => EsCompression::None,
@@ -260,54 +291,102 @@ impl StreamWriter {
         }
     }
 
-    /// Closes the last file; every file closed, each cross-checked on disk without reading
-    /// its events back (see [`LoggerSummary::events_verified`]).
-    fn finish(self, app: &str) -> Result<Vec<Closed>, DataflowError> {
+    /// Files opened so far (the next writer of the stream goes on numbering from there).
+    fn files_opened(&self) -> u32 {
         match self {
-            StreamWriter::Rodeo(w) => w
-                .finish()
-                .map(|c| {
-                    c.into_iter()
-                        .map(|c| Closed {
-                            problem: c.check_on_disk().err().map(|e| e.to_string()),
-                            path: c.path,
-                            events: c.events,
-                        })
-                        .collect()
-                })
-                .map_err(|source| DataflowError::Files {
-                    app: app.to_string(),
-                    source,
-                }),
-            StreamWriter::Es(w) => w
-                .finish()
-                .map(|c| {
-                    c.into_iter()
-                        .map(|c| {
-                            // EventStorage records carry no checksum: the size is checked.
-                            let problem = match std::fs::metadata(&c.path) {
-                                Ok(m) if m.len() == c.file_bytes => None,
-                                Ok(m) => Some(format!(
-                                    "file size {} on disk, {} written",
-                                    m.len(),
-                                    c.file_bytes
-                                )),
-                                Err(e) => Some(format!("cannot stat: {e}")),
-                            };
-                            Closed {
-                                path: c.path,
-                                events: c.events,
-                                problem,
-                            }
-                        })
-                        .collect()
-                })
-                .map_err(|source| DataflowError::EventStorage {
-                    app: app.to_string(),
-                    source,
-                }),
+            StreamWriter::Rodeo(w) => u32::try_from(w.stats().files_opened).unwrap_or(u32::MAX),
+            StreamWriter::Es(_) => 0,
         }
     }
+
+    /// Closes the open file; returns every file closed, each cross-checked on disk without
+    /// reading its events back (see [`LoggerSummary::events_verified`]), and whether the last
+    /// close failed (the file is then left `.writing`).
+    fn close(self, app: &str) -> (Vec<Closed>, Result<(), DataflowError>) {
+        match self {
+            StreamWriter::Rodeo(mut w) => {
+                let r = w.rotate(0).map_err(|source| DataflowError::Files {
+                    app: app.to_string(),
+                    source,
+                });
+                (StreamWriter::Rodeo(w).abandon(), r)
+            }
+            StreamWriter::Es(mut w) => {
+                let r = w.rotate(0).map_err(|source| DataflowError::EventStorage {
+                    app: app.to_string(),
+                    source,
+                });
+                (StreamWriter::Es(w).abandon(), r)
+            }
+        }
+    }
+
+    /// Leaves the open file as a crash would (`.writing`, no end record: a write or sync
+    /// failed); returns the files closed before, cross-checked as in [`StreamWriter::close`].
+    fn abandon(self) -> Vec<Closed> {
+        match self {
+            StreamWriter::Rodeo(w) => w
+                .abandon()
+                .into_iter()
+                .map(|c| Closed {
+                    problem: c.check_on_disk().err().map(|e| e.to_string()),
+                    path: c.path,
+                    events: c.events,
+                })
+                .collect(),
+            StreamWriter::Es(w) => w
+                .abandon()
+                .into_iter()
+                .map(|c| {
+                    // EventStorage records carry no checksum: the size is checked.
+                    let problem = match std::fs::metadata(&c.path) {
+                        Ok(m) if m.len() == c.file_bytes => None,
+                        Ok(m) => Some(format!(
+                            "file size {} on disk, {} written",
+                            m.len(),
+                            c.file_bytes
+                        )),
+                        Err(e) => Some(format!("cannot stat: {e}")),
+                    };
+                    Closed {
+                        path: c.path,
+                        events: c.events,
+                        problem,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// How a full disk showed itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FullKind {
+    /// A write, sync or close failed (`ENOSPC`/`EDQUOT`): the open file is damaged.
+    Failed,
+    /// A writer refused to open its next file below the margin (the file before is closed).
+    Refused,
+}
+
+/// Why `e` means the disk is full (the kernel's `ENOSPC`/`EDQUOT`, or a writer refusing to
+/// open a file below the margin), as a sentence, and how; `None` for any other error.
+fn disk_full_reason(e: &DataflowError) -> Option<(String, FullKind)> {
+    use rodeo_files::eventstorage::EsError;
+    use rodeo_files::rawfile::RawFileError;
+    let kind = match e {
+        DataflowError::Files { source, .. } => match source {
+            RawFileError::Io { source, .. } if is_disk_full(source) => Some(FullKind::Failed),
+            RawFileError::DiskSpace { .. } => Some(FullKind::Refused),
+            _ => None,
+        },
+        DataflowError::EventStorage { source, .. } => match source {
+            EsError::Io { source, .. } if is_disk_full(source) => Some(FullKind::Failed),
+            EsError::DiskSpace { .. } => Some(FullKind::Refused),
+            _ => None,
+        },
+        _ => None,
+    };
+    kind.map(|k| (format!("disk full: {e}"), k))
 }
 
 /// A file a logger closed, with the verdict of its cross-check on disk.
@@ -353,6 +432,26 @@ pub struct LoggerSummary {
     /// fewer than two): the written rate is `bytes_written / write_span_ns`.
     #[serde(default)]
     pub write_span_ns: u64,
+    /// Why every output directory became full (`None`: the run ended with room left); the
+    /// balance sheet shows it as a problem.
+    #[serde(default)]
+    pub disk_full: Option<String>,
+    /// Event messages refused because every directory was full: neither written nor
+    /// acknowledged (an event resent after its reassignment counts again).
+    #[serde(default)]
+    pub events_refused: u64,
+    /// Events written into a file whose write or sync then failed (disk full) before they
+    /// were synced: not acknowledged, not counted as written (their DCMs' events are
+    /// reassigned at the timeout).
+    #[serde(default)]
+    pub events_unsynced: u64,
+    /// Moves to the next output directory (the one before was full).
+    #[serde(default)]
+    pub directory_moves: u64,
+    /// Ids below the duplicate detector's window, counted as duplicates without having been
+    /// seen (0 unless an event came back more than the window late).
+    #[serde(default)]
+    pub late_ids: u64,
 }
 
 /// Live counters of a logger, readable while it runs.
@@ -362,6 +461,15 @@ pub struct LoggerCounters {
     pub events_written: std::sync::atomic::AtomicU64,
     /// Bytes written.
     pub bytes_written: std::sync::atomic::AtomicU64,
+    /// 1 while every output directory is full (the logger writes nothing), else 0.
+    pub disk_full: std::sync::atomic::AtomicU64,
+    /// Moves to the next output directory.
+    pub directory_moves: std::sync::atomic::AtomicU64,
+    /// Event messages refused because every directory was full.
+    pub events_refused: std::sync::atomic::AtomicU64,
+    /// Why the logger stopped writing (every directory full), set once: the application
+    /// reports it and the run stops in order.
+    pub halted: std::sync::OnceLock<String>,
 }
 
 /// Starts a logger thread; the socket is bound before this returns.
@@ -402,17 +510,34 @@ pub fn spawn(
     })
 }
 
+/// An event written (or a duplicate) waiting for the group commit's acknowledgement.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// Index of the sender in `peer_ids`.
+    peer: usize,
+    gid: u64,
+    /// Stream it was written to (`None`: a duplicate, written before).
+    stream: Option<usize>,
+    /// Bytes stored.
+    bytes: u64,
+}
+
 struct Logger {
     config: LoggerConfig,
     counters: Arc<LoggerCounters>,
     writers: Vec<Option<StreamWriter>>,
     touched: Vec<bool>,
-    written: HashSet<u64>,
-    /// Global ids in `written`, oldest first, with the time they were written.
-    written_order: VecDeque<(Instant, u64)>,
+    /// Sequence number of the next file of each stream (numbering goes on across directories).
+    next_sequence: Vec<u32>,
+    written: DedupWindow,
+    disks: Disks,
+    /// Files closed when a directory was left.
+    closed: Vec<Closed>,
+    /// Why every directory is full (nothing more is written).
+    halted: Option<String>,
     peers: HashMap<Vec<u8>, usize>,
     peer_ids: Vec<Vec<u8>>,
-    pending: Vec<(usize, u64)>,
+    pending: Vec<Pending>,
     summary: LoggerSummary,
     scratch: Vec<u32>,
     packed: Vec<u32>,
@@ -428,13 +553,19 @@ struct Logger {
 
 impl Logger {
     fn new(config: LoggerConfig, counters: Arc<LoggerCounters>) -> Logger {
+        let mut dirs = vec![config.directory.clone()];
+        dirs.extend(config.more_directories.iter().cloned());
+        let disks = Disks::new(dirs, config.margin);
         Logger {
             config,
             counters,
             writers: Vec::new(),
             touched: Vec::new(),
-            written: HashSet::new(),
-            written_order: VecDeque::new(),
+            next_sequence: Vec::new(),
+            written: DedupWindow::new(DEFAULT_WINDOW_IDS),
+            disks,
+            closed: Vec::new(),
+            halted: None,
             peers: HashMap::new(),
             peer_ids: Vec::new(),
             pending: Vec::new(),
@@ -462,6 +593,10 @@ impl Logger {
             source,
         };
         let mut oldest: Option<Instant> = None;
+        // A directory already below its margin is left before the first event.
+        if let Err(why) = self.disks.check() {
+            self.full(None, why)?;
+        }
         loop {
             // Take what is queued without a poll system call; wait only when idle.
             let mut got = socket.try_recv(&mut msg).map_err(terr)?;
@@ -480,7 +615,12 @@ impl Logger {
                 }
             }
             if got {
-                self.handle(&msg)?;
+                let mut scratch = std::mem::take(&mut self.scratch);
+                let mut packed = std::mem::take(&mut self.packed);
+                let r = self.handle(&msg, &mut scratch, &mut packed);
+                self.scratch = scratch;
+                self.packed = packed;
+                r?;
                 if !self.pending.is_empty() {
                     oldest.get_or_insert_with(Instant::now);
                 }
@@ -501,20 +641,33 @@ impl Logger {
                 break;
             }
         }
-        let mut files = Vec::new();
+        let name = self.config.name.clone();
         for w in self.writers.drain(..).flatten() {
-            for c in w.finish(&self.config.name)? {
-                match c.problem {
-                    None => self.summary.events_verified += c.events,
-                    Some(p) => self
-                        .summary
-                        .verify_problems
-                        .push(format!("{}: {p}", c.path.display())),
+            let (closed, r) = w.close(&name);
+            self.closed.extend(closed);
+            if let Err(e) = r {
+                // The events are synced and acknowledged; the file stays `.writing` (its
+                // events recoverable) and the balance sheet says so.
+                tracing::error!("{name}: cannot close a file: {e}");
+                if let Some((why, _)) = disk_full_reason(&e) {
+                    self.summary.disk_full.get_or_insert(why);
                 }
-                files.push(c.path);
+                self.summary.verify_problems.push(e.to_string());
             }
         }
+        let mut files = Vec::new();
+        for c in std::mem::take(&mut self.closed) {
+            match c.problem {
+                None => self.summary.events_verified += c.events,
+                Some(p) => self
+                    .summary
+                    .verify_problems
+                    .push(format!("{}: {p}", c.path.display())),
+            }
+            files.push(c.path);
+        }
         self.summary.files = files;
+        self.summary.late_ids = self.written.late();
         if let (Some(first), Some(last)) = (self.first_write, self.last_write) {
             self.summary.write_span_ns =
                 u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);
@@ -522,7 +675,12 @@ impl Logger {
         Ok(self.summary)
     }
 
-    fn handle(&mut self, msg: &Received) -> Result<(), DataflowError> {
+    fn handle(
+        &mut self,
+        msg: &Received,
+        scratch: &mut Vec<u32>,
+        packed: &mut Vec<u32>,
+    ) -> Result<(), DataflowError> {
         let Ok(decoded) = decode(&msg.bytes) else {
             self.summary.bad_messages += 1;
             return Ok(());
@@ -534,13 +692,13 @@ impl Logger {
         let words: &[u32] = match bytes_as_words(event) {
             Some(w) => w,
             None if event.len() % 4 == 0 => {
-                self.scratch.clear();
-                self.scratch.extend(
+                scratch.clear();
+                scratch.extend(
                     event
                         .chunks_exact(4)
                         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
                 );
-                &self.scratch
+                scratch
             }
             None => {
                 self.summary.bad_messages += 1;
@@ -560,34 +718,27 @@ impl Logger {
                 self.peer_ids.len() - 1
             }
         };
-        let now = Instant::now();
-        while let Some(&(t, old)) = self.written_order.front() {
-            if now.duration_since(t) < DEDUP_WINDOW {
-                break;
-            }
-            self.written.remove(&old);
-            self.written_order.pop_front();
-        }
-        if self.written.insert(gid) {
-            self.written_order.push_back((now, gid));
-        } else {
+        if self.written.contains(gid) {
             self.summary.duplicates += 1;
-            self.pending.push((peer, gid));
+            self.pending.push(Pending {
+                peer,
+                gid,
+                stream: None,
+                bytes: 0,
+            });
+            return Ok(());
+        }
+        if self.halted.is_some() {
+            // Every directory is full: not written, not acknowledged (back-pressure), counted.
+            self.summary.events_refused += 1;
+            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let s = stream as usize;
         if self.writers.len() <= s {
             self.writers.resize_with(s + 1, || None);
             self.touched.resize(s + 1, false);
-        }
-        if self.writers[s].is_none() {
-            let name = self
-                .config
-                .streams
-                .get(s)
-                .cloned()
-                .unwrap_or_else(|| format!("stream{s}"));
-            self.writers[s] = Some(StreamWriter::create(&self.config, &name)?);
+            self.next_sequence.resize(s + 1, 1);
         }
         let mut words = words;
         let mut compressed = parsed.compression() != 0;
@@ -604,17 +755,32 @@ impl Logger {
                     self.compressor.insert(c)
                 }
             };
-            if c.compress(words, &mut self.packed).is_err() {
+            if c.compress(words, packed).is_err() {
                 self.summary.bad_messages += 1;
                 return Ok(());
             }
-            words = &self.packed;
+            words = packed;
             compressed = true;
         }
-        let Some(writer) = self.writers[s].as_mut() else {
-            return Ok(());
+        // A full directory is left for the next one and the event written there: at most one
+        // try per directory.
+        let bytes = loop {
+            match self.write(s, words, compressed) {
+                Ok(bytes) => break bytes,
+                Err(e) => match disk_full_reason(&e) {
+                    Some((why, kind)) => {
+                        self.full((kind == FullKind::Failed).then_some(s), why)?;
+                        if self.halted.is_some() {
+                            self.summary.events_refused += 1;
+                            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                    }
+                    None => return Err(e),
+                },
+            }
         };
-        let bytes = writer.write(&self.config.name, words, compressed)?;
+        self.written.insert(gid);
         let now = Instant::now();
         self.first_write.get_or_insert(now);
         self.last_write = Some(now);
@@ -625,7 +791,125 @@ impl Logger {
         self.counters
             .bytes_written
             .fetch_add(bytes, Ordering::Relaxed);
-        self.pending.push((peer, gid));
+        self.pending.push(Pending {
+            peer,
+            gid,
+            stream: Some(s),
+            bytes,
+        });
+        if self.disks.wrote(bytes) {
+            if let Err(why) = self.disks.check() {
+                self.full(None, why)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one event to stream `s` in the directory in use, opening its file first if
+    /// need be; returns the bytes stored.
+    fn write(&mut self, s: usize, words: &[u32], compressed: bool) -> Result<u64, DataflowError> {
+        if self.writers[s].is_none() {
+            let Some(dir) = self.disks.current().map(Path::to_path_buf) else {
+                return Err(DataflowError::Config {
+                    app: self.config.name.clone(),
+                    reason: "every output directory is full".into(),
+                });
+            };
+            let name = self
+                .config
+                .streams
+                .get(s)
+                .cloned()
+                .unwrap_or_else(|| format!("stream{s}"));
+            let margin = self.disks.margin_bytes();
+            self.writers[s] = Some(StreamWriter::create(
+                &self.config,
+                &dir,
+                &name,
+                self.next_sequence[s],
+                margin,
+            )?);
+        }
+        let Some(writer) = self.writers[s].as_mut() else {
+            return Ok(0);
+        };
+        writer.write(&self.config.name, words, compressed)
+    }
+
+    /// The directory in use is full (`why`; `failed`: the stream whose write or sync failed):
+    /// closes every file, forgets the events of a failed file that were not synced, and moves
+    /// to the next directory, or stops writing when every one is full (module docs).
+    fn full(&mut self, failed: Option<usize>, why: String) -> Result<(), DataflowError> {
+        let name = self.config.name.clone();
+        let mut lost = Vec::new();
+        for i in 0..self.writers.len() {
+            let Some(w) = self.writers[i].take() else {
+                continue;
+            };
+            self.next_sequence[i] = self.next_sequence[i].saturating_add(w.files_opened());
+            self.touched[i] = false;
+            if failed == Some(i) {
+                self.closed.extend(w.abandon());
+                lost.push(i);
+                continue;
+            }
+            let (closed, r) = w.close(&name);
+            self.closed.extend(closed);
+            if let Err(e) = r {
+                tracing::error!("{name}: cannot close a file in a full directory: {e}");
+                lost.push(i);
+            }
+        }
+        // Events in a file that failed before they were synced are not on disk: not
+        // acknowledged, not counted (their DCMs' events are reassigned at the timeout).
+        let (mut events, mut bytes) = (0u64, 0u64);
+        let written = &mut self.written;
+        self.pending.retain(|p| match p.stream {
+            Some(st) if lost.contains(&st) => {
+                written.remove(p.gid);
+                events += 1;
+                bytes += p.bytes;
+                false
+            }
+            _ => true,
+        });
+        self.summary.events_unsynced += events;
+        self.summary.events_written -= events;
+        self.summary.bytes_written -= bytes;
+        self.counters
+            .events_written
+            .fetch_sub(events, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_sub(bytes, Ordering::Relaxed);
+        match self.disks.move_on(why.clone()) {
+            Some(next) => {
+                tracing::warn!(
+                    "{name}: {why}: writing to {} from now on{}",
+                    next.display(),
+                    if events > 0 {
+                        format!(" ({events} events not synced are left to their reassignment)")
+                    } else {
+                        String::new()
+                    }
+                );
+                self.summary.directory_moves += 1;
+                self.counters
+                    .directory_moves
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                let reason = format!(
+                    "{name}: every output directory is full, events are no longer written: {}",
+                    self.disks.why_full()
+                );
+                tracing::error!("{reason}");
+                self.summary.disk_full = Some(reason.clone());
+                self.counters.disk_full.store(1, Ordering::Relaxed);
+                let _ = self.counters.halted.set(reason.clone());
+                self.halted = Some(reason);
+            }
+        }
         Ok(())
     }
 
@@ -634,20 +918,29 @@ impl Logger {
         &mut self,
         socket: &mut rodeo_transport::socket::Socket,
     ) -> Result<(), DataflowError> {
-        for (w, t) in self.writers.iter_mut().zip(self.touched.iter_mut()) {
-            if let (Some(w), true) = (w.as_mut(), *t) {
-                w.sync(&self.config.name)?;
+        for i in 0..self.writers.len() {
+            if !std::mem::take(&mut self.touched[i]) {
+                continue;
             }
-            *t = false;
+            let r = match self.writers[i].as_mut() {
+                Some(w) => w.sync(&self.config.name),
+                None => Ok(()),
+            };
+            if let Err(e) = r {
+                match disk_full_reason(&e) {
+                    Some((why, _)) => self.full(Some(i), why)?,
+                    None => return Err(e),
+                }
+            }
         }
         self.summary.commits += 1;
-        self.pending.sort_unstable_by_key(|&(p, _)| p);
+        self.pending.sort_unstable_by_key(|p| p.peer);
         let mut i = 0;
         while i < self.pending.len() {
-            let peer = self.pending[i].0;
+            let peer = self.pending[i].peer;
             self.ids.clear();
-            while i < self.pending.len() && self.pending[i].0 == peer {
-                self.ids.push(self.pending[i].1);
+            while i < self.pending.len() && self.pending[i].peer == peer {
+                self.ids.push(self.pending[i].gid);
                 i += 1;
             }
             self.ack.clear();

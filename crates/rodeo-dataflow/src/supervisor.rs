@@ -110,9 +110,18 @@ impl SupervisorConfig {
     }
 }
 
+/// How long a drain that is told to give up ([`SupervisorCounters::abandon_drain`]) still
+/// waits for the events that can be decided.
+pub const ABANDON_GRACE: Duration = Duration::from_secs(1);
+
 /// Live counters of the supervisor (64-bit, readable while it runs).
 #[derive(Debug, Default)]
 pub struct SupervisorCounters {
+    /// Set by the controller before the stop when the run stops because an application
+    /// cannot go on (a logger whose disks are full): the drain ends after [`ABANDON_GRACE`]
+    /// instead of waiting `drain_timeout` for events that can no longer be decided (they are
+    /// counted as undecided).
+    pub abandon_drain: std::sync::atomic::AtomicBool,
     /// L1 accepts produced.
     pub l1_accepts: AtomicU64,
     /// Events accepted by a DCM.
@@ -462,6 +471,11 @@ impl Supervisor {
                 if now.duration_since(since) > self.config.drain_timeout {
                     break;
                 }
+                if now.duration_since(since) > ABANDON_GRACE
+                    && self.counters.abandon_drain.load(Ordering::Acquire)
+                {
+                    break;
+                }
                 // Every DCM that ever spoke is dead: nobody is left to decide what remains
                 // (the partition is going away, e.g. its controller died). Counted undecided.
                 if !self.dcms.is_empty() && self.dcms.iter().all(|d| !d.alive) {
@@ -611,9 +625,13 @@ impl Supervisor {
     }
 
     /// Takes back events whose deadline passed.
+    /// Entries of events already decided are dropped from the front as soon as they get
+    /// there, not at their deadline: the queue holds about the events in flight, not every
+    /// event of the last `event_timeout` (memory flat whatever the rate).
     fn check_timeouts(&mut self, now: Instant) {
         while let Some(&(deadline, gid, number)) = self.deadlines.front() {
-            if deadline > now {
+            let live = self.assigned.get(&gid).is_some_and(|a| a.number == number);
+            if live && deadline > now {
                 break;
             }
             self.deadlines.pop_front();

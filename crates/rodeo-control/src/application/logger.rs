@@ -96,12 +96,21 @@ impl Application for LoggerApp {
             AppMetrics::Logger(LoggerMetrics {
                 events_written: c.events_written.load(Ordering::Relaxed),
                 bytes_written: c.bytes_written.load(Ordering::Relaxed),
+                disk_full: c.disk_full.load(Ordering::Relaxed),
+                directory_moves: c.directory_moves.load(Ordering::Relaxed),
+                events_refused: c.events_refused.load(Ordering::Relaxed),
             })
         }))
     }
 
     fn poll(&mut self) -> Poll {
-        finished_thread(&mut self.running, Role::Logger)
+        match finished_thread(&mut self.running, Role::Logger) {
+            Poll::Running => match self.counters.as_ref().and_then(|c| c.halted.get()) {
+                Some(why) => Poll::Halted(why.clone()),
+                None => Poll::Running,
+            },
+            other => other,
+        }
     }
 }
 

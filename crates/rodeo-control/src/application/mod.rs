@@ -32,7 +32,8 @@
 //! A transition that fails returns why ([`AppError`]); the driver puts the application in ERROR.
 //! A thread that ends by itself is found by [`Application::poll`]: the supervisor's L1 source
 //! reaching its event count is [`Poll::Finished`]; a DCM or logger thread ending is
-//! [`Poll::Failed`] with its error. [`Application::abort`] stops whatever still runs (shutdown
+//! [`Poll::Failed`] with its error; a logger whose every output directory is full is
+//! [`Poll::Halted`] (the run stops in order, with its balance sheet). [`Application::abort`] stops whatever still runs (shutdown
 //! from any state, ERROR included).
 
 pub mod dcm;
@@ -68,6 +69,10 @@ pub enum Poll {
     Finished,
     /// A thread of the application ended by itself with this error.
     Failed(String),
+    /// The application cannot go on with the run and asks for it to stop in order (a logger
+    /// whose output directories are all full): why, for the operator. Its threads still run,
+    /// so the stop and disconnect that follow close its files and hand back its summary.
+    Halted(String),
 }
 
 /// What `stop` tells an application about the run that is ending.
@@ -76,6 +81,10 @@ pub struct RunEnd {
     /// The run's L1 accepts (known once the supervisor stopped): a readout node waits
     /// (bounded) until it has received the clears of that many events.
     pub l1_accepts: Option<u64>,
+    /// An application halted ([`Poll::Halted`]: a logger's disks are full): the supervisor
+    /// does not wait for events that can no longer be decided (after a short grace; they are
+    /// counted as undecided in the balance sheet).
+    pub abandon_drain: bool,
 }
 
 /// Makes the trigger algorithm of the DCM named by the argument (one per DCM, on connect).

@@ -123,7 +123,12 @@ impl Application for SupervisorApp {
         Ok(())
     }
 
-    fn stop(&mut self, _run: RunEnd) -> Result<Option<AppSummary>, AppError> {
+    fn stop(&mut self, run: RunEnd) -> Result<Option<AppSummary>, AppError> {
+        if run.abandon_drain {
+            if let Some(c) = &self.counters {
+                c.abandon_drain.store(true, Ordering::Release);
+            }
+        }
         match self.running.take() {
             Some(h) => {
                 let s = h.stop().map_err(|e| e.to_string())?;

@@ -385,6 +385,13 @@ impl EsWriter {
         Ok(std::mem::take(&mut self.closed))
     }
 
+    /// Gives up the open file as a crash would (after a write or sync failed, e.g. the disk is
+    /// full): it stays `.writing` without an end record. Returns the files closed before.
+    pub fn abandon(mut self) -> Vec<ClosedEsFile> {
+        self.current = None;
+        std::mem::take(&mut self.closed)
+    }
+
     fn rotate_if_needed(&mut self, record_bytes: u64) -> Result<(), EsError> {
         if let Some(f) = &self.current {
             if f.events == 0 {

@@ -384,6 +384,14 @@ impl RawFileWriter {
         Ok(std::mem::take(&mut self.closed))
     }
 
+    /// Gives up the open file as a crash would (after a write or sync failed, e.g. the disk is
+    /// full: closing it would need more room): it stays `.writing` without an end record, and
+    /// a reader recovers its complete events. Returns the files closed before.
+    pub fn abandon(mut self) -> Vec<ClosedFile> {
+        self.current = None;
+        std::mem::take(&mut self.closed)
+    }
+
     fn rotate_if_needed(&mut self, record_bytes: u64) -> Result<(), RawFileError> {
         if let Some(f) = &self.current {
             if f.events == 0 {

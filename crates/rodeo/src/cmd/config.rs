@@ -43,6 +43,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             config
                 .check_output()
                 .with_context(|| format!("{}", file.display()))?;
+            config
+                .check_directories()
+                .with_context(|| format!("{}", file.display()))?;
             if bind && !try_binds(&config)? {
                 anyhow::bail!(
                     "{}: some endpoints cannot be bound on this host (listed above): free them \

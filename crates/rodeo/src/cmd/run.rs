@@ -214,6 +214,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             next_run_number(std::path::Path::new(&config.run.output))
         );
     }
+    // The loggers' output directories, like run.output: writable or creatable.
+    config.check_directories()?;
     // Ctrl-C or SIGTERM stops the run in order (files closed, balance sheet); a second one
     // aborts.
     crate::signal::install();
@@ -565,6 +567,8 @@ fn summary_json(
         "compress_seconds": s.compress_seconds,
         "l1_rate_requested_hz": requested_hz,
         "balanced": balanced,
+        // Why the run did not balance (the first problem; all are in `problems`).
+        "reason": problems.first(),
         "problems": problems,
         "python_trigger": trigger,
     })
