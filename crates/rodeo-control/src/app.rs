@@ -108,7 +108,9 @@ impl AppControl {
     }
 
     /// Runs `command`; `config` (TOML) replaces the configuration on `configure`, and
-    /// `expect_cleared` bounds a readout node's wait for the last clears on `stop`. Returns
+    /// `expect_cleared` bounds a readout node's wait for the last clears on `stop`, and
+    /// `rejoin_at` (with `configure`, after a restart into a running run) is the event a
+    /// readout node's emulated inputs start at ([`Layout::rejoin_at`]). Returns
     /// the new state and, when the command ended the application's part of the run, its
     /// summary.
     pub fn handle(
@@ -116,6 +118,7 @@ impl AppControl {
         command: Command,
         config: Option<&str>,
         expect_cleared: Option<u64>,
+        rejoin_at: Option<u64>,
     ) -> Result<(State, Option<AppSummary>), TransitionError> {
         let mut inner = self.lock();
         let inner = &mut *inner;
@@ -130,7 +133,11 @@ impl AppControl {
             };
             match parsed {
                 Ok(Some(c)) => {
-                    layout = Some(Layout::new(&c));
+                    let mut l = Layout::new(&c);
+                    if let Some(n) = rejoin_at {
+                        l.rejoin_at(n);
+                    }
+                    layout = Some(l);
                     inner.config = Some(c);
                 }
                 Ok(None) => {}
@@ -213,7 +220,7 @@ impl RunControl for AppControl {
     }
 
     fn command(&self, command: Command) -> Result<State, TransitionError> {
-        self.handle(command, None, None).map(|(s, _)| s)
+        self.handle(command, None, None, None).map(|(s, _)| s)
     }
 
     fn config_toml(&self) -> String {
@@ -292,7 +299,7 @@ pub fn serve(
             // Walk down by ourselves (best effort), then leave.
             let from = app.state();
             for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown]) {
-                if app.handle(c, None, None).is_err() {
+                if app.handle(c, None, None, None).is_err() {
                     break;
                 }
             }
@@ -316,12 +323,13 @@ pub fn serve(
             command,
             config,
             expect_cleared,
+            rejoin_at,
         }) = channel::decode::<ToApp>(&msg.bytes)
         else {
             bad += 1;
             continue;
         };
-        let reply = match app.handle(command, config.as_deref(), expect_cleared) {
+        let reply = match app.handle(command, config.as_deref(), expect_cleared, rejoin_at) {
             Ok((state, summary)) => ToController::Reply {
                 seq,
                 state,
@@ -395,10 +403,10 @@ mod tests {
             Command::Start,
             Command::Stop,
         ] {
-            let (_, s) = app.handle(c, None, None).unwrap();
+            let (_, s) = app.handle(c, None, None, None).unwrap();
             assert!(s.is_none());
         }
-        let (state, s) = app.handle(Command::Disconnect, None, None).unwrap();
+        let (state, s) = app.handle(Command::Disconnect, None, None, None).unwrap();
         assert_eq!(state, State::Configured);
         assert!(
             matches!(&s, Some(AppSummary::Dcm(d)) if d.assigned == 0),

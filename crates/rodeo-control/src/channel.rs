@@ -39,6 +39,11 @@ pub enum ToApp {
         /// for (bounded) before it replies.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect_cleared: Option<u64>,
+        /// With `configure` to an application restarted into a running run: the run's L1
+        /// accepts so far; a readout node's emulated inputs start at that event (it rejoins at
+        /// the current L1ID, not at 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rejoin_at: Option<u64>,
     },
 }
 
@@ -131,6 +136,7 @@ mod tests {
             command: Command::Configure,
             config: Some("[run]\n".into()),
             expect_cleared: None,
+            rejoin_at: Some(12),
         };
         let b = encode(&m);
         assert_eq!(decode::<ToApp>(&b).unwrap(), m);

@@ -261,3 +261,26 @@ fn the_external_l1_needs_a_tcp_address_and_may_run_without_limits() {
     .to_string();
     assert!(e.contains("l1.external_listen"), "{e}");
 }
+
+#[test]
+fn the_restart_policy_parses_and_bad_values_name_the_field() {
+    let c = PartitionConfig::from_toml(
+        "[control]\nrestart = false\nmax_restarts_per_run = 7\nrestart_backoff_ms = 20\n",
+        "r.toml",
+    )
+    .unwrap();
+    assert!(!c.control.restart);
+    assert_eq!(c.control.max_restarts_per_run, 7);
+    assert_eq!(c.control.restart_backoff_ms, 20);
+    assert!(PartitionConfig::default().control.restart);
+    for (text, field) in [
+        ("[control]\nmax_restarts_per_run = 5000\n", "control.max_restarts_per_run"),
+        ("[control]\nrestart_backoff_ms = 9999999\n", "control.restart_backoff_ms"),
+        ("[control]\nrestart = 3\n", "restart"),
+    ] {
+        let e = PartitionConfig::from_toml(text, "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{text}: {e}");
+    }
+}

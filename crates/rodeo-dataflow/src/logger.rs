@@ -58,6 +58,8 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 
 use crate::{AppHandle, DataflowError};
 
+mod recovery;
+
 /// How long the logger remembers a written global id (far longer than any reassignment takes).
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 
@@ -200,6 +202,9 @@ impl StreamWriter {
             FileFormat::Rodeo => {
                 let mut cfg = RawFileConfig::new(&c.directory, c.run, &c.name, stream);
                 cfg.max_file_bytes = c.max_file_bytes;
+                // After files of a previous life of this logger (restarted into the run).
+                cfg.first_sequence =
+                    rodeo_files::recover::next_sequence(&c.directory, c.run, stream, &c.name);
                 let w = RawFileWriter::create(cfg)
                     .map_err(|source| DataflowError::Files { app: app(), source })?;
                 if let Some(why) = w.direct_io_fallback() {
@@ -353,6 +358,10 @@ pub struct LoggerSummary {
     /// fewer than two): the written rate is `bytes_written / write_span_ns`.
     #[serde(default)]
     pub write_span_ns: u64,
+    /// Events kept from files a previous life of this logger left open (restarted into the
+    /// run; included in `events_written` and `files`).
+    #[serde(default)]
+    pub recovered_events: u64,
 }
 
 /// Live counters of a logger, readable while it runs.
@@ -397,9 +406,9 @@ pub fn spawn(
         app: app.clone(),
         reason: format!("cannot create {}: {e}", config.directory.display()),
     })?;
-    AppHandle::spawn(&app, move |stop| {
-        Logger::new(config, counters).run(socket, &stop)
-    })
+    let mut logger = Logger::new(config, counters);
+    logger.recover_left_open()?;
+    AppHandle::spawn(&app, move |stop| logger.run(socket, &stop))
 }
 
 struct Logger {
@@ -514,7 +523,7 @@ impl Logger {
                 files.push(c.path);
             }
         }
-        self.summary.files = files;
+        self.summary.files.extend(files);
         if let (Some(first), Some(last)) = (self.first_write, self.last_write) {
             self.summary.write_span_ns =
                 u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);

@@ -130,6 +130,7 @@ impl Application for RosApp {
             stored_now: k.stored,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
             swrod_error: s.swrod_error,
+            restarted: false,
         })))
     }
 

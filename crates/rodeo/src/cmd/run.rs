@@ -318,6 +318,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print_summary(&summary, requested, verified, &problems, balanced, trigger);
     }
+    if let Some(why) = &summary.ended_by {
+        anyhow::bail!("{why} (balance sheet above)");
+    }
     if !balanced {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
     }
@@ -445,7 +448,18 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     let summary = result?;
     for (name, why) in ctl.dead_apps() {
         // A DCM that died: its events were reassigned; not an imbalance, but worth saying.
-        eprintln!("note: {name} died ({why}); its events were reassigned");
+        if name.starts_with("dcm") {
+            eprintln!("note: {name} died ({why}); its events were reassigned");
+        } else {
+            eprintln!("note: {name} died ({why})");
+        }
+    }
+    if summary.restarts > 0 {
+        eprintln!(
+            "note: {} application(s) restarted into the run ({} partial events, {} events \
+             recovered from files left open)",
+            summary.restarts, summary.partial_events, summary.recovered_events
+        );
     }
     Ok(summary)
 }
@@ -541,6 +555,11 @@ fn summary_json(
         "verified_by_reading": verify_after,
         "duplicates_dropped": s.duplicates,
         "partial_events": s.partial_events,
+        "restarts": s.restarts,
+        "recovered_events": s.recovered_events,
+        "events_resent": s.events_resent,
+        "in_flight_at_stop": s.unfinished,
+        "reason": if balanced { None } else { problems.first().cloned() },
         "bytes_written": s.bytes_written,
         "files": s.files,
         "readout_nodes": nodes,
@@ -619,6 +638,16 @@ fn print_summary(
                     .map_or(String::new(), |e| format!(", error: {e}"))
             );
         }
+    }
+    if s.restarts > 0 || s.partial_events > 0 {
+        println!(
+            "  faults: {} restart(s), {} partial events, {} events recovered from files left \
+             open, {} events resent to a logger",
+            s.restarts, s.partial_events, s.recovered_events, s.events_resent
+        );
+    }
+    if let Some(why) = &s.ended_by {
+        println!("  ended early: {why}; {} events were in flight", s.unfinished);
     }
     println!("  balance: {}", if balanced { "OK" } else { "MISMATCH" });
     for p in problems {
