@@ -274,8 +274,14 @@ fn the_restart_policy_parses_and_bad_values_name_the_field() {
     assert_eq!(c.control.restart_backoff_ms, 20);
     assert!(PartitionConfig::default().control.restart);
     for (text, field) in [
-        ("[control]\nmax_restarts_per_run = 5000\n", "control.max_restarts_per_run"),
-        ("[control]\nrestart_backoff_ms = 9999999\n", "control.restart_backoff_ms"),
+        (
+            "[control]\nmax_restarts_per_run = 5000\n",
+            "control.max_restarts_per_run",
+        ),
+        (
+            "[control]\nrestart_backoff_ms = 9999999\n",
+            "control.restart_backoff_ms",
+        ),
         ("[control]\nrestart = 3\n", "restart"),
     ] {
         let e = PartitionConfig::from_toml(text, "r.toml")

@@ -516,8 +516,9 @@ impl Controller {
         );
         s.restarts = t.restarts;
         if let Some(why) = &t.ended_by {
+            // Without the supervisor's counts the rest of rule 6 cannot hold: say why instead.
             s.ended_by = Some(why.clone());
-            s.problems.insert(0, restart::in_flight_note(why, &s));
+            s.problems = vec![restart::in_flight_note(why, &s)];
         }
         s
     }

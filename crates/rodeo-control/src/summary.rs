@@ -119,6 +119,10 @@ pub struct RunSummary {
     pub events_resent: u64,
     /// Why the run ended early, if something ended it (the supervisor's death).
     pub ended_by: Option<String>,
+    /// Events the DCMs decided (accepted, forced, rejected), by their own count.
+    pub dcm_decided: u64,
+    /// Of those, accepted or forced and acknowledged by a logger.
+    pub dcm_logged: u64,
 }
 
 impl RunSummary {
@@ -161,6 +165,8 @@ impl RunSummary {
                 AppSummary::Dcm(d) => {
                     s.partial_events += d.partial;
                     s.unfinished += d.unfinished;
+                    s.dcm_decided += d.accepted + d.forced + d.rejected;
+                    s.dcm_logged += d.accepted + d.forced;
                     s.events_resent += d.events_resent;
                     s.compress_in_bytes += d.compress_in_bytes;
                     s.compress_out_bytes += d.compress_out_bytes;

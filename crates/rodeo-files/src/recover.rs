@@ -26,9 +26,7 @@ use std::path::{Path, PathBuf};
 
 use rodeo_format::fragment::FullEvent;
 
-use crate::rawfile::{
-    parse_file_name, RawFileConfig, RawFileError, RawFileReader, RawFileWriter,
-};
+use crate::rawfile::{parse_file_name, RawFileConfig, RawFileError, RawFileReader, RawFileWriter};
 
 /// Suffix of a file being recovered (see the module docs).
 pub const RECOVERING_SUFFIX: &str = ".recovering";
@@ -291,7 +289,11 @@ mod tests {
     fn an_interrupted_recovery_starts_again_from_the_renamed_file() {
         let dir = tempfile::tempdir().unwrap();
         let writing = left_open(dir.path(), 3);
-        let base = writing.to_str().unwrap().strip_suffix(WRITING_SUFFIX).unwrap();
+        let base = writing
+            .to_str()
+            .unwrap()
+            .strip_suffix(WRITING_SUFFIX)
+            .unwrap();
         let old = PathBuf::from(format!("{base}{RECOVERING_SUFFIX}"));
         std::fs::rename(&writing, &old).unwrap();
         // A half-made copy, as a recovery killed half-way leaves it.

@@ -311,6 +311,9 @@ fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
         pending_timeout: config.pending_timeout,
         core_cpu: config.core_cpu,
         max_message_bytes: config.max_message_bytes,
+        rejoin_from: (config.first_event > 0).then(|| {
+            rodeo_format::l1id::L1idCounter::expected(config.l1id_wrap, config.first_event)
+        }),
         ..ServerConfig::default()
     }
 }

@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rodeo_files::rawfile::RawFileReader;
@@ -24,6 +25,9 @@ const CONFIG: &str = "[transport]\nkind = \"ipc\"\n\
     [dcm]\nnodes = 2\nslots = 32\naccept_fraction = 0.3\n\
     [control]\nrestart_backoff_ms = 200\ndead_after_ms = 1500\n";
 
+/// One run at a time: each is a whole partition of processes, and the machine has few cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// A `--processes` run of `seconds` in a temporary directory, started.
 struct Run {
     child: Child,
@@ -38,7 +42,14 @@ impl Run {
         std::fs::write(&cfg, CONFIG).unwrap();
         let out_dir = dir.path().join("out");
         let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-            .args(["run", "--processes", "--seconds", seconds, "--json", "--config"])
+            .args([
+                "run",
+                "--processes",
+                "--seconds",
+                seconds,
+                "--json",
+                "--config",
+            ])
             .arg(&cfg)
             .arg("--output")
             .arg(&out_dir)
@@ -61,18 +72,26 @@ impl Run {
                 .iter()
                 .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 64 * 1024))
         });
-        let pid = wait_for(&format!("{name}'s process"), Duration::from_secs(20), || {
-            apps_of(&marker)
-                .into_iter()
-                .find(|(_, n)| n == name)
-                .map(|(p, _)| p)
-        });
+        let pid = wait_for(
+            &format!("{name}'s process"),
+            Duration::from_secs(20),
+            || {
+                apps_of(&marker)
+                    .into_iter()
+                    .find(|(_, n)| n == name)
+                    .map(|(p, _)| p)
+            },
+        );
         // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     }
 
-    /// Waits (bounded) for the end; the exit status, the JSON balance sheet and stderr.
-    fn finish(self, limit: Duration) -> (std::process::ExitStatus, Value, String) {
+    /// Waits (bounded) for the end; the exit status, the JSON balance sheet, stderr, and the
+    /// temporary directory (the files go with it).
+    fn finish(
+        self,
+        limit: Duration,
+    ) -> (std::process::ExitStatus, Value, String, tempfile::TempDir) {
         let Run {
             mut child,
             out_dir,
@@ -95,7 +114,7 @@ impl Run {
             })
             .collect();
         assert!(left.is_empty(), "files left open: {left:?}\n{v}\n{stderr}");
-        (status, v, stderr)
+        (status, v, stderr, _dir)
     }
 }
 
@@ -143,7 +162,13 @@ fn apps_of(marker: &str) -> Vec<(i32, String)> {
             continue;
         }
         let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
         if matches!(state, Some('Z') | Some('X') | None) {
             continue;
         }
@@ -204,9 +229,10 @@ fn assert_survived(status: std::process::ExitStatus, v: &Value, stderr: &str) ->
 
 #[test]
 fn a_readout_node_killed_is_restarted_and_the_run_goes_on_with_partial_events() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let run = Run::start("9");
     run.kill_when_running("ros-1");
-    let (status, v, stderr) = run.finish(Duration::from_secs(60));
+    let (status, v, stderr, _dir) = run.finish(Duration::from_secs(60));
     let partial_in_files = assert_survived(status, &v, &stderr);
     let partial = v["partial_events"].as_u64().unwrap();
     assert!(partial > 0, "events built without ros-1: {v}");
@@ -222,9 +248,10 @@ fn a_readout_node_killed_is_restarted_and_the_run_goes_on_with_partial_events() 
 
 #[test]
 fn a_logger_killed_is_restarted_and_every_accepted_event_is_in_the_files_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let run = Run::start("9");
     run.kill_when_running("logger-1");
-    let (status, v, stderr) = run.finish(Duration::from_secs(60));
+    let (status, v, stderr, _dir) = run.finish(Duration::from_secs(60));
     assert_survived(status, &v, &stderr);
     assert!(
         v["recovered_events"].as_u64().unwrap() > 0,
@@ -238,10 +265,11 @@ fn a_logger_killed_is_restarted_and_every_accepted_event_is_in_the_files_once() 
 
 #[test]
 fn the_supervisor_killed_ends_the_run_in_order_with_its_balance_sheet() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let run = Run::start("30");
     run.kill_when_running("supervisor");
     // Within seconds, not at the end of the 30 s the run was given.
-    let (status, v, stderr) = run.finish(Duration::from_secs(20));
+    let (status, v, stderr, _dir) = run.finish(Duration::from_secs(20));
     assert!(!status.success(), "{v}\n{stderr}");
     assert_eq!(v["balanced"], false, "{v}");
     let reason = v["reason"].as_str().unwrap_or_default();
@@ -251,6 +279,10 @@ fn the_supervisor_killed_ends_the_run_in_order_with_its_balance_sheet() {
     assert!(stderr.contains("supervisor died"), "{stderr}");
     // Whatever the loggers wrote is in closed files, read back whole.
     let (ids, _) = read_files(&v);
-    assert_eq!(ids.len() as u64, v["events_written"].as_u64().unwrap(), "{v}");
+    assert_eq!(
+        ids.len() as u64,
+        v["events_written"].as_u64().unwrap(),
+        "{v}"
+    );
     assert!(!ids.is_empty(), "{v}");
 }

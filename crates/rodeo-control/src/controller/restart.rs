@@ -9,8 +9,12 @@
 //! [`Partition::maintain`](crate::control::Partition::maintain)) performs due restarts under
 //! the command lock: the old process (if still there) is killed, a new one spawned, and once
 //! it said hello it is configured, connected and started, so it joins at RUNNING. A readout
-//! node is configured with `rejoin_at`, the run's L1 accepts so far: its emulated inputs
-//! start there, at the current L1ID. A logger recovers the files its previous life left open
+//! node is configured with `rejoin_at`, the run's L1 accepts so far plus what the L1 issues in
+//! [`REJOIN_AHEAD`] at its last measured rate (the heartbeat's age): its emulated inputs start
+//! there, at the current L1ID. The L1 runs on while the node starts (faster while the DCMs
+//! skip it), so its first fragments may be of events already decided, whose clears went to
+//! nobody: the node releases those itself (`rodeo_ros::server::rejoin`), or they would fill
+//! its store and every later event would be partial. A logger recovers the files its previous life left open
 //! (`rodeo_files::recover`). Meanwhile the DCMs build events without the node's ROBs
 //! (PARTIAL_EVENT) or keep the logger's unacknowledged events and send them again
 //! (`rodeo_dataflow::dcm::faults`).
@@ -37,6 +41,11 @@ use crate::lifecycle::{Command, State};
 use crate::summary::RunSummary;
 
 use super::{Controller, Table};
+
+/// A restarted readout node starts this far ahead of the L1 (at the L1 rate last measured).
+const REJOIN_AHEAD: Duration = Duration::from_millis(250);
+/// ... and at least this many events ahead.
+const REJOIN_AHEAD_MIN_EVENTS: u64 = 256;
 
 /// The restart policy of a partition (`[control]`).
 #[derive(Debug, Clone, Copy)]
@@ -106,9 +115,11 @@ impl Table {
 /// events in flight.
 pub(super) fn in_flight_note(why: &str, s: &RunSummary) -> String {
     format!(
-        "{why}; {} events were in flight in the DCMs and stay undecided (no supervisor to \
-         reassign them); {} events written by the loggers are in the files, which are closed",
-        s.unfinished, s.events_written
+        "{why}; the DCMs decided {} events whose decisions it never received ({} accepted \
+         and written: the {} events written by the loggers are in the files, which are \
+         closed); {} events were in flight in the DCMs at the stop and stay undecided (no \
+         supervisor to reassign them)",
+        s.dcm_decided, s.dcm_logged, s.events_written, s.unfinished
     )
 }
 
@@ -225,8 +236,19 @@ impl Controller {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        let at = crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref()))
-            .l1_accepts;
+        // Ahead of the L1 by what it issues in REJOIN_AHEAD: the node must start past every
+        // event decided before it can receive clears, or those fragments would never be
+        // cleared and fill its store (module docs).
+        let l1 =
+            crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref())).l1_accepts;
+        let rate: f64 = t
+            .apps
+            .iter()
+            .filter(|a| a.role == Role::Supervisor)
+            .map(|a| a.rate_hz)
+            .sum();
+        let ahead = (rate * REJOIN_AHEAD.as_secs_f64()).max(REJOIN_AHEAD_MIN_EVENTS as f64);
+        let at = l1 + ahead as u64;
         t.apps[i].rejoin_at = Some(at);
         drop(t);
         let timeout = Duration::from_millis(self.config.control.command_timeout_ms);

@@ -103,8 +103,7 @@ impl Dcm {
             }
             for n in 0..self.nodes.len() {
                 let s = &mut self.slots[i];
-                if s.asked & (1 << n) == 0 || now.duration_since(s.sent_at[n]) < REQUEST_TIMEOUT
-                {
+                if s.asked & (1 << n) == 0 || now.duration_since(s.sent_at[n]) < REQUEST_TIMEOUT {
                     continue;
                 }
                 s.asked &= !(1 << n);

@@ -540,6 +540,7 @@ fn summary_json(
                 "stored": n.stored,
                 "swrod_built": n.swrod_built,
                 "swrod_error": n.swrod_error,
+                "restarted": n.restarted,
             })
         })
         .collect();
@@ -647,7 +648,10 @@ fn print_summary(
         );
     }
     if let Some(why) = &s.ended_by {
-        println!("  ended early: {why}; {} events were in flight", s.unfinished);
+        println!(
+            "  ended early: {why}; {} events were in flight",
+            s.unfinished
+        );
     }
     println!("  balance: {}", if balanced { "OK" } else { "MISMATCH" });
     for p in problems {
