@@ -97,7 +97,7 @@ impl Dcm {
         Ok(())
     }
 
-    fn send_request(
+    pub(super) fn send_request(
         &mut self,
         i: usize,
         n: usize,
