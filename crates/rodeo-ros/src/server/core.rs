@@ -65,6 +65,8 @@ impl<S: RequestSource> Core<S> {
         drops: Arc<PeerDrops>,
     ) -> Core<S> {
         let config_rejoin = config.rejoin_from;
+        let mut store = store;
+        store.set_rejoining(config_rejoin.is_some());
         let descriptors = Descriptors::new(config.descriptors, store.channels());
         Core {
             endpoint: source.endpoint(),
