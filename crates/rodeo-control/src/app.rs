@@ -108,7 +108,9 @@ impl AppControl {
     }
 
     /// Runs `command`; `config` (TOML) replaces the configuration on `configure`, and
-    /// `expect_cleared` bounds a readout node's wait for the last clears on `stop`. Returns
+    /// `expect_cleared` bounds a readout node's wait for the last clears on `stop`, and
+    /// `rejoin_at` (with `configure`, after a restart into a running run) is the event a
+    /// readout node's emulated inputs start at ([`Layout::rejoin_at`]). Returns
     /// the new state and, when the command ended the application's part of the run, its
     /// summary.
     pub fn handle(
@@ -116,12 +118,13 @@ impl AppControl {
         command: Command,
         config: Option<&str>,
         expect_cleared: Option<u64>,
+        rejoin_at: Option<u64>,
     ) -> Result<(State, Option<AppSummary>), TransitionError> {
         let run = RunEnd {
             l1_accepts: expect_cleared,
             ..RunEnd::default()
         };
-        self.handle_run(command, config, run)
+        self.handle_run(command, config, run, rejoin_at)
     }
 
     /// [`AppControl::handle`] with everything `stop` may be told about the ending run.
@@ -130,6 +133,7 @@ impl AppControl {
         command: Command,
         config: Option<&str>,
         run: RunEnd,
+        rejoin_at: Option<u64>,
     ) -> Result<(State, Option<AppSummary>), TransitionError> {
         let mut inner = self.lock();
         let inner = &mut *inner;
@@ -144,7 +148,11 @@ impl AppControl {
             };
             match parsed {
                 Ok(Some(c)) => {
-                    layout = Some(Layout::new(&c));
+                    let mut l = Layout::new(&c);
+                    if let Some(n) = rejoin_at {
+                        l.rejoin_at(n);
+                    }
+                    layout = Some(l);
                     inner.config = Some(c);
                 }
                 Ok(None) => {}
@@ -230,7 +238,7 @@ impl RunControl for AppControl {
     }
 
     fn command(&self, command: Command) -> Result<State, TransitionError> {
-        self.handle(command, None, None).map(|(s, _)| s)
+        self.handle(command, None, None, None).map(|(s, _)| s)
     }
 
     fn config_toml(&self) -> String {
@@ -309,7 +317,7 @@ pub fn serve(
             // Walk down by ourselves (best effort), then leave.
             let from = app.state();
             for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown]) {
-                if app.handle(c, None, None).is_err() {
+                if app.handle(c, None, None, None).is_err() {
                     break;
                 }
             }
@@ -334,6 +342,7 @@ pub fn serve(
             config,
             expect_cleared,
             abandon_drain,
+            rejoin_at,
         }) = channel::decode::<ToApp>(&msg.bytes)
         else {
             bad += 1;
@@ -343,7 +352,7 @@ pub fn serve(
             l1_accepts: expect_cleared,
             abandon_drain,
         };
-        let reply = match app.handle_run(command, config.as_deref(), run) {
+        let reply = match app.handle_run(command, config.as_deref(), run, rejoin_at) {
             Ok((state, summary)) => ToController::Reply {
                 seq,
                 state,
@@ -417,10 +426,10 @@ mod tests {
             Command::Start,
             Command::Stop,
         ] {
-            let (_, s) = app.handle(c, None, None).unwrap();
+            let (_, s) = app.handle(c, None, None, None).unwrap();
             assert!(s.is_none());
         }
-        let (state, s) = app.handle(Command::Disconnect, None, None).unwrap();
+        let (state, s) = app.handle(Command::Disconnect, None, None, None).unwrap();
         assert_eq!(state, State::Configured);
         assert!(
             matches!(&s, Some(AppSummary::Dcm(d)) if d.assigned == 0),

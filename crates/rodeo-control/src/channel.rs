@@ -43,6 +43,11 @@ pub enum ToApp {
         /// so the drain does not wait for events that can no longer be decided.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         abandon_drain: bool,
+        /// With `configure` to an application restarted into a running run: the run's L1
+        /// accepts so far; a readout node's emulated inputs start at that event (it rejoins at
+        /// the current L1ID, not at 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rejoin_at: Option<u64>,
     },
 }
 
@@ -136,6 +141,7 @@ mod tests {
             config: Some("[run]\n".into()),
             expect_cleared: None,
             abandon_drain: false,
+            rejoin_at: Some(12),
         };
         let b = encode(&m);
         assert_eq!(decode::<ToApp>(&b).unwrap(), m);

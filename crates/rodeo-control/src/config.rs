@@ -191,6 +191,14 @@ dead_after_ms = 3000
 # How long an application may take to say hello after it was spawned, and to run a command.
 spawn_timeout_ms = 20000
 command_timeout_ms = 60000
+# Process mode: a readout node or logger that dies during a run is started again (after
+# `restart_backoff_ms`), configured and started into the running run; at most
+# `max_restarts_per_run` restarts per run, then a death puts the partition in ERROR as without
+# restarts. A dead DCM is not restarted (the supervisor reassigns its events); the
+# supervisor's death ends the run in order (docs/run-control.md, "Faults").
+restart = true
+max_restarts_per_run = 3
+restart_backoff_ms = 500
 # How applications on other hosts are started: this command and options, then the host, then
 # `<remote_rodeo> app ROLE --name NAME --control ENDPOINT --exit-on-stdin-eof`.
 ssh = ["ssh", "-o", "BatchMode=yes"]
@@ -717,6 +725,12 @@ pub struct ControlSection {
     pub spawn_timeout_ms: u64,
     /// How long one command may take in one application.
     pub command_timeout_ms: u64,
+    /// Process mode: restart a readout node or logger that dies during a run.
+    pub restart: bool,
+    /// Restarts per run at most (then a death fails the partition).
+    pub max_restarts_per_run: u32,
+    /// Wait this long after a death before the restart (and between failed attempts).
+    pub restart_backoff_ms: u64,
     /// The ssh command and its options (the host follows them).
     pub ssh: Vec<String>,
     /// The rodeo executable on the other hosts.
@@ -735,6 +749,9 @@ impl Default for ControlSection {
             dead_after_ms: 3000,
             spawn_timeout_ms: 20_000,
             command_timeout_ms: 60_000,
+            restart: true,
+            max_restarts_per_run: 3,
+            restart_backoff_ms: 500,
             ssh: vec!["ssh".into(), "-o".into(), "BatchMode=yes".into()],
             remote_rodeo: "rodeo".into(),
         }
@@ -1243,6 +1260,20 @@ impl PartitionConfig {
         }
         if c.command_timeout_ms == 0 {
             return Err(bad("control.command_timeout_ms", 0, "> 0 milliseconds"));
+        }
+        if c.max_restarts_per_run > 1000 {
+            return Err(bad(
+                "control.max_restarts_per_run",
+                c.max_restarts_per_run,
+                "0..=1000",
+            ));
+        }
+        if c.restart_backoff_ms > 600_000 {
+            return Err(bad(
+                "control.restart_backoff_ms",
+                c.restart_backoff_ms,
+                "0..=600000 milliseconds",
+            ));
         }
         if c.ssh.is_empty() || c.ssh[0].is_empty() {
             return Err(bad(

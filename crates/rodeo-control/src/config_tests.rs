@@ -308,3 +308,32 @@ fn output_directories_and_margins_are_checked_naming_the_field() {
     .unwrap();
     c.check_directories().unwrap();
 }
+
+#[test]
+fn the_restart_policy_parses_and_bad_values_name_the_field() {
+    let c = PartitionConfig::from_toml(
+        "[control]\nrestart = false\nmax_restarts_per_run = 7\nrestart_backoff_ms = 20\n",
+        "r.toml",
+    )
+    .unwrap();
+    assert!(!c.control.restart);
+    assert_eq!(c.control.max_restarts_per_run, 7);
+    assert_eq!(c.control.restart_backoff_ms, 20);
+    assert!(PartitionConfig::default().control.restart);
+    for (text, field) in [
+        (
+            "[control]\nmax_restarts_per_run = 5000\n",
+            "control.max_restarts_per_run",
+        ),
+        (
+            "[control]\nrestart_backoff_ms = 9999999\n",
+            "control.restart_backoff_ms",
+        ),
+        ("[control]\nrestart = 3\n", "restart"),
+    ] {
+        let e = PartitionConfig::from_toml(text, "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{text}: {e}");
+    }
+}

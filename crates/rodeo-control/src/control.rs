@@ -147,6 +147,10 @@ pub trait Partition: RunControl {
 
     /// The configured length of a run in seconds (0: until the event count).
     fn run_limit_seconds(&self) -> f64;
+
+    /// Called by [`run_to_end`] while the run runs (every poll): the partition's own upkeep,
+    /// e.g. the controller restarting a dead application into the run. Default: nothing.
+    fn maintain(&self) {}
 }
 
 /// How often [`run_to_end`] looks at the partition, and how often it calls its tick.
@@ -182,6 +186,7 @@ pub fn run_to_end(
     let mut last_tick = Instant::now();
     while p.partition_state() == State::Running {
         std::thread::sleep(POLL);
+        p.maintain();
         let (l1, seconds) = p.progress();
         if last_tick.elapsed() >= TICK {
             tick(l1, seconds);

@@ -56,6 +56,8 @@ use crate::partition::Layout;
 use crate::prometheus::MetricsWriter;
 use crate::summary::{AppSummary, RunSummary};
 
+mod restart;
+
 /// How many recent errors the status keeps.
 const RECENT_ERRORS: usize = 32;
 
@@ -101,6 +103,12 @@ struct App {
     dead: bool,
     /// Asked to leave: its exit is expected.
     leaving: bool,
+    /// Dead, to be restarted into the run at this time (`restart`).
+    restart_at: Option<Instant>,
+    /// Restarted into the run (it saw part of it only).
+    restarted: bool,
+    /// With its next `configure`: the event it rejoins the run at.
+    rejoin_at: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -112,6 +120,13 @@ struct Table {
     run_start: Option<Instant>,
     run_seconds: f64,
     next_seq: u64,
+    /// The restart policy (`control.restart`, ...) and this run's restarts (`restart`).
+    policy: restart::Policy,
+    /// Restarts attempted in this run, and those that brought the application back.
+    restart_attempts: u32,
+    restarts: u64,
+    /// Why the run ends early: the supervisor died while it ran (module docs).
+    ended_by: Option<String>,
 }
 
 impl Table {
@@ -133,6 +148,9 @@ impl Table {
         a.error = Some(why.clone());
         let (name, role) = (a.name.clone(), a.role);
         self.record(format!("{name} ({role}) is dead: {why}"));
+        if self.restart_or_end(i, &why) {
+            return;
+        }
         let dcms_alive = self
             .apps
             .iter()
@@ -348,6 +366,9 @@ impl Controller {
                     summary: None,
                     dead: false,
                     leaving: false,
+                    restart_at: None,
+                    restarted: false,
+                    rejoin_at: None,
                 })
             })
             .collect();
@@ -360,6 +381,10 @@ impl Controller {
                 run_start: None,
                 run_seconds: 0.0,
                 next_seq: 1,
+                policy: restart::Policy::of(&config.control),
+                restart_attempts: 0,
+                restarts: 0,
+                ended_by: None,
             }),
             changed: Condvar::new(),
             socket: Mutex::new(socket),
@@ -423,9 +448,10 @@ impl Controller {
     /// logger halted (every output directory full: its heartbeat's error says why).
     pub fn run_finished(&self) -> bool {
         let t = self.shared.table();
-        t.apps
-            .iter()
-            .any(|a| matches!(a.role, Role::Supervisor | Role::Logger) && a.finished)
+        t.ended_by.is_some()
+            || t.apps
+                .iter()
+                .any(|a| matches!(a.role, Role::Supervisor | Role::Logger) && a.finished)
     }
 
     /// Whether a logger halted (every output directory full; its heartbeat said so).
@@ -470,7 +496,13 @@ impl Controller {
         let summaries: Vec<(String, AppSummary)> = t
             .apps
             .iter()
-            .filter_map(|a| a.summary.clone().map(|s| (a.name.clone(), s)))
+            .filter_map(|a| {
+                let mut s = a.summary.clone()?;
+                if let AppSummary::Ros(n) = &mut s {
+                    n.restarted = a.restarted;
+                }
+                Some((a.name.clone(), s))
+            })
             .collect();
         let missing: Vec<String> = t
             .apps
@@ -482,13 +514,20 @@ impl Controller {
             (Some(s), State::Running) => s.elapsed().as_secs_f64(),
             _ => t.run_seconds,
         };
-        RunSummary::assemble(
+        let mut s = RunSummary::assemble(
             self.config.run.number,
             Layout::new(&self.config).output,
             seconds,
             &summaries,
             &missing,
-        )
+        );
+        s.restarts = t.restarts;
+        if let Some(why) = &t.ended_by {
+            // Without the supervisor's counts the rest of rule 6 cannot hold: say why instead.
+            s.ended_by = Some(why.clone());
+            s.problems = vec![restart::in_flight_note(why, &s)];
+        }
+        s
     }
 
     /// The process of application `name` on this host (its ssh client for a remote one).
@@ -549,9 +588,15 @@ impl Controller {
         let n = self.shared.table().apps.len();
         for i in 0..n {
             let mut t = self.shared.table();
+            t.restart_attempts = 0;
+            t.restarts = 0;
+            t.ended_by = None;
             let a = &mut t.apps[i];
             a.dead = false;
             a.leaving = false;
+            a.restart_at = None;
+            a.restarted = false;
+            a.rejoin_at = None;
             a.hello = false;
             a.error = None;
             a.summary = None;
@@ -613,14 +658,19 @@ impl Controller {
         run: RunEnd,
         timeout: Duration,
     ) -> Result<State, String> {
-        let (name, seq) = {
+        let (name, seq, rejoin_at) = {
             let mut t = self.shared.table();
             let seq = t.next_seq;
             t.next_seq += 1;
             let a = &mut t.apps[i];
             a.waiting = Some(seq);
             a.reply = None;
-            (a.name.clone(), seq)
+            let rejoin = if command == Command::Configure {
+                a.rejoin_at.take()
+            } else {
+                None
+            };
+            (a.name.clone(), seq, rejoin)
         };
         let msg = ToApp::Command {
             seq,
@@ -628,6 +678,7 @@ impl Controller {
             config: (command == Command::Configure).then(|| self.config.to_toml()),
             expect_cleared: run.l1_accepts,
             abandon_drain: run.abandon_drain,
+            rejoin_at,
         };
         let sent = self
             .shared
@@ -684,16 +735,17 @@ impl Controller {
         let timeout = Duration::from_millis(self.config.control.command_timeout_ms);
         let mut l1_accepts = None;
         for i in order {
-            let (dead, role, name) = {
+            let (dead, role, name, restarted) = {
                 let t = self.shared.table();
                 let a = &t.apps[i];
-                (a.dead, a.role, a.name.clone())
+                (a.dead, a.role, a.name.clone(), a.restarted)
             };
             if dead {
                 continue;
             }
             let run = RunEnd {
-                l1_accepts: (command == Command::Stop && role == Role::Ros)
+                // A restarted node never sees the clears of the events before its rejoin.
+                l1_accepts: (command == Command::Stop && role == Role::Ros && !restarted)
                     .then_some(l1_accepts)
                     .flatten(),
                 // A logger halted (its disks are full): events it cannot write cannot be
@@ -937,6 +989,10 @@ impl Partition for Controller {
 
     fn run_limit_seconds(&self) -> f64 {
         self.config.run.seconds
+    }
+
+    fn maintain(&self) {
+        self.restart_due();
     }
 }
 

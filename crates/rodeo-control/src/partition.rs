@@ -118,6 +118,16 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// For an application restarted into a running run at event `events` (the L1 accepts so
+    /// far): every readout node's emulated inputs start there, so the node rejoins at the
+    /// current L1ID (requests for older events are then answered FRAGMENT_LOST, their clears
+    /// counted as unknown).
+    pub fn rejoin_at(&mut self, events: u64) {
+        for (_, _, nc) in &mut self.nodes {
+            nc.first_event = events;
+        }
+    }
+
     /// Every endpoint the partition binds, with the application that binds it: loggers,
     /// readout nodes, the supervisor (DCMs only connect).
     pub fn endpoints(&self) -> Vec<(String, String)> {

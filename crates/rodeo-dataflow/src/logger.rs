@@ -75,6 +75,8 @@ use crate::dedup::{DedupWindow, DEFAULT_WINDOW_IDS};
 use crate::disks::{is_disk_full, DiskMargin, Disks};
 use crate::{AppHandle, DataflowError};
 
+mod recovery;
+
 /// Longest an event waits for its batch before the group commit (the fdatasync and the
 /// acknowledgements): more events share a sync, at the cost of this much latency.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(1);
@@ -228,7 +230,10 @@ impl StreamWriter {
             FileFormat::Rodeo => {
                 let mut cfg = RawFileConfig::new(dir, c.run, &c.name, stream);
                 cfg.max_file_bytes = c.max_file_bytes;
-                cfg.first_sequence = sequence;
+                // After files of a previous life of this logger (restarted into the run).
+                cfg.first_sequence = sequence.max(rodeo_files::recover::next_sequence(
+                    dir, c.run, stream, &c.name,
+                ));
                 cfg.free_disk_margin_bytes = margin;
                 let w = RawFileWriter::create(cfg)
                     .map_err(|source| DataflowError::Files { app: app(), source })?;
@@ -452,6 +457,10 @@ pub struct LoggerSummary {
     /// seen (0 unless an event came back more than the window late).
     #[serde(default)]
     pub late_ids: u64,
+    /// Events kept from files a previous life of this logger left open (restarted into the
+    /// run; included in `events_written` and `files`).
+    #[serde(default)]
+    pub recovered_events: u64,
 }
 
 /// Live counters of a logger, readable while it runs.
@@ -505,9 +514,9 @@ pub fn spawn(
         app: app.clone(),
         reason: format!("cannot create {}: {e}", config.directory.display()),
     })?;
-    AppHandle::spawn(&app, move |stop| {
-        Logger::new(config, counters).run(socket, &stop)
-    })
+    let mut logger = Logger::new(config, counters);
+    logger.recover_left_open()?;
+    AppHandle::spawn(&app, move |stop| logger.run(socket, &stop))
 }
 
 /// An event written (or a duplicate) waiting for the group commit's acknowledgement.
@@ -666,7 +675,7 @@ impl Logger {
             }
             files.push(c.path);
         }
-        self.summary.files = files;
+        self.summary.files.extend(files);
         self.summary.late_ids = self.written.late();
         if let (Some(first), Some(last)) = (self.first_write, self.last_write) {
             self.summary.write_span_ns =

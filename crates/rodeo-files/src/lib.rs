@@ -15,6 +15,8 @@
 //! - [`verify`]: a file checked completely (records, checksums, every event and ROB).
 //! - [`convert`]: a data file into either container, eformat 3/4 events lifted to eformat 5.
 //! - [`replay`]: the RODs of data files' events loaded for replay through a readout node.
+//! - [`recover`]: the files a logger left open when it died, closed with their complete
+//!   events (what a restarted logger does first).
 //! - [`linkfile`]: link capture files, recorded streams of FELIX blocks or S-LINK fragments.
 //!
 //! **Owns**: file layouts, naming, the write path's durability (fsync, `.writing` then rename)
@@ -30,5 +32,6 @@ pub mod eventstorage;
 pub mod legacy;
 pub mod linkfile;
 pub mod rawfile;
+pub mod recover;
 pub mod replay;
 pub mod verify;

@@ -49,6 +49,16 @@ impl L1idCounter {
         }
     }
 
+    /// Moves on by `n` events at once (as `n` calls of [`L1idCounter::advance`]).
+    pub fn skip(&mut self, n: u64) {
+        let events = self.events.saturating_add(n);
+        let wrap = u64::from(self.wrap);
+        let ecr = (events / wrap) as u8;
+        self.l1id = (events % wrap) as u32;
+        self.ecr = ecr;
+        self.events = events;
+    }
+
     /// The extended L1ID of event number `n` (from 0) of a channel wrapping at `wrap`: what a
     /// reader expects.
     pub fn expected(wrap: u32, n: u64) -> u32 {
@@ -72,6 +82,21 @@ pub fn next_extended_l1id(extended: u32, wrap: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skip_is_advance_repeated() {
+        for wrap in [1, 3, 1000, DEFAULT_L1ID_WRAP] {
+            let mut a = L1idCounter::new(wrap);
+            let mut b = L1idCounter::new(wrap);
+            for _ in 0..2500 {
+                a.advance();
+            }
+            b.skip(1000);
+            b.skip(1500);
+            assert_eq!(a, b, "wrap {wrap}");
+            assert_eq!(b.extended(), L1idCounter::expected(wrap, 2500));
+        }
+    }
 
     #[test]
     fn l1id_wraps_into_the_ecr() {

@@ -148,6 +148,10 @@ pub struct NodeConfig {
     /// Largest incoming message accepted, in bytes (`None`: derived from the protocol, see
     /// [`crate::server::default_max_message_bytes`]).
     pub max_message_bytes: Option<usize>,
+    /// The event the emulated S-LINK inputs (`NodeInput::Dma`) start at (0: L1ID 0). A node
+    /// restarted into a running run starts at the run's L1 accepts so far, so it rejoins at
+    /// the current L1ID instead of filling its store with events long cleared.
+    pub first_event: u64,
 }
 
 impl Default for NodeConfig {
@@ -165,6 +169,7 @@ impl Default for NodeConfig {
             error_file: None,
             core_cpu: None,
             max_message_bytes: None,
+            first_event: 0,
         }
     }
 }
@@ -306,6 +311,9 @@ fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
         pending_timeout: config.pending_timeout,
         core_cpu: config.core_cpu,
         max_message_bytes: config.max_message_bytes,
+        rejoin_from: (config.first_event > 0).then(|| {
+            rodeo_format::l1id::L1idCounter::expected(config.l1id_wrap, config.first_event)
+        }),
         ..ServerConfig::default()
     }
 }
@@ -392,13 +400,15 @@ impl Parts {
             )),
             NodeInput::Dma { rate_hz } => {
                 let (input, sp) = dma_input(config, *rate_hz, 256 * 1024, |c| {
-                    SlinkGenerator::new(SlinkConfig {
+                    let mut g = SlinkGenerator::new(SlinkConfig {
                         source_id: config.base_source_id + c as u32,
                         data_words: WordRange::fixed(config.fragment_words),
                         l1id_wrap: config.l1id_wrap,
                         framing: true,
                         ..SlinkConfig::default()
-                    })
+                    });
+                    g.skip(config.first_event);
+                    g
                 })?;
                 superpages = Some(sp);
                 input

@@ -106,6 +106,12 @@ impl SlinkGenerator {
         }
     }
 
+    /// Moves on by `events` events without generating them: a generator that joins a running
+    /// run at its current L1ID (the fragment sizes go on from the seed, not as if drawn).
+    pub fn skip(&mut self, events: u64) {
+        self.l1id.skip(events);
+    }
+
     /// The configuration (with the data size clamped).
     pub fn config(&self) -> &SlinkConfig {
         &self.config

@@ -132,6 +132,7 @@ impl Application for RosApp {
             swrod_error: s.swrod_error,
             input_errors: s.slink.errors() + net.dropped_units,
             input_dropped_words: s.slink.dropped_words,
+            restarted: false,
         })))
     }
 

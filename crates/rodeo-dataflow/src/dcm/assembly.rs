@@ -209,6 +209,7 @@ impl Dcm {
         }
         self.summary.events_sent += 1;
         self.slots[i].phase = Phase::Logging;
+        self.slots[i].shipped_at = Instant::now();
         Ok(())
     }
 

@@ -87,4 +87,19 @@ pub struct DcmSummary {
     /// Events the compressor refused (sent uncompressed).
     #[serde(default)]
     pub compress_failures: u64,
+    /// Requests a readout node did not answer within `dcm::faults::REQUEST_TIMEOUT` (its
+    /// fragments missing, the event partial; the node then counts as down).
+    #[serde(default)]
+    pub request_timeouts: u64,
+    /// Requests not sent because their node was down (the event built without its ROBs).
+    #[serde(default)]
+    pub skipped_requests: u64,
+    /// Times a readout node went down (a request timed out or a send failed).
+    #[serde(default)]
+    pub nodes_down: u64,
+    /// Events sent to a logger again after no acknowledgement came within
+    /// `dcm::faults::ACK_TIMEOUT` (a logger that died with them; the restarted one drops the
+    /// copies it already holds).
+    #[serde(default)]
+    pub events_resent: u64,
 }

@@ -45,11 +45,15 @@
 //! - `decision`: the trigger call-out, the emulated hold and the recorded decision;
 //! - `assembly`: filing reply fragments into a slot, building the event and shipping it to a
 //!   logger, and the logger's acknowledgements;
-//! - `counters`: [`DcmCounters`] (live) and [`DcmSummary`] (the run's totals).
+//! - `counters`: [`DcmCounters`] (live) and [`DcmSummary`] (the run's totals);
+//! - [`faults`]: a readout node that does not answer (request timeout, the node down, events
+//!   built without its ROBs until it answers again) and a logger that does not acknowledge
+//!   (the event sent again).
 
 mod assembly;
 mod counters;
 mod decision;
+pub mod faults;
 mod requests;
 mod sampler;
 
@@ -284,6 +288,10 @@ struct Slot {
     assigned_at: Instant,
     /// When the last request to each readout node was sent.
     sent_at: Vec<Instant>,
+    /// Bit n: a request of this slot to readout node n is in flight (`faults`).
+    asked: u64,
+    /// When the event was last sent to its logger (`faults`: resent without an ack).
+    shipped_at: Instant,
 }
 
 impl Slot {
@@ -310,6 +318,8 @@ impl Slot {
             more_rounds: 0,
             assigned_at: Instant::now(),
             sent_at: vec![Instant::now(); nodes],
+            asked: 0,
+            shipped_at: Instant::now(),
         }
     }
 
@@ -323,6 +333,10 @@ struct Node {
     outstanding: usize,
     /// Slots (with their generation) waiting to send a request to this node.
     queue: VecDeque<(usize, u16)>,
+    /// Down (`faults`): requests are not sent, except one probe every `PROBE_EVERY`.
+    down: bool,
+    /// When the next probe may go to a down node.
+    probe_at: Instant,
 }
 
 /// The DCM's state, owned by its thread.
@@ -381,6 +395,8 @@ impl Dcm {
                 .map(|_| Node {
                     outstanding: 0,
                     queue: VecDeque::new(),
+                    down: false,
+                    probe_at: Instant::now(),
                 })
                 .collect(),
             rob_node,
@@ -567,6 +583,7 @@ impl Dcm {
         s.retry_at = None;
         s.more_rounds = 0;
         s.assigned_at = Instant::now();
+        s.asked = 0;
         self.counters.busy_slots.fetch_add(1, Ordering::Relaxed);
         self.counters
             .trace

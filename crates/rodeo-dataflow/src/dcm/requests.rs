@@ -80,6 +80,9 @@ impl Dcm {
             if self.slots[i].wanted[n].is_empty() && !rest_all {
                 continue;
             }
+            if self.skip_if_down(i, n) {
+                continue;
+            }
             self.slots[i].waiting += 1;
             if self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
                 self.send_request(i, n, readout)?;
@@ -94,7 +97,7 @@ impl Dcm {
         Ok(())
     }
 
-    fn send_request(
+    pub(super) fn send_request(
         &mut self,
         i: usize,
         n: usize,
@@ -113,6 +116,7 @@ impl Dcm {
             // answer (and, past the retry limit, build without it).
             self.summary.send_failures += 1;
             self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
+            self.node_down(n);
             let s = &mut self.slots[i];
             let wanted = std::mem::take(&mut s.wanted[n]);
             s.pending.extend_from_slice(&wanted);
@@ -131,6 +135,7 @@ impl Dcm {
             .fetch_add(1, Ordering::Relaxed);
         let s = &mut self.slots[i];
         s.sent_at[n] = Instant::now();
+        s.asked |= 1 << n;
         self.counters
             .trace
             .record(s.global_id, TraceStage::RequestSent, n as u32);
@@ -154,12 +159,23 @@ impl Dcm {
             self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
-        if self.nodes[n].outstanding > 0 {
-            self.counters
-                .outstanding_requests
-                .fetch_sub(1, Ordering::Relaxed);
+        let tx = decoded.header.transaction;
+        let (i, g) = ((tx >> 16) as usize, tx as u16);
+        // A reply to a request that timed out (`faults`) was already counted out.
+        let asked = self
+            .slots
+            .get(i)
+            .is_some_and(|s| s.generation == g && s.asked & (1 << n) != 0);
+        self.node_up(n);
+        if asked {
+            self.slots[i].asked &= !(1 << n);
+            if self.nodes[n].outstanding > 0 {
+                self.counters
+                    .outstanding_requests
+                    .fetch_sub(1, Ordering::Relaxed);
+            }
+            self.nodes[n].outstanding = self.nodes[n].outstanding.saturating_sub(1);
         }
-        self.nodes[n].outstanding = self.nodes[n].outstanding.saturating_sub(1);
         // A freed request slot on this node: send the next queued request.
         while self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
             let Some((q, g)) = self.nodes[n].queue.pop_front() else {
@@ -172,13 +188,11 @@ impl Dcm {
                 self.send_request(q, n, readout)?;
             }
         }
-        let tx = decoded.header.transaction;
-        let i = (tx >> 16) as usize;
-        let g = tx as u16;
-        let live = self
-            .slots
-            .get(i)
-            .is_some_and(|s| s.generation == g && matches!(s.phase, Phase::Fetching(_)));
+        let live = asked
+            && self
+                .slots
+                .get(i)
+                .is_some_and(|s| matches!(s.phase, Phase::Fetching(_)));
         if !live {
             self.summary.stale_replies += 1;
             self.counters.stale_replies.fetch_add(1, Ordering::Relaxed);
@@ -215,7 +229,7 @@ impl Dcm {
         Ok(())
     }
 
-    fn stage_complete_or_retry(
+    pub(super) fn stage_complete_or_retry(
         &mut self,
         i: usize,
         readout: &mut [Socket],
@@ -267,6 +281,8 @@ impl Dcm {
         loggers: &mut [Socket],
     ) -> Result<(), DataflowError> {
         let now = Instant::now();
+        self.expire_requests(now, readout, loggers)?;
+        self.resend_unacked(now, loggers)?;
         for i in 0..self.slots.len() {
             if let Phase::Holding(t) = self.slots[i].phase {
                 if t <= now {

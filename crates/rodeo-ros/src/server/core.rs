@@ -35,6 +35,8 @@ pub(super) struct Core<S: RequestSource> {
     /// The current request's stamp (never 0 while in use; `seen` starts at 0).
     stamp: u32,
     last_clear: Option<u32>,
+    /// A rejoined node's next L1ID to release without a clear (`rejoin`).
+    sweep_from: Option<u32>,
     /// Reply scratch: header, L1ID, count and the empty fragments, as bytes.
     head: Vec<u8>,
     /// Reply scratch: the present fragments' page segments.
@@ -62,6 +64,9 @@ impl<S: RequestSource> Core<S> {
         stats: Arc<ServerStats>,
         drops: Arc<PeerDrops>,
     ) -> Core<S> {
+        let config_rejoin = config.rejoin_from;
+        let mut store = store;
+        store.set_rejoining(config_rejoin.is_some());
         let descriptors = Descriptors::new(config.descriptors, store.channels());
         Core {
             endpoint: source.endpoint(),
@@ -79,6 +84,7 @@ impl<S: RequestSource> Core<S> {
             stats,
             descriptors,
             last_clear: None,
+            sweep_from: config_rejoin,
         }
     }
 
@@ -246,10 +252,19 @@ impl<S: RequestSource> Core<S> {
                 }
                 self.last_clear = Some(seq);
                 bump(&self.stats.cleared_l1ids, l1ids.len() as u64);
-                match l1ids {
-                    Ids::Wire(l) => self.store.clear(l.iter()),
-                    Ids::Slice(s) => self.store.clear(s.iter().copied()),
+                let first = match l1ids {
+                    Ids::Wire(l) => {
+                        self.store.clear(l.iter());
+                        l.iter().next()
+                    }
+                    Ids::Slice(s) => {
+                        self.store.clear(s.iter().copied());
+                        s.first().copied()
+                    }
                 };
+                if let Some(first) = first {
+                    super::rejoin::sweep_stale(&mut self.store, &mut self.sweep_from, first);
+                }
                 true
             }
             Incoming::KeepAlive => {

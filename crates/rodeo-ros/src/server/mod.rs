@@ -64,6 +64,7 @@ mod descriptor;
 pub mod direct;
 pub mod input;
 pub mod peers;
+pub mod rejoin;
 pub mod source;
 pub mod swrod_input;
 
@@ -108,6 +109,9 @@ pub struct ServerConfig {
     /// Pin the core thread to this CPU (default: none, the kernel places it). Whether the
     /// kernel accepted is in [`Stopped::core_pinned`].
     pub core_cpu: Option<usize>,
+    /// A node restarted into a running run: the extended L1ID its inputs start at. Its clears
+    /// then also release what no clear will ever name (see [`rejoin`]). Default `None`.
+    pub rejoin_from: Option<u32>,
 }
 
 impl Default for ServerConfig {
@@ -120,6 +124,7 @@ impl Default for ServerConfig {
             high_water_mark: 10_000,
             max_message_bytes: None,
             core_cpu: None,
+            rejoin_from: None,
         }
     }
 }

@@ -12,6 +12,7 @@ impl EventStore {
     /// Releases `l1ids` on every channel. Returns the fragments released.
     pub fn clear(&mut self, l1ids: impl IntoIterator<Item = u32>) -> u64 {
         let table = &*self.table;
+        let rejoining = self.rejoining;
         let holds = &mut self.holds;
         let pw = table.page_words();
         let mut released = 0;
@@ -39,7 +40,10 @@ impl EventStore {
                     }
                     None => {
                         let newer = ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last));
-                        if !newer || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err() {
+                        if !newer
+                            || rejoining
+                            || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err()
+                        {
                             ch.counters.unknown_clears += 1;
                         }
                     }

@@ -261,6 +261,9 @@ pub struct EventStore {
     layouts: Box<[u64]>,
     /// Words per page (the table's, kept here for the hot path).
     page_words: usize,
+    /// A node restarted into a running run: no early-clear markers (see
+    /// [`EventStore::set_rejoining`]).
+    rejoining: bool,
     channels: Vec<Channel>,
     page_channel: Box<[u16]>,
     by_rob: HashMap<u32, u16>,
@@ -319,6 +322,7 @@ impl EventStore {
         let page_channel = (0..wanted).map(|p| (p / per) as u16).collect();
         let alarm_pages = ((per as f64) * config.alarm_fraction.clamp(0.0, 1.0)).ceil() as usize;
         Ok(EventStore {
+            rejoining: false,
             page_words: table.page_words(),
             table: Arc::new(table),
             holds: vec![0; wanted].into_boxed_slice(),
@@ -406,6 +410,15 @@ impl EventStore {
     /// True while channel `c` is at or above its alarm level.
     pub fn alarm(&self, c: usize) -> bool {
         self.channels[c].alarm
+    }
+
+    /// For a node restarted into a running run (`crate::server::rejoin`): a clear for an L1ID
+    /// newer than a channel's last leaves no early-clear marker (it is counted as unknown).
+    /// Such a node's inputs may lag far behind the run: markers for every event decided
+    /// meanwhile would fill the index and stop the inputs; the fragments they would have
+    /// dropped are released by the rejoin sweep instead.
+    pub fn set_rejoining(&mut self, on: bool) {
+        self.rejoining = on;
     }
 
     /// The last (newest) L1ID channel `c` stored, if any.

@@ -327,6 +327,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print_summary(&summary, requested, verified, &problems, balanced, trigger);
     }
+    if let Some(why) = &summary.ended_by {
+        anyhow::bail!("{why} (balance sheet above)");
+    }
     if !balanced {
         anyhow::bail!("the run's balance sheet does not add up (see above)");
     }
@@ -454,7 +457,18 @@ fn run_processes(config: &PartitionConfig) -> anyhow::Result<RunSummary> {
     let summary = result?;
     for (name, why) in ctl.dead_apps() {
         // A DCM that died: its events were reassigned; not an imbalance, but worth saying.
-        eprintln!("note: {name} died ({why}); its events were reassigned");
+        if name.starts_with("dcm") {
+            eprintln!("note: {name} died ({why}); its events were reassigned");
+        } else {
+            eprintln!("note: {name} died ({why})");
+        }
+    }
+    if summary.restarts > 0 {
+        eprintln!(
+            "note: {} application(s) restarted into the run ({} partial events, {} events \
+             recovered from files left open)",
+            summary.restarts, summary.partial_events, summary.recovered_events
+        );
     }
     Ok(summary)
 }
@@ -537,6 +551,7 @@ fn summary_json(
                 "swrod_error": n.swrod_error,
                 "input_errors": n.input_errors,
                 "input_dropped_words": n.input_dropped_words,
+                "restarted": n.restarted,
             })
         })
         .collect();
@@ -553,6 +568,10 @@ fn summary_json(
         "duplicates_dropped": s.duplicates,
         "partial_events": s.partial_events,
         "input_errors": s.nodes.iter().map(|n| n.input_errors).sum::<u64>(),
+        "restarts": s.restarts,
+        "recovered_events": s.recovered_events,
+        "events_resent": s.events_resent,
+        "in_flight_at_stop": s.unfinished,
         "bytes_written": s.bytes_written,
         "files": s.files,
         "readout_nodes": nodes,
@@ -639,6 +658,19 @@ fn print_summary(
                     .map_or(String::new(), |e| format!(", error: {e}"))
             );
         }
+    }
+    if s.restarts > 0 || s.partial_events > 0 {
+        println!(
+            "  faults: {} restart(s), {} partial events, {} events recovered from files left \
+             open, {} events resent to a logger",
+            s.restarts, s.partial_events, s.recovered_events, s.events_resent
+        );
+    }
+    if let Some(why) = &s.ended_by {
+        println!(
+            "  ended early: {why}; {} events were in flight",
+            s.unfinished
+        );
     }
     println!("  balance: {}", if balanced { "OK" } else { "MISMATCH" });
     for p in problems {

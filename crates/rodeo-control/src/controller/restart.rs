@@ -1,0 +1,261 @@
+//! The controller's answer to a death during a run (process mode): restart and rejoin, or an
+//! orderly end.
+//!
+//! # Restart (`[control] restart`, `max_restarts_per_run`, `restart_backoff_ms`)
+//!
+//! A readout node or logger that dies while the partition runs is not a failure of the
+//! partition: it is scheduled for a restart after the back-off, reported in the status and the
+//! recent errors. The run's driver ([`run_to_end`](crate::control::run_to_end), through
+//! [`Partition::maintain`](crate::control::Partition::maintain)) performs due restarts under
+//! the command lock: the old process (if still there) is killed, a new one spawned, and once
+//! it said hello it is configured, connected and started, so it joins at RUNNING. A readout
+//! node is configured with `rejoin_at`, the run's L1 accepts so far plus what the L1 issues in
+//! [`REJOIN_AHEAD`] at its last measured rate (the heartbeat's age): its emulated inputs start
+//! there, at the current L1ID. The L1 runs on while the node starts (faster while the DCMs
+//! skip it), so its first fragments may be of events already decided, whose clears went to
+//! nobody: the node releases those itself (`rodeo_ros::server::rejoin`), or they would fill
+//! its store and every later event would be partial. A logger recovers the files its previous life left open
+//! (`rodeo_files::recover`). Meanwhile the DCMs build events without the node's ROBs
+//! (PARTIAL_EVENT) or keep the logger's unacknowledged events and send them again
+//! (`rodeo_dataflow::dcm::faults`).
+//!
+//! Each attempt counts against `max_restarts_per_run`; an attempt that fails is retried after
+//! the back-off while the budget lasts. With the budget spent (or `restart = false`) a death
+//! fails the partition as before. A DCM is not restarted: the supervisor reassigns its events
+//! and the run goes on with the others (the last DCM's death fails the partition).
+//!
+//! # The supervisor's death
+//!
+//! Without the supervisor no event is assigned, decided or cleared: the run cannot go on, and
+//! restarting it would lose the count of what was assigned. Its death ends the run in order
+//! instead: the run's driver sees the end ([`Controller::run_finished`]), stops and
+//! disconnects every other application (files closed, summaries handed back), and the balance
+//! sheet says why the run ended and how many events were in flight in the DCMs (they stay
+//! undecided: the run does not balance and exits non-zero).
+
+use std::time::{Duration, Instant};
+
+use crate::application::{Role, RunEnd};
+use crate::config::ControlSection;
+use crate::lifecycle::{Command, State};
+use crate::summary::RunSummary;
+
+use super::{Controller, Table};
+
+/// A restarted readout node starts this far ahead of the L1 (at the L1 rate last measured).
+const REJOIN_AHEAD: Duration = Duration::from_millis(250);
+/// ... and at least this many events ahead.
+const REJOIN_AHEAD_MIN_EVENTS: u64 = 256;
+
+/// The restart policy of a partition (`[control]`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Policy {
+    enabled: bool,
+    max: u32,
+    backoff: Duration,
+}
+
+impl Policy {
+    /// The policy of `c`.
+    pub(super) fn of(c: &ControlSection) -> Policy {
+        Policy {
+            enabled: c.restart,
+            max: c.max_restarts_per_run,
+            backoff: Duration::from_millis(c.restart_backoff_ms),
+        }
+    }
+}
+
+impl Table {
+    /// The policy for application `i`, just dead (`why`): `true` when it is handled here (a
+    /// restart scheduled, or the run ending for the supervisor), `false` to apply the
+    /// partition's dead-application rule.
+    pub(super) fn restart_or_end(&mut self, i: usize, why: &str) -> bool {
+        if self.lifecycle.state() != State::Running {
+            return false;
+        }
+        let (name, role) = (self.apps[i].name.clone(), self.apps[i].role);
+        match role {
+            Role::Supervisor => {
+                let reason = format!("the supervisor died ({why}): the run was ended in order");
+                self.record(reason.clone());
+                self.ended_by = Some(reason);
+                true
+            }
+            Role::Ros | Role::Logger => self.schedule_restart(i, &name),
+            Role::Dcm => false,
+        }
+    }
+
+    /// Schedules a restart of `i` (named `name`) if the policy allows one more.
+    fn schedule_restart(&mut self, i: usize, name: &str) -> bool {
+        let p = self.policy;
+        if !p.enabled || self.restart_attempts >= p.max {
+            if p.enabled {
+                self.record(format!(
+                    "{name}: no restart left (control.max_restarts_per_run = {})",
+                    p.max
+                ));
+            }
+            return false;
+        }
+        self.restart_attempts += 1;
+        self.apps[i].restart_at = Some(Instant::now() + p.backoff);
+        self.record(format!(
+            "{name} will be restarted in {} ms (restart {} of at most {} in this run)",
+            p.backoff.as_millis(),
+            self.restart_attempts,
+            p.max
+        ));
+        true
+    }
+}
+
+/// The first problem of a run its supervisor's death ended: why, and what became of the
+/// events in flight.
+pub(super) fn in_flight_note(why: &str, s: &RunSummary) -> String {
+    format!(
+        "{why}; the DCMs decided {} events whose decisions it never received ({} accepted \
+         and written: the {} events written by the loggers are in the files, which are \
+         closed); {} events were in flight in the DCMs at the stop and stay undecided (no \
+         supervisor to reassign them)",
+        s.dcm_decided, s.dcm_logged, s.events_written, s.unfinished
+    )
+}
+
+impl Controller {
+    /// Performs the restarts that are due (module docs).
+    pub(super) fn restart_due(&self) {
+        let now = Instant::now();
+        let due: Vec<usize> = {
+            let t = self.shared.table();
+            t.apps
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.restart_at.is_some_and(|r| r <= now))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        for i in due {
+            let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+            {
+                let mut t = self.shared.table();
+                t.apps[i].restart_at = None;
+                if t.lifecycle.state() != State::Running {
+                    continue;
+                }
+            }
+            let result = self.restart_one(i);
+            let mut t = self.shared.table();
+            let name = t.apps[i].name.clone();
+            match result {
+                Ok(at) => {
+                    t.restarts += 1;
+                    t.apps[i].restarted = true;
+                    let k = t.restarts;
+                    t.record(format!(
+                        "{name} restarted and rejoined the run at event {at} (restart {k} in \
+                         this run)"
+                    ));
+                    tracing::warn!("{name} restarted and rejoined the run at event {at}");
+                }
+                Err(why) => {
+                    t.record(format!("{name}: restart failed: {why}"));
+                    let a = &mut t.apps[i];
+                    if !a.dead {
+                        a.dead = true;
+                        a.state = State::Error;
+                        a.error = Some(format!("restart failed: {why}"));
+                    }
+                    if !t.schedule_restart(i, &name) && t.lifecycle.state() == State::Running {
+                        t.lifecycle
+                            .fail(format!("{name} is dead and could not be restarted: {why}"));
+                    }
+                }
+            }
+            drop(t);
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Spawns application `i` again and brings it to RUNNING; returns the event it rejoined
+    /// the run at.
+    fn restart_one(&self, i: usize) -> Result<u64, String> {
+        {
+            let mut t = self.shared.table();
+            let a = &mut t.apps[i];
+            if let Some(mut c) = a.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            a.stdin = None;
+            a.hello = false;
+            a.error = None;
+            a.summary = None;
+            a.finished = false;
+            a.last_heard = None;
+            a.rate_base = None;
+            a.metrics = None;
+            a.waiting = None;
+            a.reply = None;
+            a.pid = None;
+            a.leaving = false;
+            a.state = State::None;
+            let mut c = self
+                .spawn_one(a)
+                .map_err(|e| format!("cannot spawn {}: {e}", self.program.display()))?;
+            a.stdin = c.stdin.take();
+            a.child = Some(c);
+            a.dead = false;
+        }
+        let timeout = Duration::from_millis(self.config.control.spawn_timeout_ms);
+        let deadline = Instant::now() + timeout;
+        let mut t = self.shared.table();
+        loop {
+            let a = &t.apps[i];
+            if a.dead {
+                return Err(format!(
+                    "died before its hello: {}",
+                    a.error.clone().unwrap_or_default()
+                ));
+            }
+            if a.hello {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "no hello within {} ms of being started",
+                    timeout.as_millis()
+                ));
+            }
+            t = self
+                .shared
+                .changed
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        // Ahead of the L1 by what it issues in REJOIN_AHEAD: the node must start past every
+        // event decided before it can receive clears, or those fragments would never be
+        // cleared and fill its store (module docs).
+        let l1 =
+            crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref())).l1_accepts;
+        let rate: f64 = t
+            .apps
+            .iter()
+            .filter(|a| a.role == Role::Supervisor)
+            .map(|a| a.rate_hz)
+            .sum();
+        let ahead = (rate * REJOIN_AHEAD.as_secs_f64()).max(REJOIN_AHEAD_MIN_EVENTS as f64);
+        let at = l1 + ahead as u64;
+        t.apps[i].rejoin_at = Some(at);
+        drop(t);
+        let timeout = Duration::from_millis(self.config.control.command_timeout_ms);
+        for c in [Command::Configure, Command::Connect, Command::Start] {
+            self.send_command(i, c, RunEnd::default(), timeout)
+                .map_err(|e| format!("{c}: {e}"))?;
+        }
+        Ok(at)
+    }
+}

@@ -1,0 +1,67 @@
+//! A logger's first act: closing the files its previous life left open.
+//!
+//! A logger restarted into a running run (its process was killed) finds its `.writing` files
+//! of the run in its directory and has them recovered ([`rodeo_files::recover`]: every
+//! complete event kept, the end record written, the file renamed). The kept events count as
+//! written by this logger (they are the run's events, on disk, read back with their
+//! checksums), and their global ids are remembered, so the copies the DCMs resend (their
+//! acknowledgements died with the old process) are dropped as duplicates and acknowledged:
+//! every accepted event is in the files exactly once. Only rodeo's container is recovered; an
+//! EventStorage file left open stays `.writing` (a warning says so).
+
+use rodeo_files::recover::recover_files;
+
+use super::{FileFormat, Logger};
+use crate::DataflowError;
+
+impl Logger {
+    /// Recovers the files left open in this logger's directory (module docs).
+    pub(super) fn recover_left_open(&mut self) -> Result<(), DataflowError> {
+        let c = &self.config;
+        if c.format != FileFormat::Rodeo {
+            let left = std::fs::read_dir(&c.directory)
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.ends_with(".writing") && n.contains(c.name.as_str())
+                })
+                .count();
+            if left > 0 {
+                tracing::warn!(
+                    "{}: {left} EventStorage file(s) left open by a previous run of this \
+                     logger stay .writing (recovery handles rodeo's container only)",
+                    c.name
+                );
+            }
+            return Ok(());
+        }
+        let recovered =
+            recover_files(&c.directory, c.run, &c.name).map_err(|e| DataflowError::Config {
+                app: c.name.clone(),
+                reason: e.to_string(),
+            })?;
+        for r in recovered {
+            tracing::warn!(
+                "{}: recovered {} ({} complete events{})",
+                self.config.name,
+                r.path.display(),
+                r.events,
+                r.dropped_tail
+                    .as_deref()
+                    .map_or(String::new(), |t| format!("; dropped what follows: {t}"))
+            );
+            for &gid in &r.global_ids {
+                self.written.insert(gid);
+            }
+            self.summary.events_written += r.events;
+            self.summary.events_verified += r.events;
+            self.summary.bytes_written += r.event_bytes;
+            self.summary.recovered_events += r.events;
+            self.summary.files.push(r.path);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,307 @@
+//! Recovery of the raw-data files a logger left open when it died (killed with -9, crashed):
+//! what a restarted logger does before it writes anything.
+//!
+//! A file being written is named `<name>.writing` and has no end record. [`recover_files`]
+//! finds every such file of one run and application in a directory and turns it into a
+//! closed file of the same name without the suffix: it keeps every complete event (each
+//! record whose checksum is right, up to the first damaged or cut record, which a kill in the
+//! middle of a write leaves at the end), writes them into a new file with the writer (so the
+//! start record, the end record with its count, bytes and checksum, the fsyncs and the rename
+//! are the writer's own), and removes the old one. The global ids of the kept events are
+//! handed back, so the logger drops the copies of those events that senders resend (their
+//! acknowledgement was lost with the process).
+//!
+//! # Crash safety
+//!
+//! The old file is first renamed `<name>.recovering`; its events are copied into
+//! `<name>.writing`, which the writer renames `<name>` when it is closed; then
+//! `<name>.recovering` is removed. A recovery that dies half-way leaves `<name>.recovering`
+//! (and maybe a `<name>.writing` copy, removed and made again): the next recovery starts again
+//! from it. No event is ever held only in a file that is being rewritten.
+//!
+//! [`next_sequence`] gives the first file sequence number a restarted logger may use for a
+//! stream, so it never writes over a file of its previous life.
+
+use std::path::{Path, PathBuf};
+
+use rodeo_format::fragment::FullEvent;
+
+use crate::rawfile::{parse_file_name, RawFileConfig, RawFileError, RawFileReader, RawFileWriter};
+
+/// Suffix of a file being recovered (see the module docs).
+pub const RECOVERING_SUFFIX: &str = ".recovering";
+
+/// One file recovered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The closed file (its name without `.writing`).
+    pub path: PathBuf,
+    /// Its stream.
+    pub stream: String,
+    /// Its file sequence number.
+    pub sequence: u32,
+    /// Complete events kept.
+    pub events: u64,
+    /// Bytes of the events' fragments kept.
+    pub event_bytes: u64,
+    /// Global ids of the kept events (an event whose header does not parse has none).
+    pub global_ids: Vec<u64>,
+    /// Why the copy stopped before the end of the old file (a cut or damaged record), if it
+    /// did: the bytes after it were dropped.
+    pub dropped_tail: Option<String>,
+}
+
+/// Why a recovery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    /// The directory could not be listed, or a file renamed or removed.
+    #[error("recovering {path}: {source}; check the permissions of the directory")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The recovered copy could not be written.
+    #[error("recovering {path}: writing the copy: {source}")]
+    Write {
+        /// The file recovered.
+        path: PathBuf,
+        /// The cause.
+        source: RawFileError,
+    },
+}
+
+/// Every `.writing` (and half-recovered `.recovering`) file of run `run` and application `app`
+/// in `dir`, recovered (module docs), in name order.
+pub fn recover_files(dir: &Path, run: u32, app: &str) -> Result<Vec<Recovered>, RecoverError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RecoverError::Io { path, source }
+    };
+    let mut todo: Vec<(PathBuf, String, u32, bool)> = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        // No directory yet: nothing was written there.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let (base, recovering) = match name.strip_suffix(RECOVERING_SUFFIX) {
+            Some(b) => (b, true),
+            None => (name, false),
+        };
+        let Some((r, stream, a, seq, writing)) = parse_file_name(base) else {
+            continue;
+        };
+        if r != run || a != app || (writing == recovering) {
+            // A closed file, or a `.writing` name with `.recovering` (never made).
+            continue;
+        }
+        todo.push((entry.path(), stream.to_string(), seq, recovering));
+    }
+    todo.sort();
+    // A `.recovering` file wins over a `.writing` copy of the same name (an interrupted
+    // recovery): that copy is incomplete and made again.
+    let mut out = Vec::new();
+    for (path, stream, seq, recovering) in &todo {
+        let closed = dir.join(crate::rawfile::file_name(run, stream, app, *seq));
+        let writing = PathBuf::from(format!(
+            "{}{}",
+            closed.display(),
+            crate::rawfile::WRITING_SUFFIX
+        ));
+        let old = PathBuf::from(format!("{}{RECOVERING_SUFFIX}", closed.display()));
+        if !recovering {
+            if todo
+                .iter()
+                .any(|(_, s, q, r)| *r && s == stream && q == seq)
+            {
+                continue;
+            }
+            std::fs::rename(path, &old).map_err(io(path))?;
+        } else if writing.exists() {
+            std::fs::remove_file(&writing).map_err(io(&writing))?;
+        }
+        let r = copy_complete_events(&old, dir, run, app, stream, *seq)?;
+        std::fs::remove_file(&old).map_err(io(&old))?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Copies the complete events of `old` into a new closed file of the same name.
+fn copy_complete_events(
+    old: &Path,
+    dir: &Path,
+    run: u32,
+    app: &str,
+    stream: &str,
+    sequence: u32,
+) -> Result<Recovered, RecoverError> {
+    let werr = |source| RecoverError::Write {
+        path: old.to_path_buf(),
+        source,
+    };
+    let mut cfg = RawFileConfig::new(dir, run, app, stream);
+    cfg.first_sequence = sequence;
+    cfg.max_file_bytes = u64::MAX;
+    // A recovery must not fail for want of the margin kept for new data.
+    cfg.free_disk_margin_bytes = 0;
+    cfg.direct_io = false;
+    let mut writer = RawFileWriter::create(cfg).map_err(werr)?;
+    let mut events = 0u64;
+    let mut event_bytes = 0u64;
+    let mut global_ids = Vec::new();
+    let mut dropped_tail = None;
+    match RawFileReader::open(old) {
+        Ok(mut reader) => {
+            while let Some(e) = reader.next_event() {
+                match e {
+                    Ok(ev) => {
+                        writer.write_event(ev.words, ev.flags).map_err(werr)?;
+                        events += 1;
+                        event_bytes += 4 * ev.words.len() as u64;
+                        if let Ok(f) = FullEvent::parse(ev.words) {
+                            global_ids.push(f.global_id());
+                        }
+                    }
+                    Err(e) => {
+                        // The expected end of a file left open: no end record. Anything else
+                        // is a cut or damaged record, dropped with what follows it.
+                        if !matches!(e, RawFileError::NoEndRecord { .. }) {
+                            dropped_tail = Some(e.to_string());
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        // Not even a start record reached the disk: an empty file.
+        Err(e) => dropped_tail = Some(e.to_string()),
+    }
+    let closed = writer.finish().map_err(werr)?;
+    let path = closed
+        .first()
+        .map(|c| c.path.clone())
+        .unwrap_or_else(|| dir.join(crate::rawfile::file_name(run, stream, app, sequence)));
+    Ok(Recovered {
+        path,
+        stream: stream.to_string(),
+        sequence,
+        events,
+        event_bytes,
+        global_ids,
+        dropped_tail,
+    })
+}
+
+/// The first file sequence number free for `stream` of run `run` and application `app` in
+/// `dir` (one more than the largest taken, closed or not; 1 when there is none).
+pub fn next_sequence(dir: &Path, run: u32, stream: &str, app: &str) -> u32 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let base = name.strip_suffix(RECOVERING_SUFFIX).unwrap_or(name);
+            let (r, s, a, seq, _) = parse_file_name(base)?;
+            (r == run && s == stream && a == app).then_some(seq)
+        })
+        .max()
+        .map_or(1, |m| m.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rawfile::{file_name, verify_file, WRITING_SUFFIX};
+    use rodeo_format::fragment::{EventBuilder, SourceId};
+
+    fn event(gid: u64) -> Vec<u32> {
+        let robs: [&[u32]; 0] = [];
+        let mut v = Vec::new();
+        EventBuilder {
+            source_id: SourceId(0x7C_0000),
+            global_id: gid,
+            run_number: 5,
+            extended_l1id: gid as u32,
+            robs: &robs,
+            ..EventBuilder::default()
+        }
+        .write_vec(&mut v)
+        .unwrap();
+        v
+    }
+
+    /// A `.writing` file with `n` events and its last record cut short (a kill mid-write).
+    fn left_open(dir: &Path, n: u64) -> PathBuf {
+        let mut cfg = RawFileConfig::new(dir, 5, "logger-1", "physics_Main");
+        cfg.direct_io = false;
+        cfg.free_disk_margin_bytes = 0;
+        let mut w = RawFileWriter::create(cfg).unwrap();
+        for g in 0..n {
+            w.write_event(&event(100 + g), 0).unwrap();
+        }
+        w.sync().unwrap();
+        let path = w.current_path().unwrap().to_path_buf();
+        // Dropping the writer would close the file: forget it, as a killed process does.
+        std::mem::forget(w);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let half = event(999).len() * 2;
+        bytes.extend_from_slice(&0x1234_CCCCu32.to_le_bytes());
+        bytes.extend(std::iter::repeat_n(7u8, half));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_file_left_open_keeps_its_complete_events_and_is_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writing = left_open(dir.path(), 7);
+        assert!(writing.to_str().unwrap().ends_with(WRITING_SUFFIX));
+        assert_eq!(next_sequence(dir.path(), 5, "physics_Main", "logger-1"), 2);
+        let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].events, 7);
+        assert_eq!(r[0].global_ids, (100..107).collect::<Vec<_>>());
+        assert!(r[0].dropped_tail.is_some(), "the cut record is reported");
+        let closed = dir.path().join(file_name(5, "physics_Main", "logger-1", 1));
+        assert_eq!(r[0].path, closed);
+        assert!(!writing.exists());
+        let s = verify_file(&closed).unwrap();
+        assert_eq!(s.events, 7);
+        // Nothing left to recover; other applications' and runs' files are not touched.
+        assert!(recover_files(dir.path(), 5, "logger-1").unwrap().is_empty());
+        assert!(recover_files(dir.path(), 6, "logger-1").unwrap().is_empty());
+        assert!(recover_files(&dir.path().join("none"), 5, "logger-1")
+            .unwrap()
+            .is_empty());
+        assert_eq!(next_sequence(dir.path(), 5, "physics_Main", "logger-1"), 2);
+    }
+
+    #[test]
+    fn an_interrupted_recovery_starts_again_from_the_renamed_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let writing = left_open(dir.path(), 3);
+        let base = writing
+            .to_str()
+            .unwrap()
+            .strip_suffix(WRITING_SUFFIX)
+            .unwrap();
+        let old = PathBuf::from(format!("{base}{RECOVERING_SUFFIX}"));
+        std::fs::rename(&writing, &old).unwrap();
+        // A half-made copy, as a recovery killed half-way leaves it.
+        std::fs::write(&writing, b"junk").unwrap();
+        let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].events, 3);
+        assert!(!old.exists() && !writing.exists());
+        assert_eq!(verify_file(PathBuf::from(base)).unwrap().events, 3);
+    }
+}

@@ -1,0 +1,288 @@
+//! Faults in a `rodeo run --processes` run (issue 20, docs/run-control.md "Faults"): an
+//! application killed with -9 while the run runs. A readout node or logger is restarted by the
+//! controller and the run goes on (balanced, every accepted event in the files once); the
+//! supervisor's death ends the run in order with its balance sheet and a non-zero exit.
+//!
+//! Each run is short (a few seconds) and waits on conditions with deadlines; the files are
+//! read back with the raw-file reader, independently of the loggers' own counts.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rodeo_files::rawfile::RawFileReader;
+use rodeo_format::compress::decompress_event;
+use rodeo_format::fragment::{FullEvent, Status};
+use rodeo_testkit::{wait_for, wait_until};
+use serde_json::Value;
+
+/// A small partition over ZeroMQ ipc: two readout nodes, two DCMs, one logger, a steady L1.
+const CONFIG: &str = "[transport]\nkind = \"ipc\"\n\
+    [l1]\nrate_hz = 1500.0\n\
+    [ros]\nnodes = 2\nchannels = 4\nfragment_words = 100\n\
+    [dcm]\nnodes = 2\nslots = 32\naccept_fraction = 0.3\n\
+    [control]\nrestart_backoff_ms = 200\ndead_after_ms = 1500\n";
+
+/// One run at a time: each is a whole partition of processes, and the machine has few cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A `--processes` run of `seconds` in a temporary directory, started.
+struct Run {
+    child: Child,
+    out_dir: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn start(seconds: &str) -> Run {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("p.toml");
+        std::fs::write(&cfg, CONFIG).unwrap();
+        let out_dir = dir.path().join("out");
+        let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+            .args([
+                "run",
+                "--processes",
+                "--seconds",
+                seconds,
+                "--json",
+                "--config",
+            ])
+            .arg(&cfg)
+            .arg("--output")
+            .arg(&out_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Run {
+            child,
+            out_dir,
+            _dir: dir,
+        }
+    }
+
+    /// Waits until events are being written, then kills `name`'s process with SIGKILL.
+    fn kill_when_running(&self, name: &str) {
+        let marker = self.out_dir.to_str().unwrap().to_string();
+        wait_until("events being written", Duration::from_secs(30), || {
+            data_files(&self.out_dir)
+                .iter()
+                .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 64 * 1024))
+        });
+        let pid = wait_for(
+            &format!("{name}'s process"),
+            Duration::from_secs(20),
+            || {
+                apps_of(&marker)
+                    .into_iter()
+                    .find(|(_, n)| n == name)
+                    .map(|(p, _)| p)
+            },
+        );
+        // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    }
+
+    /// Waits (bounded) for the end; the exit status, the JSON balance sheet, stderr, and the
+    /// temporary directory (the files go with it).
+    fn finish(
+        self,
+        limit: Duration,
+    ) -> (std::process::ExitStatus, Value, String, tempfile::TempDir) {
+        let Run {
+            mut child,
+            out_dir,
+            _dir,
+        } = self;
+        let status = wait_for("the run's end", limit, || child.try_wait().unwrap());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "no JSON balance sheet ({e}): {}\n{stderr}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        let left: Vec<PathBuf> = walk(&out_dir)
+            .into_iter()
+            .filter(|p| {
+                let n = p.to_string_lossy();
+                n.ends_with(".writing") || n.ends_with(".recovering")
+            })
+            .collect();
+        assert!(left.is_empty(), "files left open: {left:?}\n{v}\n{stderr}");
+        (status, v, stderr, _dir)
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The data files (closed or not) under `dir`.
+fn data_files(dir: &Path) -> Vec<PathBuf> {
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(".data"))
+        .collect()
+}
+
+/// Every live (not zombie) `rodeo app` process whose command line mentions `marker`, with
+/// its `--name`.
+fn apps_of(marker: &str) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !(args.iter().any(|a| a == "app") && args.iter().any(|a| a.contains(marker))) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
+        if matches!(state, Some('Z') | Some('X') | None) {
+            continue;
+        }
+        let name = args
+            .iter()
+            .position(|a| a == "--name")
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_default();
+        found.push((pid, name));
+    }
+    found
+}
+
+/// What the files of a balance sheet hold, read independently: global ids (each once, or the
+/// test fails) and how many events are flagged PARTIAL_EVENT.
+fn read_files(summary: &Value) -> (HashSet<u64>, u64) {
+    let mut ids = HashSet::new();
+    let mut partial = 0;
+    let mut plain = Vec::new();
+    for f in summary["files"].as_array().expect("files") {
+        let path = f.as_str().unwrap();
+        let mut reader = RawFileReader::open(path).unwrap();
+        while let Some(event) = reader.next_event() {
+            let event = event.unwrap_or_else(|e| panic!("{path}: {e}"));
+            decompress_event(event.words, &mut plain).unwrap();
+            let e = FullEvent::parse(&plain).unwrap();
+            e.verify_checksum().unwrap();
+            if e.status().contains(Status::EVENT_PARTIAL) {
+                partial += 1;
+            }
+            assert!(
+                ids.insert(e.global_id()),
+                "event {} written twice",
+                e.global_id()
+            );
+        }
+    }
+    (ids, partial)
+}
+
+/// The checks every run that survived a fault passes: exit 0, balanced, the files hold
+/// exactly the accepted and forced events, each once.
+fn assert_survived(status: std::process::ExitStatus, v: &Value, stderr: &str) -> u64 {
+    assert!(status.success(), "exit {status}\n{v}\n{stderr}");
+    assert_eq!(v["balanced"], true, "{v}\n{stderr}");
+    assert_eq!(v["restarts"], 1, "{v}\n{stderr}");
+    let written = v["events_written"].as_u64().unwrap();
+    assert_eq!(
+        written,
+        v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap(),
+        "{v}"
+    );
+    let (ids, partial) = read_files(v);
+    assert_eq!(ids.len() as u64, written, "{v}");
+    partial
+}
+
+#[test]
+fn a_readout_node_killed_is_restarted_and_the_run_goes_on_with_partial_events() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let run = Run::start("9");
+    run.kill_when_running("ros-1");
+    let (status, v, stderr, _dir) = run.finish(Duration::from_secs(60));
+    let partial_in_files = assert_survived(status, &v, &stderr);
+    let partial = v["partial_events"].as_u64().unwrap();
+    assert!(partial > 0, "events built without ros-1: {v}");
+    assert!(
+        partial_in_files > 0 && partial_in_files <= partial,
+        "{partial_in_files} partial events in the files, {partial} built: {v}"
+    );
+    // The node came back: events after its rejoin are complete again, so far fewer than all
+    // events are partial.
+    let l1 = v["l1_accepts"].as_u64().unwrap();
+    assert!(partial < l1 / 2, "{partial} of {l1} events partial: {v}");
+}
+
+#[test]
+fn a_logger_killed_is_restarted_and_every_accepted_event_is_in_the_files_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let run = Run::start("9");
+    run.kill_when_running("logger-1");
+    let (status, v, stderr, _dir) = run.finish(Duration::from_secs(60));
+    assert_survived(status, &v, &stderr);
+    assert!(
+        v["recovered_events"].as_u64().unwrap() > 0,
+        "the file left open was recovered: {v}"
+    );
+    assert!(
+        v["files"].as_array().unwrap().len() >= 2,
+        "the recovered file and the restarted logger's: {v}"
+    );
+}
+
+#[test]
+fn the_supervisor_killed_ends_the_run_in_order_with_its_balance_sheet() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let run = Run::start("30");
+    run.kill_when_running("supervisor");
+    // Within seconds, not at the end of the 30 s the run was given.
+    let (status, v, stderr, _dir) = run.finish(Duration::from_secs(20));
+    assert!(!status.success(), "{v}\n{stderr}");
+    assert_eq!(v["balanced"], false, "{v}");
+    let reason = v["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("supervisor died"), "{reason}\n{v}");
+    assert!(reason.contains("in flight"), "{reason}");
+    assert!(v["in_flight_at_stop"].is_u64(), "{v}");
+    assert!(stderr.contains("supervisor died"), "{stderr}");
+    // Whatever the loggers wrote is in closed files, read back whole.
+    let (ids, _) = read_files(&v);
+    assert_eq!(
+        ids.len() as u64,
+        v["events_written"].as_u64().unwrap(),
+        "{v}"
+    );
+    assert!(!ids.is_empty(), "{v}");
+}
