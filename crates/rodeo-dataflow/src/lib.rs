@@ -33,3 +33,10 @@ pub mod trigger;
 mod app;
 
 pub use app::{AppHandle, DataflowError};
+
+/// The default ZeroMQ high-water mark of the supervisor's, the DCMs' and the loggers' sockets,
+/// in messages per peer and direction (`[transport] high_water_mark` in a partition file).
+/// At the mark a DEALER's send is policy `block` (bounded by its send timeout, then the send
+/// fails and is reported), a ROUTER's reply is policy `refuse` (it fails at once, counted as a
+/// send failure; ZMQ_ROUTER_MANDATORY): docs/architecture.md, the table of queues.
+pub const DEFAULT_HIGH_WATER_MARK: u32 = 100_000;

@@ -148,6 +148,9 @@ pub struct NodeConfig {
     /// Largest incoming message accepted, in bytes (`None`: derived from the protocol, see
     /// [`crate::server::default_max_message_bytes`]).
     pub max_message_bytes: Option<usize>,
+    /// ZeroMQ high-water mark of the request server (default
+    /// [`crate::server::DEFAULT_HIGH_WATER_MARK`]; `[ros] high_water_mark`).
+    pub high_water_mark: u32,
 }
 
 impl Default for NodeConfig {
@@ -165,6 +168,7 @@ impl Default for NodeConfig {
             error_file: None,
             core_cpu: None,
             max_message_bytes: None,
+            high_water_mark: crate::server::DEFAULT_HIGH_WATER_MARK,
         }
     }
 }
@@ -306,6 +310,7 @@ fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
         pending_timeout: config.pending_timeout,
         core_cpu: config.core_cpu,
         max_message_bytes: config.max_message_bytes,
+        high_water_mark: config.high_water_mark,
         ..ServerConfig::default()
     }
 }

@@ -143,6 +143,7 @@ pub fn node_config(a: &NodeArgs) -> NodeConfig {
         error_file: a.error_file.clone(),
         core_cpu: a.core_cpu,
         max_message_bytes: a.max_message_bytes,
+        ..NodeConfig::default()
     }
 }
 

@@ -119,6 +119,8 @@ pub struct DcmConfig {
     pub compress: bool,
     /// The zstd level of `compress` (default `rodeo_format::compress::DEFAULT_ZSTD_LEVEL`).
     pub compress_level: i32,
+    /// ZeroMQ high-water mark of its sockets (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
+    pub high_water_mark: u32,
 }
 
 impl DcmConfig {
@@ -146,6 +148,7 @@ impl DcmConfig {
             source_id: 0x007C_0000,
             compress: false,
             compress_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
+            high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
         }
     }
 }
@@ -182,7 +185,7 @@ pub fn spawn(
         let s = transport
             .socket(SocketKind::Dealer)
             .map_err(terr("create socket".into()))?;
-        s.set_high_water_marks(100_000)
+        s.set_high_water_marks(config.high_water_mark)
             .map_err(terr("set high-water marks".into()))?;
         s.set_identity(app.as_bytes())
             .map_err(terr("set identity".into()))?;

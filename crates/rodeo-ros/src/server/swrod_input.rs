@@ -74,16 +74,15 @@
 //! [`SwRodInputs`] polls several links (one per store channel) as one [`Input`], as a readout
 //! node fed by one builder per ROB does.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
 use rodeo_format::fragment::Status;
 use rodeo_format::l1id::next_extended_l1id;
 
-use super::direct::Backoff;
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
+use rodeo_memory::sync::{AtomicBool, AtomicU64, Ordering};
+use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
 
 /// One fragment on its way: the ROD words and the builder's status.
@@ -95,8 +94,11 @@ struct Filled {
 
 #[derive(Debug)]
 struct Link {
-    free: ArrayQueue<Vec<u32>>,
-    ready: ArrayQueue<Filled>,
+    /// Empty buffers for the sink (`refuse`: as many slots as buffers, so a give-back never
+    /// finds it full; see [`Link::give_back`]).
+    free: BoundedQueue<Vec<u32>>,
+    /// Filled buffers for the core thread (`refuse`, as large as `free`, for the same reason).
+    ready: BoundedQueue<Filled>,
     consumer_gone: AtomicBool,
     /// Free buffers below which the sink reports no room (`FragmentSink::has_room`).
     room: usize,
@@ -109,6 +111,43 @@ struct Link {
     out_of_order: AtomicU64,
     duplicates: AtomicU64,
     skipped: AtomicU64,
+}
+
+impl Link {
+    /// The sink's side: a free buffer, waiting (with the hand-over back-off, one `sink_waits`
+    /// per wait) while the core thread holds them all; `None` (the fragment counted in
+    /// `dropped_no_consumer`) once the core thread's input is gone.
+    fn take_free(&self) -> Option<Vec<u32>> {
+        if let Some(b) = self.free.pop() {
+            return Some(b);
+        }
+        if !self.consumer_gone.load(Ordering::Acquire) {
+            self.sink_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        let b = self
+            .free
+            .pop_or(|| self.consumer_gone.load(Ordering::Acquire));
+        if b.is_none() {
+            self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+        }
+        b
+    }
+
+    /// The sink's side: a filled buffer to the core thread. Every buffer is in one place at a
+    /// time (free, ready, the sink's hands, the core's window) and `ready` has a slot per
+    /// buffer, so the push cannot find it full.
+    fn hand_over(&self, filled: Filled) {
+        let pushed = self.ready.push(filled);
+        debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per buffer");
+        self.fragments.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The core thread's side: a buffer back to the sink. `free` has a slot per buffer, so the
+    /// push cannot find it full (a full event in `/metrics` would show a lost buffer).
+    fn give_back(&self, words: Vec<u32>) {
+        let pushed = self.free.push(words);
+        debug_assert!(pushed.is_ok(), "ros.swrod.free has a slot per buffer");
+    }
 }
 
 /// Counters of a [`swrod_link`] (64-bit, monotonic).
@@ -185,8 +224,8 @@ pub fn swrod_link(
     let window = 2 * config.window.max(1).next_power_of_two();
     let buffers = window + config.thread_elinks.len() + extra.max(1);
     let link = Arc::new(Link {
-        free: ArrayQueue::new(buffers),
-        ready: ArrayQueue::new(buffers),
+        free: BoundedQueue::new("ros.swrod.free", buffers, FullPolicy::Refuse),
+        ready: BoundedQueue::new("ros.swrod.ready", buffers, FullPolicy::Refuse),
         consumer_gone: AtomicBool::new(false),
         // Room for what one more superpage may complete: a few assembly groups of 64.
         room: (buffers / 2).min(256),
@@ -200,7 +239,7 @@ pub fn swrod_link(
         skipped: AtomicU64::new(0),
     });
     for _ in 0..buffers {
-        let _ = link.free.push(Vec::with_capacity(words));
+        link.give_back(Vec::with_capacity(words));
     }
     (
         StoreSink {
@@ -272,21 +311,8 @@ impl<'p> FragmentSink<'p> for StoreSink {
     /// calling thread's pool caches in batches, not one shared free per block.
     fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
         let link = &*self.link;
-        let mut backoff = Backoff::default();
-        let mut waited = false;
-        let mut buf = loop {
-            if let Some(b) = link.free.pop() {
-                break b;
-            }
-            if link.consumer_gone.load(Ordering::Acquire) {
-                link.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
-                return Some(Flow::Continue);
-            }
-            if !waited {
-                waited = true;
-                link.sink_waits.fetch_add(1, Ordering::Relaxed);
-            }
-            backoff.snooze();
+        let Some(mut buf) = link.take_free() else {
+            return Some(Flow::Continue);
         };
         buf.clear();
         // The ROD words: every piece, less the builder's ROB header at the front.
@@ -297,9 +323,7 @@ impl<'p> FragmentSink<'p> for StoreSink {
             skip -= n;
         }
         let status = fragment.status();
-        // As many queue slots as buffers: cannot fail.
-        let _ = link.ready.push(Filled { words: buf, status });
-        link.fragments.fetch_add(1, Ordering::Relaxed);
+        link.hand_over(Filled { words: buf, status });
         Some(Flow::Continue)
     }
 
@@ -367,8 +391,7 @@ impl SwRodInput {
     fn file(&mut self, slot: usize, f: Filled) {
         if self.slots[slot].is_some() {
             self.link.duplicates.fetch_add(1, Ordering::Relaxed);
-            // As many queue slots as buffers: cannot fail.
-            let _ = self.link.free.push(f.words);
+            self.link.give_back(f.words);
         } else {
             self.slots[slot] = Some(f);
         }
@@ -393,8 +416,7 @@ impl SwRodInput {
                 if stored.is_err() {
                     link.rejected.fetch_add(1, Ordering::Relaxed);
                 }
-                // As many queue slots as buffers: cannot fail.
-                let _ = link.free.push(f.words);
+                link.give_back(f.words);
                 true
             }
         }
@@ -461,8 +483,7 @@ impl Input for SwRodInput {
             };
             let Some(l1id) = l1id_of(&f.words) else {
                 self.link.rejected.fetch_add(1, Ordering::Relaxed);
-                // As many queue slots as buffers: cannot fail.
-                let _ = self.link.free.push(f.words);
+                self.link.give_back(f.words);
                 continue;
             };
             let d = self.distance(l1id);
