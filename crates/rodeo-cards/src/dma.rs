@@ -796,15 +796,11 @@ mod tests {
         ch.push_superpage(vec![0; 1000]).unwrap();
         assert!(ch.transfer_queue_available() <= 2);
         // Hold both superpages until the card has filled them and stalled (deterministic back-pressure).
-        let held = Instant::now();
-        while ch.status().counters.superpages < 2 || ch.status().counters.stalls == 0 {
-            assert!(
-                held.elapsed() < Duration::from_secs(20),
-                "card never filled both: {:?}",
-                ch.status()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until(
+            "the card to fill both superpages and stall",
+            Duration::from_secs(20),
+            || ch.status().counters.superpages >= 2 && ch.status().counters.stalls > 0,
+        );
         // Both superpages are on the ready queue now: the transfer queue (depth 2) is empty and
         // takes exactly two more.
         assert_eq!(ch.transfer_queue_available(), 2);
@@ -909,10 +905,9 @@ mod tests {
                 .unwrap();
         assert_eq!(chans[1].card_channels(), 3);
         // The thread names itself when it starts.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while threads_named("card3") == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until("the card's thread", Duration::from_secs(20), || {
+            threads_named("card3") > 0
+        });
         assert_eq!(threads_named("card3"), 1, "one thread for the card");
         for ch in &chans {
             ch.push_superpage(vec![0; 640]).unwrap();
@@ -924,15 +919,15 @@ mod tests {
             let words = drain(ch, 500);
             assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
         }
-        while chans.iter().any(|c| c.status().link_up) {
-            assert!(Instant::now() < deadline, "a finished channel stays up");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until(
+            "every finished channel to go down",
+            Duration::from_secs(20),
+            || chans.iter().all(|c| !c.status().link_up),
+        );
         // The engine published its CPU time when its last channel finished.
-        while chans[0].card_cpu_ns() == 0 {
-            assert!(Instant::now() < deadline, "no CPU time published");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until("the card's CPU time", Duration::from_secs(20), || {
+            chans[0].card_cpu_ns() > 0
+        });
         assert_eq!(chans[0].card_cpu_ns(), chans[1].card_cpu_ns());
         drop(chans);
         assert_eq!(
@@ -953,7 +948,10 @@ mod tests {
             },
         )
         .unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        // No superpage: the card stalls at once.
+        rodeo_testkit::wait_until("the card to stall", Duration::from_secs(20), || {
+            ch.status().counters.stalls > 0
+        });
         ch.stop();
         assert!(!ch.status().link_up);
     }

@@ -233,11 +233,9 @@ mod tests {
             s.write_all(&rec[3..]).unwrap();
         }
         drop(s);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ext.ended() {
-            assert!(Instant::now() < deadline, "the close was not seen");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        rodeo_testkit::wait_until("the close to be seen", Duration::from_secs(10), || {
+            ext.ended()
+        });
         let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
         assert_eq!(got, (0..100).map(|l| (l, 7)).collect::<Vec<_>>());
         assert_eq!(ext.counts(), (100, 0));

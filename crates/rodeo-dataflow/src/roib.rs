@@ -306,14 +306,12 @@ mod tests {
 
     fn drain(roib: &mut Roib) -> Vec<L1Accept> {
         let mut out = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !roib.is_done() {
-            assert!(Instant::now() < deadline, "stuck at {}", roib.produced());
-            match roib.next_accept() {
-                Some(a) => out.push(a),
-                None => std::thread::sleep(Duration::from_micros(100)),
+        rodeo_testkit::wait_until("the RoIB to finish", Duration::from_secs(30), || {
+            while let Some(a) = roib.next_accept() {
+                out.push(a);
             }
-        }
+            roib.is_done()
+        });
         out
     }
 

@@ -25,7 +25,6 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -124,13 +123,14 @@ impl Backoff {
             } else if self.step - s.spins < s.yields {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(u64::from(self.sleep_us())));
+                std::thread::sleep(std::time::Duration::from_micros(u64::from(self.sleep_us())));
             }
         }
         self.step = self.step.saturating_add(1);
     }
 
     /// The sleep of the current step, in microseconds (once past the spins and yields).
+    #[cfg_attr(loom, allow(dead_code))]
     fn sleep_us(&self) -> u32 {
         let s = &self.spec;
         let past = self.step.saturating_sub(s.spins.saturating_add(s.yields));

@@ -593,7 +593,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
 }
 
 /// Sets the abort flag if the thread unwinds, so that no other thread waits for it forever.
-struct AbortOnPanic<'a>(&'a AtomicBool);
+struct AbortOnPanic<'a>(&'a rodeo_memory::sync::AtomicBool);
 
 impl Drop for AbortOnPanic<'_> {
     fn drop(&mut self) {

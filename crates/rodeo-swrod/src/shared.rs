@@ -260,31 +260,33 @@ mod loom_tests {
         builder.check(f);
     }
 
+    /// Thread 0 assembles every complete event from `*assembled` on (rules 2, 3).
+    fn assemble(shared: &Shared<'static>, assembled: &mut u64, taken: &mut Vec<(usize, u64, u32)>) {
+        let end = shared.complete_end().min(EVENTS);
+        while *assembled < end {
+            let seq = *assembled;
+            assert_eq!(shared.assembler_of(seq), 0);
+            for w in 0..2 {
+                // SAFETY: thread 0 assembles every event here, `complete_end` is past `seq`,
+                // each is taken once and the cursor moves after.
+                let p = unsafe { shared.take(w, seq) }.expect("a written part");
+                assert_eq!(p.end as usize, w);
+                taken.push((w, seq, p.l1id));
+            }
+            *assembled = seq + 1;
+            shared.set_cursor(0, seq + 1);
+        }
+    }
+
     /// Thread `t` writing its parts in order, waiting for the window (rule 1); thread 0 also
-    /// assembles what is complete while it waits and after (rules 2, 3).
+    /// assembles what is complete while it waits and after.
     fn receive(shared: &Shared<'static>, t: usize, taken: &mut Vec<(usize, u64, u32)>) {
         let mut assembled = 0u64;
-        let mut assemble = |shared: &Shared<'static>, taken: &mut Vec<(usize, u64, u32)>| {
-            if t != 0 {
-                return;
-            }
-            let end = shared.complete_end().min(EVENTS);
-            while assembled < end {
-                assert_eq!(shared.assembler_of(assembled), 0);
-                for w in 0..2 {
-                    // SAFETY: thread 0 assembles every event here, `complete_end` is past
-                    // `assembled`, each is taken once and the cursor moves after.
-                    let p = unsafe { shared.take(w, assembled) }.expect("a written part");
-                    taken.push((w, assembled, p.l1id));
-                    assert_eq!(p.end as usize, w);
-                }
-                assembled += 1;
-                shared.set_cursor(0, assembled);
-            }
-        };
         for seq in 0..EVENTS {
             while seq >= shared.released() + WINDOW as u64 {
-                assemble(shared, taken);
+                if t == 0 {
+                    assemble(shared, &mut assembled, taken);
+                }
                 loom::thread::yield_now();
             }
             // SAFETY: this thread is the only one using index `t`; the window was checked.
@@ -292,7 +294,7 @@ mod loom_tests {
             shared.publish(t, seq + 1);
         }
         while t == 0 && assembled < EVENTS {
-            assemble(shared, taken);
+            assemble(shared, &mut assembled, taken);
             loom::thread::yield_now();
         }
     }

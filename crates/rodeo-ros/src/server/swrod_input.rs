@@ -114,6 +114,29 @@ struct Link {
 }
 
 impl Link {
+    /// A link of `buffers` buffers of `words` words, all free.
+    fn new(buffers: usize, words: usize) -> Link {
+        let link = Link {
+            free: BoundedQueue::new("ros.swrod.free", buffers, FullPolicy::Refuse),
+            ready: BoundedQueue::new("ros.swrod.ready", buffers, FullPolicy::Refuse),
+            consumer_gone: AtomicBool::new(false),
+            // Room for what one more superpage may complete: a few assembly groups of 64.
+            room: (buffers / 2).min(256),
+            no_room: AtomicBool::new(false),
+            sink_waits: AtomicU64::new(0),
+            dropped_no_consumer: AtomicU64::new(0),
+            fragments: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            out_of_order: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+        };
+        for _ in 0..buffers {
+            link.give_back(Vec::with_capacity(words));
+        }
+        link
+    }
+
     /// The sink's side: a free buffer, waiting (with the hand-over back-off, one `sink_waits`
     /// per wait) while the core thread holds them all; `None` (the fragment counted in
     /// `dropped_no_consumer`) once the core thread's input is gone.
@@ -223,24 +246,7 @@ pub fn swrod_link(
 ) -> (StoreSink, SwRodInput) {
     let window = 2 * config.window.max(1).next_power_of_two();
     let buffers = window + config.thread_elinks.len() + extra.max(1);
-    let link = Arc::new(Link {
-        free: BoundedQueue::new("ros.swrod.free", buffers, FullPolicy::Refuse),
-        ready: BoundedQueue::new("ros.swrod.ready", buffers, FullPolicy::Refuse),
-        consumer_gone: AtomicBool::new(false),
-        // Room for what one more superpage may complete: a few assembly groups of 64.
-        room: (buffers / 2).min(256),
-        no_room: AtomicBool::new(false),
-        sink_waits: AtomicU64::new(0),
-        dropped_no_consumer: AtomicU64::new(0),
-        fragments: AtomicU64::new(0),
-        rejected: AtomicU64::new(0),
-        out_of_order: AtomicU64::new(0),
-        duplicates: AtomicU64::new(0),
-        skipped: AtomicU64::new(0),
-    });
-    for _ in 0..buffers {
-        link.give_back(Vec::with_capacity(words));
-    }
+    let link = Arc::new(Link::new(buffers, words));
     (
         StoreSink {
             link: Arc::clone(&link),
@@ -652,5 +658,82 @@ mod tests {
         let link = Arc::clone(&input.link);
         drop(input);
         assert_eq!(link.counters().dropped_no_consumer, 1);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The free/ready hand-over under loom (queues and flags from rodeo-memory's facade): every
+    //! buffer is in one place at a time, so neither queue is ever found full, fragments arrive
+    //! in order, and a consumer that goes away never leaves the sink waiting.
+    use super::*;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(2);
+        }
+        builder.check(f);
+    }
+
+    /// The sink's loop: `n` fragments through `take_free` and `hand_over`; how many went.
+    fn sink(link: &Link, n: u32) -> u32 {
+        let mut sent = 0;
+        for i in 0..n {
+            let Some(mut buf) = link.take_free() else {
+                continue;
+            };
+            buf.clear();
+            buf.push(i);
+            link.hand_over(Filled {
+                words: buf,
+                status: Status::default(),
+            });
+            sent += 1;
+        }
+        sent
+    }
+
+    #[test]
+    fn loom_every_buffer_comes_back_and_no_queue_is_ever_full() {
+        model(|| {
+            let link = Arc::new(Link::new(2, 4));
+            let producer = {
+                let link = Arc::clone(&link);
+                loom::thread::spawn(move || sink(&link, 3))
+            };
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                match link.ready.pop() {
+                    Some(f) => {
+                        got.push(f.words[0]);
+                        link.give_back(f.words);
+                    }
+                    None => loom::thread::yield_now(),
+                }
+            }
+            assert_eq!(producer.join().unwrap(), 3);
+            assert_eq!(got, vec![0, 1, 2]);
+            assert_eq!((link.free.len(), link.ready.len()), (2, 0));
+            assert_eq!((link.free.full_events(), link.ready.full_events()), (0, 0));
+            assert_eq!(link.fragments.load(Ordering::Relaxed), 3);
+        });
+    }
+
+    #[test]
+    fn loom_a_consumer_that_goes_away_never_leaves_the_sink_waiting() {
+        model(|| {
+            let link = Arc::new(Link::new(1, 4));
+            let producer = {
+                let link = Arc::clone(&link);
+                loom::thread::spawn(move || sink(&link, 3))
+            };
+            // The consumer takes nothing and goes (as SwRodInput's drop does).
+            link.consumer_gone.store(true, Ordering::Release);
+            let sent = producer.join().unwrap();
+            let dropped = link.dropped_no_consumer.load(Ordering::Relaxed);
+            assert_eq!(u64::from(sent) + dropped, 3);
+            assert!(sent <= 1, "one buffer: at most one fragment handed over");
+        });
     }
 }
