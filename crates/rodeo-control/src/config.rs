@@ -38,9 +38,9 @@ base_port = 47000
 # Host for tcp endpoints.
 host = "127.0.0.1"
 # ZeroMQ high-water mark of the supervisor's, DCMs' and loggers' sockets: messages queued per
-# peer and direction (1..=10000000). At the mark a request or decision sent on a DEALER is
-# policy "block" (waits, bounded by the send timeout, then fails and is reported); a reply on
-# a ROUTER is policy "refuse" (fails at once, counted). docs/architecture.md, table of queues.
+# peer and direction (1..=10000000). At the mark a message sent on a DEALER is policy "block"
+# (waits, bounded by the 1 s send timeout, then counted and retried); one sent on a ROUTER is
+# policy "drop_newest" (dropped at once and counted). docs/architecture.md, table of queues.
 high_water_mark = 100000
 
 [l1]
@@ -124,7 +124,7 @@ link_files = []
 link_loop = false
 # ZeroMQ high-water mark of each readout node's request server (ROUTER), in messages per peer
 # (1..=10000000): requests beyond it are held back in the peer (policy "block"), replies beyond
-# it fail at once (policy "refuse", counted as send errors).
+# it are dropped and counted (policy "drop_newest"; the client asks again at its timeout).
 high_water_mark = 10000
 
 [dcm]

@@ -215,7 +215,6 @@ fn send_state(stream: &mut TcpStream, busy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn accepts_arrive_in_order_the_state_is_sent_and_a_close_ends_the_input() {

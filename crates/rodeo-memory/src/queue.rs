@@ -568,6 +568,7 @@ pub fn snapshot() -> Vec<QueueSnapshot> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn each_policy_does_what_its_name_says_and_counts() {

@@ -41,16 +41,17 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process:
 /// listens (bounded by `deadline`).
 fn send(address: &str, units: u64, deadline: Instant) {
     let mut stderr = Vec::new();
-    let sent = rodeo_testkit::holds_within(deadline.saturating_duration_since(Instant::now()), || {
-        let out = rodeo()
-            .args(["gen", "link", "--mode", "slink", "--units"])
-            .arg(units.to_string())
-            .args(["--data-words", "16..64", "--send", address])
-            .output()
-            .unwrap();
-        stderr = out.stderr;
-        out.status.success()
-    });
+    let sent =
+        rodeo_testkit::holds_within(deadline.saturating_duration_since(Instant::now()), || {
+            let out = rodeo()
+                .args(["gen", "link", "--mode", "slink", "--units"])
+                .arg(units.to_string())
+                .args(["--data-words", "16..64", "--send", address])
+                .output()
+                .unwrap();
+            stderr = out.stderr;
+            out.status.success()
+        });
     assert!(
         sent,
         "gen link --send {address} kept failing: {}",

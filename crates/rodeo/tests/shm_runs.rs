@@ -169,9 +169,11 @@ fn kill_9_of_each_role_then_a_clean_run_of_the_same_partition() {
             Duration::from_secs(30),
             || data_bytes(&out) >= 64 * 1024,
         );
-        let pid = rodeo_testkit::wait_for(&format!("the {role} process"), Duration::from_secs(30), || {
-            find_app(role, &marker)
-        });
+        let pid = rodeo_testkit::wait_for(
+            &format!("the {role} process"),
+            Duration::from_secs(30),
+            || find_app(role, &marker),
+        );
         // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
         let (ok, v, err) = finish(child);

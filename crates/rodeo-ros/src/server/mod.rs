@@ -88,7 +88,8 @@ pub use swrod_input::{
 
 /// The default ZeroMQ high-water mark of a request server's ROUTER, in messages per peer
 /// (`[ros] high_water_mark` in a partition file): requests beyond it wait in the peer (policy
-/// `block`), replies beyond it fail at once (policy `refuse`, counted as send errors).
+/// `block`), replies beyond it are dropped and counted (policy `drop_newest`,
+/// `rodeo_ros_send_dropped_total`; the client asks again at its timeout).
 pub const DEFAULT_HIGH_WATER_MARK: u32 = 10_000;
 
 /// Configuration of a [`RequestServer`].
@@ -103,9 +104,9 @@ pub struct ServerConfig {
     /// Messages read per loop turn before the input is polled again (default 64).
     pub batch: usize,
     /// ZeroMQ high-water mark of the ROUTER, in messages (default [`DEFAULT_HIGH_WATER_MARK`]):
-    /// per peer, the replies queued before further replies to that peer are refused (policy
-    /// `refuse`: counted as send errors, see `peers`), and the requests queued before the peer
-    /// is held back (policy `block`).
+    /// per peer, the replies queued before further replies to that peer are dropped and
+    /// counted (policy `drop_newest`, see `peers`), and the requests queued before the peer is
+    /// held back (policy `block`).
     pub high_water_mark: u32,
     /// Largest incoming message accepted, in bytes (ZMQ_MAXMSGSIZE): a peer sending a larger
     /// one is disconnected by ZeroMQ before the message is buffered. `None` (the default):

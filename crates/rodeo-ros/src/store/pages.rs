@@ -356,7 +356,11 @@ mod loom_tests {
             // SAFETY: the count fell to zero and the token is ours (rule 3).
             unsafe { table.write(0, 0, &[5, 6, 7, 8]) };
             reader.join().unwrap();
-            assert_eq!(u32::from(direct) + returned, 1, "the token came back exactly once");
+            assert_eq!(
+                u32::from(direct) + returned,
+                1,
+                "the token came back exactly once"
+            );
             assert_eq!(table.pop_returned(), None);
         });
     }
