@@ -269,14 +269,20 @@ fn high_water_marks_come_from_the_file_and_bad_ones_name_the_field() {
         "t.toml",
     )
     .unwrap();
-    assert_eq!((c.transport.high_water_mark, c.ros.high_water_mark), (500, 70));
+    assert_eq!(
+        (c.transport.high_water_mark, c.ros.high_water_mark),
+        (500, 70)
+    );
     let d = PartitionConfig::default();
     assert_eq!(
         (d.transport.high_water_mark, d.ros.high_water_mark),
         (100_000, 10_000)
     );
     for (text, field) in [
-        ("[transport]\nhigh_water_mark = 0\n", "transport.high_water_mark"),
+        (
+            "[transport]\nhigh_water_mark = 0\n",
+            "transport.high_water_mark",
+        ),
         ("[ros]\nhigh_water_mark = 20000000\n", "ros.high_water_mark"),
     ] {
         let e = PartitionConfig::from_toml(text, "t.toml")
