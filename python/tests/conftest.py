@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
 
@@ -23,6 +24,20 @@ def _find_rodeo():
         ["cargo", "build", "-p", "rodeo", "--locked"], cwd=ROOT, check=True, timeout=1800
     )
     return ROOT / "target" / "debug" / "rodeo"
+
+
+def wait_for(what, limit_s, f, poll_s=0.05):
+    """Calls `f` until it returns something other than None or False and returns that; fails
+    naming `what` (and the last value) after `limit_s` seconds. The tests' only sleep: the poll
+    interval of this bounded wait, never a fixed wait for something to happen."""
+    deadline = time.monotonic() + limit_s
+    last = None
+    while True:
+        last = f()
+        if last is not None and last is not False:
+            return last
+        assert time.monotonic() < deadline, f"timed out after {limit_s} s waiting for {what}: {last!r}"
+        time.sleep(poll_s)
 
 
 @pytest.fixture(scope="session")

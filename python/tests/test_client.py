@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rodeo
+from conftest import wait_for
 
 TOKEN = "py-token-42"
 
@@ -43,13 +44,11 @@ def running(rodeo_bin, tmp_path):
 
 
 def wait_running(client):
-    deadline = time.monotonic() + 60
-    while True:
+    def running():
         s = client.status()
-        if s["state"] == "RUNNING" and s["events_written"] > 0:
-            return s
-        assert time.monotonic() < deadline, s
-        time.sleep(0.1)
+        return s if s["state"] == "RUNNING" and s["events_written"] > 0 else None
+
+    return wait_for("the run writing events", 60, running)
 
 
 def test_status_metrics_token_and_stop(running):
@@ -67,15 +66,20 @@ def test_status_metrics_token_and_stop(running):
     # The same page through Prometheus's own parser: every family typed, counters and
     # histograms among them, the histogram consistent (+Inf bucket == count).
     # dcm-1 may not have asked for data yet just after the start: wait (bounded) until it has.
-    deadline = time.monotonic() + 30
-    while True:
+    def asked():
         families = {f.name: f for f in text_string_to_metric_families(c.metrics_text())}
         h = families["rodeo_dcm_request_latency_seconds"]
         by = {(x.name, x.labels.get("app"), x.labels.get("le")): x.value for x in h.samples}
         if by.get(("rodeo_dcm_request_latency_seconds_count", "dcm-1", None), 0) > 0:
-            break
-        assert time.monotonic() < deadline, "dcm-1 never asked for data"
-        time.sleep(0.05)
+            return families, h, by
+        return None
+
+    families, h, by = wait_for("dcm-1 to ask for data", 30, asked)
+    # The in-process queues, by name and policy: the readout's DMA ready queues among them.
+    caps = families["rodeo_queue_capacity"]
+    ready = [x for x in caps.samples if x.labels.get("queue") == "cards.dma.ready"]
+    assert ready and ready[0].labels["policy"] == "block" and ready[0].value > 0, caps.samples
+    assert families["rodeo_queue_full_events"].type == "counter"
     assert families["rodeo_l1_accepts"].type == "counter"
     assert h.type == "histogram"
     assert by[("rodeo_dcm_request_latency_seconds_bucket", "dcm-1", "+Inf")] == \

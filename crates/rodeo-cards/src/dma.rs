@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
+use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
 
 /// A contiguous buffer a card can fill: a pool superpage, or plain memory in tests.
 pub trait SuperpageBuffer: Send + 'static {
@@ -215,8 +215,12 @@ impl Default for EmulatedConfig {
 }
 
 struct Shared<S> {
-    transfer: ArrayQueue<S>,
-    ready: ArrayQueue<Filled<S>>,
+    /// Empty superpages from the reader: `refuse` (the reader keeps a superpage that does
+    /// not fit; [`DmaChannel::push_superpage`] hands it back).
+    transfer: BoundedQueue<S>,
+    /// Filled superpages for the reader: `block` (the engine keeps a superpage that does not
+    /// fit and retries on its next turn, the channel stalled meanwhile).
+    ready: BoundedQueue<Filled<S>>,
     stop: AtomicBool,
     running: AtomicBool,
     superpages: AtomicU64,
@@ -226,11 +230,15 @@ struct Shared<S> {
     stall_ns: AtomicU64,
 }
 
-impl<S> Shared<S> {
+impl<S: SuperpageBuffer> Shared<S> {
     fn new(depth: usize) -> Shared<S> {
         Shared {
-            transfer: ArrayQueue::new(depth),
-            ready: ArrayQueue::new(depth),
+            transfer: BoundedQueue::new("cards.dma.transfer", depth, FullPolicy::Refuse),
+            ready: BoundedQueue::new(
+                "cards.dma.ready",
+                depth,
+                FullPolicy::Block(BackoffSpec::IDLE),
+            ),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(true),
             superpages: AtomicU64::new(0),
@@ -313,6 +321,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
                 sequence: 0,
                 current: None,
                 ready: None,
+                ready_full: false,
                 stalled_since: None,
                 done: false,
             })
@@ -348,7 +357,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
             return;
         };
         // The engine marks the channel down at its next turn (after the unit it writes).
-        let mut backoff = Backoff::default();
+        let mut backoff = Backoff::new(BackoffSpec::IDLE);
         while self.shared.running.load(Ordering::Acquire) && !engine.finished() {
             backoff.wait();
         }
@@ -405,7 +414,11 @@ impl<S: SuperpageBuffer> Drop for EmulatedChannel<S> {
 
 impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
     fn push_superpage(&self, superpage: S) -> Result<(), S> {
-        self.shared.transfer.push(superpage)
+        self.shared
+            .transfer
+            .push(superpage)
+            .map(drop)
+            .map_err(|refused| refused.item)
     }
 
     fn pop_superpage(&self) -> Option<Filled<S>> {
@@ -430,30 +443,6 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
                 stall_ns: s.stall_ns.load(Ordering::Relaxed),
             },
         }
-    }
-}
-
-/// The engine's idle wait when no channel of its card could do anything: a short spin, a few
-/// yields, then sleeps growing from 10 to 100 us, so an idle or stalled card costs little CPU
-/// yet resumes within about 100 us.
-#[derive(Default)]
-struct Backoff(u32);
-
-impl Backoff {
-    fn wait(&mut self) {
-        if self.0 < 32 {
-            std::hint::spin_loop();
-        } else if self.0 < 40 {
-            std::thread::yield_now();
-        } else {
-            let us = (10u64 << ((self.0 - 40) / 8).min(4)).min(100);
-            std::thread::sleep(Duration::from_micros(us));
-        }
-        self.0 = self.0.saturating_add(1);
-    }
-
-    fn reset(&mut self) {
-        self.0 = 0;
     }
 }
 
@@ -541,6 +530,8 @@ struct Lane<S, G> {
     current: Option<(S, Fill)>,
     /// A filled superpage the full ready queue did not take yet.
     ready: Option<Filled<S>>,
+    /// The ready queue was full at the last attempt (its full event is counted).
+    ready_full: bool,
     /// When the channel started to wait for an empty superpage or ready-queue room.
     stalled_since: Option<Instant>,
     /// Stopped, finished or unfit: the engine no longer serves it.
@@ -593,8 +584,16 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         let Some(filled) = self.ready.take() else {
             return true;
         };
-        match self.shared.ready.push(filled) {
+        // The first attempt applies the queue's policy and counts a full event; retries on the
+        // following turns of the same stall do not count again.
+        let pushed = if self.ready_full {
+            self.shared.ready.retry_push(filled)
+        } else {
+            self.shared.ready.push(filled).map(drop).map_err(|r| r.item)
+        };
+        match pushed {
             Ok(()) => {
+                self.ready_full = false;
                 self.unstall();
                 self.shared.superpages.fetch_add(1, Ordering::Relaxed);
                 if self.generator.is_finished() {
@@ -604,6 +603,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
             }
             Err(filled) => {
                 self.ready = Some(filled);
+                self.ready_full = true;
                 self.stall();
                 false
             }
@@ -685,7 +685,9 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
 }
 
 fn engine_loop<S: SuperpageBuffer, G: Generator>(mut lanes: Vec<Lane<S, G>>, engine: &EngineState) {
-    let mut backoff = Backoff::default();
+    // Only when no channel of the card could do anything: an idle or stalled card costs little
+    // CPU yet resumes within about 100 us.
+    let mut backoff = Backoff::new(BackoffSpec::IDLE);
     let mut last_cpu = Instant::now();
     let publish = || {
         let ns = rodeo_memory::cpu::thread_cpu_time().as_nanos() as u64;
@@ -794,15 +796,11 @@ mod tests {
         ch.push_superpage(vec![0; 1000]).unwrap();
         assert!(ch.transfer_queue_available() <= 2);
         // Hold both superpages until the card has filled them and stalled (deterministic back-pressure).
-        let held = Instant::now();
-        while ch.status().counters.superpages < 2 || ch.status().counters.stalls == 0 {
-            assert!(
-                held.elapsed() < Duration::from_secs(20),
-                "card never filled both: {:?}",
-                ch.status()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until(
+            "the card to fill both superpages and stall",
+            Duration::from_secs(20),
+            || ch.status().counters.superpages >= 2 && ch.status().counters.stalls > 0,
+        );
         // Both superpages are on the ready queue now: the transfer queue (depth 2) is empty and
         // takes exactly two more.
         assert_eq!(ch.transfer_queue_available(), 2);
@@ -907,10 +905,9 @@ mod tests {
                 .unwrap();
         assert_eq!(chans[1].card_channels(), 3);
         // The thread names itself when it starts.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while threads_named("card3") == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until("the card's thread", Duration::from_secs(20), || {
+            threads_named("card3") > 0
+        });
         assert_eq!(threads_named("card3"), 1, "one thread for the card");
         for ch in &chans {
             ch.push_superpage(vec![0; 640]).unwrap();
@@ -922,15 +919,15 @@ mod tests {
             let words = drain(ch, 500);
             assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
         }
-        while chans.iter().any(|c| c.status().link_up) {
-            assert!(Instant::now() < deadline, "a finished channel stays up");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until(
+            "every finished channel to go down",
+            Duration::from_secs(20),
+            || chans.iter().all(|c| !c.status().link_up),
+        );
         // The engine published its CPU time when its last channel finished.
-        while chans[0].card_cpu_ns() == 0 {
-            assert!(Instant::now() < deadline, "no CPU time published");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        rodeo_testkit::wait_until("the card's CPU time", Duration::from_secs(20), || {
+            chans[0].card_cpu_ns() > 0
+        });
         assert_eq!(chans[0].card_cpu_ns(), chans[1].card_cpu_ns());
         drop(chans);
         assert_eq!(
@@ -951,7 +948,10 @@ mod tests {
             },
         )
         .unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        // No superpage: the card stalls at once.
+        rodeo_testkit::wait_until("the card to stall", Duration::from_secs(20), || {
+            ch.status().counters.stalls > 0
+        });
         ch.stop();
         assert!(!ch.status().link_up);
     }

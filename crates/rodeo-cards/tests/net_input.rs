@@ -3,7 +3,7 @@
 //! and dropped; TCP applies back-pressure (the card stalls, nothing is lost).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rodeo_cards::card::{Card, CardSpec, ChannelSource, ChannelSpec};
 use rodeo_cards::corrupt::UnitSource;
@@ -37,8 +37,9 @@ fn card(address: &str, mode: LinkMode, slink: SlinkCheckConfig) -> Card {
 }
 
 /// Reads the card's only channel until `units` arrived (superpages recycled), or panics after
-/// 30 s; `hold` keeps the superpages for that long first (back-pressure).
-fn drain(card: &Card, units: u64, monitor: &mut LinkMonitor, hold: Duration) {
+/// 30 s; with `hold` the superpages are kept until the card has filled them all and stalls
+/// (back-pressure: the receiver stops reading and TCP pushes back on the sender).
+fn drain(card: &Card, units: u64, monitor: &mut LinkMonitor, hold: bool) {
     let pool = SuperpagePool::new(SuperpagePoolConfig {
         superpage_bytes: 64 * 1024,
         superpages: 4,
@@ -46,27 +47,34 @@ fn drain(card: &Card, units: u64, monitor: &mut LinkMonitor, hold: Duration) {
     })
     .unwrap();
     let ch = &card.channels()[0].channel;
+    let mut superpages = 0;
     while let Ok(sp) = pool.alloc() {
         ch.push_superpage(sp).unwrap();
+        superpages += 1;
     }
-    std::thread::sleep(hold);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = 0;
-    while seen < units {
-        assert!(
-            Instant::now() < deadline,
-            "{seen} of {units} units arrived: {:?}",
-            ch.status()
+    if hold {
+        rodeo_testkit::wait_until(
+            "the card to fill every superpage and stall",
+            Duration::from_secs(30),
+            || {
+                let s = ch.status();
+                s.ready_queue_len >= superpages && s.counters.stalls > 0
+            },
         );
-        match ch.pop_superpage() {
-            Some(f) => {
+    }
+    let mut seen = 0;
+    rodeo_testkit::wait_until(
+        &format!("{units} units to arrive"),
+        Duration::from_secs(30),
+        || {
+            while let Some(f) = ch.pop_superpage() {
                 seen += f.units;
                 monitor.consume(f.data());
                 ch.push_superpage(f.superpage).unwrap();
             }
-            None => std::thread::sleep(Duration::from_millis(1)),
-        }
-    }
+            seen >= units
+        },
+    );
     assert_eq!(seen, units);
 }
 
@@ -92,13 +100,14 @@ fn udp_felix_blocks_arrive_whole_and_bad_datagrams_are_counted() {
         for i in 0..BLOCKS {
             s.send(source.next_unit().unwrap()).unwrap();
             if i % 8 == 7 {
-                // Loopback UDP has no flow control: pace so the socket buffer never overflows.
+                // Loopback UDP has no flow control: pace so the socket buffer never overflows
+                // (the sender's rate, not a synchronisation).
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
     });
     let mut monitor = LinkMonitor::felix(1024);
-    drain(&card, BLOCKS, &mut monitor, Duration::ZERO);
+    drain(&card, BLOCKS, &mut monitor, false);
     sender.join().unwrap();
     let c = monitor.felix_counters().unwrap();
     assert_eq!(c.blocks, BLOCKS);
@@ -131,21 +140,20 @@ fn tcp_slink_fragments_back_pressure_and_reconnect() {
         let mut source = UnitSource::new(SlinkGenerator::new(cfg), max);
         // Two connections, one after the other: the receiver accepts the second when the
         // first ends, and the L1ID sequence continues across them.
-        for half in 0..2 {
+        for _ in 0..2 {
             let mut s = LinkSender::connect(address).unwrap();
             for _ in 0..FRAGMENTS / 2 {
                 s.send(source.next_unit().unwrap()).unwrap();
             }
             s.flush().unwrap();
+            // The second connection waits in the listen backlog until the receiver, reading
+            // one connection at a time, has finished the first: no pause is needed.
             drop(s);
-            if half == 0 {
-                std::thread::sleep(Duration::from_millis(50));
-            }
         }
     });
     let mut monitor = LinkMonitor::slink(check);
     // Hold the superpages for a while: the card stalls and TCP pushes back on the sender.
-    drain(&card, FRAGMENTS, &mut monitor, Duration::from_millis(300));
+    drain(&card, FRAGMENTS, &mut monitor, true);
     sender.join().unwrap();
     let c = monitor.slink_counters().unwrap();
     assert_eq!(c.fragments, FRAGMENTS);

@@ -37,6 +37,11 @@ io_threads = 1
 base_port = 47000
 # Host for tcp endpoints.
 host = "127.0.0.1"
+# ZeroMQ high-water mark of the supervisor's, DCMs' and loggers' sockets: messages queued per
+# peer and direction (1..=10000000). At the mark a message sent on a DEALER is policy "block"
+# (waits, bounded by the 1 s send timeout, then counted and retried); one sent on a ROUTER is
+# policy "drop_newest" (dropped at once and counted). docs/architecture.md, table of queues.
+high_water_mark = 100000
 
 [l1]
 # "emulator": the L1 emulator in the supervisor; "roib": accepts assembled by L1ID from
@@ -117,6 +122,10 @@ listen_end_on_close = true
 # played once, or looping with link_loop = true.
 link_files = []
 link_loop = false
+# ZeroMQ high-water mark of each readout node's request server (ROUTER), in messages per peer
+# (1..=10000000): requests beyond it are held back in the peer (policy "block"), replies beyond
+# it are dropped and counted (policy "drop_newest"; the client asks again at its timeout).
+high_water_mark = 10000
 
 [dcm]
 # Data-collection nodes and processing slots per node. Slots are events in flight: each
@@ -368,6 +377,8 @@ pub struct TransportConfig {
     pub base_port: u16,
     /// Host of tcp endpoints.
     pub host: String,
+    /// ZeroMQ high-water mark of the supervisor's, DCMs' and loggers' sockets, in messages.
+    pub high_water_mark: u32,
 }
 
 impl Default for TransportConfig {
@@ -377,6 +388,7 @@ impl Default for TransportConfig {
             io_threads: 1,
             base_port: 47000,
             host: "127.0.0.1".into(),
+            high_water_mark: rodeo_dataflow::DEFAULT_HIGH_WATER_MARK,
         }
     }
 }
@@ -494,6 +506,8 @@ pub struct RosSection {
     pub link_files: Vec<String>,
     /// Play the link files in a loop.
     pub link_loop: bool,
+    /// ZeroMQ high-water mark of each readout node's request server, in messages.
+    pub high_water_mark: u32,
 }
 
 /// `[ros] listen_mode`: the framing of a network input.
@@ -537,6 +551,7 @@ impl Default for RosSection {
             listen_end_on_close: true,
             link_files: Vec::new(),
             link_loop: false,
+            high_water_mark: 10_000,
         }
     }
 }
@@ -911,6 +926,14 @@ impl PartitionConfig {
                     "1..=65535 for every port: base_port >= 1 and base_port + endpoints - 1 \
                      <= 65535 (one endpoint per logger, per readout node, and the supervisor's)",
                 ));
+            }
+        }
+        for (field, hwm) in [
+            ("transport.high_water_mark", self.transport.high_water_mark),
+            ("ros.high_water_mark", self.ros.high_water_mark),
+        ] {
+            if hwm == 0 || hwm > 10_000_000 {
+                return Err(bad(field, hwm, "1..=10000000 messages"));
             }
         }
         if self.transport.io_threads == 0 || self.transport.io_threads > 16 {

@@ -337,3 +337,33 @@ fn the_restart_policy_parses_and_bad_values_name_the_field() {
         assert!(e.contains(field), "{text}: {e}");
     }
 }
+
+#[test]
+fn high_water_marks_come_from_the_file_and_bad_ones_name_the_field() {
+    let c = PartitionConfig::from_toml(
+        "[transport]\nhigh_water_mark = 500\n[ros]\nhigh_water_mark = 70\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.transport.high_water_mark, c.ros.high_water_mark),
+        (500, 70)
+    );
+    let d = PartitionConfig::default();
+    assert_eq!(
+        (d.transport.high_water_mark, d.ros.high_water_mark),
+        (100_000, 10_000)
+    );
+    for (text, field) in [
+        (
+            "[transport]\nhigh_water_mark = 0\n",
+            "transport.high_water_mark",
+        ),
+        ("[ros]\nhigh_water_mark = 20000000\n", "ros.high_water_mark"),
+    ] {
+        let e = PartitionConfig::from_toml(text, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field) && e.contains("1..=10000000"), "{e}");
+    }
+}

@@ -296,6 +296,53 @@ pub fn write_partition_metrics(
         "Errors and discarded messages, by application and kind.",
         &s,
     );
+    write_queue_metrics(w);
+}
+
+/// The in-process queues of this process ([`rodeo_memory::queue::snapshot`]): per queue name
+/// (summed over its instances) its capacity, depth, pushes that found it full and items
+/// dropped, labelled with the full policy.
+pub fn write_queue_metrics(w: &mut MetricsWriter) {
+    let queues = rodeo_memory::queue::snapshot();
+    let labels: Vec<[(&str, &str); 2]> = queues
+        .iter()
+        .map(|q| [("queue", q.name), ("policy", q.policy)])
+        .collect();
+    let gauge = |f: fn(&rodeo_memory::queue::QueueSnapshot) -> u64| -> Vec<(&[(&str, &str)], f64)> {
+        queues
+            .iter()
+            .zip(&labels)
+            .map(|(q, l)| (&l[..], f(q) as f64))
+            .collect()
+    };
+    let counter =
+        |f: fn(&rodeo_memory::queue::QueueSnapshot) -> u64| -> Vec<(&[(&str, &str)], u64)> {
+            queues
+                .iter()
+                .zip(&labels)
+                .map(|(q, l)| (&l[..], f(q)))
+                .collect()
+        };
+    w.gauge(
+        "rodeo_queue_capacity",
+        "Items the in-process queues of this name can hold (summed over their instances).",
+        &gauge(|q| q.capacity),
+    );
+    w.gauge(
+        "rodeo_queue_depth",
+        "Items in the in-process queues of this name now.",
+        &gauge(|q| q.depth),
+    );
+    w.counter(
+        "rodeo_queue_full_events_total",
+        "Pushes that found an in-process queue full (then blocked, dropped or refused, as its policy says).",
+        &counter(|q| q.full_events),
+    );
+    w.counter(
+        "rodeo_queue_dropped_total",
+        "Items dropped by a full queue of policy drop_newest.",
+        &counter(|q| q.dropped),
+    );
 }
 
 /// One sample per application: `(app label, value)`.

@@ -208,6 +208,7 @@ impl Layout {
             };
             lc.streams = config.logger.streams.clone();
             lc.max_file_bytes = config.logger.max_file_mib << 20;
+            lc.high_water_mark = config.transport.high_water_mark;
             lc.format = match config.logger.format {
                 FormatName::Rodeo => FileFormat::Rodeo,
                 FormatName::Eventstorage => FileFormat::EventStorage,
@@ -277,6 +278,7 @@ impl Layout {
                     data_request_bytes(config.ros.channels)
                         .max(clear_bytes(config.supervisor.clear_group)),
                 ),
+                high_water_mark: config.ros.high_water_mark,
                 ..NodeConfig::default()
             };
             all_robs.extend(nc.robs());
@@ -299,6 +301,7 @@ impl Layout {
                     config.dcm.slots,
                 );
                 dc.max_outstanding = config.dcm.max_outstanding;
+                dc.high_water_mark = config.transport.high_water_mark;
                 dc.checksum = match config.dcm.checksum {
                     ChecksumName::None => ChecksumType::None,
                     ChecksumName::Crc16 => ChecksumType::Crc16,
@@ -320,6 +323,7 @@ impl Layout {
             &sup_ep,
             readout.iter().map(|r| r.endpoint.clone()).collect(),
         );
+        sc.high_water_mark = config.transport.high_water_mark;
         sc.l1 = L1SourceConfig {
             rate_hz: (config.l1.rate_hz > 0.0).then_some(config.l1.rate_hz),
             events: (config.run.events > 0).then_some(config.run.events),

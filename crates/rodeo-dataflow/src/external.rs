@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_queue::ArrayQueue;
+use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
 
 /// Accepts received and not yet assigned, at most.
 pub const QUEUE: usize = 4096;
@@ -48,7 +48,7 @@ struct Shared {
 
 /// The trigger input of the external L1; see the module docs.
 pub struct ExternalTrigger {
-    queue: Arc<ArrayQueue<(u32, u32)>>,
+    queue: Arc<BoundedQueue<(u32, u32)>>,
     shared: Arc<Shared>,
     local: SocketAddr,
     thread: Option<JoinHandle<()>>,
@@ -70,7 +70,12 @@ impl ExternalTrigger {
         let listener = TcpListener::bind(host)?;
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
-        let queue = Arc::new(ArrayQueue::new(QUEUE));
+        // `block`: the reader stops reading while it is full (TCP back-pressure to the sender).
+        let queue = Arc::new(BoundedQueue::new(
+            "dataflow.l1_external",
+            QUEUE,
+            FullPolicy::Block(BackoffSpec::IDLE),
+        ));
         let shared = Arc::new(Shared::default());
         let (q, s) = (Arc::clone(&queue), Arc::clone(&shared));
         let thread = std::thread::Builder::new()
@@ -127,7 +132,7 @@ impl Drop for ExternalTrigger {
     }
 }
 
-fn serve(listener: &TcpListener, queue: &ArrayQueue<(u32, u32)>, shared: &Shared) {
+fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Shared) {
     let mut stream = loop {
         if shared.stop.load(Ordering::Acquire) {
             return;
@@ -146,6 +151,7 @@ fn serve(listener: &TcpListener, queue: &ArrayQueue<(u32, u32)>, shared: &Shared
     let mut record = [0u8; 8];
     let mut have = 0usize;
     let mut busy = None;
+    let mut full = Backoff::new(BackoffSpec::IDLE);
     loop {
         if shared.stop.load(Ordering::Acquire) {
             return;
@@ -157,10 +163,11 @@ fn serve(listener: &TcpListener, queue: &ArrayQueue<(u32, u32)>, shared: &Shared
             // A trigger unit that does not read its busy bytes only loses them.
             let _ = send_state(&mut stream, now_busy);
         }
-        if queue.is_full() {
-            std::thread::sleep(Duration::from_micros(200));
+        if queue.len() >= queue.capacity() {
+            full.wait();
             continue;
         }
+        full.reset();
         match stream.read(&mut record[have..]) {
             Ok(0) => {
                 if have != 0 {
@@ -174,8 +181,14 @@ fn serve(listener: &TcpListener, queue: &ArrayQueue<(u32, u32)>, shared: &Shared
                     have = 0;
                     let l1id = u32::from_le_bytes([record[0], record[1], record[2], record[3]]);
                     let tt = u32::from_le_bytes([record[4], record[5], record[6], record[7]]);
-                    // Room was checked above and only this thread pushes.
-                    let _ = queue.push((l1id, tt));
+                    // Room was checked above and only this thread pushes; should it still be
+                    // full, `block` waits for room (or the stop).
+                    if queue
+                        .push_or((l1id, tt), || shared.stop.load(Ordering::Acquire))
+                        .is_err()
+                    {
+                        return;
+                    }
                     shared.received.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -202,7 +215,6 @@ fn send_state(stream: &mut TcpStream, busy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn accepts_arrive_in_order_the_state_is_sent_and_a_close_ends_the_input() {
@@ -220,11 +232,9 @@ mod tests {
             s.write_all(&rec[3..]).unwrap();
         }
         drop(s);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ext.ended() {
-            assert!(Instant::now() < deadline, "the close was not seen");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        rodeo_testkit::wait_until("the close to be seen", Duration::from_secs(10), || {
+            ext.ended()
+        });
         let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
         assert_eq!(got, (0..100).map(|l| (l, 7)).collect::<Vec<_>>());
         assert_eq!(ext.counts(), (100, 0));

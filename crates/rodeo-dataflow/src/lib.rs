@@ -39,3 +39,11 @@ pub mod trigger;
 mod app;
 
 pub use app::{AppHandle, DataflowError};
+
+/// The default ZeroMQ high-water mark of the supervisor's, the DCMs' and the loggers' sockets,
+/// in messages per peer and direction (`[transport] high_water_mark` in a partition file).
+/// At the mark a DEALER's send is policy `block` (bounded by its 1 s send timeout, then the
+/// send fails, is counted and retried), a ROUTER's send is policy `drop_newest` (it fails at
+/// once and the message is dropped and counted: an assignment comes back at its timeout, an
+/// EventAck by reassignment): docs/architecture.md, the table of queues.
+pub const DEFAULT_HIGH_WATER_MARK: u32 = 100_000;

@@ -109,6 +109,8 @@ pub struct LoggerConfig {
     pub compression: LoggerCompression,
     /// EventStorage project tag (first part of the file names, `Project=`).
     pub project: String,
+    /// ZeroMQ high-water mark of its socket (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
+    pub high_water_mark: u32,
 }
 
 /// The container a logger writes.
@@ -150,6 +152,7 @@ impl LoggerConfig {
             format: FileFormat::Rodeo,
             compression: LoggerCompression::None,
             project: "data_test".to_string(),
+            high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
         }
     }
 
@@ -505,7 +508,7 @@ pub fn spawn(
         .socket(SocketKind::Router)
         .map_err(terr("create socket"))?;
     socket
-        .set_high_water_marks(100_000)
+        .set_high_water_marks(config.high_water_mark)
         .map_err(terr("set high-water marks"))?;
     socket
         .bind(&endpoint)

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
+use rodeo_memory::{BackoffSpec, BoundedQueue, FullPolicy};
 
 use crate::l1source::{L1Accept, L1Source, L1SourceConfig, Pacer};
 
@@ -72,7 +72,7 @@ pub struct RoibCounters {
 }
 
 struct Input {
-    queue: Arc<ArrayQueue<L1Accept>>,
+    queue: Arc<BoundedQueue<L1Accept>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -120,7 +120,12 @@ impl Roib {
         let counters = Arc::new(RoibCounters::default());
         let mut inputs = Vec::with_capacity(n);
         for i in 0..n {
-            let queue = Arc::new(ArrayQueue::new(config.queue_depth.max(1)));
+            // `block` (an XOFF to the input): paced producers, so the back-off sleeps at once.
+            let queue = Arc::new(BoundedQueue::new(
+                "dataflow.roib.input",
+                config.queue_depth,
+                FullPolicy::Block(BackoffSpec::PACED),
+            ));
             let (q, s, c) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&counters));
             let l1 = l1.clone();
             let loss = config.loss_fraction;
@@ -243,7 +248,7 @@ fn run_input(
     inputs: usize,
     l1: L1SourceConfig,
     loss: f64,
-    queue: &ArrayQueue<L1Accept>,
+    queue: &BoundedQueue<L1Accept>,
     stop: &AtomicBool,
     counters: &RoibCounters,
 ) {
@@ -270,23 +275,17 @@ fn run_input(
                 .filter(|(k, _)| k % inputs == index)
                 .map(|(_, &r)| r),
         );
-        let mut fragment = L1Accept::new(a.global_id, a.l1id, a.bcid, a.trigger_type, &share);
+        let fragment = L1Accept::new(a.global_id, a.l1id, a.bcid, a.trigger_type, &share);
         let mut waited = false;
-        loop {
-            match queue.push(fragment) {
-                Ok(()) => break,
-                Err(back) => {
-                    fragment = back;
-                    if !waited {
-                        counters.busy.fetch_add(1, Ordering::Relaxed);
-                        waited = true;
-                    }
-                    if stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+        let pushed = queue.push_or(fragment, || {
+            if !waited {
+                counters.busy.fetch_add(1, Ordering::Relaxed);
+                waited = true;
             }
+            stop.load(Ordering::Acquire)
+        });
+        if pushed.is_err() {
+            return; // stopped while the queue was full
         }
     }
 }
@@ -307,14 +306,12 @@ mod tests {
 
     fn drain(roib: &mut Roib) -> Vec<L1Accept> {
         let mut out = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !roib.is_done() {
-            assert!(Instant::now() < deadline, "stuck at {}", roib.produced());
-            match roib.next_accept() {
-                Some(a) => out.push(a),
-                None => std::thread::sleep(Duration::from_micros(100)),
+        rodeo_testkit::wait_until("the RoIB to finish", Duration::from_secs(30), || {
+            while let Some(a) = roib.next_accept() {
+                out.push(a);
             }
-        }
+            roib.is_done()
+        });
         out
     }
 

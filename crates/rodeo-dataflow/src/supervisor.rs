@@ -87,6 +87,8 @@ pub struct SupervisorConfig {
     pub keepalive: Duration,
     /// At stop, wait at most this long for assigned events to be decided (default 30 s).
     pub drain_timeout: Duration,
+    /// ZeroMQ high-water mark of its sockets (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
+    pub high_water_mark: u32,
 }
 
 impl SupervisorConfig {
@@ -106,6 +108,7 @@ impl SupervisorConfig {
             clear_flush: Duration::from_millis(20),
             keepalive: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
+            high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
         }
     }
 }
@@ -214,7 +217,7 @@ pub fn spawn(
         .socket(SocketKind::Router)
         .map_err(terr("create socket".into()))?;
     router
-        .set_high_water_marks(100_000)
+        .set_high_water_marks(config.high_water_mark)
         .map_err(terr("set high-water marks".into()))?;
     router
         .bind(&ep(&config.endpoint)?)
@@ -224,7 +227,7 @@ pub fn spawn(
         let s = transport
             .socket(SocketKind::Dealer)
             .map_err(terr("create socket".into()))?;
-        s.set_high_water_marks(100_000)
+        s.set_high_water_marks(config.high_water_mark)
             .map_err(terr("set high-water marks".into()))?;
         s.set_send_timeout(SEND_TIMEOUT_MS)
             .map_err(terr("set send timeout".into()))?;

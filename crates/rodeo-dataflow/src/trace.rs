@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use crossbeam_queue::ArrayQueue;
+use rodeo_memory::{BoundedQueue, FullPolicy, Pushed};
 
 /// The stages an event goes through, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,8 +79,8 @@ pub fn epoch() -> Instant {
 #[derive(Debug, Default)]
 pub struct TraceLog {
     every: AtomicU64,
-    queue: OnceLock<ArrayQueue<TraceRecord>>,
-    dropped: AtomicU64,
+    /// `drop_newest`: a record that finds the queue full is dropped, counted by the queue.
+    queue: OnceLock<BoundedQueue<TraceRecord>>,
 }
 
 impl TraceLog {
@@ -89,7 +89,9 @@ impl TraceLog {
     /// interval only.
     pub fn enable(&self, every: u64, capacity: usize) {
         let _ = epoch();
-        let _ = self.queue.get_or_init(|| ArrayQueue::new(capacity.max(1)));
+        let _ = self
+            .queue
+            .get_or_init(|| BoundedQueue::new("dataflow.trace", capacity, FullPolicy::DropNewest));
         self.every.store(every.max(1), Ordering::Relaxed);
     }
 
@@ -110,16 +112,13 @@ impl TraceLog {
             return;
         };
         let t_ns = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if q.push(TraceRecord {
+        // drop_newest never refuses: the result says queued or dropped (counted by the queue).
+        let _: Result<Pushed, _> = q.push(TraceRecord {
             global_id,
             t_ns,
             stage,
             detail,
-        })
-        .is_err()
-        {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        });
     }
 
     /// Takes every record queued so far.
@@ -133,7 +132,7 @@ impl TraceLog {
 
     /// Records dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.queue.get().map_or(0, BoundedQueue::dropped)
     }
 }
 

@@ -76,6 +76,7 @@ mod tests {
         }
         let t1 = thread_cpu_time();
         assert!(t1 > t0, "busy work used no CPU time");
+        // The sleep is what is measured (a sleeping thread uses no CPU), not a synchronisation.
         std::thread::sleep(std::time::Duration::from_millis(50));
         let t2 = thread_cpu_time();
         // Sleeping costs (almost) no CPU: far less than the 50 ms slept.

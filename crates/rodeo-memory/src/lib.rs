@@ -7,6 +7,10 @@
 //!   buffers of one size for DMA-style producers.
 //! - [`LogHistogram`]: a lock-free log-bucket latency histogram for the data path's metrics.
 //! - [`Region`]: `mmap`'d memory with warm-up ([`WarmupReport`]), huge pages and `mlock`.
+//! - [`queue`]: [`BoundedQueue`], the one bounded in-process queue (with a named
+//!   [`FullPolicy`]: `block`, `drop_newest`, `refuse`, and a registry read by `/metrics`), and
+//!   [`Backoff`], the one way a thread waits for another.
+//! - [`sync`]: the loom facade (atomics, `Arc`, `UnsafeCell`) every crate's lock-free code uses.
 //! - [`cpu`]: the CPUs threads run on: pinning ([`cpu::pin_to_cpu`]) and a thread's CPU time.
 //!
 //! # Why a lazy free list
@@ -87,10 +91,11 @@ pub mod cpu;
 mod error;
 pub mod histogram;
 mod page;
+pub mod queue;
 mod raw;
 mod region;
 mod stats;
-mod sync;
+pub mod sync;
 
 pub use chunk::{Chunk, ChunkPool, PoolCache, PoolConfig};
 pub use error::{AllocError, Error};
@@ -98,5 +103,6 @@ pub use histogram::LogHistogram;
 pub use page::{
     PageHandle, PagePool, PagePoolConfig, Superpage, SuperpagePool, SuperpagePoolConfig,
 };
+pub use queue::{Backoff, BackoffSpec, BoundedQueue, FullPolicy, PolicyKind, Pushed, Refused};
 pub use region::{HugePages, Mlock, Region, RegionOptions, WarmupReport, BASE_PAGE, HUGE_PAGE};
 pub use stats::PoolStats;

@@ -5,9 +5,7 @@
 use crate::error::{AllocError, Error};
 use crate::region::{Region, RegionOptions, WarmupReport};
 use crate::stats::{Counters, PoolStats};
-use crate::sync::{
-    lock, yield_now, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, Padded,
-};
+use crate::sync::{lock, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, Padded};
 
 /// The index that means "no chunk" in the head word and in the links.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -154,10 +152,11 @@ impl RawPool {
     pub(crate) fn reserve(&self, regions: usize) -> Result<(), Error> {
         let want = (regions.min(self.shape.max_regions as usize) as u64)
             * u64::from(self.shape.chunks_per_region);
+        let mut backoff = crate::queue::Backoff::new(crate::queue::BackoffSpec::MAPPING);
         while self.committed.load(Ordering::Acquire) < want {
             match self.grow(true)? {
-                Grow::Grew => {}
-                Grow::Busy => yield_now(),
+                Grow::Grew => backoff.reset(),
+                Grow::Busy => backoff.wait(),
                 Grow::Full => break,
             }
         }
@@ -197,6 +196,7 @@ impl RawPool {
 
     #[cold]
     fn alloc_slow(&self) -> Result<u32, AllocError> {
+        let mut backoff = crate::queue::Backoff::new(crate::queue::BackoffSpec::MAPPING);
         loop {
             if let Some(idx) = self
                 .pop(&self.head)
@@ -207,8 +207,8 @@ impl RawPool {
                 return Ok(idx);
             }
             match self.grow(false)? {
-                Grow::Grew => {}
-                Grow::Busy => yield_now(),
+                Grow::Grew => backoff.reset(),
+                Grow::Busy => backoff.wait(),
                 Grow::Full => {
                     if let Some(idx) = self.pop(&self.head).or_else(|| self.take_one_from_depot()) {
                         self.counters.take(1);

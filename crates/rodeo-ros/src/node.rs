@@ -152,6 +152,9 @@ pub struct NodeConfig {
     /// restarted into a running run starts at the run's L1 accepts so far, so it rejoins at
     /// the current L1ID instead of filling its store with events long cleared.
     pub first_event: u64,
+    /// ZeroMQ high-water mark of the request server (default
+    /// [`crate::server::DEFAULT_HIGH_WATER_MARK`]; `[ros] high_water_mark`).
+    pub high_water_mark: u32,
 }
 
 impl Default for NodeConfig {
@@ -170,6 +173,7 @@ impl Default for NodeConfig {
             core_cpu: None,
             max_message_bytes: None,
             first_event: 0,
+            high_water_mark: crate::server::DEFAULT_HIGH_WATER_MARK,
         }
     }
 }
@@ -314,6 +318,7 @@ fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
         rejoin_from: (config.first_event > 0).then(|| {
             rodeo_format::l1id::L1idCounter::expected(config.l1id_wrap, config.first_event)
         }),
+        high_water_mark: config.high_water_mark,
         ..ServerConfig::default()
     }
 }

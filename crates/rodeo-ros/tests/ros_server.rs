@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crossbeam_queue::ArrayQueue;
 use rodeo_cards::dma::{ChannelCounters, ChannelStatus, DmaChannel, Filled};
 use rodeo_format::fragment::{RobFragment, RodBuilder, SourceId, Status, SLINK_BEGIN, SLINK_END};
 use rodeo_format::synth::check_counter;
 use rodeo_memory::{
-    PagePool, PagePoolConfig, RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig,
+    BoundedQueue, FullPolicy, PagePool, PagePoolConfig, RegionOptions, Superpage, SuperpagePool,
+    SuperpagePoolConfig,
 };
 use rodeo_ros::server::{
     DirectClient, DirectReply, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
@@ -410,13 +410,13 @@ fn garbage_messages_are_counted_and_the_node_keeps_serving() {
 
 /// A DMA channel fed by the test with prepared superpages.
 struct Prepared {
-    ready: ArrayQueue<Filled<Superpage>>,
-    back: ArrayQueue<Superpage>,
+    ready: BoundedQueue<Filled<Superpage>>,
+    back: BoundedQueue<Superpage>,
 }
 
 impl DmaChannel<Superpage> for Prepared {
     fn push_superpage(&self, s: Superpage) -> Result<(), Superpage> {
-        self.back.push(s)
+        self.back.push(s).map(drop).map_err(|r| r.item)
     }
     fn pop_superpage(&self) -> Option<Filled<Superpage>> {
         self.ready.pop()
@@ -463,8 +463,8 @@ fn bad_slink(backend: Backend) {
     words.extend_from_slice(&[0xFFFF_FFFF; 5]); // trailing garbage
     page.words_mut()[..words.len()].copy_from_slice(&words);
     let chan = Prepared {
-        ready: ArrayQueue::new(4),
-        back: ArrayQueue::new(4),
+        ready: BoundedQueue::new("test.prepared.ready", 4, FullPolicy::Refuse),
+        back: BoundedQueue::new("test.prepared.back", 4, FullPolicy::Refuse),
     };
     chan.ready
         .push(Filled {

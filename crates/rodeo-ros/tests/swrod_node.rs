@@ -3,7 +3,7 @@
 //! by itself in the order producers, builders, core thread, even with a full store nobody
 //! clears, accounting for every fragment built.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rodeo_format::felix::DEFAULT_BLOCK_SIZE;
 use rodeo_format::fragment::{RobFragment, SourceId, Status};
@@ -117,18 +117,14 @@ fn a_full_store_nobody_clears_still_stops() {
     let t = Transport::new(1).unwrap();
     let node = ReadoutNode::start(&t, &config(2, 64), "inproc://swrod-node-full").unwrap();
     // The builders fill the store, then wait: back-pressure, seen in the live counters.
-    let t0 = Instant::now();
-    loop {
-        let c = node.swrod_stats().unwrap();
-        if c.link.sink_waits > 0 && node.stats().input_fragments >= 2 * 64 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the store never filled: {c:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    rodeo_testkit::wait_until(
+        "the store to fill (the builders' sink waiting)",
+        Duration::from_secs(60),
+        || {
+            let c = node.swrod_stats().unwrap();
+            c.link.sink_waits > 0 && node.stats().input_fragments >= 2 * 64
+        },
+    );
     let s = node.stop();
     let sw = s.swrod.unwrap();
     let k = s.store.total_counters();

@@ -144,6 +144,7 @@ pub fn node_config(a: &NodeArgs) -> NodeConfig {
         core_cpu: a.core_cpu,
         max_message_bytes: a.max_message_bytes,
         first_event: 0,
+        ..NodeConfig::default()
     }
 }
 

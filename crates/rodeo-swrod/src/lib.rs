@@ -95,7 +95,7 @@ pub use fragment::{
 pub use pool::{BuilderPool, RobRun};
 
 use counters::SharedCounters;
-use receiver::{Aggregator, Backoff};
+use receiver::{receiver_backoff, Aggregator};
 use rodeo_cards::dma::{DmaChannel, SuperpageBuffer};
 use shared::Shared;
 use walker::Receiver;
@@ -459,7 +459,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             pin_failed = !rodeo_memory::cpu::pin_to_cpu(self.cpus[t % self.cpus.len()]);
         }
         let mut lane = self.lane(t, channels, shared, sink);
-        let mut backoff = Backoff::new();
+        let mut backoff = receiver_backoff();
         loop {
             if stop.load(Ordering::Relaxed) || shared.stop.load(Ordering::Relaxed) {
                 break;
@@ -565,7 +565,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
         let (rx, shared) = (&mut self.rx, self.shared);
         rx.agg.publish_horizon();
         shared.finished.fetch_add(1, Ordering::AcqRel);
-        let mut backoff = Backoff::new();
+        let mut backoff = receiver_backoff();
         while shared.finished.load(Ordering::Acquire) < threads {
             if shared.abort.load(Ordering::Relaxed) {
                 return Err(SwRodError::Panicked(usize::MAX));
@@ -593,7 +593,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
 }
 
 /// Sets the abort flag if the thread unwinds, so that no other thread waits for it forever.
-struct AbortOnPanic<'a>(&'a AtomicBool);
+struct AbortOnPanic<'a>(&'a rodeo_memory::sync::AtomicBool);
 
 impl Drop for AbortOnPanic<'_> {
     fn drop(&mut self) {

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rodeo_cards::dma::{DmaChannel, SuperpageBuffer};
 
-use crate::receiver::Backoff;
+use crate::receiver::receiver_backoff;
 use crate::shared::Shared;
 use crate::{thread_cpu_ns, FragmentBuilder, FragmentSink, PacketDecoder, SwRodCounters};
 use crate::{SwRodError, Turn};
@@ -183,7 +183,7 @@ where
     // Per ROB of this thread: its result once its input ended.
     let mut ended: Vec<Option<Result<SwRodCounters, SwRodError>>> =
         (0..mine.len()).map(|_| None).collect();
-    let mut backoff = Backoff::new();
+    let mut backoff = receiver_backoff();
     let mut last_maintain = std::time::Instant::now();
     loop {
         let stopping = stop.load(Ordering::Relaxed);

@@ -44,10 +44,15 @@
 //!    `starved[p]` (relaxed: a hint, re-set on every retry) and every thread flushes its cache
 //!    of `p` when it next publishes, which it does while waiting too: a block never stays in
 //!    one thread's cache while another waits for it.
+//!
+//! The atomics and the cells come from rodeo-memory's loom facade (`rodeo_memory::sync`), so
+//! `RUSTFLAGS="--cfg loom"` model-checks rules 1-3 with the ring's real code (the `loom_tests`
+//! module below; scripts/test-all runs them): a cell written while its assembler takes it, or
+//! taken before its writer's mark, fails the model.
 
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
+
+use rodeo_memory::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 
 use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
@@ -177,7 +182,7 @@ impl<'p> Shared<'p> {
         // SAFETY: rule 1: the previous occupant of the cell was taken before its assembler's
         // cursor was released past it, and no assembler takes this cell before our mark passes
         // `seq`.
-        unsafe { *cell.get() = Some(part) };
+        cell.with_mut(|p| unsafe { *p = Some(part) });
     }
 
     /// Publishes that thread `t` has written its parts of every event below `mark`.
@@ -213,11 +218,108 @@ impl<'p> Shared<'p> {
         // SAFETY: rule 2: every thread's mark is past `seq`, so the cell is written and its
         // writer does not touch it again before our cursor moves past `seq` (rules 1, 3); only
         // the assembler of `seq` takes it.
-        unsafe { (*cell.get()).take() }
+        cell.with_mut(|p| unsafe { (*p).take() })
     }
 
     /// Publishes that thread `t` has assembled every event of its groups below `end`.
     pub(crate) fn set_cursor(&self, t: usize, end: u64) {
         self.cursors[t].0.store(end, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! Rules 1-3 under loom: two receiving threads write their parts of events 0..EVENTS
+    //! into rings of a window of 2 (so every cell is reused), thread 0 assembles them (the
+    //! events are all in its first group). Every part taken must be the one written for that
+    //! event, each exactly once; a cell access not ordered by the marks and cursors is a data
+    //! race that loom reports.
+    use super::*;
+    use loom::sync::Arc;
+
+    const EVENTS: u64 = 3;
+    const WINDOW: usize = 2;
+
+    fn part(t: usize, seq: u64) -> Part<'static> {
+        Part {
+            chunk: None,
+            end: t as u32,
+            missing: 0,
+            status: Default::default(),
+            bcid: None,
+            packets: 1,
+            l1id: seq as u32,
+        }
+    }
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(2);
+        }
+        builder.check(f);
+    }
+
+    /// Thread 0 assembles every complete event from `*assembled` on (rules 2, 3).
+    fn assemble(shared: &Shared<'static>, assembled: &mut u64, taken: &mut Vec<(usize, u64, u32)>) {
+        let end = shared.complete_end().min(EVENTS);
+        while *assembled < end {
+            let seq = *assembled;
+            assert_eq!(shared.assembler_of(seq), 0);
+            for w in 0..2 {
+                // SAFETY: thread 0 assembles every event here, `complete_end` is past `seq`,
+                // each is taken once and the cursor moves after.
+                let p = unsafe { shared.take(w, seq) }.expect("a written part");
+                assert_eq!(p.end as usize, w);
+                taken.push((w, seq, p.l1id));
+            }
+            *assembled = seq + 1;
+            shared.set_cursor(0, seq + 1);
+        }
+    }
+
+    /// Thread `t` writing its parts in order, waiting for the window (rule 1); thread 0 also
+    /// assembles what is complete while it waits and after.
+    fn receive(shared: &Shared<'static>, t: usize, taken: &mut Vec<(usize, u64, u32)>) {
+        let mut assembled = 0u64;
+        for seq in 0..EVENTS {
+            while seq >= shared.released() + WINDOW as u64 {
+                if t == 0 {
+                    assemble(shared, &mut assembled, taken);
+                }
+                loom::thread::yield_now();
+            }
+            // SAFETY: this thread is the only one using index `t`; the window was checked.
+            unsafe { shared.write(t, seq, part(t, seq)) };
+            shared.publish(t, seq + 1);
+        }
+        while t == 0 && assembled < EVENTS {
+            assemble(shared, &mut assembled, taken);
+            loom::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn loom_rings_hand_every_part_to_its_assembler_once_in_order() {
+        model(|| {
+            let shared = Arc::new(Shared::new(WINDOW, 2, 0));
+            // Thread 1 has no group below GROUP: its cursor is past these events.
+            shared.set_cursor(1, GROUP);
+            let other = {
+                let shared = Arc::clone(&shared);
+                loom::thread::spawn(move || {
+                    let mut none = Vec::new();
+                    receive(&shared, 1, &mut none);
+                    assert!(none.is_empty());
+                })
+            };
+            let mut taken = Vec::new();
+            receive(&shared, 0, &mut taken);
+            other.join().unwrap();
+            let want: Vec<(usize, u64, u32)> = (0..EVENTS)
+                .flat_map(|seq| (0..2).map(move |w| (w, seq, seq as u32)))
+                .collect();
+            assert_eq!(taken, want);
+        });
     }
 }

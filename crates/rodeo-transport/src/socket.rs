@@ -579,12 +579,11 @@ mod tests {
         assert_eq!(reply.bytes, b"reply");
         assert!(reply.peer.is_empty());
         // The zero-copy owner is released once ZeroMQ is done with it.
-        for _ in 0..500 {
-            if dropped.load(Ordering::SeqCst) == 1 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
+        rodeo_testkit::wait_until(
+            "ZeroMQ to release the zero-copy owner",
+            std::time::Duration::from_secs(10),
+            || dropped.load(Ordering::SeqCst) >= 1,
+        );
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
     }
 

@@ -24,39 +24,39 @@ fn free_port() -> u16 {
 
 /// Waits for `child` until `deadline`; kills it and panics past it.
 fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process::ExitStatus {
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish in time");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let limit = deadline.saturating_duration_since(Instant::now());
+    let mut status = None;
+    if !rodeo_testkit::holds_within(limit, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }) {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what} did not finish in time");
     }
+    status.expect("the child ended")
 }
 
 /// Sends `units` S-LINK fragments to `address`, retrying the connection until the partition
 /// listens (bounded by `deadline`).
 fn send(address: &str, units: u64, deadline: Instant) {
-    loop {
-        let out = rodeo()
-            .args(["gen", "link", "--mode", "slink", "--units"])
-            .arg(units.to_string())
-            .args(["--data-words", "16..64", "--send", address])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gen link --send {address} kept failing: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut stderr = Vec::new();
+    let sent =
+        rodeo_testkit::holds_within(deadline.saturating_duration_since(Instant::now()), || {
+            let out = rodeo()
+                .args(["gen", "link", "--mode", "slink", "--units"])
+                .arg(units.to_string())
+                .args(["--data-words", "16..64", "--send", address])
+                .output()
+                .unwrap();
+            stderr = out.stderr;
+            out.status.success()
+        });
+    assert!(
+        sent,
+        "gen link --send {address} kept failing: {}",
+        String::from_utf8_lossy(&stderr)
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -60,13 +60,10 @@ fn start(cfg: &Path, out: &Path, events: u64) -> Child {
 
 /// Waits (bounded: 120 s, then kills it) for the run to end; its status, stdout and stderr.
 fn finish(mut child: Child) -> (bool, Value, String) {
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if !rodeo_testkit::holds_within(Duration::from_secs(120), || {
+        child.try_wait().unwrap().is_some()
+    }) {
+        let _ = child.kill();
     }
     let out = child.wait_with_output().unwrap();
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -111,19 +108,34 @@ fn assert_balanced(ok: bool, v: &Value, err: &str, events: u64) {
 
 /// Waits (bounded) until nothing iceoryx2 holds is new compared with `before`.
 fn assert_nothing_new(before: &BTreeSet<String>, what: &str) {
-    let t0 = Instant::now();
-    loop {
-        let now = shm_entries();
-        let new: Vec<&String> = now.difference(before).collect();
-        if new.is_empty() {
-            return;
+    let mut new = Vec::new();
+    let clean = rodeo_testkit::holds_within(Duration::from_secs(10), || {
+        new = shm_entries().difference(before).cloned().collect();
+        new.is_empty()
+    });
+    assert!(clean, "{what}: left behind {new:?}");
+}
+
+/// Bytes of raw data the run writing into `out` has on disk so far (every file but the
+/// configuration, the summary and the run database).
+fn data_bytes(out: &Path) -> u64 {
+    let mut total = 0;
+    let mut dirs = vec![out.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            let name = e.file_name().to_string_lossy().into_owned();
+            if m.is_dir() {
+                dirs.push(e.path());
+            } else if !(name.ends_with(".toml")
+                || name.ends_with(".json")
+                || name.contains(".sqlite"))
+            {
+                total += m.len();
+            }
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{what}: left behind {new:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
+    total
 }
 
 #[test]
@@ -151,22 +163,19 @@ fn kill_9_of_each_role_then_a_clean_run_of_the_same_partition() {
         let out = dir.path().join(format!("kill-{role}"));
         let child = start(&cfg, &out, 16_000);
         let marker = out.to_str().unwrap().to_string();
-        let t0 = Instant::now();
-        let mut killed = false;
-        while t0.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(100));
-            // Let the run get going first (events flowing through shared memory).
-            if t0.elapsed() < Duration::from_millis(1500) {
-                continue;
-            }
-            if let Some(pid) = find_app(role, &marker) {
-                // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-                assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-                killed = true;
-                break;
-            }
-        }
-        assert!(killed, "{role} never found");
+        // The run gets going first: events flowed through shared memory to the logger's disk.
+        rodeo_testkit::wait_until(
+            "64 KiB of events on disk (the run going)",
+            Duration::from_secs(30),
+            || data_bytes(&out) >= 64 * 1024,
+        );
+        let pid = rodeo_testkit::wait_for(
+            &format!("the {role} process"),
+            Duration::from_secs(30),
+            || find_app(role, &marker),
+        );
+        // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
         let (ok, v, err) = finish(child);
         if role.starts_with("dcm") {
             // A DCM's death costs no event: the supervisor reassigns its events.

@@ -127,6 +127,8 @@ pub struct DcmConfig {
     pub compress_level: i32,
     /// Event sampling for monitoring (`None`: none, at no cost).
     pub sample: Option<SampleConfig>,
+    /// ZeroMQ high-water mark of its sockets (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
+    pub high_water_mark: u32,
 }
 
 impl DcmConfig {
@@ -155,6 +157,7 @@ impl DcmConfig {
             compress: false,
             compress_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
             sample: None,
+            high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
         }
     }
 }
@@ -191,7 +194,7 @@ pub fn spawn(
         let s = transport
             .socket(SocketKind::Dealer)
             .map_err(terr("create socket".into()))?;
-        s.set_high_water_marks(100_000)
+        s.set_high_water_marks(config.high_water_mark)
             .map_err(terr("set high-water marks".into()))?;
         s.set_identity(app.as_bytes())
             .map_err(terr("set identity".into()))?;

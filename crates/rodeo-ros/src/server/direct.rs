@@ -18,7 +18,8 @@
 //!
 //! # State and ownership
 //!
-//! Four [`ArrayQueue`]s (bounded, lock-free; one producer and one consumer each here):
+//! Four [`BoundedQueue`]s (bounded, lock-free; one producer and one consumer each here; policy
+//! `refuse`, which never happens as long as every box is in one place, see below):
 //!
 //! | queue | producer | consumer | holds |
 //! |---|---|---|---|
@@ -56,7 +57,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
+use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
 use rodeo_transport::message::HEADER_BYTES;
 
 use super::source::{Ids, Incoming, ReplyRefused, RequestSource};
@@ -111,7 +112,7 @@ impl Drop for DirectReply {
         // The dropped box left the pool, so the queue has room; should it not, the replacement
         // is dropped without coming back here.
         if let Err(mut r) = shared.reply_free.push(replacement) {
-            r.back = Weak::new();
+            r.item.back = Weak::new();
         }
     }
 }
@@ -262,10 +263,10 @@ pub enum DirectError {
 }
 
 struct Shared {
-    request_free: ArrayQueue<Box<DirectRequest>>,
-    requests: ArrayQueue<Box<DirectRequest>>,
-    reply_free: ArrayQueue<Box<DirectReply>>,
-    replies: ArrayQueue<Box<DirectReply>>,
+    request_free: BoundedQueue<Box<DirectRequest>>,
+    requests: BoundedQueue<Box<DirectRequest>>,
+    reply_free: BoundedQueue<Box<DirectReply>>,
+    replies: BoundedQueue<Box<DirectReply>>,
     server_gone: AtomicBool,
     client_gone: AtomicBool,
 }
@@ -295,10 +296,10 @@ pub(crate) fn direct_link_for(
     let requests = capacity + CLEAR_SLACK;
     let replies = capacity + 1;
     let shared = Arc::new(Shared {
-        request_free: ArrayQueue::new(requests),
-        requests: ArrayQueue::new(requests),
-        reply_free: ArrayQueue::new(replies),
-        replies: ArrayQueue::new(replies),
+        request_free: BoundedQueue::new("ros.direct.request_free", requests, FullPolicy::Refuse),
+        requests: BoundedQueue::new("ros.direct.requests", requests, FullPolicy::Refuse),
+        reply_free: BoundedQueue::new("ros.direct.reply_free", replies, FullPolicy::Refuse),
+        replies: BoundedQueue::new("ros.direct.replies", replies, FullPolicy::Refuse),
         server_gone: AtomicBool::new(false),
         client_gone: AtomicBool::new(false),
     });
@@ -336,29 +337,13 @@ pub(crate) fn direct_link_for(
 /// Request boxes beyond the DataRequest bound, for clears.
 const CLEAR_SLACK: usize = 16;
 
-/// Spin, then yield, then sleep briefly: waiting on the other thread without a syscall per
-/// check while it is fast, without burning a shared core while it is not (a yield lets any
-/// other runnable thread have the CPU; after a few hundred microseconds of yields the waiter
-/// sleeps, so an idle link costs little CPU). The yield phase is longer than a reply takes
-/// under load: a sleep costs at least 50 µs plus the kernel's timer slack, and a thread that
-/// sleeps while the other is about to answer leaves both idle in turn.
-#[derive(Debug, Default)]
-pub(super) struct Backoff(u32);
-
-/// Yields before the [`Backoff`] starts sleeping (a few hundred microseconds).
-const YIELDS: u32 = 1024;
-
-impl Backoff {
-    pub(super) fn snooze(&mut self) {
-        if self.0 < 64 {
-            std::hint::spin_loop();
-        } else if self.0 < 64 + YIELDS {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        self.0 = self.0.saturating_add(1);
-    }
+/// How either side waits for the other (for a box): rodeo's one [`Backoff`] with
+/// [`BackoffSpec::HANDOVER`]: spin, then yield for a few hundred microseconds (longer than a
+/// reply takes under load: a sleep costs at least 50 µs plus the kernel's timer slack, and a
+/// thread that sleeps while the other is about to answer leaves both idle in turn), then 50 µs
+/// sleeps, so an idle link costs little CPU.
+pub(super) fn handover_backoff() -> Backoff {
+    Backoff::new(BackoffSpec::HANDOVER)
 }
 
 /// The core thread's end of a direct link (a [`RequestSource`]).
@@ -442,7 +427,7 @@ impl RequestSource for DirectSource {
 
     fn recv_timeout(&mut self, buf: &mut Self::Buffer, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut backoff = Backoff::default();
+        let mut backoff = handover_backoff();
         loop {
             if self.try_recv(buf) {
                 return true;
@@ -450,7 +435,7 @@ impl RequestSource for DirectSource {
             if Instant::now() >= deadline {
                 return false;
             }
-            backoff.snooze();
+            backoff.wait();
         }
     }
 
@@ -576,7 +561,7 @@ impl DirectClient {
     }
 
     fn take_box(&self) -> Result<Box<DirectRequest>, DirectError> {
-        let mut backoff = Backoff::default();
+        let mut backoff = handover_backoff();
         let mut since: Option<Instant> = None;
         loop {
             if let Some(b) = self.shared.request_free.pop() {
@@ -589,7 +574,7 @@ impl DirectClient {
             if t0.elapsed() > self.wait_limit {
                 return Err(DirectError::Timeout(self.wait_limit));
             }
-            backoff.snooze();
+            backoff.wait();
         }
     }
 
@@ -646,7 +631,7 @@ impl DirectClient {
     /// As [`DirectClient::try_recv`], waiting up to `timeout`.
     pub fn recv_timeout(&mut self, slot: &mut Option<Box<DirectReply>>, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut backoff = Backoff::default();
+        let mut backoff = handover_backoff();
         loop {
             if self.try_recv(slot) {
                 return true;
@@ -654,7 +639,7 @@ impl DirectClient {
             if Instant::now() >= deadline || self.shared.server_gone.load(Ordering::Acquire) {
                 return self.try_recv(slot);
             }
-            backoff.snooze();
+            backoff.wait();
         }
     }
 }

@@ -87,6 +87,12 @@ pub use swrod_input::{
     swrod_link, StoreSink, SwRodInput, SwRodInputCounters, SwRodInputs, SwRodLinkCounters,
 };
 
+/// The default ZeroMQ high-water mark of a request server's ROUTER, in messages per peer
+/// (`[ros] high_water_mark` in a partition file): requests beyond it wait in the peer (policy
+/// `block`), replies beyond it are dropped and counted (policy `drop_newest`,
+/// `rodeo_ros_send_dropped_total`; the client asks again at its timeout).
+pub const DEFAULT_HIGH_WATER_MARK: u32 = 10_000;
+
 /// Configuration of a [`RequestServer`].
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -98,9 +104,10 @@ pub struct ServerConfig {
     pub pending_timeout: Duration,
     /// Messages read per loop turn before the input is polled again (default 64).
     pub batch: usize,
-    /// ZeroMQ high-water mark of the ROUTER, in messages (default 10000): per peer, the replies
-    /// queued before further replies to that peer are dropped, and the requests queued before
-    /// the peer is held back.
+    /// ZeroMQ high-water mark of the ROUTER, in messages (default [`DEFAULT_HIGH_WATER_MARK`]):
+    /// per peer, the replies queued before further replies to that peer are dropped and
+    /// counted (policy `drop_newest`, see `peers`), and the requests queued before the peer is
+    /// held back (policy `block`).
     pub high_water_mark: u32,
     /// Largest incoming message accepted, in bytes (ZMQ_MAXMSGSIZE): a peer sending a larger
     /// one is disconnected by ZeroMQ before the message is buffered. `None` (the default):
@@ -121,7 +128,7 @@ impl Default for ServerConfig {
             descriptors: 1024,
             pending_timeout: Duration::from_millis(200),
             batch: 64,
-            high_water_mark: 10_000,
+            high_water_mark: DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: None,
             core_cpu: None,
             rejoin_from: None,

@@ -74,16 +74,15 @@
 //! [`SwRodInputs`] polls several links (one per store channel) as one [`Input`], as a readout
 //! node fed by one builder per ROB does.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
 use rodeo_format::fragment::Status;
 use rodeo_format::l1id::next_extended_l1id;
 
-use super::direct::Backoff;
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
+use rodeo_memory::sync::{AtomicBool, AtomicU64, Ordering};
+use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
 
 /// One fragment on its way: the ROD words and the builder's status.
@@ -95,8 +94,11 @@ struct Filled {
 
 #[derive(Debug)]
 struct Link {
-    free: ArrayQueue<Vec<u32>>,
-    ready: ArrayQueue<Filled>,
+    /// Empty buffers for the sink (`refuse`: as many slots as buffers, so a give-back never
+    /// finds it full; see [`Link::give_back`]).
+    free: BoundedQueue<Vec<u32>>,
+    /// Filled buffers for the core thread (`refuse`, as large as `free`, for the same reason).
+    ready: BoundedQueue<Filled>,
     consumer_gone: AtomicBool,
     /// Free buffers below which the sink reports no room (`FragmentSink::has_room`).
     room: usize,
@@ -109,6 +111,66 @@ struct Link {
     out_of_order: AtomicU64,
     duplicates: AtomicU64,
     skipped: AtomicU64,
+}
+
+impl Link {
+    /// A link of `buffers` buffers of `words` words, all free.
+    fn new(buffers: usize, words: usize) -> Link {
+        let link = Link {
+            free: BoundedQueue::new("ros.swrod.free", buffers, FullPolicy::Refuse),
+            ready: BoundedQueue::new("ros.swrod.ready", buffers, FullPolicy::Refuse),
+            consumer_gone: AtomicBool::new(false),
+            // Room for what one more superpage may complete: a few assembly groups of 64.
+            room: (buffers / 2).min(256),
+            no_room: AtomicBool::new(false),
+            sink_waits: AtomicU64::new(0),
+            dropped_no_consumer: AtomicU64::new(0),
+            fragments: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            out_of_order: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+        };
+        for _ in 0..buffers {
+            link.give_back(Vec::with_capacity(words));
+        }
+        link
+    }
+
+    /// The sink's side: a free buffer, waiting (with the hand-over back-off, one `sink_waits`
+    /// per wait) while the core thread holds them all; `None` (the fragment counted in
+    /// `dropped_no_consumer`) once the core thread's input is gone.
+    fn take_free(&self) -> Option<Vec<u32>> {
+        if let Some(b) = self.free.pop() {
+            return Some(b);
+        }
+        if !self.consumer_gone.load(Ordering::Acquire) {
+            self.sink_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        let b = self
+            .free
+            .pop_or(|| self.consumer_gone.load(Ordering::Acquire));
+        if b.is_none() {
+            self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+        }
+        b
+    }
+
+    /// The sink's side: a filled buffer to the core thread. Every buffer is in one place at a
+    /// time (free, ready, the sink's hands, the core's window) and `ready` has a slot per
+    /// buffer, so the push cannot find it full.
+    fn hand_over(&self, filled: Filled) {
+        let pushed = self.ready.push(filled);
+        debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per buffer");
+        self.fragments.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The core thread's side: a buffer back to the sink. `free` has a slot per buffer, so the
+    /// push cannot find it full (a full event in `/metrics` would show a lost buffer).
+    fn give_back(&self, words: Vec<u32>) {
+        let pushed = self.free.push(words);
+        debug_assert!(pushed.is_ok(), "ros.swrod.free has a slot per buffer");
+    }
 }
 
 /// Counters of a [`swrod_link`] (64-bit, monotonic).
@@ -184,24 +246,7 @@ pub fn swrod_link(
 ) -> (StoreSink, SwRodInput) {
     let window = 2 * config.window.max(1).next_power_of_two();
     let buffers = window + config.thread_elinks.len() + extra.max(1);
-    let link = Arc::new(Link {
-        free: ArrayQueue::new(buffers),
-        ready: ArrayQueue::new(buffers),
-        consumer_gone: AtomicBool::new(false),
-        // Room for what one more superpage may complete: a few assembly groups of 64.
-        room: (buffers / 2).min(256),
-        no_room: AtomicBool::new(false),
-        sink_waits: AtomicU64::new(0),
-        dropped_no_consumer: AtomicU64::new(0),
-        fragments: AtomicU64::new(0),
-        rejected: AtomicU64::new(0),
-        out_of_order: AtomicU64::new(0),
-        duplicates: AtomicU64::new(0),
-        skipped: AtomicU64::new(0),
-    });
-    for _ in 0..buffers {
-        let _ = link.free.push(Vec::with_capacity(words));
-    }
+    let link = Arc::new(Link::new(buffers, words));
     (
         StoreSink {
             link: Arc::clone(&link),
@@ -272,21 +317,8 @@ impl<'p> FragmentSink<'p> for StoreSink {
     /// calling thread's pool caches in batches, not one shared free per block.
     fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
         let link = &*self.link;
-        let mut backoff = Backoff::default();
-        let mut waited = false;
-        let mut buf = loop {
-            if let Some(b) = link.free.pop() {
-                break b;
-            }
-            if link.consumer_gone.load(Ordering::Acquire) {
-                link.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
-                return Some(Flow::Continue);
-            }
-            if !waited {
-                waited = true;
-                link.sink_waits.fetch_add(1, Ordering::Relaxed);
-            }
-            backoff.snooze();
+        let Some(mut buf) = link.take_free() else {
+            return Some(Flow::Continue);
         };
         buf.clear();
         // The ROD words: every piece, less the builder's ROB header at the front.
@@ -297,9 +329,7 @@ impl<'p> FragmentSink<'p> for StoreSink {
             skip -= n;
         }
         let status = fragment.status();
-        // As many queue slots as buffers: cannot fail.
-        let _ = link.ready.push(Filled { words: buf, status });
-        link.fragments.fetch_add(1, Ordering::Relaxed);
+        link.hand_over(Filled { words: buf, status });
         Some(Flow::Continue)
     }
 
@@ -367,8 +397,7 @@ impl SwRodInput {
     fn file(&mut self, slot: usize, f: Filled) {
         if self.slots[slot].is_some() {
             self.link.duplicates.fetch_add(1, Ordering::Relaxed);
-            // As many queue slots as buffers: cannot fail.
-            let _ = self.link.free.push(f.words);
+            self.link.give_back(f.words);
         } else {
             self.slots[slot] = Some(f);
         }
@@ -393,8 +422,7 @@ impl SwRodInput {
                 if stored.is_err() {
                     link.rejected.fetch_add(1, Ordering::Relaxed);
                 }
-                // As many queue slots as buffers: cannot fail.
-                let _ = link.free.push(f.words);
+                link.give_back(f.words);
                 true
             }
         }
@@ -461,8 +489,7 @@ impl Input for SwRodInput {
             };
             let Some(l1id) = l1id_of(&f.words) else {
                 self.link.rejected.fetch_add(1, Ordering::Relaxed);
-                // As many queue slots as buffers: cannot fail.
-                let _ = self.link.free.push(f.words);
+                self.link.give_back(f.words);
                 continue;
             };
             let d = self.distance(l1id);
@@ -631,5 +658,82 @@ mod tests {
         let link = Arc::clone(&input.link);
         drop(input);
         assert_eq!(link.counters().dropped_no_consumer, 1);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The free/ready hand-over under loom (queues and flags from rodeo-memory's facade): every
+    //! buffer is in one place at a time, so neither queue is ever found full, fragments arrive
+    //! in order, and a consumer that goes away never leaves the sink waiting.
+    use super::*;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(2);
+        }
+        builder.check(f);
+    }
+
+    /// The sink's loop: `n` fragments through `take_free` and `hand_over`; how many went.
+    fn sink(link: &Link, n: u32) -> u32 {
+        let mut sent = 0;
+        for i in 0..n {
+            let Some(mut buf) = link.take_free() else {
+                continue;
+            };
+            buf.clear();
+            buf.push(i);
+            link.hand_over(Filled {
+                words: buf,
+                status: Status::default(),
+            });
+            sent += 1;
+        }
+        sent
+    }
+
+    #[test]
+    fn loom_every_buffer_comes_back_and_no_queue_is_ever_full() {
+        model(|| {
+            let link = Arc::new(Link::new(2, 4));
+            let producer = {
+                let link = Arc::clone(&link);
+                loom::thread::spawn(move || sink(&link, 3))
+            };
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                match link.ready.pop() {
+                    Some(f) => {
+                        got.push(f.words[0]);
+                        link.give_back(f.words);
+                    }
+                    None => loom::thread::yield_now(),
+                }
+            }
+            assert_eq!(producer.join().unwrap(), 3);
+            assert_eq!(got, vec![0, 1, 2]);
+            assert_eq!((link.free.len(), link.ready.len()), (2, 0));
+            assert_eq!((link.free.full_events(), link.ready.full_events()), (0, 0));
+            assert_eq!(link.fragments.load(Ordering::Relaxed), 3);
+        });
+    }
+
+    #[test]
+    fn loom_a_consumer_that_goes_away_never_leaves_the_sink_waiting() {
+        model(|| {
+            let link = Arc::new(Link::new(1, 4));
+            let producer = {
+                let link = Arc::clone(&link);
+                loom::thread::spawn(move || sink(&link, 3))
+            };
+            // The consumer takes nothing and goes (as SwRodInput's drop does).
+            link.consumer_gone.store(true, Ordering::Release);
+            let sent = producer.join().unwrap();
+            let dropped = link.dropped_no_consumer.load(Ordering::Relaxed);
+            assert_eq!(u64::from(sent) + dropped, 3);
+            assert!(sent <= 1, "one buffer: at most one fragment handed over");
+        });
     }
 }

@@ -27,15 +27,18 @@
 //! 3. The count's transition to zero happens exactly once per use of a page; whoever makes it
 //!    returns the page token (directly on the store thread, through `returned` elsewhere).
 //!
+//! The atomics, `Arc` and the queue come from rodeo-memory's loom facade, and every write and
+//! read of page words is recorded on the page's [`AccessMark`], so `--cfg loom` model-checks
+//! rules 1-3 (the loom tests at the end of this file; scripts/test-all runs them).
+//!
 //! Memory ordering: the store thread's writes of a fragment happen before the reply that refers
 //! to it is handed to ZeroMQ (a queue with its own synchronisation). The decrement that frees a
 //! page is `AcqRel`, so every reader's last access happens before the page is reused.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
-use rodeo_memory::{AllocError, PageHandle, PagePool};
+use rodeo_memory::sync::{AccessMark, AtomicU32, Ordering};
+use rodeo_memory::{AllocError, BoundedQueue, FullPolicy, PageHandle, PagePool};
 use rodeo_transport::socket::FrameOwner;
 
 /// The pages of one store. See the module docs.
@@ -44,8 +47,13 @@ pub(crate) struct PageTable {
     base: Box<[*mut u32]>,
     refs: Box<[AtomicU32]>,
     next: Box<[AtomicU32]>,
+    /// Per page: the accesses of its words, for loom (zero-sized otherwise). One mark per
+    /// page is coarser than rule 1 (the store may write past a fragment a reader holds): the
+    /// loom tests write a page only in a fresh use, the hand-over that rule 3 orders.
+    marks: Box<[AccessMark]>,
     page_words: usize,
-    returned: ArrayQueue<u32>,
+    /// `refuse`: a slot per page and each page id in it at most once (rule 3), so never full.
+    returned: BoundedQueue<u32>,
 }
 
 impl std::fmt::Debug for PageTable {
@@ -82,8 +90,9 @@ impl PageTable {
             base: base.into_boxed_slice(),
             refs: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             next: (0..pages).map(|_| AtomicU32::new(NO_PAGE)).collect(),
+            marks: (0..pages).map(|_| AccessMark::new()).collect(),
             page_words: pool.page_bytes() / 4,
-            returned: ArrayQueue::new(pages.max(1)),
+            returned: BoundedQueue::new("ros.store.returned_pages", pages, FullPolicy::Refuse),
         })
     }
 
@@ -144,6 +153,7 @@ impl PageTable {
     #[inline]
     pub(crate) unsafe fn write(&self, p: u32, offset: usize, words: &[u32]) {
         assert!(offset + words.len() <= self.page_words, "write past a page");
+        self.marks[p as usize].write();
         // SAFETY: in bounds (asserted); the range is exclusively the writer's (the caller's
         // contract); the pointer has write permission (taken from words_mut).
         unsafe {
@@ -183,6 +193,7 @@ impl PageTable {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut(&self, p: u32, offset: usize, len: usize) -> &mut [u32] {
         assert!(offset + len <= self.page_words, "slice past a page");
+        self.marks[p as usize].write();
         // SAFETY: as in `write`.
         unsafe { std::slice::from_raw_parts_mut(self.base[p as usize].add(offset), len) }
     }
@@ -196,6 +207,7 @@ impl PageTable {
     #[inline]
     pub(crate) unsafe fn slice(&self, p: u32, offset: usize, len: usize) -> &[u32] {
         assert!(offset + len <= self.page_words, "read past a page");
+        self.marks[p as usize].read();
         // SAFETY: in bounds; the words are immutable while referenced (caller's contract).
         unsafe { std::slice::from_raw_parts(self.base[p as usize].add(offset), len) }
     }
@@ -286,5 +298,70 @@ mod tests {
         // SAFETY: page 0's words were written above and nothing writes them meanwhile.
         let back = unsafe { table.slice_mut(0, 0, 64) }.to_vec();
         assert_eq!(back, words);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! Rules 1-3 under loom: the store writes a fragment, a reply frame ([`PageRef`]) reads it
+    //! on another thread and drops, the store drops its own reference; exactly one of the two
+    //! gets the page token (the store directly, or through `returned`), and the store's next
+    //! write of the page is ordered after the reader's last read (else loom reports a race on
+    //! the page's access mark).
+    use super::*;
+    use rodeo_memory::PagePoolConfig;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(f);
+    }
+
+    #[test]
+    fn loom_the_last_reference_returns_the_page_once_and_reuse_follows_the_reads() {
+        model(|| {
+            let pool = PagePool::new(PagePoolConfig {
+                page_bytes: 64,
+                pages: 1,
+                ..PagePoolConfig::default()
+            })
+            .unwrap();
+            let table = Arc::new(PageTable::new(&pool, 1).unwrap());
+            table.take_fresh(0);
+            // SAFETY: the page is fresh: nothing references it.
+            unsafe { table.write(0, 0, &[1, 2, 3, 4]) };
+            let frame = PageRef::new(&table, 0, 0, 4);
+            let reader = loom::thread::spawn(move || {
+                assert_eq!(frame.words(), &[1, 2, 3, 4]);
+                drop(frame);
+            });
+            // The store lets go of the page (its fragment cleared).
+            let direct = table.release(0);
+            let mut returned = 0;
+            if !direct {
+                // The reader has the last reference: wait for the token to come back.
+                loop {
+                    if let Some(p) = table.pop_returned() {
+                        assert_eq!(p, 0);
+                        returned += 1;
+                        break;
+                    }
+                    loom::thread::yield_now();
+                }
+            }
+            // Reuse: a fresh use of the page, ordered after every read (rule 1).
+            table.take_fresh(0);
+            // SAFETY: the count fell to zero and the token is ours (rule 3).
+            unsafe { table.write(0, 0, &[5, 6, 7, 8]) };
+            reader.join().unwrap();
+            assert_eq!(
+                u32::from(direct) + returned,
+                1,
+                "the token came back exactly once"
+            );
+            assert_eq!(table.pop_returned(), None);
+        });
     }
 }

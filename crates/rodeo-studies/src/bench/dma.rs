@@ -340,20 +340,21 @@ fn measure(
                 .spawn(move || {
                     // An idle reader yields a few times, then sleeps: on a machine with as
                     // many cores as channels, a spinning reader would steal its card's core.
-                    let mut idle = 0u32;
+                    let mut idle = rodeo_memory::Backoff::new(rodeo_memory::BackoffSpec {
+                        spins: 0,
+                        yields: 8,
+                        min_sleep_us: 20,
+                        max_sleep_us: 20,
+                    });
                     while !stop.load(Ordering::Relaxed) {
                         match ch.pop_superpage() {
                             Some(filled) => {
-                                idle = 0;
+                                idle.reset();
                                 black_box(filled.data().first());
                                 // The superpage came from this channel, so it fits back.
                                 let _ = ch.push_superpage(filled.superpage);
                             }
-                            None if idle < 8 => {
-                                idle += 1;
-                                std::thread::yield_now();
-                            }
-                            None => std::thread::sleep(Duration::from_micros(20)),
+                            None => idle.wait(),
                         }
                     }
                 })?

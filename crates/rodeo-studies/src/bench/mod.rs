@@ -6,6 +6,7 @@ pub mod dma;
 pub mod logger;
 pub mod pool;
 pub mod probe;
+pub mod queue;
 pub mod ros;
 pub mod swrod;
 pub mod timing;

@@ -172,6 +172,7 @@ mod tests {
     #[test]
     fn host_load_is_a_share() {
         let a = HostLoad::now().expect("/proc/stat");
+        // The interval the load is measured over, not a synchronisation.
         std::thread::sleep(Duration::from_millis(30));
         let b = HostLoad::now().expect("/proc/stat");
         let share = b.others_share_since(&a);

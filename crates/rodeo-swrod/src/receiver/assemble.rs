@@ -5,7 +5,7 @@
 
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
 
-use super::{Aggregator, Backoff};
+use super::{receiver_backoff, Aggregator};
 use crate::decoder::PacketDecoder;
 use crate::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
 use crate::shared::GROUP;
@@ -52,7 +52,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// Publishes and assembles until every event below `end` is complete (end of run: every
     /// thread's final mark is `end`). False when the run is aborting.
     pub(crate) fn complete_until(&mut self, end: u64) -> bool {
-        let mut backoff = Backoff::new();
+        let mut backoff = receiver_backoff();
         loop {
             self.publish();
             if self.shared.complete_end() >= end {

@@ -178,7 +178,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         );
         // The slower thread is usually only a little behind (or was preempted): spin and yield
         // for a while before sleeping.
-        let mut tries = 0u32;
+        let mut backoff = rodeo_memory::Backoff::new(rodeo_memory::BackoffSpec::PEERS);
         loop {
             self.publish();
             self.released_seen = self.shared.released();
@@ -188,14 +188,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             if self.aborted() {
                 return false;
             }
-            tries = tries.saturating_add(1);
-            if tries < 64 {
-                std::hint::spin_loop();
-            } else if tries < 20_000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
-            }
+            backoff.wait();
         }
     }
 

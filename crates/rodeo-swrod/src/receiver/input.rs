@@ -8,7 +8,7 @@ use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
 
 use super::slot::{ColdSlot, HotSlot};
-use super::{Aggregator, Backoff, Lane, HI_MARK, MAX_NEED, PACKET_HEADER_BYTES};
+use super::{receiver_backoff, Aggregator, Lane, HI_MARK, MAX_NEED, PACKET_HEADER_BYTES};
 use crate::decoder::PacketDecoder;
 use crate::fragment::{FragmentSink, HEADER_WORDS};
 
@@ -168,7 +168,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     #[cold]
     #[inline(never)]
     fn alloc_block_wait(&mut self) -> Option<Chunk<'p>> {
-        let mut backoff = Backoff::new();
+        let mut backoff = receiver_backoff();
         loop {
             match self.caches[self.own].alloc() {
                 Ok(c) => {

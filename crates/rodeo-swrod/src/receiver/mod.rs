@@ -54,7 +54,7 @@
 //!
 //! # Layout
 //!
-//! - this module: the constants, [`Lane`], [`Backoff`], the [`Aggregator`] (one per thread)
+//! - this module: the constants, [`Lane`], [`receiver_backoff`], the [`Aggregator`] (one per thread)
 //!   and its construction;
 //! - `slot`: a window slot's state, [`HotSlot`] and [`ColdSlot`], and the packet copy
 //!   ([`copy_bytes`]);
@@ -92,28 +92,11 @@ const PACKET_HEADER_BYTES: usize = 8;
 /// The longest packet (with its header) a packet header can describe.
 const MAX_NEED: usize = 0xFFFF;
 
-/// Waits with a short spin, then yields, then sleeps.
-pub(crate) struct Backoff(u32);
-
-impl Backoff {
-    pub(crate) fn new() -> Backoff {
-        Backoff(0)
-    }
-
-    pub(crate) fn wait(&mut self) {
-        if self.0 < 32 {
-            std::hint::spin_loop();
-        } else if self.0 < 64 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(std::time::Duration::from_micros(50));
-        }
-        self.0 = self.0.saturating_add(1);
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.0 = 0;
-    }
+/// The receivers' waits: rodeo's one [`Backoff`](rodeo_memory::Backoff), with the receivers'
+/// spec ([`BackoffSpec::RECEIVER`](rodeo_memory::BackoffSpec::RECEIVER): spin, yield, then
+/// 50 us sleeps).
+pub(crate) fn receiver_backoff() -> rodeo_memory::Backoff {
+    rodeo_memory::Backoff::new(rodeo_memory::BackoffSpec::RECEIVER)
 }
 
 /// The per-block constants of the E-link whose packets the walker places.

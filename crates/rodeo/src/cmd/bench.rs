@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use rodeo_studies::bench::{dma, logger, pool, ros, swrod, transport};
+use rodeo_studies::bench::{dma, logger, pool, queue, ros, swrod, transport};
 
 use clap::Subcommand;
 
@@ -41,6 +41,9 @@ enum Kind {
     /// The consumer process of `rodeo bench transport` (started by it).
     #[command(hide = true)]
     TransportPeer(transport::PeerArgs),
+    /// rodeo's in-process queue (`rodeo_memory::BoundedQueue`) against the bare lock-free queue
+    /// it wraps, in the same run: ns per push+pop on one thread and per hand-over between two.
+    Queue(queue::Args),
     /// The logger's file writer alone: synthetic events of 1 KiB to 1 MiB written with the
     /// logger's group commit (direct I/O, and buffered for comparison), against dd-style
     /// direct writes (4 MiB blocks, O_DIRECT) to the same directory before and after.
@@ -65,6 +68,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Kind::Logger(a) => (logger::measure_report(&a)?, a.json),
+        Kind::Queue(a) => (queue::measure_report(&a)?, a.json),
     };
     report.print(json);
     Ok(ExitCode::SUCCESS)

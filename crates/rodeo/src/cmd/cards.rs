@@ -220,6 +220,7 @@ fn read_card(card: &Card, stop: &AtomicBool) -> Vec<LinkMonitor> {
         .iter()
         .map(|c| LinkMonitor::for_mode(c.mode, c.block_size, c.slink))
         .collect();
+    let mut backoff = rodeo_memory::Backoff::new(rodeo_memory::BackoffSpec::IDLE);
     while !stop.load(Ordering::Relaxed) {
         let mut idle = true;
         for (c, m) in card.channels().iter().zip(&mut monitors) {
@@ -231,7 +232,9 @@ fn read_card(card: &Card, stop: &AtomicBool) -> Vec<LinkMonitor> {
             }
         }
         if idle {
-            std::thread::sleep(Duration::from_micros(200));
+            backoff.wait();
+        } else {
+            backoff.reset();
         }
     }
     monitors

@@ -103,7 +103,7 @@ fn serve_plain(
     seconds: Option<f64>,
 ) -> anyhow::Result<ExitCode> {
     let sock = t.socket(SocketKind::Router)?;
-    sock.set_high_water_marks(10_000)?;
+    sock.set_high_water_marks(rodeo_ros::server::DEFAULT_HIGH_WATER_MARK)?;
     let ep = sock.bind(&Endpoint::parse(listen)?)?;
     println!("listening on {ep}");
     std::io::Write::flush(&mut std::io::stdout())?;
