@@ -95,10 +95,34 @@ fn node() -> Result<Arc<Node<Svc>>, TransportError> {
         return Ok(n);
     }
     set_log_level(LogLevel::Fatal);
+    // iceoryx2 would remove dead nodes' resources while creating the node and again when it is
+    // dropped, waiting for each (see `remove_abandoned_segments` for a wait without end): we do
+    // it ourselves, off the caller's path (a background thread here, `cleanup_dead_nodes` at
+    // the end of a run).
+    let mut config = iceoryx2::config::Config::global_config().clone();
+    config.global.node.cleanup_dead_nodes_on_creation = false;
+    config.global.node.cleanup_dead_nodes_on_destruction = false;
     let n = NodeBuilder::new()
+        .config(&config)
         .signal_handling_mode(SignalHandlingMode::Disabled)
         .create::<Svc>()
         .map_err(|e| shm_err("create node", "(process)", e))?;
+    let n = Arc::new(n);
+    let cleaner = Arc::clone(&n);
+    let spawned = std::thread::Builder::new()
+        .name("shm-cleanup".into())
+        .spawn(move || report_cleanup(&cleaner));
+    if spawned.is_err() {
+        // No thread to spare: the next run's end cleans up instead.
+        eprintln!("rodeo: cannot start the shared-memory cleanup thread");
+    }
+    *guard = Arc::downgrade(&n);
+    Ok(n)
+}
+
+/// Removes dead nodes' resources ([`settle_abandoned_segments`] first) and says what it did.
+fn report_cleanup(n: &Node<Svc>) -> u64 {
+    settle_abandoned_segments();
     let state = n.try_cleanup_dead_nodes();
     if state.cleanups > 0 || state.failed_cleanups > 0 {
         eprintln!(
@@ -107,16 +131,73 @@ fn node() -> Result<Arc<Node<Svc>>, TransportError> {
             state.cleanups, state.failed_cleanups
         );
     }
-    let n = Arc::new(n);
-    *guard = Arc::downgrade(&n);
-    Ok(n)
+    state.cleanups
 }
 
 /// Removes the shared-memory resources of every dead process (killed with -9, crashed) on this
 /// host; returns how many were removed. The controller calls it when a run ends.
 pub fn cleanup_dead_nodes() -> Result<u64, TransportError> {
     let n = node()?;
-    Ok(n.try_cleanup_dead_nodes().cleanups)
+    Ok(report_cleanup(&n))
+}
+
+/// Waits (at most [`ABANDONED_SEGMENT_AGE`]) until every empty iceoryx2 segment is old enough
+/// to count as abandoned, then removes them ([`remove_abandoned_segments`]).
+fn settle_abandoned_segments() {
+    let youngest = std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("iox2_"))
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file() && m.len() == 0)
+        .filter_map(|m| m.modified().ok()?.elapsed().ok())
+        .min();
+    if let Some(age) = youngest {
+        std::thread::sleep(ABANDONED_SEGMENT_AGE.saturating_sub(age));
+    }
+    remove_abandoned_segments();
+}
+
+/// How old an empty iceoryx2 segment must be to count as abandoned: its creator sizes it
+/// microseconds after creating it, so one still empty after this was left by a process killed
+/// in between.
+const ABANDONED_SEGMENT_AGE: Duration = Duration::from_secs(2);
+
+/// Removes iceoryx2 shared-memory segments (`/dev/shm/iox2_*`) of size zero older than
+/// [`ABANDONED_SEGMENT_AGE`]; returns how many. A process killed between creating a segment
+/// and sizing it leaves one, and iceoryx2 0.10's dead-node cleanup then waits for it to be
+/// sized without a timeout (`MappingSizeIsZero` in `posix_shared_memory::open_impl`): the next
+/// process to create a node would hang there (seen: a logger restarted after kill -9). Nothing
+/// alive uses such a segment, so removing it first is safe.
+pub fn remove_abandoned_segments() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in dir.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("iox2_") {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= ABANDONED_SEGMENT_AGE);
+        if meta.is_file() && meta.len() == 0 && old && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        eprintln!(
+            "rodeo: removed {removed} empty shared-memory segment(s) left by a process killed \
+             while creating them"
+        );
+    }
+    removed
 }
 
 fn service_name(name: &str) -> Result<ServiceName, TransportError> {
@@ -485,10 +566,13 @@ impl ShmSocket {
             };
             // Returns at once when a notification is pending (a message may have come with
             // it), else sleeps until one comes; either way it consumes it before we look.
-            self.inbox
-                .listener
-                .timed_wait(|_| {}, left)
-                .map_err(|e| shm_err("event wait", &self.inbox.name, e))?;
+            match self.inbox.listener.timed_wait(|_| {}, left) {
+                Ok(_) => {}
+                // A signal woke the wait (SIGCONT after the process was stopped, a profiler):
+                // not an error, look again.
+                Err(iceoryx2::port::listener::ListenerWaitError::InterruptSignal) => {}
+                Err(e) => return Err(shm_err("event wait", &self.inbox.name, e)),
+            }
             if self.take(msg)? {
                 return Ok(true);
             }

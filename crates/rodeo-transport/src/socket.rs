@@ -377,10 +377,12 @@ impl Socket {
         if let Some(s) = self.shm.get_mut() {
             return s.recv(msg, timeout_ms);
         }
-        let ready = self
-            .inner
-            .poll(zmq::POLLIN, timeout_ms)
-            .map_err(|source| TransportError::Recv { source })?;
+        let ready = match self.inner.poll(zmq::POLLIN, timeout_ms) {
+            Ok(n) => n,
+            // Interrupted by a signal: nothing received (the caller's loop asks again).
+            Err(zmq::Error::EINTR) => 0,
+            Err(source) => return Err(TransportError::Recv { source }),
+        };
         if ready == 0 {
             return Ok(false);
         }
@@ -406,6 +408,8 @@ impl Socket {
             match self.inner.recv(&mut self.part, flags) {
                 Ok(()) => {}
                 Err(zmq::Error::EAGAIN) if first => return Ok(false),
+                // A signal interrupted the call: the message is still whole in the queue.
+                Err(zmq::Error::EINTR) => continue,
                 Err(source) => return Err(TransportError::Recv { source }),
             }
             if first && self.kind == SocketKind::Router {
@@ -454,7 +458,13 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
                 None => s.inner.as_poll_item(zmq::POLLIN),
             })
             .collect();
-        let n = zmq::poll(&mut items, wait).map_err(|source| TransportError::Recv { source })?;
+        let n = match zmq::poll(&mut items, wait) {
+            Ok(n) => n,
+            // A signal interrupted the wait (SIGCONT after a stop, a profiler): nothing is
+            // ready yet; the caller polls again.
+            Err(zmq::Error::EINTR) => return Ok(0),
+            Err(source) => return Err(TransportError::Recv { source }),
+        };
         if n == 0 {
             return Ok(0);
         }

@@ -243,3 +243,24 @@ fn a_peer_that_stopped_reading_costs_one_send_timeout_not_one_per_message() {
     client.send([Frame::Copy(&[4u8; 10])]).unwrap();
     assert!(!client.is_stalled());
 }
+
+#[test]
+fn empty_segments_left_by_a_killed_process_are_removed_and_fresh_ones_kept() {
+    let old = format!("/dev/shm/iox2_rodeo_test_old_{}", std::process::id());
+    let fresh = format!("/dev/shm/iox2_rodeo_test_fresh_{}", std::process::id());
+    let f = std::fs::File::create(&old).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
+        .unwrap();
+    drop(f);
+    std::fs::File::create(&fresh).unwrap();
+    assert!(shm::remove_abandoned_segments() >= 1);
+    assert!(
+        !std::path::Path::new(&old).exists(),
+        "an old empty segment is removed"
+    );
+    assert!(
+        std::path::Path::new(&fresh).exists(),
+        "one being created now is kept"
+    );
+    std::fs::remove_file(&fresh).unwrap();
+}

@@ -161,7 +161,10 @@ fn illegal_commands_are_refused_naming_the_partition_state() {
 #[test]
 fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let ctl = Controller::new(small_config(dir.path(), 2), rodeo()).unwrap();
+    let mut config = small_config(dir.path(), 2);
+    // The policy without restarts (`[control] restart = false`); restarts: cli_restart.rs.
+    config.control.restart = false;
+    let ctl = Controller::new(config, rodeo()).unwrap();
     for c in [
         Command::Initialize,
         Command::Configure,
@@ -224,7 +227,8 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
         s.l1_accepts > before + 200
     });
 
-    // A readout node that dies is not survivable: the partition goes to ERROR naming it.
+    // Without restarts a readout node that dies is not survivable: the partition goes to
+    // ERROR naming it.
     let ros = pid_of("ros-1");
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(ros as libc::pid_t, libc::SIGKILL) }, 0);

@@ -111,6 +111,12 @@ pub struct DcmConfig {
     pub retry_delay: Duration,
     /// Re-asks per event before it is built without its pending fragments.
     pub max_retries: u32,
+    /// Longest an event waits for PENDING fragments, from its assignment, before it is built
+    /// without them (flagged partial), whatever `max_retries` allows. Bounds what a readout
+    /// node far behind the run costs (one restarted into a run whose L1 raced ahead answers
+    /// PENDING for every current event): well below the supervisor's event timeout, so the
+    /// DCM decides the event before the supervisor reassigns it. Default 2 s.
+    pub max_pending_time: Duration,
     /// Checksum of the built events.
     pub checksum: ChecksumType,
     /// Run number written into events.
@@ -150,6 +156,7 @@ impl DcmConfig {
             max_outstanding: 64,
             retry_delay: Duration::from_millis(1),
             max_retries: 1000,
+            max_pending_time: Duration::from_secs(2),
             checksum: ChecksumType::Adler32,
             run_number: 1,
             streams: vec!["physics_Main".into()],

@@ -237,7 +237,9 @@ impl Dcm {
     ) -> Result<(), DataflowError> {
         let s = &mut self.slots[i];
         if !s.pending.is_empty() {
-            if s.retries < self.config.max_retries {
+            if s.retries < self.config.max_retries
+                && s.assigned_at.elapsed() < self.config.max_pending_time
+            {
                 s.retry_at = Some(Instant::now() + self.config.retry_delay);
                 return Ok(());
             }
