@@ -35,13 +35,13 @@
 //! reader within its poll interval, closes the queue and joins the workers (a worker in a long
 //! command — `stop` drains the dataflow — finishes it first).
 
+use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy, Refused};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -535,12 +535,16 @@ impl HttpServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(HttpCounters::default());
-        let (tx, rx) = sync_channel::<ReadRequest>(config.queue.max(1));
-        let rx = Arc::new(Mutex::new(rx));
+        let queue = Arc::new(BoundedQueue::<ReadRequest>::new(
+            "control.http.requests",
+            config.queue.max(1),
+            FullPolicy::Refuse,
+        ));
         let token: Option<Arc<str>> = config.token.as_deref().map(Arc::from);
         let mut workers = Vec::new();
         for i in 0..config.workers.max(1) {
-            let rx = Arc::clone(&rx);
+            let queue = Arc::clone(&queue);
+            let stop = Arc::clone(&stop);
             let control = Arc::clone(&control);
             let counters = Arc::clone(&counters);
             let token = token.clone();
@@ -551,7 +555,8 @@ impl HttpServer {
                     .name(format!("http-{i}"))
                     .spawn(move || {
                         worker(
-                            &rx,
+                            &queue,
+                            &stop,
                             &*control,
                             token.as_deref(),
                             &counters,
@@ -567,7 +572,7 @@ impl HttpServer {
             let counters = Arc::clone(&counters);
             std::thread::Builder::new()
                 .name("http-reader".into())
-                .spawn(move || reader.run(&tx, &stop, &counters))?
+                .spawn(move || reader.run(&queue, &stop, &counters))?
         };
         tracing::info!(%addr, "HTTP API listening");
         Ok(HttpServer {
@@ -656,7 +661,12 @@ impl Reader {
         })
     }
 
-    fn run(mut self, tx: &SyncSender<ReadRequest>, stop: &AtomicBool, counters: &HttpCounters) {
+    fn run(
+        mut self,
+        queue: &BoundedQueue<ReadRequest>,
+        stop: &AtomicBool,
+        counters: &HttpCounters,
+    ) {
         let mut events = mio::Events::with_capacity(256);
         while !stop.load(Ordering::Relaxed) {
             let wait = self
@@ -678,7 +688,7 @@ impl Reader {
                 } else {
                     let slot = ev.token().0 - 1;
                     if let Some(ready) = self.read_ready(slot) {
-                        hand_over(tx, ready, counters);
+                        hand_over(queue, ready, counters);
                     }
                 }
             }
@@ -882,10 +892,10 @@ fn request_complete(buf: &[u8]) -> bool {
 }
 
 /// Gives a read request to the workers, or answers 503 when their queue is full.
-fn hand_over(tx: &SyncSender<ReadRequest>, ready: ReadRequest, counters: &HttpCounters) {
-    match tx.try_send(ready) {
-        Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-        Err(TrySendError::Full(mut r)) => {
+fn hand_over(queue: &BoundedQueue<ReadRequest>, ready: ReadRequest, counters: &HttpCounters) {
+    match queue.push(ready) {
+        Ok(_) => {}
+        Err(Refused { item: mut r, .. }) => {
             counters.server_errors.fetch_add(1, Ordering::Relaxed);
             // Best effort, never waiting (the stream is still non-blocking).
             let _ = Response::error(503, "busy").write_to(&mut r.stream);
@@ -895,26 +905,28 @@ fn hand_over(tx: &SyncSender<ReadRequest>, ready: ReadRequest, counters: &HttpCo
 }
 
 fn worker(
-    rx: &Mutex<Receiver<ReadRequest>>,
+    queue: &BoundedQueue<ReadRequest>,
+    stop: &AtomicBool,
     control: &dyn RunControl,
     token: Option<&str>,
     counters: &HttpCounters,
     timeout: Duration,
     runs_db: Option<&std::path::Path>,
 ) {
+    let mut idle = Backoff::new(BackoffSpec::IDLE_SERVER);
     loop {
-        let next = match rx.lock() {
-            Ok(guard) => guard.recv_timeout(Duration::from_millis(100)),
-            Err(_) => return,
-        };
-        let ReadRequest {
+        let Some(ReadRequest {
             mut stream,
             request,
-        } = match next {
-            Ok(r) => r,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        }) = queue.pop()
+        else {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            idle.wait();
+            continue;
         };
+        idle.reset();
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_write_timeout(Some(timeout));
         let response = match request {

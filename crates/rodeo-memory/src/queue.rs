@@ -85,6 +85,15 @@ impl BackoffSpec {
         min_sleep_us: 10,
         max_sleep_us: 100,
     };
+    /// A server's worker with nothing to do (the HTTP workers): sleeps from 100 us growing to
+    /// 5 ms, so an idle worker wakes at most 200 times a second and a request waits at most
+    /// about 5 ms for it.
+    pub const IDLE_SERVER: BackoffSpec = BackoffSpec {
+        spins: 0,
+        yields: 0,
+        min_sleep_us: 100,
+        max_sleep_us: 5_000,
+    };
     /// A paced producer ahead of its consumer: sleeps of 50 us straight away (the L1 source).
     pub const PACED: BackoffSpec = BackoffSpec {
         spins: 0,
