@@ -33,6 +33,7 @@ pub mod application;
 pub mod channel;
 pub mod chrome_trace;
 pub mod config;
+pub mod config_error;
 pub mod control;
 pub mod controller;
 pub mod driver;
