@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rodeo_format::fragment::Status;
+use rodeo_memory::{Backoff, BackoffSpec};
 use rodeo_transport::message::{header_bytes, MessageType};
 
 use super::descriptor::Descriptors;
@@ -141,7 +142,9 @@ impl<S: RequestSource> Core<S> {
                         self.recheck(Instant::now(), false);
                     }
                 } else {
-                    std::thread::sleep(std::time::Duration::from_micros(100));
+                    // Every reply descriptor is in flight: wait for the transport to release
+                    // one (the one back-off type, 50 us sleeps).
+                    Backoff::new(BackoffSpec::PACED).wait();
                     idle_cpu += rodeo_memory::cpu::thread_cpu_time().saturating_sub(wait0);
                 }
             }
