@@ -15,6 +15,7 @@ use std::time::Duration;
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::{FullEvent, Status};
+use rodeo_testkit::process::find_app;
 use rodeo_testkit::{wait_for, wait_until};
 use serde_json::Value;
 
@@ -75,12 +76,7 @@ impl Run {
         let pid = wait_for(
             &format!("{name}'s process"),
             Duration::from_secs(20),
-            || {
-                apps_of(&marker)
-                    .into_iter()
-                    .find(|(_, n)| n == name)
-                    .map(|(p, _)| p)
-            },
+            || find_app(name, &marker),
         );
         // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -141,46 +137,6 @@ fn data_files(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| p.to_string_lossy().contains(".data"))
         .collect()
-}
-
-/// Every live (not zombie) `rodeo app` process whose command line mentions `marker`, with
-/// its `--name`.
-fn apps_of(marker: &str) -> Vec<(i32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmd
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if !(args.iter().any(|a| a == "app") && args.iter().any(|a| a.contains(marker))) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .next();
-        if matches!(state, Some('Z') | Some('X') | None) {
-            continue;
-        }
-        let name = args
-            .iter()
-            .position(|a| a == "--name")
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-            .unwrap_or_default();
-        found.push((pid, name));
-    }
-    found
 }
 
 /// What the files of a balance sheet hold, read independently: global ids (each once, or the
