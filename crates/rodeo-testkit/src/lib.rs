@@ -48,6 +48,24 @@ pub fn holds_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Every file under `dir`, at any depth (none if it does not exist): what a run left in its
+/// output directory.
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -144,19 +144,25 @@ pub fn cleanup_dead_nodes() -> Result<u64, TransportError> {
 /// Waits (at most [`ABANDONED_SEGMENT_AGE`]) until every empty iceoryx2 segment is old enough
 /// to count as abandoned, then removes them ([`remove_abandoned_segments`]).
 fn settle_abandoned_segments() {
-    let youngest = std::fs::read_dir("/dev/shm")
+    if let Some(youngest) = empty_segments().iter().map(|&(_, age)| age).min() {
+        std::thread::sleep(ABANDONED_SEGMENT_AGE.saturating_sub(youngest));
+    }
+    remove_abandoned_segments();
+}
+
+/// The empty iceoryx2 segments (`/dev/shm/iox2_*` of size zero) and how old each is.
+fn empty_segments() -> Vec<(std::path::PathBuf, Duration)> {
+    std::fs::read_dir("/dev/shm")
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("iox2_"))
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file() && m.len() == 0)
-        .filter_map(|m| m.modified().ok()?.elapsed().ok())
-        .min();
-    if let Some(age) = youngest {
-        std::thread::sleep(ABANDONED_SEGMENT_AGE.saturating_sub(age));
-    }
-    remove_abandoned_segments();
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            let age = m.modified().ok()?.elapsed().ok()?;
+            (m.is_file() && m.len() == 0).then(|| (e.path(), age))
+        })
+        .collect()
 }
 
 /// How old an empty iceoryx2 segment must be to count as abandoned: its creator sizes it
@@ -171,26 +177,10 @@ const ABANDONED_SEGMENT_AGE: Duration = Duration::from_secs(2);
 /// process to create a node would hang there (seen: a logger restarted after kill -9). Nothing
 /// alive uses such a segment, so removing it first is safe.
 pub fn remove_abandoned_segments() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in dir.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("iox2_") {
-            continue;
-        }
-        let Ok(meta) = entry.metadata() else {
-            continue;
-        };
-        let old = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age >= ABANDONED_SEGMENT_AGE);
-        if meta.is_file() && meta.len() == 0 && old && std::fs::remove_file(entry.path()).is_ok() {
-            removed += 1;
-        }
-    }
+    let removed = empty_segments()
+        .into_iter()
+        .filter(|(path, age)| *age >= ABANDONED_SEGMENT_AGE && std::fs::remove_file(path).is_ok())
+        .count() as u64;
     if removed > 0 {
         eprintln!(
             "rodeo: removed {removed} empty shared-memory segment(s) left by a process killed \

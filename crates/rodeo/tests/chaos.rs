@@ -13,7 +13,7 @@ use std::time::Duration;
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::fragment::FullEvent;
 use rodeo_testkit::process::find_app;
-use rodeo_testkit::{wait_for, wait_until};
+use rodeo_testkit::{files_under, wait_for, wait_until};
 use serde_json::Value;
 
 /// How long an application stays stopped: well past the DCM's request timeout and the
@@ -91,23 +91,6 @@ fn events_in_files(summary: &Value) -> u64 {
         }
     }
     ids.len() as u64
-}
-
-/// Every file below `dir`.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 /// A port free now on 127.0.0.1 (the listener is closed again; the partition binds it).

@@ -16,7 +16,7 @@ use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::{FullEvent, Status};
 use rodeo_testkit::process::find_app;
-use rodeo_testkit::{wait_for, wait_until};
+use rodeo_testkit::{files_under, wait_for, wait_until};
 use serde_json::Value;
 
 /// A small partition over ZeroMQ ipc: two readout nodes, two DCMs, one logger, a steady L1.
@@ -102,7 +102,7 @@ impl Run {
                 String::from_utf8_lossy(&out.stdout)
             )
         });
-        let left: Vec<PathBuf> = walk(&out_dir)
+        let left: Vec<PathBuf> = files_under(&out_dir)
             .into_iter()
             .filter(|p| {
                 let n = p.to_string_lossy();
@@ -114,26 +114,9 @@ impl Run {
     }
 }
 
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
 /// The data files (closed or not) under `dir`.
 fn data_files(dir: &Path) -> Vec<PathBuf> {
-    walk(dir)
+    files_under(dir)
         .into_iter()
         .filter(|p| p.to_string_lossy().contains(".data"))
         .collect()

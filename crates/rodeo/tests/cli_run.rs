@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use rodeo_testkit::process::{apps_of, find_app};
-use rodeo_testkit::{holds_within, wait_for, wait_until};
+use rodeo_testkit::{files_under, holds_within, wait_for, wait_until};
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
@@ -229,7 +229,7 @@ fn killing_a_dcm_process_loses_no_event() {
     // Once events are being written (the run is going), kill dcm-1 without warning.
     let marker = out_dir.to_str().unwrap().to_string();
     wait_until("events being written", Duration::from_secs(30), || {
-        walk(&out_dir)
+        files_under(&out_dir)
             .iter()
             .any(|p| p.to_string_lossy().contains(".data"))
     });
@@ -288,7 +288,7 @@ fn killing_the_controller_leaves_no_application_running() {
         Duration::from_secs(60),
         || {
             apps_of(&marker).len() == 5
-                && walk(&out_dir)
+                && files_under(&out_dir)
                     .iter()
                     .any(|p| p.to_string_lossy().contains(".data"))
         },
@@ -303,33 +303,13 @@ fn killing_the_controller_leaves_no_application_running() {
         apps_of(&marker)
     );
     // They stopped in order: the logger closed its files (none left `.writing`).
-    let files = walk(&out_dir);
+    let files = files_under(&out_dir);
     assert!(
         files
             .iter()
             .all(|p| !p.to_string_lossy().ends_with(".writing")),
         "{files:?}"
     );
-}
-
-/// Every file below `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 /// `rodeo config check FILE [--bind]` on `text`: (success, stdout + stderr).
@@ -434,7 +414,7 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
         .unwrap();
     // Wait (bounded) until events are being written, then interrupt.
     wait_until("a file being written", Duration::from_secs(30), || {
-        walk(&out_dir)
+        files_under(&out_dir)
             .iter()
             .any(|p| p.to_string_lossy().ends_with(".writing"))
     });
@@ -457,7 +437,7 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     assert_eq!(v["balanced"], true, "{v}");
     assert!(v["seconds"].as_f64().unwrap() < 29.0, "{v}");
     assert_eq!(v["events_verified"], v["events_written"]);
-    let files = walk(&out_dir);
+    let files = files_under(&out_dir);
     assert!(
         files
             .iter()
