@@ -223,6 +223,7 @@ impl RunControl for AppControl {
             write_rate_hz: 0.0,
             l1_accepts: totals.l1_accepts,
             events_written: totals.written,
+            restarts: 0,
             apps: vec![AppStatus {
                 name: self.name.clone(),
                 role: self.role.name().into(),
@@ -232,6 +233,7 @@ impl RunControl for AppControl {
                 pid: Some(std::process::id()),
                 heartbeat_age_ms: None,
                 rate_hz: 0.0,
+                restarts: 0,
             }],
             recent_errors: hb.error.into_iter().collect(),
         }

@@ -34,6 +34,9 @@ pub struct AppStatus {
     pub heartbeat_age_ms: Option<u64>,
     /// Its main rate now (events, requests or fragments per second, by role).
     pub rate_hz: f64,
+    /// Times it was restarted after a death since the partition came up.
+    #[serde(default)]
+    pub restarts: u64,
 }
 
 /// The state of a partition, as `GET /api/status` reports it.
@@ -59,6 +62,9 @@ pub struct PartitionStatus {
     pub l1_accepts: u64,
     /// Events written since the start of the run.
     pub events_written: u64,
+    /// Applications restarted after a death in this run (0 between runs).
+    #[serde(default)]
+    pub restarts: u64,
     /// Every application.
     pub apps: Vec<AppStatus>,
     /// Recent errors, newest last (bounded).

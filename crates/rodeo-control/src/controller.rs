@@ -107,6 +107,8 @@ struct App {
     restart_at: Option<Instant>,
     /// Restarted into the run (it saw part of it only).
     restarted: bool,
+    /// Restarts after a death since the partition came up (`rodeo_app_restarts_total`).
+    restarts: u64,
     /// With its next `configure`: the event it rejoins the run at.
     rejoin_at: Option<u64>,
 }
@@ -368,6 +370,7 @@ impl Controller {
                     leaving: false,
                     restart_at: None,
                     restarted: false,
+                    restarts: 0,
                     rejoin_at: None,
                 })
             })
@@ -856,6 +859,11 @@ impl RunControl for Controller {
             write_rate_hz: rate(Role::Logger),
             l1_accepts: totals.l1_accepts,
             events_written: totals.written,
+            restarts: if state == State::Running {
+                t.restarts
+            } else {
+                0
+            },
             apps: t
                 .apps
                 .iter()
@@ -868,6 +876,7 @@ impl RunControl for Controller {
                     pid: a.pid,
                     heartbeat_age_ms: a.last_heard.map(|h| h.elapsed().as_millis() as u64),
                     rate_hz: a.rate_hz,
+                    restarts: a.restarts,
                 })
                 .collect(),
             recent_errors: t.recent_errors.iter().cloned().collect(),
@@ -877,8 +886,13 @@ impl RunControl for Controller {
     fn command(&self, command: Command) -> Result<State, TransitionError> {
         let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
         let from = {
-            let t = self.shared.table();
+            let mut t = self.shared.table();
             t.lifecycle.check(command)?;
+            if command == Command::Start {
+                // A service runs many runs in one partition: restarts are counted per run.
+                t.restart_attempts = 0;
+                t.restarts = 0;
+            }
             t.lifecycle.state()
         };
         let result = match command {

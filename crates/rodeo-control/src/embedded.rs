@@ -528,6 +528,7 @@ impl RunControl for EmbeddedPartition {
             write_rate_hz: v.rates.written_hz,
             l1_accepts: totals.l1_accepts,
             events_written: totals.written,
+            restarts: 0,
             apps: v
                 .apps
                 .iter()
@@ -541,6 +542,7 @@ impl RunControl for EmbeddedPartition {
                     pid: None,
                     heartbeat_age_ms: None,
                     rate_hz: v.rates.app_hz.get(i).copied().unwrap_or(0.0),
+                    restarts: 0,
                 })
                 .collect(),
             recent_errors: v.recent_errors.iter().cloned().collect(),

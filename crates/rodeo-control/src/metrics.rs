@@ -138,6 +138,30 @@ pub struct RosMetrics {
     pub bad_messages: u64,
     /// The SW ROD input's counters (`[ros] input = "swrod"`).
     pub swrod: Option<SwRodMetrics>,
+    /// Per ROB channel: fragments, held now, occupancy, errors by kind.
+    #[serde(default)]
+    pub channels: Vec<ChannelMetrics>,
+}
+
+/// One ROB channel of a readout node, as its core thread last published it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelMetrics {
+    /// The channel's ROB source id.
+    pub rob: u32,
+    /// Fragments stored since the node started.
+    pub fragments: u64,
+    /// Fragments held now.
+    pub stored: u64,
+    /// Pages in use over pages owned, 0.0 ..= 1.0.
+    pub occupancy: f64,
+    /// Fragments whose L1ID was already stored.
+    pub duplicates: u64,
+    /// Fragments dropped because their L1ID had been cleared before they arrived.
+    pub dropped_after_clear: u64,
+    /// Clears of L1IDs the channel never had.
+    pub unknown_clears: u64,
+    /// Ingest attempts refused for lack of room (back-pressure on the input).
+    pub backpressure: u64,
 }
 
 /// One application's live counters, by role.
@@ -227,6 +251,23 @@ pub fn write_partition_metrics(
             age,
         );
     }
+    w.family(
+        "rodeo_app_restarts_total",
+        "counter",
+        "Times each application was restarted after a death since the partition came up.",
+    );
+    for a in &status.apps {
+        w.sample(
+            "rodeo_app_restarts_total",
+            &[("app", &a.name), ("role", &a.role)],
+            a.restarts as f64,
+        );
+    }
+    w.gauge(
+        "rodeo_run_restarts",
+        "Applications restarted after a death in this run.",
+        &[(&[], status.restarts as f64)],
+    );
     w.gauge(
         "rodeo_run_number",
         "The run number.",
@@ -346,6 +387,86 @@ pub fn write_queue_metrics(w: &mut MetricsWriter) {
 }
 
 /// One sample per application: `(app label, value)`.
+/// One counter of a channel.
+type ChannelCount = fn(&ChannelMetrics) -> u64;
+
+/// The readout nodes' per-channel families, labelled `app` and `rob` (`0x00410000`).
+fn write_channels(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
+    let robs: Vec<(&str, String, &ChannelMetrics)> = nodes
+        .iter()
+        .flat_map(|(n, s)| {
+            s.channels
+                .iter()
+                .map(move |c| (*n, format!("0x{:08x}", c.rob), c))
+        })
+        .collect();
+    let labels = |extra: Option<(&'static str, &'static str)>| -> Vec<Vec<(&str, &str)>> {
+        robs.iter()
+            .map(|(n, rob, _)| {
+                let mut l = vec![("app", *n), ("rob", rob.as_str())];
+                l.extend(extra);
+                l
+            })
+            .collect()
+    };
+    let plain = labels(None);
+    let counts = |f: ChannelCount| -> Vec<(&[(&str, &str)], u64)> {
+        plain
+            .iter()
+            .zip(&robs)
+            .map(|(l, (_, _, c))| (&l[..], f(c)))
+            .collect()
+    };
+    w.counter(
+        "rodeo_ros_channel_fragments_total",
+        "Fragments stored per ROB channel.",
+        &counts(|c| c.fragments),
+    );
+    let held: Vec<(&[(&str, &str)], f64)> = counts(|c| c.stored)
+        .into_iter()
+        .map(|(l, v)| (l, v as f64))
+        .collect();
+    w.gauge(
+        "rodeo_ros_channel_stored_fragments",
+        "Fragments a ROB channel holds now (stored, not yet cleared).",
+        &held,
+    );
+    let occ: Vec<(&[(&str, &str)], f64)> = plain
+        .iter()
+        .zip(&robs)
+        .map(|(l, (_, _, c))| (&l[..], c.occupancy))
+        .collect();
+    w.gauge(
+        "rodeo_ros_channel_occupancy_ratio",
+        "Fraction of a ROB channel's own pages in use (its buffer; DMA buffers not included).",
+        &occ,
+    );
+    w.counter(
+        "rodeo_ros_channel_backpressure_total",
+        "Fragments a ROB channel could not take for lack of room (its input waited).",
+        &counts(|c| c.backpressure),
+    );
+    let kinds: [(&'static str, ChannelCount); 3] = [
+        ("duplicate", |c| c.duplicates),
+        ("dropped_after_clear", |c| c.dropped_after_clear),
+        ("unknown_clear", |c| c.unknown_clears),
+    ];
+    let by_kind: Vec<Vec<Vec<(&str, &str)>>> = kinds
+        .iter()
+        .map(|(k, _)| labels(Some(("kind", k))))
+        .collect();
+    let mut errors: Vec<(&[(&str, &str)], u64)> = Vec::new();
+    for ((_, f), ls) in kinds.iter().zip(&by_kind) {
+        errors.extend(ls.iter().zip(&robs).map(|(l, (_, _, c))| (&l[..], f(c))));
+    }
+    w.counter(
+        "rodeo_ros_channel_errors_total",
+        "Fragment errors per ROB channel by kind: a duplicate L1ID, a fragment arriving after \
+         its clear, a clear of an L1ID the channel never had.",
+        &errors,
+    );
+}
+
 fn per_app<'a, T>(
     apps: &[(&'a str, &T)],
     f: impl Fn(&T) -> u64,
@@ -606,6 +727,7 @@ fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
         "Fraction of the readout node's page pool in use.",
         &s,
     );
+    write_channels(w, nodes);
     // The SW ROD inputs: the builders' counters (`rodeo_ros_swrod_<counter>_total`) and their
     // links' (`rodeo_ros_swrod_link_<counter>_total`), summed over each node's ROBs.
     let sw: Vec<(&str, &SwRodMetrics)> = nodes

@@ -26,26 +26,7 @@ fn http(
     auth: Option<&str>,
     body: &str,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(a) = auth {
-        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    rodeo_testkit::http::request(addr, method, path, auth, body)
 }
 
 fn command(addr: SocketAddr, auth: Option<&str>, body: &str) -> (u16, Value) {

@@ -622,6 +622,12 @@ impl ReadoutNode {
         self.server.shared_stats()
     }
 
+    /// Per-channel figures (fragments, held now, occupancy, errors by kind), shared, for
+    /// monitoring without the node.
+    pub fn channel_stats(&self) -> std::sync::Arc<crate::server::ChannelStats> {
+        self.server.channel_stats()
+    }
+
     /// Replies dropped per peer that did not read (shared, for monitoring without the node).
     pub fn peer_drops(&self) -> std::sync::Arc<crate::server::PeerDrops> {
         self.server.peer_drops()

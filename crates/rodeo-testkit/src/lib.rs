@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+pub mod http;
 pub mod process;
 
 /// How often a condition is polled.

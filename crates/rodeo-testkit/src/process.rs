@@ -13,6 +13,17 @@ pub struct App {
 /// Every live `rodeo app` process whose command line mentions `marker` (a partition's output
 /// directory is a good marker: each test has its own).
 pub fn apps_of(marker: &str) -> Vec<App> {
+    scan(|args, _| args.iter().any(|a| a.contains(marker)))
+}
+
+/// Every live `rodeo app` process started by the process `parent` (a `rodeo serve`, whose
+/// applications' command lines name no output directory).
+pub fn apps_under(parent: u32) -> Vec<App> {
+    scan(|_, ppid| u32::try_from(ppid).is_ok_and(|p| p == parent))
+}
+
+/// The live `rodeo app` processes whose command line and parent pid pass `keep`.
+fn scan(keep: impl Fn(&[String], i32) -> bool) -> Vec<App> {
     let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return found;
@@ -28,19 +39,16 @@ pub fn apps_of(marker: &str) -> Vec<App> {
             .split(|&b| b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if !(args.iter().any(|a| a == "app") && args.iter().any(|a| a.contains(marker))) {
+        // `stat` is "pid (comm) state ppid ...": the fields after the last ')'.
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let mut after = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        let state = after.next();
+        let ppid = after.next().and_then(|p| p.parse().ok()).unwrap_or(-1);
+        if !(args.iter().any(|a| a == "app") && keep(&args, ppid)) {
             continue;
         }
         // A zombie has ended; only its parent would reap it.
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .next();
-        if matches!(state, Some('Z') | Some('X') | None) {
+        if matches!(state, Some("Z") | Some("X") | None) {
             continue;
         }
         let name = args
@@ -70,5 +78,10 @@ mod tests {
     fn finds_nothing_for_a_marker_no_process_has() {
         assert!(apps_of("no-process-mentions-this-7f3a9c").is_empty());
         assert_eq!(find_app("ros-1", "no-process-mentions-this-7f3a9c"), None);
+    }
+
+    #[test]
+    fn a_process_without_rodeo_apps_has_none_under_it() {
+        assert!(apps_under(std::process::id()).is_empty());
     }
 }

@@ -2,15 +2,15 @@
 //! process serves RUNNING status and metrics, refuses a stop without the token, stops cleanly
 //! with it, balances, and writes its `--trace`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::Duration;
 
 use rodeo_testkit::wait_for;
 use serde_json::Value;
 
+/// One request over a fresh connection; returns (status, body).
 fn http(
     addr: SocketAddr,
     method: &str,
@@ -18,27 +18,7 @@ fn http(
     auth: Option<&str>,
     body: &str,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(a) = auth {
-        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (
-        status,
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
+    rodeo_testkit::http::request(addr, method, path, auth, body)
 }
 
 #[test]
@@ -192,27 +172,9 @@ fn wait_for_summary(mut child: std::process::Child) -> Value {
 
 /// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and the HTTP address it printed.
 fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(args)
-        .env("RODEO_TOKEN", token)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[rodeo] {line}");
-            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
-                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the HTTP address");
-    (child, addr)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+    cmd.args(args).env("RODEO_TOKEN", token);
+    rodeo_testkit::http::spawn_serving(cmd)
 }
 
 #[test]

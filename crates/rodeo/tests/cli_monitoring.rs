@@ -4,10 +4,9 @@
 //! condition, acknowledges it, shows its sampled histograms, replaces its configuration between
 //! runs only (`PUT /api/config`), and its page shows all that in headless Chromium.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use rodeo_testkit::{wait_for, wait_until};
@@ -15,6 +14,7 @@ use serde_json::Value;
 
 const FULL_EVENT_MARKER: u32 = 0xAA12_34AA;
 
+/// One request over a fresh connection; returns (status, body).
 fn http(
     addr: SocketAddr,
     method: &str,
@@ -22,27 +22,7 @@ fn http(
     auth: Option<&str>,
     body: &str,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(a) = auth {
-        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (
-        status,
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
+    rodeo_testkit::http::request(addr, method, path, auth, body)
 }
 
 fn get_json(addr: SocketAddr, path: &str) -> Value {
@@ -146,28 +126,10 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
 
 /// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and its HTTP address.
 fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(args)
-        .env("RODEO_TOKEN", token)
-        .env("RODEO_LOG", "warn,rodeo_control=info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[rodeo] {line}");
-            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
-                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the HTTP address");
-    (child, addr)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+    cmd.args(args).env("RODEO_TOKEN", token);
+    cmd.env("RODEO_LOG", "warn,rodeo_control=info");
+    rodeo_testkit::http::spawn_serving(cmd)
 }
 
 fn chromium() -> Option<&'static str> {
@@ -282,6 +244,20 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
         "{metrics}"
     );
     assert!(metrics.contains("rodeo_alarm_active{name=\"lost-fragments\"} 0"));
+    // Per ROB channel of the readout node: fragments stored, held now, occupancy, errors.
+    let stored: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("rodeo_ros_channel_fragments_total{app=\"ros-1\",rob=\"0x"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(stored > 0, "per-channel fragments: {metrics}");
+    for family in [
+        "rodeo_ros_channel_occupancy_ratio{",
+        "rodeo_ros_channel_stored_fragments{",
+        "rodeo_ros_channel_errors_total{app=\"ros-1\",rob=\"0x00410000\",kind=\"duplicate\"} 0",
+    ] {
+        assert!(metrics.contains(family), "{family}: {metrics}");
+    }
     let log = get_json(addr, "/api/log");
     assert!(
         log["lines"]
@@ -316,6 +292,10 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
         assert!(
             dom.contains("dcm_sampled_total"),
             "per-application detail: {dom}"
+        );
+        assert!(
+            dom.contains("data-app=\"ros-1\" data-rob=\"0x"),
+            "per-channel detail: {dom}"
         );
         // Only the legal commands: stop enabled, start not.
         assert!(dom.contains("id=\"cmd-start\" disabled"), "{dom}");

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::{FullEvent, Status};
-use rodeo_testkit::process::find_app;
+use rodeo_testkit::process::{apps_under, find_app};
 use rodeo_testkit::{files_under, wait_for, wait_until};
 use serde_json::Value;
 
@@ -224,4 +224,76 @@ fn the_supervisor_killed_ends_the_run_in_order_with_its_balance_sheet() {
         "{v}"
     );
     assert!(!ids.is_empty(), "{v}");
+}
+
+#[test]
+fn a_restart_counts_in_metrics_and_raises_the_restart_alarm_of_a_service() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let toml = format!(
+        "{CONFIG}[[alarms]]\nname = \"app-restarted\"\nmetric = \"rodeo_run_restarts\"\n\
+         above = 0.0\n"
+    );
+    std::fs::write(&cfg, toml).unwrap();
+    let out_dir = dir.path().join("out");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+    cmd.args(["serve", "--processes", "--http", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .env("RODEO_TOKEN", "tok");
+    let (mut child, addr) = rodeo_testkit::http::spawn_serving(cmd);
+    let command = |c: &str| {
+        rodeo_testkit::http::request(
+            addr,
+            "POST",
+            "/api/command",
+            Some("tok"),
+            &format!("{{\"command\":\"{c}\"}}"),
+        )
+    };
+    let metrics = || rodeo_testkit::http::get_ok(addr, "/metrics");
+    assert_eq!(command("start").0, 200);
+    wait_until("events being written", Duration::from_secs(30), || {
+        data_files(&out_dir)
+            .iter()
+            .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 64 * 1024))
+    });
+    assert!(
+        metrics().contains("rodeo_app_restarts_total{app=\"ros-1\",role=\"ros\"} 0"),
+        "no restart yet"
+    );
+    let pid = wait_for("ros-1's process", Duration::from_secs(20), || {
+        apps_under(child.id())
+            .into_iter()
+            .find(|a| a.name == "ros-1")
+            .map(|a| a.pid)
+    });
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_until(
+        "the restart counted and its alarm raised",
+        Duration::from_secs(30),
+        || {
+            let m = metrics();
+            m.contains("rodeo_app_restarts_total{app=\"ros-1\",role=\"ros\"} 1")
+                && m.contains("rodeo_run_restarts 1")
+                && m.contains("rodeo_alarm_active{name=\"app-restarted\"} 1")
+        },
+    );
+    assert_eq!(command("stop").0, 200);
+    // The run's record says the restart; `serve` brings a fresh partition up for the next
+    // run, so between runs both counts read 0.
+    let run: Value =
+        serde_json::from_str(&rodeo_testkit::http::get_ok(addr, "/api/runs/1")).unwrap();
+    assert_eq!(run["balanced"], true, "{run}");
+    assert_eq!(run["summary"]["restarts"], 1, "{run}");
+    let m = metrics();
+    assert!(m.contains("rodeo_run_restarts 0"), "{m}");
+    assert_eq!(command("shutdown").0, 200);
+    let status = wait_for("the service's exit", Duration::from_secs(30), || {
+        child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
 }

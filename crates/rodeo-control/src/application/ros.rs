@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use rodeo_memory::PagePool;
 use rodeo_ros::node::{NodeConfig, NodeMemory, ReadoutNode, SwRodMonitor};
-use rodeo_ros::server::{PeerDrops, ServerStats};
+use rodeo_ros::server::{ChannelStats, PeerDrops, ServerStats};
 use rodeo_transport::socket::Transport;
 
 use super::{not_in_layout, AppContext, AppError, Application, Probe, Role, RunEnd};
-use crate::metrics::{AppMetrics, RosMetrics, SwRodMetrics};
+use crate::metrics::{AppMetrics, ChannelMetrics, RosMetrics, SwRodMetrics};
 use crate::partition::Layout;
 use crate::summary::{AppSummary, NodeSummary};
 
@@ -26,6 +26,7 @@ type Monitor = (
     Arc<PeerDrops>,
     PagePool,
     Option<SwRodMonitor>,
+    Arc<ChannelStats>,
 );
 
 /// A readout node under lifecycle control.
@@ -88,6 +89,7 @@ impl Application for RosApp {
             node.peer_drops(),
             node.page_pool(),
             node.swrod_monitor(),
+            node.channel_stats(),
         ));
         self.node = Some(node);
         Ok(())
@@ -148,7 +150,7 @@ impl Application for RosApp {
     }
 
     fn probe(&self) -> Option<Probe> {
-        let (stats, drops, pool, swrod) = self.monitor.clone()?;
+        let (stats, drops, pool, swrod, channels) = self.monitor.clone()?;
         Some(Arc::new(move || {
             let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             let st = pool.stats();
@@ -177,6 +179,20 @@ impl Application for RosApp {
                     .collect(),
                 rejected_requests: ld(&stats.rejected_requests),
                 bad_messages: ld(&stats.bad_messages),
+                channels: channels
+                    .snapshot()
+                    .iter()
+                    .map(|c| ChannelMetrics {
+                        rob: c.rob,
+                        fragments: c.fragments,
+                        stored: c.stored,
+                        occupancy: c.occupancy(),
+                        duplicates: c.duplicates,
+                        dropped_after_clear: c.dropped_after_clear,
+                        unknown_clears: c.unknown_clears,
+                        backpressure: c.full,
+                    })
+                    .collect(),
                 swrod: swrod.as_ref().map(|m| {
                     let c = m.counters();
                     SwRodMetrics {

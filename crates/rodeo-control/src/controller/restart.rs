@@ -152,6 +152,7 @@ impl Controller {
                 Ok(at) => {
                     t.restarts += 1;
                     t.apps[i].restarted = true;
+                    t.apps[i].restarts += 1;
                     let k = t.restarts;
                     t.record(format!(
                         "{name} restarted and rejoined the run at event {at} (restart {k} in \

@@ -8,6 +8,7 @@ use rodeo_format::fragment::Status;
 use rodeo_memory::{Backoff, BackoffSpec};
 use rodeo_transport::message::{header_bytes, MessageType};
 
+use super::channels::{ChannelStats, PUBLISH_TURNS};
 use super::descriptor::Descriptors;
 use super::peers::PeerDrops;
 use super::source::{Ids, Incoming, ReplyRefused, RequestSource};
@@ -27,6 +28,8 @@ pub(super) struct Core<S: RequestSource> {
     stats: Arc<ServerStats>,
     /// Replies dropped per peer (written on the drop path only).
     drops: Arc<PeerDrops>,
+    /// Per-channel figures for monitors (published, see [`super::channels`]).
+    channels: Arc<ChannelStats>,
     /// The source's endpoint, for the drop warnings.
     endpoint: String,
     descriptors: Descriptors,
@@ -46,6 +49,16 @@ pub(super) struct Core<S: RequestSource> {
     held: Vec<HeldSegment>,
 }
 
+/// What the core thread shares with its monitors.
+pub(super) struct Shared {
+    /// The server's counters.
+    pub stats: Arc<ServerStats>,
+    /// Replies dropped per peer.
+    pub drops: Arc<PeerDrops>,
+    /// Per-channel figures.
+    pub channels: Arc<ChannelStats>,
+}
+
 /// How [`Core::answer`] treats a fragment that may still arrive.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Missing {
@@ -62,9 +75,13 @@ impl<S: RequestSource> Core<S> {
         store: EventStore,
         input: Box<dyn Input>,
         stop: Arc<AtomicBool>,
-        stats: Arc<ServerStats>,
-        drops: Arc<PeerDrops>,
+        shared: Shared,
     ) -> Core<S> {
+        let Shared {
+            stats,
+            drops,
+            channels,
+        } = shared;
         let config_rejoin = config.rejoin_from;
         let mut store = store;
         store.set_rejoining(config_rejoin.is_some());
@@ -74,6 +91,7 @@ impl<S: RequestSource> Core<S> {
             seen: vec![0; store.channels()],
             stamp: 0,
             drops,
+            channels,
             source,
             config,
             segments: Vec::with_capacity(store.channels() * 2),
@@ -98,6 +116,7 @@ impl<S: RequestSource> Core<S> {
         let mut idle_cpu = std::time::Duration::ZERO;
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
+        let mut busy_turns = 0u64;
         while !self.stop.load(Ordering::Acquire) {
             self.source.maintain(&mut self.store);
             let mut work = self.store.reclaim() as u64;
@@ -126,7 +145,13 @@ impl<S: RequestSource> Core<S> {
                     self.recheck(now, false);
                 }
             }
-            if work == 0 {
+            if work > 0 {
+                busy_turns += 1;
+                if busy_turns % PUBLISH_TURNS == 0 {
+                    self.channels.publish(&self.store);
+                }
+            } else {
+                self.channels.publish(&self.store);
                 // Idle: wait for a message (or input) for up to a millisecond. The CPU the wait
                 // itself costs (going to sleep, being woken) is counted apart: a saturated node
                 // never pays it.
@@ -153,6 +178,7 @@ impl<S: RequestSource> Core<S> {
         self.recheck(Instant::now(), true);
         self.source.maintain(&mut self.store);
         self.store.reclaim();
+        self.channels.publish(&self.store);
         Stopped {
             counters: self.stats.snapshot(),
             slink: self.input.slink_counters(),

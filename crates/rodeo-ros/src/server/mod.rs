@@ -59,6 +59,7 @@
 //! [`RequestServer::stop`] sets the stop flag; the loop answers every pending request
 //! (flagged), then returns the store and the counters.
 
+pub mod channels;
 mod core;
 mod descriptor;
 pub mod direct;
@@ -78,6 +79,7 @@ use rodeo_transport::message::{clear_bytes, data_request_bytes, MAX_CLEAR_L1IDS}
 use rodeo_transport::socket::{SocketKind, Transport, TransportError};
 
 use crate::store::EventStore;
+pub use channels::{ChannelFigures, ChannelStats};
 pub use direct::{direct_link, DirectClient, DirectError, DirectReply, DirectSource};
 pub use input::{DmaInput, FirmwareInput, Input, Payload};
 pub use peers::{PeerDrop, PeerDrops};
@@ -280,6 +282,7 @@ pub struct RequestServer {
     stop: Arc<AtomicBool>,
     stats: Arc<ServerStats>,
     drops: Arc<PeerDrops>,
+    channels: Arc<ChannelStats>,
     thread: Option<JoinHandle<Stopped>>,
 }
 
@@ -342,14 +345,18 @@ impl RequestServer {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ServerStats::default());
         let drops = Arc::new(PeerDrops::default());
+        let channels = Arc::new(ChannelStats::for_store(&store));
         let core = core::Core::new(
             source,
             config.clone(),
             store,
             input,
             Arc::clone(&stop),
-            Arc::clone(&stats),
-            Arc::clone(&drops),
+            core::Shared {
+                stats: Arc::clone(&stats),
+                drops: Arc::clone(&drops),
+                channels: Arc::clone(&channels),
+            },
         );
         let thread = std::thread::Builder::new()
             .name("ros-core".into())
@@ -359,6 +366,7 @@ impl RequestServer {
             stop,
             stats,
             drops,
+            channels,
             thread: Some(thread),
         })
     }
@@ -381,6 +389,11 @@ impl RequestServer {
     /// Replies dropped per peer so far (shared with the core thread, which adds to it).
     pub fn peer_drops(&self) -> Arc<PeerDrops> {
         Arc::clone(&self.drops)
+    }
+
+    /// Per-channel figures as the core thread last published them (shared with it).
+    pub fn channel_stats(&self) -> Arc<ChannelStats> {
+        Arc::clone(&self.channels)
     }
 
     /// Stops the core thread (pending requests are answered first) and hands back the store.
