@@ -666,8 +666,10 @@ fn a_full_store_stalls_the_card_and_drops_nothing() {
         )),
     )
     .unwrap();
+    // The store refusing (published per channel) and the card stalling after it: a stall
+    // alone may be the card outrunning the core's first poll, before anything was stored.
     rodeo_testkit::wait_until("the card stalled on the full store", WAIT, || {
-        server.stats().input_stalls > 0
+        server.channel_stats().snapshot()[0].full > 0 && server.stats().input_stalls > 0
     });
     let s = server.stop();
     let k = s.store.counters(0);
