@@ -2,6 +2,7 @@
 //! token check, illegal transitions (409 naming the state), a failing transition (ERROR naming
 //! the application), the metrics page, and the web page in headless Chromium.
 
+use rodeo_testkit::http::request as http;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -17,17 +18,6 @@ use rodeo_control::lifecycle::State;
 use serde_json::Value;
 
 const TOKEN: &str = "t0ken-for-tests";
-
-/// One request over a fresh connection; returns (status, body).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    auth: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    rodeo_testkit::http::request(addr, method, path, auth, body)
-}
 
 fn command(addr: SocketAddr, auth: Option<&str>, body: &str) -> (u16, Value) {
     let (code, text) = http(addr, "POST", "/api/command", auth, body);

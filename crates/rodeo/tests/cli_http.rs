@@ -2,6 +2,7 @@
 //! process serves RUNNING status and metrics, refuses a stop without the token, stops cleanly
 //! with it, balances, and writes its `--trace`.
 
+use rodeo_testkit::http::request as http;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::process::Command;
@@ -9,17 +10,6 @@ use std::time::Duration;
 
 use rodeo_testkit::wait_for;
 use serde_json::Value;
-
-/// One request over a fresh connection; returns (status, body).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    auth: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    rodeo_testkit::http::request(addr, method, path, auth, body)
-}
 
 #[test]
 fn run_http_serves_status_and_metrics_and_stops_with_the_token() {

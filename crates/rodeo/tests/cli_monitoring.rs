@@ -4,6 +4,7 @@
 //! condition, acknowledges it, shows its sampled histograms, replaces its configuration between
 //! runs only (`PUT /api/config`), and its page shows all that in headless Chromium.
 
+use rodeo_testkit::http::request as http;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
@@ -13,17 +14,6 @@ use rodeo_testkit::{wait_for, wait_until};
 use serde_json::Value;
 
 const FULL_EVENT_MARKER: u32 = 0xAA12_34AA;
-
-/// One request over a fresh connection; returns (status, body).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    auth: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    rodeo_testkit::http::request(addr, method, path, auth, body)
-}
 
 fn get_json(addr: SocketAddr, path: &str) -> Value {
     let (code, body) = http(addr, "GET", path, None, "");
