@@ -1,6 +1,8 @@
 //! Fuzz target: the raw-data file reader on arbitrary file contents. The input is written to a
 //! temporary file (the reader streams from files), read to the end, and every error must carry
-//! an offset inside the file.
+//! an offset inside the file. A start record the reader accepts (version 1 or 2) must be
+//! canonical: encoding the fields read gives back the file's first bytes (sizes, zero padding
+//! and, for version 2, the checksum word all as read).
 #![no_main]
 
 use std::io::Write as _;
@@ -19,6 +21,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(mut r) = RawFileReader::open(&path) {
+        let mut start = Vec::new();
+        r.start().encode(&mut start);
+        assert_eq!(
+            data.get(..start.len()),
+            Some(&start[..]),
+            "the start record read does not encode to the file's bytes"
+        );
+        assert_eq!(r.position(), start.len() as u64);
         while let Some(ev) = r.next_event() {
             match ev {
                 Ok(e) => assert!(e.offset < data.len() as u64),

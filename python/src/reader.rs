@@ -20,6 +20,8 @@ pub(crate) fn start_dict<'py>(py: Python<'py>, s: &FileStart) -> PyResult<Bound<
     d.set_item("lumiblock", s.lumiblock)?;
     d.set_item("app_name", &s.app_name)?;
     d.set_item("stream_name", &s.stream_name)?;
+    // Format version 2 and later: the record's own Adler-32 was checked when the file opened.
+    d.set_item("checksummed", s.checksummed())?;
     Ok(d)
 }
 

@@ -173,3 +173,34 @@ def test_malformed_fragment_inside_a_good_record():
         ev.global_id
     assert info.value.word_offset == 3
     assert "malformed" in repr(ev)
+
+
+def test_start_record_checksum_and_version_1_files(gen_events, dump_json, tmp_path):
+    """Files are written in format version 2 (the start record ends in its Adler-32); a flipped
+    run-number byte is refused; version-1 files (the old layout, written here by hand) still
+    read and verify, their start record marked unchecked."""
+    import struct
+
+    [path] = gen_events(5, robs=2)
+    data = path.read_bytes()
+    with rodeo.open(path) as f:
+        assert (f.format_version, f.start["checksummed"]) == (2, True)
+    assert dump_json(path)["start"]["checksummed"] is True
+    size = struct.unpack_from("<I", data, 4)[0]
+    words = struct.unpack_from(f"<{size}I", data, 0)
+    assert words[-1] == zlib.adler32(data[:4 * (size - 1)])
+    # Byte 24: the run number's low byte.
+    flipped = tmp_path / "flipped.data"
+    flipped.write_bytes(data[:24] + bytes([data[24] ^ 1]) + data[25:])
+    with pytest.raises(rodeo.RawFileError, match="file start record: Adler-32") as info:
+        rodeo.open(flipped)
+    assert info.value.offset == 0
+    # The old layout: version 1, no checksum word, the record one word shorter.
+    old = struct.pack(f"<{size - 1}I", 0x1234AAAA, size - 1, 1, *words[3:size - 1])
+    v1 = tmp_path / "v1.data"
+    v1.write_bytes(old + data[4 * size:])
+    with rodeo.open(v1) as f:
+        assert (f.format_version, f.start["checksummed"], f.run) == (1, False, 1)
+        assert sum(1 for _ in f) == 5
+    s = rodeo.verify(v1)
+    assert (s["events"], s["start"]["checksummed"]) == (5, False)

@@ -153,6 +153,15 @@ pub enum EventError {
     /// A compressed event does not restore.
     #[error(transparent)]
     Compress(#[from] CompressError),
+    /// The full event is shorter than its record: words follow it inside the record (a
+    /// record holds exactly one event).
+    #[error("the full event's size word says {size_words} words, its record holds {record_words}: {} words after the event", record_words - *size_words as usize)]
+    TrailingWords {
+        /// The event's size word.
+        size_words: u32,
+        /// The words of the record's event block.
+        record_words: usize,
+    },
     /// The block is not a full event of a known version.
     #[error(
         "not a full event of eformat 3, 4 or 5: marker {marker:#010x}, version {version:#010x}"
@@ -455,6 +464,15 @@ pub fn decode(
     let version = words.get(3).copied().unwrap_or(0);
     if marker != FULL_EVENT_MARKER {
         return Err(EventError::NotAnEvent { marker, version });
+    }
+    // A record (rodeo's event record, EventStorage's data block) holds exactly one event: its
+    // size word must be the record's. A larger size word is the fragment parsers' truncation.
+    let size_words = words.get(1).copied().unwrap_or(0);
+    if (size_words as usize) < words.len() {
+        return Err(EventError::TrailingWords {
+            size_words,
+            record_words: words.len(),
+        });
     }
     match version >> 24 {
         5 => {

@@ -7,7 +7,10 @@
 //! record whose checksum is right, up to the first damaged or cut record, which a kill in the
 //! middle of a write leaves at the end), writes them into a new file with the writer (so the
 //! start record, the end record with its count, bytes and checksum, the fsyncs and the rename
-//! are the writer's own), and removes the old one. The global ids of the kept events are
+//! are the writer's own), and removes the old one. The new start record is made from the file
+//! name (run, stream, application, sequence) in the current format version, whichever version
+//! the old file was; an old start record that fails its checksum does not cost the events
+//! ([`Recovered::start_damaged`]). The global ids of the kept events are
 //! handed back, so the logger drops the copies of those events that senders resend (their
 //! acknowledgement was lost with the process).
 //!
@@ -49,6 +52,10 @@ pub struct Recovered {
     /// Why the copy stopped before the end of the old file (a cut or damaged record), if it
     /// did: the bytes after it were dropped.
     pub dropped_tail: Option<String>,
+    /// The old file's start record failed its checksum (format version 2): its events were
+    /// kept (each checked by its own record checksum) and the new start record was made from
+    /// the file name, as always.
+    pub start_damaged: Option<String>,
 }
 
 /// Why a recovery failed.
@@ -157,8 +164,12 @@ fn copy_complete_events(
     let mut event_bytes = 0u64;
     let mut global_ids = Vec::new();
     let mut dropped_tail = None;
-    match RawFileReader::open(old) {
-        Ok(mut reader) => {
+    let mut start_damaged = None;
+    // The start record is rewritten from the file name: a damaged one (its checksum) must not
+    // cost the events, which carry checksums of their own.
+    match RawFileReader::open_salvaging(old) {
+        Ok((mut reader, damaged)) => {
+            start_damaged = damaged.map(|e| e.to_string());
             while let Some(e) = reader.next_event() {
                 match e {
                     Ok(ev) => {
@@ -196,6 +207,7 @@ fn copy_complete_events(
         event_bytes,
         global_ids,
         dropped_tail,
+        start_damaged,
     })
 }
 
@@ -283,6 +295,62 @@ mod tests {
             .unwrap()
             .is_empty());
         assert_eq!(next_sequence(dir.path(), 5, "physics_Main", "logger-1"), 2);
+    }
+
+    /// `path`'s bytes with their start record replaced: the same fields as version 1 (no
+    /// checksum) when `v1`, else with the run number's low byte flipped (checksum left stale).
+    fn rewrite_start(path: &Path, v1: bool) {
+        let bytes = std::fs::read(path).unwrap();
+        let size = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize * 4;
+        let mut out = Vec::new();
+        if v1 {
+            let (r, _) = RawFileReader::open_salvaging(path).unwrap();
+            let mut start = r.start().clone();
+            start.version = 1;
+            start.encode(&mut out);
+        } else {
+            out.extend_from_slice(&bytes[..size]);
+            out[24] ^= 1;
+        }
+        out.extend_from_slice(&bytes[size..]);
+        std::fs::write(path, out).unwrap();
+    }
+
+    #[test]
+    fn a_version_1_file_left_open_is_recovered_into_the_current_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let writing = left_open(dir.path(), 4);
+        rewrite_start(&writing, true);
+        let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+        assert_eq!((r.len(), r[0].events), (1, 4));
+        assert_eq!(r[0].start_damaged, None);
+        let s = verify_file(&r[0].path).unwrap();
+        assert_eq!(s.events, 4);
+        assert_eq!(s.start.version, crate::rawfile::FORMAT_VERSION);
+        assert!(s.start.checksummed());
+        assert_eq!(
+            (s.start.run, s.start.stream_name.as_str()),
+            (5, "physics_Main")
+        );
+    }
+
+    #[test]
+    fn a_damaged_start_record_does_not_cost_the_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let writing = left_open(dir.path(), 5);
+        rewrite_start(&writing, false);
+        assert!(RawFileReader::open(&writing).is_err(), "the damage is seen");
+        let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+        assert_eq!(r[0].events, 5);
+        assert_eq!(r[0].global_ids, (100..105).collect::<Vec<_>>());
+        let why = r[0]
+            .start_damaged
+            .as_deref()
+            .expect("the damage is reported");
+        assert!(why.contains("Adler-32"), "{why}");
+        // The new start record is the file name's: run 5, not the damaged 4.
+        let s = verify_file(&r[0].path).unwrap();
+        assert_eq!((s.start.run, s.events), (5, 5));
     }
 
     #[test]

@@ -702,3 +702,128 @@ fn convert_lifts_eformat_3_and_4_robs_into_eformat_5_events() {
         (0x123, 5)
     );
 }
+
+#[test]
+fn verify_cross_checks_the_run_parameters_against_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs: Vec<Vec<u32>> = (0..3).map(|i| besiii_event(i, 12_345, i)).collect();
+    // The run-parameters record says run 12346, the events 12345.
+    let p = save(
+        dir.path(),
+        "other-run.data",
+        &es_file(2, 12_346, &evs, true),
+    );
+    let v = check_file(&p);
+    assert!(!v.ok, "{v:?}");
+    assert_eq!(v.good_events, 0);
+    let e = v.error.unwrap();
+    assert!(
+        e.contains("run number 12345") && e.contains("run 12346"),
+        "the message names the field and both values: {e}"
+    );
+    // The reader itself reads such a file (the disagreement is verify's to find).
+    assert_eq!(DataFileReader::open(&p).unwrap().count(), 3);
+    // The same file with the right run number passes.
+    let p = save(dir.path(), "same-run.data", &es_file(2, 12_345, &evs, true));
+    assert_eq!(verified(&p).good_events, 3);
+}
+
+#[test]
+fn a_data_block_longer_than_its_event_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut evs: Vec<Vec<u32>> = (0..3).map(|i| besiii_event(i, 7, i)).collect();
+    // Event 1's block carries one word after the event (its size word unchanged).
+    evs[1].push(0);
+    let p = save(dir.path(), "trailing.data", &es_file(2, 7, &evs, true));
+    let r: Vec<_> = DataFileReader::open(&p).unwrap().collect();
+    assert_eq!(r.len(), 2, "event 0, then the error");
+    let e = r[1].as_ref().unwrap_err();
+    assert_eq!(e.events_recovered(), Some(1));
+    assert!(e.to_string().contains("1 words after the event"), "{e}");
+    let v = check_file(&p);
+    assert!(!v.ok && v.good_events == 1, "{v:?}");
+}
+
+#[test]
+fn damaged_metadata_records_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let evs: Vec<Vec<u32>> = (0..2).map(|i| besiii_event(i, 7, i)).collect();
+    let good = es_file(5, 7, &evs, true);
+    let word = |b: &[u8], i: usize| u32::from_le_bytes(b[i * 4..i * 4 + 4].try_into().unwrap());
+    let find = |marker: u32| {
+        (0..good.len() / 4)
+            .find(|&i| word(&good, i) == marker)
+            .unwrap()
+    };
+    let put =
+        |b: &mut Vec<u8>, i: usize, w: u32| b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+    let cases: [(&str, usize, u32, &str); 6] = [
+        ("version", 2, 7, "format version"),
+        ("start size", 1, 9, "record size"),
+        ("string length", find(0x1234_AABB) + 1, u32::MAX, "bytes"),
+        (
+            "free-string count",
+            find(0x1234_AABC) + 1,
+            u32::MAX,
+            "strings cannot fit",
+        ),
+        (
+            "run-parameters size",
+            find(0x1234_BBBB) + 1,
+            3,
+            "record size 3",
+        ),
+        ("end marker", find(0x1234_EEEE), 0, "closing marker"),
+    ];
+    for (what, at, value, says) in cases {
+        let mut b = good.clone();
+        put(&mut b, at, value);
+        let p = save(dir.path(), "damaged.data", &b);
+        let v = check_file(&p);
+        assert!(!v.ok, "{what}: {v:?}");
+        let e = v.error.unwrap();
+        assert!(e.contains(says), "{what}: {e}");
+        assert!(
+            v.error_offset.is_some_and(|o| o <= b.len() as u64),
+            "{what}"
+        );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Bytes of a v5 file changed at random: an error or a clean read, never a panic; every
+    /// error offset lies inside the file and every event before it is whole.
+    #[test]
+    fn mutated_eventstorage_files_never_panic(
+        flips in proptest::collection::vec((proptest::prelude::any::<usize>(), 1..=255u8), 1..6),
+        cut in proptest::prelude::any::<usize>(),
+        do_cut in proptest::prelude::any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let evs: Vec<Vec<u32>> = (0..3).map(|i| besiii_event(i, 7, i)).collect();
+        let mut b = es_file(5, 7, &evs, true);
+        for (pos, xor) in flips {
+            let i = pos % b.len();
+            b[i] ^= xor;
+        }
+        if do_cut {
+            b.truncate(cut % b.len());
+        }
+        let p = save(dir.path(), "mutated.data", &b);
+        let len = b.len() as u64;
+        if let Ok(r) = DataFileReader::open(&p) {
+            for e in r {
+                match e {
+                    Ok(e) => proptest::prop_assert!(e.offset < len),
+                    Err(e) => {
+                        proptest::prop_assert!(e.offset().is_none_or(|o| o <= len), "{e}");
+                    }
+                }
+            }
+        }
+        let v = check_file(&p);
+        proptest::prop_assert!(v.error_offset.is_none_or(|o| o <= len), "{v:?}");
+    }
+}

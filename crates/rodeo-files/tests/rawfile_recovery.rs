@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use rodeo_files::rawfile::{
     verify_file, EventLocation, RawFileConfig, RawFileError, RawFileReader, RawFileWriter,
-    RecordKind,
+    RecordKind, FORMAT_VERSION,
 };
 use rodeo_format::checksum::{adler32, words_as_bytes, ADLER32_INIT};
 
@@ -243,8 +243,128 @@ fn huge_declared_size_does_not_allocate() {
     ));
 }
 
+/// The start record's size in bytes (its size word).
+fn start_len(bytes: &[u8]) -> usize {
+    u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize * 4
+}
+
+#[test]
+fn the_writer_writes_a_checksummed_version_2_start_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, bytes, _) = write_file(dir.path(), 2);
+    let r = RawFileReader::open(&path).unwrap();
+    assert_eq!(r.start().version, FORMAT_VERSION);
+    assert_eq!(FORMAT_VERSION, 2);
+    assert!(r.start().checksummed());
+    // The last word of the record is the Adler-32 of every byte before it.
+    let n = start_len(&bytes);
+    let stored = u32::from_le_bytes(bytes[n - 4..n].try_into().unwrap());
+    assert_eq!(stored, adler32(ADLER32_INIT, &bytes[..n - 4]));
+    // Encoding the fields read gives the same bytes.
+    let mut again = Vec::new();
+    r.start().encode(&mut again);
+    assert_eq!(again, bytes[..n]);
+}
+
+#[test]
+fn a_damaged_start_record_is_refused_and_can_be_salvaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut bytes, _) = write_file(dir.path(), 4);
+    bytes[24] ^= 0x01; // the run number's low byte
+    let copy = dir.path().join("start.data");
+    std::fs::write(&copy, &bytes).unwrap();
+    let e = RawFileReader::open(&copy).unwrap_err();
+    assert!(matches!(e, RawFileError::StartChecksum { .. }), "{e}");
+    assert_eq!(e.offset(), Some(0));
+    assert!(e.to_string().contains("run number"), "{e}");
+    // Salvaging: the same fields (the damaged run number among them), the error, every event.
+    let (r, damaged) = RawFileReader::open_salvaging(&copy).unwrap();
+    assert!(matches!(damaged, Some(RawFileError::StartChecksum { .. })));
+    assert_eq!(r.start().run, 7 ^ 1);
+    assert_eq!(
+        r.map(|e| e.unwrap().index).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    // An intact file salvages with no error.
+    std::fs::create_dir(dir.path().join("b")).unwrap();
+    let (_, intact, _) = write_file(&dir.path().join("b"), 1);
+    std::fs::write(&copy, &intact).unwrap();
+    assert!(RawFileReader::open_salvaging(&copy).unwrap().1.is_none());
+}
+
+#[test]
+fn version_1_start_records_are_read_unchecked_but_their_padding_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, bytes, _) = write_file(dir.path(), 3);
+    let r2 = RawFileReader::open(&path).unwrap();
+    let mut start = r2.start().clone();
+    start.version = 1;
+    let mut v1 = Vec::new();
+    start.encode(&mut v1);
+    v1.extend_from_slice(&bytes[start_len(&bytes)..]);
+    let copy = dir.path().join("v1.data");
+    std::fs::write(&copy, &v1).unwrap();
+    let s = verify_file(&copy).unwrap();
+    assert_eq!(
+        (s.start.version, s.start.checksummed(), s.events),
+        (1, false, 3)
+    );
+    assert_eq!(s.start.run, 7);
+    // "test" fills its 4 bytes; "debug" has 3 pad bytes: the first one after the name.
+    let pad = 4 * (8 + 1 + 1 + 1) + 5;
+    assert_eq!(&v1[pad - 5..pad], b"debug");
+    v1[pad] = b' ';
+    std::fs::write(&copy, &v1).unwrap();
+    let e = RawFileReader::open(&copy).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RawFileError::BadStart {
+                field: "stream name padding",
+                found: 0x20,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // A version word of 1 on a version-2 record (one word too many for version 1).
+    let mut b = bytes.clone();
+    b[8] = 1;
+    std::fs::write(&copy, &b).unwrap();
+    assert!(matches!(
+        RawFileReader::open(&copy).unwrap_err(),
+        RawFileError::BadStart {
+            field: "record size in words",
+            ..
+        }
+    ));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Any change of one byte of a version-2 start record is refused when the file is opened
+    /// (Adler-32 finds every single-byte change), whichever field it hits.
+    #[test]
+    fn any_changed_start_record_byte_is_refused(pos in any::<usize>(), xor in 1..=255u8) {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, mut bytes, _) = write_file(dir.path(), 2);
+        let at = pos % start_len(&bytes);
+        bytes[at] ^= xor;
+        let path = dir.path().join("start.data");
+        std::fs::write(&path, &bytes).unwrap();
+        let e = RawFileReader::open(&path).unwrap_err();
+        prop_assert!(
+            matches!(
+                e,
+                RawFileError::StartChecksum { .. }
+                    | RawFileError::BadStart { .. }
+                    | RawFileError::BadString { .. }
+                    | RawFileError::Truncated { record: RecordKind::Start, .. }
+            ),
+            "byte {at} ^ {xor:#x}: {e}"
+        );
+    }
 
     #[test]
     fn random_garbage_never_panics(garbage in proptest::collection::vec(any::<u8>(), 0..3000)) {

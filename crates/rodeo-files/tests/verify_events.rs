@@ -204,3 +204,62 @@ fn version_1_files_still_verify_marked_unchecked_and_are_cross_checked() {
     let e = v.error.unwrap();
     assert!(e.contains("run number 77") && e.contains("run 78"), "{e}");
 }
+
+#[test]
+fn an_event_record_longer_than_its_event_fails_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = RawFileConfig::new(dir.path(), 77, "SFO-1", "physics");
+    cfg.free_disk_margin_bytes = 0;
+    cfg.fsync_on_close = false;
+    let mut w = RawFileWriter::create(cfg).unwrap();
+    let mut synth = EventSynth::new(SynthConfig {
+        robs: 2,
+        run_number: 77,
+        ..SynthConfig::default()
+    });
+    let mut words = Vec::new();
+    for i in 0..3 {
+        synth.event(i, &mut words).unwrap();
+        if i == 2 {
+            // One word after the event inside its record (its checksum computed on the way).
+            words.push(0);
+        }
+        w.write_event(&words, 0).unwrap();
+    }
+    let path = w.finish().unwrap().remove(0).path;
+    let v = check_file(&path);
+    assert!(!v.ok, "{v:?}");
+    assert_eq!(v.good_events, 2);
+    assert!(
+        v.error
+            .as_deref()
+            .unwrap()
+            .contains("1 words after the event"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn a_start_record_of_another_run_than_the_events_fails_the_check() {
+    // A checksummed (version 2) start record that is intact but names another run than its
+    // events (a writer given the wrong run): the cross-check finds it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = RawFileConfig::new(dir.path(), 78, "SFO-1", "physics");
+    cfg.free_disk_margin_bytes = 0;
+    cfg.fsync_on_close = false;
+    let mut w = RawFileWriter::create(cfg).unwrap();
+    let mut synth = EventSynth::new(SynthConfig {
+        robs: 2,
+        run_number: 77,
+        ..SynthConfig::default()
+    });
+    let mut words = Vec::new();
+    synth.event(0, &mut words).unwrap();
+    w.write_event(&words, 0).unwrap();
+    let path = w.finish().unwrap().remove(0).path;
+    let v = check_file(&path);
+    assert!(!v.ok && v.start_record_checked, "{v:?}");
+    assert_eq!(v.good_events, 0);
+    let e = v.error.unwrap();
+    assert!(e.contains("run number 77") && e.contains("run 78"), "{e}");
+}

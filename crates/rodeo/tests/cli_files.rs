@@ -318,3 +318,167 @@ fn a_real_besiii_file_dumps_verifies_and_converts() {
         text(&out)
     );
 }
+
+/// Adler-32 (RFC 1950), written here so the test does not lean on rodeo's own.
+fn adler32(bytes: &[u8]) -> u32 {
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in bytes {
+        a = (a + u32::from(x)) % 65_521;
+        b = (b + a) % 65_521;
+    }
+    (b << 16) | a
+}
+
+fn le_word(bytes: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap())
+}
+
+/// The file's bytes with the start record rewritten by hand in the layout of `version` (1: the
+/// old layout, no checksum; 2: with its Adler-32 as last word), holding run number `run` and
+/// the other fields of the original (a version-2 record as `rodeo gen` writes it).
+fn with_start(bytes: &[u8], version: u32, run: u32) -> Vec<u8> {
+    let size = le_word(bytes, 1) as usize;
+    assert_eq!(le_word(bytes, 2), 2, "the writer writes version 2");
+    // Fixed words 3..8 (sequence, time, run, lumiblock), then the two strings, then the
+    // checksum word.
+    let mut words: Vec<u32> = (3..8).map(|i| le_word(bytes, i)).collect();
+    words[3] = run;
+    let strings = &bytes[32..(size - 1) * 4];
+    let body_words = 3 + words.len() + strings.len() / 4 + usize::from(version == 2);
+    let mut out = Vec::new();
+    for w in [0x1234_AAAA, body_words as u32, version] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out.extend_from_slice(strings);
+    if version == 2 {
+        let sum = adler32(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+    }
+    assert_eq!(out.len(), body_words * 4);
+    out.extend_from_slice(&bytes[size * 4..]);
+    out
+}
+
+fn verify_json(f: &Path) -> (Output, serde_json::Value) {
+    let out = rodeo(&["verify", "--json", f.to_str().unwrap()]);
+    let v = serde_json::from_slice(&out.stdout).unwrap();
+    (out, v)
+}
+
+#[test]
+fn verify_rejects_a_flipped_run_number_in_the_start_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen(dir.path(), 20, "crc16");
+    let out = rodeo(&["verify", f.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("start record checksummed"),
+        "{}",
+        text(&out)
+    );
+    let (_, v) = verify_json(&f);
+    assert_eq!(
+        (v["version"].as_u64(), v["start_record_checked"].as_bool()),
+        (Some(2), Some(true))
+    );
+    // Byte 24 is the low byte of the run number.
+    let mut bytes = std::fs::read(&f).unwrap();
+    bytes[24] ^= 0x01;
+    let bad = dir.path().join("run-flipped.data");
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = rodeo(&["verify", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("run-flipped.data: FAILED at byte 0"), "{t}");
+    assert!(
+        t.contains("file start record") && t.contains("Adler-32"),
+        "{t}"
+    );
+    let (_, v) = verify_json(&bad);
+    assert_eq!(
+        (v["ok"].as_bool(), v["error_offset"].as_u64()),
+        (Some(false), Some(0))
+    );
+    // `dump` refuses it too.
+    let out = rodeo(&["dump", bad.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("Adler-32"), "{}", text(&out));
+}
+
+#[test]
+fn version_1_files_still_verify_marked_unchecked() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen(dir.path(), 20, "adler32");
+    let bytes = std::fs::read(&f).unwrap();
+    let run = le_word(&bytes, 6);
+    let v1 = dir.path().join("old-layout.data");
+    std::fs::write(&v1, with_start(&bytes, 1, run)).unwrap();
+    let out = rodeo(&["verify", v1.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("OK, 20 events") && t.contains("rodeo 1"), "{t}");
+    assert!(t.contains("v1 file: start record unchecked"), "{t}");
+    let (_, v) = verify_json(&v1);
+    assert_eq!(
+        (
+            v["ok"].as_bool(),
+            v["version"].as_u64(),
+            v["start_record_checked"].as_bool()
+        ),
+        (Some(true), Some(1), Some(false))
+    );
+    // dump reads it, and convert writes the current version from it.
+    let out = rodeo(&["dump", v1.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["events"].as_array().unwrap().len(), 20);
+    let converted = dir.path().join("converted.data");
+    let out = rodeo(&[
+        "convert",
+        v1.to_str().unwrap(),
+        converted.to_str().unwrap(),
+        "--format",
+        "rodeo",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (out, v) = verify_json(&converted);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        (
+            v["good_events"].as_u64(),
+            v["version"].as_u64(),
+            v["start_record_checked"].as_bool()
+        ),
+        (Some(20), Some(2), Some(true))
+    );
+}
+
+#[test]
+fn verify_rejects_a_start_record_whose_run_disagrees_with_the_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen(dir.path(), 10, "crc16");
+    let bytes = std::fs::read(&f).unwrap();
+    let run = le_word(&bytes, 6);
+    // An unchecked version-1 record, and a version-2 record whose checksum is right: both are
+    // refused by the cross-check with the events.
+    for version in [1, 2] {
+        let bad = dir.path().join(format!("other-run-v{version}.data"));
+        std::fs::write(&bad, with_start(&bytes, version, run + 1)).unwrap();
+        let out = rodeo(&["verify", bad.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains(&format!("other-run-v{version}.data: FAILED")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("run number {run}"))
+                && t.contains(&format!("start record's run {}", run + 1)),
+            "names the field and both values: {t}"
+        );
+        assert!(t.contains("0 good events"), "{t}");
+    }
+}

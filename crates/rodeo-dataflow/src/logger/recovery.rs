@@ -45,13 +45,18 @@ impl Logger {
             })?;
         for r in recovered {
             tracing::warn!(
-                "{}: recovered {} ({} complete events{})",
+                "{}: recovered {} ({} complete events{}{})",
                 self.config.name,
                 r.path.display(),
                 r.events,
                 r.dropped_tail
                     .as_deref()
-                    .map_or(String::new(), |t| format!("; dropped what follows: {t}"))
+                    .map_or(String::new(), |t| format!("; dropped what follows: {t}")),
+                r.start_damaged
+                    .as_deref()
+                    .map_or(String::new(), |t| format!(
+                        "; start record rewritten from the file name: {t}"
+                    ))
             );
             for &gid in &r.global_ids {
                 self.written.insert(gid);

@@ -39,6 +39,11 @@
 //! one typed [`RawFileError`] naming the byte offset where it stopped, the number of events
 //! recovered before it, and the expected and found values, and then stops:
 //!
+//! - a start record that is not exactly its fields (marker, size within bounds and equal to
+//!   the fields and strings it holds, version 1 or 2, UTF-8 names with zero padding):
+//!   [`RawFileError::BadStart`] or [`RawFileError::BadString`], before any event; a version-2
+//!   start record whose Adler-32 disagrees: [`RawFileError::StartChecksum`] (at byte 0;
+//!   [`RawFileReader::open_salvaging`] reads past it, for crash recovery);
 //! - a record marker that is neither an event nor the end record: [`RawFileError::BadMarker`];
 //! - a record size below 4 words: [`RawFileError::BadRecordSize`];
 //! - a record that runs past the end of the file: [`RawFileError::Truncated`] (sizes are always

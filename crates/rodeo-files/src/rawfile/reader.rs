@@ -109,7 +109,28 @@ pub struct RawFileReader {
 impl RawFileReader {
     /// Opens `path` and validates its start record.
     pub fn open(path: impl AsRef<Path>) -> Result<RawFileReader, RawFileError> {
-        let path = path.as_ref().to_path_buf();
+        let (reader, damaged) = RawFileReader::open_inner(path.as_ref(), true)?;
+        debug_assert!(damaged.is_none());
+        Ok(reader)
+    }
+
+    /// Opens `path` like [`RawFileReader::open`], except that a version-2 start record whose
+    /// Adler-32 disagrees with its bytes is read anyway (every other check still applies): the
+    /// reader comes back with the [`RawFileError::StartChecksum`] it overlooked. For salvaging
+    /// the events of a damaged file (crash recovery rewrites the start record from the file
+    /// name); the events are still checked record by record. Never use the start record's
+    /// fields when an error comes back.
+    pub fn open_salvaging(
+        path: impl AsRef<Path>,
+    ) -> Result<(RawFileReader, Option<RawFileError>), RawFileError> {
+        RawFileReader::open_inner(path.as_ref(), false)
+    }
+
+    fn open_inner(
+        path: &Path,
+        strict: bool,
+    ) -> Result<(RawFileReader, Option<RawFileError>), RawFileError> {
+        let path = path.to_path_buf();
         let io = |op: &'static str, path: &Path| {
             let path = path.to_path_buf();
             move |source| RawFileError::Io { op, path, source }
@@ -137,8 +158,9 @@ impl RawFileReader {
             step: Vec::new(),
             state: State::Reading,
         };
-        reader.start = reader.read_start()?;
-        Ok(reader)
+        let (start, damaged) = reader.read_start(strict)?;
+        reader.start = start;
+        Ok((reader, damaged))
     }
 
     /// The file's start record.
@@ -224,7 +246,12 @@ impl RawFileReader {
         Ok((words, buf))
     }
 
-    fn read_start(&mut self) -> Result<FileStart, RawFileError> {
+    /// Reads and checks the start record; with `strict` false a checksum mismatch is handed
+    /// back beside the record instead of failing.
+    fn read_start(
+        &mut self,
+        strict: bool,
+    ) -> Result<(FileStart, Option<RawFileError>), RawFileError> {
         let truncated = |needed: u64, file_len| RawFileError::Truncated {
             record: RecordKind::Start,
             offset: 0,
@@ -272,6 +299,7 @@ impl RawFileReader {
         }
         // Version 2 ends the record with its Adler-32: check it before trusting any field.
         let checksummed = version >= 2;
+        let mut damaged = None;
         let total = size as usize - 2 - usize::from(checksummed);
         if checksummed {
             let stored = word(total);
@@ -280,18 +308,23 @@ impl RawFileReader {
             head[4..].copy_from_slice(&size.to_le_bytes());
             let sum = adler32(adler32(ADLER32_INIT, &head), &rest[..total * 4]);
             if sum != stored {
-                return Err(RawFileError::StartChecksum {
+                let e = RawFileError::StartChecksum {
                     expected: stored,
                     found: sum,
-                });
+                };
+                if strict {
+                    return Err(e);
+                }
+                damaged = Some(e);
             }
         }
         let mut at = 6;
         let mut strings = [String::new(), String::new()];
-        for (field, out) in ["application name", "stream name"]
-            .into_iter()
-            .zip(strings.iter_mut())
-        {
+        let fields = [
+            ("application name", "application name padding"),
+            ("stream name", "stream name padding"),
+        ];
+        for ((field, pad_field), out) in fields.into_iter().zip(strings.iter_mut()) {
             let len = word(at) as usize;
             let room = total.saturating_sub(at + 1) * 4;
             if len > room {
@@ -301,11 +334,24 @@ impl RawFileReader {
                     found: len as u64,
                 });
             }
-            let bytes = rest.get((at + 1) * 4..(at + 1) * 4 + len).unwrap_or(&[]);
+            let begin = (at + 1) * 4;
+            let bytes = rest.get(begin..begin + len).unwrap_or(&[]);
             *out = String::from_utf8(bytes.to_vec()).map_err(|_| RawFileError::BadString {
                 field,
                 offset: (at as u64 + 3) * 4,
             })?;
+            // The padding is zero bytes (the spec's): a version-1 record has no checksum, so
+            // this is the only way a damaged pad byte is found.
+            let pad = rest
+                .get(begin + len..begin + len.next_multiple_of(4))
+                .unwrap_or(&[]);
+            if let Some(&b) = pad.iter().find(|&&b| b != 0) {
+                return Err(RawFileError::BadStart {
+                    field: pad_field,
+                    expected: "zero bytes".into(),
+                    found: u64::from(b),
+                });
+            }
             at += 1 + len.div_ceil(4);
         }
         if at != total {
@@ -317,7 +363,7 @@ impl RawFileReader {
         }
         self.pos = size_bytes;
         let [app_name, stream_name] = strings;
-        Ok(FileStart {
+        let start = FileStart {
             version,
             sequence: word(1),
             creation_time_ns: u64::from(word(2)) | (u64::from(word(3)) << 32),
@@ -325,7 +371,8 @@ impl RawFileReader {
             lumiblock: word(5),
             app_name,
             stream_name,
-        })
+        };
+        Ok((start, damaged))
     }
 
     /// Reads the record at `pos`: `Some((offset, flags, checksum))` for a valid event (its

@@ -214,6 +214,7 @@ fn metadata_json(info: &FileInfo, out: &mut Value) {
             "lumiblock": s.lumiblock,
             "app_name": s.app_name,
             "stream_name": s.stream_name,
+            "checksummed": s.checksummed(),
         });
     }
     if let Some(es) = &info.eventstorage {

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use rodeo_files::datafile::Container;
 use rodeo_files::verify::{check_file, FileVerdict};
 use serde_json::json;
 
@@ -68,10 +69,10 @@ fn kind(v: &FileVerdict) -> String {
         .collect();
     // Every start record is cross-checked against the events; only rodeo's version 2 carries a
     // checksum of its own.
-    let start = if v.start_record_checked {
-        "start record checksummed"
-    } else {
-        "start record unchecked"
+    let start = match (v.start_record_checked, c) {
+        (true, _) => "start record checksummed",
+        (false, Container::Rodeo) => "v1 file: start record unchecked, not checksummed",
+        (false, Container::EventStorage) => "start record unchecked (no checksum in the format)",
     };
     if eformat.is_empty() {
         format!("{} {version}, {start}", c.name())
