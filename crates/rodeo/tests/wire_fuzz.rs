@@ -44,7 +44,7 @@ const RAW: usize = 3;
 /// leak per message of the hundreds of thousands sent, or an unbounded reply, would break it).
 const RSS_GROWTH_LIMIT_BYTES: u64 = 100 << 20;
 /// Growth of the node's resident memory from halfway through the attack to its end.
-const RSS_KEPT_LIMIT_BYTES: u64 = 32 << 20;
+const RSS_KEPT_LIMIT_BYTES: u64 = 16 << 20;
 
 /// A small seeded generator (xorshift64*): the same seed replays the same peers.
 struct Rng(u64);
@@ -240,7 +240,8 @@ fn raw_turn(endpoint: &str, rng: &mut Rng, slow_answered: &AtomicU64, sent: &Ato
             bytes.extend(zmtp_ready());
             bytes.push(0x02);
             bytes.extend_from_slice(&(64u64 << 10).to_be_bytes());
-            bytes.extend(rng.bytes(rng.below(1000) as usize));
+            let n = rng.below(1000) as usize;
+            bytes.extend(rng.bytes(n));
             let _ = s.write_all(&bytes);
             sent.fetch_add(1, Ordering::Relaxed);
             // Holding the half-sent frame open is the attack.
