@@ -381,7 +381,14 @@ pub fn serve(
                     expect_cleared,
                     abandon_drain,
                     rejoin_at,
-                }) => (seq, command, config, expect_cleared, abandon_drain, rejoin_at),
+                }) => (
+                    seq,
+                    command,
+                    config,
+                    expect_cleared,
+                    abandon_drain,
+                    rejoin_at,
+                ),
                 Ok(ToApp::Ping { dead_after_ms }) => {
                     heard = Instant::now();
                     dead_after = Some(Duration::from_millis(dead_after_ms.max(1)));

@@ -47,10 +47,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use iceoryx2::port::listener::Listener;
-use iceoryx2::port::LoanError;
 use iceoryx2::port::notifier::Notifier;
 use iceoryx2::port::publisher::Publisher;
 use iceoryx2::port::subscriber::Subscriber;
+use iceoryx2::port::LoanError;
 use iceoryx2::prelude::*;
 
 use crate::frame::{Frame, Received, TransportError};

@@ -788,7 +788,11 @@ mod tests {
             .unwrap();
         let mut msg = Received::default();
         assert!(server.recv(&mut msg, 5000).unwrap());
-        assert_eq!(msg.bytes.len(), 100, "the message at the limit is taken whole");
+        assert_eq!(
+            msg.bytes.len(),
+            100,
+            "the message at the limit is taken whole"
+        );
         assert_eq!(msg.frames, 2);
         assert_eq!(server.dropped_count(), 1);
         assert!(oversized_count() > before);

@@ -353,10 +353,9 @@ fn a_frozen_controller_leaves_no_application_running() {
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
     // dead_after_ms, then the walk-down (the supervisor's drain ends at dcm_timeout_ms of its
     // DCMs' silence), with a margin for a loaded machine.
-    let all_gone = holds_within(
-        Duration::from_millis(dead_after_ms + 8_000),
-        || apps_of(&marker).is_empty(),
-    );
+    let all_gone = holds_within(Duration::from_millis(dead_after_ms + 8_000), || {
+        apps_of(&marker).is_empty()
+    });
     let left = apps_of(&marker);
     // Clean up whatever the outcome: SIGKILL ends a stopped process too.
     // SAFETY: as above.

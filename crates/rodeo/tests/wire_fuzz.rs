@@ -262,7 +262,7 @@ fn raw_turn(endpoint: &str, rng: &mut Rng, slow_answered: &AtomicU64, sent: &Ato
                 let Some(mut s) = raw_connect(endpoint) else {
                     return;
                 };
-                if k % 2 == 0 {
+                if k < 10 {
                     let _ = s.write_all(&zmtp_greeting()[..32]);
                 }
                 drop(s);
@@ -514,8 +514,7 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
                     if k >= HOSTILE {
                         raw_turn(&endpoint, &mut rng, &slow_answered, &sent);
                         turns += 1;
-                    } else if hostile_turn(&t, &endpoint, &mut rng, limit, rob, &sent).is_some()
-                    {
+                    } else if hostile_turn(&t, &endpoint, &mut rng, limit, rob, &sent).is_some() {
                         turns += 1;
                     }
                     // A breath between turns (the peers' pace, not a synchronisation): the mix
@@ -539,7 +538,10 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     while Instant::now() < deadline {
         if rss_half.is_none() && Instant::now() >= half {
             rss_half = Some(status_bytes(pid, "VmRSS"));
-            eprintln!("seed {seed:#x}: halfway, {} hostile messages sent", sent.load(Ordering::Relaxed));
+            eprintln!(
+                "seed {seed:#x}: halfway, {} hostile messages sent",
+                sent.load(Ordering::Relaxed)
+            );
         }
         let l1id = txn % GOOD_L1IDS;
         buf.clear();
