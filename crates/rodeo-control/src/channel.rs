@@ -192,6 +192,7 @@ mod tests {
                 disk_full: 1,
                 directory_moves: 2,
                 events_refused: 3,
+                bad_messages: 4,
             })),
             shm_backpressure: 5,
             oversized_messages: 6,
