@@ -12,8 +12,12 @@
 //!
 //! # Shutdown
 //!
-//! [`serve`] returns after a `shutdown` command (replied first) or when `quit` says so (signal,
-//! or the controller's pipe closed); then it walks the application down itself.
+//! [`serve`] returns after a `shutdown` command (replied first), when `quit` says so (signal,
+//! or the controller's pipe closed), or when the controller falls silent: once it has had a
+//! [`ToApp::Ping`], an application that hears nothing from the controller for the ping's
+//! `dead_after_ms` (not counting its own commands, and only after its queue is read dry) judges
+//! the controller dead — frozen (SIGSTOP), its host or network gone, which closes no pipe — and,
+//! like on `quit`, walks the application down itself (files closed) and leaves.
 
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
@@ -194,7 +198,18 @@ impl AppControl {
             finished: inner.driver.finished(),
             metrics: inner.driver.metrics(),
             shm_backpressure: rodeo_transport::shm::backpressure_count(),
+            oversized_messages: rodeo_transport::socket::oversized_count(),
         }
+    }
+
+    /// The control channel's limit on incoming messages: 1 MiB, or a smaller
+    /// `transport.max_message_bytes` of the configuration this process was started with.
+    fn control_message_limit(&self) -> usize {
+        let limit = crate::channel::MAX_MESSAGE_BYTES;
+        self.lock()
+            .config
+            .as_ref()
+            .map_or(limit, |c| c.control_message_limit(limit))
     }
 }
 
@@ -261,6 +276,7 @@ impl RunControl for AppControl {
             PartitionExtras {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
+                oversized_messages: rodeo_transport::socket::oversized_count(),
             },
         );
     }
@@ -279,8 +295,9 @@ pub enum ServeError {
 
 /// Serves `app` on the control channel at `endpoint` (the controller's ROUTER): says hello,
 /// runs the commands it receives, sends a heartbeat every `heartbeat`. Returns after a
-/// `shutdown` command, or when `quit()` turns true (then it walks the application down by
-/// itself). Returns the number of control frames dropped because they did not decode.
+/// `shutdown` command, or when `quit()` turns true or the controller fell silent (module docs:
+/// then it walks the application down by itself). Returns the number of control frames dropped
+/// because they did not decode.
 pub fn serve(
     app: &AppControl,
     endpoint: &str,
@@ -289,7 +306,7 @@ pub fn serve(
 ) -> Result<u64, ServeError> {
     let ep = Endpoint::parse(endpoint)?;
     let mut sock = app.transport.socket(SocketKind::Dealer)?;
-    sock.set_max_message_size(crate::channel::MAX_MESSAGE_BYTES as i64)?;
+    sock.set_max_message_size(i64::try_from(app.control_message_limit()).unwrap_or(i64::MAX))?;
     sock.set_identity(app.name.as_bytes())?;
     // A controller that is gone must not block us for long.
     sock.set_send_timeout(2000)?;
@@ -314,8 +331,13 @@ pub fn serve(
     let mut msg = Received::default();
     let mut bad = 0u64;
     let mut next_beat = Instant::now();
+    // The controller's liveness: when it was last heard, and after how long of silence it is
+    // dead (known from its first ping; before that, only `quit` ends us).
+    let mut heard = Instant::now();
+    let mut dead_after: Option<Duration> = None;
+    let mut controller_dead = false;
     loop {
-        if quit() {
+        if quit() || controller_dead {
             // Walk down by ourselves (best effort), then leave.
             let from = app.state();
             for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown]) {
@@ -336,20 +358,49 @@ pub fn serve(
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(50));
         if !sock.recv(&mut msg, wait.as_millis() as i64)? {
+            // Nothing queued: a silence this long is the controller's, not ours.
+            if let Some(limit) = dead_after {
+                let silent = heard.elapsed();
+                if silent > limit {
+                    eprintln!(
+                        "{}: no message from the controller for {} ms (control.dead_after_ms \
+                         = {}): the controller is frozen or gone; walking down and leaving",
+                        app.name,
+                        silent.as_millis(),
+                        limit.as_millis()
+                    );
+                    controller_dead = true;
+                }
+            }
             continue;
         }
-        let Ok(ToApp::Command {
-            seq,
-            command,
-            config,
-            expect_cleared,
-            abandon_drain,
-            rejoin_at,
-        }) = channel::decode::<ToApp>(&msg.bytes)
-        else {
-            bad += 1;
-            continue;
-        };
+        let (seq, command, config, expect_cleared, abandon_drain, rejoin_at) =
+            match channel::decode::<ToApp>(&msg.bytes) {
+                Ok(ToApp::Command {
+                    seq,
+                    command,
+                    config,
+                    expect_cleared,
+                    abandon_drain,
+                    rejoin_at,
+                }) => (
+                    seq,
+                    command,
+                    config,
+                    expect_cleared,
+                    abandon_drain,
+                    rejoin_at,
+                ),
+                Ok(ToApp::Ping { dead_after_ms }) => {
+                    heard = Instant::now();
+                    dead_after = Some(Duration::from_millis(dead_after_ms.max(1)));
+                    continue;
+                }
+                Err(_) => {
+                    bad += 1;
+                    continue;
+                }
+            };
         let run = RunEnd {
             l1_accepts: expect_cleared,
             abandon_drain,
@@ -369,6 +420,8 @@ pub fn serve(
             },
         };
         send(&mut sock, &reply);
+        // Our own command's time is not the controller's silence.
+        heard = Instant::now();
         // Tell the controller the new state at once.
         beat(&mut sock, &ToController::Heartbeat(app.heartbeat()));
         next_beat = Instant::now() + heartbeat;

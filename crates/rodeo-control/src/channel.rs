@@ -8,7 +8,10 @@
 //!   [`AppMetrics`]), and one [`ToController::Reply`] per command (the new state, or why it
 //!   failed, and the application's typed [`AppSummary`] where the command ends its part of the
 //!   run);
-//! - controller -> application: [`ToApp::Command`], numbered by `seq` (the reply repeats it).
+//! - controller -> application: [`ToApp::Command`], numbered by `seq` (the reply repeats it),
+//!   and a [`ToApp::Ping`] every heartbeat period: the controller's liveness. An application
+//!   that has had a ping and then hears nothing from the controller for the ping's
+//!   `dead_after_ms` (the controller frozen, its host gone) walks itself down and leaves.
 //!
 //! A frame that does not decode is dropped and counted by the receiver; nothing on the channel
 //! can make either side panic.
@@ -49,6 +52,12 @@ pub enum ToApp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rejoin_at: Option<u64>,
     },
+    /// The controller is alive; sent to every application every heartbeat period.
+    Ping {
+        /// The controller's `control.dead_after_ms`: the application judges the controller dead
+        /// after this long without any message from it (outside its own commands).
+        dead_after_ms: u64,
+    },
 }
 
 /// A heartbeat: the application's state and live counters.
@@ -69,6 +78,10 @@ pub struct Heartbeat {
     /// Sends a full shared-memory inbox refused in this process so far (back-pressure).
     #[serde(default)]
     pub shm_backpressure: u64,
+    /// Messages this process refused on receipt as larger than their socket's limit
+    /// (`rodeo_transport::socket::oversized_count`).
+    #[serde(default)]
+    pub oversized_messages: u64,
 }
 
 /// A message from an application to the controller.
@@ -145,6 +158,12 @@ mod tests {
         };
         let b = encode(&m);
         assert_eq!(decode::<ToApp>(&b).unwrap(), m);
+        let ping = ToApp::Ping {
+            dead_after_ms: 3000,
+        };
+        let text = String::from_utf8(encode(&ping)).unwrap();
+        assert_eq!(text, r#"{"type":"ping","dead_after_ms":3000}"#);
+        assert_eq!(decode::<ToApp>(text.as_bytes()).unwrap(), ping);
         let r = ToController::Reply {
             seq: 7,
             state: State::Error,
@@ -173,8 +192,10 @@ mod tests {
                 disk_full: 1,
                 directory_moves: 2,
                 events_refused: 3,
+                bad_messages: 4,
             })),
             shm_backpressure: 5,
+            oversized_messages: 6,
         };
         let h = ToController::Heartbeat(hb);
         let text = String::from_utf8(encode(&h)).unwrap();

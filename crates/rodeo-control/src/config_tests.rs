@@ -367,3 +367,35 @@ fn high_water_marks_come_from_the_file_and_bad_ones_name_the_field() {
         assert!(e.contains(field) && e.contains("1..=10000000"), "{e}");
     }
 }
+
+#[test]
+fn max_message_bytes_must_hold_the_partitions_largest_message_and_names_the_field() {
+    let c = PartitionConfig::from_toml("[transport]\nmax_message_bytes = 16777216\n", "t.toml")
+        .unwrap();
+    assert_eq!(c.transport.max_message_bytes, 16 << 20);
+    assert_eq!(PartitionConfig::default().transport.max_message_bytes, 0);
+    // Default partition: 12 ROBs of 200 words, a full event of about 13 kB; 1 MB of
+    // fragment words per ROB cannot fit in 1 MiB.
+    for text in [
+        "[transport]\nmax_message_bytes = 1000\n",
+        "[transport]\nmax_message_bytes = 5000000000\n",
+        "[transport]\nmax_message_bytes = 1048576\n[ros]\nfragment_words = 262144\n",
+    ] {
+        let e = PartitionConfig::from_toml(text, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("transport.max_message_bytes") && e.contains("needs"),
+            "{text}: {e}"
+        );
+    }
+    // Inputs whose fragments come from outside assume 1 MiB per ROB.
+    let e = PartitionConfig::from_toml(
+        "[transport]\nmax_message_bytes = 1048576\n[ros]\ninput = \"replay\"\n\
+         replay_files = [\"x.data\"]\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("transport.max_message_bytes"), "{e}");
+}

@@ -28,7 +28,10 @@
 //! # Threads and ownership
 //!
 //! One monitor thread receives everything on the controller's ROUTER (hellos, heartbeats,
-//! replies) into a table behind a mutex and checks liveness every 50 ms; commands are
+//! replies) into a table behind a mutex, checks liveness every 50 ms and sends every
+//! application that said hello a [`ToApp::Ping`] every heartbeat period (the controller's own
+//! liveness: an application that hears nothing for `control.dead_after_ms` walks itself down,
+//! so a frozen controller leaves no application running); commands are
 //! serialised by their own mutex, send under the socket's mutex (never while holding the
 //! table's) and wait on a condition variable for their reply, so status and metrics never wait
 //! for a command. Dropping the controller shuts everything down.
@@ -93,6 +96,7 @@ struct App {
     last_heard: Option<Instant>,
     metrics: Option<AppMetrics>,
     shm_backpressure: u64,
+    oversized_messages: u64,
     rate_base: Option<(Instant, u64)>,
     rate_hz: f64,
     finished: bool,
@@ -172,6 +176,8 @@ struct Shared {
     socket: Mutex<Socket>,
     stop: AtomicBool,
     dead_after: Duration,
+    /// How often every application gets a ping.
+    ping_every: Duration,
 }
 
 impl Shared {
@@ -218,6 +224,7 @@ impl Shared {
                 }
                 a.finished = hb.finished;
                 a.shm_backpressure = hb.shm_backpressure;
+                a.oversized_messages = hb.oversized_messages;
                 let main = hb.metrics.as_ref().map_or(0, AppMetrics::main_count);
                 match a.rate_base {
                     Some((t0, v0)) if now.duration_since(t0) >= Duration::from_millis(200) => {
@@ -254,6 +261,29 @@ impl Shared {
         }
         drop(t);
         self.changed.notify_all();
+    }
+
+    /// Sends a ping to every application that said hello and is neither dead nor leaving
+    /// (never waiting: one that does not read loses its ping, nobody else is delayed).
+    fn ping_all(&self) {
+        let names: Vec<String> = {
+            let t = self.table();
+            t.apps
+                .iter()
+                .filter(|a| a.hello && !a.dead && !a.leaving)
+                .map(|a| a.name.clone())
+                .collect()
+        };
+        if names.is_empty() {
+            return;
+        }
+        let ping = channel::encode(&ToApp::Ping {
+            dead_after_ms: self.dead_after.as_millis() as u64,
+        });
+        let mut sock = self.socket();
+        for n in &names {
+            let _ = sock.try_send_to(n.as_bytes(), [Frame::Copy(&ping)]);
+        }
     }
 
     fn check_liveness(&self) {
@@ -339,7 +369,8 @@ impl Controller {
         let transport = Transport::new(1)?;
         let socket = transport.socket(SocketKind::Router)?;
         // A frame larger than any control message is refused before it is buffered.
-        socket.set_max_message_size(crate::channel::MAX_MESSAGE_BYTES as i64)?;
+        let limit = config.control_message_limit(crate::channel::MAX_MESSAGE_BYTES);
+        socket.set_max_message_size(i64::try_from(limit).unwrap_or(i64::MAX))?;
         let want = Endpoint::parse(&format!("tcp://{}:*", config.control.address))?;
         let endpoint = socket.bind(&want)?;
         let apps = config
@@ -360,6 +391,7 @@ impl Controller {
                     last_heard: None,
                     metrics: None,
                     shm_backpressure: 0,
+                    oversized_messages: 0,
                     rate_base: None,
                     rate_hz: 0.0,
                     finished: false,
@@ -393,6 +425,7 @@ impl Controller {
             socket: Mutex::new(socket),
             stop: AtomicBool::new(false),
             dead_after: Duration::from_millis(config.control.dead_after_ms),
+            ping_every: Duration::from_millis(config.control.heartbeat_ms),
         });
         let s = Arc::clone(&shared);
         let monitor = std::thread::Builder::new()
@@ -402,6 +435,7 @@ impl Controller {
                 let _transport = transport;
                 let mut msg = Received::default();
                 let mut last_check = Instant::now();
+                let mut last_ping = Instant::now();
                 while !s.stop.load(Ordering::Acquire) {
                     let got = s.socket().recv(&mut msg, 20);
                     match got {
@@ -419,6 +453,10 @@ impl Controller {
                     if last_check.elapsed() >= Duration::from_millis(50) {
                         s.check_liveness();
                         last_check = Instant::now();
+                    }
+                    if last_ping.elapsed() >= s.ping_every {
+                        s.ping_all();
+                        last_ping = Instant::now();
                     }
                 }
             })?;
@@ -965,6 +1003,8 @@ impl RunControl for Controller {
             PartitionExtras {
                 bad_control_messages: t.bad_messages,
                 shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
+                oversized_messages: t.apps.iter().map(|a| a.oversized_messages).sum::<u64>()
+                    + rodeo_transport::socket::oversized_count(),
             },
         );
     }

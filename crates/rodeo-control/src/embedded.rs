@@ -592,6 +592,7 @@ impl RunControl for EmbeddedPartition {
             PartitionExtras {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
+                oversized_messages: rodeo_transport::socket::oversized_count(),
             },
         );
     }

@@ -35,6 +35,9 @@ pub struct SupervisorMetrics {
     pub credits: u64,
     /// Assignment to decision.
     pub decision_latency: HistogramSnapshot,
+    /// Messages that did not decode or were not expected (ignored).
+    #[serde(default)]
+    pub bad_messages: u64,
 }
 
 /// A DCM's live counters.
@@ -92,6 +95,9 @@ pub struct LoggerMetrics {
     /// Event messages refused because every output directory was full.
     #[serde(default)]
     pub events_refused: u64,
+    /// Messages that did not decode or were not expected (ignored).
+    #[serde(default)]
+    pub bad_messages: u64,
 }
 
 /// A readout node's SW ROD input counters, by the names of their structs' fields.
@@ -203,6 +209,9 @@ pub struct PartitionExtras {
     pub bad_control_messages: u64,
     /// Sends refused by a full shared-memory inbox (back-pressure), all applications together.
     pub shm_backpressure: u64,
+    /// Messages refused on receipt as larger than their socket's limit (or malformed on
+    /// shared memory), all applications together (`rodeo_transport::socket::oversized_count`).
+    pub oversized_messages: u64,
 }
 
 /// Writes the whole vocabulary of `/metrics` for a partition: its state and run, every
@@ -288,6 +297,12 @@ pub fn write_partition_metrics(
         "Sends a full shared-memory inbox refused (retried or reported to the sender, never lost).",
         &[(&[], extras.shm_backpressure)],
     );
+    w.counter(
+        "rodeo_oversized_messages_total",
+        "Messages refused on receipt as larger than their socket's limit \
+         (transport.max_message_bytes; on shared memory also malformed ones).",
+        &[(&[], extras.oversized_messages)],
+    );
 
     let mut sup = Vec::new();
     let mut dcms = Vec::new();
@@ -321,6 +336,12 @@ pub fn write_partition_metrics(
         ] {
             errs.push(([("app", n), ("kind", kind)], v));
         }
+    }
+    for (n, s) in &sup {
+        errs.push(([("app", n), ("kind", "bad_message")], s.bad_messages));
+    }
+    for (n, l) in &loggers {
+        errs.push(([("app", n), ("kind", "bad_message")], l.bad_messages));
     }
     for (n, d) in &dcms {
         for (kind, v) in [

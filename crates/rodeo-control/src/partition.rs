@@ -25,7 +25,6 @@ use rodeo_files::replay::L1idMode;
 use rodeo_format::checksum::ChecksumType;
 use rodeo_ros::links::{FileInput, NetworkInput};
 use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
-use rodeo_transport::message::{clear_bytes, data_request_bytes};
 
 use crate::config::{
     ChecksumName, CompressionName, FormatName, L1Mode, PartitionConfig, ReplayL1id, RosInput,
@@ -182,6 +181,8 @@ impl Layout {
         let output =
             PathBuf::from(&config.run.output).join(format!("run-{:08}", config.run.number));
         let runtime = runtime_dir(&output);
+        // `[transport] max_message_bytes`, or per socket what this partition can send it.
+        let limits = config.message_limits();
         let mut eps = Endpoints {
             kind: config.transport.kind,
             host: config.transport.host.clone(),
@@ -209,6 +210,7 @@ impl Layout {
             lc.streams = config.logger.streams.clone();
             lc.max_file_bytes = config.logger.max_file_mib << 20;
             lc.high_water_mark = config.transport.high_water_mark;
+            lc.max_message_bytes = Some(limits.logger);
             lc.format = match config.logger.format {
                 FormatName::Rodeo => FileFormat::Rodeo,
                 FormatName::Eventstorage => FileFormat::EventStorage,
@@ -272,12 +274,10 @@ impl Layout {
                         looping: config.ros.link_loop,
                     }),
                 },
-                // What this partition's clients can send: a DataRequest for every channel, a
-                // Clear of one group. Anything larger is refused before it is buffered.
-                max_message_bytes: Some(
-                    data_request_bytes(config.ros.channels)
-                        .max(clear_bytes(config.supervisor.clear_group)),
-                ),
+                // What this partition's clients can send (a DataRequest for every channel, a
+                // Clear of one group) with a margin, or the configured limit. Anything larger
+                // is refused before it is buffered.
+                max_message_bytes: Some(limits.ros),
                 high_water_mark: config.ros.high_water_mark,
                 ..NodeConfig::default()
             };
@@ -302,6 +302,7 @@ impl Layout {
                 );
                 dc.max_outstanding = config.dcm.max_outstanding;
                 dc.high_water_mark = config.transport.high_water_mark;
+                dc.max_message_bytes = Some(limits.dcm);
                 dc.checksum = match config.dcm.checksum {
                     ChecksumName::None => ChecksumType::None,
                     ChecksumName::Crc16 => ChecksumType::Crc16,
@@ -324,6 +325,7 @@ impl Layout {
             readout.iter().map(|r| r.endpoint.clone()).collect(),
         );
         sc.high_water_mark = config.transport.high_water_mark;
+        sc.max_message_bytes = Some(limits.supervisor);
         sc.l1 = L1SourceConfig {
             rate_hz: (config.l1.rate_hz > 0.0).then_some(config.l1.rate_hz),
             events: (config.run.events > 0).then_some(config.run.events),
@@ -385,6 +387,31 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_socket_gets_a_limit_that_holds_its_largest_message() {
+        use rodeo_transport::message::{clear_bytes, data_request_bytes};
+        let mut c = PartitionConfig::default();
+        let l = Layout::new(&c);
+        let big = c.largest_messages();
+        // A full event: every ROB of every node, 200 data words each, with headers.
+        let robs = c.ros.nodes * c.ros.channels;
+        assert!(big.logger > robs * 200 * 4, "{big:?}");
+        assert!(big.ros >= clear_bytes(c.supervisor.clear_group));
+        assert!(big.ros >= data_request_bytes(c.ros.channels));
+        assert!(l.loggers[0].max_message_bytes.unwrap() >= 2 * big.logger);
+        assert!(l.nodes[0].2.max_message_bytes.unwrap() >= 2 * big.ros);
+        assert!(l.dcms[0].max_message_bytes.unwrap() >= 2 * big.dcm);
+        assert!(l.supervisor.max_message_bytes.unwrap() >= 2 * big.supervisor);
+        // Set: one value for every socket.
+        c.transport.max_message_bytes = 8 << 20;
+        let l = Layout::new(&c);
+        assert_eq!(l.loggers[0].max_message_bytes, Some(8 << 20));
+        assert_eq!(l.dcms[1].max_message_bytes, Some(8 << 20));
+        assert_eq!(c.control_message_limit(1 << 20), 1 << 20);
+        c.transport.max_message_bytes = 512 << 10;
+        assert_eq!(c.control_message_limit(1 << 20), 512 << 10);
+    }
 
     #[test]
     fn the_layout_feeds_the_nodes_as_configured() {

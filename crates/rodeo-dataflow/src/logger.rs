@@ -111,6 +111,10 @@ pub struct LoggerConfig {
     pub project: String,
     /// ZeroMQ high-water mark of its socket (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
     pub high_water_mark: u32,
+    /// Largest incoming message of its sockets, in bytes (ZMQ_MAXMSGSIZE, or the shared-memory
+    /// inbox's limit): larger ones are refused before they are buffered (`None`, the default:
+    /// no limit). A partition sets it from `[transport] max_message_bytes`.
+    pub max_message_bytes: Option<usize>,
 }
 
 /// The container a logger writes.
@@ -153,6 +157,7 @@ impl LoggerConfig {
             compression: LoggerCompression::None,
             project: "data_test".to_string(),
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
+            max_message_bytes: None,
         }
     }
 
@@ -479,6 +484,8 @@ pub struct LoggerCounters {
     pub directory_moves: std::sync::atomic::AtomicU64,
     /// Event messages refused because every directory was full.
     pub events_refused: std::sync::atomic::AtomicU64,
+    /// Messages that did not decode or were not expected (ignored), live.
+    pub bad_messages: std::sync::atomic::AtomicU64,
     /// Why the logger stopped writing (every directory full), set once: the application
     /// reports it and the run stops in order.
     pub halted: std::sync::OnceLock<String>,
@@ -510,6 +517,11 @@ pub fn spawn(
     socket
         .set_high_water_marks(config.high_water_mark)
         .map_err(terr("set high-water marks"))?;
+    if let Some(n) = config.max_message_bytes {
+        socket
+            .set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
+            .map_err(terr("set max message size"))?;
+    }
     socket
         .bind(&endpoint)
         .map_err(terr(&format!("bind {}", config.endpoint)))?;
@@ -564,6 +576,12 @@ struct Logger {
 }
 
 impl Logger {
+    /// Counts a message that did not decode or was not expected, in the summary and live.
+    fn bad_message(&mut self) {
+        self.summary.bad_messages += 1;
+        self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn new(config: LoggerConfig, counters: Arc<LoggerCounters>) -> Logger {
         let mut dirs = vec![config.directory.clone()];
         dirs.extend(config.more_directories.iter().cloned());
@@ -694,11 +712,11 @@ impl Logger {
         packed: &mut Vec<u32>,
     ) -> Result<(), DataflowError> {
         let Ok(decoded) = decode(&msg.bytes) else {
-            self.summary.bad_messages += 1;
+            self.bad_message();
             return Ok(());
         };
         let Message::Event { stream, event } = decoded.message else {
-            self.summary.bad_messages += 1;
+            self.bad_message();
             return Ok(());
         };
         let words: &[u32] = match bytes_as_words(event) {
@@ -713,12 +731,12 @@ impl Logger {
                 scratch
             }
             None => {
-                self.summary.bad_messages += 1;
+                self.bad_message();
                 return Ok(());
             }
         };
         let Ok(parsed) = FullEvent::parse(words) else {
-            self.summary.bad_messages += 1;
+            self.bad_message();
             return Ok(());
         };
         let gid = parsed.global_id();
@@ -768,7 +786,7 @@ impl Logger {
                 }
             };
             if c.compress(words, packed).is_err() {
-                self.summary.bad_messages += 1;
+                self.bad_message();
                 return Ok(());
             }
             words = packed;

@@ -89,6 +89,10 @@ pub struct SupervisorConfig {
     pub drain_timeout: Duration,
     /// ZeroMQ high-water mark of its sockets (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
     pub high_water_mark: u32,
+    /// Largest incoming message of its sockets, in bytes (ZMQ_MAXMSGSIZE, or the shared-memory
+    /// inbox's limit): larger ones are refused before they are buffered (`None`, the default:
+    /// no limit). A partition sets it from `[transport] max_message_bytes`.
+    pub max_message_bytes: Option<usize>,
 }
 
 impl SupervisorConfig {
@@ -109,6 +113,7 @@ impl SupervisorConfig {
             keepalive: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
+            max_message_bytes: None,
         }
     }
 }
@@ -141,6 +146,8 @@ pub struct SupervisorCounters {
     pub decision_latency: LogHistogram,
     /// Sampled per-event time stamps (L1 accept, done).
     pub trace: TraceLog,
+    /// Messages that did not decode or were not expected (ignored), live.
+    pub bad_messages: AtomicU64,
 }
 
 /// The counts of a run: these must balance (rule 6).
@@ -219,6 +226,11 @@ pub fn spawn(
     router
         .set_high_water_marks(config.high_water_mark)
         .map_err(terr("set high-water marks".into()))?;
+    if let Some(n) = config.max_message_bytes {
+        router
+            .set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
+            .map_err(terr("set max message size".into()))?;
+    }
     router
         .bind(&ep(&config.endpoint)?)
         .map_err(terr(format!("bind {}", config.endpoint)))?;
@@ -231,6 +243,10 @@ pub fn spawn(
             .map_err(terr("set high-water marks".into()))?;
         s.set_send_timeout(SEND_TIMEOUT_MS)
             .map_err(terr("set send timeout".into()))?;
+        if let Some(n) = config.max_message_bytes {
+            s.set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
+                .map_err(terr("set max message size".into()))?;
+        }
         s.connect(&ep(r)?).map_err(terr(format!("connect {r}")))?;
         readout.push(s);
     }
@@ -408,6 +424,12 @@ struct Supervisor {
 }
 
 impl Supervisor {
+    /// Counts a message that did not decode or was not expected, in the summary and live.
+    fn bad_message(&mut self) {
+        self.summary.bad_messages += 1;
+        self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn new(config: SupervisorConfig, counters: Arc<SupervisorCounters>, l1: L1Input) -> Supervisor {
         Supervisor {
             clear: Vec::with_capacity(config.clear_group.max(1)),
@@ -538,11 +560,11 @@ impl Supervisor {
 
     fn handle(&mut self, msg: &Received) {
         let Ok(decoded) = decode(&msg.bytes) else {
-            self.summary.bad_messages += 1;
+            self.bad_message();
             return;
         };
         let Message::Update { credits, decisions } = decoded.message else {
-            self.summary.bad_messages += 1;
+            self.bad_message();
             return;
         };
         let now = Instant::now();
@@ -761,7 +783,7 @@ impl Supervisor {
             Err(_) => {
                 // The DCM is gone: the event waits for its timeout or the DCM's death, then
                 // goes elsewhere. Nothing is lost.
-                self.summary.bad_messages += 1;
+                self.bad_message();
             }
         }
         Ok(())

@@ -50,6 +50,7 @@ use iceoryx2::port::listener::Listener;
 use iceoryx2::port::notifier::Notifier;
 use iceoryx2::port::publisher::Publisher;
 use iceoryx2::port::subscriber::Subscriber;
+use iceoryx2::port::LoanError;
 use iceoryx2::prelude::*;
 
 use crate::frame::{Frame, Received, TransportError};
@@ -461,7 +462,10 @@ impl ShmSocket {
                     sample.send().map_err(|e| shm_err("send", &self.bound, e))?
                 }
                 // All slots in flight: the receiver has not released them yet.
-                Err(_) => 0,
+                Err(LoanError::ExceedsMaxLoans | LoanError::OutOfMemory) => 0,
+                // A size the segment cannot take (above what iceoryx2 can map) or a broken
+                // segment: an error now, never a retry without end.
+                Err(e) => return Err(shm_err("loan", &self.bound, format!("{e} ({total} bytes)"))),
             };
             if delivered > 0 {
                 // A failed notification only delays the receiver until its next timeout.
@@ -493,15 +497,15 @@ impl ShmSocket {
             };
             let bytes: &[u8] = sample.payload();
             let Some((&id_len, rest)) = bytes.split_first() else {
-                self.oversized += 1;
+                self.refuse();
                 continue;
             };
             let Some((id, body)) = rest.split_at_checked(usize::from(id_len)) else {
-                self.oversized += 1;
+                self.refuse();
                 continue;
             };
             if self.max_message_bytes.is_some_and(|m| body.len() > m) {
-                self.oversized += 1;
+                self.refuse();
                 continue;
             }
             msg.peer.clear();
@@ -513,6 +517,13 @@ impl ShmSocket {
             msg.frames = 1;
             return Ok(true);
         }
+    }
+
+    /// Counts a message dropped on receipt (malformed, or above the limit), here and in the
+    /// process-wide count of `/metrics`.
+    fn refuse(&mut self) {
+        self.oversized += 1;
+        crate::socket::count_oversized();
     }
 
     /// Receives one message if one is queued, without waiting and without a system call.

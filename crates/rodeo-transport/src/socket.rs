@@ -31,11 +31,32 @@
 use std::ffi::c_void;
 
 use std::cell::{Cell, OnceCell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::endpoint::{Endpoint, Scheme};
 use crate::shm::ShmSocket;
 
 pub use crate::frame::{Frame, FrameOwner, Received, TransportError};
+
+/// Messages refused on receipt in this process so far because they were larger than their
+/// socket's limit ([`Socket::set_max_message_size`]) or malformed on the shared-memory
+/// transport: what `/metrics` exports as `rodeo_oversized_messages_total`. A ZeroMQ frame
+/// above the limit is refused by libzmq itself, which closes the peer's connection before the
+/// frame is buffered and gives no count; what is counted here is a message whose frames
+/// together pass the limit (each frame below it) and every refusal on shared memory.
+static OVERSIZED: AtomicU64 = AtomicU64::new(0);
+
+/// Messages this process refused on receipt as larger than their socket's limit (see
+/// [`OVERSIZED`]'s rules: multi-frame ZeroMQ messages over the limit, every shared-memory
+/// refusal).
+pub fn oversized_count() -> u64 {
+    OVERSIZED.load(Ordering::Relaxed)
+}
+
+/// Counts one refused message in the process-wide [`oversized_count`].
+pub(crate) fn count_oversized() {
+    OVERSIZED.fetch_add(1, Ordering::Relaxed);
+}
 
 /// The socket types the protocol uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +130,7 @@ impl Transport {
             send_timeout_ms: Cell::new(-1),
             max_message_bytes: Cell::new(None),
             stalled: false,
+            oversized_zmq: 0,
         })
     }
 }
@@ -127,6 +149,8 @@ pub struct Socket {
     /// A [`Socket::send`] timed out and no send has got through since: the next sends do not
     /// wait (a vanished or stuck peer costs one send timeout, not one per message).
     stalled: bool,
+    /// ZeroMQ messages dropped on receipt as larger than `max_message_bytes` in total.
+    oversized_zmq: u64,
 }
 
 impl std::fmt::Debug for Socket {
@@ -209,10 +233,12 @@ impl Socket {
         self.shm.get().is_some()
     }
 
-    /// Messages this socket dropped on receipt because they were malformed or larger than
-    /// [`Socket::set_max_message_size`] (shared memory; ZeroMQ disconnects such peers instead).
+    /// Messages this socket dropped on receipt because they were larger than
+    /// [`Socket::set_max_message_size`] (ZeroMQ: in total over several frames; a single frame
+    /// above the limit makes libzmq close the peer's connection instead, uncounted) or, on
+    /// shared memory, malformed.
     pub fn dropped_count(&self) -> u64 {
-        self.shm.get().map_or(0, |s| s.oversized)
+        self.oversized_zmq + self.shm.get().map_or(0, |s| s.oversized)
     }
 
     /// Sets the send and receive high-water marks (messages queued per peer before back-pressure).
@@ -244,8 +270,12 @@ impl Socket {
             })
     }
 
-    /// Refuses (and disconnects the peer of) any incoming message larger than `bytes`, before
-    /// it is buffered: for sockets that face untrusted or small-message peers.
+    /// Refuses any incoming message larger than `bytes`: a ZeroMQ frame above it before it is
+    /// buffered (libzmq closes that peer's connection), a message of several frames that
+    /// passes it in total when it is received (dropped, counted: [`Socket::dropped_count`],
+    /// [`oversized_count`]), a shared-memory message when it is taken from the inbox (dropped,
+    /// counted). Set it before `bind`/`connect` (ZeroMQ applies it to new connections, the
+    /// shared-memory inbox takes it when it is opened).
     pub fn set_max_message_size(&self, bytes: i64) -> Result<(), TransportError> {
         self.max_message_bytes
             .set(usize::try_from(bytes).ok().filter(|_| bytes >= 0));
@@ -399,28 +429,58 @@ impl Socket {
     }
 
     fn recv_parts(&mut self, msg: &mut Received, first_flags: i32) -> Result<bool, TransportError> {
+        let limit = self.max_message_bytes.get().unwrap_or(usize::MAX);
+        let mut flags = first_flags;
+        loop {
+            match self.recv_one(msg, flags, limit)? {
+                Some(true) => return Ok(true),
+                None => return Ok(false),
+                // Larger than the limit in total (each frame below it: libzmq refuses those):
+                // dropped and counted; the next message, if one is queued, is taken instead.
+                Some(false) => {
+                    count_oversized();
+                    self.oversized_zmq += 1;
+                    flags = zmq::DONTWAIT;
+                }
+            }
+        }
+    }
+
+    /// One message into `msg`: `Some(true)` taken, `Some(false)` read to its end but larger
+    /// than `limit` in total (its bytes not kept), `None` nothing queued.
+    fn recv_one(
+        &mut self,
+        msg: &mut Received,
+        first_flags: i32,
+        limit: usize,
+    ) -> Result<Option<bool>, TransportError> {
         msg.peer.clear();
         msg.bytes.clear();
         msg.frames = 0;
         let mut first = true;
+        let mut over = false;
         loop {
             let flags = if first { first_flags } else { 0 };
             match self.inner.recv(&mut self.part, flags) {
                 Ok(()) => {}
-                Err(zmq::Error::EAGAIN) if first => return Ok(false),
+                Err(zmq::Error::EAGAIN) if first => return Ok(None),
                 // A signal interrupted the call: the message is still whole in the queue.
                 Err(zmq::Error::EINTR) => continue,
                 Err(source) => return Err(TransportError::Recv { source }),
             }
             if first && self.kind == SocketKind::Router {
                 msg.peer.extend_from_slice(&self.part);
+            } else if over || msg.bytes.len() + self.part.len() > limit {
+                // Read the rest of the frames (they are in memory already) without keeping them.
+                over = true;
+                msg.bytes.clear();
             } else {
                 msg.bytes.extend_from_slice(&self.part);
                 msg.frames += 1;
             }
             first = false;
             if !self.part.get_more() {
-                return Ok(true);
+                return Ok(Some(!over));
             }
         }
     }
@@ -703,6 +763,40 @@ mod tests {
         let mut lonely = t.socket(SocketKind::Dealer).unwrap();
         let e = lonely.try_send([Frame::Copy(b"x")]).unwrap_err();
         assert!(e.is_would_block(), "{e}");
+    }
+
+    #[test]
+    fn a_message_over_the_limit_in_several_frames_is_dropped_and_counted() {
+        let t = Transport::new(1).unwrap();
+        let mut server = t.socket(SocketKind::Router).unwrap();
+        server.set_max_message_size(100).unwrap();
+        server
+            .bind(&Endpoint::parse("inproc://max-frames").unwrap())
+            .unwrap();
+        let mut client = t.socket(SocketKind::Dealer).unwrap();
+        client
+            .connect(&Endpoint::parse("inproc://max-frames").unwrap())
+            .unwrap();
+        let before = oversized_count();
+        // Each frame below the limit (libzmq takes them), together above it.
+        let part = [7u8; 60];
+        client
+            .send([Frame::Copy(&part), Frame::Copy(&part), Frame::Copy(&part)])
+            .unwrap();
+        client
+            .send([Frame::Copy(&part[..40]), Frame::Copy(&part)])
+            .unwrap();
+        let mut msg = Received::default();
+        assert!(server.recv(&mut msg, 5000).unwrap());
+        assert_eq!(
+            msg.bytes.len(),
+            100,
+            "the message at the limit is taken whole"
+        );
+        assert_eq!(msg.frames, 2);
+        assert_eq!(server.dropped_count(), 1);
+        assert!(oversized_count() > before);
+        assert!(!server.try_recv(&mut msg).unwrap());
     }
 
     #[test]

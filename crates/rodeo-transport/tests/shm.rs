@@ -202,6 +202,15 @@ fn oversized_messages_are_dropped_and_counted() {
     assert!(server.recv(&mut msg, 5000).unwrap());
     assert_eq!(msg.bytes, [2u8; 16]);
     assert_eq!(server.dropped_count(), 1);
+    // The process-wide count that /metrics exports saw it too.
+    assert!(rodeo_transport::socket::oversized_count() >= 1);
+    // A message far above the limit (4 MiB, the sender's segment grows for it) is dropped the
+    // same way, no panic, and the socket goes on.
+    client.send([Frame::Copy(&vec![3u8; 4 << 20])]).unwrap();
+    client.send([Frame::Copy(&[4u8; 8])]).unwrap();
+    assert!(server.recv(&mut msg, 5000).unwrap());
+    assert_eq!(msg.bytes, [4u8; 8]);
+    assert_eq!(server.dropped_count(), 2);
 }
 
 #[test]

@@ -312,6 +312,77 @@ fn killing_the_controller_leaves_no_application_running() {
     );
 }
 
+#[test]
+fn a_frozen_controller_leaves_no_application_running() {
+    // SIGSTOP of the controller closes no pipe: the applications must notice its silence
+    // (no ping for control.dead_after_ms) and walk themselves down, files closed.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let dead_after_ms = 1500;
+    std::fs::write(
+        &cfg,
+        format!(
+            "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
+             [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
+             dead_after_ms = {dead_after_ms}\n"
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        .args(["run", "--processes", "--seconds", "120", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = out_dir.to_str().unwrap().to_string();
+    wait_until(
+        "the partition up and writing",
+        Duration::from_secs(60),
+        || {
+            apps_of(&marker).len() == 5
+                && files_under(&out_dir)
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains(".data"))
+        },
+    );
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
+    // dead_after_ms, then the walk-down (the supervisor's drain ends at dcm_timeout_ms of its
+    // DCMs' silence), with a margin for a loaded machine.
+    let all_gone = holds_within(Duration::from_millis(dead_after_ms + 8_000), || {
+        apps_of(&marker).is_empty()
+    });
+    let left = apps_of(&marker);
+    // Clean up whatever the outcome: SIGKILL ends a stopped process too.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+    child.wait().unwrap();
+    for a in &left {
+        // SAFETY: kill(2) on a pid found as this test's partition's application.
+        unsafe { libc::kill(a.pid, libc::SIGKILL) };
+    }
+    assert!(
+        all_gone,
+        "applications left {dead_after_ms} ms + 8 s after the controller froze: {left:?}"
+    );
+    // They stopped in order: the logger closed its files (none left `.writing`).
+    let files = files_under(&out_dir);
+    assert!(
+        files
+            .iter()
+            .all(|p| !p.to_string_lossy().ends_with(".writing")),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|p| p.to_string_lossy().ends_with(".data")),
+        "{files:?}"
+    );
+}
+
 /// `rodeo config check FILE [--bind]` on `text`: (success, stdout + stderr).
 fn config_check(dir: &std::path::Path, text: &str, bind: bool) -> (bool, String) {
     let cfg = dir.join("check.toml");

@@ -2,7 +2,10 @@
 //! 127.0.0.1: a seeded random mix of
 //! hostile peers (garbage frames, truncated and size-lying messages, messages above the node's
 //! size limit, a peer that never reads, peers that connect and vanish, requests for absent
-//! L1IDs and unknown ROBs, clears of ranges the node never saw) runs for a bounded time while a
+//! L1IDs and unknown ROBs, clears of ranges the node never saw; and on raw TCP below ZeroMQ:
+//! a slow peer that sends its handshake and a request byte by byte, one that sends many
+//! requests and never reads, one that stalls inside a frame, one that sends garbage instead
+//! of a handshake, and peers that connect and hang up at once) runs for a bounded time while a
 //! well-behaved client written from `specs/dataflow-protocol.md` keeps asking for events. The
 //! test asserts that the good client gets every answer, each correct (its transaction, its L1ID,
 //! one valid ROB fragment per channel, distinct source ids, the L1ID asked for), that the node
@@ -10,9 +13,11 @@
 //! a bound, and that SIGTERM still ends it within a second with its counters.
 //!
 //! The seed and the duration come from `RODEO_FUZZ_SEED` and `RODEO_FUZZ_SECONDS` (defaults:
-//! a fixed seed, 4 s); a failure prints the seed so that it can be replayed.
+//! a fixed seed, 10 s); the seed is printed at the start and in every failure so that a run
+//! can be replayed.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,11 +36,15 @@ const CHANNELS: usize = 4;
 const GOOD_L1IDS: u32 = 64;
 /// Clears from hostile peers name L1IDs at or above this (never stored: the store holds 256).
 const FAR_L1ID: u32 = 1 << 20;
-/// Hostile peer threads.
+/// Hostile peer threads with ZeroMQ sockets.
 const HOSTILE: usize = 6;
+/// Hostile peer threads on raw TCP (below ZeroMQ).
+const RAW: usize = 3;
 /// Growth of the node's peak resident memory allowed over the attack (issue 28: < 100 MB; a
 /// leak per message of the hundreds of thousands sent, or an unbounded reply, would break it).
 const RSS_GROWTH_LIMIT_BYTES: u64 = 100 << 20;
+/// Growth of the node's resident memory from halfway through the attack to its end.
+const RSS_KEPT_LIMIT_BYTES: u64 = 16 << 20;
 
 /// A small seeded generator (xorshift64*): the same seed replays the same peers.
 struct Rng(u64);
@@ -91,6 +100,176 @@ fn try_dealer(t: &Transport, endpoint: &str, rcvhwm: Option<u32>) -> Option<Sock
     s.set_send_timeout(200).ok()?;
     s.connect(&Endpoint::parse(endpoint).unwrap()).ok()?;
     Some(s)
+}
+
+/// The ZMTP 3.0 greeting of a peer with the NULL mechanism (rfc.zeromq.org/spec/23): signature,
+/// version 3.0, mechanism "NULL" padded to 20 bytes, as-server 0, 31 bytes of filler.
+fn zmtp_greeting() -> Vec<u8> {
+    let mut g = vec![0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0];
+    let mut mech = b"NULL".to_vec();
+    mech.resize(20, 0);
+    g.extend_from_slice(&mech);
+    g.push(0);
+    g.resize(64, 0);
+    g
+}
+
+/// The NULL mechanism's READY command of a DEALER (a short command frame).
+fn zmtp_ready() -> Vec<u8> {
+    let mut body = vec![5];
+    body.extend_from_slice(b"READY");
+    body.push(11);
+    body.extend_from_slice(b"Socket-Type");
+    body.extend_from_slice(&6u32.to_be_bytes());
+    body.extend_from_slice(b"DEALER");
+    let mut f = vec![0x04, body.len() as u8];
+    f.extend_from_slice(&body);
+    f
+}
+
+/// One ZMTP message frame (the last of its message) holding `body`.
+fn zmtp_frame(body: &[u8]) -> Vec<u8> {
+    let mut f = if body.len() < 256 {
+        vec![0x00, body.len() as u8]
+    } else {
+        let mut h = vec![0x02];
+        h.extend_from_slice(&(body.len() as u64).to_be_bytes());
+        h
+    };
+    f.extend_from_slice(body);
+    f
+}
+
+/// A raw TCP connection to the node's `tcp://HOST:PORT` endpoint (`None`: refused, e.g. out
+/// of ports for a moment).
+fn raw_connect(endpoint: &str) -> Option<TcpStream> {
+    let addr = endpoint.strip_prefix("tcp://")?;
+    let s = TcpStream::connect(addr).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    Some(s)
+}
+
+/// Reads ZMTP frames from `s` (after the node's greeting) until a message frame comes;
+/// whether one came before the read timeout.
+fn raw_read_message(s: &mut TcpStream) -> bool {
+    let mut greeting = [0u8; 64];
+    if s.read_exact(&mut greeting).is_err() {
+        return false;
+    }
+    loop {
+        let mut flags = [0u8; 1];
+        if s.read_exact(&mut flags).is_err() {
+            return false;
+        }
+        let len = if flags[0] & 0x02 != 0 {
+            let mut b = [0u8; 8];
+            if s.read_exact(&mut b).is_err() {
+                return false;
+            }
+            u64::from_be_bytes(b)
+        } else {
+            let mut b = [0u8; 1];
+            if s.read_exact(&mut b).is_err() {
+                return false;
+            }
+            u64::from(b[0])
+        };
+        let mut body = vec![0u8; len.min(1 << 20) as usize];
+        if s.read_exact(&mut body).is_err() {
+            return false;
+        }
+        if flags[0] & 0x04 == 0 {
+            return true;
+        }
+    }
+}
+
+/// One raw TCP peer's turn (below ZeroMQ, as a broken or hostile network peer behaves);
+/// `slow_answered` counts the slow peers that got their answer.
+fn raw_turn(endpoint: &str, rng: &mut Rng, slow_answered: &AtomicU64, sent: &AtomicU64) {
+    let mut buf = Vec::new();
+    match rng.below(5) {
+        // Slow: the handshake and one request byte by byte, then the answer is read.
+        0 => {
+            let Some(mut s) = raw_connect(endpoint) else {
+                return;
+            };
+            let _ = s.set_nodelay(true);
+            encode_data_request(&mut buf, 7, GOOD_L1IDS / 2, &[]);
+            let mut bytes = zmtp_greeting();
+            bytes.extend(zmtp_ready());
+            bytes.extend(zmtp_frame(&buf));
+            let pause = Duration::from_micros(200 + rng.below(800));
+            for b in &bytes {
+                if s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                // The pace of a slow peer, not a synchronisation.
+                std::thread::sleep(pause);
+            }
+            sent.fetch_add(1, Ordering::Relaxed);
+            if raw_read_message(&mut s) {
+                slow_answered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // Never reads: thousands of requests in a burst, the connection held a while.
+        1 => {
+            let Some(mut s) = raw_connect(endpoint) else {
+                return;
+            };
+            let mut bytes = zmtp_greeting();
+            bytes.extend(zmtp_ready());
+            for i in 0..3_000u32 {
+                buf.clear();
+                encode_data_request(&mut buf, i, i % GOOD_L1IDS, &[]);
+                bytes.extend(zmtp_frame(&buf));
+            }
+            if s.write_all(&bytes).is_ok() {
+                sent.fetch_add(3_000, Ordering::Relaxed);
+            }
+            // Holding the unread connection open is the attack.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        // Stalls inside a frame: a header promising more than it sends, then silence.
+        2 => {
+            let Some(mut s) = raw_connect(endpoint) else {
+                return;
+            };
+            let mut bytes = zmtp_greeting();
+            bytes.extend(zmtp_ready());
+            bytes.push(0x02);
+            bytes.extend_from_slice(&(64u64 << 10).to_be_bytes());
+            let n = rng.below(1000) as usize;
+            bytes.extend(rng.bytes(n));
+            let _ = s.write_all(&bytes);
+            sent.fetch_add(1, Ordering::Relaxed);
+            // Holding the half-sent frame open is the attack.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // Garbage instead of a handshake.
+        3 => {
+            let Some(mut s) = raw_connect(endpoint) else {
+                return;
+            };
+            let n = 1 + rng.below(4096) as usize;
+            let _ = s.write_all(&rng.bytes(n));
+            sent.fetch_add(1, Ordering::Relaxed);
+        }
+        // Flapping: connect and hang up, again and again, some after half a greeting.
+        _ => {
+            for k in 0..20 {
+                let Some(mut s) = raw_connect(endpoint) else {
+                    return;
+                };
+                if k < 10 {
+                    let _ = s.write_all(&zmtp_greeting()[..32]);
+                }
+                drop(s);
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// One hostile peer's turn: picks a behaviour and carries it out for a short while. Returns
@@ -264,7 +443,8 @@ fn check_reply(msg: &Received, txn: u32, l1id: u32) -> Result<Vec<u32>, String> 
 #[test]
 fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     let seed = env_u64("RODEO_FUZZ_SEED", 0x5EED_2026_1125);
-    let seconds = env_u64("RODEO_FUZZ_SECONDS", 4);
+    let seconds = env_u64("RODEO_FUZZ_SECONDS", 10);
+    eprintln!("wire fuzz: seed {seed:#x} for {seconds} s (replay: RODEO_FUZZ_SEED={seed})");
     let mut node = Command::new(env!("CARGO_BIN_EXE_rodeo"))
         .args([
             "ros",
@@ -320,16 +500,21 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let peers: Vec<_> = (0..HOSTILE)
+    let slow_answered = Arc::new(AtomicU64::new(0));
+    let peers: Vec<_> = (0..HOSTILE + RAW)
         .map(|k| {
             let (endpoint, stop, sent) = (endpoint.clone(), stop.clone(), sent.clone());
+            let slow_answered = slow_answered.clone();
             std::thread::spawn(move || {
                 // Each hostile peer has its own context, as a process of its own would.
                 let t = Transport::new(1).unwrap();
                 let mut rng = Rng::new(seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 let mut turns = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    if hostile_turn(&t, &endpoint, &mut rng, limit, rob, &sent).is_some() {
+                    if k >= HOSTILE {
+                        raw_turn(&endpoint, &mut rng, &slow_answered, &sent);
+                        turns += 1;
+                    } else if hostile_turn(&t, &endpoint, &mut rng, limit, rob, &sent).is_some() {
                         turns += 1;
                     }
                     // A breath between turns (the peers' pace, not a synchronisation): the mix
@@ -346,7 +531,18 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     let mut answered = 0u64;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut txn = 1u32;
+    // The node's resident memory halfway through: a leak per message keeps growing after it,
+    // buffers that fill up and are reused do not.
+    let half = Instant::now() + Duration::from_secs(seconds) / 2;
+    let mut rss_half = None;
     while Instant::now() < deadline {
+        if rss_half.is_none() && Instant::now() >= half {
+            rss_half = Some(status_bytes(pid, "VmRSS"));
+            eprintln!(
+                "seed {seed:#x}: halfway, {} hostile messages sent",
+                sent.load(Ordering::Relaxed)
+            );
+        }
         let l1id = txn % GOOD_L1IDS;
         buf.clear();
         encode_data_request(&mut buf, txn, l1id, &[]);
@@ -362,6 +558,8 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     stop.store(true, Ordering::Relaxed);
     let turns: u64 = peers.into_iter().map(|p| p.join().unwrap()).sum();
     let rss_peak = status_bytes(pid, "VmHWM");
+    let rss_after = status_bytes(pid, "VmRSS");
+    let rss_half = rss_half.unwrap_or(rss_before);
 
     // SIGTERM ends the node within a second, with its counters as JSON.
     let t0 = Instant::now();
@@ -393,6 +591,9 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
         n("duplicate_robs") > 0,
         "no repeated-ROB request was read: {s}"
     );
+    // A slow peer (byte by byte, below ZeroMQ) is served like any other.
+    let slow = slow_answered.load(Ordering::Relaxed);
+    assert!(slow > 0, "seed {seed:#x}: no slow raw peer got its answer");
     let growth = rss_peak.saturating_sub(rss_before);
     assert!(
         growth < RSS_GROWTH_LIMIT_BYTES,
@@ -401,10 +602,23 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
         rss_before >> 20,
         rss_peak >> 20
     );
+    // The second half of the attack on top of the first: a leak per message grows on
+    // (hundreds of thousands of messages per half: 100 bytes each is tens of MB).
+    let kept = rss_after.saturating_sub(rss_half);
+    assert!(
+        kept < RSS_KEPT_LIMIT_BYTES,
+        "seed {seed:#x}: the node grew by {} MB in the second half of the attack (before {} \
+         MB, halfway {} MB, after {} MB); {s}",
+        kept >> 20,
+        rss_before >> 20,
+        rss_half >> 20,
+        rss_after >> 20
+    );
     eprintln!(
         "seed {seed:#x}: {answered} good answers, {} hostile messages in {turns} turns, \
-         peak rss +{} MB; {s}",
+         {slow} slow raw peers answered, peak rss +{} MB, second half +{} MB; {s}",
         sent.load(Ordering::Relaxed),
         growth >> 20,
+        kept >> 20,
     );
 }

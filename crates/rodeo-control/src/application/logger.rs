@@ -99,6 +99,7 @@ impl Application for LoggerApp {
                 disk_full: c.disk_full.load(Ordering::Relaxed),
                 directory_moves: c.directory_moves.load(Ordering::Relaxed),
                 events_refused: c.events_refused.load(Ordering::Relaxed),
+                bad_messages: c.bad_messages.load(Ordering::Relaxed),
             })
         }))
     }

@@ -164,6 +164,7 @@ impl Application for SupervisorApp {
                 in_flight: ld(&c.in_flight),
                 credits: ld(&c.credits),
                 decision_latency: histogram(&c.decision_latency),
+                bad_messages: ld(&c.bad_messages),
             }))
         }))
     }

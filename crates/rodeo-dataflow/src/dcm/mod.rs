@@ -135,6 +135,10 @@ pub struct DcmConfig {
     pub sample: Option<SampleConfig>,
     /// ZeroMQ high-water mark of its sockets (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
     pub high_water_mark: u32,
+    /// Largest incoming message of its sockets, in bytes (ZMQ_MAXMSGSIZE, or the shared-memory
+    /// inbox's limit): larger ones are refused before they are buffered (`None`, the default:
+    /// no limit). A partition sets it from `[transport] max_message_bytes`.
+    pub max_message_bytes: Option<usize>,
 }
 
 impl DcmConfig {
@@ -165,6 +169,7 @@ impl DcmConfig {
             compress_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
             sample: None,
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
+            max_message_bytes: None,
         }
     }
 }
@@ -205,6 +210,10 @@ pub fn spawn(
             .map_err(terr("set high-water marks".into()))?;
         s.set_identity(app.as_bytes())
             .map_err(terr("set identity".into()))?;
+        if let Some(n) = config.max_message_bytes {
+            s.set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
+                .map_err(terr("set max message size".into()))?;
+        }
         s.set_send_timeout(SEND_TIMEOUT_MS)
             .map_err(terr("set send timeout".into()))?;
         s.connect(&ep)
