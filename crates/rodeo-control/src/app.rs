@@ -194,6 +194,7 @@ impl AppControl {
             finished: inner.driver.finished(),
             metrics: inner.driver.metrics(),
             shm_backpressure: rodeo_transport::shm::backpressure_count(),
+            auth_refused: rodeo_transport::curve::refused_count(),
         }
     }
 }
@@ -259,6 +260,7 @@ impl RunControl for AppControl {
             PartitionExtras {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
+                auth_refused: rodeo_transport::curve::refused_count(),
             },
         );
     }

@@ -69,6 +69,10 @@ pub struct Heartbeat {
     /// Sends a full shared-memory inbox refused in this process so far (back-pressure).
     #[serde(default)]
     pub shm_backpressure: u64,
+    /// Handshakes this process's CURVE servers refused so far (peers without the partition's
+    /// keys).
+    #[serde(default)]
+    pub auth_refused: u64,
 }
 
 /// A message from an application to the controller.
@@ -175,6 +179,7 @@ mod tests {
                 events_refused: 3,
             })),
             shm_backpressure: 5,
+            auth_refused: 6,
         };
         let h = ToController::Heartbeat(hb);
         let text = String::from_utf8(encode(&h)).unwrap();

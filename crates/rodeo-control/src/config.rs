@@ -42,6 +42,12 @@ host = "127.0.0.1"
 # (waits, bounded by the 1 s send timeout, then counted and retried); one sent on a ROUTER is
 # policy "drop_newest" (dropped at once and counted). docs/architecture.md, table of queues.
 high_water_mark = 100000
+# ZeroMQ CURVE on every tcp socket of the partition (data plane and control channel): only
+# applications holding the partition's keys (made per partition, handed to the applications
+# with their configuration) get in; refused peers are counted
+# (rodeo_transport_auth_refused_total) and logged. Default: true when kind = "tcp", false
+# otherwise (the control channel, always tcp, is then plain). docs/run-control.md, "Security".
+# curve = true
 
 [l1]
 # "emulator": the L1 emulator in the supervisor; "roib": accepts assembled by L1ID from
@@ -332,6 +338,18 @@ pub struct TransportConfig {
     pub host: String,
     /// ZeroMQ high-water mark of the supervisor's, DCMs' and loggers' sockets, in messages.
     pub high_water_mark: u32,
+    /// CURVE on every tcp socket of the partition; unset: on when `kind` is tcp
+    /// ([`TransportConfig::curve_enabled`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub curve: Option<bool>,
+}
+
+impl TransportConfig {
+    /// Whether the partition's tcp sockets (data plane and control channel) authenticate with
+    /// CURVE: `curve` if given, else true for `kind = "tcp"`.
+    pub fn curve_enabled(&self) -> bool {
+        self.curve.unwrap_or(self.kind == TransportKind::Tcp)
+    }
 }
 
 impl Default for TransportConfig {
@@ -342,6 +360,7 @@ impl Default for TransportConfig {
             base_port: 47000,
             host: "127.0.0.1".into(),
             high_water_mark: rodeo_dataflow::DEFAULT_HIGH_WATER_MARK,
+            curve: None,
         }
     }
 }
@@ -888,6 +907,21 @@ impl PartitionConfig {
             if hwm == 0 || hwm > 10_000_000 {
                 return Err(bad(field, hwm, "1..=10000000 messages"));
             }
+        }
+        if self.transport.curve_enabled() && !rodeo_transport::curve::available() {
+            return Err(bad(
+                "transport.curve",
+                format!(
+                    "true{}",
+                    if self.transport.curve.is_none() {
+                        " (the default with kind = \"tcp\")"
+                    } else {
+                        ""
+                    }
+                ),
+                "false: this build's libzmq has no CURVE (build it with libsodium: \
+                 third_party/zmq-sys/README.md)",
+            ));
         }
         if self.transport.io_threads == 0 || self.transport.io_threads > 16 {
             return Err(bad(

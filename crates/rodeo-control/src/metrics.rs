@@ -179,6 +179,9 @@ pub struct PartitionExtras {
     pub bad_control_messages: u64,
     /// Sends refused by a full shared-memory inbox (back-pressure), all applications together.
     pub shm_backpressure: u64,
+    /// tcp handshakes refused by CURVE (peers without the partition's keys), every process of
+    /// the partition together.
+    pub auth_refused: u64,
 }
 
 /// Writes the whole vocabulary of `/metrics` for a partition: its state and run, every
@@ -246,6 +249,12 @@ pub fn write_partition_metrics(
         "rodeo_shm_backpressure_total",
         "Sends a full shared-memory inbox refused (retried or reported to the sender, never lost).",
         &[(&[], extras.shm_backpressure)],
+    );
+    w.counter(
+        "rodeo_transport_auth_refused_total",
+        "tcp handshakes refused by CURVE: peers without the partition's keys (plain ZeroMQ, \
+         wrong keys, garbage); the first refusal from each address is logged.",
+        &[(&[], extras.auth_refused)],
     );
 
     let mut sup = Vec::new();
