@@ -86,7 +86,10 @@ pub const KEY_LINE_TAG: &str = "rodeo-curve-1";
 // libzmq's (zmq.h, 4.2.1 and later); zmq-sys 0.12 does not declare it.
 unsafe extern "C" {
     /// Writes the Z85 public key (40 characters and a NUL) of a Z85 secret key.
-    fn zmq_curve_public(z85_public_key: *mut libc::c_char, z85_secret_key: *const libc::c_char) -> libc::c_int;
+    fn zmq_curve_public(
+        z85_public_key: *mut libc::c_char,
+        z85_secret_key: *const libc::c_char,
+    ) -> libc::c_int;
 }
 
 /// A CURVE key pair (32-byte keys).
@@ -127,9 +130,7 @@ impl KeyPair {
         let mut out = [0u8; 41];
         // SAFETY: `out` has room for the 40 characters and the NUL zmq_curve_public writes;
         // `c_secret` is a NUL-terminated 40-character Z85 string, which it reads.
-        let rc = unsafe {
-            zmq_curve_public(out.as_mut_ptr().cast(), c_secret.as_ptr().cast())
-        };
+        let rc = unsafe { zmq_curve_public(out.as_mut_ptr().cast(), c_secret.as_ptr().cast()) };
         if rc != 0 {
             return None;
         }
@@ -269,14 +270,18 @@ impl Guard {
             });
         }
         let setup = |op| move |source| TransportError::Setup { op, source };
-        let zap = ctx.socket(zmq::REP).map_err(setup("create the ZAP socket"))?;
-        zap.set_linger(0).map_err(setup("set linger on the ZAP socket"))?;
+        let zap = ctx
+            .socket(zmq::REP)
+            .map_err(setup("create the ZAP socket"))?;
+        zap.set_linger(0)
+            .map_err(setup("set linger on the ZAP socket"))?;
         zap.set_rcvhwm(1000)
             .map_err(setup("set the ZAP socket's high-water mark"))?;
-        zap.bind(ZAP_ENDPOINT).map_err(|source| TransportError::Bind {
-            endpoint: ZAP_ENDPOINT.into(),
-            source,
-        })?;
+        zap.bind(ZAP_ENDPOINT)
+            .map_err(|source| TransportError::Bind {
+                endpoint: ZAP_ENDPOINT.into(),
+                source,
+            })?;
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let client_public = keys.client.public;
@@ -445,7 +450,8 @@ fn answer_zap(zap: &zmq::Socket, client_public: &[u8; 32], log: &mut Log) {
     };
     // version, request id, domain, address, identity, mechanism, credentials...
     let get = |i: usize| frames.get(i).map(Vec::as_slice).unwrap_or_default();
-    let (version, request_id, domain, address, mechanism) = (get(0), get(1), get(2), get(3), get(5));
+    let (version, request_id, domain, address, mechanism) =
+        (get(0), get(1), get(2), get(3), get(5));
     let (code, text): (&[u8], &[u8]) = if version != b"1.0" {
         (b"400", b"unsupported ZAP version")
     } else if mechanism == b"NULL" {
@@ -539,7 +545,9 @@ fn reason(event: u32, value: u32) -> &'static str {
         (_, zmq_sys::ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) => {
             "CURVE handshake did not decrypt (wrong server key)"
         }
-        (zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, _) => "ZeroMQ protocol error in the handshake",
+        (zmq_sys::ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, _) => {
+            "ZeroMQ protocol error in the handshake"
+        }
         _ => "handshake failed (connection closed or not ZeroMQ)",
     }
 }
@@ -562,14 +570,18 @@ fn peer_address(fd: i32) -> Option<String> {
         libc::AF_INET => {
             // SAFETY: ss_family is AF_INET, so the storage holds a sockaddr_in, which it is
             // large and aligned enough for.
-            let a = unsafe { &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let a = unsafe {
+                &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
             let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
             Some(format!("{ip}:{}", u16::from_be(a.sin_port)))
         }
         libc::AF_INET6 => {
             // SAFETY: ss_family is AF_INET6, so the storage holds a sockaddr_in6, which it is
             // large and aligned enough for.
-            let a = unsafe { &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let a = unsafe {
+                &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
             let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
             Some(format!("[{ip}]:{}", u16::from_be(a.sin6_port)))
         }
@@ -601,7 +613,10 @@ mod tests {
         );
         let mut w = words.clone();
         w[0] = "rodeo-curve-0";
-        assert_eq!(PartitionKeys::from_line(&w.join(" ")), Err(KeyError::Format(5)));
+        assert_eq!(
+            PartitionKeys::from_line(&w.join(" ")),
+            Err(KeyError::Format(5))
+        );
         let mut w = words.clone();
         w[3] = "short";
         assert_eq!(

@@ -84,9 +84,11 @@ fn only_clients_with_the_partitions_keys_get_through_and_refusals_are_counted() 
         Some((&keys.server.public, &own)),
         b"from a client key that is not the partition's",
     );
-    wait_until("the unknown client key's refusal to be counted", LIMIT, || {
-        server_t.auth_refused() > base
-    });
+    wait_until(
+        "the unknown client key's refusal to be counted",
+        LIMIT,
+        || server_t.auth_refused() > base,
+    );
     drop(forger);
 
     assert!(
@@ -106,7 +108,10 @@ fn only_clients_with_the_partitions_keys_get_through_and_refusals_are_counted() 
     wait_until("the member's message", LIMIT, || {
         server.recv(&mut msg, 100).unwrap()
     });
-    assert_eq!(msg.bytes, b"from a member", "a stranger's message got through");
+    assert_eq!(
+        msg.bytes, b"from a member",
+        "a stranger's message got through"
+    );
     assert_eq!(msg.peer, b"member");
     server
         .send_to(b"member", [Frame::Copy(b"welcome")])
@@ -144,9 +149,7 @@ fn strangers_at_once_get_nothing_through_while_a_member_is_served() {
     });
     let member_t = Transport::with_curve(1, keys).unwrap();
     let mut member = member_t.socket(SocketKind::Dealer).unwrap();
-    member
-        .connect(&Endpoint::parse(&bound).unwrap())
-        .unwrap();
+    member.connect(&Endpoint::parse(&bound).unwrap()).unwrap();
     member.set_send_timeout(5000).unwrap();
     for i in 0..10u8 {
         member.send([Frame::Copy(&[i])]).unwrap();

@@ -21,7 +21,13 @@ use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-fn http(addr: SocketAddr, method: &str, path: &str, auth: Option<&str>, body: &str) -> (u16, String) {
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!(
@@ -82,7 +88,10 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     let config_file = dir.path().join("partition.toml");
     std::fs::write(&config_file, &toml).unwrap();
     let config = PartitionConfig::from_toml(&toml, "test").unwrap();
-    assert!(config.transport.curve_enabled(), "CURVE is the default over tcp");
+    assert!(
+        config.transport.curve_enabled(),
+        "CURVE is the default over tcp"
+    );
     let layout = Layout::new(&config);
     let endpoint_of = |name: &str| {
         layout
@@ -96,7 +105,15 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     let first_rob = layout.nodes[0].2.base_source_id;
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(["run", "--processes", "--seconds", "300", "--http", "127.0.0.1:0", "--json"])
+        .args([
+            "run",
+            "--processes",
+            "--seconds",
+            "300",
+            "--http",
+            "127.0.0.1:0",
+            "--json",
+        ])
         .arg("--config")
         .arg(&config_file)
         .env("RODEO_TOKEN", "curve-token")
@@ -130,7 +147,9 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     let args = cmdline(ros_pid);
     assert!(args.iter().any(|a| a == "--keys-stdin"), "{args:?}");
     assert!(
-        !args.iter().any(|a| a.contains("rodeo-curve") || a.len() == 40),
+        !args
+            .iter()
+            .any(|a| a.contains("rodeo-curve") || a.len() == 40),
         "a key on the command line: {args:?}"
     );
     let control = args
@@ -165,7 +184,9 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     at_ros.send(&request[..], zmq::DONTWAIT).unwrap();
     at_ros.send(&clear[..], zmq::DONTWAIT).unwrap();
     let at_sup = stranger(&ctx, &sup_endpoint, b"dcm-9");
-    at_sup.send(&b"not from the partition"[..], zmq::DONTWAIT).unwrap();
+    at_sup
+        .send(&b"not from the partition"[..], zmq::DONTWAIT)
+        .unwrap();
 
     // Refused in three processes (controller, ros-1, supervisor): the controller's /metrics
     // adds its own count and the applications' heartbeats.
@@ -187,13 +208,20 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
         Some(zmq::Error::EAGAIN),
         "the readout node answered a stranger"
     );
-    assert_eq!(at_control.recv_bytes(zmq::DONTWAIT).err(), Some(zmq::Error::EAGAIN));
+    assert_eq!(
+        at_control.recv_bytes(zmq::DONTWAIT).err(),
+        Some(zmq::Error::EAGAIN)
+    );
     // ... and the forged ERROR heartbeat did nothing: every application is RUNNING.
     let (_, body) = http(addr, "GET", "/api/status", None, "");
     let st: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(st["state"], "RUNNING", "{st}");
     assert!(
-        st["apps"].as_array().unwrap().iter().all(|a| a["state"] == "RUNNING"),
+        st["apps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["state"] == "RUNNING"),
         "{st}"
     );
     drop((at_control, at_ros, at_sup));
@@ -201,13 +229,24 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     let stop = r#"{"command":"stop"}"#;
     let (code, body) = http(addr, "POST", "/api/command", Some("curve-token"), stop);
     assert_eq!(code, 200, "{body}");
-    let exit = wait_for("rodeo run to end after stop", LIMIT, || child.try_wait().unwrap());
+    let exit = wait_for("rodeo run to end after stop", LIMIT, || {
+        child.try_wait().unwrap()
+    });
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     assert!(exit.success(), "{out}");
     let summary: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(summary["balanced"], true, "{summary}");
     // Nothing the stranger cleared went missing: every event was built whole.
-    assert_eq!(summary["partial_events"].as_u64().unwrap_or(0), 0, "{summary}");
+    assert_eq!(
+        summary["partial_events"].as_u64().unwrap_or(0),
+        0,
+        "{summary}"
+    );
     assert!(summary["l1_accepts"].as_u64() > Some(0), "{summary}");
 }
