@@ -199,6 +199,7 @@ impl AppControl {
             metrics: inner.driver.metrics(),
             shm_backpressure: rodeo_transport::shm::backpressure_count(),
             oversized_messages: rodeo_transport::socket::oversized_count(),
+            auth_refused: rodeo_transport::curve::refused_count(),
         }
     }
 
@@ -277,6 +278,7 @@ impl RunControl for AppControl {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
                 oversized_messages: rodeo_transport::socket::oversized_count(),
+                auth_refused: rodeo_transport::curve::refused_count(),
             },
         );
     }

@@ -82,6 +82,10 @@ pub struct Heartbeat {
     /// (`rodeo_transport::socket::oversized_count`).
     #[serde(default)]
     pub oversized_messages: u64,
+    /// Handshakes this process's CURVE servers refused so far (peers without the partition's
+    /// keys).
+    #[serde(default)]
+    pub auth_refused: u64,
 }
 
 /// A message from an application to the controller.
@@ -196,6 +200,7 @@ mod tests {
             })),
             shm_backpressure: 5,
             oversized_messages: 6,
+            auth_refused: 6,
         };
         let h = ToController::Heartbeat(hb);
         let text = String::from_utf8(encode(&h)).unwrap();

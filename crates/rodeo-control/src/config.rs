@@ -49,6 +49,12 @@ high_water_mark = 100000
 # partition's largest message (a full event), 65536..=4294967295. The control channel takes
 # the smaller of this and 1 MiB. docs/run-control.md, "Hostile peers".
 max_message_bytes = 0
+# ZeroMQ CURVE on every tcp socket of the partition (data plane and control channel): only
+# applications holding the partition's keys (made per partition, handed to the applications
+# with their configuration) get in; refused peers are counted
+# (rodeo_transport_auth_refused_total) and logged. Default: true when kind = "tcp", false
+# otherwise (the control channel, always tcp, is then plain). docs/run-control.md, "Security".
+# curve = true
 
 [l1]
 # "emulator": the L1 emulator in the supervisor; "roib": accepts assembled by L1ID from
@@ -342,6 +348,18 @@ pub struct TransportConfig {
     /// Largest incoming message of every data socket, in bytes; 0: derived per socket
     /// ([`PartitionConfig::message_limits`]).
     pub max_message_bytes: u64,
+    /// CURVE on every tcp socket of the partition; unset: on when `kind` is tcp
+    /// ([`TransportConfig::curve_enabled`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub curve: Option<bool>,
+}
+
+impl TransportConfig {
+    /// Whether the partition's tcp sockets (data plane and control channel) authenticate with
+    /// CURVE: `curve` if given, else true for `kind = "tcp"`.
+    pub fn curve_enabled(&self) -> bool {
+        self.curve.unwrap_or(self.kind == TransportKind::Tcp)
+    }
 }
 
 /// The largest message each kind of data socket of a partition accepts, in bytes
@@ -380,6 +398,7 @@ impl Default for TransportConfig {
             host: "127.0.0.1".into(),
             high_water_mark: rodeo_dataflow::DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: 0,
+            curve: None,
         }
     }
 }
@@ -987,6 +1006,21 @@ impl PartitionConfig {
             if hwm == 0 || hwm > 10_000_000 {
                 return Err(bad(field, hwm, "1..=10000000 messages"));
             }
+        }
+        if self.transport.curve_enabled() && !rodeo_transport::curve::available() {
+            return Err(bad(
+                "transport.curve",
+                format!(
+                    "true{}",
+                    if self.transport.curve.is_none() {
+                        " (the default with kind = \"tcp\")"
+                    } else {
+                        ""
+                    }
+                ),
+                "false: this build's libzmq has no CURVE (build it with libsodium: \
+                 third_party/zmq-sys/README.md)",
+            ));
         }
         if self.transport.io_threads == 0 || self.transport.io_threads > 16 {
             return Err(bad(

@@ -399,3 +399,28 @@ fn max_message_bytes_must_hold_the_partitions_largest_message_and_names_the_fiel
     .to_string();
     assert!(e.contains("transport.max_message_bytes"), "{e}");
 }
+
+#[test]
+fn curve_defaults_to_on_for_tcp_only_and_a_bad_value_names_the_field() {
+    let on = |text: &str| {
+        PartitionConfig::from_toml(text, "t.toml")
+            .unwrap()
+            .transport
+            .curve_enabled()
+    };
+    assert!(!on(""));
+    assert!(!on("[transport]\nkind = \"shm\"\n"));
+    assert!(on("[transport]\nkind = \"tcp\"\n"));
+    assert!(!on("[transport]\nkind = \"tcp\"\ncurve = false\n"));
+    // Explicitly on without tcp: the control channel (always tcp) authenticates.
+    assert!(on("[transport]\nkind = \"shm\"\ncurve = true\n"));
+    // Unset stays unset through the TOML handed to applications.
+    let c = PartitionConfig::from_toml("[transport]\nkind = \"tcp\"\n", "t.toml").unwrap();
+    assert_eq!(c.transport.curve, None);
+    let back = PartitionConfig::from_toml(&c.to_toml(), "again").unwrap();
+    assert_eq!(back.transport.curve, None);
+    let e = PartitionConfig::from_toml("[transport]\ncurve = \"yes\"\n", "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("curve"), "{e}");
+}

@@ -46,6 +46,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rodeo_transport::curve::PartitionKeys;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport, TransportError};
 
@@ -97,6 +98,8 @@ struct App {
     metrics: Option<AppMetrics>,
     shm_backpressure: u64,
     oversized_messages: u64,
+    /// Handshakes its CURVE servers refused (its heartbeat's count).
+    auth_refused: u64,
     rate_base: Option<(Instant, u64)>,
     rate_hz: f64,
     finished: bool,
@@ -225,6 +228,7 @@ impl Shared {
                 a.finished = hb.finished;
                 a.shm_backpressure = hb.shm_backpressure;
                 a.oversized_messages = hb.oversized_messages;
+                a.auth_refused = hb.auth_refused;
                 let main = hb.metrics.as_ref().map_or(0, AppMetrics::main_count);
                 match a.rate_base {
                     Some((t0, v0)) if now.duration_since(t0) >= Duration::from_millis(200) => {
@@ -336,6 +340,9 @@ pub struct Controller {
     program: PathBuf,
     endpoint: String,
     local_config: Option<PathBuf>,
+    /// The partition's CURVE keys (`transport.curve`): handed to every application on its
+    /// stdin when it is spawned.
+    keys: Option<PartitionKeys>,
     /// The balance sheet of the last run (made at disconnect).
     summary: Mutex<Option<RunSummary>>,
     /// The failure that last put the partition in ERROR.
@@ -363,10 +370,20 @@ fn shell_quote(s: &str) -> String {
 
 impl Controller {
     /// A controller for `config` in NONE, listening for its applications on
-    /// `tcp://<control.address>:*`. `program` is the local rodeo executable.
+    /// `tcp://<control.address>:*`. `program` is the local rodeo executable. With
+    /// `transport.curve`, the partition's CURVE keys are made here: the control channel and
+    /// every tcp socket of the applications authenticate with them.
     pub fn new(config: PartitionConfig, program: PathBuf) -> Result<Controller, ControllerError> {
         config.validate()?;
-        let transport = Transport::new(1)?;
+        let keys = if config.transport.curve_enabled() {
+            Some(PartitionKeys::generate()?)
+        } else {
+            None
+        };
+        let transport = match &keys {
+            Some(k) => Transport::with_curve(1, k.clone())?,
+            None => Transport::new(1)?,
+        };
         let socket = transport.socket(SocketKind::Router)?;
         // A frame larger than any control message is refused before it is buffered.
         let limit = config.control_message_limit(crate::channel::MAX_MESSAGE_BYTES);
@@ -392,6 +409,7 @@ impl Controller {
                     metrics: None,
                     shm_backpressure: 0,
                     oversized_messages: 0,
+                    auth_refused: 0,
                     rate_base: None,
                     rate_hz: 0.0,
                     finished: false,
@@ -468,6 +486,7 @@ impl Controller {
             program,
             endpoint,
             local_config: None,
+            keys,
             summary: Mutex::new(None),
             last_failure: Mutex::new(None),
         })
@@ -580,9 +599,11 @@ impl Controller {
             .and_then(|a| a.child.as_ref().map(Child::id))
     }
 
+    /// Spawns application `a` (here or over ssh). With CURVE keys, its first line of stdin
+    /// is the keys (`--keys-stdin`): never on the command line, where `ps` would show them.
     fn spawn_one(&self, a: &App) -> std::io::Result<Child> {
         let hb = self.config.control.heartbeat_ms.to_string();
-        let args = [
+        let mut args = vec![
             "app",
             a.role.name(),
             "--name",
@@ -593,10 +614,13 @@ impl Controller {
             &hb,
             "--exit-on-stdin-eof",
         ];
+        if self.keys.is_some() {
+            args.push("--keys-stdin");
+        }
         let mut cmd = match &a.host {
             None => {
                 let mut c = std::process::Command::new(&self.program);
-                c.args(args);
+                c.args(&args);
                 if let Some(p) = &self.local_config {
                     c.arg("--config").arg(p);
                 }
@@ -607,7 +631,7 @@ impl Controller {
                 let mut c = std::process::Command::new(&ssh[0]);
                 c.args(&ssh[1..]).arg(host);
                 let mut remote = shell_quote(&self.config.control.remote_rodeo);
-                for w in args {
+                for w in &args {
                     remote.push(' ');
                     remote.push_str(&shell_quote(w));
                 }
@@ -617,11 +641,24 @@ impl Controller {
         };
         // Own process group: a Ctrl-C at the terminal reaches the controller only, which
         // brings the partition down in order.
-        cmd.stdin(Stdio::piped())
+        let mut child = cmd
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .process_group(0)
-            .spawn()
+            .spawn()?;
+        if let (Some(keys), Some(stdin)) = (&self.keys, child.stdin.as_mut()) {
+            // A pipe holds far more than one line: this does not wait for the child.
+            if let Err(e) = writeln!(stdin, "{}", keys.to_line()) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot hand {} its CURVE keys on stdin: {e}", a.name),
+                ));
+            }
+        }
+        Ok(child)
     }
 
     /// `initialize`: spawns every application and waits for each one's hello.
@@ -1005,6 +1042,9 @@ impl RunControl for Controller {
                 shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
                 oversized_messages: t.apps.iter().map(|a| a.oversized_messages).sum::<u64>()
                     + rodeo_transport::socket::oversized_count(),
+                // The controller's own (control channel) refusals and every application's.
+                auth_refused: rodeo_transport::curve::refused_count()
+                    + t.apps.iter().map(|a| a.auth_refused).sum::<u64>(),
             },
         );
     }

@@ -281,8 +281,16 @@ impl EmbeddedPartition {
     fn action(&self, apps: &mut Apps, command: Command) -> Result<(), (String, String)> {
         match command {
             Command::Initialize => {
-                let t = Transport::new(self.config.transport.io_threads)
-                    .map_err(|e| ("partition".to_string(), e.to_string()))?;
+                // With CURVE (`transport.curve`) this partition's keys are made here: every
+                // tcp socket of its applications authenticates with them.
+                let io_threads = self.config.transport.io_threads;
+                let t = if self.config.transport.curve_enabled() {
+                    rodeo_transport::curve::PartitionKeys::generate()
+                        .and_then(|k| Transport::with_curve(io_threads, k))
+                } else {
+                    Transport::new(io_threads)
+                }
+                .map_err(|e| ("partition".to_string(), e.to_string()))?;
                 let ctx = AppContext {
                     transport: t.clone(),
                     trace_every: self.trace_every,
@@ -593,6 +601,7 @@ impl RunControl for EmbeddedPartition {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
                 oversized_messages: rodeo_transport::socket::oversized_count(),
+                auth_refused: rodeo_transport::curve::refused_count(),
             },
         );
     }

@@ -212,6 +212,9 @@ pub struct PartitionExtras {
     /// Messages refused on receipt as larger than their socket's limit (or malformed on
     /// shared memory), all applications together (`rodeo_transport::socket::oversized_count`).
     pub oversized_messages: u64,
+    /// tcp handshakes refused by CURVE (peers without the partition's keys), every process of
+    /// the partition together.
+    pub auth_refused: u64,
 }
 
 /// Writes the whole vocabulary of `/metrics` for a partition: its state and run, every
@@ -302,6 +305,12 @@ pub fn write_partition_metrics(
         "Messages refused on receipt as larger than their socket's limit \
          (transport.max_message_bytes; on shared memory also malformed ones).",
         &[(&[], extras.oversized_messages)],
+    );
+    w.counter(
+        "rodeo_transport_auth_refused_total",
+        "tcp handshakes refused by CURVE: peers without the partition's keys (plain ZeroMQ, \
+         wrong keys, garbage); the first refusal from each address is logged.",
+        &[(&[], extras.auth_refused)],
     );
 
     let mut sup = Vec::new();

@@ -20,6 +20,13 @@
 //! back. No empty delimiter frame is used (the protocol's rule), so DEALER peers see exactly the
 //! protocol frames.
 //!
+//! # CURVE
+//!
+//! A transport made with [`Transport::with_curve`] authenticates every `tcp://` socket with
+//! the partition's keys ([`crate::curve`]): a bind makes a CURVE server (refusing peers without
+//! the partition's client key, counting and logging them), a connect a CURVE client. Other
+//! schemes are unchanged.
+//!
 //! # Timeouts
 //!
 //! Nothing here waits forever: [`Socket::recv`] takes a timeout and returns `Ok(false)` when it
@@ -32,7 +39,9 @@ use std::ffi::c_void;
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::curve::{Guard, PartitionKeys};
 use crate::endpoint::{Endpoint, Scheme};
 use crate::shm::ShmSocket;
 
@@ -75,6 +84,8 @@ pub enum SocketKind {
 #[derive(Clone)]
 pub struct Transport {
     ctx: zmq::Context,
+    /// With CURVE: the partition's keys and the authenticator thread.
+    curve: Option<Arc<Guard>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -93,7 +104,27 @@ impl Transport {
                 op: "set io threads",
                 source,
             })?;
-        Ok(Transport { ctx })
+        Ok(Transport { ctx, curve: None })
+    }
+
+    /// Like [`Transport::new`], with every `tcp://` socket authenticated by CURVE with the
+    /// partition's `keys` ([`crate::curve`]). Starts the authenticator thread; fails when this
+    /// build's libzmq has no CURVE.
+    pub fn with_curve(io_threads: u32, keys: PartitionKeys) -> Result<Transport, TransportError> {
+        let mut t = Transport::new(io_threads)?;
+        t.curve = Some(Arc::new(Guard::start(&t.ctx, keys)?));
+        Ok(t)
+    }
+
+    /// The partition's keys, when this transport authenticates tcp with CURVE.
+    pub fn curve_keys(&self) -> Option<&PartitionKeys> {
+        self.curve.as_deref().map(Guard::keys)
+    }
+
+    /// Handshakes this transport's tcp servers refused (0 without CURVE); the process's
+    /// total, over every transport, is [`crate::curve::refused_count`].
+    pub fn auth_refused(&self) -> u64 {
+        self.curve.as_deref().map_or(0, Guard::refused)
     }
 
     /// A new socket of `kind`. Sockets are linger-free (a stopped application does not hang on
@@ -123,6 +154,9 @@ impl Transport {
         }
         Ok(Socket {
             inner,
+            curve: self.curve.clone(),
+            curve_set: Cell::new(false),
+            watched: Cell::new(false),
             kind,
             part: zmq::Message::new(),
             shm: OnceCell::new(),
@@ -139,6 +173,12 @@ impl Transport {
 /// `shm://` endpoint ([`crate::shm`]); the methods are the same for both.
 pub struct Socket {
     inner: zmq::Socket,
+    /// The transport's CURVE keys and authenticator (tcp endpoints only).
+    curve: Option<Arc<Guard>>,
+    /// The CURVE options are set (the next non-tcp bind or connect clears them).
+    curve_set: Cell<bool>,
+    /// The authenticator reads this socket's monitor (set at its first tcp bind).
+    watched: Cell<bool>,
     kind: SocketKind,
     part: zmq::Message,
     /// Set by `bind`/`connect` of an `shm://` endpoint; every operation then goes there.
@@ -171,6 +211,7 @@ impl Socket {
             self.set_shm(s, endpoint)?;
             return Ok(endpoint.to_string());
         }
+        self.prepare_curve(endpoint, true)?;
         self.inner
             .bind(endpoint.as_str())
             .map_err(|source| TransportError::Bind {
@@ -196,12 +237,64 @@ impl Socket {
             )?;
             return self.set_shm(s, endpoint);
         }
+        self.prepare_curve(endpoint, false)?;
         self.inner
             .connect(endpoint.as_str())
             .map_err(|source| TransportError::Connect {
                 endpoint: endpoint.to_string(),
                 source,
             })
+    }
+
+    /// Before a ZeroMQ bind (`server`) or connect of `endpoint`: with CURVE keys, a tcp
+    /// endpoint gets the CURVE options (ZeroMQ copies them into the binding or connection);
+    /// any other endpoint gets them cleared (the mechanism back to NULL).
+    fn prepare_curve(&self, endpoint: &Endpoint, server: bool) -> Result<(), TransportError> {
+        let Some(guard) = &self.curve else {
+            return Ok(());
+        };
+        let setup =
+            |r: zmq::Result<()>, op| r.map_err(|source| TransportError::Setup { op, source });
+        if endpoint.scheme() != Scheme::Tcp {
+            // The ZAP domain may stay: a NULL connection asks the authenticator, which lets
+            // NULL in (only this context's non-tcp endpoints speak it).
+            if self.curve_set.get() {
+                setup(self.inner.set_curve_server(false), "clear CURVE")?;
+                self.curve_set.set(false);
+            }
+            return Ok(());
+        }
+        let keys = guard.keys();
+        if server {
+            setup(self.inner.set_curve_server(true), "set CURVE server")?;
+            setup(
+                self.inner.set_curve_secretkey(&keys.server.secret),
+                "set the CURVE server secret key",
+            )?;
+            setup(
+                self.inner.set_zap_domain(crate::curve::ZAP_DOMAIN),
+                "set the ZAP domain",
+            )?;
+            if !self.watched.get() {
+                guard.watch(&self.inner, endpoint.as_str())?;
+                self.watched.set(true);
+            }
+        } else {
+            setup(
+                self.inner.set_curve_serverkey(&keys.server.public),
+                "set the CURVE server key",
+            )?;
+            setup(
+                self.inner.set_curve_publickey(&keys.client.public),
+                "set the CURVE client public key",
+            )?;
+            setup(
+                self.inner.set_curve_secretkey(&keys.client.secret),
+                "set the CURVE client secret key",
+            )?;
+        }
+        self.curve_set.set(true);
+        Ok(())
     }
 
     fn set_shm(&self, s: ShmSocket, endpoint: &Endpoint) -> Result<(), TransportError> {

@@ -8,6 +8,11 @@
 //! it sends a heartbeat every `--heartbeat-ms`. It leaves after `shutdown`, on SIGTERM/SIGINT,
 //! or — with `--exit-on-stdin-eof` — when its stdin closes (the controller or its ssh went
 //! away), walking itself down first. The messages are in docs/run-control.md.
+//!
+//! With `--keys-stdin` (the controller's partition has `transport.curve`), the first line of
+//! stdin is the partition's CURVE keys (`rodeo_transport::curve`): read before anything
+//! connects, never on the command line. Every tcp socket of the process, the control channel
+//! included, then authenticates with them.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -18,6 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use rodeo_control::app::{serve, AppControl, Role as AppRole};
+use rodeo_transport::curve::PartitionKeys;
 use rodeo_transport::socket::Transport;
 
 /// The application roles.
@@ -58,6 +64,10 @@ pub(crate) struct Args {
     /// on ADDR, e.g. 127.0.0.1:0. Commands sent here bypass the controller: for experts.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// Read the partition's CURVE keys from the first line of stdin (what the controller
+    /// writes there) and authenticate every tcp socket with them.
+    #[arg(long)]
+    keys_stdin: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -67,7 +77,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let io_threads = config.as_ref().map_or(1, |c| c.transport.io_threads);
-    let transport = Transport::new(io_threads)?;
+    let transport = if args.keys_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("--keys-stdin: cannot read the CURVE keys from stdin")?;
+        let keys = PartitionKeys::from_line(&line)
+            .context("--keys-stdin: the first line of stdin is not the partition's keys")?;
+        Transport::with_curve(io_threads, keys)?
+    } else {
+        Transport::new(io_threads)?
+    };
     let role = match args.role {
         Role::Logger => AppRole::Logger,
         Role::Ros => AppRole::Ros,
