@@ -454,12 +454,11 @@ fn answer_zap(zap: &zmq::Socket, client_public: &[u8; 32], log: &mut Log) {
         (get(0), get(1), get(2), get(3), get(5));
     let (code, text): (&[u8], &[u8]) = if version != b"1.0" {
         (b"400", b"unsupported ZAP version")
-    } else if mechanism == b"NULL" {
-        (b"200", b"OK")
-    } else if mechanism == b"CURVE"
-        && domain == ZAP_DOMAIN.as_bytes()
-        && frames.len() == 7
-        && get(6) == client_public
+    } else if mechanism == b"NULL"
+        || (mechanism == b"CURVE"
+            && domain == ZAP_DOMAIN.as_bytes()
+            && frames.len() == 7
+            && get(6) == client_public)
     {
         (b"200", b"OK")
     } else {
