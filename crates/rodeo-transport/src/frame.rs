@@ -1,8 +1,10 @@
 //! What both transports (ZeroMQ in [`crate::socket`], shared memory in [`crate::shm`]) send,
-//! receive and fail with: [`Frame`], [`FrameOwner`], [`Received`] and [`TransportError`]. They
+//! receive and fail with: [`Frame`], [`FrameOwner`], [`Received`] and [`TransportError`], and the
+//! process-wide count of messages both refuse as too large ([`oversized_count`]). They
 //! live apart from either transport so that neither imports the other's internals for them
 //! (re-exported from [`crate::socket`], where callers have always found them).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 /// What went wrong in a socket operation, with the endpoint or operation named.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -112,4 +114,24 @@ pub struct Received {
     pub bytes: Vec<u8>,
     /// Number of frames the message had (not counting the routing id).
     pub frames: u32,
+}
+
+/// Messages refused on receipt in this process so far because they were larger than their
+/// socket's limit ([`Socket::set_max_message_size`](crate::socket::Socket::set_max_message_size)) or malformed on the shared-memory
+/// transport: what `/metrics` exports as `rodeo_oversized_messages_total`. A ZeroMQ frame
+/// above the limit is refused by libzmq itself, which closes the peer's connection before the
+/// frame is buffered and gives no count; what is counted here is a message whose frames
+/// together pass the limit (each frame below it) and every refusal on shared memory.
+static OVERSIZED: AtomicU64 = AtomicU64::new(0);
+
+/// Messages this process refused on receipt as larger than their socket's limit (see
+/// [`OVERSIZED`]'s rules: multi-frame ZeroMQ messages over the limit, every shared-memory
+/// refusal).
+pub fn oversized_count() -> u64 {
+    OVERSIZED.load(Ordering::Relaxed)
+}
+
+/// Counts one refused message in the process-wide [`oversized_count`].
+pub(crate) fn count_oversized() {
+    OVERSIZED.fetch_add(1, Ordering::Relaxed);
 }

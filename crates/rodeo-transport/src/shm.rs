@@ -523,7 +523,7 @@ impl ShmSocket {
     /// process-wide count of `/metrics`.
     fn refuse(&mut self) {
         self.oversized += 1;
-        crate::socket::count_oversized();
+        crate::frame::count_oversized();
     }
 
     /// Receives one message if one is queued, without waiting and without a system call.

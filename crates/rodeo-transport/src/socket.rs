@@ -38,34 +38,14 @@
 use std::ffi::c_void;
 
 use std::cell::{Cell, OnceCell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::curve::{Guard, PartitionKeys};
 use crate::endpoint::{Endpoint, Scheme};
 use crate::shm::ShmSocket;
 
-pub use crate::frame::{Frame, FrameOwner, Received, TransportError};
-
-/// Messages refused on receipt in this process so far because they were larger than their
-/// socket's limit ([`Socket::set_max_message_size`]) or malformed on the shared-memory
-/// transport: what `/metrics` exports as `rodeo_oversized_messages_total`. A ZeroMQ frame
-/// above the limit is refused by libzmq itself, which closes the peer's connection before the
-/// frame is buffered and gives no count; what is counted here is a message whose frames
-/// together pass the limit (each frame below it) and every refusal on shared memory.
-static OVERSIZED: AtomicU64 = AtomicU64::new(0);
-
-/// Messages this process refused on receipt as larger than their socket's limit (see
-/// [`OVERSIZED`]'s rules: multi-frame ZeroMQ messages over the limit, every shared-memory
-/// refusal).
-pub fn oversized_count() -> u64 {
-    OVERSIZED.load(Ordering::Relaxed)
-}
-
-/// Counts one refused message in the process-wide [`oversized_count`].
-pub(crate) fn count_oversized() {
-    OVERSIZED.fetch_add(1, Ordering::Relaxed);
-}
+use crate::frame::count_oversized;
+pub use crate::frame::{oversized_count, Frame, FrameOwner, Received, TransportError};
 
 /// The socket types the protocol uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
