@@ -6,8 +6,9 @@
 //! refusals are counted in the controller's /metrics (`rodeo_transport_auth_refused_total`,
 //! the controller's own plus every application's). The keys are never on a command line.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use rodeo_testkit::http::request as http;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -20,36 +21,6 @@ use rodeo_testkit::{wait_for, wait_until};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    auth: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(a) = auth {
-        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out[9..12].parse().unwrap();
-    (
-        status,
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
-}
 
 /// The value of an unlabelled metric in a Prometheus text page.
 fn metric(page: &str, name: &str) -> Option<f64> {
