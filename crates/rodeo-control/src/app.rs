@@ -376,33 +376,24 @@ pub fn serve(
             }
             continue;
         }
-        let (seq, command, config, expect_cleared, abandon_drain, rejoin_at) =
-            match channel::decode::<ToApp>(&msg.bytes) {
-                Ok(ToApp::Command {
-                    seq,
-                    command,
-                    config,
-                    expect_cleared,
-                    abandon_drain,
-                    rejoin_at,
-                }) => (
-                    seq,
-                    command,
-                    config,
-                    expect_cleared,
-                    abandon_drain,
-                    rejoin_at,
-                ),
-                Ok(ToApp::Ping { dead_after_ms }) => {
-                    heard = Instant::now();
-                    dead_after = Some(Duration::from_millis(dead_after_ms.max(1)));
-                    continue;
-                }
-                Err(_) => {
-                    bad += 1;
-                    continue;
-                }
-            };
+        let decoded = channel::decode::<ToApp>(&msg.bytes);
+        if let Ok(ToApp::Ping { dead_after_ms }) = decoded {
+            heard = Instant::now();
+            dead_after = Some(Duration::from_millis(dead_after_ms.max(1)));
+            continue;
+        }
+        let Ok(ToApp::Command {
+            seq,
+            command,
+            config,
+            expect_cleared,
+            abandon_drain,
+            rejoin_at,
+        }) = decoded
+        else {
+            bad += 1;
+            continue;
+        };
         let run = RunEnd {
             l1_accepts: expect_cleared,
             abandon_drain,
