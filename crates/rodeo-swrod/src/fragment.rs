@@ -78,6 +78,12 @@ pub trait FragmentSink<'p>: Sync {
         true
     }
 
+    /// Called by a receiving thread after each superpage it read (once the fragments it
+    /// completed have been handed over) and on its idle turns: a sink that gathers fragments
+    /// into batches hands its open batch on now, so no fragment waits for more input. The
+    /// default: nothing.
+    fn flush(&self) {}
+
     /// Called once before the receiving threads start, with their number.
     fn begin(&self, _threads: usize) {}
 

@@ -531,6 +531,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
                     rx.agg.check_timeouts();
                     rx.agg.publish_horizon();
                     rx.agg.publish();
+                    self.sink.flush();
                     rx.sync_counters();
                     self.published.publish(&rx.agg.c);
                 }
@@ -555,6 +556,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
         rx.agg.now = self.shared.now();
         rx.agg.check_timeouts();
         rx.agg.publish();
+        self.sink.flush();
         self.published.publish(&rx.agg.c);
         Turn::Idle
     }
@@ -580,6 +582,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
                 rx.agg.publish();
                 backoff.wait();
             }
+            self.sink.flush();
         }
         let h = shared.horizon.load(Ordering::Acquire);
         rx.agg.flush_until(h);
@@ -587,6 +590,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
         if !rx.agg.complete_until(h) {
             return Err(SwRodError::Panicked(usize::MAX));
         }
+        self.sink.flush();
         rx.sync_counters();
         Ok(rx.agg.c)
     }

@@ -1,19 +1,28 @@
 //! FELIX mode: E-link packets packed into blocks, one unit per block.
 //!
-//! Per L1ID the generator writes one packet per E-link in the default packet format (extended
-//! L1ID, BCID and payload length, then the `pattern` payload), generated piece by piece straight
-//! into that E-link's [`ElinkEncoder`] block ([`write_packet_bytes`], no intermediate packet
-//! buffer). Each encoder packs its packets into blocks (splitting a packet over blocks as FIRST/MIDDLE/LAST when needed) and hands
-//! out a block the moment it is full, as a FELIX card does for a busy E-link.
+//! Each E-link sends one packet per L1ID in the default packet format (extended L1ID, BCID
+//! and payload length, then the `pattern` payload). The generator writes one whole block at a
+//! time, straight into the superpage (no block buffer to copy from, as a card's DMA engine
+//! writes each block once): the block header, then the E-link's packets as subchunks, each
+//! generated in place ([`write_packet_bytes`]), a packet longer than the room left split as
+//! FIRST / MIDDLE... / LAST over that E-link's next blocks, the rest of a block padded with
+//! null trailers. The next block always goes to the E-link that is furthest behind (fewest
+//! packets finished; the lowest index first), so the E-links stay within about a block's
+//! worth of L1IDs of each other, as on a card whose E-links carry the same rate, and a packet
+//! split over blocks continues in that E-link's next block, across superpages if it must.
 //!
-//! Blocks are the units: they go into the superpage whole. A block finished when the superpage
-//! (or the unit budget) is full is kept in an overflow queue and written first into the next
-//! superpage, so the stream of blocks per E-link is continuous across superpages and nothing is
-//! ever split or dropped. The overflow queue is a reused byte buffer: no allocation per packet or
-//! block once it has grown to its high-water mark (about one L1ID's worth of blocks).
+//! The blocks are exactly what [`rodeo_format::felix::ElinkEncoder`] would make of each
+//! E-link's packets; only the order of the E-links' blocks in the superpage differs (by
+//! E-link progress here, by block completion there). The generator never allocates after it
+//! is built.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use rodeo_format::felix::{
-    packet_len, write_packet_bytes, ElinkEncoder, TrailerSize, DEFAULT_BLOCK_SIZE,
+    is_valid_block_size, packet_len, write_packet_bytes, BlockHeader, FelixError, SubchunkType,
+    Trailer, TrailerFlags, TrailerSize, BLOCK_HEADER_BYTES, DEFAULT_BLOCK_SIZE, MAX_ELINK,
+    SEQUENCE_MODULO,
 };
 
 use super::{GeneratorError, L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
@@ -25,7 +34,7 @@ const MAX_PAYLOAD_WORDS: u32 = 0xFFFF;
 /// Configuration of a [`FelixGenerator`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FelixConfig {
-    /// The E-link numbers (11 bits each), one packet per E-link per L1ID, in this order.
+    /// The E-link numbers (11 bits each), one packet per E-link per L1ID.
     pub elinks: Vec<u16>,
     /// Payload words per packet (fixed or uniform); at most 0xFFFF.
     pub payload_words: WordRange,
@@ -52,17 +61,117 @@ impl Default for FelixConfig {
     }
 }
 
+/// The packet an E-link is writing.
+#[derive(Debug, Clone, Copy)]
+struct Packet {
+    l1id: u32,
+    bcid: u16,
+    words: u32,
+    len: usize,
+}
+
+/// One E-link's state: its L1IDs, block sequence number and the packet it is in.
+#[derive(Debug, Clone)]
+struct Lane {
+    elink: u16,
+    l1id: L1idCounter,
+    sequence: u8,
+    /// The packet being written and the bytes of it written so far.
+    packet: Option<Packet>,
+    done: usize,
+}
+
+impl Lane {
+    /// Writes the E-link's next block into `block` (exactly one block long).
+    fn write_block(
+        &mut self,
+        block: &mut [u8],
+        trailer: TrailerSize,
+        sizes: WordRange,
+        rng: &mut Rng,
+    ) {
+        let header = BlockHeader {
+            elink: self.elink,
+            sequence: self.sequence,
+            trailer,
+        };
+        block[..BLOCK_HEADER_BYTES].copy_from_slice(&header.to_bytes());
+        let t = trailer.bytes();
+        let max_field = trailer.max_payload();
+        let mut pos = BLOCK_HEADER_BYTES;
+        // A subchunk needs its trailer and at least one byte.
+        while block.len() - pos > t {
+            let p = match self.packet {
+                Some(p) => p,
+                None => {
+                    let words = sizes.draw(rng);
+                    let l1id = self.l1id.extended();
+                    let p = Packet {
+                        l1id,
+                        bcid: (l1id.wrapping_mul(7) % 3564) as u16,
+                        words,
+                        len: packet_len(words),
+                    };
+                    self.packet = Some(p);
+                    p
+                }
+            };
+            let rest = p.len - self.done;
+            let n = rest.min(block.len() - pos - t).min(max_field);
+            let last = n == rest;
+            let kind = match (self.done == 0, last) {
+                (true, true) => SubchunkType::Both,
+                (true, false) => SubchunkType::First,
+                (false, false) => SubchunkType::Middle,
+                (false, true) => SubchunkType::Last,
+            };
+            write_packet_bytes(
+                &mut block[pos..pos + n],
+                self.done,
+                self.elink,
+                p.l1id,
+                p.bcid,
+                p.words,
+            );
+            let padded = n.next_multiple_of(t);
+            block[pos + n..pos + padded].fill(0);
+            let word = trailer.encode(Trailer {
+                kind,
+                length: n,
+                flags: TrailerFlags::NONE,
+            });
+            let at = pos + padded;
+            match trailer {
+                TrailerSize::Bits16 => {
+                    block[at..at + 2].copy_from_slice(&(word as u16).to_le_bytes());
+                }
+                TrailerSize::Bits32 => block[at..at + 4].copy_from_slice(&word.to_le_bytes()),
+            }
+            pos = at + t;
+            if last {
+                self.packet = None;
+                self.done = 0;
+                self.l1id.advance();
+            } else {
+                self.done += n;
+            }
+        }
+        // Null trailers.
+        block[pos..].fill(0);
+        self.sequence = (self.sequence + 1) % SEQUENCE_MODULO;
+    }
+}
+
 /// The FELIX-mode generator: blocks of E-link packets. See the module docs.
 #[derive(Debug, Clone)]
 pub struct FelixGenerator {
-    encoders: Vec<ElinkEncoder>,
+    lanes: Vec<Lane>,
+    /// The E-links by packets finished, then index: the next block goes to the first.
+    order: BinaryHeap<Reverse<(u64, usize)>>,
     payload_words: WordRange,
     block_size: usize,
-    l1id: L1idCounter,
+    trailer: TrailerSize,
     rng: Rng,
-    /// Finished blocks that did not fit the last superpage, from `overflow_head`.
-    overflow: Vec<u8>,
-    overflow_head: usize,
     blocks: u64,
 }
 
@@ -72,28 +181,38 @@ impl FelixGenerator {
         if config.elinks.is_empty() {
             return Err(GeneratorError::NoElinks);
         }
-        let encoders = config
+        if !is_valid_block_size(config.block_size) {
+            return Err(FelixError::BlockSize {
+                len: config.block_size,
+            }
+            .into());
+        }
+        let lanes: Vec<Lane> = config
             .elinks
             .iter()
-            .map(|&e| ElinkEncoder::new(e, config.trailer, config.block_size))
-            .collect::<Result<Vec<_>, _>>()?;
-        let payload_words = config.payload_words.clamp(MAX_PAYLOAD_WORDS);
+            .map(|&e| Lane {
+                elink: e & MAX_ELINK,
+                l1id: L1idCounter::new(config.l1id_wrap),
+                sequence: 0,
+                packet: None,
+                done: 0,
+            })
+            .collect();
         Ok(FelixGenerator {
-            encoders,
-            payload_words,
+            order: (0..lanes.len()).map(|i| Reverse((0, i))).collect(),
+            lanes,
+            payload_words: config.payload_words.clamp(MAX_PAYLOAD_WORDS),
             block_size: config.block_size,
-            l1id: L1idCounter::new(config.l1id_wrap),
+            trailer: config.trailer,
             rng: Rng::new(config.seed),
-            overflow: Vec::new(),
-            overflow_head: 0,
             blocks: 0,
         })
     }
 
-    /// L1IDs generated so far (every E-link has its packet of each pushed into its encoder;
-    /// the last ones may still wait in a partly filled block).
+    /// L1IDs generated so far: every E-link has written its whole packet of each (some
+    /// E-links may be up to a block's worth of L1IDs further).
     pub fn l1ids(&self) -> u64 {
-        self.l1id.events()
+        self.lanes.iter().map(|l| l.l1id.events()).min().unwrap_or(0)
     }
 
     /// Blocks written into buffers so far.
@@ -107,86 +226,23 @@ impl FelixGenerator {
     }
 }
 
-/// Where finished blocks go during one `fill`: the buffer while it has room (and the unit budget
-/// allows), else the overflow queue.
-struct Out<'a> {
-    buf: &'a mut [u8],
-    fill: Fill,
-    max_units: u64,
-    overflow: &'a mut Vec<u8>,
-    overflow_head: &'a mut usize,
-}
-
-impl Out<'_> {
-    fn room(&self, block: usize) -> bool {
-        self.fill.units < self.max_units && self.buf.len() - self.fill.bytes >= block
-    }
-
-    fn put(&mut self, block: &[u8]) {
-        if *self.overflow_head == self.overflow.len() && self.room(block.len()) {
-            self.buf[self.fill.bytes..self.fill.bytes + block.len()].copy_from_slice(block);
-            self.fill.bytes += block.len();
-            self.fill.units += 1;
-        } else {
-            self.overflow.extend_from_slice(block);
-        }
-    }
-
-    /// Moves queued blocks into the buffer while they fit; true when the queue is empty.
-    fn drain(&mut self, block: usize) -> bool {
-        while *self.overflow_head < self.overflow.len() && self.room(block) {
-            let h = *self.overflow_head;
-            self.buf[self.fill.bytes..self.fill.bytes + block]
-                .copy_from_slice(&self.overflow[h..h + block]);
-            self.fill.bytes += block;
-            self.fill.units += 1;
-            *self.overflow_head += block;
-        }
-        if *self.overflow_head == self.overflow.len() {
-            self.overflow.clear();
-            *self.overflow_head = 0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 impl Generator for FelixGenerator {
     fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
         let bs = self.block_size;
-        let FelixGenerator {
-            encoders,
-            payload_words,
-            l1id,
-            rng,
-            overflow,
-            overflow_head,
-            ..
-        } = self;
-        let mut out = Out {
-            buf,
-            fill: Fill::default(),
-            max_units,
-            overflow,
-            overflow_head,
-        };
-        while out.drain(bs) && out.room(bs) {
-            let ext = l1id.extended();
-            let bcid = (ext.wrapping_mul(7) % 3564) as u16;
-            for enc in encoders.iter_mut() {
-                let words = payload_words.draw(rng);
-                let elink = enc.elink();
-                // The packet is generated straight into the E-link's block, piece by piece.
-                enc.push_chunk_from(
-                    packet_len(words),
-                    |offset, dst| write_packet_bytes(dst, offset, elink, ext, bcid, words),
-                    |block| out.put(block),
-                );
+        let mut fill = Fill::default();
+        for block in buf.chunks_exact_mut(bs) {
+            if fill.units >= max_units {
+                break;
             }
-            l1id.advance();
+            let Some(Reverse((_, i))) = self.order.pop() else {
+                break;
+            };
+            let lane = &mut self.lanes[i];
+            lane.write_block(block, self.trailer, self.payload_words, &mut self.rng);
+            self.order.push(Reverse((lane.l1id.events(), i)));
+            fill.bytes += bs;
+            fill.units += 1;
         }
-        let fill = out.fill;
         self.blocks += fill.units;
         fill
     }
@@ -225,6 +281,50 @@ mod tests {
         }
         assert!(next.iter().all(|&n| n > 50), "{next:?}");
         assert_eq!(g.blocks(), 600);
+    }
+
+    /// Each E-link's blocks are byte for byte what an `ElinkEncoder` makes of its packets
+    /// (whole and split ones), and the E-links stay within a few L1IDs of each other.
+    #[test]
+    fn blocks_match_the_encoders() {
+        use rodeo_format::felix::{encode_packet, ElinkEncoder};
+        for words in [62, 300] {
+            let cfg = FelixConfig {
+                elinks: vec![3, 0x41, 0x7FF],
+                payload_words: WordRange::fixed(words),
+                l1id_wrap: 40,
+                ..FelixConfig::default()
+            };
+            let mut g = FelixGenerator::new(&cfg).unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut got: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
+            for _ in 0..4 {
+                let f = g.fill(&mut buf, u64::MAX);
+                for block in buf[..f.bytes].chunks_exact(1024) {
+                    let elink = u16::from_le_bytes([block[0], block[1]]) & 0x7FF;
+                    let i = cfg.elinks.iter().position(|&e| e == elink).unwrap();
+                    got[i].push(block.to_vec());
+                }
+                let lag = g.lanes.iter().map(|l| l.l1id.events()).max().unwrap() - g.l1ids();
+                assert!(lag <= 6, "E-links {lag} L1IDs apart");
+            }
+            for (i, &elink) in cfg.elinks.iter().enumerate() {
+                let mut enc = ElinkEncoder::new(elink, TrailerSize::Bits32, 1024).unwrap();
+                let mut want = Vec::new();
+                let mut l1id = L1idCounter::new(40);
+                let mut packet = vec![0u8; packet_len(words)];
+                while want.len() < got[i].len() {
+                    let ext = l1id.extended();
+                    let bcid = (ext.wrapping_mul(7) % 3564) as u16;
+                    encode_packet(&mut packet, elink, ext, bcid, words).unwrap();
+                    enc.push_chunk(&packet, |b| want.push(b.to_vec()));
+                    l1id.advance();
+                }
+                want.truncate(got[i].len());
+                assert!(got[i].len() > 40, "{}", got[i].len());
+                assert!(got[i] == want, "E-link {elink:#x}, {words} words");
+            }
+        }
     }
 
     #[test]

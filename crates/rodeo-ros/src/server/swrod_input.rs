@@ -1,33 +1,41 @@
 //! The SW ROD fragment builder feeding the event store: a [`FragmentSink`] on the builder's
 //! side ([`StoreSink`]) and an [`Input`] on the core thread's side ([`SwRodInput`]), joined by
-//! two bounded lock-free queues ([`swrod_link`]).
+//! two bounded lock-free queues of batches ([`swrod_link`]).
 //!
 //! # Data flow and copies
 //!
 //! The builder's receiving threads complete a fragment as N pool blocks joined by reference.
-//! The sink gathers its ROD words (everything after the builder's 8-word ROB header) into one
-//! buffer from a fixed set, in one pass over the pieces (`FragmentSink::inspect`), and leaves
-//! the blocks to the builder, which recycles them at once through its thread's pool caches, so
-//! the builder's memory stays with the builder. The core thread then stores the
-//! buffer in its pages behind the store's own ROB header ([`EventStore::ingest`], one copy, as
-//! for an S-LINK fragment) with the builder's status (TIMEOUT, FRAGMENT_LOST,
-//! BCID_CHECK_FAIL, ...), and returns the buffer. Two copies per fragment is the price of
-//! keeping the builder's pool and the store's pages apart: the store's pages are the core
-//! thread's alone (see [`crate::store`]), and a builder block lives only until the sink
-//! returns.
+//! The sink gathers its ROD words (everything after the builder's 8-word ROB header) into the
+//! link's open **batch**, in one pass over the pieces (`FragmentSink::inspect`), and leaves the
+//! blocks to the builder, which recycles them at once through its thread's pool caches, so the
+//! builder's memory stays with the builder. A batch holds the fragments of about one superpage
+//! back to back (at most [`BATCH_FRAGMENTS`] fragments or [`BATCH_WORDS`] words), and goes to
+//! the core thread when the builder has read a superpage (`FragmentSink::flush`) or when it is
+//! full: a batch is to the SW ROD input what a superpage is to the S-LINK input, so the two
+//! threads exchange one queue item per superpage, not one per fragment (a queue hop moves a
+//! few cache lines between the cores: per fragment it cost more than the fragment's copies).
+//! The core thread then stores each fragment straight from the batch into its pages behind the
+//! store's own ROB header ([`EventStore::ingest`], one copy, as for an S-LINK fragment) with
+//! the builder's status (TIMEOUT, FRAGMENT_LOST, BCID_CHECK_FAIL, ...), and returns the batch.
+//! Two copies per fragment is the price of keeping the builder's pool and the store's pages
+//! apart: the store's pages are the core thread's alone (see [`crate::store`]), and a builder
+//! block lives only until the sink returns.
 //!
 //! # Order
 //!
 //! The store expects each channel's L1IDs in order: an absent L1ID older than the channel's
-//! last one is answered LOST (protocol rule 3), as an S-LINK ROD sends in order. The builder
-//! does not: its threads complete L1IDs in groups of 64, group `g` on thread `g % N`, so a
-//! group can arrive before the one before it is finished, and an incomplete fragment comes
-//! only at its timeout, after many later ones. The input therefore puts the fragments back in
-//! L1ID order before storing them, in a window twice the builder's own (L1IDs in flight,
-//! [`SwRodConfig::window`]): the builder never has more L1IDs open than that (each thread may
-//! besides hold one built fragment while it waits in the sink), and builds every one exactly
-//! once, so the window always drains. The link has a buffer for every slot of the window and
-//! one per thread more, so the fragment the window waits for can always get through.
+//! last one is answered LOST (protocol rule 3), as an S-LINK ROD sends in order. A builder of
+//! one receiving thread (a pooled ROB, [`rodeo_swrod::BuilderPool`]) completes its L1IDs in
+//! order, incomplete ones included (a thread closes its oldest open L1ID first), so each
+//! fragment is the one the input waits for and is stored straight from its batch. A builder of
+//! N threads does not: its threads complete L1IDs in groups of 64, group `g` on thread
+//! `g % N`, so a group can arrive before the one before it is finished. The input therefore
+//! puts the fragments back in L1ID order before storing them, in a window twice the builder's
+//! own (L1IDs in flight, [`SwRodConfig::window`]): a fragment ahead of the one it waits for is
+//! copied out of its batch into a window slot (a buffer of the core thread's, reused), so a
+//! batch always goes back once read and the window never holds the builder back. The builder
+//! never has more L1IDs open than its window and builds every one exactly once, so the window
+//! always drains.
 //!
 //! What the window does with the unexpected:
 //! - a fragment a whole window or more ahead of the L1ID it waits for (a gap in the builder's
@@ -45,31 +53,35 @@
 //!
 //! | queue | producer | consumer | holds |
 //! |---|---|---|---|
-//! | `free` | core thread | builder threads (any) | empty buffers |
-//! | `ready` | builder threads (any) | core thread | filled buffers and their status |
+//! | `free` | core thread | builder threads (any) | empty batches |
+//! | `ready` | builder threads (any) | core thread | filled batches |
 //!
-//! Every buffer is allocated when the link is made and keeps its capacity; one that must grow
-//! for a larger fragment grows once. Each queue is as large as the set of buffers, so a push
-//! never fails. The window's slots belong to the core thread.
+//! The batch being filled (`open`) is behind a mutex that only the ROB's receiving threads
+//! take (one thread for a pooled ROB: never contended). Every batch is allocated when the link
+//! is made and keeps its capacity; one that must grow for a larger fragment grows once. Each
+//! queue is as large as the set of batches, so a push never fails. The window's slots and the
+//! batch being read belong to the core thread.
 //!
 //! # Back-pressure
 //!
-//! Full store: [`SwRodInput::poll`] keeps the refused fragment and retries it on the next poll,
-//! so filled buffers stop coming back. No free buffer: [`StoreSink::fragment`] waits (spin,
-//! then yield, then short sleeps; counted in [`SwRodLinkCounters::sink_waits`]) while holding the
-//! fragment, so its pool blocks stay taken and the builder waits for its pool, and its links
-//! apply XOFF. Nothing is dropped on the way; a fragment the store drops for its own reasons
-//! (a duplicate L1ID, one cleared before it arrived, too short to hold an L1ID) is counted by
-//! the store as for any input.
+//! Full store: [`SwRodInput::poll`] stops at the refused fragment and retries it on the next
+//! poll, so read batches stop coming back. No free batch: the sink reports no room
+//! (`FragmentSink::has_room`, counted once per episode in [`SwRodLinkCounters::sink_waits`])
+//! and its builder stops reading its cards, which stall; a sink that needs a batch in the
+//! middle of a superpage waits (spin, then yield, then short sleeps; counted likewise) while
+//! holding the fragment, so its pool blocks stay taken. Nothing is dropped on the way; a
+//! fragment the store drops for its own reasons (a duplicate L1ID, one cleared before it
+//! arrived, too short to hold an L1ID) is counted by the store as for any input.
 //!
 //! # Shutdown
 //!
 //! Dropping the [`SwRodInput`] (the core thread stopped) makes a waiting sink give up: it then
-//! drops the fragment and counts it in [`SwRodLinkCounters::dropped_no_consumer`], so a builder
-//! never hangs on a node that is gone. [`StoreSink::abandon`] does the same while the core
-//! thread still runs: a node stopping its builder before its core thread calls it once the
-//! builder no longer progresses (a full store nobody clears), so the builder's final fragments
-//! cannot wait forever; fragments already handed over are still stored.
+//! drops the fragment and counts it in [`SwRodLinkCounters::dropped_no_consumer`], as it does
+//! for a batch it would hand over from then on, so a builder never hangs on a node that is
+//! gone. [`StoreSink::abandon`] does the same while the core thread still runs: a node stopping
+//! its builder before its core thread calls it once the builder no longer progresses (a full
+//! store nobody clears), so the builder's final fragments cannot wait forever; fragments
+//! already handed over are still stored.
 //!
 //! [`SwRodInputs`] polls several links (one per store channel) as one [`Input`], as a readout
 //! node fed by one builder per ROB does.
@@ -81,11 +93,52 @@ use rodeo_format::l1id::next_extended_l1id;
 
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
-use rodeo_memory::sync::{AtomicBool, AtomicU64, Ordering};
+use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
 
-/// One fragment on its way: the ROD words and the builder's status.
+/// Fragments a batch holds at most before the sink hands it over.
+pub const BATCH_FRAGMENTS: usize = 64;
+/// ROD words a batch holds before the sink hands it over (64 KiB: a superpage's worth).
+pub const BATCH_WORDS: usize = 16 * 1024;
+/// Batches of a link: one being filled, one being stored, and some in between.
+const BATCHES: usize = 6;
+
+/// Fragments on their way: their ROD words back to back and, per fragment, where its words
+/// end in `words` and the builder's status.
+#[derive(Debug, Default)]
+struct Batch {
+    words: Vec<u32>,
+    frags: Vec<(usize, Status)>,
+}
+
+impl Batch {
+    /// An empty batch with room for about `words` ROD words.
+    fn with_capacity(words: usize) -> Batch {
+        Batch {
+            words: Vec::with_capacity(words),
+            frags: Vec::with_capacity(BATCH_FRAGMENTS),
+        }
+    }
+
+    /// Fragment `i`: its ROD words and status.
+    fn get(&self, i: usize) -> (&[u32], Status) {
+        let start = if i == 0 { 0 } else { self.frags[i - 1].0 };
+        let (end, status) = self.frags[i];
+        (&self.words[start..end], status)
+    }
+
+    fn clear(&mut self) {
+        self.words.clear();
+        self.frags.clear();
+    }
+
+    fn is_full(&self) -> bool {
+        self.frags.len() >= BATCH_FRAGMENTS || self.words.len() >= BATCH_WORDS
+    }
+}
+
+/// One fragment out of its batch: a window slot's copy (the core thread's buffer).
 #[derive(Debug)]
 struct Filled {
     words: Vec<u32>,
@@ -94,14 +147,14 @@ struct Filled {
 
 #[derive(Debug)]
 struct Link {
-    /// Empty buffers for the sink (`refuse`: as many slots as buffers, so a give-back never
+    /// Empty batches for the sink (`refuse`: as many slots as batches, so a give-back never
     /// finds it full; see [`Link::give_back`]).
-    free: BoundedQueue<Vec<u32>>,
-    /// Filled buffers for the core thread (`refuse`, as large as `free`, for the same reason).
-    ready: BoundedQueue<Filled>,
+    free: BoundedQueue<Batch>,
+    /// Filled batches for the core thread (`refuse`, as large as `free`, for the same reason).
+    ready: BoundedQueue<Batch>,
+    /// The batch the sink fills (taken from `free` at its first fragment).
+    open: Mutex<Option<Batch>>,
     consumer_gone: AtomicBool,
-    /// Free buffers below which the sink reports no room (`FragmentSink::has_room`).
-    room: usize,
     /// The sink last reported no room (counted once per episode in `sink_waits`).
     no_room: AtomicBool,
     sink_waits: AtomicU64,
@@ -114,14 +167,13 @@ struct Link {
 }
 
 impl Link {
-    /// A link of `buffers` buffers of `words` words, all free.
-    fn new(buffers: usize, words: usize) -> Link {
+    /// A link of `batches` batches, each with room for about `words` ROD words, all free.
+    fn new(batches: usize, words: usize) -> Link {
         let link = Link {
-            free: BoundedQueue::new("ros.swrod.free", buffers, FullPolicy::Refuse),
-            ready: BoundedQueue::new("ros.swrod.ready", buffers, FullPolicy::Refuse),
+            free: BoundedQueue::new("ros.swrod.free", batches, FullPolicy::Refuse),
+            ready: BoundedQueue::new("ros.swrod.ready", batches, FullPolicy::Refuse),
+            open: Mutex::new(None),
             consumer_gone: AtomicBool::new(false),
-            // Room for what one more superpage may complete: a few assembly groups of 64.
-            room: (buffers / 2).min(256),
             no_room: AtomicBool::new(false),
             sink_waits: AtomicU64::new(0),
             dropped_no_consumer: AtomicU64::new(0),
@@ -131,45 +183,85 @@ impl Link {
             duplicates: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
         };
-        for _ in 0..buffers {
-            link.give_back(Vec::with_capacity(words));
+        for _ in 0..batches {
+            link.give_back(Batch::with_capacity(words));
         }
         link
     }
 
-    /// The sink's side: a free buffer, waiting (with the hand-over back-off, one `sink_waits`
-    /// per wait) while the core thread holds them all; `None` (the fragment counted in
-    /// `dropped_no_consumer`) once the core thread's input is gone.
-    fn take_free(&self) -> Option<Vec<u32>> {
+    /// The sink's side: a free batch, waiting (with the hand-over back-off, one `sink_waits`
+    /// per wait) while the core thread holds them all; `None` once the core thread's input
+    /// is gone.
+    fn take_free(&self) -> Option<Batch> {
         if let Some(b) = self.free.pop() {
             return Some(b);
         }
         if !self.consumer_gone.load(Ordering::Acquire) {
             self.sink_waits.fetch_add(1, Ordering::Relaxed);
         }
-        let b = self
-            .free
-            .pop_or(|| self.consumer_gone.load(Ordering::Acquire));
-        if b.is_none() {
-            self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+        self.free
+            .pop_or(|| self.consumer_gone.load(Ordering::Acquire))
+    }
+
+    /// The sink's side: appends one fragment's ROD words (its `pieces`, less the builder's ROB
+    /// header) to the open batch, taking a free batch first if none is open, and hands the
+    /// batch over when full. Without a consumer the fragment is dropped and counted.
+    fn append<'a>(&self, pieces: impl Iterator<Item = &'a [u32]>, status: Status) {
+        let mut open = lock(&self.open);
+        if open.is_none() {
+            *open = self.take_free();
         }
-        b
+        let Some(batch) = open.as_mut() else {
+            self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut skip = ROB_HEADER_WORDS;
+        for piece in pieces {
+            let n = skip.min(piece.len());
+            batch.words.extend_from_slice(&piece[n..]);
+            skip -= n;
+        }
+        batch.frags.push((batch.words.len(), status));
+        if batch.is_full() {
+            if let Some(b) = open.take() {
+                self.hand_over(b);
+            }
+        }
     }
 
-    /// The sink's side: a filled buffer to the core thread. Every buffer is in one place at a
-    /// time (free, ready, the sink's hands, the core's window) and `ready` has a slot per
-    /// buffer, so the push cannot find it full.
-    fn hand_over(&self, filled: Filled) {
-        let pushed = self.ready.push(filled);
-        debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per buffer");
-        self.fragments.fetch_add(1, Ordering::Relaxed);
+    /// The sink's side: hands the open batch (if it holds anything) to the core thread.
+    fn flush(&self) {
+        let mut open = lock(&self.open);
+        if open.as_ref().is_some_and(|b| !b.frags.is_empty()) {
+            if let Some(b) = open.take() {
+                self.hand_over(b);
+            }
+        }
     }
 
-    /// The core thread's side: a buffer back to the sink. `free` has a slot per buffer, so the
-    /// push cannot find it full (a full event in `/metrics` would show a lost buffer).
-    fn give_back(&self, words: Vec<u32>) {
-        let pushed = self.free.push(words);
-        debug_assert!(pushed.is_ok(), "ros.swrod.free has a slot per buffer");
+    /// The sink's side: a filled batch to the core thread. Every batch is in one place at a
+    /// time (free, ready, the sink's hands, the core's) and `ready` has a slot per batch, so
+    /// the push cannot find it full. Once the core thread's input is gone the batch's
+    /// fragments are counted as dropped instead, and the batch freed.
+    fn hand_over(&self, batch: Batch) {
+        let n = batch.frags.len() as u64;
+        if self.consumer_gone.load(Ordering::Acquire) {
+            self.dropped_no_consumer.fetch_add(n, Ordering::Relaxed);
+            let mut batch = batch;
+            batch.clear();
+            self.give_back(batch);
+            return;
+        }
+        let pushed = self.ready.push(batch);
+        debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per batch");
+        self.fragments.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The core thread's side: a batch back to the sink. `free` has a slot per batch, so the
+    /// push cannot find it full (a full event in `/metrics` would show a lost batch).
+    fn give_back(&self, batch: Batch) {
+        let pushed = self.free.push(batch);
+        debug_assert!(pushed.is_ok(), "ros.swrod.free has a slot per batch");
     }
 }
 
@@ -178,7 +270,7 @@ impl Link {
 pub struct SwRodLinkCounters {
     /// Fragments the sink handed to the core thread.
     pub fragments: u64,
-    /// Times the sink found no free buffer and waited, or reported no room so that its
+    /// Times the sink found no free batch and waited, or reported no room so that its
     /// builder stopped reading its cards (back-pressure from the store; once per episode).
     pub sink_waits: u64,
     /// Fragments dropped because the core thread's input was gone, or still queued or waiting
@@ -235,9 +327,10 @@ pub struct SwRodInputCounters {
     pub unread_bytes: u64,
 }
 
-/// Makes a link between a builder configured by `config` and store channel `channel`: buffers
-/// for the reorder window (twice the builder's window of L1IDs in flight), one per receiving
-/// thread and `extra` more (at least one), each starting with room for `words` ROD words.
+/// Makes a link between a builder configured by `config` and store channel `channel`: a
+/// reorder window twice the builder's window of L1IDs in flight, and batches (`extra` more
+/// than the minimum of [`BATCHES`]), each starting with room for about [`BATCH_WORDS`] ROD
+/// words or [`BATCH_FRAGMENTS`] fragments of `words` ROD words, whichever is less.
 pub fn swrod_link(
     channel: usize,
     config: &SwRodConfig,
@@ -245,8 +338,8 @@ pub fn swrod_link(
     words: usize,
 ) -> (StoreSink, SwRodInput) {
     let window = 2 * config.window.max(1).next_power_of_two();
-    let buffers = window + config.thread_elinks.len() + extra.max(1);
-    let link = Arc::new(Link::new(buffers, words));
+    let batch_words = (BATCH_FRAGMENTS * words.max(1)).min(BATCH_WORDS + words);
+    let link = Arc::new(Link::new(BATCHES + extra, batch_words));
     (
         StoreSink {
             link: Arc::clone(&link),
@@ -254,9 +347,12 @@ pub fn swrod_link(
         SwRodInput {
             link,
             channel,
+            batch: None,
+            at: 0,
             held: None,
             ahead: None,
             slots: (0..window).map(|_| None).collect(),
+            spare: Vec::new(),
             base: 0,
             next: config.first_l1id,
             wrap: config.l1id_wrap.clamp(1, 1 << 24),
@@ -264,7 +360,8 @@ pub fn swrod_link(
     )
 }
 
-/// The builder's end: a [`FragmentSink`] that hands each fragment to the core thread.
+/// The builder's end: a [`FragmentSink`] that hands the fragments to the core thread in
+/// batches.
 #[derive(Debug, Clone)]
 pub struct StoreSink {
     link: Arc<Link>,
@@ -276,10 +373,11 @@ impl StoreSink {
         self.link.counters()
     }
 
-    /// From now on a fragment that finds no free buffer is dropped (counted in
+    /// From now on a fragment that finds no free batch is dropped (counted in
     /// [`SwRodLinkCounters::dropped_no_consumer`]) instead of waiting, as when the input is
-    /// gone; a sink waiting now gives up. For shutting a builder down while the core thread
-    /// runs on and may never free a buffer again (see the module docs).
+    /// gone, and so is a batch the sink would hand over; a sink waiting now gives up. For
+    /// shutting a builder down while the core thread runs on and may never free a batch again
+    /// (see the module docs).
     pub fn abandon(&self) {
         self.link.consumer_gone.store(true, Ordering::Release);
     }
@@ -300,9 +398,10 @@ impl Link {
 }
 
 impl<'p> FragmentSink<'p> for StoreSink {
+    /// Room for what one more superpage may complete: a free batch besides the open one.
     fn has_room(&self) -> bool {
         let link = &*self.link;
-        let room = link.free.len() >= link.room || link.consumer_gone.load(Ordering::Relaxed);
+        let room = !link.free.is_empty() || link.consumer_gone.load(Ordering::Relaxed);
         // Each episode without room is back-pressure from the store, counted once.
         if room == link.no_room.load(Ordering::Relaxed) {
             link.no_room.store(!room, Ordering::Relaxed);
@@ -313,29 +412,24 @@ impl<'p> FragmentSink<'p> for StoreSink {
         room
     }
 
-    /// Copies the fragment out and lets the builder keep its blocks: they go back to the
-    /// calling thread's pool caches in batches, not one shared free per block.
+    /// Copies the fragment into the open batch and lets the builder keep its blocks: they go
+    /// back to the calling thread's pool caches in batches, not one shared free per block.
     fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
-        let link = &*self.link;
-        let Some(mut buf) = link.take_free() else {
-            return Some(Flow::Continue);
-        };
-        buf.clear();
-        // The ROD words: every piece, less the builder's ROB header at the front.
-        let mut skip = ROB_HEADER_WORDS;
-        for piece in fragment.pieces() {
-            let n = skip.min(piece.len());
-            buf.extend_from_slice(&piece[n..]);
-            skip -= n;
-        }
-        let status = fragment.status();
-        link.hand_over(Filled { words: buf, status });
+        self.link.append(fragment.pieces(), fragment.status());
         Some(Flow::Continue)
     }
 
     fn fragment(&self, fragment: Fragment<'p>) -> Flow {
         // The pool blocks go back when `fragment` drops, after the copy.
         self.inspect(&fragment).unwrap_or(Flow::Continue)
+    }
+
+    fn flush(&self) {
+        self.link.flush();
+    }
+
+    fn finish(&self, _counters: &SwRodCounters) {
+        self.link.flush();
     }
 }
 
@@ -344,12 +438,17 @@ impl<'p> FragmentSink<'p> for StoreSink {
 pub struct SwRodInput {
     link: Arc<Link>,
     channel: usize,
+    /// The batch being stored, and its next fragment.
+    batch: Option<Batch>,
+    at: usize,
     /// A fragment behind the window that the store refused (full), retried first.
     held: Option<Filled>,
     /// A fragment a whole window ahead: the window is flushed up to it first.
     ahead: Option<Filled>,
     /// The reorder window: slot `(base + d) % len` holds the fragment `d` events after `next`.
     slots: Box<[Option<Filled>]>,
+    /// Buffers of window slots, for reuse.
+    spare: Vec<Vec<u32>>,
     /// The slot of `next`.
     base: usize,
     /// The extended L1ID stored next.
@@ -371,8 +470,11 @@ impl Drop for SwRodInput {
         // What never reached the store is counted, not lost silently.
         let mut left = self.slots.iter().filter(|s| s.is_some()).count() as u64;
         left += u64::from(self.held.is_some()) + u64::from(self.ahead.is_some());
-        while self.link.ready.pop().is_some() {
-            left += 1;
+        if let Some(b) = &self.batch {
+            left += (b.frags.len() - self.at) as u64;
+        }
+        while let Some(b) = self.link.ready.pop() {
+            left += b.frags.len() as u64;
         }
         self.link
             .dropped_no_consumer
@@ -383,6 +485,20 @@ impl Drop for SwRodInput {
 /// Fragments stored per poll at most, so requests are not starved.
 const POLL_BUDGET: usize = 256;
 
+/// What to do with a fragment read from a batch.
+enum Place {
+    /// The L1ID the window waits for: store it now.
+    Next,
+    /// `d` events after it, within the window: file it in its slot.
+    Window(usize),
+    /// Behind the window: store it as it came.
+    Behind,
+    /// A window or more ahead.
+    Ahead,
+    /// No L1ID.
+    Reject,
+}
+
 impl SwRodInput {
     /// Events from `self.next` to the extended L1ID `l1id`, counted along the wrap and ECR
     /// sequence (so 0 is `next` itself); large for an L1ID behind it.
@@ -392,14 +508,55 @@ impl SwRodInput {
         (n(l1id) + period - n(self.next) % period) % period
     }
 
+    /// Where a fragment of ROD words `words` goes.
+    fn place(&self, words: &[u32]) -> Place {
+        let Some(l1id) = l1id_of(words) else {
+            return Place::Reject;
+        };
+        let d = self.distance(l1id);
+        let len = self.slots.len() as u64;
+        if d == 0 {
+            Place::Next
+        } else if d < len {
+            Place::Window(d as usize)
+        } else if d >= 256 * u64::from(self.wrap) / 2 {
+            Place::Behind
+        } else {
+            Place::Ahead
+        }
+    }
+
+    /// A copy of a fragment in one of the core thread's buffers (`spare`).
+    fn copy(spare: &mut Vec<Vec<u32>>, words: &[u32], status: Status) -> Filled {
+        let mut buf = spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(words);
+        Filled { words: buf, status }
+    }
+
     /// Files `f` in window slot `slot`, unless a copy of its L1ID already waits there: that
-    /// second copy is dropped (counted) and its buffer given back.
+    /// second copy is dropped (counted) and its buffer kept for reuse.
     fn file(&mut self, slot: usize, f: Filled) {
         if self.slots[slot].is_some() {
             self.link.duplicates.fetch_add(1, Ordering::Relaxed);
-            self.link.give_back(f.words);
+            self.spare.push(f.words);
         } else {
             self.slots[slot] = Some(f);
+        }
+    }
+
+    /// Stores `words`; false when the store is full (nothing stored).
+    fn store_words(store: &mut EventStore, link: &Link, channel: usize, words: &[u32], status: Status) -> bool {
+        match store.ingest(channel, words, status) {
+            Err(IngestError::Full) => false,
+            stored => {
+                // Stored, or dropped and counted by the store (duplicate, already cleared);
+                // refused for good otherwise, counted here.
+                if stored.is_err() {
+                    link.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
         }
     }
 
@@ -407,33 +564,83 @@ impl SwRodInput {
     fn store_one(
         store: &mut EventStore,
         link: &Link,
+        spare: &mut Vec<Vec<u32>>,
         channel: usize,
         f: Filled,
         slot: &mut Option<Filled>,
     ) -> bool {
-        match store.ingest(channel, &f.words, f.status) {
-            Err(IngestError::Full) => {
-                *slot = Some(f);
-                false
-            }
-            stored => {
-                // Stored, or dropped and counted by the store (duplicate, already cleared);
-                // refused for good otherwise, counted here.
-                if stored.is_err() {
-                    link.rejected.fetch_add(1, Ordering::Relaxed);
-                }
-                link.give_back(f.words);
-                true
-            }
+        if Self::store_words(store, link, channel, &f.words, f.status) {
+            spare.push(f.words);
+            true
+        } else {
+            *slot = Some(f);
+            false
         }
     }
-}
 
-impl SwRodInput {
     /// Moves the window one L1ID on (the one at `base` was stored or never came).
     fn advance(&mut self) {
         self.next = next_extended_l1id(self.next, self.wrap);
         self.base = (self.base + 1) & (self.slots.len() - 1);
+    }
+
+    /// Reads the next fragment of the current batch (fetching one when none is left): stores
+    /// it when it is the one the window waits for or one behind it, files it otherwise.
+    /// Returns `None` when there is nothing to read or the store is full, else the fragments
+    /// stored (0 or 1).
+    fn read_batch(&mut self, store: &mut EventStore) -> Option<u64> {
+        loop {
+            match &self.batch {
+                Some(b) if self.at < b.frags.len() => break,
+                Some(_) => {
+                    if let Some(mut b) = self.batch.take() {
+                        b.clear();
+                        self.link.give_back(b);
+                    }
+                }
+                None => {}
+            }
+            self.batch = Some(self.link.ready.pop()?);
+            self.at = 0;
+        }
+        let batch = self.batch.as_ref()?;
+        let (words, status) = batch.get(self.at);
+        let place = self.place(words);
+        self.at += 1;
+        match place {
+            Place::Next => {
+                if !Self::store_words(store, &self.link, self.channel, words, status) {
+                    // Full: read again at the next poll.
+                    self.at -= 1;
+                    return None;
+                }
+                self.advance();
+                Some(1)
+            }
+            Place::Behind => {
+                self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
+                if Self::store_words(store, &self.link, self.channel, words, status) {
+                    return Some(1);
+                }
+                // Full: kept for the next poll.
+                self.held = Some(Self::copy(&mut self.spare, words, status));
+                None
+            }
+            Place::Window(d) => {
+                let f = Self::copy(&mut self.spare, words, status);
+                let slot = (self.base + d) & (self.slots.len() - 1);
+                self.file(slot, f);
+                Some(0)
+            }
+            Place::Ahead => {
+                self.ahead = Some(Self::copy(&mut self.spare, words, status));
+                Some(0)
+            }
+            Place::Reject => {
+                self.link.rejected.fetch_add(1, Ordering::Relaxed);
+                Some(0)
+            }
+        }
     }
 }
 
@@ -447,16 +654,16 @@ impl Input for SwRodInput {
         let len = self.slots.len();
         let mut consumed = 0;
         if let Some(f) = self.held.take() {
-            if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
+            if !Self::store_one(store, &self.link, &mut self.spare, self.channel, f, &mut self.held) {
                 return 0;
             }
             consumed += 1;
         }
         while consumed < POLL_BUDGET as u64 {
-            // The next L1ID in order, if it is here.
+            // The next L1ID in order, if it waits in the window.
             let at = self.base;
             if let Some(f) = self.slots[at].take() {
-                if !Self::store_one(store, &self.link, self.channel, f, &mut self.slots[at]) {
+                if !Self::store_one(store, &self.link, &mut self.spare, self.channel, f, &mut self.slots[at]) {
                     break;
                 }
                 self.advance();
@@ -484,32 +691,10 @@ impl Input for SwRodInput {
                 self.file(slot, f);
                 continue;
             }
-            let Some(f) = self.link.ready.pop() else {
-                break;
-            };
-            let Some(l1id) = l1id_of(&f.words) else {
-                self.link.rejected.fetch_add(1, Ordering::Relaxed);
-                self.link.give_back(f.words);
-                continue;
-            };
-            let d = self.distance(l1id);
-            if (d as usize) < len {
-                let slot = (self.base + d as usize) & (len - 1);
-                self.file(slot, f);
-                continue;
+            match self.read_batch(store) {
+                Some(n) => consumed += n,
+                None => break,
             }
-            let period = 256 * u64::from(self.wrap);
-            if d >= period / 2 {
-                // Behind the window: stored as it came.
-                self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
-                if !Self::store_one(store, &self.link, self.channel, f, &mut self.held) {
-                    break;
-                }
-                consumed += 1;
-                continue;
-            }
-            // A window or more ahead (less than half the L1ID period).
-            self.ahead = Some(f);
         }
         consumed
     }
@@ -542,7 +727,7 @@ impl Input for SwRodInputs {
         self.inputs.iter_mut().map(|i| i.poll(store)).sum()
     }
 
-    /// The times a sink waited for a free buffer (the store held the builder back).
+    /// The times a sink waited for a free batch (the store held the builder back).
     fn stalls(&self) -> u64 {
         self.counters().sink_waits
     }
@@ -587,19 +772,14 @@ mod tests {
             ..SwRodConfig::default()
         };
         let (_sink, mut input) = swrod_link(0, &config, 1, 16);
-        // Hands `words` over as the sink would.
+        // Hands `words` over as the sink would: appended after a ROB header, then flushed
+        // (a batch of one fragment).
         let give_words = |input: &mut SwRodInput, rod_words: &[u32]| {
-            let mut words = input.link.free.pop().expect("a free buffer");
-            words.clear();
-            words.extend_from_slice(rod_words);
+            let rob = [0u32; ROB_HEADER_WORDS];
             input
                 .link
-                .ready
-                .push(Filled {
-                    words,
-                    status: Status::OK,
-                })
-                .unwrap();
+                .append([&rob[..], rod_words].into_iter(), Status::OK);
+            input.link.flush();
         };
         let give = |input: &mut SwRodInput, l1id: u32| give_words(input, &rod(l1id));
         // Events 1, 2, then (ECR 1) L1IDs 0, 1, 2: handed over as 0x1000001, 2, 0x1000000, 1.
@@ -653,6 +833,7 @@ mod tests {
         assert_eq!(input.poll(&mut store), 0);
         assert_eq!(input.counters().rejected, 1);
         assert_eq!(input.link.free.len(), input.link.free.capacity());
+        assert_eq!(input.counters().fragments, 18);
         // Dropping the input counts what it still held.
         give(&mut input, 0xC800_0005);
         let link = Arc::clone(&input.link);
@@ -676,22 +857,15 @@ mod loom_tests {
         builder.check(f);
     }
 
-    /// The sink's loop: `n` fragments through `take_free` and `hand_over`; how many went.
+    /// The sink's loop: `n` fragments of one word (after the ROB header), each appended and
+    /// flushed (a batch each); how many were not dropped.
     fn sink(link: &Link, n: u32) -> u32 {
-        let mut sent = 0;
         for i in 0..n {
-            let Some(mut buf) = link.take_free() else {
-                continue;
-            };
-            buf.clear();
-            buf.push(i);
-            link.hand_over(Filled {
-                words: buf,
-                status: Status::default(),
-            });
-            sent += 1;
+            let rob = [0u32; ROB_HEADER_WORDS];
+            link.append([&rob[..], &[i][..]].into_iter(), Status::default());
+            link.flush();
         }
-        sent
+        n - link.dropped_no_consumer.load(Ordering::Relaxed) as u32
     }
 
     #[test]
@@ -705,9 +879,10 @@ mod loom_tests {
             let mut got = Vec::new();
             while got.len() < 3 {
                 match link.ready.pop() {
-                    Some(f) => {
-                        got.push(f.words[0]);
-                        link.give_back(f.words);
+                    Some(mut b) => {
+                        got.extend_from_slice(&b.words);
+                        b.clear();
+                        link.give_back(b);
                     }
                     None => loom::thread::yield_now(),
                 }
@@ -733,7 +908,7 @@ mod loom_tests {
             let sent = producer.join().unwrap();
             let dropped = link.dropped_no_consumer.load(Ordering::Relaxed);
             assert_eq!(u64::from(sent) + dropped, 3);
-            assert!(sent <= 1, "one buffer: at most one fragment handed over");
+            assert!(sent <= 1, "one batch: at most one fragment handed over");
         });
     }
 }

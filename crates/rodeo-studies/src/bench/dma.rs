@@ -4,37 +4,48 @@
 //!
 //! For each superpage size (32 KiB .. 64 MiB; fewer with `--quick`) and for 1 and 2 channels,
 //! every channel gets its own [`SuperpagePool`] (mapped and warmed before the point starts), its
-//! own [`EmulatedChannel`] (one card: one DMA engine thread) running the **S-LINK-mode**
-//! generator by default ([`SlinkGenerator`]: whole ROD fragments of 4 KiB data, counter payload
-//! written in one pass straight into the superpage, as a card's DMA engine writes it once;
-//! `--generator felix` runs the FELIX-mode [`FelixGenerator`] instead), and its own reader thread
-//! that pops each filled superpage, reads its first word (so the data is "read") and pushes it
-//! straight back. After a short warm-up, the channel counters are sampled over `--seconds`
-//! (1 s; 0.2 s with `--quick`).
+//! own [`EmulatedChannel`] (one card: one DMA engine thread) and its own reader thread that pops
+//! each filled superpage, reads its first word (so the data is "read"), notes the time and
+//! pushes it straight back. After a short warm-up, the rate is measured over `--seconds` (1 s;
+//! 0.2 s with `--quick`): the bytes of the superpages the reader popped between its first and
+//! its last pop of that interval, over the time between the two (not the counters sampled at
+//! two instants, which are off by up to a superpage: 64 MiB, 1% of a second's bytes).
 //!
-//! # What is counted: `--fill`
+//! # What the card does: `--generator` and `--fill`
 //!
-//! - `payload` (the default, and the only mode whose rows are a throughput): the card writes
-//!   every byte of every unit; `bytes_per_s` is the bytes written into superpages.
-//! - `headers-only` (S-LINK only): the card writes each fragment's header, status and trailer
-//!   words and leaves the data words as the previous fill left them, as a firmware generator
+//! - S-LINK, `payload` (the default, and the throughput figure): a DMA engine moves bytes from
+//!   the card's FIFO into host memory. The emulated card does the same: it holds one ROD
+//!   fragment of 4 KiB data ([`SlinkGenerator`]'s, generated once when the card starts) in a
+//!   card-side source buffer and, per unit, copies it into the superpage and patches the words
+//!   that change (extended L1ID and BCID). Every byte of every unit is moved, and the move is a
+//!   memcpy: `bytes_per_s` is the bytes copied into superpages.
+//! - S-LINK, `headers-only`: the card writes each fragment's header, status and trailer words
+//!   and leaves the data words as the previous fill left them, as a firmware generator
 //!   rewriting only the words that change would. `bytes_per_s` is then the header and trailer
 //!   bytes actually written (52 per fragment); the superpage bytes the fragments cover are in
 //!   `covered_bytes_not_moved_per_s`, which measures superpage bookkeeping, not bytes moved.
+//! - FELIX (`--generator felix`, `payload` only): [`FelixGenerator`], 8 E-links, packets of 62
+//!   payload words, 1 KiB blocks: each packet is generated into its E-link's block, each full
+//!   block copied into the superpage (generation and a copy: more work than the copy alone).
 //!
 //! # Baseline
 //!
-//! In the same run, per row: `memcpy_bytes_per_s`, as many threads as the row has channels,
-//! each copying from a 4 KiB source (hot in cache, as a card's FIFO is) into a destination as
-//! large as one channel's superpage pool, the whole destination per pass, best of several
-//! passes. That moves the bytes into the same footprint the card writes, so a card that writes
-//! every byte cannot beat it by staying in cache where memcpy does not. `ratio_to_memcpy` is a
-//! row's `bytes_per_s` over its row's baseline. At top level, `memcpy_64mib_bytes_per_s`: one
-//! thread copying a 64 MiB buffer into another (the former single baseline).
+//! Per row, on the row's own superpages (the same memory, the same huge pages, the same
+//! footprint the card writes): `memcpy_bytes_per_s`, one thread per channel, all at once, each
+//! copying the card's unit (the 4,148-byte fragment, or the 1 KiB FELIX block) from a source
+//! buffer of that size (hot in cache, as the card's FIFO is) back to back into every superpage
+//! of its channel, as many whole units as fit, as the card fills them. That is the card's copy
+//! without the card's work around it (queues, L1ID patching, packet encoding), so a card cannot
+//! honestly beat it. The baseline is measured just before the point and again just after it
+//! (`memcpy_before_bytes_per_s`, `memcpy_after_bytes_per_s`), each the best pass of at least 5
+//! and 100 ms per thread, summed over the threads; `memcpy_bytes_per_s` is the better of the
+//! two, so that a quiet moment of the machine during the card's second counts for the baseline
+//! too. `ratio_to_memcpy` is a row's `bytes_per_s` over it. At top level,
+//! `memcpy_64mib_bytes_per_s`: one thread copying a 64 MiB buffer into another (the former
+//! single baseline) and `max_ratio_to_memcpy`, the largest row's ratio.
 //!
 //! `card_cpu_per_s` is the CPU time the emulated cards' engine threads used per second of the
 //! point (cores busy with the emulation), from `EmulatedChannel::card_cpu_ns`.
-//!
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,7 +93,7 @@ pub struct Args {
 /// Generator mode of the emulated cards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
-    /// S-LINK mode: ROD fragments of 4 KiB data written in one pass.
+    /// S-LINK mode: ROD fragments of 4 KiB data, copied from the card's FIFO.
     Slink,
     /// FELIX mode: 8 E-links, packets of 62 payload words, 1 KiB blocks (encoded per packet).
     Felix,
@@ -131,6 +142,61 @@ const HEADER_ONLY_WORDS: usize = 13;
 struct HeadersOnly {
     source_id: u32,
     l1id: u32,
+}
+
+/// An S-LINK card's DMA engine: one ROD fragment (generated once, in the card's FIFO) copied
+/// into the superpage per unit, its extended L1ID and BCID words patched: what `--fill payload`
+/// measures. Every byte is moved, by a memcpy of the fragment.
+struct FifoCard {
+    /// The fragment the card moves: [`SlinkGenerator`]'s first, without framing.
+    fifo: Box<[u8]>,
+    l1id: u32,
+}
+
+/// Byte offsets of the ROD header's extended L1ID and BCID words.
+const L1ID_AT: usize = 4 * 5;
+const BCID_AT: usize = 4 * 6;
+
+impl FifoCard {
+    fn new(source_id: u32) -> FifoCard {
+        FifoCard {
+            fifo: slink_fragment(source_id),
+            l1id: 0,
+        }
+    }
+}
+
+/// [`SlinkGenerator`]'s first fragment of the benchmark's size for `source_id`.
+fn slink_fragment(source_id: u32) -> Box<[u8]> {
+    let config = SlinkConfig {
+        source_id,
+        data_words: WordRange::fixed(SLINK_DATA_WORDS),
+        ..SlinkConfig::default()
+    };
+    let mut fragment = vec![0u8; 4 * config.fragment_words(SLINK_DATA_WORDS)];
+    let fill = SlinkGenerator::new(config).fill(&mut fragment, 1);
+    debug_assert_eq!(fill.bytes, fragment.len());
+    fragment.into_boxed_slice()
+}
+
+impl Generator for FifoCard {
+    fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+        let unit = self.fifo.len();
+        let mut fill = Fill::default();
+        for out in buf.chunks_exact_mut(unit) {
+            if fill.units >= max_units {
+                break;
+            }
+            out.copy_from_slice(&self.fifo);
+            let l1id = self.l1id;
+            out[L1ID_AT..L1ID_AT + 4].copy_from_slice(&l1id.to_le_bytes());
+            out[BCID_AT..BCID_AT + 4].copy_from_slice(&(l1id.wrapping_mul(7) % 3564).to_le_bytes());
+            self.l1id = (self.l1id + 1) & 0x00FF_FFFF;
+            fill.bytes += unit;
+            fill.units += 1;
+        }
+        fill
+    }
 }
 
 impl Generator for HeadersOnly {
@@ -185,15 +251,9 @@ fn start_channel(
         (Mode::Felix, FillMode::HeadersOnly) => {
             anyhow::bail!("--fill headers-only is an S-LINK mode: use --generator slink")
         }
-        (Mode::Slink, FillMode::Payload) => EmulatedChannel::start(
-            &name,
-            config,
-            SlinkGenerator::new(SlinkConfig {
-                source_id,
-                data_words: WordRange::fixed(SLINK_DATA_WORDS),
-                ..SlinkConfig::default()
-            }),
-        )?,
+        (Mode::Slink, FillMode::Payload) => {
+            EmulatedChannel::start(&name, config, FifoCard::new(source_id))?
+        }
         (Mode::Felix, FillMode::Payload) => {
             EmulatedChannel::start(&name, config, FelixGenerator::new(&FelixConfig::default())?)?
         }
@@ -215,8 +275,14 @@ struct Row {
     covered_bytes_not_moved_per_s: f64,
     per_channel_bytes_per_s: f64,
     min_channel_bytes_per_s: f64,
-    /// The row's memcpy baseline (module docs): same threads, same destination footprint.
+    /// The row's memcpy baseline (module docs): the card's unit copied into the row's own
+    /// superpages, one thread per channel; the better of `memcpy_before_bytes_per_s` and
+    /// `memcpy_after_bytes_per_s`.
     memcpy_bytes_per_s: f64,
+    /// The baseline measured just before the point.
+    memcpy_before_bytes_per_s: f64,
+    /// The baseline measured just after the point.
+    memcpy_after_bytes_per_s: f64,
     /// `bytes_per_s / memcpy_bytes_per_s`.
     ratio_to_memcpy: f64,
     superpages_per_s: f64,
@@ -248,40 +314,55 @@ fn memcpy_bandwidth(len: usize, reps: usize) -> f64 {
     best
 }
 
-/// The memcpy baseline of a row: `threads` threads, each copying a 4 KiB source into its own
-/// `dst_bytes` destination, the whole destination per pass, at least 5 passes and 100 ms (best
-/// pass rate per thread, summed over threads: on a shared machine the best pass is the one
-/// least disturbed, as the card's figure is not).
-fn memcpy_footprint(threads: usize, dst_bytes: usize) -> f64 {
-    // A hot 4 KiB source (a card's FIFO): on this machine's glibc the fastest memcpy per byte
-    // (64 KiB sources take its `rep movsb` path, 35% slower).
-    let src_bytes = (4 * KIB).min(dst_bytes);
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let src: Vec<u8> = (0..src_bytes).map(|i| i as u8).collect();
-                let mut dst = vec![0u8; dst_bytes];
-                let pass = |dst: &mut [u8]| {
-                    for chunk in dst.chunks_mut(src_bytes) {
-                        chunk.copy_from_slice(black_box(&src[..chunk.len()]));
+/// The unit a card of `mode` moves: its bytes (the baseline's source) and length.
+fn card_unit(mode: Mode) -> anyhow::Result<Box<[u8]>> {
+    Ok(match mode {
+        Mode::Slink => slink_fragment(0x0011_0000),
+        Mode::Felix => {
+            let g = FelixGenerator::new(&FelixConfig::default())?;
+            (0..g.block_size()).map(|i| i as u8).collect()
+        }
+    })
+}
+
+/// The memcpy baseline of a row (module docs): per channel a thread copying `unit` back to back
+/// into every superpage of `pages[c]`, as many whole units as fit, all threads at once; at
+/// least 5 passes and 100 ms each; the best pass rate per thread, summed over the threads (on
+/// a shared machine the best pass is the one least disturbed).
+fn memcpy_baseline(pages: &mut [Vec<Superpage>], unit: &[u8]) -> f64 {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pages
+            .iter_mut()
+            .map(|sps| {
+                s.spawn(move || {
+                    let src = unit.to_vec();
+                    let pass = |sps: &mut [Superpage]| -> usize {
+                        let mut bytes = 0;
+                        for sp in sps.iter_mut() {
+                            for out in sp.chunks_exact_mut(src.len()) {
+                                out.copy_from_slice(black_box(&src));
+                                bytes += src.len();
+                            }
+                            black_box(&mut **sp);
+                        }
+                        bytes
+                    };
+                    pass(sps); // the superpages and the source in the state the card finds them
+                    let mut best = 0f64;
+                    let start = Instant::now();
+                    let mut passes = 0;
+                    while passes < 5 || start.elapsed() < Duration::from_millis(100) {
+                        let t = Instant::now();
+                        let bytes = pass(sps);
+                        best = best.max(bytes as f64 / t.elapsed().as_secs_f64());
+                        passes += 1;
                     }
-                    black_box(dst);
-                };
-                pass(&mut dst); // fault the destination in first
-                let mut best = 0f64;
-                let start = Instant::now();
-                let mut passes = 0;
-                while passes < 5 || start.elapsed() < Duration::from_millis(100) {
-                    let t = Instant::now();
-                    pass(&mut dst);
-                    best = best.max(dst_bytes as f64 / t.elapsed().as_secs_f64());
-                    passes += 1;
-                }
-                best
+                    best
+                })
             })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+    })
 }
 
 /// Superpages per channel pool: enough to keep card and reader busy, at most 256 MiB.
@@ -298,9 +379,40 @@ struct Point {
     units: u64,
     /// CPU time of the cards' engine threads, in nanoseconds.
     card_cpu_ns: u64,
+    /// The baseline on the point's superpages, before and after it.
+    memcpy_before: f64,
+    memcpy_after: f64,
 }
 
-/// Measures one point.
+/// Every superpage of each pool (the pools hand out the same memory each time).
+fn take_all(pools: &[SuperpagePool]) -> Vec<Vec<Superpage>> {
+    pools
+        .iter()
+        .map(|p| std::iter::from_fn(|| p.alloc().ok()).collect())
+        .collect()
+}
+
+/// A reader's pops: when, and how many bytes the superpage held.
+type Pops = Vec<(Instant, usize)>;
+
+/// The rate of the superpages popped in `from..to`: the bytes of every pop after the first
+/// of the interval, up to its last, over the time between the two; `None` with fewer than two
+/// pops in the interval.
+fn pop_rate(pops: &[(Instant, usize)], from: Instant, to: Instant) -> Option<f64> {
+    let inside: Vec<&(Instant, usize)> = pops
+        .iter()
+        .filter(|(t, _)| *t >= from && *t <= to)
+        .collect();
+    let (first, last) = (inside.first()?, inside.last()?);
+    let dt = last.0.duration_since(first.0).as_secs_f64();
+    if inside.len() < 2 || dt <= 0.0 {
+        return None;
+    }
+    let bytes: usize = inside[1..].iter().map(|(_, b)| b).sum();
+    Some(bytes as f64 / dt)
+}
+
+/// Measures one point, its baseline on the same superpages just before and just after it.
 fn measure(
     mode: Mode,
     fill: FillMode,
@@ -308,16 +420,23 @@ fn measure(
     channels: usize,
     seconds: f64,
 ) -> anyhow::Result<Point> {
+    let n = superpages_for(size);
+    let pools = (0..channels)
+        .map(|_| {
+            SuperpagePool::new(SuperpagePoolConfig {
+                superpage_bytes: size,
+                superpages: n,
+                region: RegionOptions::default(),
+            })
+            .context("creating a superpage pool")
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let unit = card_unit(mode)?;
+    let mut pages = take_all(&pools);
+    let memcpy_before = memcpy_baseline(&mut pages, &unit);
     let stop = Arc::new(AtomicBool::new(false));
     let mut chans = Vec::new();
-    for c in 0..channels {
-        let n = superpages_for(size);
-        let pool = SuperpagePool::new(SuperpagePoolConfig {
-            superpage_bytes: size,
-            superpages: n,
-            region: RegionOptions::default(),
-        })
-        .context("creating a superpage pool")?;
+    for (c, sps) in pages.into_iter().enumerate() {
         let ch = Arc::new(start_channel(
             mode,
             fill,
@@ -327,7 +446,7 @@ fn measure(
                 ..EmulatedConfig::default()
             },
         )?);
-        while let Ok(sp) = pool.alloc() {
+        for sp in sps {
             if ch.push_superpage(sp).is_err() {
                 break;
             }
@@ -346,58 +465,66 @@ fn measure(
                         min_sleep_us: 20,
                         max_sleep_us: 20,
                     });
+                    let mut pops: Pops = Vec::with_capacity(1 << 16);
                     while !stop.load(Ordering::Relaxed) {
                         match ch.pop_superpage() {
                             Some(filled) => {
                                 idle.reset();
                                 black_box(filled.data().first());
+                                pops.push((Instant::now(), filled.bytes_used));
                                 // The superpage came from this channel, so it fits back.
                                 let _ = ch.push_superpage(filled.superpage);
                             }
                             None => idle.wait(),
                         }
                     }
+                    pops
                 })?
         };
-        chans.push((ch, reader, pool));
+        chans.push((ch, reader));
     }
     // Warm-up: let every channel fill a few superpages first.
     std::thread::sleep(Duration::from_secs_f64((seconds / 5.0).min(0.1)));
-    let cpu = |chans: &[(Arc<EmulatedChannel<Superpage>>, _, _)]| -> u64 {
-        chans.iter().map(|(ch, ..)| ch.card_cpu_ns()).sum()
+    let cpu = |chans: &[(Arc<EmulatedChannel<Superpage>>, _)]| -> u64 {
+        chans.iter().map(|(ch, _)| ch.card_cpu_ns()).sum()
     };
     let cpu_before = cpu(&chans);
-    let before: Vec<_> = chans.iter().map(|(ch, ..)| ch.status().counters).collect();
+    let before: Vec<_> = chans.iter().map(|(ch, _)| ch.status().counters).collect();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let after: Vec<_> = chans.iter().map(|(ch, ..)| ch.status().counters).collect();
+    let t1 = Instant::now();
+    let after: Vec<_> = chans.iter().map(|(ch, _)| ch.status().counters).collect();
     let card_cpu_ns = cpu(&chans).saturating_sub(cpu_before);
-    let dt = t0.elapsed().as_secs_f64();
+    let dt = t1.duration_since(t0).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let mut stalls = 0;
     let mut superpages = 0;
     let mut units = 0;
-    let rates = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| {
-            stalls += a.stalls - b.stalls;
-            superpages += a.superpages - b.superpages;
-            units += a.units - b.units;
-            (a.bytes - b.bytes) as f64 / dt
-        })
-        .collect();
-    for (ch, reader, _pool) in chans {
-        let _ = reader.join();
-        // The channel (and its card thread) stops when its last Arc goes.
+    let mut rates = Vec::with_capacity(channels);
+    for ((ch, reader), (b, a)) in chans.into_iter().zip(before.iter().zip(&after)) {
+        stalls += a.stalls - b.stalls;
+        superpages += a.superpages - b.superpages;
+        units += a.units - b.units;
+        let pops = reader
+            .join()
+            .map_err(|_| anyhow::anyhow!("a reader thread panicked"))?;
+        // Too few superpages popped to time (a very slow card): the counters' rate.
+        let rate = pop_rate(&pops, t0, t1).unwrap_or((a.bytes - b.bytes) as f64 / dt);
+        rates.push(rate);
+        // The channel (and its card thread) stops as it goes; its superpages go back to
+        // their pool.
         drop(ch);
     }
+    let mut pages = take_all(&pools);
+    let memcpy_after = memcpy_baseline(&mut pages, &unit);
     Ok(Point {
         rates,
         stalls,
         superpages,
         units,
         card_cpu_ns,
+        memcpy_before,
+        memcpy_after,
     })
 }
 
@@ -424,6 +551,8 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
         units: f64,
         stalls: u64,
         memcpy: f64,
+        memcpy_before: f64,
+        memcpy_after: f64,
         card_cpu: f64,
     }
     let mut runs: Vec<Vec<Run>> = (0..points.len()).map(|_| Vec::new()).collect();
@@ -432,7 +561,6 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
         memcpys.push(memcpy_bandwidth(64 * MIB, if args.quick { 3 } else { 8 }));
         for i in crate::study::rounds::order(points.len(), rep, 0xd3a) {
             let (size, channels) = points[i];
-            let memcpy = memcpy_footprint(channels, size * superpages_for(size));
             let p = measure(args.generator, args.fill, size, channels, seconds)?;
             runs[i].push(Run {
                 covered: p.rates.iter().sum(),
@@ -440,7 +568,9 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
                 superpages: p.superpages as f64 / seconds,
                 units: p.units as f64 / seconds,
                 stalls: p.stalls,
-                memcpy,
+                memcpy: p.memcpy_before.max(p.memcpy_after),
+                memcpy_before: p.memcpy_before,
+                memcpy_after: p.memcpy_after,
                 card_cpu: p.card_cpu_ns as f64 * 1e-9 / seconds,
             });
         }
@@ -493,6 +623,8 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
             per_channel_bytes_per_s: written / channels as f64,
             min_channel_bytes_per_s: median(rs, &|r| r.slowest) * written_share,
             memcpy_bytes_per_s: row_memcpy,
+            memcpy_before_bytes_per_s: median(rs, &|r| r.memcpy_before),
+            memcpy_after_bytes_per_s: median(rs, &|r| r.memcpy_after),
             ratio_to_memcpy: ratio,
             superpages_per_s: median(rs, &|r| r.superpages),
             units_per_s: median(rs, &|r| r.units),
