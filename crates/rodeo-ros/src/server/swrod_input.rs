@@ -99,10 +99,12 @@ use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_
 
 /// Fragments a batch holds at most before the sink hands it over.
 pub const BATCH_FRAGMENTS: usize = 64;
-/// ROD words a batch holds before the sink hands it over (64 KiB: a superpage's worth).
-pub const BATCH_WORDS: usize = 16 * 1024;
-/// Batches of a link: one being filled, one being stored, and some in between.
-const BATCHES: usize = 6;
+/// ROD words a batch holds before the sink hands it over (32 KiB: half a superpage's worth).
+pub const BATCH_WORDS: usize = 8 * 1024;
+/// Batches of a link: one being filled, one being stored, one in between. Few and small, so
+/// that the batches of 24 ROBs stay in the cores' caches (the sink writes them, the core
+/// thread reads them at once).
+const BATCHES: usize = 3;
 
 /// Fragments on their way: their ROD words back to back and, per fragment, where its words
 /// end in `words` and the builder's status.

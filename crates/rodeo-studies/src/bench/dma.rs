@@ -38,9 +38,14 @@
 //! without the card's work around it (queues, L1ID patching, packet encoding), so a card cannot
 //! honestly beat it. The baseline is measured just before the point and again just after it
 //! (`memcpy_before_bytes_per_s`, `memcpy_after_bytes_per_s`), each the best pass of at least 5
-//! and 100 ms per thread, summed over the threads; `memcpy_bytes_per_s` is the better of the
-//! two, so that a quiet moment of the machine during the card's second counts for the baseline
-//! too. `ratio_to_memcpy` is a row's `bytes_per_s` over it. At top level,
+//! and 100 ms per thread, a pass's rate being its bytes per second of the copying thread's own
+//! CPU time (a 256 MiB pass outlasts a time slice: on a shared machine its wall-clock rate
+//! would be the scheduler's share, not the copy's speed, and a card that got a larger share
+//! during its second would come out faster than memcpy), summed over the threads;
+//! `memcpy_bytes_per_s` is the better of the two. On a quiet machine CPU and wall-clock time
+//! agree. `ratio_to_memcpy` is a row's `bytes_per_s` (wall clock) over it: at most 1, since a
+//! card moves at most its CPU time's worth; `cpu_ratio_to_memcpy` compares the card's bytes
+//! per second of its own CPU with memcpy's, a figure the machine's load does not move. At top level,
 //! `memcpy_64mib_bytes_per_s`: one thread copying a 64 MiB buffer into another (the former
 //! single baseline) and `max_ratio_to_memcpy`, the largest row's ratio.
 //!
@@ -292,6 +297,10 @@ struct Row {
     /// `bytes_per_s / card_cpu_per_s`: bytes written per second of the cards' CPU (what a
     /// card would write on a core of its own; on a loaded machine `bytes_per_s` is less).
     bytes_per_card_cpu_s: f64,
+    /// `bytes_per_card_cpu_s` over one thread's share of the baseline
+    /// (`memcpy_bytes_per_s / channels`): the card's bytes per CPU second against memcpy's,
+    /// a figure the machine's load does not move.
+    cpu_ratio_to_memcpy: f64,
     stalls: u64,
     /// Measurements of the point (the statistics are medians over them).
     repeats: usize,
@@ -327,8 +336,10 @@ fn card_unit(mode: Mode) -> anyhow::Result<Box<[u8]>> {
 
 /// The memcpy baseline of a row (module docs): per channel a thread copying `unit` back to back
 /// into every superpage of `pages[c]`, as many whole units as fit, all threads at once; at
-/// least 5 passes and 100 ms each; the best pass rate per thread, summed over the threads (on
-/// a shared machine the best pass is the one least disturbed).
+/// least 5 passes and 100 ms each; per thread the best pass's bytes per second of the thread's
+/// own CPU time (what the copy moves on a core of its own, however loaded the machine: a pass
+/// of a 256 MiB footprint lasts longer than a time slice, so on a shared machine its wall-clock
+/// rate is the scheduler's, not the copy's), summed over the threads.
 fn memcpy_baseline(pages: &mut [Vec<Superpage>], unit: &[u8]) -> f64 {
     std::thread::scope(|s| {
         let handles: Vec<_> = pages
@@ -352,9 +363,10 @@ fn memcpy_baseline(pages: &mut [Vec<Superpage>], unit: &[u8]) -> f64 {
                     let start = Instant::now();
                     let mut passes = 0;
                     while passes < 5 || start.elapsed() < Duration::from_millis(100) {
-                        let t = Instant::now();
+                        let cpu = rodeo_memory::cpu::thread_cpu_time();
                         let bytes = pass(sps);
-                        best = best.max(bytes as f64 / t.elapsed().as_secs_f64());
+                        let cpu = rodeo_memory::cpu::thread_cpu_time().saturating_sub(cpu);
+                        best = best.max(bytes as f64 / cpu.as_secs_f64().max(1e-9));
                         passes += 1;
                     }
                     best
@@ -630,6 +642,8 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
             units_per_s: median(rs, &|r| r.units),
             card_cpu_per_s: median(rs, &|r| r.card_cpu),
             bytes_per_card_cpu_s: written / median(rs, &|r| r.card_cpu).max(1e-9),
+            cpu_ratio_to_memcpy: written / median(rs, &|r| r.card_cpu).max(1e-9)
+                / (row_memcpy / channels as f64),
             stalls: stalls[stalls.len() / 2],
             repeats: rs.len(),
             bytes_per_s_spread: covered.spread,
