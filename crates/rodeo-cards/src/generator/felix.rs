@@ -212,7 +212,11 @@ impl FelixGenerator {
     /// L1IDs generated so far: every E-link has written its whole packet of each (some
     /// E-links may be up to a block's worth of L1IDs further).
     pub fn l1ids(&self) -> u64 {
-        self.lanes.iter().map(|l| l.l1id.events()).min().unwrap_or(0)
+        self.lanes
+            .iter()
+            .map(|l| l.l1id.events())
+            .min()
+            .unwrap_or(0)
     }
 
     /// Blocks written into buffers so far.

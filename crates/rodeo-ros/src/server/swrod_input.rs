@@ -548,7 +548,13 @@ impl SwRodInput {
     }
 
     /// Stores `words`; false when the store is full (nothing stored).
-    fn store_words(store: &mut EventStore, link: &Link, channel: usize, words: &[u32], status: Status) -> bool {
+    fn store_words(
+        store: &mut EventStore,
+        link: &Link,
+        channel: usize,
+        words: &[u32],
+        status: Status,
+    ) -> bool {
         match store.ingest(channel, words, status) {
             Err(IngestError::Full) => false,
             stored => {
@@ -656,7 +662,14 @@ impl Input for SwRodInput {
         let len = self.slots.len();
         let mut consumed = 0;
         if let Some(f) = self.held.take() {
-            if !Self::store_one(store, &self.link, &mut self.spare, self.channel, f, &mut self.held) {
+            if !Self::store_one(
+                store,
+                &self.link,
+                &mut self.spare,
+                self.channel,
+                f,
+                &mut self.held,
+            ) {
                 return 0;
             }
             consumed += 1;
@@ -665,7 +678,14 @@ impl Input for SwRodInput {
             // The next L1ID in order, if it waits in the window.
             let at = self.base;
             if let Some(f) = self.slots[at].take() {
-                if !Self::store_one(store, &self.link, &mut self.spare, self.channel, f, &mut self.slots[at]) {
+                if !Self::store_one(
+                    store,
+                    &self.link,
+                    &mut self.spare,
+                    self.channel,
+                    f,
+                    &mut self.slots[at],
+                ) {
                     break;
                 }
                 self.advance();

@@ -642,7 +642,8 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
             units_per_s: median(rs, &|r| r.units),
             card_cpu_per_s: median(rs, &|r| r.card_cpu),
             bytes_per_card_cpu_s: written / median(rs, &|r| r.card_cpu).max(1e-9),
-            cpu_ratio_to_memcpy: written / median(rs, &|r| r.card_cpu).max(1e-9)
+            cpu_ratio_to_memcpy: written
+                / median(rs, &|r| r.card_cpu).max(1e-9)
                 / (row_memcpy / channels as f64),
             stalls: stalls[stalls.len() / 2],
             repeats: rs.len(),
