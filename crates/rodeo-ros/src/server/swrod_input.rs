@@ -793,7 +793,9 @@ mod tests {
             first_l1id: 1,
             ..SwRodConfig::default()
         };
-        let (_sink, mut input) = swrod_link(0, &config, 1, 16);
+        // One batch per fragment handed over below before a poll (up to eight at once): the
+        // sink would otherwise wait for the core thread, which is this test's own thread.
+        let (_sink, mut input) = swrod_link(0, &config, 16, 16);
         // Hands `words` over as the sink would: appended after a ROB header, then flushed
         // (a batch of one fragment).
         let give_words = |input: &mut SwRodInput, rod_words: &[u32]| {
