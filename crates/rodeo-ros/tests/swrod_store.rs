@@ -26,6 +26,9 @@ const WRAP: u32 = 300;
 const ROB: u32 = 0x0071_0000;
 
 /// Forwards to the store's sink and remembers each fragment's words (ROB header included).
+/// Like any sink wrapping another, it forwards `has_room`, `flush` and `finish` too: the
+/// store's sink hands its open batch over on `flush`, so a wrapper that swallowed it would
+/// keep the last fragments from the store for good.
 struct Tee {
     sink: StoreSink,
     words: Mutex<HashMap<u32, Vec<u32>>>,
@@ -37,6 +40,18 @@ impl<'p> FragmentSink<'p> for Tee {
         let first = self.words.lock().unwrap().insert(f.l1id(), words);
         assert!(first.is_none(), "L1ID {:#x} built twice", f.l1id());
         self.sink.fragment(f)
+    }
+
+    fn has_room(&self) -> bool {
+        self.sink.has_room()
+    }
+
+    fn flush(&self) {
+        FragmentSink::flush(&self.sink);
+    }
+
+    fn finish(&self, counters: &SwRodCounters) {
+        self.sink.finish(counters);
     }
 }
 
@@ -223,7 +238,11 @@ fn a_full_store_holds_the_builder_back_and_loses_nothing() {
     let t0 = Instant::now();
     let (c, served) = std::thread::scope(|s| {
         let reader = s.spawn(|| {
-            // The HLT's side: ask for each event in order, clear in groups of 4.
+            // The HLT's side starts late, once the store has refused a fragment (the builder
+            // is then held back), then asks for each event in order and clears in groups of 4.
+            rodeo_testkit::wait_until("the store full", Duration::from_secs(20), || {
+                server.channel_stats().snapshot()[0].full > 0
+            });
             let (mut served, mut slot) = (0u64, None);
             for (n, chunk) in l1ids.chunks(4).enumerate() {
                 for &l1id in chunk {

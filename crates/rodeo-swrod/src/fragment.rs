@@ -80,8 +80,9 @@ pub trait FragmentSink<'p>: Sync {
 
     /// Called by a receiving thread after each superpage it read (once the fragments it
     /// completed have been handed over) and on its idle turns: a sink that gathers fragments
-    /// into batches hands its open batch on now, so no fragment waits for more input. The
-    /// default: nothing.
+    /// into batches hands its open batch on now, so no fragment waits for more input. A sink
+    /// that wraps another must forward it (and [`has_room`](FragmentSink::has_room) and
+    /// [`finish`](FragmentSink::finish)). The default: nothing.
     fn flush(&self) {}
 
     /// Called once before the receiving threads start, with their number.
