@@ -38,6 +38,19 @@
 //! Sources fed from outside ([`Generator::waits_for_input`], a network receiver) wait inside
 //! their `fill`; give each its own card so that it never holds other channels up.
 //!
+//! # Lazy channels: no thread at all
+//!
+//! A channel started with [`EmulatedChannel::start_lazy`] has no engine thread: its reader's
+//! thread plays the DMA engine when it pops and finds nothing ready, writing the next
+//! superpage there and then (the same turn an engine thread would run, with the same limits,
+//! stalls and end of input). A real card's DMA costs the host no CPU; an emulation always
+//! does, and lazily it costs the least: no hand-over between threads, no thread waking up or
+//! backing off, and the data is still in the reader's cache when it reads it. It suits a
+//! reader that has cores of its own to spend (the SW ROD's builder threads), not one whose
+//! single thread is the bottleneck (a readout node's core thread reading S-LINK), which is
+//! better served by a card thread beside it. The CPU time spent writing is counted on the
+//! channel ([`EmulatedChannel::card_cpu_ns`]), as an engine thread's is.
+//!
 //! # Shutdown
 //!
 //! [`EmulatedChannel::stop`] (or drop) stops the channel after the unit it is writing (and
@@ -288,11 +301,38 @@ impl Drop for Engine {
     }
 }
 
-/// A DMA channel of an emulated card: the card's engine thread runs a [`Generator`] for it.
+/// A DMA channel of an emulated card: the card's engine thread runs a [`Generator`] for it,
+/// or, for a lazy channel, the reader's thread does when it pops (see the module docs).
 pub struct EmulatedChannel<S: SuperpageBuffer> {
     shared: Arc<Shared<S>>,
     engine: Option<Arc<Engine>>,
+    /// A lazy channel's engine state (its writing CPU time) and its one lane.
+    lazy: Option<(Arc<EngineState>, Mutex<Box<dyn LazyLane>>)>,
 }
+
+/// A lane a lazy channel's reader turns (type-erased over the generator).
+trait LazyLane: Send {
+    /// One engine turn (see `Lane::turn`); false when the channel did not move or is down.
+    fn turn_once(&mut self) -> bool;
+    /// The channel is stopped (what was written is handed over) and goes down.
+    fn stop_now(&mut self);
+}
+
+impl<S: SuperpageBuffer, G: Generator> LazyLane for Lane<S, G> {
+    fn turn_once(&mut self) -> bool {
+        !self.done && self.turn()
+    }
+
+    fn stop_now(&mut self) {
+        if !self.done {
+            self.turn();
+        }
+    }
+}
+
+/// Engine turns a lazy pop runs at most before it gives up for now: enough to take a
+/// superpage, fill it and hand it over, or to push one a full ready queue kept back.
+const LAZY_TURNS: usize = 4;
 
 impl<S: SuperpageBuffer> EmulatedChannel<S> {
     /// Starts a card of one channel (its engine thread named `name`) writing with `generator`.
@@ -305,6 +345,23 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         Ok(v.remove(0))
     }
 
+    /// A channel without a thread (see "Lazy channels" in the module docs): `generator`
+    /// writes a superpage in the thread that pops one and finds none ready.
+    pub fn start_lazy<G: Generator>(config: EmulatedConfig, generator: G) -> Self {
+        let state = Arc::new(EngineState {
+            stop: AtomicBool::new(false),
+            cpu_ns: AtomicU64::new(0),
+        });
+        let mut lane = Lane::new(config, generator);
+        lane.fill_cpu = Some(Arc::clone(&state));
+        let shared = Arc::clone(&lane.shared);
+        EmulatedChannel {
+            shared,
+            engine: None,
+            lazy: Some((state, Mutex::new(Box::new(lane)))),
+        }
+    }
+
     /// Starts a card of `channels.len()` channels, each with its configuration and generator,
     /// driven by one engine thread named `name` (see the module docs); returns the channels in
     /// the order given.
@@ -314,17 +371,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     ) -> std::io::Result<Vec<Self>> {
         let lanes: Vec<Lane<S, G>> = channels
             .into_iter()
-            .map(|(config, generator)| Lane {
-                shared: Arc::new(Shared::new(config.queue_depth.max(1))),
-                generator,
-                limits: Limits::new(&config),
-                sequence: 0,
-                current: None,
-                ready: None,
-                ready_full: false,
-                stalled_since: None,
-                done: false,
-            })
+            .map(|(config, generator)| Lane::new(config, generator))
             .collect();
         let channels: Vec<Arc<Shared<S>>> = lanes.iter().map(|l| Arc::clone(&l.shared)).collect();
         let state = Arc::new(EngineState {
@@ -345,6 +392,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
             .map(|shared| EmulatedChannel {
                 shared,
                 engine: Some(Arc::clone(&engine)),
+                lazy: None,
             })
             .collect())
     }
@@ -353,6 +401,9 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     /// ends with the card's last channel).
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
+        if let Some((_, lane)) = &self.lazy {
+            lane.lock().unwrap_or_else(|e| e.into_inner()).stop_now();
+        }
         let Some(engine) = self.engine.take() else {
             return;
         };
@@ -367,11 +418,10 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     }
 
     /// CPU time the card's engine thread has used so far, in nanoseconds (published at most
-    /// every millisecond; the same figure on every channel of the card).
+    /// every millisecond; the same figure on every channel of the card); for a lazy channel,
+    /// the CPU time its readers' threads spent writing its superpages.
     pub fn card_cpu_ns(&self) -> u64 {
-        self.engine
-            .as_ref()
-            .map_or(0, |e| e.state.cpu_ns.load(Ordering::Relaxed))
+        self.card_cpu().ns()
     }
 
     /// Channels of this channel's card (sharing its engine thread).
@@ -382,7 +432,11 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     /// A handle reading the card's engine CPU time after the channel has gone behind a
     /// `dyn DmaChannel` (one per card is enough: every channel of a card reads the same).
     pub fn card_cpu(&self) -> CardCpu {
-        CardCpu(self.engine.as_ref().map(|e| Arc::clone(&e.state)))
+        match (&self.engine, &self.lazy) {
+            (Some(e), _) => CardCpu(Some(Arc::clone(&e.state))),
+            (None, Some((state, _))) => CardCpu(Some(Arc::clone(state))),
+            (None, None) => CardCpu(None),
+        }
     }
 }
 
@@ -422,6 +476,19 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
     }
 
     fn pop_superpage(&self) -> Option<Filled<S>> {
+        if let Some(f) = self.shared.ready.pop() {
+            return Some(f);
+        }
+        // A lazy channel's reader writes the next superpage now; a reader that finds another
+        // one doing so comes back later.
+        let (_, lane) = self.lazy.as_ref()?;
+        let mut lane = lane.try_lock().ok()?;
+        for _ in 0..LAZY_TURNS {
+            if !lane.turn_once() || !self.shared.ready.is_empty() {
+                break;
+            }
+        }
+        drop(lane);
         self.shared.ready.pop()
     }
 
@@ -536,9 +603,46 @@ struct Lane<S, G> {
     stalled_since: Option<Instant>,
     /// Stopped, finished or unfit: the engine no longer serves it.
     done: bool,
+    /// A lazy channel's engine state: the CPU time of each `fill` is added to it (an engine
+    /// thread measures its own instead).
+    fill_cpu: Option<Arc<EngineState>>,
 }
 
 impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
+    fn new(config: EmulatedConfig, generator: G) -> Lane<S, G> {
+        Lane {
+            shared: Arc::new(Shared::new(config.queue_depth.max(1))),
+            generator,
+            limits: Limits::new(&config),
+            sequence: 0,
+            current: None,
+            ready: None,
+            ready_full: false,
+            stalled_since: None,
+            done: false,
+            fill_cpu: None,
+        }
+    }
+
+    /// `generator.fill`, its CPU time added to `fill_cpu` when set (a lazy channel).
+    fn fill(
+        generator: &mut G,
+        fill_cpu: &Option<Arc<EngineState>>,
+        buf: &mut [u8],
+        max_units: u64,
+    ) -> Fill {
+        let Some(state) = fill_cpu else {
+            return generator.fill(buf, max_units);
+        };
+        let t0 = rodeo_memory::cpu::thread_cpu_time();
+        let f = generator.fill(buf, max_units);
+        let ns = rodeo_memory::cpu::thread_cpu_time()
+            .saturating_sub(t0)
+            .as_nanos() as u64;
+        state.cpu_ns.fetch_add(ns, Ordering::Relaxed);
+        f
+    }
+
     fn stall(&mut self) {
         if self.stalled_since.is_none() {
             self.shared.stalls.fetch_add(1, Ordering::Relaxed);
@@ -651,7 +755,12 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         };
         let buf = superpage.as_bytes_mut();
         let f = if fill.bytes < buf.len() && !self.generator.is_finished() {
-            self.generator.fill(&mut buf[fill.bytes..], max_units)
+            Self::fill(
+                &mut self.generator,
+                &self.fill_cpu,
+                &mut buf[fill.bytes..],
+                max_units,
+            )
         } else {
             Fill::default()
         };
@@ -935,6 +1044,61 @@ mod tests {
             0,
             "the engine ends with its channels"
         );
+    }
+
+    /// A lazy channel has no thread: the reader's pops write the units, in order, each
+    /// superpage once, with the writing CPU counted; it stalls without superpages, goes down
+    /// after the generator's last unit, and a stop hands over what was written.
+    #[test]
+    fn a_lazy_channel_is_filled_by_its_reader() {
+        let ch: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy(
+            EmulatedConfig {
+                queue_depth: 2,
+                ..EmulatedConfig::default()
+            },
+            Counter {
+                next: 0,
+                limit: Some(500),
+            },
+        );
+        // Nothing to write into: a pop finds nothing and counts a stall.
+        assert!(ch.pop_superpage().is_none());
+        assert_eq!(ch.status().counters.stalls, 1);
+        ch.push_superpage(vec![0; 640]).unwrap();
+        ch.push_superpage(vec![0; 640]).unwrap();
+        // No thread writes meanwhile.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(ch.status().counters.units, 0);
+        let first = ch.pop_superpage().expect("written when popped");
+        assert_eq!((first.units, first.sequence), (10, 0));
+        assert_eq!(ch.status().counters.superpages, 1, "one superpage per pop");
+        ch.push_superpage(first.superpage).unwrap();
+        let words = drain(&ch, 490);
+        assert!(words.iter().enumerate().all(|(i, &w)| w == 160 + i as u32));
+        assert!(!ch.status().link_up, "down after the generator's last unit");
+        assert!(ch.card_cpu_ns() > 0, "the writing CPU is counted");
+        // A stop hands over a partly written superpage (a rate-limited channel fills its
+        // superpage over several pops) and takes the link down.
+        let mut paced: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy(
+            EmulatedConfig {
+                queue_depth: 2,
+                max_units_per_s: Some(1_000.0),
+                ..EmulatedConfig::default()
+            },
+            Counter {
+                next: 0,
+                limit: None,
+            },
+        );
+        paced.push_superpage(vec![0; 64 * 1024]).unwrap();
+        let t0 = Instant::now();
+        while paced.pop_superpage().is_none() && t0.elapsed() < Duration::from_millis(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        paced.stop();
+        assert!(!paced.status().link_up);
+        let last = paced.pop_superpage().expect("the partial superpage");
+        assert!(last.units > 0 && last.units < 1024, "{}", last.units);
     }
 
     #[test]

@@ -61,6 +61,16 @@ impl BackoffSpec {
         min_sleep_us: 10,
         max_sleep_us: 100,
     };
+    /// A client waiting for answers that may take long (the ROSTester on the direct link,
+    /// whose requests can wait for data the node has not got yet): a short spin, a few
+    /// yields, then sleeps from 10 to 50 us, so that it leaves the cores to the node it
+    /// waits for. Yielding for longer cost the node a tenth of two cores in context switches.
+    pub const CLIENT: BackoffSpec = BackoffSpec {
+        spins: 64,
+        yields: 16,
+        min_sleep_us: 10,
+        max_sleep_us: 50,
+    };
     /// A receiving thread waiting for its peers or its pool: spin, yield, then 50 us sleeps.
     /// The SW ROD receivers.
     pub const RECEIVER: BackoffSpec = BackoffSpec {

@@ -731,9 +731,11 @@ struct SwRodParts {
     finish: Arc<AtomicBool>,
 }
 
-/// Superpages per card (the card's queues are as deep) and their size: small, so that a
-/// paced card hands over its events within milliseconds.
-const SWROD_SUPERPAGES: usize = 16;
+/// Superpages per FELIX channel (its queues are as deep) and their size: small, so that a
+/// paced card hands over its events within milliseconds. The channels are lazy (filled by the
+/// builder thread that pops one), so two are enough: the builder reads one while the other
+/// waits, and a ROB's superpages stay in its thread's cache.
+const SWROD_SUPERPAGES: usize = 2;
 const SWROD_SUPERPAGE_BYTES: usize = 16 * 1024;
 /// Superpage size of an unpaced SW ROD input: larger, so that the cards and builders pay their
 /// per-superpage work (queues, timeouts, counters) over more events.
@@ -826,24 +828,12 @@ impl SwRodParts {
             max_units_per_s: rate_hz.map(|r| blocks_per_s(r, elinks, payload_words)),
             ..EmulatedConfig::default()
         };
-        // One engine thread per card of CHANNELS_PER_CARD channels.
-        let mut cards = Vec::with_capacity(config.channels);
-        let mut generators = generators.into_iter();
-        for k in 0..config.channels.div_ceil(CHANNELS_PER_CARD) {
-            let lanes: Vec<_> = generators
-                .by_ref()
-                .take(CHANNELS_PER_CARD)
-                .map(|g| (card_config, g))
-                .collect();
-            let card =
-                EmulatedChannel::start_card(&format!("felix{k}"), lanes).map_err(|source| {
-                    NodeError::Io {
-                        what: format!("starting card thread felix{k}"),
-                        source,
-                    }
-                })?;
-            cards.extend(card);
-        }
+        // Lazy channels: the builder thread that reads a ROB writes its next superpage when
+        // it finds none ready (no card thread; see rodeo_cards::dma, "Lazy channels").
+        let cards: Vec<EmulatedChannel<Superpage>> = generators
+            .into_iter()
+            .map(|g| EmulatedChannel::start_lazy(card_config, g))
+            .collect();
         let mut store_inputs = Vec::with_capacity(config.channels);
         for (card, (sw, sink, input)) in cards.into_iter().zip(inputs) {
             for _ in 0..SWROD_SUPERPAGES {

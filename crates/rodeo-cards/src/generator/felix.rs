@@ -134,7 +134,10 @@ impl Lane {
                 p.words,
             );
             let padded = n.next_multiple_of(t);
-            block[pos + n..pos + padded].fill(0);
+            // Tiny fills are written by hand: a memset call each costs more than the bytes.
+            for b in &mut block[pos + n..pos + padded] {
+                *b = 0;
+            }
             let word = trailer.encode(Trailer {
                 kind,
                 length: n,
@@ -156,8 +159,10 @@ impl Lane {
                 self.done += n;
             }
         }
-        // Null trailers.
-        block[pos..].fill(0);
+        // Null trailers (at most a trailer's width of bytes is left).
+        for b in &mut block[pos..] {
+            *b = 0;
+        }
         self.sequence = (self.sequence + 1) % SEQUENCE_MODULO;
     }
 }

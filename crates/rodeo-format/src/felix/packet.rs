@@ -139,7 +139,9 @@ pub fn write_packet_bytes(
     for (k, c) in pay.chunks_exact_mut(4).enumerate() {
         c.copy_from_slice(&base.wrapping_add(k as u32).to_le_bytes());
     }
-    zeros.fill(0);
+    if !zeros.is_empty() {
+        zeros.fill(0);
+    }
     at += 4 * whole;
     // A trailing partial word.
     if at < dst.len() {

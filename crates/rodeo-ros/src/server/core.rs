@@ -117,6 +117,8 @@ impl<S: RequestSource> Core<S> {
         let mut msg = S::Buffer::default();
         let batch = self.config.batch.max(1);
         let mut busy_turns = 0u64;
+        // Fragments stored since parked requests were last re-checked (see below).
+        let mut unchecked = 0u64;
         while !self.stop.load(Ordering::Acquire) {
             self.source.maintain(&mut self.store);
             let mut work = self.store.reclaim() as u64;
@@ -125,7 +127,8 @@ impl<S: RequestSource> Core<S> {
                 bump(&self.stats.input_fragments, ingested);
             }
             work += ingested;
-            let mut changed = ingested > 0;
+            unchecked += ingested;
+            let mut changed = false;
             for _ in 0..batch {
                 if self.descriptors.available() == 0 {
                     bump(&self.stats.descriptors_exhausted, 1);
@@ -137,13 +140,21 @@ impl<S: RequestSource> Core<S> {
                 work += 1;
                 changed |= self.handle(S::view(&msg));
             }
-            // The clock is read only when something waits (most turns nothing does).
-            if self.descriptors.pending() > 0 {
+            // The clock is read only when something waits (most turns nothing does). A re-check
+            // costs a look-up per parked request, so new fragments alone trigger one only when
+            // as many have come as requests wait (amortised: at most one look-up per fragment
+            // stored) or when the input pauses; a clear, or a deadline, always does.
+            let pending = self.descriptors.pending() as u64;
+            if pending > 0 {
                 let now = Instant::now();
                 let expired = self.descriptors.first_deadline().is_some_and(|d| d <= now);
-                if changed || expired {
+                let paused = ingested == 0 && unchecked > 0;
+                if changed || expired || unchecked >= pending || paused {
                     self.recheck(now, false);
+                    unchecked = 0;
                 }
+            } else {
+                unchecked = 0;
             }
             if work > 0 {
                 busy_turns += 1;

@@ -631,7 +631,9 @@ impl DirectClient {
     /// As [`DirectClient::try_recv`], waiting up to `timeout`.
     pub fn recv_timeout(&mut self, slot: &mut Option<Box<DirectReply>>, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut backoff = handover_backoff();
+        // A reply may wait for data the node has not got yet: the client soon sleeps, so
+        // that it leaves the cores to the node it waits for.
+        let mut backoff = Backoff::new(BackoffSpec::CLIENT);
         loop {
             if self.try_recv(slot) {
                 return true;

@@ -93,7 +93,7 @@ use rodeo_format::l1id::next_extended_l1id;
 
 use super::input::Input;
 use crate::store::{EventStore, IngestError};
-use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
 
@@ -140,6 +140,15 @@ impl Batch {
     }
 }
 
+/// The sink's state behind the link's mutex.
+#[derive(Debug, Default)]
+struct Open {
+    /// The batch being filled.
+    batch: Option<Batch>,
+    /// Batches handed over since the last flush.
+    handed: usize,
+}
+
 /// One fragment out of its batch: a window slot's copy (the core thread's buffer).
 #[derive(Debug)]
 struct Filled {
@@ -154,8 +163,12 @@ struct Link {
     free: BoundedQueue<Batch>,
     /// Filled batches for the core thread (`refuse`, as large as `free`, for the same reason).
     ready: BoundedQueue<Batch>,
-    /// The batch the sink fills (taken from `free` at its first fragment).
-    open: Mutex<Option<Batch>>,
+    /// The batch the sink fills (taken from `free` at its first fragment), and what the
+    /// sink handed over since its last flush.
+    open: Mutex<Open>,
+    /// Free batches the sink needs to read one more superpage without waiting: the most one
+    /// superpage has taken so far (at least 1, at most every batch of the link).
+    need: AtomicUsize,
     consumer_gone: AtomicBool,
     /// The sink last reported no room (counted once per episode in `sink_waits`).
     no_room: AtomicBool,
@@ -174,7 +187,8 @@ impl Link {
         let link = Link {
             free: BoundedQueue::new("ros.swrod.free", batches, FullPolicy::Refuse),
             ready: BoundedQueue::new("ros.swrod.ready", batches, FullPolicy::Refuse),
-            open: Mutex::new(None),
+            open: Mutex::new(Open::default()),
+            need: AtomicUsize::new(1),
             consumer_gone: AtomicBool::new(false),
             no_room: AtomicBool::new(false),
             sink_waits: AtomicU64::new(0),
@@ -209,11 +223,12 @@ impl Link {
     /// header) to the open batch, taking a free batch first if none is open, and hands the
     /// batch over when full. Without a consumer the fragment is dropped and counted.
     fn append<'a>(&self, pieces: impl Iterator<Item = &'a [u32]>, status: Status) {
-        let mut open = lock(&self.open);
-        if open.is_none() {
-            *open = self.take_free();
+        let mut guard = lock(&self.open);
+        let state = &mut *guard;
+        if state.batch.is_none() {
+            state.batch = self.take_free();
         }
-        let Some(batch) = open.as_mut() else {
+        let Some(batch) = state.batch.as_mut() else {
             self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -225,19 +240,28 @@ impl Link {
         }
         batch.frags.push((batch.words.len(), status));
         if batch.is_full() {
-            if let Some(b) = open.take() {
+            if let Some(b) = state.batch.take() {
                 self.hand_over(b);
+                state.handed += 1;
             }
         }
     }
 
-    /// The sink's side: hands the open batch (if it holds anything) to the core thread.
+    /// The sink's side: hands the open batch (if it holds anything) to the core thread, and
+    /// learns from the batches handed over since the last flush (about a superpage's worth)
+    /// how many a superpage may take.
     fn flush(&self) {
-        let mut open = lock(&self.open);
-        if open.as_ref().is_some_and(|b| !b.frags.is_empty()) {
-            if let Some(b) = open.take() {
+        let mut guard = lock(&self.open);
+        let state = &mut *guard;
+        if state.batch.as_ref().is_some_and(|b| !b.frags.is_empty()) {
+            if let Some(b) = state.batch.take() {
                 self.hand_over(b);
+                state.handed += 1;
             }
+        }
+        let took = std::mem::take(&mut state.handed).min(self.free.capacity());
+        if took > self.need.load(Ordering::Relaxed) {
+            self.need.store(took, Ordering::Relaxed);
         }
     }
 
@@ -400,10 +424,13 @@ impl Link {
 }
 
 impl<'p> FragmentSink<'p> for StoreSink {
-    /// Room for what one more superpage may complete: a free batch besides the open one.
+    /// Room for what one more superpage may complete: as many free batches (besides the open
+    /// one) as a superpage has taken at most, so that the builder does not wait in the
+    /// middle of a superpage, holding up the thread's other ROBs.
     fn has_room(&self) -> bool {
         let link = &*self.link;
-        let room = !link.free.is_empty() || link.consumer_gone.load(Ordering::Relaxed);
+        let room = link.free.len() >= link.need.load(Ordering::Relaxed)
+            || link.consumer_gone.load(Ordering::Relaxed);
         // Each episode without room is back-pressure from the store, counted once.
         if room == link.no_room.load(Ordering::Relaxed) {
             link.no_room.store(!room, Ordering::Relaxed);
@@ -863,6 +890,65 @@ mod tests {
         let link = Arc::clone(&input.link);
         drop(input);
         assert_eq!(link.counters().dropped_no_consumer, 1);
+    }
+}
+
+#[cfg(test)]
+mod room_tests {
+    use super::*;
+    use crate::store::StoreConfig;
+    use rodeo_format::fragment::{RodBuilder, SourceId};
+    use rodeo_memory::{PagePool, PagePoolConfig};
+
+    /// The sink has room while as many batches are free as one superpage has taken (so its
+    /// builder never waits in the middle of one); reading the batches gives it room again.
+    #[test]
+    fn room_is_what_a_superpage_took() {
+        let config = SwRodConfig {
+            window: 4,
+            ..SwRodConfig::default()
+        };
+        // Five batches of 64 fragments of 16 words.
+        let (sink, mut input) = swrod_link(0, &config, 2, 16);
+        let mut l1id = 0u32;
+        // One "superpage" of 128 fragments: two batches, handed over when full.
+        let superpage = |l1id: &mut u32| {
+            for _ in 0..128 {
+                let mut words = Vec::new();
+                RodBuilder {
+                    source_id: SourceId(9),
+                    extended_l1id: *l1id,
+                    status: &[0],
+                    data: &[&[1, 2, 3]],
+                    ..RodBuilder::default()
+                }
+                .write_vec(&mut words)
+                .unwrap();
+                let rob = [0u32; ROB_HEADER_WORDS];
+                sink.link
+                    .append([&rob[..], &words[..]].into_iter(), Status::OK);
+                *l1id += 1;
+            }
+            FragmentSink::flush(&sink);
+        };
+        assert!(sink.has_room());
+        superpage(&mut l1id);
+        // Two batches taken, three free: room for another superpage of two.
+        assert_eq!(sink.link.need.load(Ordering::Relaxed), 2);
+        assert!(sink.has_room());
+        superpage(&mut l1id);
+        assert!(!sink.has_room(), "one batch free, a superpage takes two");
+        assert_eq!(sink.counters().sink_waits, 1);
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages: 512,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 512)).unwrap();
+        assert_eq!(input.poll(&mut store), 256);
+        assert!(sink.has_room());
+        assert_eq!(sink.counters().sink_waits, 1, "counted once per episode");
     }
 }
 
