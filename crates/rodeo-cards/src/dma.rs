@@ -306,8 +306,16 @@ impl Drop for Engine {
 pub struct EmulatedChannel<S: SuperpageBuffer> {
     shared: Arc<Shared<S>>,
     engine: Option<Arc<Engine>>,
-    /// A lazy channel's engine state (its writing CPU time) and its one lane.
-    lazy: Option<(Arc<EngineState>, Mutex<Box<dyn LazyLane>>)>,
+    /// A lazy channel's engine: no thread, its one lane turned by the readers.
+    lazy: Option<Lazy>,
+}
+
+/// The engine of a lazy channel.
+struct Lazy {
+    /// Its writing CPU time.
+    state: Arc<EngineState>,
+    /// Its one lane.
+    lane: Mutex<Box<dyn LazyLane>>,
 }
 
 /// A lane a lazy channel's reader turns (type-erased over the generator).
@@ -358,7 +366,10 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         EmulatedChannel {
             shared,
             engine: None,
-            lazy: Some((state, Mutex::new(Box::new(lane)))),
+            lazy: Some(Lazy {
+                state,
+                lane: Mutex::new(Box::new(lane)),
+            }),
         }
     }
 
@@ -401,8 +412,11 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     /// ends with the card's last channel).
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some((_, lane)) = &self.lazy {
-            lane.lock().unwrap_or_else(|e| e.into_inner()).stop_now();
+        if let Some(lazy) = &self.lazy {
+            lazy.lane
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .stop_now();
         }
         let Some(engine) = self.engine.take() else {
             return;
@@ -434,7 +448,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     pub fn card_cpu(&self) -> CardCpu {
         match (&self.engine, &self.lazy) {
             (Some(e), _) => CardCpu(Some(Arc::clone(&e.state))),
-            (None, Some((state, _))) => CardCpu(Some(Arc::clone(state))),
+            (None, Some(lazy)) => CardCpu(Some(Arc::clone(&lazy.state))),
             (None, None) => CardCpu(None),
         }
     }
@@ -481,8 +495,8 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
         }
         // A lazy channel's reader writes the next superpage now; a reader that finds another
         // one doing so comes back later.
-        let (_, lane) = self.lazy.as_ref()?;
-        let mut lane = lane.try_lock().ok()?;
+        let lazy = self.lazy.as_ref()?;
+        let mut lane = lazy.lane.try_lock().ok()?;
         for _ in 0..LAZY_TURNS {
             if !lane.turn_once() || !self.shared.ready.is_empty() {
                 break;
