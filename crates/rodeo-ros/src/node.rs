@@ -677,13 +677,14 @@ impl ReadoutNode {
         } = self;
         let builders = swrod.map(|mut f| (f.shutdown(), f));
         let mut stopped = server.stop();
-        if let Some(((builder, unread, error), feed)) = builders {
+        if let Some(((builder, cards, error), feed)) = builders {
             // Read after the core thread dropped its input (what it still held is counted).
             stopped.swrod = Some(SwRodInputCounters {
                 builder,
                 link: link_counters(&feed.sinks),
-                unread_blocks: unread.blocks,
-                unread_bytes: unread.bytes,
+                unread_blocks: cards.unread_blocks,
+                unread_bytes: cards.unread_bytes,
+                card_cpu_ns: cards.cpu_ns,
             });
             stopped.swrod_error = error;
         }
@@ -889,16 +890,18 @@ impl SwRodParts {
     }
 }
 
-/// What the cards had handed over and no builder read when they stopped.
+/// The cards when they stopped: what they had handed over and no builder read, and the CPU
+/// time their writing took (the lazy channels write in the builder threads).
 #[derive(Debug, Clone, Copy, Default)]
-struct Unread {
-    blocks: u64,
-    bytes: u64,
+struct CardsAtStop {
+    unread_blocks: u64,
+    unread_bytes: u64,
+    cpu_ns: u64,
 }
 
 /// The builders' result: their counters summed (or the first error), and what they left
 /// unread in the cards' queues.
-type BuildersResult = (Result<SwRodCounters, SwRodError>, Unread);
+type BuildersResult = (Result<SwRodCounters, SwRodError>, CardsAtStop);
 
 /// Runs every ROB's builder on the builder pool until all have returned, publishing their
 /// counters into `live` every 20 ms; returns the final counters, summed, and counts what the
@@ -917,7 +920,7 @@ fn run_builders(
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(b) => b,
-        Err(e) => return (Err(e), unread(&robs)),
+        Err(e) => return (Err(e), cards_at_stop(&robs)),
     };
     let runs: Vec<RobRun<'_, '_, _, EmulatedChannel<Superpage>, StoreSink>> = builders
         .iter()
@@ -967,7 +970,7 @@ fn run_builders(
     // they left in the cards' queues is counted.
     drop(runs);
     drop(builders);
-    let left = unread(&robs);
+    let left = cards_at_stop(&robs);
     drop(robs);
     let result = match first_error {
         Some(e) => Err(e),
@@ -976,14 +979,16 @@ fn run_builders(
     (result, left)
 }
 
-/// Empties the cards' ready queues, counting the blocks and bytes no builder read.
-fn unread(robs: &[SwRodRob]) -> Unread {
-    let mut u = Unread::default();
+/// Empties the cards' ready queues, counting the blocks and bytes no builder read, and sums
+/// the CPU time the cards spent writing.
+fn cards_at_stop(robs: &[SwRodRob]) -> CardsAtStop {
+    let mut u = CardsAtStop::default();
     for r in robs {
         while let Some(f) = r.card.pop_superpage() {
-            u.blocks += f.units;
-            u.bytes += f.bytes_used as u64;
+            u.unread_blocks += f.units;
+            u.unread_bytes += f.bytes_used as u64;
         }
+        u.cpu_ns += r.card.card_cpu_ns();
     }
     u
 }
@@ -1037,6 +1042,7 @@ fn swrod_counters(live: &Mutex<Vec<SwRodCounters>>, sinks: &[StoreSink]) -> SwRo
         link: link_counters(sinks),
         unread_blocks: 0,
         unread_bytes: 0,
+        card_cpu_ns: 0,
     }
 }
 
@@ -1049,9 +1055,9 @@ impl SwRodFeed {
     /// what the cards had handed over that no builder read, and the first error, if one failed
     /// (the counters are then the last published). Idempotent: once stopped, returns the last
     /// published counters, nothing unread and no error.
-    fn shutdown(&mut self) -> (SwRodCounters, Unread, Option<String>) {
+    fn shutdown(&mut self) -> (SwRodCounters, CardsAtStop, Option<String>) {
         let Some(thread) = self.thread.take() else {
-            return (self.counters().builder, Unread::default(), None);
+            return (self.counters().builder, CardsAtStop::default(), None);
         };
         self.finish.store(true, Ordering::Release);
         // The builders drain their cards while the core thread stores, as long as they move.
@@ -1076,11 +1082,11 @@ impl SwRodFeed {
         }
         self.stop.store(true, Ordering::Release);
         match thread.join() {
-            Ok((Ok(c), unread)) => (c, unread, None),
-            Ok((Err(e), unread)) => (self.counters().builder, unread, Some(e.to_string())),
+            Ok((Ok(c), cards)) => (c, cards, None),
+            Ok((Err(e), cards)) => (self.counters().builder, cards, Some(e.to_string())),
             Err(_) => (
                 self.counters().builder,
-                Unread::default(),
+                CardsAtStop::default(),
                 Some("the SW ROD builders' thread panicked".into()),
             ),
         }

@@ -109,6 +109,12 @@ fn served_fragments_are_the_builders_rob_fragments() {
         (sw.builder.corrupt_packets, sw.builder.late_packets),
         (0, 0)
     );
+    // The lazy FELIX cards wrote in the builder threads: their CPU time is counted, and is
+    // part of the builders'.
+    assert!(
+        sw.card_cpu_ns > 0 && sw.card_cpu_ns <= sw.builder.cpu_ns,
+        "{sw:?}"
+    );
 }
 
 #[test]

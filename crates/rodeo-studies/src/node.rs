@@ -198,9 +198,11 @@ pub fn summary(s: &Stopped) -> Value {
         for (k, n) in sw.link.fields() {
             m.insert(format!("swrod_link_{k}"), Value::from(n));
         }
-        // What the cards had handed over and no builder read when the node stopped.
+        // What the cards had handed over and no builder read when the node stopped, and the
+        // CPU time their (lazy) writing took inside the builder threads.
         m.insert("swrod_unread_blocks".into(), Value::from(sw.unread_blocks));
         m.insert("swrod_unread_bytes".into(), Value::from(sw.unread_bytes));
+        m.insert("swrod_card_cpu_ns".into(), Value::from(sw.card_cpu_ns));
     }
     if let (Some(e), Value::Object(m)) = (&s.swrod_error, &mut v) {
         m.insert("swrod_error".into(), Value::from(e.as_str()));

@@ -351,6 +351,10 @@ pub struct SwRodInputCounters {
     pub unread_blocks: u64,
     /// Bytes of those blocks.
     pub unread_bytes: u64,
+    /// CPU time the emulated FELIX cards spent writing superpages, in nanoseconds (lazy
+    /// channels: inside the builder threads, so part of `builder.cpu_ns`; known once the
+    /// builders have stopped, zero before).
+    pub card_cpu_ns: u64,
 }
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: a
