@@ -65,11 +65,12 @@
 //! # Back-pressure
 //!
 //! Full store: [`SwRodInput::poll`] stops at the refused fragment and retries it on the next
-//! poll, so read batches stop coming back. No free batch: the sink reports no room
-//! (`FragmentSink::has_room`, counted once per episode in [`SwRodLinkCounters::sink_waits`])
-//! and its builder stops reading its cards, which stall; a sink that needs a batch in the
-//! middle of a superpage waits (spin, then yield, then short sleeps; counted likewise) while
-//! holding the fragment, so its pool blocks stay taken. Nothing is dropped on the way; a
+//! poll, so read batches stop coming back. Fewer free batches than one superpage has taken so
+//! far (learnt at each `flush`): the sink reports no room (`FragmentSink::has_room`, counted
+//! once per episode in [`SwRodLinkCounters::sink_waits`]) and its builder stops reading its
+//! cards, which stall, so that a pool thread does not start a superpage it cannot finish; a
+//! sink that still needs a batch in the middle of a superpage waits (spin, then yield, then
+//! short sleeps; counted likewise) while holding the fragment, so its pool blocks stay taken. Nothing is dropped on the way; a
 //! fragment the store drops for its own reasons (a duplicate L1ID, one cleared before it
 //! arrived, too short to hold an L1ID) is counted by the store as for any input.
 //!
