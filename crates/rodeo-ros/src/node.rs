@@ -912,7 +912,10 @@ fn run_builders(
     stop: &AtomicBool,
 ) -> BuildersResult {
     let SwRodParts {
-        robs, pools, pool, ..
+        mut robs,
+        pools,
+        pool,
+        ..
     } = parts;
     let builders = match robs
         .iter()
@@ -920,7 +923,7 @@ fn run_builders(
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(b) => b,
-        Err(e) => return (Err(e), cards_at_stop(&robs)),
+        Err(e) => return (Err(e), cards_at_stop(&mut robs)),
     };
     let runs: Vec<RobRun<'_, '_, _, EmulatedChannel<Superpage>, StoreSink>> = builders
         .iter()
@@ -970,7 +973,7 @@ fn run_builders(
     // they left in the cards' queues is counted.
     drop(runs);
     drop(builders);
-    let left = cards_at_stop(&robs);
+    let left = cards_at_stop(&mut robs);
     drop(robs);
     let result = match first_error {
         Some(e) => Err(e),
@@ -979,11 +982,13 @@ fn run_builders(
     (result, left)
 }
 
-/// Empties the cards' ready queues, counting the blocks and bytes no builder read, and sums
-/// the CPU time the cards spent writing.
-fn cards_at_stop(robs: &[SwRodRob]) -> CardsAtStop {
+/// Stops the cards, then empties their ready queues, counting the blocks and bytes no builder
+/// read, and sums the CPU time the cards spent writing. Stopped first: a lazy card's pop would
+/// otherwise write new superpages for the count.
+fn cards_at_stop(robs: &mut [SwRodRob]) -> CardsAtStop {
     let mut u = CardsAtStop::default();
     for r in robs {
+        r.card.stop();
         while let Some(f) = r.card.pop_superpage() {
             u.unread_blocks += f.units;
             u.unread_bytes += f.bytes_used as u64;
