@@ -260,18 +260,27 @@ fn killing_a_dcm_process_loses_no_event() {
     assert_eq!(global_ids(&v).len() as u64, written);
 }
 
-#[test]
-fn killing_the_controller_leaves_no_application_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("p.toml");
+/// Starts `rodeo run --processes` in `dir` (2 kHz, 2 DCMs, heartbeats every 200 ms,
+/// applications that walk down after `dead_after_ms` without a word from the controller) and
+/// waits (bounded) until all five applications run and an event file is complete (events flow
+/// end to end). Returns the controller, its output directory and the marker that finds its
+/// applications.
+fn partition_writing(
+    dir: &std::path::Path,
+    dead_after_ms: u64,
+) -> (std::process::Child, std::path::PathBuf, String) {
+    let cfg = dir.join("p.toml");
     std::fs::write(
         &cfg,
-        "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
-         [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\ndead_after_ms = 3000\n",
+        format!(
+            "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
+             [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
+             dead_after_ms = {dead_after_ms}\n"
+        ),
     )
     .unwrap();
-    let out_dir = dir.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out_dir = dir.join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
         .args(["run", "--processes", "--seconds", "120", "--config"])
         .arg(&cfg)
         .arg("--output")
@@ -281,8 +290,6 @@ fn killing_the_controller_leaves_no_application_running() {
         .spawn()
         .unwrap();
     let marker = out_dir.to_str().unwrap().to_string();
-    // Wait (bounded) until all five applications run and an event file is complete (events
-    // flow end to end).
     wait_until(
         "the partition up and writing",
         Duration::from_secs(60),
@@ -293,6 +300,13 @@ fn killing_the_controller_leaves_no_application_running() {
                     .any(|p| p.to_string_lossy().contains(".data"))
         },
     );
+    (child, out_dir, marker)
+}
+
+#[test]
+fn killing_the_controller_leaves_no_application_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, out_dir, marker) = partition_writing(dir.path(), 3000);
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
     child.wait().unwrap();
@@ -317,38 +331,8 @@ fn a_frozen_controller_leaves_no_application_running() {
     // SIGSTOP of the controller closes no pipe: the applications must notice its silence
     // (no ping for control.dead_after_ms) and walk themselves down, files closed.
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("p.toml");
     let dead_after_ms = 1500;
-    std::fs::write(
-        &cfg,
-        format!(
-            "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
-             [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
-             dead_after_ms = {dead_after_ms}\n"
-        ),
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(["run", "--processes", "--seconds", "120", "--config"])
-        .arg(&cfg)
-        .arg("--output")
-        .arg(&out_dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let marker = out_dir.to_str().unwrap().to_string();
-    wait_until(
-        "the partition up and writing",
-        Duration::from_secs(60),
-        || {
-            apps_of(&marker).len() == 5
-                && files_under(&out_dir)
-                    .iter()
-                    .any(|p| p.to_string_lossy().contains(".data"))
-        },
-    );
+    let (mut child, out_dir, marker) = partition_writing(dir.path(), dead_after_ms);
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
     // dead_after_ms, then the walk-down (the supervisor's drain ends at dcm_timeout_ms of its
