@@ -102,6 +102,54 @@ pub struct Row {
     pub interval_l1_rate_median_hz: f64,
     /// The fastest 250 ms interval's L1 rate.
     pub interval_l1_rate_max_hz: f64,
+    /// What an in-process node saw (absent against a node elsewhere).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeRow>,
+}
+
+/// What an in-process node saw during a tester run: where its time and its fragments went.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct NodeRow {
+    /// Requests that waited in the node's pending queue (their data had not arrived).
+    pub node_parked_requests: u64,
+    /// Times the node's input stalled on a full store.
+    pub node_input_stalls: u64,
+    /// Fragments dropped because their L1ID was cleared before they arrived.
+    pub node_dropped_after_clear: u64,
+    /// CPU time of the node's core thread.
+    pub node_core_cpu_ns: u64,
+    /// Of that, the time it polled with nothing to do.
+    pub node_core_idle_cpu_ns: u64,
+    /// SW ROD input: CPU time of the fragment builders' threads (emulated cards included).
+    pub node_swrod_builder_cpu_ns: u64,
+    /// SW ROD input: times a sink found the store's side without room.
+    pub node_swrod_sink_waits: u64,
+    /// SW ROD input: fragments the sinks handed to the store's side.
+    pub node_swrod_fragments: u64,
+    /// SW ROD input: of those, the fragments written straight into store pages.
+    pub node_swrod_in_place: u64,
+    /// Store pages in use at the end, summed over channels.
+    pub node_pages_in_use: u64,
+}
+
+impl NodeRow {
+    /// The row of a stopped node.
+    pub fn from_stopped(s: &rodeo_ros::server::Stopped) -> NodeRow {
+        let store = s.store.total_counters();
+        let sw = s.swrod.unwrap_or_default();
+        NodeRow {
+            node_parked_requests: s.counters.parked,
+            node_input_stalls: s.input_stalls,
+            node_dropped_after_clear: store.dropped_after_clear,
+            node_core_cpu_ns: s.core_cpu.as_nanos() as u64,
+            node_core_idle_cpu_ns: s.core_idle_cpu.as_nanos() as u64,
+            node_swrod_builder_cpu_ns: sw.builder.cpu_ns,
+            node_swrod_sink_waits: sw.link.sink_waits,
+            node_swrod_fragments: sw.link.fragments,
+            node_swrod_in_place: sw.link.in_place,
+            node_pages_in_use: store.pages_in_use,
+        }
+    }
 }
 
 impl Row {
@@ -129,6 +177,7 @@ impl Row {
             interval_l1_rate_min_hz: r.interval_rate_hz(0.0),
             interval_l1_rate_median_hz: r.interval_rate_hz(0.5),
             interval_l1_rate_max_hz: r.interval_rate_hz(1.0),
+            node: None,
         }
     }
 }

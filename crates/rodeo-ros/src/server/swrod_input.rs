@@ -93,7 +93,7 @@ use rodeo_format::fragment::Status;
 use rodeo_format::l1id::next_extended_l1id;
 
 use super::input::Input;
-use crate::store::{EventStore, IngestError};
+use crate::store::{EventStore, IngestError, LentPage};
 use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Flow, Fragment, FragmentSink, SwRodConfig, SwRodCounters, ROB_HEADER_WORDS};
@@ -107,38 +107,149 @@ pub const BATCH_WORDS: usize = 8 * 1024;
 /// thread reads them at once).
 const BATCHES: usize = 3;
 
-/// Fragments on their way: their ROD words back to back and, per fragment, where its words
-/// end in `words` and the builder's status.
+/// Lent store pages a batch carries at most: 64 KiB of the usual 4 KiB pages, about what a
+/// SW ROD superpage completes.
+const BATCH_PAGES_BYTES: usize = 64 * 1024;
+
+/// A link's batches hold at most a quarter (1 / `LENT_SHARE`) of their channel's pages. The
+/// rest is always the store's: a fragment the core thread must copy in (one larger than a
+/// page, or one put back in order) then finds room once the events before it are cleared,
+/// however many pages the batches hold.
+const LENT_SHARE: usize = 4;
+
+/// `Frag::page` of a fragment copied into the batch's own words.
+const SPILLED: u32 = u32::MAX;
+
+/// Where one fragment of a batch lies.
+#[derive(Debug, Clone, Copy)]
+struct Frag {
+    /// Index into the batch's lent pages, or [`SPILLED`].
+    page: u32,
+    /// In a page: the word offset of its ROB header; spilled: where its ROD words start in
+    /// the batch's words.
+    start: u32,
+    /// In a page: the ROB fragment's words (header included); spilled: its ROD words.
+    len: u32,
+    /// The builder's status.
+    status: Status,
+    /// Its extended L1ID (ROD word 5), read by the sink while writing it; `None`: too short.
+    l1id: Option<u32>,
+}
+
+/// Fragments on their way, each either written by the sink straight into one of the batch's
+/// lent store pages, header included (the core thread then indexes it where it lies), or,
+/// when no lent page has room (none lent, or a fragment larger than a page), as ROD words
+/// back to back in the batch's own `words` (the core thread copies it into the store).
 #[derive(Debug, Default)]
 struct Batch {
+    /// Store pages lent to this batch by the core thread, filled in order.
+    pages: Vec<LentPage>,
+    /// Pages written into; the last of them may have room left at `offset`.
+    used: usize,
+    offset: usize,
     words: Vec<u32>,
-    frags: Vec<(usize, Status)>,
+    frags: Vec<Frag>,
+    /// Fragments written into lent pages.
+    in_place: u64,
+}
+
+/// Where the sink may write a fragment.
+enum Room {
+    /// In lent page `.0` at word `.1`.
+    Page(usize, usize),
+    /// The lent pages are full: hand the batch over and take the next.
+    PagesFull,
+    /// No lent page could hold it: copy it into the batch's words.
+    Spill,
 }
 
 impl Batch {
     /// An empty batch with room for about `words` ROD words.
     fn with_capacity(words: usize) -> Batch {
         Batch {
+            pages: Vec::new(),
+            used: 0,
+            offset: 0,
             words: Vec::with_capacity(words),
             frags: Vec::with_capacity(BATCH_FRAGMENTS),
+            in_place: 0,
         }
     }
 
-    /// Fragment `i`: its ROD words and status.
-    fn get(&self, i: usize) -> (&[u32], Status) {
-        let start = if i == 0 { 0 } else { self.frags[i - 1].0 };
-        let (end, status) = self.frags[i];
-        (&self.words[start..end], status)
+    /// Fragment `i`'s ROD words (in its page or the batch's words).
+    fn rod(&self, f: &Frag) -> &[u32] {
+        let (start, len) = (f.start as usize, f.len as usize);
+        match self.pages.get(f.page as usize) {
+            Some(lent) => lent.words(start + ROB_HEADER_WORDS, len - ROB_HEADER_WORDS),
+            None => &self.words[start..start + len],
+        }
     }
 
+    /// Where a ROB fragment of `words` words (header included) goes: after the last one in
+    /// the current lent page, at the start of the next lent page, or nowhere in a page.
+    fn room(&mut self, words: usize) -> Room {
+        let Some(page_words) = self.pages.first().map(LentPage::page_words) else {
+            return Room::Spill;
+        };
+        if words > page_words {
+            return Room::Spill;
+        }
+        if self.used > 0 && self.offset + words <= page_words {
+            return Room::Page(self.used - 1, self.offset);
+        }
+        match self.pages.get(self.used) {
+            Some(next) => {
+                self.offset = next.first_offset(words);
+                self.used += 1;
+                Room::Page(self.used - 1, self.offset)
+            }
+            None => Room::PagesFull,
+        }
+    }
+
+    /// Warms the lines where the next fragment goes if it has `words` words (the last one's
+    /// size): in the current page after the last one, or at the start of the next page. The
+    /// pages are the store's, cold in this core's cache; the builder's work on the next
+    /// fragment hides the misses.
+    fn prefetch_next(&self, words: usize) {
+        let Some(page) = self.used.checked_sub(1).and_then(|i| self.pages.get(i)) else {
+            return;
+        };
+        if self.offset + words <= page.page_words() {
+            page.prefetch(self.offset, words);
+        } else if let Some(next) = self.pages.get(self.used) {
+            next.prefetch(next.first_offset(words), words);
+        }
+    }
+
+    /// Empties the batch (its lent pages kept, to be written from the start).
     fn clear(&mut self) {
         self.words.clear();
         self.frags.clear();
+        self.used = 0;
+        self.offset = 0;
+        self.in_place = 0;
     }
 
     fn is_full(&self) -> bool {
         self.frags.len() >= BATCH_FRAGMENTS || self.words.len() >= BATCH_WORDS
     }
+}
+
+/// Copies `pieces` less the builder's ROB header into `dst` (at most its length); returns
+/// the words copied.
+fn gather<'a>(pieces: impl Iterator<Item = &'a [u32]>, dst: &mut [u32]) -> usize {
+    let mut skip = ROB_HEADER_WORDS;
+    let mut at = 0;
+    for piece in pieces {
+        let n = skip.min(piece.len());
+        skip -= n;
+        let piece = &piece[n..];
+        let m = piece.len().min(dst.len() - at);
+        dst[at..at + m].copy_from_slice(&piece[..m]);
+        at += m;
+    }
+    at
 }
 
 /// The sink's state behind the link's mutex.
@@ -176,6 +287,7 @@ struct Link {
     sink_waits: AtomicU64,
     dropped_no_consumer: AtomicU64,
     fragments: AtomicU64,
+    in_place: AtomicU64,
     rejected: AtomicU64,
     out_of_order: AtomicU64,
     duplicates: AtomicU64,
@@ -195,6 +307,7 @@ impl Link {
             sink_waits: AtomicU64::new(0),
             dropped_no_consumer: AtomicU64::new(0),
             fragments: AtomicU64::new(0),
+            in_place: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
@@ -220,26 +333,81 @@ impl Link {
             .pop_or(|| self.consumer_gone.load(Ordering::Acquire))
     }
 
-    /// The sink's side: appends one fragment's ROD words (its `pieces`, less the builder's ROB
-    /// header) to the open batch, taking a free batch first if none is open, and hands the
-    /// batch over when full. Without a consumer the fragment is dropped and counted.
-    fn append<'a>(&self, pieces: impl Iterator<Item = &'a [u32]>, status: Status) {
+    /// The sink's side: appends one fragment of `size` words (its `pieces`, whose first
+    /// [`ROB_HEADER_WORDS`] are the builder's ROB header, left out) to the open batch, taking
+    /// a free batch first if none is open: into a lent store page behind the store's ROB
+    /// header when one has room (a batch whose pages are full is handed over first), else
+    /// into the batch's words. Hands the batch over when full. Without a consumer the
+    /// fragment is dropped and counted.
+    fn append<'a>(&self, size: usize, pieces: impl Iterator<Item = &'a [u32]>, status: Status) {
+        let rod_words = size.saturating_sub(ROB_HEADER_WORDS);
+        let rob_words = ROB_HEADER_WORDS + rod_words;
         let mut guard = lock(&self.open);
         let state = &mut *guard;
-        if state.batch.is_none() {
-            state.batch = self.take_free();
-        }
+        let room = loop {
+            if state.batch.is_none() {
+                state.batch = self.take_free();
+            }
+            let Some(batch) = state.batch.as_mut() else {
+                self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            match batch.room(rob_words) {
+                Room::PagesFull if !batch.frags.is_empty() => {
+                    if let Some(b) = state.batch.take() {
+                        self.hand_over(b);
+                        state.handed += 1;
+                    }
+                }
+                Room::PagesFull => break Room::Spill,
+                room => break room,
+            }
+        };
         let Some(batch) = state.batch.as_mut() else {
-            self.dropped_no_consumer.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let mut skip = ROB_HEADER_WORDS;
-        for piece in pieces {
-            let n = skip.min(piece.len());
-            batch.words.extend_from_slice(&piece[n..]);
-            skip -= n;
+        match room {
+            Room::Page(i, offset) => {
+                let lent = &mut batch.pages[i];
+                let header = lent.rob_header(rob_words, status);
+                let dst = &mut lent.words_mut()[offset..offset + rob_words];
+                dst[..ROB_HEADER_WORDS].copy_from_slice(&header);
+                let rod = &mut dst[ROB_HEADER_WORDS..];
+                let copied = gather(pieces, rod);
+                debug_assert_eq!(copied, rod_words, "a fragment's pieces are its size");
+                // Words the pieces did not cover (never, for a builder's fragment) read as 0.
+                rod[copied..].fill(0);
+                batch.frags.push(Frag {
+                    page: i as u32,
+                    start: offset as u32,
+                    len: rob_words as u32,
+                    status,
+                    l1id: l1id_of(rod),
+                });
+                batch.offset = offset + rob_words;
+                batch.prefetch_next(rob_words);
+                // Counted per batch at the hand-over: an atomic add here would wait for the
+                // fragment's writes into the (cold) page to drain first.
+                batch.in_place += 1;
+            }
+            Room::Spill | Room::PagesFull => {
+                let start = batch.words.len();
+                let mut skip = ROB_HEADER_WORDS;
+                for piece in pieces {
+                    let n = skip.min(piece.len());
+                    batch.words.extend_from_slice(&piece[n..]);
+                    skip -= n;
+                }
+                let rod = &batch.words[start..];
+                batch.frags.push(Frag {
+                    page: SPILLED,
+                    start: start as u32,
+                    len: rod.len() as u32,
+                    status,
+                    l1id: l1id_of(rod),
+                });
+            }
         }
-        batch.frags.push((batch.words.len(), status));
         if batch.is_full() {
             if let Some(b) = state.batch.take() {
                 self.hand_over(b);
@@ -254,7 +422,13 @@ impl Link {
     fn flush(&self) {
         let mut guard = lock(&self.open);
         let state = &mut *guard;
-        if state.batch.as_ref().is_some_and(|b| !b.frags.is_empty()) {
+        // Once the consumer is gone an empty open batch goes too, so its lent pages go back.
+        let gone = self.consumer_gone.load(Ordering::Acquire);
+        if state
+            .batch
+            .as_ref()
+            .is_some_and(|b| gone || !b.frags.is_empty())
+        {
             if let Some(b) = state.batch.take() {
                 self.hand_over(b);
                 state.handed += 1;
@@ -275,13 +449,17 @@ impl Link {
         if self.consumer_gone.load(Ordering::Acquire) {
             self.dropped_no_consumer.fetch_add(n, Ordering::Relaxed);
             let mut batch = batch;
+            // Its lent pages go back to the store (through its returned queue).
+            batch.pages.clear();
             batch.clear();
             self.give_back(batch);
             return;
         }
+        let in_place = batch.in_place;
         let pushed = self.ready.push(batch);
         debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per batch");
         self.fragments.fetch_add(n, Ordering::Relaxed);
+        self.in_place.fetch_add(in_place, Ordering::Relaxed);
     }
 
     /// The core thread's side: a batch back to the sink. `free` has a slot per batch, so the
@@ -297,6 +475,9 @@ impl Link {
 pub struct SwRodLinkCounters {
     /// Fragments the sink handed to the core thread.
     pub fragments: u64,
+    /// Of those, the fragments the sink wrote straight into a lent store page (the core
+    /// thread indexed them where they lay); the rest it copied into the store.
+    pub in_place: u64,
     /// Times the sink found no free batch and waited, or reported no room so that its
     /// builder stopped reading its cards (back-pressure from the store; once per episode).
     pub sink_waits: u64,
@@ -318,6 +499,7 @@ impl SwRodLinkCounters {
     /// Adds every counter of `other`.
     pub fn add(&mut self, other: &SwRodLinkCounters) {
         self.fragments += other.fragments;
+        self.in_place += other.in_place;
         self.sink_waits += other.sink_waits;
         self.dropped_no_consumer += other.dropped_no_consumer;
         self.rejected += other.rejected;
@@ -327,9 +509,10 @@ impl SwRodLinkCounters {
     }
 
     /// `(name, value)` pairs, for metrics and reports.
-    pub fn fields(&self) -> [(&'static str, u64); 7] {
+    pub fn fields(&self) -> [(&'static str, u64); 8] {
         [
             ("fragments", self.fragments),
+            ("in_place", self.in_place),
             ("sink_waits", self.sink_waits),
             ("dropped_no_consumer", self.dropped_no_consumer),
             ("rejected", self.rejected),
@@ -384,6 +567,7 @@ pub fn swrod_link(
             ahead: None,
             slots: (0..window).map(|_| None).collect(),
             spare: Vec::new(),
+            lend_pages: None,
             base: 0,
             next: config.first_l1id,
             wrap: config.l1id_wrap.clamp(1, 1 << 24),
@@ -418,6 +602,7 @@ impl Link {
     fn counters(&self) -> SwRodLinkCounters {
         SwRodLinkCounters {
             fragments: self.fragments.load(Ordering::Relaxed),
+            in_place: self.in_place.load(Ordering::Relaxed),
             sink_waits: self.sink_waits.load(Ordering::Relaxed),
             dropped_no_consumer: self.dropped_no_consumer.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
@@ -449,7 +634,8 @@ impl<'p> FragmentSink<'p> for StoreSink {
     /// Copies the fragment into the open batch and lets the builder keep its blocks: they go
     /// back to the calling thread's pool caches in batches, not one shared free per block.
     fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
-        self.link.append(fragment.pieces(), fragment.status());
+        self.link
+            .append(fragment.size_words(), fragment.pieces(), fragment.status());
         Some(Flow::Continue)
     }
 
@@ -483,6 +669,8 @@ pub struct SwRodInput {
     slots: Box<[Option<Filled>]>,
     /// Buffers of window slots, for reuse.
     spare: Vec<Vec<u32>>,
+    /// Store pages lent to each batch (known at the first poll, from the store's size).
+    lend_pages: Option<usize>,
     /// The slot of `next`.
     base: usize,
     /// The extended L1ID stored next.
@@ -509,6 +697,16 @@ impl Drop for SwRodInput {
         }
         while let Some(b) = self.link.ready.pop() {
             left += b.frags.len() as u64;
+        }
+        // The free batches' lent pages go back to the store (through its returned queue);
+        // the batches stay, empty, for a sink that still hands over (it then drops).
+        for _ in 0..self.link.free.len() {
+            let Some(mut b) = self.link.free.pop() else {
+                break;
+            };
+            b.pages.clear();
+            b.clear();
+            self.link.give_back(b);
         }
         self.link
             .dropped_no_consumer
@@ -542,9 +740,9 @@ impl SwRodInput {
         (n(l1id) + period - n(self.next) % period) % period
     }
 
-    /// Where a fragment of ROD words `words` goes.
-    fn place(&self, words: &[u32]) -> Place {
-        let Some(l1id) = l1id_of(words) else {
+    /// Where a fragment of L1ID `l1id` goes (`None`: too short to carry one).
+    fn place(&self, l1id: Option<u32>) -> Place {
+        let Some(l1id) = l1id else {
             return Place::Reject;
         };
         let d = self.distance(l1id);
@@ -577,6 +775,74 @@ impl SwRodInput {
         } else {
             self.slots[slot] = Some(f);
         }
+    }
+
+    /// Stores fragment `f` of `batch`: indexed where it lies in its lent page, or copied in
+    /// from the batch's words; false when the store is full (nothing stored).
+    fn store_frag(
+        store: &mut EventStore,
+        link: &Link,
+        channel: usize,
+        batch: &Batch,
+        f: &Frag,
+    ) -> bool {
+        let (Some(lent), Some(l1id)) = (batch.pages.get(f.page as usize), f.l1id) else {
+            return Self::store_words(store, link, channel, batch.rod(f), f.status);
+        };
+        match store.adopt(channel, lent, f.start as usize, f.len as usize, l1id) {
+            Err(IngestError::Full) => false,
+            stored => {
+                if stored.is_err() {
+                    link.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+        }
+    }
+
+    /// Ends a read batch: the store takes back the pages the sink wrote into (their
+    /// fragments stay where they are), lends it fresh ones in their place as far as it can,
+    /// and the batch goes back to the sink.
+    fn finish(&mut self, store: &mut EventStore, mut batch: Batch) {
+        for lent in batch.pages.drain(..batch.used) {
+            store.take_back(lent);
+        }
+        let want = self.lend_pages(store);
+        while batch.pages.len() < want {
+            match store.lend(self.channel) {
+                Some(lent) => batch.pages.push(lent),
+                None => break,
+            }
+        }
+        batch.clear();
+        self.link.give_back(batch);
+    }
+
+    /// Pages to lend each batch: [`BATCH_PAGES_BYTES`] worth, less in a store too small for
+    /// the link's batches to hold that many within [`LENT_SHARE`] of the channel.
+    fn lend_pages(&mut self, store: &EventStore) -> usize {
+        *self.lend_pages.get_or_insert_with(|| {
+            let page_bytes = store.page_words().max(1) * 4;
+            let batches = self.link.free.capacity().max(1);
+            let fair = store.pages_per_channel() / LENT_SHARE / batches;
+            (BATCH_PAGES_BYTES / page_bytes).max(1).min(fair)
+        })
+    }
+
+    /// At the first poll: lends pages to the batches the sink has not taken yet (the others
+    /// get theirs when they come back).
+    fn prime(&mut self, store: &mut EventStore) {
+        if self.lend_pages.is_some() {
+            return;
+        }
+        let n = self.link.free.len();
+        for _ in 0..n {
+            let Some(batch) = self.link.free.pop() else {
+                break;
+            };
+            self.finish(store, batch);
+        }
+        self.lend_pages(store);
     }
 
     /// Stores `words`; false when the store is full (nothing stored).
@@ -633,9 +899,8 @@ impl SwRodInput {
             match &self.batch {
                 Some(b) if self.at < b.frags.len() => break,
                 Some(_) => {
-                    if let Some(mut b) = self.batch.take() {
-                        b.clear();
-                        self.link.give_back(b);
+                    if let Some(b) = self.batch.take() {
+                        self.finish(store, b);
                     }
                 }
                 None => {}
@@ -644,12 +909,13 @@ impl SwRodInput {
             self.at = 0;
         }
         let batch = self.batch.as_ref()?;
-        let (words, status) = batch.get(self.at);
-        let place = self.place(words);
+        let f = batch.frags[self.at];
+        let place = self.place(f.l1id);
         self.at += 1;
+        let status = f.status;
         match place {
             Place::Next => {
-                if !Self::store_words(store, &self.link, self.channel, words, status) {
+                if !Self::store_frag(store, &self.link, self.channel, batch, &f) {
                     // Full: read again at the next poll.
                     self.at -= 1;
                     return None;
@@ -659,21 +925,21 @@ impl SwRodInput {
             }
             Place::Behind => {
                 self.link.out_of_order.fetch_add(1, Ordering::Relaxed);
-                if Self::store_words(store, &self.link, self.channel, words, status) {
+                if Self::store_frag(store, &self.link, self.channel, batch, &f) {
                     return Some(1);
                 }
                 // Full: kept for the next poll.
-                self.held = Some(Self::copy(&mut self.spare, words, status));
+                self.held = Some(Self::copy(&mut self.spare, batch.rod(&f), status));
                 None
             }
             Place::Window(d) => {
-                let f = Self::copy(&mut self.spare, words, status);
+                let f = Self::copy(&mut self.spare, batch.rod(&f), status);
                 let slot = (self.base + d) & (self.slots.len() - 1);
                 self.file(slot, f);
                 Some(0)
             }
             Place::Ahead => {
-                self.ahead = Some(Self::copy(&mut self.spare, words, status));
+                self.ahead = Some(Self::copy(&mut self.spare, batch.rod(&f), status));
                 Some(0)
             }
             Place::Reject => {
@@ -691,6 +957,7 @@ fn l1id_of(words: &[u32]) -> Option<u32> {
 
 impl Input for SwRodInput {
     fn poll(&mut self, store: &mut EventStore) -> u64 {
+        self.prime(store);
         let len = self.slots.len();
         let mut consumed = 0;
         if let Some(f) = self.held.take() {
@@ -809,16 +1076,30 @@ mod tests {
     }
 
     /// Fragments handed over out of order (across an L1ID wrap and ECR) reach the store in
-    /// order; one far outside the window is stored as it came and counted.
+    /// order; one far outside the window is stored as it came and counted. In a store too
+    /// small to lend pages to the link's batches: every fragment copied in.
     #[test]
     fn the_input_stores_in_l1id_order() {
+        assert_eq!(stores_in_l1id_order(64), 0);
+    }
+
+    /// The same in a store that lends pages: after the first batches (taken before the
+    /// first poll lent them pages) every fragment is written straight into a store page.
+    #[test]
+    fn the_input_stores_in_l1id_order_from_lent_pages() {
+        assert_eq!(stores_in_l1id_order(1024), 18 - 3);
+    }
+
+    /// Runs the order test on a store of `pages` pages; returns the fragments written in
+    /// place.
+    fn stores_in_l1id_order(pages: usize) -> u64 {
         let pool = PagePool::new(PagePoolConfig {
             page_bytes: 256,
-            pages: 64,
+            pages,
             ..PagePoolConfig::default()
         })
         .unwrap();
-        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 64)).unwrap();
+        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, pages)).unwrap();
         let config = SwRodConfig {
             window: 4,
             l1id_wrap: 3,
@@ -832,9 +1113,11 @@ mod tests {
         // (a batch of one fragment).
         let give_words = |input: &mut SwRodInput, rod_words: &[u32]| {
             let rob = [0u32; ROB_HEADER_WORDS];
-            input
-                .link
-                .append([&rob[..], rod_words].into_iter(), Status::OK);
+            input.link.append(
+                ROB_HEADER_WORDS + rod_words.len(),
+                [&rob[..], rod_words].into_iter(),
+                Status::OK,
+            );
             input.link.flush();
         };
         let give = |input: &mut SwRodInput, l1id: u32| give_words(input, &rod(l1id));
@@ -890,11 +1173,25 @@ mod tests {
         assert_eq!(input.counters().rejected, 1);
         assert_eq!(input.link.free.len(), input.link.free.capacity());
         assert_eq!(input.counters().fragments, 18);
+        let in_place = input.counters().in_place;
         // Dropping the input counts what it still held.
         give(&mut input, 0xC800_0005);
         let link = Arc::clone(&input.link);
         drop(input);
         assert_eq!(link.counters().dropped_no_consumer, 1);
+        // Every page lent to the link comes back once the link is gone: only the stored
+        // fragments' pages stay in use.
+        drop(link);
+        drop(_sink);
+        store.reclaim();
+        let stored = store.counters(0);
+        assert!(
+            stored.pages_in_use <= stored.stored,
+            "{} pages in use for {} fragments",
+            stored.pages_in_use,
+            stored.stored
+        );
+        in_place
     }
 }
 
@@ -930,8 +1227,11 @@ mod room_tests {
                 .write_vec(&mut words)
                 .unwrap();
                 let rob = [0u32; ROB_HEADER_WORDS];
-                sink.link
-                    .append([&rob[..], &words[..]].into_iter(), Status::OK);
+                sink.link.append(
+                    ROB_HEADER_WORDS + words.len(),
+                    [&rob[..], &words[..]].into_iter(),
+                    Status::OK,
+                );
                 *l1id += 1;
             }
             FragmentSink::flush(&sink);
@@ -977,7 +1277,11 @@ mod loom_tests {
     fn sink(link: &Link, n: u32) -> u32 {
         for i in 0..n {
             let rob = [0u32; ROB_HEADER_WORDS];
-            link.append([&rob[..], &[i][..]].into_iter(), Status::default());
+            link.append(
+                ROB_HEADER_WORDS + 1,
+                [&rob[..], &[i][..]].into_iter(),
+                Status::default(),
+            );
             link.flush();
         }
         n - link.dropped_no_consumer.load(Ordering::Relaxed) as u32

@@ -59,9 +59,11 @@ impl EventStore {
         released
     }
 
-    /// Pages in use on channel `c` after the write cursor's page is released if it holds no
+    /// Pages in use on channel `c` after the pages other threads let go of are taken back
+    /// ([`EventStore::reclaim`]) and the write cursor's page is released if it holds no
     /// fragment (an idle, fully cleared channel then shows zero).
     pub fn settle(&mut self, c: usize) -> usize {
+        self.reclaim();
         let table = &*self.table;
         let ch = &mut self.channels[c];
         // Only the cursor holds it: no stored fragment.

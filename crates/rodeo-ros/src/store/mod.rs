@@ -68,12 +68,15 @@
 //! - `read`: answering requests: what a channel holds for an L1ID (present, pending, lost) and
 //!   the page segments of a stored fragment;
 //! - `clear`: releasing cleared fragments (and early clears), and settling an idle channel;
+//! - `lend`: pages lent to a writer on another thread (the SW ROD sink) and the fragments it
+//!   wrote there indexed in place;
 //! - `index`: the per-channel L1ID index; `pages`: the page table shared with reply frames;
 //!   `slink`: the S-LINK error dump.
 
 mod clear;
 mod index;
 mod ingest;
+mod lend;
 mod pages;
 mod read;
 pub mod slink;
@@ -89,6 +92,7 @@ use index::L1idIndex;
 use ingest::first_offset;
 pub use ingest::Rewrite;
 use ingest::NO_LAYOUT;
+pub use lend::{LentPage, LEND_RESERVE};
 pub use pages::PageRef;
 pub(crate) use pages::PageTable;
 use pages::NO_PAGE;

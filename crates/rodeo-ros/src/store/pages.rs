@@ -19,7 +19,8 @@
 //!
 //! 1. Only the store thread writes page bytes, and only words no [`PageRef`] covers: it writes
 //!    at its cursor, past every stored fragment of the page, and a page is reused only after
-//!    its count fell to zero.
+//!    its count fell to zero. A page lent out (`lend`) has one writer instead, its holder,
+//!    until it goes back to the store thread; none of its words is indexed before then.
 //! 2. A [`PageRef`], or a segment the store holds for a reader (a store hold counts as the
 //!    store's reference until it is released on the store thread), reads only the words of one
 //!    stored fragment, which never change while the fragment's reference (or the reader's own)
@@ -137,6 +138,16 @@ impl PageTable {
     #[inline]
     pub(crate) fn set_next(&self, p: u32, q: u32) {
         self.next[p as usize].store(q, Ordering::Relaxed);
+    }
+
+    /// Hands back page `p`, whose last reference this thread just dropped (rule 3: each page
+    /// at most once in the queue, which has a slot per page, so the push cannot fail).
+    pub(crate) fn push_returned(&self, p: u32) {
+        let pushed = self.returned.push(p);
+        debug_assert!(
+            pushed.is_ok(),
+            "ros.store.returned_pages has a slot per page"
+        );
     }
 
     /// Takes a page id returned by another thread.
@@ -267,9 +278,7 @@ impl FrameOwner for PageRef {
 impl Drop for PageRef {
     fn drop(&mut self) {
         if self.table.release(self.page) {
-            // The table's queue holds every page id at most once (rule 3) and is as large as the
-            // table, so this push cannot fail.
-            let _ = self.table.returned.push(self.page);
+            self.table.push_returned(self.page);
         }
     }
 }

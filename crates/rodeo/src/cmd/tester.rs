@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use rodeo_studies::node::{start_direct_node, start_node, NodeArgs};
 use rodeo_studies::report::Report;
-use rodeo_studies::tester::{run_direct_tester, run_testers, MixArgs, Row};
+use rodeo_studies::tester::{run_direct_tester, run_testers, MixArgs, NodeRow, Row};
 use rodeo_transport::socket::Transport;
 
 /// Arguments of `rodeo tester`.
@@ -48,24 +48,26 @@ pub(crate) enum InProcess {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let t = Transport::new(args.node.io_threads)?;
     let robs = args.node.robs();
-    let report = match &args.connect {
-        Some(ep) => run_testers(&t, ep, &robs, args.node.l1id_wrap, &args.mix)?,
+    let (report, node) = match &args.connect {
+        Some(ep) => (
+            run_testers(&t, ep, &robs, args.node.l1id_wrap, &args.mix)?,
+            None,
+        ),
         None if args.transport == InProcess::Direct => {
             let (node, mut client) = start_direct_node(&args.node).context("in-process node")?;
             let r = run_direct_tester(&mut client, &robs, args.node.l1id_wrap, &args.mix)?;
             drop(client);
-            drop(node);
-            r
+            (r, Some(NodeRow::from_stopped(&node.stop())))
         }
         None => {
             let node = start_node(&t, &args.node, "inproc://rodeo-tester-node")
                 .context("in-process node")?;
             let r = run_testers(&t, node.endpoint(), &robs, args.node.l1id_wrap, &args.mix)?;
-            drop(node);
-            r
+            (r, Some(NodeRow::from_stopped(&node.stop())))
         }
     };
-    let row = Row::from_report(&report);
+    let mut row = Row::from_report(&report);
+    row.node = node;
     if args.csv {
         let v = serde_json::to_value(&row)?;
         let m = v.as_object().context("row")?;

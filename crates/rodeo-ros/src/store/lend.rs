@@ -1,0 +1,386 @@
+//! Pages lent to a writer on another thread: the SW ROD sink writes whole ROB fragments
+//! (header included) straight into store pages, and the store thread then indexes them where
+//! they lie ([`EventStore::adopt`]) instead of copying them in.
+//!
+//! # The lend
+//!
+//! [`EventStore::lend`] takes a page off a channel's free stack and hands it out as a
+//! [`LentPage`], which holds one reference on the page's shared count (as a reply frame
+//! does), so the store neither reuses nor frees the page while it is lent. The holder writes
+//! anywhere in the page through [`LentPage::words_mut`]: nothing of it is indexed, so nobody
+//! else reads it (the generalisation of `pages` rule 1: the page's one writer is its
+//! holder). The page goes back to the store thread with its holder's queue (whose push and pop
+//! order the writes before the store's reads); from then on nobody writes it.
+//!
+//! On the store thread, [`EventStore::adopt`] indexes a fragment the holder wrote, taking a
+//! store hold on the page as for a fragment the store wrote itself (its first hold adds the
+//! store's one shared reference); a reply on it refers to the page's words as they lie.
+//! [`EventStore::take_back`] then ends the lend: the lend's reference is dropped, and the page
+//! is free again once no adopted fragment and no reply holds it (at once if none was
+//! adopted). A [`LentPage`] dropped anywhere else (a link torn down with its batches) drops
+//! its reference the same way, through the page table's returned queue, so no page is lost to
+//! its channel.
+//!
+//! # Limits
+//!
+//! A channel lends only while more than 1/64 of its pages are free ([`LEND_RESERVE`]):
+//! those are kept for the copying path ([`EventStore::ingest`], for what a lent page cannot
+//! take), so that a nearly full channel is still the store's own back-pressure. How many
+//! pages a borrower holds at most is the borrower's limit (the SW ROD link lends its batches
+//! at most a quarter of a channel). Lent pages count as in use in the channel's occupancy.
+
+use std::sync::Arc;
+
+use rodeo_format::fragment::Status;
+
+use super::index::{Location, Slot};
+use super::ingest::{first_offset, NO_LAYOUT};
+use super::pages::{PageTable, NO_PAGE};
+use super::{note_l1id, rob_header, EventStore, IngestError, Ingested, ROB_HEADER_WORDS};
+
+/// A channel keeps this fraction (1 / `LEND_RESERVE`) of its pages free from lending.
+pub const LEND_RESERVE: usize = 64;
+
+/// A store page lent to one writer (see the module docs). Dropping it ends the lend.
+pub struct LentPage {
+    table: Arc<PageTable>,
+    page: u32,
+    source_id: u32,
+}
+
+impl std::fmt::Debug for LentPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LentPage")
+            .field("page", &self.page)
+            .field("source_id", &self.source_id)
+            .finish()
+    }
+}
+
+impl LentPage {
+    /// The page's words, to write fragments into.
+    pub fn words_mut(&mut self) -> &mut [u32] {
+        let words = self.table.page_words();
+        // SAFETY: a lent page is indexed nowhere and referenced by no reader, and only its
+        // one holder (`&mut self`) writes it until it goes back to the store (module docs).
+        unsafe { self.table.slice_mut(self.page, 0, words) }
+    }
+
+    /// The words `offset..offset + len` of the page (what the holder wrote there).
+    ///
+    /// # Panics
+    ///
+    /// When the range is not inside the page.
+    pub fn words(&self, offset: usize, len: usize) -> &[u32] {
+        // SAFETY: while lent, nobody but the holder writes the page, and `&self` excludes the
+        // holder's writes for the slice's lifetime.
+        unsafe { self.table.slice(self.page, offset, len) }
+    }
+
+    /// Hints the CPU to bring the lines of words `offset..offset + len` into cache, to be
+    /// written soon (a fragment's next place): the writes then do not wait for memory. Words
+    /// past the page are left out; nothing is read or written.
+    pub fn prefetch(&self, offset: usize, len: usize) {
+        let end = (offset + len).min(self.table.page_words());
+        // One hint per 64-byte line (16 words).
+        for o in (offset..end).step_by(16) {
+            self.table.prefetch(self.page, o);
+        }
+        if end > offset {
+            self.table.prefetch(self.page, end - 1);
+        }
+    }
+
+    /// Words per page.
+    pub fn page_words(&self) -> usize {
+        self.table.page_words()
+    }
+
+    /// Where the first of fragments of `words` words (header included) goes in this page:
+    /// staggered from page to page as the store's own pages are, so that the first headers of
+    /// all pages do not compete for the same cache sets.
+    pub fn first_offset(&self, words: usize) -> usize {
+        first_offset(self.page, words.max(1), self.table.page_words())
+    }
+
+    /// The 8-word ROB header the store would write for a fragment of `words` words
+    /// (header included) with status `status` on the page's channel.
+    pub fn rob_header(&self, words: usize, status: Status) -> [u32; ROB_HEADER_WORDS] {
+        rob_header(self.source_id, words, status)
+    }
+}
+
+impl Drop for LentPage {
+    fn drop(&mut self) {
+        if self.page != NO_PAGE && self.table.release(self.page) {
+            // The last reference: back through the returned queue (`reclaim`), which has a
+            // slot per page and holds each at most once.
+            self.table.push_returned(self.page);
+        }
+    }
+}
+
+impl EventStore {
+    /// Lends a free page of channel `c` to a writer on another thread; `None` when the
+    /// channel does not exist or keeps its last free pages for the copying path.
+    pub fn lend(&mut self, c: usize) -> Option<LentPage> {
+        let per = self.pages_per_channel;
+        let ch = self.channels.get_mut(c)?;
+        if ch.free.len() <= per / LEND_RESERVE {
+            return None;
+        }
+        let p = ch.free.pop()?;
+        // A free page has no reference: the lend's is its first.
+        self.table.take_fresh(p);
+        self.table.set_next(p, NO_PAGE);
+        self.layouts[p as usize] = NO_LAYOUT;
+        let in_use = per - ch.free.len();
+        if !ch.alarm && in_use >= self.alarm_pages {
+            ch.alarm = true;
+            ch.counters.alarms += 1;
+        }
+        Some(LentPage {
+            table: Arc::clone(&self.table),
+            page: p,
+            source_id: ch.source_id,
+        })
+    }
+
+    /// Indexes on channel `c` the ROB fragment of `words` words (header included, written by
+    /// the holder of `lent`) at word `offset` of the lent page, under extended L1ID `l1id`.
+    /// As [`EventStore::ingest`]: a duplicate or an L1ID cleared before it came is counted
+    /// and left unindexed (its words are dead until the page is free again); a full index
+    /// refuses it ([`IngestError::Full`], nothing changed: retry later).
+    ///
+    /// # Panics
+    ///
+    /// When `lent` is not a page of this store's channel `c`, or the fragment does not lie
+    /// inside it.
+    pub fn adopt(
+        &mut self,
+        c: usize,
+        lent: &LentPage,
+        offset: usize,
+        words: usize,
+        l1id: u32,
+    ) -> Result<Ingested, IngestError> {
+        let p = lent.page;
+        assert!(
+            Arc::ptr_eq(&lent.table, &self.table)
+                && usize::from(self.page_channel[p as usize]) == c
+                && offset + words <= self.page_words,
+            "adopt of a fragment outside channel {c}'s lent page {p}"
+        );
+        let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
+        let loc = Location {
+            page: p,
+            offset: offset as u32,
+            words: words as u32,
+        };
+        if let Some(home) = ch.index.vacant_home(l1id) {
+            ch.index.fill_home(home, l1id, loc);
+        } else {
+            match ch.index.get(l1id) {
+                Some(Slot::Stored(_)) => {
+                    ch.counters.duplicates += 1;
+                    return Ok(Ingested::Duplicate);
+                }
+                Some(Slot::ClearedEarly) => {
+                    ch.index.remove(l1id);
+                    ch.counters.dropped_after_clear += 1;
+                    note_l1id(ch, l1id);
+                    return Ok(Ingested::AlreadyCleared);
+                }
+                None => {}
+            }
+            if ch.index.insert_absent(l1id, Slot::Stored(loc)).is_err() {
+                ch.counters.full += 1;
+                return Err(IngestError::Full);
+            }
+        }
+        // The fragment's hold; the page's first adds the store's shared reference beside the
+        // lend's.
+        let h = &mut self.holds[p as usize];
+        if *h == 0 {
+            self.table.acquire(p);
+        }
+        *h += 1;
+        ch.counters.fragments += 1;
+        ch.counters.words += words as u64;
+        note_l1id(ch, l1id);
+        Ok(Ingested::Stored)
+    }
+
+    /// Ends the lend of `lent` on the store thread: the page is free again once no adopted
+    /// fragment and no reply holds it.
+    pub fn take_back(&mut self, mut lent: LentPage) {
+        let p = std::mem::replace(&mut lent.page, NO_PAGE);
+        if p == NO_PAGE || !Arc::ptr_eq(&lent.table, &self.table) {
+            // Not this store's (a bug of the caller's): its drop would free it elsewhere.
+            lent.page = p;
+            return;
+        }
+        if self.table.release(p) {
+            let c = usize::from(self.page_channel[p as usize]);
+            self.channels[c].free.push(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Lookup, StoreConfig};
+    use rodeo_memory::{PagePool, PagePoolConfig};
+
+    fn store(pages: usize) -> (PagePool, EventStore) {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 256,
+            pages,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let store = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, pages)).unwrap();
+        (pool, store)
+    }
+
+    /// A ROB fragment of 20 words for `l1id` written into `lent` at `offset`, as the SW ROD
+    /// sink does.
+    fn write(lent: &mut LentPage, offset: usize, l1id: u32) {
+        let header = lent.rob_header(20, Status::OK);
+        let w = &mut lent.words_mut()[offset..offset + 20];
+        w[..8].copy_from_slice(&header);
+        for (i, x) in w[8..].iter_mut().enumerate() {
+            *x = l1id * 100 + i as u32;
+        }
+        w[8 + 5] = l1id;
+    }
+
+    /// A lent page's fragments are answered where they lie; the page is free again only once
+    /// it is taken back, its fragments cleared and their replies done, in any order.
+    #[test]
+    fn adopted_fragments_are_answered_in_place_and_the_page_comes_back() {
+        let (_pool, mut st) = store(8);
+        let mut lent = st.lend(0).expect("free pages");
+        assert_eq!(st.counters(0).pages_in_use, 1, "a lent page is in use");
+        write(&mut lent, 0, 1);
+        write(&mut lent, 20, 2);
+        write(&mut lent, 40, 2);
+        assert_eq!(st.adopt(0, &lent, 0, 20, 1), Ok(Ingested::Stored));
+        assert_eq!(st.adopt(0, &lent, 20, 20, 2), Ok(Ingested::Stored));
+        assert_eq!(st.adopt(0, &lent, 40, 20, 2), Ok(Ingested::Duplicate));
+        assert_eq!(st.lookup(0, 2), Lookup::Present);
+        let mut refs = Vec::new();
+        assert!(st.with_segments(0, 1, |r| refs.push(r)));
+        let words: Vec<u32> = refs.iter().flat_map(|r| r.words().to_vec()).collect();
+        assert_eq!(words.len(), 20);
+        assert_eq!(words[..8], lent.rob_header(20, Status::OK));
+        assert_eq!(words[8 + 5], 1);
+        st.take_back(lent);
+        assert_eq!(st.counters(0).pages_in_use, 1, "fragments still stored");
+        st.clear([1, 2]);
+        assert_eq!(
+            st.counters(0).pages_in_use,
+            1,
+            "a reply still holds the page"
+        );
+        drop(refs);
+        st.reclaim();
+        assert_eq!(st.counters(0).pages_in_use, 0);
+        // A page taken back with nothing adopted is free at once.
+        let lent = st.lend(0).unwrap();
+        st.take_back(lent);
+        assert_eq!(st.counters(0).pages_in_use, 0);
+    }
+
+    /// Early clears and a full channel: an adopted fragment whose L1ID was cleared is dropped
+    /// and counted; lending stops at the reserve; a lent page dropped away from the store
+    /// comes back through `reclaim`.
+    #[test]
+    fn lending_keeps_a_reserve_and_a_dropped_lend_comes_back() {
+        let pages = 2 * LEND_RESERVE;
+        let (_pool, mut st) = store(pages);
+        st.clear([5]);
+        let mut lent: Vec<LentPage> = std::iter::from_fn(|| st.lend(0)).collect();
+        assert_eq!(lent.len(), pages - 2, "two pages kept from lending");
+        write(&mut lent[0], 0, 5);
+        assert_eq!(
+            st.adopt(0, &lent[0], 0, 20, 5),
+            Ok(Ingested::AlreadyCleared)
+        );
+        assert_eq!(st.counters(0).dropped_after_clear, 1);
+        assert_eq!(st.lookup(0, 5), Lookup::Lost);
+        // The copying path still has its reserve.
+        assert_eq!(
+            st.ingest(0, &[0, 0, 0, 0, 0, 6, 0, 0, 0], Status::OK),
+            Ok(Ingested::Stored)
+        );
+        let gone = std::thread::spawn(move || drop(lent)).join();
+        assert!(gone.is_ok());
+        st.reclaim();
+        assert_eq!(
+            st.counters(0).pages_in_use,
+            1,
+            "only the copied fragment's page"
+        );
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! A lent page under loom: written by its holder on another thread, handed back through a
+    //! queue, indexed where it lies and read by a reply frame on a third thread; loom reports a
+    //! race on the page's access mark if any read is not ordered after the holder's writes,
+    //! and the page comes back to its channel exactly once.
+    use super::*;
+    use crate::store::StoreConfig;
+    use rodeo_memory::{BoundedQueue, FullPolicy, PagePool, PagePoolConfig};
+
+    #[test]
+    fn loom_a_lent_page_is_written_by_its_holder_then_read_in_place() {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(|| {
+            let pool = PagePool::new(PagePoolConfig {
+                page_bytes: 128,
+                pages: 2,
+                ..PagePoolConfig::default()
+            })
+            .unwrap();
+            let mut st = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, 2)).unwrap();
+            let lent = st.lend(0).expect("a free page");
+            let queue = Arc::new(BoundedQueue::new("test.lent", 1, FullPolicy::Refuse));
+            let holder = {
+                let queue = Arc::clone(&queue);
+                loom::thread::spawn(move || {
+                    let mut lent = lent;
+                    let header = lent.rob_header(16, Status::OK);
+                    let w = &mut lent.words_mut()[..16];
+                    w[..8].copy_from_slice(&header);
+                    w[8 + 5] = 5;
+                    assert!(queue.push(lent).is_ok());
+                })
+            };
+            let lent = loop {
+                if let Some(l) = queue.pop() {
+                    break l;
+                }
+                loom::thread::yield_now();
+            };
+            assert_eq!(st.adopt(0, &lent, 0, 16, 5), Ok(Ingested::Stored));
+            st.take_back(lent);
+            let mut refs = Vec::new();
+            assert!(st.with_segments(0, 5, |r| refs.push(r)));
+            let reader = loom::thread::spawn(move || {
+                assert_eq!(refs[0].words()[8 + 5], 5);
+                drop(refs);
+            });
+            st.clear([5]);
+            reader.join().unwrap();
+            holder.join().unwrap();
+            assert_eq!(st.settle(0), 0, "the page came back");
+        });
+    }
+}
