@@ -5,21 +5,30 @@
 //! # Data flow and copies
 //!
 //! The builder's receiving threads complete a fragment as N pool blocks joined by reference.
-//! The sink gathers its ROD words (everything after the builder's 8-word ROB header) into the
-//! link's open **batch**, in one pass over the pieces (`FragmentSink::inspect`), and leaves the
-//! blocks to the builder, which recycles them at once through its thread's pool caches, so the
-//! builder's memory stays with the builder. A batch holds the fragments of about one superpage
-//! back to back (at most [`BATCH_FRAGMENTS`] fragments or [`BATCH_WORDS`] words), and goes to
-//! the core thread when the builder has read a superpage (`FragmentSink::flush`) or when it is
-//! full: a batch is to the SW ROD input what a superpage is to the S-LINK input, so the two
-//! threads exchange one queue item per superpage, not one per fragment (a queue hop moves a
-//! few cache lines between the cores: per fragment it cost more than the fragment's copies).
-//! The core thread then stores each fragment straight from the batch into its pages behind the
-//! store's own ROB header ([`EventStore::ingest`], one copy, as for an S-LINK fragment) with
-//! the builder's status (TIMEOUT, FRAGMENT_LOST, BCID_CHECK_FAIL, ...), and returns the batch.
-//! Two copies per fragment is the price of keeping the builder's pool and the store's pages
-//! apart: the store's pages are the core thread's alone (see [`crate::store`]), and a builder
-//! block lives only until the sink returns.
+//! The sink writes it, in one pass over the pieces (`FragmentSink::inspect`), into the link's
+//! open **batch**, and leaves the blocks to the builder, which recycles them at once through
+//! its thread's pool caches, so the builder's memory stays with the builder. A batch carries
+//! store pages that the core thread lent it ([`EventStore::lend`], up to
+//! `BATCH_PAGES_BYTES` worth): the sink writes each fragment straight into the next room in
+//! them, behind the store's own 8-word ROB header with the builder's status (TIMEOUT,
+//! FRAGMENT_LOST, BCID_CHECK_FAIL, ...), in place of the builder's header, and warms the lines
+//! where the next one goes. A batch goes to the core thread when the builder has read a
+//! superpage (`FragmentSink::flush`), when its pages are full, or at [`BATCH_FRAGMENTS`]
+//! fragments: a batch is to the SW ROD input what a superpage is to the S-LINK input, so the
+//! two threads exchange one queue item per superpage, not one per fragment (a queue hop moves
+//! a few cache lines between the cores: per fragment it cost more than the fragment's
+//! copies). The core thread then indexes each fragment where it lies ([`EventStore::adopt`]:
+//! no copy, and no read of the page: the sink noted each fragment's L1ID), takes back the
+//! pages written, lends fresh ones in their place, and returns the batch. The only copy of a
+//! fragment between the builder's blocks and the reply is the sink's, on the builder's core
+//! (the S-LINK input's is the core thread's).
+//!
+//! A fragment that no lent page can take (the store lent the batch none, its channel having
+//! no page to spare, or one larger than a page) is copied into the batch's own words instead
+//! (at most [`BATCH_WORDS`] of them), and the core thread copies it into the store
+//! ([`EventStore::ingest`]), as before the pages were lent: two copies, but back-pressure
+//! stays the store's. A link's batches hold at most a quarter of their channel's pages
+//! (`LENT_SHARE`); the store keeps its last free page ([`crate::store::LEND_KEEP`]).
 //!
 //! # Order
 //!
@@ -53,8 +62,14 @@
 //!
 //! | queue | producer | consumer | holds |
 //! |---|---|---|---|
-//! | `free` | core thread | builder threads (any) | empty batches |
+//! | `free` | core thread | builder threads (any) | empty batches, with their lent pages |
 //! | `ready` | builder threads (any) | core thread | filled batches |
+//!
+//! A lent page is written by one thread at a time, the holder of its batch, and read by no one
+//! before the core thread has indexed its fragments; the queues order the sink's writes before
+//! the core thread's look (see [`crate::store`], `lend`). When the input is dropped, the lent
+//! pages of the batches it can reach go back to the store at once, and those of a batch the sink
+//! holds at its next hand-over or flush, so a store outliving its input gets every page back.
 //!
 //! The batch being filled (`open`) is behind a mutex that only the ROB's receiving threads
 //! take (one thread for a pooled ROB: never contended). Every batch is allocated when the link
@@ -70,8 +85,8 @@
 //! once per episode in [`SwRodLinkCounters::sink_waits`]) and its builder stops reading its
 //! cards, which stall, so that a pool thread does not start a superpage it cannot finish; a
 //! sink that still needs a batch in the middle of a superpage waits (spin, then yield, then
-//! short sleeps; counted likewise) while holding the fragment, so its pool blocks stay taken. Nothing is dropped on the way; a
-//! fragment the store drops for its own reasons (a duplicate L1ID, one cleared before it
+//! short sleeps; counted likewise) while holding the fragment, so its pool blocks stay taken.
+//! Nothing is dropped on the way; a fragment the store drops for its own reasons (a duplicate L1ID, one cleared before it
 //! arrived, too short to hold an L1ID) is counted by the store as for any input.
 //!
 //! # Shutdown
@@ -176,7 +191,7 @@ impl Batch {
         }
     }
 
-    /// Fragment `i`'s ROD words (in its page or the batch's words).
+    /// The ROD words of fragment `f` (in its lent page or the batch's words).
     fn rod(&self, f: &Frag) -> &[u32] {
         let (start, len) = (f.start as usize, f.len as usize);
         match self.pages.get(f.page as usize) {

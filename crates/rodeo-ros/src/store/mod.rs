@@ -20,7 +20,10 @@
 //! [`EventStore::reclaim`] drains; the direct link's replies carry segments the store holds
 //! itself ([`EventStore::hold_segments`]) until the reader hands them back to this thread
 //! ([`EventStore::release_held`]). A page is free again only when its fragments are cleared
-//! **and** every reply on it is done.
+//! **and** every reply on it is done. Pages also leave the thread lent
+//! ([`EventStore::lend`]): a writer elsewhere (the SW ROD sink) fills a [`LentPage`] with
+//! whole ROB fragments and hands it back, and the store indexes them where they lie
+//! ([`EventStore::adopt`], see `lend`).
 //!
 //! # Back-pressure
 //!
@@ -92,7 +95,7 @@ use index::L1idIndex;
 use ingest::first_offset;
 pub use ingest::Rewrite;
 use ingest::NO_LAYOUT;
-pub use lend::{LentPage, LEND_RESERVE};
+pub use lend::{LentPage, LEND_KEEP};
 pub use pages::PageRef;
 pub(crate) use pages::PageTable;
 use pages::NO_PAGE;
