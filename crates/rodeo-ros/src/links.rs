@@ -150,6 +150,10 @@ impl Input for ProgressInput {
     fn finished(&self) -> bool {
         self.inner.finished()
     }
+
+    fn release(&mut self, store: &mut EventStore) {
+        self.inner.release(store);
+    }
 }
 
 /// A started card channel as the node's DMA input reads it.

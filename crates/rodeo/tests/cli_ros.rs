@@ -190,6 +190,18 @@ fn tester_in_process_with_the_sw_rod_input_balances() {
     assert_eq!(row["unanswered"], 0, "{v}");
     assert_eq!(row["clears"], 40, "{v}");
     assert!(row["fragments"].as_u64().unwrap() > 0, "{v}");
+    // The in-process node's own figures: its SW ROD sinks wrote into lent store pages.
+    let node = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    assert!(node("node_swrod_fragments") >= 4 * 4000, "{v}");
+    assert!(node("node_swrod_in_place") > 0, "{v}");
+    assert!(
+        node("node_swrod_in_place") <= node("node_swrod_fragments"),
+        "{v}"
+    );
+    assert!(
+        node("node_core_cpu_ns") >= node("node_core_idle_cpu_ns"),
+        "{v}"
+    );
 }
 
 /// `rodeo ros --input swrod` prints the builders' and links' counters with the node's, and

@@ -188,6 +188,7 @@ impl<S: RequestSource> Core<S> {
         // Answer everything still pending, flagged.
         self.recheck(Instant::now(), true);
         self.source.maintain(&mut self.store);
+        self.input.release(&mut self.store);
         self.store.reclaim();
         self.channels.publish(&self.store);
         Stopped {

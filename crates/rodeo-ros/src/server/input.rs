@@ -33,6 +33,11 @@ pub trait Input: Send + 'static {
     fn finished(&self) -> bool {
         false
     }
+    /// The core thread is stopping (after its last poll): gives back to `store` what the input
+    /// holds of it (store pages lent to it), so that the stopped store counts them free.
+    fn release(&mut self, store: &mut EventStore) {
+        let _ = store;
+    }
 }
 
 /// Fragments taken per channel per poll, so one busy channel cannot starve requests.

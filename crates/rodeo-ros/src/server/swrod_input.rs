@@ -192,11 +192,15 @@ impl Batch {
     }
 
     /// The ROD words of fragment `f` (in its lent page or the batch's words).
+    /// Empty when its page is no longer the batch's (taken back at a release).
     fn rod(&self, f: &Frag) -> &[u32] {
         let (start, len) = (f.start as usize, f.len as usize);
+        if f.page == SPILLED {
+            return self.words.get(start..start + len).unwrap_or(&[]);
+        }
         match self.pages.get(f.page as usize) {
             Some(lent) => lent.words(start + ROB_HEADER_WORDS, len - ROB_HEADER_WORDS),
-            None => &self.words[start..start + len],
+            None => &[],
         }
     }
 
@@ -971,6 +975,38 @@ fn l1id_of(words: &[u32]) -> Option<u32> {
 }
 
 impl Input for SwRodInput {
+    /// The consumer is gone from now on (as when dropped): every lent page the input can
+    /// reach goes back to `store` (a batch the sink holds gives its pages back at its next
+    /// hand-over or flush, through the store's returned queue); the fragments of filled
+    /// batches not read are counted as dropped.
+    fn release(&mut self, store: &mut EventStore) {
+        self.link.consumer_gone.store(true, Ordering::Release);
+        if let Some(b) = &mut self.batch {
+            for lent in b.pages.drain(..) {
+                store.take_back(lent);
+            }
+        }
+        while let Some(mut b) = self.link.ready.pop() {
+            self.link
+                .dropped_no_consumer
+                .fetch_add(b.frags.len() as u64, Ordering::Relaxed);
+            for lent in b.pages.drain(..) {
+                store.take_back(lent);
+            }
+            b.clear();
+            self.link.give_back(b);
+        }
+        for _ in 0..self.link.free.len() {
+            let Some(mut b) = self.link.free.pop() else {
+                break;
+            };
+            for lent in b.pages.drain(..) {
+                store.take_back(lent);
+            }
+            self.link.give_back(b);
+        }
+    }
+
     fn poll(&mut self, store: &mut EventStore) -> u64 {
         self.prime(store);
         let len = self.slots.len();
@@ -1066,6 +1102,12 @@ impl Input for SwRodInputs {
     /// The times a sink waited for a free batch (the store held the builder back).
     fn stalls(&self) -> u64 {
         self.counters().sink_waits
+    }
+
+    fn release(&mut self, store: &mut EventStore) {
+        for i in &mut self.inputs {
+            i.release(store);
+        }
     }
 }
 
@@ -1189,15 +1231,14 @@ mod tests {
         assert_eq!(input.link.free.len(), input.link.free.capacity());
         assert_eq!(input.counters().fragments, 18);
         let in_place = input.counters().in_place;
-        // Dropping the input counts what it still held.
+        // Releasing the input (the core thread stopping) counts what it still held, and every
+        // page lent to the link comes back, the sink still alive: only the stored fragments'
+        // pages stay in use.
         give(&mut input, 0xC800_0005);
+        input.release(&mut store);
         let link = Arc::clone(&input.link);
         drop(input);
         assert_eq!(link.counters().dropped_no_consumer, 1);
-        // Every page lent to the link comes back once the link is gone: only the stored
-        // fragments' pages stay in use.
-        drop(link);
-        drop(_sink);
         store.reclaim();
         let stored = store.counters(0);
         assert!(
