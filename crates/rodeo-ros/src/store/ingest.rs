@@ -10,7 +10,7 @@ use rodeo_format::fragment::Status;
 use super::index::{Location, Slot};
 use super::pages::{PageTable, NO_PAGE};
 use super::{
-    hold, note_l1id, rob_header, unhold, Channel, EventStore, IngestError, Ingested,
+    hold, known_l1id, note_l1id, rob_header, unhold, Channel, EventStore, IngestError, Ingested,
     ROB_HEADER_WORDS, ROD_L1ID_WORD,
 };
 
@@ -247,18 +247,8 @@ impl EventStore {
         let holds = &mut self.holds;
         let page_words = table.page_words();
         let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
-        match ch.index.get(l1id) {
-            Some(Slot::Stored(_)) => {
-                ch.counters.duplicates += 1;
-                return Ok(Ingested::Duplicate);
-            }
-            Some(Slot::ClearedEarly) => {
-                ch.index.remove(l1id);
-                ch.counters.dropped_after_clear += 1;
-                note_l1id(ch, l1id);
-                return Ok(Ingested::AlreadyCleared);
-            }
-            None => {}
+        if let Some(known) = known_l1id(ch, l1id) {
+            return Ok(known);
         }
         let words = ROB_HEADER_WORDS + rod_words;
         let room = if ch.write_page == NO_PAGE {

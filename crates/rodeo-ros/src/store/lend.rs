@@ -38,7 +38,9 @@ use rodeo_format::fragment::Status;
 use super::index::{Location, Slot};
 use super::ingest::{first_offset, NO_LAYOUT};
 use super::pages::{PageTable, NO_PAGE};
-use super::{note_l1id, rob_header, EventStore, IngestError, Ingested, ROB_HEADER_WORDS};
+use super::{
+    known_l1id, note_l1id, rob_header, EventStore, IngestError, Ingested, ROB_HEADER_WORDS,
+};
 
 /// Free pages a channel keeps from lending.
 pub const LEND_KEEP: usize = 1;
@@ -182,18 +184,8 @@ impl EventStore {
         if let Some(home) = ch.index.vacant_home(l1id) {
             ch.index.fill_home(home, l1id, loc);
         } else {
-            match ch.index.get(l1id) {
-                Some(Slot::Stored(_)) => {
-                    ch.counters.duplicates += 1;
-                    return Ok(Ingested::Duplicate);
-                }
-                Some(Slot::ClearedEarly) => {
-                    ch.index.remove(l1id);
-                    ch.counters.dropped_after_clear += 1;
-                    note_l1id(ch, l1id);
-                    return Ok(Ingested::AlreadyCleared);
-                }
-                None => {}
+            if let Some(known) = known_l1id(ch, l1id) {
+                return Ok(known);
             }
             if ch.index.insert_absent(l1id, Slot::Stored(loc)).is_err() {
                 ch.counters.full += 1;

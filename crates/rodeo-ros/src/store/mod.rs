@@ -466,6 +466,26 @@ fn unhold(holds: &mut [u32], table: &PageTable, p: u32) -> bool {
     *h == 0 && table.release(p)
 }
 
+/// What an ingest of `l1id` on channel `ch` comes to without storing anything: a duplicate of
+/// a stored L1ID, or an L1ID cleared before it came (its early clear's marker then removed);
+/// counted. `None`: the L1ID is absent, to be stored.
+#[inline(always)]
+fn known_l1id(ch: &mut Channel, l1id: u32) -> Option<Ingested> {
+    match ch.index.get(l1id) {
+        Some(index::Slot::Stored(_)) => {
+            ch.counters.duplicates += 1;
+            Some(Ingested::Duplicate)
+        }
+        Some(index::Slot::ClearedEarly) => {
+            ch.index.remove(l1id);
+            ch.counters.dropped_after_clear += 1;
+            note_l1id(ch, l1id);
+            Some(Ingested::AlreadyCleared)
+        }
+        None => None,
+    }
+}
+
 /// Notes `l1id` as channel `ch`'s last L1ID when it is newer than the last one.
 #[inline(always)]
 fn note_l1id(ch: &mut Channel, l1id: u32) {
