@@ -86,8 +86,9 @@
 //! cards, which stall, so that a pool thread does not start a superpage it cannot finish; a
 //! sink that still needs a batch in the middle of a superpage waits (spin, then yield, then
 //! short sleeps; counted likewise) while holding the fragment, so its pool blocks stay taken.
-//! Nothing is dropped on the way; a fragment the store drops for its own reasons (a duplicate L1ID, one cleared before it
-//! arrived, too short to hold an L1ID) is counted by the store as for any input.
+//! Nothing is dropped on the way; a fragment the store drops for its own reasons (a duplicate
+//! L1ID, one cleared before it arrived, too short to hold an L1ID) is counted by the store as
+//! for any input.
 //!
 //! # Shutdown
 //!
@@ -650,8 +651,9 @@ impl<'p> FragmentSink<'p> for StoreSink {
         room
     }
 
-    /// Copies the fragment into the open batch and lets the builder keep its blocks: they go
-    /// back to the calling thread's pool caches in batches, not one shared free per block.
+    /// Writes the fragment into the open batch (into a lent store page, or the batch's own
+    /// words) and lets the builder keep its blocks: they go back to the calling thread's pool
+    /// caches in batches, not one shared free per block.
     fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
         self.link
             .append(fragment.size_words(), fragment.pieces(), fragment.status());
@@ -802,10 +804,10 @@ impl SwRodInput {
         store: &mut EventStore,
         link: &Link,
         channel: usize,
-        batch: &Batch,
+        batch: &mut Batch,
         f: &Frag,
     ) -> bool {
-        let (Some(lent), Some(l1id)) = (batch.pages.get(f.page as usize), f.l1id) else {
+        let (Some(lent), Some(l1id)) = (batch.pages.get_mut(f.page as usize), f.l1id) else {
             return Self::store_words(store, link, channel, batch.rod(f), f.status);
         };
         match store.adopt(channel, lent, f.start as usize, f.len as usize, l1id) {
@@ -927,11 +929,11 @@ impl SwRodInput {
             self.batch = Some(self.link.ready.pop()?);
             self.at = 0;
         }
-        let batch = self.batch.as_ref()?;
-        let f = batch.frags[self.at];
+        let f = self.batch.as_ref()?.frags[self.at];
         let place = self.place(f.l1id);
         self.at += 1;
         let status = f.status;
+        let batch = self.batch.as_mut()?;
         match place {
             Place::Next => {
                 if !Self::store_frag(store, &self.link, self.channel, batch, &f) {

@@ -50,6 +50,9 @@ pub struct LentPage {
     table: Arc<PageTable>,
     page: u32,
     source_id: u32,
+    /// The store indexed a fragment of it: readers may hold its words, so nobody writes it
+    /// any more.
+    sealed: bool,
 }
 
 impl std::fmt::Debug for LentPage {
@@ -63,10 +66,21 @@ impl std::fmt::Debug for LentPage {
 
 impl LentPage {
     /// The page's words, to write fragments into.
+    ///
+    /// # Panics
+    ///
+    /// Once the store has indexed a fragment of the page ([`EventStore::adopt`]): from then on
+    /// replies may read it.
     pub fn words_mut(&mut self) -> &mut [u32] {
+        assert!(
+            !self.sealed,
+            "store page {} written after the store indexed a fragment of it",
+            self.page
+        );
         let words = self.table.page_words();
-        // SAFETY: a lent page is indexed nowhere and referenced by no reader, and only its
-        // one holder (`&mut self`) writes it until it goes back to the store (module docs).
+        // SAFETY: a lent page that is not sealed is indexed nowhere and referenced by no
+        // reader (adopt seals it before indexing), and only its one holder (`&mut self`)
+        // writes it (module docs).
         unsafe { self.table.slice_mut(self.page, 0, words) }
     }
 
@@ -147,11 +161,13 @@ impl EventStore {
             table: Arc::clone(&self.table),
             page: p,
             source_id: ch.source_id,
+            sealed: false,
         })
     }
 
     /// Indexes on channel `c` the ROB fragment of `words` words (header included, written by
-    /// the holder of `lent`) at word `offset` of the lent page, under extended L1ID `l1id`.
+    /// the holder of `lent`) at word `offset` of the lent page, under extended L1ID `l1id`,
+    /// and seals the page: it can no longer be written ([`LentPage::words_mut`] panics).
     /// As [`EventStore::ingest`]: a duplicate or an L1ID cleared before it came is counted
     /// and left unindexed (its words are dead until the page is free again); a full index
     /// refuses it ([`IngestError::Full`], nothing changed: retry later).
@@ -163,7 +179,7 @@ impl EventStore {
     pub fn adopt(
         &mut self,
         c: usize,
-        lent: &LentPage,
+        lent: &mut LentPage,
         offset: usize,
         words: usize,
         l1id: u32,
@@ -176,6 +192,7 @@ impl EventStore {
             "adopt of a fragment outside channel {c}'s lent page {p}"
         );
         let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
+        lent.sealed = true;
         let loc = Location {
             page: p,
             offset: offset as u32,
@@ -260,9 +277,9 @@ mod tests {
         write(&mut lent, 0, 1);
         write(&mut lent, 20, 2);
         write(&mut lent, 40, 2);
-        assert_eq!(st.adopt(0, &lent, 0, 20, 1), Ok(Ingested::Stored));
-        assert_eq!(st.adopt(0, &lent, 20, 20, 2), Ok(Ingested::Stored));
-        assert_eq!(st.adopt(0, &lent, 40, 20, 2), Ok(Ingested::Duplicate));
+        assert_eq!(st.adopt(0, &mut lent, 0, 20, 1), Ok(Ingested::Stored));
+        assert_eq!(st.adopt(0, &mut lent, 20, 20, 2), Ok(Ingested::Stored));
+        assert_eq!(st.adopt(0, &mut lent, 40, 20, 2), Ok(Ingested::Duplicate));
         assert_eq!(st.lookup(0, 2), Lookup::Present);
         let mut refs = Vec::new();
         assert!(st.with_segments(0, 1, |r| refs.push(r)));
@@ -287,6 +304,17 @@ mod tests {
         assert_eq!(st.counters(0).pages_in_use, 0);
     }
 
+    /// A page the store indexed a fragment of is no longer written: replies may read it.
+    #[test]
+    #[should_panic(expected = "written after the store indexed a fragment of it")]
+    fn an_adopted_page_is_sealed() {
+        let (_pool, mut st) = store(8);
+        let mut lent = st.lend(0).unwrap();
+        write(&mut lent, 0, 1);
+        assert_eq!(st.adopt(0, &mut lent, 0, 20, 1), Ok(Ingested::Stored));
+        write(&mut lent, 20, 2);
+    }
+
     /// Early clears and a full channel: an adopted fragment whose L1ID was cleared is dropped
     /// and counted; lending stops at the reserve; a lent page dropped away from the store
     /// comes back through `reclaim`.
@@ -298,7 +326,7 @@ mod tests {
         assert_eq!(lent.len(), 8 - LEND_KEEP, "one page kept from lending");
         write(&mut lent[0], 0, 5);
         assert_eq!(
-            st.adopt(0, &lent[0], 0, 20, 5),
+            st.adopt(0, &mut lent[0], 0, 20, 5),
             Ok(Ingested::AlreadyCleared)
         );
         assert_eq!(st.counters(0).dropped_after_clear, 1);
@@ -356,13 +384,13 @@ mod loom_tests {
                     assert!(queue.push(lent).is_ok());
                 })
             };
-            let lent = loop {
+            let mut lent = loop {
                 if let Some(l) = queue.pop() {
                     break l;
                 }
                 loom::thread::yield_now();
             };
-            assert_eq!(st.adopt(0, &lent, 0, 16, 5), Ok(Ingested::Stored));
+            assert_eq!(st.adopt(0, &mut lent, 0, 16, 5), Ok(Ingested::Stored));
             st.take_back(lent);
             let mut refs = Vec::new();
             assert!(st.with_segments(0, 5, |r| refs.push(r)));
