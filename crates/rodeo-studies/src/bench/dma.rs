@@ -37,8 +37,9 @@
 //! of its channel, as many whole units as fit, as the card fills them. That is the card's copy
 //! without the card's work around it (queues, L1ID patching, packet encoding), so a card cannot
 //! honestly beat it. The baseline is measured just before the point and again just after it
-//! (`memcpy_before_bytes_per_s`, `memcpy_after_bytes_per_s`), each the best pass of at least 5
-//! and 100 ms per thread, a pass's rate being its bytes per second of the copying thread's own
+//! (`memcpy_before_bytes_per_s`, `memcpy_after_bytes_per_s`), each the best pass of at least
+//! 10 and 300 ms per thread (with 5 passes and 100 ms, the best pass of a busy machine's
+//! shared memory bus was often not the copy's speed: rows at 1.01-1.19), a pass's rate being its bytes per second of the copying thread's own
 //! CPU time (a 256 MiB pass outlasts a time slice: on a shared machine its wall-clock rate
 //! would be the scheduler's share, not the copy's speed, and a card that got a larger share
 //! during its second would come out faster than memcpy), summed over the threads;
@@ -338,7 +339,7 @@ fn card_unit(mode: Mode) -> anyhow::Result<Box<[u8]>> {
 
 /// The memcpy baseline of a row (module docs): per channel a thread copying `unit` back to back
 /// into every superpage of `pages[c]`, as many whole units as fit, all threads at once; at
-/// least 5 passes and 100 ms each; per thread the best pass's bytes per second of the thread's
+/// least 10 passes and 300 ms each; per thread the best pass's bytes per second of the thread's
 /// own CPU time (what the copy moves on a core of its own, however loaded the machine: a pass
 /// of a 256 MiB footprint lasts longer than a time slice, so on a shared machine its wall-clock
 /// rate is the scheduler's, not the copy's), summed over the threads.
@@ -364,7 +365,7 @@ fn memcpy_baseline(pages: &mut [Vec<Superpage>], unit: &[u8]) -> f64 {
                     let mut best = 0f64;
                     let start = Instant::now();
                     let mut passes = 0;
-                    while passes < 5 || start.elapsed() < Duration::from_millis(100) {
+                    while passes < 10 || start.elapsed() < Duration::from_millis(300) {
                         let cpu = rodeo_memory::cpu::thread_cpu_time();
                         let bytes = pass(sps);
                         let cpu = rodeo_memory::cpu::thread_cpu_time().saturating_sub(cpu);
