@@ -227,3 +227,37 @@ fn sfi_slice_pool_dma_studies_write_their_files() {
         assert_eq!(row["repeats"], 2, "{row}");
     }
 }
+
+/// `rodeo study swrod` on its first three points (4 ROBs x 100 words: the S-LINK reference,
+/// then the SW ROD with 4 and 16 E-links): rows for both inputs, the ratio to the reference,
+/// the node's figures, both plots; every point balanced.
+#[test]
+fn swrod_study_writes_rates_against_elinks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let v = study(
+        dir.path(),
+        &["swrod", "--quick", "--seconds", "0.3", "--max-points", "3"],
+    );
+    assert_eq!(v["all_balanced"], true, "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{v}");
+    assert_eq!(rows[0]["input"], "dma", "{v}");
+    for (row, elinks) in rows[1..].iter().zip([4, 16]) {
+        assert_eq!(row["input"], "swrod", "{v}");
+        assert_eq!(row["elinks"], elinks, "{v}");
+        assert_eq!(row["packet_payload_bytes"], 4 * (100 / elinks - 4), "{v}");
+        assert!(row["l1_rate_hz"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(row["ratio_to_dma"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(row["node_swrod_fragments"].as_u64().unwrap() > 0, "{v}");
+        assert_eq!(row["lost_fragments"], 0, "{v}");
+    }
+    let (header, n) = files(
+        dir.path(),
+        "swrod",
+        &["swrod_rate.png", "swrod_packets.png"],
+    );
+    assert_eq!(n, 3);
+    for col in ["robs", "elinks", "packets_per_s", "node_swrod_in_place"] {
+        assert!(header.iter().any(|h| h == col), "{col} in {header:?}");
+    }
+}

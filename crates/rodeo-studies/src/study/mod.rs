@@ -5,7 +5,7 @@
 //!
 //! Studies call the existing measurement code: the ROSTester and the in-process readout node
 //! (`ros`, `slice`), the plain ZeroMQ fragment server of `bench ros` (`sfi`), and `bench pool` /
-//! `bench dma` (`pool`, `dma`). Nothing here runs in the background after the command returns:
+//! `bench dma` (`pool`, `dma`), and the in-process node with its SW ROD input (`swrod`). Nothing here runs in the background after the command returns:
 //! every node and thread a study starts is stopped and joined before the next point.
 
 pub mod model;
@@ -14,6 +14,7 @@ pub mod ros;
 pub mod rounds;
 pub mod sfi;
 pub mod slice;
+pub mod swrod;
 pub mod tables;
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,9 @@ pub enum Name {
     Pool,
     /// The readout-input (DMA) table of `bench dma`, with a plot.
     Dma,
+    /// SW ROD talk: a readout node's L1 rate with its SW ROD input against ROBs, E-links per
+    /// ROB and packet size, its S-LINK DMA input beside it.
+    Swrod,
 }
 
 impl Name {
@@ -77,6 +81,7 @@ impl Name {
             Name::Slice => "slice",
             Name::Pool => "pool",
             Name::Dma => "dma",
+            Name::Swrod => "swrod",
         }
     }
 }
@@ -127,6 +132,7 @@ pub fn run(args: &Args) -> anyhow::Result<Outcome> {
         Name::Slice => slice::run(&ctx)?,
         Name::Pool => tables::pool(&ctx)?,
         Name::Dma => tables::dma(&ctx)?,
+        Name::Swrod => swrod::run(&ctx)?,
     };
     report.bench = format!("study_{name}");
     report.fields.insert("quick".into(), args.quick.into());

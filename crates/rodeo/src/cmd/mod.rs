@@ -78,7 +78,7 @@ enum Command {
     Tester(tester::Args),
     /// Measure this machine as the papers did (`rodeo bench pool`, ...).
     Bench(bench::Args),
-    /// Characterise this machine as the papers did: `rodeo study ros|sfi|slice|pool|dma`
+    /// Characterise this machine as the papers did: `rodeo study ros|sfi|slice|pool|dma|swrod`
     /// writes CSV, a JSON summary and PNG plots (ROS utilisation model, SFI rates, the
     /// Level-2 vertical slice, the memory and DMA tables).
     Study(study::Args),
