@@ -311,6 +311,12 @@ mod tests {
     proptest! {
         /// Within the window the detector answers as a set of every id would: ids increase
         /// overall but arrive shuffled within a span smaller than the window, and repeat.
+        /// Inserts stay within half a window ahead of the newest id inserted: one further
+        /// ahead is a far-ahead id, reported new and not remembered until a second confirms
+        /// the jump (module docs; `a_confirmed_jump_moves_the_window` tests that), which a set
+        /// does not model. (Probes, which insert nothing, once let the front run ahead and
+        /// an insert land more than half a window ahead: the set remembered it, the window,
+        /// as documented, did not.)
         #[test]
         fn matches_a_set_within_the_window(
             steps in proptest::collection::vec((0u64..40, -200i64..200, any::<bool>()), 1..2000),
@@ -320,21 +326,24 @@ mod tests {
             let mut d = DedupWindow::new(window);
             let mut model = HashSet::new();
             let mut front = start + 200;
-            let mut newest = 0u64;
+            let mut newest: Option<u64> = None;
             for (advance, jitter, probe) in steps {
                 front += advance;
                 let id = front.saturating_add_signed(jitter).max(start);
+                // Only ids the window still spans are promised to match the model.
+                let spanned = newest.is_none_or(|n| id + window / 2 > n);
                 if probe {
-                    // Only ids the window still spans are promised to match the model.
-                    if id + window / 2 > newest {
+                    if spanned {
                         prop_assert_eq!(d.contains(id), model.contains(&id), "contains({})", id);
                     }
-                } else if id + window / 2 > newest {
+                } else if spanned {
+                    let id = newest.map_or(id, |n| id.min(n + window / 2));
                     prop_assert_eq!(d.insert(id), model.insert(id), "insert({})", id);
-                    newest = newest.max(id);
+                    newest = Some(newest.map_or(id, |n| n.max(id)));
                 }
             }
             prop_assert_eq!(d.late(), 0);
+            prop_assert_eq!(d.far_ahead(), 0);
         }
     }
 }
