@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use iceoryx2::node::NodeView;
 use iceoryx2::port::listener::Listener;
 use iceoryx2::port::notifier::Notifier;
 use iceoryx2::port::publisher::Publisher;
@@ -125,14 +126,58 @@ fn node() -> Result<Arc<Node<Svc>>, TransportError> {
 fn report_cleanup(n: &Node<Svc>) -> u64 {
     settle_abandoned_segments();
     let state = n.try_cleanup_dead_nodes();
+    // What iceoryx2 could not clean up: the files of nodes it lists as dead.
+    let forced = if state.failed_cleanups > 0 {
+        remove_dead_node_files()
+    } else {
+        0
+    };
     if state.cleanups > 0 || state.failed_cleanups > 0 {
         eprintln!(
-            "rodeo: removed the shared-memory resources of {} dead process(es) ({} could not be \
-             removed: check /dev/shm and /tmp/iceoryx2 permissions)",
-            state.cleanups, state.failed_cleanups
+            "rodeo: removed the shared-memory resources of {} dead process(es) ({} more whose \
+             iceoryx2 clean-up failed: {} of them by removing their node files)",
+            state.cleanups, state.failed_cleanups, forced
         );
     }
-    state.cleanups
+    state.cleanups + forced
+}
+
+/// Where iceoryx2 keeps its node files (its default root, which rodeo keeps).
+const NODES_DIR: &str = "/tmp/iceoryx2/nodes";
+
+/// Removes the files of the nodes iceoryx2 lists as dead (their process is gone: the node's
+/// owner lock is free) after its own clean-up failed: a process killed with -9 while it was
+/// still making a port or opening a service leaves a node naming a port or service that is no
+/// longer there, and iceoryx2's clean-up of such a node fails every time, so its files would
+/// stay for good. Returns how many nodes' files were removed.
+fn remove_dead_node_files() -> u64 {
+    let config = iceoryx2::config::Config::global_config();
+    let mut dead = Vec::new();
+    let _ = Node::<Svc>::list(config, |state| {
+        if let NodeState::Dead(view) = state {
+            dead.push(view.id().value().to_string());
+        }
+        CallbackProgression::Continue
+    });
+    let mut removed = 0;
+    for id in dead {
+        let monitor = format!("iox2_{id}.");
+        let mut any = false;
+        for e in std::fs::read_dir(NODES_DIR).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == id || name.starts_with(&monitor) {
+                let path = e.path();
+                let gone = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                any |= gone.is_ok();
+            }
+        }
+        removed += u64::from(any);
+    }
+    removed
 }
 
 /// Removes the shared-memory resources of every dead process (killed with -9, crashed) on this
