@@ -242,6 +242,13 @@ impl Batch {
         }
     }
 
+    /// Gives every lent page of the batch back to `store` (the input stopping).
+    fn take_back_pages(&mut self, store: &mut EventStore) {
+        for lent in self.pages.drain(..) {
+            store.take_back(lent);
+        }
+    }
+
     /// Empties the batch (its lent pages kept, to be written from the start).
     fn clear(&mut self) {
         self.words.clear();
@@ -984,17 +991,13 @@ impl Input for SwRodInput {
     fn release(&mut self, store: &mut EventStore) {
         self.link.consumer_gone.store(true, Ordering::Release);
         if let Some(b) = &mut self.batch {
-            for lent in b.pages.drain(..) {
-                store.take_back(lent);
-            }
+            b.take_back_pages(store);
         }
         while let Some(mut b) = self.link.ready.pop() {
             self.link
                 .dropped_no_consumer
                 .fetch_add(b.frags.len() as u64, Ordering::Relaxed);
-            for lent in b.pages.drain(..) {
-                store.take_back(lent);
-            }
+            b.take_back_pages(store);
             b.clear();
             self.link.give_back(b);
         }
@@ -1002,9 +1005,7 @@ impl Input for SwRodInput {
             let Some(mut b) = self.link.free.pop() else {
                 break;
             };
-            for lent in b.pages.drain(..) {
-                store.take_back(lent);
-            }
+            b.take_back_pages(store);
             self.link.give_back(b);
         }
     }
