@@ -5,7 +5,7 @@
 use std::io::Read;
 
 use libfuzzer_sys::fuzz_target;
-use rodeo_control::http::read_request;
+use rodeo_run::http::read_request;
 
 /// A reader that hands out at most `step` bytes per read.
 struct Trickle<'a> {

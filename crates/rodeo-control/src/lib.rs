@@ -1,12 +1,12 @@
 //! rodeo's control layer: the partition configuration, one lifecycle for every application,
 //! and the runners that bring a partition up, run it and bring it down in dependency order,
-//! ending with the run's balance sheet; the HTTP API, metrics and web page over any of them.
+//! ending with the run's balance sheet; the metrics every application reports.
 //!
 //! **Role in the flow.** Above every application crate (`rodeo-ros`'s readout node,
 //! `rodeo-dataflow`'s supervisor, DCM and logger): it configures, starts, watches and stops
 //! them. It **owns** the lifecycle state of every application and of the partition, the control
 //! channel to `rodeo app` processes and the processes themselves. It **must not depend on** the
-//! studies or the binary, and no application crate depends on it.
+//! runs (`rodeo-run`), the studies or the binary, and no application crate depends on it.
 //!
 //! - [`config`]: the TOML partition configuration, its defaults and its validation.
 //! - [`partition`]: the layout: every application's name, endpoint and configuration.
@@ -23,28 +23,25 @@
 //!   heartbeats.
 //! - [`control`]: the run-control interface ([`control::RunControl`]), the whole-partition
 //!   interface ([`control::Partition`]) and [`control::run_to_end`], one run of either.
-//! - [`http`]: the HTTP/1.1 API (status, commands with a bearer token, configuration,
-//!   `/metrics`, the web page) for any [`control::RunControl`]; [`prometheus`]: the text
-//!   format; [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
+//! - [`prometheus`]: the metrics' text format.
+//!
+//! A run of a partition (its number, directory, record) and the HTTP API live one crate up,
+//! in `rodeo-run`.
 
 pub mod alarms;
 pub mod app;
 pub mod application;
 pub mod channel;
-pub mod chrome_trace;
 pub mod config;
 pub mod config_error;
 pub mod control;
 pub mod controller;
 pub mod driver;
 pub mod embedded;
-pub mod http;
 pub mod lifecycle;
 pub mod metrics;
 pub mod monitoring;
-pub mod observe;
 pub mod partition;
 pub mod prometheus;
 pub mod rates;
-pub mod rundb;
 pub mod summary;

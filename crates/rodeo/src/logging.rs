@@ -79,7 +79,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RecentLines {
             m.target()
         ));
         event.record(&mut f);
-        rodeo_control::observe::push_log_line(f.0);
+        rodeo_run::observe::push_log_line(f.0);
     }
 }
 

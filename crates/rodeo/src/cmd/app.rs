@@ -73,7 +73,7 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
     let config = match &args.config {
-        Some(p) => Some(super::run::load_config(Some(p))?),
+        Some(p) => Some(rodeo_run::setup::load_config(Some(p))?),
         None => None,
     };
     let io_threads = config.as_ref().map_or(1, |c| c.transport.io_threads);
@@ -100,7 +100,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let app = Arc::new(AppControl::new(role, &args.name, transport, config));
     let _server = match args.http {
-        Some(addr) => super::run::serve_http(
+        Some(addr) => rodeo_run::http::serve_section(
             &rodeo_control::config::ControlSection {
                 http: addr,
                 ..section

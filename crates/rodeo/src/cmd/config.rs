@@ -39,7 +39,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         What::Check { file, bind } => {
-            let config = super::run::load_config(Some(&file))?;
+            let config = rodeo_run::setup::load_config(Some(&file))?;
             config
                 .check_output()
                 .with_context(|| format!("{}", file.display()))?;

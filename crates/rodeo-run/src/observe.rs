@@ -11,11 +11,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::alarms::{metric_value, AlarmSpec, Alarms};
-use crate::control::PartitionStatus;
-use crate::lifecycle::State;
-use crate::monitoring::{Forwarder, MonitoringSection, SampleSubscriber};
-use crate::prometheus::MetricsWriter;
+use rodeo_control::alarms::{metric_value, AlarmSpec, Alarms};
+use rodeo_control::control::PartitionStatus;
+use rodeo_control::lifecycle::State;
+use rodeo_control::monitoring::{Forwarder, MonitoringSection, SampleSubscriber};
+use rodeo_control::prometheus::MetricsWriter;
 
 /// Points of history kept (one a second: an hour).
 pub const HISTORY_POINTS: usize = 3600;
@@ -108,7 +108,7 @@ impl Observer {
         output: &Path,
         alarms: &[AlarmSpec],
         monitoring: &MonitoringSection,
-    ) -> Result<Observer, crate::monitoring::ForwarderError> {
+    ) -> Result<Observer, rodeo_control::monitoring::ForwarderError> {
         let o = Observer {
             output: output.to_path_buf(),
             history: Mutex::new(VecDeque::new()),
@@ -129,7 +129,7 @@ impl Observer {
         &self,
         alarms: &[AlarmSpec],
         monitoring: &MonitoringSection,
-    ) -> Result<(), crate::monitoring::ForwarderError> {
+    ) -> Result<(), rodeo_control::monitoring::ForwarderError> {
         lock(&self.alarms).reconfigure(alarms);
         let mut m = lock(&self.monitoring);
         if m.section == *monitoring && (m.forwarder.is_some() || !monitoring.enabled()) {

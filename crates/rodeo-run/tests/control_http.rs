@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use rodeo_control::config::PartitionConfig;
 use rodeo_control::control::RunControl;
 use rodeo_control::embedded::EmbeddedPartition;
-use rodeo_control::http::{HttpConfig, HttpServer};
 use rodeo_control::lifecycle::State;
+use rodeo_run::http::{HttpConfig, HttpServer};
 use serde_json::Value;
 
 const TOKEN: &str = "t0ken-for-tests";

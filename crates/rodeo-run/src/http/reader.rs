@@ -1,0 +1,316 @@
+//! The reader thread (one `mio` poll over every open connection, deadlines, eviction) and the
+//! workers that answer complete requests.
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rodeo_control::control::RunControl;
+use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, Refused};
+
+use super::request::request_complete;
+use super::routes::runs_response;
+use super::{
+    handle, read_request, HttpConfig, HttpCounters, Request, RequestError, Response,
+    MAX_BODY_BYTES, MAX_HEADER_BYTES,
+};
+
+/// A connection whose request is read (or failed to read) and waits for a worker.
+pub(super) struct ReadRequest {
+    stream: TcpStream,
+    request: Result<Request, RequestError>,
+}
+
+/// A connection being read: its bytes so far and its deadline.
+struct Open {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+    /// Accept sequence number: tells a live entry of `order` from a stale one.
+    seq: u64,
+}
+
+/// Largest request in bytes (head, separator, body).
+const MAX_REQUEST_BYTES: usize = MAX_HEADER_BYTES + 4 + MAX_BODY_BYTES;
+/// The listener's token; connection `i` of the table is token `i + 1`.
+const LISTENER: mio::Token = mio::Token(0);
+
+/// The reader thread's state: the listener and the table of open connections.
+pub(super) struct Reader {
+    poll: mio::Poll,
+    listener: mio::net::TcpListener,
+    open: Vec<Option<Open>>,
+    free: Vec<usize>,
+    /// (slot, seq) in accept order: deadlines are accept time + timeout, so the front is both
+    /// the oldest connection and the next deadline. Entries of closed connections are skipped.
+    order: VecDeque<(usize, u64)>,
+    live: usize,
+    next_seq: u64,
+    timeout: Duration,
+    max_connections: usize,
+}
+
+impl Reader {
+    pub(super) fn new(listener: TcpListener, config: &HttpConfig) -> io::Result<Reader> {
+        let poll = mio::Poll::new()?;
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, mio::Interest::READABLE)?;
+        Ok(Reader {
+            poll,
+            listener,
+            open: Vec::new(),
+            free: Vec::new(),
+            order: VecDeque::new(),
+            live: 0,
+            next_seq: 0,
+            timeout: config.io_timeout,
+            max_connections: config.max_connections.max(1),
+        })
+    }
+
+    pub(super) fn run(
+        mut self,
+        queue: &BoundedQueue<ReadRequest>,
+        stop: &AtomicBool,
+        counters: &HttpCounters,
+    ) {
+        let mut events = mio::Events::with_capacity(256);
+        while !stop.load(Ordering::Relaxed) {
+            let wait = self
+                .next_deadline()
+                .map_or(Duration::from_millis(50), |d| {
+                    d.saturating_duration_since(Instant::now())
+                })
+                .min(Duration::from_millis(50));
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::warn!("HTTP reader: poll failed: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                if ev.token() == LISTENER {
+                    self.accept_all(counters);
+                } else {
+                    let slot = ev.token().0 - 1;
+                    if let Some(ready) = self.read_ready(slot) {
+                        hand_over(queue, ready, counters);
+                    }
+                }
+            }
+            self.expire(counters);
+        }
+        // Dropping `tx` (the caller's) when this returns ends the workers' loops.
+    }
+
+    /// The deadline of the oldest live connection.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&(slot, seq)) = self.order.front() {
+            match &self.open[slot] {
+                Some(o) if o.seq == seq => return Some(o.deadline),
+                _ => {
+                    self.order.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    fn accept_all(&mut self, counters: &HttpCounters) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors, most likely: make room, take the next one later.
+                    tracing::warn!("HTTP accept: {e}");
+                    if self.live > 0 {
+                        self.evict_oldest(counters);
+                    }
+                    return;
+                }
+            };
+            if self.live >= self.max_connections {
+                self.evict_oldest(counters);
+            }
+            let stream = TcpStream::from(stream);
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.open.push(None);
+                self.open.len() - 1
+            });
+            let fd = stream.as_raw_fd();
+            if let Err(e) = self.poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                mio::Token(slot + 1),
+                mio::Interest::READABLE,
+            ) {
+                tracing::warn!("HTTP reader: cannot watch a connection: {e}");
+                self.free.push(slot);
+                continue;
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.open[slot] = Some(Open {
+                stream,
+                buf: Vec::new(),
+                deadline: Instant::now() + self.timeout,
+                seq,
+            });
+            self.order.push_back((slot, seq));
+            self.live += 1;
+        }
+    }
+
+    /// Takes connection `slot` out of the table (and out of the poll set).
+    fn close(&mut self, slot: usize) -> Option<Open> {
+        let o = self.open.get_mut(slot)?.take()?;
+        let fd = o.stream.as_raw_fd();
+        let _ = self
+            .poll
+            .registry()
+            .deregister(&mut mio::unix::SourceFd(&fd));
+        self.free.push(slot);
+        self.live -= 1;
+        Some(o)
+    }
+
+    fn evict_oldest(&mut self, counters: &HttpCounters) {
+        while let Some((slot, seq)) = self.order.pop_front() {
+            if matches!(&self.open[slot], Some(o) if o.seq == seq) {
+                self.close(slot);
+                counters.evicted.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+
+    /// Reads what connection `slot` has; returns it when its request is complete (or cannot
+    /// become one).
+    fn read_ready(&mut self, slot: usize) -> Option<ReadRequest> {
+        let o = self.open.get_mut(slot)?.as_mut()?;
+        let mut chunk = [0u8; 4096];
+        let mut closed = false;
+        loop {
+            let room = MAX_REQUEST_BYTES + 1 - o.buf.len().min(MAX_REQUEST_BYTES);
+            match (&o.stream).read(&mut chunk[..room.min(4096)]) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    o.buf.extend_from_slice(&chunk[..n]);
+                    if o.buf.len() > MAX_REQUEST_BYTES {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if request_complete(&o.buf) {
+            let o = self.close(slot)?;
+            let request = read_request(&mut o.buf.as_slice());
+            return Some(ReadRequest {
+                stream: o.stream,
+                request,
+            });
+        }
+        if closed {
+            // Gone before its request was whole: nobody to answer.
+            self.close(slot);
+        }
+        None
+    }
+
+    /// Answers 408 to, and closes, every connection past its deadline.
+    fn expire(&mut self, counters: &HttpCounters) {
+        let now = Instant::now();
+        while let Some(deadline) = self.next_deadline() {
+            if deadline > now {
+                return;
+            }
+            let Some((slot, _)) = self.order.pop_front() else {
+                return;
+            };
+            if let Some(mut o) = self.close(slot) {
+                counters.timed_out.fetch_add(1, Ordering::Relaxed);
+                counters.client_errors.fetch_add(1, Ordering::Relaxed);
+                // Best effort, never waiting: the answer fits the socket's buffer.
+                let _ = Response::error(408, &RequestError::Timeout.to_string())
+                    .write_to(&mut o.stream);
+                let _ = o.stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Gives a read request to the workers, or answers 503 when their queue is full.
+fn hand_over(queue: &BoundedQueue<ReadRequest>, ready: ReadRequest, counters: &HttpCounters) {
+    match queue.push(ready) {
+        Ok(_) => {}
+        Err(Refused { item: mut r, .. }) => {
+            counters.server_errors.fetch_add(1, Ordering::Relaxed);
+            // Best effort, never waiting (the stream is still non-blocking).
+            let _ = Response::error(503, "busy").write_to(&mut r.stream);
+            let _ = r.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+pub(super) fn worker(
+    queue: &BoundedQueue<ReadRequest>,
+    stop: &AtomicBool,
+    control: &dyn RunControl,
+    token: Option<&str>,
+    counters: &HttpCounters,
+    timeout: Duration,
+    runs_db: Option<&std::path::Path>,
+) {
+    let mut idle = Backoff::new(BackoffSpec::IDLE_SERVER);
+    loop {
+        let Some(ReadRequest {
+            mut stream,
+            request,
+        }) = queue.pop()
+        else {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            idle.wait();
+            continue;
+        };
+        idle.reset();
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_write_timeout(Some(timeout));
+        let response = match request {
+            Ok(req) if req.method == "GET" && req.path.starts_with("/api/runs") => {
+                runs_response(runs_db, &req.path)
+            }
+            Ok(req) => handle(control, token, counters, &req),
+            Err(RequestError::Io(_)) => continue,
+            Err(e @ RequestError::Timeout) => Response::error(408, &e.to_string()),
+            Err(e @ (RequestError::HeadTooLarge | RequestError::BodyTooLarge(_))) => {
+                Response::error(413, &e.to_string())
+            }
+            Err(e) => Response::error(400, &e.to_string()),
+        };
+        let class = match response.status {
+            200..=299 => &counters.ok,
+            400..=499 => &counters.client_errors,
+            _ => &counters.server_errors,
+        };
+        class.fetch_add(1, Ordering::Relaxed);
+        let _ = response.write_to(&mut stream);
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+}

@@ -1,0 +1,184 @@
+//! Reading one HTTP/1.1 request, bounded: the head at most [`MAX_HEADER_BYTES`] in at most
+//! [`MAX_HEADERS`] headers, the body at most [`MAX_BODY_BYTES`]; every malformed byte is a
+//! typed [`RequestError`].
+
+use std::io::{self, Read};
+
+use super::{MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_BYTES};
+
+/// Why a request could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The connection failed or closed early.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    /// The peer sent nothing within the timeout.
+    #[error("timed out reading the request")]
+    Timeout,
+    /// The head exceeds [`MAX_HEADER_BYTES`] or [`MAX_HEADERS`].
+    #[error("request head too large")]
+    HeadTooLarge,
+    /// The body exceeds [`MAX_BODY_BYTES`].
+    #[error("request body of {0} bytes is too large")]
+    BodyTooLarge(usize),
+    /// The request line is not `METHOD PATH HTTP/1.x`.
+    #[error("bad request line")]
+    BadRequestLine,
+    /// A header line without a colon, or not UTF-8.
+    #[error("bad header line")]
+    BadHeader,
+    /// `Content-Length` is not a number.
+    #[error("bad Content-Length")]
+    BadContentLength,
+}
+
+/// A parsed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path, without the query string.
+    pub path: String,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The first header called `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one request from `r` (bounded: see the module docs).
+pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    // Where the search for the end of the head resumes (no rescan of what was searched).
+    let mut scanned = 0usize;
+    let head_end = loop {
+        if let Some(p) = find(&buf[scanned..], b"\r\n\r\n") {
+            break scanned + p;
+        }
+        scanned = buf.len().saturating_sub(3);
+        if buf.len() > MAX_HEADER_BYTES {
+            return Err(RequestError::HeadTooLarge);
+        }
+        let n = match r.read(&mut chunk) {
+            Ok(0) => {
+                return Err(RequestError::Io(io::ErrorKind::UnexpectedEof.into()));
+            }
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(RequestError::Timeout)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    if head_end > MAX_HEADER_BYTES {
+        return Err(RequestError::HeadTooLarge);
+    }
+    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| RequestError::BadHeader)?;
+    let mut lines = head.split("\r\n");
+    let line = lines.next().ok_or(RequestError::BadRequestLine)?;
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(RequestError::BadRequestLine);
+    };
+    if method.is_empty()
+        || !method.bytes().all(|b| b.is_ascii_uppercase())
+        || !target.starts_with('/')
+        || !version.starts_with("HTTP/1.")
+    {
+        return Err(RequestError::BadRequestLine);
+    }
+    let path = target.split('?').next().unwrap_or("/").to_string();
+    let mut headers = Vec::new();
+    for l in lines {
+        if headers.len() >= MAX_HEADERS {
+            return Err(RequestError::HeadTooLarge);
+        }
+        let (k, v) = l.split_once(':').ok_or(RequestError::BadHeader)?;
+        if k.is_empty() || k.contains(' ') {
+            return Err(RequestError::BadHeader);
+        }
+        headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let mut request = Request {
+        method: method.to_string(),
+        path,
+        headers,
+        body: Vec::new(),
+    };
+    let length = match request.header("content-length") {
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| RequestError::BadContentLength)?,
+        None => 0,
+    };
+    if length > MAX_BODY_BYTES {
+        return Err(RequestError::BodyTooLarge(length));
+    }
+    let mut body = buf.split_off(head_end + 4);
+    body.truncate(length);
+    while body.len() < length {
+        let want = (length - body.len()).min(chunk.len());
+        match r.read(&mut chunk[..want]) {
+            Ok(0) => return Err(RequestError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(RequestError::Timeout)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    request.body = body;
+    Ok(request)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Whether `buf` holds a whole request, or enough to know it can never be one (too large):
+/// either way it goes to a worker, which answers it or its [`RequestError`].
+pub(super) fn request_complete(buf: &[u8]) -> bool {
+    let Some(head_end) = find(buf, b"\r\n\r\n") else {
+        return buf.len() > MAX_HEADER_BYTES;
+    };
+    if head_end > MAX_HEADER_BYTES {
+        return true;
+    }
+    let head = String::from_utf8_lossy(&buf[..head_end]);
+    let length = head.split("\r\n").skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+    });
+    match length {
+        // No length: no body. A malformed one: the parser's error.
+        None | Some(None) => true,
+        Some(Some(n)) => n > MAX_BODY_BYTES || buf.len() >= head_end + 4 + n,
+    }
+}

@@ -1,0 +1,66 @@
+//! Tests of the HTTP server: parsing, routing, bounds.
+
+use super::routes::{authorized, parse_command};
+use super::*;
+use rodeo_control::lifecycle::Command;
+
+#[test]
+fn parses_a_request_with_a_body() {
+    let raw = b"POST /api/command?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 19\r\nAuthorization: Bearer s3\r\n\r\n{\"command\":\"stop\"}XTRA";
+    let r = read_request(&mut &raw[..]).unwrap();
+    assert_eq!(r.method, "POST");
+    assert_eq!(r.path, "/api/command");
+    assert_eq!(r.header("authorization"), Some("Bearer s3"));
+    assert_eq!(r.body, b"{\"command\":\"stop\"}X");
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    let cases: [(&[u8], &str); 6] = [
+        (b"GET\r\n\r\n", "BadRequestLine"),
+        (b"get / HTTP/1.1\r\n\r\n", "BadRequestLine"),
+        (b"GET / HTTP/1.1\r\nnocolon\r\n\r\n", "BadHeader"),
+        (
+            b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+            "BadContentLength",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n",
+            "BodyTooLarge",
+        ),
+        (b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", "Io"),
+    ];
+    for (raw, kind) in cases {
+        let e = read_request(&mut &raw[..]).unwrap_err();
+        assert!(format!("{e:?}").starts_with(kind), "{e:?} for {raw:?}");
+    }
+    let huge = format!(
+        "GET / HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEADER_BYTES)
+    );
+    assert!(matches!(
+        read_request(&mut huge.as_bytes()),
+        Err(RequestError::HeadTooLarge)
+    ));
+}
+
+#[test]
+fn the_token_is_checked_exactly() {
+    assert!(authorized(Some("abc"), Some("Bearer abc")));
+    assert!(!authorized(Some("abc"), Some("Bearer abd")));
+    assert!(!authorized(Some("abc"), Some("Bearer ab")));
+    assert!(!authorized(Some("abc"), Some("Basic abc")));
+    assert!(!authorized(Some("abc"), None));
+    assert!(!authorized(None, Some("Bearer abc")));
+    assert!(!authorized(Some(""), Some("Bearer ")));
+}
+
+#[test]
+fn commands_parse_from_json() {
+    assert_eq!(parse_command(br#"{"command":"stop"}"#), Ok(Command::Stop));
+    assert!(parse_command(br#"{"command":"halt"}"#)
+        .unwrap_err()
+        .contains("unknown command"));
+    assert!(parse_command(b"stop").is_err());
+    assert!(parse_command(br#"{"command":"stop","x":1}"#).is_err());
+}

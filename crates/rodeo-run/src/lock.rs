@@ -1,0 +1,167 @@
+//! One output directory, one owner: an exclusive lock on `<output>/.rodeo.lock`.
+//!
+//! `rodeo run` and `rodeo serve` hold it for their whole life (taking run numbers, writing run
+//! directories, recovering files a dead logger left open, recording runs). A second one on the
+//! same directory is refused at once with the holder's pid and command, read from the lock
+//! file. The lock is `flock(2)` on the open file (through `std::fs::File::try_lock`): the
+//! kernel releases it when the holder's process ends however it ends (kill -9 included), so a
+//! stale lock file never blocks anybody; its contents only name the last holder. The file is
+//! opened close-on-exec, so the `rodeo app` processes a controller starts do not hold it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+/// The lock file's name in an output directory.
+pub const LOCK_FILE: &str = ".rodeo.lock";
+
+/// Why the output directory could not be locked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another process holds the directory.
+    #[error(
+        "the output directory {dir} is in use by {holder}: one directory has one owner; wait \
+         for it to end, stop it, or choose another output directory"
+    )]
+    Held {
+        /// The output directory.
+        dir: PathBuf,
+        /// Who holds it, as its lock file says (`pid 123: rodeo serve ...`).
+        holder: String,
+    },
+    /// The lock file could not be made or locked.
+    #[error("cannot lock the output directory {dir} ({file}): {source}")]
+    Io {
+        /// The output directory.
+        dir: PathBuf,
+        /// The lock file.
+        file: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+}
+
+/// The exclusive lock of an output directory, held until dropped (or the process ends).
+#[derive(Debug)]
+pub struct OutputLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl OutputLock {
+    /// Takes the lock of `dir` (which must exist) for this process, described as `what`
+    /// (written into the lock file with the pid, for whoever is refused next).
+    pub fn acquire(dir: &Path, what: &str) -> Result<OutputLock, LockError> {
+        let path = dir.join(LOCK_FILE);
+        let io = |source| LockError::Io {
+            dir: dir.to_path_buf(),
+            file: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        match try_lock(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let holder = text.lines().next().unwrap_or("").trim();
+                return Err(LockError::Held {
+                    dir: dir.to_path_buf(),
+                    holder: if holder.is_empty() {
+                        "another process".into()
+                    } else {
+                        holder.to_string()
+                    },
+                });
+            }
+            Err(e) => return Err(io(e)),
+        }
+        let line = format!("pid {}: {what}\n", std::process::id());
+        file.set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)))
+            .and_then(|_| file.write_all(line.as_bytes()))
+            .map_err(io)?;
+        Ok(OutputLock { file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        // SAFETY: `flock` on a descriptor this struct owns (open until the `File` drops right
+        // after); it reads and writes no memory of ours.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)` on `file`: `WouldBlock` when another open file holds it.
+fn try_lock(file: &File) -> std::io::Result<()> {
+    loop {
+        // SAFETY: `flock` on a descriptor `file` owns and keeps open for the call; it reads and
+        // writes no memory of ours.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// This process's command line, for the lock file (`rodeo serve --output x`).
+pub fn this_command() -> String {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let words: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    if words.is_empty() {
+        "rodeo".into()
+    } else {
+        words.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_is_refused_with_the_first_ones_pid_and_the_lock_is_released_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = OutputLock::acquire(dir.path(), "rodeo serve --output x").unwrap();
+        // Another open file description of the same file: what a second process would get.
+        let e = OutputLock::acquire(dir.path(), "rodeo run").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        assert!(text.contains("rodeo serve --output x"), "{text}");
+        drop(first);
+        let again = OutputLock::acquire(dir.path(), "rodeo run").unwrap();
+        assert_eq!(again.path(), dir.path().join(LOCK_FILE));
+    }
+
+    #[test]
+    fn this_command_names_the_test_binary() {
+        assert!(!this_command().is_empty());
+    }
+}

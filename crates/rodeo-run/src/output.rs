@@ -1,0 +1,197 @@
+//! The output directory as one process owns it: its lock, its run database, its run numbers,
+//! and the records of the runs made there.
+//!
+//! [`OutputDir::open`] makes the directory if need be, takes its lock ([`crate::lock`]), opens
+//! `runs.sqlite` under that lock (so two processes never create it at once) and records every
+//! run directory the database does not know: a run whose process died before recording it.
+//! Run numbers come from here only ([`OutputDir::next_run_number`]): one more than the largest
+//! of the run directories and the recorded runs, so the directory and the database agree.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use rodeo_files::verify::check_file;
+
+use crate::lock::OutputLock;
+use crate::rundb::{file_checksum, now_ns, FileRecord, RunDb, RunRecord};
+use crate::sheet::RunSheet;
+
+/// An output directory owned by this process (see the module docs).
+#[derive(Debug)]
+pub struct OutputDir {
+    path: PathBuf,
+    db: RunDb,
+    _lock: OutputLock,
+}
+
+impl OutputDir {
+    /// Makes `path` if need be, locks it for this process (described as `what` to whoever is
+    /// refused next), opens its run database and records the runs a crash left unrecorded.
+    pub fn open(path: &Path, what: &str) -> anyhow::Result<OutputDir> {
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("cannot create output directory {}", path.display()))?;
+        let lock = OutputLock::acquire(path, what)?;
+        let db = RunDb::open_in(path)
+            .with_context(|| format!("cannot open the run database in {}", path.display()))?;
+        let mut dir = OutputDir {
+            path: path.to_path_buf(),
+            db,
+            _lock: lock,
+        };
+        dir.reconcile()?;
+        Ok(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The run database's file (`GET /api/runs` reads it).
+    pub fn db_path(&self) -> PathBuf {
+        self.db.path().to_path_buf()
+    }
+
+    /// The run database.
+    pub fn db(&self) -> &RunDb {
+        &self.db
+    }
+
+    /// The next free run number: one more than the largest run directory and recorded run (1
+    /// in a fresh directory).
+    pub fn next_run_number(&self) -> anyhow::Result<u32> {
+        let in_db = self
+            .db
+            .last_run_number()?
+            .map_or(1, |n| n.saturating_add(1));
+        let in_dir = run_directories(&self.path)
+            .last()
+            .map_or(1, |(n, _)| n.saturating_add(1));
+        Ok(in_db.max(in_dir))
+    }
+
+    /// Records one run: its sheet, the configuration it ran with, when it started and who
+    /// started it, and its files (size, Adler-32, good events). A failure to record is said
+    /// on stderr: the run's data and `summary.json` stay.
+    pub fn record(
+        &mut self,
+        sheet: &RunSheet,
+        config_toml: String,
+        started_at_ns: Option<u64>,
+        started_by: &str,
+        files: Vec<FileRecord>,
+    ) {
+        let r = RunRecord {
+            run_number: sheet.run_number,
+            started_at_ns,
+            stopped_at_ns: Some(now_ns()),
+            started_by: started_by.to_string(),
+            config_toml,
+            status: sheet.status.as_str().into(),
+            summary: sheet.to_json(),
+            files,
+        };
+        if let Err(e) = self.db.record(&r) {
+            eprintln!("rodeo: warning: run {} not recorded: {e}", sheet.run_number);
+        }
+    }
+
+    /// Records every run directory the database does not know (see the module docs): with the
+    /// `summary.json` it left (status as that sheet says), or as crashed with what its files
+    /// hold.
+    fn reconcile(&mut self) -> anyhow::Result<()> {
+        for (n, dir) in run_directories(&self.path) {
+            if self.db.has_run(n)? {
+                continue;
+            }
+            let files = file_records(&data_files(&dir));
+            let found = std::fs::read(dir.join("summary.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .and_then(RunSheet::from_json);
+            let sheet = found.unwrap_or_else(|| RunSheet::crashed(n, dir.clone(), &files));
+            let config_toml =
+                std::fs::read_to_string(dir.join("partition.toml")).unwrap_or_default();
+            let status = sheet.status.as_str();
+            let count = files.len();
+            self.db.record(&RunRecord {
+                run_number: n,
+                started_at_ns: None,
+                stopped_at_ns: None,
+                started_by: "recovered".into(),
+                config_toml,
+                status: status.into(),
+                summary: sheet.to_json(),
+                files,
+            })?;
+            eprintln!(
+                "rodeo: run {n} in {} had no record: recorded as {status} with {count} file(s)",
+                dir.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The `run-NNNNNNNN` directories in `output`, by number.
+fn run_directories(output: &Path) -> Vec<(u32, PathBuf)> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(output)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let n = e
+                .file_name()
+                .to_str()?
+                .strip_prefix("run-")?
+                .parse::<u32>()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The data files (`*.data`, `*.data.writing`) in a run directory, sorted.
+pub fn data_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".data") || n.ends_with(".data.writing"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `files` with size, Adler-32 and their good events (`rodeo verify`'s count); a file that
+/// cannot be read is left out.
+pub fn file_records(files: &[PathBuf]) -> Vec<FileRecord> {
+    files
+        .iter()
+        .filter_map(|p| {
+            let (size_bytes, adler32) = file_checksum(p).ok()?;
+            Some(FileRecord {
+                path: p.clone(),
+                size_bytes,
+                adler32,
+                events: check_file(p).good_events,
+            })
+        })
+        .collect()
+}
+
+/// `rodeo run` (or `serve`) by `user@host`: who started a run, for its record.
+pub fn started_by(command: &str) -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "?".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    format!("{command} ({user}@{host})")
+}

@@ -1,0 +1,431 @@
+//! One run, from its number to its record: [`Run`].
+//!
+//! [`Run::new`] takes the run number from the [`OutputDir`] this process owns (or the one
+//! asked for, refused when its directory exists), checks the configuration, writes the
+//! configuration snapshot `partition.toml` (mode 0600: it may hold the command token) into the
+//! run directory and builds the partition: threads of this process ([`Mode::Embedded`]) or one
+//! `rodeo app` process per application under a controller ([`Mode::Processes`]: shared memory
+//! between the processes of one host, tcp to other hosts). [`Run::drive`] brings it up, runs
+//! it to its end (event count, seconds, `quit`, a `stop` over HTTP, a failure) and down, and
+//! removes what the run leaves at run time (ipc sockets, the shared memory of dead
+//! processes). [`Run::finish`] makes the [`RunSheet`] (the balance sheet, or what the files
+//! prove of a failed run), writes it to `summary.json` and records it in the run database: the
+//! same steps, and the same record, for `rodeo run` and for every run of `rodeo serve`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use rodeo_control::application::TriggerFactory;
+use rodeo_control::config::{L1Mode, PartitionConfig, TransportKind};
+use rodeo_control::control::{run_to_end, Partition};
+use rodeo_control::controller::Controller;
+use rodeo_control::embedded::EmbeddedPartition;
+use rodeo_control::lifecycle::{Command, State, TransitionError};
+use rodeo_control::monitoring::Forwarder;
+use rodeo_control::partition::Layout;
+use rodeo_control::summary::RunSummary;
+use serde_json::Value;
+
+use crate::output::{data_files, file_records, OutputDir};
+use crate::rundb::now_ns;
+use crate::sheet::RunSheet;
+
+/// Where the applications of a run live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every application a set of threads of this process.
+    Embedded,
+    /// Every application its own `rodeo app` process under a controller (on this host, or on
+    /// the hosts of `[hosts]` over ssh).
+    Processes,
+}
+
+/// How to make a run, besides its configuration.
+#[derive(Clone)]
+pub struct RunOptions {
+    /// Threads or processes.
+    pub mode: Mode,
+    /// The run number (None: the next free one).
+    pub run_number: Option<u32>,
+    /// Trace one event in this many (embedded only; None: no trace).
+    pub trace_every: Option<u64>,
+    /// The DCMs' trigger algorithm (embedded only; None: the configured one).
+    pub trigger: Option<TriggerFactory>,
+    /// Start the `[monitoring]` forwarder with the run (a service keeps its own).
+    pub forward_samples: bool,
+    /// Who starts the run, for its record (`rodeo run (user@host)`).
+    pub started_by: String,
+}
+
+impl RunOptions {
+    /// Options for `mode` with everything else as `rodeo run` has it by default.
+    pub fn new(mode: Mode, started_by: String) -> RunOptions {
+        RunOptions {
+            mode,
+            run_number: None,
+            trace_every: None,
+            trigger: None,
+            forward_samples: true,
+            started_by,
+        }
+    }
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("mode", &self.mode)
+            .field("run_number", &self.run_number)
+            .field("trace_every", &self.trace_every)
+            .field("trigger", &self.trigger.is_some())
+            .field("forward_samples", &self.forward_samples)
+            .field("started_by", &self.started_by)
+            .finish()
+    }
+}
+
+/// One run of a partition (see the module docs).
+pub struct Run {
+    config: PartitionConfig,
+    layout: Layout,
+    mode: Mode,
+    partition: Arc<dyn Partition>,
+    embedded: Option<Arc<EmbeddedPartition>>,
+    controller: Option<Arc<Controller>>,
+    started_at_ns: Option<u64>,
+    started_by: String,
+    _forwarder: Option<Forwarder>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("number", &self.config.run.number)
+            .field("directory", &self.layout.output)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl Run {
+    /// Takes a run number in `output`, checks `config`, writes the configuration snapshot and
+    /// builds the partition (not yet brought up). Refused, before anything is written, when
+    /// the configuration fails its checks or the run directory exists.
+    pub fn new(
+        output: &OutputDir,
+        mut config: PartitionConfig,
+        options: RunOptions,
+    ) -> anyhow::Result<Run> {
+        config.run.output = output.path().display().to_string();
+        let next_free = output.next_run_number()?;
+        config.run.number = options.run_number.unwrap_or(next_free);
+        if options.mode == Mode::Processes {
+            if config.l1.mode == L1Mode::Readout {
+                anyhow::bail!(
+                    "l1.mode = \"readout\" (the data-driven L1) reads the readout nodes' \
+                     progress in the supervisor's process: run this partition without \
+                     --processes"
+                );
+            }
+            // Applications on one host exchange data through shared memory (ZeroMQ stays
+            // for run control); `[transport] kind = "ipc"` or `"tcp"` keeps ZeroMQ.
+            if config.transport.kind == TransportKind::Inproc {
+                config.transport.kind = if config.hosts.is_empty() {
+                    TransportKind::Shm
+                } else {
+                    TransportKind::Tcp
+                };
+            }
+        }
+        config.validate()?;
+        let layout = Layout::new(&config);
+        // Known before any data is taken: a run directory that exists would fail the run at
+        // stop.
+        if layout.output.exists() {
+            anyhow::bail!(
+                "the run directory {} already exists: run {} was taken before. Leave out \
+                 --run-number to take the next free number ({next_free}), or choose another.",
+                layout.output.display(),
+                config.run.number,
+            );
+        }
+        // The loggers' output directories, like run.output: writable or creatable.
+        config.check_directories()?;
+        let snapshot = write_snapshot(&layout, &config)?;
+        let built = build(&config, &options, snapshot);
+        let (partition, embedded, controller, forwarder) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                // Nothing ran: the number stays free.
+                let _ = std::fs::remove_file(layout.output.join("partition.toml"));
+                let _ = std::fs::remove_dir(&layout.output);
+                return Err(e);
+            }
+        };
+        Ok(Run {
+            config,
+            layout,
+            mode: options.mode,
+            partition,
+            embedded,
+            controller,
+            started_at_ns: None,
+            started_by: options.started_by,
+            _forwarder: forwarder,
+        })
+    }
+
+    /// The run number.
+    pub fn number(&self) -> u32 {
+        self.config.run.number
+    }
+
+    /// The run directory.
+    pub fn directory(&self) -> &Path {
+        &self.layout.output
+    }
+
+    /// The configuration the run runs with.
+    pub fn config(&self) -> &PartitionConfig {
+        &self.config
+    }
+
+    /// The partition, for run control (HTTP) and status.
+    pub fn partition(&self) -> Arc<dyn Partition> {
+        Arc::clone(&self.partition)
+    }
+
+    /// The partition as threads of this process (None with processes).
+    pub fn embedded(&self) -> Option<&Arc<EmbeddedPartition>> {
+        self.embedded.as_ref()
+    }
+
+    /// The L1 rate the configuration asks for (0: the data-driven and external L1, which
+    /// ignore `l1.rate_hz`, and an unpaced one).
+    pub fn requested_l1_hz(&self) -> f64 {
+        match self.config.l1.mode {
+            L1Mode::Readout | L1Mode::External => 0.0,
+            _ => self.config.l1.rate_hz,
+        }
+    }
+
+    /// Brings the partition up to CONNECTED, ready for a `start` (what a service does between
+    /// runs); on a failure everything is brought down and the error names the application.
+    pub fn prepare(&self) -> Result<(), TransitionError> {
+        for c in [Command::Initialize, Command::Configure, Command::Connect] {
+            if let Err(e) = self.partition.command(c) {
+                let _ = self.partition.command(Command::Shutdown);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the partition to its end (see [`run_to_end`]: up from wherever it is, the run,
+    /// down) and removes what it left at run time; `tick` gets the L1 accepts and seconds so
+    /// far about every 200 ms.
+    pub fn drive(
+        &mut self,
+        quit: &dyn Fn() -> bool,
+        tick: impl FnMut(u64, f64),
+    ) -> Result<RunSummary, TransitionError> {
+        self.started_at_ns = Some(now_ns());
+        let result = run_to_end(self.partition.as_ref(), quit, tick);
+        self.clean_up_runtime();
+        if let (Some(c), Ok(summary)) = (&self.controller, &result) {
+            for (name, why) in c.dead_apps() {
+                // A DCM that died: its events were reassigned; not an imbalance, but worth
+                // saying.
+                if name.starts_with("dcm") {
+                    eprintln!("note: {name} died ({why}); its events were reassigned");
+                } else {
+                    eprintln!("note: {name} died ({why})");
+                }
+            }
+            if summary.restarts > 0 {
+                eprintln!(
+                    "note: {} application(s) restarted into the run ({} partial events, {} \
+                     events recovered from files left open)",
+                    summary.restarts, summary.partial_events, summary.recovered_events
+                );
+            }
+        }
+        result
+    }
+
+    /// Writes the sampled stage time stamps of an embedded run with a trace as a
+    /// Chrome/Perfetto trace to `path`; returns how many were written.
+    pub fn write_trace(&self, path: &Path) -> anyhow::Result<usize> {
+        let records = self
+            .embedded
+            .as_ref()
+            .map(|p| p.take_traces())
+            .unwrap_or_default();
+        let json = crate::chrome_trace::to_json(&records);
+        std::fs::write(path, serde_json::to_vec(&json)?)
+            .with_context(|| format!("cannot write the trace {}", path.display()))?;
+        Ok(records.len())
+    }
+
+    /// The end of the run: its sheet from `outcome` (the balance sheet of a run that ended in
+    /// order; for a failure, its reason and what the files prove), written to `summary.json`
+    /// in the run directory and recorded in `output`'s run database. `trigger` is the Python
+    /// trigger's report, when one ran.
+    pub fn finish<E: std::fmt::Display>(
+        self,
+        output: &mut OutputDir,
+        outcome: Result<RunSummary, E>,
+        trigger: Option<Value>,
+    ) -> RunSheet {
+        let (sheet, files) = match outcome {
+            Ok(summary) => {
+                let sheet = RunSheet::from_summary(
+                    &summary,
+                    self.requested_l1_hz(),
+                    trigger,
+                    self.config.logger.verify_after,
+                );
+                let files = file_records(&summary.files);
+                (sheet, files)
+            }
+            Err(e) => {
+                let files = file_records(&data_files(&self.layout.output));
+                let sheet = RunSheet::failed(
+                    self.number(),
+                    self.layout.output.clone(),
+                    format!("{e:#}"),
+                    &files,
+                );
+                (sheet, files)
+            }
+        };
+        if self.layout.output.is_dir() {
+            let path = self.layout.output.join("summary.json");
+            if let Err(e) = serde_json::to_vec_pretty(&sheet)
+                .map_err(std::io::Error::other)
+                .and_then(|b| std::fs::write(&path, b))
+            {
+                eprintln!("rodeo: warning: cannot write {}: {e}", path.display());
+            }
+        }
+        output.record(
+            &sheet,
+            self.config.to_toml_public(),
+            self.started_at_ns,
+            &self.started_by,
+            files,
+        );
+        sheet
+    }
+
+    /// A run prepared and never started (a service shutting down or changing its
+    /// configuration): the partition brought down, its run directory removed unless something
+    /// was written there, so the number stays free.
+    pub fn abandon(self) {
+        bring_down(self.partition.as_ref());
+        self.clean_up_runtime();
+        let dir = &self.layout.output;
+        if data_files(dir).is_empty() {
+            let _ = std::fs::remove_file(dir.join("partition.toml"));
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
+    /// Removes the run's runtime directory (ipc sockets) and, with shared memory, what dead
+    /// application processes left there.
+    fn clean_up_runtime(&self) {
+        if let Err(e) = self.layout.remove_runtime_dir() {
+            eprintln!(
+                "rodeo: warning: cannot remove the runtime directory {}: {e}",
+                self.layout.runtime.display()
+            );
+        }
+        if self.mode == Mode::Processes && self.config.transport.kind == TransportKind::Shm {
+            match rodeo_transport::shm::cleanup_dead_nodes() {
+                Ok(0) => {}
+                Ok(n) => eprintln!(
+                    "rodeo: removed the shared-memory resources of {n} dead application \
+                     process(es)"
+                ),
+                Err(e) => eprintln!("rodeo: warning: shared-memory clean-up: {e}"),
+            }
+        }
+    }
+}
+
+/// The parts of a run: its partition (threads or a controller of processes) and the
+/// `[monitoring]` forwarder.
+type Built = (
+    Arc<dyn Partition>,
+    Option<Arc<EmbeddedPartition>>,
+    Option<Arc<Controller>>,
+    Option<Forwarder>,
+);
+
+/// Builds the partition of `config` as `options` say (not yet brought up); `snapshot` is the
+/// configuration file the local processes read.
+fn build(
+    config: &PartitionConfig,
+    options: &RunOptions,
+    snapshot: PathBuf,
+) -> anyhow::Result<Built> {
+    let forwarder = (options.forward_samples && config.monitoring.enabled())
+        .then(|| Forwarder::start(&config.monitoring))
+        .transpose()?;
+    Ok(match options.mode {
+        Mode::Embedded => {
+            let mut p = EmbeddedPartition::new(config.clone(), options.trace_every);
+            if let Some(factory) = &options.trigger {
+                p = p.with_trigger(Arc::clone(factory));
+            }
+            let p = Arc::new(p);
+            (p.clone(), Some(p), None, forwarder)
+        }
+        Mode::Processes => {
+            let exe = std::env::current_exe().context("cannot find the rodeo executable")?;
+            let mut c = Controller::new(config.clone(), exe)?;
+            c.set_local_config_file(snapshot);
+            let c = Arc::new(c);
+            (c.clone(), None, Some(c), forwarder)
+        }
+    })
+}
+
+/// Takes `p` down to NONE from whatever state it is in (a failed step: shutdown).
+pub fn bring_down(p: &dyn Partition) {
+    while p.partition_state() != State::None {
+        let s = p.partition_state();
+        let next = Command::path(s, State::None)
+            .and_then(|p| p.first().copied())
+            .unwrap_or(Command::Shutdown);
+        if p.command(next).is_err() && next == Command::Shutdown {
+            break;
+        }
+    }
+}
+
+/// Writes the configuration of the run into its run directory (made here) as
+/// `partition.toml`: the record of what ran, and the file the local `rodeo app` processes of a
+/// run with processes name on their command line. Readable by the owner only: it may hold the
+/// command token (control.token).
+fn write_snapshot(layout: &Layout, config: &PartitionConfig) -> anyhow::Result<PathBuf> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::create_dir_all(&layout.output).with_context(|| {
+        format!(
+            "cannot create the run directory {}",
+            layout.output.display()
+        )
+    })?;
+    let path = layout.output.join("partition.toml");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(config.to_toml().as_bytes()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}

@@ -1,0 +1,359 @@
+//! A partition that stays up for a shift: [`RunService`], one [`Run`] after another.
+//!
+//! The service comes up with the next run prepared (CONNECTED) and waits; `start` (over
+//! HTTP) starts it on a thread of its own, `stop` ends it (files closed, balance sheet, a
+//! record in the run database, the same [`Run::finish`] as `rodeo run`) and prepares the next
+//! number; as many runs as the operator likes. A run that ends by itself (its event count or
+//! seconds, a failure) is reaped the same way. `shutdown` brings everything down in order (a
+//! run in progress is stopped first; a run prepared and never started gives its number back).
+//! Each run gets a fresh partition configured with its number, so a `start` only starts.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rodeo_control::config::PartitionConfig;
+use rodeo_control::control::{ConfigChangeError, Partition, PartitionStatus, RunControl};
+use rodeo_control::lifecycle::{Command, State, TransitionError};
+use rodeo_control::prometheus::MetricsWriter;
+
+use crate::observe::Observer;
+use crate::output::{started_by, OutputDir};
+use crate::run::{bring_down, Mode, Run, RunOptions};
+use crate::sheet::RunSheet;
+
+/// What a service does with each run's sheet when the run has ended (print it).
+pub type SheetSink = Box<dyn Fn(&RunSheet) + Send + Sync>;
+
+/// The run of the moment: prepared, running, or just ended.
+struct Current {
+    /// Its number.
+    number: u32,
+    /// Its partition (status and metrics come from here).
+    partition: Arc<dyn Partition>,
+    /// The prepared run, until `start` hands it to the run thread.
+    prepared: Option<Run>,
+    /// The thread running it.
+    thread: Option<JoinHandle<()>>,
+    /// Tells the run thread to stop.
+    quit: Arc<AtomicBool>,
+}
+
+/// The service (see the module docs).
+pub struct RunService {
+    /// The configuration of the next run (`PUT /api/config` replaces it between runs).
+    config: Mutex<PartitionConfig>,
+    /// History, alarms, sampled histograms, log.
+    observer: Observer,
+    mode: Mode,
+    output: Mutex<OutputDir>,
+    current: Mutex<Current>,
+    /// Serialises commands (start, stop, shutdown, configuration) against each other.
+    commands: Mutex<()>,
+    shut_down: AtomicBool,
+    on_end: SheetSink,
+}
+
+impl std::fmt::Debug for RunService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunService")
+            .field("mode", &self.mode)
+            .field("run", &lock(&self.current).number)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A failure of the service itself (not of an application), as a transition error.
+fn failed(command: Command, reason: String) -> TransitionError {
+    TransitionError::Failed {
+        who: "serve".into(),
+        command,
+        from: State::None,
+        reason,
+    }
+}
+
+impl RunService {
+    /// Starts a service on `output` with `config`, its first run (the next free number)
+    /// prepared; `on_end` gets each run's sheet.
+    pub fn start(
+        output: OutputDir,
+        config: PartitionConfig,
+        mode: Mode,
+        on_end: SheetSink,
+    ) -> anyhow::Result<Arc<RunService>> {
+        let observer = Observer::new(output.path(), &config.alarms, &config.monitoring)?;
+        let first = output.next_run_number()?;
+        let run = prepare_run(&output, config.clone(), mode, first)
+            .map_err(|e| anyhow::anyhow!("cannot bring the partition for run {first} up: {e}"))?;
+        Ok(Arc::new(RunService {
+            config: Mutex::new(config),
+            observer,
+            mode,
+            output: Mutex::new(output),
+            current: Mutex::new(Current {
+                number: first,
+                partition: run.partition(),
+                prepared: Some(run),
+                thread: None,
+                quit: Arc::new(AtomicBool::new(false)),
+            }),
+            commands: Mutex::new(()),
+            shut_down: AtomicBool::new(false),
+            on_end,
+        }))
+    }
+
+    /// The number of the run prepared or running.
+    pub fn run_number(&self) -> u32 {
+        lock(&self.current).number
+    }
+
+    /// The service's run control, for the HTTP API.
+    pub fn control(self: &Arc<Self>) -> Arc<dyn RunControl> {
+        Arc::new(ServiceControl(Arc::clone(self)))
+    }
+
+    /// Serves until `shutdown` (or `interrupted()`, which shuts down in order): reaps runs
+    /// that ended by themselves and lets the observer look about once a second.
+    pub fn serve_until(self: &Arc<Self>, interrupted: &dyn Fn() -> bool) {
+        let control = self.control();
+        let mut last_look = Instant::now();
+        while !self.shut_down.load(Ordering::Relaxed) {
+            if interrupted() {
+                eprintln!("rodeo: interrupted: stopping in order (interrupt again to abort)");
+                let _ = control.command(Command::Shutdown);
+                break;
+            }
+            self.reap();
+            if last_look.elapsed() >= Duration::from_secs(1) {
+                last_look = Instant::now();
+                self.look(&*control);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A run with number `number` of the configuration now, brought up to CONNECTED.
+    fn prepare(&self, number: u32) -> Result<Run, TransitionError> {
+        let config = lock(&self.config).clone();
+        prepare_run(&lock(&self.output), config, self.mode, number)
+    }
+
+    /// Starts the prepared run on its own thread.
+    fn start_run(self: &Arc<Self>) -> Result<State, TransitionError> {
+        let mut cur = lock(&self.current);
+        let state = cur.partition.partition_state();
+        if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
+            return Err(TransitionError::Illegal {
+                who: "partition".into(),
+                command: Command::Start,
+                state,
+            });
+        }
+        cur.partition.command(Command::Start)?;
+        let Some(run) = cur.prepared.take() else {
+            return Err(failed(Command::Start, "no prepared run".into()));
+        };
+        let quit = Arc::new(AtomicBool::new(false));
+        cur.quit = quit.clone();
+        let me = Arc::clone(self);
+        let thread = std::thread::Builder::new()
+            .name(format!("run-{}", cur.number))
+            .spawn(move || me.run_thread(run, &quit))
+            .map_err(|e| failed(Command::Start, format!("cannot start the run thread: {e}")))?;
+        cur.thread = Some(thread);
+        Ok(State::Running)
+    }
+
+    /// One run to its end: its sheet recorded and handed to `on_end`.
+    fn run_thread(&self, mut run: Run, quit: &AtomicBool) {
+        let outcome = run.drive(&|| quit.load(Ordering::Relaxed), |_, _| {});
+        let sheet = run.finish(&mut lock(&self.output), outcome, None);
+        (self.on_end)(&sheet);
+    }
+
+    /// Ends the run in progress and prepares the next one. The status stays readable
+    /// meanwhile: the lock on the current run is not held while the run drains.
+    fn stop(&self) -> Result<State, TransitionError> {
+        let (thread, quit) = {
+            let mut cur = lock(&self.current);
+            match cur.thread.take() {
+                Some(t) => (t, cur.quit.clone()),
+                None => {
+                    return Err(TransitionError::Illegal {
+                        who: "partition".into(),
+                        command: Command::Stop,
+                        state: cur.partition.partition_state(),
+                    })
+                }
+            }
+        };
+        quit.store(true, Ordering::Relaxed);
+        let _ = thread.join();
+        if self.shut_down.load(Ordering::Relaxed) {
+            return Ok(State::None);
+        }
+        let next = lock(&self.current).number.saturating_add(1);
+        let run = self.prepare(next)?;
+        let mut cur = lock(&self.current);
+        cur.partition = run.partition();
+        cur.prepared = Some(run);
+        cur.number = next;
+        Ok(State::Connected)
+    }
+
+    /// A run that ended by itself (event count, seconds, failure): joined, next prepared.
+    fn reap(&self) {
+        let _guard = lock(&self.commands);
+        let finished = lock(&self.current)
+            .thread
+            .as_ref()
+            .is_some_and(JoinHandle::is_finished);
+        if finished {
+            if let Err(e) = self.stop() {
+                eprintln!("rodeo: cannot prepare the next run: {e}");
+            }
+        }
+    }
+
+    /// `PUT /api/config`: checks `toml` as `rodeo config check` does, and between runs makes it
+    /// the configuration of the next run (the prepared run given up and prepared again with
+    /// it). `run.output` and `control.http` stay the service's; a token shown as `(hidden)`
+    /// keeps the one in effect.
+    fn replace_config(&self, toml: &str) -> Result<(), ConfigChangeError> {
+        let old = lock(&self.config).clone();
+        let mut new = PartitionConfig::from_toml(toml, "PUT /api/config")
+            .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
+        new.run.output = old.run.output.clone();
+        new.control.http = old.control.http.clone();
+        if new.control.token == "(hidden)" {
+            new.control.token = old.control.token.clone();
+        }
+        new.validate()
+            .and_then(|()| new.check_output())
+            .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
+        let mut cur = lock(&self.current);
+        let state = cur.partition.partition_state();
+        if cur.thread.is_some() || state == State::Running {
+            return Err(ConfigChangeError::Busy(state));
+        }
+        match cur.prepared.take() {
+            Some(run) => run.abandon(),
+            None => bring_down(cur.partition.as_ref()),
+        }
+        *lock(&self.config) = new.clone();
+        self.observer
+            .reconfigure(&new.alarms, &new.monitoring)
+            .map_err(|e| ConfigChangeError::Failed(e.to_string()))?;
+        tracing::warn!(run = cur.number, "configuration replaced (PUT /api/config)");
+        let run = self
+            .prepare(cur.number)
+            .map_err(|e| ConfigChangeError::Failed(e.to_string()))?;
+        cur.partition = run.partition();
+        cur.prepared = Some(run);
+        Ok(())
+    }
+
+    /// One look for the observer: the status and metrics of the partition now.
+    fn look(&self, control: &dyn RunControl) {
+        let status = control.status();
+        let mut w = MetricsWriter::new();
+        let partition = lock(&self.current).partition.clone();
+        partition.write_metrics(&mut w);
+        self.observer.tick(&status, &w.finish(), Instant::now());
+    }
+
+    /// Brings everything down: the run in progress stopped (recorded), the prepared one given
+    /// up (its number stays free).
+    fn shutdown(&self) -> Result<State, TransitionError> {
+        self.shut_down.store(true, Ordering::Relaxed);
+        if lock(&self.current).thread.is_some() {
+            self.stop()?;
+        }
+        let mut cur = lock(&self.current);
+        match cur.prepared.take() {
+            Some(run) => run.abandon(),
+            None => bring_down(cur.partition.as_ref()),
+        }
+        Ok(State::None)
+    }
+}
+
+/// The HTTP face of the service (the `Arc` lets `start` hand the service to the run thread).
+struct ServiceControl(Arc<RunService>);
+
+impl RunControl for ServiceControl {
+    fn status(&self) -> PartitionStatus {
+        let (partition, number) = {
+            let cur = lock(&self.0.current);
+            (cur.partition.clone(), cur.number)
+        };
+        let mut s = partition.status();
+        s.run_number = number;
+        s
+    }
+
+    fn command(&self, command: Command) -> Result<State, TransitionError> {
+        let _guard = lock(&self.0.commands);
+        match command {
+            Command::Start => self.0.start_run(),
+            Command::Stop => self.0.stop(),
+            Command::Shutdown => self.0.shutdown(),
+            other => Err(TransitionError::Illegal {
+                who: "partition".into(),
+                command: other,
+                state: lock(&self.0.current).partition.partition_state(),
+            }),
+        }
+    }
+
+    fn config_toml(&self) -> String {
+        lock(&self.0.config).to_toml_public()
+    }
+
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        let partition = lock(&self.0.current).partition.clone();
+        partition.write_metrics(out);
+        self.0.observer.write_metrics(out);
+    }
+
+    fn replace_config(&self, toml: &str) -> Result<(), ConfigChangeError> {
+        let _guard = lock(&self.0.commands);
+        self.0.replace_config(toml)
+    }
+
+    fn view(&self, what: &str) -> Option<serde_json::Value> {
+        self.0.observer.view(what)
+    }
+
+    fn acknowledge_alarm(&self, name: &str) -> Result<(), String> {
+        self.0.observer.acknowledge(name)
+    }
+}
+
+/// A run of `config` with number `number` in `output`, brought up to CONNECTED (given up
+/// again when that fails).
+fn prepare_run(
+    output: &OutputDir,
+    config: PartitionConfig,
+    mode: Mode,
+    number: u32,
+) -> Result<Run, TransitionError> {
+    let mut options = RunOptions::new(mode, started_by("rodeo serve"));
+    options.run_number = Some(number);
+    // The service's observer runs the `[monitoring]` forwarder for every run.
+    options.forward_samples = false;
+    let run = Run::new(output, config, options)
+        .map_err(|e| failed(Command::Configure, format!("{e:#}")))?;
+    if let Err(e) = run.prepare() {
+        run.abandon();
+        return Err(e);
+    }
+    Ok(run)
+}

@@ -1,0 +1,300 @@
+//! The run's balance sheet as it is kept: one shape ([`RunSheet`]) for every way a run ends.
+//!
+//! A run that ended in order has its counts from the applications' summaries
+//! ([`RunSheet::from_summary`]); a run that failed ([`RunSheet::failed`]) or whose process died
+//! before recording it ([`RunSheet::crashed`], found at a later start) has the counts its files
+//! prove (events and bytes in them) and `null` for what nobody counted; a run found later with
+//! its `summary.json` is read back into the same shape ([`RunSheet::from_json`]). So
+//! `summary.json`, `rodeo run --json`, the run database's `summary_json` and `GET
+//! /api/runs/N`'s `summary` have the same keys whatever happened to the run.
+
+use std::path::PathBuf;
+
+use rodeo_control::summary::RunSummary;
+use rodeo_files::verify::check_file;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::rundb::FileRecord;
+
+/// How a run ended, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Ended in order and its balance sheet adds up.
+    Ok,
+    /// Ended with an error, or its balance sheet does not add up.
+    #[default]
+    Failed,
+    /// Its process died before recording it (found at a later start).
+    Crashed,
+}
+
+impl RunStatus {
+    /// The word kept in the run database's `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::Failed => "failed",
+            RunStatus::Crashed => "crashed",
+        }
+    }
+}
+
+/// One readout node's lines of the balance sheet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct NodeSheet {
+    /// The node's name (`ros-1`).
+    pub name: String,
+    /// Data requests it answered.
+    pub requests: u64,
+    /// Events it cleared.
+    pub cleared: u64,
+    /// Gaps in its clears.
+    pub clear_gaps: u64,
+    /// Fragments it stored.
+    pub stored: u64,
+    /// Fragments its SW ROD input built.
+    pub swrod_built: u64,
+    /// Why its SW ROD input failed, if it did.
+    pub swrod_error: Option<String>,
+    /// Link errors its inputs found.
+    pub input_errors: u64,
+    /// Words its inputs dropped.
+    pub input_dropped_words: u64,
+    /// Whether it was restarted into the run.
+    pub restarted: bool,
+}
+
+/// The balance sheet of one run, in the one shape every record of a run has (module docs).
+/// Counts are `None` (`null` in JSON) where nobody could count them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RunSheet {
+    /// The run number.
+    pub run_number: u32,
+    /// The run directory.
+    pub directory: PathBuf,
+    /// How the run ended.
+    pub status: RunStatus,
+    /// L1 accepts.
+    pub l1_accepts: Option<u64>,
+    /// Events the trigger accepted.
+    pub accepted: Option<u64>,
+    /// Events the trigger rejected.
+    pub rejected: Option<u64>,
+    /// Events accepted without a decision (timeouts, dead DCMs).
+    pub forced_accepts: Option<u64>,
+    /// Events written to the files.
+    pub events_written: Option<u64>,
+    /// Events found intact in the files (by the loggers' check, or by reading them back).
+    pub events_verified: Option<u64>,
+    /// Whether `events_verified` comes from reading every file back completely.
+    pub verified_by_reading: bool,
+    /// Repeated events the loggers dropped.
+    pub duplicates_dropped: Option<u64>,
+    /// Events built without some of their fragments.
+    pub partial_events: Option<u64>,
+    /// Link errors the readout inputs found.
+    pub input_errors: Option<u64>,
+    /// Applications restarted into the run.
+    pub restarts: Option<u64>,
+    /// Events recovered from files a dead logger left open.
+    pub recovered_events: Option<u64>,
+    /// Events the DCMs sent to a logger again.
+    pub events_resent: Option<u64>,
+    /// Events in the DCMs' slots when they stopped.
+    pub in_flight_at_stop: Option<u64>,
+    /// Bytes written to the files.
+    pub bytes_written: Option<u64>,
+    /// The data files.
+    pub files: Vec<PathBuf>,
+    /// Per readout node.
+    pub readout_nodes: Vec<NodeSheet>,
+    /// Seconds from the first L1 accept to the supervisor's end.
+    pub seconds: Option<f64>,
+    /// L1 accepts per second over `l1_seconds`.
+    pub l1_rate_hz: Option<f64>,
+    /// Seconds from the first L1 accept to the last, on the supervisor's clock.
+    pub l1_seconds: Option<f64>,
+    /// Bytes of event records written per second.
+    pub write_bytes_per_s: Option<f64>,
+    /// Bytes the DCMs compressed.
+    pub compress_in_bytes: Option<u64>,
+    /// Bytes they became.
+    pub compress_out_bytes: Option<u64>,
+    /// `compress_in_bytes / compress_out_bytes` (None: compression off).
+    pub compression_ratio: Option<f64>,
+    /// Seconds of DCM thread time spent compressing.
+    pub compress_seconds: Option<f64>,
+    /// The L1 rate the configuration asked for (0: as fast as the partition takes).
+    pub l1_rate_requested_hz: f64,
+    /// Why the run ended early (the supervisor's death), if something ended it.
+    pub ended_by: Option<String>,
+    /// Whether the balance sheet adds up (protocol rule 6, and the files hold what the loggers
+    /// wrote).
+    pub balanced: bool,
+    /// The first problem (all are in `problems`).
+    pub reason: Option<String>,
+    /// Every problem found.
+    pub problems: Vec<String>,
+    /// The Python trigger's counters, when one ran.
+    pub python_trigger: Option<Value>,
+}
+
+impl RunSheet {
+    /// The sheet of a run that ended in order: `summary`'s counts; the events written must all
+    /// be in the files, intact (the loggers' check: record checksums computed on the way, each
+    /// closed file's end record and size read back; with `verify_after` every file re-read
+    /// completely with `check_file`).
+    pub fn from_summary(
+        summary: &RunSummary,
+        requested_hz: f64,
+        trigger: Option<Value>,
+        verify_after: bool,
+    ) -> RunSheet {
+        let s = summary;
+        let mut problems = s.problems.clone();
+        let verified = if verify_after {
+            let mut verified = 0u64;
+            for f in &s.files {
+                let v = check_file(f);
+                verified += v.good_events;
+                if let Some(e) = v.error {
+                    problems.push(format!("{}: {e}", f.display()));
+                }
+            }
+            verified
+        } else {
+            s.events_verified
+        };
+        if verified != s.events_written {
+            problems.push(format!(
+                "files hold {verified} verified events, the loggers wrote {}",
+                s.events_written
+            ));
+        }
+        let balanced = problems.is_empty();
+        RunSheet {
+            run_number: s.run,
+            directory: s.output.clone(),
+            status: if balanced {
+                RunStatus::Ok
+            } else {
+                RunStatus::Failed
+            },
+            l1_accepts: Some(s.l1_accepts),
+            accepted: Some(s.accepted),
+            rejected: Some(s.rejected),
+            forced_accepts: Some(s.forced_accepts),
+            events_written: Some(s.events_written),
+            events_verified: Some(verified),
+            verified_by_reading: verify_after,
+            duplicates_dropped: Some(s.duplicates),
+            partial_events: Some(s.partial_events),
+            input_errors: Some(s.nodes.iter().map(|n| n.input_errors).sum()),
+            restarts: Some(s.restarts),
+            recovered_events: Some(s.recovered_events),
+            events_resent: Some(s.events_resent),
+            in_flight_at_stop: Some(s.unfinished),
+            bytes_written: Some(s.bytes_written),
+            files: s.files.clone(),
+            readout_nodes: s
+                .nodes
+                .iter()
+                .map(|n| NodeSheet {
+                    name: n.name.clone(),
+                    requests: n.requests,
+                    cleared: n.cleared,
+                    clear_gaps: n.clear_gaps,
+                    stored: n.stored,
+                    swrod_built: n.swrod_built,
+                    swrod_error: n.swrod_error.clone(),
+                    input_errors: n.input_errors,
+                    input_dropped_words: n.input_dropped_words,
+                    restarted: n.restarted,
+                })
+                .collect(),
+            seconds: Some(s.seconds),
+            l1_rate_hz: Some(s.l1_rate_hz),
+            l1_seconds: Some(s.l1_seconds),
+            write_bytes_per_s: Some(s.write_bytes_per_s),
+            compress_in_bytes: Some(s.compress_in_bytes),
+            compress_out_bytes: Some(s.compress_out_bytes),
+            compression_ratio: (s.compress_out_bytes > 0)
+                .then(|| s.compress_in_bytes as f64 / s.compress_out_bytes as f64),
+            compress_seconds: Some(s.compress_seconds),
+            l1_rate_requested_hz: requested_hz,
+            ended_by: s.ended_by.clone(),
+            balanced,
+            reason: problems.first().cloned(),
+            problems,
+            python_trigger: trigger,
+        }
+    }
+
+    /// The sheet of a run that failed before its balance sheet was complete: `reason`, and
+    /// what its files (`files`, read completely) prove: events and bytes in them.
+    pub fn failed(
+        run_number: u32,
+        directory: PathBuf,
+        reason: String,
+        files: &[FileRecord],
+    ) -> RunSheet {
+        let mut sheet = RunSheet::from_files(run_number, directory, files);
+        sheet.reason = Some(reason.clone());
+        sheet.problems = vec![reason];
+        sheet
+    }
+
+    /// The sheet of a run found at a later start without a record or a `summary.json`: its
+    /// process died before it could record it; what its files prove.
+    pub fn crashed(run_number: u32, directory: PathBuf, files: &[FileRecord]) -> RunSheet {
+        let reason = "found at a later start without a record: the process ended before the \
+                      run was recorded"
+            .to_string();
+        let mut sheet = RunSheet::failed(run_number, directory, reason, files);
+        sheet.status = RunStatus::Crashed;
+        sheet
+    }
+
+    /// A sheet read back from a `summary.json` (any version: what is missing stays `None`); a
+    /// file that is not a sheet gives `None`.
+    pub fn from_json(value: Value) -> Option<RunSheet> {
+        if !value.is_object() {
+            return None;
+        }
+        let mut sheet: RunSheet = serde_json::from_value(value.clone()).ok()?;
+        // Sheets written before `status` existed: the status follows `balanced`.
+        if value.get("status").is_none() {
+            sheet.status = if sheet.balanced {
+                RunStatus::Ok
+            } else {
+                RunStatus::Failed
+            };
+        }
+        Some(sheet)
+    }
+
+    /// The sheet as the JSON object that is printed, written and recorded.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// What `files` prove: their events (good events, as `rodeo verify` counts them) and bytes.
+    fn from_files(run_number: u32, directory: PathBuf, files: &[FileRecord]) -> RunSheet {
+        let events: u64 = files.iter().map(|f| f.events).sum();
+        RunSheet {
+            run_number,
+            directory,
+            status: RunStatus::Failed,
+            events_written: Some(events),
+            events_verified: Some(events),
+            verified_by_reading: true,
+            bytes_written: Some(files.iter().map(|f| f.size_bytes).sum()),
+            files: files.iter().map(|f| f.path.clone()).collect(),
+            ..RunSheet::default()
+        }
+    }
+}
