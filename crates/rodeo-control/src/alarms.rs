@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config_error::ConfigError;
+use crate::config::error::ConfigError;
 use crate::prometheus::MetricsWriter;
 
 /// One `[[alarms]]` entry.

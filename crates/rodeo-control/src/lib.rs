@@ -8,7 +8,8 @@
 //! channel to `rodeo app` processes and the processes themselves. It **must not depend on** the
 //! runs (`rodeo-run`), the studies or the binary, and no application crate depends on it.
 //!
-//! - [`config`]: the TOML partition configuration, its defaults and its validation.
+//! - [`config`]: the TOML partition configuration, one file per section with its defaults and
+//!   its checks, and the commented default (`config/default.toml`).
 //! - [`partition`]: the layout: every application's name, endpoint and configuration.
 //! - [`lifecycle`]: the state machine every application and the partition go through.
 //! - [`application`]: the [`application::Application`] trait and its four implementations
@@ -33,7 +34,6 @@ pub mod app;
 pub mod application;
 pub mod channel;
 pub mod config;
-pub mod config_error;
 pub mod control;
 pub mod controller;
 pub mod driver;

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config_error::ConfigError;
+use crate::config::error::ConfigError;
 
 /// `[monitoring]`: event sampling (off while `endpoint` is empty).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]

@@ -36,35 +36,16 @@
 use std::time::{Duration, Instant};
 
 use crate::application::{Role, RunEnd};
-use crate::config::ControlSection;
 use crate::lifecycle::{Command, State};
 use crate::summary::RunSummary;
 
-use super::{Controller, Table};
+use super::state::Table;
+use super::Controller;
 
 /// A restarted readout node starts this far ahead of the L1 (at the L1 rate last measured).
 const REJOIN_AHEAD: Duration = Duration::from_millis(250);
 /// ... and at least this many events ahead.
 const REJOIN_AHEAD_MIN_EVENTS: u64 = 256;
-
-/// The restart policy of a partition (`[control]`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Policy {
-    enabled: bool,
-    max: u32,
-    backoff: Duration,
-}
-
-impl Policy {
-    /// The policy of `c`.
-    pub(super) fn of(c: &ControlSection) -> Policy {
-        Policy {
-            enabled: c.restart,
-            max: c.max_restarts_per_run,
-            backoff: Duration::from_millis(c.restart_backoff_ms),
-        }
-    }
-}
 
 impl Table {
     /// The policy for application `i`, just dead (`why`): `true` when it is handled here (a
@@ -128,7 +109,7 @@ impl Controller {
     pub(super) fn restart_due(&self) {
         let now = Instant::now();
         let due: Vec<usize> = {
-            let t = self.shared.table();
+            let t = self.state.table();
             t.apps
                 .iter()
                 .enumerate()
@@ -139,14 +120,14 @@ impl Controller {
         for i in due {
             let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
             {
-                let mut t = self.shared.table();
+                let mut t = self.state.table();
                 t.apps[i].restart_at = None;
                 if t.lifecycle.state() != State::Running {
                     continue;
                 }
             }
             let result = self.restart_one(i);
-            let mut t = self.shared.table();
+            let mut t = self.state.table();
             let name = t.apps[i].name.clone();
             match result {
                 Ok(at) => {
@@ -175,7 +156,7 @@ impl Controller {
                 }
             }
             drop(t);
-            self.shared.changed.notify_all();
+            self.state.changed.notify_all();
         }
     }
 
@@ -183,7 +164,7 @@ impl Controller {
     /// the run at.
     fn restart_one(&self, i: usize) -> Result<u64, String> {
         {
-            let mut t = self.shared.table();
+            let mut t = self.state.table();
             let a = &mut t.apps[i];
             if let Some(mut c) = a.child.take() {
                 let _ = c.kill();
@@ -211,7 +192,7 @@ impl Controller {
         }
         let timeout = Duration::from_millis(self.config.control.spawn_timeout_ms);
         let deadline = Instant::now() + timeout;
-        let mut t = self.shared.table();
+        let mut t = self.state.table();
         loop {
             let a = &t.apps[i];
             if a.dead {
@@ -231,7 +212,7 @@ impl Controller {
                 ));
             }
             t = self
-                .shared
+                .state
                 .changed
                 .wait_timeout(t, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())

@@ -1,9 +1,11 @@
-//! Tests of `config`: the commented default, parsing, and `validate` naming fields.
+//! Tests of `config`: the commented default (`default.toml`), parsing, and `validate` naming
+//! fields.
 
 use super::*;
 
 #[test]
 fn the_commented_default_is_the_built_in_default() {
+    // `DEFAULT_TOML` is `default.toml`: every field it sets is the built-in default's.
     let parsed = PartitionConfig::from_toml(DEFAULT_TOML, "default").unwrap();
     assert_eq!(parsed, PartitionConfig::default());
     assert_eq!(
@@ -423,4 +425,27 @@ fn curve_defaults_to_on_for_tcp_only_and_a_bad_value_names_the_field() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("curve"), "{e}");
+}
+
+#[test]
+fn the_output_path_is_checked_as_the_directories_are_naming_run_output() {
+    // One writable-directory check serves `run.output` and `logger.directories`.
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("plain");
+    std::fs::write(&file, b"x").unwrap();
+    let mut c = PartitionConfig::default();
+    c.run.output = file.display().to_string();
+    let e = c.check_output().unwrap_err().to_string();
+    assert!(
+        e.contains("run.output") && e.contains("exists and is not a directory"),
+        "{e}"
+    );
+    c.run.output = file.join("sub").display().to_string();
+    let e = c.check_output().unwrap_err().to_string();
+    assert!(
+        e.contains("run.output") && e.contains("a parent of the output path is not a directory"),
+        "{e}"
+    );
+    c.run.output = t.path().join("new/run").display().to_string();
+    c.check_output().unwrap();
 }

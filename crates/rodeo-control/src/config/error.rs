@@ -1,6 +1,7 @@
-//! [`ConfigError`]: what went wrong with a partition configuration, naming the field. Its own
-//! module so that the sections defined elsewhere (`alarms`, `monitoring`) can use it without
-//! importing `config`, which includes them.
+//! [`ConfigError`]: what went wrong with a partition configuration, naming the field, and
+//! [`bad`], the out-of-range error every section's check makes. Its own module, importing
+//! nothing of `config`, so that the sections defined elsewhere (`alarms`, `monitoring`) can use
+//! it without importing `config`, which includes them.
 
 /// What went wrong with a configuration, naming the field.
 #[derive(Debug, thiserror::Error)]
@@ -49,4 +50,13 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// The [`ConfigError::Value`] of `field` = `value`, with what is allowed.
+pub(super) fn bad(field: &'static str, value: impl ToString, allowed: &'static str) -> ConfigError {
+    ConfigError::Value {
+        field,
+        value: value.to_string(),
+        allowed,
+    }
 }

@@ -1,0 +1,180 @@
+//! `[logger]`: the loggers, their streams, the files' format and compression, and the output
+//! directories.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{bad, ConfigError};
+
+/// `[logger]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoggerSection {
+    /// Nodes.
+    pub nodes: usize,
+    /// Stream names.
+    pub streams: Vec<String>,
+    /// File rotation size.
+    pub max_file_mib: u64,
+    /// The files' container.
+    pub format: FormatName,
+    /// Compression (a codec of `format`).
+    pub compression: CompressionName,
+    /// EventStorage project tag.
+    pub project: String,
+    /// zstd level of `compression = "zstd"` (the DCMs compress).
+    pub zstd_level: i32,
+    /// After the run, re-read every file completely (`rodeo_files::verify::check_file`)
+    /// instead of trusting the loggers' check (record checksums computed as the bytes are
+    /// written, end record and size read back). Off by default.
+    pub verify_after: bool,
+    /// Output directories, used in order (each gets `run-NNNNNNNN/`); empty: `run.output`.
+    pub directories: Vec<String>,
+    /// Bytes each output directory keeps free.
+    pub min_free_bytes: u64,
+    /// Fraction (0 to 1) of its file system each output directory keeps free.
+    pub min_free_fraction: f64,
+}
+
+/// The logger's file formats in the configuration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    /// rodeo's own container.
+    Rodeo,
+    /// ATLAS EventStorage version 5.
+    Eventstorage,
+}
+
+/// Compression names in the configuration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionName {
+    /// Payloads as they are.
+    None,
+    /// zstd (compression type 1), rodeo's container.
+    Zstd,
+    /// zlib data blocks, EventStorage.
+    Zlib,
+}
+
+impl Default for LoggerSection {
+    fn default() -> Self {
+        LoggerSection {
+            nodes: 1,
+            streams: vec!["physics_Main".into()],
+            max_file_mib: 1024,
+            format: FormatName::Rodeo,
+            compression: CompressionName::None,
+            project: "data_test".into(),
+            zstd_level: rodeo_format::compress::DEFAULT_ZSTD_LEVEL,
+            verify_after: false,
+            directories: Vec::new(),
+            min_free_bytes: rodeo_dataflow::disks::DEFAULT_MIN_FREE_BYTES,
+            min_free_fraction: 0.0,
+        }
+    }
+}
+
+impl LoggerSection {
+    /// Checks this section's own values; the error names the first bad field (checks across
+    /// sections are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.nodes == 0 || self.nodes > 16 {
+            return Err(bad("logger.nodes", self.nodes, "1..=16"));
+        }
+        if self.streams.is_empty() {
+            return Err(bad("logger.streams", "[]", "at least one stream name"));
+        }
+        // Stream names become parts of file names: no path separator, no leading dot, no dot
+        // at all (rodeo's file names use dots between their fields).
+        for st in &self.streams {
+            let ok = !st.is_empty()
+                && st.len() <= 255
+                && st
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                return Err(bad(
+                    "logger.streams",
+                    format!("{st:?}"),
+                    "1 to 255 ASCII letters, digits, '_' or '-' (a stream name is part of its \
+                     files' names)",
+                ));
+            }
+        }
+        if self.max_file_mib == 0 {
+            return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        }
+        if !self.min_free_fraction.is_finite() || !(0.0..1.0).contains(&self.min_free_fraction) {
+            return Err(bad(
+                "logger.min_free_fraction",
+                self.min_free_fraction,
+                "a fraction of the disk >= 0 and < 1 (0: only logger.min_free_bytes)",
+            ));
+        }
+        for (i, d) in self.directories.iter().enumerate() {
+            if d.is_empty() || d.contains('\0') {
+                return Err(bad(
+                    "logger.directories",
+                    format!("{d:?}"),
+                    "directory paths, not empty, without NUL",
+                ));
+            }
+            if self.directories[..i].contains(d) {
+                return Err(bad(
+                    "logger.directories",
+                    format!("{d:?} twice"),
+                    "each directory once (they are used in order)",
+                ));
+            }
+        }
+        if !(-7..=22).contains(&self.zstd_level) {
+            return Err(bad(
+                "logger.zstd_level",
+                self.zstd_level,
+                "-7..=22 (zstd's levels: 1 the default, negative faster, higher smaller)",
+            ));
+        }
+        match (self.format, self.compression) {
+            (FormatName::Eventstorage, CompressionName::Zstd) => {
+                return Err(bad(
+                    "logger.compression",
+                    "\"zstd\"",
+                    "\"zlib\" or \"none\" with logger.format = \"eventstorage\" (ATLAS readers \
+                     decompress zlib only; zstd needs logger.format = \"rodeo\")",
+                ))
+            }
+            (FormatName::Rodeo, CompressionName::Zlib) => {
+                return Err(bad(
+                    "logger.compression",
+                    "\"zlib\"",
+                    "\"zstd\" or \"none\" with logger.format = \"rodeo\" (zlib is \
+                     EventStorage's codec: logger.format = \"eventstorage\")",
+                ))
+            }
+            _ => {}
+        }
+        if self.format == FormatName::Eventstorage {
+            use rodeo_files::eventstorage::valid_name_part;
+            if !valid_name_part(&self.project) {
+                return Err(bad(
+                    "logger.project",
+                    format!("{:?}", self.project),
+                    "1 to 255 ASCII letters, digits, '-' or '_' (part of the EventStorage file names)",
+                ));
+            }
+            for st in &self.streams {
+                let (t, n) = rodeo_files::eventstorage::split_stream(st);
+                if !valid_name_part(t) || t.contains('_') || !valid_name_part(n) {
+                    return Err(bad(
+                        "logger.streams",
+                        format!("{st:?}"),
+                        "\"<type>_<name>\" (or a name alone, of type physics) of ASCII letters, \
+                         digits, '-' and '_' with logger.format = \"eventstorage\"",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,295 @@
+//! The partition configuration: one TOML file describes a whole run.
+//!
+//! Every section and field has a default, so an empty file (or none) is the built-in default
+//! partition: one ROS with 12 emulated S-LINK channels, a supervisor with its L1 emulator,
+//! 2 DCMs x 256 slots with an accept-fraction trigger, one logger, over inproc endpoints.
+//! [`DEFAULT_TOML`] is that configuration written out with comments (`rodeo config default`).
+//!
+//! Unknown fields are errors (`deny_unknown_fields`), and [`PartitionConfig::validate`] checks
+//! every value against what is allowed; both name the field (`dcm.slots`), the value, and what
+//! would be accepted.
+//!
+//! One file per section (`run`, `transport`, `l1`, `supervisor`, `ros`, `dcm`, `logger`,
+//! `control`): its type, its defaults and the checks of its own values; `[monitoring]` and
+//! `[[alarms]]` are [`crate::monitoring`]'s and [`crate::alarms`]'s. Here: the whole
+//! [`PartitionConfig`], its TOML, and the checks across sections. Beside them: `limits`, the
+//! message size limits derived from a partition ([`MessageLimits`]); `output`, the host checks
+//! of the output directories ([`PartitionConfig::check_output`]); `error`, [`ConfigError`];
+//! `default.toml`, the commented default ([`DEFAULT_TOML`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+mod control;
+mod dcm;
+pub(crate) mod error;
+mod l1;
+mod limits;
+mod logger;
+mod output;
+mod ros;
+mod run;
+mod supervisor;
+mod transport;
+
+pub use control::ControlSection;
+pub use dcm::{ChecksumName, DcmSection};
+pub use error::ConfigError;
+pub use l1::{L1Config, L1Mode};
+pub use limits::{MessageLimits, EXTERNAL_FRAGMENT_BYTES, MIN_MESSAGE_LIMIT};
+pub use logger::{CompressionName, FormatName, LoggerSection};
+pub use ros::{ListenMode, ReplayL1id, RosInput, RosSection};
+pub use run::RunConfig;
+pub use supervisor::SupervisorSection;
+pub use transport::{TransportConfig, TransportKind};
+
+use error::bad;
+
+/// The default partition, with comments: what `rodeo config default` prints (`default.toml`).
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+/// A whole partition.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PartitionConfig {
+    /// `[run]`.
+    pub run: RunConfig,
+    /// `[transport]`.
+    pub transport: TransportConfig,
+    /// `[l1]`.
+    pub l1: L1Config,
+    /// `[supervisor]`.
+    pub supervisor: SupervisorSection,
+    /// `[ros]`.
+    pub ros: RosSection,
+    /// `[dcm]`.
+    pub dcm: DcmSection,
+    /// `[logger]`.
+    pub logger: LoggerSection,
+    /// `[control]`.
+    pub control: ControlSection,
+    /// `[hosts]`: application name -> host (applications not named run on this host).
+    pub hosts: BTreeMap<String, String>,
+    /// `[monitoring]`: event sampling ([`crate::monitoring`]).
+    pub monitoring: crate::monitoring::MonitoringSection,
+    /// `[[alarms]]`: conditions raised on the page, in /metrics and the log
+    /// ([`crate::alarms`]).
+    pub alarms: Vec<crate::alarms::AlarmSpec>,
+}
+
+impl PartitionConfig {
+    /// Parses and validates TOML; `source_name` names it in errors.
+    pub fn from_toml(text: &str, source_name: &str) -> Result<PartitionConfig, ConfigError> {
+        let config: PartitionConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            source_name: source_name.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// How many endpoints the partition binds (tcp: consecutive ports from
+    /// `transport.base_port`): one per logger, one per readout node, the supervisor's.
+    pub fn endpoint_count(&self) -> usize {
+        self.logger.nodes + self.ros.nodes + 1
+    }
+
+    /// The configuration as TOML (what a parent hands to its `rodeo app` processes).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// The configuration as TOML for anyone who may read it (`GET /api/config`): the command
+    /// token is replaced by `"(hidden)"`.
+    pub fn to_toml_public(&self) -> String {
+        let mut c = self.clone();
+        if !c.control.token.is_empty() {
+            c.control.token = "(hidden)".into();
+        }
+        c.to_toml()
+    }
+
+    /// Checks every value; the error names the first bad field. Each section checks its own
+    /// values; the checks across sections are here, in between.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_run_end()?;
+        self.run.validate()?;
+        self.check_base_port()?;
+        self.check_high_water_marks()?;
+        self.transport.validate()?;
+        self.l1.validate()?;
+        self.supervisor.validate()?;
+        self.ros.validate(self.l1.l1id_wrap)?;
+        self.dcm.validate()?;
+        self.check_stream_shares()?;
+        self.logger.validate()?;
+        self.control.validate()?;
+        self.check_message_limit()?;
+        self.check_dcm_sockets()?;
+        self.check_hosts()?;
+        self.monitoring.validate()?;
+        crate::alarms::validate(&self.alarms)?;
+        Ok(())
+    }
+
+    /// `run.events`: the run must end, by its events, its seconds or inputs that end.
+    fn check_run_end(&self) -> Result<(), ConfigError> {
+        let r = &self.run;
+        let inputs_end = self.l1.mode == L1Mode::External
+            || self.l1.mode == L1Mode::Readout
+                && match self.ros.input {
+                    RosInput::File => !self.ros.link_loop,
+                    RosInput::Network => {
+                        self.ros.listen_end_on_close
+                            && self.ros.listen.iter().all(|a| a.starts_with("tcp://"))
+                    }
+                    _ => false,
+                };
+        if r.events == 0 && r.seconds <= 0.0 && !inputs_end {
+            return Err(bad(
+                "run.events",
+                r.events,
+                "give run.events > 0 or run.seconds > 0 (a run must end; only l1.mode = \
+                 \"readout\" with inputs that end, ros.input = \"file\" without link_loop or \
+                 \"network\" over tcp with listen_end_on_close, or l1.mode = \"external\", \
+                 may have neither)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `transport.base_port`: with tcp, room for one port per endpoint.
+    fn check_base_port(&self) -> Result<(), ConfigError> {
+        if self.transport.kind == TransportKind::Tcp {
+            // Consecutive ports from base_port, one per endpoint; port 0 would mean "any port"
+            // (nobody could find it) and past 65535 the numbers wrap.
+            let t = &self.transport;
+            let last = u32::from(t.base_port) + self.endpoint_count() as u32 - 1;
+            if t.base_port == 0 || last > 65535 {
+                return Err(bad(
+                    "transport.base_port",
+                    format!(
+                        "{} (the partition binds {} consecutive ports: {}..={last})",
+                        t.base_port,
+                        self.endpoint_count(),
+                        t.base_port
+                    ),
+                    "1..=65535 for every port: base_port >= 1 and base_port + endpoints - 1 \
+                     <= 65535 (one endpoint per logger, per readout node, and the supervisor's)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `transport.high_water_mark` and `ros.high_water_mark`: one range for both.
+    fn check_high_water_marks(&self) -> Result<(), ConfigError> {
+        for (field, hwm) in [
+            ("transport.high_water_mark", self.transport.high_water_mark),
+            ("ros.high_water_mark", self.ros.high_water_mark),
+        ] {
+            if hwm == 0 || hwm > 10_000_000 {
+                return Err(bad(field, hwm, "1..=10000000 messages"));
+            }
+        }
+        Ok(())
+    }
+
+    /// `dcm.stream_shares`: one weight per `logger.streams` entry.
+    fn check_stream_shares(&self) -> Result<(), ConfigError> {
+        let d = &self.dcm;
+        let l = &self.logger;
+        if !d.stream_shares.is_empty()
+            && (d.stream_shares.len() != l.streams.len()
+                || d.stream_shares.iter().any(|w| !w.is_finite() || *w < 0.0)
+                || d.stream_shares.iter().sum::<f64>() <= 0.0)
+        {
+            return Err(bad(
+                "dcm.stream_shares",
+                format!("{:?} for streams {:?}", d.stream_shares, l.streams),
+                "one weight >= 0 per logger.streams entry, not all 0 (or [] for all to the \
+                 first stream)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `transport.max_message_bytes`: when set, it holds the partition's largest message.
+    fn check_message_limit(&self) -> Result<(), ConfigError> {
+        let t = &self.transport;
+        if t.max_message_bytes != 0 {
+            let need = self.largest_messages().largest().max(MIN_MESSAGE_LIMIT);
+            if t.max_message_bytes < need as u64 || t.max_message_bytes > u64::from(u32::MAX) {
+                return Err(bad(
+                    "transport.max_message_bytes",
+                    format!(
+                        "{} (this partition's largest message, a full event of ros.nodes x \
+                         ros.channels ROBs, needs {need})",
+                        t.max_message_bytes
+                    ),
+                    "0 (derived from the partition) or at least the partition's largest message \
+                     and 65536, at most 4294967295",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `dcm.nodes`: a DCM has one socket per readout node, per logger and two more.
+    fn check_dcm_sockets(&self) -> Result<(), ConfigError> {
+        let (ros, d, l) = (&self.ros, &self.dcm, &self.logger);
+        if ros.nodes + d.nodes + l.nodes > 62 {
+            return Err(bad(
+                "dcm.nodes",
+                d.nodes,
+                "ros.nodes + logger.nodes + 2 must stay <= 64 (one socket each per DCM)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[hosts]`: application names of this partition, host names, and tcp endpoints.
+    fn check_hosts(&self) -> Result<(), ConfigError> {
+        let names = self.app_names();
+        for (app, host) in &self.hosts {
+            if !names.iter().any(|n| n == app) {
+                return Err(bad(
+                    "hosts",
+                    format!("{app:?} = {host:?}"),
+                    "keys are application names of this partition (logger-N, ros-N, dcm-N, supervisor)",
+                ));
+            }
+            if host.is_empty() || host.contains(char::is_whitespace) || host.starts_with('-') {
+                return Err(bad(
+                    "hosts",
+                    format!("{app:?} = {host:?}"),
+                    "a host name or address (no spaces, not starting with '-')",
+                ));
+            }
+        }
+        if !self.hosts.is_empty() && self.transport.kind != TransportKind::Tcp {
+            return Err(bad(
+                "transport.kind",
+                format!("{:?}", self.transport.kind).to_lowercase(),
+                "\"tcp\" when [hosts] places applications on other hosts",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every application's name, in the order they come up: loggers, readout nodes, DCMs,
+    /// the supervisor.
+    pub fn app_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = (1..=self.logger.nodes)
+            .map(|i| format!("logger-{i}"))
+            .collect();
+        v.extend((1..=self.ros.nodes).map(|i| format!("ros-{i}")));
+        v.extend((1..=self.dcm.nodes).map(|i| format!("dcm-{i}")));
+        v.push("supervisor".into());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+//! `[ros]`: the readout nodes, their channels and what feeds each ROB (emulated S-LINK or
+//! FELIX cards, replayed files, the network, link capture files).
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{bad, ConfigError};
+
+/// `[ros]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RosSection {
+    /// Nodes.
+    pub nodes: usize,
+    /// Channels per node.
+    pub channels: usize,
+    /// Data words per fragment.
+    pub fragment_words: u32,
+    /// Sub-detector id.
+    pub subdetector: u8,
+    /// What feeds each ROB.
+    pub input: RosInput,
+    /// E-links per ROB for [`RosInput::Swrod`].
+    pub elinks: usize,
+    /// Files replayed by [`RosInput::Replay`].
+    pub replay_files: Vec<String>,
+    /// Replay rate per ROB (0: unpaced).
+    pub replay_rate_hz: f64,
+    /// Replay the files again after the last event.
+    pub replay_loop: bool,
+    /// L1IDs of the replay.
+    pub replay_l1id: ReplayL1id,
+    /// Source ids renamed for the replay: `[id in the file, ROB id here]`.
+    pub replay_source_map: Vec<[u32; 2]>,
+    /// [`RosInput::Network`]: one address per ROB (`udp://` or `tcp://HOST:PORT`).
+    pub listen: Vec<String>,
+    /// What the network input carries.
+    pub listen_mode: ListenMode,
+    /// Network S-LINK fragments are framed by control words.
+    pub listen_framing: bool,
+    /// Network S-LINK fragments carry a CRC word.
+    pub listen_crc: bool,
+    /// TCP: a ROB's input ends when its sender closes the connection.
+    pub listen_end_on_close: bool,
+    /// [`RosInput::File`]: one S-LINK link capture file per ROB.
+    pub link_files: Vec<String>,
+    /// Play the link files in a loop.
+    pub link_loop: bool,
+    /// ZeroMQ high-water mark of each readout node's request server, in messages.
+    pub high_water_mark: u32,
+}
+
+/// `[ros] listen_mode`: the framing of a network input.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenMode {
+    /// S-LINK ROD fragments.
+    Slink,
+    /// FELIX blocks of E-link packets.
+    Felix,
+}
+
+/// `[ros] replay_l1id`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayL1id {
+    /// The files' L1IDs.
+    Keep,
+    /// 0, 1, 2, ... in file order.
+    Renumber,
+}
+
+impl Default for RosSection {
+    fn default() -> Self {
+        RosSection {
+            nodes: 1,
+            channels: 12,
+            fragment_words: 200,
+            subdetector: 0x41,
+            input: RosInput::Dma,
+            elinks: 4,
+            replay_files: Vec::new(),
+            replay_rate_hz: 0.0,
+            replay_loop: false,
+            replay_l1id: ReplayL1id::Renumber,
+            replay_source_map: Vec::new(),
+            listen: Vec::new(),
+            listen_mode: ListenMode::Slink,
+            listen_framing: false,
+            listen_crc: false,
+            listen_end_on_close: true,
+            link_files: Vec::new(),
+            link_loop: false,
+            high_water_mark: 10_000,
+        }
+    }
+}
+
+/// What feeds a readout node's ROBs (`[ros] input`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RosInput {
+    /// Emulated S-LINK card threads writing fragments into superpages.
+    Dma,
+    /// Per ROB one SW ROD fragment builder fed by an emulated FELIX card.
+    Swrod,
+    /// Per ROB an emulated S-LINK card replaying raw-data files.
+    Replay,
+    /// Per ROB a network receiver (UDP or TCP) of S-LINK fragments.
+    Network,
+    /// Per ROB an S-LINK link capture file.
+    File,
+}
+
+impl RosSection {
+    /// Checks this section's own values, and `l1.l1id_wrap` (`l1id_wrap`) against the SW ROD
+    /// input; the error names the first bad field (other checks across sections are
+    /// [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, l1id_wrap: u32) -> Result<(), ConfigError> {
+        if self.nodes == 0 || self.nodes > 32 {
+            return Err(bad("ros.nodes", self.nodes, "1..=32"));
+        }
+        if self.channels == 0 || self.channels > 64 {
+            return Err(bad("ros.channels", self.channels, "1..=64"));
+        }
+        if self.fragment_words == 0 || self.fragment_words > 1 << 20 {
+            return Err(bad(
+                "ros.fragment_words",
+                self.fragment_words,
+                "1..=1048576",
+            ));
+        }
+        if self.elinks == 0 || self.elinks > 2048 {
+            return Err(bad("ros.elinks", self.elinks, "1..=2048"));
+        }
+        if self.input == RosInput::Swrod {
+            // Each E-link's packet: the fragment's share less 4 words, 1..=65535 payload words.
+            let share = self.fragment_words as usize / self.elinks;
+            if share < 5 {
+                return Err(bad(
+                    "ros.elinks",
+                    self.elinks,
+                    "at most ros.fragment_words / 5 with ros.input = \"swrod\"",
+                ));
+            }
+            if share - 4 > 0xFFFF {
+                return Err(bad(
+                    "ros.fragment_words",
+                    self.fragment_words,
+                    "at most 65539 x ros.elinks with ros.input = \"swrod\" (FELIX packets)",
+                ));
+            }
+            // The fragment builder's window of 512 L1IDs needs a cycle of 256 x 8 at least.
+            if l1id_wrap < 8 {
+                return Err(bad(
+                    "l1.l1id_wrap",
+                    l1id_wrap,
+                    ">= 8 with ros.input = \"swrod\" (the fragment builder's window)",
+                ));
+            }
+        }
+        if self.input == RosInput::Replay
+            && (self.replay_files.is_empty() || self.replay_files.iter().any(|f| f.is_empty()))
+        {
+            return Err(bad(
+                "ros.replay_files",
+                format!("{:?}", self.replay_files),
+                "at least one raw-data file path with ros.input = \"replay\"",
+            ));
+        }
+        if !self.replay_rate_hz.is_finite() || self.replay_rate_hz < 0.0 {
+            return Err(bad(
+                "ros.replay_rate_hz",
+                self.replay_rate_hz,
+                "fragments per second >= 0 (0: unpaced)",
+            ));
+        }
+        let mut mapped = std::collections::HashSet::new();
+        for [from, to] in &self.replay_source_map {
+            if !mapped.insert(*from) {
+                return Err(bad(
+                    "ros.replay_source_map",
+                    format!("[{from:#x}, {to:#x}]"),
+                    "each file source id mapped once",
+                ));
+            }
+        }
+        let robs = self.nodes * self.channels;
+        if self.input == RosInput::Network {
+            if self.listen.len() != robs {
+                return Err(bad(
+                    "ros.listen",
+                    format!(
+                        "{:?} ({} addresses for {robs} ROBs)",
+                        self.listen,
+                        self.listen.len()
+                    ),
+                    "one address per ROB (ros.nodes x ros.channels, node by node) with ros.input \
+                     = \"network\"",
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            for a in &self.listen {
+                if !(a.starts_with("tcp://") || a.starts_with("udp://")) || !seen.insert(a) {
+                    return Err(bad(
+                        "ros.listen",
+                        format!("{a:?}"),
+                        "\"tcp://HOST:PORT\" or \"udp://HOST:PORT\", each address once",
+                    ));
+                }
+            }
+            if self.listen_mode == ListenMode::Felix {
+                return Err(bad(
+                    "ros.listen_mode",
+                    "\"felix\"",
+                    "\"slink\": a partition's network input takes S-LINK fragments for now \
+                     (FELIX blocks: `rodeo cards --listen ADDRESS --listen-mode felix`)",
+                ));
+            }
+        }
+        if self.input == RosInput::File
+            && (self.link_files.len() != robs || self.link_files.iter().any(|f| f.is_empty()))
+        {
+            return Err(bad(
+                "ros.link_files",
+                format!("{:?}", self.link_files),
+                "one S-LINK link capture file per ROB (ros.nodes x ros.channels, node by node) \
+                 with ros.input = \"file\"",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,52 @@
+//! `[supervisor]`: the supervisor's timeouts and clear groups.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{bad, ConfigError};
+
+/// `[supervisor]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisorSection {
+    /// Event timeout.
+    pub event_timeout_ms: u64,
+    /// Dead-DCM timeout.
+    pub dcm_timeout_ms: u64,
+    /// Clear group size.
+    pub clear_group: usize,
+}
+
+impl Default for SupervisorSection {
+    fn default() -> Self {
+        SupervisorSection {
+            event_timeout_ms: 10_000,
+            dcm_timeout_ms: 3_000,
+            clear_group: 100,
+        }
+    }
+}
+
+impl SupervisorSection {
+    /// Checks this section's own values; the error names the first bad field (checks across
+    /// sections are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.event_timeout_ms == 0 {
+            return Err(bad("supervisor.event_timeout_ms", 0, "> 0 milliseconds"));
+        }
+        if self.dcm_timeout_ms < 500 {
+            return Err(bad(
+                "supervisor.dcm_timeout_ms",
+                self.dcm_timeout_ms,
+                ">= 500 ms (twice the DCM heartbeat at least)",
+            ));
+        }
+        if self.clear_group == 0 || self.clear_group > 100_000 {
+            return Err(bad(
+                "supervisor.clear_group",
+                self.clear_group,
+                "1..=100000",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! `[transport]`: the endpoints' kind, ZeroMQ's settings, message limits and CURVE.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{bad, ConfigError};
+
+/// Transport kinds.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// In one process.
+    Inproc,
+    /// Unix-domain sockets between processes on one host.
+    Ipc,
+    /// TCP.
+    Tcp,
+    /// Shared memory (iceoryx2) between processes on one host: the default of `--processes`
+    /// when every application runs on this host.
+    Shm,
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransportConfig {
+    /// Endpoint kind.
+    pub kind: TransportKind,
+    /// ZeroMQ I/O threads.
+    pub io_threads: u32,
+    /// First tcp port.
+    pub base_port: u16,
+    /// Host of tcp endpoints.
+    pub host: String,
+    /// ZeroMQ high-water mark of the supervisor's, DCMs' and loggers' sockets, in messages.
+    pub high_water_mark: u32,
+    /// Largest incoming message of every data socket, in bytes; 0: derived per socket
+    /// ([`PartitionConfig::message_limits`](super::PartitionConfig::message_limits)).
+    pub max_message_bytes: u64,
+    /// CURVE on every tcp socket of the partition; unset: on when `kind` is tcp
+    /// ([`TransportConfig::curve_enabled`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub curve: Option<bool>,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            kind: TransportKind::Inproc,
+            io_threads: 1,
+            base_port: 47000,
+            host: "127.0.0.1".into(),
+            high_water_mark: rodeo_dataflow::DEFAULT_HIGH_WATER_MARK,
+            max_message_bytes: 0,
+            curve: None,
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Whether the partition's tcp sockets (data plane and control channel) authenticate with
+    /// CURVE: `curve` if given, else true for `kind = "tcp"`.
+    pub fn curve_enabled(&self) -> bool {
+        self.curve.unwrap_or(self.kind == TransportKind::Tcp)
+    }
+
+    /// Checks this section's own values; the error names the first bad field (checks across
+    /// sections are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.curve_enabled() && !rodeo_transport::curve::available() {
+            return Err(bad(
+                "transport.curve",
+                format!(
+                    "true{}",
+                    if self.curve.is_none() {
+                        " (the default with kind = \"tcp\")"
+                    } else {
+                        ""
+                    }
+                ),
+                "false: this build's libzmq has no CURVE (build it with libsodium: \
+                 third_party/zmq-sys/README.md)",
+            ));
+        }
+        if self.io_threads == 0 || self.io_threads > 16 {
+            return Err(bad("transport.io_threads", self.io_threads, "1..=16"));
+        }
+        Ok(())
+    }
+}

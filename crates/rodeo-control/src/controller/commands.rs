@@ -1,0 +1,132 @@
+//! Commands to the applications: one command to one application and the wait for its reply,
+//! and a step of the lifecycle through every live application in dependency order.
+
+use std::time::{Duration, Instant};
+
+use rodeo_transport::socket::Frame;
+
+use crate::application::{Role, RunEnd};
+use crate::channel::{self, ToApp};
+use crate::lifecycle::{Command, State};
+use crate::summary::AppSummary;
+
+use super::Controller;
+
+impl Controller {
+    /// Sends `command` to application `i` and waits for its reply.
+    pub(super) fn send_command(
+        &self,
+        i: usize,
+        command: Command,
+        run: RunEnd,
+        timeout: Duration,
+    ) -> Result<State, String> {
+        let (name, seq, rejoin_at) = {
+            let mut t = self.state.table();
+            let seq = t.next_seq;
+            t.next_seq += 1;
+            let a = &mut t.apps[i];
+            a.waiting = Some(seq);
+            a.reply = None;
+            let rejoin = if command == Command::Configure {
+                a.rejoin_at.take()
+            } else {
+                None
+            };
+            (a.name.clone(), seq, rejoin)
+        };
+        let msg = ToApp::Command {
+            seq,
+            command,
+            config: (command == Command::Configure).then(|| self.config.to_toml()),
+            expect_cleared: run.l1_accepts,
+            abandon_drain: run.abandon_drain,
+            rejoin_at,
+        };
+        let sent = self
+            .state
+            .socket()
+            .try_send_to(name.as_bytes(), [Frame::Copy(&channel::encode(&msg))]);
+        let deadline = Instant::now() + timeout;
+        let mut t = self.state.table();
+        if let Err(e) = sent {
+            t.apps[i].waiting = None;
+            return Err(format!("cannot send {command}: {e}"));
+        }
+        loop {
+            let a = &mut t.apps[i];
+            if let Some((s, state, error)) = a.reply.take() {
+                if s == seq {
+                    return match error {
+                        None => Ok(state),
+                        Some(e) => Err(e),
+                    };
+                }
+            }
+            if a.dead {
+                a.waiting = None;
+                return Err(format!(
+                    "died during {command}: {}",
+                    a.error.clone().unwrap_or_default()
+                ));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                a.waiting = None;
+                return Err(format!(
+                    "no reply to {command} within {} ms",
+                    timeout.as_millis()
+                ));
+            }
+            t = self
+                .state
+                .changed
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// An up or down command through every live application, in dependency order.
+    pub(super) fn step(&self, command: Command) -> Result<(), (String, String)> {
+        let n = self.state.table().apps.len();
+        let order: Vec<usize> = if command.is_downward() {
+            (0..n).rev().collect()
+        } else {
+            (0..n).collect()
+        };
+        let timeout = Duration::from_millis(self.config.control.command_timeout_ms);
+        let mut l1_accepts = None;
+        for i in order {
+            let (dead, role, name, restarted) = {
+                let t = self.state.table();
+                let a = &t.apps[i];
+                (a.dead, a.role, a.name.clone(), a.restarted)
+            };
+            if dead {
+                continue;
+            }
+            let run = RunEnd {
+                // A restarted node never sees the clears of the events before its rejoin.
+                l1_accepts: (command == Command::Stop && role == Role::Ros && !restarted)
+                    .then_some(l1_accepts)
+                    .flatten(),
+                // A logger halted (its disks are full): events it cannot write cannot be
+                // decided, the supervisor's drain does not wait for them.
+                abandon_drain: command == Command::Stop
+                    && role == Role::Supervisor
+                    && self.run_halted(),
+            };
+            self.send_command(i, command, run, timeout)
+                .map_err(|e| (name.clone(), e))?;
+            if command == Command::Stop && role == Role::Supervisor {
+                let t = self.state.table();
+                if let Some(AppSummary::Supervisor(s)) = &t.apps[i].summary {
+                    // Undecided events (a drain given up) are never cleared.
+                    l1_accepts = Some(s.l1_accepts.saturating_sub(s.undecided));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,278 @@
+//! The controller: a partition run as `rodeo app` processes, on this host (spawned from the
+//! current executable) or on other hosts (over ssh), driven through the lifecycle in
+//! dependency order and watched by heartbeat. It implements [`RunControl`].
+//!
+//! # Order
+//!
+//! Up (`configure`, `connect`, `start`): loggers, readout nodes, DCMs, the supervisor (which
+//! owns the L1 source, so data only flows once everything downstream is there). Down (`stop`,
+//! `disconnect`, `unconfigure`, `shutdown`): the reverse, so the supervisor stops the L1
+//! source and drains every event before the DCMs, loggers and readout nodes stop.
+//!
+//! `initialize` spawns every process and waits for each one's hello (it is then INITIAL);
+//! `shutdown` walks every live application down to NONE, closes its stdin (a controlled
+//! application leaves when its stdin closes: that also ends remote ones when ssh goes) and
+//! kills what is still there after a grace period.
+//!
+//! # Failures and the dead-application policy
+//!
+//! An illegal command is refused naming the partition's state. A command that fails in an
+//! application puts the partition in ERROR naming that application and its reason; the
+//! remaining applications are not sent the command. An application is dead when its local
+//! process (or its ssh client) exits unasked, or when it sends no heartbeat for
+//! `control.dead_after_ms` while no command is pending with it. A dead DCM is survivable
+//! while another DCM lives — the supervisor reassigns its events — so it is marked ERROR,
+//! reported in status and the recent errors, and skipped by later commands; any other dead
+//! application (or the last DCM) puts the partition in ERROR naming it.
+//!
+//! # Threads and ownership
+//!
+//! One monitor thread receives everything on the controller's ROUTER (hellos, heartbeats,
+//! replies) into a table behind a mutex, checks liveness every 50 ms and sends every
+//! application that said hello a [`ToApp::Ping`] every heartbeat period (the controller's own
+//! liveness: an application that hears nothing for `control.dead_after_ms` walks itself down,
+//! so a frozen controller leaves no application running); commands are
+//! serialised by their own mutex, send under the socket's mutex (never while holding the
+//! table's) and wait on a condition variable for their reply, so status and metrics never wait
+//! for a command. Dropping the controller shuts everything down.
+//!
+//! # Files
+//!
+//! Here: [`Controller`], made with its monitor thread, and its queries. `state`: what the
+//! controller knows of each application and of the partition (the table) and what it shares
+//! with the monitor thread (`ControllerState`); `monitor`: that thread (messages in,
+//! liveness, pings); `processes`: spawning the applications here or over ssh, and their
+//! teardown; `commands`: one command to one application, and a step through all of them;
+//! `run_control`: [`RunControl`] and [`Partition`] for the controller, and the run's balance
+//! sheet; `restart`: the answer to a death during a run.
+//!
+//! [`RunControl`]: crate::control::RunControl
+//! [`Partition`]: crate::control::Partition
+//! [`ToApp::Ping`]: crate::channel::ToApp::Ping
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rodeo_transport::curve::PartitionKeys;
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{SocketKind, Transport, TransportError};
+
+use crate::application::Role;
+use crate::config::PartitionConfig;
+use crate::lifecycle::{State, TransitionError};
+use crate::summary::{AppSummary, RunSummary};
+
+mod commands;
+mod monitor;
+mod processes;
+mod restart;
+mod run_control;
+mod state;
+
+use state::{App, ControllerState, Policy, Table};
+
+/// Why a controller could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The configuration is not valid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The control socket could not be set up.
+    #[error("control socket: {0}")]
+    Transport(#[from] TransportError),
+    /// The control address does not make an endpoint.
+    #[error("control.address: {0}")]
+    Endpoint(#[from] rodeo_transport::endpoint::EndpointError),
+    /// The monitor thread could not start.
+    #[error("cannot start the monitor thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// A partition of `rodeo app` processes under lifecycle control (module docs).
+pub struct Controller {
+    state: Arc<ControllerState>,
+    commands: Mutex<()>,
+    monitor: Option<JoinHandle<()>>,
+    config: PartitionConfig,
+    program: PathBuf,
+    endpoint: String,
+    local_config: Option<PathBuf>,
+    /// The partition's CURVE keys (`transport.curve`): handed to every application on its
+    /// stdin when it is spawned.
+    keys: Option<PartitionKeys>,
+    /// The balance sheet of the last run (made at disconnect).
+    summary: Mutex<Option<RunSummary>>,
+    /// The failure that last put the partition in ERROR.
+    last_failure: Mutex<Option<TransitionError>>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// A controller for `config` in NONE, listening for its applications on
+    /// `tcp://<control.address>:*`. `program` is the local rodeo executable. With
+    /// `transport.curve`, the partition's CURVE keys are made here: the control channel and
+    /// every tcp socket of the applications authenticate with them.
+    pub fn new(config: PartitionConfig, program: PathBuf) -> Result<Controller, ControllerError> {
+        config.validate()?;
+        let keys = if config.transport.curve_enabled() {
+            Some(PartitionKeys::generate()?)
+        } else {
+            None
+        };
+        let transport = match &keys {
+            Some(k) => Transport::with_curve(1, k.clone())?,
+            None => Transport::new(1)?,
+        };
+        let socket = transport.socket(SocketKind::Router)?;
+        // A frame larger than any control message is refused before it is buffered.
+        let limit = config.control_message_limit(crate::channel::MAX_MESSAGE_BYTES);
+        socket.set_max_message_size(i64::try_from(limit).unwrap_or(i64::MAX))?;
+        let want = Endpoint::parse(&format!("tcp://{}:*", config.control.address))?;
+        let endpoint = socket.bind(&want)?;
+        let apps = config
+            .app_names()
+            .into_iter()
+            .filter_map(|name| {
+                let role = Role::of_name(&name)?;
+                let host = config.hosts.get(&name).cloned();
+                Some(App::new(name, role, host))
+            })
+            .collect();
+        let state = Arc::new(ControllerState {
+            table: Mutex::new(Table::new(apps, Policy::of(&config.control))),
+            changed: Condvar::new(),
+            socket: Mutex::new(socket),
+            stop: AtomicBool::new(false),
+            dead_after: Duration::from_millis(config.control.dead_after_ms),
+            ping_every: Duration::from_millis(config.control.heartbeat_ms),
+        });
+        let s = Arc::clone(&state);
+        let monitor = std::thread::Builder::new()
+            .name("controller".into())
+            .spawn(move || monitor::run(&s, transport))?;
+        Ok(Controller {
+            state,
+            commands: Mutex::new(()),
+            monitor: Some(monitor),
+            config,
+            program,
+            endpoint,
+            local_config: None,
+            keys,
+            summary: Mutex::new(None),
+            last_failure: Mutex::new(None),
+        })
+    }
+
+    /// Names `path` (the same configuration, written out) on the command line of every local
+    /// application (`--config`): what it configures with if a command brings none, and a way
+    /// to tell which partition a process belongs to.
+    pub fn set_local_config_file(&mut self, path: PathBuf) {
+        self.local_config = Some(path);
+    }
+
+    /// The control endpoint the applications connect to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Whether the supervisor reported that its L1 source reached the end of the run, or a
+    /// logger halted (every output directory full: its heartbeat's error says why).
+    pub fn run_finished(&self) -> bool {
+        let t = self.state.table();
+        t.ended_by.is_some()
+            || t.apps
+                .iter()
+                .any(|a| matches!(a.role, Role::Supervisor | Role::Logger) && a.finished)
+    }
+
+    /// Whether a logger halted (every output directory full; its heartbeat said so).
+    fn run_halted(&self) -> bool {
+        let t = self.state.table();
+        t.apps.iter().any(|a| a.role == Role::Logger && a.finished)
+    }
+
+    /// Every application's last summary (`None`: it gave none, e.g. it died), in
+    /// dependency order: `(name, role, summary)`.
+    pub fn summaries(&self) -> Vec<(String, Role, Option<AppSummary>)> {
+        let t = self.state.table();
+        t.apps
+            .iter()
+            .map(|a| (a.name.clone(), a.role, a.summary.clone()))
+            .collect()
+    }
+
+    /// The names of the applications that died, with why.
+    pub fn dead_apps(&self) -> Vec<(String, String)> {
+        let t = self.state.table();
+        t.apps
+            .iter()
+            .filter(|a| a.dead)
+            .map(|a| (a.name.clone(), a.error.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    /// Seconds from the start of the run to its stop (or to now while it runs).
+    pub fn run_seconds(&self) -> f64 {
+        let t = self.state.table();
+        match (t.run_start, t.lifecycle.state()) {
+            (Some(s), State::Running) => s.elapsed().as_secs_f64(),
+            _ => t.run_seconds,
+        }
+    }
+
+    /// The process of application `name` on this host (its ssh client for a remote one).
+    pub fn local_pid(&self, name: &str) -> Option<u32> {
+        let t = self.state.table();
+        t.apps
+            .iter()
+            .find(|a| a.name == name)
+            .and_then(|a| a.child.as_ref().map(Child::id))
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let state = self.state.table().lifecycle.state();
+        if state != State::None {
+            self.teardown();
+        }
+        self.state.stop.store(true, Ordering::Release);
+        if let Some(m) = self.monitor.take() {
+            let _ = m.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::RunControl;
+    use crate::lifecycle::Command;
+
+    #[test]
+    fn a_controller_refuses_illegal_commands_naming_its_state() {
+        let c = Controller::new(PartitionConfig::default(), PathBuf::from("/nonexistent")).unwrap();
+        assert!(c.endpoint().starts_with("tcp://127.0.0.1:"));
+        let e = c.command(Command::Start).unwrap_err();
+        assert!(e.to_string().contains("NONE"), "{e}");
+        assert_eq!(c.status().state, State::None);
+        // Spawning a program that does not exist fails naming the first application.
+        let e = c.command(Command::Initialize).unwrap_err();
+        assert_eq!(e.who(), "logger-1");
+        assert_eq!(c.status().state, State::Error);
+        assert!(c.status().error.unwrap().contains("logger-1"));
+        assert_eq!(c.command(Command::Shutdown).unwrap(), State::None);
+    }
+}

@@ -1,0 +1,190 @@
+//! The controller's monitor thread: everything on the control socket (hellos, heartbeats,
+//! replies) into the table, liveness checked every 50 ms, and a ping to every application
+//! every heartbeat period (module docs of `controller`, "Threads and ownership").
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rodeo_transport::socket::{Frame, Received, Transport};
+
+use crate::channel::{self, ToApp, ToController};
+use crate::lifecycle::State;
+use crate::metrics::AppMetrics;
+
+use super::state::ControllerState;
+
+/// The monitor thread's loop, until `s.stop`; it keeps `transport` (the ZeroMQ context of the
+/// control socket) alive.
+pub(super) fn run(s: &ControllerState, transport: Transport) {
+    // Keep the transport (ZeroMQ context) alive as long as the socket.
+    let _transport = transport;
+    let mut msg = Received::default();
+    let mut last_check = Instant::now();
+    let mut last_ping = Instant::now();
+    while !s.stop.load(Ordering::Acquire) {
+        let got = s.socket().recv(&mut msg, 20);
+        match got {
+            Ok(true) => {
+                s.on_message(&msg);
+                // Drain what is queued before judging anyone's silence: after a
+                // stall of this thread the heartbeats are here, only unread.
+                while matches!(s.socket().try_recv(&mut msg), Ok(true)) {
+                    s.on_message(&msg);
+                }
+            }
+            Ok(false) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+        if last_check.elapsed() >= Duration::from_millis(50) {
+            s.check_liveness();
+            last_check = Instant::now();
+        }
+        if last_ping.elapsed() >= s.ping_every {
+            s.ping_all();
+            last_ping = Instant::now();
+        }
+    }
+}
+
+impl ControllerState {
+    /// Takes in one message from application `msg.peer`: a hello, a heartbeat or a reply.
+    pub(super) fn on_message(&self, msg: &Received) {
+        let mut t = self.table();
+        let Some(i) = t.apps.iter().position(|a| a.name.as_bytes() == msg.peer) else {
+            t.bad_messages += 1;
+            return;
+        };
+        let m = match channel::decode::<ToController>(&msg.bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                t.bad_messages += 1;
+                return;
+            }
+        };
+        let now = Instant::now();
+        let a = &mut t.apps[i];
+        a.last_heard = Some(now);
+        let mut failed = None;
+        match m {
+            ToController::Hello { pid, state, .. } => {
+                a.hello = true;
+                a.pid = Some(pid);
+                if !a.dead {
+                    a.state = state;
+                }
+            }
+            ToController::Heartbeat(hb) => {
+                if !a.dead {
+                    if hb.state == State::Error && a.state != State::Error && a.waiting.is_none() {
+                        failed = hb.error.clone();
+                    }
+                    a.state = hb.state;
+                    a.error = hb.error;
+                }
+                a.finished = hb.finished;
+                a.shm_backpressure = hb.shm_backpressure;
+                a.oversized_messages = hb.oversized_messages;
+                a.auth_refused = hb.auth_refused;
+                let main = hb.metrics.as_ref().map_or(0, AppMetrics::main_count);
+                match a.rate_base {
+                    Some((t0, v0)) if now.duration_since(t0) >= Duration::from_millis(200) => {
+                        let dt = now.duration_since(t0).as_secs_f64();
+                        a.rate_hz = main.saturating_sub(v0) as f64 / dt;
+                        a.rate_base = Some((now, main));
+                    }
+                    Some(_) => {}
+                    None => a.rate_base = Some((now, main)),
+                }
+                if hb.metrics.is_some() {
+                    a.metrics = hb.metrics;
+                }
+            }
+            ToController::Reply {
+                seq,
+                state,
+                error,
+                summary,
+            } => {
+                if a.waiting == Some(seq) {
+                    a.waiting = None;
+                    a.state = state;
+                    if summary.is_some() {
+                        a.summary = summary;
+                    }
+                    a.reply = Some((seq, state, error));
+                }
+            }
+        }
+        if let Some(why) = failed {
+            // A failure outside a transition (a thread ended): like a death, by policy.
+            t.dead(i, format!("failed: {why}"));
+        }
+        drop(t);
+        self.changed.notify_all();
+    }
+
+    /// Sends a ping to every application that said hello and is neither dead nor leaving
+    /// (never waiting: one that does not read loses its ping, nobody else is delayed).
+    pub(super) fn ping_all(&self) {
+        let names: Vec<String> = {
+            let t = self.table();
+            t.apps
+                .iter()
+                .filter(|a| a.hello && !a.dead && !a.leaving)
+                .map(|a| a.name.clone())
+                .collect()
+        };
+        if names.is_empty() {
+            return;
+        }
+        let ping = channel::encode(&ToApp::Ping {
+            dead_after_ms: self.dead_after.as_millis() as u64,
+        });
+        let mut sock = self.socket();
+        for n in &names {
+            let _ = sock.try_send_to(n.as_bytes(), [Frame::Copy(&ping)]);
+        }
+    }
+
+    /// Marks dead every application whose process exited unasked or that has been silent for
+    /// `dead_after` while no command is pending with it (module docs of `controller`).
+    pub(super) fn check_liveness(&self) {
+        let mut t = self.table();
+        let mut deaths = Vec::new();
+        for (i, a) in t.apps.iter_mut().enumerate() {
+            if a.dead {
+                continue;
+            }
+            if let Some(c) = a.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    a.child = None;
+                    a.stdin = None;
+                    if !a.leaving {
+                        let how = match a.host.as_deref() {
+                            Some(h) => format!("its ssh to {h} ended ({status})"),
+                            None => format!("its process exited ({status})"),
+                        };
+                        deaths.push((i, how));
+                        continue;
+                    }
+                }
+            }
+            if a.hello && !a.leaving && a.waiting.is_none() {
+                if let Some(h) = a.last_heard {
+                    let age = h.elapsed();
+                    if age > self.dead_after {
+                        deaths.push((i, format!("no heartbeat for {} ms", age.as_millis())));
+                    }
+                }
+            }
+        }
+        let any = !deaths.is_empty();
+        for (i, why) in deaths {
+            t.dead(i, why);
+        }
+        drop(t);
+        if any {
+            self.changed.notify_all();
+        }
+    }
+}

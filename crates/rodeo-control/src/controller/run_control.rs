@@ -1,0 +1,242 @@
+//! The controller as [`RunControl`] (status, commands, configuration, metrics) and as
+//! [`Partition`] (what the run's driver asks), and the run's balance sheet it assembles from
+//! the applications' summaries at disconnect.
+
+use std::time::Instant;
+
+use crate::application::Role;
+use crate::control::{AppStatus, Partition, PartitionStatus, RunControl};
+use crate::lifecycle::{Command, State, TransitionError};
+use crate::metrics::{write_partition_metrics, AppMetrics, PartitionExtras};
+use crate::partition::Layout;
+use crate::prometheus::MetricsWriter;
+use crate::summary::{AppSummary, RunSummary};
+
+use super::restart;
+use super::state::Table;
+use super::Controller;
+
+impl RunControl for Controller {
+    fn status(&self) -> PartitionStatus {
+        let t = self.state.table();
+        let totals = crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref()));
+        let rate = |role: Role| -> f64 {
+            t.apps
+                .iter()
+                .filter(|a| a.role == role && !a.dead)
+                .map(|a| a.rate_hz)
+                .sum()
+        };
+        let state = t.lifecycle.state();
+        PartitionStatus {
+            partition: t.lifecycle.who().to_string(),
+            state,
+            error: t.lifecycle.error().map(str::to_string),
+            run_number: self.config.run.number,
+            run_seconds: match (t.run_start, state) {
+                (Some(s), State::Running) => s.elapsed().as_secs_f64(),
+                _ => 0.0,
+            },
+            l1_rate_hz: rate(Role::Supervisor),
+            event_rate_hz: rate(Role::Dcm),
+            write_rate_hz: rate(Role::Logger),
+            l1_accepts: totals.l1_accepts,
+            events_written: totals.written,
+            restarts: if state == State::Running {
+                t.restarts
+            } else {
+                0
+            },
+            apps: t
+                .apps
+                .iter()
+                .map(|a| AppStatus {
+                    name: a.name.clone(),
+                    role: a.role.name().into(),
+                    state: a.state,
+                    error: a.error.clone(),
+                    host: a.host.clone(),
+                    pid: a.pid,
+                    heartbeat_age_ms: a.last_heard.map(|h| h.elapsed().as_millis() as u64),
+                    rate_hz: a.rate_hz,
+                    restarts: a.restarts,
+                })
+                .collect(),
+            recent_errors: t.recent_errors.iter().cloned().collect(),
+        }
+    }
+
+    fn command(&self, command: Command) -> Result<State, TransitionError> {
+        let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        let from = {
+            let mut t = self.state.table();
+            t.lifecycle.check(command)?;
+            if command == Command::Start {
+                // A service runs many runs in one partition: restarts are counted per run.
+                t.restart_attempts = 0;
+                t.restarts = 0;
+            }
+            t.lifecycle.state()
+        };
+        let result = match command {
+            Command::Initialize => self.initialize(),
+            Command::Shutdown => {
+                self.teardown();
+                Ok(())
+            }
+            c => self.step(c),
+        };
+        let mut t = self.state.table();
+        match result {
+            Ok(()) => {
+                if command == Command::Start {
+                    t.run_start = Some(Instant::now());
+                }
+                if command == Command::Stop {
+                    t.run_seconds = t.run_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+                }
+                if command == Command::Disconnect {
+                    let s = self.assemble(&t);
+                    *self.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+                }
+                // An application may have died meanwhile: the partition may be in ERROR.
+                let r = t.lifecycle.apply(command, || Ok::<(), String>(()));
+                if t.lifecycle.state() == State::Error {
+                    let why = t.lifecycle.error().unwrap_or_default().to_string();
+                    *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(TransitionError::Failed {
+                            who: "partition".into(),
+                            command,
+                            from,
+                            reason: why,
+                        });
+                }
+                r
+            }
+            Err((who, reason)) => {
+                t.lifecycle
+                    .fail(format!("{command} failed in {who}: {reason}"));
+                t.record(format!("{command} failed in {who}: {reason}"));
+                let e = TransitionError::Failed {
+                    who,
+                    command,
+                    from,
+                    reason,
+                };
+                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn config_toml(&self) -> String {
+        self.config.to_toml_public()
+    }
+
+    fn write_metrics(&self, out: &mut MetricsWriter) {
+        let st = self.status();
+        let t = self.state.table();
+        let apps: Vec<(&str, Option<&AppMetrics>)> = t
+            .apps
+            .iter()
+            .map(|a| (a.name.as_str(), a.metrics.as_ref()))
+            .collect();
+        write_partition_metrics(
+            out,
+            &st,
+            &apps,
+            PartitionExtras {
+                bad_control_messages: t.bad_messages,
+                shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
+                oversized_messages: t.apps.iter().map(|a| a.oversized_messages).sum::<u64>()
+                    + rodeo_transport::socket::oversized_count(),
+                // The controller's own (control channel) refusals and every application's.
+                auth_refused: rodeo_transport::curve::refused_count()
+                    + t.apps.iter().map(|a| a.auth_refused).sum::<u64>(),
+            },
+        );
+    }
+}
+
+impl Partition for Controller {
+    fn partition_state(&self) -> State {
+        self.state.table().lifecycle.state()
+    }
+
+    fn run_ended(&self) -> bool {
+        self.run_finished()
+    }
+
+    fn progress(&self) -> (u64, f64) {
+        let t = self.state.table();
+        let l1 =
+            crate::rates::Totals::of(t.apps.iter().filter_map(|a| a.metrics.as_ref())).l1_accepts;
+        drop(t);
+        (l1, self.run_seconds())
+    }
+
+    fn take_summary(&self) -> Option<RunSummary> {
+        self.summary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    fn last_failure(&self) -> Option<TransitionError> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn run_limit_seconds(&self) -> f64 {
+        self.config.run.seconds
+    }
+
+    fn maintain(&self) {
+        self.restart_due();
+    }
+}
+
+impl Controller {
+    /// The balance sheet from the applications' summaries (at disconnect): a logger or
+    /// readout node without one is a problem; a DCM without one died and its events were
+    /// reassigned.
+    fn assemble(&self, t: &Table) -> RunSummary {
+        let summaries: Vec<(String, AppSummary)> = t
+            .apps
+            .iter()
+            .filter_map(|a| {
+                let mut s = a.summary.clone()?;
+                if let AppSummary::Ros(n) = &mut s {
+                    n.restarted = a.restarted;
+                }
+                Some((a.name.clone(), s))
+            })
+            .collect();
+        let missing: Vec<String> = t
+            .apps
+            .iter()
+            .filter(|a| a.summary.is_none() && matches!(a.role, Role::Logger | Role::Ros))
+            .map(|a| a.name.clone())
+            .collect();
+        let seconds = match (t.run_start, t.lifecycle.state()) {
+            (Some(s), State::Running) => s.elapsed().as_secs_f64(),
+            _ => t.run_seconds,
+        };
+        let mut s = RunSummary::assemble(
+            self.config.run.number,
+            Layout::new(&self.config).output,
+            seconds,
+            &summaries,
+            &missing,
+        );
+        s.restarts = t.restarts;
+        if let Some(why) = &t.ended_by {
+            // Without the supervisor's counts the rest of rule 6 cannot hold: say why instead.
+            s.ended_by = Some(why.clone());
+            s.problems = vec![restart::in_flight_note(why, &s)];
+        }
+        s
+    }
+}

@@ -1,0 +1,214 @@
+//! What the controller knows: every application ([`App`]) and the partition ([`Table`]:
+//! lifecycle, recent errors, the run's restarts and the restart [`Policy`]) behind one mutex,
+//! and [`ControllerState`], what the controller shares with its monitor thread (the table, the
+//! control socket, the condition variable commands wait on).
+
+use std::collections::VecDeque;
+use std::process::{Child, ChildStdin};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rodeo_transport::socket::Socket;
+
+use crate::application::Role;
+use crate::config::ControlSection;
+use crate::lifecycle::{Lifecycle, State};
+use crate::metrics::AppMetrics;
+use crate::summary::AppSummary;
+
+/// How many recent errors the status keeps.
+const RECENT_ERRORS: usize = 32;
+
+/// What the controller knows of one application.
+#[derive(Debug)]
+pub(super) struct App {
+    pub(super) name: String,
+    pub(super) role: Role,
+    pub(super) host: Option<String>,
+    pub(super) child: Option<Child>,
+    pub(super) stdin: Option<ChildStdin>,
+    pub(super) pid: Option<u32>,
+    pub(super) state: State,
+    pub(super) error: Option<String>,
+    pub(super) hello: bool,
+    pub(super) last_heard: Option<Instant>,
+    pub(super) metrics: Option<AppMetrics>,
+    pub(super) shm_backpressure: u64,
+    pub(super) oversized_messages: u64,
+    /// Handshakes its CURVE servers refused (its heartbeat's count).
+    pub(super) auth_refused: u64,
+    pub(super) rate_base: Option<(Instant, u64)>,
+    pub(super) rate_hz: f64,
+    pub(super) finished: bool,
+    /// The command in flight with this application (its seq).
+    pub(super) waiting: Option<u64>,
+    pub(super) reply: Option<(u64, State, Option<String>)>,
+    pub(super) summary: Option<AppSummary>,
+    pub(super) dead: bool,
+    /// Asked to leave: its exit is expected.
+    pub(super) leaving: bool,
+    /// Dead, to be restarted into the run at this time (`restart`).
+    pub(super) restart_at: Option<Instant>,
+    /// Restarted into the run (it saw part of it only).
+    pub(super) restarted: bool,
+    /// Restarts after a death since the partition came up (`rodeo_app_restarts_total`).
+    pub(super) restarts: u64,
+    /// With its next `configure`: the event it rejoins the run at.
+    pub(super) rejoin_at: Option<u64>,
+}
+
+impl App {
+    /// Application `name` (`role`, on `host` or here) as it is before it is spawned: NONE,
+    /// never heard from.
+    pub(super) fn new(name: String, role: Role, host: Option<String>) -> App {
+        App {
+            host,
+            name,
+            role,
+            child: None,
+            stdin: None,
+            pid: None,
+            state: State::None,
+            error: None,
+            hello: false,
+            last_heard: None,
+            metrics: None,
+            shm_backpressure: 0,
+            oversized_messages: 0,
+            auth_refused: 0,
+            rate_base: None,
+            rate_hz: 0.0,
+            finished: false,
+            waiting: None,
+            reply: None,
+            summary: None,
+            dead: false,
+            leaving: false,
+            restart_at: None,
+            restarted: false,
+            restarts: 0,
+            rejoin_at: None,
+        }
+    }
+}
+
+/// What the controller knows of the partition: its lifecycle, every application, the recent
+/// errors and the run's restarts, behind [`ControllerState::table`].
+#[derive(Debug)]
+pub(super) struct Table {
+    pub(super) lifecycle: Lifecycle,
+    pub(super) apps: Vec<App>,
+    pub(super) recent_errors: VecDeque<String>,
+    pub(super) bad_messages: u64,
+    pub(super) run_start: Option<Instant>,
+    pub(super) run_seconds: f64,
+    pub(super) next_seq: u64,
+    /// The restart policy (`control.restart`, ...) and this run's restarts (`restart`).
+    pub(super) policy: Policy,
+    /// Restarts attempted in this run, and those that brought the application back.
+    pub(super) restart_attempts: u32,
+    pub(super) restarts: u64,
+    /// Why the run ends early: the supervisor died while it ran (module docs).
+    pub(super) ended_by: Option<String>,
+}
+
+impl Table {
+    /// The table of a partition in NONE with applications `apps` and the restart `policy`.
+    pub(super) fn new(apps: Vec<App>, policy: Policy) -> Table {
+        Table {
+            lifecycle: Lifecycle::new("partition"),
+            apps,
+            recent_errors: VecDeque::new(),
+            bad_messages: 0,
+            run_start: None,
+            run_seconds: 0.0,
+            next_seq: 1,
+            policy,
+            restart_attempts: 0,
+            restarts: 0,
+            ended_by: None,
+        }
+    }
+
+    /// Keeps `e` among the recent errors (the last [`RECENT_ERRORS`]).
+    pub(super) fn record(&mut self, e: String) {
+        if self.recent_errors.len() == RECENT_ERRORS {
+            self.recent_errors.pop_front();
+        }
+        self.recent_errors.push_back(e);
+    }
+
+    /// Marks application `i` dead and applies the policy (module docs of `controller`; a
+    /// restart or the end of the run by `restart`).
+    pub(super) fn dead(&mut self, i: usize, why: String) {
+        let a = &mut self.apps[i];
+        if a.dead {
+            return;
+        }
+        a.dead = true;
+        a.state = State::Error;
+        a.error = Some(why.clone());
+        let (name, role) = (a.name.clone(), a.role);
+        self.record(format!("{name} ({role}) is dead: {why}"));
+        if self.restart_or_end(i, &why) {
+            return;
+        }
+        let dcms_alive = self
+            .apps
+            .iter()
+            .filter(|a| a.role == Role::Dcm && !a.dead)
+            .count();
+        let survivable = role == Role::Dcm && dcms_alive > 0;
+        let ps = self.lifecycle.state();
+        if !survivable && ps != State::None && ps != State::Error {
+            self.lifecycle.fail(format!("{name} is dead: {why}"));
+        }
+    }
+}
+
+/// The restart policy of a partition (`[control]`), applied by `restart`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Policy {
+    /// `control.restart`.
+    pub(super) enabled: bool,
+    /// `control.max_restarts_per_run`.
+    pub(super) max: u32,
+    /// `control.restart_backoff_ms`.
+    pub(super) backoff: Duration,
+}
+
+impl Policy {
+    /// The policy of `c`.
+    pub(super) fn of(c: &ControlSection) -> Policy {
+        Policy {
+            enabled: c.restart,
+            max: c.max_restarts_per_run,
+            backoff: Duration::from_millis(c.restart_backoff_ms),
+        }
+    }
+}
+
+/// What the controller and its monitor thread share: the table, the control socket, the
+/// condition variable commands wait on for replies, and the monitor's settings.
+pub(super) struct ControllerState {
+    pub(super) table: Mutex<Table>,
+    pub(super) changed: Condvar,
+    pub(super) socket: Mutex<Socket>,
+    pub(super) stop: AtomicBool,
+    pub(super) dead_after: Duration,
+    /// How often every application gets a ping.
+    pub(super) ping_every: Duration,
+}
+
+impl ControllerState {
+    /// The table (a poisoned lock is taken over: the table stays consistent per message).
+    pub(super) fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The control socket (ROUTER; sends happen under this lock, never under the table's).
+    pub(super) fn socket(&self) -> MutexGuard<'_, Socket> {
+        self.socket.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
