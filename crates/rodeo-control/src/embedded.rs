@@ -1,7 +1,7 @@
 //! The embedded partition under run control: [`EmbeddedPartition`] holds every application of
 //! a configuration as an [`AppDriver`] in this process (threads, inproc endpoints unless the
 //! configuration says otherwise) and moves them through the lifecycle ([`crate::lifecycle`]) on
-//! command, from [`crate::control::run_to_end`] or from the HTTP API.
+//! command, from [`crate::run_control::run_to_end`] or from the HTTP API.
 //!
 //! # Transitions, in dependency order
 //!
@@ -18,7 +18,7 @@
 //! A transition whose action fails puts the partition and the application that failed in
 //! ERROR; the [`TransitionError::Failed`] names that application, and the remaining
 //! applications are not sent the command. An application thread that ends by itself while
-//! RUNNING (it failed) is found by [`crate::control::Partition::run_ended`] and put in ERROR
+//! RUNNING (it failed) is found by [`crate::run_control::Partition::run_ended`] and put in ERROR
 //! with its error, and with it the partition.
 //!
 //! # State and locking
@@ -38,13 +38,13 @@ use rodeo_transport::socket::Transport;
 
 use crate::application::{self, AppContext, Probe, Role, RunEnd, TriggerFactory};
 use crate::config::PartitionConfig;
-use crate::control::{AppStatus, Partition, PartitionStatus, RunControl};
 use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, Lifecycle, State, TransitionError};
 use crate::metrics::{write_partition_metrics, AppMetrics, PartitionExtras};
 use crate::partition::Layout;
 use crate::prometheus::MetricsWriter;
 use crate::rates::Rates;
+use crate::run_control::{AppStatus, Partition, PartitionStatus, RunControl};
 use crate::summary::{AppSummary, RunSummary};
 
 /// Recent errors kept for the status (oldest dropped first).
@@ -188,10 +188,10 @@ impl EmbeddedPartition {
     }
 
     /// Brings the partition up to RUNNING, runs it to its end (see
-    /// [`crate::control::run_to_end`]) and down to NONE; returns the balance sheet. `tick` is
+    /// [`crate::run_control::run_to_end`]) and down to NONE; returns the balance sheet. `tick` is
     /// called about every 200 ms with the L1 accepts so far and the seconds since start.
     pub fn run(&self, tick: impl FnMut(u64, f64)) -> Result<RunSummary, TransitionError> {
-        crate::control::run_to_end(self, &|| false, tick)
+        crate::run_control::run_to_end(self, &|| false, tick)
     }
 
     /// Bytes the loggers have written in this run so far (event records).

@@ -8,40 +8,58 @@
 //! channel to `rodeo app` processes and the processes themselves. It **must not depend on** the
 //! runs (`rodeo-run`), the studies or the binary, and no application crate depends on it.
 //!
+//! What a partition is:
 //! - [`config`]: the TOML partition configuration, one file per section with its defaults and
 //!   its checks, and the commented default (`config/default.toml`).
-//! - [`partition`]: the layout: every application's name, endpoint and configuration.
+//! - [`partition`]: the layout: every application's name, [`partition::Role`], endpoint and
+//!   configuration.
 //! - [`lifecycle`]: the state machine every application and the partition go through.
+//!
+//! Its applications, in every mode:
 //! - [`application`]: the [`application::Application`] trait and its four implementations
 //!   (readout node, supervisor, DCM, logger); [`driver`]: the [`driver::AppDriver`] that moves
 //!   one application through the lifecycle, the same in every mode.
-//! - [`metrics`]: the one metric vocabulary (typed live counters per role, the `/metrics`
-//!   families); [`summary`]: the typed summaries and the run's balance sheet.
+//!
+//! Running them:
+//! - [`run_control`]: the run-control interface ([`run_control::RunControl`]), the
+//!   whole-partition interface ([`run_control::Partition`]) and [`run_control::run_to_end`],
+//!   one run of either.
 //! - [`embedded`]: the partition as threads of this process ([`embedded::EmbeddedPartition`]).
-//! - [`app`]: one application in its own process ([`app::AppControl`]) and its side of the
-//!   control channel; [`channel`]: the channel's messages; [`controller`]: the
-//!   [`controller::Controller`] that runs a partition as processes, local or over ssh, watching
-//!   heartbeats.
-//! - [`control`]: the run-control interface ([`control::RunControl`]), the whole-partition
-//!   interface ([`control::Partition`]) and [`control::run_to_end`], one run of either.
-//! - [`prometheus`]: the metrics' text format.
+//! - [`controller`]: the [`controller::Controller`] that runs a partition as processes, local
+//!   or over ssh, watching heartbeats and restarting the dead; [`app_process`]: one
+//!   application in its own `rodeo app` process ([`app_process::AppControl`]) and its side of
+//!   the control channel; [`channel`]: the channel's messages.
+//!
+//! Watching them:
+//! - [`metrics`]: the one metric vocabulary (typed live counters per role, the `/metrics`
+//!   families); [`prometheus`]: its text format; [`rates`]: the status's rates.
+//! - [`summary`]: the typed summaries and the run's balance sheet.
+//! - [`monitoring`]: event sampling (`[monitoring]`, the forwarder, the histogram subscriber);
+//!   [`alarms`]: conditions on the partition's numbers (`[[alarms]]`).
 //!
 //! A run of a partition (its number, directory, record) and the HTTP API live one crate up,
 //! in `rodeo-run`.
 
-pub mod alarms;
-pub mod app;
-pub mod application;
-pub mod channel;
+// What a partition is.
 pub mod config;
-pub mod control;
-pub mod controller;
-pub mod driver;
-pub mod embedded;
 pub mod lifecycle;
+pub mod partition;
+
+// Its applications.
+pub mod application;
+pub mod driver;
+
+// Running them.
+pub mod app_process;
+pub mod channel;
+pub mod controller;
+pub mod embedded;
+pub mod run_control;
+
+// Watching them.
+pub mod alarms;
 pub mod metrics;
 pub mod monitoring;
-pub mod partition;
 pub mod prometheus;
 pub mod rates;
 pub mod summary;

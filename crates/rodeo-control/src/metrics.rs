@@ -14,9 +14,9 @@ use rodeo_memory::histogram::HistogramSnapshot;
 use rodeo_memory::LogHistogram;
 use serde::{Deserialize, Serialize};
 
-use crate::control::PartitionStatus;
 use crate::lifecycle::State;
 use crate::prometheus::MetricsWriter;
+use crate::run_control::PartitionStatus;
 
 /// The supervisor's live counters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,9 +6,9 @@
 use std::collections::HashSet;
 
 use rodeo_control::config::{PartitionConfig, RosInput};
-use rodeo_control::control::RunControl;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::prometheus::MetricsWriter;
+use rodeo_control::run_control::RunControl;
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::FullEvent;

@@ -12,10 +12,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use rodeo_control::alarms::{metric_value, AlarmSpec, Alarms};
-use rodeo_control::control::PartitionStatus;
 use rodeo_control::lifecycle::State;
 use rodeo_control::monitoring::{Forwarder, MonitoringSection, SampleSubscriber};
 use rodeo_control::prometheus::MetricsWriter;
+use rodeo_control::run_control::PartitionStatus;
 
 /// Points of history kept (one a second: an hour).
 pub const HISTORY_POINTS: usize = 3600;

@@ -18,12 +18,12 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use rodeo_control::application::TriggerFactory;
 use rodeo_control::config::{L1Mode, PartitionConfig, TransportKind};
-use rodeo_control::control::{run_to_end, Partition};
 use rodeo_control::controller::Controller;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
 use rodeo_control::monitoring::Forwarder;
 use rodeo_control::partition::Layout;
+use rodeo_control::run_control::{run_to_end, Partition};
 use rodeo_control::summary::RunSummary;
 use serde_json::Value;
 

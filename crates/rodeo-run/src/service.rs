@@ -14,9 +14,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rodeo_control::config::PartitionConfig;
-use rodeo_control::control::{ConfigChangeError, Partition, PartitionStatus, RunControl};
 use rodeo_control::lifecycle::{Command, State, TransitionError};
 use rodeo_control::prometheus::MetricsWriter;
+use rodeo_control::run_control::{ConfigChangeError, Partition, PartitionStatus, RunControl};
 
 use crate::observe::Observer;
 use crate::output::{started_by, OutputDir};

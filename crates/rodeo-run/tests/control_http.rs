@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rodeo_control::config::PartitionConfig;
-use rodeo_control::control::RunControl;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::State;
+use rodeo_control::run_control::RunControl;
 use rodeo_run::http::{HttpConfig, HttpServer};
 use serde_json::Value;
 

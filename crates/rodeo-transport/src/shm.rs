@@ -335,7 +335,8 @@ fn open_outbox(node: &Node<Svc>, name: &str, create: bool) -> Result<Outbox, Tra
     })
 }
 
-enum Role {
+/// Which end of the ROUTER/DEALER pair a socket is, with what that end owns.
+enum Side {
     Router { peers: HashMap<Vec<u8>, Outbox> },
     Dealer { out: Box<Outbox> },
 }
@@ -344,7 +345,7 @@ enum Role {
 pub(crate) struct ShmSocket {
     node: Arc<Node<Svc>>,
     inbox: Inbox,
-    role: Role,
+    role: Side,
     /// The identity a dealer writes in front of its messages (empty for a router).
     identity: Vec<u8>,
     /// The inbox a router was bound as (its dealers' reply inboxes are named after it).
@@ -368,7 +369,7 @@ impl ShmSocket {
         Ok(ShmSocket {
             node,
             inbox,
-            role: Role::Router {
+            role: Side::Router {
                 peers: HashMap::new(),
             },
             identity: Vec::new(),
@@ -417,7 +418,7 @@ impl ShmSocket {
         Ok(ShmSocket {
             node,
             inbox,
-            role: Role::Dealer { out: Box::new(out) },
+            role: Side::Dealer { out: Box::new(out) },
             identity,
             bound: name.to_string(),
             send_timeout_ms,
@@ -457,8 +458,8 @@ impl ShmSocket {
             + if extra { self.scratch.len() } else { 0 };
         let node = self.node.clone();
         let out: &Outbox = match (&mut self.role, peer) {
-            (Role::Dealer { out }, _) => out,
-            (Role::Router { peers }, Some(p)) => {
+            (Side::Dealer { out }, _) => out,
+            (Side::Router { peers }, Some(p)) => {
                 if !peers.contains_key(p) {
                     let id = std::str::from_utf8(p).map_err(|_| unroutable())?;
                     let ob = open_outbox(&node, &format!("{}/reply/{id}", self.bound), false)
@@ -467,7 +468,7 @@ impl ShmSocket {
                 }
                 peers.get(p).ok_or_else(unroutable)?
             }
-            (Role::Router { .. }, None) => {
+            (Side::Router { .. }, None) => {
                 return Err(shm_err(
                     "send",
                     &self.bound,
@@ -555,7 +556,7 @@ impl ShmSocket {
             }
             msg.peer.clear();
             msg.bytes.clear();
-            if matches!(self.role, Role::Router { .. }) {
+            if matches!(self.role, Side::Router { .. }) {
                 msg.peer.extend_from_slice(id);
             }
             msg.bytes.extend_from_slice(body);

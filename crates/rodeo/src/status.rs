@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use rodeo_control::control::PartitionStatus;
+use rodeo_control::run_control::PartitionStatus;
 
 /// The status line (hidden when not wanted).
 pub(crate) struct StatusLine {

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rodeo_control::config::{PartitionConfig, TransportKind};
-use rodeo_control::control::RunControl;
 use rodeo_control::controller::Controller;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
+use rodeo_control::run_control::RunControl;
 
 fn rodeo() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rodeo"))
@@ -19,7 +19,7 @@ fn rodeo() -> PathBuf {
 fn wait_for(
     ctl: &Controller,
     what: &str,
-    cond: impl Fn(&rodeo_control::control::PartitionStatus) -> bool,
+    cond: impl Fn(&rodeo_control::run_control::PartitionStatus) -> bool,
 ) {
     let mut last = None;
     let held = rodeo_testkit::holds_within(Duration::from_secs(30), || {

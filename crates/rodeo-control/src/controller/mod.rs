@@ -46,8 +46,8 @@
 //! `run_control`: [`RunControl`] and [`Partition`] for the controller, and the run's balance
 //! sheet; `restart`: the answer to a death during a run.
 //!
-//! [`RunControl`]: crate::control::RunControl
-//! [`Partition`]: crate::control::Partition
+//! [`RunControl`]: crate::run_control::RunControl
+//! [`Partition`]: crate::run_control::Partition
 //! [`ToApp::Ping`]: crate::channel::ToApp::Ping
 
 use std::path::PathBuf;
@@ -66,11 +66,11 @@ use crate::config::PartitionConfig;
 use crate::lifecycle::{State, TransitionError};
 use crate::summary::{AppSummary, RunSummary};
 
+mod as_partition;
 mod commands;
 mod monitor;
 mod processes;
 mod restart;
-mod run_control;
 mod state;
 
 use state::{App, ControllerState, Policy, Table};
@@ -258,8 +258,8 @@ impl Drop for Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::RunControl;
     use crate::lifecycle::Command;
+    use crate::run_control::RunControl;
 
     #[test]
     fn a_controller_refuses_illegal_commands_naming_its_state() {

@@ -5,8 +5,8 @@
 //!
 //! A readout node or logger that dies while the partition runs is not a failure of the
 //! partition: it is scheduled for a restart after the back-off, reported in the status and the
-//! recent errors. The run's driver ([`run_to_end`](crate::control::run_to_end), through
-//! [`Partition::maintain`](crate::control::Partition::maintain)) performs due restarts under
+//! recent errors. The run's driver ([`run_to_end`](crate::run_control::run_to_end), through
+//! [`Partition::maintain`](crate::run_control::Partition::maintain)) performs due restarts under
 //! the command lock: the old process (if still there) is killed, a new one spawned, and once
 //! it said hello it is configured, connected and started, so it joins at RUNNING. A readout
 //! node is configured with `rejoin_at`, the run's L1 accepts so far plus what the L1 issues in

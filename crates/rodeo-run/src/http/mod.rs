@@ -4,7 +4,7 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /` | the web page (embedded in the binary, no external resources) |
-//! | `GET /api/status` | [`PartitionStatus`](rodeo_control::control::PartitionStatus) as JSON |
+//! | `GET /api/status` | [`PartitionStatus`](rodeo_control::run_control::PartitionStatus) as JSON |
 //! | `GET /api/config` | the configuration in effect (TOML) |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `POST /api/command` | `{"command":"stop"}`; needs `Authorization: Bearer <token>` |
@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rodeo_control::control::RunControl;
+use rodeo_control::run_control::RunControl;
 use rodeo_memory::{BoundedQueue, FullPolicy};
 
 use reader::{worker, ReadRequest, Reader};

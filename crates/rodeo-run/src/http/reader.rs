@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rodeo_control::control::RunControl;
+use rodeo_control::run_control::RunControl;
 use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, Refused};
 
 use super::request::request_complete;

@@ -3,9 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rodeo_control::control::{ConfigChangeError, RunControl};
 use rodeo_control::lifecycle::{Command, TransitionError};
 use rodeo_control::prometheus::MetricsWriter;
+use rodeo_control::run_control::{ConfigChangeError, RunControl};
 
 use super::{Request, Response, INDEX_HTML};
 

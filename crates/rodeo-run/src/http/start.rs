@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use rodeo_control::config::ControlSection;
-use rodeo_control::control::RunControl;
+use rodeo_control::run_control::RunControl;
 
 use super::{HttpConfig, HttpServer};
 

@@ -1,5 +1,5 @@
 //! `rodeo app ROLE --name NAME --control ENDPOINT`: one application of a partition in this
-//! process, under lifecycle control (`rodeo_control::app`).
+//! process, under lifecycle control (`rodeo_control::app_process`).
 //!
 //! `rodeo run --processes` (the controller, `rodeo_control::controller`) starts one of these
 //! per application, on this host or over ssh. The process connects to the controller's control
@@ -22,28 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rodeo_control::app::{serve, AppControl, Role as AppRole};
+use rodeo_control::app_process::{serve, AppControl, Role};
 use rodeo_transport::curve::PartitionKeys;
 use rodeo_transport::socket::Transport;
-
-/// The application roles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Role {
-    /// A logger (SFO).
-    Logger,
-    /// A readout node (ROS).
-    Ros,
-    /// A data-collection node (DCM).
-    Dcm,
-    /// The supervisor with its L1 source.
-    Supervisor,
-}
 
 /// Arguments of `rodeo app`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Which application.
-    #[arg(value_enum)]
+    /// Which application: logger, ros, dcm or supervisor.
+    #[arg(value_parser = role_parser())]
     role: Role,
     /// The application's name in the partition (e.g. dcm-2); the supervisor's is `supervisor`.
     #[arg(long)]
@@ -70,6 +57,13 @@ pub(crate) struct Args {
     keys_stdin: bool,
 }
 
+/// The roles as clap values (listed in `--help`), parsed into the partition's [`Role`].
+fn role_parser() -> impl clap::builder::TypedValueParser<Value = Role> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["logger", "ros", "dcm", "supervisor"])
+        .try_map(|s| s.parse::<Role>())
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
     let config = match &args.config {
@@ -88,12 +82,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Transport::new(io_threads)?
     };
-    let role = match args.role {
-        Role::Logger => AppRole::Logger,
-        Role::Ros => AppRole::Ros,
-        Role::Dcm => AppRole::Dcm,
-        Role::Supervisor => AppRole::Supervisor,
-    };
+    let role = args.role;
     let section = config
         .as_ref()
         .map(|c| c.control.clone())

@@ -10,10 +10,10 @@ mod dump;
 mod gen;
 mod gen_link;
 pub(crate) mod info;
+mod list_runs;
 mod monitor;
 mod ros;
 mod run;
-mod runs;
 mod serve;
 mod study;
 mod tester;
@@ -71,7 +71,7 @@ enum Command {
     /// summary: events per second, mean size, ROBs per event.
     Monitor(monitor::Args),
     /// List the runs recorded in an output directory's run database (`runs.sqlite`).
-    Runs(runs::Args),
+    Runs(list_runs::Args),
     /// A standalone readout node: emulated S-LINK channels, event store, request server.
     Ros(ros::Args),
     /// The ROSTester: drive a readout node with the HLT's request mix and measure it.
@@ -98,7 +98,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(args) => convert::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Info(args) => info::run(args),
-        Command::Runs(args) => runs::run(args),
+        Command::Runs(args) => list_runs::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Ctl(args) => ctl::run(args),
         Command::Monitor(args) => monitor::run(args),

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rodeo_control::control::RunControl as _;
+use rodeo_control::run_control::RunControl as _;
 use rodeo_run::output::{started_by, OutputDir};
 use rodeo_run::run::{Mode, Run, RunOptions};
 use rodeo_run::setup::{load_config, Overrides};

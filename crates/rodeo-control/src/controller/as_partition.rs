@@ -5,11 +5,11 @@
 use std::time::Instant;
 
 use crate::application::Role;
-use crate::control::{AppStatus, Partition, PartitionStatus, RunControl};
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::metrics::{write_partition_metrics, AppMetrics, PartitionExtras};
 use crate::partition::Layout;
 use crate::prometheus::MetricsWriter;
+use crate::run_control::{AppStatus, Partition, PartitionStatus, RunControl};
 use crate::summary::{AppSummary, RunSummary};
 
 use super::restart;

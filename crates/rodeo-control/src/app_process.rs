@@ -30,12 +30,12 @@ pub use crate::application::Role;
 use crate::application::{self, AppContext, RunEnd};
 use crate::channel::{self, Heartbeat, ToApp, ToController};
 use crate::config::PartitionConfig;
-use crate::control::{AppStatus, PartitionStatus, RunControl};
 use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::metrics::{write_partition_metrics, PartitionExtras};
 use crate::partition::Layout;
 use crate::prometheus::MetricsWriter;
+use crate::run_control::{AppStatus, PartitionStatus, RunControl};
 use crate::summary::AppSummary;
 
 struct Inner {
