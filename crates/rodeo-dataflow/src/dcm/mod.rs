@@ -71,8 +71,9 @@ use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_update, Decision, Message};
 use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
 
+use crate::error::DataflowError;
+use crate::handle::AppHandle;
 use crate::trigger::{TriggerAlgorithm, Verdict};
-use crate::{AppHandle, DataflowError};
 
 pub use counters::{DcmCounters, DcmSummary};
 pub use sampler::SampleConfig;
