@@ -23,10 +23,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rodeo_cards::dma::{DmaChannel, SuperpageBuffer};
 
+use crate::builder::FragmentBuilder;
+use crate::counters::SwRodCounters;
+use crate::decoder::PacketDecoder;
+use crate::error::SwRodError;
+use crate::fragment::FragmentSink;
+use crate::lane::{thread_cpu_ns, Turn};
 use crate::receiver::receiver_backoff;
 use crate::shared::Shared;
-use crate::{thread_cpu_ns, FragmentBuilder, FragmentSink, PacketDecoder, SwRodCounters};
-use crate::{SwRodError, Turn};
 
 /// How often a pool thread checks its idle ROBs' links and timeouts and publishes their
 /// counters.

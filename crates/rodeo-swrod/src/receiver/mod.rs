@@ -72,10 +72,11 @@ mod slot;
 
 use rodeo_memory::{ChunkPool, PoolCache};
 
-use super::decoder::PacketDecoder;
-use super::fragment::FragmentSink;
-use super::shared::Shared;
-use super::{Plan, SwRodCounters};
+use crate::config::Plan;
+use crate::counters::SwRodCounters;
+use crate::decoder::PacketDecoder;
+use crate::fragment::FragmentSink;
+use crate::shared::Shared;
 
 pub(crate) use slot::copy_bytes;
 use slot::{ColdSlot, HotSlot};
