@@ -12,10 +12,10 @@ use crate::config::{Plan, SwRodConfig};
 use crate::counters::{SharedCounters, SwRodCounters};
 use crate::decoder::PacketDecoder;
 use crate::error::SwRodError;
+use crate::exchange::PartExchange;
 use crate::fragment::{FragmentSink, HEADER_WORDS, MAX_THREADS};
 use crate::lane::{thread_cpu_ns, Lane, Turn};
 use crate::receiver::{receiver_backoff, Aggregator};
-use crate::shared::Shared;
 use crate::walker::Receiver;
 
 /// The SW ROD fragment builder. See the module docs.
@@ -180,7 +180,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
                 found: inputs.len(),
             });
         }
-        let shared = Shared::new(self.plan.window as usize, n, self.pools.len().min(n));
+        let shared = PartExchange::new(self.plan.window as usize, n, self.pools.len().min(n));
         sink.begin(n);
         let results: Vec<Result<SwRodCounters, SwRodError>> = std::thread::scope(|scope| {
             let mut handles = Vec::with_capacity(n);
@@ -216,7 +216,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         &'b self,
         t: usize,
         channels: &'c [&'c C],
-        shared: &'b Shared<'p>,
+        shared: &'b PartExchange<'p>,
         sink: &'b K,
     ) -> Lane<'b, 'p, 'c, D, K, C>
     where
@@ -239,7 +239,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
         &self,
         t: usize,
         channels: &[&C],
-        shared: &Shared<'p>,
+        shared: &PartExchange<'p>,
         sink: &K,
         stop: &AtomicBool,
     ) -> Result<SwRodCounters, SwRodError>

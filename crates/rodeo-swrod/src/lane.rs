@@ -10,9 +10,9 @@ use rodeo_cards::dma::{DmaChannel, SuperpageBuffer};
 use crate::counters::{SharedCounters, SwRodCounters};
 use crate::decoder::PacketDecoder;
 use crate::error::SwRodError;
+use crate::exchange::PartExchange;
 use crate::fragment::FragmentSink;
 use crate::receiver::receiver_backoff;
-use crate::shared::Shared;
 use crate::walker::Receiver;
 
 /// What one turn of a receiving thread did.
@@ -32,7 +32,7 @@ pub(crate) struct Lane<'b, 'p, 'c, D, K, C: ?Sized> {
     pub(crate) sink: &'b K,
     pub(crate) channels: &'c [&'c C],
     pub(crate) ended: Vec<bool>,
-    pub(crate) shared: &'b Shared<'p>,
+    pub(crate) shared: &'b PartExchange<'p>,
     pub(crate) published: &'b SharedCounters,
 }
 

@@ -25,7 +25,7 @@
 //! - `walker`: the FELIX block walk, packets split over blocks joined;
 //! - `receiver/`: the per-thread aggregation (window slots, packet placement, closing events,
 //!   assembling complete fragments);
-//! - `shared`: the rings of parts, the completion marks and the assembly cursors the threads
+//! - `exchange`: the rings of parts, the completion marks and the assembly cursors the threads
 //!   share (model-checked with loom).
 //!
 //! What goes in and out:
@@ -53,7 +53,7 @@
 //! reassembler). No block is ever copied to join it to the others.
 //!
 //! The per-thread hot path (block walk, packet placement, window slots) is in `walker.rs` and
-//! `receiver/`; the state the threads share is in `shared.rs`.
+//! `receiver/`; the state the threads share is in `exchange.rs`.
 //!
 //! The rejected alternative is one aggregating thread fed by the receivers through queues: it
 //! pays a queue hop per packet (or per block) and caps the whole builder at one core, which at
@@ -102,8 +102,8 @@ mod error;
 mod lane;
 mod pool;
 
+mod exchange;
 mod receiver;
-mod shared;
 mod walker;
 
 mod counters;
