@@ -70,7 +70,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     ///
     /// # Safety
     ///
-    /// As [`PartExchange::take`] for `seq`: this thread assembles `seq`, every mark is past it, and
+    /// As [`PartExchange::take`](crate::exchange::PartExchange::take) for `seq`: this thread assembles `seq`, every mark is past it, and
     /// it is assembled once.
     unsafe fn assemble(&mut self, seq: u64) {
         let plan = self.plan;
