@@ -227,7 +227,9 @@ impl Default for EmulatedConfig {
     }
 }
 
-struct Shared<S> {
+/// What an emulated channel's engine (a card thread, or a lazy channel's reader) shares with
+/// its reader: the two superpage queues, the stop and running flags and the transfer counters.
+struct ChannelState<S> {
     /// Empty superpages from the reader: `refuse` (the reader keeps a superpage that does
     /// not fit; [`DmaChannel::push_superpage`] hands it back).
     transfer: BoundedQueue<S>,
@@ -243,9 +245,9 @@ struct Shared<S> {
     stall_ns: AtomicU64,
 }
 
-impl<S: SuperpageBuffer> Shared<S> {
-    fn new(depth: usize) -> Shared<S> {
-        Shared {
+impl<S: SuperpageBuffer> ChannelState<S> {
+    fn new(depth: usize) -> ChannelState<S> {
+        ChannelState {
             transfer: BoundedQueue::new("cards.dma.transfer", depth, FullPolicy::Refuse),
             ready: BoundedQueue::new(
                 "cards.dma.ready",
@@ -304,7 +306,7 @@ impl Drop for Engine {
 /// A DMA channel of an emulated card: the card's engine thread runs a [`Generator`] for it,
 /// or, for a lazy channel, the reader's thread does when it pops (see the module docs).
 pub struct EmulatedChannel<S: SuperpageBuffer> {
-    shared: Arc<Shared<S>>,
+    shared: Arc<ChannelState<S>>,
     engine: Option<Arc<Engine>>,
     /// A lazy channel's engine: no thread, its one lane turned by the readers.
     lazy: Option<Lazy>,
@@ -384,7 +386,8 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
             .into_iter()
             .map(|(config, generator)| Lane::new(config, generator))
             .collect();
-        let channels: Vec<Arc<Shared<S>>> = lanes.iter().map(|l| Arc::clone(&l.shared)).collect();
+        let channels: Vec<Arc<ChannelState<S>>> =
+            lanes.iter().map(|l| Arc::clone(&l.shared)).collect();
         let state = Arc::new(EngineState {
             stop: AtomicBool::new(false),
             cpu_ns: AtomicU64::new(0),
@@ -603,7 +606,7 @@ impl Limits {
 
 /// One channel as its card's engine sees it.
 struct Lane<S, G> {
-    shared: Arc<Shared<S>>,
+    shared: Arc<ChannelState<S>>,
     generator: G,
     limits: Option<Limits>,
     sequence: u64,
@@ -625,7 +628,7 @@ struct Lane<S, G> {
 impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
     fn new(config: EmulatedConfig, generator: G) -> Lane<S, G> {
         Lane {
-            shared: Arc::new(Shared::new(config.queue_depth.max(1))),
+            shared: Arc::new(ChannelState::new(config.queue_depth.max(1))),
             generator,
             limits: Limits::new(&config),
             sequence: 0,

@@ -5,10 +5,15 @@
 //! (`rodeo-format`): the DMA-channel interface a card driver implements and every source that
 //! stands behind it today.
 //!
+//! The interface:
+//!
 //! - [`dma`]: the DMA-channel interface a card driver implements (the ALICE O2 model: the reader
 //!   pushes empty superpages, the card fills them, the reader pops filled ones), and
 //!   [`dma::EmulatedChannel`], a channel whose "card" is a thread running a [`dma::Generator`].
 //!   Pool superpages ([`rodeo_memory::Superpage`]) are [`dma::SuperpageBuffer`]s.
+//!
+//! The sources behind it:
+//!
 //! - [`generator`]: the emulated cards' data sources: [`generator::SlinkGenerator`] (whole ROD
 //!   fragments, S-LINK mode) and [`generator::FelixGenerator`] (1 KiB FELIX blocks of E-link
 //!   packets, FELIX mode).
@@ -16,6 +21,9 @@
 //!   link stream replayed ([`player::FilePlayer`]), the ROBs of raw-data files' events as ROD
 //!   fragments ([`replay::ReplayGenerator`]), units from the network ([`net::UdpReceiver`],
 //!   [`net::TcpReceiver`]).
+//!
+//! Testing, watching and grouping them:
+//!
 //! - [`corrupt`]: every error kind of links.md injected into a unit stream, for testing the
 //!   receiving side; [`monitor`]: the receiving side's decoders over a channel's output, with
 //!   counters by kind.

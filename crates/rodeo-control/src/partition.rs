@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use rodeo_dataflow::dcm::{DcmConfig, ReadoutNode as DcmReadout};
+use rodeo_dataflow::dcm::{DcmConfig, ReadoutPeer};
 use rodeo_dataflow::l1source::L1SourceConfig;
 use rodeo_dataflow::l1source::ReadoutFeed;
 use rodeo_dataflow::logger::{FileFormat, LoggerCompression, LoggerConfig};
@@ -282,7 +282,7 @@ impl Layout {
                 ..NodeConfig::default()
             };
             all_robs.extend(nc.robs());
-            readout.push(DcmReadout {
+            readout.push(ReadoutPeer {
                 endpoint: ep.clone(),
                 robs: nc.robs(),
             });

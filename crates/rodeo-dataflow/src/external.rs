@@ -36,8 +36,10 @@ pub const QUEUE: usize = 4096;
 /// Longest wait of the reader thread for input or room.
 pub const POLL: Duration = Duration::from_millis(5);
 
+/// What the reader thread and the supervisor share: the stop, end-of-input and no-slot flags
+/// and the reader's counts.
 #[derive(Default)]
-struct Shared {
+struct ReaderState {
     stop: AtomicBool,
     ended: AtomicBool,
     /// Set by the supervisor: no free DCM slot.
@@ -49,7 +51,7 @@ struct Shared {
 /// The trigger input of the external L1; see the module docs.
 pub struct ExternalTrigger {
     queue: Arc<BoundedQueue<(u32, u32)>>,
-    shared: Arc<Shared>,
+    shared: Arc<ReaderState>,
     local: SocketAddr,
     thread: Option<JoinHandle<()>>,
 }
@@ -76,7 +78,7 @@ impl ExternalTrigger {
             QUEUE,
             FullPolicy::Block(BackoffSpec::IDLE),
         ));
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(ReaderState::default());
         let (q, s) = (Arc::clone(&queue), Arc::clone(&shared));
         let thread = std::thread::Builder::new()
             .name("l1-external".into())
@@ -132,7 +134,7 @@ impl Drop for ExternalTrigger {
     }
 }
 
-fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Shared) {
+fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &ReaderState) {
     let mut stream = loop {
         if shared.stop.load(Ordering::Acquire) {
             return;

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rodeo_dataflow::dcm::{self, DcmConfig, DcmCounters, DcmSummary, ReadoutNode};
+use rodeo_dataflow::dcm::{self, DcmConfig, DcmCounters, DcmSummary, ReadoutPeer};
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_dataflow::AppHandle;
 use rodeo_format::fragment::{FullEvent, RobBuilder, RobPayload, RodBuilder, SourceId, Status};
@@ -114,7 +114,7 @@ impl Harness {
         let mut c = DcmConfig::new(
             "dcm-1",
             &format!("{base}-sv"),
-            vec![ReadoutNode {
+            vec![ReadoutPeer {
                 endpoint: format!("{base}-ros"),
                 robs: ROBS.to_vec(),
             }],

@@ -4,6 +4,8 @@
 //! first of a replay (a readout node's cards can be fed from them). Built on `rodeo-format`, which
 //! defines the events and fragments inside the files.
 //!
+//! The containers:
+//!
 //! - [`rawfile`]: rodeo's raw-data files (writer with rotation and free-space check, streaming
 //!   reader with checksum validation and recovery of damaged files).
 //! - [`eventstorage`]: ATLAS EventStorage files, the experiments' container: a version-5 writer
@@ -12,11 +14,17 @@
 //!   sub-detector and ROS fragments down to the ROBs.
 //! - [`datafile`]: one reader for every data file, whichever container it is (chosen by the
 //!   first record) and whichever eformat version its events are: run number, L1ID, ROBs.
+//!
+//! What is done with them:
+//!
 //! - [`verify`]: a file checked completely (records, checksums, every event and ROB).
 //! - [`convert`]: a data file into either container, eformat 3/4 events lifted to eformat 5.
 //! - [`replay`]: the RODs of data files' events loaded for replay through a readout node.
 //! - [`recover`]: the files a logger left open when it died, closed with their complete
 //!   events (what a restarted logger does first).
+//!
+//! The links' bytes on disk:
+//!
 //! - [`linkfile`]: link capture files, recorded streams of FELIX blocks or S-LINK fragments.
 //!
 //! **Owns**: file layouts, naming, the write path's durability (fsync, `.writing` then rename)

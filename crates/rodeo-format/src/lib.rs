@@ -1,16 +1,24 @@
 //! rodeo's data formats.
 //!
-//! The bytes on the links and in memory are defined here, in one crate with no knowledge of
-//! threads, sockets, files or hardware (the files are `rodeo-files`, built on this crate):
+//! The bytes on the links and in memory are defined here (the files are `rodeo-files`, built on
+//! this crate).
 //!
+//! **Must not depend on** any other rodeo crate, nor on threads, sockets, files or hardware:
+//! it is the bottom of the graph, and every other crate reads and writes fragments through it.
+//!
+//! The event format:
+//!
+//! - [`fragment`]: ROD, ROB and full event fragments: validating zero-copy views over `&[u32]`,
+//!   typed errors with word offsets, source identifiers, status words, scatter-gather builders.
 //! - [`checksum`]: the three checksum types of the event format (none, CRC16-CCITT, Adler-32),
 //!   incremental so a fragment can be summed while it is assembled from pieces; SIMD Adler-32
 //!   (AVX2, detected at run time) and slicing-by-16 CRC16.
 //! - [`compress`]: zstd-compressed full events (compression type 1), compressed and restored;
 //!   zlib payloads of ATLAS files restored.
-//! - [`fragment`]: ROD, ROB and full event fragments: validating zero-copy views over `&[u32]`,
-//!   typed errors with word offsets, source identifiers, status words, scatter-gather builders.
 //! - [`synth`]: synthetic events with checkable counter payloads and a realistic ROB mix.
+//!
+//! The bytes on the links:
+//!
 //! - [`felix`]: FELIX to-host blocks (encoder, decoder, per-E-link chunk reassembler) and the
 //!   default E-link packet format.
 //! - [`l1id`]: the extended L1ID's wrap rule (`L1idCounter`), shared by emulators, checks and

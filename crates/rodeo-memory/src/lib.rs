@@ -1,15 +1,31 @@
 //! rodeo's memory: pre-allocated, warmed-up pools of fixed-size chunks and pages.
 //!
-//! - [`ChunkPool`] (with the per-thread [`PoolCache`]): fixed-size chunks that grow by whole
-//!   regions up to a limit, for fragment builders and anything else that allocates per event.
-//! - [`PagePool`] / [`PageHandle`]: the readout's pages, shared via `Arc`, handles that cross
-//!   threads and give the page back on drop; [`SuperpagePool`] / [`Superpage`]: contiguous
-//!   buffers of one size for DMA-style producers.
-//! - [`LogHistogram`]: a lock-free log-bucket latency histogram for the data path's metrics.
-//! - [`Region`]: `mmap`'d memory with warm-up ([`WarmupReport`]), huge pages and `mlock`.
+//! **Role in the flow.** Under every stage with a data path: the cards' superpages, the SW
+//! ROD's blocks, the event store's pages, and the queues and waits between their threads.
+//!
+//! **Must not depend on** any other rodeo crate, nor know what its memory holds (fragments,
+//! events, messages): every crate that allocates per event builds on it, never the other way
+//! round.
+//!
+//! The pools (private modules, their types re-exported here):
+//!
+//! - `chunk`: [`ChunkPool`] (with the per-thread [`PoolCache`]): fixed-size chunks that grow
+//!   by whole regions up to a limit, for fragment builders and anything else that allocates per
+//!   event; `raw`: the lock-free core every pool shares (below, "The atomic state");
+//!   `stats`: [`PoolStats`].
+//! - `page`: [`PagePool`] / [`PageHandle`]: the readout's pages, shared via `Arc`, handles that
+//!   cross threads and give the page back on drop; [`SuperpagePool`] / [`Superpage`]:
+//!   contiguous buffers of one size for DMA-style producers.
+//! - `region`: [`Region`]: `mmap`'d memory with warm-up ([`WarmupReport`]), huge pages and
+//!   `mlock`; `error`: [`AllocError`] and [`Error`].
+//!
+//! What the threads of the data path share:
+//!
 //! - [`queue`]: [`BoundedQueue`], the one bounded in-process queue (with a named
 //!   [`FullPolicy`]: `block`, `drop_newest`, `refuse`, and a registry read by `/metrics`), and
 //!   [`Backoff`], the one way a thread waits for another.
+//! - [`histogram`]: [`LogHistogram`], a lock-free log-bucket latency histogram for the data
+//!   path's metrics.
 //! - [`sync`]: the loom facade (atomics, `Arc`, `UnsafeCell`) every crate's lock-free code uses.
 //! - [`cpu`]: the CPUs threads run on: pinning ([`cpu::pin_to_cpu`]) and a thread's CPU time.
 //!

@@ -322,12 +322,14 @@ trait Gauge: Send + Sync {
     fn depth(&self) -> usize;
 }
 
-struct Shared<T> {
+/// A queue with its counters: what a [`BoundedQueue`] handle holds, and the registry (weakly,
+/// as a [`Gauge`]).
+struct CountedQueue<T> {
     queue: Inner<T>,
     counters: Counters,
 }
 
-impl<T: Send> Gauge for Shared<T> {
+impl<T: Send> Gauge for CountedQueue<T> {
     fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -340,7 +342,7 @@ impl<T: Send> Gauge for Shared<T> {
 /// depth and full events to the registry ([`snapshot`]). Lock-free, no allocation after
 /// construction.
 pub struct BoundedQueue<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<CountedQueue<T>>,
 }
 
 impl<T> fmt::Debug for BoundedQueue<T> {
@@ -360,7 +362,7 @@ impl<T: Send + 'static> BoundedQueue<T> {
     /// listed in docs/architecture.md), registered for `/metrics`.
     pub fn new(name: &'static str, capacity: usize, policy: FullPolicy) -> BoundedQueue<T> {
         let capacity = capacity.max(1);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(CountedQueue {
             queue: Inner::new(capacity),
             counters: Counters {
                 name,

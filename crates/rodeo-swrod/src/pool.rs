@@ -23,10 +23,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rodeo_cards::dma::{DmaChannel, SuperpageBuffer};
 
+use crate::builder::FragmentBuilder;
+use crate::counters::SwRodCounters;
+use crate::decoder::PacketDecoder;
+use crate::error::SwRodError;
+use crate::exchange::PartExchange;
+use crate::fragment::FragmentSink;
+use crate::lane::{thread_cpu_ns, Turn};
 use crate::receiver::receiver_backoff;
-use crate::shared::Shared;
-use crate::{thread_cpu_ns, FragmentBuilder, FragmentSink, PacketDecoder, SwRodCounters};
-use crate::{SwRodError, Turn};
 
 /// How often a pool thread checks its idle ROBs' links and timeouts and publishes their
 /// counters.
@@ -162,11 +166,11 @@ where
     let cpu_start = thread_cpu_ns();
     let pin_failed = cpu.is_some_and(|c| !rodeo_memory::cpu::pin_to_cpu(c));
     let mine: Vec<usize> = (w..robs.len()).step_by(threads).collect();
-    let shareds: Vec<Shared<'p>> = mine
+    let shareds: Vec<PartExchange<'p>> = mine
         .iter()
         .map(|&r| {
             let b = robs[r].builder;
-            Shared::new(b.plan.window as usize, 1, b.pools.len().min(1))
+            PartExchange::new(b.plan.window as usize, 1, b.pools.len().min(1))
         })
         .collect();
     for &r in &mine {

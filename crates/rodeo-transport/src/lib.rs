@@ -1,12 +1,26 @@
 //! rodeo's transport layer: the dataflow protocol's messages and the endpoints they travel on.
 //!
+//! **Role in the flow.** Between the applications: readout nodes, supervisor, DCMs and loggers
+//! (and the ROSTester) exchange the protocol's messages through it, in one process or across
+//! hosts.
+//!
+//! **Must not depend on** any other rodeo crate nor on what the messages carry (fragments are
+//! bytes here): the applications build on it, never the other way round.
+//!
+//! The protocol:
+//!
 //! - [`message`]: the message types of `specs/dataflow-protocol.md`, a decoder that borrows the
 //!   received bytes (no allocation, no copy: lists are iterators over the payload) and an encoder
 //!   that appends to a reusable buffer.
-//! - [`socket`]: ZeroMQ sockets with the protocol's framing, zero-copy frames and receive timeouts.
 //! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`, `shm://`), checked before a
 //!   socket sees them.
+//!
+//! The transports:
+//!
+//! - [`socket`]: ZeroMQ sockets with the protocol's framing, zero-copy frames and receive timeouts.
 //! - [`shm`]: the same-host data plane: ROUTER/DEALER over iceoryx2 shared memory.
+//! - [`frame`]: what both transports send, receive and fail with (frames, received messages,
+//!   the transport error, the count of oversized messages).
 //! - [`curve`]: ZeroMQ CURVE on tcp: a partition's keys, the authenticator (ZAP) and the count
 //!   of refused peers.
 //!

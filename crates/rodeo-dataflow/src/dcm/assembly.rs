@@ -14,7 +14,7 @@ use rodeo_transport::message::{
 use rodeo_transport::socket::{Frame, Received, Socket};
 
 use super::{Dcm, Phase, TraceStage};
-use crate::DataflowError;
+use crate::error::DataflowError;
 
 /// An empty vector with `v`'s allocation, for elements of another lifetime: the standard
 /// library collects a `vec::IntoIter` in place when the layouts agree, so once the capacity

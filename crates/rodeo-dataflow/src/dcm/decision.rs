@@ -11,8 +11,8 @@ use rodeo_transport::socket::Socket;
 
 use super::assembly::relabel;
 use super::{Dcm, Phase, Stage, TraceStage};
+use crate::error::DataflowError;
 use crate::trigger::{EventInfo, Verdict};
-use crate::DataflowError;
 
 /// Most rounds of "more ROBs" one event may ask for.
 const MAX_MORE_ROUNDS: u32 = 4;

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use rodeo_transport::socket::Socket;
 
 use super::{Dcm, Phase};
-use crate::DataflowError;
+use crate::error::DataflowError;
 
 /// A request not answered within this is given up and its node counts as down.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);

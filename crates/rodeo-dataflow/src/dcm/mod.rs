@@ -71,8 +71,9 @@ use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_update, Decision, Message};
 use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
 
+use crate::error::DataflowError;
+use crate::handle::AppHandle;
 use crate::trigger::{TriggerAlgorithm, Verdict};
-use crate::{AppHandle, DataflowError};
 
 pub use counters::{DcmCounters, DcmSummary};
 pub use sampler::SampleConfig;
@@ -83,9 +84,10 @@ pub const HEARTBEAT: Duration = Duration::from_millis(250);
 /// Longest a send may block on a peer (gone, or not keeping up) before it counts as failed.
 const SEND_TIMEOUT_MS: i32 = 1000;
 
-/// A readout node as a DCM sees it.
+/// A readout node as a DCM sees it (its peer): the request endpoint it asks and the ROBs it
+/// holds. Not the node itself (`rodeo_ros::node::ReadoutNode`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadoutNode {
+pub struct ReadoutPeer {
     /// Its request endpoint.
     pub endpoint: String,
     /// The ROB ids it holds.
@@ -100,7 +102,7 @@ pub struct DcmConfig {
     /// The supervisor's endpoint.
     pub supervisor: String,
     /// The readout nodes.
-    pub readout: Vec<ReadoutNode>,
+    pub readout: Vec<ReadoutPeer>,
     /// Logger endpoints (an event goes to `loggers[global_id % n]`).
     pub loggers: Vec<String>,
     /// Processing slots (events in flight).
@@ -147,7 +149,7 @@ impl DcmConfig {
     pub fn new(
         name: &str,
         supervisor: &str,
-        readout: Vec<ReadoutNode>,
+        readout: Vec<ReadoutPeer>,
         loggers: Vec<String>,
         slots: usize,
     ) -> DcmConfig {

@@ -11,8 +11,8 @@ use rodeo_transport::message::{decode, encode_data_request, Message};
 use rodeo_transport::socket::{Frame, Received, Socket};
 
 use super::{transaction, Dcm, Phase, Stage, TraceStage};
+use crate::error::DataflowError;
 use crate::trigger::Verdict;
-use crate::DataflowError;
 
 impl Dcm {
     /// Requests `robs` (those not fetched yet) for slot `i`, grouped by node.

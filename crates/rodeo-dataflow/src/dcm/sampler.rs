@@ -25,7 +25,7 @@ use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Frame, Socket, SocketKind, Transport};
 
 use super::counters::DcmCounters;
-use crate::DataflowError;
+use crate::error::DataflowError;
 
 /// What and where a DCM samples (the partition's `[monitoring]`).
 #[derive(Debug, Clone, PartialEq)]

@@ -11,8 +11,9 @@
 
 use rodeo_files::recover::recover_files;
 
-use super::{FileFormat, Logger};
-use crate::DataflowError;
+use super::config::FileFormat;
+use super::Logger;
+use crate::error::DataflowError;
 
 impl Logger {
     /// Recovers the files left open in this logger's directory (module docs).

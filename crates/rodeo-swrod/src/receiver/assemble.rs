@@ -7,8 +7,8 @@ use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION,
 
 use super::{receiver_backoff, Aggregator};
 use crate::decoder::PacketDecoder;
+use crate::exchange::GROUP;
 use crate::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
-use crate::shared::GROUP;
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// Publishes this thread's mark (its parts of every event below `base` are written) and
@@ -70,7 +70,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     ///
     /// # Safety
     ///
-    /// As [`Shared::take`] for `seq`: this thread assembles `seq`, every mark is past it, and
+    /// As [`PartExchange::take`](crate::exchange::PartExchange::take) for `seq`: this thread assembles `seq`, every mark is past it, and
     /// it is assembled once.
     unsafe fn assemble(&mut self, seq: u64) {
         let plan = self.plan;

@@ -1,7 +1,7 @@
 //! Closing events in order: a thread closes its part of the event at `base` when every one of
 //! its E-links delivered, when it is older than the timeout, when the window moves past it, or
 //! at the end of the run, and writes the part into its ring cell in
-//! [`Shared`](crate::shared::Shared) for the assembler.
+//! [`PartExchange`](crate::exchange::PartExchange) for the assembler.
 
 use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
@@ -9,8 +9,8 @@ use rodeo_memory::Chunk;
 use super::slot::{ColdSlot, HotSlot};
 use super::{Aggregator, HI_MARK, LOW_ELINKS};
 use crate::decoder::PacketDecoder;
+use crate::exchange::Part;
 use crate::fragment::{FragmentSink, HEADER_WORDS};
-use crate::shared::Part;
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     /// E-links of slot `si` that delivered a packet (counted once per event: no `popcnt` in

@@ -35,7 +35,7 @@
 //! Everything here belongs to one thread: the window's slots and their blocks, the arrival
 //! bits, one pool cache per block pool and the counters (plain `u64`s, published to the
 //! builder's shared mirror once per superpage). The shared state a thread touches: its own ring
-//! cell in [`Shared`] once per event (read by the assembler later), its completion mark and the
+//! cell in [`PartExchange`] once per event (read by the assembler later), its completion mark and the
 //! other marks every [`PUBLISH_EVERY`] events, the other threads' ring cells of the events it
 //! assembles, the pools when a cache runs empty or full (a batch of 32 blocks at a time), and
 //! the pools' starvation flags when it publishes. Nothing shared is written per packet. The
@@ -49,7 +49,7 @@
 //! from there without touching the pool, and another thread's blocks go back to their pool in
 //! batches of 32 (one CAS), which the owner takes back with one CAS and one cache line, rather
 //! than one shared free per block and a walk of links written by another core. A thread that
-//! waits for a block flags its pool (`Shared::set_starved`), and every thread flushes its cache
+//! waits for a block flags its pool (`PartExchange::set_starved`), and every thread flushes its cache
 //! of that pool when it next publishes (it publishes while it waits, too).
 //!
 //! # Layout
@@ -72,10 +72,11 @@ mod slot;
 
 use rodeo_memory::{ChunkPool, PoolCache};
 
-use super::decoder::PacketDecoder;
-use super::fragment::FragmentSink;
-use super::shared::Shared;
-use super::{Plan, SwRodCounters};
+use crate::config::Plan;
+use crate::counters::SwRodCounters;
+use crate::decoder::PacketDecoder;
+use crate::exchange::PartExchange;
+use crate::fragment::FragmentSink;
 
 pub(crate) use slot::copy_bytes;
 use slot::{ColdSlot, HotSlot};
@@ -124,7 +125,7 @@ impl Lane {
 pub(crate) struct Aggregator<'b, 'p, D, K> {
     pub(crate) t: usize,
     pub(crate) plan: &'b Plan,
-    shared: &'b Shared<'p>,
+    shared: &'b PartExchange<'p>,
     decoder: &'b D,
     sink: &'b K,
     /// One cache per block pool in use (pool `t % pools` serves thread `t`): allocations come
@@ -184,7 +185,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
     pub(crate) fn new(
         t: usize,
         plan: &'b Plan,
-        shared: &'b Shared<'p>,
+        shared: &'b PartExchange<'p>,
         decoder: &'b D,
         sink: &'b K,
         pools: &'p [ChunkPool],

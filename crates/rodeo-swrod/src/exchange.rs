@@ -1,5 +1,5 @@
-//! The state shared by the receiving threads: each thread's ring of parts (its memory block and
-//! summary per event), each thread's completion mark, and the assembly claim.
+//! The state shared by the receiving threads, [`PartExchange`]: each thread's ring of parts (its
+//! memory block and summary per event), each thread's completion mark, and the assembly claim.
 //!
 //! # Batched completion
 //!
@@ -89,7 +89,10 @@ struct Ring<'p>(Box<[UnsafeCell<Option<Part<'p>>>]>);
 // Parts hold `Chunk`s, which are `Send`.
 unsafe impl Sync for Ring<'_> {}
 
-pub(crate) struct Shared<'p> {
+/// What the receiving threads exchange (module docs): each thread's ring of parts, its
+/// completion mark and assembly cursor, the pools' starvation flags, and the run's flags and
+/// clock.
+pub(crate) struct PartExchange<'p> {
     rings: Box<[Ring<'p>]>,
     marks: Box<[Line<AtomicU64>]>,
     cursors: Box<[Line<AtomicU64>]>,
@@ -111,9 +114,9 @@ pub(crate) struct Shared<'p> {
 /// Events per assembly group (a power of two).
 pub(crate) const GROUP: u64 = 64;
 
-impl<'p> Shared<'p> {
-    pub(crate) fn new(window: usize, threads: usize, pools: usize) -> Shared<'p> {
-        Shared {
+impl<'p> PartExchange<'p> {
+    pub(crate) fn new(window: usize, threads: usize, pools: usize) -> PartExchange<'p> {
+        PartExchange {
             rings: (0..threads)
                 .map(|_| Ring((0..window).map(|_| UnsafeCell::new(None)).collect()))
                 .collect(),
@@ -208,7 +211,7 @@ impl<'p> Shared<'p> {
     ///
     /// # Safety
     ///
-    /// The caller is thread [`assembler_of(seq)`](Shared::assembler_of), has read
+    /// The caller is thread [`assembler_of(seq)`](PartExchange::assembler_of), has read
     /// `complete_end() > seq`, takes each `(t, seq)` once, and stores its cursor past `seq` only
     /// after.
     #[inline]
@@ -261,7 +264,11 @@ mod loom_tests {
     }
 
     /// Thread 0 assembles every complete event from `*assembled` on (rules 2, 3).
-    fn assemble(shared: &Shared<'static>, assembled: &mut u64, taken: &mut Vec<(usize, u64, u32)>) {
+    fn assemble(
+        shared: &PartExchange<'static>,
+        assembled: &mut u64,
+        taken: &mut Vec<(usize, u64, u32)>,
+    ) {
         let end = shared.complete_end().min(EVENTS);
         while *assembled < end {
             let seq = *assembled;
@@ -280,7 +287,7 @@ mod loom_tests {
 
     /// Thread `t` writing its parts in order, waiting for the window (rule 1); thread 0 also
     /// assembles what is complete while it waits and after.
-    fn receive(shared: &Shared<'static>, t: usize, taken: &mut Vec<(usize, u64, u32)>) {
+    fn receive(shared: &PartExchange<'static>, t: usize, taken: &mut Vec<(usize, u64, u32)>) {
         let mut assembled = 0u64;
         for seq in 0..EVENTS {
             while seq >= shared.released() + WINDOW as u64 {
@@ -302,7 +309,7 @@ mod loom_tests {
     #[test]
     fn loom_rings_hand_every_part_to_its_assembler_once_in_order() {
         model(|| {
-            let shared = Arc::new(Shared::new(WINDOW, 2, 0));
+            let shared = Arc::new(PartExchange::new(WINDOW, 2, 0));
             // Thread 1 has no group below GROUP: its cursor is past these events.
             shared.set_cursor(1, GROUP);
             let other = {

@@ -1,71 +1,11 @@
-//! What every dataflow application shares: its handle (stop, join) and its error type.
+//! A running dataflow application: [`AppHandle`], its stop flag and its thread, which is how a
+//! controller stops it and collects its summary.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use rodeo_transport::endpoint::EndpointError;
-use rodeo_transport::socket::TransportError;
-
-/// Why a dataflow application failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DataflowError {
-    /// A socket operation failed.
-    #[error("{app}: {what}: {source}")]
-    Transport {
-        /// The application.
-        app: String,
-        /// What it was doing.
-        what: String,
-        /// The error.
-        #[source]
-        source: TransportError,
-    },
-    /// An endpoint in the configuration is invalid.
-    #[error("{app}: {source}")]
-    Endpoint {
-        /// The application.
-        app: String,
-        /// The error.
-        #[source]
-        source: EndpointError,
-    },
-    /// The configuration is invalid.
-    #[error("{app}: invalid configuration: {reason}")]
-    Config {
-        /// The application.
-        app: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Writing events failed.
-    #[error("{app}: {source}")]
-    Files {
-        /// The application.
-        app: String,
-        /// The error.
-        #[source]
-        source: rodeo_files::rawfile::RawFileError,
-    },
-    /// Writing EventStorage files failed.
-    #[error("{app}: {source}")]
-    EventStorage {
-        /// The application.
-        app: String,
-        /// The error.
-        #[source]
-        source: rodeo_files::eventstorage::EsError,
-    },
-    /// The application's thread could not start or panicked.
-    #[error("{app}: thread {what}")]
-    Thread {
-        /// The application.
-        app: String,
-        /// "could not start" or "panicked".
-        what: String,
-    },
-}
+use crate::error::DataflowError;
 
 /// A running application: a stop flag and its thread, which returns the application's summary.
 #[derive(Debug)]

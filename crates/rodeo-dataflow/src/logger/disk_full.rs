@@ -1,0 +1,119 @@
+//! A full disk in a logger (module docs of the logger, "Full disks"): how it shows in an
+//! error (the kernel's `ENOSPC`/`EDQUOT`, or a writer refusing to open a file below the
+//! margin), and what the logger does then: every file closed, the events of a failed file not
+//! yet synced forgotten, and the next directory used, or writing halted when every one is full.
+
+use std::sync::atomic::Ordering;
+
+use super::Logger;
+use crate::disks::is_disk_full;
+use crate::error::DataflowError;
+
+/// How a full disk showed itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FullKind {
+    /// A write, sync or close failed (`ENOSPC`/`EDQUOT`): the open file is damaged.
+    Failed,
+    /// A writer refused to open its next file below the margin (the file before is closed).
+    Refused,
+}
+
+/// Why `e` means the disk is full (the kernel's `ENOSPC`/`EDQUOT`, or a writer refusing to
+/// open a file below the margin), as a sentence, and how; `None` for any other error.
+pub(super) fn disk_full_reason(e: &DataflowError) -> Option<(String, FullKind)> {
+    use rodeo_files::eventstorage::EsError;
+    use rodeo_files::rawfile::RawFileError;
+    let kind = match e {
+        DataflowError::Files { source, .. } => match source {
+            RawFileError::Io { source, .. } if is_disk_full(source) => Some(FullKind::Failed),
+            RawFileError::DiskSpace { .. } => Some(FullKind::Refused),
+            _ => None,
+        },
+        DataflowError::EventStorage { source, .. } => match source {
+            EsError::Io { source, .. } if is_disk_full(source) => Some(FullKind::Failed),
+            EsError::DiskSpace { .. } => Some(FullKind::Refused),
+            _ => None,
+        },
+        _ => None,
+    };
+    kind.map(|k| (format!("disk full: {e}"), k))
+}
+
+impl Logger {
+    /// The directory in use is full (`why`; `failed`: the stream whose write or sync failed):
+    /// closes every file, forgets the events of a failed file that were not synced, and moves
+    /// to the next directory, or stops writing when every one is full (module docs).
+    pub(super) fn full(&mut self, failed: Option<usize>, why: String) -> Result<(), DataflowError> {
+        let name = self.config.name.clone();
+        let mut lost = Vec::new();
+        for i in 0..self.writers.len() {
+            let Some(w) = self.writers[i].take() else {
+                continue;
+            };
+            self.next_sequence[i] = self.next_sequence[i].saturating_add(w.files_opened());
+            self.touched[i] = false;
+            if failed == Some(i) {
+                self.closed.extend(w.abandon());
+                lost.push(i);
+                continue;
+            }
+            let (closed, r) = w.close(&name);
+            self.closed.extend(closed);
+            if let Err(e) = r {
+                tracing::error!("{name}: cannot close a file in a full directory: {e}");
+                lost.push(i);
+            }
+        }
+        // Events in a file that failed before they were synced are not on disk: not
+        // acknowledged, not counted (their DCMs' events are reassigned at the timeout).
+        let (mut events, mut bytes) = (0u64, 0u64);
+        let written = &mut self.written;
+        self.pending.retain(|p| match p.stream {
+            Some(st) if lost.contains(&st) => {
+                written.remove(p.gid);
+                events += 1;
+                bytes += p.bytes;
+                false
+            }
+            _ => true,
+        });
+        self.summary.events_unsynced += events;
+        self.summary.events_written -= events;
+        self.summary.bytes_written -= bytes;
+        self.counters
+            .events_written
+            .fetch_sub(events, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_sub(bytes, Ordering::Relaxed);
+        match self.disks.move_on(why.clone()) {
+            Some(next) => {
+                tracing::warn!(
+                    "{name}: {why}: writing to {} from now on{}",
+                    next.display(),
+                    if events > 0 {
+                        format!(" ({events} events not synced are left to their reassignment)")
+                    } else {
+                        String::new()
+                    }
+                );
+                self.summary.directory_moves += 1;
+                self.counters
+                    .directory_moves
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                let reason = format!(
+                    "{name}: every output directory is full, events are no longer written: {}",
+                    self.disks.why_full()
+                );
+                tracing::error!("{reason}");
+                self.summary.disk_full = Some(reason.clone());
+                self.counters.disk_full.store(1, Ordering::Relaxed);
+                let _ = self.counters.halted.set(reason.clone());
+                self.halted = Some(reason);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! An `Event` message from a DCM in a logger: decoded and parsed (bad input counted and
+//! dropped), a repeat dropped and still acknowledged (module docs of the logger, "Exactly
+//! once"), refused when every directory is full, compressed with zstd if asked, and written to
+//! its stream's file, moving on to the next directory when the disk is full.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rodeo_format::checksum::bytes_as_words;
+use rodeo_format::compress::{EventCompressor, DEFAULT_ZSTD_LEVEL};
+use rodeo_format::fragment::FullEvent;
+use rodeo_transport::message::{decode, Message};
+use rodeo_transport::socket::Received;
+
+use super::commit::Pending;
+use super::config::LoggerCompression;
+use super::disk_full::{disk_full_reason, FullKind};
+use super::writer::StreamWriter;
+use super::Logger;
+use crate::error::DataflowError;
+
+impl Logger {
+    pub(super) fn handle(
+        &mut self,
+        msg: &Received,
+        scratch: &mut Vec<u32>,
+        packed: &mut Vec<u32>,
+    ) -> Result<(), DataflowError> {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.bad_message();
+            return Ok(());
+        };
+        let Message::Event { stream, event } = decoded.message else {
+            self.bad_message();
+            return Ok(());
+        };
+        let words: &[u32] = match bytes_as_words(event) {
+            Some(w) => w,
+            None if event.len() % 4 == 0 => {
+                scratch.clear();
+                scratch.extend(
+                    event
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+                scratch
+            }
+            None => {
+                self.bad_message();
+                return Ok(());
+            }
+        };
+        let Ok(parsed) = FullEvent::parse(words) else {
+            self.bad_message();
+            return Ok(());
+        };
+        let gid = parsed.global_id();
+        let peer = match self.peers.get(msg.peer.as_slice()) {
+            Some(&p) => p,
+            None => {
+                self.peer_ids.push(msg.peer.clone());
+                self.peers.insert(msg.peer.clone(), self.peer_ids.len() - 1);
+                self.peer_ids.len() - 1
+            }
+        };
+        if self.written.contains(gid) {
+            self.summary.duplicates += 1;
+            self.pending.push(Pending {
+                peer,
+                gid,
+                stream: None,
+                bytes: 0,
+            });
+            return Ok(());
+        }
+        if self.halted.is_some() {
+            // Every directory is full: not written, not acknowledged (back-pressure), counted.
+            self.summary.events_refused += 1;
+            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let s = stream as usize;
+        if self.writers.len() <= s {
+            self.writers.resize_with(s + 1, || None);
+            self.touched.resize(s + 1, false);
+            self.next_sequence.resize(s + 1, 1);
+        }
+        let mut words = words;
+        let mut compressed = parsed.compression() != 0;
+        if self.config.compression == LoggerCompression::Zstd && !compressed {
+            let c = match self.compressor.as_mut() {
+                Some(c) => c,
+                None => {
+                    let c = EventCompressor::new(DEFAULT_ZSTD_LEVEL).map_err(|e| {
+                        DataflowError::Config {
+                            app: self.config.name.clone(),
+                            reason: format!("cannot make the zstd encoder: {e}"),
+                        }
+                    })?;
+                    self.compressor.insert(c)
+                }
+            };
+            if c.compress(words, packed).is_err() {
+                self.bad_message();
+                return Ok(());
+            }
+            words = packed;
+            compressed = true;
+        }
+        // A full directory is left for the next one and the event written there: at most one
+        // try per directory.
+        let bytes = loop {
+            match self.write(s, words, compressed) {
+                Ok(bytes) => break bytes,
+                Err(e) => match disk_full_reason(&e) {
+                    Some((why, kind)) => {
+                        self.full((kind == FullKind::Failed).then_some(s), why)?;
+                        if self.halted.is_some() {
+                            self.summary.events_refused += 1;
+                            self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                    }
+                    None => return Err(e),
+                },
+            }
+        };
+        self.written.insert(gid);
+        let now = Instant::now();
+        self.first_write.get_or_insert(now);
+        self.last_write = Some(now);
+        self.touched[s] = true;
+        self.summary.events_written += 1;
+        self.summary.bytes_written += bytes;
+        self.counters.events_written.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_add(bytes, Ordering::Relaxed);
+        self.pending.push(Pending {
+            peer,
+            gid,
+            stream: Some(s),
+            bytes,
+        });
+        if self.disks.wrote(bytes) {
+            if let Err(why) = self.disks.check() {
+                self.full(None, why)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one event to stream `s` in the directory in use, opening its file first if
+    /// need be; returns the bytes stored.
+    fn write(&mut self, s: usize, words: &[u32], compressed: bool) -> Result<u64, DataflowError> {
+        if self.writers[s].is_none() {
+            let Some(dir) = self.disks.current().map(Path::to_path_buf) else {
+                return Err(DataflowError::Config {
+                    app: self.config.name.clone(),
+                    reason: "every output directory is full".into(),
+                });
+            };
+            let name = self
+                .config
+                .streams
+                .get(s)
+                .cloned()
+                .unwrap_or_else(|| format!("stream{s}"));
+            let margin = self.disks.margin_bytes();
+            self.writers[s] = Some(StreamWriter::create(
+                &self.config,
+                &dir,
+                &name,
+                self.next_sequence[s],
+                margin,
+            )?);
+        }
+        let Some(writer) = self.writers[s].as_mut() else {
+            return Ok(0);
+        };
+        writer.write(&self.config.name, words, compressed)
+    }
+}

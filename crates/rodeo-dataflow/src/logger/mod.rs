@@ -1,0 +1,308 @@
+//! The logger (the seeds' SFO): writes accepted events to raw-data files, per stream, and
+//! acknowledges them once they are safely on disk.
+//!
+//! # Protocol
+//!
+//! A ROUTER socket bound at the configured endpoint receives `Event` messages from DCMs and
+//! answers each sender with `EventAck` messages listing the global ids now written.
+//!
+//! # Group commit
+//!
+//! An acknowledgement promises the event is on disk, so the logger must `fdatasync` before it
+//! acknowledges; doing that per event would cap a logger at a few thousand events per second.
+//! It writes every event that has arrived (up to `batch`), syncs the files it touched once, then
+//! acknowledges the whole batch: the cost of a sync is shared by the batch, and under load the
+//! batch grows by itself.
+//!
+//! # Exactly once
+//!
+//! An event reassigned after a timeout may reach the logger twice (the slow node finishing it
+//! after all). The logger remembers the global ids it wrote in a [`DedupWindow`] (a low-water
+//! mark and a sliding bitmap over the last [`DEFAULT_WINDOW_IDS`] ids, 2 MiB whatever the
+//! length of the run) and drops a repeat, counting it and still acknowledging it, so every
+//! event is written once. A repeat can only come within the supervisor's event and node
+//! timeouts (seconds), far inside the window.
+//!
+//! # Full disks
+//!
+//! The files go to the first of the configured directories ([`LoggerConfig::directory`], then
+//! [`LoggerConfig::more_directories`]) that has room ([`crate::disks`]): its free space is
+//! checked every few MiB written and at each file rotation, against the margin. When it is
+//! full (the check, or the kernel's `ENOSPC`/`EDQUOT` on a write or an `fdatasync`), every
+//! open file is closed (a file whose write failed is left `.writing`, as a crash would leave
+//! it; its events not yet synced are not acknowledged and not counted, so their DCMs' events
+//! are reassigned at the timeout) and the logger goes on in the next directory. When every
+//! directory is full it stops writing: events are neither written nor acknowledged (counted
+//! as refused), which is back-pressure on the DCMs and, through their credits, on the L1;
+//! [`LoggerCounters::halted`] says why (the application reports it, the run stops in order)
+//! and [`LoggerSummary::disk_full`] puts it in the balance sheet. No event is dropped silently.
+//!
+//! # File formats
+//!
+//! [`FileFormat::Rodeo`] (the default) writes rodeo's container (`specs/raw-file.md`) with the
+//! raw-file writer, optionally zstd events; [`FileFormat::EventStorage`] writes ATLAS
+//! EventStorage version 5 (`specs/eventstorage.md`) with `EsWriter`: ATLAS file names
+//! (`<project>.<run>.<type>_<name>.daq.RAW._lb0000._<app>._0001.data`, the stream `physics_Main`
+//! split at its first `_` into type and name, a name without `_` taking type `physics`), free
+//! strings `GUID=`, `Stream=`, `Project=`, `LumiBlock=` (and `Compression=zlib`), the run
+//! parameters, the end record, `.writing` then rename, optionally zlib data blocks (the ATLAS
+//! readers' codec). The group commit and the fsync on close are the same for both.
+//! [`LoggerConfig::check`] refuses a codec the format does not have (zstd in EventStorage, zlib
+//! in rodeo's container).
+//!
+//! # Bad input
+//!
+//! A message that does not decode, or an event fragment that does not parse, is counted,
+//! logged and dropped (never acknowledged: its sender will see the event time out and the
+//! supervisor will reassign it).
+//!
+//! # Layout
+//!
+//! - this module: [`spawn`], the logger's state and its main loop (receive, batch, commit at
+//!   [`COMMIT_DELAY`] or a full batch, close the files at stop);
+//! - `config`: [`LoggerConfig`], [`FileFormat`], [`LoggerCompression`] and the check that the
+//!   codec is the format's;
+//! - `counters`: [`LoggerCounters`] (live) and [`LoggerSummary`] (the run's totals);
+//! - `events`: an `Event` message from a DCM: decoded, a repeat dropped (exactly once),
+//!   compressed if asked, written to its stream;
+//! - `commit`: the group commit: the events waiting for it, the sync of the touched files and
+//!   the acknowledgements;
+//! - `disk_full`: what a full disk looks like in an error, and the move to the next directory
+//!   (or the halt);
+//! - `writer`: one stream's open files in either format (rodeo's container, EventStorage),
+//!   their close and cross-check on disk;
+//! - `recovery`: the files a previous life of the logger left open, recovered at start.
+
+mod commit;
+mod config;
+mod counters;
+mod disk_full;
+mod events;
+mod recovery;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rodeo_format::compress::EventCompressor;
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::socket::{Received, SocketKind, Transport};
+
+use crate::dedup::{DedupWindow, DEFAULT_WINDOW_IDS};
+use crate::disks::Disks;
+use crate::error::DataflowError;
+use crate::handle::AppHandle;
+
+pub use commit::COMMIT_DELAY;
+pub use config::{FileFormat, LoggerCompression, LoggerConfig};
+pub use counters::{LoggerCounters, LoggerSummary};
+
+use commit::Pending;
+use disk_full::disk_full_reason;
+use writer::{Closed, StreamWriter};
+
+/// Starts a logger thread; the socket is bound before this returns.
+pub fn spawn(
+    config: LoggerConfig,
+    transport: &Transport,
+    counters: Arc<LoggerCounters>,
+) -> Result<AppHandle<LoggerSummary>, DataflowError> {
+    let app = config.name.clone();
+    config.check().map_err(|reason| DataflowError::Config {
+        app: app.clone(),
+        reason,
+    })?;
+    let endpoint = Endpoint::parse(&config.endpoint).map_err(|source| DataflowError::Endpoint {
+        app: app.clone(),
+        source,
+    })?;
+    let terr = |what: &str| {
+        let app = app.clone();
+        let what = what.to_string();
+        move |source| DataflowError::Transport { app, what, source }
+    };
+    let socket = transport
+        .socket(SocketKind::Router)
+        .map_err(terr("create socket"))?;
+    socket
+        .set_high_water_marks(config.high_water_mark)
+        .map_err(terr("set high-water marks"))?;
+    if let Some(n) = config.max_message_bytes {
+        socket
+            .set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
+            .map_err(terr("set max message size"))?;
+    }
+    socket
+        .bind(&endpoint)
+        .map_err(terr(&format!("bind {}", config.endpoint)))?;
+    std::fs::create_dir_all(&config.directory).map_err(|e| DataflowError::Config {
+        app: app.clone(),
+        reason: format!("cannot create {}: {e}", config.directory.display()),
+    })?;
+    let mut logger = Logger::new(config, counters);
+    logger.recover_left_open()?;
+    AppHandle::spawn(&app, move |stop| logger.run(socket, &stop))
+}
+
+/// A logger's state, owned by its thread.
+struct Logger {
+    config: LoggerConfig,
+    counters: Arc<LoggerCounters>,
+    writers: Vec<Option<StreamWriter>>,
+    touched: Vec<bool>,
+    /// Sequence number of the next file of each stream (numbering goes on across directories).
+    next_sequence: Vec<u32>,
+    written: DedupWindow,
+    disks: Disks,
+    /// Files closed when a directory was left.
+    closed: Vec<Closed>,
+    /// Why every directory is full (nothing more is written).
+    halted: Option<String>,
+    peers: HashMap<Vec<u8>, usize>,
+    peer_ids: Vec<Vec<u8>>,
+    pending: Vec<Pending>,
+    summary: LoggerSummary,
+    scratch: Vec<u32>,
+    packed: Vec<u32>,
+    ack: Vec<u8>,
+    ids: Vec<u64>,
+    /// The encoder for events that arrive uncompressed with `LoggerCompression::Zstd` (the
+    /// DCMs compress in a partition; made at the first such event).
+    compressor: Option<EventCompressor>,
+    /// Time of the first and of the latest event written.
+    first_write: Option<Instant>,
+    last_write: Option<Instant>,
+}
+
+impl Logger {
+    /// Counts a message that did not decode or was not expected, in the summary and live.
+    fn bad_message(&mut self) {
+        self.summary.bad_messages += 1;
+        self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn new(config: LoggerConfig, counters: Arc<LoggerCounters>) -> Logger {
+        let mut dirs = vec![config.directory.clone()];
+        dirs.extend(config.more_directories.iter().cloned());
+        let disks = Disks::new(dirs, config.margin);
+        Logger {
+            config,
+            counters,
+            writers: Vec::new(),
+            touched: Vec::new(),
+            next_sequence: Vec::new(),
+            written: DedupWindow::new(DEFAULT_WINDOW_IDS),
+            disks,
+            closed: Vec::new(),
+            halted: None,
+            peers: HashMap::new(),
+            peer_ids: Vec::new(),
+            pending: Vec::new(),
+            summary: LoggerSummary::default(),
+            scratch: Vec::new(),
+            packed: Vec::new(),
+            ack: Vec::new(),
+            ids: Vec::new(),
+            compressor: None,
+            first_write: None,
+            last_write: None,
+        }
+    }
+
+    fn run(
+        mut self,
+        mut socket: rodeo_transport::socket::Socket,
+        stop: &AtomicBool,
+    ) -> Result<LoggerSummary, DataflowError> {
+        let mut msg = Received::default();
+        let app = self.config.name.clone();
+        let terr = |source| DataflowError::Transport {
+            app: app.clone(),
+            what: "receive".into(),
+            source,
+        };
+        let mut oldest: Option<Instant> = None;
+        // A directory already below its margin is left before the first event.
+        if let Err(why) = self.disks.check() {
+            self.full(None, why)?;
+        }
+        loop {
+            // Take what is queued without a poll system call; wait only when idle.
+            let mut got = socket.try_recv(&mut msg).map_err(terr)?;
+            if !got {
+                // Idle: wait for the next event, at most until the batch is due (rounded up to
+                // the poll's millisecond, never 0: that would spin).
+                let wait = match oldest {
+                    None => 20,
+                    Some(t) => match COMMIT_DELAY.checked_sub(t.elapsed()) {
+                        None => 0,
+                        Some(left) => left.as_micros().div_ceil(1000).max(1) as i64,
+                    },
+                };
+                if wait > 0 {
+                    got = socket.recv(&mut msg, wait).map_err(terr)?;
+                }
+            }
+            if got {
+                let mut scratch = std::mem::take(&mut self.scratch);
+                let mut packed = std::mem::take(&mut self.packed);
+                let r = self.handle(&msg, &mut scratch, &mut packed);
+                self.scratch = scratch;
+                self.packed = packed;
+                r?;
+                if !self.pending.is_empty() {
+                    oldest.get_or_insert_with(Instant::now);
+                }
+                if self.pending.len() < self.config.batch.max(1) {
+                    continue;
+                }
+            }
+            if !self.pending.is_empty() {
+                let due = oldest.is_some_and(|t| t.elapsed() >= COMMIT_DELAY);
+                if due
+                    || self.pending.len() >= self.config.batch.max(1)
+                    || stop.load(Ordering::Acquire)
+                {
+                    self.commit(&mut socket)?;
+                    oldest = None;
+                }
+            } else if !got && stop.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        let name = self.config.name.clone();
+        for w in self.writers.drain(..).flatten() {
+            let (closed, r) = w.close(&name);
+            self.closed.extend(closed);
+            if let Err(e) = r {
+                // The events are synced and acknowledged; the file stays `.writing` (its
+                // events recoverable) and the balance sheet says so.
+                tracing::error!("{name}: cannot close a file: {e}");
+                if let Some((why, _)) = disk_full_reason(&e) {
+                    self.summary.disk_full.get_or_insert(why);
+                }
+                self.summary.verify_problems.push(e.to_string());
+            }
+        }
+        let mut files = Vec::new();
+        for c in std::mem::take(&mut self.closed) {
+            match c.problem {
+                None => self.summary.events_verified += c.events,
+                Some(p) => self
+                    .summary
+                    .verify_problems
+                    .push(format!("{}: {p}", c.path.display())),
+            }
+            files.push(c.path);
+        }
+        self.summary.files.extend(files);
+        self.summary.late_ids = self.written.late();
+        if let (Some(first), Some(last)) = (self.first_write, self.last_write) {
+            self.summary.write_span_ns =
+                u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);
+        }
+        Ok(self.summary)
+    }
+}

@@ -1,0 +1,182 @@
+//! One stream's open files, in the logger's format: rodeo's container through the raw-file
+//! writer or ATLAS EventStorage through `EsWriter` (module docs of the logger, "File
+//! formats"); each closed file cross-checked on disk without reading its events back.
+
+use std::path::{Path, PathBuf};
+
+use rodeo_files::eventstorage::{split_stream, EsCompression, EsWriter, EsWriterConfig};
+use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
+
+use super::config::{FileFormat, LoggerCompression, LoggerConfig};
+use crate::error::DataflowError;
+
+/// One stream's open files, in the logger's format.
+#[derive(Debug)]
+pub(super) enum StreamWriter {
+    Rodeo(RawFileWriter),
+    Es(EsWriter),
+}
+
+impl StreamWriter {
+    /// Opens the first file of stream `stream` in `dir`, numbered `sequence`, refusing to open
+    /// any file with less than `margin` bytes free.
+    pub(super) fn create(
+        c: &LoggerConfig,
+        dir: &Path,
+        stream: &str,
+        sequence: u32,
+        margin: u64,
+    ) -> Result<StreamWriter, DataflowError> {
+        let app = || c.name.clone();
+        match c.format {
+            FileFormat::Rodeo => {
+                let mut cfg = RawFileConfig::new(dir, c.run, &c.name, stream);
+                cfg.max_file_bytes = c.max_file_bytes;
+                // After files of a previous life of this logger (restarted into the run).
+                cfg.first_sequence = sequence.max(rodeo_files::recover::next_sequence(
+                    dir, c.run, stream, &c.name,
+                ));
+                cfg.free_disk_margin_bytes = margin;
+                let w = RawFileWriter::create(cfg)
+                    .map_err(|source| DataflowError::Files { app: app(), source })?;
+                if let Some(why) = w.direct_io_fallback() {
+                    tracing::warn!("{}: no direct I/O for stream {stream}: {why}", c.name);
+                }
+                Ok(StreamWriter::Rodeo(w))
+            }
+            FileFormat::EventStorage => {
+                let (t, n) = split_stream(stream);
+                let mut cfg = EsWriterConfig::new(dir, &c.project, c.run, t, n, &c.name);
+                cfg.run.rec_enable = 1;
+                cfg.max_file_bytes = c.max_file_bytes;
+                cfg.free_disk_margin_bytes = margin;
+                cfg.compression = match c.compression {
+                    LoggerCompression::Zlib => EsCompression::Zlib { level: 1 },
+                    _ => EsCompression::None,
+                };
+                EsWriter::create(cfg)
+                    .map(StreamWriter::Es)
+                    .map_err(|source| DataflowError::EventStorage { app: app(), source })
+            }
+        }
+    }
+
+    /// Writes one event (`compressed`: a zstd event, rodeo's record flag); returns the bytes
+    /// stored.
+    pub(super) fn write(
+        &mut self,
+        app: &str,
+        words: &[u32],
+        compressed: bool,
+    ) -> Result<u64, DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => w
+                .write_event(words, u32::from(compressed))
+                .map(|_| 4 * words.len() as u64)
+                .map_err(|source| DataflowError::Files {
+                    app: app.to_string(),
+                    source,
+                }),
+            StreamWriter::Es(w) => {
+                let before = w.data_bytes();
+                w.write_event(words)
+                    .map(|_| w.data_bytes() - before)
+                    .map_err(|source| DataflowError::EventStorage {
+                        app: app.to_string(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// Flushes and `fdatasync`s the open file.
+    pub(super) fn sync(&mut self, app: &str) -> Result<(), DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => w.sync().map_err(|source| DataflowError::Files {
+                app: app.to_string(),
+                source,
+            }),
+            StreamWriter::Es(w) => w.sync().map_err(|source| DataflowError::EventStorage {
+                app: app.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Files opened so far (the next writer of the stream goes on numbering from there).
+    pub(super) fn files_opened(&self) -> u32 {
+        match self {
+            StreamWriter::Rodeo(w) => u32::try_from(w.stats().files_opened).unwrap_or(u32::MAX),
+            StreamWriter::Es(_) => 0,
+        }
+    }
+
+    /// Closes the open file; returns every file closed, each cross-checked on disk without
+    /// reading its events back (see [`LoggerSummary::events_verified`](super::LoggerSummary::events_verified)), and whether the last
+    /// close failed (the file is then left `.writing`).
+    pub(super) fn close(self, app: &str) -> (Vec<Closed>, Result<(), DataflowError>) {
+        match self {
+            StreamWriter::Rodeo(mut w) => {
+                let r = w.rotate(0).map_err(|source| DataflowError::Files {
+                    app: app.to_string(),
+                    source,
+                });
+                (StreamWriter::Rodeo(w).abandon(), r)
+            }
+            StreamWriter::Es(mut w) => {
+                let r = w.rotate(0).map_err(|source| DataflowError::EventStorage {
+                    app: app.to_string(),
+                    source,
+                });
+                (StreamWriter::Es(w).abandon(), r)
+            }
+        }
+    }
+
+    /// Leaves the open file as a crash would (`.writing`, no end record: a write or sync
+    /// failed); returns the files closed before, cross-checked as in [`StreamWriter::close`].
+    pub(super) fn abandon(self) -> Vec<Closed> {
+        match self {
+            StreamWriter::Rodeo(w) => w
+                .abandon()
+                .into_iter()
+                .map(|c| Closed {
+                    problem: c.check_on_disk().err().map(|e| e.to_string()),
+                    path: c.path,
+                    events: c.events,
+                })
+                .collect(),
+            StreamWriter::Es(w) => w
+                .abandon()
+                .into_iter()
+                .map(|c| {
+                    // EventStorage records carry no checksum: the size is checked.
+                    let problem = match std::fs::metadata(&c.path) {
+                        Ok(m) if m.len() == c.file_bytes => None,
+                        Ok(m) => Some(format!(
+                            "file size {} on disk, {} written",
+                            m.len(),
+                            c.file_bytes
+                        )),
+                        Err(e) => Some(format!("cannot stat: {e}")),
+                    };
+                    Closed {
+                        path: c.path,
+                        events: c.events,
+                        problem,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A file a logger closed, with the verdict of its cross-check on disk.
+pub(super) struct Closed {
+    /// The file.
+    pub(super) path: PathBuf,
+    /// Events in it.
+    pub(super) events: u64,
+    /// What its cross-check found wrong (`None`: nothing).
+    pub(super) problem: Option<String>,
+}

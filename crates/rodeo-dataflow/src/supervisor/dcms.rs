@@ -1,0 +1,111 @@
+//! The DCMs as the supervisor knows them (module docs of the supervisor, "Nodes that die"):
+//! each DCM's `Update` (its credits, and its decisions, which finish events and feed the clear
+//! group), and the DCMs silent for `dcm_timeout`, declared dead, their events taken back.
+
+use std::time::Instant;
+
+use rodeo_transport::message::{decode, Message, Verdict};
+use rodeo_transport::socket::Received;
+
+use crate::trace::Stage as TraceStage;
+
+use super::Supervisor;
+
+/// A DCM the supervisor has heard from.
+#[derive(Debug)]
+pub(super) struct Dcm {
+    /// Its identity at the ROUTER.
+    pub(super) id: Vec<u8>,
+    /// When its last `Update` arrived.
+    pub(super) last_seen: Instant,
+    /// Not declared dead.
+    pub(super) alive: bool,
+    /// Its credits in the queue.
+    pub(super) credits: u64,
+}
+
+impl Supervisor {
+    pub(super) fn handle(&mut self, msg: &Received) {
+        let Ok(decoded) = decode(&msg.bytes) else {
+            self.bad_message();
+            return;
+        };
+        let Message::Update { credits, decisions } = decoded.message else {
+            self.bad_message();
+            return;
+        };
+        let now = Instant::now();
+        let dcm = match self.by_id.get(msg.peer.as_slice()) {
+            Some(&i) => i,
+            None => {
+                self.dcms.push(Dcm {
+                    id: msg.peer.clone(),
+                    last_seen: now,
+                    alive: true,
+                    credits: 0,
+                });
+                self.by_id.insert(msg.peer.clone(), self.dcms.len() - 1);
+                self.dcms.len() - 1
+            }
+        };
+        let d = &mut self.dcms[dcm];
+        d.last_seen = now;
+        if !d.alive {
+            // A DCM declared dead spoke again: its old credits were dropped, its events
+            // reassigned; it starts afresh with the credits it announces now.
+            d.alive = true;
+        }
+        for dec in decisions.iter() {
+            match self.assigned.get(&dec.global_id) {
+                Some(a) if a.dcm == dcm => {
+                    self.counters
+                        .decision_latency
+                        .record(now.saturating_duration_since(a.at));
+                    self.counters
+                        .trace
+                        .record(dec.global_id, TraceStage::Done, 0);
+                    let forced = a.forced;
+                    let l1id = a.accept.l1id;
+                    self.assigned.remove(&dec.global_id);
+                    match (dec.verdict, forced) {
+                        (_, true) | (Verdict::ForcedAccept, _) => self.summary.forced_accepts += 1,
+                        (Verdict::Accept, false) => self.summary.accepted += 1,
+                        (Verdict::Reject, false) => self.summary.rejected += 1,
+                    }
+                    self.add_clear(l1id, now);
+                }
+                _ => self.summary.late_decisions += 1,
+            }
+        }
+        for _ in 0..credits {
+            self.credits.push_back(dcm);
+        }
+        self.dcms[dcm].credits += u64::from(credits);
+    }
+
+    /// Declares silent DCMs dead and takes their events back.
+    pub(super) fn check_dcms(&mut self, now: Instant) {
+        for i in 0..self.dcms.len() {
+            let d = &self.dcms[i];
+            if d.alive && now.duration_since(d.last_seen) > self.config.dcm_timeout {
+                self.dcms[i].alive = false;
+                self.dcms[i].credits = 0;
+                self.summary.dead_dcms += 1;
+                self.credits.retain(|&c| c != i);
+                let mut taken: Vec<u64> = self
+                    .assigned
+                    .iter()
+                    .filter(|(_, a)| a.dcm == i)
+                    .map(|(&g, _)| g)
+                    .collect();
+                taken.sort_unstable();
+                for g in taken {
+                    if let Some(a) = self.assigned.remove(&g) {
+                        self.summary.reassignments += 1;
+                        self.reassign.push_back((a.accept, i));
+                    }
+                }
+            }
+        }
+    }
+}
