@@ -24,10 +24,7 @@
 //! directory once left is not used again in the run: its files are closed). When none has,
 //! every directory is full and the logger stops writing (see the logger's "Full disks").
 
-use std::ffi::CString;
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Bytes written between two free-space checks of the current directory.
@@ -62,40 +59,7 @@ impl DiskMargin {
     }
 }
 
-/// Space on the file system of a directory (statvfs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FreeSpace {
-    /// Bytes available to unprivileged users.
-    pub available: u64,
-    /// Size of the file system.
-    pub total: u64,
-}
-
-/// statvfs of `dir`.
-pub fn free_space(dir: &Path) -> io::Result<FreeSpace> {
-    let c_path = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
-    let mut stat = MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and `stat`
-    // points to writable memory of the size and alignment of `struct statvfs`, which statvfs
-    // fills completely on success and does not read.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it initialised the whole struct.
-    let stat = unsafe { stat.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
-    let (avail, blocks, frsize) = (
-        stat.f_bavail as u64,
-        stat.f_blocks as u64,
-        stat.f_frsize as u64,
-    );
-    Ok(FreeSpace {
-        available: avail.saturating_mul(frsize),
-        total: blocks.saturating_mul(frsize),
-    })
-}
+pub use rodeo_files::space::{free_space, FreeSpace};
 
 /// Whether an I/O error is the kernel saying the disk (or the user's quota) is full.
 pub fn is_disk_full(e: &io::Error) -> bool {

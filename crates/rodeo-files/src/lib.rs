@@ -23,6 +23,8 @@
 //! - [`recover`]: the files a logger left open when it died, closed with their complete
 //!   events (what a restarted logger does first).
 //!
+//! - [`space`]: free space on the file system of a directory (statvfs).
+//!
 //! The links' bytes on disk:
 //!
 //! - [`linkfile`]: link capture files, recorded streams of FELIX blocks or S-LINK fragments.
@@ -42,4 +44,5 @@ pub mod linkfile;
 pub mod rawfile;
 pub mod recover;
 pub mod replay;
+pub mod space;
 pub mod verify;

@@ -28,6 +28,7 @@
 //!   path's metrics.
 //! - [`sync`]: the loom facade (atomics, `Arc`, `UnsafeCell`) every crate's lock-free code uses.
 //! - [`cpu`]: the CPUs threads run on: pinning ([`cpu::pin_to_cpu`]) and a thread's CPU time.
+//! - [`machine`]: what the machine offers: page size, memory, huge pages, the mlock limit.
 //!
 //! # Why a lazy free list
 //!
@@ -106,6 +107,7 @@ mod chunk;
 pub mod cpu;
 mod error;
 pub mod histogram;
+pub mod machine;
 mod page;
 pub mod queue;
 mod raw;

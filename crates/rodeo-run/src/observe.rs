@@ -66,15 +66,9 @@ pub struct HistoryPoint {
 
 /// Free bytes of the file system holding `dir` (`None` if it cannot be asked).
 pub fn disk_free_bytes(dir: &Path) -> Option<f64> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: all-zero bytes are a valid `statvfs` (plain integers).
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `st` a valid, writable statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some(st.f_bavail as f64 * st.f_frsize as f64)
+    rodeo_files::space::free_space(dir)
+        .ok()
+        .map(|f| f.available as f64)
 }
 
 /// The monitoring side of a service: the forwarder and the subscriber filling histograms.

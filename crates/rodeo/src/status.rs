@@ -68,7 +68,7 @@ impl StatusLine {
         } else {
             String::new()
         };
-        let free = crate::cmd::info::free_bytes(&self.output)
+        let free = rodeo_files::space::available_near(&self.output)
             .map_or_else(|| "?".to_string(), |b| format!("{:.0} GB", b as f64 / 1e9));
         let mut warnings = Vec::new();
         let n = crate::logging::warnings() + s.recent_errors.len() as u64;

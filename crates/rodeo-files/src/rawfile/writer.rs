@@ -1,10 +1,7 @@
 //! The rotating raw-data file writer.
 
-use std::ffi::CString;
 use std::fs::{self, File};
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -543,28 +540,16 @@ fn write_record(out: &mut DirectOut, header: &[u8], pieces: &[&[u32]]) -> io::Re
     Ok(())
 }
 
-/// Bytes available to unprivileged users on the file system holding `dir` (statvfs).
+/// Bytes available to unprivileged users on the file system holding `dir`
+/// ([`crate::space::free_space`]), as the writers' error.
 pub fn free_disk_bytes(dir: &Path) -> Result<u64, RawFileError> {
-    let c_path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| RawFileError::Config {
-        reason: format!("directory {} contains a NUL byte", dir.display()),
-    })?;
-    let mut stat = MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and `stat`
-    // points to writable memory of the size and alignment of `struct statvfs`, which statvfs
-    // fills completely on success and does not read.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(RawFileError::Io {
+    crate::space::free_space(dir)
+        .map(|f| f.available)
+        .map_err(|source| RawFileError::Io {
             op: "statvfs",
             path: dir.to_path_buf(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: statvfs returned 0, so it initialised the whole struct.
-    let stat = unsafe { stat.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // the field types differ between platforms
-    let (avail, frsize) = (stat.f_bavail as u64, stat.f_frsize as u64);
-    Ok(avail.saturating_mul(frsize))
+            source,
+        })
 }
 
 #[cfg(test)]

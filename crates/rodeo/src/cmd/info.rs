@@ -43,20 +43,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let output = args.output.unwrap_or_else(|| {
         PathBuf::from(rodeo_control::config::PartitionConfig::default().run.output)
     });
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    use rodeo_memory::machine;
+    let meminfo = machine::MemInfo::read();
     let info = Info {
         version: env!("CARGO_PKG_VERSION"),
         git_commit: env!("RODEO_GIT_COMMIT"),
         features: features(),
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        page_bytes: page_bytes(),
-        huge_pages_total: meminfo_field(&meminfo, "HugePages_Total:"),
-        huge_page_bytes: meminfo_field(&meminfo, "Hugepagesize:").map(|kib| kib * 1024),
-        transparent_huge_pages: thp_mode(),
-        memlock_limit_bytes: memlock_limit(),
-        output_free_bytes: free_bytes(&output),
+        cpus: machine::cpus(),
+        page_bytes: machine::page_bytes(),
+        huge_pages_total: meminfo.huge_pages_total,
+        huge_page_bytes: meminfo.huge_page_bytes,
+        transparent_huge_pages: machine::transparent_huge_pages(),
+        memlock_limit_bytes: machine::memlock_limit(),
+        output_free_bytes: rodeo_files::space::available_near(&output),
         output_dir: output,
     };
     if args.json {
@@ -101,85 +100,4 @@ fn features() -> Vec<&'static str> {
         f.push("python");
     }
     f
-}
-
-fn page_bytes() -> usize {
-    // SAFETY: sysconf only reads a system constant; it has no memory-safety preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(n).unwrap_or(4096)
-}
-
-/// The number after `key` in /proc/meminfo's text.
-fn meminfo_field(meminfo: &str, key: &str) -> Option<u64> {
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix(key))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-fn thp_mode() -> Option<String> {
-    let text = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
-    let start = text.find('[')? + 1;
-    let end = start + text[start..].find(']')?;
-    Some(text[start..end].to_string())
-}
-
-/// The soft RLIMIT_MEMLOCK (None when unlimited or unreadable).
-fn memlock_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit struct through a valid pointer to a local.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
-    (rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
-}
-
-/// Free bytes (for an unprivileged writer) of the file system holding `dir`, or its nearest
-/// existing parent.
-pub(crate) fn free_bytes(dir: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let existing = dir
-        .ancestors()
-        .find(|p| p.as_os_str().is_empty() || p.exists())
-        .unwrap_or(dir);
-    let existing = if existing.as_os_str().is_empty() {
-        std::path::Path::new(".")
-    } else {
-        existing
-    };
-    let c = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value of the plain C struct that statvfs fills.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `st` a valid, writable statvfs.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn meminfo_fields_parse() {
-        let text = "MemTotal: 100 kB\nHugePages_Total:       4\nHugepagesize:    2048 kB\n";
-        assert_eq!(meminfo_field(text, "HugePages_Total:"), Some(4));
-        assert_eq!(meminfo_field(text, "Hugepagesize:"), Some(2048));
-        assert_eq!(meminfo_field(text, "Missing:"), None);
-    }
-
-    #[test]
-    fn the_limits_and_free_space_of_this_machine_read() {
-        // Exercises the getrlimit and statvfs calls (their unsafe blocks).
-        let _ = memlock_limit();
-        let free = free_bytes(&std::env::temp_dir().join("no/such/dir"));
-        assert!(
-            free.is_some_and(|b| b > 0),
-            "the temp directory's free space"
-        );
-        assert!(page_bytes() >= 4096);
-    }
 }
