@@ -17,6 +17,7 @@
 //!
 //! What is done with them:
 //!
+//! - [`describe`]: a file's metadata and events as JSON (`rodeo dump --json`).
 //! - [`verify`]: a file checked completely (records, checksums, every event and ROB).
 //! - [`convert`]: a data file into either container, eformat 3/4 events lifted to eformat 5.
 //! - [`replay`]: the RODs of data files' events loaded for replay through a readout node.
@@ -38,6 +39,7 @@
 
 pub mod convert;
 pub mod datafile;
+pub mod describe;
 pub mod eventstorage;
 pub mod legacy;
 pub mod linkfile;
