@@ -352,7 +352,7 @@ impl RequestServer {
             store,
             input,
             Arc::clone(&stop),
-            core::Shared {
+            core::CoreFigures {
                 stats: Arc::clone(&stats),
                 drops: Arc::clone(&drops),
                 channels: Arc::clone(&channels),
