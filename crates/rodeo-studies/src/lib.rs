@@ -17,7 +17,6 @@
 //! node and thread a measurement starts is stopped and joined before it returns.
 
 pub mod bench;
-pub mod node;
 pub mod plain;
 pub mod report;
 pub mod study;
