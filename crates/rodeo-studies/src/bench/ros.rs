@@ -49,10 +49,10 @@ use serde_json::Value;
 
 use crate::plain::plain_loop;
 use crate::report::Report;
-use crate::tester::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
 use rodeo_ros::standalone::{
     start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind,
 };
+use rodeo_rostester::drive::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
 use rodeo_rostester::TesterReport;
 
 /// Arguments of `rodeo bench ros`.

@@ -35,8 +35,8 @@ use super::rounds::{self, quantile, summarize, SplitMix};
 use super::{field, write_json, Ctx};
 use crate::bench::probe::{process_cpu_seconds, HostLoad};
 use crate::report::Report;
-use crate::tester::{run_testers, MixArgs};
 use rodeo_ros::standalone::{start_node, summary, InputKind, NodeArgs, PayloadKind};
+use rodeo_rostester::drive::{run_testers, MixArgs};
 
 /// Input links of the node (two RobinNP cards in the paper).
 const LINKS: usize = 24;
