@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use rodeo_ros::inputs::Payload;
 use rodeo_ros::node::{NodeConfig, NodeInput, ReadoutNode};
-use rodeo_ros::server::{default_max_message_bytes, DirectReply, Payload};
+use rodeo_ros::server::{default_max_message_bytes, DirectReply};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_data_request, Message};
 use rodeo_transport::socket::{Frame, Received, Socket, SocketKind, Transport};

@@ -13,9 +13,8 @@ use rodeo_memory::{
     BoundedQueue, FullPolicy, PagePool, PagePoolConfig, RegionOptions, Superpage, SuperpagePool,
     SuperpagePoolConfig,
 };
-use rodeo_ros::server::{
-    DirectClient, DirectReply, DmaInput, FirmwareInput, Input, Payload, RequestServer, ServerConfig,
-};
+use rodeo_ros::inputs::{DmaInput, FirmwareInput, Payload};
+use rodeo_ros::server::{DirectClient, DirectReply, Input, RequestServer, ServerConfig};
 use rodeo_ros::store::slink::ErrorDump;
 use rodeo_ros::store::{EventStore, StoreConfig};
 use rodeo_transport::endpoint::Endpoint;

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig};
 use rodeo_cards::generator::L1idCounter;
 use rodeo_memory::{ChunkPool, PagePool, PagePoolConfig, RegionOptions};
-use rodeo_ros::server::{
-    swrod_link, DirectClient, DirectReply, RequestServer, ServerConfig, StoreSink,
-};
+use rodeo_ros::server::{DirectClient, DirectReply, RequestServer, ServerConfig};
 use rodeo_ros::store::{EventStore, StoreConfig};
+use rodeo_ros::swrod::{swrod_link, StoreSink};
 use rodeo_swrod::{
     DefaultFormat, Flow, Fragment, FragmentBuilder, FragmentSink, SwRodConfig, SwRodCounters,
 };

@@ -5,7 +5,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
-use rodeo_ros::server::{FirmwareInput, Payload, RequestServer, ServerConfig};
+use rodeo_ros::inputs::{FirmwareInput, Payload};
+use rodeo_ros::server::{RequestServer, ServerConfig};
 use rodeo_ros::store::{EventStore, StoreConfig};
 use rodeo_rostester::{self as tester, TesterConfig};
 use rodeo_transport::endpoint::Endpoint;

@@ -17,16 +17,14 @@
 //! node and thread a measurement starts is stopped and joined before it returns.
 
 pub mod bench;
-pub mod node;
 pub mod plain;
 pub mod report;
 pub mod study;
-pub mod tester;
 
 /// The default value of an options struct: what the command line gives when no option is set.
 ///
 /// ```
-/// let mix: rodeo_studies::tester::MixArgs = rodeo_studies::defaults();
+/// let mix: rodeo_rostester::drive::MixArgs = rodeo_studies::defaults();
 /// assert_eq!(mix.clear_group, 100);
 /// ```
 pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {

@@ -7,7 +7,7 @@ use rodeo_format::fragment::{RobBuilder, RobPayload, RodBuilder, SourceId};
 use rodeo_transport::message::{decode, header_bytes, Message, MessageType};
 use rodeo_transport::socket::{Frame, Received, Socket};
 
-use crate::node::NodeArgs;
+use rodeo_ros::standalone::NodeArgs;
 
 /// Answers DataRequests with prebuilt fragments of the node's size until `stop()`; returns the
 /// requests served.

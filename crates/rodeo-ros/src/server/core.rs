@@ -49,8 +49,9 @@ pub(super) struct Core<S: RequestSource> {
     held: Vec<HeldSegment>,
 }
 
-/// What the core thread shares with its monitors.
-pub(super) struct Shared {
+/// The figures the core thread publishes, shared with its monitors: the server's counters,
+/// the replies dropped per peer, the per-channel figures.
+pub(super) struct CoreFigures {
     /// The server's counters.
     pub stats: Arc<ServerStats>,
     /// Replies dropped per peer.
@@ -75,13 +76,13 @@ impl<S: RequestSource> Core<S> {
         store: EventStore,
         input: Box<dyn Input>,
         stop: Arc<AtomicBool>,
-        shared: Shared,
+        figures: CoreFigures,
     ) -> Core<S> {
-        let Shared {
+        let CoreFigures {
             stats,
             drops,
             channels,
-        } = shared;
+        } = figures;
         let config_rejoin = config.rejoin_from;
         let mut store = store;
         store.set_rejoining(config_rejoin.is_some());

@@ -92,7 +92,7 @@ pub struct DirectReply {
     /// The store's pages (none for a link made without a store).
     table: Option<Arc<PageTable>>,
     /// The link, to hand back the segments of a box dropped instead of returned.
-    back: Weak<Shared>,
+    back: Weak<BoxQueues>,
 }
 
 impl Drop for DirectReply {
@@ -262,7 +262,9 @@ pub enum DirectError {
     Timeout(Duration),
 }
 
-struct Shared {
+/// What both ends of a direct link share: the four queues of request and reply boxes (see the
+/// module docs) and which side has gone.
+struct BoxQueues {
     request_free: BoundedQueue<Box<DirectRequest>>,
     requests: BoundedQueue<Box<DirectRequest>>,
     reply_free: BoundedQueue<Box<DirectReply>>,
@@ -295,7 +297,7 @@ pub(crate) fn direct_link_for(
     // Room for the clears that may be queued besides the requests.
     let requests = capacity + CLEAR_SLACK;
     let replies = capacity + 1;
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(BoxQueues {
         request_free: BoundedQueue::new("ros.direct.request_free", requests, FullPolicy::Refuse),
         requests: BoundedQueue::new("ros.direct.requests", requests, FullPolicy::Refuse),
         reply_free: BoundedQueue::new("ros.direct.reply_free", replies, FullPolicy::Refuse),
@@ -348,7 +350,7 @@ pub(super) fn handover_backoff() -> Backoff {
 
 /// The core thread's end of a direct link (a [`RequestSource`]).
 pub struct DirectSource {
-    shared: Arc<Shared>,
+    shared: Arc<BoxQueues>,
     /// The store's pages the replies refer to (none: replies carry no fragment).
     table: Option<Arc<PageTable>>,
     /// Reply boxes taken back from the client, emptied on this thread; used last in, first out
@@ -528,7 +530,7 @@ impl RequestSource for DirectSource {
 
 /// The client's end of a direct link: sends requests and clears, receives replies.
 pub struct DirectClient {
-    shared: Arc<Shared>,
+    shared: Arc<BoxQueues>,
     capacity: usize,
     in_flight: usize,
     wait_limit: Duration,

@@ -51,8 +51,10 @@
 //!
 //! # Inputs
 //!
-//! Emulated S-LINK cards through DMA superpages ([`DmaInput`]), the inline firmware-style
-//! generator ([`FirmwareInput`]), or the SW ROD fragment builder ([`swrod_input`]).
+//! Anything that implements [`Input`]: emulated S-LINK cards through DMA superpages
+//! ([`crate::inputs::DmaInput`]), the inline firmware-style generator
+//! ([`crate::inputs::FirmwareInput`]), network and file channels ([`crate::inputs`]), or the
+//! SW ROD fragment builders ([`crate::swrod`]).
 //!
 //! # Shutdown
 //!
@@ -67,7 +69,6 @@ pub mod input;
 pub mod peers;
 pub mod rejoin;
 pub mod source;
-pub mod swrod_input;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -79,15 +80,13 @@ use rodeo_transport::message::{clear_bytes, data_request_bytes, MAX_CLEAR_L1IDS}
 use rodeo_transport::socket::{SocketKind, Transport, TransportError};
 
 use crate::store::EventStore;
+use crate::swrod::counters::SwRodInputCounters;
 pub use channels::{ChannelFigures, ChannelStats};
 pub use direct::{direct_link, DirectClient, DirectError, DirectReply, DirectSource};
-pub use input::{DmaInput, FirmwareInput, Input, Payload};
+pub use input::Input;
 pub use peers::{PeerDrop, PeerDrops};
 use rodeo_format::slink::SlinkCounters;
 pub use source::{Ids, Incoming, ReplyRefused, RequestSource, ZmqSource};
-pub use swrod_input::{
-    swrod_link, StoreSink, SwRodInput, SwRodInputCounters, SwRodInputs, SwRodLinkCounters,
-};
 
 /// The default ZeroMQ high-water mark of a request server's ROUTER, in messages per peer
 /// (`[ros] high_water_mark` in a partition file): requests beyond it wait in the peer (policy
@@ -352,7 +351,7 @@ impl RequestServer {
             store,
             input,
             Arc::clone(&stop),
-            core::Shared {
+            core::CoreFigures {
                 stats: Arc::clone(&stats),
                 drops: Arc::clone(&drops),
                 channels: Arc::clone(&channels),

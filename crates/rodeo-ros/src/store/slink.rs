@@ -3,7 +3,7 @@
 //!
 //! The checks themselves are `rodeo_format::slink::SlinkChecker`'s (framing control words, ROD
 //! marker, header and trailer, L1ID readable, L1ID sequence per channel with wrap, duplicates,
-//! optional CRC word); [`crate::server::DmaInput`] runs one per channel.
+//! optional CRC word); [`crate::inputs::DmaInput`] runs one per channel.
 
 use std::io::Write;
 use std::time::Instant;

@@ -47,10 +47,12 @@ use rodeo_transport::socket::{SocketKind, Transport};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::node::{start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind};
 use crate::plain::plain_loop;
 use crate::report::Report;
-use crate::tester::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
+use rodeo_ros::standalone::{
+    start_direct_node, start_node, summary, InputKind, NodeArgs, PayloadKind,
+};
+use rodeo_rostester::drive::{run_direct_tester, run_testers, MixArgs, Row as TesterRow};
 use rodeo_rostester::TesterReport;
 
 /// Arguments of `rodeo bench ros`.
@@ -401,7 +403,8 @@ pub fn measure_report(a: &Args) -> anyhow::Result<Report> {
 fn data_path_rate(node: &NodeArgs, seconds: f64, requests: bool) -> anyhow::Result<f64> {
     use rodeo_cards::generator::L1idCounter;
     use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions};
-    use rodeo_ros::server::{FirmwareInput, Input, Payload};
+    use rodeo_ros::inputs::{FirmwareInput, Payload};
+    use rodeo_ros::server::Input;
     use rodeo_ros::store::{EventStore, StoreConfig};
     let pool = PagePool::new(PagePoolConfig {
         page_bytes: node.page_bytes,

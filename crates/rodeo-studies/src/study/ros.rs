@@ -34,9 +34,9 @@ use super::plot::{line_chart, Chart, Series};
 use super::rounds::{self, quantile, summarize, SplitMix};
 use super::{field, write_json, Ctx};
 use crate::bench::probe::{process_cpu_seconds, HostLoad};
-use crate::node::{start_node, summary, InputKind, NodeArgs, PayloadKind};
 use crate::report::Report;
-use crate::tester::{run_testers, MixArgs};
+use rodeo_ros::standalone::{start_node, summary, InputKind, NodeArgs, PayloadKind};
+use rodeo_rostester::drive::{run_testers, MixArgs};
 
 /// Input links of the node (two RobinNP cards in the paper).
 const LINKS: usize = 24;

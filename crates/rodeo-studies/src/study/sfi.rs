@@ -27,9 +27,9 @@ use serde::Serialize;
 use super::plot::{line_chart, Chart, Series};
 use super::rounds::{self, summarize};
 use super::{field, Ctx};
-use crate::node::{InputKind, NodeArgs};
 use crate::plain::plain_loop;
 use crate::report::Report;
+use rodeo_ros::standalone::{InputKind, NodeArgs};
 
 /// Emulator threads (the paper had 60 FPGA emulators for 1600 sources).
 const EMULATORS: usize = 2;

@@ -30,9 +30,9 @@ use serde::Serialize;
 use super::plot::{line_chart, Chart, Series};
 use super::rounds::{self, summarize};
 use super::{field, Ctx};
-use crate::node::{start_node, InputKind, NodeArgs, PayloadKind};
 use crate::report::Report;
-use crate::tester::{run_testers, MixArgs};
+use rodeo_ros::standalone::{start_node, InputKind, NodeArgs, PayloadKind};
+use rodeo_rostester::drive::{run_testers, MixArgs};
 
 /// What one run of a point gives: events, seconds, event latency, bytes per reply, bad replies.
 type Measured = (u64, f64, Histogram, u64, u64);

@@ -14,9 +14,9 @@ use serde_json::{Map, Value};
 
 use super::plot::{line_chart, Chart, Series};
 use super::{field, Ctx};
-use crate::node::{start_direct_node, InputKind, NodeArgs};
 use crate::report::Report;
-use crate::tester::{run_direct_tester, MixArgs, NodeRow};
+use rodeo_ros::standalone::{start_direct_node, InputKind, NodeArgs};
+use rodeo_rostester::drive::{run_direct_tester, MixArgs, NodeRow};
 
 /// One measurement of a node.
 #[derive(Debug, Clone, Copy, Default)]

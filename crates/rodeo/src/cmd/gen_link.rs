@@ -16,7 +16,7 @@ use rodeo_files::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
 use rodeo_format::felix::TrailerSize;
 use serde_json::{json, Map, Value};
 
-use rodeo_studies::node::parse_u32;
+use rodeo_ros::standalone::parse_u32;
 
 use crate::progress;
 

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use rodeo_ros::node::ReadoutNode;
-use rodeo_studies::node::{start_node, summary, NodeArgs};
+use rodeo_ros::standalone::{start_node, summary, NodeArgs};
 use rodeo_studies::plain::plain_loop;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport};

@@ -9,9 +9,9 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use rodeo_studies::node::{start_direct_node, start_node, NodeArgs};
+use rodeo_ros::standalone::{start_direct_node, start_node, NodeArgs};
+use rodeo_rostester::drive::{run_direct_tester, run_testers, MixArgs, NodeRow, Row};
 use rodeo_studies::report::Report;
-use rodeo_studies::tester::{run_direct_tester, run_testers, MixArgs, NodeRow, Row};
 use rodeo_transport::socket::Transport;
 
 /// Arguments of `rodeo tester`.

@@ -1,15 +1,19 @@
-//! The ROSTester as the benches and studies drive it: tester threads over ZeroMQ or one tester
-//! on the direct link of an in-process node, configured by [`MixArgs`] (the command line's
-//! request-mix options), and one flat result row.
+//! The ROSTester as `rodeo tester`, the benches and the studies drive it: tester threads over
+//! ZeroMQ or one tester on the direct link of an in-process node, configured by [`MixArgs`] (the
+//! command line's request-mix options, a clap `Args` struct), and one flat result row
+//! ([`Row`]).
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use rodeo_ros::server::DirectClient;
-use rodeo_rostester::{self as tester, TesterConfig, TesterReport};
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport};
 use serde::Serialize;
+
+use crate::config::TesterConfig;
+use crate::report::TesterReport;
+use crate::run as tester;
 
 /// The request mix and the run's limits (shared with `bench ros`).
 #[derive(Debug, Clone, clap::Args)]

@@ -1,14 +1,17 @@
-//! A standalone readout node as the benches, the studies, `rodeo ros` and `rodeo tester` build
+//! A standalone readout node as `rodeo ros`, `rodeo tester`, the benches and the studies build
 //! it: emulated inputs, the event store and the request server, described by [`NodeArgs`] (whose
-//! fields are also the command line's options), and its final counters as one JSON object.
+//! fields are also the command line's options, a clap `Args` struct), and its final counters as
+//! one JSON object ([`summary`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rodeo_ros::node::{NodeConfig, NodeInput, ReadoutNode};
-use rodeo_ros::server::{DirectClient, Payload, Stopped};
 use rodeo_transport::socket::Transport;
 use serde_json::{json, Value};
+
+use crate::inputs::Payload;
+use crate::node::{NodeConfig, NodeError, NodeInput, ReadoutNode};
+use crate::server::{DirectClient, Stopped};
 
 /// How a readout node is built (shared by `ros`, `tester` and `bench ros`).
 #[derive(Debug, Clone, clap::Args)]
@@ -104,14 +107,14 @@ impl NodeArgs {
 }
 
 /// Starts a readout node as `args` describe it, serving on `endpoint`.
-pub fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> anyhow::Result<ReadoutNode> {
-    Ok(ReadoutNode::start(t, &node_config(a), endpoint)?)
+pub fn start_node(t: &Transport, a: &NodeArgs, endpoint: &str) -> Result<ReadoutNode, NodeError> {
+    ReadoutNode::start(t, &node_config(a), endpoint)
 }
 
 /// Starts a readout node as `args` describe it, serving one in-process client over the
 /// direct link (no ZeroMQ).
-pub fn start_direct_node(a: &NodeArgs) -> anyhow::Result<(ReadoutNode, DirectClient)> {
-    Ok(ReadoutNode::start_direct(&node_config(a))?)
+pub fn start_direct_node(a: &NodeArgs) -> Result<(ReadoutNode, DirectClient), NodeError> {
+    ReadoutNode::start_direct(&node_config(a))
 }
 
 /// The library's node configuration for `args`.

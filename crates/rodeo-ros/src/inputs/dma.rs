@@ -1,0 +1,221 @@
+//! The DMA input: per channel a DMA channel (a real or emulated card, S-LINK mode) whose
+//! superpages are read through the S-LINK checks into the store ([`DmaInput`]), and the node's
+//! emulated S-LINK cards that feed it ([`crate::node::NodeInput::Dma`]; the replay input runs
+//! the same cards with another generator).
+//!
+//! # Back-pressure
+//!
+//! [`DmaInput`] stops at the first fragment the store refuses ([`IngestError::Full`]) and
+//! retries it on the next poll: it keeps the superpage it was reading, stops popping, and the
+//! card stalls once its queues are full (counted in the channel's stalls): XOFF to the link.
+
+use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Filled, Generator};
+use rodeo_cards::generator::{SlinkConfig, SlinkGenerator, WordRange};
+use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
+use rodeo_memory::{RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig};
+
+use super::setup::{error_file, ChannelSetup};
+use crate::node::error::NodeError;
+use crate::server::input::{Input, POLL_BUDGET};
+use crate::store::slink::ErrorDump;
+use crate::store::{EventStore, IngestError};
+
+struct DmaLane<D> {
+    channel: D,
+    checker: SlinkChecker,
+    /// The superpage being read and the word the checker resumes at.
+    current: Option<(Filled<Superpage>, usize)>,
+}
+
+/// One DMA channel per store channel (channel `i` feeds store channel `i`), each superpage
+/// checked by a [`SlinkChecker`] in its pull form. Words the checker drops go to the error dump.
+///
+/// When the store refuses a fragment (full), the checker takes it back
+/// ([`SlinkChecker::unread`]), the superpage is kept with the position of that fragment, and
+/// the channel is not read until the store has room: the card stalls (back-pressure), nothing
+/// is dropped.
+pub struct DmaInput<D> {
+    lanes: Vec<DmaLane<D>>,
+    dump: ErrorDump,
+}
+
+impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
+    /// Reads `channels` (each already given its empty superpages), checked per `check`.
+    pub fn new(channels: Vec<D>, check: SlinkCheckConfig, dump: ErrorDump) -> DmaInput<D> {
+        DmaInput {
+            lanes: channels
+                .into_iter()
+                .map(|channel| DmaLane {
+                    channel,
+                    checker: SlinkChecker::new(check),
+                    current: None,
+                })
+                .collect(),
+            dump,
+        }
+    }
+
+    /// The error dump (counters).
+    pub fn dump(&self) -> &ErrorDump {
+        &self.dump
+    }
+}
+
+impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        let mut consumed = 0u64;
+        for (c, lane) in self.lanes.iter_mut().enumerate() {
+            let mut budget = POLL_BUDGET;
+            while budget > 0 {
+                if lane.current.is_none() {
+                    match lane.channel.pop_superpage() {
+                        Some(f) => lane.current = Some((f, 0)),
+                        None => break,
+                    }
+                }
+                let Some((filled, at)) = lane.current.as_mut() else {
+                    break;
+                };
+                let used = filled.bytes_used.min(filled.superpage.len()) / 4;
+                let words = &filled.superpage.words()[..used];
+                let mut blocked = false;
+                while budget > 0 {
+                    let before = *at;
+                    let Some(item) = lane.checker.next_item(words, at) else {
+                        break;
+                    };
+                    match item {
+                        SlinkItem::Fragment(f) => {
+                            if let Err(IngestError::Full) = store.ingest(c, f.rod, f.status) {
+                                // Retry this fragment on a later poll.
+                                lane.checker.unread();
+                                *at = before;
+                                blocked = true;
+                                break;
+                            }
+                        }
+                        SlinkItem::Dropped(d) => self.dump.dump(c, d.words),
+                    }
+                    consumed += 1;
+                    budget -= 1;
+                }
+                if blocked {
+                    break;
+                }
+                if *at >= used {
+                    let (filled, _) = lane.current.take().expect("checked above");
+                    // The superpage came from this channel: its transfer queue has room.
+                    let _ = lane.channel.push_superpage(filled.superpage);
+                }
+            }
+        }
+        consumed
+    }
+
+    fn slink_counters(&self) -> SlinkCounters {
+        let mut t = SlinkCounters::default();
+        for l in &self.lanes {
+            t.add(l.checker.counters());
+        }
+        t
+    }
+
+    fn stalls(&self) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| l.channel.status().counters.stalls)
+            .sum()
+    }
+
+    fn finished(&self) -> bool {
+        self.lanes.iter().all(|l| {
+            // The card puts its last superpage on the ready queue before its link goes down.
+            let s = l.channel.status();
+            l.current.is_none() && !s.link_up && s.ready_queue_len == 0
+        })
+    }
+}
+
+/// Channels per emulated card (one DMA-engine thread each), for S-LINK (a RobinNP's 12 links)
+/// and FELIX inputs alike.
+pub const CHANNELS_PER_CARD: usize = 12;
+
+/// Per channel an emulated S-LINK link running `generator(channel)`, [`CHANNELS_PER_CARD`] to
+/// a card (one engine thread), `depth` superpages of
+/// `superpage_bytes` each, read through the S-LINK checks (framing on): the node's DMA input
+/// ([`build`]) and its replay input ([`super::replay`]).
+pub(crate) fn emulated_cards<G: Generator>(
+    config: &ChannelSetup<'_>,
+    rate_hz: Option<f64>,
+    superpage_bytes: usize,
+    generator: impl Fn(usize) -> G,
+) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
+    let depth = 8;
+    let sp = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes,
+        superpages: config.channels * depth,
+        region: RegionOptions::default(),
+    })?;
+    // One engine thread per card of (at most) CHANNELS_PER_CARD channels, as a RobinNP
+    // serves its links with its DMA engine; never a thread per channel.
+    let mut chans = Vec::with_capacity(config.channels);
+    let card_config = EmulatedConfig {
+        queue_depth: depth,
+        max_units_per_s: rate_hz,
+        ..EmulatedConfig::default()
+    };
+    let channels: Vec<usize> = (0..config.channels).collect();
+    for (k, group) in channels.chunks(CHANNELS_PER_CARD).enumerate() {
+        let card = EmulatedChannel::start_card(
+            &format!("slink{k}"),
+            group.iter().map(|&c| (card_config, generator(c))).collect(),
+        )
+        .map_err(|source| NodeError::Io {
+            what: format!("starting card thread slink{k}"),
+            source,
+        })?;
+        for ch in card {
+            for _ in 0..depth {
+                let s = sp
+                    .alloc()
+                    .map_err(|e| NodeError::Config(format!("superpage pool too small: {e}")))?;
+                if ch.push_superpage(s).is_err() {
+                    return Err(NodeError::Config(
+                        "transfer queue smaller than its depth".into(),
+                    ));
+                }
+            }
+            chans.push(ch);
+        }
+    }
+    let file = error_file(config)?;
+    let check = SlinkCheckConfig {
+        framing: true,
+        crc: false,
+        l1id_wrap: config.l1id_wrap,
+    };
+    Ok((
+        Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10))),
+        sp,
+    ))
+}
+
+/// The node's DMA input: per channel an emulated S-LINK card's link writing framed fragments
+/// of `config.fragment_words` data words from event `config.first_event` on, at most `rate_hz`
+/// fragments per second per channel.
+pub(crate) fn build(
+    config: &ChannelSetup<'_>,
+    rate_hz: Option<f64>,
+) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
+    emulated_cards(config, rate_hz, 256 * 1024, |c| {
+        let mut g = SlinkGenerator::new(SlinkConfig {
+            source_id: config.base_source_id + c as u32,
+            data_words: WordRange::fixed(config.fragment_words),
+            l1id_wrap: config.l1id_wrap,
+            framing: true,
+            ..SlinkConfig::default()
+        });
+        g.skip(config.first_event);
+        g
+    })
+}

@@ -1,0 +1,123 @@
+//! The node's readout progress ([`ReadoutProgress`]): the L1IDs complete on every channel and
+//! whether the input ended, published by a wrapper around the node's input
+//! (`ProgressInput`) for a data-driven L1.
+//!
+//! # Progress
+//!
+//!
+//! [`ReadoutProgress`] is what the node publishes after each poll that moved data: `complete`,
+//! the number of L1IDs, counted from the first (L1ID 0) in the readout's wrap order, that every
+//! channel has reached (a channel's count is its newest L1ID's position plus one, unwrapped
+//! through ECR wraps), and `ended`, set once every channel's link is down and everything it
+//! delivered has been read (a file played to its end, a TCP sender that closed). A channel that
+//! skipped an L1ID still counts past it: the event is built without that fragment (LOST).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rodeo_format::slink::SlinkCounters;
+
+use crate::server::input::Input;
+use crate::store::EventStore;
+
+/// What a node publishes of its input's progress; see the module docs.
+#[derive(Debug, Default)]
+pub struct ReadoutProgress {
+    complete: AtomicU64,
+    ended: AtomicBool,
+}
+
+impl ReadoutProgress {
+    /// L1IDs, counted from the first, that every channel has reached.
+    pub fn complete(&self) -> u64 {
+        self.complete.load(Ordering::Acquire)
+    }
+
+    /// Every channel's input has ended and was read to its end. Read before
+    /// [`ReadoutProgress::complete`]: `complete` is final once this is true.
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+}
+
+/// Wraps a node's input and publishes its [`ReadoutProgress`] after each poll.
+pub(crate) struct ProgressInput {
+    inner: Box<dyn Input>,
+    progress: Arc<ReadoutProgress>,
+    /// L1IDs per ECR cycle, and the extended sequence's period (256 cycles).
+    wrap: u64,
+    /// Per channel: the newest L1ID seen and its unwrapped count (position + 1).
+    lanes: Vec<(Option<u32>, u64)>,
+}
+
+impl ProgressInput {
+    pub(crate) fn new(inner: Box<dyn Input>, channels: usize, wrap: u32) -> ProgressInput {
+        ProgressInput {
+            inner,
+            progress: Arc::default(),
+            wrap: u64::from(wrap.max(1)),
+            lanes: vec![(None, 0); channels],
+        }
+    }
+
+    pub(crate) fn progress(&self) -> Arc<ReadoutProgress> {
+        Arc::clone(&self.progress)
+    }
+
+    /// Position of extended L1ID `l1id` in the sequence 0, 1, ... (ECR in bits 31..24).
+    fn position(&self, l1id: u32) -> u64 {
+        u64::from(l1id >> 24) * self.wrap + u64::from(l1id & 0x00FF_FFFF)
+    }
+
+    fn update(&mut self, store: &EventStore) {
+        let period = 256 * self.wrap;
+        let mut min = u64::MAX;
+        for c in 0..self.lanes.len() {
+            let newest = store.last_l1id(c);
+            let (prev, count) = self.lanes[c];
+            if newest != prev {
+                if let Some(n) = newest {
+                    let now = self.position(n);
+                    let count = match prev {
+                        None => now + 1,
+                        Some(p) => count + (now + period - self.position(p)) % period,
+                    };
+                    self.lanes[c] = (newest, count);
+                }
+            }
+            min = min.min(self.lanes[c].1);
+        }
+        if min != u64::MAX && min > self.progress.complete.load(Ordering::Relaxed) {
+            self.progress.complete.store(min, Ordering::Release);
+        }
+    }
+}
+
+impl Input for ProgressInput {
+    fn poll(&mut self, store: &mut EventStore) -> u64 {
+        let n = self.inner.poll(store);
+        if n > 0 {
+            self.update(store);
+        } else if !self.progress.ended.load(Ordering::Relaxed) && self.inner.finished() {
+            self.update(store);
+            self.progress.ended.store(true, Ordering::Release);
+        }
+        n
+    }
+
+    fn slink_counters(&self) -> SlinkCounters {
+        self.inner.slink_counters()
+    }
+
+    fn stalls(&self) -> u64 {
+        self.inner.stalls()
+    }
+
+    fn finished(&self) -> bool {
+        self.inner.finished()
+    }
+
+    fn release(&mut self, store: &mut EventStore) {
+        self.inner.release(store);
+    }
+}
