@@ -23,7 +23,7 @@ use rodeo_dataflow::supervisor::SupervisorConfig;
 use rodeo_dataflow::trigger::{AcceptFraction, TimeDistribution};
 use rodeo_files::replay::L1idMode;
 use rodeo_format::checksum::ChecksumType;
-use rodeo_ros::links::{FileInput, NetworkInput};
+use rodeo_ros::inputs::{FileInput, NetworkInput};
 use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
 
 use crate::config::{

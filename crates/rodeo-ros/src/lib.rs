@@ -32,8 +32,6 @@
 //!   its [`node::NodeInput`] selects, and request server, started and stopped in order.
 //! - [`standalone`]: the node `rodeo ros` and `rodeo tester` start, from command-line options
 //!   ([`standalone::NodeArgs`], a clap `Args` struct), and its final counters as JSON.
-//! - [`links`]: the former paths of the network and file inputs' options and of the readout
-//!   progress, re-exported from [`inputs`].
 //!
 //! **Owns**: the store's pages (from a `rodeo_memory::PagePool`), the request descriptors, the
 //! core thread, and the card and builder threads of a [`node::ReadoutNode`].
@@ -44,7 +42,6 @@
 //! its clients (the ROSTester, the studies) sit above it.
 
 pub mod inputs;
-pub mod links;
 pub mod node;
 pub mod server;
 pub mod standalone;

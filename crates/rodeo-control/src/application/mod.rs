@@ -106,7 +106,7 @@ pub struct AppContext {
 
 /// Readout nodes' progress by node name, shared by the applications of one process.
 pub type ReadoutBoard = Arc<
-    std::sync::Mutex<std::collections::BTreeMap<String, Arc<rodeo_ros::links::ReadoutProgress>>>,
+    std::sync::Mutex<std::collections::BTreeMap<String, Arc<rodeo_ros::inputs::ReadoutProgress>>>,
 >;
 
 impl fmt::Debug for AppContext {
