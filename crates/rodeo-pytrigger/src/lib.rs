@@ -1,6 +1,9 @@
 //! Trigger algorithms written in Python: a callable, run by a DCM through the
 //! [`TriggerAlgorithm`] trait.
 //!
+//! **Must not depend on** the control, run or studies crates or the binary: it is a trigger
+//! algorithm, handed to the DCMs by whoever builds the partition (`rodeo run --trigger`).
+//!
 //! ```python
 //! # mytrigger.py
 //! import numpy as np

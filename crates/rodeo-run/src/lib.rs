@@ -6,9 +6,10 @@
 //! partition (threads or processes), drives it to its end and keeps its balance sheet
 //! ([`sheet::RunSheet`], one shape for every way a run ends) in `summary.json` and in the run
 //! database. `rodeo run`, `rodeo serve` and `rodeo runs` are thin commands over this crate. It
-//! **owns** the output directory's lock, the run database and the run numbers. It **must not
-//! depend on** the studies or the binary; nothing below it (control, dataflow, readout)
-//! depends on it.
+//! **owns** the output directory's lock, the run database and the run numbers.
+//!
+//! **Must not depend on** the studies or the binary; nothing below it (control, dataflow,
+//! readout) depends on it.
 //!
 //! The run:
 //! - [`setup`]: the configuration file (or the default) and the command line's overrides.
