@@ -4,9 +4,19 @@
 //! loaded 2-core machine any fixed time is sometimes too short. They wait on the condition they
 //! need, with a deadline that turns a hang into a failure naming what did not happen. This
 //! crate holds the only `sleep` of the test suites: the poll interval of those waits.
+//!
+//! Modules:
+//! - waits (here): [`wait_until`], [`wait_for`], [`holds_within`]; [`files_under`].
+//! - `cli`: running the `rodeo` binary with a deadline (`rodeo!()`, [`cli::Rodeo`],
+//!   [`cli::Running`]): the one way the tests start it.
+//! - `process`: the applications of a `--processes` partition, found from `/proc`.
+//! - `http`: a plain HTTP/1.1 client for the HTTP API.
+//!
+//! Depends on std and libc only: no rodeo crate (every rodeo crate may use it in its tests).
 
 use std::time::{Duration, Instant};
 
+pub mod cli;
 pub mod http;
 pub mod process;
 
