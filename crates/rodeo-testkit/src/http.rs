@@ -53,37 +53,3 @@ pub fn get_ok(addr: SocketAddr, path: &str) -> String {
     assert_eq!(code, 200, "GET {path}: {body}");
     body
 }
-
-/// Spawns `cmd` (a `rodeo run`/`serve` with `--http`) with stdout and stderr piped, echoes its
-/// stderr to the test's (prefixed `[rodeo]`) and returns the child and the address it serves
-/// HTTP on, read from its "rodeo: HTTP API on http://ADDR/" line. Panics if that line does not
-/// come within a minute.
-pub fn spawn_serving(mut cmd: std::process::Command) -> (std::process::Child, SocketAddr) {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the server");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().expect("piped stderr");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[rodeo] {line}");
-            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
-                if let Ok(addr) = a.trim_end_matches('/').parse::<SocketAddr>() {
-                    let _ = tx.send(addr);
-                }
-            }
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(addr) => (child, addr),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no \"HTTP API on\" line from the server within 60 s");
-        }
-    }
-}

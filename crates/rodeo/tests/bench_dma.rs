@@ -1,7 +1,6 @@
 //! `rodeo bench dma --quick --json`: checks the shape of the report, never timings.
 
-use std::process::Command;
-
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
 #[test]
@@ -11,17 +10,12 @@ fn bench_dma_json_shape() {
 }
 
 fn check(generator: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args(["bench", "dma", "--quick", "--json", "--seconds", "0.05"])
         .args(["--generator", generator])
-        .output()
-        .expect("run rodeo");
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        .output();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
     assert_eq!(v["bench"], "dma");
     assert!(
         v["memcpy_64mib_bytes_per_s"]

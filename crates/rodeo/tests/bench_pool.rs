@@ -1,12 +1,11 @@
 //! `rodeo bench pool --json` on a tiny workload: checks the shape of the report, never timings.
 
-use std::process::Command;
-
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
 #[test]
 fn bench_pool_json_shape() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args([
             "bench",
             "pool",
@@ -19,14 +18,9 @@ fn bench_pool_json_shape() {
             "--repeat",
             "1",
         ])
-        .output()
-        .expect("run rodeo");
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        .output();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
     assert_eq!(v["bench"], "pool");
     assert_eq!(v["chunk_bytes"], 4096);
     assert_eq!(v["live_bytes"], 4 << 20);

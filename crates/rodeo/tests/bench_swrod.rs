@@ -1,22 +1,16 @@
 //! `rodeo bench swrod --json` on a tiny input: checks the shape of the report, never timings.
 
-use std::process::Command;
-
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
 #[test]
 fn bench_swrod_json_shape() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args(["bench", "swrod", "--elinks", "12", "--packet-bytes", "8"])
         .args(["--packets", "20000", "--reps", "1", "--json"])
-        .output()
-        .expect("run rodeo");
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        .output();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
     assert_eq!(v["bench"], "swrod");
     let rows = v["rows"].as_array().expect("rows");
     // --threads not given: 1 and 2 threads.

@@ -7,13 +7,12 @@
 //! disk have their own test files (see the "faults" table in docs/run-control.md).
 
 use std::collections::HashSet;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::fragment::FullEvent;
 use rodeo_testkit::process::find_app;
-use rodeo_testkit::{files_under, wait_for, wait_until};
+use rodeo_testkit::{files_under, rodeo, wait_for, wait_until};
 use serde_json::Value;
 
 /// How long an application stays stopped: well past the DCM's request timeout and the
@@ -33,7 +32,7 @@ fn pause_and_resume(name: &str) {
     )
     .unwrap();
     let out_dir = dir.path().join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let child = rodeo!()
         .args([
             "run",
             "--processes",
@@ -45,10 +44,7 @@ fn pause_and_resume(name: &str) {
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let marker = out_dir.to_str().unwrap().to_string();
     wait_until("events being written", Duration::from_secs(60), || {
         files_under(&out_dir)
@@ -62,10 +58,10 @@ fn pause_and_resume(name: &str) {
     std::thread::sleep(PAUSE);
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    let stderr = &out.stderr;
     assert!(out.status.success(), "{name} paused: {stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{name} paused: {v}");
     assert_eq!(v["l1_accepts"], 9000, "{v}");
     let written = v["events_written"].as_u64().unwrap();
@@ -121,15 +117,12 @@ fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
     )
     .unwrap();
     let out_dir = dir.path().join("out");
-    let run = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let run = rodeo!()
         .args(["run", "--json", "--config"])
         .arg(&config)
         .arg("--output")
         .arg(&out_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     // Each sender corrupts 2% of its fragments, cycling through every error kind (bad
     // markers, size mismatches, short and lost fragments, duplicates, garbage). It retries
     // (bounded) until the partition listens.
@@ -142,13 +135,12 @@ fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
                     "a corrupting sender to deliver its stream",
                     Duration::from_secs(60),
                     || {
-                        Command::new(env!("CARGO_BIN_EXE_rodeo"))
+                        rodeo!()
                             .args(["gen", "link", "--mode", "slink", "--units"])
                             .arg(UNITS.to_string())
                             .args(["--data-words", "16..64", "--corrupt", "0.02", "--send"])
                             .arg(&address)
                             .output()
-                            .unwrap()
                             .status
                             .success()
                     },
@@ -159,10 +151,10 @@ fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
     for s in senders {
         s.join().unwrap();
     }
-    let out = child_output_within(run, Duration::from_secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = run.wait_with_deadline(Duration::from_secs(60));
+    let stderr = &out.stderr;
     assert!(out.status.success(), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     assert!(v["input_errors"].as_u64().unwrap() > 0, "{v}");
     assert!(v["partial_events"].as_u64().unwrap() > 0, "{v}");
@@ -170,20 +162,6 @@ fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
     assert_eq!(written, v["l1_accepts"].as_u64().unwrap(), "{v}");
     assert!(written >= UNITS - UNITS / 10, "{v}");
     assert_eq!(events_in_files(&v), written, "{v}");
-}
-
-/// Waits for `child` to end within `limit` (killing it and failing the test past that).
-fn child_output_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
-    let ended = rodeo_testkit::holds_within(limit, || child.try_wait().unwrap().is_some());
-    if !ended {
-        let _ = child.kill();
-        let out = child.wait_with_output().unwrap();
-        panic!(
-            "the run did not end within {limit:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    child.wait_with_output().unwrap()
 }
 
 #[test]

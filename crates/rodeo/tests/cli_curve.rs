@@ -7,17 +7,13 @@
 //! the controller's own plus every application's). The keys are never on a command line.
 
 use rodeo_testkit::http::request as http;
-use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use rodeo_control::channel::{self, Heartbeat, ToController};
 use rodeo_control::config::PartitionConfig;
 use rodeo_control::lifecycle::State;
 use rodeo_control::partition::Layout;
-use rodeo_testkit::{wait_for, wait_until};
+use rodeo_testkit::{rodeo, wait_for, wait_until};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -75,7 +71,7 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     let (ros_endpoint, sup_endpoint) = (endpoint_of("ros-1"), endpoint_of("supervisor"));
     let first_rob = layout.nodes[0].2.base_source_id;
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let child = rodeo!()
         .args([
             "run",
             "--processes",
@@ -88,23 +84,9 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
         .arg("--config")
         .arg(&config_file)
         .env("RODEO_TOKEN", "curve-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let (log_tx, log_rx) = mpsc::channel::<String>();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[rodeo] {line}");
-            if let Some(a) = line.strip_prefix("rodeo: HTTP API on http://") {
-                let _ = tx.send(a.trim_end_matches('/').parse::<SocketAddr>().unwrap());
-            }
-            let _ = log_tx.send(line);
-        }
-    });
-    let addr = rx.recv_timeout(LIMIT).expect("the HTTP address");
+        .echo_stderr()
+        .spawn();
+    let addr = child.http_address(LIMIT);
     wait_for("RUNNING with L1 accepts", LIMIT, || {
         let (code, body) = http(addr, "GET", "/api/status", None, "");
         assert_eq!(code, 200);
@@ -170,8 +152,9 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     assert!(refused >= 3.0);
     // Logged, naming the peer's address.
     wait_until("the refusal logged", LIMIT, || {
-        log_rx
-            .try_iter()
+        child
+            .stderr_so_far()
+            .lines()
             .any(|l| l.contains("CURVE: refused a tcp peer") && l.contains("127.0.0.1"))
     });
     // The stranger got no answer (its connections were closed in the handshake) ...
@@ -201,16 +184,9 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
     let stop = r#"{"command":"stop"}"#;
     let (code, body) = http(addr, "POST", "/api/command", Some("curve-token"), stop);
     assert_eq!(code, 200, "{body}");
-    let exit = wait_for("rodeo run to end after stop", LIMIT, || {
-        child.try_wait().unwrap()
-    });
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let out = child.wait_with_deadline(LIMIT);
+    let exit = out.status;
+    let out = out.stdout;
     assert!(exit.success(), "{out}");
     let summary: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(summary["balanced"], true, "{summary}");

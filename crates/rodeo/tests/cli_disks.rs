@@ -9,14 +9,15 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rodeo_dataflow::disks::free_space;
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::FullEvent;
-use rodeo_testkit::wait_for;
+use rodeo_testkit::cli::{Output, Running};
+use rodeo_testkit::{rodeo, wait_for};
 use serde_json::Value;
 
 /// A tmpfs of a given size mounted on a fresh directory, unmounted when dropped.
@@ -62,41 +63,21 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Starts `rodeo run ARGS --json -q` with its output piped.
-fn start(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_rodeo"))
+/// Starts `rodeo run ARGS --json -q`.
+fn start(args: &[&str]) -> Running {
+    rodeo!()
         .arg("run")
         .args(args)
         .args(["--json", "-q"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
-        .expect("start rodeo run")
-}
-
-/// Waits (bounded) for `child` to exit; on the deadline it is killed and the test fails.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let t0 = Instant::now();
-    let done = rodeo_testkit::holds_within(limit, || matches!(child.try_wait(), Ok(Some(_))));
-    if !done {
-        let _ = child.kill();
-        let out = child.wait_with_output().unwrap();
-        panic!(
-            "{what}: rodeo run did not exit within {:?}; stderr:\n{}",
-            t0.elapsed(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// The JSON balance sheet on stdout.
 fn sheet(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "no JSON balance sheet ({e}); stdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            out.stdout, out.stderr
         )
     })
 }
@@ -111,16 +92,12 @@ fn verify_files(sheet: &Value) -> HashSet<u64> {
         .map(|f| f.as_str().unwrap())
         .collect();
     if !files.is_empty() {
-        let v = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-            .arg("verify")
-            .args(&files)
-            .output()
-            .unwrap();
+        let v = rodeo!().arg("verify").args(&files).output();
         assert!(
             v.status.success(),
             "rodeo verify failed: {}{}",
-            String::from_utf8_lossy(&v.stdout),
-            String::from_utf8_lossy(&v.stderr)
+            v.stdout,
+            v.stderr
         );
     }
     let mut ids = HashSet::new();
@@ -140,7 +117,7 @@ fn verify_files(sheet: &Value) -> HashSet<u64> {
 /// The run stopped because its disk filled: non-zero exit within `limit` of the free space
 /// reaching `full_below` bytes, the error and the sheet say "disk full", complete files
 /// verify and hold exactly the events counted written.
-fn assert_stops_on_full_disk(disk: &Path, child: Child, full_below: u64, limit: Duration) {
+fn assert_stops_on_full_disk(disk: &Path, child: Running, full_below: u64, limit: Duration) {
     let mut child = child;
     // The disk fills (bounded: the run would go on for a minute).
     let filled = wait_for("the disk to fill", Duration::from_secs(120), || {
@@ -150,9 +127,9 @@ fn assert_stops_on_full_disk(disk: &Path, child: Child, full_below: u64, limit: 
         let fs = free_space(disk).ok()?;
         (fs.available <= full_below).then(Instant::now)
     });
-    let out = finish(child, limit, "a full disk");
+    let out = child.wait_with_deadline(limit);
     let late = filled.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = &out.stderr;
     assert!(
         !out.status.success(),
         "a run that could not write its events must fail; stderr:\n{stderr}"
@@ -247,13 +224,9 @@ fn a_small_first_directory_moves_the_run_to_the_second_and_it_balances() {
         "-o",
         out.path().to_str().unwrap(),
     ]);
-    let o = finish(child, Duration::from_secs(120), "two directories");
+    let o = child.wait_with_deadline(Duration::from_secs(120));
     let s = sheet(&o);
-    assert!(
-        o.status.success(),
-        "stderr:\n{}\n{s}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "stderr:\n{}\n{s}", o.stderr);
     assert_eq!(s["balanced"], true, "{s}");
     let files: Vec<&str> = s["files"]
         .as_array()

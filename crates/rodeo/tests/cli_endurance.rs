@@ -7,10 +7,9 @@
 //! over a run".
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rodeo_testkit::{holds_within, wait_for};
+use rodeo_testkit::{holds_within, rodeo, wait_for};
 
 /// The `rodeo app` processes whose parent is `parent`: name -> pid.
 fn apps_of(parent: u32) -> BTreeMap<String, u32> {
@@ -70,17 +69,14 @@ fn application_memory_stays_flat_over_a_run() {
         "[ros]\nchannels = 2\nfragment_words = 16\n[dcm]\naccept_fraction = 1.0\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let mut child = rodeo!()
         .args(["run", "--processes", "--seconds", &SECONDS.to_string()])
         .arg("-c")
         .arg(&cfg)
         .arg("-o")
         .arg(out.path())
         .args(["--json", "-q"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let parent = child.id();
     // Every application up (the default partition has five).
     let apps = wait_for("the applications to start", Duration::from_secs(30), || {
@@ -107,20 +103,11 @@ fn application_memory_stays_flat_over_a_run() {
     )));
     let late = sample(&apps);
     let span = t0.elapsed().as_secs_f64() - early_at.as_secs_f64();
-    let done = holds_within(Duration::from_secs(60), || {
-        matches!(child.try_wait(), Ok(Some(_)))
-    });
-    if !done {
-        let _ = child.kill();
-    }
-    let output = child.wait_with_output().unwrap();
+    let output = child.wait_or_stop(Duration::from_secs(60));
+    let done = !output.stopped_at_deadline;
     assert!(done, "the run did not end");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let sheet: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(output.status.success(), "{}", output.stderr);
+    let sheet: serde_json::Value = serde_json::from_str(&output.stdout).unwrap();
     let written = sheet["events_written"].as_u64().unwrap() as f64;
     let run_s = sheet["seconds"].as_f64().unwrap();
     // Events written between the two samples, at the run's mean rate.

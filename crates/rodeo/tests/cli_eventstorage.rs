@@ -10,41 +10,10 @@ mod spec_reader;
 use std::collections::HashSet;
 use std::io::Read as _;
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
+use rodeo_testkit::rodeo;
 use serde_json::Value;
-
-/// Runs `rodeo ARGS`, killing it after `limit` (its output is read while it runs).
-fn rodeo(args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run rodeo");
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the child this test started, by its pid.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("rodeo {args:?} did not finish within {limit:?}");
-        }
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A run of `events` L1 accepts with `logger` lines in `[logger]`; its JSON summary.
 fn run(dir: &Path, events: u32, logger: &str) -> Value {
@@ -54,8 +23,8 @@ fn run(dir: &Path, events: u32, logger: &str) -> Value {
         format!("[dcm]\naccept_fraction = 0.3\n[logger]\nmax_file_mib = 1\n{logger}"),
     )
     .unwrap();
-    let out = rodeo(
-        &[
+    let out = rodeo!()
+        .args([
             "run",
             "--config",
             cfg.to_str().unwrap(),
@@ -64,11 +33,11 @@ fn run(dir: &Path, events: u32, logger: &str) -> Value {
             "--output",
             dir.to_str().unwrap(),
             "--json",
-        ],
-        Duration::from_secs(120),
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+        ])
+        .deadline(Duration::from_secs(120))
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    serde_json::from_str(&out.stdout).expect("one JSON object")
 }
 
 /// The eformat 5 global id of a full event read as plain words (after the 6 generic header
@@ -157,14 +126,20 @@ fn eventstorage_runs_are_read_by_the_spec_only_reader_with_the_accepted_count() 
         assert!(ids.iter().all(|&g| g < l1), "global ids are L1 accepts");
         // rodeo's own tools read the same files.
         let f = v["files"][0].as_str().unwrap();
-        let out = rodeo(&["verify", "--json", f], Duration::from_secs(60));
-        assert!(out.status.success(), "{}", text(&out));
-        let verdict: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = rodeo!()
+            .args(["verify", "--json", f])
+            .deadline(Duration::from_secs(60))
+            .output();
+        assert!(out.status.success(), "{}", out.text());
+        let verdict: Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(verdict["container"], "eventstorage");
         assert_eq!(verdict["version"], 5);
-        let out = rodeo(&["dump", "--json", f], Duration::from_secs(60));
-        assert!(out.status.success(), "{}", text(&out));
-        let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = rodeo!()
+            .args(["dump", "--json", f])
+            .deadline(Duration::from_secs(60))
+            .output();
+        assert!(out.status.success(), "{}", out.text());
+        let d: Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(d["container"], "eventstorage");
         let events = d["events"].as_array().unwrap();
         assert_eq!(
@@ -188,12 +163,12 @@ fn zstd_with_eventstorage_is_refused_naming_the_field() {
         "[logger]\nformat = \"eventstorage\"\ncompression = \"zstd\"\n",
     )
     .unwrap();
-    let out = rodeo(
-        &["run", "--config", cfg.to_str().unwrap(), "--events", "10"],
-        Duration::from_secs(30),
-    );
+    let out = rodeo!()
+        .args(["run", "--config", cfg.to_str().unwrap(), "--events", "10"])
+        .deadline(Duration::from_secs(30))
+        .output();
     assert!(!out.status.success());
-    let t = text(&out);
+    let t = out.text();
     assert!(
         t.contains("logger.compression") && t.contains("zstd") && t.contains("zlib"),
         "{t}"

@@ -2,40 +2,29 @@
 //! kind of damage is rejected with a message that says where and what.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn rodeo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(args)
-        .output()
-        .expect("cannot run the rodeo binary")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use rodeo_testkit::cli::Output;
+use rodeo_testkit::rodeo;
 
 /// Generates one file of `count` events and returns its path.
 fn gen(dir: &Path, count: u64, checksum: &str) -> PathBuf {
-    let out = rodeo(&[
-        "gen",
-        "events",
-        "--count",
-        &count.to_string(),
-        "--robs",
-        "8",
-        "--checksum",
-        checksum,
-        "--output",
-        dir.to_str().unwrap(),
-        "--json",
-    ]);
-    assert!(out.status.success(), "gen failed: {}", text(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args([
+            "gen",
+            "events",
+            "--count",
+            &count.to_string(),
+            "--robs",
+            "8",
+            "--checksum",
+            checksum,
+            "--output",
+            dir.to_str().unwrap(),
+            "--json",
+        ])
+        .output();
+    assert!(out.status.success(), "gen failed: {}", out.text());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["events"], count);
     let files = v["files"].as_array().unwrap();
     assert_eq!(files.len(), 1);
@@ -60,9 +49,9 @@ fn verify_accepts_generated_files_for_every_checksum() {
     let dir = tempfile::tempdir().unwrap();
     for (i, c) in ["none", "crc16", "adler32"].iter().enumerate() {
         let f = gen(&dir.path().join(i.to_string()), 50, c);
-        let out = rodeo(&["verify", f.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", text(&out));
-        assert!(text(&out).contains("OK, 50 events"), "{}", text(&out));
+        let out = rodeo!().args(["verify", f.to_str().unwrap()]).output();
+        assert!(out.status.success(), "{}", out.text());
+        assert!(out.text().contains("OK, 50 events"), "{}", out.text());
     }
 }
 
@@ -77,9 +66,9 @@ fn verify_rejects_a_flipped_payload_bit() {
     bytes[at] ^= 0x10;
     let bad = dir.path().join("flipped.data");
     std::fs::write(&bad, &bytes).unwrap();
-    let out = rodeo(&["verify", bad.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let t = text(&out);
+    let out = rodeo!().args(["verify", bad.to_str().unwrap()]).output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    let t = out.text();
     assert!(t.contains("FAILED"), "{t}");
     assert!(
         t.contains("event record 12") || t.contains("event 12"),
@@ -102,9 +91,9 @@ fn verify_rejects_a_truncated_copy_naming_the_recoverable_events() {
         .count();
     let bad = dir.path().join("truncated.data");
     std::fs::write(&bad, &bytes[..cut]).unwrap();
-    let out = rodeo(&["verify", bad.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let t = text(&out);
+    let out = rodeo!().args(["verify", bad.to_str().unwrap()]).output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    let t = out.text();
     assert!(
         t.contains(&format!("{complete} good events")),
         "expected {complete} recoverable events: {t}"
@@ -124,9 +113,9 @@ fn verify_rejects_a_corrupted_event_marker() {
     bytes[recs[7]..recs[7] + 4].copy_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
     let bad = dir.path().join("marker.data");
     std::fs::write(&bad, &bytes).unwrap();
-    let out = rodeo(&["verify", bad.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let t = text(&out);
+    let out = rodeo!().args(["verify", bad.to_str().unwrap()]).output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    let t = out.text();
     assert!(t.contains(&format!("byte {}", recs[7])), "{t}");
     assert!(t.contains("0xdeadbeef") && t.contains("0x1234cccc"), "{t}");
     assert!(t.contains("7 good events"), "{t}");
@@ -136,9 +125,11 @@ fn verify_rejects_a_corrupted_event_marker() {
 fn dump_shows_events_and_robs() {
     let dir = tempfile::tempdir().unwrap();
     let f = gen(dir.path(), 3, "adler32");
-    let out = rodeo(&["dump", f.to_str().unwrap(), "--words", "--limit", "2"]);
-    assert!(out.status.success(), "{}", text(&out));
-    let t = text(&out);
+    let out = rodeo!()
+        .args(["dump", f.to_str().unwrap(), "--words", "--limit", "2"])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let t = out.text();
     assert_eq!(t.matches("\nevent ").count(), 2, "{t}");
     assert_eq!(t.matches("  ROB 0x").count(), 16, "{t}");
     assert!(t.contains("aa1234aa"), "hex words missing: {t}");
@@ -151,9 +142,11 @@ fn dump_shows_events_and_robs() {
 fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
     let dir = tempfile::tempdir().unwrap();
     let f = gen(dir.path(), 12, "crc16");
-    let out = rodeo(&["dump", f.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", text(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args(["dump", f.to_str().unwrap(), "--json"])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let events = v["events"].as_array().unwrap();
     assert_eq!(events.len(), 12);
     assert!(v["error"].is_null());
@@ -171,9 +164,11 @@ fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
     // Cut inside record 5: five events, then the error naming the record's offset.
     let bad = dir.path().join("cut.data");
     std::fs::write(&bad, &bytes[..recs[5] + 20]).unwrap();
-    let out = rodeo(&["dump", bad.to_str().unwrap(), "--json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args(["dump", bad.to_str().unwrap(), "--json"])
+        .output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["events"].as_array().unwrap().len(), 5);
     assert_eq!(v["error"]["offset"], recs[5] as u64);
     assert_eq!(v["error"]["events_recovered"], 5);
@@ -184,38 +179,44 @@ fn convert_to_eventstorage_and_back_keeps_every_event() {
     let dir = tempfile::tempdir().unwrap();
     let f = gen(dir.path(), 20, "crc16");
     let es = dir.path().join("events.es.data");
-    let out = rodeo(&[
-        "convert",
-        f.to_str().unwrap(),
-        es.to_str().unwrap(),
-        "--format",
-        "eventstorage",
-        "--compression",
-        "zlib",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args([
+            "convert",
+            f.to_str().unwrap(),
+            es.to_str().unwrap(),
+            "--format",
+            "eventstorage",
+            "--compression",
+            "zlib",
+            "--json",
+        ])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let s: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(
         (s["events"].as_u64(), s["robs"].as_u64()),
         (Some(20), Some(160))
     );
-    let out = rodeo(&["verify", es.to_str().unwrap()]);
-    assert!(text(&out).contains("OK, 20 events"), "{}", text(&out));
-    assert!(text(&out).contains("eventstorage 5"), "{}", text(&out));
+    let out = rodeo!().args(["verify", es.to_str().unwrap()]).output();
+    assert!(out.text().contains("OK, 20 events"), "{}", out.text());
+    assert!(out.text().contains("eventstorage 5"), "{}", out.text());
     let back = dir.path().join("back.data");
-    let out = rodeo(&[
-        "convert",
-        es.to_str().unwrap(),
-        back.to_str().unwrap(),
-        "--format",
-        "rodeo",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = rodeo!()
+        .args([
+            "convert",
+            es.to_str().unwrap(),
+            back.to_str().unwrap(),
+            "--format",
+            "rodeo",
+        ])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
     let dump = |p: &Path| -> serde_json::Value {
-        let out = rodeo(&["dump", "--json", p.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
+        let out = rodeo!()
+            .args(["dump", "--json", p.to_str().unwrap()])
+            .output();
+        assert!(out.status.success(), "{}", out.text());
+        serde_json::from_str(&out.stdout).unwrap()
     };
     let (a, b) = (dump(&f), dump(&back));
     assert_eq!(b["container"], "rodeo");
@@ -239,17 +240,19 @@ fn convert_to_eventstorage_and_back_keeps_every_event() {
     assert_eq!(strip(&a), strip(&b));
     assert_eq!(strip(&a).len(), 20);
     // zstd into EventStorage is refused with the reason.
-    let out = rodeo(&[
-        "convert",
-        f.to_str().unwrap(),
-        dir.path().join("x.data").to_str().unwrap(),
-        "--format",
-        "eventstorage",
-        "--compression",
-        "zstd",
-    ]);
+    let out = rodeo!()
+        .args([
+            "convert",
+            f.to_str().unwrap(),
+            dir.path().join("x.data").to_str().unwrap(),
+            "--format",
+            "eventstorage",
+            "--compression",
+            "zstd",
+        ])
+        .output();
     assert!(!out.status.success());
-    assert!(text(&out).contains("zlib"), "{}", text(&out));
+    assert!(out.text().contains("zlib"), "{}", out.text());
 }
 
 /// A real BESIII file (EventStorage v2, eformat 3; `crates/rodeo-files/tests/data/README.md`).
@@ -261,9 +264,11 @@ fn besiii_file() -> PathBuf {
 #[test]
 fn a_real_besiii_file_dumps_verifies_and_converts() {
     let f = besiii_file();
-    let out = rodeo(&["dump", "--json", f.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args(["dump", "--json", f.to_str().unwrap()])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(
         (v["container"].as_str(), v["version"].as_u64()),
         (Some("eventstorage"), Some(2))
@@ -282,9 +287,11 @@ fn a_real_besiii_file_dumps_verifies_and_converts() {
         assert_eq!(e["global_id"], l1id, "BESIII event number");
         assert_eq!(e["robs"].as_array().unwrap().len(), 42);
     }
-    let out = rodeo(&["verify", "--json", f.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
-    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args(["verify", "--json", f.to_str().unwrap()])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let verdict: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(
         (verdict["good_events"].as_u64(), verdict["robs"].as_u64()),
         (Some(10), Some(420))
@@ -292,30 +299,32 @@ fn a_real_besiii_file_dumps_verifies_and_converts() {
     // Lifted to eformat 5 in an EventStorage v5 file, which verifies with every ROB.
     let dir = tempfile::tempdir().unwrap();
     let v5 = dir.path().join("besiii.v5.data");
-    let out = rodeo(&[
-        "convert",
-        f.to_str().unwrap(),
-        v5.to_str().unwrap(),
-        "--format",
-        "eventstorage",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args([
+            "convert",
+            f.to_str().unwrap(),
+            v5.to_str().unwrap(),
+            "--format",
+            "eventstorage",
+            "--json",
+        ])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let s: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(
         (s["events"].as_u64(), s["lifted"].as_u64()),
         (Some(10), Some(10))
     );
-    let out = rodeo(&["verify", v5.to_str().unwrap()]);
+    let out = rodeo!().args(["verify", v5.to_str().unwrap()]).output();
     assert!(
-        text(&out).contains("OK, 10 events, 420 ROBs"),
+        out.text().contains("OK, 10 events, 420 ROBs"),
         "{}",
-        text(&out)
+        out.text()
     );
     assert!(
-        text(&out).contains("eventstorage 5, eformat 5"),
+        out.text().contains("eventstorage 5, eformat 5"),
         "{}",
-        text(&out)
+        out.text()
     );
 }
 
@@ -363,8 +372,10 @@ fn with_start(bytes: &[u8], version: u32, run: u32) -> Vec<u8> {
 }
 
 fn verify_json(f: &Path) -> (Output, serde_json::Value) {
-    let out = rodeo(&["verify", "--json", f.to_str().unwrap()]);
-    let v = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args(["verify", "--json", f.to_str().unwrap()])
+        .output();
+    let v = serde_json::from_str(&out.stdout).unwrap();
     (out, v)
 }
 
@@ -372,12 +383,12 @@ fn verify_json(f: &Path) -> (Output, serde_json::Value) {
 fn verify_rejects_a_flipped_run_number_in_the_start_record() {
     let dir = tempfile::tempdir().unwrap();
     let f = gen(dir.path(), 20, "crc16");
-    let out = rodeo(&["verify", f.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = rodeo!().args(["verify", f.to_str().unwrap()]).output();
+    assert!(out.status.success(), "{}", out.text());
     assert!(
-        text(&out).contains("start record checksummed"),
+        out.text().contains("start record checksummed"),
         "{}",
-        text(&out)
+        out.text()
     );
     let (_, v) = verify_json(&f);
     assert_eq!(
@@ -389,9 +400,9 @@ fn verify_rejects_a_flipped_run_number_in_the_start_record() {
     bytes[24] ^= 0x01;
     let bad = dir.path().join("run-flipped.data");
     std::fs::write(&bad, &bytes).unwrap();
-    let out = rodeo(&["verify", bad.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let t = text(&out);
+    let out = rodeo!().args(["verify", bad.to_str().unwrap()]).output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    let t = out.text();
     assert!(t.contains("run-flipped.data: FAILED at byte 0"), "{t}");
     assert!(
         t.contains("file start record") && t.contains("Adler-32"),
@@ -403,9 +414,9 @@ fn verify_rejects_a_flipped_run_number_in_the_start_record() {
         (Some(false), Some(0))
     );
     // `dump` refuses it too.
-    let out = rodeo(&["dump", bad.to_str().unwrap()]);
-    assert!(!out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("Adler-32"), "{}", text(&out));
+    let out = rodeo!().args(["dump", bad.to_str().unwrap()]).output();
+    assert!(!out.status.success(), "{}", out.text());
+    assert!(out.text().contains("Adler-32"), "{}", out.text());
 }
 
 #[test]
@@ -416,9 +427,9 @@ fn version_1_files_still_verify_marked_unchecked() {
     let run = le_word(&bytes, 6);
     let v1 = dir.path().join("old-layout.data");
     std::fs::write(&v1, with_start(&bytes, 1, run)).unwrap();
-    let out = rodeo(&["verify", v1.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
-    let t = text(&out);
+    let out = rodeo!().args(["verify", v1.to_str().unwrap()]).output();
+    assert!(out.status.success(), "{}", out.text());
+    let t = out.text();
     assert!(t.contains("OK, 20 events") && t.contains("rodeo 1"), "{t}");
     assert!(t.contains("v1 file: start record unchecked"), "{t}");
     let (_, v) = verify_json(&v1);
@@ -431,21 +442,25 @@ fn version_1_files_still_verify_marked_unchecked() {
         (Some(true), Some(1), Some(false))
     );
     // dump reads it, and convert writes the current version from it.
-    let out = rodeo(&["dump", v1.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", text(&out));
-    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = rodeo!()
+        .args(["dump", v1.to_str().unwrap(), "--json"])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
+    let d: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(d["events"].as_array().unwrap().len(), 20);
     let converted = dir.path().join("converted.data");
-    let out = rodeo(&[
-        "convert",
-        v1.to_str().unwrap(),
-        converted.to_str().unwrap(),
-        "--format",
-        "rodeo",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = rodeo!()
+        .args([
+            "convert",
+            v1.to_str().unwrap(),
+            converted.to_str().unwrap(),
+            "--format",
+            "rodeo",
+        ])
+        .output();
+    assert!(out.status.success(), "{}", out.text());
     let (out, v) = verify_json(&converted);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", out.text());
     assert_eq!(
         (
             v["good_events"].as_u64(),
@@ -467,9 +482,9 @@ fn verify_rejects_a_start_record_whose_run_disagrees_with_the_events() {
     for version in [1, 2] {
         let bad = dir.path().join(format!("other-run-v{version}.data"));
         std::fs::write(&bad, with_start(&bytes, version, run + 1)).unwrap();
-        let out = rodeo(&["verify", bad.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-        let t = text(&out);
+        let out = rodeo!().args(["verify", bad.to_str().unwrap()]).output();
+        assert_eq!(out.status.code(), Some(1), "{}", out.text());
+        let t = out.text();
         assert!(
             t.contains(&format!("other-run-v{version}.data: FAILED")),
             "{t}"

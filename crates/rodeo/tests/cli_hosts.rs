@@ -9,8 +9,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use rodeo_testkit::{rodeo, rodeo_bin};
 use serde_json::Value;
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -199,7 +200,7 @@ fn a_partition_over_three_hosts_in_network_namespaces_balances() {
 
     let out_dir = dir.path().join("out");
     let client_key = dir.path().join("client_key");
-    let rodeo = env!("CARGO_BIN_EXE_rodeo");
+    let rodeo = rodeo_bin!();
     let cfg = dir.path().join("three-hosts.toml");
     std::fs::write(
         &cfg,
@@ -232,7 +233,7 @@ remote_rodeo = "{rodeo}"
         ),
     )
     .unwrap();
-    let mut child = Command::new(rodeo)
+    let child = rodeo!()
         .args([
             "run",
             "--processes",
@@ -245,29 +246,13 @@ remote_rodeo = "{rodeo}"
         .arg("--output")
         .arg(&out_dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the three-host run did not end within 120 s");
-        }
-        rodeo_testkit::holds_within(Duration::from_millis(50), || {
-            matches!(child.try_wait(), Ok(Some(_)))
-        });
-    };
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+        .spawn();
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    let status = out.status;
+    let stdout = &out.stdout;
+    let stderr = &out.stderr;
     assert!(status.success(), "{stderr}\n{stdout}");
-    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let v: Value = serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["l1_accepts"], 6000, "{v}");
     let written = v["events_written"].as_u64().unwrap();

@@ -3,12 +3,11 @@
 //! with it, balances, and writes its `--trace`.
 
 use rodeo_testkit::http::request as http;
-use std::io::Read;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
-use rodeo_testkit::wait_for;
+use rodeo_testkit::cli::Running;
+use rodeo_testkit::{rodeo, wait_for};
 use serde_json::Value;
 
 #[test]
@@ -108,7 +107,7 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
             format!("[run]\nevents = 2000\n[control]\nlog = \"{log}\"\n"),
         )
         .unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+        let mut c = rodeo!();
         c.args(["run", "--json", "--config"])
             .arg(&cfg)
             .arg("--output")
@@ -117,54 +116,49 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
         if let Some(e) = env {
             c.env("RODEO_LOG", e);
         }
-        c.output().unwrap()
+        c.output()
     };
     let out = run("warn,rodeo_control=info", None);
     assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = &out.stderr;
     assert!(
         err.contains("partition command") && err.contains("run started"),
         "{err}"
     );
     // stderr is a pipe here: log lines carry no colour codes.
     assert!(
-        !out.stderr.contains(&0x1b),
+        !out.stderr.contains('\x1b'),
         "an escape byte in a log written to a pipe: {err}"
     );
     // RODEO_LOG wins over the configuration.
     let out = run("warn,rodeo_control=info", Some("error"));
     assert!(out.status.success());
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("partition command"));
+    assert!(!out.stderr.contains("partition command"));
     // A bad filter is an error naming the field.
     let out = run("rodeo_control=loud", None);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("control.log"));
+    assert!(out.stderr.contains("control.log"));
 }
 
 /// Waits (bounded) for `rodeo run` to end after a stop; checks it succeeded and returns its
 /// JSON summary.
-fn wait_for_summary(mut child: std::process::Child) -> Value {
-    let exit = wait_for(
-        "rodeo run to end after stop",
-        Duration::from_secs(120),
-        || child.try_wait().unwrap(),
-    );
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+fn wait_for_summary(child: Running) -> Value {
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    let exit = out.status;
+    let out = out.stdout;
     assert!(exit.success(), "{out}");
     serde_json::from_str(out.trim()).unwrap()
 }
 
 /// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and the HTTP address it printed.
-fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
-    cmd.args(args).env("RODEO_TOKEN", token);
-    rodeo_testkit::http::spawn_serving(cmd)
+fn spawn_with_http(args: &[&str], token: &str) -> (Running, SocketAddr) {
+    let child = rodeo!()
+        .args(args)
+        .env("RODEO_TOKEN", token)
+        .echo_stderr()
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
+    (child, addr)
 }
 
 #[test]
@@ -212,16 +206,9 @@ fn processes_mode_serves_the_controller_and_stops_with_the_token() {
 }
 
 fn rodeo_json(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let out = rodeo!().args(args).output();
+    assert!(out.status.success(), "{}", out.stderr);
+    serde_json::from_str(&out.stdout).unwrap()
 }
 
 #[test]
@@ -350,10 +337,9 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
         assert_eq!(st["state"], "CONNECTED", "{st}");
         assert_eq!(st["run_number"], expect_first + 3);
         let runs = rodeo_json(&["ctl", "runs", "--url", &url]);
-        let refused = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        let refused = rodeo!()
             .args(["ctl", "start", "--url", &url, "--token", "wrong"])
-            .output()
-            .unwrap();
+            .output();
         assert!(!refused.status.success());
         // SIGTERM: down in order, exit 0.
         // SAFETY: kill(2) on our own child's pid with a valid signal number.

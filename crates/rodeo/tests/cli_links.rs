@@ -3,21 +3,15 @@
 //! network input channel arrives whole.
 
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use rodeo_testkit::cli::Output;
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
-fn rodeo() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rodeo"))
-}
-
-fn json_of(out: std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+fn json_of(out: Output) -> Value {
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    serde_json::from_str(&out.stdout).expect("one JSON object")
 }
 
 #[test]
@@ -25,7 +19,7 @@ fn corrupted_link_file_replays_with_every_error_counted() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("slink.rlnk");
     let gen = json_of(
-        rodeo()
+        rodeo!()
             .args(["gen", "link", "--mode", "slink", "--framing", "--crc"])
             .args([
                 "--units",
@@ -38,12 +32,11 @@ fn corrupted_link_file_replays_with_every_error_counted() {
             .arg("--output")
             .arg(&file)
             .arg("--json")
-            .output()
-            .unwrap(),
+            .output(),
     );
     let injected = &gen["injected"];
     let cards = json_of(
-        rodeo()
+        rodeo!()
             .args([
                 "cards",
                 "--no-defaults",
@@ -53,8 +46,7 @@ fn corrupted_link_file_replays_with_every_error_counted() {
                 "--play",
             ])
             .arg(&file)
-            .output()
-            .unwrap(),
+            .output(),
     );
     let ch = &cards["cards"][0]["channels"][0];
     assert_eq!(ch["units"], gen["units_written"], "{ch}");
@@ -91,31 +83,23 @@ fn felix_blocks_over_udp_reach_a_network_channel() {
         .unwrap()
         .port();
     let address = format!("udp://127.0.0.1:{port}");
-    let mut cards = rodeo()
+    let cards = rodeo!()
         .args(["cards", "--no-defaults", "--seconds", "4", "--json"])
         .args(["--listen", &address, "--listen-mode", "felix"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     // Send once the input is bound (the line comes before the cards' --seconds run; the
-    // process ends by itself, so the read is bounded).
-    let mut err = std::io::BufReader::new(cards.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("card(s) running") {
-        line.clear();
-        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-        assert!(n > 0, "rodeo cards ended before its inputs ran");
-    }
+    // wait fails if rodeo cards ends before its inputs ran).
+    cards.wait_for_stderr("the inputs running", Duration::from_secs(60), |err| {
+        err.contains("card(s) running").then_some(())
+    });
     let gen = json_of(
-        rodeo()
+        rodeo!()
             .args(["gen", "link", "--mode", "felix", "--units", "2000"])
             .args(["--rate", "5000", "--send", &address, "--json"])
-            .output()
-            .unwrap(),
+            .output(),
     );
     assert_eq!(gen["units_written"], 2000);
-    let out = json_of(cards.wait_with_output().unwrap());
+    let out = json_of(cards.wait_with_deadline(Duration::from_secs(60)));
     let ch = &out["cards"][0]["channels"][0];
     assert_eq!(ch["units"], 2000, "{ch}");
     assert_eq!(ch["bad"], 0, "{ch}");

@@ -5,12 +5,12 @@
 //! runs only (`PUT /api/config`), and its page shows all that in headless Chromium.
 
 use rodeo_testkit::http::request as http;
-use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use rodeo_testkit::{wait_for, wait_until};
+use rodeo_testkit::cli::Running;
+use rodeo_testkit::{rodeo, wait_for, wait_until};
 use serde_json::Value;
 
 const FULL_EVENT_MARKER: u32 = 0xAA12_34AA;
@@ -84,12 +84,10 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
     let reader = sub(&ctx, &endpoint, 1000);
     // Subscribed and never read: its queue fills at once, the forwarder drops for it.
     let _deaf = sub(&ctx, &endpoint, 1);
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let child = rodeo!()
         .args(["run", "--config", cfg.to_str().unwrap(), "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+        .echo_stderr()
+        .spawn();
     reader.set_rcvtimeo(60_000).unwrap();
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..200 {
@@ -97,17 +95,9 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
         let h = check_sample(&frames);
         seen.insert(h["dcm"].as_str().unwrap().to_string());
     }
-    let mut child = child;
-    let exit = wait_for("the run to end", Duration::from_secs(120), || {
-        child.try_wait().unwrap()
-    });
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    let exit = out.status;
+    let out = out.stdout;
     assert!(exit.success(), "{out}");
     let sheet: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(sheet["balanced"], true, "{sheet}");
@@ -115,11 +105,15 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
 }
 
 /// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and its HTTP address.
-fn spawn_with_http(args: &[&str], token: &str) -> (std::process::Child, SocketAddr) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
-    cmd.args(args).env("RODEO_TOKEN", token);
-    cmd.env("RODEO_LOG", "warn,rodeo_control=info");
-    rodeo_testkit::http::spawn_serving(cmd)
+fn spawn_with_http(args: &[&str], token: &str) -> (Running, SocketAddr) {
+    let child = rodeo!()
+        .args(args)
+        .env("RODEO_TOKEN", token)
+        .env("RODEO_LOG", "warn,rodeo_control=info")
+        .echo_stderr()
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
+    (child, addr)
 }
 
 fn chromium() -> Option<&'static str> {
@@ -214,12 +208,11 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
     assert!(served.contains("rate_hz = 600.0"), "{served}");
     // And from another shell: `rodeo ctl config get`.
     let url = format!("http://{addr}");
-    let got = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let got = rodeo!()
         .args(["ctl", "config", "get", "--url", &url])
-        .output()
-        .unwrap();
+        .output();
     assert!(got.status.success());
-    assert!(String::from_utf8_lossy(&got.stdout).contains("rate_hz = 600.0"));
+    assert!(got.stdout.contains("rate_hz = 600.0"));
 
     // Run 2 with the new configuration: the alarm is raised by the real rate.
     assert_eq!(cmd("start").0, 200);

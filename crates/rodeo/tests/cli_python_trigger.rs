@@ -2,7 +2,7 @@
 //! With the `python` feature the run balances and the files hold exactly the events the
 //! callable accepted; without it the option is refused with how to build it.
 
-use std::process::Command;
+use rodeo_testkit::rodeo;
 
 #[cfg(feature = "python")]
 #[test]
@@ -27,19 +27,14 @@ def decide(event):
 "#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args(["run", "--events", "3000", "--json", "--output"])
         .arg(dir.path().join("out"))
         .arg("--trigger")
         .arg(format!("{}:decide", script.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        .output();
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     let t = &v["python_trigger"];
     assert_eq!(t["errors"], 0, "{v}");
@@ -72,7 +67,7 @@ def decide(event):
 #[test]
 fn without_the_python_feature_the_trigger_option_says_how_to_build() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args([
             "run",
             "--events",
@@ -82,9 +77,8 @@ fn without_the_python_feature_the_trigger_option_says_how_to_build() {
             "--output",
         ])
         .arg(dir.path())
-        .output()
-        .unwrap();
+        .output();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = &out.stderr;
     assert!(err.contains("--features python"), "{err}");
 }

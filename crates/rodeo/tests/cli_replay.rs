@@ -5,42 +5,19 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use rodeo_files::datafile::DataFileReader;
+use rodeo_testkit::rodeo;
 use serde_json::Value;
-
-/// Runs `rodeo ARGS`, killing it after `limit` (output read while it runs).
-fn rodeo(args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run rodeo");
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("output"),
-        Err(_) => {
-            // SAFETY: kill(2) of the child this test started, by its pid.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("rodeo {args:?} did not finish within {limit:?}");
-        }
-    }
-}
 
 /// A run with `toml` as its configuration; its JSON summary (the run must balance).
 fn run(dir: &Path, name: &str, events: u64, toml: &str) -> Value {
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(&cfg, toml).unwrap();
     let out_dir = dir.join(name);
-    let out = rodeo(
-        &[
+    let out = rodeo!()
+        .args([
             "run",
             "--config",
             cfg.to_str().unwrap(),
@@ -49,16 +26,11 @@ fn run(dir: &Path, name: &str, events: u64, toml: &str) -> Value {
             "--output",
             out_dir.to_str().unwrap(),
             "--json",
-        ],
-        Duration::from_secs(120),
-    );
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ])
+        .deadline(Duration::from_secs(120))
+        .output();
+    assert!(out.status.success(), "{}\n{}", out.stderr, out.stdout);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     v
 }

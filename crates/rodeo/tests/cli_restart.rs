@@ -8,15 +8,15 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
 use rodeo_format::fragment::{FullEvent, Status};
+use rodeo_testkit::cli::Running;
 use rodeo_testkit::process::{apps_under, find_app};
-use rodeo_testkit::{files_under, wait_for, wait_until};
+use rodeo_testkit::{files_under, rodeo, wait_for, wait_until};
 use serde_json::Value;
 
 /// A small partition over ZeroMQ ipc: two readout nodes, two DCMs, one logger, a steady L1.
@@ -31,7 +31,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A `--processes` run of `seconds` in a temporary directory, started.
 struct Run {
-    child: Child,
+    child: Running,
     out_dir: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -42,7 +42,7 @@ impl Run {
         let cfg = dir.path().join("p.toml");
         std::fs::write(&cfg, CONFIG).unwrap();
         let out_dir = dir.path().join("out");
-        let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+        let child = rodeo!()
             .args([
                 "run",
                 "--processes",
@@ -54,10 +54,7 @@ impl Run {
             .arg(&cfg)
             .arg("--output")
             .arg(&out_dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .spawn();
         Run {
             child,
             out_dir,
@@ -89,19 +86,15 @@ impl Run {
         limit: Duration,
     ) -> (std::process::ExitStatus, Value, String, tempfile::TempDir) {
         let Run {
-            mut child,
+            child,
             out_dir,
             _dir,
         } = self;
-        let status = wait_for("the run's end", limit, || child.try_wait().unwrap());
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "no JSON balance sheet ({e}): {}\n{stderr}",
-                String::from_utf8_lossy(&out.stdout)
-            )
-        });
+        let out = child.wait_with_deadline(limit);
+        let status = out.status;
+        let stderr = out.stderr;
+        let v: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON balance sheet ({e}): {}\n{stderr}", out.stdout));
         let left: Vec<PathBuf> = files_under(&out_dir)
             .into_iter()
             .filter(|p| {
@@ -237,13 +230,15 @@ fn a_restart_counts_in_metrics_and_raises_the_restart_alarm_of_a_service() {
     );
     std::fs::write(&cfg, toml).unwrap();
     let out_dir = dir.path().join("out");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
-    cmd.args(["serve", "--processes", "--http", "127.0.0.1:0", "--config"])
+    let mut child = rodeo!()
+        .args(["serve", "--processes", "--http", "127.0.0.1:0", "--config"])
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
-        .env("RODEO_TOKEN", "tok");
-    let (mut child, addr) = rodeo_testkit::http::spawn_serving(cmd);
+        .env("RODEO_TOKEN", "tok")
+        .echo_stderr()
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
     let command = |c: &str| {
         rodeo_testkit::http::request(
             addr,

@@ -1,33 +1,38 @@
 //! `rodeo ros`, `rodeo tester` and `rodeo bench ros` as a user runs them: real processes, tcp on
 //! 127.0.0.1. Checks shapes and balances, never timings.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use rodeo_testkit::cli::Running;
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
-fn rodeo() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rodeo"))
+/// The first line `rodeo ros` prints on stdout (waited for, bounded).
+fn first_line(ros: &Running) -> String {
+    ros.wait_for_stdout("the first line", Duration::from_secs(60), |out| {
+        out.lines().next().map(String::from)
+    })
+}
+
+/// What `rodeo ros` printed on stdout after its first line, once it ended: its summary.
+fn after_first_line(stdout: &str) -> &str {
+    stdout.split_once('\n').map_or("", |(_, rest)| rest)
 }
 
 #[test]
 fn tester_against_a_ros_process_balances() {
-    let mut ros = rodeo()
+    let ros = rodeo!()
         .args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
         .args(["--channels", "4", "--fragment-words", "100"])
         .args(["--pages-per-channel", "256", "--seconds", "60"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(ros.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+        .spawn();
+    let line = first_line(&ros);
     let ep = line
         .trim()
         .strip_prefix("listening on ")
         .unwrap()
         .to_string();
-    let t = rodeo()
+    let t = rodeo!()
         .args(["tester", "--connect", &ep, "--channels", "4", "--json"])
         .args([
             "--events",
@@ -37,10 +42,9 @@ fn tester_against_a_ros_process_balances() {
             "--max-outstanding",
             "32",
         ])
-        .output()
-        .unwrap();
-    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
-    let v: Value = serde_json::from_slice(&t.stdout).unwrap();
+        .output();
+    assert!(t.status.success(), "{}", t.stderr);
+    let v: Value = serde_json::from_str(&t.stdout).unwrap();
     let row = &v["rows"][0];
     assert_eq!(row["events"], 2000, "{v}");
     assert_eq!(row["bad_replies"], 0);
@@ -50,9 +54,9 @@ fn tester_against_a_ros_process_balances() {
     unsafe {
         libc::kill(ros.id() as libc::pid_t, libc::SIGTERM);
     }
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert!(ros.wait().unwrap().success());
+    let out = ros.wait_with_deadline(Duration::from_secs(60));
+    let rest = after_first_line(&out.stdout);
+    assert!(out.status.success());
     let s: Value = serde_json::from_str(rest.trim()).unwrap();
     assert_eq!(s["requests"].as_u64(), Some(requests), "{s}");
     assert_eq!(s["replies"].as_u64(), Some(requests));
@@ -71,14 +75,13 @@ fn tester_in_process_over_zeromq_inproc_prints_csv() {
 }
 
 fn tester_csv(transport: &str) {
-    let t = rodeo()
+    let t = rodeo!()
         .args(["tester", "--channels", "6", "--fragment-words", "50"])
         .args(["--transport", transport])
         .args(["--pages-per-channel", "128", "--events", "500", "--csv"])
-        .output()
-        .unwrap();
-    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
-    let text = String::from_utf8(t.stdout).unwrap();
+        .output();
+    assert!(t.status.success(), "{}", t.stderr);
+    let text = t.stdout;
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().unwrap().split(',').collect();
     let vals: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -90,17 +93,12 @@ fn tester_csv(transport: &str) {
 }
 
 fn bench(transport: &str) {
-    let out = rodeo()
+    let out = rodeo!()
         .args(["bench", "ros", "--quick", "--json", "--seconds", "0.3"])
         .args(["--transport", transport])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        .output();
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["bench"], "ros");
     let baseline = if transport == "direct" {
         "zmq_inproc_l1_rate_hz"
@@ -165,7 +163,7 @@ fn bench_ros_tcp_json_shape() {
 /// every request of the mix, nothing lost, nothing bad.
 #[test]
 fn tester_in_process_with_the_sw_rod_input_balances() {
-    let t = rodeo()
+    let t = rodeo!()
         .args([
             "tester",
             "--input",
@@ -179,10 +177,9 @@ fn tester_in_process_with_the_sw_rod_input_balances() {
         // Generous: a loaded machine may hold the builders back a while.
         .args(["--pending-timeout-ms", "10000", "--seconds", "60"])
         .args(["--events", "4000", "--json"])
-        .output()
-        .unwrap();
-    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
-    let v: Value = serde_json::from_slice(&t.stdout).unwrap();
+        .output();
+    assert!(t.status.success(), "{}", t.stderr);
+    let v: Value = serde_json::from_str(&t.stdout).unwrap();
     let row = &v["rows"][0];
     assert_eq!(row["events"], 4000, "{v}");
     assert_eq!(row["bad_replies"], 0, "{v}");
@@ -208,19 +205,14 @@ fn tester_in_process_with_the_sw_rod_input_balances() {
 /// every fragment built is stored or counted dropped at shutdown.
 #[test]
 fn ros_with_the_sw_rod_input_reports_builder_counters() {
-    let out = rodeo()
+    let out = rodeo!()
         .args(["ros", "--listen", "tcp://127.0.0.1:0", "--input", "swrod"])
         .args(["--channels", "2", "--elinks", "3", "--fragment-words", "60"])
         .args(["--pages-per-channel", "64", "--page-bytes", "1024"])
         .args(["--seconds", "0.5", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+        .output();
+    assert!(out.status.success(), "{}", out.stderr);
+    let text = out.stdout;
     let last = text.lines().last().unwrap();
     let s: Value = serde_json::from_str(last).unwrap();
     let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"));
@@ -239,9 +231,9 @@ fn sigterm_ends_a_ros_process_within_a_second_beside_a_client_that_never_reads()
     use rodeo_transport::endpoint::Endpoint;
     use rodeo_transport::message::{decode, encode_data_request, Message};
     use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
-    let mut ros = rodeo()
+    let ros = rodeo!()
         .args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
         .args([
             "--channels",
@@ -252,12 +244,8 @@ fn sigterm_ends_a_ros_process_within_a_second_beside_a_client_that_never_reads()
             "firmware",
         ])
         .args(["--pages-per-channel", "256", "--seconds", "60"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(ros.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+        .spawn();
+    let line = first_line(&ros);
     let ep = line
         .trim()
         .strip_prefix("listening on ")
@@ -302,23 +290,12 @@ fn sigterm_ends_a_ros_process_within_a_second_beside_a_client_that_never_reads()
     unsafe {
         libc::kill(ros.id() as libc::pid_t, libc::SIGTERM);
     }
-    let status = loop {
-        if let Some(s) = ros.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(5) {
-            let _ = ros.kill();
-            panic!("rodeo ros still running 5 s after SIGTERM");
-        }
-        rodeo_testkit::holds_within(Duration::from_millis(10), || {
-            matches!(ros.try_wait(), Ok(Some(_)))
-        });
-    };
+    let out = ros.wait_with_deadline(Duration::from_secs(5));
+    let status = out.status;
     let took = t0.elapsed();
     assert!(status.success());
     assert!(took < Duration::from_secs(1), "SIGTERM took {took:?}");
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
+    let rest = after_first_line(&out.stdout);
     let s: Value = serde_json::from_str(rest.trim()).unwrap();
     assert!(s["send_dropped"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(

@@ -2,11 +2,11 @@
 //! exactly the accepted events, each once, read back with the raw-file reader.
 
 use std::collections::HashSet;
-use std::process::Command;
 use std::time::Duration;
 
+use rodeo_testkit::cli::Running;
 use rodeo_testkit::process::{apps_of, find_app};
-use rodeo_testkit::{files_under, holds_within, wait_for, wait_until};
+use rodeo_testkit::{files_under, holds_within, rodeo, wait_for, wait_until};
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
@@ -14,19 +14,14 @@ use rodeo_format::fragment::FullEvent;
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .arg("run")
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("run rodeo");
+    let out = rodeo!().arg("run").args(args).arg("--json").output();
     assert!(
         out.status.success(),
         "rodeo run failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
+        out.stderr,
+        out.stdout
     );
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    serde_json::from_str(&out.stdout).expect("one JSON object")
 }
 
 /// Reads every file of the summary; returns the global ids found (panics on a duplicate).
@@ -134,12 +129,11 @@ fn a_configuration_file_and_its_errors() {
     );
 
     std::fs::write(&cfg, "[dcm]\nslots = 0\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args(["run", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = &out.stderr;
     assert!(
         err.contains("dcm.slots") && err.contains("1..=4096"),
         "{err}"
@@ -210,7 +204,7 @@ fn killing_a_dcm_process_loses_no_event() {
     )
     .unwrap();
     let out_dir = dir.path().join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let child = rodeo!()
         .args([
             "run",
             "--processes",
@@ -222,10 +216,7 @@ fn killing_a_dcm_process_loses_no_event() {
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     // Once events are being written (the run is going), kill dcm-1 without warning.
     let marker = out_dir.to_str().unwrap().to_string();
     wait_until("events being written", Duration::from_secs(30), || {
@@ -238,14 +229,9 @@ fn killing_a_dcm_process_loses_no_event() {
     });
     // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    assert!(out.status.success(), "{}\n{}", out.stderr, out.stdout);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["l1_accepts"], 16000);
     assert!(
@@ -268,7 +254,7 @@ fn killing_a_dcm_process_loses_no_event() {
 fn partition_writing(
     dir: &std::path::Path,
     dead_after_ms: u64,
-) -> (std::process::Child, std::path::PathBuf, String) {
+) -> (Running, std::path::PathBuf, String) {
     let cfg = dir.join("p.toml");
     std::fs::write(
         &cfg,
@@ -280,15 +266,12 @@ fn partition_writing(
     )
     .unwrap();
     let out_dir = dir.join("out");
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let child = rodeo!()
         .args(["run", "--processes", "--seconds", "120", "--config"])
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        .spawn();
     let marker = out_dir.to_str().unwrap().to_string();
     wait_until(
         "the partition up and writing",
@@ -309,7 +292,7 @@ fn killing_the_controller_leaves_no_application_running() {
     let (mut child, out_dir, marker) = partition_writing(dir.path(), 3000);
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
-    child.wait().unwrap();
+    child.status_with_deadline(Duration::from_secs(30));
     let all_gone = holds_within(Duration::from_secs(5), || apps_of(&marker).is_empty());
     assert!(
         all_gone,
@@ -344,7 +327,7 @@ fn a_frozen_controller_leaves_no_application_running() {
     // Clean up whatever the outcome: SIGKILL ends a stopped process too.
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
-    child.wait().unwrap();
+    child.status_with_deadline(Duration::from_secs(30));
     for a in &left {
         // SAFETY: kill(2) on a pid found as this test's partition's application.
         unsafe { libc::kill(a.pid, libc::SIGKILL) };
@@ -371,17 +354,13 @@ fn a_frozen_controller_leaves_no_application_running() {
 fn config_check(dir: &std::path::Path, text: &str, bind: bool) -> (bool, String) {
     let cfg = dir.join("check.toml");
     std::fs::write(&cfg, text).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rodeo"));
+    let mut cmd = rodeo!();
     cmd.args(["config", "check"]).arg(&cfg);
     if bind {
         cmd.arg("--bind");
     }
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cmd.output();
+    let text = out.text();
     (out.status.success(), text)
 }
 
@@ -458,15 +437,12 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     let out_dir = dir.path().join("out");
     let cfg = dir.path().join("p.toml");
     std::fs::write(&cfg, "[l1]\nrate_hz = 5000.0\n").unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let child = rodeo!()
         .args(["run", "--seconds", "30", "--json", "--config"])
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     // Wait (bounded) until events are being written, then interrupt.
     wait_until("a file being written", Duration::from_secs(30), || {
         files_under(&out_dir)
@@ -476,19 +452,14 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     let interrupted = std::time::Instant::now();
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait_with_deadline(Duration::from_secs(60));
     let took = interrupted.elapsed();
-    assert!(
-        out.status.success(),
-        "{:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
     assert!(
         took < std::time::Duration::from_secs(15),
         "stop took {took:?}"
     );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("the balance sheet as JSON");
+    let v: Value = serde_json::from_str(&out.stdout).expect("the balance sheet as JSON");
     assert_eq!(v["balanced"], true, "{v}");
     assert!(v["seconds"].as_f64().unwrap() < 29.0, "{v}");
     assert_eq!(v["events_verified"], v["events_written"]);
@@ -502,7 +473,7 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     assert!(files
         .iter()
         .any(|p| p.to_string_lossy().ends_with("summary.json")));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    assert!(out.stderr.contains("interrupted"));
 }
 
 #[test]
@@ -510,13 +481,12 @@ fn a_run_number_that_exists_is_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("run-00000001")).unwrap();
     let t0 = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .args(["run", "--seconds", "20", "--run-number", "1", "--output"])
         .arg(dir.path())
-        .output()
-        .unwrap();
+        .output();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = &out.stderr;
     assert!(
         err.contains("already exists") && err.contains("next free number (2)"),
         "{err}"

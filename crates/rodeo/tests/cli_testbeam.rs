@@ -7,11 +7,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rodeo_testkit::rodeo;
 use serde_json::Value;
-
-fn rodeo() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rodeo"))
-}
 
 /// A port free now on 127.0.0.1 (the listener is closed again; the partition binds it).
 fn free_port() -> u16 {
@@ -22,7 +19,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Waits for `child` until `deadline`; kills it and panics past it.
+/// Waits for `child` (a Python helper) until `deadline`; kills it and panics past it.
 fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process::ExitStatus {
     let limit = deadline.saturating_duration_since(Instant::now());
     let mut status = None;
@@ -40,23 +37,18 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process:
 /// Sends `units` S-LINK fragments to `address`, retrying the connection until the partition
 /// listens (bounded by `deadline`).
 fn send(address: &str, units: u64, deadline: Instant) {
-    let mut stderr = Vec::new();
+    let mut stderr = String::new();
     let sent =
         rodeo_testkit::holds_within(deadline.saturating_duration_since(Instant::now()), || {
-            let out = rodeo()
+            let out = rodeo!()
                 .args(["gen", "link", "--mode", "slink", "--units"])
                 .arg(units.to_string())
                 .args(["--data-words", "16..64", "--send", address])
-                .output()
-                .unwrap();
+                .output();
             stderr = out.stderr;
             out.status.success()
         });
-    assert!(
-        sent,
-        "gen link --send {address} kept failing: {}",
-        String::from_utf8_lossy(&stderr)
-    );
+    assert!(sent, "gen link --send {address} kept failing: {}", stderr);
 }
 
 #[test]
@@ -94,17 +86,14 @@ accept_fraction = 1.0
     )
     .unwrap();
     let out = dir.path().join("out");
-    let mut run = rodeo()
+    let run = rodeo!()
         .arg("run")
         .arg("--config")
         .arg(&config)
         .arg("--output")
         .arg(&out)
         .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
     let senders: Vec<_> = addresses
         .iter()
@@ -114,15 +103,15 @@ accept_fraction = 1.0
     for s in senders {
         s.join().unwrap();
     }
-    let status = wait_until(&mut run, deadline, "rodeo run");
-    let output = run.wait_with_output().unwrap();
+    let output = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
+    let status = output.status;
     assert!(
         status.success(),
         "rodeo run failed: {}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        String::from_utf8_lossy(&output.stdout)
+        output.stderr,
+        output.stdout
     );
-    let v: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let v: Value = serde_json::from_str(&output.stdout).expect("one JSON object");
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["l1_accepts"], UNITS, "{v}");
     assert_eq!(v["accepted"], UNITS, "{v}");
@@ -133,13 +122,12 @@ accept_fraction = 1.0
     // Every event holds the fragments of both ROBs, whole.
     let mut events = 0u64;
     for f in v["files"].as_array().unwrap() {
-        let d = rodeo()
+        let d = rodeo!()
             .args(["dump", "--json"])
             .arg(f.as_str().unwrap())
-            .output()
-            .unwrap();
-        assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
-        let d: Value = serde_json::from_slice(&d.stdout).unwrap();
+            .output();
+        assert!(d.status.success(), "{}", d.stderr);
+        let d: Value = serde_json::from_str(&d.stdout).unwrap();
         for e in d["events"].as_array().unwrap() {
             let robs = e["robs"].as_array().unwrap();
             assert_eq!(robs.len(), 2, "{e}");
@@ -162,25 +150,20 @@ fn dump_shows_the_robs_of_zstd_compressed_events() {
          [logger]\ncompression = \"zstd\"\n",
     )
     .unwrap();
-    let out = rodeo()
+    let out = rodeo!()
         .arg("run")
         .arg("--config")
         .arg(&config)
         .arg("--output")
         .arg(dir.path().join("out"))
         .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        .output();
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     let file = v["files"][0].as_str().unwrap().to_string();
-    let d = rodeo().arg("dump").arg(&file).output().unwrap();
-    let text = String::from_utf8_lossy(&d.stdout);
-    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    let d = rodeo!().arg("dump").arg(&file).output();
+    let text = &d.stdout;
+    assert!(d.status.success(), "{}", d.stderr);
     assert!(
         !text.contains("malformed") && !text.contains("Some("),
         "{text}"
@@ -199,30 +182,24 @@ fn accepted_events_are_shared_among_the_streams_each_in_its_own_files() {
          stream_shares = [0.75, 0.25]\n[logger]\nstreams = [\"physics_Main\", \"calibration_Beam\"]\n",
     )
     .unwrap();
-    let out = rodeo()
+    let out = rodeo!()
         .arg("run")
         .arg("--config")
         .arg(&config)
         .arg("--output")
         .arg(dir.path().join("out"))
         .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        .output();
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     let mut per_stream = std::collections::BTreeMap::new();
     for f in v["files"].as_array().unwrap() {
-        let d = rodeo()
+        let d = rodeo!()
             .args(["dump", "--json"])
             .arg(f.as_str().unwrap())
-            .output()
-            .unwrap();
-        let d: Value = serde_json::from_slice(&d.stdout).unwrap();
+            .output();
+        let d: Value = serde_json::from_str(&d.stdout).unwrap();
         let stream = d["stream"].as_str().unwrap().to_string();
         for e in d["events"].as_array().unwrap() {
             // Each event's stream tag names the stream whose file holds it.
@@ -259,17 +236,14 @@ fn the_test_beam_example_detector_fills_the_example_partition() {
         .replace("tcp://127.0.0.1:47711", &addresses[1]);
     let config = dir.path().join("beam.toml");
     std::fs::write(&config, text).unwrap();
-    let mut run = rodeo()
+    let run = rodeo!()
         .arg("run")
         .arg("--config")
         .arg(&config)
         .arg("--output")
         .arg(dir.path().join("beam-data"))
         .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut detector = Command::new("python3")
         .arg(example.join("detector.py"))
@@ -278,14 +252,10 @@ fn the_test_beam_example_detector_fills_the_example_partition() {
         .spawn()
         .unwrap();
     assert!(wait_until(&mut detector, deadline, "detector.py").success());
-    let status = wait_until(&mut run, deadline, "rodeo run");
-    let output = run.wait_with_output().unwrap();
-    assert!(
-        status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let v: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let output = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
+    let status = output.status;
+    assert!(status.success(), "{}", output.stderr);
+    let v: Value = serde_json::from_str(&output.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["events_verified"], 500, "{v}");
     assert_eq!(v["partial_events"], 0, "{v}");
@@ -313,17 +283,14 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
         ),
     )
     .unwrap();
-    let mut run = rodeo()
+    let run = rodeo!()
         .arg("run")
         .arg("--config")
         .arg(&config)
         .arg("--output")
         .arg(dir.path().join("out"))
         .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut unit = Command::new("python3")
         .arg(&tlu)
@@ -333,14 +300,10 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
         .unwrap();
     assert!(wait_until(&mut unit, deadline, "tlu.py").success());
     let said = String::from_utf8(unit.wait_with_output().unwrap().stdout).unwrap();
-    let status = wait_until(&mut run, deadline, "rodeo run");
-    let output = run.wait_with_output().unwrap();
-    assert!(
-        status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let v: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let output = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
+    let status = output.status;
+    assert!(status.success(), "{}", output.stderr);
+    let v: Value = serde_json::from_str(&output.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["l1_accepts"], 300, "{v}");
     // Two slots of 2 ms each cannot take 300 triggers at once: the unit was held.

@@ -2,7 +2,6 @@
 //! dead application found by heartbeat and by process exit, the same metric families as the
 //! embedded partition.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use rodeo_control::config::{PartitionConfig, TransportKind};
@@ -10,10 +9,7 @@ use rodeo_control::controller::Controller;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
 use rodeo_control::run_control::RunControl;
-
-fn rodeo() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rodeo"))
-}
+use rodeo_testkit::rodeo_bin;
 
 /// Waits (bounded) until `cond` holds on the controller's status.
 fn wait_for(
@@ -61,7 +57,7 @@ fn a_failing_transition_puts_the_partition_in_error_naming_the_application() {
     // The loggers' output directory would be below a regular file: it cannot be created.
     let mut config = small_config(&file.join("out"), 0);
     config.transport.kind = TransportKind::Tcp;
-    let ctl = Controller::new(config, rodeo()).unwrap();
+    let ctl = Controller::new(config, rodeo_bin!().into()).unwrap();
     assert_eq!(ctl.command(Command::Initialize).unwrap(), State::Initial);
     let st = ctl.status();
     assert!(st.apps.iter().all(|a| a.state == State::Initial), "{st:#?}");
@@ -113,7 +109,7 @@ fn a_failing_transition_puts_the_partition_in_error_naming_the_application() {
 #[test]
 fn illegal_commands_are_refused_naming_the_partition_state() {
     let dir = tempfile::tempdir().unwrap();
-    let ctl = Controller::new(small_config(dir.path(), 1), rodeo()).unwrap();
+    let ctl = Controller::new(small_config(dir.path(), 1), rodeo_bin!().into()).unwrap();
     let e = ctl.command(Command::Configure).unwrap_err();
     assert!(
         matches!(
@@ -164,7 +160,7 @@ fn dead_applications_are_found_by_heartbeat_and_by_exit_and_reported_by_name() {
     let mut config = small_config(dir.path(), 2);
     // The policy without restarts (`[control] restart = false`); restarts: cli_restart.rs.
     config.control.restart = false;
-    let ctl = Controller::new(config, rodeo()).unwrap();
+    let ctl = Controller::new(config, rodeo_bin!().into()).unwrap();
     for c in [
         Command::Initialize,
         Command::Configure,
@@ -279,7 +275,11 @@ fn the_embedded_partition_and_processes_export_the_same_metric_families() {
     let in_process = families(&embedded);
     embedded.command(Command::Stop).unwrap();
 
-    let ctl = Controller::new(small_config(&dir.path().join("processes"), 5), rodeo()).unwrap();
+    let ctl = Controller::new(
+        small_config(&dir.path().join("processes"), 5),
+        rodeo_bin!().into(),
+    )
+    .unwrap();
     for cmd in up {
         ctl.command(cmd).unwrap();
     }

@@ -7,10 +7,11 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use rodeo_testkit::cli::Running;
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -45,33 +46,21 @@ fn config_file(dir: &Path) -> PathBuf {
     cfg
 }
 
-fn start(cfg: &Path, out: &Path, events: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_rodeo"))
+fn start(cfg: &Path, out: &Path, events: u64) -> Running {
+    rodeo!()
         .args(["run", "--processes", "--run-number", "1", "--json"])
         .args(["--events", &events.to_string(), "--config"])
         .arg(cfg)
         .arg("--output")
         .arg(out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
 }
 
-/// Waits (bounded: 120 s, then kills it) for the run to end; its status, stdout and stderr.
-fn finish(mut child: Child) -> (bool, Value, String) {
-    if !rodeo_testkit::holds_within(Duration::from_secs(120), || {
-        child.try_wait().unwrap().is_some()
-    }) {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (
-        out.status.success(),
-        v,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Waits (bounded: 120 s, then stops it) for the run to end; its status, stdout and stderr.
+fn finish(child: Running) -> (bool, Value, String) {
+    let out = child.wait_or_stop(Duration::from_secs(120));
+    let v = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    (out.status.success(), v, out.stderr)
 }
 
 /// The pid of the `rodeo app` process named `name` whose command line mentions `marker`.

@@ -2,31 +2,30 @@
 //! short points, so only the shape of the output is checked, never a rate.
 
 use std::path::Path;
-use std::process::Command;
 
+use rodeo_testkit::rodeo;
 use serde_json::Value;
 
 /// Runs `rodeo study ARGS --json` into `dir`; returns its report and whether it exited with
 /// success (a study whose check failed, e.g. a model missing its goal, exits with 1 and still
 /// prints its report).
 fn study_status(dir: &Path, args: &[&str]) -> (Value, bool) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let out = rodeo!()
         .arg("study")
         .args(args)
         .args(["--json", "--output"])
         .arg(dir)
-        .output()
-        .expect("run rodeo");
+        .output();
     let code = out.status.code();
     assert!(
         code == Some(0) || code == Some(1),
         "rodeo study {args:?}: {code:?} {}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
-    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let v = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "rodeo study {args:?}: not one JSON object ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
+            out.stderr
         )
     });
     (v, code == Some(0))

@@ -16,15 +16,15 @@
 //! a fixed seed, 10 s); the seed is printed at the start and in every failure so that a run
 //! can be replayed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rodeo_format::fragment::RobFragment;
 use rodeo_ros::server::default_max_message_bytes;
+use rodeo_testkit::rodeo;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{
     decode, encode_clear, encode_data_request, encode_keepalive, header_bytes, Message, MessageType,
@@ -445,7 +445,7 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     let seed = env_u64("RODEO_FUZZ_SEED", 0x5EED_2026_1125);
     let seconds = env_u64("RODEO_FUZZ_SECONDS", 10);
     eprintln!("wire fuzz: seed {seed:#x} for {seconds} s (replay: RODEO_FUZZ_SEED={seed})");
-    let mut node = Command::new(env!("CARGO_BIN_EXE_rodeo"))
+    let node = rodeo!()
         .args([
             "ros",
             "--listen",
@@ -461,13 +461,11 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
             "100",
         ])
         .args(["--pages-per-channel", "256", "--seconds", "120"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let pid = node.id();
-    let mut out = BufReader::new(node.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let line = node.wait_for_stdout("the first line", Duration::from_secs(60), |out| {
+        out.lines().next().map(String::from)
+    });
     let endpoint = line
         .trim()
         .strip_prefix("listening on ")
@@ -565,9 +563,9 @@ fn a_good_client_is_served_correctly_through_a_seeded_mix_of_hostile_peers() {
     let t0 = Instant::now();
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) }, 0);
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let status = node.wait().unwrap();
+    let out = node.wait_with_deadline(Duration::from_secs(60));
+    let rest = out.stdout.split_once('\n').map_or("", |(_, rest)| rest);
+    let status = out.status;
     let took = t0.elapsed();
     assert!(
         status.success(),
