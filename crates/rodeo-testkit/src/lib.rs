@@ -1,5 +1,8 @@
 //! Test helpers shared by rodeo's test suites (a dev-dependency only).
 //!
+//! **Must not depend on** any rodeo crate: the suites of every crate use it, and it tests them
+//! from outside (the binary through its command line, servers through their sockets).
+//!
 //! Tests never use a fixed sleep as synchronisation ("give the run 1.5 s to get going"): on a
 //! loaded 2-core machine any fixed time is sometimes too short. They wait on the condition they
 //! need, with a deadline that turns a hang into a failure naming what did not happen. This
