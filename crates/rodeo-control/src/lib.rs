@@ -41,6 +41,7 @@
 //! in `rodeo-run`.
 
 // What a partition is.
+pub mod binds;
 pub mod config;
 pub mod lifecycle;
 pub mod partition;
