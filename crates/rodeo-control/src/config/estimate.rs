@@ -13,7 +13,8 @@
 //! | DCM | one event per slot (each slot's arena keeps the largest event it built), and the compression buffers | 1 |
 //! | logger | a batch of 256 events waiting for the group commit, the write buffer of each stream (4 MiB), the duplicate window (2 MiB) | 1 |
 //! | supervisor | the events in flight | 1, and the RoI builder's inputs or the external trigger's reader |
-//! | each process | its base (code, libraries, ZeroMQ), [`PROCESS_BASE_BYTES`]; `transport.io_threads` ZeroMQ I/O threads | |
+//! | each process | its base (code, libraries, ZeroMQ), [`PROCESS_BASE_BYTES`]; with shared memory, the samples of 64 messages in flight per channel it reads or writes (replies of each readout node, events to a logger) | `transport.io_threads` ZeroMQ I/O threads with ipc and tcp (idle with inproc and shared memory) |
+//! | the controller (`--processes`) | [`CONTROLLER_BYTES`] | |
 //!
 //! docs/run-control.md, "Configuration checks", compares the estimate with the RSS of real
 //! runs.
@@ -37,10 +38,17 @@ pub const PROCESS_BASE_BYTES: u64 = 24 << 20;
 /// Bytes per ROB fragment assumed for inputs whose fragments come from outside the
 /// configuration (`replay`, `network`, `file`).
 pub const OUTSIDE_FRAGMENT_BYTES: u64 = 1 << 10;
+/// The controller's process (`rodeo run --processes`): its base, the control channel, the
+/// status (measured: 18 MB).
+pub const CONTROLLER_BYTES: u64 = 18 << 20;
+/// Messages in flight per shared-memory channel whose samples a process touches: the DCMs'
+/// requests in flight per readout node (`dcm.max_outstanding`, 64 by default) and as many
+/// events towards a logger (each sample a power-of-two slice, `rodeo_transport::shm`).
+const SHM_MESSAGES: u64 = 64;
 /// Bytes the supervisor keeps per event in flight (assignment, deadline, RoIs), generously.
 const SUPERVISOR_BYTES_PER_EVENT: u64 = 256;
 /// Busy threads per core above which a host gets a warning.
-pub const WARN_THREADS_PER_CORE: usize = 4;
+pub const WARN_THREADS_PER_CORE: usize = 8;
 /// Busy threads per core above which a partition is refused: far past any useful share of a
 /// core, start-up alone (warming the memory) takes minutes and the run's rate is a fraction.
 pub const MAX_THREADS_PER_CORE: usize = 64;
@@ -73,7 +81,8 @@ pub struct Estimate {
     pub apps: Vec<AppEstimate>,
     /// One process per application (any transport but inproc), or one for all.
     pub processes: bool,
-    /// The one process of an embedded partition (its base and ZeroMQ's I/O threads).
+    /// This host's process besides the applications: the embedded partition's one process
+    /// (its base), or the controller (`rodeo run --processes`, `rodeo serve --processes`).
     pub shared: AppEstimate,
 }
 
@@ -89,9 +98,10 @@ impl Estimate {
         v
     }
 
-    /// The applications on `host`, the embedded partition's shared process with this host's.
+    /// The applications on `host`, and on this host the partition's or the controller's
+    /// process.
     fn on<'a>(&'a self, host: &'a Option<String>) -> impl Iterator<Item = &'a AppEstimate> {
-        let shared = (host.is_none() && !self.processes).then_some(&self.shared);
+        let shared = host.is_none().then_some(&self.shared);
         self.apps
             .iter()
             .filter(move |a| &a.host == host)
@@ -250,18 +260,33 @@ impl PartitionConfig {
     pub fn estimate(&self) -> Estimate {
         let processes = self.transport.kind != TransportKind::Inproc;
         let base = if processes { PROCESS_BASE_BYTES } else { 0 };
-        let io = if processes {
-            self.transport.io_threads as usize
-        } else {
-            0
+        // ZeroMQ's I/O threads work for ipc and tcp; with shared memory only the control
+        // channel uses them.
+        let io = match self.transport.kind {
+            TransportKind::Ipc | TransportKind::Tcp => self.transport.io_threads as usize,
+            TransportKind::Inproc | TransportKind::Shm => 0,
         };
         let (event, arena) = self.event_bytes();
         let in_flight = self.events_in_flight() as u64;
+        // Shared memory: the samples of the messages in flight, each a power-of-two slice,
+        // touched by sender and receiver.
+        let shm = |bytes: u64| {
+            if self.transport.kind == TransportKind::Shm {
+                SHM_MESSAGES * bytes.next_power_of_two()
+            } else {
+                0
+            }
+        };
+        let reply = event.saturating_sub(4 * 64) / self.ros.nodes.max(1) as u64;
         let mut apps = Vec::new();
         for name in self.app_names() {
             let host = self.hosts.get(&name).cloned();
             let (mut parts, threads) = match name.split('-').next().unwrap_or("") {
-                "ros" => self.node_estimate(),
+                "ros" => {
+                    let (mut parts, threads) = self.node_estimate();
+                    parts.push(("shared-memory queues", self.dcm.nodes as u64 * shm(reply)));
+                    (parts, threads)
+                }
                 "dcm" => {
                     let slots = self.dcm.slots as u64 * arena;
                     let compress = if self.logger.compression == CompressionName::Zstd {
@@ -269,8 +294,13 @@ impl PartitionConfig {
                     } else {
                         0
                     };
+                    let queues = self.ros.nodes as u64 * shm(reply) + shm(event);
                     (
-                        vec![("DCM event arenas", slots), ("compression", compress)],
+                        vec![
+                            ("DCM event arenas", slots),
+                            ("compression", compress),
+                            ("shared-memory queues", queues),
+                        ],
                         1,
                     )
                 }
@@ -315,24 +345,25 @@ impl PartitionConfig {
                 threads: threads + io,
             });
         }
-        let shared = AppEstimate {
-            name: "partition".into(),
-            host: None,
-            parts: vec![("process base", PROCESS_BASE_BYTES)],
-            threads: self.transport.io_threads as usize,
+        let shared = if processes {
+            AppEstimate {
+                name: "controller".into(),
+                host: None,
+                parts: vec![("controller", CONTROLLER_BYTES)],
+                threads: 0,
+            }
+        } else {
+            AppEstimate {
+                name: "partition".into(),
+                host: None,
+                parts: vec![("process base", PROCESS_BASE_BYTES)],
+                threads: io,
+            }
         };
         Estimate {
             apps,
             processes,
-            shared: if processes {
-                AppEstimate {
-                    parts: Vec::new(),
-                    threads: 0,
-                    ..shared
-                }
-            } else {
-                shared
-            },
+            shared,
         }
     }
 
@@ -390,9 +421,17 @@ impl PartitionConfig {
         }
         let threads = e.host_threads(&None);
         let cores = machine.cpus.max(1);
+        let busiest: Vec<String> = {
+            let mut apps: Vec<&AppEstimate> = e.on(&None).filter(|a| a.threads > 0).collect();
+            apps.sort_by_key(|a| std::cmp::Reverse(a.threads));
+            apps.iter()
+                .take(3)
+                .map(|a| format!("{} {}", a.name, a.threads))
+                .collect()
+        };
         let parts = format!(
-            "{threads} busy threads on this host's {cores} cores ({})",
-            e.describe(&None)
+            "{threads} busy threads on this host's {cores} cores (most: {})",
+            busiest.join(", ")
         );
         if threads > MAX_THREADS_PER_CORE * cores {
             return Err(bad(
@@ -439,8 +478,9 @@ mod tests {
         assert!(here > store + superpages, "{here}");
         assert!(here < store + superpages + (64 << 20), "{here}");
         assert_eq!(e.host_parts(&None)[0], ("store pages", store));
-        // Core thread, one card engine, two DCMs, the logger, the supervisor, ZeroMQ's I/O.
-        assert_eq!(e.host_threads(&None), 7);
+        // Core thread, one card engine, two DCMs, the logger, the supervisor (inproc: ZeroMQ's
+        // I/O thread idles).
+        assert_eq!(e.host_threads(&None), 6);
         assert!(c.check_resources_on(&machine(16, 2)).unwrap().is_empty());
     }
 
@@ -484,23 +524,26 @@ mod tests {
         let mut c = PartitionConfig::default();
         c.ros.nodes = 32;
         c.ros.channels = 64;
-        // 32 nodes x (core + 6 card engines), 2 DCMs, logger, supervisor, ZeroMQ.
-        assert_eq!(c.estimate().host_threads(&None), 229);
+        // 32 nodes x (core + 6 card engines), 2 DCMs, logger, supervisor.
+        assert_eq!(c.estimate().host_threads(&None), 228);
         let err = c
             .check_resources_on(&machine(64, 2))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("229 busy threads on this host's 2 cores"),
+            err.contains("228 busy threads on this host's 2 cores"),
             "{err}"
         );
-        c.ros.nodes = 4;
+        // 8 nodes x (core + card engine), 2 DCMs, logger, supervisor: 20 on 2 cores.
+        c.ros.nodes = 8;
         c.ros.channels = 12;
         let w = c.check_resources_on(&machine(64, 2)).unwrap();
         assert!(
-            w.iter().any(|w| w.starts_with("threads: 13 busy threads")),
+            w.iter().any(|w| w.starts_with("threads: 20 busy threads")),
             "{w:?}"
         );
+        c.ros.nodes = 4;
+        assert!(c.check_resources_on(&machine(64, 2)).unwrap().is_empty());
     }
 
     #[test]

@@ -53,8 +53,8 @@ pub use control::ControlSection;
 pub use dcm::{ChecksumName, DcmSection, MAX_OUTSTANDING, MAX_PROCESSING_US};
 pub use error::{Checks, ConfigError};
 pub use estimate::{
-    human, AppEstimate, Estimate, Machine, MAX_THREADS_PER_CORE, OUTSIDE_FRAGMENT_BYTES,
-    PROCESS_BASE_BYTES, WARN_THREADS_PER_CORE,
+    human, AppEstimate, Estimate, Machine, CONTROLLER_BYTES, MAX_THREADS_PER_CORE,
+    OUTSIDE_FRAGMENT_BYTES, PROCESS_BASE_BYTES, WARN_THREADS_PER_CORE,
 };
 pub use l1::{L1Config, L1Mode, MAX_RATE_HZ, MAX_TIMEOUT_MS, MIN_RATE_HZ};
 pub use limits::{MessageLimits, EXTERNAL_FRAGMENT_BYTES, MIN_MESSAGE_LIMIT};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use rodeo_control::binds::{try_binds, BindOutcome};
-use rodeo_control::config::{Machine, PartitionConfig, DEFAULT_TOML};
+use rodeo_control::config::{human, Machine, PartitionConfig, DEFAULT_TOML};
 
 /// Arguments of `rodeo config`.
 #[derive(Debug, clap::Args)]
@@ -31,6 +31,9 @@ enum What {
         /// tried.
         #[arg(long)]
         bind: bool,
+        /// Also print the memory and threads estimate of every application, one line each.
+        #[arg(long)]
+        estimate: bool,
     },
 }
 
@@ -40,7 +43,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             print!("{DEFAULT_TOML}");
             Ok(ExitCode::SUCCESS)
         }
-        What::Check { file, bind } => {
+        What::Check {
+            file,
+            bind,
+            estimate,
+        } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read configuration {}", file.display()))?;
             let name = file.display().to_string();
@@ -68,6 +75,30 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             if errors.is_empty() && binds_ok {
+                if let Some(config) = &report.config {
+                    let e = config.estimate();
+                    if estimate {
+                        for a in e.apps.iter().chain([&e.shared]) {
+                            let parts: Vec<String> = a
+                                .parts
+                                .iter()
+                                .filter(|(_, b)| *b > 0)
+                                .map(|(n, b)| format!("{n} {}", human(*b)))
+                                .collect();
+                            println!(
+                                "{}: {} ({}); busy threads: {}",
+                                a.name,
+                                human(a.bytes()),
+                                parts.join(", "),
+                                a.threads
+                            );
+                        }
+                    }
+                    for host in e.hosts() {
+                        let on = host.as_deref().unwrap_or("this host");
+                        println!("{name}: estimate on {on}: {}", e.describe(&host));
+                    }
+                }
                 println!("{name}: OK");
                 Ok(ExitCode::SUCCESS)
             } else {
