@@ -443,12 +443,8 @@ fn config_check_names_every_error_on_its_own_line_in_words() {
     );
     let cfg = dir.path().join("bad.toml");
     std::fs::write(&cfg, &text).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_rodeo"))
-        .args(["config", "check"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let o = rodeo!().args(["config", "check"]).arg(&cfg).output();
+    let err = &o.stderr;
     assert_eq!(o.status.code(), Some(2), "{err}");
     let lines: Vec<&str> = err
         .lines()
