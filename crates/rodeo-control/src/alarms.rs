@@ -23,11 +23,12 @@
 //! with no value (a family absent from this partition) holds no condition. An alarm is looked
 //! at only while a run is in progress unless `always = true` (an L1 rate is 0 between runs).
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::error::ConfigError;
+use crate::config::error::{num, Checks, ConfigError};
 use crate::prometheus::MetricsWriter;
 
 /// One `[[alarms]]` entry.
@@ -61,75 +62,88 @@ pub const STATUS_METRICS: [&str; 5] = [
     "monitor_gaps",
 ];
 
-/// Checks `[[alarms]]`; the error names the field (`alarms[i].…`).
+/// The longest `for_seconds`: a year.
+pub const MAX_FOR_SECONDS: f64 = 365.0 * 86_400.0;
+
+/// Checks `[[alarms]]` on their own (names, selectors, thresholds); the errors name the field
+/// (`alarms.…`) and the entry (`alarms[i]`). A partition's checks also refuse a metric it does
+/// not have (`PartitionConfig::validate`, `config/alarm_metrics.rs`).
 pub fn validate(specs: &[AlarmSpec]) -> Result<(), ConfigError> {
-    let bad =
-        |field: &'static str, i: usize, value: String, allowed: &'static str| ConfigError::Value {
+    let mut c = Checks::new();
+    check(specs, &mut c);
+    c.finish()
+}
+
+/// The checks of [`validate`], adding to `c`.
+pub(crate) fn check(specs: &[AlarmSpec], c: &mut Checks) {
+    let mut bad = |field: &'static str, i: usize, value: String, allowed: Cow<'static, str>| {
+        c.push(ConfigError::Value {
             field,
             value: format!("{value} (alarms[{i}])"),
             allowed,
-        };
+        })
+    };
     for (i, a) in specs.iter().enumerate() {
         let name_ok = !a.name.is_empty()
             && a.name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if !name_ok {
-            return Err(bad(
+            bad(
                 "alarms.name",
                 i,
                 format!("{:?}", a.name),
-                "letters, digits, '-', '_' or '.', not empty",
-            ));
+                "letters, digits, '-', '_' or '.', not empty".into(),
+            );
         }
         if specs[..i].iter().any(|b| b.name == a.name) {
-            return Err(bad(
+            bad(
                 "alarms.name",
                 i,
                 format!("{:?}", a.name),
-                "a name no other alarm has",
-            ));
+                "a name no other alarm has".into(),
+            );
         }
         if parse_selector(&a.metric).is_none() {
-            return Err(bad(
+            bad(
                 "alarms.metric",
                 i,
                 format!("{:?}", a.metric),
                 "a status value (l1_rate_hz, event_rate_hz, write_rate_hz, disk_free_bytes, \
                  monitor_gaps) or a /metrics family, optionally with labels: \
-                 name{label=\"value\"}",
-            ));
+                 name{label=\"value\"}"
+                    .into(),
+            );
         }
         if a.below.is_none() && a.above.is_none() {
-            return Err(bad(
+            bad(
                 "alarms.below",
                 i,
                 "neither below nor above".into(),
-                "give below = X or above = X (or both)",
-            ));
+                "give below = X or above = X (or both)".into(),
+            );
         }
         if a.below.is_some_and(|v| !v.is_finite()) || a.above.is_some_and(|v| !v.is_finite()) {
-            return Err(bad(
+            bad(
                 "alarms.above",
                 i,
                 format!("{:?} / {:?}", a.below, a.above),
-                "finite numbers",
-            ));
+                "finite numbers".into(),
+            );
         }
-        if !a.for_seconds.is_finite() || a.for_seconds < 0.0 {
-            return Err(bad(
+        if !(0.0..=MAX_FOR_SECONDS).contains(&a.for_seconds) {
+            bad(
                 "alarms.for_seconds",
                 i,
-                a.for_seconds.to_string(),
-                "seconds >= 0",
-            ));
+                num(a.for_seconds),
+                "seconds >= 0, at most 31536000 (a year)".into(),
+            );
         }
     }
-    Ok(())
 }
 
 /// `name{a="x",b="y"}` -> (name, [(a, x), (b, y)]); `None` if malformed.
-fn parse_selector(s: &str) -> Option<(&str, Vec<(&str, &str)>)> {
+pub(crate) fn parse_selector(s: &str) -> Option<(&str, Vec<(&str, &str)>)> {
     let s = s.trim();
     let (name, labels) = match s.split_once('{') {
         Some((n, rest)) => (n, rest.strip_suffix('}')?),

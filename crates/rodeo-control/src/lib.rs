@@ -10,7 +10,8 @@
 //!
 //! What a partition is:
 //! - [`config`]: the TOML partition configuration, one file per section with its defaults and
-//!   its checks, and the commented default (`config/default.toml`).
+//!   its checks, and the commented default (`config/default.toml`); [`binds`]: its addresses
+//!   tried on this host (`rodeo config check --bind`).
 //! - [`partition`]: the layout: every application's name, [`partition::Role`], endpoint and
 //!   configuration.
 //! - [`lifecycle`]: the state machine every application and the partition go through.
@@ -41,6 +42,7 @@
 //! in `rodeo-run`.
 
 // What a partition is.
+pub mod binds;
 pub mod config;
 pub mod lifecycle;
 pub mod partition;

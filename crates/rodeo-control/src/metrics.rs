@@ -197,6 +197,135 @@ impl AppMetrics {
     }
 }
 
+/// One family of `/metrics`: its name, its Prometheus type and its labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Family {
+    /// The family's name (a histogram's samples add `_bucket`, `_sum`, `_count`).
+    pub name: &'static str,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Its label names (a histogram's buckets add `le`).
+    pub labels: &'static [&'static str],
+}
+
+const fn fam(name: &'static str, kind: &'static str, labels: &'static [&'static str]) -> Family {
+    Family { name, kind, labels }
+}
+
+const APP: &[&str] = &["app"];
+const NONE: &[&str] = &[];
+const QUEUE: &[&str] = &["queue", "policy"];
+
+/// Every family [`write_partition_metrics`] writes, in its order; the SW ROD input's
+/// (`[ros] input = "swrod"`) besides: [`swrod_families`]. A test writes them all and compares.
+pub const METRIC_FAMILIES: &[Family] = &[
+    fam("rodeo_partition_state", "gauge", &["state"]),
+    fam("rodeo_app_state", "gauge", &["app", "role", "state"]),
+    fam("rodeo_app_heartbeat_age_seconds", "gauge", &["app", "role"]),
+    fam("rodeo_app_restarts_total", "counter", &["app", "role"]),
+    fam("rodeo_run_restarts", "gauge", NONE),
+    fam("rodeo_run_number", "gauge", NONE),
+    fam("rodeo_run_seconds", "gauge", NONE),
+    fam("rodeo_control_bad_messages_total", "counter", NONE),
+    fam("rodeo_shm_backpressure_total", "counter", NONE),
+    fam("rodeo_oversized_messages_total", "counter", NONE),
+    fam("rodeo_transport_auth_refused_total", "counter", NONE),
+    fam("rodeo_l1_accepts_total", "counter", APP),
+    fam("rodeo_events_decided_total", "counter", &["app", "verdict"]),
+    fam("rodeo_supervisor_events_in_flight", "gauge", APP),
+    fam("rodeo_supervisor_credits", "gauge", APP),
+    fam("rodeo_decision_latency_seconds", "histogram", APP),
+    fam("rodeo_dcm_events_total", "counter", APP),
+    fam("rodeo_dcm_accepted_total", "counter", APP),
+    fam("rodeo_dcm_sampled_total", "counter", APP),
+    fam("rodeo_dcm_sample_dropped_total", "counter", APP),
+    fam("rodeo_dcm_requests_total", "counter", APP),
+    fam("rodeo_dcm_received_bytes_total", "counter", APP),
+    fam("rodeo_dcm_busy_slots", "gauge", APP),
+    fam("rodeo_dcm_slots", "gauge", APP),
+    fam("rodeo_dcm_outstanding_requests", "gauge", APP),
+    fam("rodeo_dcm_queued_requests", "gauge", APP),
+    fam("rodeo_dcm_request_latency_seconds", "histogram", APP),
+    fam("rodeo_dcm_decision_latency_seconds", "histogram", APP),
+    fam("rodeo_event_build_latency_seconds", "histogram", APP),
+    fam("rodeo_logger_events_written_total", "counter", APP),
+    fam("rodeo_file_bytes_written_total", "counter", APP),
+    fam("rodeo_logger_disk_full", "gauge", APP),
+    fam("rodeo_logger_directory_moves_total", "counter", APP),
+    fam("rodeo_logger_events_refused_total", "counter", APP),
+    fam("rodeo_ros_requests_total", "counter", APP),
+    fam("rodeo_ros_fragments_sent_total", "counter", APP),
+    fam("rodeo_ros_sent_bytes_total", "counter", APP),
+    fam("rodeo_ros_cleared_total", "counter", APP),
+    fam("rodeo_ros_pending_requests", "gauge", APP),
+    fam("rodeo_ros_send_dropped_total", "counter", APP),
+    fam(
+        "rodeo_ros_peer_send_dropped_total",
+        "counter",
+        &["app", "peer"],
+    ),
+    fam("rodeo_ros_buffer_occupancy_ratio", "gauge", APP),
+    fam(
+        "rodeo_ros_channel_fragments_total",
+        "counter",
+        &["app", "rob"],
+    ),
+    fam(
+        "rodeo_ros_channel_stored_fragments",
+        "gauge",
+        &["app", "rob"],
+    ),
+    fam(
+        "rodeo_ros_channel_occupancy_ratio",
+        "gauge",
+        &["app", "rob"],
+    ),
+    fam(
+        "rodeo_ros_channel_backpressure_total",
+        "counter",
+        &["app", "rob"],
+    ),
+    fam(
+        "rodeo_ros_channel_errors_total",
+        "counter",
+        &["app", "rob", "kind"],
+    ),
+    fam("rodeo_errors_total", "counter", &["app", "kind"]),
+    fam("rodeo_queue_capacity", "gauge", QUEUE),
+    fam("rodeo_queue_depth", "gauge", QUEUE),
+    fam("rodeo_queue_full_events_total", "counter", QUEUE),
+    fam("rodeo_queue_dropped_total", "counter", QUEUE),
+];
+
+/// Families a service writes beside the partition's: the alarms' ([`crate::alarms::Alarms`]),
+/// the monitoring's (with `[monitoring]`, `rodeo_run::observe`) and the HTTP server's
+/// (`rodeo_run::http`).
+pub const SERVICE_FAMILIES: &[Family] = &[
+    fam("rodeo_alarm_active", "gauge", &["name"]),
+    fam("rodeo_alarm_raised_total", "counter", &["name"]),
+    fam("rodeo_monitor_forwarded_total", "counter", NONE),
+    fam("rodeo_monitor_received_total", "counter", NONE),
+    fam("rodeo_monitor_missed_total", "counter", NONE),
+    fam("rodeo_http_responses_total", "counter", &["class"]),
+    fam("rodeo_http_unauthorized_total", "counter", NONE),
+];
+
+/// The SW ROD input's families (`[ros] input = "swrod"`, counters labelled `app`): one per
+/// builder counter (`rodeo_ros_swrod_<counter>_total`) and per link counter
+/// (`rodeo_ros_swrod_link_<counter>_total`), by the names of their structs' fields.
+pub fn swrod_families() -> Vec<String> {
+    let c = rodeo_ros::swrod::SwRodInputCounters::default();
+    let builder = c
+        .builder
+        .fields()
+        .map(|(f, _)| format!("rodeo_ros_swrod_{f}_total"));
+    let link = c
+        .link
+        .fields()
+        .map(|(f, _)| format!("rodeo_ros_swrod_link_{f}_total"));
+    builder.into_iter().chain(link).collect()
+}
+
 /// A histogram snapshot of a live histogram.
 pub(crate) fn histogram(h: &LogHistogram) -> HistogramSnapshot {
     h.snapshot()
@@ -789,5 +918,161 @@ fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
                 &v,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run_control::AppStatus;
+
+    /// `# TYPE name kind` of every family on `page`.
+    fn families(page: &str) -> Vec<(String, String)> {
+        page.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, k)| (n.to_string(), k.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_family_written_is_listed_and_every_listed_family_is_written() {
+        let h = LogHistogram::new().snapshot();
+        let app = |name: &str, role: &str| AppStatus {
+            name: name.into(),
+            role: role.into(),
+            state: State::Running,
+            error: None,
+            host: None,
+            pid: None,
+            heartbeat_age_ms: None,
+            rate_hz: 0.0,
+            restarts: 0,
+        };
+        let status = PartitionStatus {
+            partition: "p".into(),
+            state: State::Running,
+            error: None,
+            run_number: 1,
+            run_seconds: 0.0,
+            l1_rate_hz: 0.0,
+            event_rate_hz: 0.0,
+            write_rate_hz: 0.0,
+            l1_accepts: 0,
+            events_written: 0,
+            restarts: 0,
+            apps: vec![app("supervisor", "supervisor"), app("ros-1", "ros")],
+            recent_errors: Vec::new(),
+        };
+        let sup = AppMetrics::Supervisor(Box::new(SupervisorMetrics {
+            l1_accepts: 1,
+            accepted: 1,
+            rejected: 0,
+            forced_accepts: 0,
+            in_flight: 0,
+            credits: 0,
+            decision_latency: h.clone(),
+            bad_messages: 0,
+        }));
+        let dcm = AppMetrics::Dcm(Box::new(DcmMetrics {
+            slots: 1,
+            events: 1,
+            accepted: 1,
+            requests: 1,
+            bytes_received: 1,
+            busy_slots: 0,
+            outstanding_requests: 0,
+            queued_requests: 0,
+            bad_messages: 0,
+            stale_replies: 0,
+            send_failures: 0,
+            request_latency: h.clone(),
+            decision_latency: h.clone(),
+            build_latency: h,
+            sampled: 0,
+            sample_dropped: 0,
+        }));
+        let logger = AppMetrics::Logger(LoggerMetrics {
+            events_written: 1,
+            bytes_written: 1,
+            disk_full: 0,
+            directory_moves: 0,
+            events_refused: 0,
+            bad_messages: 0,
+        });
+        let c = rodeo_ros::swrod::SwRodInputCounters::default();
+        let ros = AppMetrics::Ros(RosMetrics {
+            requests: 1,
+            fragments_sent: 1,
+            bytes_sent: 1,
+            cleared_l1ids: 1,
+            pending_now: 0,
+            input_fragments: 1,
+            lost_fragments: 0,
+            pending_fragments: 0,
+            timeouts: 0,
+            clear_gaps: 0,
+            buffer_occupancy: 0.0,
+            send_dropped: 0,
+            send_dropped_by_peer: BTreeMap::from([("peer".to_string(), 1)]),
+            rejected_requests: 0,
+            bad_messages: 0,
+            swrod: Some(SwRodMetrics {
+                builder: c.builder.fields().map(|(k, v)| (k.to_string(), v)).into(),
+                link: c.link.fields().map(|(k, v)| (k.to_string(), v)).into(),
+            }),
+            channels: Vec::new(),
+        });
+        let mut w = MetricsWriter::new();
+        write_partition_metrics(
+            &mut w,
+            &status,
+            &[
+                ("supervisor", Some(&sup)),
+                ("dcm-1", Some(&dcm)),
+                ("logger-1", Some(&logger)),
+                ("ros-1", Some(&ros)),
+            ],
+            PartitionExtras {
+                bad_control_messages: 0,
+                shm_backpressure: 0,
+                oversized_messages: 0,
+                auth_refused: 0,
+            },
+        );
+        let written = families(&w.finish());
+        let swrod = swrod_families();
+        let (plain, sw): (Vec<_>, Vec<_>) = written
+            .iter()
+            .partition(|(n, _)| !n.starts_with("rodeo_ros_swrod_"));
+        let listed: Vec<(String, String)> = METRIC_FAMILIES
+            .iter()
+            .map(|f| (f.name.to_string(), f.kind.to_string()))
+            .collect();
+        let plain: Vec<(String, String)> = plain.into_iter().cloned().collect();
+        assert_eq!(
+            plain, listed,
+            "METRIC_FAMILIES and the families written differ"
+        );
+        let mut sw: Vec<&String> = sw.iter().map(|(n, _)| n).collect();
+        let mut swrod: Vec<&String> = swrod.iter().collect();
+        sw.sort();
+        swrod.sort();
+        assert_eq!(sw, swrod);
+        assert!(written.len() > 60, "{written:?}");
+
+        // The alarms' families are the service's list's first two.
+        let a = crate::alarms::Alarms::new(&[crate::alarms::AlarmSpec {
+            name: "x".into(),
+            metric: "rodeo_run_number".into(),
+            below: Some(1.0),
+            above: None,
+            for_seconds: 0.0,
+            always: false,
+        }]);
+        let mut w = MetricsWriter::new();
+        a.write_metrics(&mut w);
+        let alarm: Vec<String> = families(&w.finish()).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(alarm, [SERVICE_FAMILIES[0].name, SERVICE_FAMILIES[1].name]);
     }
 }

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::error::ConfigError;
+use crate::config::error::{num, Checks, ConfigError};
 
 /// `[monitoring]`: event sampling (off while `endpoint` is empty).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -114,73 +114,68 @@ impl MonitoringSection {
         }
     }
 
-    /// Checks the section; the error names the field.
+    /// Checks the section; each error names its field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field: &'static str, value: String, allowed: &'static str| ConfigError::Value {
-            field,
-            value,
-            allowed,
-        };
+        let mut c = Checks::new();
+        self.check(&mut c);
+        c.finish()
+    }
+
+    /// The checks of [`MonitoringSection::validate`], adding to `c`.
+    pub(crate) fn check(&self, c: &mut Checks) {
         if !self.enabled() {
-            return Ok(());
+            return;
         }
         let endpoint_ok = |e: &str| {
             tcp_parts(e).is_some_and(|(h, p)| !h.is_empty() && p > 0)
                 || e.strip_prefix("ipc://").is_some_and(|p| !p.is_empty())
         };
         if !endpoint_ok(&self.endpoint) {
-            return Err(bad(
+            c.bad(
                 "monitoring.endpoint",
                 format!("{:?}", self.endpoint),
                 "\"tcp://HOST:PORT\" (port 1..65534) or \"ipc://PATH\", or \"\" for no sampling",
-            ));
-        }
-        if self.input.is_empty() && tcp_parts(&self.endpoint).is_some_and(|(_, p)| p == 65535) {
-            return Err(bad(
+            );
+        } else if self.input.is_empty()
+            && tcp_parts(&self.endpoint).is_some_and(|(_, p)| p == 65535)
+        {
+            c.bad(
                 "monitoring.endpoint",
                 format!("{:?}", self.endpoint),
                 "a port below 65535 (the forwarder's input takes the next one), or set \
                  monitoring.input",
-            ));
+            );
         }
         if !self.input.is_empty() && !endpoint_ok(&self.input) {
-            return Err(bad(
+            c.bad(
                 "monitoring.input",
                 format!("{:?}", self.input),
-                "\"tcp://HOST:PORT\" or \"ipc://PATH\", or \"\" (derived from endpoint)",
-            ));
+                "\"tcp://HOST:PORT\" (port 1..=65535) or \"ipc://PATH\", or \"\" (derived from \
+                 endpoint)",
+            );
         }
         if self.input_bind() == self.endpoint {
-            return Err(bad(
+            c.bad(
                 "monitoring.input",
                 format!("{:?}", self.input),
                 "an endpoint other than monitoring.endpoint",
-            ));
+            );
         }
         if let Some(f) = self.fraction {
             if !(0.0..=1.0).contains(&f) {
-                return Err(bad(
-                    "monitoring.fraction",
-                    f.to_string(),
-                    "a fraction from 0 to 1",
-                ));
+                c.bad("monitoring.fraction", num(f), "a fraction from 0 to 1");
             }
         }
-        if !self.max_rate_hz.is_finite() || self.max_rate_hz < 0.0 {
-            return Err(bad(
+        if !(0.0..=1e9).contains(&self.max_rate_hz) {
+            c.bad(
                 "monitoring.max_rate_hz",
-                self.max_rate_hz.to_string(),
-                "samples per second per DCM, >= 0 (0: no limit)",
-            ));
+                num(self.max_rate_hz),
+                "samples per second per DCM, >= 0 (0: no limit), at most 1000000000",
+            );
         }
         if self.queue == 0 || self.queue > 100_000 {
-            return Err(bad(
-                "monitoring.queue",
-                self.queue.to_string(),
-                "1 to 100000 messages",
-            ));
+            c.bad("monitoring.queue", self.queue, "1 to 100000 messages");
         }
-        Ok(())
     }
 
     /// What each DCM gets (`None`: sampling off).

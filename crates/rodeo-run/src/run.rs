@@ -139,6 +139,11 @@ impl Run {
             }
         }
         config.validate()?;
+        // What this host can give the partition (memory, cores): refused here, before any
+        // data is taken, as `rodeo config check` refuses it; warnings logged.
+        for warning in config.check_resources()? {
+            tracing::warn!("{warning}");
+        }
         let layout = Layout::new(&config);
         // Known before any data is taken: a run directory that exists would fail the run at
         // stop.

@@ -237,6 +237,15 @@ impl RunService {
         }
         new.validate()
             .and_then(|()| new.check_output())
+            .and_then(|()| {
+                // The partition prepared now gives its memory back before the new one is
+                // brought up.
+                let mut here = rodeo_control::config::Machine::this_host();
+                here.available_bytes = here
+                    .available_bytes
+                    .map(|a| a.saturating_add(old.estimate().host_bytes(&None)));
+                new.check_resources_on(&here).map(|_| ())
+            })
             .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
         let mut cur = lock(&self.current);
         let state = cur.partition.partition_state();

@@ -432,6 +432,77 @@ fn config_check_refuses_what_cannot_run() {
 }
 
 #[test]
+fn config_check_names_every_error_on_its_own_line_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = format!("[run]\noutput = {:?}\n", out.display().to_string());
+    // Values out of range: every one named, one line each, exit status 2.
+    let text = format!(
+        "{run}[ros]\nfragment_words = 65536\n[dcm]\nprocessing_us = 1e300\nnodes = 60\n\
+         slots = 4096\n[[alarms]]\nname = \"lost\"\nmetric = \"rodeo_lost_total\"\nabove = 0.0\n"
+    );
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let o = rodeo!().args(["config", "check"]).arg(&cfg).output();
+    let err = &o.stderr;
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rodeo: error:"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines[0].contains("`dcm.processing_us` = 1e300"), "{err}");
+    assert!(
+        lines[1].contains("`ros.fragment_words` = 65536") && lines[1].contains("at most 65521"),
+        "{err}"
+    );
+    assert!(lines[2].contains("`alarms.metric`"), "{err}");
+    assert!(err.contains("refused, 3 errors"), "{err}");
+    // The in-flight check waits for valid values; fixed, it is named.
+    let (good, msg) = config_check(
+        dir.path(),
+        &format!("{run}[dcm]\nnodes = 60\nslots = 4096\n"),
+        false,
+    );
+    assert!(!good && msg.contains("events in flight"), "{msg}");
+    // Types in words, with the line.
+    let (good, msg) = config_check(dir.path(), "[dcm]\nslots = -1\nnodes = \"two\"\n", false);
+    assert!(!good, "{msg}");
+    assert!(
+        msg.contains("line 2: `dcm.slots` = -1: a whole number >= 0 is needed")
+            && msg.contains("line 3: `dcm.nodes` = \"two\": a whole number >= 0 is needed"),
+        "{msg}"
+    );
+    assert!(!msg.contains("usize"), "{msg}");
+
+    // --bind tries the network input's addresses too: a held port is named.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let text = format!(
+        "{run}[ros]\nchannels = 1\ninput = \"network\"\nlisten = [\"tcp://127.0.0.1:{port}\"]\n"
+    );
+    let (good, msg) = config_check(dir.path(), &text, false);
+    assert!(good, "{msg}");
+    let (good, msg) = config_check(dir.path(), &text, true);
+    assert!(!good, "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "ros.listen[0] (ros-1): tcp://127.0.0.1:{port}: FAILS"
+        )),
+        "{msg}"
+    );
+    drop(held);
+    let (good, msg) = config_check(dir.path(), &text, true);
+    assert!(good, "{msg}");
+    // Port 99999 is refused before anything is bound.
+    let (good, msg) = config_check(dir.path(), &text.replace(&port.to_string(), "99999"), true);
+    assert!(
+        !good && msg.contains("port 99999 is outside 1..=65535"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::address::host_ok;
+use super::error::Checks;
+use super::l1::MAX_TIMEOUT_MS;
 
 /// `[control]`: run control and observability (HTTP API, logs, traces) and how the
 /// controller runs applications as processes.
@@ -73,81 +75,82 @@ impl ControlSection {
 }
 
 impl ControlSection {
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
         if !self.http.is_empty() && self.http.parse::<std::net::SocketAddr>().is_err() {
-            return Err(bad(
+            c.bad(
                 "control.http",
                 format!("{:?}", self.http),
-                "an address with a port, e.g. \"127.0.0.1:8080\" (\"\": off)",
-            ));
+                "an address with a port, e.g. \"127.0.0.1:8080\" (port 0..=65535, 0: any free \
+                 port; \"\": off)",
+            );
         }
         if self.trace_every == 0 {
-            return Err(bad("control.trace_every", 0, ">= 1"));
+            c.bad("control.trace_every", 0, ">= 1");
         }
         if self
             .token
             .chars()
             .any(|ch| ch.is_whitespace() || ch.is_control())
         {
-            return Err(bad(
+            c.bad(
                 "control.token",
                 "(hidden)",
                 "no spaces or control characters",
-            ));
+            );
         }
-        if self.address.is_empty() || self.address.contains(char::is_whitespace) {
-            return Err(bad(
+        if !host_ok(&self.address) || self.address.contains("://") {
+            c.bad(
                 "control.address",
                 format!("{:?}", self.address),
-                "an address of this host",
-            ));
+                "an address of this host (without scheme or port: the port is chosen by the \
+                 system)",
+            );
         }
         if self.heartbeat_ms < 10 || self.heartbeat_ms > 60_000 {
-            return Err(bad("control.heartbeat_ms", self.heartbeat_ms, "10..=60000"));
+            c.bad("control.heartbeat_ms", self.heartbeat_ms, "10..=60000");
         }
-        if self.dead_after_ms < 2 * self.heartbeat_ms {
-            return Err(bad(
+        if self.dead_after_ms < self.heartbeat_ms.saturating_mul(2)
+            || self.dead_after_ms > MAX_TIMEOUT_MS
+        {
+            c.bad(
                 "control.dead_after_ms",
                 self.dead_after_ms,
-                ">= twice control.heartbeat_ms",
-            ));
+                ">= twice control.heartbeat_ms, at most 86400000 (a day)",
+            );
         }
-        if self.spawn_timeout_ms == 0 {
-            return Err(bad("control.spawn_timeout_ms", 0, "> 0 milliseconds"));
-        }
-        if self.command_timeout_ms == 0 {
-            return Err(bad("control.command_timeout_ms", 0, "> 0 milliseconds"));
+        for (field, ms) in [
+            ("control.spawn_timeout_ms", self.spawn_timeout_ms),
+            ("control.command_timeout_ms", self.command_timeout_ms),
+        ] {
+            if ms == 0 || ms > MAX_TIMEOUT_MS {
+                c.bad(field, ms, "> 0 milliseconds, at most 86400000 (a day)");
+            }
         }
         if self.max_restarts_per_run > 1000 {
-            return Err(bad(
+            c.bad(
                 "control.max_restarts_per_run",
                 self.max_restarts_per_run,
                 "0..=1000",
-            ));
+            );
         }
         if self.restart_backoff_ms > 600_000 {
-            return Err(bad(
+            c.bad(
                 "control.restart_backoff_ms",
                 self.restart_backoff_ms,
                 "0..=600000 milliseconds",
-            ));
+            );
         }
         if self.ssh.is_empty() || self.ssh[0].is_empty() {
-            return Err(bad(
+            c.bad(
                 "control.ssh",
                 format!("{:?}", self.ssh),
                 "the ssh command, then its options",
-            ));
+            );
         }
         if self.remote_rodeo.is_empty() {
-            return Err(bad(
-                "control.remote_rodeo",
-                "\"\"",
-                "a path or command name",
-            ));
+            c.bad("control.remote_rodeo", "\"\"", "a path or command name");
         }
-        Ok(())
     }
 }

@@ -2,7 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::error::{num, Checks};
+
+/// The longest mean emulated processing time, in microseconds (10 s; a drawn time is up to
+/// about 40 times the mean, and a mean near the event timeout reassigns most events).
+pub const MAX_PROCESSING_US: f64 = 1e7;
+/// The most requests in flight per readout node a DCM may keep.
+pub const MAX_OUTSTANDING: usize = 100_000;
 
 /// Checksum names in the configuration.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -51,32 +57,35 @@ impl Default for DcmSection {
 }
 
 impl DcmSection {
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
         if self.nodes == 0 || self.nodes > 64 {
-            return Err(bad("dcm.nodes", self.nodes, "1..=64"));
+            c.bad("dcm.nodes", self.nodes, "1..=64");
         }
         if self.slots == 0 || self.slots > 4096 {
-            return Err(bad("dcm.slots", self.slots, "1..=4096"));
+            c.bad("dcm.slots", self.slots, "1..=4096");
         }
         if !(0.0..=1.0).contains(&self.accept_fraction) {
-            return Err(bad(
+            c.bad(
                 "dcm.accept_fraction",
-                self.accept_fraction,
+                num(self.accept_fraction),
                 "a fraction in 0..=1",
-            ));
+            );
         }
-        if !self.processing_us.is_finite() || self.processing_us < 0.0 {
-            return Err(bad(
+        if !(0.0..=MAX_PROCESSING_US).contains(&self.processing_us) {
+            c.bad(
                 "dcm.processing_us",
-                self.processing_us,
-                "microseconds >= 0",
-            ));
+                num(self.processing_us),
+                "microseconds >= 0, at most 10000000 (10 s)",
+            );
         }
-        if self.max_outstanding == 0 {
-            return Err(bad("dcm.max_outstanding", 0, ">= 1"));
+        if self.max_outstanding == 0 || self.max_outstanding > MAX_OUTSTANDING {
+            c.bad(
+                "dcm.max_outstanding",
+                self.max_outstanding,
+                ">= 1, at most 100000",
+            );
         }
-        Ok(())
     }
 }

@@ -3,7 +3,23 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::address::host_port;
+use super::error::{num, Checks};
+
+/// The lowest L1 or replay rate taken, in Hz, besides 0 (unlimited): one event in about 17
+/// minutes. Below it a run would wait for its first event without end.
+pub const MIN_RATE_HZ: f64 = 1e-3;
+/// The highest L1 or replay rate taken, in Hz (1 GHz: far above any partition; beyond it the
+/// number is a typing error).
+pub const MAX_RATE_HZ: f64 = 1e9;
+/// The longest timeout of the configuration, in milliseconds (a day): a deadline further away
+/// is a typing error, and a very large one would overflow the clock.
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// Whether `rate` is 0 or within [`MIN_RATE_HZ`]..=[`MAX_RATE_HZ`].
+pub(crate) fn rate_ok(rate: f64) -> bool {
+    rate == 0.0 || (MIN_RATE_HZ..=MAX_RATE_HZ).contains(&rate)
+}
 
 /// Where L1 accepts come from.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -57,46 +73,45 @@ impl Default for L1Config {
 }
 
 impl L1Config {
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.mode == L1Mode::External
-            && self
-                .external_listen
-                .strip_prefix("tcp://")
-                .and_then(|a| a.rsplit_once(':'))
-                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-        {
-            return Err(bad(
-                "l1.external_listen",
-                format!("{:?}", self.external_listen),
-                "\"tcp://HOST:PORT\" with l1.mode = \"external\"",
-            ));
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
+        if self.mode == L1Mode::External {
+            if let Err(why) = host_port(&self.external_listen, &["tcp"]) {
+                c.bad(
+                    "l1.external_listen",
+                    format!("{:?} ({why})", self.external_listen),
+                    "\"tcp://HOST:PORT\" with a port in 1..=65535 with l1.mode = \"external\"",
+                );
+            }
         }
-        if !self.rate_hz.is_finite() || self.rate_hz < 0.0 {
-            return Err(bad(
+        if !rate_ok(self.rate_hz) {
+            c.bad(
                 "l1.rate_hz",
-                self.rate_hz,
-                "a rate >= 0 (0: unlimited)",
-            ));
+                num(self.rate_hz),
+                "a rate in Hz: 0 (unlimited) or 0.001..=1000000000",
+            );
         }
         let [lo, hi] = self.rois_per_event;
         if lo > hi || hi > 16 {
-            return Err(bad(
+            c.bad(
                 "l1.rois_per_event",
                 format!("[{lo}, {hi}]"),
                 "[min, max] with min <= max <= 16",
-            ));
+            );
         }
         if self.roib_inputs == 0 || self.roib_inputs > 16 {
-            return Err(bad("l1.roib_inputs", self.roib_inputs, "1..=16"));
+            c.bad("l1.roib_inputs", self.roib_inputs, "1..=16");
         }
-        if self.roib_timeout_ms == 0 {
-            return Err(bad("l1.roib_timeout_ms", 0, "> 0 milliseconds"));
+        if self.roib_timeout_ms == 0 || self.roib_timeout_ms > MAX_TIMEOUT_MS {
+            c.bad(
+                "l1.roib_timeout_ms",
+                self.roib_timeout_ms,
+                "> 0 milliseconds, at most 86400000 (a day)",
+            );
         }
         if self.l1id_wrap == 0 || self.l1id_wrap > 1 << 24 {
-            return Err(bad("l1.l1id_wrap", self.l1id_wrap, "1..=16777216"));
+            c.bad("l1.l1id_wrap", self.l1id_wrap, "1..=16777216");
         }
-        Ok(())
     }
 }

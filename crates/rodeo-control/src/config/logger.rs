@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::error::{num, Checks};
 
 /// `[logger]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -76,14 +76,14 @@ impl Default for LoggerSection {
 }
 
 impl LoggerSection {
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
         if self.nodes == 0 || self.nodes > 16 {
-            return Err(bad("logger.nodes", self.nodes, "1..=16"));
+            c.bad("logger.nodes", self.nodes, "1..=16");
         }
         if self.streams.is_empty() {
-            return Err(bad("logger.streams", "[]", "at least one stream name"));
+            c.bad("logger.streams", "[]", "at least one stream name");
         }
         // Stream names become parts of file names: no path separator, no leading dot, no dot
         // at all (rodeo's file names use dots between their fields).
@@ -94,87 +94,86 @@ impl LoggerSection {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !ok {
-                return Err(bad(
+                c.bad(
                     "logger.streams",
                     format!("{st:?}"),
                     "1 to 255 ASCII letters, digits, '_' or '-' (a stream name is part of its \
                      files' names)",
-                ));
+                );
             }
         }
-        if self.max_file_mib == 0 {
-            return Err(bad("logger.max_file_mib", 0, ">= 1"));
+        if self.max_file_mib == 0 || self.max_file_mib > 1 << 24 {
+            c.bad(
+                "logger.max_file_mib",
+                self.max_file_mib,
+                ">= 1, at most 16777216 (16 TiB)",
+            );
         }
         if !self.min_free_fraction.is_finite() || !(0.0..1.0).contains(&self.min_free_fraction) {
-            return Err(bad(
+            c.bad(
                 "logger.min_free_fraction",
-                self.min_free_fraction,
+                num(self.min_free_fraction),
                 "a fraction of the disk >= 0 and < 1 (0: only logger.min_free_bytes)",
-            ));
+            );
         }
         for (i, d) in self.directories.iter().enumerate() {
             if d.is_empty() || d.contains('\0') {
-                return Err(bad(
+                c.bad(
                     "logger.directories",
                     format!("{d:?}"),
                     "directory paths, not empty, without NUL",
-                ));
+                );
             }
             if self.directories[..i].contains(d) {
-                return Err(bad(
+                c.bad(
                     "logger.directories",
                     format!("{d:?} twice"),
                     "each directory once (they are used in order)",
-                ));
+                );
             }
         }
         if !(-7..=22).contains(&self.zstd_level) {
-            return Err(bad(
+            c.bad(
                 "logger.zstd_level",
                 self.zstd_level,
                 "-7..=22 (zstd's levels: 1 the default, negative faster, higher smaller)",
-            ));
+            );
         }
         match (self.format, self.compression) {
-            (FormatName::Eventstorage, CompressionName::Zstd) => {
-                return Err(bad(
-                    "logger.compression",
-                    "\"zstd\"",
-                    "\"zlib\" or \"none\" with logger.format = \"eventstorage\" (ATLAS readers \
+            (FormatName::Eventstorage, CompressionName::Zstd) => c.bad(
+                "logger.compression",
+                "\"zstd\"",
+                "\"zlib\" or \"none\" with logger.format = \"eventstorage\" (ATLAS readers \
                      decompress zlib only; zstd needs logger.format = \"rodeo\")",
-                ))
-            }
-            (FormatName::Rodeo, CompressionName::Zlib) => {
-                return Err(bad(
-                    "logger.compression",
-                    "\"zlib\"",
-                    "\"zstd\" or \"none\" with logger.format = \"rodeo\" (zlib is \
+            ),
+            (FormatName::Rodeo, CompressionName::Zlib) => c.bad(
+                "logger.compression",
+                "\"zlib\"",
+                "\"zstd\" or \"none\" with logger.format = \"rodeo\" (zlib is \
                      EventStorage's codec: logger.format = \"eventstorage\")",
-                ))
-            }
+            ),
             _ => {}
         }
         if self.format == FormatName::Eventstorage {
             use rodeo_files::eventstorage::valid_name_part;
             if !valid_name_part(&self.project) {
-                return Err(bad(
+                c.bad(
                     "logger.project",
                     format!("{:?}", self.project),
                     "1 to 255 ASCII letters, digits, '-' or '_' (part of the EventStorage file names)",
-                ));
+                );
             }
             for st in &self.streams {
                 let (t, n) = rodeo_files::eventstorage::split_stream(st);
                 if !valid_name_part(t) || t.contains('_') || !valid_name_part(n) {
-                    return Err(bad(
+                    c.bad(
                         "logger.streams",
                         format!("{st:?}"),
                         "\"<type>_<name>\" (or a name alone, of type physics) of ASCII letters, \
                          digits, '-' and '_' with logger.format = \"eventstorage\"",
-                    ));
+                    );
                 }
             }
         }
-        Ok(())
     }
 }

@@ -7,44 +7,69 @@
 //!
 //! Unknown fields are errors (`deny_unknown_fields`), and [`PartitionConfig::validate`] checks
 //! every value against what is allowed; both name the field (`dcm.slots`), the value, and what
-//! would be accepted.
+//! would be accepted, in words (`parse`: "a whole number >= 0", not "u64"), every error of the
+//! file at once, one per line ([`ConfigError::Many`]). Beyond the ranges of single values the
+//! checks refuse what cannot run correctly: a fragment larger than what carries it, more events
+//! in flight than a readout channel holds (`readout`), a port outside 1..=65535, an alarm on a
+//! metric the partition does not have; [`PartitionConfig::check_resources`] (`estimate`) the
+//! memory and threads the partition takes on its hosts.
 //!
 //! One file per section (`run`, `transport`, `l1`, `supervisor`, `ros`, `dcm`, `logger`,
 //! `control`): its type, its defaults and the checks of its own values; `[monitoring]` and
 //! `[[alarms]]` are [`crate::monitoring`]'s and [`crate::alarms`]'s. Here: the whole
 //! [`PartitionConfig`], its TOML, and the checks across sections. Beside them: `limits`, the
 //! message size limits derived from a partition ([`MessageLimits`]); `output`, the host checks
-//! of the output directories ([`PartitionConfig::check_output`]); `error`, [`ConfigError`];
-//! `default.toml`, the commented default ([`DEFAULT_TOML`]).
+//! of the output directories ([`PartitionConfig::check_output`]); `readout`, what the readout
+//! nodes are built with and the limits that follow; `estimate`, memory and threads;
+//! `address`, ports and hosts; `parse`, the TOML read with errors in words; `error`,
+//! [`ConfigError`] and [`Checks`]; `default.toml`, the commented default ([`DEFAULT_TOML`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use error::num;
+
+mod address;
+mod alarm_metrics;
 mod control;
 mod dcm;
 pub(crate) mod error;
+mod estimate;
 mod l1;
 mod limits;
 mod logger;
 mod output;
+mod parse;
+mod readout;
+mod report;
 mod ros;
 mod run;
 mod supervisor;
 mod transport;
 
+pub use alarm_metrics::metric_known;
 pub use control::ControlSection;
-pub use dcm::{ChecksumName, DcmSection};
-pub use error::ConfigError;
-pub use l1::{L1Config, L1Mode};
+pub use dcm::{ChecksumName, DcmSection, MAX_OUTSTANDING, MAX_PROCESSING_US};
+pub use error::{Checks, ConfigError};
+pub use estimate::{
+    human, AppEstimate, Estimate, Machine, CONTROLLER_BYTES, MAX_THREADS_PER_CORE,
+    OUTSIDE_FRAGMENT_BYTES, PROCESS_BASE_BYTES, WARN_THREADS_PER_CORE,
+};
+pub use l1::{L1Config, L1Mode, MAX_RATE_HZ, MAX_TIMEOUT_MS, MIN_RATE_HZ};
 pub use limits::{MessageLimits, EXTERNAL_FRAGMENT_BYTES, MIN_MESSAGE_LIMIT};
 pub use logger::{CompressionName, FormatName, LoggerSection};
+pub use parse::MAX_FIELD_ERRORS;
+pub use readout::{
+    StoreShape, DMA_SUPERPAGES_PER_CHANNEL, DMA_SUPERPAGE_BYTES, LINK_SUPERPAGES_PER_CHANNEL,
+    LINK_SUPERPAGE_BYTES, REPLAY_SUPERPAGE_BYTES, SWROD_SUPERPAGES_PER_CHANNEL,
+    SWROD_SUPERPAGE_BYTES, SWROD_WINDOW,
+};
+pub use report::CheckReport;
 pub use ros::{ListenMode, ReplayL1id, RosInput, RosSection};
-pub use run::RunConfig;
+pub use run::{RunConfig, MAX_RUN_SECONDS};
 pub use supervisor::SupervisorSection;
 pub use transport::{TransportConfig, TransportKind};
-
-use error::bad;
 
 /// The default partition, with comments: what `rodeo config default` prints (`default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -79,12 +104,11 @@ pub struct PartitionConfig {
 }
 
 impl PartitionConfig {
-    /// Parses and validates TOML; `source_name` names it in errors.
+    /// Parses and validates TOML; `source_name` names it in errors. Every error found is
+    /// named: every field toml cannot take (then the values are not checked), or else every
+    /// value [`PartitionConfig::validate`] refuses.
     pub fn from_toml(text: &str, source_name: &str) -> Result<PartitionConfig, ConfigError> {
-        let config: PartitionConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            source_name: source_name.to_string(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
+        let config = parse::parse(text, source_name)?;
         config.validate()?;
         Ok(config)
     }
@@ -110,31 +134,35 @@ impl PartitionConfig {
         c.to_toml()
     }
 
-    /// Checks every value; the error names the first bad field. Each section checks its own
-    /// values; the checks across sections are here, in between.
+    /// Checks every value: an error naming each bad field (one, or [`ConfigError::Many`]).
+    /// Each section checks its own values; the checks across sections are here, in between.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.check_run_end()?;
-        self.run.validate()?;
-        self.check_base_port()?;
-        self.check_high_water_marks()?;
-        self.transport.validate()?;
-        self.l1.validate()?;
-        self.supervisor.validate()?;
-        self.ros.validate(self.l1.l1id_wrap)?;
-        self.dcm.validate()?;
-        self.check_stream_shares()?;
-        self.logger.validate()?;
-        self.control.validate()?;
-        self.check_message_limit()?;
-        self.check_dcm_sockets()?;
-        self.check_hosts()?;
-        self.monitoring.validate()?;
-        crate::alarms::validate(&self.alarms)?;
-        Ok(())
+        let mut c = Checks::new();
+        self.check_run_end(&mut c);
+        self.run.validate(&mut c);
+        self.check_base_port(&mut c);
+        self.check_high_water_marks(&mut c);
+        self.transport.validate(&mut c);
+        self.l1.validate(&mut c);
+        self.supervisor.validate(&mut c);
+        self.ros.validate(self.l1.l1id_wrap, &mut c);
+        self.dcm.validate(&mut c);
+        self.check_stream_shares(&mut c);
+        self.check_processing_time(&mut c);
+        self.logger.validate(&mut c);
+        self.control.validate(&mut c);
+        self.check_readout(&mut c);
+        self.check_message_limit(&mut c);
+        self.check_dcm_sockets(&mut c);
+        self.check_hosts(&mut c);
+        self.monitoring.check(&mut c);
+        crate::alarms::check(&self.alarms, &mut c);
+        self.check_alarm_metrics(&mut c);
+        c.finish()
     }
 
     /// `run.events`: the run must end, by its events, its seconds or inputs that end.
-    fn check_run_end(&self) -> Result<(), ConfigError> {
+    fn check_run_end(&self, c: &mut Checks) {
         let r = &self.run;
         let inputs_end = self.l1.mode == L1Mode::External
             || self.l1.mode == L1Mode::Readout
@@ -147,27 +175,26 @@ impl PartitionConfig {
                     _ => false,
                 };
         if r.events == 0 && r.seconds <= 0.0 && !inputs_end {
-            return Err(bad(
+            c.bad(
                 "run.events",
                 r.events,
                 "give run.events > 0 or run.seconds > 0 (a run must end; only l1.mode = \
                  \"readout\" with inputs that end, ros.input = \"file\" without link_loop or \
                  \"network\" over tcp with listen_end_on_close, or l1.mode = \"external\", \
                  may have neither)",
-            ));
+            );
         }
-        Ok(())
     }
 
     /// `transport.base_port`: with tcp, room for one port per endpoint.
-    fn check_base_port(&self) -> Result<(), ConfigError> {
+    fn check_base_port(&self, c: &mut Checks) {
         if self.transport.kind == TransportKind::Tcp {
             // Consecutive ports from base_port, one per endpoint; port 0 would mean "any port"
             // (nobody could find it) and past 65535 the numbers wrap.
             let t = &self.transport;
-            let last = u32::from(t.base_port) + self.endpoint_count() as u32 - 1;
+            let last = u64::from(t.base_port) + self.endpoint_count() as u64 - 1;
             if t.base_port == 0 || last > 65535 {
-                return Err(bad(
+                c.bad(
                     "transport.base_port",
                     format!(
                         "{} (the partition binds {} consecutive ports: {}..={last})",
@@ -177,51 +204,66 @@ impl PartitionConfig {
                     ),
                     "1..=65535 for every port: base_port >= 1 and base_port + endpoints - 1 \
                      <= 65535 (one endpoint per logger, per readout node, and the supervisor's)",
-                ));
+                );
             }
         }
-        Ok(())
     }
 
     /// `transport.high_water_mark` and `ros.high_water_mark`: one range for both.
-    fn check_high_water_marks(&self) -> Result<(), ConfigError> {
+    fn check_high_water_marks(&self, c: &mut Checks) {
         for (field, hwm) in [
             ("transport.high_water_mark", self.transport.high_water_mark),
             ("ros.high_water_mark", self.ros.high_water_mark),
         ] {
             if hwm == 0 || hwm > 10_000_000 {
-                return Err(bad(field, hwm, "1..=10000000 messages"));
+                c.bad(field, hwm, "1..=10000000 messages");
             }
         }
-        Ok(())
     }
 
     /// `dcm.stream_shares`: one weight per `logger.streams` entry.
-    fn check_stream_shares(&self) -> Result<(), ConfigError> {
+    fn check_stream_shares(&self, c: &mut Checks) {
         let d = &self.dcm;
         let l = &self.logger;
         if !d.stream_shares.is_empty()
             && (d.stream_shares.len() != l.streams.len()
-                || d.stream_shares.iter().any(|w| !w.is_finite() || *w < 0.0)
+                || d.stream_shares.iter().any(|w| !(0.0..=1e9).contains(w))
                 || d.stream_shares.iter().sum::<f64>() <= 0.0)
         {
-            return Err(bad(
+            c.bad(
                 "dcm.stream_shares",
                 format!("{:?} for streams {:?}", d.stream_shares, l.streams),
-                "one weight >= 0 per logger.streams entry, not all 0 (or [] for all to the \
-                 first stream)",
-            ));
+                "one weight in 0..=1000000000 per logger.streams entry, not all 0 (or [] for \
+                 all to the first stream)",
+            );
         }
-        Ok(())
+    }
+
+    /// `dcm.processing_us` against `supervisor.event_timeout_ms`: a mean processing time at
+    /// the event timeout reassigns most events.
+    fn check_processing_time(&self, c: &mut Checks) {
+        let mean_ms = self.dcm.processing_us / 1e3;
+        if !c.has("dcm.processing_us")
+            && !c.has("supervisor.event_timeout_ms")
+            && mean_ms * 4.0 >= self.supervisor.event_timeout_ms as f64
+        {
+            c.bad(
+                "dcm.processing_us",
+                num(self.dcm.processing_us),
+                "a mean below a quarter of supervisor.event_timeout_ms (the processing time is \
+                 drawn from an exponential distribution: near the timeout most events would \
+                 be reassigned)",
+            );
+        }
     }
 
     /// `transport.max_message_bytes`: when set, it holds the partition's largest message.
-    fn check_message_limit(&self) -> Result<(), ConfigError> {
+    fn check_message_limit(&self, c: &mut Checks) {
         let t = &self.transport;
         if t.max_message_bytes != 0 {
             let need = self.largest_messages().largest().max(MIN_MESSAGE_LIMIT);
             if t.max_message_bytes < need as u64 || t.max_message_bytes > u64::from(u32::MAX) {
-                return Err(bad(
+                c.bad(
                     "transport.max_message_bytes",
                     format!(
                         "{} (this partition's largest message, a full event of ros.nodes x \
@@ -230,52 +272,56 @@ impl PartitionConfig {
                     ),
                     "0 (derived from the partition) or at least the partition's largest message \
                      and 65536, at most 4294967295",
-                ));
+                );
             }
         }
-        Ok(())
     }
 
     /// `dcm.nodes`: a DCM has one socket per readout node, per logger and two more.
-    fn check_dcm_sockets(&self) -> Result<(), ConfigError> {
+    fn check_dcm_sockets(&self, c: &mut Checks) {
         let (ros, d, l) = (&self.ros, &self.dcm, &self.logger);
         if ros.nodes + d.nodes + l.nodes > 62 {
-            return Err(bad(
+            c.bad(
                 "dcm.nodes",
                 d.nodes,
                 "ros.nodes + logger.nodes + 2 must stay <= 64 (one socket each per DCM)",
-            ));
+            );
         }
-        Ok(())
     }
 
     /// `[hosts]`: application names of this partition, host names, and tcp endpoints.
-    fn check_hosts(&self) -> Result<(), ConfigError> {
+    fn check_hosts(&self, c: &mut Checks) {
         let names = self.app_names();
         for (app, host) in &self.hosts {
             if !names.iter().any(|n| n == app) {
-                return Err(bad(
+                c.bad(
                     "hosts",
                     format!("{app:?} = {host:?}"),
                     "keys are application names of this partition (logger-N, ros-N, dcm-N, supervisor)",
-                ));
+                );
             }
-            if host.is_empty() || host.contains(char::is_whitespace) || host.starts_with('-') {
-                return Err(bad(
+            // One colon: HOST:PORT (an IPv6 address has several).
+            let port = host.matches(':').count() == 1;
+            if host.is_empty()
+                || host.contains(char::is_whitespace)
+                || host.starts_with('-')
+                || port
+            {
+                c.bad(
                     "hosts",
                     format!("{app:?} = {host:?}"),
-                    "a host name or address (no spaces, not starting with '-')",
-                ));
+                    "a host name or address (no spaces, not starting with '-', no port: the \
+                     partition's ports come from transport.base_port)",
+                );
             }
         }
         if !self.hosts.is_empty() && self.transport.kind != TransportKind::Tcp {
-            return Err(bad(
+            c.bad(
                 "transport.kind",
                 format!("{:?}", self.transport.kind).to_lowercase(),
                 "\"tcp\" when [hosts] places applications on other hosts",
-            ));
+            );
         }
-        Ok(())
     }
 
     /// Every application's name, in the order they come up: loggers, readout nodes, DCMs,

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::address::host_port;
+use super::error::{num, Checks};
+use super::l1::rate_ok;
 
 /// `[ros]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -113,120 +115,130 @@ pub enum RosInput {
 
 impl RosSection {
     /// Checks this section's own values, and `l1.l1id_wrap` (`l1id_wrap`) against the SW ROD
-    /// input; the error names the first bad field (other checks across sections are
-    /// [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self, l1id_wrap: u32) -> Result<(), ConfigError> {
+    /// input, each error naming its field (other checks across sections, and the limits of
+    /// the readout's memory, are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, l1id_wrap: u32, c: &mut Checks) {
         if self.nodes == 0 || self.nodes > 32 {
-            return Err(bad("ros.nodes", self.nodes, "1..=32"));
+            c.bad("ros.nodes", self.nodes, "1..=32");
         }
         if self.channels == 0 || self.channels > 64 {
-            return Err(bad("ros.channels", self.channels, "1..=64"));
+            c.bad("ros.channels", self.channels, "1..=64");
         }
         if self.fragment_words == 0 || self.fragment_words > 1 << 20 {
-            return Err(bad(
-                "ros.fragment_words",
-                self.fragment_words,
-                "1..=1048576",
-            ));
+            c.bad("ros.fragment_words", self.fragment_words, "1..=1048576");
         }
         if self.elinks == 0 || self.elinks > 2048 {
-            return Err(bad("ros.elinks", self.elinks, "1..=2048"));
-        }
-        if self.input == RosInput::Swrod {
-            // Each E-link's packet: the fragment's share less 4 words, 1..=65535 payload words.
-            let share = self.fragment_words as usize / self.elinks;
-            if share < 5 {
-                return Err(bad(
-                    "ros.elinks",
-                    self.elinks,
-                    "at most ros.fragment_words / 5 with ros.input = \"swrod\"",
-                ));
-            }
-            if share - 4 > 0xFFFF {
-                return Err(bad(
-                    "ros.fragment_words",
-                    self.fragment_words,
-                    "at most 65539 x ros.elinks with ros.input = \"swrod\" (FELIX packets)",
-                ));
-            }
-            // The fragment builder's window of 512 L1IDs needs a cycle of 256 x 8 at least.
-            if l1id_wrap < 8 {
-                return Err(bad(
-                    "l1.l1id_wrap",
-                    l1id_wrap,
-                    ">= 8 with ros.input = \"swrod\" (the fragment builder's window)",
-                ));
-            }
+            c.bad("ros.elinks", self.elinks, "1..=2048");
+        } else if self.input == RosInput::Swrod {
+            self.check_swrod(l1id_wrap, c);
         }
         if self.input == RosInput::Replay
             && (self.replay_files.is_empty() || self.replay_files.iter().any(|f| f.is_empty()))
         {
-            return Err(bad(
+            c.bad(
                 "ros.replay_files",
                 format!("{:?}", self.replay_files),
                 "at least one raw-data file path with ros.input = \"replay\"",
-            ));
+            );
         }
-        if !self.replay_rate_hz.is_finite() || self.replay_rate_hz < 0.0 {
-            return Err(bad(
+        if !rate_ok(self.replay_rate_hz) {
+            c.bad(
                 "ros.replay_rate_hz",
-                self.replay_rate_hz,
-                "fragments per second >= 0 (0: unpaced)",
-            ));
+                num(self.replay_rate_hz),
+                "fragments per second: 0 (unpaced) or 0.001..=1000000000",
+            );
         }
         let mut mapped = std::collections::HashSet::new();
         for [from, to] in &self.replay_source_map {
             if !mapped.insert(*from) {
-                return Err(bad(
+                c.bad(
                     "ros.replay_source_map",
                     format!("[{from:#x}, {to:#x}]"),
                     "each file source id mapped once",
-                ));
+                );
             }
+        }
+        if self.input == RosInput::Network {
+            self.check_listen(c);
         }
         let robs = self.nodes * self.channels;
-        if self.input == RosInput::Network {
-            if self.listen.len() != robs {
-                return Err(bad(
-                    "ros.listen",
-                    format!(
-                        "{:?} ({} addresses for {robs} ROBs)",
-                        self.listen,
-                        self.listen.len()
-                    ),
-                    "one address per ROB (ros.nodes x ros.channels, node by node) with ros.input \
-                     = \"network\"",
-                ));
-            }
-            let mut seen = std::collections::HashSet::new();
-            for a in &self.listen {
-                if !(a.starts_with("tcp://") || a.starts_with("udp://")) || !seen.insert(a) {
-                    return Err(bad(
-                        "ros.listen",
-                        format!("{a:?}"),
-                        "\"tcp://HOST:PORT\" or \"udp://HOST:PORT\", each address once",
-                    ));
-                }
-            }
-            if self.listen_mode == ListenMode::Felix {
-                return Err(bad(
-                    "ros.listen_mode",
-                    "\"felix\"",
-                    "\"slink\": a partition's network input takes S-LINK fragments for now \
-                     (FELIX blocks: `rodeo cards --listen ADDRESS --listen-mode felix`)",
-                ));
-            }
-        }
         if self.input == RosInput::File
             && (self.link_files.len() != robs || self.link_files.iter().any(|f| f.is_empty()))
         {
-            return Err(bad(
+            c.bad(
                 "ros.link_files",
                 format!("{:?}", self.link_files),
                 "one S-LINK link capture file per ROB (ros.nodes x ros.channels, node by node) \
                  with ros.input = \"file\"",
-            ));
+            );
         }
-        Ok(())
+    }
+
+    /// `ros.elinks` (already within 1..=2048) and `ros.fragment_words` against the SW ROD's
+    /// packets, and `l1.l1id_wrap` against its window.
+    fn check_swrod(&self, l1id_wrap: u32, c: &mut Checks) {
+        // Each E-link's packet: the fragment's share less 4 words, 1..=65535 payload words.
+        let share = self.fragment_words as usize / self.elinks;
+        if share < 5 {
+            c.bad(
+                "ros.elinks",
+                self.elinks,
+                "at most ros.fragment_words / 5 with ros.input = \"swrod\"",
+            );
+        } else if share - 4 > 0xFFFF {
+            c.bad(
+                "ros.fragment_words",
+                self.fragment_words,
+                "at most 65539 x ros.elinks with ros.input = \"swrod\" (FELIX packets)",
+            );
+        }
+        // The fragment builder's window of 512 L1IDs needs a cycle of 256 x 8 at least.
+        if l1id_wrap < 8 {
+            c.bad(
+                "l1.l1id_wrap",
+                l1id_wrap,
+                ">= 8 with ros.input = \"swrod\" (the fragment builder's window)",
+            );
+        }
+    }
+
+    /// `ros.listen` with the network input: one address per ROB, each once, a port in
+    /// 1..=65535; and `ros.listen_mode`.
+    fn check_listen(&self, c: &mut Checks) {
+        let robs = self.nodes * self.channels;
+        if self.listen.len() != robs {
+            c.bad(
+                "ros.listen",
+                format!(
+                    "{:?} ({} addresses for {robs} ROBs)",
+                    self.listen,
+                    self.listen.len()
+                ),
+                "one address per ROB (ros.nodes x ros.channels, node by node) with ros.input \
+                 = \"network\"",
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for a in &self.listen {
+            let why = match host_port(a, &["tcp", "udp"]) {
+                Err(why) => why,
+                Ok(_) if !seen.insert(a) => "given twice".into(),
+                Ok(_) => continue,
+            };
+            c.bad(
+                "ros.listen",
+                format!("{a:?} ({why})"),
+                "\"tcp://HOST:PORT\" or \"udp://HOST:PORT\" with a port in 1..=65535, each \
+                 address once",
+            );
+        }
+        if self.listen_mode == ListenMode::Felix {
+            c.bad(
+                "ros.listen_mode",
+                "\"felix\"",
+                "\"slink\": a partition's network input takes S-LINK fragments for now \
+                 (FELIX blocks: `rodeo cards --listen ADDRESS --listen-mode felix`)",
+            );
+        }
     }
 }

@@ -1,8 +1,13 @@
-//! `[run]`: the run's number, its end (events or seconds) and where its files go.
+//! `[run]`: the run's number, its end (events or seconds), where its files go and the memory
+//! it may take.
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::error::{num, Checks};
+
+/// The longest `run.seconds`: a year (a larger number is a typing error, and a run limit past
+/// it never comes).
+pub const MAX_RUN_SECONDS: f64 = 365.0 * 86_400.0;
 
 /// `[run]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -16,6 +21,10 @@ pub struct RunConfig {
     pub seconds: f64,
     /// Output directory.
     pub output: String,
+    /// The memory the partition may take on each host, in bytes (0: what the machine has
+    /// available); `rodeo config check` and `rodeo run` refuse a larger estimate
+    /// ([`super::PartitionConfig::estimate`]).
+    pub memory_budget_bytes: u64,
 }
 
 impl Default for RunConfig {
@@ -25,20 +34,31 @@ impl Default for RunConfig {
             events: 100_000,
             seconds: 0.0,
             output: "rodeo-output".into(),
+            memory_budget_bytes: 0,
         }
     }
 }
 
 impl RunConfig {
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if !self.seconds.is_finite() || self.seconds < 0.0 {
-            return Err(bad("run.seconds", self.seconds, "a number of seconds >= 0"));
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
+        if !(0.0..=MAX_RUN_SECONDS).contains(&self.seconds) {
+            c.bad(
+                "run.seconds",
+                num(self.seconds),
+                "a number of seconds >= 0 (0: no limit), at most 31536000 (a year)",
+            );
         }
         if self.output.is_empty() {
-            return Err(bad("run.output", "\"\"", "a directory path"));
+            c.bad("run.output", "\"\"", "a directory path");
         }
-        Ok(())
+        if self.memory_budget_bytes != 0 && self.memory_budget_bytes < 64 << 20 {
+            c.bad(
+                "run.memory_budget_bytes",
+                self.memory_budget_bytes,
+                "0 (what the machine has available) or at least 67108864 (64 MiB)",
+            );
+        }
     }
 }

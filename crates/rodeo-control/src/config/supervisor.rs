@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::error::Checks;
+use super::l1::MAX_TIMEOUT_MS;
 
 /// `[supervisor]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -27,26 +28,25 @@ impl Default for SupervisorSection {
 }
 
 impl SupervisorSection {
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.event_timeout_ms == 0 {
-            return Err(bad("supervisor.event_timeout_ms", 0, "> 0 milliseconds"));
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
+        if self.event_timeout_ms == 0 || self.event_timeout_ms > MAX_TIMEOUT_MS {
+            c.bad(
+                "supervisor.event_timeout_ms",
+                self.event_timeout_ms,
+                "> 0 milliseconds, at most 86400000 (a day)",
+            );
         }
-        if self.dcm_timeout_ms < 500 {
-            return Err(bad(
+        if self.dcm_timeout_ms < 500 || self.dcm_timeout_ms > MAX_TIMEOUT_MS {
+            c.bad(
                 "supervisor.dcm_timeout_ms",
                 self.dcm_timeout_ms,
-                ">= 500 ms (twice the DCM heartbeat at least)",
-            ));
+                ">= 500 ms (twice the DCM heartbeat at least), at most 86400000 (a day)",
+            );
         }
         if self.clear_group == 0 || self.clear_group > 100_000 {
-            return Err(bad(
-                "supervisor.clear_group",
-                self.clear_group,
-                "1..=100000",
-            ));
+            c.bad("supervisor.clear_group", self.clear_group, "1..=100000");
         }
-        Ok(())
     }
 }

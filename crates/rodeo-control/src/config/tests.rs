@@ -449,3 +449,225 @@ fn the_output_path_is_checked_as_the_directories_are_naming_run_output() {
     c.run.output = t.path().join("new/run").display().to_string();
     c.check_output().unwrap();
 }
+
+/// `text` refused: the error, as text, and the fields it names.
+fn refused(text: &str) -> (String, Vec<String>) {
+    let e = PartitionConfig::from_toml(text, "t.toml").unwrap_err();
+    (e.to_string(), e.fields())
+}
+
+#[test]
+fn every_bad_value_of_a_file_is_named_at_once_one_per_line() {
+    let (text, fields) = refused(
+        "[run]\nseconds = -1.0\n[ros]\nnodes = 0\nfragment_words = 65536\n[dcm]\nslots = 0\n\
+         processing_us = 1e300\n[l1]\nrate_hz = nan\n",
+    );
+    let mut sorted = fields.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "dcm.processing_us",
+            "dcm.slots",
+            "l1.rate_hz",
+            "ros.fragment_words",
+            "ros.nodes",
+            "run.seconds",
+        ],
+        "{text}"
+    );
+    assert!(text.contains("= 1e300:"), "{text}");
+    assert!(fields.len() >= 5, "{text}");
+    assert_eq!(text.lines().count(), fields.len(), "{text}");
+    for line in text.lines() {
+        assert!(line.starts_with("configuration field `"), "{line}");
+    }
+}
+
+#[test]
+fn the_measured_cases_of_issue_36_are_refused_naming_field_and_limit() {
+    // A fragment no DMA superpage holds: every event was written without its ROBs.
+    let (e, f) = refused("[ros]\nfragment_words = 65536\n");
+    assert_eq!(f, ["ros.fragment_words"]);
+    assert!(e.contains("at most 65521") && e.contains("256 KiB"), "{e}");
+    // A processing time that panicked the run (Duration::from_secs_f64), and its relatives.
+    for v in ["1e300", "inf", "nan", "-1.0", "2e7"] {
+        let (e, f) = refused(&format!("[dcm]\nprocessing_us = {v}\n"));
+        assert_eq!(f, ["dcm.processing_us"], "{v}: {e}");
+    }
+    let (e, _) = refused("[dcm]\nprocessing_us = 4000000.0\n");
+    assert!(e.contains("supervisor.event_timeout_ms"), "{e}");
+    // A port past 65535 in a listen list, and port 0.
+    let net = "[ros]\nchannels = 2\ninput = \"network\"\n";
+    for port in [99_999, 0] {
+        let (e, f) = refused(&format!(
+            "{net}listen = [\"tcp://127.0.0.1:5000\", \"tcp://127.0.0.1:{port}\"]\n"
+        ));
+        assert_eq!(f, ["ros.listen"], "{e}");
+        assert!(
+            e.contains(&format!("port {port} is outside 1..=65535")),
+            "{e}"
+        );
+    }
+    let (e, _) =
+        refused("[l1]\nmode = \"external\"\nexternal_listen = \"tcp://127.0.0.1:70000\"\n");
+    assert!(
+        e.contains("l1.external_listen") && e.contains("70000"),
+        "{e}"
+    );
+    let (e, _) = refused("[control]\nhttp = \"127.0.0.1:99999\"\n");
+    assert!(e.contains("control.http"), "{e}");
+    // An alarm on a metric the partition does not have never fires.
+    let (e, f) =
+        refused("[[alarms]]\nname = \"x\"\nmetric = \"rodeo_l1_accept_total\"\nbelow = 1.0\n");
+    assert_eq!(f, ["alarms.metric"]);
+    assert!(e.contains("nearest: rodeo_l1_accepts_total"), "{e}");
+    // 60 DCMs x 4096 slots: 245760 events in flight for channels holding 4092.
+    let (e, f) = refused("[dcm]\nnodes = 60\nslots = 4096\n");
+    assert_eq!(f, ["dcm.slots"]);
+    assert!(
+        e.contains("245760 events in flight") && e.contains("holds 4092 fragments of 221 words"),
+        "{e}"
+    );
+    let c = PartitionConfig::from_toml("[dcm]\nnodes = 60\nslots = 68\n", "t.toml").unwrap();
+    assert_eq!(c.events_in_flight(), 4080);
+    // 32 nodes x 64 channels: about 14 GB and 228 busy threads, refused on an 8 GiB,
+    // 2-core host (the measured one reached 3.9 GB in 12 s on this 2-core machine).
+    let c = PartitionConfig::from_toml("[ros]\nnodes = 32\nchannels = 64\n", "t.toml").unwrap();
+    let small = Machine {
+        available_bytes: Some(8 << 30),
+        total_bytes: Some(8 << 30),
+        cpus: 2,
+    };
+    let e = c.check_here_on(&small).unwrap_err().to_string();
+    assert!(e.contains("the partition needs 14.3 GB"), "{e}");
+    let big = Machine {
+        available_bytes: Some(64 << 30),
+        ..small
+    };
+    let e = c.check_here_on(&big).unwrap_err().to_string();
+    assert!(e.contains("228 busy threads on this host's 2 cores"), "{e}");
+}
+
+#[test]
+fn alarms_name_metrics_the_partition_has_with_their_labels() {
+    let ok = |metric: &str, extra: &str| {
+        PartitionConfig::from_toml(
+            &format!("{extra}[[alarms]]\nname = \"a\"\nmetric = '{metric}'\nabove = 0.0\n"),
+            "t.toml",
+        )
+    };
+    for m in [
+        "l1_rate_hz",
+        "disk_free_bytes",
+        "rodeo_run_restarts",
+        "rodeo_errors_total{kind=\"lost_fragment\"}",
+        "rodeo_dcm_busy_slots{app=\"dcm-2\"}",
+        "rodeo_decision_latency_seconds_count",
+        "rodeo_decision_latency_seconds_bucket{le=\"0.001\"}",
+        "rodeo_alarm_active{name=\"a\"}",
+        "rodeo_http_responses_total{class=\"5xx\"}",
+    ] {
+        ok(m, "").unwrap_or_else(|e| panic!("{m}: {e}"));
+    }
+    for (m, words) in [
+        ("rodeo_nothing", "no /metrics family rodeo_nothing"),
+        ("rodeo_decision_latency_seconds", "is a histogram"),
+        (
+            "rodeo_dcm_busy_slots{app=\"dcm-3\"}",
+            "app=\"dcm-3\" is none",
+        ),
+        ("rodeo_dcm_busy_slots{ap=\"dcm-1\"}", "has no label \"ap\""),
+        ("l1_rate_hz{app=\"x\"}", "takes no labels"),
+        ("rodeo_ros_swrod_fragments_total", "ros.input = \"swrod\""),
+        ("rodeo_monitor_missed_total", "[monitoring]"),
+    ] {
+        let e = ok(m, "").unwrap_err().to_string();
+        assert!(e.contains("alarms.metric") && e.contains(words), "{m}: {e}");
+    }
+    ok(
+        "rodeo_ros_swrod_fragments_total",
+        "[ros]\ninput = \"swrod\"\n",
+    )
+    .unwrap();
+    ok(
+        "rodeo_monitor_missed_total",
+        "[monitoring]\nendpoint = \"tcp://127.0.0.1:5600\"\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn timeouts_rates_and_fractions_have_ranges() {
+    for (text, field) in [
+        (
+            "[supervisor]\nevent_timeout_ms = 18446744073709551615\n",
+            "supervisor.event_timeout_ms",
+        ),
+        (
+            "[control]\ncommand_timeout_ms = 100000000000\n",
+            "control.command_timeout_ms",
+        ),
+        (
+            "[control]\ndead_after_ms = 100000000000\n",
+            "control.dead_after_ms",
+        ),
+        (
+            "[l1]\nroib_timeout_ms = 100000000000\n",
+            "l1.roib_timeout_ms",
+        ),
+        ("[l1]\nrate_hz = 1e-300\n", "l1.rate_hz"),
+        ("[l1]\nrate_hz = 1e300\n", "l1.rate_hz"),
+        ("[ros]\nreplay_rate_hz = inf\n", "ros.replay_rate_hz"),
+        ("[run]\nseconds = 1e300\n", "run.seconds"),
+        ("[dcm]\naccept_fraction = nan\n", "dcm.accept_fraction"),
+        (
+            "[dcm]\nmax_outstanding = 18446744073709551615\n",
+            "dcm.max_outstanding",
+        ),
+        (
+            "[logger]\nmax_file_mib = 18446744073709551615\n",
+            "logger.max_file_mib",
+        ),
+        (
+            "[logger]\nmin_free_fraction = nan\n",
+            "logger.min_free_fraction",
+        ),
+        (
+            "[monitoring]\nendpoint = \"tcp://127.0.0.1:5600\"\nmax_rate_hz = inf\n",
+            "monitoring.max_rate_hz",
+        ),
+        (
+            "[monitoring]\nendpoint = \"tcp://127.0.0.1:5600\"\nfraction = nan\n",
+            "monitoring.fraction",
+        ),
+        (
+            "[[alarms]]\nname = \"a\"\nmetric = \"l1_rate_hz\"\nbelow = 1.0\nfor_seconds = 1e300\n",
+            "alarms.for_seconds",
+        ),
+        (
+            "[run]\nmemory_budget_bytes = 1000\n",
+            "run.memory_budget_bytes",
+        ),
+        ("[transport]\nhost = \"a b\"\n", "transport.host"),
+        (
+            "[hosts]\n\"dcm-1\" = \"10.0.0.1:22\"\n[transport]\nkind = \"tcp\"\n",
+            "hosts",
+        ),
+    ] {
+        let (e, f) = refused(text);
+        assert!(f.iter().any(|x| x == field), "{text}: {e}");
+    }
+    // The SW ROD's largest packet: 16 KiB per E-link.
+    let (e, f) = refused("[ros]\ninput = \"swrod\"\nelinks = 4\nfragment_words = 20000\n");
+    assert_eq!(f, ["ros.fragment_words"]);
+    assert!(
+        e.contains("at most 16395") && e.contains("16384 bytes"),
+        "{e}"
+    );
+    PartitionConfig::from_toml(
+        "[ros]\ninput = \"swrod\"\nelinks = 4\nfragment_words = 16395\n[dcm]\nslots = 30\n",
+        "t.toml",
+    )
+    .unwrap();
+}

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{bad, ConfigError};
+use super::address::host_ok;
+use super::error::Checks;
 
 /// Transport kinds.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -63,11 +64,11 @@ impl TransportConfig {
         self.curve.unwrap_or(self.kind == TransportKind::Tcp)
     }
 
-    /// Checks this section's own values; the error names the first bad field (checks across
-    /// sections are [`super::PartitionConfig::validate`]'s).
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks this section's own values, each error naming its field (checks across sections
+    /// are [`super::PartitionConfig::validate`]'s).
+    pub(super) fn validate(&self, c: &mut Checks) {
         if self.curve_enabled() && !rodeo_transport::curve::available() {
-            return Err(bad(
+            c.bad(
                 "transport.curve",
                 format!(
                     "true{}",
@@ -79,11 +80,17 @@ impl TransportConfig {
                 ),
                 "false: this build's libzmq has no CURVE (build it with libsodium: \
                  third_party/zmq-sys/README.md)",
-            ));
+            );
         }
         if self.io_threads == 0 || self.io_threads > 16 {
-            return Err(bad("transport.io_threads", self.io_threads, "1..=16"));
+            c.bad("transport.io_threads", self.io_threads, "1..=16");
         }
-        Ok(())
+        if !host_ok(&self.host) || self.host.contains("://") {
+            c.bad(
+                "transport.host",
+                format!("{:?}", self.host),
+                "a host name or address of tcp endpoints, without scheme or port",
+            );
+        }
     }
 }

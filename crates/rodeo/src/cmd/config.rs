@@ -4,10 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use rodeo_control::config::{PartitionConfig, TransportKind, DEFAULT_TOML};
-use rodeo_control::partition::Layout;
-use rodeo_transport::endpoint::Endpoint;
-use rodeo_transport::socket::{SocketKind, Transport};
+use rodeo_control::binds::{try_binds, BindOutcome};
+use rodeo_control::config::{human, Machine, PartitionConfig, DEFAULT_TOML};
 
 /// Arguments of `rodeo config`.
 #[derive(Debug, clap::Args)]
@@ -20,15 +18,22 @@ pub(crate) struct Args {
 enum What {
     /// Print the built-in default partition as commented TOML (a starting point for a file).
     Default,
-    /// Check a configuration file: unknown fields and bad values are named, with what is
-    /// allowed.
+    /// Check a configuration file: every unknown field, value of the wrong type and bad value
+    /// is named, one per line, with what is allowed; what cannot run on this host (output
+    /// directories, the memory and threads the partition takes) too. Exit 0 when accepted
+    /// (warnings printed), 2 when refused.
     Check {
         /// The TOML file.
         file: PathBuf,
-        /// Also try to bind every endpoint of the partition on this host (tcp ports, ipc
-        /// paths) and say which fail; applications placed on other hosts are not tried.
+        /// Also try to bind every address the partition binds on this host (its endpoints,
+        /// `ros.listen`, `l1.external_listen`, `control.http`, `[monitoring]`), all at once,
+        /// then release them, and say which fail; applications placed on other hosts are not
+        /// tried.
         #[arg(long)]
         bind: bool,
+        /// Also print the memory and threads estimate of every application, one line each.
+        #[arg(long)]
+        estimate: bool,
     },
 }
 
@@ -38,70 +43,74 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             print!("{DEFAULT_TOML}");
             Ok(ExitCode::SUCCESS)
         }
-        What::Check { file, bind } => {
-            let config = rodeo_run::setup::load_config(Some(&file))?;
-            config
-                .check_output()
-                .with_context(|| format!("{}", file.display()))?;
-            config
-                .check_directories()
-                .with_context(|| format!("{}", file.display()))?;
-            if bind && !try_binds(&config)? {
-                anyhow::bail!(
-                    "{}: some endpoints cannot be bound on this host (listed above): free them \
-                     or change transport.base_port / run.output",
-                    file.display()
-                );
+        What::Check {
+            file,
+            bind,
+            estimate,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read configuration {}", file.display()))?;
+            let name = file.display().to_string();
+            let report = PartitionConfig::check_text(&text, &name, &Machine::this_host());
+            for w in &report.warnings {
+                eprintln!("rodeo: warning: {w}");
             }
-            println!("{}: OK", file.display());
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-/// Binds every endpoint of `config`'s layout that this host would bind (all at once, as a run
-/// holds them), printing one line each; true when every one that was tried bound.
-fn try_binds(config: &PartitionConfig) -> anyhow::Result<bool> {
-    let layout = Layout::new(config);
-    let transport = Transport::new(1)?;
-    let mut held = Vec::new();
-    let mut ok = true;
-    for (name, ep) in layout.endpoints() {
-        if let Some(host) = config.hosts.get(&name) {
-            println!("{name}: {ep}: on host {host}, not tried here");
-            continue;
-        }
-        match config.transport.kind {
-            TransportKind::Inproc => {
-                println!("{name}: {ep}: in process, nothing to bind");
-                continue;
+            let errors = report.error_lines();
+            for e in &errors {
+                eprintln!("rodeo: error: {e}");
             }
-            TransportKind::Ipc => {
-                let dir = layout.output.as_path();
-                if !dir.is_dir() {
-                    println!(
-                        "{name}: {ep}: not tried, {} does not exist yet (the run creates it)",
-                        dir.display()
+            let mut binds_ok = true;
+            if let (true, Some(config)) = (bind, &report.config) {
+                for t in try_binds(config) {
+                    binds_ok &= !matches!(t.outcome, BindOutcome::Fails(_));
+                    println!("{t}");
+                }
+                if !binds_ok {
+                    eprintln!(
+                        "rodeo: error: {name}: some addresses cannot be bound on this host \
+                         (listed above): free them or change them (transport.base_port, \
+                         ros.listen, l1.external_listen, control.http, [monitoring], \
+                         run.output)"
                     );
-                    continue;
                 }
             }
-            TransportKind::Tcp | TransportKind::Shm => {}
-        }
-        let socket = transport.socket(SocketKind::Router)?;
-        match Endpoint::parse(&ep)
-            .map_err(anyhow::Error::from)
-            .and_then(|e| socket.bind(&e).map_err(anyhow::Error::from))
-        {
-            Ok(_) => {
-                println!("{name}: {ep}: binds");
-                held.push(socket);
-            }
-            Err(e) => {
-                println!("{name}: {ep}: FAILS: {e:#}");
-                ok = false;
+            if errors.is_empty() && binds_ok {
+                if let Some(config) = &report.config {
+                    let e = config.estimate();
+                    if estimate {
+                        for a in e.apps.iter().chain([&e.shared]) {
+                            let parts: Vec<String> = a
+                                .parts
+                                .iter()
+                                .filter(|(_, b)| *b > 0)
+                                .map(|(n, b)| format!("{n} {}", human(*b)))
+                                .collect();
+                            println!(
+                                "{}: {} ({}); busy threads: {}",
+                                a.name,
+                                human(a.bytes()),
+                                parts.join(", "),
+                                a.threads
+                            );
+                        }
+                    }
+                    for host in e.hosts() {
+                        let on = host.as_deref().unwrap_or("this host");
+                        println!("{name}: estimate on {on}: {}", e.describe(&host));
+                    }
+                }
+                println!("{name}: OK");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                if !errors.is_empty() {
+                    eprintln!(
+                        "rodeo: {name}: refused, {} error{}",
+                        errors.len(),
+                        if errors.len() == 1 { "" } else { "s" }
+                    );
+                }
+                Ok(ExitCode::from(2))
             }
         }
     }
-    Ok(ok)
 }

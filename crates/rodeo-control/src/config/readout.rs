@@ -1,0 +1,276 @@
+//! What the partition's readout nodes are built with, as numbers the checks use: the event
+//! store's pages (the layout's `NodeConfig`, `rodeo_ros::node::NodeConfig::default()`), the
+//! superpages each input kind allocates (`rodeo_ros::inputs`, `rodeo_ros::swrod::parts`),
+//! the SW ROD's packet limit; and the checks that follow from them:
+//!
+//! - a fragment must fit what carries it: with `ros.input = "dma"` one DMA superpage holds a
+//!   whole framed S-LINK fragment (a larger one is never written: the card's link goes down
+//!   and every event is built without it); with `"swrod"` each E-link's packet must fit the
+//!   builder's largest packet (longer ones are cut and the fragment never completes);
+//! - every event in flight (`dcm.nodes` x `dcm.slots`, one per DCM slot) holds one fragment
+//!   on every readout channel until it is decided and cleared: a channel that cannot hold as
+//!   many leaves the later events waiting for room, their requests time out and they are built
+//!   without the node's fragments (partial), or worse (the measured `dcm.nodes = 60,
+//!   slots = 4096`: 1.4 M partial events of 1.4 M, unbalanced).
+//!
+//! The constants below copy private values of rodeo-ros (named at each); the tests of
+//! `tests/config_limits.rs` build real readout nodes at the limits and one past them, so a
+//! change there fails here.
+
+use std::borrow::Cow;
+
+use rodeo_cards::generator::SlinkConfig;
+use rodeo_format::felix::packet_len;
+use rodeo_format::fragment::{ROD_HEADER_WORDS, ROD_TRAILER_WORDS};
+use rodeo_ros::node::NodeConfig;
+use rodeo_ros::store::ROB_HEADER_WORDS;
+use rodeo_swrod::SwRodConfig;
+
+use super::error::Checks;
+use super::ros::RosInput;
+use super::PartitionConfig;
+
+/// Superpage size of the emulated S-LINK cards of `ros.input = "dma"`
+/// (`rodeo_ros::inputs::dma::build`).
+pub const DMA_SUPERPAGE_BYTES: usize = 256 * 1024;
+/// Superpages per channel of the emulated S-LINK and replay cards
+/// (`rodeo_ros::inputs::dma::emulated_cards`, `depth`).
+pub const DMA_SUPERPAGES_PER_CHANNEL: usize = 8;
+/// The smallest superpage of `ros.input = "replay"` (larger when a file's fragment needs it;
+/// `rodeo_ros::inputs::replay::build`).
+pub const REPLAY_SUPERPAGE_BYTES: usize = 256 * 1024;
+/// Superpage size and count per channel of the network and file inputs
+/// (`rodeo_ros::inputs::card_channels`, `LINK_SUPERPAGE_BYTES`, `depth`).
+pub const LINK_SUPERPAGE_BYTES: usize = 128 * 1024;
+/// See [`LINK_SUPERPAGE_BYTES`].
+pub const LINK_SUPERPAGES_PER_CHANNEL: usize = 8;
+/// Superpage size and count per ROB of the (unpaced) SW ROD input
+/// (`rodeo_ros::swrod::parts`, `SWROD_UNPACED_SUPERPAGE_BYTES`, `SWROD_SUPERPAGES`).
+pub const SWROD_SUPERPAGE_BYTES: usize = 64 * 1024;
+/// See [`SWROD_SUPERPAGE_BYTES`].
+pub const SWROD_SUPERPAGES_PER_CHANNEL: usize = 2;
+/// The SW ROD builders' window per ROB, in L1IDs (`rodeo_ros::swrod::parts`: half the FELIX
+/// block size); their block pool holds two windows per ROB.
+pub const SWROD_WINDOW: usize = rodeo_format::felix::DEFAULT_BLOCK_SIZE / 2;
+
+/// The readout node's store as the partition builds it (`Layout::new`: `NodeConfig` defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreShape {
+    /// Bytes per page.
+    pub page_bytes: usize,
+    /// Pages per channel.
+    pub pages_per_channel: usize,
+    /// Index entries per channel (the store's default: four per page).
+    pub index_per_channel: usize,
+}
+
+impl StoreShape {
+    /// The partition's store (the layout leaves `NodeConfig`'s defaults).
+    pub fn of_partition() -> StoreShape {
+        let n = NodeConfig::default();
+        StoreShape {
+            page_bytes: n.page_bytes,
+            pages_per_channel: n.pages_per_channel,
+            index_per_channel: 4 * n.pages_per_channel,
+        }
+    }
+
+    /// Bytes of store pages per channel.
+    pub fn channel_bytes(&self) -> usize {
+        self.page_bytes * self.pages_per_channel
+    }
+
+    /// Fragments of `words` words (ROB header included) one channel holds at once: whole
+    /// fragments per page (a fragment larger than a page takes a chain of fresh pages), one
+    /// page left for the write cursor, at most the index's entries.
+    pub fn fragments_per_channel(&self, words: usize) -> usize {
+        let page_words = self.page_bytes / 4;
+        let pages = self.pages_per_channel.saturating_sub(1);
+        let by_pages = if words <= page_words {
+            pages * (page_words / words.max(1))
+        } else {
+            pages / words.div_ceil(page_words)
+        };
+        by_pages.min(self.index_per_channel)
+    }
+}
+
+impl PartitionConfig {
+    /// Words of one ROB fragment as the store keeps it (ROB header, ROD header, status, data,
+    /// trailer), for inputs whose fragment size the configuration sets (`dma`, `swrod`: an
+    /// upper bound, the builder's block); `None` for fragments from outside (`replay`,
+    /// `network`, `file`).
+    pub fn stored_fragment_words(&self) -> Option<usize> {
+        let r = &self.ros;
+        match r.input {
+            RosInput::Dma => {
+                Some(ROB_HEADER_WORDS + ROD_HEADER_WORDS + 1 + r.fragment_words as usize + 3)
+            }
+            RosInput::Swrod => {
+                let block = self.swrod_block_bytes()? / 4;
+                Some(ROB_HEADER_WORDS + ROD_HEADER_WORDS + block + ROD_TRAILER_WORDS)
+            }
+            RosInput::Replay | RosInput::Network | RosInput::File => None,
+        }
+    }
+
+    /// Events in flight at most: one per DCM slot (the supervisor's credits).
+    pub fn events_in_flight(&self) -> usize {
+        self.dcm.nodes.saturating_mul(self.dcm.slots)
+    }
+
+    /// The largest `ros.fragment_words` the DMA input carries: a framed S-LINK fragment
+    /// (control words, ROD header, status, data, trailer) in one superpage.
+    pub fn max_dma_fragment_words() -> u32 {
+        let overhead = dma_slink().fragment_words(0);
+        (DMA_SUPERPAGE_BYTES / 4 - overhead) as u32
+    }
+
+    /// Payload words of each E-link's packet with the SW ROD input (`None` when `elinks` or
+    /// `fragment_words` leave none).
+    pub(crate) fn swrod_payload_words(&self) -> Option<u32> {
+        let share = (self.ros.fragment_words as usize).checked_div(self.ros.elinks)?;
+        share.checked_sub(4).filter(|&p| p >= 1).map(|p| p as u32)
+    }
+
+    /// The SW ROD builders' block (pool chunk) in bytes: one fragment's packets of every
+    /// E-link with their headers and the trailer's room.
+    pub(crate) fn swrod_block_bytes(&self) -> Option<usize> {
+        let payload = self.swrod_payload_words()?;
+        let sw = SwRodConfig {
+            thread_elinks: vec![(0..self.ros.elinks as u16).collect()],
+            ..SwRodConfig::default()
+        };
+        Some(sw.block_bytes_for(packet_len(payload)))
+    }
+
+    /// `ros.fragment_words` against the superpage or packet that carries it, and
+    /// `dcm.slots` against what a readout channel holds (module docs).
+    pub(super) fn check_readout(&self, c: &mut Checks) {
+        let r = &self.ros;
+        if c.has("ros.fragment_words") || c.has("ros.elinks") {
+            return;
+        }
+        if r.input == RosInput::Dma && r.fragment_words > Self::max_dma_fragment_words() {
+            let framed = dma_slink().fragment_words(r.fragment_words);
+            c.bad(
+                "ros.fragment_words",
+                format!("{} ({framed} words framed)", r.fragment_words),
+                format!(
+                    "at most {} with ros.input = \"dma\": a fragment with its S-LINK framing \
+                     must fit one DMA superpage of {} KiB ({} words); a larger one is never \
+                     written and every event would lack it",
+                    Self::max_dma_fragment_words(),
+                    DMA_SUPERPAGE_BYTES >> 10,
+                    DMA_SUPERPAGE_BYTES / 4
+                ),
+            );
+            return;
+        }
+        if r.input == RosInput::Swrod {
+            let max = SwRodConfig::default().max_packet_bytes;
+            if let Some(p) = self.swrod_payload_words().filter(|&p| packet_len(p) > max) {
+                // share = fragment_words / elinks (rounded down) must stay <= share_max.
+                let share_max = (max - packet_len(0)) / 4 + 4;
+                let most = (share_max + 1) * r.elinks - 1;
+                c.bad(
+                    "ros.fragment_words",
+                    format!(
+                        "{} ({} E-links: packets of {p} payload words, {} bytes)",
+                        r.fragment_words,
+                        r.elinks,
+                        packet_len(p)
+                    ),
+                    format!(
+                        "at most {most} with ros.input = \"swrod\" and ros.elinks = {}: each \
+                         E-link's packet must fit the fragment builder's largest packet of \
+                         {max} bytes (longer ones are cut and the fragment never completes); \
+                         raise ros.elinks or lower ros.fragment_words",
+                        r.elinks
+                    ),
+                );
+                return;
+            }
+        }
+        self.check_in_flight(c);
+    }
+
+    /// `dcm.nodes` x `dcm.slots` against the fragments a readout channel holds.
+    fn check_in_flight(&self, c: &mut Checks) {
+        if ["dcm.nodes", "dcm.slots", "ros.nodes", "ros.channels"]
+            .iter()
+            .any(|f| c.has(f))
+        {
+            return;
+        }
+        let Some(words) = self.stored_fragment_words() else {
+            return;
+        };
+        let store = StoreShape::of_partition();
+        let holds = store.fragments_per_channel(words);
+        let in_flight = self.events_in_flight();
+        if in_flight <= holds {
+            return;
+        }
+        let per_dcm = holds / self.dcm.nodes.max(1);
+        let allowed: Cow<'static, str> = format!(
+            "at most {per_dcm} per DCM here ({holds} events in flight): every event in flight \
+             holds one fragment on every readout channel until it is cleared, and a channel \
+             holds {holds} fragments of {words} words ({} pages of {} bytes, {} index entries); \
+             the events beyond wait for room, their requests time out and they are built \
+             without their fragments (partial). Lower dcm.slots or dcm.nodes, or \
+             ros.fragment_words",
+            store.pages_per_channel, store.page_bytes, store.index_per_channel
+        )
+        .into();
+        c.bad(
+            "dcm.slots",
+            format!(
+                "{} (dcm.nodes x dcm.slots = {} x {} = {in_flight} events in flight)",
+                self.dcm.slots, self.dcm.nodes, self.dcm.slots
+            ),
+            allowed,
+        );
+    }
+}
+
+/// The S-LINK framing of the DMA input's emulated cards (`rodeo_ros::inputs::dma::build`).
+fn dma_slink() -> SlinkConfig {
+    SlinkConfig {
+        framing: true,
+        crc: false,
+        ..SlinkConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_holds_whole_fragments_per_page_or_chains_of_pages() {
+        let s = StoreShape {
+            page_bytes: 4096,
+            pages_per_channel: 1024,
+            index_per_channel: 4096,
+        };
+        // The default partition: 221-word fragments, four to a page, 1023 pages.
+        assert_eq!(s.fragments_per_channel(221), 4092);
+        // Small fragments: the index is the limit.
+        assert_eq!(s.fragments_per_channel(21), 4096);
+        // Three pages per fragment.
+        assert_eq!(s.fragments_per_channel(2100), 341);
+        assert_eq!(s.channel_bytes(), 4 << 20);
+        assert_eq!(StoreShape::of_partition(), s);
+    }
+
+    #[test]
+    fn the_dma_limit_is_a_superpage_less_the_framing() {
+        // 2 control words, 9 header words, 1 status word, 3 trailer words.
+        assert_eq!(PartitionConfig::max_dma_fragment_words(), 65536 - 15);
+        let mut c = PartitionConfig::default();
+        assert_eq!(c.stored_fragment_words(), Some(221));
+        c.ros.input = RosInput::Network;
+        assert_eq!(c.stored_fragment_words(), None);
+    }
+}
