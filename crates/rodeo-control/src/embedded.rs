@@ -497,6 +497,13 @@ impl Partition for EmbeddedPartition {
     fn last_failure(&self) -> Option<TransitionError> {
         lock(&self.last_failure).clone()
     }
+
+    fn last_metrics(&self) -> Vec<(String, AppMetrics)> {
+        self.app_metrics()
+            .into_iter()
+            .filter_map(|(n, m)| Some((n, m?)))
+            .collect()
+    }
 }
 
 impl RunControl for EmbeddedPartition {

@@ -288,6 +288,10 @@ impl Layout {
             });
             nodes.push((name, ep, nc));
         }
+        // Every event written carries every ROB, or the partial flag (the loggers check).
+        for lc in &mut loggers {
+            lc.expected_robs = all_robs.len();
+        }
         let sup_ep = eps.make("supervisor");
         let logger_endpoints: Vec<String> = loggers.iter().map(|l| l.endpoint.clone()).collect();
         let dcms = (0..config.dcm.nodes)

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{Command, State, TransitionError};
+use crate::metrics::AppMetrics;
 use crate::prometheus::MetricsWriter;
 use crate::summary::RunSummary;
 
@@ -157,6 +158,13 @@ pub trait Partition: RunControl {
     /// Called by [`run_to_end`] while the run runs (every poll): the partition's own upkeep,
     /// e.g. the controller restarting a dead application into the run. Default: nothing.
     fn maintain(&self) {}
+
+    /// Every application's counters as it last reported them (its heartbeats under a
+    /// controller, its live counters in this process): what a failed run's balance sheet is
+    /// made of. Default: none.
+    fn last_metrics(&self) -> Vec<(String, AppMetrics)> {
+        Vec::new()
+    }
 }
 
 /// How often [`run_to_end`] looks at the partition, and how often it calls its tick.
@@ -208,14 +216,9 @@ pub fn run_to_end(
         let next = match p.partition_state() {
             State::None => break,
             State::Error => {
-                let e = p.last_failure();
+                let e = p.last_failure().unwrap_or_else(|| in_error(p));
                 let _ = p.command(Command::Shutdown);
-                return Err(e.unwrap_or_else(|| TransitionError::Failed {
-                    who: "partition".into(),
-                    command: Command::Stop,
-                    from: State::Error,
-                    reason: "the partition is in ERROR".into(),
-                }));
+                return Err(e);
             }
             s => Command::path(s, State::None)
                 .and_then(|p| p.first().copied())
@@ -237,4 +240,37 @@ pub fn run_to_end(
         from: State::Connected,
         reason: "no balance sheet: the run was not disconnected".into(),
     })
+}
+
+/// Why `p` is in ERROR when it recorded no failure of its own: the applications in ERROR
+/// with their reasons, and the partition's recent errors.
+fn in_error(p: &dyn Partition) -> TransitionError {
+    let status = p.status();
+    let mut why: Vec<String> = status
+        .apps
+        .iter()
+        .filter(|a| a.state == State::Error || a.error.is_some())
+        .map(|a| format!("{}: {}", a.name, a.error.as_deref().unwrap_or("in ERROR")))
+        .collect();
+    if why.is_empty() {
+        why.extend(status.error.clone());
+    }
+    if why.is_empty() {
+        why.extend(status.recent_errors.last().cloned());
+    }
+    let who = status
+        .apps
+        .iter()
+        .find(|a| a.state == State::Error || a.error.is_some())
+        .map_or_else(|| "partition".to_string(), |a| a.name.clone());
+    TransitionError::Failed {
+        who,
+        command: Command::Stop,
+        from: State::Error,
+        reason: if why.is_empty() {
+            "the partition is in ERROR and no application said why".into()
+        } else {
+            why.join("; ")
+        },
+    }
 }

@@ -128,6 +128,19 @@ pub struct RunSummary {
     pub events_resent: u64,
     /// Why the run ended early, if something ended it (the supervisor's death).
     pub ended_by: Option<String>,
+    /// Applications that ended without handing back their summary (their counts are not in
+    /// this one: the balance sheet takes the supervisor's from its last heartbeat and what
+    /// was written from the files).
+    pub missing: Vec<String>,
+    /// L1 accepts the emulator's schedule could not send (the partition could not take the
+    /// configured rate).
+    pub l1_missed: u64,
+    /// Events whose ROBs the loggers counted against the partition's.
+    pub events_rob_checked: u64,
+    /// Of those, written with the partial flag.
+    pub events_partial_written: u64,
+    /// Of those, short of ROBs without the partial flag (not `complete`).
+    pub events_short_unflagged: u64,
     /// Events the DCMs decided (accepted, forced, rejected), by their own count.
     pub dcm_decided: u64,
     /// Of those, accepted or forced and acknowledged by a logger.
@@ -170,6 +183,7 @@ impl RunSummary {
                     s.forced_accepts = sup.forced_accepts;
                     undecided = sup.undecided;
                     l1_span_ns = sup.l1_span_ns;
+                    s.l1_missed = sup.l1_missed;
                 }
                 AppSummary::Dcm(d) => {
                     s.partial_events += d.partial;
@@ -187,6 +201,9 @@ impl RunSummary {
                     s.bytes_written += l.bytes_written;
                     s.events_verified += l.events_verified;
                     s.recovered_events += l.recovered_events;
+                    s.events_rob_checked += l.events_rob_checked;
+                    s.events_partial_written += l.events_partial;
+                    s.events_short_unflagged += l.events_short_unflagged;
                     s.problems.extend(l.verify_problems.iter().cloned());
                     if let Some(why) = &l.disk_full {
                         s.problems.push(format!(
@@ -218,9 +235,11 @@ impl RunSummary {
         if !have_supervisor {
             s.problems
                 .push("the supervisor ended without its summary".to_string());
+            s.missing.push("supervisor".to_string());
         }
         for name in missing {
             s.problems.push(format!("{name} ended without its summary"));
+            s.missing.push(name.clone());
         }
         check_balance(&mut s, undecided);
         s

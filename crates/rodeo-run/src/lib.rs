@@ -16,7 +16,8 @@
 //! - [`lock`]: one output directory, one owner (`flock` on `.rodeo.lock`).
 //! - [`output`]: the owned output directory: lock, run database, run numbers, records.
 //! - [`run`]: [`run::Run`], one run from its number to its record.
-//! - [`sheet`]: [`sheet::RunSheet`], the balance sheet in its one shape; [`text`]: for people.
+//! - [`sheet`]: [`sheet::RunSheet`], the balance sheet in its one shape; [`verdict`]: ok,
+//!   degraded or failed, and the problems behind it; [`text`]: the sheet for people.
 //! - [`rundb`]: the run database (`runs.sqlite`, SQLite).
 //!
 //! Many runs, and watching them:
@@ -36,3 +37,4 @@ pub mod service;
 pub mod setup;
 pub mod sheet;
 pub mod text;
+pub mod verdict;

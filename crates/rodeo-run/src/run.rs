@@ -21,6 +21,7 @@ use rodeo_control::config::{L1Mode, PartitionConfig, TransportKind};
 use rodeo_control::controller::Controller;
 use rodeo_control::embedded::EmbeddedPartition;
 use rodeo_control::lifecycle::{Command, State, TransitionError};
+use rodeo_control::metrics::AppMetrics;
 use rodeo_control::monitoring::Forwarder;
 use rodeo_control::partition::Layout;
 use rodeo_control::run_control::{run_to_end, Partition};
@@ -95,6 +96,8 @@ pub struct Run {
     controller: Option<Arc<Controller>>,
     started_at_ns: Option<u64>,
     started_by: String,
+    /// The applications' counters as last seen while the run ran (for a failed run's sheet).
+    last_metrics: Vec<(String, AppMetrics)>,
     _forwarder: Option<Forwarder>,
 }
 
@@ -177,6 +180,7 @@ impl Run {
             controller,
             started_at_ns: None,
             started_by: options.started_by,
+            last_metrics: Vec::new(),
             _forwarder: forwarder,
         })
     }
@@ -233,10 +237,21 @@ impl Run {
     pub fn drive(
         &mut self,
         quit: &dyn Fn() -> bool,
-        tick: impl FnMut(u64, f64),
+        mut tick: impl FnMut(u64, f64),
     ) -> Result<RunSummary, TransitionError> {
         self.started_at_ns = Some(now_ns());
-        let result = run_to_end(self.partition.as_ref(), quit, tick);
+        let partition = Arc::clone(&self.partition);
+        let mut seen = Vec::new();
+        let result = run_to_end(partition.as_ref(), quit, |l1, seconds| {
+            // What the applications last said, kept for a sheet of a run that fails.
+            let now = partition.last_metrics();
+            if !now.is_empty() {
+                seen = now;
+            }
+            tick(l1, seconds);
+        });
+        let now = partition.last_metrics();
+        self.last_metrics = if now.is_empty() { seen } else { now };
         self.clean_up_runtime();
         if let (Some(c), Ok(summary)) = (&self.controller, &result) {
             for (name, why) in c.dead_apps() {
@@ -284,7 +299,7 @@ impl Run {
         trigger: Option<Value>,
     ) -> RunSheet {
         let (sheet, files) = match outcome {
-            Ok(summary) => {
+            Ok(summary) if summary.missing.is_empty() => {
                 let sheet = RunSheet::from_summary(
                     &summary,
                     self.requested_l1_hz(),
@@ -294,13 +309,27 @@ impl Run {
                 let files = file_records(&summary.files);
                 (sheet, files)
             }
+            Ok(summary) => {
+                // Some applications left no summary: the files say what was written.
+                let files = file_records(&self.files_on_disk());
+                let sheet = RunSheet::from_summary_and_files(
+                    &summary,
+                    self.requested_l1_hz(),
+                    trigger,
+                    self.config.logger.verify_after,
+                    Some(&files),
+                    &self.last_metrics,
+                );
+                (sheet, files)
+            }
             Err(e) => {
-                let files = file_records(&data_files(&self.layout.output));
+                let files = file_records(&self.files_on_disk());
                 let sheet = RunSheet::failed(
                     self.number(),
                     self.layout.output.clone(),
                     format!("{e:#}"),
                     &files,
+                    &self.last_metrics,
                 );
                 (sheet, files)
             }
@@ -335,6 +364,22 @@ impl Run {
             let _ = std::fs::remove_file(dir.join("partition.toml"));
             let _ = std::fs::remove_dir(dir);
         }
+    }
+
+    /// The data files of this run on disk: in the run directory and in the run's directory
+    /// under each of `[logger] directories`.
+    fn files_on_disk(&self) -> Vec<PathBuf> {
+        let mut files = data_files(&self.layout.output);
+        let run = self.layout.output.file_name().map(PathBuf::from);
+        for d in &self.config.logger.directories {
+            if let Some(run) = &run {
+                let dir = Path::new(d).join(run);
+                if dir != self.layout.output {
+                    files.extend(data_files(&dir));
+                }
+            }
+        }
+        files
     }
 
     /// Removes the run's runtime directory (ipc sockets) and, with shared memory, what dead

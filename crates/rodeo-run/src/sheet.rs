@@ -7,26 +7,33 @@
 //! its `summary.json` is read back into the same shape ([`RunSheet::from_json`]). So
 //! `summary.json`, `rodeo run --json`, the run database's `summary_json` and `GET
 //! /api/runs/N`'s `summary` have the same keys whatever happened to the run.
+//!
+//! Every sheet carries its [`Verdict`] and the [`Problem`]s behind it ([`crate::verdict`]).
 
 use std::path::PathBuf;
 
+use rodeo_control::metrics::AppMetrics;
 use rodeo_control::summary::RunSummary;
 use rodeo_files::verify::check_file;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::rundb::FileRecord;
+use crate::verdict::{judge, Problem, ProblemKind, Verdict};
 
-/// How a run ended, as recorded.
+/// How a run ended, as recorded: its verdict, or `crashed` for a run whose process died
+/// before recording it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
-    /// Ended in order and its balance sheet adds up.
+    /// Verdict ok.
     Ok,
-    /// Ended with an error, or its balance sheet does not add up.
+    /// Verdict degraded.
+    Degraded,
+    /// Verdict failed.
     #[default]
     Failed,
-    /// Its process died before recording it (found at a later start).
+    /// Its process died before recording it (found at a later start; verdict failed).
     Crashed,
 }
 
@@ -35,8 +42,18 @@ impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Ok => "ok",
+            RunStatus::Degraded => "degraded",
             RunStatus::Failed => "failed",
             RunStatus::Crashed => "crashed",
+        }
+    }
+
+    /// The status of a run that ended with `verdict`.
+    pub fn of(verdict: Verdict) -> RunStatus {
+        match verdict {
+            Verdict::Ok => RunStatus::Ok,
+            Verdict::Degraded => RunStatus::Degraded,
+            Verdict::Failed => RunStatus::Failed,
         }
     }
 }
@@ -78,6 +95,8 @@ pub struct RunSheet {
     pub directory: PathBuf,
     /// How the run ended.
     pub status: RunStatus,
+    /// The verdict: ok, degraded or failed ([`crate::verdict`]).
+    pub verdict: Verdict,
     /// L1 accepts.
     pub l1_accepts: Option<u64>,
     /// Events the trigger accepted.
@@ -90,14 +109,24 @@ pub struct RunSheet {
     pub events_written: Option<u64>,
     /// Events found intact in the files (by the loggers' check, or by reading them back).
     pub events_verified: Option<u64>,
-    /// Whether `events_verified` comes from reading every file back completely.
+    /// Whether `events_verified` comes from reading every file back completely (otherwise:
+    /// record checksums computed as the bytes were written, each file's end record and size
+    /// read back).
     pub verified_by_reading: bool,
+    /// Whether every written event carries every ROB of the partition, or the partial flag
+    /// (no event found short of ROBs without saying so).
+    pub complete: bool,
+    /// Events whose ROBs were counted against the partition's (compressed events are not).
+    pub events_rob_checked: Option<u64>,
     /// Repeated events the loggers dropped.
     pub duplicates_dropped: Option<u64>,
     /// Events built without some of their fragments.
     pub partial_events: Option<u64>,
     /// Link errors the readout inputs found.
     pub input_errors: Option<u64>,
+    /// L1 accepts the emulator's schedule could not send (the partition could not take the
+    /// configured rate).
+    pub l1_missed: Option<u64>,
     /// Applications restarted into the run.
     pub restarts: Option<u64>,
     /// Events recovered from files a dead logger left open.
@@ -135,10 +164,10 @@ pub struct RunSheet {
     /// Whether the balance sheet adds up (protocol rule 6, and the files hold what the loggers
     /// wrote).
     pub balanced: bool,
-    /// The first problem (all are in `problems`).
+    /// The first problem of the verdict's severity (all are in `problems`).
     pub reason: Option<String>,
-    /// Every problem found.
-    pub problems: Vec<String>,
+    /// Every problem found, each with its kind, count, place and the verdict it gives.
+    pub problems: Vec<Problem>,
     /// The Python trigger's counters, when one ran.
     pub python_trigger: Option<Value>,
 }
@@ -147,22 +176,67 @@ impl RunSheet {
     /// The sheet of a run that ended in order: `summary`'s counts; the events written must all
     /// be in the files, intact (the loggers' check: record checksums computed on the way, each
     /// closed file's end record and size read back; with `verify_after` every file re-read
-    /// completely with `check_file`).
+    /// completely with `check_file`); the verdict from every problem found.
     pub fn from_summary(
         summary: &RunSummary,
         requested_hz: f64,
         trigger: Option<Value>,
         verify_after: bool,
     ) -> RunSheet {
+        RunSheet::from_summary_and_files(summary, requested_hz, trigger, verify_after, None, &[])
+    }
+
+    /// [`RunSheet::from_summary`] for a run some of whose applications ended without their
+    /// summary (`summary.missing`): the supervisor's counts as it last reported them
+    /// (`metrics`), what was written as the files (`files`, read completely) hold.
+    pub fn from_summary_and_files(
+        summary: &RunSummary,
+        requested_hz: f64,
+        trigger: Option<Value>,
+        verify_after: bool,
+        files: Option<&[FileRecord]>,
+        metrics: &[(String, AppMetrics)],
+    ) -> RunSheet {
+        let mut sheet = RunSheet::balance(summary, requested_hz, trigger, verify_after);
+        if summary.missing.iter().any(|m| m == "supervisor") {
+            sheet.add_last_counts(metrics);
+        }
+        if let Some(files) = files.filter(|_| !summary.missing.is_empty()) {
+            let read = RunSheet::from_files(sheet.run_number, sheet.directory.clone(), files);
+            sheet.events_written = read.events_written;
+            sheet.events_verified = read.events_verified;
+            sheet.bytes_written = read.bytes_written;
+            sheet.verified_by_reading = true;
+            sheet.files = read.files;
+        }
+        sheet
+    }
+
+    /// The balance sheet of `summary` (see [`RunSheet::from_summary`]).
+    fn balance(
+        summary: &RunSummary,
+        requested_hz: f64,
+        trigger: Option<Value>,
+        verify_after: bool,
+    ) -> RunSheet {
         let s = summary;
-        let mut problems = s.problems.clone();
+        let mut problems: Vec<Problem> = s
+            .problems
+            .iter()
+            .map(|p| Problem::new(ProblemKind::Balance, None, None, p.clone()))
+            .collect();
         let verified = if verify_after {
             let mut verified = 0u64;
             for f in &s.files {
                 let v = check_file(f);
                 verified += v.good_events;
                 if let Some(e) = v.error {
-                    problems.push(format!("{}: {e}", f.display()));
+                    problems.push(Problem::new(
+                        ProblemKind::Files,
+                        None,
+                        Some(f.display().to_string()),
+                        format!("{}: {e}", f.display()),
+                    ));
                 }
             }
             verified
@@ -170,20 +244,32 @@ impl RunSheet {
             s.events_verified
         };
         if verified != s.events_written {
-            problems.push(format!(
-                "files hold {verified} verified events, the loggers wrote {}",
-                s.events_written
+            problems.push(Problem::new(
+                ProblemKind::Files,
+                Some(s.events_written.abs_diff(verified)),
+                None,
+                format!(
+                    "files hold {verified} verified events, the loggers wrote {}",
+                    s.events_written
+                ),
             ));
         }
         let balanced = problems.is_empty();
+        if let Some(why) = &s.ended_by {
+            problems.push(Problem::new(
+                ProblemKind::EndedEarly,
+                Some(s.unfinished),
+                None,
+                format!("ended early: {why}; {} events were in flight", s.unfinished),
+            ));
+        }
+        problems.extend(losses(s));
+        let verdict = judge(&problems);
         RunSheet {
             run_number: s.run,
             directory: s.output.clone(),
-            status: if balanced {
-                RunStatus::Ok
-            } else {
-                RunStatus::Failed
-            },
+            status: RunStatus::of(verdict),
+            verdict,
             l1_accepts: Some(s.l1_accepts),
             accepted: Some(s.accepted),
             rejected: Some(s.rejected),
@@ -191,9 +277,12 @@ impl RunSheet {
             events_written: Some(s.events_written),
             events_verified: Some(verified),
             verified_by_reading: verify_after,
+            complete: s.events_short_unflagged == 0,
+            events_rob_checked: Some(s.events_rob_checked),
             duplicates_dropped: Some(s.duplicates),
             partial_events: Some(s.partial_events),
             input_errors: Some(s.nodes.iter().map(|n| n.input_errors).sum()),
+            l1_missed: Some(s.l1_missed),
             restarts: Some(s.restarts),
             recovered_events: Some(s.recovered_events),
             events_resent: Some(s.events_resent),
@@ -228,23 +317,31 @@ impl RunSheet {
             l1_rate_requested_hz: requested_hz,
             ended_by: s.ended_by.clone(),
             balanced,
-            reason: problems.first().cloned(),
+            reason: first_reason(verdict, &problems),
             problems,
             python_trigger: trigger,
         }
     }
 
-    /// The sheet of a run that failed before its balance sheet was complete: `reason`, and
-    /// what its files (`files`, read completely) prove: events and bytes in them.
+    /// The sheet of a run that failed before its balance sheet was complete: `reason`, the
+    /// counts the applications last reported (`metrics`: heartbeats or live counters), and
+    /// what its files (`files`, read completely) prove: the events and bytes in them.
     pub fn failed(
         run_number: u32,
         directory: PathBuf,
         reason: String,
         files: &[FileRecord],
+        metrics: &[(String, AppMetrics)],
     ) -> RunSheet {
         let mut sheet = RunSheet::from_files(run_number, directory, files);
-        sheet.reason = Some(reason.clone());
-        sheet.problems = vec![reason];
+        sheet.add_last_counts(metrics);
+        sheet.problems = vec![Problem::new(
+            ProblemKind::RunFailed,
+            None,
+            None,
+            reason.clone(),
+        )];
+        sheet.reason = Some(reason);
         sheet
     }
 
@@ -254,7 +351,7 @@ impl RunSheet {
         let reason = "found at a later start without a record: the process ended before the \
                       run was recorded"
             .to_string();
-        let mut sheet = RunSheet::failed(run_number, directory, reason, files);
+        let mut sheet = RunSheet::failed(run_number, directory, reason, files, &[]);
         sheet.status = RunStatus::Crashed;
         sheet
     }
@@ -266,13 +363,15 @@ impl RunSheet {
             return None;
         }
         let mut sheet: RunSheet = serde_json::from_value(value.clone()).ok()?;
-        // Sheets written before `status` existed: the status follows `balanced`.
-        if value.get("status").is_none() {
-            sheet.status = if sheet.balanced {
-                RunStatus::Ok
+        // Sheets written before the verdict: it follows `balanced`.
+        if value.get("verdict").is_none() {
+            sheet.verdict = if sheet.balanced {
+                Verdict::Ok
             } else {
-                RunStatus::Failed
+                Verdict::Failed
             };
+            sheet.status = RunStatus::of(sheet.verdict);
+            sheet.complete = sheet.balanced;
         }
         Some(sheet)
     }
@@ -282,13 +381,15 @@ impl RunSheet {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
-    /// What `files` prove: their events (good events, as `rodeo verify` counts them) and bytes.
+    /// What `files` prove: their events (good events, as `rodeo verify` counts them) and bytes,
+    /// read back completely.
     fn from_files(run_number: u32, directory: PathBuf, files: &[FileRecord]) -> RunSheet {
         let events: u64 = files.iter().map(|f| f.events).sum();
         RunSheet {
             run_number,
             directory,
             status: RunStatus::Failed,
+            verdict: Verdict::Failed,
             events_written: Some(events),
             events_verified: Some(events),
             verified_by_reading: true,
@@ -297,4 +398,98 @@ impl RunSheet {
             ..RunSheet::default()
         }
     }
+
+    /// The supervisor's decisions as it last reported them (the files stay the truth for what
+    /// was written).
+    fn add_last_counts(&mut self, metrics: &[(String, AppMetrics)]) {
+        for (_, m) in metrics {
+            if let AppMetrics::Supervisor(s) = m {
+                self.l1_accepts = Some(s.l1_accepts);
+                self.accepted = Some(s.accepted);
+                self.rejected = Some(s.rejected);
+                self.forced_accepts = Some(s.forced_accepts);
+            }
+        }
+    }
+}
+
+/// The losses of a run that balanced or not: each a degraded problem with its count and place
+/// (or, for events short of ROBs without the partial flag, a failed one).
+fn losses(s: &RunSummary) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if s.events_short_unflagged > 0 {
+        out.push(Problem::new(
+            ProblemKind::Incomplete,
+            Some(s.events_short_unflagged),
+            Some("loggers".into()),
+            format!(
+                "{} events written short of ROBs without the partial flag",
+                s.events_short_unflagged
+            ),
+        ));
+    }
+    if s.partial_events > 0 {
+        out.push(Problem::new(
+            ProblemKind::PartialEvents,
+            Some(s.partial_events),
+            Some("DCMs".into()),
+            format!(
+                "{} events built without some of their fragments (flagged partial)",
+                s.partial_events
+            ),
+        ));
+    }
+    for n in &s.nodes {
+        if n.input_errors > 0 {
+            out.push(Problem::new(
+                ProblemKind::InputErrors,
+                Some(n.input_errors),
+                Some(n.name.clone()),
+                format!(
+                    "{}: {} link errors in the input ({} words dropped); their events are \
+                     flagged",
+                    n.name, n.input_errors, n.input_dropped_words
+                ),
+            ));
+        }
+    }
+    if s.l1_missed > 0 {
+        out.push(Problem::new(
+            ProblemKind::L1Missed,
+            Some(s.l1_missed),
+            Some("supervisor".into()),
+            format!(
+                "{} L1 accepts fell behind the configured rate and were not sent (the \
+                 partition could not take l1.rate_hz)",
+                s.l1_missed
+            ),
+        ));
+    }
+    if s.restarts > 0 {
+        let names: Vec<&str> = s
+            .nodes
+            .iter()
+            .filter(|n| n.restarted)
+            .map(|n| n.name.as_str())
+            .collect();
+        out.push(Problem::new(
+            ProblemKind::Restarts,
+            Some(s.restarts),
+            (!names.is_empty()).then(|| names.join(", ")),
+            format!(
+                "{} application restart(s) into the run ({} events recovered from files left \
+                 open)",
+                s.restarts, s.recovered_events
+            ),
+        ));
+    }
+    out
+}
+
+/// The first problem of the verdict's severity: the sheet's `reason`.
+fn first_reason(verdict: Verdict, problems: &[Problem]) -> Option<String> {
+    problems
+        .iter()
+        .find(|p| p.verdict == verdict)
+        .map(|p| p.text.clone())
 }

@@ -46,7 +46,7 @@ fn ok_failed_crashed_and_recovered_runs_have_the_same_record_fields() {
         assert_eq!(ok.status, RunStatus::Ok, "{:?}", ok.problems);
         output.record(&ok, String::new(), Some(1), "test", Vec::new());
         // 2: a run that failed on the way.
-        let failed = RunSheet::failed(2, run_dir(out, 2), "ros-1 died".into(), &[]);
+        let failed = RunSheet::failed(2, run_dir(out, 2), "ros-1 died".into(), &[], &[]);
         output.record(&failed, String::new(), Some(2), "test", Vec::new());
     }
     // 3: a run directory without a record or a sheet (its process was killed); 4: one with

@@ -1,5 +1,5 @@
 //! The live status line of `rodeo run` on a terminal: elapsed time, L1 rate (and the requested
-//! one), events built and written per second, MB/s to disk, the output's free space, warnings.
+//! one), events decided and written per second, MB/s to disk, the output's free space, warnings.
 //!
 //! Shown only when stderr is a terminal and `--quiet` was not given, redrawn in place by
 //! indicatif (no scrolling output); nothing at all in a pipe, a log file or CI.
@@ -84,7 +84,7 @@ impl StatusLine {
             warnings.push("L1 below rate".into());
         }
         format!(
-            "L1 {:.1}{requested} kHz {} | built {:.1} kHz | wrote {} {:.1} MB/s | {free} free{}",
+            "L1 {:.1}{requested} kHz {} | decided {:.1} kHz | wrote {} {:.1} MB/s | {free} free{}",
             s.l1_rate_hz / 1e3,
             s.l1_accepts,
             s.event_rate_hz / 1e3,

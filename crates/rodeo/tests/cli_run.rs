@@ -567,3 +567,52 @@ fn a_run_number_that_exists_is_refused_before_the_run() {
         "it ran first"
     );
 }
+
+/// The number after `key` in `line` (`"... 88.2 kHz ..."` with key `" kHz"`: 88.2).
+fn number_before(line: &str, key: &str) -> f64 {
+    let end = line.find(key).unwrap_or_else(|| panic!("{key:?} in {line:?}"));
+    let start = line[..end]
+        .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or(0, |i| i + 1);
+    line[start..end].parse().unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+#[test]
+fn the_text_sheet_says_verified_only_for_files_read_back_and_each_rate_with_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for (verify_after, word) in [(false, "checked as written"), (true, "read back and verified")] {
+        let out_dir = dir.path().join(format!("out-{verify_after}"));
+        let mut cmd = rodeo!();
+        cmd.args(["run", "--events", "20000", "--quiet", "--output"])
+            .arg(&out_dir);
+        if verify_after {
+            cmd.arg("--verify-after");
+        }
+        let out = cmd.output();
+        out.assert_success();
+        let text = &out.stdout;
+        let written = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("written:"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(written.contains(word), "{written}");
+        if !verify_after {
+            assert!(!text.contains("verified"), "{text}");
+        }
+        // "L1: N accepts, R kHz over the T s from the first to the last...": R = (N - 1) / T.
+        let l1 = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("L1:"))
+            .unwrap_or_else(|| panic!("{text}"));
+        let n = number_before(l1, " accepts");
+        let rate = number_before(l1, " kHz over") * 1e3;
+        let span = number_before(l1, " s from the first");
+        let expected = (n - 1.0) / span;
+        // Both printed rounded (0.1 kHz, 0.01 s): agree within that.
+        assert!(
+            (rate - expected).abs() <= 50.0 + expected * 0.006 / span.max(0.01),
+            "{l1}: {rate} Hz against {expected} Hz"
+        );
+        assert!(text.trim_end().ends_with("verdict: OK"), "{text}");
+    }
+}

@@ -196,6 +196,14 @@ impl Partition for Controller {
     fn maintain(&self) {
         self.restart_due();
     }
+
+    fn last_metrics(&self) -> Vec<(String, AppMetrics)> {
+        let t = self.state.table();
+        t.apps
+            .iter()
+            .filter_map(|a| Some((a.name.clone(), a.metrics.clone()?)))
+            .collect()
+    }
 }
 
 impl Controller {
@@ -233,9 +241,21 @@ impl Controller {
         );
         s.restarts = t.restarts;
         if let Some(why) = &t.ended_by {
-            // Without the supervisor's counts the rest of rule 6 cannot hold: say why instead.
+            // Without the supervisor's counts the rest of rule 6 cannot hold: say why instead,
+            // with its decisions as its last heartbeat had them.
             s.ended_by = Some(why.clone());
             s.problems = vec![restart::in_flight_note(why, &s)];
+            s.missing.push("supervisor".into());
+            let last = t.apps.iter().find_map(|a| match &a.metrics {
+                Some(AppMetrics::Supervisor(m)) => Some(m),
+                _ => None,
+            });
+            if let Some(m) = last {
+                s.l1_accepts = m.l1_accepts;
+                s.accepted = m.accepted;
+                s.rejected = m.rejected;
+                s.forced_accepts = m.forced_accepts;
+            }
         }
         s
     }

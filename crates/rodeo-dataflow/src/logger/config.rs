@@ -42,6 +42,10 @@ pub struct LoggerConfig {
     /// inbox's limit): larger ones are refused before they are buffered (`None`, the default:
     /// no limit). A partition sets it from `[transport] max_message_bytes`.
     pub max_message_bytes: Option<usize>,
+    /// The ROBs a complete event of the partition carries (0: not known, not checked). Each
+    /// event written is checked against it: one short of ROBs must carry the partial flag
+    /// (`LoggerSummary::events_short_unflagged` counts those that do not).
+    pub expected_robs: usize,
 }
 
 /// The container a logger writes.
@@ -85,6 +89,7 @@ impl LoggerConfig {
             project: "data_test".to_string(),
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: None,
+            expected_robs: 0,
         }
     }
 

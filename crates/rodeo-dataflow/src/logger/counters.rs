@@ -63,6 +63,18 @@ pub struct LoggerSummary {
     /// run; included in `events_written` and `files`).
     #[serde(default)]
     pub recovered_events: u64,
+    /// Events written whose ROBs were counted against the partition's (`expected_robs`;
+    /// compressed events and a partition that does not say are not counted).
+    #[serde(default)]
+    pub events_rob_checked: u64,
+    /// Events written with the partial flag (built without some fragments; the DCMs count
+    /// them as `partial`).
+    #[serde(default)]
+    pub events_partial: u64,
+    /// Events written short of ROBs without the partial flag: data lost without a trace in
+    /// the event (0 in a sound run; the balance sheet's `complete` is false otherwise).
+    #[serde(default)]
+    pub events_short_unflagged: u64,
 }
 
 /// Live counters of a logger, readable while it runs.

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rodeo_format::checksum::bytes_as_words;
 use rodeo_format::compress::{EventCompressor, DEFAULT_ZSTD_LEVEL};
-use rodeo_format::fragment::FullEvent;
+use rodeo_format::fragment::{FullEvent, Status};
 use rodeo_transport::message::{decode, Message};
 use rodeo_transport::socket::Received;
 
@@ -56,6 +56,7 @@ impl Logger {
             return Ok(());
         };
         let gid = parsed.global_id();
+        let rob_check = self.rob_check(&parsed);
         let peer = match self.peers.get(msg.peer.as_slice()) {
             Some(&p) => p,
             None => {
@@ -133,6 +134,11 @@ impl Logger {
         self.touched[s] = true;
         self.summary.events_written += 1;
         self.summary.bytes_written += bytes;
+        if let Some((partial, short)) = rob_check {
+            self.summary.events_rob_checked += 1;
+            self.summary.events_partial += u64::from(partial);
+            self.summary.events_short_unflagged += u64::from(short && !partial);
+        }
         self.counters.events_written.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_written
@@ -149,6 +155,19 @@ impl Logger {
             }
         }
         Ok(())
+    }
+
+    /// Whether an event carries the partial flag and whether it is short of the partition's
+    /// ROBs (None: not checked: a compressed payload, or no expected count). A walk over the
+    /// ROB headers of an event already in the cache.
+    fn rob_check(&self, event: &FullEvent<'_>) -> Option<(bool, bool)> {
+        let expected = self.config.expected_robs;
+        if expected == 0 || event.compression() != 0 {
+            return None;
+        }
+        let partial = event.status().contains(Status::EVENT_PARTIAL);
+        let robs = event.robs().take_while(Result::is_ok).count();
+        Some((partial, robs < expected))
     }
 
     /// Writes one event to stream `s` in the directory in use, opening its file first if

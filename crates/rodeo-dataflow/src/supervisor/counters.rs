@@ -82,6 +82,10 @@ pub struct SupervisorSummary {
     /// start-up and drain around the accepts and of the controller's poll period.
     #[serde(default)]
     pub l1_span_ns: u64,
+    /// L1 accepts the emulator's schedule asked for that fell behind it by more than its
+    /// catch-up time and were not sent: the partition could not take the configured rate.
+    #[serde(default)]
+    pub l1_missed: u64,
 }
 
 impl SupervisorSummary {

@@ -318,6 +318,7 @@ impl Supervisor {
                 u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);
         }
         if let L1Input::Emulator(_, pacer) = &self.l1 {
+            self.summary.l1_missed = pacer.missed();
             if pacer.missed() > 0 {
                 tracing::warn!(
                     missed = pacer.missed(),

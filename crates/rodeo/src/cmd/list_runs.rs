@@ -34,7 +34,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:>8}  {:<7}  {:>10}  {:>10}  {:>10}  {:>9}  {:>9}  {:>5}  started",
+        "{:>8}  {:<8}  {:>10}  {:>10}  {:>10}  {:>9}  {:>9}  {:>5}  started",
         "run", "status", "L1", "accepted", "written", "MB", "seconds", "files"
     );
     for r in &runs {
@@ -43,7 +43,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             _ => "-".into(),
         };
         println!(
-            "{:>8}  {:<7}  {:>10}  {:>10}  {:>10}  {:>9.1}  {:>9}  {:>5}  {}{}",
+            "{:>8}  {:<8}  {:>10}  {:>10}  {:>10}  {:>9.1}  {:>9}  {:>5}  {}{}",
             r["run_number"],
             r["status"].as_str().unwrap_or("?"),
             r["l1_accepts"],

@@ -71,6 +71,10 @@ pub(crate) struct Args {
     /// No live status line on the terminal (it is never shown when stderr is not a terminal).
     #[arg(long, short)]
     quiet: bool,
+    /// Exit 0 for a run whose verdict is degraded too (balanced, with counted losses: partial
+    /// events, input errors, restarts...); without it such a run exits 3.
+    #[arg(long)]
+    accept_degraded: bool,
 }
 
 /// The DCMs' trigger factory for `--trigger SPEC`, and a closure reporting its counters.
@@ -173,7 +177,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => run.drive(&interrupted_with_note, |_, _| {}),
     };
-    let failed = outcome.is_err();
     let outcome = outcome.map_err(|e| anyhow::Error::from(e).context("the partition failed"));
     let sheet = run.finish(&mut output, outcome, trigger_report.map(|r| r()));
     if args.json {
@@ -181,20 +184,26 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", rodeo_run::text::render(&sheet));
     }
-    if failed {
-        eprintln!(
-            "error: the run failed: {}",
-            sheet.reason.as_deref().unwrap_or("unknown")
-        );
-        return Ok(ExitCode::from(2));
+    Ok(exit_code(&sheet, args.accept_degraded))
+}
+
+/// `rodeo run`'s exit status (docs/run-control.md, "Verdicts"): 0 ok, 2 failed, 3 degraded
+/// (0 with `--accept-degraded`); 1 is left to a run that could not be made at all (a bad
+/// configuration, a directory in use).
+fn exit_code(sheet: &rodeo_run::sheet::RunSheet, accept_degraded: bool) -> ExitCode {
+    use rodeo_run::verdict::{verdict_line, Verdict};
+    match sheet.verdict {
+        Verdict::Ok => ExitCode::SUCCESS,
+        Verdict::Degraded if accept_degraded => ExitCode::SUCCESS,
+        v => {
+            eprintln!(
+                "rodeo: run {}: {}",
+                sheet.run_number,
+                verdict_line(v, &sheet.problems)
+            );
+            ExitCode::from(if v == Verdict::Degraded { 3 } else { 2 })
+        }
     }
-    if let Some(why) = &sheet.ended_by {
-        anyhow::bail!("{why} (balance sheet above)");
-    }
-    if !sheet.balanced {
-        anyhow::bail!("the run's balance sheet does not add up (see above)");
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether SIGINT/SIGTERM arrived; says once on stderr that the run is stopping.

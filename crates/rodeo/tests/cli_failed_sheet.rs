@@ -1,0 +1,144 @@
+//! A run that fails still has its balance sheet (issue 36, point 4): whatever ended it, the
+//! JSON sheet has integer counts (the supervisor's from its last heartbeat, what was written
+//! from the files) and `events_written` equals the events the files hold; the verdict is
+//! `failed` with a reason naming the application, and the exit status is 2.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rodeo_files::verify::check_file;
+use rodeo_testkit::cli::Running;
+use rodeo_testkit::process::{apps_of, find_app};
+use rodeo_testkit::{files_under, rodeo, wait_for, wait_until};
+use serde_json::Value;
+
+/// A `--processes` partition writing at 2 kHz for up to 120 s; returns it once it writes.
+fn partition_writing(dir: &Path, extra: &str, bin: Option<&Path>) -> (Running, PathBuf, String) {
+    let cfg = dir.join("p.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
+             [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
+             dead_after_ms = 1500\n{extra}"
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.join("out");
+    let mut cmd = match bin {
+        Some(b) => rodeo_testkit::cli::Rodeo::new(b),
+        None => rodeo!(),
+    };
+    let child = cmd
+        .args(["run", "--processes", "--seconds", "120", "--json", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .deadline(Duration::from_secs(150))
+        .spawn();
+    let marker = out_dir.to_str().unwrap().to_string();
+    wait_until(
+        "the partition up and writing",
+        Duration::from_secs(60),
+        || {
+            apps_of(&marker).len() == 5
+                && files_under(&out_dir)
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains(".data"))
+        },
+    );
+    (child, out_dir, marker)
+}
+
+/// The events in the data files under `out` (read completely, as `rodeo verify` counts).
+fn events_in_files(out: &Path) -> u64 {
+    files_under(out)
+        .iter()
+        .filter(|p| {
+            let n = p.to_string_lossy();
+            n.ends_with(".data") || n.ends_with(".data.writing")
+        })
+        .map(|p| check_file(p).good_events)
+        .sum()
+}
+
+/// The sheet a failed run printed: exit 2, verdict failed, integer counts that agree with the
+/// files; returns it.
+fn assert_failed_sheet(child: Running, out_dir: &Path, marker: &str) -> Value {
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    for a in apps_of(marker) {
+        // SAFETY: kill(2) on a pid found as this test's partition's application.
+        unsafe { libc::kill(a.pid, libc::SIGKILL) };
+    }
+    assert_eq!(out.status.code(), Some(2), "{}", out.text());
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("the JSON sheet");
+    assert_eq!(v["verdict"], "failed", "{v}");
+    assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()), "{v}");
+    for key in ["l1_accepts", "accepted", "rejected", "events_written", "bytes_written"] {
+        assert!(v[key].is_u64(), "{key} is not an integer: {v}");
+    }
+    assert!(v["l1_accepts"].as_u64() > Some(0), "{v}");
+    let in_files = events_in_files(out_dir);
+    assert_eq!(v["events_written"].as_u64(), Some(in_files), "{v}");
+    // The run database says the same.
+    let runs = rodeo!()
+        .args(["runs", "--json", "--output"])
+        .arg(out_dir)
+        .output();
+    runs.assert_success();
+    let r: Value = serde_json::from_str(&runs.stdout).unwrap();
+    assert_eq!(r["runs"][0]["events_written"].as_u64(), Some(in_files), "{r}");
+    assert_eq!(r["runs"][0]["status"], "failed", "{r}");
+    v
+}
+
+#[test]
+fn a_frozen_controller_leaves_a_sheet_with_the_counts_and_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, out_dir, marker) = partition_writing(dir.path(), "", None);
+    let pid = child.id() as i32;
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Its applications notice the silence (dead_after_ms) and walk themselves down.
+    wait_until(
+        "the applications gone",
+        Duration::from_secs(20),
+        || apps_of(&marker).is_empty(),
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert_failed_sheet(child, &out_dir, &marker);
+}
+
+#[test]
+fn a_killed_supervisor_leaves_a_sheet_with_the_counts_and_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, out_dir, marker) = partition_writing(dir.path(), "", None);
+    let pid = wait_for("the supervisor's process", Duration::from_secs(20), || {
+        find_app("supervisor", &marker)
+    });
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let v = assert_failed_sheet(child, &out_dir, &marker);
+    let why = v["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("supervisor"), "{v}");
+}
+
+#[test]
+fn a_failed_restart_leaves_a_sheet_naming_the_application() {
+    let dir = tempfile::tempdir().unwrap();
+    // A copy of the binary that goes away once the partition runs: a restart of a dead
+    // application then fails (the controller cannot start the program again).
+    let bin = dir.path().join("rodeo-copy");
+    std::fs::copy(rodeo_testkit::rodeo_bin!(), &bin).unwrap();
+    let (child, out_dir, marker) = partition_writing(dir.path(), "", Some(&bin));
+    std::fs::remove_file(&bin).unwrap();
+    let pid = wait_for("ros-1's process", Duration::from_secs(20), || {
+        find_app("ros-1", &marker)
+    });
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let v = assert_failed_sheet(child, &out_dir, &marker);
+    let why = v["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("ros-1"), "{v}");
+}
