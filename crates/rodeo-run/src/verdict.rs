@@ -179,7 +179,12 @@ mod tests {
     #[test]
     fn the_worst_problem_decides_and_none_is_ok() {
         assert_eq!(judge(&[]), Verdict::Ok);
-        let partial = Problem::new(ProblemKind::PartialEvents, Some(3), None, "3 partial".into());
+        let partial = Problem::new(
+            ProblemKind::PartialEvents,
+            Some(3),
+            None,
+            "3 partial".into(),
+        );
         let balance = Problem::new(ProblemKind::Balance, None, None, "L1 != decided".into());
         assert_eq!(judge(std::slice::from_ref(&partial)), Verdict::Degraded);
         assert_eq!(judge(&[partial.clone(), balance.clone()]), Verdict::Failed);

@@ -30,7 +30,14 @@ fn partition_writing(dir: &Path, extra: &str, bin: Option<&Path>) -> (Running, P
         None => rodeo!(),
     };
     let child = cmd
-        .args(["run", "--processes", "--seconds", "120", "--json", "--config"])
+        .args([
+            "run",
+            "--processes",
+            "--seconds",
+            "120",
+            "--json",
+            "--config",
+        ])
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
@@ -74,7 +81,13 @@ fn assert_failed_sheet(child: Running, out_dir: &Path, marker: &str) -> Value {
     let v: Value = serde_json::from_str(out.stdout.trim()).expect("the JSON sheet");
     assert_eq!(v["verdict"], "failed", "{v}");
     assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()), "{v}");
-    for key in ["l1_accepts", "accepted", "rejected", "events_written", "bytes_written"] {
+    for key in [
+        "l1_accepts",
+        "accepted",
+        "rejected",
+        "events_written",
+        "bytes_written",
+    ] {
         assert!(v[key].is_u64(), "{key} is not an integer: {v}");
     }
     assert!(v["l1_accepts"].as_u64() > Some(0), "{v}");
@@ -87,7 +100,11 @@ fn assert_failed_sheet(child: Running, out_dir: &Path, marker: &str) -> Value {
         .output();
     runs.assert_success();
     let r: Value = serde_json::from_str(&runs.stdout).unwrap();
-    assert_eq!(r["runs"][0]["events_written"].as_u64(), Some(in_files), "{r}");
+    assert_eq!(
+        r["runs"][0]["events_written"].as_u64(),
+        Some(in_files),
+        "{r}"
+    );
     assert_eq!(r["runs"][0]["status"], "failed", "{r}");
     v
 }
@@ -100,11 +117,9 @@ fn a_frozen_controller_leaves_a_sheet_with_the_counts_and_the_files() {
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     // Its applications notice the silence (dead_after_ms) and walk themselves down.
-    wait_until(
-        "the applications gone",
-        Duration::from_secs(20),
-        || apps_of(&marker).is_empty(),
-    );
+    wait_until("the applications gone", Duration::from_secs(20), || {
+        apps_of(&marker).is_empty()
+    });
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     assert_failed_sheet(child, &out_dir, &marker);

@@ -273,16 +273,11 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
         .join("../../docs/examples/test-beam/tlu.py");
     let dir = tempfile::tempdir().unwrap();
     let address = format!("tcp://127.0.0.1:{}", free_port());
+    // The example of docs/examples/test-beam/ext.toml, on a free port.
+    let example = std::fs::read_to_string(tlu.with_file_name("ext.toml")).unwrap();
+    assert!(example.contains("tcp://127.0.0.1:47900"), "{example}");
     let config = dir.path().join("ext.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[run]\nevents = 0\nseconds = 0\n[l1]\nmode = \"external\"\nexternal_listen = \
-             \"{address}\"\n[ros]\nchannels = 3\n[dcm]\nnodes = 1\nslots = 2\n\
-             processing_us = 2000\naccept_fraction = 0.5\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&config, example.replace("tcp://127.0.0.1:47900", &address)).unwrap();
     let run = rodeo!()
         .arg("run")
         .arg("--config")

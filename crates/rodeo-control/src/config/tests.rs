@@ -15,6 +15,21 @@ fn the_commented_default_is_the_built_in_default() {
 }
 
 #[test]
+fn the_default_shows_monitoring_and_alarms_that_parse_when_uncommented() {
+    assert!(DEFAULT_TOML.contains("\n[monitoring]\n"), "{DEFAULT_TOML}");
+    let start = DEFAULT_TOML
+        .find("# [[alarms]]")
+        .expect("an example [[alarms]]");
+    let example: String = DEFAULT_TOML[start..]
+        .lines()
+        .map(|l| l.strip_prefix("# ").or(l.strip_prefix('#')).unwrap_or(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let parsed = PartitionConfig::from_toml(&example, "example").unwrap();
+    assert_eq!(parsed.alarms.len(), 2, "{example}");
+}
+
+#[test]
 fn unknown_fields_and_bad_values_name_the_field() {
     let e = PartitionConfig::from_toml("[dcm]\nslotz = 3\n", "t.toml")
         .unwrap_err()

@@ -256,6 +256,10 @@ impl Controller {
                 s.rejected = m.rejected;
                 s.forced_accepts = m.forced_accepts;
             }
+            // Its last heartbeat may predate the DCMs' work (or never have come): what the
+            // DCMs decided, and held at the stop, were L1 accepts all the same (lower bounds).
+            s.l1_accepts = s.l1_accepts.max(s.dcm_decided + s.unfinished);
+            s.accepted = s.accepted.max(s.dcm_logged);
         }
         s
     }

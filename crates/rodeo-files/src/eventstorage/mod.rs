@@ -238,6 +238,18 @@ pub fn date_time(unix_seconds: u64) -> (u32, u32) {
     (date, time)
 }
 
+/// `unix_seconds` as `YYYY-MM-DD HH:MM:SS` (UTC), the form run lists print.
+pub fn utc_text(unix_seconds: u64) -> String {
+    let (y, m, d) = civil_from_days((unix_seconds / 86_400) as i64);
+    let secs = unix_seconds % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
 /// Year, month (1-12), day (1-31) of a day count from 1970-01-01 (proleptic Gregorian).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     // Shift to an era starting on 0000-03-01 so leap days fall at the end of a year.
@@ -311,6 +323,8 @@ mod tests {
         assert_eq!(date_time(0), (1_011_970, 0));
         // A leap day.
         assert_eq!(date_time(951_782_400).0, 29_022_000);
+        assert_eq!(utc_text(1_245_396_941), "2009-06-19 07:35:41");
+        assert_eq!(utc_text(951_782_400), "2000-02-29 00:00:00");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `rodeo dump FILE`: a per-event and per-ROB summary of a raw-data file of either container
+//! `rodeo dump FILE...`: a per-event and per-ROB summary of a raw-data file of either container
 //! (rodeo's own or EventStorage v2-v6, eformat 3, 4 or 5 events), hex words on request, or
 //! everything as one JSON object (`--json`).
 //!
@@ -6,10 +6,11 @@
 //! containers apart by their first record. Every event shows its run number, L1ID and ROBs
 //! with their source ids, whatever its version; eformat 5 events show their header fields too.
 //! Compressed events are shown restored (`stored_compressed`). A damaged file shows every
-//! complete event before the damage and the byte offset where reading stopped.
+//! complete event before the damage and the byte offset where reading stopped. Several files
+//! are dumped one after the other (with `--json`, one object per file and line).
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -21,33 +22,48 @@ use serde_json::{json, Value};
 /// Arguments of `rodeo dump`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The raw-data file (rodeo's container or EventStorage v2-v6).
-    file: PathBuf,
+    /// The raw-data files (rodeo's container or EventStorage v2-v6).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
     /// Also print every fragment's words in hex.
     #[arg(long)]
     words: bool,
-    /// Stop after this many events.
+    /// Stop after this many events of each file.
     #[arg(long)]
     limit: Option<u64>,
-    /// Print one JSON object (the file's metadata, every event with its ROBs, and the error that
-    /// stopped reading, if any) instead of text; exit code 1 if the file is damaged.
+    /// Print one JSON object per file and line (the file's metadata, every event with its ROBs,
+    /// and the error that stopped reading, if any) instead of text; exit code 1 if a file is
+    /// damaged.
     #[arg(long)]
     json: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.json {
-        return run_json(&args);
+    let mut code = ExitCode::SUCCESS;
+    for file in &args.files {
+        let done = if args.json {
+            run_json(file, &args)?
+        } else {
+            run_text(file, &args)?
+        };
+        if done != ExitCode::SUCCESS {
+            code = done;
+        }
     }
-    let mut reader = DataFileReader::open(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    Ok(code)
+}
+
+/// The text dump of one file.
+fn run_text(file: &Path, args: &Args) -> anyhow::Result<ExitCode> {
+    let mut reader =
+        DataFileReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
     let i = reader.info().clone();
     writeln!(
         out,
         "file {} ({} format {}, file {}, run {}, lumiblock {}, application {:?}, stream {:?}, compression {})",
-        args.file.display(),
+        file.display(),
         i.container.name(),
         i.version,
         i.file_number,
@@ -65,7 +81,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .by_ref()
         .take(usize::try_from(limit).unwrap_or(usize::MAX))
     {
-        let ev = next.with_context(|| format!("reading {}", args.file.display()))?;
+        let ev = next.with_context(|| format!("reading {}", file.display()))?;
         write!(
             out,
             "event {} at byte {}: eformat {}, {} words{}",
@@ -157,10 +173,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dump --json`: everything the text output shows, as one JSON object.
-fn run_json(args: &Args) -> anyhow::Result<ExitCode> {
-    let mut reader = DataFileReader::open(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
+/// `dump --json` of one file: everything the text output shows, as one JSON object.
+fn run_json(file: &Path, args: &Args) -> anyhow::Result<ExitCode> {
+    let mut reader =
+        DataFileReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let info = reader.info().clone();
     let mut events = Vec::new();
     let mut error = Value::Null;
@@ -181,7 +197,7 @@ fn run_json(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     let failed = !error.is_null();
-    let mut out = file_json(&args.file, &info);
+    let mut out = file_json(file, &info);
     out["events"] = Value::Array(events);
     out["error"] = error;
     println!("{}", serde_json::to_string(&out)?);
