@@ -84,6 +84,13 @@ pub trait RunControl: Send + Sync {
     /// returns the new state, or why it was refused or failed.
     fn command(&self, command: Command) -> Result<State, TransitionError>;
 
+    /// [`RunControl::command`] on behalf of `by` (who asked, for the record: `operator from
+    /// 10.0.0.2:51234`); an implementation that keeps no record of runs ignores it.
+    fn command_by(&self, command: Command, by: &str) -> Result<State, TransitionError> {
+        let _ = by;
+        self.command(command)
+    }
+
     /// The configuration in effect, as TOML.
     fn config_toml(&self) -> String;
 

@@ -22,11 +22,14 @@
 //!
 //! Many runs, and watching them:
 //! - [`service`]: [`service::RunService`], a partition that stays up, one run after another.
+//! - [`fixed`]: what `PUT /api/config` can never change (processes, listening places, paths
+//!   outside the output directory).
 //! - [`http`]: the HTTP/1.1 API (status, commands, configuration, `/metrics`, the web page).
 //! - [`observe`]: what a service keeps for the page (history, alarms, histograms, log).
 //! - [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
 
 pub mod chrome_trace;
+pub mod fixed;
 pub mod http;
 pub mod lock;
 pub mod observe;

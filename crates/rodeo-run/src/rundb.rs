@@ -3,19 +3,24 @@
 //! configuration it ran with (text and hash), its balance sheet and the files it wrote (size
 //! and Adler-32 of each).
 //!
-//! # Schema (version 1, `PRAGMA user_version = 1`)
+//! # Schema (version 2, `PRAGMA user_version = 2`)
 //!
 //! ```text
 //! runs(run_number INTEGER PRIMARY KEY, started_at_ns, stopped_at_ns, started_by, config_toml,
 //!      config_hash, l1_accepts, accepted, rejected, forced_accepts, partial_events,
-//!      events_written, bytes_written, balanced, reason, status, summary_json)
+//!      events_written, bytes_written, balanced, reason, status, summary_json, stopped_by)
 //! files(run_number, path, size_bytes, adler32, events, PRIMARY KEY (run_number, path))
+//! audit(id INTEGER PRIMARY KEY, at_ns, role, peer, tls, action, run_number, status, result)
+//! comments(id INTEGER PRIMARY KEY, run_number, at_ns, role, peer, text)
 //! ```
 //!
 //! `status` is `ok`, `failed` (the run ended with an error or an unbalanced sheet) or
 //! `crashed` (found at the next start without a record: the process died; its files found
 //! and verified then). `summary_json` is the balance sheet exactly as `rodeo run --json`
-//! printed it.
+//! printed it. `started_by` / `stopped_by` say who started and stopped a run (for a served
+//! run the role and peer address of the HTTP request). `audit` is the HTTP API's trail: every
+//! command, acknowledgement, comment and configuration change, accepted or refused (the last
+//! [`AUDIT_KEEP`] kept); `comments` the operators' notes on runs.
 //!
 //! # Versions and migrations
 //!
@@ -33,13 +38,17 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Entries of the audit trail kept: older ones are deleted as new ones come (a flood of
+/// refused requests cannot grow the database without end).
+pub const AUDIT_KEEP: i64 = 100_000;
 
 /// The database file's name in an output directory.
 pub const FILE_NAME: &str = "runs.sqlite";
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
-const MIGRATIONS: [&str; 1] = [
+const MIGRATIONS: [&str; 2] = [
     // 0 -> 1: the first schema.
     "CREATE TABLE runs (
         run_number INTEGER PRIMARY KEY,
@@ -68,6 +77,28 @@ const MIGRATIONS: [&str; 1] = [
         events INTEGER NOT NULL,
         PRIMARY KEY (run_number, path)
     );",
+    // 1 -> 2: who stopped a run, the HTTP API's audit trail, comments on runs (issue 38).
+    "ALTER TABLE runs ADD COLUMN stopped_by TEXT;
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ns INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        peer TEXT NOT NULL,
+        tls INTEGER NOT NULL,
+        action TEXT NOT NULL,
+        run_number INTEGER,
+        status INTEGER NOT NULL,
+        result TEXT NOT NULL
+    );
+    CREATE TABLE comments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_number INTEGER NOT NULL,
+        at_ns INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        peer TEXT NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX comments_by_run ON comments (run_number);",
 ];
 
 /// What can go wrong with the run database.
@@ -127,6 +158,42 @@ pub struct RunRecord {
     pub summary: Value,
     /// Its files.
     pub files: Vec<FileRecord>,
+}
+
+/// One entry of the audit trail: who tried what, from where, and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// When, nanoseconds since the Unix epoch.
+    pub at_ns: u64,
+    /// `observer`, `operator`, `expert`, or `unauthenticated` (no token, or a wrong one).
+    pub role: String,
+    /// The peer's address (`10.0.0.2:51234`).
+    pub peer: String,
+    /// Over HTTPS.
+    pub tls: bool,
+    /// What was asked: `command start`, `ack l1-rate-low`, `config 3f2a…`, `comment run 4`.
+    pub action: String,
+    /// The run it concerned (the run prepared or in progress then).
+    pub run_number: Option<u32>,
+    /// The HTTP status answered.
+    pub status: u16,
+    /// `ok`, or why it was refused or failed.
+    pub result: String,
+}
+
+/// One comment on a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    /// The run.
+    pub run_number: u32,
+    /// When, nanoseconds since the Unix epoch.
+    pub at_ns: u64,
+    /// Who wrote it: the role.
+    pub role: String,
+    /// From where.
+    pub peer: String,
+    /// The text.
+    pub text: String,
 }
 
 /// An open run database.
@@ -264,6 +331,107 @@ impl RunDb {
         tx.commit().map_err(err)
     }
 
+    /// Sets who started and who stopped run `n` (a service knows it only once the run's
+    /// record is written).
+    pub fn set_actors(
+        &self,
+        n: u32,
+        started_by: &str,
+        stopped_by: Option<&str>,
+    ) -> Result<(), RunDbError> {
+        self.conn
+            .execute(
+                "UPDATE runs SET started_by = ?2, stopped_by = ?3 WHERE run_number = ?1",
+                params![n, started_by, stopped_by],
+            )
+            .map(|_| ())
+            .map_err(self.err())
+    }
+
+    /// Appends `e` to the audit trail (the oldest entries beyond [`AUDIT_KEEP`] go).
+    pub fn audit(&self, e: &AuditEntry) -> Result<(), RunDbError> {
+        self.conn
+            .execute(
+                "INSERT INTO audit (at_ns, role, peer, tls, action, run_number, status, result)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    e.at_ns as i64,
+                    e.role,
+                    e.peer,
+                    e.tls,
+                    e.action,
+                    e.run_number,
+                    e.status,
+                    e.result
+                ],
+            )
+            .map_err(self.err())?;
+        let id = self.conn.last_insert_rowid();
+        self.conn
+            .execute("DELETE FROM audit WHERE id <= ?1", [id - AUDIT_KEEP])
+            .map(|_| ())
+            .map_err(self.err())
+    }
+
+    /// The last `limit` audit entries, newest first, as JSON objects (`GET /api/audit`).
+    pub fn audit_list(&self, limit: u32) -> Result<Vec<Value>, RunDbError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, at_ns, role, peer, tls, action, run_number, status, result
+                 FROM audit ORDER BY id DESC LIMIT ?1",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([limit], |r| {
+                Ok(json!({
+                    "id": r.get::<_, i64>(0)?,
+                    "at_ns": r.get::<_, i64>(1)?,
+                    "role": r.get::<_, String>(2)?,
+                    "peer": r.get::<_, String>(3)?,
+                    "tls": r.get::<_, bool>(4)?,
+                    "action": r.get::<_, String>(5)?,
+                    "run_number": r.get::<_, Option<u32>>(6)?,
+                    "status": r.get::<_, u16>(7)?,
+                    "result": r.get::<_, String>(8)?,
+                }))
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+
+    /// Adds a comment to run `c.run_number`.
+    pub fn comment(&self, c: &Comment) -> Result<(), RunDbError> {
+        self.conn
+            .execute(
+                "INSERT INTO comments (run_number, at_ns, role, peer, text)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![c.run_number, c.at_ns as i64, c.role, c.peer, c.text],
+            )
+            .map(|_| ())
+            .map_err(self.err())
+    }
+
+    fn comments_json(&self, n: u32) -> Result<Vec<Value>, RunDbError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT at_ns, role, peer, text FROM comments WHERE run_number = ?1 ORDER BY id",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([n], |r| {
+                Ok(json!({
+                    "at_ns": r.get::<_, i64>(0)?,
+                    "role": r.get::<_, String>(1)?,
+                    "peer": r.get::<_, String>(2)?,
+                    "text": r.get::<_, String>(3)?,
+                }))
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+
     /// Every run, newest first, as JSON objects (the form of `rodeo runs --json` and
     /// `GET /api/runs`).
     pub fn list(&self) -> Result<Vec<Value>, RunDbError> {
@@ -308,6 +476,7 @@ impl RunDb {
             .map_err(self.err())?;
         run["summary"] = serde_json::from_str(&summary).unwrap_or(Value::Null);
         run["config_toml"] = Value::String(config);
+        run["comments"] = Value::Array(self.comments_json(n)?);
         Ok(Some(run))
     }
 
@@ -335,7 +504,7 @@ impl RunDb {
 
 const SELECT_RUN: &str = "SELECT run_number, started_at_ns, stopped_at_ns, started_by, config_hash,
     l1_accepts, accepted, rejected, forced_accepts, partial_events, events_written,
-    bytes_written, balanced, reason, status FROM runs";
+    bytes_written, balanced, reason, status, stopped_by FROM runs";
 
 fn run_json(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
     Ok(json!({
@@ -354,6 +523,7 @@ fn run_json(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
         "balanced": r.get::<_, bool>(12)?,
         "reason": r.get::<_, Option<String>>(13)?,
         "status": r.get::<_, String>(14)?,
+        "stopped_by": r.get::<_, Option<String>>(15)?,
     }))
 }
 
@@ -461,6 +631,75 @@ mod tests {
         let e = RunDb::open(&path).unwrap_err();
         assert!(matches!(e, RunDbError::TooNew { found, .. } if found == SCHEMA_VERSION + 1));
         assert!(e.to_string().contains("newer"), "{e}");
+    }
+
+    #[test]
+    fn a_version_1_file_keeps_its_runs_and_gains_the_audit_trail_and_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        {
+            // A file as the previous rodeo left it: schema 1 with a run.
+            let mut conn = Connection::open(&path).unwrap();
+            let tx = conn.transaction().unwrap();
+            tx.execute_batch(MIGRATIONS[0]).unwrap();
+            tx.pragma_update(None, "user_version", 1).unwrap();
+            tx.commit().unwrap();
+            conn.execute(
+                "INSERT INTO runs (run_number, started_by, config_toml, config_hash, balanced,
+                 status, summary_json) VALUES (3, 'rodeo run (a@b)', '', '0', 1, 'ok', '{}')",
+                [],
+            )
+            .unwrap();
+        }
+        let db = RunDb::open(&path).unwrap();
+        let runs = db.list().unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0]["started_by"], "rodeo run (a@b)");
+        assert_eq!(runs[0]["stopped_by"], Value::Null);
+        db.set_actors(3, "rodeo serve: operator from 127.0.0.1:5", Some("itself"))
+            .unwrap();
+        let entry = AuditEntry {
+            at_ns: 7,
+            role: "operator".into(),
+            peer: "127.0.0.1:5".into(),
+            tls: false,
+            action: "command start".into(),
+            run_number: Some(3),
+            status: 200,
+            result: "ok".into(),
+        };
+        db.audit(&entry).unwrap();
+        db.audit(&AuditEntry {
+            status: 401,
+            role: "unauthenticated".into(),
+            result: "no token".into(),
+            ..entry
+        })
+        .unwrap();
+        db.comment(&Comment {
+            run_number: 3,
+            at_ns: 9,
+            role: "operator".into(),
+            peer: "127.0.0.1:5".into(),
+            text: "beam lost".into(),
+        })
+        .unwrap();
+        drop(db);
+        let db = RunDb::open(&path).unwrap();
+        let v: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let one = db.get(3).unwrap().unwrap();
+        assert_eq!(one["started_by"], "rodeo serve: operator from 127.0.0.1:5");
+        assert_eq!(one["stopped_by"], "itself");
+        assert_eq!(one["comments"][0]["text"], "beam lost");
+        let audit = db.audit_list(10).unwrap();
+        assert_eq!(audit.len(), 2);
+        assert_eq!(audit[0]["status"], 401, "newest first");
+        assert_eq!(audit[1]["action"], "command start");
+        assert_eq!(db.audit_list(1).unwrap().len(), 1);
     }
 
     #[test]

@@ -38,12 +38,19 @@ struct Current {
     thread: Option<JoinHandle<()>>,
     /// Tells the run thread to stop.
     quit: Arc<AtomicBool>,
+    /// Who started it (the HTTP request's role and peer), once started.
+    started_by: Option<String>,
+    /// Who stopped it, once stopped by a command.
+    stopped_by: Option<String>,
 }
 
 /// The service (see the module docs).
 pub struct RunService {
     /// The configuration of the next run (`PUT /api/config` replaces it between runs).
     config: Mutex<PartitionConfig>,
+    /// The configuration the service was started with: the fields HTTP may not change come
+    /// from here ([`crate::fixed`]).
+    started: PartitionConfig,
     /// History, alarms, sampled histograms, log.
     observer: Observer,
     mode: Mode,
@@ -92,6 +99,7 @@ impl RunService {
         let run = prepare_run(&output, config.clone(), mode, first)
             .map_err(|e| anyhow::anyhow!("cannot bring the partition for run {first} up: {e}"))?;
         Ok(Arc::new(RunService {
+            started: config.clone(),
             config: Mutex::new(config),
             observer,
             mode,
@@ -102,6 +110,8 @@ impl RunService {
                 prepared: Some(run),
                 thread: None,
                 quit: Arc::new(AtomicBool::new(false)),
+                started_by: None,
+                stopped_by: None,
             }),
             commands: Mutex::new(()),
             shut_down: AtomicBool::new(false),
@@ -127,7 +137,7 @@ impl RunService {
         while !self.shut_down.load(Ordering::Relaxed) {
             if interrupted() {
                 eprintln!("rodeo: interrupted: stopping in order (interrupt again to abort)");
-                let _ = control.command(Command::Shutdown);
+                let _ = control.command_by(Command::Shutdown, "a signal (SIGINT or SIGTERM)");
                 break;
             }
             self.reap();
@@ -145,8 +155,8 @@ impl RunService {
         prepare_run(&lock(&self.output), config, self.mode, number)
     }
 
-    /// Starts the prepared run on its own thread.
-    fn start_run(self: &Arc<Self>) -> Result<State, TransitionError> {
+    /// Starts the prepared run on its own thread, on behalf of `by`.
+    fn start_run(self: &Arc<Self>, by: &str) -> Result<State, TransitionError> {
         let mut cur = lock(&self.current);
         let state = cur.partition.partition_state();
         if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
@@ -162,6 +172,8 @@ impl RunService {
         };
         let quit = Arc::new(AtomicBool::new(false));
         cur.quit = quit.clone();
+        cur.started_by = Some(by.to_string());
+        cur.stopped_by = None;
         let me = Arc::clone(self);
         let thread = std::thread::Builder::new()
             .name(format!("run-{}", cur.number))
@@ -171,18 +183,45 @@ impl RunService {
         Ok(State::Running)
     }
 
-    /// One run to its end: its sheet recorded and handed to `on_end`.
+    /// One run to its end: its sheet recorded (with who started and stopped it) and handed
+    /// to `on_end`.
     fn run_thread(&self, mut run: Run, quit: &AtomicBool) {
         let outcome = run.drive(&|| quit.load(Ordering::Relaxed), |_, _| {});
-        let sheet = run.finish(&mut lock(&self.output), outcome, None);
+        let number = run.number();
+        let (started_by, stopped_by) = {
+            let cur = lock(&self.current);
+            (cur.started_by.clone(), cur.stopped_by.clone())
+        };
+        let mut output = lock(&self.output);
+        let sheet = run.finish(&mut output, outcome, None);
+        let started_by = format!(
+            "{}: {}",
+            started_by_here(),
+            started_by.as_deref().unwrap_or("?")
+        );
+        let stopped_by = stopped_by
+            .unwrap_or_else(|| "itself (its events, seconds or inputs ended, or it failed)".into());
+        if let Err(e) = output
+            .db()
+            .set_actors(number, &started_by, Some(&stopped_by))
+        {
+            eprintln!("rodeo: warning: run {number}: who started and stopped it not recorded: {e}");
+        }
+        drop(output);
         (self.on_end)(&sheet);
     }
 
-    /// Ends the run in progress and prepares the next one. The status stays readable
-    /// meanwhile: the lock on the current run is not held while the run drains.
-    fn stop(&self) -> Result<State, TransitionError> {
+    /// Ends the run in progress (on behalf of `by`; `None`: it ended by itself) and prepares
+    /// the next one. The status stays readable meanwhile: the lock on the current run is not
+    /// held while the run drains.
+    fn stop(&self, by: Option<&str>) -> Result<State, TransitionError> {
         let (thread, quit) = {
             let mut cur = lock(&self.current);
+            if let (Some(by), false) =
+                (by, cur.thread.as_ref().is_some_and(JoinHandle::is_finished))
+            {
+                cur.stopped_by = Some(by.to_string());
+            }
             match cur.thread.take() {
                 Some(t) => (t, cur.quit.clone()),
                 None => {
@@ -216,37 +255,46 @@ impl RunService {
             .as_ref()
             .is_some_and(JoinHandle::is_finished);
         if finished {
-            if let Err(e) = self.stop() {
+            if let Err(e) = self.stop(None) {
                 eprintln!("rodeo: cannot prepare the next run: {e}");
             }
         }
     }
 
-    /// `PUT /api/config`: checks `toml` as `rodeo config check` does, and between runs makes it
-    /// the configuration of the next run (the prepared run given up and prepared again with
-    /// it). `run.output` and `control.http` stay the service's; a token shown as `(hidden)`
-    /// keeps the one in effect.
+    /// `PUT /api/config`: checks `toml` as `rodeo config check` does, refuses a change of the
+    /// fields HTTP may not change ([`crate::fixed`]: they come from the file the service
+    /// started with), and between runs makes it the configuration of the next run (the
+    /// prepared run given up and prepared again with it). If the partition cannot be built
+    /// with it (even by a panic, a value no check caught), the previous configuration is
+    /// brought back up and the answer says so.
     fn replace_config(&self, toml: &str) -> Result<(), ConfigChangeError> {
-        let old = lock(&self.config).clone();
+        let invalid = |e: String| ConfigChangeError::Invalid(e);
+        let parse_error = |e: toml::de::Error| {
+            invalid(format!(
+                "configuration PUT /api/config: {}",
+                e.to_string().trim_end()
+            ))
+        };
+        let named: toml::Table = toml::from_str(toml).map_err(parse_error)?;
         let mut new = PartitionConfig::from_toml(toml, "PUT /api/config")
-            .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
-        new.run.output = old.run.output.clone();
-        new.control.http = old.control.http.clone();
-        if new.control.token == "(hidden)" {
-            new.control.token = old.control.token.clone();
-        }
+            .map_err(|e| invalid(e.to_string()))?;
+        let output = lock(&self.output).path().to_path_buf();
+        crate::fixed::keep_fixed_fields(&self.started, &mut new, &named, &output)
+            .map_err(|e| invalid(e.to_string()))?;
+        let before = lock(&self.config).clone();
         new.validate()
             .and_then(|()| new.check_output())
+            .and_then(|()| new.check_directories())
             .and_then(|()| {
                 // The partition prepared now gives its memory back before the new one is
                 // brought up.
                 let mut here = rodeo_control::config::Machine::this_host();
                 here.available_bytes = here
                     .available_bytes
-                    .map(|a| a.saturating_add(old.estimate().host_bytes(&None)));
+                    .map(|a| a.saturating_add(before.estimate().host_bytes(&None)));
                 new.check_resources_on(&here).map(|_| ())
             })
-            .map_err(|e| ConfigChangeError::Invalid(e.to_string()))?;
+            .map_err(|e| invalid(e.to_string()))?;
         let mut cur = lock(&self.current);
         let state = cur.partition.partition_state();
         if cur.thread.is_some() || state == State::Running {
@@ -256,17 +304,64 @@ impl RunService {
             Some(run) => run.abandon(),
             None => bring_down(cur.partition.as_ref()),
         }
-        *lock(&self.config) = new.clone();
-        self.observer
-            .reconfigure(&new.alarms, &new.monitoring)
-            .map_err(|e| ConfigChangeError::Failed(e.to_string()))?;
-        tracing::warn!(run = cur.number, "configuration replaced (PUT /api/config)");
-        let run = self
-            .prepare(cur.number)
-            .map_err(|e| ConfigChangeError::Failed(e.to_string()))?;
-        cur.partition = run.partition();
-        cur.prepared = Some(run);
-        Ok(())
+        let old = std::mem::replace(&mut *lock(&self.config), new.clone());
+        let number = cur.number;
+        let attempt = match self.observer.reconfigure(&new.alarms, &new.monitoring) {
+            Ok(()) => self.prepare_isolated(number),
+            Err(e) => Err(ConfigChangeError::Failed(e.to_string())),
+        };
+        let error = match attempt {
+            Ok(run) => {
+                tracing::warn!(run = number, "configuration replaced (PUT /api/config)");
+                cur.partition = run.partition();
+                cur.prepared = Some(run);
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        // Back to the configuration that worked.
+        *lock(&self.config) = old.clone();
+        let _ = self.observer.reconfigure(&old.alarms, &old.monitoring);
+        let again = match self.prepare_isolated(number) {
+            Ok(run) => {
+                cur.partition = run.partition();
+                cur.prepared = Some(run);
+                "the previous configuration is back in effect (CONNECTED)".to_string()
+            }
+            Err(e) => format!(
+                "and the previous configuration could not be brought back up either ({e}): \
+                 the service is in NONE, `shutdown` it"
+            ),
+        };
+        Err(match error {
+            ConfigChangeError::Invalid(e) => invalid(format!("{e}; {again}")),
+            other => ConfigChangeError::Failed(format!("{other}; {again}")),
+        })
+    }
+
+    /// [`Self::prepare`] with a panic caught: a configuration whose values break the building
+    /// of the partition is an invalid one (400), not the end of the request's worker. The run
+    /// directory a failed attempt made is removed, so the number stays free.
+    fn prepare_isolated(&self, number: u32) -> Result<Run, ConfigChangeError> {
+        let attempt =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prepare(number)));
+        match attempt {
+            Ok(Ok(run)) => Ok(run),
+            Ok(Err(e)) => Err(ConfigChangeError::Failed(e.to_string())),
+            Err(panic) => {
+                let what = crate::http::panic_message(&*panic);
+                tracing::error!(run = number, "building the partition panicked: {what}");
+                let dir = lock(&self.output).path().join(format!("run-{number:08}"));
+                if crate::output::data_files(&dir).is_empty() {
+                    let _ = std::fs::remove_file(dir.join("partition.toml"));
+                    let _ = std::fs::remove_dir(&dir);
+                }
+                Err(ConfigChangeError::Invalid(format!(
+                    "the partition cannot be built with this configuration ({what}): a value \
+                     is out of the range the applications take"
+                )))
+            }
+        }
     }
 
     /// One look for the observer: the status and metrics of the partition now.
@@ -280,10 +375,10 @@ impl RunService {
 
     /// Brings everything down: the run in progress stopped (recorded), the prepared one given
     /// up (its number stays free).
-    fn shutdown(&self) -> Result<State, TransitionError> {
+    fn shutdown(&self, by: &str) -> Result<State, TransitionError> {
         self.shut_down.store(true, Ordering::Relaxed);
         if lock(&self.current).thread.is_some() {
-            self.stop()?;
+            self.stop(Some(&format!("shutdown by {by}")))?;
         }
         let mut cur = lock(&self.current);
         match cur.prepared.take() {
@@ -309,11 +404,15 @@ impl RunControl for ServiceControl {
     }
 
     fn command(&self, command: Command) -> Result<State, TransitionError> {
+        self.command_by(command, "this process")
+    }
+
+    fn command_by(&self, command: Command, by: &str) -> Result<State, TransitionError> {
         let _guard = lock(&self.0.commands);
         match command {
-            Command::Start => self.0.start_run(),
-            Command::Stop => self.0.stop(),
-            Command::Shutdown => self.0.shutdown(),
+            Command::Start => self.0.start_run(by),
+            Command::Stop => self.0.stop(Some(by)),
+            Command::Shutdown => self.0.shutdown(by),
             other => Err(TransitionError::Illegal {
                 who: "partition".into(),
                 command: other,
@@ -346,6 +445,11 @@ impl RunControl for ServiceControl {
     }
 }
 
+/// `rodeo serve (user@host)`: the service, in each run's `started_by`.
+fn started_by_here() -> String {
+    started_by("rodeo serve")
+}
+
 /// A run of `config` with number `number` in `output`, brought up to CONNECTED (given up
 /// again when that fails).
 fn prepare_run(
@@ -354,7 +458,7 @@ fn prepare_run(
     mode: Mode,
     number: u32,
 ) -> Result<Run, TransitionError> {
-    let mut options = RunOptions::new(mode, started_by("rodeo serve"));
+    let mut options = RunOptions::new(mode, started_by_here());
     options.run_number = Some(number);
     // The service's observer runs the `[monitoring]` forwarder for every run.
     options.forward_samples = false;

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 pub mod cli;
 pub mod http;
 pub mod process;
+pub mod tls;
 
 /// How often a condition is polled.
 const POLL: Duration = Duration::from_millis(5);

@@ -104,11 +104,13 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
     assert!(!seen.is_empty());
 }
 
-/// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and its HTTP address.
+/// Starts `rodeo ARGS` with RODEO_TOKEN set (and RODEO_EXPERT_TOKEN, `TOKEN-expert`, for
+/// `PUT /api/config`); returns the child and its HTTP address.
 fn spawn_with_http(args: &[&str], token: &str) -> (Running, SocketAddr) {
     let child = rodeo!()
         .args(args)
         .env("RODEO_TOKEN", token)
+        .env("RODEO_EXPERT_TOKEN", format!("{token}-expert"))
         .env("RODEO_LOG", "warn,rodeo_control=info")
         .echo_stderr()
         .spawn();
@@ -196,13 +198,17 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
 
     // Between runs: a bad configuration is refused naming the field, a good one replaces it.
     let bad = toml.replace("fraction = 0.2", "fraction = 2.0");
-    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &bad);
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &bad);
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("monitoring.fraction"), "{body}");
     let (code, _) = http(addr, "PUT", "/api/config", None, &toml);
     assert_eq!(code, 401);
+    // The operator's token runs and acknowledges, but does not change the configuration.
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &toml);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("expert role"), "{body}");
     let newer = toml.replace("rate_hz = 500.0", "rate_hz = 600.0");
-    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &newer);
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &newer);
     assert_eq!(code, 200, "{body}");
     let (_, served) = http(addr, "GET", "/api/config", None, "");
     assert!(served.contains("rate_hz = 600.0"), "{served}");
@@ -216,7 +222,7 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
 
     // Run 2 with the new configuration: the alarm is raised by the real rate.
     assert_eq!(cmd("start").0, 200);
-    let (code, body) = http(addr, "PUT", "/api/config", Some("tok"), &toml);
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &toml);
     assert_eq!(code, 409, "no change while running: {body}");
     wait_until("the L1-rate alarm raised", Duration::from_secs(60), || {
         get_json(addr, "/api/alarms")["alarms"][0]["active"] == true

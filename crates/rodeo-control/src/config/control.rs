@@ -9,13 +9,16 @@ use super::l1::MAX_TIMEOUT_MS;
 
 /// `[control]`: run control and observability (HTTP API, logs, traces) and how the
 /// controller runs applications as processes.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ControlSection {
     /// HTTP listen address ("": none).
     pub http: String,
-    /// Bearer token for commands ("": only `RODEO_TOKEN`).
+    /// The operator's bearer token: run commands, alarm acknowledgements, run comments ("":
+    /// only `RODEO_TOKEN`).
     pub token: String,
+    /// The expert's bearer token: also `PUT /api/config` ("": only `RODEO_EXPERT_TOKEN`).
+    pub expert_token: String,
     /// Per-module log levels (tracing filter syntax).
     pub log: String,
     /// Trace sampling: one event in this many.
@@ -47,6 +50,7 @@ impl Default for ControlSection {
         ControlSection {
             http: String::new(),
             token: String::new(),
+            expert_token: String::new(),
             log: "warn".into(),
             trace_every: 100,
             address: "127.0.0.1".into(),
@@ -72,6 +76,39 @@ impl ControlSection {
             .filter(|t| !t.is_empty())
             .or_else(|| (!self.token.is_empty()).then(|| self.token.clone()))
     }
+
+    /// The expert token: `RODEO_EXPERT_TOKEN` if set and not empty, else the configuration's
+    /// (`None`: nobody may change the configuration over HTTP).
+    pub fn effective_expert_token(&self) -> Option<String> {
+        std::env::var("RODEO_EXPERT_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| (!self.expert_token.is_empty()).then(|| self.expert_token.clone()))
+    }
+}
+
+/// Like the derived one, with the tokens hidden: a section printed in a log shows no secret.
+impl std::fmt::Debug for ControlSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hide = |t: &str| if t.is_empty() { "" } else { "(hidden)" };
+        f.debug_struct("ControlSection")
+            .field("http", &self.http)
+            .field("token", &hide(&self.token))
+            .field("expert_token", &hide(&self.expert_token))
+            .field("log", &self.log)
+            .field("trace_every", &self.trace_every)
+            .field("address", &self.address)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .field("dead_after_ms", &self.dead_after_ms)
+            .field("spawn_timeout_ms", &self.spawn_timeout_ms)
+            .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("restart", &self.restart)
+            .field("max_restarts_per_run", &self.max_restarts_per_run)
+            .field("restart_backoff_ms", &self.restart_backoff_ms)
+            .field("ssh", &self.ssh)
+            .field("remote_rodeo", &self.remote_rodeo)
+            .finish()
+    }
 }
 
 impl ControlSection {
@@ -89,15 +126,22 @@ impl ControlSection {
         if self.trace_every == 0 {
             c.bad("control.trace_every", 0, ">= 1");
         }
-        if self
-            .token
-            .chars()
-            .any(|ch| ch.is_whitespace() || ch.is_control())
-        {
+        for (field, token) in [
+            ("control.token", &self.token),
+            ("control.expert_token", &self.expert_token),
+        ] {
+            if token
+                .chars()
+                .any(|ch| ch.is_whitespace() || ch.is_control())
+            {
+                c.bad(field, "(hidden)", "no spaces or control characters");
+            }
+        }
+        if !self.token.is_empty() && self.token == self.expert_token {
             c.bad(
-                "control.token",
+                "control.expert_token",
                 "(hidden)",
-                "no spaces or control characters",
+                "a token other than control.token (the expert's role is more than the operator's)",
             );
         }
         if !host_ok(&self.address) || self.address.contains("://") {

@@ -124,12 +124,14 @@ impl PartitionConfig {
         toml::to_string(self).unwrap_or_default()
     }
 
-    /// The configuration as TOML for anyone who may read it (`GET /api/config`): the command
-    /// token is replaced by `"(hidden)"`.
+    /// The configuration as TOML for anyone who may read it (`GET /api/config`): the tokens
+    /// (`control.token`, `control.expert_token`) are replaced by `"(hidden)"`.
     pub fn to_toml_public(&self) -> String {
         let mut c = self.clone();
-        if !c.control.token.is_empty() {
-            c.control.token = "(hidden)".into();
+        for t in [&mut c.control.token, &mut c.control.expert_token] {
+            if !t.is_empty() {
+                *t = "(hidden)".into();
+            }
         }
         c.to_toml()
     }

@@ -101,9 +101,25 @@ fn the_public_toml_hides_the_token() {
     let mut c = PartitionConfig::default();
     assert!(!c.to_toml_public().contains("(hidden)"));
     c.control.token = "s3cret".into();
+    c.control.expert_token = "3xpert".into();
     let t = c.to_toml_public();
-    assert!(!t.contains("s3cret") && t.contains("(hidden)"), "{t}");
-    assert!(c.to_toml().contains("s3cret"));
+    assert!(
+        !t.contains("s3cret") && t.contains("token = \"(hidden)\""),
+        "{t}"
+    );
+    assert!(
+        !t.contains("3xpert") && t.contains("expert_token = \"(hidden)\""),
+        "{t}"
+    );
+    assert!(c.to_toml().contains("s3cret") && c.to_toml().contains("3xpert"));
+    let shown = format!("{c:?}");
+    assert!(
+        !shown.contains("s3cret") && !shown.contains("3xpert"),
+        "{shown}"
+    );
+    c.control.expert_token = "s3cret".into();
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("control.expert_token"), "{e}");
 }
 
 #[test]

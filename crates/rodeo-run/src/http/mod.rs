@@ -7,22 +7,34 @@
 //! | `GET /api/status` | [`PartitionStatus`](rodeo_control::run_control::PartitionStatus) as JSON |
 //! | `GET /api/config` | the configuration in effect (TOML) |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
-//! | `POST /api/command` | `{"command":"stop"}`; needs `Authorization: Bearer <token>` |
+//! | `POST /api/command` | `{"command":"stop"}`; operator |
 //! | `GET /api/runs` | `{"runs": [...]}` from the run database, newest first (`rodeo runs --json`) |
-//! | `GET /api/runs/N` | run N with its files, configuration and balance sheet; 404 if unknown |
-//! | `PUT /api/config` | replaces the next run's configuration (TOML body, token); 400 names the bad field, 409 while running |
+//! | `GET /api/runs/N` | run N with its files, configuration, balance sheet and comments; 404 if unknown |
+//! | `POST /api/runs/N/comment` | `{"text":"…"}`: a comment on run N; operator |
+//! | `GET /api/audit` | `{"audit": [...]}`: the audit trail, newest first |
+//! | `PUT /api/config` | replaces the next run's configuration (TOML body); expert; 400 names the bad field (or one HTTP may not change), 409 while running |
 //! | `GET /api/history`, `/api/alarms`, `/api/histograms`, `/api/log` | a service's views ([`crate::observe`]); 404 elsewhere |
-//! | `POST /api/alarms/ack` | `{"name":"…"}` acknowledges an alarm (token) |
+//! | `POST /api/alarms/ack` | `{"name":"…"}` acknowledges an alarm; operator |
 //!
-//! Command answers: 200 `{"state":…}`; 401 without the right token (or when no token is
-//! configured: commands are then refused); 400 for a body that is not `{"command": name}` or
-//! an unknown command; 409 with the [`TransitionError`] text for an illegal one (it names the
-//! state); 500 when the transition failed (the error names the application).
+//! Roles ([`auth`]): observer (no token, every `GET`), operator (`RODEO_TOKEN`), expert
+//! (`RODEO_EXPERT_TOKEN`). 401 without a token or with a wrong one, 403 with a lower role's
+//! (naming the role needed) or with a token over plain HTTP from another host (over plain
+//! HTTP tokens are taken from loopback peers only; [`HttpConfig::tls`] serves HTTPS). Every
+//! request above an observer's is recorded, accepted or refused, in the audit trail.
+//!
+//! Command answers: 200 `{"state":…}`; 400 for a body that is not the JSON object
+//! `{"command": name}` or an unknown command; 409 with the [`TransitionError`] text for an
+//! illegal one (it names the state); 500 when the transition failed (the error names the
+//! application).
+//!
+//! Each request's handling is isolated: a panic is answered 500, logged and counted
+//! (`rodeo_http_handler_panics_total`), and the worker goes on.
 //!
 //! # Threads, bounds and shutdown
 //!
 //! One reader thread accepts connections and reads every open one as its bytes arrive
-//! (readiness through `mio`: an idle or slow client costs a table entry, never a thread).
+//! (readiness through `mio`: an idle or slow client costs a table entry, never a thread); with
+//! HTTPS it also drives each TLS handshake there, without waiting ([`conn`]).
 //! Only a complete request (head at most [`MAX_HEADER_BYTES`], body at most
 //! [`MAX_BODY_BYTES`]) goes to the bounded queue served by a fixed number of worker threads
 //! (default 4); when that queue is full the request is answered 503 at once. A connection has
@@ -35,11 +47,16 @@
 //! reader within its poll interval, closes the queue and joins the workers (a worker in a long
 //! command — `stop` drains the dataflow — finishes it first).
 
+mod audit;
+pub mod auth;
+pub mod client;
+mod conn;
 mod reader;
 mod request;
 mod response;
 mod routes;
 mod start;
+pub mod tls;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -54,8 +71,10 @@ use rodeo_memory::{BoundedQueue, FullPolicy};
 use reader::{worker, ReadRequest, Reader};
 pub use request::{read_request, Request, RequestError};
 pub use response::Response;
-pub use routes::{handle, HttpCounters};
-pub use start::serve_section;
+pub(crate) use routes::panic_message;
+pub use routes::HttpCounters;
+use routes::Shared;
+pub use start::{serve_section, HttpsFiles};
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
@@ -68,10 +87,15 @@ pub const MAX_HEADERS: usize = 64;
 pub const INDEX_HTML: &str = include_str!("web/index.html");
 
 /// Settings of an [`HttpServer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpConfig {
-    /// The bearer token commands need (`None`: every command is refused with 401).
+    /// The operator's bearer token (`None`: operator requests are refused with 401).
     pub token: Option<String>,
+    /// The expert's bearer token (`None`: `PUT /api/config` is refused).
+    pub expert_token: Option<String>,
+    /// Serve HTTPS with these settings ([`tls::server_config`]); `None`: plain HTTP, where a
+    /// token is taken from loopback peers only.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Worker threads.
     pub workers: usize,
     /// Connections waiting for a worker before new ones get 503.
@@ -81,14 +105,33 @@ pub struct HttpConfig {
     pub io_timeout: Duration,
     /// Most connections open at once; a new one beyond this closes the oldest.
     pub max_connections: usize,
-    /// The run database served at `GET /api/runs` and `GET /api/runs/N` (None: 404).
+    /// The run database served at `GET /api/runs` and `GET /api/runs/N`, where the audit
+    /// trail and comments are written (None: 404, the trail in the log only).
     pub runs_db: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |t: &Option<String>| t.as_ref().map(|_| "(hidden)");
+        f.debug_struct("HttpConfig")
+            .field("token", &hidden(&self.token))
+            .field("expert_token", &hidden(&self.expert_token))
+            .field("tls", &self.tls.is_some())
+            .field("workers", &self.workers)
+            .field("queue", &self.queue)
+            .field("io_timeout", &self.io_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("runs_db", &self.runs_db)
+            .finish()
+    }
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             token: None,
+            expert_token: None,
+            tls: None,
             workers: 4,
             queue: 64,
             io_timeout: Duration::from_secs(5),
@@ -132,30 +175,26 @@ impl HttpServer {
             config.queue.max(1),
             FullPolicy::Refuse,
         ));
-        let token: Option<Arc<str>> = config.token.as_deref().map(Arc::from);
+        let credentials = auth::Credentials {
+            operator: config.token.as_deref().and_then(auth::Token::new),
+            expert: config.expert_token.as_deref().and_then(auth::Token::new),
+        };
+        let shared = Arc::new(Shared::new(
+            control,
+            credentials,
+            Arc::clone(&counters),
+            config.runs_db.clone(),
+            config.io_timeout,
+        ));
         let mut workers = Vec::new();
         for i in 0..config.workers.max(1) {
             let queue = Arc::clone(&queue);
             let stop = Arc::clone(&stop);
-            let control = Arc::clone(&control);
-            let counters = Arc::clone(&counters);
-            let token = token.clone();
-            let timeout = config.io_timeout;
-            let runs_db = config.runs_db.clone();
+            let shared = Arc::clone(&shared);
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("http-{i}"))
-                    .spawn(move || {
-                        worker(
-                            &queue,
-                            &stop,
-                            &*control,
-                            token.as_deref(),
-                            &counters,
-                            timeout,
-                            runs_db.as_deref(),
-                        )
-                    })?,
+                    .spawn(move || worker(&queue, &stop, &shared))?,
             );
         }
         let reader = Reader::new(listener, &config)?;
@@ -166,7 +205,7 @@ impl HttpServer {
                 .name("http-reader".into())
                 .spawn(move || reader.run(&queue, &stop, &counters))?
         };
-        tracing::info!(%addr, "HTTP API listening");
+        tracing::info!(%addr, https = config.tls.is_some(), "HTTP API listening");
         Ok(HttpServer {
             addr,
             stop,

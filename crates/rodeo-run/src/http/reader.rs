@@ -1,36 +1,42 @@
-//! The reader thread (one `mio` poll over every open connection, deadlines, eviction) and the
-//! workers that answer complete requests.
+//! The reader thread (one `mio` poll over every open connection, TLS handshakes, deadlines,
+//! eviction) and the workers that answer complete requests.
 
 use std::collections::VecDeque;
-use std::io::{self, Read};
-use std::net::{TcpListener, TcpStream};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rodeo_control::run_control::RunControl;
 use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, Refused};
 
+use super::auth::Peer;
+use super::conn::Conn;
 use super::request::request_complete;
-use super::routes::runs_response;
+use super::routes::{respond, Shared};
 use super::{
-    handle, read_request, HttpConfig, HttpCounters, Request, RequestError, Response,
-    MAX_BODY_BYTES, MAX_HEADER_BYTES,
+    read_request, HttpConfig, HttpCounters, Request, RequestError, Response, MAX_BODY_BYTES,
+    MAX_HEADER_BYTES,
 };
 
 /// A connection whose request is read (or failed to read) and waits for a worker.
 pub(super) struct ReadRequest {
-    stream: TcpStream,
+    conn: Conn,
+    peer: Peer,
     request: Result<Request, RequestError>,
 }
 
 /// A connection being read: its bytes so far and its deadline.
 struct Open {
-    stream: TcpStream,
+    conn: Conn,
+    peer: SocketAddr,
     buf: Vec<u8>,
     deadline: Instant,
     /// Accept sequence number: tells a live entry of `order` from a stale one.
     seq: u64,
+    /// Watched for writability too (TLS output waits for the socket).
+    writable: bool,
 }
 
 /// Largest request in bytes (head, separator, body).
@@ -51,6 +57,8 @@ pub(super) struct Reader {
     next_seq: u64,
     timeout: Duration,
     max_connections: usize,
+    /// HTTPS settings (None: plain HTTP).
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Reader {
@@ -69,6 +77,7 @@ impl Reader {
             next_seq: 0,
             timeout: config.io_timeout,
             max_connections: config.max_connections.max(1),
+            tls: config.tls.clone(),
         })
     }
 
@@ -123,8 +132,8 @@ impl Reader {
 
     fn accept_all(&mut self, counters: &HttpCounters) {
         loop {
-            let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
+            let (stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -139,12 +148,18 @@ impl Reader {
             if self.live >= self.max_connections {
                 self.evict_oldest(counters);
             }
-            let stream = TcpStream::from(stream);
+            let conn = match Conn::new(TcpStream::from(stream), self.tls.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("HTTP reader: cannot start TLS on a connection: {e}");
+                    continue;
+                }
+            };
             let slot = self.free.pop().unwrap_or_else(|| {
                 self.open.push(None);
                 self.open.len() - 1
             });
-            let fd = stream.as_raw_fd();
+            let fd = conn.tcp().as_raw_fd();
             if let Err(e) = self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
                 mio::Token(slot + 1),
@@ -157,10 +172,12 @@ impl Reader {
             let seq = self.next_seq;
             self.next_seq += 1;
             self.open[slot] = Some(Open {
-                stream,
+                conn,
+                peer,
                 buf: Vec::new(),
                 deadline: Instant::now() + self.timeout,
                 seq,
+                writable: false,
             });
             self.order.push_back((slot, seq));
             self.live += 1;
@@ -170,7 +187,7 @@ impl Reader {
     /// Takes connection `slot` out of the table (and out of the poll set).
     fn close(&mut self, slot: usize) -> Option<Open> {
         let o = self.open.get_mut(slot)?.take()?;
-        let fd = o.stream.as_raw_fd();
+        let fd = o.conn.tcp().as_raw_fd();
         let _ = self
             .poll
             .registry()
@@ -190,44 +207,45 @@ impl Reader {
         }
     }
 
-    /// Reads what connection `slot` has; returns it when its request is complete (or cannot
-    /// become one).
+    /// Reads what connection `slot` has (with TLS: moves its handshake on); returns it when
+    /// its request is complete (or cannot become one).
     fn read_ready(&mut self, slot: usize) -> Option<ReadRequest> {
         let o = self.open.get_mut(slot)?.as_mut()?;
-        let mut chunk = [0u8; 4096];
-        let mut closed = false;
-        loop {
-            let room = MAX_REQUEST_BYTES + 1 - o.buf.len().min(MAX_REQUEST_BYTES);
-            match (&o.stream).read(&mut chunk[..room.min(4096)]) {
-                Ok(0) => {
-                    closed = true;
-                    break;
-                }
-                Ok(n) => {
-                    o.buf.extend_from_slice(&chunk[..n]);
-                    if o.buf.len() > MAX_REQUEST_BYTES {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    closed = true;
-                    break;
-                }
-            }
+        let mut ready = o.conn.read_available(&mut o.buf, MAX_REQUEST_BYTES);
+        if o.writable && !ready.wants_write {
+            ready = o.conn.flush_pending();
         }
         if request_complete(&o.buf) {
             let o = self.close(slot)?;
             let request = read_request(&mut o.buf.as_slice());
+            let tls = matches!(o.conn, Conn::Tls(_));
             return Some(ReadRequest {
-                stream: o.stream,
+                conn: o.conn,
+                peer: Peer { addr: o.peer, tls },
                 request,
             });
         }
-        if closed {
+        if ready.closed {
             // Gone before its request was whole: nobody to answer.
             self.close(slot);
+            return None;
+        }
+        if ready.wants_write != o.writable {
+            o.writable = ready.wants_write;
+            let interest = if o.writable {
+                mio::Interest::READABLE | mio::Interest::WRITABLE
+            } else {
+                mio::Interest::READABLE
+            };
+            let fd = o.conn.tcp().as_raw_fd();
+            if let Err(e) = self.poll.registry().reregister(
+                &mut mio::unix::SourceFd(&fd),
+                mio::Token(slot + 1),
+                interest,
+            ) {
+                tracing::warn!("HTTP reader: cannot watch a connection: {e}");
+                self.close(slot);
+            }
         }
         None
     }
@@ -245,10 +263,11 @@ impl Reader {
             if let Some(mut o) = self.close(slot) {
                 counters.timed_out.fetch_add(1, Ordering::Relaxed);
                 counters.client_errors.fetch_add(1, Ordering::Relaxed);
-                // Best effort, never waiting: the answer fits the socket's buffer.
-                let _ = Response::error(408, &RequestError::Timeout.to_string())
-                    .write_to(&mut o.stream);
-                let _ = o.stream.shutdown(std::net::Shutdown::Both);
+                // Best effort, never waiting: the answer fits the socket's buffer (over TLS
+                // only once the handshake is done).
+                let _ =
+                    Response::error(408, &RequestError::Timeout.to_string()).write_to(&mut o.conn);
+                o.conn.close();
             }
         }
     }
@@ -261,25 +280,21 @@ fn hand_over(queue: &BoundedQueue<ReadRequest>, ready: ReadRequest, counters: &H
         Err(Refused { item: mut r, .. }) => {
             counters.server_errors.fetch_add(1, Ordering::Relaxed);
             // Best effort, never waiting (the stream is still non-blocking).
-            let _ = Response::error(503, "busy").write_to(&mut r.stream);
-            let _ = r.stream.shutdown(std::net::Shutdown::Both);
+            let _ = Response::error(503, "busy").write_to(&mut r.conn);
+            r.conn.close();
         }
     }
 }
 
-pub(super) fn worker(
-    queue: &BoundedQueue<ReadRequest>,
-    stop: &AtomicBool,
-    control: &dyn RunControl,
-    token: Option<&str>,
-    counters: &HttpCounters,
-    timeout: Duration,
-    runs_db: Option<&std::path::Path>,
-) {
+/// A worker: answers the requests of the queue until the server stops. Each request's
+/// handling is isolated ([`respond`]): a panic is a 500 and a log line, and the worker goes on.
+pub(super) fn worker(queue: &BoundedQueue<ReadRequest>, stop: &AtomicBool, shared: &Shared) {
     let mut idle = Backoff::new(BackoffSpec::IDLE_SERVER);
+    let counters: &HttpCounters = &shared.counters;
     loop {
         let Some(ReadRequest {
-            mut stream,
+            mut conn,
+            peer,
             request,
         }) = queue.pop()
         else {
@@ -290,13 +305,10 @@ pub(super) fn worker(
             continue;
         };
         idle.reset();
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_write_timeout(Some(timeout));
+        let _ = conn.tcp().set_nonblocking(false);
+        let _ = conn.tcp().set_write_timeout(Some(shared.timeout));
         let response = match request {
-            Ok(req) if req.method == "GET" && req.path.starts_with("/api/runs") => {
-                runs_response(runs_db, &req.path)
-            }
-            Ok(req) => handle(control, token, counters, &req),
+            Ok(req) => respond(shared, &peer, &req),
             Err(RequestError::Io(_)) => continue,
             Err(e @ RequestError::Timeout) => Response::error(408, &e.to_string()),
             Err(e @ (RequestError::HeadTooLarge | RequestError::BodyTooLarge(_))) => {
@@ -310,7 +322,7 @@ pub(super) fn worker(
             _ => &counters.server_errors,
         };
         class.fetch_add(1, Ordering::Relaxed);
-        let _ = response.write_to(&mut stream);
-        let _ = stream.shutdown(std::net::Shutdown::Both);
+        let _ = response.write_to(&mut conn);
+        conn.close();
     }
 }

@@ -1,6 +1,8 @@
 //! Reading one HTTP/1.1 request, bounded: the head at most [`MAX_HEADER_BYTES`] in at most
 //! [`MAX_HEADERS`] headers, the body at most [`MAX_BODY_BYTES`]; every malformed byte is a
-//! typed [`RequestError`].
+//! typed [`RequestError`]. Strict where a lenient reading could be read two ways: at most one
+//! `Content-Length`, digits only; no `Transfer-Encoding` (bodies are sized by
+//! `Content-Length` only).
 
 use std::io::{self, Read};
 
@@ -31,6 +33,12 @@ pub enum RequestError {
     /// `Content-Length` is not a number.
     #[error("bad Content-Length")]
     BadContentLength,
+    /// A header that may come once came more than once (`Content-Length`).
+    #[error("the header {0} is given more than once")]
+    DuplicateHeader(&'static str),
+    /// `Transfer-Encoding` (chunked bodies) is not supported.
+    #[error("Transfer-Encoding is not supported: send the body with one Content-Length")]
+    TransferEncoding,
 }
 
 /// A parsed request.
@@ -125,11 +133,20 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
         headers,
         body: Vec::new(),
     };
-    let length = match request.header("content-length") {
-        Some(v) => v
+    if request.header("transfer-encoding").is_some() {
+        return Err(RequestError::TransferEncoding);
+    }
+    let mut lengths = request
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "content-length");
+    let length = match (lengths.next(), lengths.next()) {
+        (None, _) => 0,
+        (Some(_), Some(_)) => return Err(RequestError::DuplicateHeader("Content-Length")),
+        (Some((_, v)), None) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
             .parse::<usize>()
             .map_err(|_| RequestError::BadContentLength)?,
-        None => 0,
+        (Some(_), None) => return Err(RequestError::BadContentLength),
     };
     if length > MAX_BODY_BYTES {
         return Err(RequestError::BodyTooLarge(length));

@@ -1,12 +1,23 @@
-//! The routing: which answer a request gets from a [`RunControl`], the bearer-token check and
-//! the run database's pages; no sockets (tests call [`handle`] directly).
+//! The routing: the role each request needs, the answer it gets from a [`RunControl`], the
+//! audit trail of every request above an observer's, and the isolation of each request's
+//! handling (a panic is a 500 and a log line; the worker goes on). No sockets: tests call
+//! [`respond`] directly.
 
+use std::any::Any;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rodeo_control::lifecycle::{Command, TransitionError};
 use rodeo_control::prometheus::MetricsWriter;
 use rodeo_control::run_control::{ConfigChangeError, RunControl};
+use serde_json::json;
 
+use crate::rundb::{config_hash, now_ns, AuditEntry, Comment};
+
+use super::audit::Store;
+use super::auth::{check, Credentials, Peer, Role};
 use super::{Request, Response, INDEX_HTML};
 
 /// The server's own counters (in `/metrics` as `rodeo_http_*`).
@@ -18,21 +29,187 @@ pub struct HttpCounters {
     pub client_errors: AtomicU64,
     /// Answers 5xx (503 when the queue was full included).
     pub server_errors: AtomicU64,
-    /// Commands refused for a missing or wrong token.
+    /// Requests refused 401: no token, or a wrong one.
     pub unauthorized: AtomicU64,
+    /// Requests refused 403: a token of a lower role, or a token over plain HTTP from
+    /// another host.
+    pub forbidden: AtomicU64,
+    /// Requests whose handling panicked (answered 500; the worker went on).
+    pub panics: AtomicU64,
     /// Connections closed at their deadline without a complete request (answered 408).
     pub timed_out: AtomicU64,
     /// Connections closed unanswered to make room for a new one (`max_connections`).
     pub evicted: AtomicU64,
 }
 
-/// Answers `request` against `control` (the routing, without sockets: tests call it directly).
-pub fn handle(
-    control: &dyn RunControl,
-    token: Option<&str>,
-    counters: &HttpCounters,
-    request: &Request,
-) -> Response {
+/// What every worker shares.
+pub(super) struct Shared {
+    pub(super) control: Arc<dyn RunControl>,
+    pub(super) credentials: Credentials,
+    pub(super) counters: Arc<HttpCounters>,
+    pub(super) store: Store,
+    /// The write timeout of an answer.
+    pub(super) timeout: Duration,
+}
+
+impl Shared {
+    pub(super) fn new(
+        control: Arc<dyn RunControl>,
+        credentials: Credentials,
+        counters: Arc<HttpCounters>,
+        runs_db: Option<PathBuf>,
+        timeout: Duration,
+    ) -> Shared {
+        Shared {
+            control,
+            credentials,
+            counters,
+            store: Store::new(runs_db),
+            timeout,
+        }
+    }
+}
+
+/// The role `request` needs (requests that match no action need none: they get 404/405).
+fn needed_role(request: &Request) -> Role {
+    match (request.method.as_str(), request.path.as_str()) {
+        ("POST", "/api/command" | "/api/alarms/ack") => Role::Operator,
+        ("POST", p) if comment_run(p).is_some() => Role::Operator,
+        ("PUT", "/api/config") => Role::Expert,
+        _ => Role::Observer,
+    }
+}
+
+/// `/api/runs/N/comment` -> N (`Some(None)`: N is not a number).
+fn comment_run(path: &str) -> Option<Option<u32>> {
+    let n = path.strip_prefix("/api/runs/")?.strip_suffix("/comment")?;
+    Some(n.parse().ok())
+}
+
+/// Answers `request` from `peer`: the role it needs checked, its handling isolated, and, for
+/// every request above an observer's, an entry in the audit trail (accepted or refused).
+pub(super) fn respond(shared: &Shared, peer: &Peer, request: &Request) -> Response {
+    let needed = needed_role(request);
+    if needed == Role::Observer {
+        return isolated(shared, request, || {
+            route(shared, Role::Observer, peer, request)
+        });
+    }
+    let run_number = isolated_value(|| shared.control.status().run_number);
+    let what = format!("{} {}", request.method, request.path);
+    let header = request.header("authorization");
+    let (role, response) = match check(&shared.credentials, peer, header, needed) {
+        Ok(role) => (
+            role.as_str(),
+            isolated(shared, request, || route(shared, role, peer, request)),
+        ),
+        Err(refusal) => {
+            let r = refusal.response(&what);
+            let counter = if r.status == 401 {
+                &shared.counters.unauthorized
+            } else {
+                &shared.counters.forbidden
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            (refusal.role_text(), r)
+        }
+    };
+    shared.store.record(&AuditEntry {
+        at_ns: now_ns(),
+        role: role.into(),
+        peer: peer.addr.to_string(),
+        tls: peer.tls,
+        action: action(request),
+        run_number,
+        status: response.status,
+        result: result_text(&response),
+    });
+    response
+}
+
+/// `f()`, or a 500 when it panics (counted and logged; the panic hook also prints it).
+fn isolated(shared: &Shared, request: &Request, f: impl FnOnce() -> Response) -> Response {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => {
+            shared.counters.panics.fetch_add(1, Ordering::Relaxed);
+            let what = panic_message(&*panic);
+            tracing::error!(
+                method = %request.method, path = %request.path,
+                "HTTP request handler panicked: {what}; answered 500, the worker goes on"
+            );
+            Response::error(
+                500,
+                &format!(
+                    "internal error answering {} {} ({what}); logged, the service goes on",
+                    request.method, request.path
+                ),
+            )
+        }
+    }
+}
+
+fn isolated_value<T>(f: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
+}
+
+/// A panic's message (its `&str` or `String` payload).
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// What an audited request asked, in a few words (never the token, never a whole body).
+fn action(request: &Request) -> String {
+    match request.path.as_str() {
+        "/api/command" => match parse_command(&request.body) {
+            Ok(c) => format!("command {}", c.name()),
+            Err(_) => "command (not a command)".into(),
+        },
+        "/api/alarms/ack" => {
+            let name = serde_json::from_slice::<serde_json::Value>(&request.body)
+                .ok()
+                .and_then(|v| v["name"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "(not an alarm)".into());
+            format!("ack {}", clip(&name, 64))
+        }
+        "/api/config" => format!(
+            "config {} ({} bytes)",
+            config_hash(&String::from_utf8_lossy(&request.body)),
+            request.body.len()
+        ),
+        p => match comment_run(p) {
+            Some(Some(n)) => format!("comment run {n}"),
+            _ => format!("{} {}", request.method, clip(p, 64)),
+        },
+    }
+}
+
+/// The result of an answer for the audit trail: `ok` (with the state reached) or the error.
+fn result_text(r: &Response) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    if (200..300).contains(&r.status) {
+        return match v["state"].as_str() {
+            Some(state) => format!("ok: {state}"),
+            None => "ok".into(),
+        };
+    }
+    clip(v["error"].as_str().unwrap_or("(no message)"), 500)
+}
+
+fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// The answer to `request` from a client proven to be `role`.
+fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Response {
+    let control = &*shared.control;
     let get = request.method == "GET";
     match request.path.as_str() {
         "/" | "/index.html" if get => Response::new(200, "text/html; charset=utf-8", INDEX_HTML),
@@ -45,63 +222,35 @@ pub fn handle(
             "application/toml; charset=utf-8",
             control.config_toml(),
         ),
-        "/metrics" if get => {
-            let mut w = MetricsWriter::new();
-            control.write_metrics(&mut w);
-            let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            w.counter(
-                "rodeo_http_responses_total",
-                "HTTP answers of this server, by class.",
-                &[
-                    (&[("class", "2xx")], c(&counters.ok)),
-                    (&[("class", "4xx")], c(&counters.client_errors)),
-                    (&[("class", "5xx")], c(&counters.server_errors)),
-                ],
-            );
-            w.counter(
-                "rodeo_http_unauthorized_total",
-                "Commands refused for a missing or wrong bearer token.",
-                &[(&[], c(&counters.unauthorized))],
-            );
-            Response::new(200, "text/plain; version=0.0.4; charset=utf-8", w.finish())
+        "/metrics" if get => metrics(control, &shared.counters),
+        "/api/audit" if get => shared.store.audit_response(),
+        p if get && (p == "/api/runs" || p.starts_with("/api/runs/")) => {
+            shared.store.runs_response(p)
         }
         "/api/command" if request.method == "POST" => {
-            if !authorized(token, request.header("authorization")) {
-                counters.unauthorized.fetch_add(1, Ordering::Relaxed);
-                let mut r = Response::error(
-                    401,
-                    "commands need the header Authorization: Bearer <token> (RODEO_TOKEN)",
-                );
-                r.headers
-                    .push(("WWW-Authenticate", "Bearer realm=\"rodeo\"".into()));
-                return r;
-            }
             let command = match parse_command(&request.body) {
                 Ok(c) => c,
                 Err(e) => return Response::error(400, &e),
             };
-            tracing::info!(command = command.name(), "command over HTTP");
-            match control.command(command) {
-                Ok(state) => Response::json(200, &serde_json::json!({ "state": state })),
+            tracing::info!(command = command.name(), %role, %peer, "command over HTTP");
+            match control.command_by(command, &format!("{role} from {peer}")) {
+                Ok(state) => Response::json(200, &json!({ "state": state })),
                 Err(e @ TransitionError::Illegal { .. }) => Response::json(
                     409,
-                    &serde_json::json!({ "error": e.to_string(), "state": control.status().state }),
+                    &json!({ "error": e.to_string(), "state": control.status().state }),
                 ),
                 Err(e) => Response::json(
                     500,
-                    &serde_json::json!({ "error": e.to_string(), "application": e.who(), "state": control.status().state }),
+                    &json!({ "error": e.to_string(), "application": e.who(), "state": control.status().state }),
                 ),
             }
         }
         "/api/config" if request.method == "PUT" => {
-            if let Some(r) = refuse_unauthorized(token, counters, request) {
-                return r;
-            }
             let Ok(text) = std::str::from_utf8(&request.body) else {
                 return Response::error(400, "the configuration must be UTF-8 TOML");
             };
             match control.replace_config(text) {
-                Ok(()) => Response::json(200, &serde_json::json!({ "replaced": true })),
+                Ok(()) => Response::json(200, &json!({ "replaced": true })),
                 Err(e) => {
                     let status = match e {
                         ConfigChangeError::NotSupported => 405,
@@ -123,23 +272,38 @@ pub fn handle(
             }
         }
         "/api/alarms/ack" if request.method == "POST" => {
-            if let Some(r) = refuse_unauthorized(token, counters, request) {
-                return r;
-            }
             #[derive(serde::Deserialize)]
             #[serde(deny_unknown_fields)]
             struct Ack {
                 name: String,
             }
-            match serde_json::from_slice::<Ack>(&request.body) {
+            match json_object::<Ack>(&request.body, r#"{"name": "alarm"}"#) {
                 Ok(a) => match control.acknowledge_alarm(&a.name) {
-                    Ok(()) => Response::json(200, &serde_json::json!({ "acknowledged": a.name })),
+                    Ok(()) => Response::json(200, &json!({ "acknowledged": a.name })),
                     Err(e) => Response::error(404, &e),
                 },
-                Err(e) => Response::error(400, &format!("expected {{\"name\": \"alarm\"}}: {e}")),
+                Err(e) => Response::error(400, &e),
             }
         }
-        "/" | "/index.html" | "/api/status" | "/api/config" | "/metrics" | "/api/command" => {
+        p if request.method == "POST" && comment_run(p).is_some() => {
+            let Some(Some(n)) = comment_run(p) else {
+                return Response::error(
+                    400,
+                    "a run number is a decimal integer: /api/runs/N/comment",
+                );
+            };
+            let current = control.status().run_number;
+            let by = Comment {
+                run_number: n,
+                at_ns: now_ns(),
+                role: role.as_str().into(),
+                peer: peer.addr.to_string(),
+                text: String::new(),
+            };
+            shared.store.comment(n, current, &request.body, by)
+        }
+        "/" | "/index.html" | "/api/status" | "/api/config" | "/metrics" | "/api/command"
+        | "/api/audit" => {
             let mut r = Response::error(405, "method not allowed");
             let allow = match request.path.as_str() {
                 "/api/command" => "POST",
@@ -153,23 +317,50 @@ pub fn handle(
     }
 }
 
-/// The 401 answer for a request without the right token (`None`: authorized).
-pub(super) fn refuse_unauthorized(
-    token: Option<&str>,
-    counters: &HttpCounters,
-    request: &Request,
-) -> Option<Response> {
-    if authorized(token, request.header("authorization")) {
-        return None;
-    }
-    counters.unauthorized.fetch_add(1, Ordering::Relaxed);
-    let mut r = Response::error(
-        401,
-        "this request needs the header Authorization: Bearer <token> (RODEO_TOKEN)",
+/// `/metrics`: the partition's families and the server's own.
+fn metrics(control: &dyn RunControl, counters: &HttpCounters) -> Response {
+    let mut w = MetricsWriter::new();
+    control.write_metrics(&mut w);
+    let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    w.counter(
+        "rodeo_http_responses_total",
+        "HTTP answers of this server, by class.",
+        &[
+            (&[("class", "2xx")], c(&counters.ok)),
+            (&[("class", "4xx")], c(&counters.client_errors)),
+            (&[("class", "5xx")], c(&counters.server_errors)),
+        ],
     );
-    r.headers
-        .push(("WWW-Authenticate", "Bearer realm=\"rodeo\"".into()));
-    Some(r)
+    w.counter(
+        "rodeo_http_unauthorized_total",
+        "Requests refused 401: no bearer token, or a wrong one.",
+        &[(&[], c(&counters.unauthorized))],
+    );
+    w.counter(
+        "rodeo_http_forbidden_total",
+        "Requests refused 403: a token of a lower role, or a token over plain HTTP from another host.",
+        &[(&[], c(&counters.forbidden))],
+    );
+    w.counter(
+        "rodeo_http_handler_panics_total",
+        "Requests whose handling panicked (answered 500, the worker went on).",
+        &[(&[], c(&counters.panics))],
+    );
+    Response::new(200, "text/plain; version=0.0.4; charset=utf-8", w.finish())
+}
+
+/// `body` as the JSON object `T` (an array or any other JSON value is refused: serde would
+/// read a struct from an array too); the error says what was expected (`shape`).
+pub(super) fn json_object<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    shape: &str,
+) -> Result<T, String> {
+    let expected = |e: &dyn std::fmt::Display| format!("expected a JSON object {shape}: {e}");
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| expected(&e))?;
+    if !v.is_object() {
+        return Err(expected(&"the body is not an object"));
+    }
+    serde_json::from_value(v).map_err(|e| expected(&e))
 }
 
 /// `{"command": "stop"}` -> the command.
@@ -179,51 +370,6 @@ pub(super) fn parse_command(body: &[u8]) -> Result<Command, String> {
     struct Body {
         command: String,
     }
-    let b: Body = serde_json::from_slice(body)
-        .map_err(|e| format!("expected a JSON body {{\"command\": \"stop\"}}: {e}"))?;
+    let b: Body = json_object(body, r#"{"command": "stop"}"#)?;
     b.command.parse::<Command>().map_err(|e| e.to_string())
-}
-
-/// Whether the `Authorization` header carries `token` (compared in constant time).
-pub(super) fn authorized(token: Option<&str>, header: Option<&str>) -> bool {
-    let (Some(token), Some(header)) = (token, header) else {
-        return false;
-    };
-    let Some(given) = header
-        .strip_prefix("Bearer ")
-        .or_else(|| header.strip_prefix("bearer "))
-    else {
-        return false;
-    };
-    let (a, b) = (token.as_bytes(), given.trim().as_bytes());
-    if a.is_empty() || a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// `GET /api/runs` and `GET /api/runs/N` from the run database.
-pub(super) fn runs_response(db: Option<&std::path::Path>, path: &str) -> Response {
-    let Some(db) = db.filter(|p| p.exists()) else {
-        return Response::error(404, "no run database here");
-    };
-    let db = match crate::rundb::RunDb::open(db) {
-        Ok(d) => d,
-        Err(e) => return Response::error(500, &e.to_string()),
-    };
-    let rest = path.trim_start_matches("/api/runs").trim_matches('/');
-    if rest.is_empty() {
-        return match db.list() {
-            Ok(runs) => Response::json(200, &serde_json::json!({ "runs": runs })),
-            Err(e) => Response::error(500, &e.to_string()),
-        };
-    }
-    let Ok(n) = rest.parse::<u32>() else {
-        return Response::error(400, "a run number is a decimal integer: /api/runs/N");
-    };
-    match db.get(n) {
-        Ok(Some(run)) => Response::json(200, &run),
-        Ok(None) => Response::error(404, &format!("no run {n} in the run database")),
-        Err(e) => Response::error(500, &e.to_string()),
-    }
 }

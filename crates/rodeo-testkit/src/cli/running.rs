@@ -133,12 +133,15 @@ impl Running {
     }
 
     /// The address a `rodeo run`/`serve --http` serves its HTTP API on, read from its
-    /// "rodeo: HTTP API on http://ADDR/" line on stderr (waited for up to `limit`).
+    /// "rodeo: HTTP API on http://ADDR/" (or `https://`) line on stderr (waited for up to
+    /// `limit`).
     #[track_caller]
     pub fn http_address(&self, limit: Duration) -> SocketAddr {
         self.wait_for_stderr("the \"HTTP API on\" line", limit, |text| {
             text.lines().find_map(|l| {
-                l.strip_prefix("rodeo: HTTP API on http://")?
+                let rest = l.strip_prefix("rodeo: HTTP API on ")?;
+                rest.strip_prefix("http://")
+                    .or_else(|| rest.strip_prefix("https://"))?
                     .trim_end_matches('/')
                     .parse()
                     .ok()

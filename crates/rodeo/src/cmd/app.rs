@@ -55,6 +55,8 @@ pub(crate) struct Args {
     /// writes there) and authenticate every tcp socket with them.
     #[arg(long)]
     keys_stdin: bool,
+    #[command(flatten)]
+    tls: super::TlsArgs,
 }
 
 /// The roles as clap values (listed in `--help`), parsed into the partition's [`Role`].
@@ -96,6 +98,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             app.clone(),
             None,
+            args.tls.files().as_ref(),
         )?,
         None => None,
     };

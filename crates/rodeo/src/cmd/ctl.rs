@@ -1,9 +1,10 @@
 //! `rodeo ctl COMMAND [--url URL]`: run control from another shell, over the HTTP API of a
-//! `rodeo serve` or `rodeo run --http` (`status`, `runs`, or a lifecycle command such as
-//! `start`, `stop`, `shutdown`; the token from `--token` or `RODEO_TOKEN`).
+//! `rodeo serve` or `rodeo run --http` (`status`, `runs`, `audit`, or a lifecycle command such
+//! as `start`, `stop`, `shutdown`). The operator's token from `--token` or `RODEO_TOKEN`, the
+//! expert's from `--expert-token` or `RODEO_EXPERT_TOKEN`; `https://` URLs verify the
+//! server's certificate (`--ca FILE` for a private CA). The client is `rodeo_run::http::client`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -12,81 +13,93 @@ use anyhow::Context;
 /// Arguments of `rodeo ctl`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// `status`, `runs`, `config get`, `config put FILE`, `alarms`, `ack NAME`, or a lifecycle
-    /// command: `start`, `stop`, `shutdown`, ...
+    /// `status`, `runs`, `audit`, `config get`, `config put FILE`, `alarms`, `ack NAME`,
+    /// `comment RUN TEXT`, or a lifecycle command: `start`, `stop`, `shutdown`, ...
     command: String,
-    /// The words after `config` (`get`, or `put FILE`) or after `ack` (the alarm's name).
+    /// The words after `config` (`get`, or `put FILE`), `ack` (the alarm's name) or `comment`.
     rest: Vec<String>,
-    /// The service's address (`http://HOST:PORT`).
+    /// The service's address (`http://HOST:PORT`, or `https://HOST:PORT`).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// The command token (default: the RODEO_TOKEN environment variable).
+    /// The operator's token (default: the RODEO_TOKEN environment variable).
     #[arg(long)]
     token: Option<String>,
+    /// The expert's token, for `config put` (default: the RODEO_EXPERT_TOKEN environment
+    /// variable).
+    #[arg(long)]
+    expert_token: Option<String>,
+    /// The CA certificate (PEM) that signed the server's certificate, for an https:// URL
+    /// (default: the system's trusted roots).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// Seconds to wait for the answer (a `stop` waits for the run to drain).
     #[arg(long, default_value_t = 120)]
     timeout: u64,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let host = args
-        .url
-        .strip_prefix("http://")
-        .context("--url must start with http:// (e.g. http://127.0.0.1:8080)")?
-        .trim_end_matches('/');
     let rest: Vec<&str> = args.rest.iter().map(String::as_str).collect();
     let (method, path, body) = match (args.command.as_str(), &rest[..]) {
-        ("status", []) => ("GET", "/api/status", String::new()),
-        ("runs", []) => ("GET", "/api/runs", String::new()),
-        ("alarms", []) => ("GET", "/api/alarms", String::new()),
-        ("config", ["get"]) => ("GET", "/api/config", String::new()),
+        ("status", []) => ("GET", "/api/status".into(), String::new()),
+        ("runs", []) => ("GET", "/api/runs".into(), String::new()),
+        ("audit", []) => ("GET", "/api/audit".into(), String::new()),
+        ("alarms", []) => ("GET", "/api/alarms".into(), String::new()),
+        ("config", ["get"]) => ("GET", "/api/config".into(), String::new()),
         ("config", ["put", file]) => (
             "PUT",
-            "/api/config",
+            "/api/config".into(),
             std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?,
         ),
         ("config", _) => anyhow::bail!("use `rodeo ctl config get` or `rodeo ctl config put FILE`"),
         ("ack", [name]) => (
             "POST",
-            "/api/alarms/ack",
+            "/api/alarms/ack".into(),
             serde_json::json!({ "name": name }).to_string(),
         ),
+        ("comment", [run, text @ ..]) if !text.is_empty() => (
+            "POST",
+            format!("/api/runs/{run}/comment"),
+            serde_json::json!({ "text": text.join(" ") }).to_string(),
+        ),
         (c, [_, ..]) => anyhow::bail!("`{c}` takes no further arguments"),
-        (c, []) => ("POST", "/api/command", format!("{{\"command\":\"{c}\"}}")),
+        (c, []) => (
+            "POST",
+            "/api/command".into(),
+            format!("{{\"command\":\"{c}\"}}"),
+        ),
     };
-    let token = args
-        .token
-        .or_else(|| std::env::var("RODEO_TOKEN").ok())
-        .filter(|t| !t.is_empty());
+    let from_env = |v: Option<String>, var: &str| {
+        v.or_else(|| std::env::var(var).ok())
+            .filter(|t| !t.is_empty())
+    };
+    let operator = from_env(args.token, "RODEO_TOKEN");
+    let expert = from_env(args.expert_token, "RODEO_EXPERT_TOKEN");
+    // The least role that does it: the expert's token only for the configuration.
+    let token = match (method, path.as_str()) {
+        ("GET", _) => None,
+        ("PUT", _) => expert.or(operator),
+        _ => operator.or(expert),
+    };
     if method != "GET" && token.is_none() {
-        anyhow::bail!("a command needs the token: --token T or RODEO_TOKEN");
+        anyhow::bail!(
+            "this needs a token: --token T or RODEO_TOKEN (the operator's), --expert-token T \
+             or RODEO_EXPERT_TOKEN (the expert's, for config put)"
+        );
     }
-    let mut s = TcpStream::connect(host).with_context(|| format!("cannot connect to {host}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(args.timeout)))?;
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let (Some(t), false) = (&token, method == "GET") {
-        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(&body);
-    s.write_all(req.as_bytes())
-        .with_context(|| format!("cannot send to {host}"))?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)
-        .with_context(|| format!("no answer from {host}"))?;
-    let code: u16 = out
-        .get(9..12)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("not an HTTP answer from {host}"))?;
-    let answer = out.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    println!("{answer}");
-    Ok(if (200..300).contains(&code) {
+    let answer = rodeo_run::http::client::request(
+        &args.url,
+        args.ca.as_deref(),
+        method,
+        &path,
+        token.as_deref(),
+        &body,
+        Duration::from_secs(args.timeout),
+    )?;
+    println!("{}", answer.body);
+    Ok(if (200..300).contains(&answer.status) {
         ExitCode::SUCCESS
     } else {
-        eprintln!("rodeo ctl: {method} {path}: HTTP {code}");
+        eprintln!("rodeo ctl: {method} {path}: HTTP {}", answer.status);
         ExitCode::FAILURE
     })
 }

@@ -19,6 +19,7 @@ mod study;
 mod tester;
 mod verify;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -85,6 +86,28 @@ enum Command {
     /// Start the readout cards (emulated FELIX and S-LINK, file player, network input) and
     /// show every channel's link, queues, counters and decoding errors.
     Cards(cards::Args),
+}
+
+/// `--tls-cert FILE --tls-key FILE` of the commands that serve the HTTP API.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TlsArgs {
+    /// Serve the HTTP API over HTTPS with this certificate chain (PEM, the server's own
+    /// first), with --tls-key. Without it, plain HTTP takes tokens from this host only.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The files, when both are given.
+    pub(crate) fn files(&self) -> Option<rodeo_run::http::HttpsFiles> {
+        Some(rodeo_run::http::HttpsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+        })
+    }
 }
 
 /// Runs the parsed command; the exit code says whether what it checked was good.

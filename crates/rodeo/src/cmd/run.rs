@@ -68,6 +68,8 @@ pub(crate) struct Args {
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    tls: super::TlsArgs,
     /// No live status line on the terminal (it is never shown when stderr is not a terminal).
     #[arg(long, short)]
     quiet: bool,
@@ -154,6 +156,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         &run.config().control,
         run.partition(),
         Some(output.db_path()),
+        args.tls.files().as_ref(),
     )?;
     let outcome = match run.embedded().cloned() {
         Some(partition) => {

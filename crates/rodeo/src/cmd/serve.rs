@@ -32,6 +32,8 @@ pub(crate) struct Args {
     /// Print each run's balance sheet as one JSON line on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    tls: super::TlsArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -67,8 +69,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     crate::signal::install();
     crate::signal::abort_on_second();
-    let _server = rodeo_run::http::serve_section(&config.control, service.control(), Some(db))?
-        .context("rodeo serve needs --http")?;
+    let https = args.tls.files();
+    let _server = rodeo_run::http::serve_section(
+        &config.control,
+        service.control(),
+        Some(db),
+        https.as_ref(),
+    )?
+    .context("rodeo serve needs --http")?;
     eprintln!(
         "rodeo: serving; run {} is ready (CONNECTED): POST {{\"command\":\"start\"}}",
         service.run_number()
