@@ -21,9 +21,11 @@ use rodeo_format::felix::{packet_len, TrailerSize};
 use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::Superpage;
 
-use crate::dma::{CardCpu, ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig, Generator};
+use crate::dma::{
+    CardCpu, ChannelStatus, DmaChannel, EmulatedChannel, EmulatedConfig, Generator, StatusReader,
+};
 use crate::generator::{FelixConfig, FelixGenerator, GeneratorError, SlinkConfig, SlinkGenerator};
-use crate::net::{LinkAddress, NetCounters, TcpReceiver, UdpReceiver, UnitRule};
+use crate::net::{LinkAddress, LinkState, NetCounters, TcpReceiver, UdpReceiver, UnitRule};
 use crate::player::{FilePlayer, PlayerError};
 
 /// What feeds a channel.
@@ -184,6 +186,8 @@ pub enum CardError {
 pub struct CardChannel {
     /// The channel.
     pub channel: Box<dyn DmaChannel<Superpage>>,
+    /// Reads the channel's status after `channel` went to its reader (monitors keep it).
+    pub status: StatusReader,
     /// The link: mode and parameters, for people.
     pub link: String,
     /// FELIX blocks or S-LINK fragments.
@@ -219,6 +223,8 @@ pub struct ChannelReport {
     pub status: ChannelStatus,
     /// Units and bytes dropped by a network receiver (size errors), if any.
     pub net_dropped_units: u64,
+    /// A network channel's link state (`None` for the other channels).
+    pub net_state: Option<LinkState>,
 }
 
 impl Card {
@@ -265,6 +271,7 @@ impl Card {
             }
             for ((i, ch), meta) in index.into_iter().zip(chans).zip(metas) {
                 started[i] = Some(CardChannel {
+                    status: ch.status_reader(),
                     channel: Box::new(ch),
                     ..meta
                 });
@@ -311,6 +318,7 @@ impl Card {
                 net_dropped_units: c.net.as_ref().map_or(0, |n| {
                     n.dropped_units.load(std::sync::atomic::Ordering::Relaxed)
                 }),
+                net_state: c.net.as_ref().map(|n| n.state()),
             })
             .collect()
     }
@@ -334,6 +342,7 @@ pub fn start_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<CardCha
                     }
                 })?;
             Ok(CardChannel {
+                status: ch.status_reader(),
                 channel: Box::new(ch),
                 ..meta
             })
@@ -364,12 +373,17 @@ impl DmaChannel<Superpage> for NotStarted {
         0
     }
     fn status(&self) -> ChannelStatus {
-        ChannelStatus {
-            link_up: false,
-            transfer_queue_len: 0,
-            ready_queue_len: 0,
-            counters: crate::dma::ChannelCounters::default(),
-        }
+        not_started()
+    }
+}
+
+/// The status of a channel that never started.
+fn not_started() -> ChannelStatus {
+    ChannelStatus {
+        link_up: false,
+        transfer_queue_len: 0,
+        ready_queue_len: 0,
+        counters: crate::dma::ChannelCounters::default(),
     }
 }
 
@@ -391,6 +405,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
     };
     let boxed = |ch: EmulatedChannel<Superpage>| -> Box<dyn DmaChannel<Superpage>> { Box::new(ch) };
     let placeholder = || -> Box<dyn DmaChannel<Superpage>> { Box::new(NotStarted) };
+    let no_status = || StatusReader::fixed(not_started());
     Ok(match &spec.source {
         ChannelSource::Felix(cfg) => {
             let g = FelixGenerator::new(cfg).map_err(|source| CardError::Generator {
@@ -402,6 +417,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                 Box::new(g),
                 CardChannel {
                     channel: placeholder(),
+                    status: no_status(),
                     link: format!(
                         "FELIX emulator, {} E-links, {} B blocks, {}-bit trailers",
                         cfg.elinks.len(),
@@ -424,6 +440,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
             Box::new(SlinkGenerator::new(*cfg)),
             CardChannel {
                 channel: placeholder(),
+                status: no_status(),
                 link: format!(
                     "S-LINK emulator, source {:#010x}, {}..{} data words{}{}",
                     cfg.source_id,
@@ -456,6 +473,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                 Box::new(player),
                 CardChannel {
                     channel: placeholder(),
+                    status: no_status(),
                     link: format!(
                         "file player, {}{}",
                         path.display(),
@@ -485,7 +503,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                 LinkMode::Slink => UnitRule::Words(crate::net::MAX_NET_UNIT),
             };
             let bind = io(format!("listen on {address}"));
-            let (channel, net, bound, cpu) = match address {
+            let (channel, status, net, bound, cpu) = match address {
                 LinkAddress::Udp(a) => {
                     let r = UdpReceiver::bind(*a, rule).map_err(bind)?;
                     let net = r.counters();
@@ -493,7 +511,8 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                     let ch = EmulatedChannel::start(&name, spec.config, r)
                         .map_err(io("start".into()))?;
                     let cpu = ch.card_cpu();
-                    (boxed(ch), net, bound, cpu)
+                    let status = ch.status_reader();
+                    (boxed(ch), status, net, bound, cpu)
                 }
                 LinkAddress::Tcp(a) => {
                     let r = TcpReceiver::bind(*a, rule)
@@ -504,11 +523,13 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                     let ch = EmulatedChannel::start(&name, spec.config, r)
                         .map_err(io("start".into()))?;
                     let cpu = ch.card_cpu();
-                    (boxed(ch), net, bound, cpu)
+                    let status = ch.status_reader();
+                    (boxed(ch), status, net, bound, cpu)
                 }
             };
             let started = CardChannel {
                 channel,
+                status,
                 link: format!(
                     "network input {bound}, {}",
                     match mode {

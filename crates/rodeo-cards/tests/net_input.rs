@@ -165,3 +165,194 @@ fn tcp_slink_fragments_back_pressure_and_reconnect() {
     assert_eq!(net.connections.load(Ordering::Relaxed), 2);
     assert_eq!(net.broken_connections.load(Ordering::Relaxed), 0);
 }
+
+/// Sends `units` fixed-size S-LINK fragments to `address` at `rate_hz`, each flushed at once,
+/// and returns when each was sent; the reader returns when each arrived in a superpage.
+fn latencies(address: &str, rate_hz: f64, units: usize) -> Vec<Duration> {
+    let card = card(address, LinkMode::Slink, SlinkCheckConfig::default());
+    let address = card.channels()[0].address.unwrap();
+    let cfg = SlinkConfig {
+        data_words: WordRange::fixed(16),
+        ..SlinkConfig::default()
+    };
+    let bytes = 4 * cfg.fragment_words(16);
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::with_capacity(units)));
+    let sender = {
+        let sent = std::sync::Arc::clone(&sent);
+        std::thread::spawn(move || {
+            let mut source = UnitSource::new(SlinkGenerator::new(cfg), bytes);
+            let mut s = LinkSender::connect(address).unwrap();
+            let start = std::time::Instant::now();
+            for i in 0..units {
+                let due = start + Duration::from_secs_f64(i as f64 / rate_hz);
+                if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(wait); // the sender's pace
+                }
+                let t = std::time::Instant::now();
+                s.send(source.next_unit().unwrap()).unwrap();
+                s.flush().unwrap();
+                sent.lock().unwrap().push(t);
+            }
+            s
+        })
+    };
+    let pool = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes: 64 * 1024,
+        superpages: 4,
+        region: RegionOptions::default(),
+    })
+    .unwrap();
+    let ch = &card.channels()[0].channel;
+    while let Ok(sp) = pool.alloc() {
+        ch.push_superpage(sp).unwrap();
+    }
+    let mut arrived = Vec::with_capacity(units);
+    rodeo_testkit::wait_until(
+        &format!("{units} units at {rate_hz} Hz to arrive"),
+        Duration::from_secs(60),
+        || {
+            while let Some(f) = ch.pop_superpage() {
+                let t = std::time::Instant::now();
+                assert_eq!(f.bytes_used, f.units as usize * bytes);
+                arrived.extend(std::iter::repeat_n(t, f.units as usize));
+                ch.push_superpage(f.superpage).unwrap();
+            }
+            arrived.len() >= units
+        },
+    );
+    // The sender still holds its connection open: nothing arrived because it paused or left.
+    let s = sender.join().unwrap();
+    drop(s);
+    let sent = sent.lock().unwrap();
+    sent.iter()
+        .zip(&arrived)
+        .map(|(s, a)| a.saturating_duration_since(*s))
+        .collect()
+}
+
+fn quantile(mut v: Vec<Duration>, q: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * q) as usize]
+}
+
+/// A unit reaches the reader within milliseconds of its sending at any steady rate, the stream
+/// never pausing: the superpage goes at its deadline, not at a pause or when full.
+#[test]
+fn a_steady_sender_is_read_live_at_any_rate() {
+    for (proto, rate, units) in [
+        ("tcp", 20.0, 20),
+        ("tcp", 200.0, 200),
+        ("tcp", 5_000.0, 5_000),
+        ("udp", 200.0, 200),
+    ] {
+        let l = latencies(&format!("{proto}://127.0.0.1:0"), rate, units);
+        let (p50, p90, max) = (
+            quantile(l.clone(), 0.5),
+            quantile(l.clone(), 0.9),
+            quantile(l, 1.0),
+        );
+        eprintln!("{proto} {rate} Hz: latency p50 {p50:?}, p90 {p90:?}, max {max:?}");
+        // FLUSH_INTERVAL is 5 ms; the rest is the reader's and the machine's.
+        assert!(
+            p50 <= Duration::from_millis(10),
+            "{proto} {rate} Hz: p50 {p50:?}"
+        );
+        assert!(
+            p90 <= Duration::from_millis(25),
+            "{proto} {rate} Hz: p90 {p90:?}"
+        );
+    }
+}
+
+/// A TCP input's state: waiting before its sender, connected while it sends, closed after a
+/// clean close, lost after a reset (with the reason), and connected again with a new sender.
+#[test]
+fn a_tcp_input_reports_its_state() {
+    use rodeo_cards::net::LinkState;
+    let card = card(
+        "tcp://127.0.0.1:0",
+        LinkMode::Slink,
+        SlinkCheckConfig::default(),
+    );
+    let address = card.channels()[0].address.unwrap();
+    let net = std::sync::Arc::clone(card.channels()[0].net.as_ref().unwrap());
+    let ch = &card.channels()[0].channel;
+    let pool = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes: 64 * 1024,
+        superpages: 4,
+        region: RegionOptions::default(),
+    })
+    .unwrap();
+    while let Ok(sp) = pool.alloc() {
+        ch.push_superpage(sp).unwrap();
+    }
+    let recycle = || {
+        while let Some(f) = ch.pop_superpage() {
+            ch.push_superpage(f.superpage).unwrap();
+        }
+    };
+    assert_eq!(net.state(), LinkState::Waiting);
+    assert!(net.last_data_age().is_none());
+    let cfg = SlinkConfig::default();
+    let mut source = UnitSource::new(SlinkGenerator::new(cfg), 4 * cfg.fragment_words(256));
+    let mut s = LinkSender::connect(address).unwrap();
+    s.send(source.next_unit().unwrap()).unwrap();
+    s.flush().unwrap();
+    rodeo_testkit::wait_until("connected with data", Duration::from_secs(20), || {
+        recycle();
+        net.state() == LinkState::Connected && net.units.load(Ordering::Relaxed) == 1
+    });
+    drop(s);
+    rodeo_testkit::wait_until("closed", Duration::from_secs(20), || {
+        recycle();
+        net.state() == LinkState::Closed
+    });
+    // A sender that resets its connection in the middle of a record: lost, the cut counted.
+    let raw = std::net::TcpStream::connect(match address {
+        LinkAddress::Tcp(a) => a,
+        LinkAddress::Udp(_) => unreachable!(),
+    })
+    .unwrap();
+    rodeo_testkit::wait_until("connected again", Duration::from_secs(20), || {
+        recycle();
+        net.state() == LinkState::Connected
+    });
+    use std::io::Write as _;
+    (&raw).write_all(&100u32.to_le_bytes()).unwrap();
+    (&raw).write_all(&[0u8; 40]).unwrap();
+    reset(raw);
+    rodeo_testkit::wait_until("lost", Duration::from_secs(20), || {
+        recycle();
+        net.state() == LinkState::Lost
+    });
+    let why = net.lost_reason().unwrap();
+    assert!(
+        why.contains("reset") || why.contains("middle of a record"),
+        "{why}"
+    );
+    assert_eq!(net.broken_connections.load(Ordering::Relaxed), 1);
+    assert_eq!(net.units.load(Ordering::Relaxed), 1);
+}
+
+/// Closes `stream` with a reset (SO_LINGER on, 0 s): what a killed sender's kernel sends when
+/// data was pending, and what a crashed front-end's link does.
+fn reset(stream: std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: the descriptor is `stream`'s, open for the call; the option value points to a
+    // live `linger` and the length is its size, as setsockopt(2) requires.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+    drop(stream);
+}

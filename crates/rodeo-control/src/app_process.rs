@@ -252,6 +252,7 @@ impl RunControl for AppControl {
                 restarts: 0,
             }],
             recent_errors: hb.error.into_iter().collect(),
+            inputs: crate::metrics::inputs_of(hb.metrics.iter()),
         }
     }
 

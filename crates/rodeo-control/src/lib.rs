@@ -33,7 +33,8 @@
 //!
 //! Watching them:
 //! - [`metrics`]: the one metric vocabulary (typed live counters per role, the `/metrics`
-//!   families); [`prometheus`]: its text format; [`rates`]: the status's rates.
+//!   families; the readout inputs' in `input_metrics`); [`prometheus`]: its text format;
+//!   [`rates`]: the status's rates.
 //! - [`summary`]: the typed summaries and the run's balance sheet.
 //! - [`monitoring`]: event sampling (`[monitoring]`, the forwarder, the histogram subscriber);
 //!   [`alarms`]: conditions on the partition's numbers (`[[alarms]]`).
@@ -60,6 +61,7 @@ pub mod run_control;
 
 // Watching them.
 pub mod alarms;
+mod input_metrics;
 pub mod metrics;
 pub mod monitoring;
 pub mod prometheus;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::lifecycle::State;
 use crate::prometheus::MetricsWriter;
 use crate::run_control::PartitionStatus;
+use crate::summary::InputStatus;
 
 /// The supervisor's live counters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +148,9 @@ pub struct RosMetrics {
     /// Per ROB channel: fragments, held now, occupancy, errors by kind.
     #[serde(default)]
     pub channels: Vec<ChannelMetrics>,
+    /// Per ROB channel, its input: state, counters, rate, live problem.
+    #[serde(default)]
+    pub inputs: Vec<InputStatus>,
 }
 
 /// One ROB channel of a readout node, as its core thread last published it.
@@ -184,6 +188,17 @@ pub enum AppMetrics {
     Ros(RosMetrics),
 }
 
+/// Every readout input of `apps`' readout nodes, in their order (the status's `inputs`).
+pub fn inputs_of<'a>(apps: impl IntoIterator<Item = &'a AppMetrics>) -> Vec<InputStatus> {
+    apps.into_iter()
+        .filter_map(|m| match m {
+            AppMetrics::Ros(r) => Some(r.inputs.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 impl AppMetrics {
     /// The counter that is the application's main rate: L1 accepts, events finished, events
     /// written, requests served.
@@ -215,6 +230,8 @@ const fn fam(name: &'static str, kind: &'static str, labels: &'static [&'static 
 const APP: &[&str] = &["app"];
 const NONE: &[&str] = &[];
 const QUEUE: &[&str] = &["queue", "policy"];
+/// The labels of a readout input's families (`input_metrics.rs`).
+const INPUT: &[&str] = &["node", "rob", "address"];
 
 /// Every family [`write_partition_metrics`] writes, in its order; the SW ROD input's
 /// (`[ros] input = "swrod"`) besides: [`swrod_families`]. A test writes them all and compares.
@@ -290,6 +307,17 @@ pub const METRIC_FAMILIES: &[Family] = &[
         "counter",
         &["app", "rob", "kind"],
     ),
+    fam(
+        "rodeo_ros_input_state",
+        "gauge",
+        &["node", "rob", "address", "state"],
+    ),
+    fam("rodeo_ros_input_fragments_total", "counter", INPUT),
+    fam("rodeo_ros_input_bytes_total", "counter", INPUT),
+    fam("rodeo_ros_input_errors_total", "counter", INPUT),
+    fam("rodeo_ros_input_last_data_age_seconds", "gauge", INPUT),
+    fam("rodeo_ros_input_rate_hz", "gauge", INPUT),
+    fam("rodeo_ros_input_problem", "gauge", INPUT),
     fam("rodeo_errors_total", "counter", &["app", "kind"]),
     fam("rodeo_queue_capacity", "gauge", QUEUE),
     fam("rodeo_queue_depth", "gauge", QUEUE),
@@ -887,6 +915,7 @@ fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
         &s,
     );
     write_channels(w, nodes);
+    crate::input_metrics::write_inputs(w, nodes.iter().flat_map(|(_, s)| &s.inputs));
     // The SW ROD inputs: the builders' counters (`rodeo_ros_swrod_<counter>_total`) and their
     // links' (`rodeo_ros_swrod_link_<counter>_total`), summed over each node's ROBs.
     let sw: Vec<(&str, &SwRodMetrics)> = nodes
@@ -963,6 +992,7 @@ mod tests {
             restarts: 0,
             apps: vec![app("supervisor", "supervisor"), app("ros-1", "ros")],
             recent_errors: Vec::new(),
+            inputs: Vec::new(),
         };
         let sup = AppMetrics::Supervisor(Box::new(SupervisorMetrics {
             l1_accepts: 1,
@@ -1022,6 +1052,18 @@ mod tests {
                 link: c.link.fields().map(|(k, v)| (k.to_string(), v)).into(),
             }),
             channels: Vec::new(),
+            inputs: vec![crate::summary::InputStatus {
+                node: "ros-1".into(),
+                rob: 0x0041_0000,
+                address: "tcp://127.0.0.1:5000".into(),
+                state: crate::summary::InputState::Connected,
+                fragments: 10,
+                bytes: 1000,
+                errors: 0,
+                last_data_age_ms: Some(3),
+                rate_hz: 200.0,
+                problem: None,
+            }],
         });
         let mut w = MetricsWriter::new();
         write_partition_metrics(

@@ -279,6 +279,10 @@ impl Layout {
                 // is refused before it is buffered.
                 max_message_bytes: Some(limits.ros),
                 high_water_mark: config.ros.high_water_mark,
+                // 0 (or a value the checks refuse): never judged silent.
+                input_silence: Duration::try_from_secs_f64(config.ros.input_silence_seconds)
+                    .ok()
+                    .filter(|d| !d.is_zero()),
                 ..NodeConfig::default()
             };
             all_robs.extend(nc.robs());

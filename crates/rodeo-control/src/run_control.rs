@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::metrics::AppMetrics;
 use crate::prometheus::MetricsWriter;
-use crate::summary::RunSummary;
+use crate::summary::{InputStatus, RunSummary};
 
 /// The state of one application, as the status endpoint reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +70,11 @@ pub struct PartitionStatus {
     pub apps: Vec<AppStatus>,
     /// Recent errors, newest last (bounded).
     pub recent_errors: Vec<String>,
+    /// Every readout input of every node (one per ROB), with its state, counters and live
+    /// problem (docs/run-control.md, "Inputs"). Under a controller, as of each node's last
+    /// heartbeat.
+    #[serde(default)]
+    pub inputs: Vec<InputStatus>,
 }
 
 /// Something that can be controlled and watched: a partition or one application.

@@ -17,8 +17,10 @@ use rodeo_dataflow::logger::LoggerSummary;
 use rodeo_dataflow::supervisor::SupervisorSummary;
 use serde::{Deserialize, Serialize};
 
+pub use rodeo_ros::inputs::{InputState, InputStatus};
+
 /// What one readout node reports at the end.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeSummary {
     /// Node name.
     pub name: String,
@@ -50,6 +52,12 @@ pub struct NodeSummary {
     /// only, so its clear count and sequence are not checked against the run's.
     #[serde(default)]
     pub restarted: bool,
+    /// Every input of the node (one per ROB) at the end: state, counters, and the problem it
+    /// was for the run, if any (`problem`: never delivered, lost, silent longer than
+    /// `[ros] input_silence_seconds`, closed before the run's end without being its end;
+    /// docs/run-control.md, "Inputs"). Empty in summaries of older versions.
+    #[serde(default)]
+    pub inputs: Vec<InputStatus>,
 }
 
 /// What an application hands back at the end of its part of a run.

@@ -683,3 +683,175 @@ fn a_full_store_stalls_the_card_and_drops_nothing() {
     // Full: no free page, or (here, 8 fragments a page) the index of 4 entries a page.
     assert!(k.pages_in_use >= 7, "{k:?}");
 }
+
+/// One S-LINK record (`u32` length, then the ROD fragment) as a TCP sender writes it.
+fn record(source: u32, l1id: u32) -> Vec<u8> {
+    let words = rod(source, l1id);
+    let mut out = ((4 * words.len()) as u32).to_le_bytes().to_vec();
+    out.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    out
+}
+
+/// A readout node's network inputs as `/api/status` and the run summary see them: waiting,
+/// then (with the silence time passed) a live problem; connected while data comes; lost when
+/// silent longer than the silence time, connected again with data; closed at a clean close;
+/// lost, with the reason, at a reset; judged at the run's end.
+#[test]
+fn a_network_node_watches_its_inputs() {
+    use rodeo_ros::inputs::network::NetworkInput;
+    use rodeo_ros::inputs::InputState;
+    use rodeo_ros::node::{NodeConfig, NodeInput, ReadoutNode};
+    use std::io::Write as _;
+    let silence = Duration::from_millis(300);
+    let config = NodeConfig {
+        channels: 2,
+        base_source_id: BASE,
+        pages_per_channel: 64,
+        input: NodeInput::Network(NetworkInput {
+            listen: vec!["tcp://127.0.0.1:0".into(), "tcp://127.0.0.1:0".into()],
+            framing: false,
+            crc: false,
+            end_with_sender: true,
+        }),
+        input_silence: Some(silence),
+        ..NodeConfig::default()
+    };
+    let (node, client) = ReadoutNode::start_direct(&config).unwrap();
+    let watch = node.input_watch();
+    let first = watch.snapshot("ros-1");
+    assert_eq!(first.len(), 2);
+    for (i, s) in first.iter().enumerate() {
+        assert_eq!(
+            (s.state, s.rob, s.fragments),
+            (InputState::Waiting, BASE + i as u32, 0)
+        );
+        assert!(s.address.starts_with("tcp://127.0.0.1:"), "{}", s.address);
+        assert!(!s.address.ends_with(":0"), "the bound port: {}", s.address);
+        assert_eq!(s.last_data_age_ms, None);
+    }
+    let addr = |i: usize| first[i].address.trim_start_matches("tcp://").to_string();
+    // Waiting longer than the silence time is a problem already, live.
+    wait_until("a live problem for the input nobody connected to", || {
+        watch.snapshot("ros-1")[1]
+            .problem
+            .as_deref()
+            .is_some_and(|p| p.contains("never connected"))
+    });
+    let mut a = std::net::TcpStream::connect(addr(0)).unwrap();
+    a.set_nodelay(true).unwrap();
+    for l1id in 0..3 {
+        a.write_all(&record(BASE, l1id)).unwrap();
+    }
+    wait_until("3 fragments on input 0", || {
+        let s = &watch.snapshot("ros-1")[0];
+        s.state == InputState::Connected && s.fragments == 3 && s.problem.is_none()
+    });
+    let s = &watch.snapshot("ros-1")[0];
+    assert!(s.bytes > 0 && s.last_data_age_ms.is_some(), "{s:?}");
+    // Silent longer than the silence time: lost, and a problem; data again: connected.
+    wait_until("input 0 lost for its silence", || {
+        let s = &watch.snapshot("ros-1")[0];
+        s.state == InputState::Lost && s.problem.as_deref().is_some_and(|p| p.contains("silent"))
+    });
+    a.write_all(&record(BASE, 3)).unwrap();
+    wait_until("input 0 connected again", || {
+        watch.snapshot("ros-1")[0].state == InputState::Connected
+    });
+    // The run ends now: input 1 never connected, input 0 was silent for a while.
+    let end = watch.at_run_end("ros-1");
+    let p1 = end[1].problem.clone().unwrap();
+    assert!(
+        p1.starts_with(&format!(
+            "ros-1 ROB 0x{:08x} tcp://{}:",
+            BASE + 1,
+            "127.0.0.1"
+        )) && p1.ends_with(": never connected"),
+        "{p1}"
+    );
+    assert!(
+        end[0]
+            .problem
+            .as_deref()
+            .is_some_and(|p| p.contains("silent for up to")),
+        "{:?}",
+        end[0]
+    );
+    drop(a);
+    wait_until("input 0 closed", || {
+        watch.snapshot("ros-1")[0].state == InputState::Closed
+    });
+    // A sender that resets its connection mid-run: lost, with the reason.
+    let b = std::net::TcpStream::connect(addr(1)).unwrap();
+    (&b).write_all(&record(BASE + 1, 0)).unwrap();
+    wait_until("input 1 connected", || {
+        watch.snapshot("ros-1")[1].fragments == 1
+    });
+    reset(b);
+    wait_until("input 1 lost", || {
+        let s = &watch.snapshot("ros-1")[1];
+        s.state == InputState::Lost
+            && s.problem
+                .as_deref()
+                .is_some_and(|p| p.contains("connection lost"))
+            && s.errors >= 1
+    });
+    drop(client);
+    let _ = node.stop();
+    // After the stop the last states stay readable.
+    let after = watch.snapshot("ros-1");
+    assert_eq!(
+        (after[0].state, after[1].state, after[0].fragments),
+        (InputState::Closed, InputState::Lost, 4)
+    );
+}
+
+/// The emulated cards' inputs: connected while they write, ended once the node stopped, and
+/// no problem.
+#[test]
+fn a_dma_node_s_inputs_end_with_the_node() {
+    use rodeo_ros::inputs::InputState;
+    use rodeo_ros::node::{NodeConfig, ReadoutNode};
+    let config = NodeConfig {
+        channels: 3,
+        pages_per_channel: 64,
+        ..NodeConfig::default()
+    };
+    let (node, client) = ReadoutNode::start_direct(&config).unwrap();
+    let watch = node.input_watch();
+    wait_until("every emulated input writing", || {
+        watch
+            .snapshot("ros-1")
+            .iter()
+            .all(|s| s.state == InputState::Connected && s.fragments > 0 && s.address == "emulated")
+    });
+    drop(client);
+    let _ = node.stop();
+    let end = watch.at_run_end("ros-1");
+    assert!(
+        end.iter()
+            .all(|s| s.state == InputState::Ended && s.problem.is_none()),
+        "{end:?}"
+    );
+}
+
+/// Closes `stream` with a reset (SO_LINGER on, 0 s), as a crashed sender's link may.
+fn reset(stream: std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: the descriptor is `stream`'s, open for the call; the option value points to a
+    // live `linger` and the length is its size, as setsockopt(2) requires.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+    drop(stream);
+}

@@ -82,6 +82,8 @@ pub struct NodeSheet {
     pub input_dropped_words: u64,
     /// Whether it was restarted into the run.
     pub restarted: bool,
+    /// Its inputs at the end: state, counters, problem (rodeo_control's `NodeSummary::inputs`).
+    pub inputs: Vec<rodeo_control::summary::InputStatus>,
 }
 
 /// The balance sheet of one run, in the one shape every record of a run has (module docs).
@@ -303,6 +305,7 @@ impl RunSheet {
                     input_errors: n.input_errors,
                     input_dropped_words: n.input_dropped_words,
                     restarted: n.restarted,
+                    inputs: n.inputs.clone(),
                 })
                 .collect(),
             seconds: Some(s.seconds),

@@ -3,11 +3,18 @@
 //! (`[l1] mode = "readout"`), fed by `rodeo gen link --send tcp://...` senders as a detector's
 //! front-ends would; the run ends when the senders end. Every deadline is bounded.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rodeo_testkit::rodeo;
+use rodeo_cards::corrupt::UnitSource;
+use rodeo_cards::generator::{SlinkConfig, SlinkGenerator, WordRange};
+use rodeo_cards::net::{LinkAddress, LinkSender};
+use rodeo_testkit::cli::Running;
+use rodeo_testkit::http::{get_ok, request};
+use rodeo_testkit::{rodeo, wait_for};
 use serde_json::Value;
 
 /// A port free now on 127.0.0.1 (the listener is closed again; the partition binds it).
@@ -34,21 +41,23 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process:
     status.expect("the child ended")
 }
 
-/// Sends `units` S-LINK fragments to `address`, retrying the connection until the partition
-/// listens (bounded by `deadline`).
+/// Sends `units` S-LINK fragments to `address` with `rodeo gen link --send`, which retries
+/// its connection until the partition listens (bounded by `deadline`).
 fn send(address: &str, units: u64, deadline: Instant) {
-    let mut stderr = String::new();
-    let sent =
-        rodeo_testkit::holds_within(deadline.saturating_duration_since(Instant::now()), || {
-            let out = rodeo!()
-                .args(["gen", "link", "--mode", "slink", "--units"])
-                .arg(units.to_string())
-                .args(["--data-words", "16..64", "--send", address])
-                .output();
-            stderr = out.stderr;
-            out.status.success()
-        });
-    assert!(sent, "gen link --send {address} kept failing: {}", stderr);
+    let retry = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
+    let out = rodeo!()
+        .args(["gen", "link", "--mode", "slink", "--units"])
+        .arg(units.to_string())
+        .args(["--data-words", "16..64", "--send", address])
+        .args(["--retry-seconds", &format!("{retry:.1}")])
+        .output();
+    assert!(
+        out.status.success(),
+        "gen link --send {address} failed: {}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -309,4 +318,393 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("tlu.py said {said:?}"));
     assert!(held > 0, "{said}");
+}
+
+/// Waits (bounded) for the run `run` to end by itself; its `--json` sheet.
+fn sheet(run: Running, limit: Duration) -> Value {
+    let out = run.wait_with_deadline(limit);
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr))
+}
+
+/// The test-beam partition of docs/test-beam.md with one node of `addresses.len()` ROBs fed
+/// over the network, every event kept; `run` is the `[run]` section's body.
+fn beam_config(dir: &std::path::Path, addresses: &[String], run: &str) -> std::path::PathBuf {
+    let listen: Vec<String> = addresses.iter().map(|a| format!("{a:?}")).collect();
+    let config = dir.join("beam.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[run]\n{run}\n[l1]\nmode = \"readout\"\nrois_per_event = [1, 1]\n[ros]\nnodes = 1\n\
+             channels = {}\nsubdetector = 0x51\ninput = \"network\"\nlisten = [{}]\n\
+             [dcm]\nnodes = 1\naccept_fraction = 1.0\n",
+            addresses.len(),
+            listen.join(", ")
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `rodeo run --config CONFIG --http 127.0.0.1:0 --json` with `token`; the child and the
+/// address it serves.
+fn run_with_http(
+    config: &std::path::Path,
+    out: &std::path::Path,
+    token: &str,
+) -> (Running, SocketAddr) {
+    let run = rodeo!()
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--output")
+        .arg(out)
+        .args(["--http", "127.0.0.1:0", "--json"])
+        .env("RODEO_TOKEN", token)
+        .echo_stderr()
+        .spawn();
+    let addr = run.http_address(Duration::from_secs(60));
+    (run, addr)
+}
+
+fn status(addr: SocketAddr) -> Value {
+    serde_json::from_str(&get_ok(addr, "/api/status")).unwrap()
+}
+
+/// One S-LINK link of the test's detector: fragments of ROB `rob` with L1IDs from 0.
+struct Link {
+    sender: LinkSender,
+    source: UnitSource<SlinkGenerator>,
+}
+
+impl Link {
+    /// Connects at once (no retry: the partition is RUNNING, so it listens).
+    fn connect(address: &str, rob: u32) -> Link {
+        let cfg = SlinkConfig {
+            source_id: rob,
+            data_words: WordRange::uniform(16, 64),
+            ..SlinkConfig::default()
+        };
+        Link {
+            sender: LinkSender::connect(LinkAddress::parse(address).unwrap())
+                .unwrap_or_else(|e| panic!("connect to {address} while RUNNING: {e}")),
+            source: UnitSource::new(SlinkGenerator::new(cfg), 4 * cfg.fragment_words(64)),
+        }
+    }
+
+    /// Sends the next fragment now (flushed).
+    fn send(&mut self) {
+        self.sender.send(self.source.next_unit().unwrap()).unwrap();
+        self.sender.flush().unwrap();
+    }
+}
+
+/// A detector at a steady `rate` Hz on two ROBs into `rodeo run --http`: both inputs waiting
+/// once RUNNING, connected while it sends; 3 s after it starts at least 75% of what it sent is
+/// built and written; its first link closes (closed, the run waits for the second), then the
+/// second: the run ends by itself with every fragment sent written, both inputs closed and no
+/// problem.
+fn a_steady_detector_is_built_live(rate: f64) {
+    let units = (rate * 5.0) as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
+    let (run, http) = run_with_http(&config, &dir.path().join("out"), "t");
+    // RUNNING means every input listens: each is waiting, no problem yet.
+    let st = wait_for("RUNNING", Duration::from_secs(60), || {
+        let v = status(http);
+        (v["state"] == "RUNNING").then_some(v)
+    });
+    let inputs = st["inputs"].as_array().expect("inputs in /api/status");
+    assert_eq!(inputs.len(), 2, "{st}");
+    for (i, input) in inputs.iter().enumerate() {
+        assert_eq!(input["state"], "waiting", "{input}");
+        assert_eq!(input["node"], "ros-1", "{input}");
+        assert_eq!(input["rob"], 0x0051_0000 + i as u64, "{input}");
+        assert_eq!(input["address"], addresses[i].as_str(), "{input}");
+        assert_eq!(input["fragments"], 0, "{input}");
+    }
+    let sent = Arc::new(AtomicU64::new(0));
+    let (closed_first, close_second) = std::sync::mpsc::channel::<()>();
+    let detector = {
+        let sent = Arc::clone(&sent);
+        let addresses = addresses.clone();
+        std::thread::spawn(move || {
+            let mut links: Vec<Link> = addresses
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Link::connect(a, 0x0051_0000 + i as u32))
+                .collect();
+            let start = Instant::now();
+            for n in 0..units {
+                let due = start + Duration::from_secs_f64(n as f64 / rate);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait); // the detector's pace
+                }
+                for l in &mut links {
+                    l.send();
+                }
+                sent.store(n + 1, Ordering::Release);
+            }
+            let second = links.pop().unwrap();
+            drop(links);
+            // The test looks at the first link closed, then lets the second go.
+            let _ = close_second.recv_timeout(Duration::from_secs(120));
+            drop(second);
+        })
+    };
+    wait_until_sent(&sent, 1);
+    let t0 = Instant::now();
+    wait_for("both inputs connected", Duration::from_secs(20), || {
+        let v = status(http);
+        v["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["state"] == "connected")
+            .then_some(())
+    });
+    // 3 s after the start (the moment the criterion names): what was sent is built and
+    // written, give or take the last milliseconds.
+    rodeo_testkit::wait_until("3 s of sending", Duration::from_secs(10), || {
+        t0.elapsed() >= Duration::from_secs(3)
+    });
+    let v = status(http);
+    let sent_at_3s = sent.load(Ordering::Acquire);
+    let (built, written) = (
+        v["l1_accepts"].as_u64().unwrap(),
+        v["events_written"].as_u64().unwrap(),
+    );
+    eprintln!("{rate} Hz: after 3 s, {sent_at_3s} sent, {built} built, {written} written");
+    assert!(
+        sent_at_3s as f64 >= 2.0 * rate,
+        "the detector lagged: {sent_at_3s} sent in 3 s"
+    );
+    assert!(
+        built as f64 >= 0.75 * sent_at_3s as f64 && written as f64 >= 0.75 * sent_at_3s as f64,
+        "{rate} Hz: {sent_at_3s} sent, {built} built, {written} written after 3 s: {v}"
+    );
+    for i in v["inputs"].as_array().unwrap() {
+        assert!(
+            i["rate_hz"].as_f64().unwrap() > 0.5 * rate && i["problem"].is_null(),
+            "{i}"
+        );
+    }
+    // The first link closes: closed, while the second keeps the run going.
+    wait_for(
+        "ROB 0 closed, ROB 1 connected",
+        Duration::from_secs(60),
+        || {
+            let v = status(http);
+            let i = v["inputs"].as_array().unwrap().clone();
+            (i[0]["state"] == "closed" && i[1]["state"] == "connected" && v["state"] == "RUNNING")
+                .then_some(())
+        },
+    );
+    let _ = closed_first.send(());
+    detector.join().unwrap();
+    let sheet = sheet(run, Duration::from_secs(120));
+    assert_eq!(sheet["balanced"], true, "{sheet}");
+    assert_eq!(sheet["l1_accepts"], units, "{sheet}");
+    assert_eq!(sheet["events_written"], units, "{sheet}");
+    assert_eq!(sheet["partial_events"], 0, "{sheet}");
+    let inputs = sheet["readout_nodes"][0]["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 2, "{sheet}");
+    for i in inputs {
+        assert_eq!(i["state"], "closed", "{i}");
+        assert_eq!(i["fragments"], units, "{i}");
+        assert!(i["problem"].is_null(), "{i}");
+    }
+}
+
+fn wait_until_sent(sent: &AtomicU64, n: u64) {
+    rodeo_testkit::wait_until("the detector to send", Duration::from_secs(60), || {
+        sent.load(Ordering::Acquire) >= n
+    });
+}
+
+#[test]
+fn a_steady_200_hz_detector_is_built_live() {
+    a_steady_detector_is_built_live(200.0);
+}
+
+#[test]
+fn a_steady_500_hz_detector_is_built_live() {
+    a_steady_detector_is_built_live(500.0);
+}
+
+/// A run whose inputs nobody connected to ends (by its time) with each input waiting and
+/// named in its problem.
+#[test]
+fn an_input_that_never_connected_is_a_problem_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 2");
+    let run = rodeo!()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--output")
+        .arg(dir.path().join("out"))
+        .arg("--json")
+        .echo_stderr()
+        .spawn();
+    let sheet = sheet(run, Duration::from_secs(120));
+    let inputs = sheet["readout_nodes"][0]["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 2, "{sheet}");
+    for (i, input) in inputs.iter().enumerate() {
+        assert_eq!(input["state"], "waiting", "{input}");
+        assert_eq!(
+            input["problem"],
+            format!(
+                "ros-1 ROB 0x{:08x} {}: never connected",
+                0x0051_0000 + i,
+                addresses[i]
+            ),
+            "{input}"
+        );
+    }
+}
+
+/// A sender whose connection is reset mid-run (a crashed front-end): its input is lost, live
+/// on /api/status and /metrics and in the run's summary, with the reason.
+#[test]
+fn a_sender_reset_mid_run_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let address = format!("tcp://127.0.0.1:{}", free_port());
+    let config = beam_config(
+        dir.path(),
+        std::slice::from_ref(&address),
+        "events = 0\nseconds = 0",
+    );
+    let (run, http) = run_with_http(&config, &dir.path().join("out"), "tok");
+    wait_for("RUNNING", Duration::from_secs(60), || {
+        (status(http)["state"] == "RUNNING").then_some(())
+    });
+    let mut link = Link::connect(&address, 0x0051_0000);
+    for _ in 0..100 {
+        link.send();
+    }
+    wait_for("100 fragments built", Duration::from_secs(60), || {
+        (status(http)["l1_accepts"] == 100).then_some(())
+    });
+    let LinkSender::Tcp(w) = link.sender else {
+        unreachable!("a tcp link")
+    };
+    reset(w.into_inner().unwrap());
+    let v = wait_for("the input lost", Duration::from_secs(60), || {
+        let v = status(http);
+        (v["inputs"][0]["state"] == "lost").then_some(v)
+    });
+    let problem = v["inputs"][0]["problem"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        problem.starts_with(&format!("ros-1 ROB 0x00510000 {address}: connection lost")),
+        "{v}"
+    );
+    let (code, metrics) = request(http, "GET", "/metrics", None, "");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(&format!(
+            "rodeo_ros_input_state{{node=\"ros-1\",rob=\"0x00510000\",address=\"{address}\",state=\"lost\"}} 1"
+        )),
+        "{metrics}"
+    );
+    let (code, body) = request(
+        http,
+        "POST",
+        "/api/command",
+        Some("tok"),
+        r#"{"command":"stop"}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let sheet = sheet(run, Duration::from_secs(120));
+    let input = &sheet["readout_nodes"][0]["inputs"][0];
+    assert_eq!(input["state"], "lost", "{sheet}");
+    assert_eq!(input["fragments"], 100, "{sheet}");
+    assert_eq!(input["problem"], problem.as_str(), "{sheet}");
+}
+
+/// Closes `stream` with a reset (SO_LINGER on, 0 s): what a crashed sender's link may do.
+fn reset(stream: std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: the descriptor is `stream`'s, open for the call; the option value points to a
+    // live `linger` and the length is its size, as setsockopt(2) requires.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
+    drop(stream);
+}
+
+/// `rodeo gen link --send` toward a partition still starting: started the moment its HTTP API
+/// answers (before its inputs listen), it retries its connection (the default
+/// `--retry-seconds`) and is not refused; one started once the status says RUNNING connects at
+/// its first try (`--retry-seconds 0`), since RUNNING means every input listens. Every
+/// fragment of both is written and the run ends by itself when both close.
+#[test]
+fn a_sender_started_as_the_api_answers_is_not_refused() {
+    const UNITS: u64 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
+    let (run, http) = run_with_http(&config, &dir.path().join("out"), "t");
+    let sender = |address: &str, retry: Option<&str>| {
+        let mut cmd = rodeo!();
+        cmd.args(["gen", "link", "--mode", "slink", "--units"])
+            .arg(UNITS.to_string())
+            .args(["--data-words", "16..64", "--send", address])
+            .deadline(Duration::from_secs(60));
+        if let Some(r) = retry {
+            cmd.args(["--retry-seconds", r]);
+        }
+        cmd.spawn()
+    };
+    // The API answers: the first sender starts now, whatever the partition's state.
+    let early = sender(&addresses[0], None);
+    wait_for("RUNNING", Duration::from_secs(60), || {
+        (status(http)["state"] == "RUNNING").then_some(())
+    });
+    let on_time = sender(&addresses[1], Some("0"));
+    for (name, s) in [
+        ("the early sender", early),
+        ("the sender at RUNNING", on_time),
+    ] {
+        let out = s.wait_with_deadline(Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "{name} failed (refused?): {}",
+            out.stderr
+        );
+    }
+    let sheet = sheet(run, Duration::from_secs(60));
+    assert_eq!(sheet["balanced"], true, "{sheet}");
+    assert_eq!(sheet["l1_accepts"], UNITS, "{sheet}");
+    assert_eq!(sheet["events_written"], UNITS, "{sheet}");
+    for i in sheet["readout_nodes"][0]["inputs"].as_array().unwrap() {
+        assert_eq!(
+            (&i["state"], &i["fragments"]),
+            (&Value::from("closed"), &Value::from(UNITS)),
+            "{i}"
+        );
+        assert!(i["problem"].is_null(), "{i}");
+    }
 }

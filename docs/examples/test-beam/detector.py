@@ -31,10 +31,13 @@ def connect(address, deadline):
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
     while True:
         try:
-            return socket.create_connection((host, int(port)), timeout=5)
-        except OSError:
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            # Each record leaves at once: events are built as they are sent.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as e:
             if time.monotonic() > deadline:
-                raise
+                raise SystemExit(f"cannot connect to {address}: {e} (is the partition running?)")
             time.sleep(0.1)
 
 
@@ -44,8 +47,10 @@ def main():
     p.add_argument("--events", type=int, default=1000)
     p.add_argument("--rate", type=float, default=0.0, help="events per second (0: as fast as taken)")
     p.add_argument("--run", type=int, default=1)
+    p.add_argument("--retry-seconds", type=float, default=10.0,
+                   help="keep trying to connect this long while the partition starts")
     args = p.parse_args()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + args.retry_seconds
     links = [connect(a, deadline) for a in args.addresses]
     start = time.monotonic()
     for l1id in range(args.events):  # L1IDs count from 0, as the data-driven L1 expects

@@ -1,13 +1,16 @@
 //! The readout node (ROS) as an [`Application`]: configure allocates and warms its page pool,
 //! connect builds the store, starts its input (the emulated cards, or SW ROD builders) and binds
-//! its request endpoint; stop waits (bounded) for the clears of every L1 accept of the run;
-//! disconnect stops it and hands back its summary.
+//! its request endpoint (a network input listens from here on, so a partition is RUNNING only
+//! once every input listens); start marks the run's start for its inputs; stop judges its
+//! inputs as the run ends and waits (bounded) for the clears of every L1 accept of the run;
+//! disconnect stops it and hands back its summary, with every input's state and problem.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rodeo_memory::PagePool;
+use rodeo_ros::inputs::{InputStatus, InputWatch};
 use rodeo_ros::node::{NodeConfig, NodeMemory, ReadoutNode, SwRodMonitor};
 use rodeo_ros::server::{ChannelStats, PeerDrops, ServerStats};
 use rodeo_transport::socket::Transport;
@@ -27,6 +30,7 @@ type Monitor = (
     PagePool,
     Option<SwRodMonitor>,
     Arc<ChannelStats>,
+    InputWatch,
 );
 
 /// A readout node under lifecycle control.
@@ -39,6 +43,8 @@ pub struct RosApp {
     node: Option<ReadoutNode>,
     /// What the probe reads; kept after the node stops, so the last values stay on the page.
     monitor: Option<Monitor>,
+    /// The inputs as the run ended (their problems judged then), for the summary.
+    inputs_at_end: Option<Vec<InputStatus>>,
 }
 
 impl RosApp {
@@ -52,6 +58,7 @@ impl RosApp {
             memory: None,
             node: None,
             monitor: None,
+            inputs_at_end: None,
         }
     }
 }
@@ -90,12 +97,25 @@ impl Application for RosApp {
             node.page_pool(),
             node.swrod_monitor(),
             node.channel_stats(),
+            node.input_watch(),
         ));
+        self.inputs_at_end = None;
         self.node = Some(node);
         Ok(())
     }
 
+    fn start(&mut self) -> Result<(), AppError> {
+        if let Some(node) = &self.node {
+            node.input_watch().run_started();
+        }
+        Ok(())
+    }
+
     fn stop(&mut self, run: RunEnd) -> Result<Option<AppSummary>, AppError> {
+        // The run's end: each input is judged now (a sender may close after the run).
+        if let Some(node) = &self.node {
+            self.inputs_at_end = Some(node.input_watch().at_run_end(&self.name));
+        }
         // The supervisor's last clears are on their way: wait for them (bounded).
         if let (Some(node), Some(n)) = (&self.node, run.l1_accepts) {
             let deadline = Instant::now() + CLEAR_WAIT;
@@ -121,8 +141,10 @@ impl Application for RosApp {
                  record (docs/test-beam.md)"
             );
         }
+        let watch = node.input_watch();
         let s = node.stop();
         let k = s.store.total_counters();
+        let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
         Ok(Some(AppSummary::Ros(NodeSummary {
             name: self.name.clone(),
             requests: s.counters.requests,
@@ -135,6 +157,7 @@ impl Application for RosApp {
             input_errors: s.slink.errors() + net.dropped_units,
             input_dropped_words: s.slink.dropped_words,
             restarted: false,
+            inputs,
         })))
     }
 
@@ -150,7 +173,8 @@ impl Application for RosApp {
     }
 
     fn probe(&self) -> Option<Probe> {
-        let (stats, drops, pool, swrod, channels) = self.monitor.clone()?;
+        let (stats, drops, pool, swrod, channels, watch) = self.monitor.clone()?;
+        let name = self.name.clone();
         Some(Arc::new(move || {
             let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             let st = pool.stats();
@@ -210,7 +234,23 @@ impl Application for RosApp {
                             .collect(),
                     }
                 }),
+                inputs: watch.snapshot(&name),
             })
         }))
     }
+}
+
+/// The inputs of the summary: their counters and states after the node stopped, their
+/// problems as judged when the run ended (`at_end`), when it ended in order.
+fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<InputStatus> {
+    let Some(at_end) = at_end else {
+        return now;
+    };
+    now.into_iter()
+        .zip(at_end)
+        .map(|(mut n, e)| {
+            n.problem = e.problem;
+            n
+        })
+        .collect()
 }

@@ -49,6 +49,9 @@ pub struct RosSection {
     pub link_loop: bool,
     /// ZeroMQ high-water mark of each readout node's request server, in messages.
     pub high_water_mark: u32,
+    /// Seconds an input may wait for its first data or stay silent before it is lost and a
+    /// problem of the run (0: never).
+    pub input_silence_seconds: f64,
 }
 
 /// `[ros] listen_mode`: the framing of a network input.
@@ -93,6 +96,7 @@ impl Default for RosSection {
             link_files: Vec::new(),
             link_loop: false,
             high_water_mark: 10_000,
+            input_silence_seconds: 10.0,
         }
     }
 }
@@ -162,6 +166,15 @@ impl RosSection {
             self.check_listen(c);
         }
         let robs = self.nodes * self.channels;
+        if !self.input_silence_seconds.is_finite()
+            || !(0.0..=86_400.0).contains(&self.input_silence_seconds)
+        {
+            c.bad(
+                "ros.input_silence_seconds",
+                num(self.input_silence_seconds),
+                "seconds in 0..=86400 (0: an input is never judged silent)",
+            );
+        }
         if self.input == RosInput::File
             && (self.link_files.len() != robs || self.link_files.iter().any(|f| f.is_empty()))
         {

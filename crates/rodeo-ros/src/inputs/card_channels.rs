@@ -16,9 +16,9 @@ use rodeo_format::slink::SlinkCheckConfig;
 use rodeo_memory::{RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig};
 
 use super::dma::DmaInput;
-use super::setup::{error_file, ChannelSetup};
+use super::setup::{error_file, BuiltInput, ChannelSetup};
+use super::watch::{LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
-use crate::server::input::Input;
 use crate::store::slink::ErrorDump;
 
 /// A started card channel as the node's DMA input reads it.
@@ -47,6 +47,7 @@ struct LinkChannels {
     channels: Vec<LinkChannel>,
     check: SlinkCheckConfig,
     net: Vec<Arc<NetCounters>>,
+    lanes: Vec<LaneProbe>,
 }
 
 /// Starts one channel per ROB: `card` names the card threads (`<card>-ch<N>`).
@@ -58,8 +59,16 @@ fn start_links(
 ) -> Result<LinkChannels, String> {
     let mut channels = Vec::with_capacity(sources.len());
     let mut net = Vec::new();
+    let mut lanes = Vec::with_capacity(sources.len());
     let mut check = None;
     for (i, source) in sources.into_iter().enumerate() {
+        let (address, end_on_close) = match &source {
+            ChannelSource::Net {
+                end_with_sender, ..
+            } => (None, *end_with_sender),
+            ChannelSource::File { path, .. } => (Some(path.display().to_string()), false),
+            _ => (Some("emulated".to_string()), false),
+        };
         let spec = ChannelSpec {
             source,
             config: EmulatedConfig {
@@ -86,6 +95,22 @@ fn start_links(
                 started.link
             ));
         }
+        lanes.push(match &started.net {
+            Some(counters) => LaneProbe {
+                // The bound address (a port 0 asked for is the one chosen).
+                address: started
+                    .address
+                    .map_or_else(|| address.clone().unwrap_or_default(), |a| a.to_string()),
+                source: ProbeSource::Net {
+                    counters: Arc::clone(counters),
+                    end_on_close,
+                },
+            },
+            None => LaneProbe {
+                address: address.unwrap_or_default(),
+                source: ProbeSource::Channel(started.status.clone()),
+            },
+        });
         net.extend(started.net.clone());
         channels.push(LinkChannel(started.channel));
     }
@@ -93,6 +118,7 @@ fn start_links(
         channels,
         check: check.unwrap_or_default(),
         net,
+        lanes,
     })
 }
 
@@ -102,11 +128,10 @@ const LINK_SUPERPAGE_BYTES: usize = 128 * 1024;
 
 /// Per channel a `rodeo cards` channel (network receiver or file player) with `depth`
 /// superpages, read through the S-LINK checks the channels' links call for.
-#[allow(clippy::type_complexity)]
 pub(super) fn link_input(
     config: &ChannelSetup<'_>,
     sources: Vec<ChannelSource>,
-) -> Result<(Box<dyn Input>, SuperpagePool, Vec<Arc<NetCounters>>), NodeError> {
+) -> Result<BuiltInput, NodeError> {
     let depth = 8;
     let sp = SuperpagePool::new(SuperpagePoolConfig {
         superpage_bytes: LINK_SUPERPAGE_BYTES,
@@ -127,9 +152,12 @@ pub(super) fn link_input(
         }
     }
     let dump = ErrorDump::new(error_file(config)?, 10);
-    Ok((
-        Box::new(DmaInput::new(links.channels, links.check, dump)),
-        sp,
-        links.net,
-    ))
+    let input = DmaInput::new(links.channels, links.check, dump);
+    Ok(BuiltInput {
+        errors: Some(input.lane_errors()),
+        input: Box::new(input),
+        superpages: Some(sp),
+        lanes: links.lanes,
+        net: links.net,
+    })
 }

@@ -9,12 +9,15 @@
 //! retries it on the next poll: it keeps the superpage it was reading, stops popping, and the
 //! card stalls once its queues are full (counted in the channel's stalls): XOFF to the link.
 
+use std::sync::Arc;
+
 use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Filled, Generator};
 use rodeo_cards::generator::{SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 use rodeo_memory::{RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig};
 
-use super::setup::{error_file, ChannelSetup};
+use super::setup::{error_file, BuiltInput, ChannelSetup};
+use super::watch::{LaneErrors, LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
 use crate::server::input::{Input, POLL_BUDGET};
 use crate::store::slink::ErrorDump;
@@ -37,11 +40,14 @@ struct DmaLane<D> {
 pub struct DmaInput<D> {
     lanes: Vec<DmaLane<D>>,
     dump: ErrorDump,
+    /// Per channel, the checks' errors so far, for the input watch.
+    errors: Arc<LaneErrors>,
 }
 
 impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
     /// Reads `channels` (each already given its empty superpages), checked per `check`.
     pub fn new(channels: Vec<D>, check: SlinkCheckConfig, dump: ErrorDump) -> DmaInput<D> {
+        let n = channels.len();
         DmaInput {
             lanes: channels
                 .into_iter()
@@ -52,7 +58,13 @@ impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
                 })
                 .collect(),
             dump,
+            errors: Arc::new(LaneErrors::new(n)),
         }
+    }
+
+    /// Per channel, the S-LINK check errors so far (published after each superpage).
+    pub(crate) fn lane_errors(&self) -> Arc<LaneErrors> {
+        Arc::clone(&self.errors)
     }
 
     /// The error dump (counters).
@@ -103,6 +115,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                     break;
                 }
                 if *at >= used {
+                    self.errors.set(c, lane.checker.counters().errors());
                     let (filled, _) = lane.current.take().expect("checked above");
                     // The superpage came from this channel: its transfer queue has room.
                     let _ = lane.channel.push_superpage(filled.superpage);
@@ -148,8 +161,9 @@ pub(crate) fn emulated_cards<G: Generator>(
     config: &ChannelSetup<'_>,
     rate_hz: Option<f64>,
     superpage_bytes: usize,
+    address: &str,
     generator: impl Fn(usize) -> G,
-) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
+) -> Result<BuiltInput, NodeError> {
     let depth = 8;
     let sp = SuperpagePool::new(SuperpagePoolConfig {
         superpage_bytes,
@@ -159,6 +173,7 @@ pub(crate) fn emulated_cards<G: Generator>(
     // One engine thread per card of (at most) CHANNELS_PER_CARD channels, as a RobinNP
     // serves its links with its DMA engine; never a thread per channel.
     let mut chans = Vec::with_capacity(config.channels);
+    let mut lanes = Vec::with_capacity(config.channels);
     let card_config = EmulatedConfig {
         queue_depth: depth,
         max_units_per_s: rate_hz,
@@ -185,6 +200,10 @@ pub(crate) fn emulated_cards<G: Generator>(
                     ));
                 }
             }
+            lanes.push(LaneProbe {
+                address: address.to_string(),
+                source: ProbeSource::Channel(ch.status_reader()),
+            });
             chans.push(ch);
         }
     }
@@ -194,10 +213,14 @@ pub(crate) fn emulated_cards<G: Generator>(
         crc: false,
         l1id_wrap: config.l1id_wrap,
     };
-    Ok((
-        Box::new(DmaInput::new(chans, check, ErrorDump::new(file, 10))),
-        sp,
-    ))
+    let input = DmaInput::new(chans, check, ErrorDump::new(file, 10));
+    Ok(BuiltInput {
+        errors: Some(input.lane_errors()),
+        input: Box::new(input),
+        superpages: Some(sp),
+        lanes,
+        net: Vec::new(),
+    })
 }
 
 /// The node's DMA input: per channel an emulated S-LINK card's link writing framed fragments
@@ -206,8 +229,8 @@ pub(crate) fn emulated_cards<G: Generator>(
 pub(crate) fn build(
     config: &ChannelSetup<'_>,
     rate_hz: Option<f64>,
-) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
-    emulated_cards(config, rate_hz, 256 * 1024, |c| {
+) -> Result<BuiltInput, NodeError> {
+    emulated_cards(config, rate_hz, 256 * 1024, "emulated", |c| {
         let mut g = SlinkGenerator::new(SlinkConfig {
             source_id: config.base_source_id + c as u32,
             data_words: WordRange::fixed(config.fragment_words),

@@ -5,12 +5,10 @@
 use std::path::PathBuf;
 
 use rodeo_cards::card::ChannelSource;
-use rodeo_memory::SuperpagePool;
 
 use super::card_channels::link_input;
-use super::setup::ChannelSetup;
+use super::setup::{BuiltInput, ChannelSetup};
 use crate::node::error::NodeError;
-use crate::server::input::Input;
 
 /// Link capture files replayed into a node's channels ([`crate::node::NodeInput::Files`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -34,10 +32,7 @@ fn file_sources(f: &FileInput) -> Vec<ChannelSource> {
 
 /// The node's file input for `f`: one file per channel, each played by a card thread given its
 /// superpages.
-pub(crate) fn build(
-    config: &ChannelSetup<'_>,
-    f: &FileInput,
-) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
+pub(crate) fn build(config: &ChannelSetup<'_>, f: &FileInput) -> Result<BuiltInput, NodeError> {
     if f.files.len() != config.channels {
         return Err(NodeError::Config(format!(
             "{} link files for {} channels: one per channel (ROB)",
@@ -45,6 +40,5 @@ pub(crate) fn build(
             config.channels
         )));
     }
-    let (input, sp, _) = link_input(config, file_sources(f))?;
-    Ok((input, sp))
+    link_input(config, file_sources(f))
 }

@@ -14,8 +14,11 @@
 //! The network and file inputs start `rodeo cards`' channels (`card_channels`). Every input
 //! is built from the part of the node's configuration its channels need (`setup`: channels,
 //! source ids, fragment size, L1ID wrap, first event, error file) and fails with the node's
-//! error. [`progress`] wraps whichever input the node runs and publishes its
-//! [`ReadoutProgress`].
+//! error, and hands back what it is made of ([`setup`]: the input, its superpages, and per
+//! channel how [`watch`] reads it). [`progress`] wraps whichever input the node runs and
+//! publishes its [`ReadoutProgress`]; [`watch`] ([`InputWatch`]) reads every channel's input
+//! from outside the core thread as [`InputStatus`] records ([`status`]): state, counters, rate,
+//! problem.
 //!
 //! Inputs depend on the store and the server's [`Input`] trait, never on the request server
 //! or on the node that assembles them (only on its error type, `node::error`).
@@ -30,6 +33,8 @@ pub mod network;
 pub mod progress;
 pub mod replay;
 pub(crate) mod setup;
+pub mod status;
+pub mod watch;
 
 pub use dma::{DmaInput, CHANNELS_PER_CARD};
 pub use file::FileInput;
@@ -37,3 +42,5 @@ pub use firmware::{FirmwareInput, Payload};
 pub use network::{NetTotals, NetworkInput};
 pub use progress::ReadoutProgress;
 pub use replay::ReplayInput;
+pub use status::{InputState, InputStatus};
+pub use watch::InputWatch;

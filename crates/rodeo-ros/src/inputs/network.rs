@@ -10,12 +10,10 @@ use rodeo_cards::card::ChannelSource;
 use rodeo_cards::net::{LinkAddress, NetCounters};
 use rodeo_files::linkfile::LinkMode;
 use rodeo_format::slink::SlinkCheckConfig;
-use rodeo_memory::SuperpagePool;
 
 use super::card_channels::link_input;
-use super::setup::ChannelSetup;
+use super::setup::{BuiltInput, ChannelSetup};
 use crate::node::error::NodeError;
-use crate::server::input::Input;
 
 /// Network receivers feeding a node's channels ([`crate::node::NodeInput::Network`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -81,13 +79,9 @@ pub(crate) fn net_totals(net: &[Arc<NetCounters>]) -> NetTotals {
     t
 }
 
-/// The node's network input for `n`: one address per channel, each a receiver started and
-/// given its superpages; returns the receivers' counters with the input.
-#[allow(clippy::type_complexity)]
-pub(crate) fn build(
-    config: &ChannelSetup<'_>,
-    n: &NetworkInput,
-) -> Result<(Box<dyn Input>, SuperpagePool, Vec<Arc<NetCounters>>), NodeError> {
+/// The node's network input for `n`: one address per channel, each a receiver started (its
+/// socket bound and listening from here on) and given its superpages.
+pub(crate) fn build(config: &ChannelSetup<'_>, n: &NetworkInput) -> Result<BuiltInput, NodeError> {
     if n.listen.len() != config.channels {
         return Err(NodeError::Config(format!(
             "{} network addresses for {} channels: one per channel (ROB)",

@@ -5,14 +5,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::dma::emulated_cards;
+use super::setup::{BuiltInput, ChannelSetup};
+use crate::node::error::NodeError;
 use rodeo_cards::replay::ReplayGenerator;
 use rodeo_files::replay::{L1idMode, ReplayEvents};
-use rodeo_memory::SuperpagePool;
-
-use super::dma::emulated_cards;
-use super::setup::ChannelSetup;
-use crate::node::error::NodeError;
-use crate::server::input::Input;
 
 /// Raw-data files replayed through a node's channels ([`crate::node::NodeInput::Replay`]).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -32,10 +29,7 @@ pub struct ReplayInput {
 /// The node's replay input for `r`: the files loaded (in L1ID order when the L1IDs are kept),
 /// then per channel an emulated card replaying its ROBs, superpages large enough for the
 /// largest fragment.
-pub(crate) fn build(
-    config: &ChannelSetup<'_>,
-    r: &ReplayInput,
-) -> Result<(Box<dyn Input>, SuperpagePool), NodeError> {
+pub(crate) fn build(config: &ChannelSetup<'_>, r: &ReplayInput) -> Result<BuiltInput, NodeError> {
     let map = r.source_map.iter().copied().collect();
     let mut events = ReplayEvents::load(&r.files, &map)?;
     if r.l1id == L1idMode::Keep {
@@ -46,7 +40,12 @@ pub(crate) fn build(
     // A superpage holds the largest fragment with its framing words.
     let largest = 4 * (events.max_rod_words() + 2);
     let superpage_bytes = (256 * 1024).max(largest.next_power_of_two());
-    emulated_cards(config, r.rate_hz, superpage_bytes, |c| {
+    let address = match r.files.as_slice() {
+        [one] => format!("replay:{}", one.display()),
+        [first, rest @ ..] => format!("replay:{} (+{} more)", first.display(), rest.len()),
+        [] => "replay".to_string(),
+    };
+    emulated_cards(config, r.rate_hz, superpage_bytes, &address, |c| {
         ReplayGenerator::new(
             Arc::clone(&events),
             config.base_source_id + c as u32,

@@ -1,9 +1,31 @@
 //! What every input of a node is built for ([`ChannelSetup`]): the node's channels, their
-//! fragments and the error file, taken from its [`crate::node::NodeConfig`].
+//! fragments and the error file, taken from its [`crate::node::NodeConfig`]; and what each
+//! input's builder hands back ([`BuiltInput`]).
 
 use std::path::Path;
+use std::sync::Arc;
 
+use rodeo_cards::net::NetCounters;
+use rodeo_memory::SuperpagePool;
+
+use super::watch::{LaneErrors, LaneProbe};
 use crate::node::error::NodeError;
+use crate::server::input::Input;
+
+/// An input built for a node: what the core thread polls, the memory it reads, and what the
+/// node's input watch reads of it.
+pub(crate) struct BuiltInput {
+    /// What the core thread polls.
+    pub(crate) input: Box<dyn Input>,
+    /// The DMA superpages its cards fill (kept as long as the node).
+    pub(crate) superpages: Option<SuperpagePool>,
+    /// Per channel, where its data comes from and how to read its figures.
+    pub(crate) lanes: Vec<LaneProbe>,
+    /// Per channel, the S-LINK check errors (DMA inputs).
+    pub(crate) errors: Option<Arc<LaneErrors>>,
+    /// The network receivers' counters (network inputs).
+    pub(crate) net: Vec<Arc<NetCounters>>,
+}
 
 /// The part of a node's configuration every input is built from.
 #[derive(Debug, Clone, Copy)]

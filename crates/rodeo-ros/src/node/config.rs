@@ -52,6 +52,9 @@ pub enum NodeInput {
     Files(FileInput),
 }
 
+/// The default of [`NodeConfig::input_silence`].
+pub const DEFAULT_INPUT_SILENCE: Duration = Duration::from_secs(10);
+
 /// How a readout node is built.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -87,6 +90,9 @@ pub struct NodeConfig {
     /// ZeroMQ high-water mark of the request server (default
     /// [`crate::server::DEFAULT_HIGH_WATER_MARK`]; `[ros] high_water_mark`).
     pub high_water_mark: u32,
+    /// An input silent (or waiting for its first data) longer than this is lost, and a problem
+    /// of the run ([`crate::inputs::watch`]; `[ros] input_silence_seconds`; `None`: never).
+    pub input_silence: Option<Duration>,
 }
 
 impl Default for NodeConfig {
@@ -106,6 +112,7 @@ impl Default for NodeConfig {
             max_message_bytes: None,
             first_event: 0,
             high_water_mark: crate::server::DEFAULT_HIGH_WATER_MARK,
+            input_silence: Some(DEFAULT_INPUT_SILENCE),
         }
     }
 }

@@ -34,7 +34,11 @@ use rodeo_transport::socket::Transport;
 
 use crate::inputs::network::net_totals;
 use crate::inputs::progress::ProgressInput;
-use crate::inputs::{dma, file, network, replay, FirmwareInput, NetTotals, ReadoutProgress};
+use crate::inputs::setup::BuiltInput;
+use crate::inputs::watch::LaneProbe;
+use crate::inputs::{
+    dma, file, network, replay, FirmwareInput, InputWatch, NetTotals, ReadoutProgress,
+};
 use crate::server::{DirectClient, Input, RequestServer, ServerCounters, Stopped};
 use crate::store::{EventStore, StoreConfig};
 use crate::swrod::{SwRodFeed, SwRodInputCounters, SwRodParts};
@@ -43,7 +47,7 @@ use config::server_config;
 pub use crate::inputs::replay::ReplayInput;
 pub use crate::inputs::CHANNELS_PER_CARD;
 pub use crate::swrod::SwRodMonitor;
-pub use config::{NodeConfig, NodeInput};
+pub use config::{NodeConfig, NodeInput, DEFAULT_INPUT_SILENCE};
 pub use error::NodeError;
 
 /// A running readout node and the memory it holds.
@@ -53,6 +57,7 @@ pub struct ReadoutNode {
     server: RequestServer,
     progress: Arc<ReadoutProgress>,
     net: Vec<Arc<rodeo_cards::net::NetCounters>>,
+    watch: InputWatch,
     robs: Vec<u32>,
     _pool: PagePool,
     _superpages: Option<SuperpagePool>,
@@ -142,6 +147,7 @@ struct Parts {
     input: Box<dyn Input>,
     swrod: Option<SwRodParts>,
     net: Vec<Arc<rodeo_cards::net::NetCounters>>,
+    watch: InputWatch,
     l1id_wrap: u32,
 }
 
@@ -152,6 +158,7 @@ struct Memory {
     swrod: Option<SwRodParts>,
     progress: Arc<ReadoutProgress>,
     net: Vec<Arc<rodeo_cards::net::NetCounters>>,
+    watch: InputWatch,
 }
 
 impl Memory {
@@ -159,11 +166,13 @@ impl Memory {
     /// their links). If they cannot start, the server is stopped again.
     fn node(self, server: RequestServer, config: &NodeConfig) -> Result<ReadoutNode, NodeError> {
         let swrod = self.swrod.map(SwRodParts::start).transpose()?;
+        self.watch.set_store(server.channel_stats());
         Ok(ReadoutNode {
             swrod,
             server,
             progress: self.progress,
             net: self.net,
+            watch: self.watch,
             robs: config.robs(),
             _pool: self.pool,
             _superpages: self.superpages,
@@ -180,6 +189,7 @@ impl Parts {
             swrod: self.swrod,
             progress: input.progress(),
             net: self.net,
+            watch: self.watch,
         };
         (memory, self.store, Box::new(input))
     }
@@ -196,10 +206,8 @@ impl Parts {
             ),
         )?;
         let setup = config.channel_setup();
-        let mut superpages = None;
         let mut swrod = None;
-        let mut net = Vec::new();
-        let input: Box<dyn Input> = match &config.input {
+        let built = match &config.input {
             NodeInput::SwRod {
                 elinks,
                 rate_hz,
@@ -207,44 +215,45 @@ impl Parts {
             } => {
                 let (parts, input, sp) = SwRodParts::build(&setup, *elinks, *rate_hz, *threads)?;
                 swrod = Some(parts);
-                superpages = Some(sp);
-                Box::new(input)
+                BuiltInput {
+                    input: Box::new(input),
+                    superpages: Some(sp),
+                    lanes: LaneProbe::store(config.channels, "emulated"),
+                    errors: None,
+                    net: Vec::new(),
+                }
             }
-            NodeInput::Firmware(payload) => Box::new(FirmwareInput::new(
-                &store,
-                config.fragment_words as usize,
-                config.l1id_wrap,
-                *payload,
-            )),
-            NodeInput::Dma { rate_hz } => {
-                let (input, sp) = dma::build(&setup, *rate_hz)?;
-                superpages = Some(sp);
-                input
-            }
-            NodeInput::Replay(r) => {
-                let (input, sp) = replay::build(&setup, r)?;
-                superpages = Some(sp);
-                input
-            }
-            NodeInput::Network(n) => {
-                let (input, sp, counters) = network::build(&setup, n)?;
-                net = counters;
-                superpages = Some(sp);
-                input
-            }
-            NodeInput::Files(f) => {
-                let (input, sp) = file::build(&setup, f)?;
-                superpages = Some(sp);
-                input
-            }
+            NodeInput::Firmware(payload) => BuiltInput {
+                input: Box::new(FirmwareInput::new(
+                    &store,
+                    config.fragment_words as usize,
+                    config.l1id_wrap,
+                    *payload,
+                )),
+                superpages: None,
+                lanes: LaneProbe::store(config.channels, "emulated"),
+                errors: None,
+                net: Vec::new(),
+            },
+            NodeInput::Dma { rate_hz } => dma::build(&setup, *rate_hz)?,
+            NodeInput::Replay(r) => replay::build(&setup, r)?,
+            NodeInput::Network(n) => network::build(&setup, n)?,
+            NodeInput::Files(f) => file::build(&setup, f)?,
         };
+        let watch = InputWatch::new(
+            config.robs(),
+            built.lanes,
+            built.errors,
+            config.input_silence,
+        );
         Ok(Parts {
             pool,
-            superpages,
+            superpages: built.superpages,
             store,
-            input,
+            input: built.input,
             swrod,
-            net,
+            net: built.net,
+            watch,
             l1id_wrap: config.l1id_wrap,
         })
     }
@@ -288,6 +297,12 @@ impl ReadoutNode {
         Arc::clone(&self.progress)
     }
 
+    /// Every channel's input as the outside sees it (state, counters, rate, problem): a
+    /// cheap shared handle, readable after the node stopped ([`crate::inputs::watch`]).
+    pub fn input_watch(&self) -> InputWatch {
+        self.watch.clone()
+    }
+
     /// Totals of the network receivers ([`NodeInput::Network`]; zero for other inputs).
     pub fn net_totals(&self) -> NetTotals {
         net_totals(&self.net)
@@ -317,12 +332,14 @@ impl ReadoutNode {
         let ReadoutNode {
             swrod,
             server,
+            watch,
             _pool,
             _superpages,
             ..
         } = self;
         let builders = swrod.map(|mut f| (f.shutdown(), f));
         let mut stopped = server.stop();
+        watch.set_stopped();
         if let Some(((builder, cards, error), feed)) = builders {
             // Read after the core thread dropped its input (what it still held is counted).
             stopped.swrod = Some(feed.final_counters(builder, cards));

@@ -188,6 +188,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "good": m.good(),
                     "bad": m.bad(),
                     "net_dropped_units": r.net_dropped_units,
+                    "input_state": r.net_state.map(|s| s.name()),
                     "errors": errors,
                 })
             })
@@ -281,7 +282,10 @@ fn print_table(cards: &[Value], seconds: f64) {
                     errors
                 },
             );
-            println!("        {}", ch["link"].as_str().unwrap_or(""));
+            match ch["input_state"].as_str() {
+                Some(state) => println!("        {} ({state})", ch["link"].as_str().unwrap_or("")),
+                None => println!("        {}", ch["link"].as_str().unwrap_or("")),
+            }
         }
     }
 }

@@ -57,9 +57,14 @@ pub(crate) struct LinkArgs {
     /// tcp://HOST:PORT (length-prefixed records).
     #[arg(long, value_name = "ADDRESS")]
     send: Option<String>,
-    /// Units per second when sending (0: as fast as the network takes them).
+    /// Units per second when sending (0: as fast as the network takes them). Paced, each unit
+    /// leaves at once (no batching), as a front-end's would.
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
+    /// When sending over TCP: keep trying to connect for this long while the receiver is not
+    /// listening yet (a partition still starting), every 100 ms.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    retry_seconds: f64,
     /// Fraction of units corrupted (0..1), cycling through every error kind that applies.
     #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
     corrupt: f64,
@@ -162,9 +167,19 @@ pub(crate) fn run(args: LinkArgs) -> anyhow::Result<ExitCode> {
         ),
         (None, Some(addr)) => {
             let address = LinkAddress::parse(addr)?;
+            let retry = Duration::try_from_secs_f64(args.retry_seconds).map_err(|_| {
+                anyhow::anyhow!(
+                    "--retry-seconds {} is not a time: give seconds >= 0",
+                    args.retry_seconds
+                )
+            })?;
             Sink::Net(
-                LinkSender::connect(address)
-                    .with_context(|| format!("cannot connect to {address}"))?,
+                LinkSender::connect_retrying(address, retry).with_context(|| {
+                    format!(
+                        "cannot connect to {address} (tried for {} s; is the partition running?)",
+                        args.retry_seconds
+                    )
+                })?,
             )
         }
         (None, None) => anyhow::bail!("give --output FILE or --send ADDRESS"),
@@ -248,6 +263,11 @@ fn produce<G: Generator>(
             bytes += u.len() as u64;
             let r = match sink {
                 Sink::File(w) => w.write_unit(u).map_err(anyhow::Error::from),
+                // Paced: the unit leaves now, not when the buffer fills.
+                Sink::Net(s) if args.rate > 0.0 => s
+                    .send(u)
+                    .and_then(|()| s.flush())
+                    .map_err(anyhow::Error::from),
                 Sink::Net(s) => s.send(u).map_err(anyhow::Error::from),
             };
             if let Err(e) = r {

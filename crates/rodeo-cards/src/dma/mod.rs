@@ -38,6 +38,18 @@
 //! Sources fed from outside ([`Generator::waits_for_input`], a network receiver) wait inside
 //! their `fill`; give each its own card so that it never holds other channels up.
 //!
+//! # When a partly filled superpage is handed over
+//!
+//! A source without limits that does not wait (an emulator running free) fills a superpage in
+//! one call and hands it over at once. The others (a source paced by
+//! [`EmulatedConfig::max_units_per_s`] or `max_bytes_per_s`, a replay at a rate, a network
+//! receiver) write a superpage over many calls, and hand it over when it is full, when a call
+//! writes nothing (the source paused), or at the latest [`FLUSH_INTERVAL`] after its first
+//! unit was written, whatever the rate: the engine reads the clock once per turn, and a
+//! receiver that waits for input ([`Generator::fill_until`]) stops waiting at that deadline.
+//! So a unit reaches the reader within about [`FLUSH_INTERVAL`] of its arrival at 1 Hz as at
+//! the link's limit, and never waits for a pause in the stream.
+//!
 //! # Lazy channels: no thread at all
 //!
 //! A channel started with [`EmulatedChannel::start_lazy`] has no engine thread: its reader's
@@ -63,6 +75,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
+
+mod limits;
+
+use limits::Limits;
+
+/// The longest a unit waits in a partly filled superpage before the channel hands the
+/// superpage over (module docs, "When a partly filled superpage is handed over").
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(5);
 
 /// A contiguous buffer a card can fill: a pool superpage, or plain memory in tests.
 pub trait SuperpageBuffer: Send + 'static {
@@ -173,6 +193,14 @@ impl<G: Generator + ?Sized> Generator for Box<G> {
     fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
         (**self).fill(buf, max_units)
     }
+    fn fill_until(
+        &mut self,
+        buf: &mut [u8],
+        max_units: u64,
+        flush_by: &mut Option<Instant>,
+    ) -> Fill {
+        (**self).fill_until(buf, max_units, flush_by)
+    }
     fn is_finished(&self) -> bool {
         (**self).is_finished()
     }
@@ -191,6 +219,22 @@ pub trait Generator: Send + 'static {
     /// channel reports that and stops.
     fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill;
 
+    /// [`Generator::fill`] into a superpage that must be handed over by `*flush_by` (`None`:
+    /// it holds no unit yet). A source that waits for input returns by that deadline, and when
+    /// it writes the superpage's first unit sets it to that unit's arrival plus
+    /// [`FLUSH_INTERVAL`]; the channel passes the same deadline until it hands the superpage
+    /// over. The default calls `fill` (a source that never waits returns at once anyway; the
+    /// channel sets the deadline for it).
+    fn fill_until(
+        &mut self,
+        buf: &mut [u8],
+        max_units: u64,
+        flush_by: &mut Option<Instant>,
+    ) -> Fill {
+        let _ = flush_by;
+        self.fill(buf, max_units)
+    }
+
     /// True when the generator has nothing more to send (a file played once); the channel then
     /// hands over its last superpage and stops.
     fn is_finished(&self) -> bool {
@@ -199,7 +243,8 @@ pub trait Generator: Send + 'static {
 
     /// True for sources fed from outside (a network receiver): `fill` waits a bounded time
     /// (milliseconds) for input, and writing nothing means nothing arrived yet. The channel then
-    /// hands over a partly filled superpage, so data never waits for more data to come.
+    /// hands over a partly filled superpage, so data never waits for more data to come; and it
+    /// hands one over [`FLUSH_INTERVAL`] after its first unit even if the input never pauses.
     fn waits_for_input(&self) -> bool {
         false
     }
@@ -262,6 +307,48 @@ impl<S: SuperpageBuffer> ChannelState<S> {
             stalls: AtomicU64::new(0),
             stall_ns: AtomicU64::new(0),
         }
+    }
+}
+
+impl<S> ChannelState<S> {
+    fn status(&self) -> ChannelStatus {
+        ChannelStatus {
+            link_up: self.running.load(Ordering::Acquire),
+            transfer_queue_len: self.transfer.len(),
+            ready_queue_len: self.ready.len(),
+            counters: ChannelCounters {
+                superpages: self.superpages.load(Ordering::Relaxed),
+                bytes: self.bytes.load(Ordering::Relaxed),
+                units: self.units.load(Ordering::Relaxed),
+                stalls: self.stalls.load(Ordering::Relaxed),
+                stall_ns: self.stall_ns.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+/// A cheap shared handle reading a channel's [`ChannelStatus`] after the channel itself has
+/// gone to its reader (behind a `dyn DmaChannel`, in another thread): what a monitor keeps
+/// ([`EmulatedChannel::status_reader`]). The last status stays readable after the channel
+/// stopped (link down).
+#[derive(Clone)]
+pub struct StatusReader(Arc<dyn Fn() -> ChannelStatus + Send + Sync>);
+
+impl StatusReader {
+    /// The channel's status now.
+    pub fn status(&self) -> ChannelStatus {
+        (self.0)()
+    }
+
+    /// A reader that always answers `status` (a channel that never started).
+    pub fn fixed(status: ChannelStatus) -> StatusReader {
+        StatusReader(Arc::new(move || status))
+    }
+}
+
+impl std::fmt::Debug for StatusReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StatusReader").field(&self.status()).finish()
     }
 }
 
@@ -446,6 +533,12 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         self.engine.as_ref().map_or(0, |e| e.channels)
     }
 
+    /// A handle reading this channel's status after the channel has gone to its reader.
+    pub fn status_reader(&self) -> StatusReader {
+        let shared = Arc::clone(&self.shared);
+        StatusReader(Arc::new(move || shared.status()))
+    }
+
     /// A handle reading the card's engine CPU time after the channel has gone behind a
     /// `dyn DmaChannel` (one per card is enough: every channel of a card reads the same).
     pub fn card_cpu(&self) -> CardCpu {
@@ -514,93 +607,7 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
     }
 
     fn status(&self) -> ChannelStatus {
-        let s = &self.shared;
-        ChannelStatus {
-            link_up: s.running.load(Ordering::Acquire),
-            transfer_queue_len: s.transfer.len(),
-            ready_queue_len: s.ready.len(),
-            counters: ChannelCounters {
-                superpages: s.superpages.load(Ordering::Relaxed),
-                bytes: s.bytes.load(Ordering::Relaxed),
-                units: s.units.load(Ordering::Relaxed),
-                stalls: s.stalls.load(Ordering::Relaxed),
-                stall_ns: s.stall_ns.load(Ordering::Relaxed),
-            },
-        }
-    }
-}
-
-/// A token bucket: refilled from elapsed time at `per_s`, capped at 10 ms worth.
-struct Bucket {
-    per_s: f64,
-    tokens: f64,
-}
-
-impl Bucket {
-    fn new(per_s: Option<f64>) -> Option<Bucket> {
-        per_s
-            .filter(|r| *r > 0.0)
-            .map(|per_s| Bucket { per_s, tokens: 0.0 })
-    }
-
-    fn refill(&mut self, seconds: f64) {
-        let cap = (self.per_s * 0.01).max(1.0);
-        self.tokens = (self.tokens + seconds * self.per_s).min(cap);
-    }
-}
-
-/// The unit-rate and bandwidth limits of a channel.
-struct Limits {
-    units: Option<Bucket>,
-    bytes: Option<Bucket>,
-    last: Instant,
-    /// Bytes of the last unit written, to turn a byte budget into a unit count.
-    unit_bytes: f64,
-}
-
-impl Limits {
-    fn new(config: &EmulatedConfig) -> Option<Limits> {
-        let units = Bucket::new(config.max_units_per_s);
-        let bytes = Bucket::new(config.max_bytes_per_s);
-        (units.is_some() || bytes.is_some()).then(|| Limits {
-            units,
-            bytes,
-            last: Instant::now(),
-            unit_bytes: 1.0,
-        })
-    }
-
-    /// Units that may be written now (0: wait).
-    fn grant(&mut self) -> u64 {
-        let now = Instant::now();
-        let dt = now.duration_since(self.last).as_secs_f64();
-        self.last = now;
-        let mut n = u64::MAX;
-        if let Some(u) = &mut self.units {
-            u.refill(dt);
-            n = n.min(u.tokens.max(0.0) as u64);
-        }
-        if let Some(b) = &mut self.bytes {
-            b.refill(dt);
-            n = if b.tokens <= 0.0 {
-                0
-            } else {
-                n.min(((b.tokens / self.unit_bytes) as u64).max(1))
-            };
-        }
-        n
-    }
-
-    fn charge(&mut self, fill: Fill) {
-        if let Some(u) = &mut self.units {
-            u.tokens -= fill.units as f64;
-        }
-        if let Some(b) = &mut self.bytes {
-            b.tokens -= fill.bytes as f64;
-        }
-        if fill.units > 0 {
-            self.unit_bytes = (fill.bytes as f64 / fill.units as f64).max(1.0);
-        }
+        self.shared.status()
     }
 }
 
@@ -612,6 +619,8 @@ struct Lane<S, G> {
     sequence: u64,
     /// The superpage being filled and what it holds so far.
     current: Option<(S, Fill)>,
+    /// When the current superpage must be handed over (set with its first unit; module docs).
+    flush_by: Option<Instant>,
     /// A filled superpage the full ready queue did not take yet.
     ready: Option<Filled<S>>,
     /// The ready queue was full at the last attempt (its full event is counted).
@@ -633,6 +642,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
             limits: Limits::new(&config),
             sequence: 0,
             current: None,
+            flush_by: None,
             ready: None,
             ready_full: false,
             stalled_since: None,
@@ -647,12 +657,13 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         fill_cpu: &Option<Arc<EngineState>>,
         buf: &mut [u8],
         max_units: u64,
+        flush_by: &mut Option<Instant>,
     ) -> Fill {
         let Some(state) = fill_cpu else {
-            return generator.fill(buf, max_units);
+            return generator.fill_until(buf, max_units, flush_by);
         };
         let t0 = rodeo_memory::cpu::thread_cpu_time();
-        let f = generator.fill(buf, max_units);
+        let f = generator.fill_until(buf, max_units, flush_by);
         let ns = rodeo_memory::cpu::thread_cpu_time()
             .saturating_sub(t0)
             .as_nanos() as u64;
@@ -683,6 +694,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
 
     /// Hands the current superpage over (to the ready queue, or kept until it has room).
     fn hand_over(&mut self) {
+        self.flush_by = None;
         let Some((superpage, fill)) = self.current.take() else {
             return;
         };
@@ -762,7 +774,15 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         let max_units = match &mut self.limits {
             None => u64::MAX,
             Some(l) => match l.grant() {
-                0 => return moved,
+                0 => {
+                    // Paced out for now: what waits in the superpage goes at its deadline.
+                    let now = l.last;
+                    if self.flush_by.is_some_and(|d| now >= d) {
+                        self.hand_over();
+                        return true;
+                    }
+                    return moved;
+                }
                 n => n,
             },
         };
@@ -777,6 +797,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
                 &self.fill_cpu,
                 &mut buf[fill.bytes..],
                 max_units,
+                &mut self.flush_by,
             )
         } else {
             Fill::default()
@@ -790,9 +811,17 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         let finished = self.generator.is_finished();
         if f.units > 0 {
             // Unlimited sources fill a superpage in one call; the others go on next turn
-            // until a call writes nothing (full, or an outside source paused).
+            // until a call writes nothing (full, or an outside source paused), or until the
+            // superpage's deadline (one clock read per turn, never per unit).
             if (self.limits.is_none() && !waits) || finished {
                 self.hand_over();
+                return true;
+            }
+            let now = Instant::now();
+            match self.flush_by {
+                None => self.flush_by = Some(now + FLUSH_INTERVAL),
+                Some(d) if now >= d => self.hand_over(),
+                Some(_) => {}
             }
             return true;
         }
@@ -972,6 +1001,49 @@ mod tests {
     }
 
     #[test]
+    fn a_paced_channel_hands_over_a_partly_filled_superpage_at_its_deadline() {
+        // 100 units/s into superpages of 1000 units: full only after 10 s. Each superpage
+        // must go at most FLUSH_INTERVAL after its first unit, so units arrive as they are
+        // written, a few per superpage.
+        let ch = EmulatedChannel::start(
+            "paced-card",
+            EmulatedConfig {
+                queue_depth: 4,
+                max_units_per_s: Some(100.0),
+                ..EmulatedConfig::default()
+            },
+            Counter {
+                next: 0,
+                limit: None,
+            },
+        )
+        .unwrap();
+        for _ in 0..4 {
+            ch.push_superpage(vec![0; 64_000]).unwrap();
+        }
+        let start = Instant::now();
+        let mut units = 0u64;
+        let mut superpages = 0u64;
+        while units < 20 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{units} units in {superpages} superpages after 5 s: {:?}",
+                ch.status()
+            );
+            match ch.pop_superpage() {
+                Some(f) => {
+                    assert!(f.units <= 3, "{} units waited in one superpage", f.units);
+                    units += f.units;
+                    superpages += 1;
+                    ch.push_superpage(f.superpage).unwrap();
+                }
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        assert!(superpages >= 7, "{units} units in {superpages} superpages");
+    }
+
+    #[test]
     fn bandwidth_limit_bounds_the_byte_rate() {
         let ch = EmulatedChannel::start(
             "bw-card",
@@ -1108,13 +1180,16 @@ mod tests {
             },
         );
         paced.push_superpage(vec![0; 64 * 1024]).unwrap();
-        let t0 = Instant::now();
-        while paced.pop_superpage().is_none() && t0.elapsed() < Duration::from_millis(30) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        // The bucket gathers tokens for a unit or two (the pace, not a synchronisation).
+        std::thread::sleep(Duration::from_millis(3));
+        // This pop writes them; the superpage goes at its deadline (FLUSH_INTERVAL) or at the
+        // stop, whichever comes first.
+        let early = paced.pop_superpage();
         paced.stop();
         assert!(!paced.status().link_up);
-        let last = paced.pop_superpage().expect("the partial superpage");
+        let last = early
+            .or_else(|| paced.pop_superpage())
+            .expect("the partial superpage");
         assert!(last.units > 0 && last.units < 1024, "{}", last.units);
     }
 

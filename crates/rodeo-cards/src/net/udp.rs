@@ -1,0 +1,116 @@
+//! The UDP receiver: one datagram is one unit, received straight into the superpage.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::wait::wait_readable;
+use super::{
+    set_receive_buffer, LinkState, NetCounters, UnitRule, FLUSH_INTERVAL, POLL_INTERVAL,
+    UDP_RECEIVE_BUFFER,
+};
+use crate::dma::{Fill, Generator};
+
+/// Receives units as UDP datagrams; see the parent module's docs.
+#[derive(Debug)]
+pub struct UdpReceiver {
+    socket: UdpSocket,
+    rule: UnitRule,
+    counters: Arc<NetCounters>,
+}
+
+impl UdpReceiver {
+    /// Binds `addr` (port 0 picks a free port; see [`UdpReceiver::local_addr`]) and asks for
+    /// a [`UDP_RECEIVE_BUFFER`] socket buffer, so a card stall of milliseconds loses nothing.
+    pub fn bind(addr: SocketAddr, rule: UnitRule) -> io::Result<UdpReceiver> {
+        let socket = UdpSocket::bind(addr)?;
+        socket.set_nonblocking(true)?;
+        set_receive_buffer(&socket, UDP_RECEIVE_BUFFER);
+        Ok(UdpReceiver {
+            socket,
+            rule,
+            counters: Arc::default(),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// The counters (shared: keep a clone to read them while the channel runs).
+    pub fn counters(&self) -> Arc<NetCounters> {
+        Arc::clone(&self.counters)
+    }
+}
+
+impl Generator for UdpReceiver {
+    fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+        self.fill_until(buf, max_units, &mut None)
+    }
+
+    fn fill_until(
+        &mut self,
+        buf: &mut [u8],
+        max_units: u64,
+        flush_by: &mut Option<Instant>,
+    ) -> Fill {
+        let mut fill = Fill::default();
+        // One byte more than the largest unit tells an oversize datagram (truncated by recv).
+        let room = self.rule.max_bytes() + 1;
+        let mut now = Instant::now();
+        self.counters.look(now);
+        let mut waited = false;
+        while fill.units < max_units {
+            let Some(dst) = buf.get_mut(fill.bytes..fill.bytes + room) else {
+                break;
+            };
+            match self.socket.recv(dst) {
+                Ok(n) => {
+                    now = Instant::now();
+                    if self.counters.state() == LinkState::Waiting {
+                        self.counters.set_state(LinkState::Connected, now);
+                    }
+                    self.counters.data(now);
+                    if self.rule.accepts(n) {
+                        fill.bytes += n;
+                        fill.units += 1;
+                        self.counters.accept_unit(n);
+                        flush_by.get_or_insert(now + FLUSH_INTERVAL);
+                    } else {
+                        self.counters.drop_unit(n);
+                    }
+                    if flush_by.is_some_and(|d| now >= d) {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let limit = match *flush_by {
+                        Some(d) if now >= d => break,
+                        Some(d) => d - now,
+                        // Nothing to hand over: wait once, then let the channel look at its
+                        // stop flag.
+                        None if waited => break,
+                        None => POLL_INTERVAL,
+                    };
+                    self.counters.quiet(now);
+                    if wait_readable(&self.socket, limit).is_err() {
+                        break;
+                    }
+                    waited = true;
+                    now = Instant::now();
+                    self.counters.look(now);
+                }
+                // An error queued on the socket (an ICMP message): nothing was received.
+                Err(_) => break,
+            }
+        }
+        fill
+    }
+
+    fn waits_for_input(&self) -> bool {
+        true
+    }
+}
