@@ -456,6 +456,19 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
             ));
         }
     }
+    for input in s.nodes.iter().flat_map(|n| &n.inputs) {
+        if let Some(why) = &input.problem {
+            out.push(Problem::new(
+                ProblemKind::Input,
+                None,
+                Some(format!(
+                    "{} ROB {:#010x} {}",
+                    input.node, input.rob, input.address
+                )),
+                why.clone(),
+            ));
+        }
+    }
     if s.l1_missed > 0 {
         out.push(Problem::new(
             ProblemKind::L1Missed,

@@ -3,6 +3,15 @@
 
 use serde_json::{Map, Value};
 
+/// `println!` that a closed standard output (`rodeo bench ... | head`) cannot turn into a
+/// panic: the rest of the report is dropped.
+macro_rules! report_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// A benchmark or study result: a name, top-level fields and rows of flat objects.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -62,27 +71,27 @@ impl Report {
                 "rows".into(),
                 Value::Array(self.rows.iter().cloned().map(Value::Object).collect()),
             );
-            println!("{}", Value::Object(obj));
+            report_line!("{}", Value::Object(obj));
             return;
         }
-        println!("{}", self.bench);
+        report_line!("{}", self.bench);
         for (k, v) in &self.fields {
             if k.starts_with("target") {
                 continue; // said by the target lines
             }
             let (name, value) = human(k, v);
-            println!("  {name}: {value}");
+            report_line!("  {name}: {value}");
         }
         if self.rows.len() == 1 {
             for (k, v) in &self.rows[0] {
                 let (name, value) = human(k, v);
-                println!("  {name:<32} {value:>14}");
+                report_line!("  {name:<32} {value:>14}");
             }
         } else {
             print_table(&self.rows);
         }
         for t in &self.targets {
-            println!(
+            report_line!(
                 "target {}: {} (goal {}): {}",
                 t.what,
                 t.value,
@@ -198,7 +207,7 @@ pub fn print_table(rows: &[Map<String, Value>]) {
             .zip(&widths)
             .map(|(v, w)| format!("{v:>w$}"))
             .collect();
-        println!("{}", parts.join("  "));
+        report_line!("{}", parts.join("  "));
     };
     line(heads.iter().map(String::as_str).collect());
     for r in &cells {

@@ -1,5 +1,8 @@
 //! The `rodeo` command: a thin layer that parses arguments and wires the library crates.
 
+#[macro_use]
+mod out;
+
 mod cmd;
 mod logging;
 mod progress;

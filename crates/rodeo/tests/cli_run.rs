@@ -625,3 +625,47 @@ fn the_text_sheet_says_verified_only_for_files_read_back_and_each_rate_with_its_
         assert!(text.trim_end().ends_with("verdict: OK"), "{text}");
     }
 }
+
+/// A reader that went away (`rodeo runs | head -1`, a pager quit early) ends the listing
+/// commands quietly with exit 0: never a panic on a closed pipe.
+#[test]
+fn a_closed_pipe_ends_the_listings_with_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    rodeo!()
+        .args(["run", "--events", "200", "--json", "--output"])
+        .arg(&out_dir)
+        .output()
+        .assert_success();
+    let out_arg = out_dir.to_str().unwrap();
+    for args in [
+        vec!["runs", "--output", out_arg],
+        vec!["runs", "--json", "--output", out_arg],
+        vec!["config", "default"],
+        vec!["info"],
+    ] {
+        // The pipe's reader is closed before rodeo writes: its first write fails (EPIPE).
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(rodeo_testkit::rodeo_bin!())
+            .args(&args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "rodeo {args:?}: {err}");
+        assert!(!err.contains("panicked"), "rodeo {args:?}: {err}");
+    }
+    // And as a shell runs it, with head reading one line.
+    let shell = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; '{}' runs --output '{out_arg}' | head -1",
+            rodeo_testkit::rodeo_bin!()
+        ))
+        .output()
+        .unwrap();
+    assert!(shell.status.success(), "{shell:?}");
+    assert!(String::from_utf8_lossy(&shell.stdout).starts_with("   run  verdict"));
+}

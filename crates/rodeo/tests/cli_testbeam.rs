@@ -553,7 +553,29 @@ fn an_input_that_never_connected_is_a_problem_of_the_run() {
         .arg("--json")
         .echo_stderr()
         .spawn();
-    let sheet = sheet(run, Duration::from_secs(120));
+    let out = run.wait_with_deadline(Duration::from_secs(120));
+    // Degraded, not ok: exit 3, each input named in the sheet's problems and `rodeo runs`.
+    assert_eq!(out.status.code(), Some(3), "{}", out.text());
+    let sheet: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(sheet["verdict"], "degraded", "{sheet}");
+    let named: Vec<&str> = sheet["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "input")
+        .filter_map(|p| p["where"].as_str())
+        .collect();
+    for (i, address) in addresses.iter().enumerate() {
+        let place = format!("ros-1 ROB 0x{:08x} {address}", 0x0051_0000 + i);
+        assert!(named.contains(&place.as_str()), "{place}: {sheet}");
+    }
+    let runs = rodeo!()
+        .args(["runs", "--json", "--output"])
+        .arg(dir.path().join("out"))
+        .output();
+    runs.assert_success();
+    let r: Value = serde_json::from_str(&runs.stdout).unwrap();
+    assert_eq!(r["runs"][0]["status"], "degraded", "{r}");
     let inputs = sheet["readout_nodes"][0]["inputs"].as_array().unwrap();
     assert_eq!(inputs.len(), 2, "{sheet}");
     for (i, input) in inputs.iter().enumerate() {
@@ -625,6 +647,7 @@ fn a_sender_reset_mid_run_is_lost() {
     );
     assert_eq!(code, 200, "{body}");
     let sheet = sheet(run, Duration::from_secs(120));
+    assert_eq!(sheet["verdict"], "degraded", "{sheet}");
     let input = &sheet["readout_nodes"][0]["inputs"][0];
     assert_eq!(input["state"], "lost", "{sheet}");
     assert_eq!(input["fragments"], 100, "{sheet}");

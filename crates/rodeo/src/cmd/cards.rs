@@ -202,7 +202,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }));
     }
     if args.json {
-        println!("{}", json!({"seconds": seconds, "cards": cards}));
+        outln!("{}", json!({"seconds": seconds, "cards": cards}));
     } else {
         print_table(&cards, seconds);
     }
@@ -242,9 +242,9 @@ fn read_card(card: &Card, stop: &AtomicBool) -> Vec<LinkMonitor> {
 }
 
 fn print_table(cards: &[Value], seconds: f64) {
-    println!("cards after {seconds:.2} s:");
+    outln!("cards after {seconds:.2} s:");
     for card in cards {
-        println!(
+        outln!(
             "{}  ({} engine thread(s), {:.1}% of a core)",
             card["name"].as_str().unwrap_or("?"),
             card["engine_threads"],
@@ -263,7 +263,7 @@ fn print_table(cards: &[Value], seconds: f64) {
                         .join(" ")
                 })
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "  ch{:<2} {:4}  {:>9} units {:>9.1} MB/s {:>7} stalls  good {:>9} bad {:>6}  {}",
                 ch["channel"],
                 if ch["link_up"].as_bool() == Some(true) {
@@ -283,8 +283,8 @@ fn print_table(cards: &[Value], seconds: f64) {
                 },
             );
             match ch["input_state"].as_str() {
-                Some(state) => println!("        {} ({state})", ch["link"].as_str().unwrap_or("")),
-                None => println!("        {}", ch["link"].as_str().unwrap_or("")),
+                Some(state) => outln!("        {} ({state})", ch["link"].as_str().unwrap_or("")),
+                None => outln!("        {}", ch["link"].as_str().unwrap_or("")),
             }
         }
     }

@@ -40,7 +40,7 @@ enum What {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Default => {
-            print!("{DEFAULT_TOML}");
+            out!("{DEFAULT_TOML}");
             Ok(ExitCode::SUCCESS)
         }
         What::Check {
@@ -63,7 +63,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             if let (true, Some(config)) = (bind, &report.config) {
                 for t in try_binds(config) {
                     binds_ok &= !matches!(t.outcome, BindOutcome::Fails(_));
-                    println!("{t}");
+                    outln!("{t}");
                 }
                 if !binds_ok {
                     eprintln!(
@@ -85,7 +85,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                                 .filter(|(_, b)| *b > 0)
                                 .map(|(n, b)| format!("{n} {}", human(*b)))
                                 .collect();
-                            println!(
+                            outln!(
                                 "{}: {} ({}); busy threads: {}",
                                 a.name,
                                 human(a.bytes()),
@@ -96,10 +96,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     }
                     for host in e.hosts() {
                         let on = host.as_deref().unwrap_or("this host");
-                        println!("{name}: estimate on {on}: {}", e.describe(&host));
+                        outln!("{name}: estimate on {on}: {}", e.describe(&host));
                     }
                 }
-                println!("{name}: OK");
+                outln!("{name}: OK");
                 Ok(ExitCode::SUCCESS)
             } else {
                 if !errors.is_empty() {

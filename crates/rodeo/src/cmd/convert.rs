@@ -67,7 +67,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match convert_file(&args.input, &args.output, &options) {
         Ok(s) => {
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({
                         "input": args.input,
@@ -82,7 +82,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                 );
             } else {
-                println!(
+                outln!(
                     "{} ({} {}) -> {} ({}): {} events ({} lifted from eformat 3/4 to 5), {} ROBs, {} bytes",
                     args.input.display(),
                     s.input.container.name(),

@@ -95,7 +95,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         &body,
         Duration::from_secs(args.timeout),
     )?;
-    println!("{}", answer.body);
+    outln!("{}", answer.body);
     Ok(if (200..300).contains(&answer.status) {
         ExitCode::SUCCESS
     } else {

@@ -200,7 +200,7 @@ fn run_json(file: &Path, args: &Args) -> anyhow::Result<ExitCode> {
     let mut out = file_json(file, &info);
     out["events"] = Value::Array(events);
     out["error"] = error;
-    println!("{}", serde_json::to_string(&out)?);
+    outln!("{}", serde_json::to_string(&out)?);
     Ok(if failed {
         ExitCode::FAILURE
     } else {

@@ -96,9 +96,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let json = a.json;
             let s = gen_events(&a)?;
             if json {
-                println!("{}", serde_json::to_string(&s)?);
+                outln!("{}", serde_json::to_string(&s)?);
             } else {
-                println!(
+                outln!(
                     "wrote {} events ({:.1} MB) in {:.2} s into {} file(s):",
                     s.events,
                     s.event_bytes as f64 / 1e6,
@@ -106,7 +106,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     s.files.len()
                 );
                 for f in &s.files {
-                    println!("  {}", f.display());
+                    outln!("  {}", f.display());
                 }
             }
             Ok(ExitCode::SUCCESS)

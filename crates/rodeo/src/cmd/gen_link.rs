@@ -225,17 +225,17 @@ pub(crate) fn run(args: LinkArgs) -> anyhow::Result<ExitCode> {
         Sink::Net(mut s) => s.flush().context("cannot flush the connection")?,
     }
     if args.json {
-        println!("{}", Value::Object(summary));
+        outln!("{}", Value::Object(summary));
     } else {
         for (k, v) in &summary {
             match v {
                 Value::Object(m) => {
-                    println!("{k}:");
+                    outln!("{k}:");
                     for (kk, vv) in m {
-                        println!("  {kk}: {vv}");
+                        outln!("  {kk}: {vv}");
                     }
                 }
-                v => println!("{k}: {v}"),
+                v => outln!("{k}: {v}"),
             }
         }
     }

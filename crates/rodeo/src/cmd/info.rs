@@ -59,12 +59,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         output_dir: output,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&info)?);
+        outln!("{}", serde_json::to_string(&info)?);
         return Ok(ExitCode::SUCCESS);
     }
     let opt = |v: Option<u64>| v.map_or_else(|| "unknown".to_string(), |n| n.to_string());
-    println!("rodeo {} (commit {})", info.version, info.git_commit);
-    println!(
+    outln!("rodeo {} (commit {})", info.version, info.git_commit);
+    outln!(
         "features: {}",
         if info.features.is_empty() {
             "none".to_string()
@@ -72,20 +72,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             info.features.join(", ")
         }
     );
-    println!("cpus: {}", info.cpus);
-    println!("page size: {} bytes", info.page_bytes);
-    println!(
+    outln!("cpus: {}", info.cpus);
+    outln!("page size: {} bytes", info.page_bytes);
+    outln!(
         "huge pages: {} reserved of {} bytes; transparent: {}",
         opt(info.huge_pages_total),
         opt(info.huge_page_bytes),
         info.transparent_huge_pages.as_deref().unwrap_or("unknown")
     );
-    println!(
+    outln!(
         "locked-memory limit: {}",
         info.memlock_limit_bytes
             .map_or_else(|| "unlimited".to_string(), |b| format!("{b} bytes"))
     );
-    println!(
+    outln!(
         "output {}: {} bytes free",
         info.output_dir.display(),
         opt(info.output_free_bytes)

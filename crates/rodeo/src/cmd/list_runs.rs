@@ -30,12 +30,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let db = RunDb::open(&path)?;
     let runs = db.list()?;
     if args.json {
-        println!("{}", json!({ "runs": runs }));
+        outln!("{}", json!({ "runs": runs }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}", table_line(&HEADER.map(String::from)));
+    outln!("{}", table_line(&HEADER.map(String::from)));
     for r in &runs {
-        println!("{}", table_line(&row(r)));
+        outln!("{}", table_line(&row(r)));
     }
     Ok(ExitCode::SUCCESS)
 }

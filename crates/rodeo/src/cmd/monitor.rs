@@ -89,7 +89,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let n = t.samples - interval.1;
             if !args.json {
                 let mean = |a: u64| if n > 0 { a as f64 / n as f64 } else { 0.0 };
-                println!(
+                outln!(
                     "{:7.1} s  {:8.1} events/s  mean {:9.0} bytes  {:5.1} ROBs/event  missed {}",
                     start.elapsed().as_secs_f64(),
                     n as f64 / dt.as_secs_f64(),
@@ -121,7 +121,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         "dcms": t.last_seq.keys().collect::<Vec<_>>(),
     });
     if args.json {
-        println!("{totals}");
+        outln!("{totals}");
     } else {
         eprintln!(
             "rodeo monitor: {} events in {secs:.1} s, mean {:.0} bytes, {:.1} ROBs/event, {} missed",

@@ -46,7 +46,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return serve_plain(&t, &args.listen, &args.node, args.seconds);
     }
     let node = start_node(&t, &args.node, &args.listen)?;
-    println!("listening on {}", node.endpoint());
+    outln!("listening on {}", node.endpoint());
     std::io::stdout().flush()?;
     let start = Instant::now();
     let built = |n: &ReadoutNode| n.swrod_stats().map_or(0, |c| c.builder.fragments);
@@ -81,10 +81,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stopped = node.stop();
     let v = summary(&stopped);
     if args.json {
-        println!("{v}");
+        outln!("{v}");
     } else if let Value::Object(m) = v {
         for (k, v) in m {
-            println!("{k}: {v}");
+            outln!("{k}: {v}");
         }
     }
     if let Some(e) = &stopped.swrod_error {
@@ -105,12 +105,12 @@ fn serve_plain(
     let sock = t.socket(SocketKind::Router)?;
     sock.set_high_water_marks(rodeo_ros::server::DEFAULT_HIGH_WATER_MARK)?;
     let ep = sock.bind(&Endpoint::parse(listen)?)?;
-    println!("listening on {ep}");
+    outln!("listening on {ep}");
     std::io::Write::flush(&mut std::io::stdout())?;
     let start = Instant::now();
     let served = plain_loop(sock, node, &|| {
         crate::signal::interrupted() || seconds.is_some_and(|s| start.elapsed().as_secs_f64() >= s)
     })?;
-    println!("{{\"requests\":{served}}}");
+    outln!("{{\"requests\":{served}}}");
     Ok(ExitCode::SUCCESS)
 }

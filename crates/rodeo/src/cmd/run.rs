@@ -183,9 +183,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outcome = outcome.map_err(|e| anyhow::Error::from(e).context("the partition failed"));
     let sheet = run.finish(&mut output, outcome, trigger_report.map(|r| r()));
     if args.json {
-        println!("{}", sheet.to_json());
+        outln!("{}", sheet.to_json());
     } else {
-        print!("{}", rodeo_run::text::render(&sheet));
+        out!("{}", rodeo_run::text::render(&sheet));
     }
     Ok(exit_code(&sheet, args.accept_degraded))
 }

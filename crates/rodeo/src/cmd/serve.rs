@@ -61,7 +61,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         mode,
         Box::new(move |sheet| {
             if json {
-                println!("{}", sheet.to_json());
+                outln!("{}", sheet.to_json());
             } else {
                 eprintln!("rodeo: {}", rodeo_run::text::one_line(sheet));
             }

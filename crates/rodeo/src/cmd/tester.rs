@@ -71,8 +71,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.csv {
         let v = serde_json::to_value(&row)?;
         let m = v.as_object().context("row")?;
-        println!("{}", m.keys().cloned().collect::<Vec<_>>().join(","));
-        println!(
+        outln!("{}", m.keys().cloned().collect::<Vec<_>>().join(","));
+        outln!(
             "{}",
             m.values()
                 .map(|v| v.to_string())

@@ -30,9 +30,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let v = check_file(file);
         all_ok &= v.ok;
         if args.json {
-            println!("{}", verdict_json(&v));
+            outln!("{}", verdict_json(&v));
         } else if v.ok {
-            println!(
+            outln!(
                 "{}: OK, {} events, {} ROBs, {} bytes of events ({})",
                 v.file.display(),
                 v.good_events,
@@ -41,7 +41,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 kind(&v)
             );
         } else {
-            println!(
+            outln!(
                 "{}: FAILED at byte {}: {} ({} good events before it)",
                 v.file.display(),
                 v.error_offset
