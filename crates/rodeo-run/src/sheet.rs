@@ -402,15 +402,17 @@ impl RunSheet {
         }
     }
 
-    /// The supervisor's decisions as it last reported them (the files stay the truth for what
-    /// was written).
+    /// The supervisor's decisions as it last reported them, where they exceed what the sheet
+    /// has (the summary's lower bounds from the DCMs); the files stay the truth for what was
+    /// written.
     fn add_last_counts(&mut self, metrics: &[(String, AppMetrics)]) {
+        let at_least = |have: Option<u64>, last: u64| Some(have.unwrap_or(0).max(last));
         for (_, m) in metrics {
             if let AppMetrics::Supervisor(s) = m {
-                self.l1_accepts = Some(s.l1_accepts);
-                self.accepted = Some(s.accepted);
-                self.rejected = Some(s.rejected);
-                self.forced_accepts = Some(s.forced_accepts);
+                self.l1_accepts = at_least(self.l1_accepts, s.l1_accepts);
+                self.accepted = at_least(self.accepted, s.accepted);
+                self.rejected = at_least(self.rejected, s.rejected);
+                self.forced_accepts = at_least(self.forced_accepts, s.forced_accepts);
             }
         }
     }

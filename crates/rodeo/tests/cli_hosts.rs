@@ -240,6 +240,8 @@ remote_rodeo = "{rodeo}"
             "--events",
             "6000",
             "--json",
+            // Three hosts on two cores may hold the L1 behind its schedule (checked below).
+            "--accept-degraded",
             "--config",
         ])
         .arg(&cfg)
@@ -254,6 +256,9 @@ remote_rodeo = "{rodeo}"
     assert!(status.success(), "{stderr}\n{stdout}");
     let v: Value = serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(v["balanced"], true, "{v}");
+    for p in v["problems"].as_array().unwrap() {
+        assert_eq!(p["kind"], "l1_missed", "{v}");
+    }
     assert_eq!(v["l1_accepts"], 6000, "{v}");
     let written = v["events_written"].as_u64().unwrap();
     assert!(written > 0);

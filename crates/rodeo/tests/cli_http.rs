@@ -1,6 +1,7 @@
-//! `rodeo run --http` end to end (the acceptance check, shortened): a real `rodeo run`
-//! process serves RUNNING status and metrics, refuses a stop without the token, stops cleanly
-//! with it, balances, and writes its `--trace`.
+//! `rodeo run --http` and `rodeo serve` end to end (the acceptance check, shortened):
+//! a real `rodeo run` process serves RUNNING status and metrics, refuses a stop without the
+//! token, stops cleanly with it, balances, and writes its `--trace`; served runs without an end
+//! condition last until `stop`.
 
 use rodeo_testkit::http::request as http;
 use std::net::SocketAddr;
@@ -288,9 +289,18 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
     let cfg = dir.path().join("p.toml");
     std::fs::write(
         &cfg,
-        "[run]\nevents = 0\nseconds = 3600.0\n[l1]\nrate_hz = 3000.0\n",
+        "[run]\nevents = 0\nseconds = 0\n[l1]\nrate_hz = 3000.0\n",
     )
     .unwrap();
+    // No end condition: refused for a run nobody can stop, accepted for a served one.
+    let check = rodeo!().args(["config", "check"]).arg(&cfg).output();
+    assert_eq!(check.status.code(), Some(2), "{}", check.text());
+    assert!(check.stderr.contains("until stop"), "{}", check.text());
+    rodeo!()
+        .args(["config", "check", "--served"])
+        .arg(&cfg)
+        .output()
+        .assert_success();
     let cfg = cfg.to_str().unwrap();
     let serve = |expect_first: u64| {
         let (child, addr) = spawn_with_http(
@@ -321,6 +331,19 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
                 (st["l1_accepts"].as_u64().unwrap_or(0) > 100).then_some(st)
             });
             assert_eq!(st["run_number"], expect_first + i, "{st}");
+            if i == 0 {
+                // Runs until stop: still RUNNING, and taking events, a second later.
+                let l1 = st["l1_accepts"].as_u64().unwrap();
+                let ended = rodeo_testkit::holds_within(Duration::from_secs(1), || {
+                    let (_, now) = http(addr, "GET", "/api/status", None, "");
+                    let now: Value = serde_json::from_str(&now).unwrap();
+                    now["state"] != "RUNNING"
+                });
+                assert!(!ended, "a run without an end condition ended by itself");
+                let (_, now) = http(addr, "GET", "/api/status", None, "");
+                let now: Value = serde_json::from_str(&now).unwrap();
+                assert!(now["l1_accepts"].as_u64().unwrap() > l1, "{now}");
+            }
             let (code, body) = http(
                 addr,
                 "POST",

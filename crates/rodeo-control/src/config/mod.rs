@@ -140,7 +140,6 @@ impl PartitionConfig {
     /// Each section checks its own values; the checks across sections are here, in between.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut c = Checks::new();
-        self.check_run_end(&mut c);
         self.run.validate(&mut c);
         self.check_base_port(&mut c);
         self.check_high_water_marks(&mut c);
@@ -163,6 +162,18 @@ impl PartitionConfig {
         c.finish()
     }
 
+    /// That a run of this partition ends by itself: by `run.events`, `run.seconds`, or inputs
+    /// that end. Required where nobody can stop it (`rodeo run` without an HTTP API, `rodeo
+    /// config check` without `--served`); a served run (`rodeo serve`, `rodeo run --http`, or
+    /// `[control] http` set) may have no end condition and lasts until `stop`.
+    pub fn check_ends_by_itself(&self) -> Result<(), ConfigError> {
+        let mut c = Checks::new();
+        if self.control.http.is_empty() {
+            self.check_run_end(&mut c);
+        }
+        c.finish()
+    }
+
     /// `run.events`: the run must end, by its events, its seconds or inputs that end.
     fn check_run_end(&self, c: &mut Checks) {
         let r = &self.run;
@@ -180,10 +191,11 @@ impl PartitionConfig {
             c.bad(
                 "run.events",
                 r.events,
-                "give run.events > 0 or run.seconds > 0 (a run must end; only l1.mode = \
-                 \"readout\" with inputs that end, ros.input = \"file\" without link_loop or \
-                 \"network\" over tcp with listen_end_on_close, or l1.mode = \"external\", \
-                 may have neither)",
+                "give run.events > 0 or run.seconds > 0 (a run nobody can stop must end by \
+                 itself; only l1.mode = \"readout\" with inputs that end, ros.input = \"file\" \
+                 without link_loop or \"network\" over tcp with listen_end_on_close, or \
+                 l1.mode = \"external\", may have neither), or serve it (rodeo serve, rodeo run \
+                 --http, [control] http): it then lasts until stop",
             );
         }
     }

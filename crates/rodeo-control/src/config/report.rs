@@ -36,8 +36,14 @@ impl PartitionConfig {
     /// Checks `text` (named `source_name`) as `rodeo config check` does, on `machine`: parse
     /// (every field of the wrong type, in words), [`PartitionConfig::validate`] (every value),
     /// and [`PartitionConfig::check_here_on`] (output directories, memory, threads), every
-    /// error at once.
-    pub fn check_text(text: &str, source_name: &str, machine: &Machine) -> CheckReport {
+    /// error at once. Unless `served` (a served partition's runs may last until `stop`), also
+    /// [`PartitionConfig::check_ends_by_itself`].
+    pub fn check_text(
+        text: &str,
+        source_name: &str,
+        machine: &Machine,
+        served: bool,
+    ) -> CheckReport {
         let config = match super::parse::parse(text, source_name) {
             Ok(c) => c,
             Err(e) => {
@@ -49,6 +55,9 @@ impl PartitionConfig {
             }
         };
         let mut c = Checks::new();
+        if !served {
+            c.check(config.check_ends_by_itself());
+        }
         let valid = config.validate();
         let was_valid = valid.is_ok();
         c.check(valid);

@@ -46,10 +46,16 @@ fn unknown_fields_and_bad_values_name_the_field() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("md5") && e.contains("adler32"), "{e}");
-    let e = PartitionConfig::from_toml("[run]\nevents = 0\n", "t.toml")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("run.events"), "{e}");
+    // No end condition: refused where nobody can stop the run, accepted when served.
+    let endless = PartitionConfig::from_toml("[run]\nevents = 0\n", "t.toml").unwrap();
+    let e = endless.check_ends_by_itself().unwrap_err().to_string();
+    assert!(e.contains("run.events") && e.contains("until stop"), "{e}");
+    let served = PartitionConfig::from_toml(
+        "[run]\nevents = 0\n[control]\nhttp = \"127.0.0.1:0\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert!(served.check_ends_by_itself().is_ok());
 }
 
 #[test]
@@ -245,10 +251,15 @@ fn stream_names_that_would_escape_or_break_file_names_are_refused() {
 fn network_and_file_inputs_and_the_data_driven_l1_are_checked() {
     let err = |t: &str| {
         PartitionConfig::from_toml(t, "t.toml")
+            .and_then(|c| c.check_ends_by_itself())
             .unwrap_err()
             .to_string()
     };
-    let ok = |t: &str| PartitionConfig::from_toml(t, "t.toml").unwrap();
+    let ok = |t: &str| {
+        let c = PartitionConfig::from_toml(t, "t.toml").unwrap();
+        c.check_ends_by_itself().unwrap();
+        c
+    };
     let net = "[ros]\nchannels = 2\ninput = \"network\"\n";
     let e = err(&format!("{net}listen = [\"tcp://127.0.0.1:5000\"]\n"));
     assert!(

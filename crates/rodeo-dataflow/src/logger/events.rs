@@ -166,7 +166,15 @@ impl Logger {
             return None;
         }
         let partial = event.status().contains(Status::EVENT_PARTIAL);
-        let robs = event.robs().take_while(Result::is_ok).count();
+        // A ROB that does not parse is there, damaged: its input counted the errors (and the
+        // ROBs after it cannot be walked), so only an event that parses whole can be short.
+        let mut robs = 0;
+        for rob in event.robs() {
+            if rob.is_err() {
+                return Some((partial, false));
+            }
+            robs += 1;
+        }
         Some((partial, robs < expected))
     }
 

@@ -34,6 +34,10 @@ enum What {
         /// Also print the memory and threads estimate of every application, one line each.
         #[arg(long)]
         estimate: bool,
+        /// The partition will be served (`rodeo serve`, `rodeo run --http`): its runs may have
+        /// no end condition (no run.events or run.seconds) and last until `stop`.
+        #[arg(long)]
+        served: bool,
     },
 }
 
@@ -47,11 +51,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             file,
             bind,
             estimate,
+            served,
         } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read configuration {}", file.display()))?;
             let name = file.display().to_string();
-            let report = PartitionConfig::check_text(&text, &name, &Machine::this_host());
+            let report = PartitionConfig::check_text(&text, &name, &Machine::this_host(), served);
             for w in &report.warnings {
                 eprintln!("rodeo: warning: {w}");
             }

@@ -40,8 +40,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The table's columns: title, width, right-aligned. The last column (the comment, or the
-/// reason a run was not ok) is left open.
+/// The table's columns: title, width, right-aligned. The last column (who started the run,
+/// with its latest comment or the reason it was not ok) is left open.
 const COLUMNS: [(&str, usize, bool); 10] = [
     ("run", 6, true),
     ("verdict", 8, false),
@@ -52,7 +52,7 @@ const COLUMNS: [(&str, usize, bool); 10] = [
     ("written", 10, true),
     ("MB", 9, true),
     ("files", 5, true),
-    ("comment / reason", 0, false),
+    ("started by (comment or reason)", 0, false),
 ];
 
 /// The header's cells.
@@ -93,11 +93,20 @@ fn row(r: &serde_json::Value) -> [String; 10] {
         (Some(a), Some(b)) if b >= a => format_duration((b - a) as f64 / 1e9),
         _ => "-".into(),
     };
-    let note = r["comment"]
-        .as_str()
-        .filter(|c| !c.is_empty())
+    // The latest comment on the run, else the reason it was not ok.
+    let comment = r["comments"]
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(|c| c["text"].as_str());
+    let note = comment
         .or_else(|| r["reason"].as_str())
-        .unwrap_or("");
+        .filter(|n| !n.is_empty());
+    let who = r["started_by"].as_str().unwrap_or("");
+    let last = match note {
+        Some(n) if who.is_empty() => format!("({n})"),
+        Some(n) => format!("{who} ({n})"),
+        None => who.to_string(),
+    };
     [
         r["run_number"].to_string(),
         r["status"].as_str().unwrap_or("?").to_string(),
@@ -110,7 +119,7 @@ fn row(r: &serde_json::Value) -> [String; 10] {
         count("events_written"),
         format!("{:.1}", r["bytes_written"].as_f64().unwrap_or(0.0) / 1e6),
         r["files"].as_array().map_or(0, Vec::len).to_string(),
-        note.to_string(),
+        last,
     ]
 }
 
@@ -137,7 +146,7 @@ mod tests {
             "run_number": 7, "status": "degraded", "started_at_ns": 1_245_396_941_000_000_000i64,
             "stopped_at_ns": 1_245_397_066_000_000_000i64, "l1_accepts": 100000,
             "accepted": 10021, "events_written": 10021, "bytes_written": 1.5e8,
-            "files": ["a", "b"], "reason": "22 partial events"
+            "files": ["a", "b"], "reason": "22 partial events", "started_by": "rodeo run"
         });
         let header = table_line(&HEADER.map(String::from));
         let line = table_line(&row(&run));
@@ -151,8 +160,8 @@ mod tests {
             assert_ne!(&line[end - 1..end], " ", "{title}: {line}");
             assert_eq!(&line[end..end + 1], " ", "{title}: {line}");
         }
-        let last = header.find("comment").unwrap();
-        assert_eq!(&line[last..], "22 partial events");
+        let last = header.find("started by").unwrap();
+        assert_eq!(&line[last..], "rodeo run (22 partial events)");
         assert_eq!(format_duration(7322.0), "2h02m");
     }
 }

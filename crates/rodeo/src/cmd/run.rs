@@ -128,6 +128,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         verify_after: args.verify_after,
     }
     .apply(&mut config);
+    // Without an HTTP API nobody can stop the run but Ctrl-C: it must end by itself.
+    config.check_ends_by_itself()?;
     let mut output = OutputDir::open(
         std::path::Path::new(&config.run.output),
         &rodeo_run::lock::this_command(),
