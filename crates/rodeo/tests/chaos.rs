@@ -65,9 +65,14 @@ fn pause_and_resume(name: &str) {
     assert!(out.status.success(), "{name} paused: {stderr}");
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{name} paused: {v}");
-    // Nothing lost: at worst L1 accepts the paused partition could not take on schedule.
+    // Nothing lost without its count: at worst L1 accepts the paused partition could not take
+    // on schedule, and (a paused readout node) events built without its fragments.
     for p in v["problems"].as_array().unwrap() {
-        assert_eq!(p["kind"], "l1_missed", "{name} paused: {v}");
+        let kind = p["kind"].as_str().unwrap_or_default();
+        assert!(
+            ["l1_missed", "partial_events"].contains(&kind),
+            "{name} paused: {v}"
+        );
     }
     assert_ne!(v["verdict"], "failed", "{v}");
     assert_eq!(v["l1_accepts"], 9000, "{v}");

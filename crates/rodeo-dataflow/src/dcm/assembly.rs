@@ -34,23 +34,27 @@ impl Relabel<&[u32]> for &[u32] {}
 impl Dcm {
     /// Files the ROB fragments of one reply (`words`: fragments back to back) into slot `i`:
     /// a PENDING fragment is noted to ask again, a LOST one makes the event partial, a
-    /// fragment already held is ignored; malformed ones are counted.
+    /// fragment already held is ignored; malformed ones are counted, and make the event
+    /// partial (it goes without them: every written event carries every ROB or says so).
     pub(super) fn file_fragments(&mut self, i: usize, words: &[u32]) {
         let mut at = 0;
         while at < words.len() {
             let Some(&size) = words.get(at + 1) else {
+                self.slots[i].partial = true;
                 break;
             };
             let size = size as usize;
             let Some(frag) = words.get(at..at + size).filter(|_| size > 0) else {
                 self.summary.bad_messages += 1;
                 self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+                self.slots[i].partial = true;
                 break;
             };
             at += size;
             let Ok(rob) = RobFragment::parse(frag) else {
                 self.summary.bad_messages += 1;
                 self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+                self.slots[i].partial = true;
                 continue;
             };
             self.summary.fragments += 1;

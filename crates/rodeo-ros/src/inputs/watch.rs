@@ -327,8 +327,9 @@ impl InputWatch {
             end_on_close,
         } = &lane.source
         else {
-            // Card channels and the store's inputs: only an input that never delivered.
-            return (r.fragments == 0 && (end || self.silent(waited))).then(|| {
+            // Card channels and the store's inputs: only an input that never delivered in
+            // longer than the silence time (a run stopped at once is no card's fault).
+            return (r.fragments == 0 && self.silent(waited)).then(|| {
                 if end {
                     "delivered nothing".to_string()
                 } else {
