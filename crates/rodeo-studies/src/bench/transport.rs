@@ -165,6 +165,15 @@ impl Drop for PeerGuard {
     }
 }
 
+/// Removes a file (the consumer's ipc socket) when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn spawn_peer(
     transport: &str,
     endpoint: &str,
@@ -265,6 +274,10 @@ fn measure_socket(
         "zmq_tcp" => "tcp://127.0.0.1:0".to_string(),
         _ => "127.0.0.1:0".to_string(),
     };
+    // libzmq leaves an ipc socket's file when its process ends: removed however we leave.
+    let _socket_file = endpoint
+        .strip_prefix("ipc://")
+        .map(|p| RemoveOnDrop(std::path::PathBuf::from(p)));
     let (guard, r, bound) = spawn_peer(transport, &endpoint, bytes)?;
     let mut buf = vec![0u8; bytes];
     let cpu0 = process_cpu_ns();
