@@ -275,12 +275,17 @@ mod tests {
     fn a_directory_that_cannot_be_written_is_left_like_a_full_one() {
         assert!(is_not_writable(&io::Error::from_raw_os_error(libc::EROFS)));
         assert!(is_not_writable(&io::Error::from_raw_os_error(libc::EPERM)));
-        assert!(!is_not_writable(&io::Error::from_raw_os_error(libc::ENOSPC)));
+        assert!(!is_not_writable(&io::Error::from_raw_os_error(
+            libc::ENOSPC
+        )));
         let t = tempfile::tempdir().unwrap();
         let gone = t.path().join("removed");
         assert!(writable(t.path()).is_ok());
         let why = room_in(&gone, &DiskMargin::default()).unwrap_err();
-        assert!(why.contains("removed") && why.contains("cannot be written"), "{why}");
+        assert!(
+            why.contains("removed") && why.contains("cannot be written"),
+            "{why}"
+        );
         let mut d = Disks::new(vec![gone.clone()], DiskMargin::default());
         assert!(d.check().unwrap_err().contains("cannot be written"));
     }

@@ -60,7 +60,7 @@ use crate::frame::{Frame, Received, TransportError};
 mod cleanup;
 mod services;
 
-pub use cleanup::{cleanup_dead_nodes, clean_dead_nodes, remove_abandoned_segments, Cleanup};
+pub use cleanup::{clean_dead_nodes, cleanup_dead_nodes, remove_abandoned_segments, Cleanup};
 pub use services::{limits, set_limits, ShmLimits, EXTERNAL_PEERS, PORT_WAIT};
 
 use cleanup::node;
