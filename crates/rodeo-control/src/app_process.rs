@@ -172,6 +172,12 @@ impl AppControl {
                 }
             }
         }
+        if command == Command::Configure {
+            if let Some(c) = &inner.config {
+                // Before any shared-memory socket: every process of the partition agrees.
+                rodeo_transport::shm::set_limits(shm_limits(c));
+            }
+        }
         if command == Command::Start {
             inner.run_start = Some(Instant::now());
         }
@@ -211,6 +217,19 @@ impl AppControl {
             .config
             .as_ref()
             .map_or(limit, |c| c.control_message_limit(limit))
+    }
+}
+
+/// The shared-memory limits of `config`'s partition (`rodeo_transport::shm::ShmLimits`): its
+/// applications, and its restart budget when restarts are on.
+pub fn shm_limits(config: &PartitionConfig) -> rodeo_transport::shm::ShmLimits {
+    rodeo_transport::shm::ShmLimits {
+        apps: config.app_names().len(),
+        restarts: if config.control.restart {
+            config.control.max_restarts_per_run as usize
+        } else {
+            0
+        },
     }
 }
 
@@ -342,9 +361,15 @@ pub fn serve(
     loop {
         if quit() || controller_dead {
             // Walk down by ourselves (best effort), then leave.
+            // Nobody will take a summary: the supervisor's drain does not wait for events
+            // that can no longer be decided (its grace only).
             let from = app.state();
+            let run = RunEnd {
+                l1_accepts: None,
+                abandon_drain: true,
+            };
             for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown]) {
-                if app.handle(c, None, None, None).is_err() {
+                if app.handle_run(c, None, run, None).is_err() {
                     break;
                 }
             }

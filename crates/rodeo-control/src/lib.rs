@@ -29,7 +29,8 @@
 //! - [`controller`]: the [`controller::Controller`] that runs a partition as processes, local
 //!   or over ssh, watching heartbeats and restarting the dead; [`app_process`]: one
 //!   application in its own `rodeo app` process ([`app_process::AppControl`]) and its side of
-//!   the control channel; [`channel`]: the channel's messages.
+//!   the control channel; [`channel`]: the channel's messages; [`leftovers`]: what runs whose
+//!   processes are gone left in the temporary directory, removed when a controller starts.
 //!
 //! Watching them:
 //! - [`metrics`]: the one metric vocabulary (typed live counters per role, the `/metrics`
@@ -57,6 +58,7 @@ pub mod app_process;
 pub mod channel;
 pub mod controller;
 pub mod embedded;
+pub mod leftovers;
 pub mod run_control;
 
 // Watching them.

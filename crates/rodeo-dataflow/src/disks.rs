@@ -18,6 +18,13 @@
 //! is full. A margin larger than [`CHECK_EVERY_BYTES`] plus the writers' buffers (4 MiB per
 //! stream) lets the check see a full disk before the kernel does.
 //!
+//! # A directory that cannot be written
+//!
+//! A directory that turns read-only (a read-only remount, `chattr +i`), loses its write
+//! permission or is removed while the run runs is treated like a full one: each check also asks
+//! the kernel whether the directory can be written ([`writable`], `access(2)`), and an error of
+//! that kind on a file ([`is_not_writable`]: `EROFS`, `EPERM`, `EACCES`, `ENOENT`) means the same.
+//!
 //! # Moving on
 //!
 //! [`Disks::move_on`] leaves the current directory for the next one that has room (a
@@ -68,9 +75,41 @@ pub fn is_disk_full(e: &io::Error) -> bool {
         || e.kind() == io::ErrorKind::QuotaExceeded
 }
 
-/// Whether `dir` has more room than `margin` asks: `Ok(None)` if so, else why not (a sentence
-/// naming the directory, the free bytes and the margin).
+/// Whether an I/O error says a directory can no longer be written: it turned read-only
+/// (`EROFS`, a read-only remount; `EPERM`, `chattr +i`), its permissions were taken away
+/// (`EACCES`), or it was removed (`ENOENT`).
+pub fn is_not_writable(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EROFS) | Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOENT)
+    )
+}
+
+/// Whether this process may make, rename and remove files in `dir` now (`access(2)`, `W_OK`:
+/// the kernel's answer for a read-only file system, an immutable directory, a directory
+/// removed, and permissions; root passes permission bits, as its writes would): `Err` names
+/// the directory and the cause.
+pub fn writable(dir: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return Err(format!("{}: not a path the kernel takes", dir.display()));
+    };
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call; access(2) only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: cannot be written ({})",
+        dir.display(),
+        io::Error::last_os_error()
+    ))
+}
+
+/// Whether `dir` can be written and has more room than `margin` asks: `Ok(())` if so, else why
+/// not (a sentence naming the directory and the cause: the free bytes and the margin, or why
+/// it cannot be written).
 pub fn room_in(dir: &Path, margin: &DiskMargin) -> Result<(), String> {
+    writable(dir)?;
     match free_space(dir) {
         Ok(fs) => {
             let need = margin.bytes(fs.total);
@@ -153,12 +192,13 @@ impl Disks {
         self.since_check >= CHECK_EVERY_BYTES
     }
 
-    /// Checks the directory in use: `Err(why)` when it is full (module docs).
+    /// Checks the directory in use: `Err(why)` when it is full or cannot be written (module
+    /// docs).
     pub fn check(&mut self) -> Result<(), String> {
         self.since_check = 0;
         match self.current() {
             Some(d) => room_in(d, &self.margin),
-            None => Err("every output directory is full".into()),
+            None => Err("every output directory is full or cannot be written".into()),
         }
     }
 
@@ -229,6 +269,25 @@ mod tests {
         assert_eq!(d.current(), None);
         assert_eq!(d.why_full(), "a: full; b: full");
         assert!(d.check().is_err());
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_written_is_left_like_a_full_one() {
+        assert!(is_not_writable(&io::Error::from_raw_os_error(libc::EROFS)));
+        assert!(is_not_writable(&io::Error::from_raw_os_error(libc::EPERM)));
+        assert!(!is_not_writable(&io::Error::from_raw_os_error(
+            libc::ENOSPC
+        )));
+        let t = tempfile::tempdir().unwrap();
+        let gone = t.path().join("removed");
+        assert!(writable(t.path()).is_ok());
+        let why = room_in(&gone, &DiskMargin::default()).unwrap_err();
+        assert!(
+            why.contains("removed") && why.contains("cannot be written"),
+            "{why}"
+        );
+        let mut d = Disks::new(vec![gone.clone()], DiskMargin::default());
+        assert!(d.check().unwrap_err().contains("cannot be written"));
     }
 
     #[test]

@@ -211,6 +211,72 @@ fn copy_complete_events(
     })
 }
 
+/// Every `.writing` file of run `run` and application `app` in `dir`, read and left as it is:
+/// what [`recover_files`] would keep of each (complete events, their global ids), for a
+/// directory that can no longer be written (it turned read-only: nothing can be renamed or
+/// made there). [`Recovered::path`] is the `.writing` file itself.
+pub fn read_left_open(dir: &Path, run: u32, app: &str) -> Result<Vec<Recovered>, RecoverError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RecoverError::Io { path, source }
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    let mut todo = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some((r, stream, a, seq, true)) = parse_file_name(name) {
+            if r == run && a == app {
+                todo.push((entry.path(), stream.to_string(), seq));
+            }
+        }
+    }
+    todo.sort();
+    let mut out = Vec::new();
+    for (path, stream, sequence) in todo {
+        let mut r = Recovered {
+            path: path.clone(),
+            stream,
+            sequence,
+            events: 0,
+            event_bytes: 0,
+            global_ids: Vec::new(),
+            dropped_tail: None,
+            start_damaged: None,
+        };
+        match RawFileReader::open_salvaging(&path) {
+            Ok((mut reader, damaged)) => {
+                r.start_damaged = damaged.map(|e| e.to_string());
+                while let Some(e) = reader.next_event() {
+                    match e {
+                        Ok(ev) => {
+                            r.events += 1;
+                            r.event_bytes += 4 * ev.words.len() as u64;
+                            if let Ok(f) = FullEvent::parse(ev.words) {
+                                r.global_ids.push(f.global_id());
+                            }
+                        }
+                        Err(e) => {
+                            if !matches!(e, RawFileError::NoEndRecord { .. }) {
+                                r.dropped_tail = Some(e.to_string());
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => r.dropped_tail = Some(e.to_string()),
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
 /// The first file sequence number free for `stream` of run `run` and application `app` in
 /// `dir` (one more than the largest taken, closed or not; 1 when there is none).
 pub fn next_sequence(dir: &Path, run: u32, stream: &str, app: &str) -> u32 {

@@ -20,6 +20,7 @@
 use std::time::{Duration, Instant};
 
 pub mod cli;
+pub mod hog;
 pub mod http;
 pub mod process;
 pub mod tls;

@@ -184,10 +184,23 @@ impl Partition for Controller {
     }
 
     fn last_failure(&self) -> Option<TransitionError> {
-        self.last_failure
+        let last = self
+            .last_failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        // A death while the run ran (no command failed) put the partition in ERROR: its
+        // reason names the application and why (a restart that failed, no restart left).
+        last.or_else(|| {
+            let t = self.state.table();
+            let why = t.lifecycle.error()?.to_string();
+            Some(TransitionError::Failed {
+                who: "partition".into(),
+                command: Command::Start,
+                from: State::Running,
+                reason: why,
+            })
+        })
     }
 
     fn run_limit_seconds(&self) -> f64 {

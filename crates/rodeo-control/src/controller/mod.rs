@@ -125,6 +125,8 @@ impl Controller {
     /// every tcp socket of the applications authenticate with them.
     pub fn new(config: PartitionConfig, program: PathBuf) -> Result<Controller, ControllerError> {
         config.validate()?;
+        // What runs whose processes are gone left (their controller was killed).
+        crate::leftovers::remove_stale_runtime_dirs();
         let keys = if config.transport.curve_enabled() {
             Some(PartitionKeys::generate()?)
         } else {

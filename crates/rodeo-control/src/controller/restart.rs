@@ -139,7 +139,6 @@ impl Controller {
                         "{name} restarted and rejoined the run at event {at} (restart {k} in \
                          this run)"
                     ));
-                    tracing::warn!("{name} restarted and rejoined the run at event {at}");
                 }
                 Err(why) => {
                     t.record(format!("{name}: restart failed: {why}"));

@@ -131,8 +131,10 @@ impl Table {
         }
     }
 
-    /// Keeps `e` among the recent errors (the last [`RECENT_ERRORS`]).
+    /// Keeps `e` among the recent errors (the last [`RECENT_ERRORS`]) and logs it, so that the
+    /// log names every death, restart and failure of the run as it happens.
     pub(super) fn record(&mut self, e: String) {
+        tracing::warn!("{e}");
         if self.recent_errors.len() == RECENT_ERRORS {
             self.recent_errors.pop_front();
         }

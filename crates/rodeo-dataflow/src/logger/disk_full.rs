@@ -1,12 +1,14 @@
-//! A full disk in a logger (module docs of the logger, "Full disks"): how it shows in an
-//! error (the kernel's `ENOSPC`/`EDQUOT`, or a writer refusing to open a file below the
-//! margin), and what the logger does then: every file closed, the events of a failed file not
-//! yet synced forgotten, and the next directory used, or writing halted when every one is full.
+//! A full disk in a logger (module docs of the logger, "Full disks"), or a directory that can
+//! no longer be written (read-only, immutable, removed: handled the same way): how it shows in
+//! an error (the kernel's `ENOSPC`/`EDQUOT`, `EROFS`/`EPERM`/`EACCES`/`ENOENT`, or a writer
+//! refusing to open a file below the margin), and what the logger does then: every file closed,
+//! the events of a failed file not yet synced forgotten, and the next directory used, or
+//! writing halted when every one is full or unwritable.
 
 use std::sync::atomic::Ordering;
 
 use super::Logger;
-use crate::disks::is_disk_full;
+use crate::disks::{is_disk_full, is_not_writable};
 use crate::error::DataflowError;
 
 /// How a full disk showed itself.
@@ -18,25 +20,43 @@ pub(super) enum FullKind {
     Refused,
 }
 
-/// Why `e` means the disk is full (the kernel's `ENOSPC`/`EDQUOT`, or a writer refusing to
-/// open a file below the margin), as a sentence, and how; `None` for any other error.
+/// Why `e` means the directory in use is full or can no longer be written, as a sentence, and
+/// how; `None` for any other error. Full: the kernel's `ENOSPC`/`EDQUOT`, or a writer refusing
+/// to open a file below the margin. Not writable ([`is_not_writable`]: read-only, immutable,
+/// permission taken away, removed): a file that could not be made or renamed is
+/// [`FullKind::Refused`] (nothing written is lost: a file whose rename failed is whole and
+/// synced, listed under its `.writing` name), a failed write or sync [`FullKind::Failed`].
 pub(super) fn disk_full_reason(e: &DataflowError) -> Option<(String, FullKind)> {
     use rodeo_files::eventstorage::EsError;
     use rodeo_files::rawfile::RawFileError;
+    let io_kind = |op: &str, source: &std::io::Error| {
+        if is_disk_full(source) {
+            Some((FullKind::Failed, "disk full"))
+        } else if is_not_writable(source) {
+            let kind = if matches!(op, "create" | "rename" | "remove" | "open") {
+                FullKind::Refused
+            } else {
+                FullKind::Failed
+            };
+            Some((kind, "directory not writable"))
+        } else {
+            None
+        }
+    };
     let kind = match e {
         DataflowError::Files { source, .. } => match source {
-            RawFileError::Io { source, .. } if is_disk_full(source) => Some(FullKind::Failed),
-            RawFileError::DiskSpace { .. } => Some(FullKind::Refused),
+            RawFileError::Io { op, source, .. } => io_kind(op, source),
+            RawFileError::DiskSpace { .. } => Some((FullKind::Refused, "disk full")),
             _ => None,
         },
         DataflowError::EventStorage { source, .. } => match source {
-            EsError::Io { source, .. } if is_disk_full(source) => Some(FullKind::Failed),
-            EsError::DiskSpace { .. } => Some(FullKind::Refused),
+            EsError::Io { op, source, .. } => io_kind(op, source),
+            EsError::DiskSpace { .. } => Some((FullKind::Refused, "disk full")),
             _ => None,
         },
         _ => None,
     };
-    kind.map(|k| (format!("disk full: {e}"), k))
+    kind.map(|(k, what)| (format!("{what}: {e}"), k))
 }
 
 impl Logger {
@@ -60,8 +80,14 @@ impl Logger {
             let (closed, r) = w.close(&name);
             self.closed.extend(closed);
             if let Err(e) = r {
+                // A file that could not be renamed (a read-only directory) is whole and synced
+                // under its `.writing` name: its events are on disk. Anything else failed
+                // before the sync.
+                let synced = matches!(disk_full_reason(&e), Some((_, FullKind::Refused)));
                 tracing::error!("{name}: cannot close a file in a full directory: {e}");
-                lost.push(i);
+                if !synced {
+                    lost.push(i);
+                }
             }
         }
         // Events in a file that failed before they were synced are not on disk: not
@@ -104,7 +130,8 @@ impl Logger {
             }
             None => {
                 let reason = format!(
-                    "{name}: every output directory is full, events are no longer written: {}",
+                    "{name}: every output directory is full or cannot be written, events are \
+                     no longer written: {}",
                     self.disks.why_full()
                 );
                 tracing::error!("{reason}");

@@ -7,9 +7,11 @@
 //! checksums), and their global ids are remembered, so the copies the DCMs resend (their
 //! acknowledgements died with the old process) are dropped as duplicates and acknowledged:
 //! every accepted event is in the files exactly once. Only rodeo's container is recovered; an
-//! EventStorage file left open stays `.writing` (a warning says so).
+//! EventStorage file left open stays `.writing` (a warning says so). In a directory that can no
+//! longer be written, the files are read and counted where they lie (they stay `.writing`) and
+//! the logger then leaves the directory as a full one.
 
-use rodeo_files::recover::recover_files;
+use rodeo_files::recover::{read_left_open, recover_files};
 
 use super::config::FileFormat;
 use super::Logger;
@@ -39,11 +41,25 @@ impl Logger {
             }
             return Ok(());
         }
-        let recovered =
-            recover_files(&c.directory, c.run, &c.name).map_err(|e| DataflowError::Config {
-                app: c.name.clone(),
-                reason: e.to_string(),
-            })?;
+        // A directory that can no longer be written (read-only, immutable) cannot take a
+        // recovery: the files are read where they lie and their events counted, and the
+        // logger then finds the directory unwritable at its first check and leaves it (the
+        // next directory, or a halt in order): never a restart that fails on it again.
+        let read_only = crate::disks::writable(&c.directory).err();
+        let recovered = match &read_only {
+            None => recover_files(&c.directory, c.run, &c.name),
+            Some(why) => {
+                tracing::warn!(
+                    "{}: {why}: the files left open are counted where they lie, not recovered",
+                    c.name
+                );
+                read_left_open(&c.directory, c.run, &c.name)
+            }
+        }
+        .map_err(|e| DataflowError::Config {
+            app: c.name.clone(),
+            reason: e.to_string(),
+        })?;
         for r in recovered {
             tracing::warn!(
                 "{}: recovered {} ({} complete events{}{})",

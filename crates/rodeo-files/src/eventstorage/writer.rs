@@ -169,10 +169,11 @@ impl EsWriterConfig {
     }
 }
 
-/// A file closed cleanly (end record written, synced if configured, renamed).
+/// A file closed cleanly (end record written, synced if configured, renamed; or whole under
+/// its `.writing` name when the rename failed, the close's error saying why).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedEsFile {
-    /// Final path.
+    /// Final path (the `.writing` one when the rename failed).
     pub path: PathBuf,
     /// File number.
     pub file_number: u32,
@@ -562,20 +563,31 @@ impl EsWriter {
             file.sync_all().map_err(err("fsync", &f.writing))?;
         }
         drop(file);
-        fs::rename(&f.writing, &f.final_path).map_err(err("rename", &f.writing))?;
-        if self.config.fsync_on_close {
-            File::open(&self.config.directory)
-                .and_then(|d| d.sync_all())
-                .map_err(err("fsync", &self.config.directory))?;
-        }
-        self.closed.push(ClosedEsFile {
+        let renamed = fs::rename(&f.writing, &f.final_path);
+        let mut closed = ClosedEsFile {
             path: f.final_path,
             file_number: f.file_number,
             guid: f.guid,
             events: f.events,
             data_bytes: f.data_bytes,
             file_bytes: f.bytes + END_BYTES,
-        });
+        };
+        if let Err(source) = renamed {
+            // Whole and synced, but its directory turned read-only: listed as `.writing`.
+            closed.path = f.writing.clone();
+            self.closed.push(closed);
+            return Err(EsError::Io {
+                op: "rename",
+                path: f.writing,
+                source,
+            });
+        }
+        if self.config.fsync_on_close {
+            File::open(&self.config.directory)
+                .and_then(|d| d.sync_all())
+                .map_err(err("fsync", &self.config.directory))?;
+        }
+        self.closed.push(closed);
         Ok(())
     }
 }

@@ -82,10 +82,12 @@ pub struct EventLocation {
     pub index: u64,
 }
 
-/// A file closed cleanly (end record written, fsync'ed if configured, renamed).
+/// A file closed cleanly (end record written, fsync'ed if configured, renamed; or, when the
+/// rename failed because the directory turned read-only, whole under its `.writing` name, with
+/// the close's error saying so).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedFile {
-    /// Final path.
+    /// Final path (the `.writing` one when the rename failed).
     pub path: PathBuf,
     /// File sequence number.
     pub sequence: u32,
@@ -511,23 +513,35 @@ impl RawFileWriter {
             f.out.sync_all().map_err(err("fsync", &f.writing))?;
         }
         drop(f.out);
-        fs::rename(&f.writing, &f.final_path).map_err(err("rename", &f.writing))?;
-        if self.config.fsync_on_close {
-            File::open(&self.config.directory)
-                .and_then(|d| d.sync_all())
-                .map_err(err("fsync", &self.config.directory))?;
-        }
         let file_bytes = f.bytes + END_RECORD_BYTES;
         self.stats.bytes += END_RECORD_BYTES;
-        self.stats.files_closed += 1;
-        self.closed.push(ClosedFile {
+        let renamed = fs::rename(&f.writing, &f.final_path);
+        let mut closed = ClosedFile {
             path: f.final_path,
             sequence: f.sequence,
             events: f.events,
             event_bytes: f.event_bytes,
             file_bytes,
             adler: f.adler,
-        });
+        };
+        if let Err(source) = renamed {
+            // The file is whole (end record written, synced) but keeps its `.writing` name
+            // (its directory turned read-only): listed under that name, the error says why.
+            closed.path = f.writing.clone();
+            self.closed.push(closed);
+            return Err(RawFileError::Io {
+                op: "rename",
+                path: f.writing,
+                source,
+            });
+        }
+        if self.config.fsync_on_close {
+            File::open(&self.config.directory)
+                .and_then(|d| d.sync_all())
+                .map_err(err("fsync", &self.config.directory))?;
+        }
+        self.stats.files_closed += 1;
+        self.closed.push(closed);
         Ok(())
     }
 }

@@ -165,6 +165,15 @@ impl Drop for PeerGuard {
     }
 }
 
+/// Removes a file (the consumer's ipc socket) when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn spawn_peer(
     transport: &str,
     endpoint: &str,
@@ -265,6 +274,10 @@ fn measure_socket(
         "zmq_tcp" => "tcp://127.0.0.1:0".to_string(),
         _ => "127.0.0.1:0".to_string(),
     };
+    // libzmq leaves an ipc socket's file when its process ends: removed however we leave.
+    let _socket_file = endpoint
+        .strip_prefix("ipc://")
+        .map(|p| RemoveOnDrop(std::path::PathBuf::from(p)));
     let (guard, r, bound) = spawn_peer(transport, &endpoint, bytes)?;
     let mut buf = vec![0u8; bytes];
     let cpu0 = process_cpu_ns();
@@ -316,8 +329,33 @@ fn measure_socket(
     Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu))
 }
 
+/// Removes the ipc socket files (`<tmp>/rodeo-bench-<pid>.sock`) that benches whose process is
+/// gone left (killed before they could remove them), with one line on stderr; returns how many.
+pub fn remove_stale_sockets(tmp: &std::path::Path) -> usize {
+    let mut removed = 0;
+    for e in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("rodeo-bench-")
+            .and_then(|r| r.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if !alive && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        eprintln!("rodeo: removed {removed} socket file(s) of benches whose process is gone");
+    }
+    removed
+}
+
 /// Measures every selected transport and size; returns the report.
 pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
+    remove_stale_sockets(&std::env::temp_dir());
     let sizes: Vec<usize> = args.bytes.map_or(SIZES.to_vec(), |b| vec![b.max(2)]);
     let transports: Vec<&'static str> = match &args.transport {
         Some(t) => vec![*TRANSPORTS
@@ -362,4 +400,25 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockets_of_benches_whose_process_is_gone_are_removed_and_live_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = tmp
+            .path()
+            .join(format!("rodeo-bench-{}.sock", std::process::id()));
+        // No process has this pid (above the kernel's limit of 2^22).
+        let dead = tmp.path().join("rodeo-bench-4294967290.sock");
+        let other = tmp.path().join("rodeo-bench-notapid.sock");
+        for f in [&live, &dead, &other] {
+            std::fs::write(f, b"").unwrap();
+        }
+        assert_eq!(remove_stale_sockets(tmp.path()), 1);
+        assert!(live.exists() && other.exists() && !dead.exists());
+    }
 }

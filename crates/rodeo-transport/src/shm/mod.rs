@@ -4,8 +4,8 @@
 //! instead of ZeroMQ, with the same ROUTER/DEALER shape:
 //!
 //! - A ROUTER that binds `shm://NAME` owns the *inbox* `rodeo/NAME`: a publish-subscribe service
-//!   of byte slices with one subscriber (the router) and up to [`MAX_PEERS`] publishers (its
-//!   dealers), plus an event service of the same name that wakes the router.
+//!   of byte slices with one subscriber (the router) and a publisher per dealer (how many: the
+//!   partition's [`ShmLimits`]), plus an event service of the same name that wakes the router.
 //! - A DEALER that connects to `shm://NAME` owns its own reply inbox `rodeo/NAME/reply/ID` (ID its
 //!   identity, or a name unique to the process when it has none) and publishes into `rodeo/NAME`.
 //!   Every message it sends starts with its identity (one length byte, then the bytes), which the
@@ -31,308 +31,65 @@
 //! Queues are bounded ([`QUEUE_MESSAGES`] per inbox) and never overflow: a sample a full inbox
 //! cannot take is not delivered, the send reports it as "would block" (as ZeroMQ's high-water
 //! mark does) and a blocking send retries until its send timeout. Each refusal is counted
-//! ([`backpressure_count`]).
+//! ([`backpressure_count`]). An inbox without its receiver (its process left, or is being
+//! restarted and its dead predecessor was cleaned up) fails the send at once, without a wait:
+//! there is nobody to wait for, so a process walking down does not spend a send timeout per
+//! socket on peers that already left.
 //!
 //! # Names and clean-up
 //!
 //! NAME carries the partition and run (the layout makes it from the run's runtime directory), so
 //! two partitions on one host never share a service. Every process creates one iceoryx2 node
 //! (without signal handlers: the applications keep theirs); creating it first removes what dead
-//! nodes (processes killed with -9, crashed earlier runs) left behind, and the controller calls
-//! [`cleanup_dead_nodes`] again when a run ends.
+//! processes (killed with -9, crashed earlier runs) left behind (`cleanup`: one pass at a time,
+//! waiting for another process's pass rather than counting it a failure), a port refused at its
+//! limit is made again after a clean-up pass (`services`), and the run calls
+//! [`cleanup_dead_nodes`] again when it ends. A restarted application so gets its predecessor's
+//! ports back however often it restarts.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iceoryx2::node::NodeView;
-use iceoryx2::port::listener::Listener;
-use iceoryx2::port::notifier::Notifier;
-use iceoryx2::port::publisher::Publisher;
-use iceoryx2::port::subscriber::Subscriber;
 use iceoryx2::port::LoanError;
 use iceoryx2::prelude::*;
 
 use crate::frame::{Frame, Received, TransportError};
+
+mod cleanup;
+mod services;
+
+pub use cleanup::{clean_dead_nodes, cleanup_dead_nodes, remove_abandoned_segments, Cleanup};
+pub use services::{limits, set_limits, ShmLimits, EXTERNAL_PEERS, PORT_WAIT};
+
+use cleanup::node;
+use services::{open_inbox, open_outbox, Inbox, Outbox};
 
 /// The iceoryx2 service variant: inter-process, ports usable from the thread they are moved to.
 pub(crate) type Svc = ipc_threadsafe::Service;
 
 /// Messages an inbox queues before its senders see back-pressure.
 pub const QUEUE_MESSAGES: usize = 512;
-/// Senders one inbox accepts (a readout node's dealers: every DCM and the supervisor).
-pub const MAX_PEERS: usize = 128;
 /// The first shared-memory slot size of a sender; it grows by powers of two with the messages.
-const INITIAL_SLICE_BYTES: usize = 4096;
+pub(crate) const INITIAL_SLICE_BYTES: usize = 4096;
 /// Frames of one message kept on the stack (more are accepted, joined in a scratch buffer).
 const MAX_FRAMES: usize = 8;
 
 static BACKPRESSURE: AtomicU64 = AtomicU64::new(0);
 static ANON: AtomicU64 = AtomicU64::new(0);
-/// The process's node while any socket uses it: when the last shared-memory socket goes, the
-/// node goes with it (its files removed), so a process that exits leaves nothing behind.
-static NODE: OnceLock<Mutex<Weak<Node<Svc>>>> = OnceLock::new();
-
 /// Sends refused by a full shared-memory inbox in this process so far (each retry of a blocking
 /// send counts once): the back-pressure figure of `/metrics`.
 pub fn backpressure_count() -> u64 {
     BACKPRESSURE.load(Ordering::Relaxed)
 }
 
-fn shm_err(op: &'static str, name: &str, e: impl std::fmt::Debug) -> TransportError {
+pub(crate) fn shm_err(op: &'static str, name: &str, e: impl std::fmt::Debug) -> TransportError {
     TransportError::Shm {
         op,
         name: name.to_string(),
         detail: format!("{e:?}"),
     }
-}
-
-/// The process's iceoryx2 node, created on first use (after removing dead nodes' resources;
-/// "dead": their process is gone, which iceoryx2 tells by a file lock the process held).
-fn node() -> Result<Arc<Node<Svc>>, TransportError> {
-    let cell = NODE.get_or_init(|| Mutex::new(Weak::new()));
-    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(n) = guard.upgrade() {
-        return Ok(n);
-    }
-    set_log_level(LogLevel::Fatal);
-    // iceoryx2 would remove dead nodes' resources while creating the node and again when it is
-    // dropped, waiting for each (see `remove_abandoned_segments` for a wait without end): we do
-    // it ourselves, off the caller's path (a background thread here, `cleanup_dead_nodes` at
-    // the end of a run).
-    let mut config = iceoryx2::config::Config::global_config().clone();
-    config.global.node.cleanup_dead_nodes_on_creation = false;
-    config.global.node.cleanup_dead_nodes_on_destruction = false;
-    let n = NodeBuilder::new()
-        .config(&config)
-        .signal_handling_mode(SignalHandlingMode::Disabled)
-        .create::<Svc>()
-        .map_err(|e| shm_err("create node", "(process)", e))?;
-    let n = Arc::new(n);
-    let cleaner = Arc::clone(&n);
-    let spawned = std::thread::Builder::new()
-        .name("shm-cleanup".into())
-        .spawn(move || report_cleanup(&cleaner));
-    if spawned.is_err() {
-        // No thread to spare: the next run's end cleans up instead.
-        eprintln!("rodeo: cannot start the shared-memory cleanup thread");
-    }
-    *guard = Arc::downgrade(&n);
-    Ok(n)
-}
-
-/// Removes dead nodes' resources ([`settle_abandoned_segments`] first) and says what it did.
-fn report_cleanup(n: &Node<Svc>) -> u64 {
-    settle_abandoned_segments();
-    let state = n.try_cleanup_dead_nodes();
-    // What iceoryx2 could not clean up: the files of nodes it lists as dead.
-    let forced = if state.failed_cleanups > 0 {
-        remove_dead_node_files()
-    } else {
-        0
-    };
-    if state.cleanups > 0 || state.failed_cleanups > 0 {
-        eprintln!(
-            "rodeo: removed the shared-memory resources of {} dead process(es) ({} more whose \
-             iceoryx2 clean-up failed: {} of them by removing their node files)",
-            state.cleanups, state.failed_cleanups, forced
-        );
-    }
-    state.cleanups + forced
-}
-
-/// Where iceoryx2 keeps its node files (its default root, which rodeo keeps).
-const NODES_DIR: &str = "/tmp/iceoryx2/nodes";
-
-/// Removes the files of the nodes iceoryx2 lists as dead (their process is gone: the node's
-/// owner lock is free) after its own clean-up failed: a process killed with -9 while it was
-/// still making a port or opening a service leaves a node naming a port or service that is no
-/// longer there, and iceoryx2's clean-up of such a node fails every time, so its files would
-/// stay for good. Returns how many nodes' files were removed.
-fn remove_dead_node_files() -> u64 {
-    let config = iceoryx2::config::Config::global_config();
-    let mut dead = Vec::new();
-    let _ = Node::<Svc>::list(config, |state| {
-        if let NodeState::Dead(view) = state {
-            dead.push(view.id().value().to_string());
-        }
-        CallbackProgression::Continue
-    });
-    let mut removed = 0;
-    for id in dead {
-        let monitor = format!("iox2_{id}.");
-        let mut any = false;
-        for e in std::fs::read_dir(NODES_DIR).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name == id || name.starts_with(&monitor) {
-                let path = e.path();
-                let gone = if path.is_dir() {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
-                any |= gone.is_ok();
-            }
-        }
-        removed += u64::from(any);
-    }
-    removed
-}
-
-/// Removes the shared-memory resources of every dead process (killed with -9, crashed) on this
-/// host; returns how many were removed. The controller calls it when a run ends.
-pub fn cleanup_dead_nodes() -> Result<u64, TransportError> {
-    let n = node()?;
-    Ok(report_cleanup(&n))
-}
-
-/// Waits (at most [`ABANDONED_SEGMENT_AGE`]) until every empty iceoryx2 segment is old enough
-/// to count as abandoned, then removes them ([`remove_abandoned_segments`]).
-fn settle_abandoned_segments() {
-    if let Some(youngest) = empty_segments().iter().map(|&(_, age)| age).min() {
-        std::thread::sleep(ABANDONED_SEGMENT_AGE.saturating_sub(youngest));
-    }
-    remove_abandoned_segments();
-}
-
-/// The empty iceoryx2 segments (`/dev/shm/iox2_*` of size zero) and how old each is.
-fn empty_segments() -> Vec<(std::path::PathBuf, Duration)> {
-    std::fs::read_dir("/dev/shm")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("iox2_"))
-        .filter_map(|e| {
-            let m = e.metadata().ok()?;
-            let age = m.modified().ok()?.elapsed().ok()?;
-            (m.is_file() && m.len() == 0).then(|| (e.path(), age))
-        })
-        .collect()
-}
-
-/// How old an empty iceoryx2 segment must be to count as abandoned: its creator sizes it
-/// microseconds after creating it, so one still empty after this was left by a process killed
-/// in between.
-const ABANDONED_SEGMENT_AGE: Duration = Duration::from_secs(2);
-
-/// Removes iceoryx2 shared-memory segments (`/dev/shm/iox2_*`) of size zero older than
-/// [`ABANDONED_SEGMENT_AGE`]; returns how many. A process killed between creating a segment
-/// and sizing it leaves one, and iceoryx2 0.10's dead-node cleanup then waits for it to be
-/// sized without a timeout (`MappingSizeIsZero` in `posix_shared_memory::open_impl`): the next
-/// process to create a node would hang there (seen: a logger restarted after kill -9). Nothing
-/// alive uses such a segment, so removing it first is safe.
-pub fn remove_abandoned_segments() -> u64 {
-    let removed = empty_segments()
-        .into_iter()
-        .filter(|(path, age)| *age >= ABANDONED_SEGMENT_AGE && std::fs::remove_file(path).is_ok())
-        .count() as u64;
-    if removed > 0 {
-        eprintln!(
-            "rodeo: removed {removed} empty shared-memory segment(s) left by a process killed \
-             while creating them"
-        );
-    }
-    removed
-}
-
-fn service_name(name: &str) -> Result<ServiceName, TransportError> {
-    ServiceName::new(&format!("rodeo/{name}")).map_err(|e| shm_err("service name", name, e))
-}
-
-/// A receiving end: the subscriber of an inbox and the listener that wakes its owner.
-struct Inbox {
-    name: String,
-    sub: Subscriber<Svc, [u8], ()>,
-    listener: Listener<Svc>,
-}
-
-/// A sending end: a publisher into somebody's inbox and the notifier that wakes them.
-struct Outbox {
-    publisher: Publisher<Svc, [u8], ()>,
-    notifier: Notifier<Svc>,
-}
-
-fn open_inbox(node: &Node<Svc>, name: &str) -> Result<Inbox, TransportError> {
-    let sname = service_name(name)?;
-    let ps = node
-        .service_builder(&sname)
-        .publish_subscribe::<[u8]>()
-        .max_publishers(MAX_PEERS)
-        .max_subscribers(1)
-        .max_nodes(MAX_PEERS + 8)
-        .subscriber_max_buffer_size(QUEUE_MESSAGES)
-        .subscriber_max_borrowed_samples(2)
-        .history_size(0)
-        .enable_safe_overflow(false)
-        .open_or_create()
-        .map_err(|e| shm_err("open inbox", name, e))?;
-    let sub = ps
-        .subscriber_builder()
-        .buffer_size(QUEUE_MESSAGES)
-        .create()
-        .map_err(|e| shm_err("create subscriber", name, e))?;
-    let ev = event_service(node, name)?;
-    let listener = ev
-        .listener_builder()
-        .create()
-        .map_err(|e| shm_err("create listener", name, e))?;
-    Ok(Inbox {
-        name: name.to_string(),
-        sub,
-        listener,
-    })
-}
-
-fn event_service(
-    node: &Node<Svc>,
-    name: &str,
-) -> Result<iceoryx2::service::port_factory::event::PortFactory<Svc>, TransportError> {
-    node.service_builder(&service_name(name)?)
-        .event()
-        .max_notifiers(MAX_PEERS)
-        .max_listeners(2)
-        .max_nodes(MAX_PEERS + 8)
-        .disable_notifier_created_event()
-        .disable_notifier_dropped_event()
-        .open_or_create()
-        .map_err(|e| shm_err("open event", name, e))
-}
-
-fn open_outbox(node: &Node<Svc>, name: &str, create: bool) -> Result<Outbox, TransportError> {
-    let sname = service_name(name)?;
-    let b = node
-        .service_builder(&sname)
-        .publish_subscribe::<[u8]>()
-        .max_publishers(MAX_PEERS)
-        .max_subscribers(1)
-        .max_nodes(MAX_PEERS + 8)
-        .subscriber_max_buffer_size(QUEUE_MESSAGES)
-        .subscriber_max_borrowed_samples(2)
-        .history_size(0)
-        .enable_safe_overflow(false);
-    let ps = if create {
-        b.open_or_create()
-            .map_err(|e| shm_err("open peer inbox", name, e))?
-    } else {
-        b.open().map_err(|e| shm_err("open peer inbox", name, e))?
-    };
-    let publisher = ps
-        .publisher_builder()
-        .initial_max_slice_len(INITIAL_SLICE_BYTES)
-        .allocation_strategy(AllocationStrategy::PowerOfTwo)
-        .backpressure_strategy(BackpressureStrategy::DiscardData)
-        .max_loaned_samples(2)
-        .create()
-        .map_err(|e| shm_err("create publisher", name, e))?;
-    let notifier = event_service(node, name)?
-        .notifier_builder()
-        .create()
-        .map_err(|e| shm_err("create notifier", name, e))?;
-    Ok(Outbox {
-        publisher,
-        notifier,
-    })
 }
 
 /// Which end of the ROUTER/DEALER pair a socket is, with what that end owns.
@@ -517,6 +274,11 @@ impl ShmSocket {
                 // A failed notification only delays the receiver until its next timeout.
                 let _ = out.notifier.notify();
                 return Ok(());
+            }
+            if !out.has_receiver() {
+                // Nobody to wait for: the receiver left (or is not there yet, or is being
+                // restarted). As a ZeroMQ peer that is gone, it costs the sender nothing.
+                return Err(would_block());
             }
             BACKPRESSURE.fetch_add(1, Ordering::Relaxed);
             // Wake the receiver: it may be waiting while its queue is full of our messages.

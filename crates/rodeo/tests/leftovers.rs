@@ -1,0 +1,230 @@
+//! Nothing left behind (issue 37, point 5): runs (shared memory with restarts, ipc with its
+//! controller killed), a service (`rodeo serve --processes` over shared memory and ipc: a
+//! partition prepared, run, stopped, the next one prepared, shut down) and benches (`rodeo
+//! bench transport` over ZeroMQ ipc and iceoryx2) leave nothing new in /dev/shm, in iceoryx2's
+//! directories, nor in the temporary directory.
+//!
+//! The rodeo processes get a temporary directory of their own (`TMPDIR`): what they would leave
+//! in /tmp (runtime directories, bench sockets) is then theirs alone and must be gone at the
+//! end, whatever other processes of the machine do in /tmp meanwhile. iceoryx2 keeps its fixed
+//! places (/dev/shm, /tmp/iceoryx2), compared before and after.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use rodeo_testkit::process::{apps_of, find_app};
+use rodeo_testkit::{files_under, holds_within, rodeo, wait_for, wait_until};
+use serde_json::Value;
+
+/// Every iceoryx2 file: shared-memory objects, node and service records.
+fn shm_entries() -> BTreeSet<String> {
+    let mut set = BTreeSet::new();
+    for dir in ["/dev/shm", "/tmp/iceoryx2/nodes", "/tmp/iceoryx2/services"] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // iceoryx2's one global management object stays by design (16 bytes, made once).
+            if name.ends_with(".global_mgmt") {
+                continue;
+            }
+            if dir != "/dev/shm" || name.starts_with("iox2_") {
+                set.insert(format!("{dir}/{name}"));
+            }
+        }
+    }
+    set
+}
+
+/// What the processes' own temporary directory holds (names).
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A small paced partition in `kind` (restarts quick).
+fn config(dir: &Path, kind: &str) -> PathBuf {
+    let cfg = dir.join(format!("{kind}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[transport]\nkind = \"{kind}\"\n[l1]\nrate_hz = 3000.0\n\
+             [ros]\nnodes = 1\nchannels = 4\nfragment_words = 100\n\
+             [dcm]\nnodes = 2\nslots = 32\naccept_fraction = 0.3\n\
+             [control]\nrestart_backoff_ms = 200\ndead_after_ms = 1500\n"
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+fn data_written(out: &Path) -> bool {
+    files_under(out).iter().any(|p| {
+        p.to_string_lossy().contains(".data")
+            && std::fs::metadata(p).is_ok_and(|m| m.len() > 64 * 1024)
+    })
+}
+
+fn kill(name: &str, marker: &str) {
+    let pid = wait_for(name, Duration::from_secs(30), || find_app(name, marker));
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}
+
+#[test]
+fn runs_a_service_and_benches_leave_nothing_behind() {
+    let shm_before = shm_entries();
+    let work = tempfile::tempdir().unwrap();
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let tmp_env = tmp.to_str().unwrap().to_string();
+
+    // 1. Shared memory: a readout node and a logger killed with -9 and restarted.
+    let out = work.path().join("shm");
+    let mut run = rodeo!();
+    run.args([
+        "run",
+        "--processes",
+        "--json",
+        "--accept-degraded",
+        "--seconds",
+        "8",
+    ])
+    .arg("--config")
+    .arg(config(work.path(), "shm"))
+    .arg("--output")
+    .arg(&out)
+    .env("TMPDIR", &tmp_env);
+    let run = run.spawn();
+    wait_until("events written (shm)", Duration::from_secs(60), || {
+        data_written(&out)
+    });
+    let marker = out.to_str().unwrap();
+    kill("ros-1", marker);
+    kill("logger-1", marker);
+    let o = run.wait_with_deadline(Duration::from_secs(90));
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}\n{}", o.stderr);
+    assert_eq!(v["restarts"], 2, "{v}\n{}", o.stderr);
+
+    // 2. ipc: the controller killed with -9 leaves its runtime directory (nobody is left to
+    // remove it) ...
+    let out = work.path().join("ipc-killed");
+    let mut run = rodeo!();
+    run.args([
+        "run",
+        "--processes",
+        "--json",
+        "--seconds",
+        "60",
+        "--config",
+    ])
+    .arg(config(work.path(), "ipc"))
+    .arg("--output")
+    .arg(&out)
+    .env("TMPDIR", &tmp_env);
+    let mut run = run.spawn();
+    wait_until("events written (ipc)", Duration::from_secs(60), || {
+        data_written(&out)
+    });
+    run.signal(libc::SIGKILL);
+    let _ = run.status_with_deadline(Duration::from_secs(10));
+    let marker = out.to_str().unwrap().to_string();
+    assert!(
+        holds_within(Duration::from_secs(10), || apps_of(&marker).is_empty()),
+        "the applications left after their controller's death"
+    );
+    let left = entries(&tmp);
+    assert_eq!(left.len(), 1, "the dead run's runtime directory: {left:?}");
+    // ... which the next controller removes as stale once nothing listens there and it is old
+    // enough (made old here rather than waited for).
+    let stale = tmp.join(&left[0]);
+    let old = SystemTime::now() - Duration::from_secs(7200);
+    std::fs::File::open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let mut run = rodeo!();
+    run.args([
+        "run",
+        "--processes",
+        "--json",
+        "--accept-degraded",
+        "--events",
+        "3000",
+        "--config",
+    ])
+    .arg(config(work.path(), "ipc"))
+    .arg("--output")
+    .arg(work.path().join("ipc-next"))
+    .env("TMPDIR", &tmp_env);
+    let o = run.output();
+    o.assert_success();
+    assert!(
+        o.stderr
+            .contains("removed 1 runtime directory of runs whose processes are gone"),
+        "{}",
+        o.stderr
+    );
+    assert!(!stale.exists());
+
+    // 3. A service, over shared memory (the default) and ipc (whose endpoints live in the
+    // partition's runtime directory): the partition of run 1 prepared, run, stopped; run 2
+    // prepared; shut down.
+    for kind in ["shm", "ipc"] {
+        let out = work.path().join(format!("serve-{kind}"));
+        let mut serve = rodeo!();
+        serve
+            .args(["serve", "--processes", "--http", "127.0.0.1:0", "--config"])
+            .arg(config(work.path(), kind))
+            .arg("--output")
+            .arg(&out)
+            .env("RODEO_TOKEN", "tok")
+            .env("TMPDIR", &tmp_env);
+        let mut serve = serve.spawn();
+        let addr = serve.http_address(Duration::from_secs(60));
+        let command = |c: &str| {
+            rodeo_testkit::http::request(
+                addr,
+                "POST",
+                "/api/command",
+                Some("tok"),
+                &format!("{{\"command\":\"{c}\"}}"),
+            )
+            .0
+        };
+        assert_eq!(command("start"), 200, "{kind}");
+        wait_until("events written (serve)", Duration::from_secs(60), || {
+            data_written(&out)
+        });
+        assert_eq!(command("stop"), 200, "{kind}");
+        assert_eq!(command("shutdown"), 200, "{kind}");
+        let status = serve.status_with_deadline(Duration::from_secs(60));
+        assert!(status.success(), "{kind}: {status}");
+    }
+
+    // 4. Benches over ZeroMQ ipc and iceoryx2.
+    for transport in ["zmq_ipc", "iceoryx2"] {
+        rodeo!()
+            .args(["bench", "transport", "--transport", transport])
+            .args(["--bytes", "64", "--seconds", "0.1"])
+            .env("TMPDIR", &tmp_env)
+            .output()
+            .assert_success();
+    }
+
+    // Nothing new anywhere (bounded: the last processes' exits and clean-ups finish first).
+    let mut new = Vec::new();
+    let clean = holds_within(Duration::from_secs(15), || {
+        new = shm_entries().difference(&shm_before).cloned().collect();
+        new.is_empty() && entries(&tmp).is_empty()
+    });
+    assert!(
+        clean,
+        "left behind: shared memory {new:?}, temporary directory {:?}",
+        entries(&tmp)
+    );
+}
