@@ -18,7 +18,8 @@
 //! - [`run`]: [`run::Run`], one run from its number to its record.
 //! - [`sheet`]: [`sheet::RunSheet`], the balance sheet in its one shape; [`verdict`]: ok,
 //!   degraded or failed, and the problems behind it; [`text`]: the sheet for people.
-//! - [`rundb`]: the run database (`runs.sqlite`, SQLite).
+//! - [`rundb`]: the run database (`runs.sqlite`, SQLite); [`runs_table`]: its runs as an
+//!   aligned table (`rodeo runs`).
 //!
 //! Many runs, and watching them:
 //! - [`service`]: [`service::RunService`], a partition that stays up, one run after another.
@@ -36,6 +37,7 @@ pub mod observe;
 pub mod output;
 pub mod run;
 pub mod rundb;
+pub mod runs_table;
 pub mod service;
 pub mod setup;
 pub mod sheet;

@@ -626,10 +626,11 @@ fn the_text_sheet_says_verified_only_for_files_read_back_and_each_rate_with_its_
     }
 }
 
-/// A reader that went away (`rodeo runs | head -1`, a pager quit early) ends the listing
-/// commands quietly with exit 0: never a panic on a closed pipe.
+/// A note added to a run after the fact is listed with it; a reader that went away (`rodeo
+/// runs | head -1`, a pager quit early) ends the listing commands quietly with exit 0: never a
+/// panic on a closed pipe.
 #[test]
-fn a_closed_pipe_ends_the_listings_with_exit_0() {
+fn runs_take_notes_and_a_closed_pipe_ends_the_listings_with_exit_0() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
     rodeo!()
@@ -638,6 +639,37 @@ fn a_closed_pipe_ends_the_listings_with_exit_0() {
         .output()
         .assert_success();
     let out_arg = out_dir.to_str().unwrap();
+    rodeo!()
+        .args([
+            "runs",
+            "--output",
+            out_arg,
+            "note",
+            "1",
+            "beam lost",
+            "at 3 s",
+        ])
+        .output()
+        .assert_success();
+    let missing = rodeo!()
+        .args(["runs", "note", "99", "no such run", "--output", out_arg])
+        .output();
+    assert_eq!(missing.status.code(), Some(2), "{}", missing.text());
+    assert!(missing.stderr.contains("no run 99"), "{}", missing.text());
+    let listed = rodeo!()
+        .args(["runs", "--json", "--output", out_arg])
+        .output();
+    let v: Value = serde_json::from_str(&listed.stdout).unwrap();
+    assert_eq!(
+        v["runs"][0]["comments"][0]["text"], "beam lost at 3 s",
+        "{v}"
+    );
+    let table = rodeo!().args(["runs", "--output", out_arg]).output();
+    assert!(
+        table.stdout.contains("(beam lost at 3 s)"),
+        "{}",
+        table.stdout
+    );
     for args in [
         vec!["runs", "--output", out_arg],
         vec!["runs", "--json", "--output", out_arg],

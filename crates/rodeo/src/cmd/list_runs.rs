@@ -1,22 +1,44 @@
 //! `rodeo runs [--output DIR] [--json]`: the runs recorded in `<output>/runs.sqlite`, newest
-//! first (the recording itself is `rodeo_run`'s: every run, however it ended).
+//! first (the recording itself is `rodeo_run`'s: every run, however it ended); `rodeo runs note
+//! N TEXT...` adds a note to a recorded run after the fact (the comments `POST
+//! /api/runs/N/comment` adds, from this shell's user and host).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rodeo_run::rundb::RunDb;
+use rodeo_run::rundb::{Comment, RunDb};
+use rodeo_run::runs_table;
 use serde_json::json;
 
 /// Arguments of `rodeo runs`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
+    /// Add a note to a run instead of listing.
+    #[command(subcommand)]
+    what: Option<What>,
     /// The output directory whose runs to list (its `runs.sqlite`).
-    #[arg(long, default_value = "rodeo-output")]
+    #[arg(long, default_value = "rodeo-output", global = true)]
     output: PathBuf,
     /// Print `{"runs": [...]}` (the form `GET /api/runs` serves) instead of a table.
     #[arg(long)]
     json: bool,
 }
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// Add a note to recorded run N (after the run: what the beam did, why it was stopped);
+    /// shown in `rodeo runs`, `--json` (`comments`) and `GET /api/runs`.
+    Note {
+        /// The run number.
+        run: u32,
+        /// The note (the words are joined with spaces).
+        #[arg(required = true)]
+        text: Vec<String>,
+    },
+}
+
+/// Longest note, in bytes (as a comment over HTTP).
+const MAX_NOTE_BYTES: usize = 4096;
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let path = args.output.join(rodeo_run::rundb::FILE_NAME);
@@ -29,139 +51,38 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let db = RunDb::open(&path)?;
     let runs = db.list()?;
+    if let Some(What::Note { run, text }) = args.what {
+        let text = text.join(" ");
+        if text.trim().is_empty() || text.len() > MAX_NOTE_BYTES {
+            anyhow::bail!("a note is 1 to {MAX_NOTE_BYTES} bytes of text");
+        }
+        if !runs.iter().any(|r| r["run_number"] == run) {
+            anyhow::bail!(
+                "no run {run} in {}: `rodeo runs --output {}` lists the recorded runs",
+                path.display(),
+                args.output.display()
+            );
+        }
+        let at_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        db.comment(&Comment {
+            run_number: run,
+            at_ns,
+            role: "local".into(),
+            peer: rodeo_run::output::started_by("rodeo runs note"),
+            text,
+        })?;
+        outln!("run {run}: note added");
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.json {
         outln!("{}", json!({ "runs": runs }));
         return Ok(ExitCode::SUCCESS);
     }
-    outln!("{}", table_line(&HEADER.map(String::from)));
+    outln!("{}", runs_table::header());
     for r in &runs {
-        outln!("{}", table_line(&row(r)));
+        outln!("{}", runs_table::line(r));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The table's columns: title, width, right-aligned. The last column (who started the run,
-/// with its latest comment or the reason it was not ok) is left open.
-const COLUMNS: [(&str, usize, bool); 10] = [
-    ("run", 6, true),
-    ("verdict", 8, false),
-    ("started (UTC)", 19, false),
-    ("duration", 9, true),
-    ("L1", 10, true),
-    ("accepted", 10, true),
-    ("written", 10, true),
-    ("MB", 9, true),
-    ("files", 5, true),
-    ("started by (comment or reason)", 0, false),
-];
-
-/// The header's cells.
-const HEADER: [&str; 10] = {
-    let mut h = [""; 10];
-    let mut i = 0;
-    while i < 10 {
-        h[i] = COLUMNS[i].0;
-        i += 1;
-    }
-    h
-};
-
-/// One line of the table: every cell padded to its column (a wider value widens only its own
-/// line), two spaces between columns, no trailing blanks.
-fn table_line(cells: &[String; 10]) -> String {
-    let mut line = String::new();
-    for (i, (cell, (_, width, right))) in cells.iter().zip(COLUMNS).enumerate() {
-        if i > 0 {
-            line.push_str("  ");
-        }
-        if right {
-            line.push_str(&format!("{cell:>width$}"));
-        } else if i + 1 < COLUMNS.len() {
-            line.push_str(&format!("{cell:<width$}"));
-        } else {
-            line.push_str(cell);
-        }
-    }
-    line.trim_end().to_string()
-}
-
-/// The cells of one run of the database (`RunDb::list`'s JSON form).
-fn row(r: &serde_json::Value) -> [String; 10] {
-    let count = |k: &str| r[k].as_u64().map_or("-".to_string(), |n| n.to_string());
-    let started = r["started_at_ns"].as_i64().filter(|ns| *ns > 0);
-    let duration = match (started, r["stopped_at_ns"].as_i64()) {
-        (Some(a), Some(b)) if b >= a => format_duration((b - a) as f64 / 1e9),
-        _ => "-".into(),
-    };
-    // The latest comment on the run, else the reason it was not ok.
-    let comment = r["comments"]
-        .as_array()
-        .and_then(|c| c.last())
-        .and_then(|c| c["text"].as_str());
-    let note = comment
-        .or_else(|| r["reason"].as_str())
-        .filter(|n| !n.is_empty());
-    let who = r["started_by"].as_str().unwrap_or("");
-    let last = match note {
-        Some(n) if who.is_empty() => format!("({n})"),
-        Some(n) => format!("{who} ({n})"),
-        None => who.to_string(),
-    };
-    [
-        r["run_number"].to_string(),
-        r["status"].as_str().unwrap_or("?").to_string(),
-        started.map_or("-".into(), |ns| {
-            rodeo_files::eventstorage::utc_text(ns as u64 / 1_000_000_000)
-        }),
-        duration,
-        count("l1_accepts"),
-        count("accepted"),
-        count("events_written"),
-        format!("{:.1}", r["bytes_written"].as_f64().unwrap_or(0.0) / 1e6),
-        r["files"].as_array().map_or(0, Vec::len).to_string(),
-        last,
-    ]
-}
-
-/// A duration as a person reads it: `12.3 s`, `4m05s`, `2h03m`.
-fn format_duration(seconds: f64) -> String {
-    if seconds < 60.0 {
-        format!("{seconds:.1} s")
-    } else if seconds < 3600.0 {
-        let s = seconds as u64;
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        let m = seconds as u64 / 60;
-        format!("{}h{:02}m", m / 60, m % 60)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn columns_line_up_whatever_the_values() {
-        let run = serde_json::json!({
-            "run_number": 7, "status": "degraded", "started_at_ns": 1_245_396_941_000_000_000i64,
-            "stopped_at_ns": 1_245_397_066_000_000_000i64, "l1_accepts": 100000,
-            "accepted": 10021, "events_written": 10021, "bytes_written": 1.5e8,
-            "files": ["a", "b"], "reason": "22 partial events", "started_by": "rodeo run"
-        });
-        let header = table_line(&HEADER.map(String::from));
-        let line = table_line(&row(&run));
-        assert!(
-            line.starts_with("     7  degraded  2009-06-19 07:35:41      2m05s"),
-            "{line}"
-        );
-        for title in ["L1", "accepted", "written", "MB", "files"] {
-            // Right-aligned columns end where their titles end.
-            let end = header.find(title).unwrap() + title.len();
-            assert_ne!(&line[end - 1..end], " ", "{title}: {line}");
-            assert_eq!(&line[end..end + 1], " ", "{title}: {line}");
-        }
-        let last = header.find("started by").unwrap();
-        assert_eq!(&line[last..], "rodeo run (22 partial events)");
-        assert_eq!(format_duration(7322.0), "2h02m");
-    }
 }
