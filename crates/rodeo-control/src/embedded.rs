@@ -337,7 +337,12 @@ impl EmbeddedPartition {
             }
             Command::Disconnect => {
                 self.step(apps, command)?;
-                self.make_summary(apps);
+                // A partition brought down without a run (a served run prepared, then a
+                // configuration change or a shutdown) has no balance sheet: none is made, and
+                // no "ended without its summary" error is logged for it.
+                if lock(&self.view).run_seconds > 0.0 || !apps.summaries.is_empty() {
+                    self.make_summary(apps);
+                }
             }
             Command::Unconfigure => {
                 self.step(apps, command)?;

@@ -447,6 +447,7 @@ impl RunDb {
         for r in &mut out {
             let n = r["run_number"].as_u64().unwrap_or(0) as u32;
             r["files"] = Value::Array(self.files_json(n)?);
+            r["comments"] = Value::Array(self.comments_json(n)?);
         }
         Ok(out)
     }

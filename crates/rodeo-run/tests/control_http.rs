@@ -256,6 +256,10 @@ fn the_web_page_shows_the_state_in_chromium() {
     // The producers table: a row per readout input, with its state.
     assert!(dom.contains("<table id=\"producers\">"), "{dom}");
     assert!(dom.contains("<tr data-input="), "no producer rows: {dom}");
+    assert!(
+        !dom.contains("<b id=\"started\">-</b>"),
+        "no start time: {dom}"
+    );
     // Stopped through the HTTP API with the token, as the page's stop button does.
     let (code, _) = command(server.local_addr(), Some(TOKEN), r#"{"command":"stop"}"#);
     assert_eq!(code, 200);

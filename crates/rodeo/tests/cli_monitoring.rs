@@ -212,6 +212,12 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
     assert_eq!(code, 200, "{body}");
     let (_, served) = http(addr, "GET", "/api/config", None, "");
     assert!(served.contains("rate_hz = 600.0"), "{served}");
+    // The prepared partition replaced for the change was no run: no balance error about it.
+    let log = get_json(addr, "/api/log");
+    assert!(
+        !log.to_string().contains("ended without its summary"),
+        "a configuration change logged a balance error: {log}"
+    );
     // And from another shell: `rodeo ctl config get`.
     let url = format!("http://{addr}");
     let got = rodeo!()
@@ -273,6 +279,17 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
             "alarm row: {dom}"
         );
         assert!(dom.contains("<tr data-run=\"1\">"), "run history: {dom}");
+        // The top bar has the run's start; the charts scale to the current run and mark its
+        // start (run 1's points are older).
+        assert!(dom.contains("<b id=\"started\">"), "{dom}");
+        assert!(
+            !dom.contains("<b id=\"started\">-</b>"),
+            "no start time: {dom}"
+        );
+        assert!(
+            dom.contains("data-from=\"1"),
+            "no run start on the charts: {dom}"
+        );
         assert!(
             dom.contains("rate_hz = 600.0"),
             "configuration editor: {dom}"
