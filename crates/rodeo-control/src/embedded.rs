@@ -340,7 +340,7 @@ impl EmbeddedPartition {
                 // A partition brought down without a run (a served run prepared, then a
                 // configuration change or a shutdown) has no balance sheet: none is made, and
                 // no "ended without its summary" error is logged for it.
-                if lock(&self.view).run_seconds > 0.0 || !apps.summaries.is_empty() {
+                if lock(&self.view).run_seconds > 0.0 {
                     self.make_summary(apps);
                 }
             }

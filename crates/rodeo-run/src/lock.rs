@@ -72,15 +72,25 @@ impl OutputLock {
         match try_lock(&file) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                let holder = text.lines().next().unwrap_or("").trim();
+                // The holder writes its line just after it takes the lock: a process refused
+                // in between reads again for a moment (bounded) to name it.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+                let holder = loop {
+                    let mut text = String::new();
+                    let _ = file.seek(SeekFrom::Start(0));
+                    let _ = file.read_to_string(&mut text);
+                    let holder = text.lines().next().unwrap_or("").trim().to_string();
+                    if !holder.is_empty() || std::time::Instant::now() >= deadline {
+                        break holder;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                };
                 return Err(LockError::Held {
                     dir: dir.to_path_buf(),
                     holder: if holder.is_empty() {
                         "another process".into()
                     } else {
-                        holder.to_string()
+                        holder
                     },
                 });
             }

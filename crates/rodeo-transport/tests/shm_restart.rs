@@ -63,7 +63,8 @@ fn start_child(name: &str) -> Child {
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            if line.trim() == "bound" {
+            // libtest may print `test child_router ... ` on the same line before it.
+            if line.trim_end().ends_with("bound") {
                 let _ = tx.send(());
             }
         }
