@@ -66,6 +66,7 @@ pub mod alarms;
 mod input_metrics;
 pub mod metrics;
 pub mod monitoring;
+pub mod partition_metrics;
 pub mod prometheus;
 pub mod rates;
 pub mod summary;

@@ -1,7 +1,7 @@
 //! One metric vocabulary, whatever runs the partition: each application's live counters as a
 //! typed [`AppMetrics`] (read through its [`Probe`](crate::application::Probe) in the embedded
 //! partition, carried by heartbeats to the controller in process mode), and
-//! [`write_partition_metrics`], the one function that turns them into the Prometheus families
+//! [`write_partition_metrics`](crate::partition_metrics::write_partition_metrics), the one function that turns them into the Prometheus families
 //! of `/metrics` (listed in docs/run-control.md).
 //!
 //! Every counter has one home: the application's own counter struct in its crate
@@ -14,9 +14,7 @@ use rodeo_memory::histogram::HistogramSnapshot;
 use rodeo_memory::LogHistogram;
 use serde::{Deserialize, Serialize};
 
-use crate::lifecycle::State;
 use crate::prometheus::MetricsWriter;
-use crate::run_control::PartitionStatus;
 use crate::summary::InputStatus;
 
 /// The supervisor's live counters.
@@ -233,7 +231,7 @@ const QUEUE: &[&str] = &["queue", "policy"];
 /// The labels of a readout input's families (`input_metrics.rs`).
 const INPUT: &[&str] = &["node", "rob", "address"];
 
-/// Every family [`write_partition_metrics`] writes, in its order; the SW ROD input's
+/// Every family [`write_partition_metrics`](crate::partition_metrics::write_partition_metrics) writes, in its order; the SW ROD input's
 /// (`[ros] input = "swrod"`) besides: [`swrod_families`]. A test writes them all and compares.
 pub const METRIC_FAMILIES: &[Family] = &[
     fam("rodeo_partition_state", "gauge", &["state"]),
@@ -359,174 +357,6 @@ pub(crate) fn histogram(h: &LogHistogram) -> HistogramSnapshot {
     h.snapshot()
 }
 
-/// What [`write_partition_metrics`] needs besides the applications' counters.
-#[derive(Debug, Clone, Copy)]
-pub struct PartitionExtras {
-    /// Control frames dropped because they did not decode (0 without a control channel).
-    pub bad_control_messages: u64,
-    /// Sends refused by a full shared-memory inbox (back-pressure), all applications together.
-    pub shm_backpressure: u64,
-    /// Messages refused on receipt as larger than their socket's limit (or malformed on
-    /// shared memory), all applications together (`rodeo_transport::socket::oversized_count`).
-    pub oversized_messages: u64,
-    /// tcp handshakes refused by CURVE (peers without the partition's keys), every process of
-    /// the partition together.
-    pub auth_refused: u64,
-}
-
-/// Writes the whole vocabulary of `/metrics` for a partition: its state and run, every
-/// application's state and heartbeat age, and every application's counters by role. `apps`
-/// pairs each application's name with its counters (absent before connect).
-pub fn write_partition_metrics(
-    w: &mut MetricsWriter,
-    status: &PartitionStatus,
-    apps: &[(&str, Option<&AppMetrics>)],
-    extras: PartitionExtras,
-) {
-    w.family(
-        "rodeo_partition_state",
-        "gauge",
-        "1 for the partition's lifecycle state, 0 for the others.",
-    );
-    for s in State::ALL {
-        let v = if s == status.state { 1.0 } else { 0.0 };
-        w.sample("rodeo_partition_state", &[("state", s.name())], v);
-    }
-    w.family(
-        "rodeo_app_state",
-        "gauge",
-        "1 for each application's lifecycle state, 0 for the others.",
-    );
-    for a in &status.apps {
-        for s in State::ALL {
-            let v = if s == a.state { 1.0 } else { 0.0 };
-            w.sample(
-                "rodeo_app_state",
-                &[("app", &a.name), ("role", &a.role), ("state", s.name())],
-                v,
-            );
-        }
-    }
-    w.family(
-        "rodeo_app_heartbeat_age_seconds",
-        "gauge",
-        "Seconds since each application's counters were last heard (0: read in this process).",
-    );
-    for a in &status.apps {
-        let age = a.heartbeat_age_ms.map_or(0.0, |ms| ms as f64 / 1e3);
-        w.sample(
-            "rodeo_app_heartbeat_age_seconds",
-            &[("app", &a.name), ("role", &a.role)],
-            age,
-        );
-    }
-    w.family(
-        "rodeo_app_restarts_total",
-        "counter",
-        "Times each application was restarted after a death since the partition came up.",
-    );
-    for a in &status.apps {
-        w.sample(
-            "rodeo_app_restarts_total",
-            &[("app", &a.name), ("role", &a.role)],
-            a.restarts as f64,
-        );
-    }
-    w.gauge(
-        "rodeo_run_restarts",
-        "Applications restarted after a death in this run.",
-        &[(&[], status.restarts as f64)],
-    );
-    w.gauge(
-        "rodeo_run_number",
-        "The run number.",
-        &[(&[], f64::from(status.run_number))],
-    );
-    w.gauge(
-        "rodeo_run_seconds",
-        "Seconds since the run started.",
-        &[(&[], status.run_seconds)],
-    );
-    w.counter(
-        "rodeo_control_bad_messages_total",
-        "Control frames dropped because they did not decode.",
-        &[(&[], extras.bad_control_messages)],
-    );
-    w.counter(
-        "rodeo_shm_backpressure_total",
-        "Sends a full shared-memory inbox refused (retried or reported to the sender, never lost).",
-        &[(&[], extras.shm_backpressure)],
-    );
-    w.counter(
-        "rodeo_oversized_messages_total",
-        "Messages refused on receipt as larger than their socket's limit \
-         (transport.max_message_bytes; on shared memory also malformed ones).",
-        &[(&[], extras.oversized_messages)],
-    );
-    w.counter(
-        "rodeo_transport_auth_refused_total",
-        "tcp handshakes refused by CURVE: peers without the partition's keys (plain ZeroMQ, \
-         wrong keys, garbage); the first refusal from each address is logged.",
-        &[(&[], extras.auth_refused)],
-    );
-
-    let mut sup = Vec::new();
-    let mut dcms = Vec::new();
-    let mut loggers = Vec::new();
-    let mut nodes = Vec::new();
-    for (name, m) in apps {
-        match m {
-            Some(AppMetrics::Supervisor(s)) => sup.push((*name, &**s)),
-            Some(AppMetrics::Dcm(d)) => dcms.push((*name, &**d)),
-            Some(AppMetrics::Logger(l)) => loggers.push((*name, l)),
-            Some(AppMetrics::Ros(r)) => nodes.push((*name, r)),
-            None => {}
-        }
-    }
-    write_supervisor(w, &sup);
-    write_dcms(w, &dcms);
-    write_loggers(w, &loggers);
-    write_nodes(w, &nodes);
-
-    // Errors by kind, every application in one family.
-    let mut errs: Vec<([(&str, &str); 2], u64)> = Vec::new();
-    for (n, s) in &nodes {
-        for (kind, v) in [
-            ("lost_fragment", s.lost_fragments),
-            ("pending_fragment", s.pending_fragments),
-            ("request_timeout", s.timeouts),
-            ("clear_gap", s.clear_gaps),
-            ("send_dropped", s.send_dropped),
-            ("rejected_request", s.rejected_requests),
-            ("bad_message", s.bad_messages),
-        ] {
-            errs.push(([("app", n), ("kind", kind)], v));
-        }
-    }
-    for (n, s) in &sup {
-        errs.push(([("app", n), ("kind", "bad_message")], s.bad_messages));
-    }
-    for (n, l) in &loggers {
-        errs.push(([("app", n), ("kind", "bad_message")], l.bad_messages));
-    }
-    for (n, d) in &dcms {
-        for (kind, v) in [
-            ("bad_message", d.bad_messages),
-            ("stale_reply", d.stale_replies),
-            ("send_failure", d.send_failures),
-        ] {
-            errs.push(([("app", n), ("kind", kind)], v));
-        }
-    }
-    let s: Vec<(&[(&str, &str)], u64)> = errs.iter().map(|(l, v)| (&l[..], *v)).collect();
-    w.counter(
-        "rodeo_errors_total",
-        "Errors and discarded messages, by application and kind.",
-        &s,
-    );
-    write_queue_metrics(w);
-}
-
 /// The in-process queues of this process ([`rodeo_memory::queue::snapshot`]): per queue name
 /// (summed over its instances) its capacity, depth, pushes that found it full and items
 /// dropped, labelled with the full policy.
@@ -578,7 +408,7 @@ pub fn write_queue_metrics(w: &mut MetricsWriter) {
 type ChannelCount = fn(&ChannelMetrics) -> u64;
 
 /// The readout nodes' per-channel families, labelled `app` and `rob` (`0x00410000`).
-fn write_channels(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
+pub(crate) fn write_channels(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
     let robs: Vec<(&str, String, &ChannelMetrics)> = nodes
         .iter()
         .flat_map(|(n, s)| {
@@ -671,7 +501,7 @@ fn gauge(w: &mut MetricsWriter, name: &str, help: &str, v: &[([(&str, &str); 1],
     w.gauge(name, help, &s);
 }
 
-fn write_histograms(
+pub(crate) fn write_histograms(
     w: &mut MetricsWriter,
     name: &str,
     help: &str,
@@ -690,7 +520,7 @@ fn write_histograms(
     }
 }
 
-fn write_supervisor(w: &mut MetricsWriter, sup: &[(&str, &SupervisorMetrics)]) {
+pub(crate) fn write_supervisor(w: &mut MetricsWriter, sup: &[(&str, &SupervisorMetrics)]) {
     counter(
         w,
         "rodeo_l1_accepts_total",
@@ -735,7 +565,7 @@ fn write_supervisor(w: &mut MetricsWriter, sup: &[(&str, &SupervisorMetrics)]) {
     );
 }
 
-fn write_dcms(w: &mut MetricsWriter, dcms: &[(&str, &DcmMetrics)]) {
+pub(crate) fn write_dcms(w: &mut MetricsWriter, dcms: &[(&str, &DcmMetrics)]) {
     counter(
         w,
         "rodeo_dcm_events_total",
@@ -818,7 +648,7 @@ fn write_dcms(w: &mut MetricsWriter, dcms: &[(&str, &DcmMetrics)]) {
     }
 }
 
-fn write_loggers(w: &mut MetricsWriter, loggers: &[(&str, &LoggerMetrics)]) {
+pub(crate) fn write_loggers(w: &mut MetricsWriter, loggers: &[(&str, &LoggerMetrics)]) {
     counter(
         w,
         "rodeo_logger_events_written_total",
@@ -851,7 +681,7 @@ fn write_loggers(w: &mut MetricsWriter, loggers: &[(&str, &LoggerMetrics)]) {
     );
 }
 
-fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
+pub(crate) fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
     counter(
         w,
         "rodeo_ros_requests_total",
@@ -947,174 +777,5 @@ fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) {
                 &v,
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::run_control::AppStatus;
-
-    /// `# TYPE name kind` of every family on `page`.
-    fn families(page: &str) -> Vec<(String, String)> {
-        page.lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split_once(' '))
-            .map(|(n, k)| (n.to_string(), k.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn every_family_written_is_listed_and_every_listed_family_is_written() {
-        let h = LogHistogram::new().snapshot();
-        let app = |name: &str, role: &str| AppStatus {
-            name: name.into(),
-            role: role.into(),
-            state: State::Running,
-            error: None,
-            host: None,
-            pid: None,
-            heartbeat_age_ms: None,
-            rate_hz: 0.0,
-            restarts: 0,
-        };
-        let status = PartitionStatus {
-            partition: "p".into(),
-            state: State::Running,
-            error: None,
-            run_number: 1,
-            run_seconds: 0.0,
-            l1_rate_hz: 0.0,
-            event_rate_hz: 0.0,
-            write_rate_hz: 0.0,
-            l1_accepts: 0,
-            events_written: 0,
-            restarts: 0,
-            apps: vec![app("supervisor", "supervisor"), app("ros-1", "ros")],
-            recent_errors: Vec::new(),
-            inputs: Vec::new(),
-        };
-        let sup = AppMetrics::Supervisor(Box::new(SupervisorMetrics {
-            l1_accepts: 1,
-            accepted: 1,
-            rejected: 0,
-            forced_accepts: 0,
-            in_flight: 0,
-            credits: 0,
-            decision_latency: h.clone(),
-            bad_messages: 0,
-        }));
-        let dcm = AppMetrics::Dcm(Box::new(DcmMetrics {
-            slots: 1,
-            events: 1,
-            accepted: 1,
-            requests: 1,
-            bytes_received: 1,
-            busy_slots: 0,
-            outstanding_requests: 0,
-            queued_requests: 0,
-            bad_messages: 0,
-            stale_replies: 0,
-            send_failures: 0,
-            request_latency: h.clone(),
-            decision_latency: h.clone(),
-            build_latency: h,
-            sampled: 0,
-            sample_dropped: 0,
-        }));
-        let logger = AppMetrics::Logger(LoggerMetrics {
-            events_written: 1,
-            bytes_written: 1,
-            disk_full: 0,
-            directory_moves: 0,
-            events_refused: 0,
-            bad_messages: 0,
-        });
-        let c = rodeo_ros::swrod::SwRodInputCounters::default();
-        let ros = AppMetrics::Ros(RosMetrics {
-            requests: 1,
-            fragments_sent: 1,
-            bytes_sent: 1,
-            cleared_l1ids: 1,
-            pending_now: 0,
-            input_fragments: 1,
-            lost_fragments: 0,
-            pending_fragments: 0,
-            timeouts: 0,
-            clear_gaps: 0,
-            buffer_occupancy: 0.0,
-            send_dropped: 0,
-            send_dropped_by_peer: BTreeMap::from([("peer".to_string(), 1)]),
-            rejected_requests: 0,
-            bad_messages: 0,
-            swrod: Some(SwRodMetrics {
-                builder: c.builder.fields().map(|(k, v)| (k.to_string(), v)).into(),
-                link: c.link.fields().map(|(k, v)| (k.to_string(), v)).into(),
-            }),
-            channels: Vec::new(),
-            inputs: vec![crate::summary::InputStatus {
-                node: "ros-1".into(),
-                rob: 0x0041_0000,
-                address: "tcp://127.0.0.1:5000".into(),
-                state: crate::summary::InputState::Connected,
-                fragments: 10,
-                bytes: 1000,
-                errors: 0,
-                last_data_age_ms: Some(3),
-                rate_hz: 200.0,
-                problem: None,
-            }],
-        });
-        let mut w = MetricsWriter::new();
-        write_partition_metrics(
-            &mut w,
-            &status,
-            &[
-                ("supervisor", Some(&sup)),
-                ("dcm-1", Some(&dcm)),
-                ("logger-1", Some(&logger)),
-                ("ros-1", Some(&ros)),
-            ],
-            PartitionExtras {
-                bad_control_messages: 0,
-                shm_backpressure: 0,
-                oversized_messages: 0,
-                auth_refused: 0,
-            },
-        );
-        let written = families(&w.finish());
-        let swrod = swrod_families();
-        let (plain, sw): (Vec<_>, Vec<_>) = written
-            .iter()
-            .partition(|(n, _)| !n.starts_with("rodeo_ros_swrod_"));
-        let listed: Vec<(String, String)> = METRIC_FAMILIES
-            .iter()
-            .map(|f| (f.name.to_string(), f.kind.to_string()))
-            .collect();
-        let plain: Vec<(String, String)> = plain.into_iter().cloned().collect();
-        assert_eq!(
-            plain, listed,
-            "METRIC_FAMILIES and the families written differ"
-        );
-        let mut sw: Vec<&String> = sw.iter().map(|(n, _)| n).collect();
-        let mut swrod: Vec<&String> = swrod.iter().collect();
-        sw.sort();
-        swrod.sort();
-        assert_eq!(sw, swrod);
-        assert!(written.len() > 60, "{written:?}");
-
-        // The alarms' families are the service's list's first two.
-        let a = crate::alarms::Alarms::new(&[crate::alarms::AlarmSpec {
-            name: "x".into(),
-            metric: "rodeo_run_number".into(),
-            below: Some(1.0),
-            above: None,
-            for_seconds: 0.0,
-            always: false,
-        }]);
-        let mut w = MetricsWriter::new();
-        a.write_metrics(&mut w);
-        let alarm: Vec<String> = families(&w.finish()).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(alarm, [SERVICE_FAMILIES[0].name, SERVICE_FAMILIES[1].name]);
     }
 }

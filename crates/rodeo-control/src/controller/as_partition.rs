@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use crate::application::Role;
 use crate::lifecycle::{Command, State, TransitionError};
-use crate::metrics::{write_partition_metrics, AppMetrics, PartitionExtras};
+use crate::metrics::AppMetrics;
 use crate::partition::Layout;
+use crate::partition_metrics::{write_partition_metrics, PartitionExtras};
 use crate::prometheus::MetricsWriter;
 use crate::run_control::{AppStatus, Partition, PartitionStatus, RunControl};
 use crate::summary::{AppSummary, RunSummary};

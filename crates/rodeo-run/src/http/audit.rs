@@ -109,7 +109,7 @@ impl Store {
         struct Body {
             text: String,
         }
-        let text = match super::routes::json_object::<Body>(body, r#"{"text": "…"}"#) {
+        let text = match super::request::json_object::<Body>(body, r#"{"text": "…"}"#) {
             Ok(b) => b.text,
             Err(e) => return Response::error(400, &e),
         };

@@ -199,3 +199,17 @@ pub(super) fn request_complete(buf: &[u8]) -> bool {
         Some(Some(n)) => n > MAX_BODY_BYTES || buf.len() >= head_end + 4 + n,
     }
 }
+
+/// `body` as the JSON object `T` (an array or any other JSON value is refused: serde would
+/// read a struct from an array too); the error says what was expected (`shape`).
+pub(super) fn json_object<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    shape: &str,
+) -> Result<T, String> {
+    let expected = |e: &dyn std::fmt::Display| format!("expected a JSON object {shape}: {e}");
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| expected(&e))?;
+    if !v.is_object() {
+        return Err(expected(&"the body is not an object"));
+    }
+    serde_json::from_value(v).map_err(|e| expected(&e))
+}

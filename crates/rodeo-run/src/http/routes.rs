@@ -18,6 +18,7 @@ use crate::rundb::{config_hash, now_ns, AuditEntry, Comment};
 
 use super::audit::Store;
 use super::auth::{check, Credentials, Peer, Role};
+use super::request::json_object;
 use super::{Request, Response, INDEX_HTML};
 
 /// The server's own counters (in `/metrics` as `rodeo_http_*`).
@@ -347,20 +348,6 @@ fn metrics(control: &dyn RunControl, counters: &HttpCounters) -> Response {
         &[(&[], c(&counters.panics))],
     );
     Response::new(200, "text/plain; version=0.0.4; charset=utf-8", w.finish())
-}
-
-/// `body` as the JSON object `T` (an array or any other JSON value is refused: serde would
-/// read a struct from an array too); the error says what was expected (`shape`).
-pub(super) fn json_object<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-    shape: &str,
-) -> Result<T, String> {
-    let expected = |e: &dyn std::fmt::Display| format!("expected a JSON object {shape}: {e}");
-    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| expected(&e))?;
-    if !v.is_object() {
-        return Err(expected(&"the body is not an object"));
-    }
-    serde_json::from_value(v).map_err(|e| expected(&e))
 }
 
 /// `{"command": "stop"}` -> the command.
