@@ -29,7 +29,7 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport, TransportE
 pub use crate::application::Role;
 use crate::application::{self, AppContext, RunEnd};
 use crate::channel::{self, Heartbeat, ToApp, ToController};
-use crate::config::PartitionConfig;
+use crate::config::{PartitionConfig, RunWords};
 use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::partition::Layout;
@@ -272,6 +272,7 @@ impl RunControl for AppControl {
             }],
             recent_errors: hb.error.into_iter().collect(),
             inputs: crate::metrics::inputs_of(hb.metrics.iter()),
+            words: RunWords::default(),
         }
     }
 

@@ -568,6 +568,7 @@ impl RunControl for EmbeddedPartition {
                 .collect(),
             recent_errors: v.recent_errors.iter().cloned().collect(),
             inputs: crate::metrics::inputs_of(metrics.iter().filter_map(|(_, m)| m.as_ref())),
+            words: self.config.run.words(),
         }
     }
 

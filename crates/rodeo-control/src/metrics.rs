@@ -22,6 +22,9 @@ use crate::summary::InputStatus;
 pub struct SupervisorMetrics {
     /// L1 accepts produced by the L1 source.
     pub l1_accepts: u64,
+    /// L1 accepts the emulator's schedule could not send (the partition was busy: dead time).
+    #[serde(default)]
+    pub l1_missed: u64,
     /// Events accepted by a DCM.
     pub accepted: u64,
     /// Events rejected.
@@ -249,6 +252,7 @@ pub const METRIC_FAMILIES: &[Family] = &[
     fam("rodeo_events_decided_total", "counter", &["app", "verdict"]),
     fam("rodeo_supervisor_events_in_flight", "gauge", APP),
     fam("rodeo_supervisor_credits", "gauge", APP),
+    fam("rodeo_l1_missed_total", "counter", APP),
     fam("rodeo_decision_latency_seconds", "histogram", APP),
     fam("rodeo_dcm_events_total", "counter", APP),
     fam("rodeo_dcm_accepted_total", "counter", APP),
@@ -554,6 +558,13 @@ pub(crate) fn write_supervisor(w: &mut MetricsWriter, sup: &[(&str, &SupervisorM
         "rodeo_supervisor_credits",
         "Free DCM slots known to the supervisor (credits).",
         &per_app(sup, |s| s.credits),
+    );
+    counter(
+        w,
+        "rodeo_l1_missed_total",
+        "L1 accepts the emulator's schedule could not send because the partition was busy \
+         (dead time: missed / (accepts + missed)).",
+        &per_app(sup, |s| s.l1_missed),
     );
     let h: Vec<(&str, &HistogramSnapshot)> =
         sup.iter().map(|(n, s)| (*n, &s.decision_latency)).collect();

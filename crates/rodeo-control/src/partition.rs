@@ -295,6 +295,7 @@ impl Layout {
         // Every event written carries every ROB, or the partial flag (the loggers check).
         for lc in &mut loggers {
             lc.expected_robs = all_robs.len();
+            lc.free_strings = config.run.words().free_strings();
         }
         let sup_ep = eps.make("supervisor");
         let logger_endpoints: Vec<String> = loggers.iter().map(|l| l.endpoint.clone()).collect();

@@ -223,9 +223,11 @@ mod tests {
             apps: vec![app("supervisor", "supervisor"), app("ros-1", "ros")],
             recent_errors: Vec::new(),
             inputs: Vec::new(),
+            words: Default::default(),
         };
         let sup = AppMetrics::Supervisor(Box::new(SupervisorMetrics {
             l1_accepts: 1,
+            l1_missed: 0,
             accepted: 1,
             rejected: 0,
             forced_accepts: 0,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::RunWords;
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::metrics::AppMetrics;
 use crate::prometheus::MetricsWriter;
@@ -75,6 +76,9 @@ pub struct PartitionStatus {
     /// heartbeat.
     #[serde(default)]
     pub inputs: Vec<InputStatus>,
+    /// The run's words (comment, run type, shifter) as its configuration has them.
+    #[serde(default)]
+    pub words: RunWords,
 }
 
 /// Something that can be controlled and watched: a partition or one application.
@@ -94,6 +98,20 @@ pub trait RunControl: Send + Sync {
     fn command_by(&self, command: Command, by: &str) -> Result<State, TransitionError> {
         let _ = by;
         self.command(command)
+    }
+
+    /// `start` on behalf of `by` with the run's words (comment, run type, shifter: checked
+    /// by the caller with [`RunWords::check`]). `None`: this partition takes its words from
+    /// its configuration only (`[run]`) and refuses them at `start`; no words is a plain
+    /// `start`.
+    fn start_with_words(
+        &self,
+        words: &RunWords,
+        by: &str,
+    ) -> Option<Result<State, TransitionError>> {
+        words
+            .is_empty()
+            .then(|| self.command_by(Command::Start, by))
     }
 
     /// The configuration in effect, as TOML.

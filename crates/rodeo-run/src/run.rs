@@ -334,6 +334,12 @@ impl Run {
                 (sheet, files)
             }
         };
+        let mut sheet = sheet;
+        let words = self.config.run.words();
+        sheet.comment = words.comment;
+        sheet.run_type = words.run_type;
+        sheet.shifter = words.shifter;
+        sheet.conditions = conditions_at_ends(output, self.started_at_ns);
         if self.layout.output.is_dir() {
             let path = self.layout.output.join("summary.json");
             if let Err(e) = serde_json::to_vec_pretty(&sheet)
@@ -400,6 +406,24 @@ impl Run {
                 ),
                 Err(e) => eprintln!("rodeo: warning: shared-memory clean-up: {e}"),
             }
+        }
+    }
+}
+
+/// The conditions as they stood at the run's start (`started_at_ns`; None: it never started)
+/// and now, its end: `{"begin": {...}, "end": {...}}` (None when the database cannot say).
+fn conditions_at_ends(output: &OutputDir, started_at_ns: Option<u64>) -> Option<Value> {
+    let db = output.db();
+    let end = db.conditions_as_of(u64::MAX);
+    let begin = match started_at_ns {
+        Some(t) => db.conditions_as_of(t).map(Value::Object),
+        None => Ok(Value::Null),
+    };
+    match (begin, end) {
+        (Ok(begin), Ok(end)) => Some(serde_json::json!({ "begin": begin, "end": end })),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("rodeo: warning: the run's conditions not read: {e}");
+            None
         }
     }
 }

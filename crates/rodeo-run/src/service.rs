@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rodeo_control::config::PartitionConfig;
+use rodeo_control::config::{PartitionConfig, RunWords};
 use rodeo_control::lifecycle::{Command, State, TransitionError};
 use rodeo_control::prometheus::MetricsWriter;
 use rodeo_control::run_control::{ConfigChangeError, Partition, PartitionStatus, RunControl};
@@ -155,8 +155,9 @@ impl RunService {
         prepare_run(&lock(&self.output), config, self.mode, number)
     }
 
-    /// Starts the prepared run on its own thread, on behalf of `by`.
-    fn start_run(self: &Arc<Self>, by: &str) -> Result<State, TransitionError> {
+    /// Starts the prepared run on its own thread, on behalf of `by`, with `words` (none: the
+    /// configuration's).
+    fn start_run(self: &Arc<Self>, by: &str, words: &RunWords) -> Result<State, TransitionError> {
         let mut cur = lock(&self.current);
         let state = cur.partition.partition_state();
         if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
@@ -165,6 +166,9 @@ impl RunService {
                 command: Command::Start,
                 state,
             });
+        }
+        if !words.is_empty() {
+            self.give_words(&mut cur, words)?;
         }
         cur.partition.command(Command::Start)?;
         let Some(run) = cur.prepared.take() else {
@@ -181,6 +185,43 @@ impl RunService {
             .map_err(|e| failed(Command::Start, format!("cannot start the run thread: {e}")))?;
         cur.thread = Some(thread);
         Ok(State::Running)
+    }
+
+    /// The prepared run again with `words` in its `[run]` (they reach every application at
+    /// `configure`: the loggers write them into the files): the prepared partition given up
+    /// and brought up again with them, unless it has them already. On a failure the run is
+    /// prepared again without them and the error says why.
+    fn give_words(&self, cur: &mut Current, words: &RunWords) -> Result<(), TransitionError> {
+        let mut config = lock(&self.config).clone();
+        config.run.set_words(words.clone());
+        let has = cur.prepared.as_ref().map(|r| r.config().run.words());
+        if has.as_ref() == Some(&config.run.words()) {
+            return Ok(());
+        }
+        if let Some(run) = cur.prepared.take() {
+            run.abandon();
+        }
+        let attempt = prepare_run(&lock(&self.output), config, self.mode, cur.number);
+        let again = match attempt {
+            Ok(run) => Ok(run),
+            Err(e) => {
+                tracing::error!(
+                    run = cur.number,
+                    "the run with its words cannot be prepared: {e}"
+                );
+                match self.prepare(cur.number) {
+                    Ok(run) => {
+                        cur.partition = run.partition();
+                        cur.prepared = Some(run);
+                    }
+                    Err(e2) => tracing::error!("nor without them: {e2}; `shutdown` the service"),
+                }
+                Err(e)
+            }
+        }?;
+        cur.partition = again.partition();
+        cur.prepared = Some(again);
+        Ok(())
     }
 
     /// One run to its end: its sheet recorded (with who started and stopped it) and handed
@@ -410,7 +451,7 @@ impl RunControl for ServiceControl {
     fn command_by(&self, command: Command, by: &str) -> Result<State, TransitionError> {
         let _guard = lock(&self.0.commands);
         match command {
-            Command::Start => self.0.start_run(by),
+            Command::Start => self.0.start_run(by, &RunWords::default()),
             Command::Stop => self.0.stop(Some(by)),
             Command::Shutdown => self.0.shutdown(by),
             other => Err(TransitionError::Illegal {
@@ -419,6 +460,15 @@ impl RunControl for ServiceControl {
                 state: lock(&self.0.current).partition.partition_state(),
             }),
         }
+    }
+
+    fn start_with_words(
+        &self,
+        words: &RunWords,
+        by: &str,
+    ) -> Option<Result<State, TransitionError>> {
+        let _guard = lock(&self.0.commands);
+        Some(self.0.start_run(by, words))
     }
 
     fn config_toml(&self) -> String {

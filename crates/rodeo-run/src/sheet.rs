@@ -172,6 +172,16 @@ pub struct RunSheet {
     pub problems: Vec<Problem>,
     /// The Python trigger's counters, when one ran.
     pub python_trigger: Option<Value>,
+    /// The run's comment (`[run] comment`, or given at `start`; empty: none).
+    pub comment: String,
+    /// The run's type (empty: none).
+    pub run_type: String,
+    /// Who was on shift (empty: not said).
+    pub shifter: String,
+    /// The conditions (`POST /api/conditions`) as they stood when the run started and when
+    /// it ended: `{"begin": {key: value}, "end": {key: value}}`, the latest value of each key
+    /// (None: no run database).
+    pub conditions: Option<Value>,
 }
 
 impl RunSheet {
@@ -323,6 +333,7 @@ impl RunSheet {
             reason: first_reason(verdict, &problems),
             problems,
             python_trigger: trigger,
+            ..RunSheet::default()
         }
     }
 

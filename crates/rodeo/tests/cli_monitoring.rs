@@ -226,8 +226,42 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
     assert!(got.status.success());
     assert!(got.stdout.contains("rate_hz = 600.0"));
 
-    // Run 2 with the new configuration: the alarm is raised by the real rate.
-    assert_eq!(cmd("start").0, 200);
+    // Run 2 with the new configuration and the run's words: the alarm is raised by the real
+    // rate. Words go with start only, and are checked.
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/api/command",
+        Some("tok"),
+        r#"{"command":"start","run_type":"two words"}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("run.run_type"), "{body}");
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/api/command",
+        Some("tok"),
+        r#"{"command":"start","comment":"HV scan 1500 V","run_type":"calibration","shifter":"A. Shifter"}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        get_json(addr, "/api/status")["words"]["run_type"],
+        "calibration"
+    );
+    // Conditions during the run: kept with their time; a bad post is refused.
+    let post = |body: &str, token: Option<&str>| http(addr, "POST", "/api/conditions", token, body);
+    assert_eq!(post(r#"{"hv_volts": 1500}"#, None).0, 401);
+    let (code, body) = post(r#"{"hv volts": 1500}"#, Some("tok"));
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = post(r#"{"hv_volts": 1500, "temperature_c": 21.5}"#, Some("tok"));
+    assert_eq!(code, 200, "{body}");
+    let conditions = get_json(addr, "/api/conditions");
+    assert_eq!(conditions["latest"]["hv_volts"]["value"], 1500);
+    assert_eq!(conditions["latest"]["hv_volts"]["run_number"], 2);
+    wait_until("a file of run 2", Duration::from_secs(30), || {
+        get_json(addr, "/api/files")["count"].as_u64().unwrap_or(0) > 0
+    });
     let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &toml);
     assert_eq!(code, 409, "no change while running: {body}");
     wait_until("the L1-rate alarm raised", Duration::from_secs(60), || {
@@ -279,6 +313,26 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
             "alarm row: {dom}"
         );
         assert!(dom.contains("<tr data-run=\"1\">"), "run history: {dom}");
+        // The run's words, its files and the disk on the top bar; the conditions; the
+        // producers table (no network inputs in this partition: it says so).
+        assert!(
+            dom.contains("calibration, “HV scan 1500 V”, shifter A. Shifter"),
+            "{dom}"
+        );
+        assert!(
+            dom.contains("<tr data-condition=\"hv_volts\">"),
+            "conditions: {dom}"
+        );
+        assert!(
+            !dom.contains("<b id=\"diskfree\">-</b>"),
+            "disk free: {dom}"
+        );
+        assert!(dom.contains("file(s) in "), "files: {dom}");
+        assert!(
+            !dom.contains("<b id=\"deadtime\">-</b>"),
+            "dead time: {dom}"
+        );
+        assert!(dom.contains("id=\"producers\""), "producers table: {dom}");
         // The top bar has the run's start; the charts scale to the current run and mark its
         // start (run 1's points are older).
         assert!(dom.contains("<b id=\"started\">"), "{dom}");
@@ -348,9 +402,44 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
         true
     );
     assert_eq!(cmd("stop").0, 200);
+    // The run's words and conditions in the run database and the run's summary.json.
+    let runs = rodeo!()
+        .args(["runs", "--json", "--output", out_dir.to_str().unwrap()])
+        .output();
+    assert!(runs.status.success(), "{}", runs.stderr);
+    let runs: Value = serde_json::from_str(&runs.stdout).unwrap();
+    let two = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_number"] == 2)
+        .expect("run 2 recorded");
+    assert_eq!(two["comment"], "HV scan 1500 V");
+    assert_eq!(two["run_type"], "calibration");
+    assert_eq!(two["shifter"], "A. Shifter");
+    assert_eq!(two["conditions"][0]["key"], "hv_volts");
+    let sheet: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("run-00000002/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(sheet["run_type"], "calibration");
+    assert_eq!(sheet["conditions"]["end"]["temperature_c"], 21.5);
+    assert_eq!(sheet["conditions"]["begin"], serde_json::json!({}));
+    // The words reached the loggers: in the partition snapshot of the run.
+    let snapshot = std::fs::read_to_string(out_dir.join("run-00000002/partition.toml")).unwrap();
+    assert!(snapshot.contains("shifter = \"A. Shifter\""), "{snapshot}");
+    // Run 3 (the next prepared one) has no words: they were run 2's.
+    assert_eq!(get_json(addr, "/api/status")["words"]["comment"], "");
     assert_eq!(cmd("shutdown").0, 200);
     let status = wait_for("serve to end", Duration::from_secs(60), || {
         child.try_wait().unwrap()
     });
     assert!(status.success(), "{status}");
+    // A clean configuration change and shutdown: no ERROR on the way (the alarm this test
+    // raises on purpose is the one).
+    let stderr = child.stderr_so_far();
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("ERROR") && !l.contains("ALARM raised alarm=l1-rate-low"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
 }

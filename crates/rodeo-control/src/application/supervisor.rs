@@ -158,6 +158,7 @@ impl Application for SupervisorApp {
             let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             AppMetrics::Supervisor(Box::new(SupervisorMetrics {
                 l1_accepts: ld(&c.l1_accepts),
+                l1_missed: ld(&c.l1_missed),
                 accepted: ld(&c.accepted),
                 rejected: ld(&c.rejected),
                 forced_accepts: ld(&c.forced_accepts),

@@ -1,5 +1,5 @@
-//! `[run]`: the run's number, its end (events or seconds), where its files go and the memory
-//! it may take.
+//! `[run]`: the run's number, its end (events or seconds), where its files go, the memory
+//! it may take, and its words (comment, run type, shifter).
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,88 @@ pub struct RunConfig {
     /// available); `rodeo config check` and `rodeo run` refuse a larger estimate
     /// ([`super::PartitionConfig::estimate`]).
     pub memory_budget_bytes: u64,
+    /// A comment on the run (what it is for), in the run database, `summary.json` and the
+    /// files (EventStorage free string `Comment=`). `rodeo serve` takes it at `start`.
+    pub comment: String,
+    /// The run's type (`physics`, `calibration`, `cosmics`...: letters, digits, `_`, `-`).
+    pub run_type: String,
+    /// Who is on shift.
+    pub shifter: String,
+}
+
+/// Longest `run.comment`, in bytes.
+pub const MAX_COMMENT_BYTES: usize = 1000;
+/// Longest `run.run_type` and `run.shifter`, in bytes.
+pub const MAX_WORD_BYTES: usize = 64;
+
+/// A run's words: what the operator says about it at start ([`RunConfig`]'s `comment`,
+/// `run_type` and `shifter`). Empty strings: not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunWords {
+    /// `run.comment`.
+    pub comment: String,
+    /// `run.run_type`.
+    pub run_type: String,
+    /// `run.shifter`.
+    pub shifter: String,
+}
+
+impl RunWords {
+    /// Whether no word is given.
+    pub fn is_empty(&self) -> bool {
+        self.comment.is_empty() && self.run_type.is_empty() && self.shifter.is_empty()
+    }
+
+    /// The first thing wrong with the words (too long, control characters, a run type that is
+    /// not a word), naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        let mut c = Checks::new();
+        check_words(self, &mut c);
+        c.finish().map_err(|e| e.to_string())
+    }
+
+    /// The words as EventStorage free strings (`Comment=...`, `RunType=...`, `Shifter=...`),
+    /// the ones given only.
+    pub fn free_strings(&self) -> Vec<String> {
+        [
+            ("Comment", &self.comment),
+            ("RunType", &self.run_type),
+            ("Shifter", &self.shifter),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
+    }
+}
+
+fn check_words(w: &RunWords, c: &mut Checks) {
+    let quoted = |s: &str| format!("{:?}", s.chars().take(40).collect::<String>());
+    for (field, value, max) in [
+        ("run.comment", &w.comment, MAX_COMMENT_BYTES),
+        ("run.run_type", &w.run_type, MAX_WORD_BYTES),
+        ("run.shifter", &w.shifter, MAX_WORD_BYTES),
+    ] {
+        if value.len() > max || value.chars().any(char::is_control) {
+            c.bad(
+                field,
+                quoted(value),
+                format!("at most {max} bytes of text without control characters"),
+            );
+        }
+    }
+    if !w
+        .run_type
+        .chars()
+        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+    {
+        c.bad(
+            "run.run_type",
+            quoted(&w.run_type),
+            "a word of letters, digits, `_` and `-` (physics, calibration, cosmics)",
+        );
+    }
 }
 
 impl Default for RunConfig {
@@ -35,11 +117,30 @@ impl Default for RunConfig {
             seconds: 0.0,
             output: "rodeo-output".into(),
             memory_budget_bytes: 0,
+            comment: String::new(),
+            run_type: String::new(),
+            shifter: String::new(),
         }
     }
 }
 
 impl RunConfig {
+    /// The run's words.
+    pub fn words(&self) -> RunWords {
+        RunWords {
+            comment: self.comment.clone(),
+            run_type: self.run_type.clone(),
+            shifter: self.shifter.clone(),
+        }
+    }
+
+    /// Sets the run's words.
+    pub fn set_words(&mut self, w: RunWords) {
+        self.comment = w.comment;
+        self.run_type = w.run_type;
+        self.shifter = w.shifter;
+    }
+
     /// Checks this section's own values, each error naming its field (checks across sections
     /// are [`super::PartitionConfig::validate`]'s).
     pub(super) fn validate(&self, c: &mut Checks) {
@@ -60,5 +161,6 @@ impl RunConfig {
                 "0 (what the machine has available) or at least 67108864 (64 MiB)",
             );
         }
+        check_words(&self.words(), c);
     }
 }

@@ -65,6 +65,7 @@ impl RunControl for Controller {
                 .collect(),
             recent_errors: t.recent_errors.iter().cloned().collect(),
             inputs: crate::metrics::inputs_of(t.apps.iter().filter_map(|a| a.metrics.as_ref())),
+            words: self.config.run.words(),
         }
     }
 

@@ -46,6 +46,10 @@ pub struct LoggerConfig {
     /// event written is checked against it: one short of ROBs must carry the partial flag
     /// (`LoggerSummary::events_short_unflagged` counts those that do not).
     pub expected_robs: usize,
+    /// Free strings written into every EventStorage file after rodeo's own (`Comment=...`,
+    /// `RunType=...`, `Shifter=...`: the run's words). rodeo's container has no place for
+    /// them: there they are in the run directory's `partition.toml` and `summary.json`.
+    pub free_strings: Vec<String>,
 }
 
 /// The container a logger writes.
@@ -90,6 +94,7 @@ impl LoggerConfig {
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: None,
             expected_robs: 0,
+            free_strings: Vec::new(),
         }
     }
 

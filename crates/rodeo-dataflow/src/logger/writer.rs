@@ -50,6 +50,7 @@ impl StreamWriter {
                 cfg.run.rec_enable = 1;
                 cfg.max_file_bytes = c.max_file_bytes;
                 cfg.free_disk_margin_bytes = margin;
+                cfg.extra_free_strings.clone_from(&c.free_strings);
                 cfg.compression = match c.compression {
                     LoggerCompression::Zlib => EsCompression::Zlib { level: 1 },
                     _ => EsCompression::None,

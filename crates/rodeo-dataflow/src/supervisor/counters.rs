@@ -22,6 +22,9 @@ pub struct SupervisorCounters {
     pub abandon_drain: std::sync::atomic::AtomicBool,
     /// L1 accepts produced.
     pub l1_accepts: AtomicU64,
+    /// L1 accepts the emulator's schedule could not send, live (the L1's dead time: the
+    /// partition was busy; 0 for the other L1 sources).
+    pub l1_missed: AtomicU64,
     /// Events accepted by a DCM.
     pub accepted: AtomicU64,
     /// Events rejected.

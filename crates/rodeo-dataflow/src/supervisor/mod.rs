@@ -337,6 +337,9 @@ impl Supervisor {
     fn publish(&self) {
         let c = &self.counters;
         c.l1_accepts.store(self.l1.produced(), Ordering::Relaxed);
+        if let L1Input::Emulator(_, pacer) = &self.l1 {
+            c.l1_missed.store(pacer.missed(), Ordering::Relaxed);
+        }
         c.accepted.store(self.summary.accepted, Ordering::Relaxed);
         c.rejected.store(self.summary.rejected, Ordering::Relaxed);
         c.forced_accepts

@@ -1,6 +1,7 @@
 //! The server's side of the run database: the audit trail of every request above an
 //! observer's (accepted or refused), the runs and the comments on them (`GET /api/runs`,
-//! `GET /api/audit`, `POST /api/runs/N/comment`). One connection, opened when first needed,
+//! `GET /api/audit`, `POST /api/runs/N/comment`), the conditions (`GET` and `POST
+//! /api/conditions`). One connection, opened when first needed,
 //! shared by the workers; without a database (`rodeo app --http`) the trail goes to the log
 //! only.
 
@@ -9,6 +10,7 @@ use std::sync::Mutex;
 
 use serde_json::json;
 
+use crate::rundb::conditions::{self, PostedBy};
 use crate::rundb::{AuditEntry, Comment, RunDb, RunDbError};
 
 use super::Response;
@@ -31,6 +33,11 @@ impl Store {
             path,
             db: Mutex::new(None),
         }
+    }
+
+    /// The output directory (the database's), if there is a database.
+    pub(super) fn output_dir(&self) -> Option<&std::path::Path> {
+        self.path.as_deref().and_then(std::path::Path::parent)
     }
 
     /// `f` on the database (opened on first use); `None` when the server has none.
@@ -136,6 +143,40 @@ impl Store {
             Some(Ok(false)) => Response::error(
                 404,
                 &format!("no run {n}: comment a recorded run or the current one ({current})"),
+            ),
+            Some(Err(e)) => Response::error(500, &e.to_string()),
+        }
+    }
+
+    /// `POST /api/conditions` with `{"key": value, ...}`: conditions of the run prepared or in
+    /// progress (`by.run_number`), kept with their time.
+    pub(super) fn add_conditions(&self, body: &[u8], by: &PostedBy) -> Response {
+        let list = match conditions::parse(body) {
+            Ok(l) => l,
+            Err(e) => return Response::error(400, &e.to_string()),
+        };
+        match self.with(|db| db.add_conditions(by, &list)) {
+            None => Response::error(
+                404,
+                "no run database here: conditions are kept by `rodeo serve` and `rodeo run --http`",
+            ),
+            Some(Ok(())) => Response::json(
+                200,
+                &json!({ "recorded": list.len(), "run_number": by.run_number }),
+            ),
+            Some(Err(e)) => Response::error(500, &e.to_string()),
+        }
+    }
+
+    /// `GET /api/conditions`: the latest value of every key, with when and in which run it
+    /// was posted, and the entries of run `current`.
+    pub(super) fn conditions_response(&self, current: u32) -> Response {
+        let got = self.with(|db| Ok((db.conditions_now()?, db.conditions_of_run(current)?)));
+        match got {
+            None => Response::error(404, "no run database here"),
+            Some(Ok((latest, run))) => Response::json(
+                200,
+                &json!({ "latest": latest, "run_number": current, "run": run }),
             ),
             Some(Err(e)) => Response::error(500, &e.to_string()),
         }

@@ -7,7 +7,10 @@
 //! | `GET /api/status` | [`PartitionStatus`](rodeo_control::run_control::PartitionStatus) as JSON |
 //! | `GET /api/config` | the configuration in effect (TOML) |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
-//! | `POST /api/command` | `{"command":"stop"}`; operator |
+//! | `POST /api/command` | `{"command":"stop"}`; operator. A `start` may carry the run's words: `{"command":"start","comment":"…","run_type":"physics","shifter":"…"}` (`rodeo serve`; 405 elsewhere) |
+//! | `GET /api/conditions` | `{"latest": {key: {value, at_ns, run_number}}, "run_number": N, "run": [...]}`: the latest value of every condition, and those posted during the current run |
+//! | `POST /api/conditions` | `{"hv_volts": 1500, "beam": "pi+ 120 GeV"}`: conditions of the current run, kept with their time; operator |
+//! | `GET /api/files` | the current run's files (name, bytes, still being written) and the output directory's free space |
 //! | `GET /api/runs` | `{"runs": [...]}` from the run database, newest first (`rodeo runs --json`) |
 //! | `GET /api/runs/N` | run N with its files, configuration, balance sheet and comments; 404 if unknown |
 //! | `POST /api/runs/N/comment` | `{"text":"…"}`: a comment on run N; operator |
@@ -51,6 +54,7 @@ mod audit;
 pub mod auth;
 pub mod client;
 mod conn;
+mod files;
 mod reader;
 mod request;
 mod response;

@@ -9,11 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rodeo_control::config::RunWords;
 use rodeo_control::lifecycle::{Command, TransitionError};
 use rodeo_control::prometheus::MetricsWriter;
 use rodeo_control::run_control::{ConfigChangeError, RunControl};
 use serde_json::json;
 
+use crate::rundb::conditions::PostedBy;
 use crate::rundb::{config_hash, now_ns, AuditEntry, Comment};
 
 use super::audit::Store;
@@ -74,7 +76,7 @@ impl Shared {
 /// The role `request` needs (requests that match no action need none: they get 404/405).
 fn needed_role(request: &Request) -> Role {
     match (request.method.as_str(), request.path.as_str()) {
-        ("POST", "/api/command" | "/api/alarms/ack") => Role::Operator,
+        ("POST", "/api/command" | "/api/alarms/ack" | "/api/conditions") => Role::Operator,
         ("POST", p) if comment_run(p).is_some() => Role::Operator,
         ("PUT", "/api/config") => Role::Expert,
         _ => Role::Observer,
@@ -167,7 +169,14 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
 fn action(request: &Request) -> String {
     match request.path.as_str() {
         "/api/command" => match parse_command(&request.body) {
-            Ok(c) => format!("command {}", c.name()),
+            Ok((c, w)) if !w.is_empty() => format!(
+                "command {} (type {:?}, shifter {:?}, comment {:?})",
+                c.name(),
+                clip(&w.run_type, 32),
+                clip(&w.shifter, 32),
+                clip(&w.comment, 64)
+            ),
+            Ok((c, _)) => format!("command {}", c.name()),
             Err(_) => "command (not a command)".into(),
         },
         "/api/alarms/ack" => {
@@ -177,6 +186,7 @@ fn action(request: &Request) -> String {
                 .unwrap_or_else(|| "(not an alarm)".into());
             format!("ack {}", clip(&name, 64))
         }
+        "/api/conditions" => format!("conditions ({} bytes)", request.body.len()),
         "/api/config" => format!(
             "config {} ({} bytes)",
             config_hash(&String::from_utf8_lossy(&request.body)),
@@ -229,12 +239,27 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
             shared.store.runs_response(p)
         }
         "/api/command" if request.method == "POST" => {
-            let command = match parse_command(&request.body) {
+            let (command, words) = match parse_command(&request.body) {
                 Ok(c) => c,
                 Err(e) => return Response::error(400, &e),
             };
             tracing::info!(command = command.name(), %role, %peer, "command over HTTP");
-            match control.command_by(command, &format!("{role} from {peer}")) {
+            let by = format!("{role} from {peer}");
+            let outcome = if command == Command::Start {
+                match control.start_with_words(&words, &by) {
+                    Some(outcome) => outcome,
+                    None => {
+                        return Response::error(
+                            405,
+                            "this partition takes the run's words from its configuration \
+                             ([run] comment, run_type, shifter), not at start",
+                        )
+                    }
+                }
+            } else {
+                control.command_by(command, &by)
+            };
+            match outcome {
                 Ok(state) => Response::json(200, &json!({ "state": state })),
                 Err(e @ TransitionError::Illegal { .. }) => Response::json(
                     409,
@@ -286,6 +311,21 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
                 Err(e) => Response::error(400, &e),
             }
         }
+        "/api/files" if get => {
+            super::files::files_response(shared.store.output_dir(), control.status().run_number)
+        }
+        "/api/conditions" if get => shared
+            .store
+            .conditions_response(control.status().run_number),
+        "/api/conditions" if request.method == "POST" => {
+            let by = PostedBy {
+                run_number: control.status().run_number,
+                at_ns: now_ns(),
+                role: role.as_str().into(),
+                peer: peer.addr.to_string(),
+            };
+            shared.store.add_conditions(&request.body, &by)
+        }
         p if request.method == "POST" && comment_run(p).is_some() => {
             let Some(Some(n)) = comment_run(p) else {
                 return Response::error(
@@ -304,11 +344,12 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
             shared.store.comment(n, current, &request.body, by)
         }
         "/" | "/index.html" | "/api/status" | "/api/config" | "/metrics" | "/api/command"
-        | "/api/audit" => {
+        | "/api/audit" | "/api/conditions" => {
             let mut r = Response::error(405, "method not allowed");
             let allow = match request.path.as_str() {
                 "/api/command" => "POST",
                 "/api/config" => "GET, PUT",
+                "/api/conditions" => "GET, POST",
                 _ => "GET",
             };
             r.headers.push(("Allow", allow.into()));
@@ -350,13 +391,33 @@ fn metrics(control: &dyn RunControl, counters: &HttpCounters) -> Response {
     Response::new(200, "text/plain; version=0.0.4; charset=utf-8", w.finish())
 }
 
-/// `{"command": "stop"}` -> the command.
-pub(super) fn parse_command(body: &[u8]) -> Result<Command, String> {
+/// `{"command": "stop"}` -> the command; a `start` may carry the run's words (`{"command":
+/// "start", "comment": "HV scan", "run_type": "physics", "shifter": "A. Shifter"}`), checked.
+pub(super) fn parse_command(body: &[u8]) -> Result<(Command, RunWords), String> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Body {
         command: String,
+        #[serde(default)]
+        comment: String,
+        #[serde(default)]
+        run_type: String,
+        #[serde(default)]
+        shifter: String,
     }
     let b: Body = json_object(body, r#"{"command": "stop"}"#)?;
-    b.command.parse::<Command>().map_err(|e| e.to_string())
+    let command = b.command.parse::<Command>().map_err(|e| e.to_string())?;
+    let words = RunWords {
+        comment: b.comment,
+        run_type: b.run_type,
+        shifter: b.shifter,
+    };
+    if !words.is_empty() && command != Command::Start {
+        return Err(format!(
+            "comment, run_type and shifter go with start, not with {}",
+            command.name()
+        ));
+    }
+    words.check()?;
+    Ok((command, words))
 }

@@ -2,6 +2,7 @@
 
 use super::routes::parse_command;
 use super::*;
+use rodeo_control::config::RunWords;
 use rodeo_control::lifecycle::Command;
 
 #[test]
@@ -63,7 +64,19 @@ fn bad_requests_are_typed_errors() {
 
 #[test]
 fn commands_parse_from_json() {
-    assert_eq!(parse_command(br#"{"command":"stop"}"#), Ok(Command::Stop));
+    assert_eq!(
+        parse_command(br#"{"command":"stop"}"#),
+        Ok((Command::Stop, RunWords::default()))
+    );
+    let (c, w) =
+        parse_command(br#"{"command":"start","comment":"HV scan","run_type":"physics"}"#).unwrap();
+    assert_eq!(
+        (c, w.comment.as_str(), w.run_type.as_str()),
+        (Command::Start, "HV scan", "physics")
+    );
+    assert!(parse_command(br#"{"command":"stop","comment":"x"}"#).is_err());
+    assert!(parse_command(br#"{"command":"start","run_type":"two words"}"#).is_err());
+    assert!(parse_command(br#"{"command":"start","shifter":"a\u0007b"}"#).is_err());
     assert!(parse_command(br#"{"command":"halt"}"#)
         .unwrap_err()
         .contains("unknown command"));

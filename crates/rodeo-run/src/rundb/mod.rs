@@ -3,15 +3,17 @@
 //! configuration it ran with (text and hash), its balance sheet and the files it wrote (size
 //! and Adler-32 of each).
 //!
-//! # Schema (version 2, `PRAGMA user_version = 2`)
+//! # Schema (version 3, `PRAGMA user_version = 3`)
 //!
 //! ```text
 //! runs(run_number INTEGER PRIMARY KEY, started_at_ns, stopped_at_ns, started_by, config_toml,
 //!      config_hash, l1_accepts, accepted, rejected, forced_accepts, partial_events,
-//!      events_written, bytes_written, balanced, reason, status, summary_json, stopped_by)
+//!      events_written, bytes_written, balanced, reason, status, summary_json, stopped_by,
+//!      comment, run_type, shifter)
 //! files(run_number, path, size_bytes, adler32, events, PRIMARY KEY (run_number, path))
 //! audit(id INTEGER PRIMARY KEY, at_ns, role, peer, tls, action, run_number, status, result)
 //! comments(id INTEGER PRIMARY KEY, run_number, at_ns, role, peer, text)
+//! conditions(id INTEGER PRIMARY KEY, run_number, at_ns, key, value, role, peer)
 //! ```
 //!
 //! `status` is `ok`, `failed` (the run ended with an error or an unbalanced sheet) or
@@ -20,7 +22,10 @@
 //! printed it. `started_by` / `stopped_by` say who started and stopped a run (for a served
 //! run the role and peer address of the HTTP request). `audit` is the HTTP API's trail: every
 //! command, acknowledgement, comment and configuration change, accepted or refused (the last
-//! [`AUDIT_KEEP`] kept); `comments` the operators' notes on runs.
+//! [`AUDIT_KEEP`] kept); `comments` the operators' notes on runs; `comment`, `run_type` and
+//! `shifter` the run's words given at its start (`[run]`); `conditions` the detector's and the
+//! beam's conditions posted during runs (`POST /api/conditions`: high voltage, temperature,
+//! beam energy), each value as JSON text with its time ([`conditions`]).
 //!
 //! # Versions and migrations
 //!
@@ -32,13 +37,15 @@
 //! tool (`sqlite3 runs.sqlite`), no server to run; `bundled` builds the library from source so
 //! a fresh machine needs nothing installed.
 
+pub mod conditions;
+
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Entries of the audit trail kept: older ones are deleted as new ones come (a flood of
 /// refused requests cannot grow the database without end).
@@ -48,7 +55,7 @@ pub const AUDIT_KEEP: i64 = 100_000;
 pub const FILE_NAME: &str = "runs.sqlite";
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     // 0 -> 1: the first schema.
     "CREATE TABLE runs (
         run_number INTEGER PRIMARY KEY,
@@ -99,6 +106,21 @@ const MIGRATIONS: [&str; 2] = [
         text TEXT NOT NULL
     );
     CREATE INDEX comments_by_run ON comments (run_number);",
+    // 2 -> 3: the run's words and the conditions (issue 39).
+    "ALTER TABLE runs ADD COLUMN comment TEXT NOT NULL DEFAULT '';
+    ALTER TABLE runs ADD COLUMN run_type TEXT NOT NULL DEFAULT '';
+    ALTER TABLE runs ADD COLUMN shifter TEXT NOT NULL DEFAULT '';
+    CREATE TABLE conditions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_number INTEGER NOT NULL,
+        at_ns INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        role TEXT NOT NULL,
+        peer TEXT NOT NULL
+    );
+    CREATE INDEX conditions_by_key ON conditions (key, at_ns);
+    CREATE INDEX conditions_by_run ON conditions (run_number);",
 ];
 
 /// What can go wrong with the run database.
@@ -291,8 +313,9 @@ impl RunDb {
             "INSERT OR REPLACE INTO runs (run_number, started_at_ns, stopped_at_ns, started_by,
                 config_toml, config_hash, l1_accepts, accepted, rejected, forced_accepts,
                 partial_events, events_written, bytes_written, balanced, reason, status,
-                summary_json)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                summary_json, comment, run_type, shifter)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                ?18, ?19, ?20)",
             params![
                 r.run_number,
                 r.started_at_ns.map(|v| v as i64),
@@ -311,6 +334,9 @@ impl RunDb {
                 s["reason"].as_str(),
                 r.status,
                 s.to_string(),
+                s["comment"].as_str().unwrap_or(""),
+                s["run_type"].as_str().unwrap_or(""),
+                s["shifter"].as_str().unwrap_or(""),
             ],
         )
         .map_err(err)?;
@@ -448,6 +474,7 @@ impl RunDb {
             let n = r["run_number"].as_u64().unwrap_or(0) as u32;
             r["files"] = Value::Array(self.files_json(n)?);
             r["comments"] = Value::Array(self.comments_json(n)?);
+            r["conditions"] = Value::Array(self.conditions_of_run(n)?);
         }
         Ok(out)
     }
@@ -478,6 +505,7 @@ impl RunDb {
         run["summary"] = serde_json::from_str(&summary).unwrap_or(Value::Null);
         run["config_toml"] = Value::String(config);
         run["comments"] = Value::Array(self.comments_json(n)?);
+        run["conditions"] = Value::Array(self.conditions_of_run(n)?);
         Ok(Some(run))
     }
 
@@ -505,7 +533,7 @@ impl RunDb {
 
 const SELECT_RUN: &str = "SELECT run_number, started_at_ns, stopped_at_ns, started_by, config_hash,
     l1_accepts, accepted, rejected, forced_accepts, partial_events, events_written,
-    bytes_written, balanced, reason, status, stopped_by FROM runs";
+    bytes_written, balanced, reason, status, stopped_by, comment, run_type, shifter FROM runs";
 
 fn run_json(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
     Ok(json!({
@@ -525,6 +553,9 @@ fn run_json(r: &rusqlite::Row<'_>) -> rusqlite::Result<Value> {
         "reason": r.get::<_, Option<String>>(13)?,
         "status": r.get::<_, String>(14)?,
         "stopped_by": r.get::<_, Option<String>>(15)?,
+        "comment": r.get::<_, String>(16)?,
+        "run_type": r.get::<_, String>(17)?,
+        "shifter": r.get::<_, String>(18)?,
     }))
 }
 

@@ -1,0 +1,288 @@
+//! Conditions: what the detector and the beam were doing during runs (high voltage,
+//! temperature, beam energy), posted as key/value pairs (`POST /api/conditions`), kept with
+//! their time in the run database, and dumped at each run's start and end into its sheet
+//! (`summary.json`'s `conditions.begin` / `conditions.end`: the latest value of every key at
+//! that moment, as MIDAS dumps its ODB and EUDAQ2 writes begin/end-of-run records).
+//!
+//! A condition keeps its value until the next post of its key, across runs: the temperature
+//! posted during run 4 is still the temperature when run 5 starts.
+
+use rusqlite::params;
+use serde_json::{json, Map, Value};
+
+use super::{RunDb, RunDbError};
+
+/// Most keys in one post.
+pub const MAX_KEYS_PER_POST: usize = 64;
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 64;
+/// Longest string value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 256;
+/// Condition entries kept: older ones are deleted as new ones come.
+pub const CONDITIONS_KEEP: i64 = 1_000_000;
+
+/// What is wrong with a post of conditions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConditionsError {
+    /// The body is not a JSON object.
+    #[error(
+        "conditions are one JSON object of key: value, e.g. {{\"hv_volts\": 1500, \
+         \"beam\": \"pi+ 120 GeV\"}} ({0})"
+    )]
+    NotAnObject(String),
+    /// An empty object.
+    #[error("no conditions in the post: give at least one key")]
+    Empty,
+    /// Too many keys.
+    #[error("{0} conditions in one post: at most {MAX_KEYS_PER_POST}")]
+    TooMany(usize),
+    /// A key that is not a short word.
+    #[error(
+        "condition key {0:?}: 1 to {MAX_KEY_BYTES} bytes of letters, digits, `_`, `.` and `-`"
+    )]
+    BadKey(String),
+    /// A value that is not a number, a short string or a boolean.
+    #[error(
+        "condition {0}: a number, true/false, or a string of at most {MAX_VALUE_BYTES} bytes \
+         without control characters"
+    )]
+    BadValue(String),
+}
+
+/// One condition: a key and its value (a number, a string or a boolean).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    /// The key (`hv_volts`, `temperature_c`, `beam.energy_gev`).
+    pub key: String,
+    /// The value.
+    pub value: Value,
+}
+
+/// Who posted conditions, when, for which run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostedBy {
+    /// The run prepared or in progress.
+    pub run_number: u32,
+    /// When, nanoseconds since the Unix epoch.
+    pub at_ns: u64,
+    /// The role.
+    pub role: String,
+    /// From where.
+    pub peer: String,
+}
+
+/// The conditions of a post's body (`{"hv_volts": 1500, "beam": "pi+ 120 GeV"}`), checked.
+pub fn parse(body: &[u8]) -> Result<Vec<Condition>, ConditionsError> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| ConditionsError::NotAnObject(e.to_string()))?;
+    let Value::Object(map) = v else {
+        return Err(ConditionsError::NotAnObject("not an object".into()));
+    };
+    if map.is_empty() {
+        return Err(ConditionsError::Empty);
+    }
+    if map.len() > MAX_KEYS_PER_POST {
+        return Err(ConditionsError::TooMany(map.len()));
+    }
+    map.into_iter()
+        .map(|(key, value)| {
+            let key_ok = !key.is_empty()
+                && key.len() <= MAX_KEY_BYTES
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            if !key_ok {
+                return Err(ConditionsError::BadKey(key.chars().take(80).collect()));
+            }
+            let value_ok = match &value {
+                Value::Number(n) => n.as_f64().is_some_and(f64::is_finite),
+                Value::Bool(_) => true,
+                Value::String(s) => s.len() <= MAX_VALUE_BYTES && !s.chars().any(char::is_control),
+                _ => false,
+            };
+            if !value_ok {
+                return Err(ConditionsError::BadValue(key));
+            }
+            Ok(Condition { key, value })
+        })
+        .collect()
+}
+
+impl RunDb {
+    /// Records `conditions` as posted by `by` (one transaction; the oldest entries beyond
+    /// [`CONDITIONS_KEEP`] go).
+    pub fn add_conditions(
+        &self,
+        by: &PostedBy,
+        conditions: &[Condition],
+    ) -> Result<(), RunDbError> {
+        let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        for c in conditions {
+            tx.execute(
+                "INSERT INTO conditions (run_number, at_ns, key, value, role, peer)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    by.run_number,
+                    by.at_ns as i64,
+                    c.key,
+                    c.value.to_string(),
+                    by.role,
+                    by.peer
+                ],
+            )
+            .map_err(self.err())?;
+        }
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "DELETE FROM conditions WHERE id <= ?1",
+            [id - CONDITIONS_KEEP],
+        )
+        .map_err(self.err())?;
+        tx.commit().map_err(self.err())
+    }
+
+    /// The latest value of every key posted at or before `at_ns` (`u64::MAX`: now), as
+    /// `{key: value}`.
+    pub fn conditions_as_of(&self, at_ns: u64) -> Result<Map<String, Value>, RunDbError> {
+        Ok(self
+            .latest_conditions(at_ns)?
+            .into_iter()
+            .map(|(k, v)| (k, v["value"].clone()))
+            .collect())
+    }
+
+    /// The latest value of every key now, each as `{value, at_ns, run_number}` (`GET
+    /// /api/conditions`).
+    pub fn conditions_now(&self) -> Result<Map<String, Value>, RunDbError> {
+        self.latest_conditions(u64::MAX)
+    }
+
+    fn latest_conditions(&self, at_ns: u64) -> Result<Map<String, Value>, RunDbError> {
+        // SQLite takes the bare columns from the row of MAX(id): each key's latest entry.
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT key, value, at_ns, run_number, MAX(id) FROM conditions
+                 WHERE at_ns <= ?1 GROUP BY key ORDER BY key",
+            )
+            .map_err(self.err())?;
+        let limit = i64::try_from(at_ns).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map([limit], |r| {
+                let value: String = r.get(1)?;
+                Ok((
+                    r.get::<_, String>(0)?,
+                    json!({
+                        "value": serde_json::from_str::<Value>(&value).unwrap_or(Value::String(value)),
+                        "at_ns": r.get::<_, i64>(2)?,
+                        "run_number": r.get::<_, u32>(3)?,
+                    }),
+                ))
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Map<_, _>, _>>().map_err(self.err())
+    }
+
+    /// Every condition posted during run `n`, oldest first.
+    pub fn conditions_of_run(&self, n: u32) -> Result<Vec<Value>, RunDbError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT at_ns, key, value, role, peer FROM conditions WHERE run_number = ?1
+                 ORDER BY id",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([n], |r| {
+                let value: String = r.get(2)?;
+                Ok(json!({
+                    "at_ns": r.get::<_, i64>(0)?,
+                    "key": r.get::<_, String>(1)?,
+                    "value": serde_json::from_str::<Value>(&value).unwrap_or(Value::String(value)),
+                    "role": r.get::<_, String>(3)?,
+                    "peer": r.get::<_, String>(4)?,
+                }))
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by(run_number: u32, at_ns: u64) -> PostedBy {
+        PostedBy {
+            run_number,
+            at_ns,
+            role: "operator".into(),
+            peer: "127.0.0.1:5".into(),
+        }
+    }
+
+    #[test]
+    fn a_post_is_an_object_of_short_keys_and_scalar_values() {
+        let c = parse(br#"{"hv_volts": 1500, "beam": "pi+ 120 GeV", "magnet.on": true}"#).unwrap();
+        assert_eq!(c.len(), 3);
+        assert!(matches!(
+            parse(b"[1, 2]"),
+            Err(ConditionsError::NotAnObject(_))
+        ));
+        assert!(matches!(
+            parse(b"{\"hv\": "),
+            Err(ConditionsError::NotAnObject(_))
+        ));
+        assert_eq!(parse(b"{}"), Err(ConditionsError::Empty));
+        assert!(matches!(
+            parse(br#"{"bad key": 1}"#),
+            Err(ConditionsError::BadKey(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"hv": {"a": 1}}"#),
+            Err(ConditionsError::BadValue(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"hv": null}"#),
+            Err(ConditionsError::BadValue(_))
+        ));
+        let long = format!(r#"{{"note": "{}"}}"#, "x".repeat(MAX_VALUE_BYTES + 1));
+        assert!(matches!(
+            parse(long.as_bytes()),
+            Err(ConditionsError::BadValue(_))
+        ));
+        let many: Map<String, Value> = (0..=MAX_KEYS_PER_POST)
+            .map(|i| (format!("k{i}"), json!(i)))
+            .collect();
+        assert_eq!(
+            parse(Value::Object(many).to_string().as_bytes()),
+            Err(ConditionsError::TooMany(MAX_KEYS_PER_POST + 1))
+        );
+    }
+
+    #[test]
+    fn the_latest_value_of_each_key_as_of_a_moment_across_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::open_in(dir.path()).unwrap();
+        db.add_conditions(&by(4, 100), &parse(br#"{"hv": 1500, "t": 21.5}"#).unwrap())
+            .unwrap();
+        db.add_conditions(&by(4, 200), &parse(br#"{"hv": 1550}"#).unwrap())
+            .unwrap();
+        db.add_conditions(&by(5, 300), &parse(br#"{"t": 22.0}"#).unwrap())
+            .unwrap();
+        let at = |t| Value::Object(db.conditions_as_of(t).unwrap());
+        assert_eq!(at(50), json!({}));
+        assert_eq!(at(150), json!({"hv": 1500, "t": 21.5}));
+        assert_eq!(at(250), json!({"hv": 1550, "t": 21.5}));
+        assert_eq!(at(u64::MAX), json!({"hv": 1550, "t": 22.0}));
+        let now = db.conditions_now().unwrap();
+        assert_eq!(now["t"]["run_number"], 5);
+        assert_eq!(now["hv"]["at_ns"], 200);
+        let run4 = db.conditions_of_run(4).unwrap();
+        assert_eq!(run4.len(), 3);
+        assert_eq!(run4[2]["key"], "hv");
+        assert_eq!(run4[2]["value"], 1550);
+        assert_eq!(run4[0]["role"], "operator");
+    }
+}
