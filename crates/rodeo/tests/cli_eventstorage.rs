@@ -113,7 +113,10 @@ fn eventstorage_runs_are_read_by_the_spec_only_reader_with_the_accepted_count() 
         let v = run(
             dir.path(),
             4000 + 1000 * i as u32,
-            &format!("format = \"eventstorage\"\ncompression = \"{compression}\"\n"),
+            &format!(
+                "format = \"eventstorage\"\ncompression = \"{compression}\"\n\
+                 [run]\ncomment = \"HV scan, 1500 V\"\nrun_type = \"calibration\"\n"
+            ),
         );
         assert_eq!(v["balanced"], true, "{v}");
         let accepted = v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap();
@@ -141,6 +144,12 @@ fn eventstorage_runs_are_read_by_the_spec_only_reader_with_the_accepted_count() 
         assert!(out.status.success(), "{}", out.text());
         let d: Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(d["container"], "eventstorage");
+        // The run's words are free strings of every file (no shifter given: none written).
+        let strings = d["eventstorage"]["free_strings"].to_string();
+        assert!(strings.contains("\"Comment=HV scan, 1500 V\""), "{strings}");
+        assert!(strings.contains("\"RunType=calibration\""), "{strings}");
+        assert!(!strings.contains("Shifter="), "{strings}");
+        assert_eq!(v["run_type"], "calibration");
         let events = d["events"].as_array().unwrap();
         assert_eq!(
             events.len() as u64,
