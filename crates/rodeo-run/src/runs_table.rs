@@ -67,19 +67,25 @@ fn row(r: &Value) -> [String; 10] {
         (Some(a), Some(b)) if b >= a => format_duration((b - a) as f64 / 1e9),
         _ => "-".into(),
     };
-    // The latest comment on the run, else the reason it was not ok.
+    // The latest comment on the run, else the comment it was started with, else the reason
+    // it was not ok.
     let comment = r["comments"]
         .as_array()
         .and_then(|c| c.last())
         .and_then(|c| c["text"].as_str());
+    let text = |k: &str| r[k].as_str().filter(|s| !s.is_empty());
     let note = comment
-        .or_else(|| r["reason"].as_str())
-        .filter(|n| !n.is_empty());
-    let who = r["started_by"].as_str().unwrap_or("");
+        .or_else(|| text("comment"))
+        .or_else(|| text("reason"));
+    let started_by = r["started_by"].as_str().unwrap_or("");
+    let who = match text("run_type") {
+        Some(t) => format!("[{t}] {started_by}"),
+        None => started_by.to_string(),
+    };
     let last = match note {
         Some(n) if who.is_empty() => format!("({n})"),
         Some(n) => format!("{who} ({n})"),
-        None => who.to_string(),
+        None => who,
     };
     [
         r["run_number"].to_string(),
@@ -137,5 +143,18 @@ mod tests {
         let last = header.find("started by").unwrap();
         assert_eq!(&line[last..], "rodeo run (22 partial events)");
         assert_eq!(format_duration(7322.0), "2h02m");
+        // The run's type and the comment it was started with; a later comment wins.
+        let mut words = run.clone();
+        words["run_type"] = "calibration".into();
+        words["comment"] = "HV scan".into();
+        assert_eq!(
+            &table_line(&row(&words))[last..],
+            "[calibration] rodeo run (HV scan)"
+        );
+        words["comments"] = serde_json::json!([{"text": "beam lost at 10:02"}]);
+        assert_eq!(
+            &table_line(&row(&words))[last..],
+            "[calibration] rodeo run (beam lost at 10:02)"
+        );
     }
 }

@@ -25,6 +25,18 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
         writeln!(out, "python trigger: {t}")?;
     }
     writeln!(out, "run {} -> {}", s.run_number, s.directory.display())?;
+    let words: Vec<String> = [
+        ("type", &s.run_type),
+        ("comment", &s.comment),
+        ("shifter", &s.shifter),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(k, v)| format!("{k}: {v}"))
+    .collect();
+    if !words.is_empty() {
+        writeln!(out, "  {}", words.join("; "))?;
+    }
     if s.l1_accepts.is_none() && s.events_written.is_none() {
         return writeln!(out, "  verdict: {}", verdict_line(s.verdict, &s.problems));
     }
@@ -132,4 +144,23 @@ pub fn one_line(s: &RunSheet) -> String {
         n(s.events_written),
         verdict_line(s.verdict, &s.problems)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_words_are_said_under_the_run_line_when_given() {
+        let mut sheet = RunSheet {
+            run_number: 3,
+            ..RunSheet::default()
+        };
+        assert!(!render(&sheet).contains("comment"));
+        sheet.comment = "HV scan".into();
+        sheet.run_type = "calibration".into();
+        let text = render(&sheet);
+        let second = text.lines().nth(1).unwrap();
+        assert_eq!(second, "  type: calibration; comment: HV scan", "{text}");
+    }
 }
