@@ -134,8 +134,13 @@ pub struct RosMetrics {
     pub timeouts: u64,
     /// Gaps in the clear sequence.
     pub clear_gaps: u64,
-    /// Fraction of the page pool in use (gauge).
+    /// The event store's fill (gauge): pages holding fragments not yet cleared (or held by
+    /// replies) over all its pages; pages lent to DMA or ahead of the L1 not included.
     pub buffer_occupancy: f64,
+    /// Pages lent (to DMA, or holding an emulated input's fragments ahead of the L1) over all
+    /// the store's pages (gauge).
+    #[serde(default)]
+    pub buffer_lent: f64,
     /// Replies dropped because the requesting peer's queue was full (it does not read).
     pub send_dropped: u64,
     /// The same per peer (routing id as text; at most 64 peers, then `(other)`).
@@ -163,15 +168,20 @@ pub struct ChannelMetrics {
     pub fragments: u64,
     /// Fragments held now.
     pub stored: u64,
-    /// Pages in use over pages owned, 0.0 ..= 1.0.
+    /// The channel's fill: pages in use but not lent, over pages owned, 0.0 ..= 1.0.
     pub occupancy: f64,
+    /// Pages lent now: to DMA with nothing stored yet, or holding an emulated input's
+    /// fragments ahead of the L1 (rodeo_ros::store).
+    #[serde(default)]
+    pub lent_pages: u64,
     /// Fragments whose L1ID was already stored.
     pub duplicates: u64,
     /// Fragments dropped because their L1ID had been cleared before they arrived.
     pub dropped_after_clear: u64,
     /// Clears of L1IDs the channel never had.
     pub unknown_clears: u64,
-    /// Ingest attempts refused for lack of room (back-pressure on the input).
+    /// Ingest attempts refused for lack of room with no page ahead of the L1 (back-pressure:
+    /// the input waited for the farm; an emulated card's run-ahead not included).
     pub backpressure: u64,
 }
 
@@ -284,6 +294,7 @@ pub const METRIC_FAMILIES: &[Family] = &[
         &["app", "peer"],
     ),
     fam("rodeo_ros_buffer_occupancy_ratio", "gauge", APP),
+    fam("rodeo_ros_buffer_lent_ratio", "gauge", APP),
     fam(
         "rodeo_ros_channel_fragments_total",
         "counter",
@@ -299,6 +310,7 @@ pub const METRIC_FAMILIES: &[Family] = &[
         "gauge",
         &["app", "rob"],
     ),
+    fam("rodeo_ros_channel_lent_pages", "gauge", &["app", "rob"]),
     fam(
         "rodeo_ros_channel_backpressure_total",
         "counter",
@@ -459,12 +471,24 @@ pub(crate) fn write_channels(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)
         .collect();
     w.gauge(
         "rodeo_ros_channel_occupancy_ratio",
-        "Fraction of a ROB channel's own pages in use (its buffer; DMA buffers not included).",
+        "A ROB channel's fill: its pages holding fragments not yet cleared, over its pages \
+         (pages lent to DMA or ahead of the L1 not included).",
         &occ,
+    );
+    let lent: Vec<(&[(&str, &str)], f64)> = counts(|c| c.lent_pages)
+        .into_iter()
+        .map(|(l, v)| (l, v as f64))
+        .collect();
+    w.gauge(
+        "rodeo_ros_channel_lent_pages",
+        "A ROB channel's pages lent: to DMA with nothing stored yet, or holding an emulated \
+         input's fragments ahead of the L1.",
+        &lent,
     );
     w.counter(
         "rodeo_ros_channel_backpressure_total",
-        "Fragments a ROB channel could not take for lack of room (its input waited).",
+        "Fragments a ROB channel could not take for lack of room while none of its pages was \
+         ahead of the L1 (its input waited for the farm).",
         &counts(|c| c.backpressure),
     );
     let kinds: [(&'static str, ChannelCount); 3] = [
@@ -752,7 +776,18 @@ pub(crate) fn write_nodes(w: &mut MetricsWriter, nodes: &[(&str, &RosMetrics)]) 
     let s: Vec<(&[(&str, &str)], f64)> = occ.iter().map(|(l, x)| (&l[..], *x)).collect();
     w.gauge(
         "rodeo_ros_buffer_occupancy_ratio",
-        "Fraction of the readout node's page pool in use.",
+        "The readout node's event store fill: pages holding fragments not yet cleared, over \
+         its pages (pages lent to DMA or ahead of the L1 not included).",
+        &s,
+    );
+    let lent: Vec<([(&str, &str); 1], f64)> = nodes
+        .iter()
+        .map(|(n, s)| ([("app", *n)], s.buffer_lent))
+        .collect();
+    let s: Vec<(&[(&str, &str)], f64)> = lent.iter().map(|(l, x)| (&l[..], *x)).collect();
+    w.gauge(
+        "rodeo_ros_buffer_lent_ratio",
+        "The readout node's event store pages lent (to DMA, or ahead of the L1), over its pages.",
         &s,
     );
     write_channels(w, nodes);

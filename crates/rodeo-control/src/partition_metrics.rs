@@ -275,6 +275,7 @@ mod tests {
             timeouts: 0,
             clear_gaps: 0,
             buffer_occupancy: 0.0,
+            buffer_lent: 0.0,
             send_dropped: 0,
             send_dropped_by_peer: BTreeMap::from([("peer".to_string(), 1)]),
             rejected_requests: 0,

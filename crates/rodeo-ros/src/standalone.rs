@@ -184,6 +184,7 @@ pub fn summary(s: &Stopped) -> Value {
         "dropped_after_clear": k.dropped_after_clear,
         "unknown_clears": k.unknown_clears,
         "store_full_events": k.full,
+        "store_full_ahead_events": k.full_ahead,
         "occupancy_alarms": k.alarms,
         "slink_flagged": s.slink.flagged_fragments,
         "slink_dropped_fragments": s.slink.dropped_fragments(),

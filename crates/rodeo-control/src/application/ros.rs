@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rodeo_memory::PagePool;
 use rodeo_ros::inputs::{InputStatus, InputWatch};
 use rodeo_ros::node::{NodeConfig, NodeMemory, ReadoutNode, SwRodMonitor};
 use rodeo_ros::server::{ChannelStats, PeerDrops, ServerStats};
@@ -27,7 +26,6 @@ const CLEAR_WAIT: Duration = Duration::from_secs(5);
 type Monitor = (
     Arc<ServerStats>,
     Arc<PeerDrops>,
-    PagePool,
     Option<SwRodMonitor>,
     Arc<ChannelStats>,
     InputWatch,
@@ -94,7 +92,6 @@ impl Application for RosApp {
         self.monitor = Some((
             node.shared_stats(),
             node.peer_drops(),
-            node.page_pool(),
             node.swrod_monitor(),
             node.channel_stats(),
             node.input_watch(),
@@ -173,16 +170,17 @@ impl Application for RosApp {
     }
 
     fn probe(&self) -> Option<Probe> {
-        let (stats, drops, pool, swrod, channels, watch) = self.monitor.clone()?;
+        let (stats, drops, swrod, channels, watch) = self.monitor.clone()?;
         let name = self.name.clone();
         Some(Arc::new(move || {
             let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-            let st = pool.stats();
-            let occupancy = if st.capacity_chunks > 0 {
-                st.in_use as f64 / st.capacity_chunks as f64
-            } else {
-                0.0
-            };
+            // The store's fill and its lent pages over all its pages (rodeo_ros::store); the
+            // page pool itself is all the store's from the start.
+            let figures = channels.snapshot();
+            let pages = figures.iter().map(|c| c.pages).sum::<u64>().max(1) as f64;
+            let lent = figures.iter().map(|c| c.lent_pages).sum::<u64>();
+            let in_use = figures.iter().map(|c| c.pages_in_use).sum::<u64>();
+            let occupancy = in_use.saturating_sub(lent) as f64 / pages;
             AppMetrics::Ros(RosMetrics {
                 requests: ld(&stats.requests),
                 fragments_sent: ld(&stats.fragments_sent),
@@ -195,6 +193,7 @@ impl Application for RosApp {
                 timeouts: ld(&stats.timeouts),
                 clear_gaps: ld(&stats.clear_gaps),
                 buffer_occupancy: occupancy,
+                buffer_lent: lent as f64 / pages,
                 send_dropped: ld(&stats.send_dropped),
                 send_dropped_by_peer: drops
                     .snapshot()
@@ -203,14 +202,14 @@ impl Application for RosApp {
                     .collect(),
                 rejected_requests: ld(&stats.rejected_requests),
                 bad_messages: ld(&stats.bad_messages),
-                channels: channels
-                    .snapshot()
+                channels: figures
                     .iter()
                     .map(|c| ChannelMetrics {
                         rob: c.rob,
                         fragments: c.fragments,
                         stored: c.stored,
                         occupancy: c.occupancy(),
+                        lent_pages: c.lent_pages,
                         duplicates: c.duplicates,
                         dropped_after_clear: c.dropped_after_clear,
                         unknown_clears: c.unknown_clears,

@@ -197,7 +197,7 @@ impl Parts {
     /// The store in `memory`, and the input `config` selects, built by its own module.
     fn build(memory: NodeMemory, config: &NodeConfig) -> Result<Parts, NodeError> {
         let pool = memory.pool;
-        let store = EventStore::new(
+        let mut store = EventStore::new(
             &pool,
             &StoreConfig::with_channels(
                 config.channels,
@@ -240,6 +240,15 @@ impl Parts {
             NodeInput::Network(n) => network::build(&setup, n)?,
             NodeInput::Files(f) => file::build(&setup, f)?,
         };
+        // The emulated inputs produce ahead of the L1 (a real detector sends what it accepted):
+        // their pages ahead of it count as lent, not as the store's fill (crate::store).
+        store.set_runs_ahead(matches!(
+            config.input,
+            NodeInput::Dma { .. }
+                | NodeInput::Firmware(_)
+                | NodeInput::SwRod { .. }
+                | NodeInput::Replay(_)
+        ));
         let watch = InputWatch::new(
             config.robs(),
             built.lanes,

@@ -1,5 +1,6 @@
 //! Per-channel figures of a readout node for monitors: each ROB channel's fragments, what it
-//! holds now, its buffer occupancy and its errors by kind.
+//! holds now, its buffer occupancy (the store's fill; pages lent to DMA or ahead of the L1 apart,
+//! see [`crate::store`]) and its errors by kind.
 //!
 //! The store belongs to the core thread alone (nothing on the request path is shared), so the
 //! core thread copies each channel's counters into a table of atomics: when it starts, on its
@@ -24,8 +25,11 @@ pub struct ChannelFigures {
     pub fragments: u64,
     /// Fragments held now (stored, not yet cleared).
     pub stored: u64,
-    /// Pages in use now.
+    /// Pages in use now (fill and lent).
     pub pages_in_use: u64,
+    /// Of those, pages lent: to a writer with nothing adopted yet, or holding fragments ahead
+    /// of the L1 (an emulated input's run-ahead; [`crate::store`]).
+    pub lent_pages: u64,
     /// Pages the channel owns.
     pub pages: u64,
     /// Fragments whose L1ID was already stored (the first copy kept).
@@ -34,19 +38,32 @@ pub struct ChannelFigures {
     pub dropped_after_clear: u64,
     /// Clears of L1IDs the channel never had.
     pub unknown_clears: u64,
-    /// Ingest attempts refused for lack of room (back-pressure on the input).
+    /// Ingest attempts refused for lack of room with no page ahead of the L1 (back-pressure:
+    /// the input waits for the farm).
     pub full: u64,
+    /// Ingest attempts refused while pages were ahead of the L1 (an emulated card's normal
+    /// run-ahead, not back-pressure).
+    pub full_ahead: u64,
     /// Times the occupancy crossed the alarm level upwards.
     pub alarms: u64,
 }
 
 impl ChannelFigures {
-    /// Pages in use over pages owned, 0.0 ..= 1.0.
+    /// The store's fill: pages in use but not lent, over pages owned, 0.0 ..= 1.0.
     pub fn occupancy(&self) -> f64 {
         if self.pages == 0 {
             0.0
         } else {
-            self.pages_in_use as f64 / self.pages as f64
+            self.pages_in_use.saturating_sub(self.lent_pages) as f64 / self.pages as f64
+        }
+    }
+
+    /// Pages lent over pages owned, 0.0 ..= 1.0.
+    pub fn lent_ratio(&self) -> f64 {
+        if self.pages == 0 {
+            0.0
+        } else {
+            self.lent_pages as f64 / self.pages as f64
         }
     }
 }
@@ -56,10 +73,12 @@ struct Cell {
     fragments: AtomicU64,
     stored: AtomicU64,
     pages_in_use: AtomicU64,
+    lent_pages: AtomicU64,
     duplicates: AtomicU64,
     dropped_after_clear: AtomicU64,
     unknown_clears: AtomicU64,
     full: AtomicU64,
+    full_ahead: AtomicU64,
     alarms: AtomicU64,
 }
 
@@ -92,10 +111,12 @@ impl ChannelStats {
             put(&cell.fragments, k.fragments);
             put(&cell.stored, k.stored);
             put(&cell.pages_in_use, k.pages_in_use);
+            put(&cell.lent_pages, k.lent_pages);
             put(&cell.duplicates, k.duplicates);
             put(&cell.dropped_after_clear, k.dropped_after_clear);
             put(&cell.unknown_clears, k.unknown_clears);
             put(&cell.full, k.full);
+            put(&cell.full_ahead, k.full_ahead);
             put(&cell.alarms, k.alarms);
         }
     }
@@ -111,11 +132,13 @@ impl ChannelStats {
                 fragments: ld(&c.fragments),
                 stored: ld(&c.stored),
                 pages_in_use: ld(&c.pages_in_use),
+                lent_pages: ld(&c.lent_pages),
                 pages: self.pages,
                 duplicates: ld(&c.duplicates),
                 dropped_after_clear: ld(&c.dropped_after_clear),
                 unknown_clears: ld(&c.unknown_clears),
                 full: ld(&c.full),
+                full_ahead: ld(&c.full_ahead),
                 alarms: ld(&c.alarms),
             })
             .collect()

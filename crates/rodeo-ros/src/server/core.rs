@@ -220,6 +220,8 @@ impl<S: RequestSource> Core<S> {
                 robs,
             } => {
                 bump(&self.stats.requests, 1);
+                // The L1 front (the store's occupancy: what is fill, what is lent ahead).
+                self.store.note_l1(l1id);
                 let Some(d) = self.descriptors.take() else {
                     // The loop reads only while descriptors are free.
                     return false;

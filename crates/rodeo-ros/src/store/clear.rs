@@ -6,7 +6,7 @@ use super::index::{Location, Slot};
 use super::ingest::stamp_left_page;
 use super::pages::{PageTable, NO_PAGE};
 use super::read::chain;
-use super::{l1id_newer, unhold, EventStore};
+use super::{l1id_newer, lent_pages, raise_alarm, unhold, EventStore};
 
 impl EventStore {
     /// Releases `l1ids` on every channel. Returns the fragments released.
@@ -18,6 +18,13 @@ impl EventStore {
         let mut released = 0;
         self.clear_ids.clear();
         self.clear_ids.extend(l1ids);
+        // The L1 front moves to the newest L1ID cleared.
+        for &l1id in &self.clear_ids {
+            if self.l1_front.is_none_or(|f| l1id_newer(l1id, f)) {
+                self.l1_front = Some(l1id);
+            }
+        }
+        let front = self.l1_front;
         // Channel by channel: a group of consecutive L1IDs then walks adjacent index slots.
         for ch in &mut self.channels {
             for &l1id in &self.clear_ids {
@@ -50,10 +57,19 @@ impl EventStore {
                 }
             }
         }
+        let per = self.pages_per_channel;
         for ch in &mut self.channels {
-            let in_use = self.pages_per_channel - ch.free.len();
-            if ch.alarm && in_use < self.alarm_pages {
+            // Pages the front passed are fill now (their fragments are the L1's).
+            if let Some(f) = front {
+                while ch.ahead.front().is_some_and(|&l| !l1id_newer(l, f)) {
+                    ch.ahead.pop_front();
+                }
+            }
+            let fill = (per - ch.free.len()) - lent_pages(ch, front, per);
+            if ch.alarm && fill < self.alarm_pages {
                 ch.alarm = false;
+            } else {
+                raise_alarm(ch, front, per, self.alarm_pages);
             }
         }
         released

@@ -10,8 +10,8 @@ use rodeo_format::fragment::Status;
 use super::index::{Location, Slot};
 use super::pages::{PageTable, NO_PAGE};
 use super::{
-    hold, known_l1id, note_l1id, rob_header, unhold, Channel, EventStore, IngestError, Ingested,
-    ROB_HEADER_WORDS, ROD_L1ID_WORD,
+    count_full, hold, known_l1id, note_fresh_pages, note_l1id, raise_alarm, rob_header, unhold,
+    Channel, EventStore, IngestError, Ingested, ROB_HEADER_WORDS, ROD_L1ID_WORD,
 };
 
 impl EventStore {
@@ -202,6 +202,14 @@ impl EventStore {
             let was = std::mem::replace(&mut self.layouts[p as usize], NO_LAYOUT);
             ch.write_same = layout != NO_LAYOUT && was == layout;
             ch.write_layout = layout;
+            note_fresh_pages(
+                ch,
+                self.runs_ahead,
+                self.l1_front,
+                l1id,
+                1,
+                self.pages_per_channel,
+            );
         } else if ch.write_layout != layout {
             // Another writer in this page: its slots follow no one layout any more.
             ch.write_layout = NO_LAYOUT;
@@ -224,11 +232,7 @@ impl EventStore {
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
         if !fits {
-            let in_use = self.pages_per_channel - ch.free.len();
-            if !ch.alarm && in_use >= self.alarm_pages {
-                ch.alarm = true;
-                ch.counters.alarms += 1;
-            }
+            raise_alarm(ch, self.l1_front, self.pages_per_channel, self.alarm_pages);
         }
         Some((page, offset, ch.source_id, ch.write_same))
     }
@@ -262,7 +266,7 @@ impl EventStore {
             words.div_ceil(page_words)
         };
         if ch.free.len() < fresh || ch.index.is_full() {
-            ch.counters.full += 1;
+            count_full(ch, self.l1_front, self.pages_per_channel, self.alarm_pages);
             return Err(IngestError::Full);
         }
         let header = rob_header(ch.source_id, words, status);
@@ -288,6 +292,14 @@ impl EventStore {
                 table.set_next(prev, p);
                 prev = p;
             }
+            note_fresh_pages(
+                ch,
+                self.runs_ahead,
+                self.l1_front,
+                l1id,
+                fresh,
+                self.pages_per_channel,
+            );
             // The last page becomes the write page: the cursor holds it.
             hold(holds, table, prev);
             ch.write_page = prev;
@@ -318,11 +330,7 @@ impl EventStore {
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
-        let in_use = self.pages_per_channel - ch.free.len();
-        if !ch.alarm && in_use >= self.alarm_pages {
-            ch.alarm = true;
-            ch.counters.alarms += 1;
-        }
+        raise_alarm(ch, self.l1_front, self.pages_per_channel, self.alarm_pages);
         Ok(Ingested::Stored)
     }
 }

@@ -26,10 +26,13 @@
 //! A channel lends its free pages but the last [`LEND_KEEP`], kept for the copying path
 //! ([`EventStore::ingest`], for what a lent page cannot take). How many pages a borrower
 //! holds at most is the borrower's limit, and must leave the store enough to store what the
-//! borrower cannot (the SW ROD link's batches hold at most a quarter of a channel). Lent pages
-//! count as in use in the channel's occupancy. Keeping more (1/64 of a channel, tried first)
-//! sent a fifth of the SW ROD link's fragments through the copying path against the
-//! ROSTester, whose store runs nearly full; one page lets the copying path progress.
+//! borrower cannot (the SW ROD link's batches hold at most a quarter of a channel). A lent page
+//! is in use, but counts as lent, not in the channel's occupancy (its fill), until a fragment
+//! is adopted on it (then, with an input that runs ahead of the L1, it stays lent while that
+//! fragment is newer than the L1 front: the store's module docs). Keeping more (1/64 of a
+//! channel, tried first) sent a fifth of the SW ROD link's fragments through the copying path
+//! against the ROSTester, whose store runs nearly full; one page lets the copying path
+//! progress.
 
 use std::sync::Arc;
 
@@ -39,7 +42,8 @@ use super::index::{Location, Slot};
 use super::ingest::{first_offset, NO_LAYOUT};
 use super::pages::{PageTable, NO_PAGE};
 use super::{
-    known_l1id, note_l1id, rob_header, EventStore, IngestError, Ingested, ROB_HEADER_WORDS,
+    count_full, known_l1id, note_fresh_pages, note_l1id, rob_header, EventStore, IngestError,
+    Ingested, ROB_HEADER_WORDS,
 };
 
 /// Free pages a channel keeps from lending.
@@ -142,7 +146,6 @@ impl EventStore {
     /// Lends a free page of channel `c` to a writer on another thread; `None` when the
     /// channel does not exist or keeps its last free pages for the copying path.
     pub fn lend(&mut self, c: usize) -> Option<LentPage> {
-        let per = self.pages_per_channel;
         let ch = self.channels.get_mut(c)?;
         if ch.free.len() <= LEND_KEEP {
             return None;
@@ -152,11 +155,9 @@ impl EventStore {
         self.table.take_fresh(p);
         self.table.set_next(p, NO_PAGE);
         self.layouts[p as usize] = NO_LAYOUT;
-        let in_use = per - ch.free.len();
-        if !ch.alarm && in_use >= self.alarm_pages {
-            ch.alarm = true;
-            ch.counters.alarms += 1;
-        }
+        // Lent, not fill: the alarm does not look at it.
+        self.lent_empty[p as usize] = true;
+        ch.lent_empty += 1;
         Some(LentPage {
             table: Arc::clone(&self.table),
             page: p,
@@ -205,7 +206,7 @@ impl EventStore {
                 return Ok(known);
             }
             if ch.index.insert_absent(l1id, Slot::Stored(loc)).is_err() {
-                ch.counters.full += 1;
+                count_full(ch, self.l1_front, self.pages_per_channel, self.alarm_pages);
                 return Err(IngestError::Full);
             }
         }
@@ -216,6 +217,18 @@ impl EventStore {
             self.table.acquire(p);
         }
         *h += 1;
+        if std::mem::take(&mut self.lent_empty[p as usize]) {
+            // The page's first fragment: fill, or ahead of the L1 (module docs).
+            ch.lent_empty -= 1;
+            note_fresh_pages(
+                ch,
+                self.runs_ahead,
+                self.l1_front,
+                l1id,
+                1,
+                self.pages_per_channel,
+            );
+        }
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
@@ -231,8 +244,11 @@ impl EventStore {
             lent.page = p;
             return;
         }
+        let c = usize::from(self.page_channel[p as usize]);
+        if std::mem::take(&mut self.lent_empty[p as usize]) {
+            self.channels[c].lent_empty -= 1;
+        }
         if self.table.release(p) {
-            let c = usize::from(self.page_channel[p as usize]);
             self.channels[c].free.push(p);
         }
     }

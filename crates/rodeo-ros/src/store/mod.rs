@@ -33,6 +33,22 @@
 //! fragment for lack of room. Occupancy is visible per channel; crossing 90% (configurable)
 //! raises the channel's alarm, counted once per crossing.
 //!
+//! # Occupancy and pages lent ahead of the L1
+//!
+//! A channel's pages in use are of two kinds. Its **fill** (what [`EventStore::occupancy`] and
+//! the alarm count) is the pages holding fragments of events the dataflow has named (the
+//! newest L1ID of a request or a clear the node saw, the store's *L1 front*) and not yet
+//! cleared, plus pages held by replies. Its **lent** pages ([`ChannelCounters::lent_pages`]) are
+//! those lent to a writer that has put no fragment there yet (`lend`), and, for an input that
+//! runs ahead of the L1 ([`EventStore::set_runs_ahead`]: the emulated cards, the SW ROD's
+//! emulated links, a replay), the pages whose first fragment is newer than the L1 front: a
+//! real detector sends only what the L1 accepted, so they stand for the free pages a real card
+//! holds for its DMA. An emulated card fills every free page ahead of the L1 in a healthy run;
+//! its fill stays low until the farm stops clearing. Real inputs (network, files) never run
+//! ahead: every page they fill is fill. A refusal for lack of room counts as back-pressure
+//! (`full`) only when the channel has no page ahead of the L1 (the input waits for the farm);
+//! while it has, the refusal is the card's normal run-ahead (`full_ahead`).
+//!
 //! # Clears
 //!
 //! [`EventStore::clear`] releases the listed L1IDs on every channel. A clear for an L1ID that a
@@ -84,7 +100,7 @@ mod pages;
 mod read;
 pub mod slink;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use rodeo_format::fragment::{SourceId, Status, FORMAT_VERSION, ROB_MARKER};
@@ -225,12 +241,18 @@ pub struct ChannelCounters {
     pub dropped_after_clear: u64,
     /// Clears of L1IDs this channel never had and that were older than its last L1ID.
     pub unknown_clears: u64,
-    /// Ingest attempts refused for lack of room (back-pressure events).
+    /// Ingest attempts refused for lack of room while the channel had no page ahead of the L1
+    /// (back-pressure: the input waits for the farm to clear).
     pub full: u64,
-    /// Times the occupancy crossed the alarm level upwards.
+    /// Ingest attempts refused for lack of room while the channel had pages ahead of the L1
+    /// (an emulated card's normal run-ahead, not a wait on the farm; module docs).
+    pub full_ahead: u64,
+    /// Times the occupancy (the fill) crossed the alarm level upwards.
     pub alarms: u64,
-    /// Pages in use now (gauge).
+    /// Pages in use now, fill and lent (gauge).
     pub pages_in_use: u64,
+    /// Of those, pages lent (to a writer, or ahead of the L1; gauge, module docs).
+    pub lent_pages: u64,
     /// Fragments stored now (gauge).
     pub stored: u64,
 }
@@ -250,6 +272,11 @@ struct Channel {
     index: L1idIndex,
     last_l1id: Option<u32>,
     alarm: bool,
+    /// The first L1ID of each page taken while ahead of the L1 front, oldest first (only for
+    /// an input that runs ahead; at most the channel's pages).
+    ahead: VecDeque<u32>,
+    /// Pages lent (`lend`) on which no fragment was adopted yet.
+    lent_empty: usize,
     counters: ChannelCounters,
 }
 
@@ -281,6 +308,12 @@ pub struct EventStore {
     alarm_pages: usize,
     /// The L1IDs of the clear being processed (reused).
     clear_ids: Vec<u32>,
+    /// The newest L1ID the dataflow named (a request or a clear): the L1 front (module docs).
+    l1_front: Option<u32>,
+    /// The input runs ahead of the L1 (module docs, [`EventStore::set_runs_ahead`]).
+    runs_ahead: bool,
+    /// Per page: lent and no fragment adopted on it yet.
+    lent_empty: Box<[bool]>,
 }
 
 impl EventStore {
@@ -323,6 +356,8 @@ impl EventStore {
                 index: L1idIndex::new(cap),
                 last_l1id: None,
                 alarm: false,
+                ahead: VecDeque::with_capacity(per),
+                lent_empty: 0,
                 counters: ChannelCounters::default(),
             })
             .collect();
@@ -347,6 +382,9 @@ impl EventStore {
             pages_per_channel: per,
             alarm_pages,
             clear_ids: Vec::with_capacity(1024),
+            l1_front: None,
+            runs_ahead: false,
+            lent_empty: vec![false; wanted].into_boxed_slice(),
         })
     }
 
@@ -385,8 +423,30 @@ impl EventStore {
         let ch = &self.channels[c];
         let mut k = ch.counters;
         k.pages_in_use = (self.pages_per_channel - ch.free.len()) as u64;
+        k.lent_pages = lent_pages(ch, self.l1_front, self.pages_per_channel) as u64;
         k.stored = ch.index.len() as u64;
         k
+    }
+
+    /// Marks the input as one that runs ahead of the L1 (an emulated card, a replay): pages
+    /// whose first fragment is newer than the L1 front count as lent, not fill (module docs).
+    /// Off by default (a real input's every fragment is fill).
+    pub fn set_runs_ahead(&mut self, on: bool) {
+        self.runs_ahead = on;
+    }
+
+    /// Notes an L1ID the dataflow asked for (a DataRequest): the L1 front moves to it if it is
+    /// newer. Clears move it themselves ([`EventStore::clear`]).
+    #[inline]
+    pub fn note_l1(&mut self, l1id: u32) {
+        if self.l1_front.is_none_or(|f| l1id_newer(l1id, f)) {
+            self.l1_front = Some(l1id);
+        }
+    }
+
+    /// The L1 front: the newest L1ID a request or a clear named (module docs).
+    pub fn l1_front(&self) -> Option<u32> {
+        self.l1_front
     }
 
     /// Counters summed over channels.
@@ -401,17 +461,22 @@ impl EventStore {
             t.dropped_after_clear += k.dropped_after_clear;
             t.unknown_clears += k.unknown_clears;
             t.full += k.full;
+            t.full_ahead += k.full_ahead;
             t.alarms += k.alarms;
             t.pages_in_use += k.pages_in_use;
+            t.lent_pages += k.lent_pages;
             t.stored += k.stored;
         }
         t
     }
 
-    /// Occupancy of channel `c`: pages in use over pages owned, 0.0 ..= 1.0.
+    /// Occupancy of channel `c`: its fill (pages in use but not lent, module docs) over the
+    /// pages it owns, 0.0 ..= 1.0.
     pub fn occupancy(&self, c: usize) -> f64 {
         let ch = &self.channels[c];
-        (self.pages_per_channel - ch.free.len()) as f64 / self.pages_per_channel as f64
+        let in_use = self.pages_per_channel - ch.free.len();
+        let fill = in_use - lent_pages(ch, self.l1_front, self.pages_per_channel);
+        fill as f64 / self.pages_per_channel as f64
     }
 
     /// True while channel `c` is at or above its alarm level.
@@ -439,11 +504,80 @@ impl EventStore {
         let mut n = 0;
         while let Some(p) = self.table.pop_returned() {
             let c = usize::from(self.page_channel[p as usize]);
+            if std::mem::take(&mut self.lent_empty[p as usize]) {
+                // A lent page dropped away from the store with nothing adopted.
+                self.channels[c].lent_empty -= 1;
+            }
             self.channels[c].free.push(p);
             n += 1;
         }
         n
     }
+}
+
+/// Pages of channel `ch` lent: lent to a writer with no fragment yet, or taken ahead of the L1
+/// front `front` (module docs); at most its pages in use.
+#[inline]
+fn lent_pages(ch: &Channel, front: Option<u32>, pages: usize) -> usize {
+    ahead_pages(ch, front)
+        .saturating_add(ch.lent_empty)
+        .min(pages - ch.free.len())
+}
+
+/// Pages of channel `ch` whose first fragment is newer than the L1 front `front`.
+#[inline]
+fn ahead_pages(ch: &Channel, front: Option<u32>) -> usize {
+    match front {
+        None => ch.ahead.len(),
+        // Oldest first: those the front passed come first.
+        Some(f) => ch.ahead.len() - ch.ahead.partition_point(|&l| !l1id_newer(l, f)),
+    }
+}
+
+/// Notes that channel `ch` took `pages` fresh pages for a fragment of `l1id`: pages ahead of
+/// the L1 when the input runs ahead and `l1id` is newer than the front.
+#[inline(always)]
+fn note_fresh_pages(
+    ch: &mut Channel,
+    runs_ahead: bool,
+    front: Option<u32>,
+    l1id: u32,
+    pages: usize,
+    per: usize,
+) {
+    if runs_ahead && front.is_none_or(|f| l1id_newer(l1id, f)) {
+        for _ in 0..pages {
+            if ch.ahead.len() >= per {
+                ch.ahead.pop_front();
+            }
+            ch.ahead.push_back(l1id);
+        }
+    }
+}
+
+/// Raises channel `ch`'s alarm when its fill reached `alarm_pages` (counted once per crossing).
+#[inline(always)]
+fn raise_alarm(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: usize) {
+    if !ch.alarm {
+        let fill = (per - ch.free.len()) - lent_pages(ch, front, per);
+        if fill >= alarm_pages {
+            ch.alarm = true;
+            ch.counters.alarms += 1;
+        }
+    }
+}
+
+/// Counts a refusal of channel `ch` for lack of room: back-pressure, or the card's run-ahead
+/// when pages are ahead of the L1 (module docs). A full channel whose pages the L1 front
+/// reached since the last page was taken raises its alarm here.
+#[inline]
+fn count_full(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: usize) {
+    if ahead_pages(ch, front) > 0 {
+        ch.counters.full_ahead += 1;
+    } else {
+        ch.counters.full += 1;
+    }
+    raise_alarm(ch, front, per, alarm_pages);
 }
 
 /// Adds a store hold on page `p`; the first takes the store's one shared reference.

@@ -506,3 +506,111 @@ fn staggered_first_offsets_keep_every_page_full() {
         }
     }
 }
+
+/// Stores fragments of 30 data words on channel 0 from `*l1` on until the store refuses one.
+fn fill_until_full(s: &mut EventStore, l1: &mut u32) {
+    loop {
+        match s.ingest(0, &rod(7, *l1, 30), Status::OK) {
+            Ok(Ingested::Stored) => *l1 += 1,
+            Err(IngestError::Full) => break,
+            other => panic!("{other:?}"),
+        }
+        assert!(*l1 < 10_000);
+    }
+}
+
+/// An emulated input runs ahead of the L1: every free page it fills before the dataflow names
+/// its events counts as lent, not as the store's fill, and its refusals are not back-pressure.
+/// When the L1 goes on but the clears stop, the fill reaches 100%, the alarm is raised and the
+/// refusals are back-pressure.
+#[test]
+fn pages_ahead_of_the_l1_are_lent_and_stopped_clears_fill_the_store() {
+    let pool = pool(256, 64);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, 32)).unwrap();
+    s.set_runs_ahead(true);
+    let mut l1 = 0;
+    fill_until_full(&mut s, &mut l1);
+    // 256-byte pages, 47-word ROB fragments: one a page; the index (4 a page) has room.
+    let k = s.counters(0);
+    assert_eq!((k.pages_in_use, k.lent_pages), (32, 32), "{k:?}");
+    assert_eq!(s.occupancy(0), 0.0, "nothing the L1 named");
+    assert_eq!((k.full, k.full_ahead, k.alarms), (0, 1, 0), "{k:?}");
+
+    // A healthy run at a low rate: the L1 names a few events, the farm clears them, the card
+    // refills the freed pages ahead of the L1.
+    let mut front = 0u32;
+    for _ in 0..5 {
+        for id in front..front + 3 {
+            s.note_l1(id);
+            assert_eq!(s.lookup(0, id), Lookup::Present);
+        }
+        let held = s.counters(0);
+        assert!(held.lent_pages < 32, "the events named are fill: {held:?}");
+        s.clear(front..front + 3);
+        front += 3;
+        fill_until_full(&mut s, &mut l1);
+        let k = s.counters(0);
+        assert_eq!(k.pages_in_use, 32);
+        assert!(s.occupancy(0) <= 1.0 / 32.0, "{k:?}");
+        assert!(k.lent_pages >= 31, "{k:?}");
+        assert_eq!((k.full, k.alarms), (0, 0), "{k:?}");
+    }
+    assert_eq!(s.l1_front(), Some(front - 1));
+
+    // The clears stop, the L1 goes on: every page holds an event the dataflow named.
+    for id in front..l1 {
+        s.note_l1(id);
+    }
+    assert_eq!(s.occupancy(0), 1.0);
+    assert_eq!(s.counters(0).lent_pages, 0);
+    let refused = l1;
+    fill_until_full(&mut s, &mut l1);
+    assert_eq!(l1, refused, "nothing more stored");
+    let k = s.counters(0);
+    assert_eq!(
+        (k.full, k.alarms),
+        (1, 1),
+        "back-pressure, and the alarm: {k:?}"
+    );
+    assert!(s.alarm(0));
+    // Cleared again, the fill drops and the alarm with it.
+    s.clear(front..l1);
+    assert!(
+        s.occupancy(0) <= 1.0 / 32.0,
+        "at most the write cursor's page"
+    );
+    assert!(!s.alarm(0));
+}
+
+/// A real input (network, files) does not run ahead: what it stores is fill at once, and a
+/// full store is back-pressure. Pages lent to a writer (the SW ROD's DMA) are lent until a
+/// fragment is adopted on them, whatever the input.
+#[test]
+fn a_real_input_fills_what_it_stores_and_lent_pages_stay_apart() {
+    let pool = pool(256, 64);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, 16)).unwrap();
+    let mut l1 = 0;
+    fill_until_full(&mut s, &mut l1);
+    let k = s.counters(0);
+    assert_eq!((k.pages_in_use, k.lent_pages), (16, 0), "{k:?}");
+    assert_eq!(s.occupancy(0), 1.0);
+    assert_eq!((k.full, k.full_ahead, k.alarms), (1, 0, 1), "{k:?}");
+    s.clear(0..l1);
+    s.settle(0);
+    assert_eq!(s.occupancy(0), 0.0);
+
+    let lent: Vec<LentPage> = (0..4).map(|_| s.lend(0).unwrap()).collect();
+    let k = s.counters(0);
+    assert_eq!((k.pages_in_use, k.lent_pages), (4, 4), "{k:?}");
+    assert_eq!(s.occupancy(0), 0.0, "lent to DMA, holding nothing");
+    for page in lent {
+        s.take_back(page);
+    }
+    let k = s.counters(0);
+    assert_eq!((k.pages_in_use, k.lent_pages), (0, 0), "{k:?}");
+    // A lend dropped away from the store comes back through reclaim, no longer lent.
+    let page = s.lend(0).unwrap();
+    std::thread::spawn(move || drop(page)).join().unwrap();
+    s.reclaim();
+    assert_eq!(s.counters(0).lent_pages, 0);
+}
