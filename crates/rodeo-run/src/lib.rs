@@ -19,7 +19,8 @@
 //! - [`sheet`]: [`sheet::RunSheet`], the balance sheet in its one shape; [`verdict`]: ok,
 //!   degraded or failed, and the problems behind it; [`text`]: the sheet for people.
 //! - [`rundb`]: the run database (`runs.sqlite`, SQLite); [`runs_table`]: its runs as an
-//!   aligned table (`rodeo runs`).
+//!   aligned table (`rodeo runs`); [`ctl_tables`]: `rodeo ctl status|runs|alarms` as tables,
+//!   and the request of each `rodeo ctl` command.
 //!
 //! Many runs, and watching them:
 //! - [`service`]: [`service::RunService`], a partition that stays up, one run after another.
@@ -30,6 +31,7 @@
 //! - [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
 
 pub mod chrome_trace;
+pub mod ctl_tables;
 pub mod fixed;
 pub mod http;
 pub mod lock;

@@ -104,7 +104,7 @@ fn row(r: &Value) -> [String; 10] {
 }
 
 /// A duration as a person reads it: `12.3 s`, `4m05s`, `2h03m`.
-fn format_duration(seconds: f64) -> String {
+pub fn format_duration(seconds: f64) -> String {
     if seconds < 60.0 {
         format!("{seconds:.1} s")
     } else if seconds < 3600.0 {

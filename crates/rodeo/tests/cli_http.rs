@@ -356,10 +356,10 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
         }
         // The same from another shell: `rodeo ctl`.
         let url = format!("http://{addr}");
-        let st = rodeo_json(&["ctl", "status", "--url", &url]);
+        let st = rodeo_json(&["ctl", "status", "--url", &url, "--json"]);
         assert_eq!(st["state"], "CONNECTED", "{st}");
         assert_eq!(st["run_number"], expect_first + 3);
-        let runs = rodeo_json(&["ctl", "runs", "--url", &url]);
+        let runs = rodeo_json(&["ctl", "runs", "--url", &url, "--json"]);
         let refused = rodeo!()
             .args(["ctl", "start", "--url", &url, "--token", "wrong"])
             .output();

@@ -354,7 +354,7 @@ fn serve_answers_https_and_ctl_verifies_its_certificate() {
         all.extend_from_slice(&["--url", &url]);
         rodeo(&all, &[("RODEO_TOKEN", OP)])
     };
-    let st = ctl(&["status", "--ca", ca]);
+    let st = ctl(&["status", "--ca", ca, "--json"]);
     st.assert_success();
     let v: Value = serde_json::from_str(&st.stdout).unwrap();
     assert_eq!(v["state"], "CONNECTED");
@@ -529,7 +529,7 @@ fn a_token_over_plain_http_from_another_host_is_refused() {
             .output()
     };
     // An observer from the other host: served.
-    let st = from_client(&["status"]);
+    let st = from_client(&["status", "--json"]);
     st.assert_success();
     let v: Value = serde_json::from_str(&st.stdout).unwrap();
     assert_eq!(v["state"], "CONNECTED", "{v}");
@@ -546,7 +546,7 @@ fn a_token_over_plain_http_from_another_host_is_refused() {
     put.assert_failure();
     assert!(put.stdout.contains("use TLS"), "{}", put.stdout);
     // Nothing started; the refusals are in the trail with the client's address.
-    let st: Value = serde_json::from_str(&from_client(&["status"]).stdout).unwrap();
+    let st: Value = serde_json::from_str(&from_client(&["status", "--json"]).stdout).unwrap();
     assert_eq!(st["state"], "CONNECTED", "{st}");
     let audit: Value = serde_json::from_str(&from_client(&["audit"]).stdout).unwrap();
     let refused: Vec<&Value> = audit["audit"]

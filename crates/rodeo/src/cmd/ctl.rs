@@ -1,14 +1,13 @@
-//! `rodeo ctl COMMAND [--url URL]`: run control from another shell, over the HTTP API of a
-//! `rodeo serve` or `rodeo run --http` (`status`, `runs`, `audit`, or a lifecycle command such
-//! as `start`, `stop`, `shutdown`). The operator's token from `--token` or `RODEO_TOKEN`, the
+//! `rodeo ctl COMMAND [--url URL] [--json]`: run control from another shell, over the HTTP API
+//! of a `rodeo serve` or `rodeo run --http` (`status`, `runs`, `audit`, or a lifecycle command
+//! such as `start`, `stop`, `shutdown`); `status`, `runs` and `alarms` as tables
+//! (`rodeo_run::ctl_tables`) unless `--json`. The operator's token from `--token` or `RODEO_TOKEN`, the
 //! expert's from `--expert-token` or `RODEO_EXPERT_TOKEN`; `https://` URLs verify the
 //! server's certificate (`--ca FILE` for a private CA). The client is `rodeo_run::http::client`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
-use anyhow::Context;
 
 /// Arguments of `rodeo ctl`.
 #[derive(Debug, clap::Args)]
@@ -35,39 +34,14 @@ pub(crate) struct Args {
     /// Seconds to wait for the answer (a `stop` waits for the run to drain).
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Print the API's JSON answer as it came (`status`, `runs`, `alarms` print tables).
+    #[arg(long)]
+    json: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rest: Vec<&str> = args.rest.iter().map(String::as_str).collect();
-    let (method, path, body) = match (args.command.as_str(), &rest[..]) {
-        ("status", []) => ("GET", "/api/status".into(), String::new()),
-        ("runs", []) => ("GET", "/api/runs".into(), String::new()),
-        ("audit", []) => ("GET", "/api/audit".into(), String::new()),
-        ("alarms", []) => ("GET", "/api/alarms".into(), String::new()),
-        ("config", ["get"]) => ("GET", "/api/config".into(), String::new()),
-        ("config", ["put", file]) => (
-            "PUT",
-            "/api/config".into(),
-            std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?,
-        ),
-        ("config", _) => anyhow::bail!("use `rodeo ctl config get` or `rodeo ctl config put FILE`"),
-        ("ack", [name]) => (
-            "POST",
-            "/api/alarms/ack".into(),
-            serde_json::json!({ "name": name }).to_string(),
-        ),
-        ("comment", [run, text @ ..]) if !text.is_empty() => (
-            "POST",
-            format!("/api/runs/{run}/comment"),
-            serde_json::json!({ "text": text.join(" ") }).to_string(),
-        ),
-        (c, [_, ..]) => anyhow::bail!("`{c}` takes no further arguments"),
-        (c, []) => (
-            "POST",
-            "/api/command".into(),
-            format!("{{\"command\":\"{c}\"}}"),
-        ),
-    };
+    let (method, path, body) = rodeo_run::ctl_tables::request_for(&args.command, &rest)?;
     let from_env = |v: Option<String>, var: &str| {
         v.or_else(|| std::env::var(var).ok())
             .filter(|t| !t.is_empty())
@@ -95,8 +69,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         &body,
         Duration::from_secs(args.timeout),
     )?;
-    outln!("{}", answer.body);
-    Ok(if (200..300).contains(&answer.status) {
+    let ok = (200..300).contains(&answer.status);
+    // status, runs and alarms as tables for people (the answer as it came with --json).
+    match rodeo_run::ctl_tables::render(&args.command, &answer.body).filter(|_| ok && !args.json) {
+        Some(lines) => lines.iter().for_each(|l| outln!("{l}")),
+        None => outln!("{}", answer.body),
+    }
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         eprintln!("rodeo ctl: {method} {path}: HTTP {}", answer.status);
