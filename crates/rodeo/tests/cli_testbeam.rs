@@ -245,12 +245,13 @@ fn the_test_beam_example_detector_fills_the_example_partition() {
         .replace("tcp://127.0.0.1:47711", &addresses[1]);
     let config = dir.path().join("beam.toml");
     std::fs::write(&config, text).unwrap();
+    // As docs/test-beam.md runs it: from a directory of one's own (the example's relative
+    // `output` then lands there, never in the checkout).
     let run = rodeo!()
+        .current_dir(dir.path())
         .arg("run")
         .arg("--config")
         .arg(&config)
-        .arg("--output")
-        .arg(dir.path().join("beam-data"))
         .arg("--json")
         .spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -268,6 +269,7 @@ fn the_test_beam_example_detector_fills_the_example_partition() {
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["events_verified"], 500, "{v}");
     assert_eq!(v["partial_events"], 0, "{v}");
+    assert!(dir.path().join("beam-data/run-00000001").is_dir(), "{v}");
 }
 
 /// `[l1] mode = "external"` with the reference trigger unit of docs/examples/test-beam/tlu.py:
@@ -287,12 +289,12 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
     assert!(example.contains("tcp://127.0.0.1:47900"), "{example}");
     let config = dir.path().join("ext.toml");
     std::fs::write(&config, example.replace("tcp://127.0.0.1:47900", &address)).unwrap();
+    // From a directory of one's own, as docs/test-beam.md says: ./ext-data is there.
     let run = rodeo!()
+        .current_dir(dir.path())
         .arg("run")
         .arg("--config")
         .arg(&config)
-        .arg("--output")
-        .arg(dir.path().join("out"))
         .arg("--json")
         .spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -310,6 +312,7 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
     let v: Value = serde_json::from_str(&output.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
     assert_eq!(v["l1_accepts"], 300, "{v}");
+    assert!(dir.path().join("ext-data/run-00000001").is_dir(), "{v}");
     // Two slots of 2 ms each cannot take 300 triggers at once: the unit was held.
     let held: u64 = said
         .split("busy seen on ")
