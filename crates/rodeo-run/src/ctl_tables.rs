@@ -3,8 +3,8 @@
 //! widest cell (header included), two spaces apart, numbers right-aligned, the last column
 //! open; `rodeo ctl ... --json` prints the answer as it came instead.
 //!
-//! - status: the run (partition, number, state, run time, L1 accepts, rates, events written),
-//!   then one row per application (name, role, state, pid, host, restarts, rate, error), then
+//! - status: the run (partition, number, state, run time, L1 accepts, rates, events written;
+//!   its run type, shifter and comment below when given), then one row per application (name, role, state, pid, host, restarts, rate, error), then
 //!   one row per readout input when the answer lists `inputs`;
 //! - runs: [`crate::runs_table`]'s table, the one `rodeo runs` prints;
 //! - alarms: name, state (active, acknowledged, clear), metric, condition, value, since.
@@ -61,6 +61,23 @@ pub fn status(s: &Value) -> Vec<String> {
             count(&s["events_written"]),
         ]],
     );
+    // The run's words (run type, shifter, comment), when it has any.
+    let words: Vec<String> = [
+        ("run type", "run_type"),
+        ("shifter", "shifter"),
+        ("comment", "comment"),
+    ]
+    .iter()
+    .filter_map(|(title, key)| {
+        s["words"][key]
+            .as_str()
+            .filter(|w| !w.is_empty())
+            .map(|w| format!("{title}: {}", text(&Value::from(w))))
+    })
+    .collect();
+    if !words.is_empty() {
+        out.push(words.join("  "));
+    }
     let apps: Vec<Vec<String>> = items(&s["apps"])
         .iter()
         .map(|a| {
@@ -325,6 +342,7 @@ mod tests {
             "run_seconds": 125.4, "l1_rate_hz": 5000.04, "event_rate_hz": 4999.5,
             "write_rate_hz": 500.0, "l1_accepts": 627_000, "events_written": 62_700,
             "restarts": 0,
+            "words": {"comment": "beam off", "run_type": "", "shifter": "A. Person"},
             "apps": [
                 {"name": "supervisor", "role": "supervisor", "state": "RUNNING", "error": null,
                  "host": null, "pid": null, "heartbeat_age_ms": null, "rate_hz": 5000.0,
@@ -355,7 +373,8 @@ mod tests {
         let blocks: Vec<&[String]> = lines.split(|l| l.is_empty()).collect();
         assert_eq!(blocks.len(), 3, "{lines:#?}");
         let (run, apps, inputs) = (blocks[0], blocks[1], &blocks[2][..3]);
-        assert_eq!(run.len(), 2);
+        assert_eq!(run.len(), 3);
+        assert_eq!(run[2], "shifter: A. Person  comment: beam off");
         assert!(run[1].starts_with("rodeo       12  RUNNING"), "{}", run[1]);
         assert!(
             run[1].contains("2m05s") && run[1].ends_with("62700"),
@@ -363,7 +382,7 @@ mod tests {
             run[1]
         );
         check_aligned(
-            run,
+            &run[..2],
             &["partition", "state"],
             &["run", "run time", "L1 accepts", "events written"],
         );

@@ -89,6 +89,7 @@ fn ctl_prints_aligned_tables_and_json_on_request() {
         status.stdout
     );
     let (run, apps, inputs) = (blocks[0], blocks[1], blocks[2]);
+    // The run's line (no words given: no line of them).
     assert_eq!(run.len(), 2, "{}", status.stdout);
     assert!(run[1].contains("RUNNING"), "{}", run[1]);
     assert_aligned(
