@@ -28,6 +28,7 @@ pub fn render(command: &str, body: &str) -> Option<Vec<String>> {
         "status" if v.get("apps").is_some() => Some(status(&v)),
         "runs" => v.get("runs")?.as_array().map(|r| runs(r)),
         "alarms" => v.get("alarms")?.as_array().map(|a| alarms(a)),
+        "conditions" => v.get("latest")?.as_object().map(conditions),
         _ => None,
     }
 }
@@ -204,6 +205,33 @@ pub fn alarms(alarms: &[Value]) -> Vec<String> {
     )
 }
 
+/// The latest conditions of `GET /api/conditions` (`latest`): key, value, when posted (UTC),
+/// in which run.
+pub fn conditions(latest: &serde_json::Map<String, Value>) -> Vec<String> {
+    let rows: Vec<Vec<String>> = latest
+        .iter()
+        .map(|(k, c)| {
+            vec![
+                k.clone(),
+                text(&c["value"]),
+                c["at_ns"].as_u64().map_or("-".into(), |ns| {
+                    rodeo_files::eventstorage::utc_text(ns / 1_000_000_000)
+                }),
+                count(&c["run_number"]),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("condition", false),
+            ("value", true),
+            ("posted (UTC)", false),
+            ("run", true),
+        ],
+        &rows,
+    )
+}
+
 /// The lines of a table: a header, then `rows`; each column as wide as its widest cell, two
 /// spaces between columns, the last column not padded, no trailing blanks.
 fn table(columns: &[Column], rows: &[Vec<String>]) -> Vec<String> {
@@ -275,11 +303,27 @@ fn number(v: f64) -> String {
 
 /// The method, path and body of `rodeo ctl COMMAND REST...` (`status`, `runs`, `audit`,
 /// `alarms`, `config get`, `config put FILE` (the file read here), `ack NAME`, `comment RUN
-/// TEXT...`, or a lifecycle command), or why the words are not a command.
-pub fn request_for(command: &str, rest: &[&str]) -> anyhow::Result<(&'static str, String, String)> {
+/// TEXT...`, `conditions [KEY=VALUE...]`, or a lifecycle command: `start` with the run's
+/// `words`, checked), or why the words are not a command.
+pub fn request_for(
+    command: &str,
+    rest: &[&str],
+    words: &rodeo_control::config::RunWords,
+) -> anyhow::Result<(&'static str, String, String)> {
     use anyhow::Context as _;
     let get = |path: &str| ("GET", path.to_string(), String::new());
+    if !words.is_empty() {
+        if command != "start" || !rest.is_empty() {
+            anyhow::bail!("--comment, --run-type and --shifter go with `start` only");
+        }
+        words.check().map_err(anyhow::Error::msg)?;
+        let mut body = serde_json::to_value(words)?;
+        body["command"] = "start".into();
+        return Ok(("POST", "/api/command".into(), body.to_string()));
+    }
     Ok(match (command, rest) {
+        ("conditions", []) => get("/api/conditions"),
+        ("conditions", pairs) => ("POST", "/api/conditions".into(), conditions_body(pairs)?),
         ("status", []) => get("/api/status"),
         ("runs", []) => get("/api/runs"),
         ("audit", []) => get("/api/audit"),
@@ -310,9 +354,33 @@ pub fn request_for(command: &str, rest: &[&str]) -> anyhow::Result<(&'static str
     })
 }
 
+/// `KEY=VALUE` pairs as the JSON object of `POST /api/conditions`: a value that reads as an
+/// integer or a finite number is that number, `true`/`false` a boolean, anything else a string (the server
+/// checks keys and values).
+fn conditions_body(pairs: &[&str]) -> anyhow::Result<String> {
+    let mut body = serde_json::Map::new();
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            anyhow::bail!(
+                "conditions are KEY=VALUE pairs (hv_volts=1500 beam=\"pi+ 120 GeV\"), not {pair:?}"
+            );
+        };
+        let v = match (value.parse::<i64>(), value.parse::<f64>(), value) {
+            (Ok(n), _, _) => serde_json::json!(n),
+            (_, Ok(x), _) if x.is_finite() => serde_json::json!(x),
+            (_, _, "true") => Value::Bool(true),
+            (_, _, "false") => Value::Bool(false),
+            _ => Value::String(value.to_string()),
+        };
+        body.insert(key.to_string(), v);
+    }
+    Ok(Value::Object(body).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rodeo_control::config::RunWords;
     use serde_json::json;
 
     /// Where each header title starts (left-aligned) or ends (right-aligned) in `header`.
@@ -451,21 +519,67 @@ mod tests {
 
     #[test]
     fn commands_map_to_their_requests() {
+        let none = RunWords::default();
         assert_eq!(
-            request_for("status", &[]).unwrap(),
+            request_for("status", &[], &none).unwrap(),
             ("GET", "/api/status".into(), String::new())
         );
-        let (m, p, b) = request_for("comment", &["7", "beam", "off"]).unwrap();
+        let (m, p, b) = request_for("comment", &["7", "beam", "off"], &none).unwrap();
         assert_eq!((m, p.as_str()), ("POST", "/api/runs/7/comment"));
         assert_eq!(b, r#"{"text":"beam off"}"#);
         assert_eq!(
-            request_for("start", &[]).unwrap().2,
+            request_for("start", &[], &none).unwrap().2,
             r#"{"command":"start"}"#
         );
-        assert!(request_for("stop", &["now"]).is_err());
-        assert!(request_for("config", &["put", "/nonexistent/x.toml"])
+        assert!(request_for("stop", &["now"], &none).is_err());
+        assert!(
+            request_for("config", &["put", "/nonexistent/x.toml"], &none)
+                .unwrap_err()
+                .to_string()
+                .contains("/nonexistent/x.toml")
+        );
+        // The run's words go with start only, checked before anything is sent.
+        let words = RunWords {
+            comment: "HV scan".into(),
+            run_type: "calibration".into(),
+            shifter: String::new(),
+        };
+        let (_, p, b) = request_for("start", &[], &words).unwrap();
+        assert_eq!(p, "/api/command");
+        let b: Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(
+            b,
+            json!({"command": "start", "comment": "HV scan", "run_type": "calibration", "shifter": ""})
+        );
+        assert!(request_for("stop", &[], &words).is_err());
+        let bad = RunWords {
+            run_type: "two words".into(),
+            ..RunWords::default()
+        };
+        assert!(request_for("start", &[], &bad)
             .unwrap_err()
             .to_string()
-            .contains("/nonexistent/x.toml"));
+            .contains("run.run_type"));
+        // Conditions: a number, a boolean, a string.
+        let (m, p, b) = request_for(
+            "conditions",
+            &["hv=1500", "on=true", "beam=pi+ 120 GeV"],
+            &none,
+        )
+        .unwrap();
+        assert_eq!((m, p.as_str()), ("POST", "/api/conditions"));
+        let b: Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(b, json!({"hv": 1500, "on": true, "beam": "pi+ 120 GeV"}));
+        assert!(request_for("conditions", &["hv"], &none).is_err());
+        assert_eq!(
+            request_for("conditions", &[], &none).unwrap().1,
+            "/api/conditions"
+        );
+        let lines = render(
+            "conditions",
+            r#"{"latest": {"hv": {"value": 1500, "at_ns": 1245396941000000000, "run_number": 4}}}"#,
+        )
+        .unwrap();
+        assert_eq!(lines[1], "hv          1500  2009-06-19 07:35:41    4");
     }
 }

@@ -128,9 +128,37 @@ fn ctl_prints_aligned_tables_and_json_on_request() {
     let json: Value = serde_json::from_str(&ctl(&["status", "--json"]).stdout).unwrap();
     assert_eq!(json["state"], "RUNNING", "{json}");
 
-    // Two runs recorded, newest first, as `rodeo runs` prints them.
+    // Conditions from the shell: posted, then listed as a table.
+    ctl(&["conditions", "hv_volts=1500", "beam=pi+ 120 GeV"]);
+    let conditions = ctl(&["conditions"]);
+    let lines: Vec<&str> = conditions.stdout.lines().collect();
+    assert!(lines[0].starts_with("condition"), "{}", conditions.stdout);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("hv_volts") && l.contains(" 1500 ")),
+        "{}",
+        conditions.stdout
+    );
+
+    // Two runs recorded, newest first, as `rodeo runs` prints them; the second started with
+    // its words from the shell.
     ctl(&["stop"]);
-    ctl(&["start"]);
+    ctl(&[
+        "start",
+        "--comment",
+        "HV scan",
+        "--run-type",
+        "calibration",
+        "--shifter",
+        "A. Shifter",
+    ]);
+    let status = ctl(&["status"]);
+    assert!(
+        status.stdout.contains("calibration") && status.stdout.contains("HV scan"),
+        "{}",
+        status.stdout
+    );
     ctl(&["stop"]);
     let runs = ctl(&["runs"]);
     let lines: Vec<&str> = runs.stdout.lines().collect();
@@ -146,8 +174,29 @@ fn ctl_prints_aligned_tables_and_json_on_request() {
     let listed = rodeo!().args(["runs", "--output"]).arg(dir.path()).output();
     listed.assert_success();
     assert_eq!(listed.stdout, runs.stdout, "the same table as `rodeo runs`");
+    assert!(
+        lines[1].contains("[calibration]") && lines[1].contains("(HV scan)"),
+        "{}",
+        lines[1]
+    );
     let json: Value = serde_json::from_str(&ctl(&["runs", "--json"]).stdout).unwrap();
     assert_eq!(json["runs"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(json["runs"][0]["shifter"], "A. Shifter", "{json}");
+    assert_eq!(
+        json["runs"][0]["conditions"],
+        Value::Array(Vec::new()),
+        "{json}"
+    );
+    let keys: Vec<&str> = json["runs"][1]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["key"].as_str())
+        .collect();
+    assert!(
+        keys.contains(&"beam") && keys.contains(&"hv_volts"),
+        "{json}"
+    );
 
     // No alarm configured: the header alone; the JSON lists none.
     let alarms = ctl(&["alarms"]);

@@ -13,7 +13,8 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// `status`, `runs`, `audit`, `config get`, `config put FILE`, `alarms`, `ack NAME`,
-    /// `comment RUN TEXT`, or a lifecycle command: `start`, `stop`, `shutdown`, ...
+    /// `comment RUN TEXT`, `conditions [KEY=VALUE...]`, or a lifecycle command: `start`,
+    /// `stop`, `shutdown`, ...
     command: String,
     /// The words after `config` (`get`, or `put FILE`), `ack` (the alarm's name) or `comment`.
     rest: Vec<String>,
@@ -34,6 +35,15 @@ pub(crate) struct Args {
     /// Seconds to wait for the answer (a `stop` waits for the run to drain).
     #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// With `start`: the run's comment.
+    #[arg(long)]
+    comment: Option<String>,
+    /// With `start`: the run's type (physics, calibration, cosmics...).
+    #[arg(long)]
+    run_type: Option<String>,
+    /// With `start`: who is on shift.
+    #[arg(long)]
+    shifter: Option<String>,
     /// Print the API's JSON answer as it came (`status`, `runs`, `alarms` print tables).
     #[arg(long)]
     json: bool,
@@ -41,7 +51,12 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rest: Vec<&str> = args.rest.iter().map(String::as_str).collect();
-    let (method, path, body) = rodeo_run::ctl_tables::request_for(&args.command, &rest)?;
+    let words = rodeo_control::config::RunWords {
+        comment: args.comment.unwrap_or_default(),
+        run_type: args.run_type.unwrap_or_default(),
+        shifter: args.shifter.unwrap_or_default(),
+    };
+    let (method, path, body) = rodeo_run::ctl_tables::request_for(&args.command, &rest, &words)?;
     let from_env = |v: Option<String>, var: &str| {
         v.or_else(|| std::env::var(var).ok())
             .filter(|t| !t.is_empty())
