@@ -713,3 +713,25 @@ fn timeouts_rates_and_fractions_have_ranges() {
     )
     .unwrap();
 }
+
+#[test]
+fn the_run_words_are_checked_and_become_free_strings() {
+    let c = PartitionConfig::from_toml(
+        "[run]\ncomment = \"HV scan, 1500 V\"\nrun_type = \"calibration\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.run.words().free_strings(),
+        ["Comment=HV scan, 1500 V", "RunType=calibration"]
+    );
+    let e = PartitionConfig::from_toml(
+        "[run]\nrun_type = \"two words\"\nshifter = \"a\\u0007b\"\n",
+        "t.toml",
+    )
+    .unwrap_err();
+    assert_eq!(e.fields(), ["run.shifter", "run.run_type"], "{e}");
+    let long = format!("[run]\ncomment = \"{}\"\n", "x".repeat(1001));
+    let e = PartitionConfig::from_toml(&long, "t.toml").unwrap_err();
+    assert_eq!(e.fields(), ["run.comment"], "{e}");
+}
