@@ -29,6 +29,11 @@
 //! - [`http`]: the HTTP/1.1 API (status, commands, configuration, `/metrics`, the web page).
 //! - [`observe`]: what a service keeps for the page (history, alarms, histograms, log).
 //! - [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
+//!
+//! Measuring a run:
+//! - [`profile`]: `rodeo bench partition`, the CPU and wake-ups per L1 accept of every thread
+//!   of every process of a run, and the messages of each hop; [`proc_threads`]: the kernel's
+//!   per-thread CPU clocks and context switches from `/proc`.
 
 pub mod chrome_trace;
 pub mod ctl_tables;
@@ -37,6 +42,8 @@ pub mod http;
 pub mod lock;
 pub mod observe;
 pub mod output;
+pub mod proc_threads;
+pub mod profile;
 pub mod run;
 pub mod rundb;
 pub mod runs_table;

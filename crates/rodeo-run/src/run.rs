@@ -274,6 +274,12 @@ impl Run {
         result
     }
 
+    /// The applications' counters as they last reported them (after [`Run::drive`]: at the
+    /// run's end, or the last seen while it ran).
+    pub fn last_metrics(&self) -> &[(String, AppMetrics)] {
+        &self.last_metrics
+    }
+
     /// Writes the sampled stage time stamps of an embedded run with a trace as a
     /// Chrome/Perfetto trace to `path`; returns how many were written.
     pub fn write_trace(&self, path: &Path) -> anyhow::Result<usize> {

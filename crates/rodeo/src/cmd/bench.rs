@@ -1,12 +1,11 @@
-//! `rodeo bench <kind>`: measurements from the papers, reproduced on this machine in one run.
-//!
-//! Each kind is a subcommand with its own arguments; the measurement is a call into
-//! `rodeo_studies::bench`, which returns the report this command prints. Every comparison it
-//! prints is measured in the same run, so a ratio stays meaningful on a noisy machine.
+//! `rodeo bench <kind>`: measurements from the papers, reproduced on this machine in one run:
+//! each a call into `rodeo_studies::bench` (`rodeo_run::profile` for the partition) returning
+//! the report printed here; every comparison is measured in the same run.
 
 use std::process::ExitCode;
 
 use rodeo_studies::bench::{dma, logger, pool, queue, ros, swrod, transport};
+use rodeo_studies::report::Report;
 
 use clap::Subcommand;
 
@@ -20,34 +19,29 @@ pub(crate) struct Args {
 /// What to measure.
 #[derive(Debug, Subcommand)]
 enum Kind {
-    /// The SW ROD talk's memory-pool table: allocation time (avg, p99, max) of the rodeo pool,
-    /// malloc and an eager (boost::pool-like) pool, with 1 and 2 threads, and the cost of
-    /// touching a cold versus a warm page.
+    /// The SW ROD talk's memory-pool table: allocation time of the rodeo pool, malloc and an
+    /// eager pool, with 1 and 2 threads, and the cost of touching a cold versus a warm page.
     Pool(pool::Args),
-    /// Emulated DMA channels (S-LINK-mode card threads) filling pool superpages: throughput per
-    /// superpage size with 1 and 2 channels, against this machine's memcpy bandwidth.
+    /// Emulated DMA channels filling pool superpages, against this machine's memcpy bandwidth.
     Dma(dma::Args),
-    /// The ROS paper's method: a readout node (24 channels, 400-word fragments) driven by the
-    /// ROSTester's request mix; the L1 (delete) rate it sustains, in process or over tcp, against
-    /// a plain ZeroMQ request/reply baseline with the same reply sizes.
+    /// The ROS paper's method: a readout node under the ROSTester's request mix, against a
+    /// plain ZeroMQ request/reply baseline with the same reply sizes.
     Ros(ros::Args),
-    /// The SW ROD fragment builder: E-link packets from pre-generated FELIX superpages into ROB
-    /// fragments (packets/s, fragments/s, bytes/s), against a memcpy of the same input.
+    /// The SW ROD fragment builder (FELIX superpages into ROB fragments) against a memcpy.
     Swrod(swrod::Args),
-    /// Message hand-over between a producer and a consumer (two processes for the cross-process
-    /// ones): direct in-process channel, iceoryx2 shared memory, ZeroMQ ipc and tcp, plain tcp;
-    /// 64 B to 96 KiB: msg/s, bytes/s, CPU ns per message.
+    /// Message hand-over from a producer to a consumer: in-process channel, iceoryx2 shared
+    /// memory, ZeroMQ ipc and tcp, plain tcp; 64 B to 96 KiB: msg/s, CPU per message.
     Transport(transport::Args),
     /// The consumer process of `rodeo bench transport` (started by it).
     #[command(hide = true)]
     TransportPeer(transport::PeerArgs),
-    /// rodeo's in-process queue (`rodeo_memory::BoundedQueue`) against the bare lock-free queue
-    /// it wraps, in the same run: ns per push+pop on one thread and per hand-over between two.
+    /// rodeo's in-process queue against the bare lock-free queue it wraps, in the same run.
     Queue(queue::Args),
-    /// The logger's file writer alone: synthetic events of 1 KiB to 1 MiB written with the
-    /// logger's group commit (direct I/O, and buffered for comparison), against dd-style
-    /// direct writes (4 MiB blocks, O_DIRECT) to the same directory before and after.
+    /// The logger's file writer alone (1 KiB to 1 MiB events, group commit, direct I/O),
+    /// against dd-style direct writes to the same directory before and after.
     Logger(logger::Args),
+    /// A run's CPU and wake-ups per L1 accept per thread of every process; messages per hop.
+    Partition(rodeo_run::profile::Args),
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -69,6 +63,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Kind::Logger(a) => (logger::measure_report(&a)?, a.json),
         Kind::Queue(a) => (queue::measure_report(&a)?, a.json),
+        Kind::Partition(a) => {
+            let mut report = Report::new("partition");
+            (report.fields, report.rows) = rodeo_run::profile::measure(&a)?;
+            (report, a.json)
+        }
     };
     report.print(json);
     Ok(ExitCode::SUCCESS)
