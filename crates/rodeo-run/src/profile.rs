@@ -306,7 +306,7 @@ impl Sampler {
             a.3 += s.wakeups();
         }
         let mut summed: Vec<_> = apps.into_iter().collect();
-        summed.sort_by(|a, b| b.1 .2.cmp(&a.1 .2));
+        summed.sort_by_key(|a| std::cmp::Reverse(a.1 .2));
         for ((process, application), (pid, n, cpu, wake)) in summed {
             let seen = Seen {
                 process,
