@@ -216,6 +216,24 @@ fn copy_complete_events(
 /// directory that can no longer be written (it turned read-only: nothing can be renamed or
 /// made there). [`Recovered::path`] is the `.writing` file itself.
 pub fn read_left_open(dir: &Path, run: u32, app: &str) -> Result<Vec<Recovered>, RecoverError> {
+    read_files(dir, run, app, true)
+}
+
+/// Every closed file of run `run` and application `app` in `dir`, read and left as it is (its
+/// complete events and their global ids): the files earlier lives of a restarted logger closed
+/// (rotated, or recovered by a life that died in its turn), which no summary counts since
+/// those lives ended without one. [`Recovered::path`] is the file itself.
+pub fn read_closed(dir: &Path, run: u32, app: &str) -> Result<Vec<Recovered>, RecoverError> {
+    read_files(dir, run, app, false)
+}
+
+/// The `.writing` (`writing`) or closed files of run `run` and `app` in `dir`, read.
+fn read_files(
+    dir: &Path,
+    run: u32,
+    app: &str,
+    writing: bool,
+) -> Result<Vec<Recovered>, RecoverError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RecoverError::Io { path, source }
@@ -230,8 +248,8 @@ pub fn read_left_open(dir: &Path, run: u32, app: &str) -> Result<Vec<Recovered>,
         let entry = entry.map_err(io(dir))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some((r, stream, a, seq, true)) = parse_file_name(name) {
-            if r == run && a == app {
+        if let Some((r, stream, a, seq, w)) = parse_file_name(name) {
+            if r == run && a == app && w == writing {
                 todo.push((entry.path(), stream.to_string(), seq));
             }
         }
@@ -417,6 +435,37 @@ mod tests {
         // The new start record is the file name's: run 5, not the damaged 4.
         let s = verify_file(&r[0].path).unwrap();
         assert_eq!((s.start.run, s.events), (5, 5));
+    }
+
+    #[test]
+    fn a_second_restart_reads_the_files_earlier_lives_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        // The first life's file, recovered (closed) by the second life, which is killed in
+        // its turn with a file of its own open.
+        left_open(dir.path(), 4);
+        assert_eq!(recover_files(dir.path(), 5, "logger-1").unwrap().len(), 1);
+        assert!(read_left_open(dir.path(), 5, "logger-1")
+            .unwrap()
+            .is_empty());
+        let mut cfg = RawFileConfig::new(dir.path(), 5, "logger-1", "physics_Main");
+        cfg.direct_io = false;
+        cfg.free_disk_margin_bytes = 0;
+        cfg.first_sequence = 2;
+        let mut w = RawFileWriter::create(cfg).unwrap();
+        w.write_event(&event(200), 0).unwrap();
+        w.sync().unwrap();
+        std::mem::forget(w);
+        let closed = read_closed(dir.path(), 5, "logger-1").unwrap();
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        assert_eq!(closed[0].events, 4);
+        assert_eq!(closed[0].global_ids.len(), 4);
+        assert_eq!(
+            read_left_open(dir.path(), 5, "logger-1").unwrap()[0].events,
+            1
+        );
+        // Another application's or run's files are not this logger's.
+        assert!(read_closed(dir.path(), 6, "logger-1").unwrap().is_empty());
+        assert!(read_closed(dir.path(), 5, "logger-2").unwrap().is_empty());
     }
 
     #[test]

@@ -201,6 +201,32 @@ fn shm_a_readout_node_and_a_logger_killed_together_beside_a_busy_core_both_rejoi
 }
 
 #[test]
+fn shm_a_logger_killed_twice_accounts_for_the_files_of_all_its_lives() {
+    // The soak found it: the third life recovered the second's open file but did not count
+    // the file the second had recovered (closed) from the first; the sheet fell short.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let run = Run::start(&config("shm", 3, ""), 14);
+    run.kill("logger-1");
+    run.wait_rejoined(1);
+    let marker = run.marker();
+    wait_until(
+        "the second life writes 16 KiB",
+        Duration::from_secs(30),
+        || {
+            data_files(&run.out).iter().any(|p| {
+                p.to_string_lossy().ends_with(".0002.data.writing")
+                    && std::fs::metadata(p).is_ok_and(|m| m.len() > 16 * 1024)
+            }) && find_app("logger-1", &marker).is_some()
+        },
+    );
+    run.kill("logger-1");
+    run.wait_rejoined(2);
+    let (out, v, dir) = run.finish(Duration::from_secs(90));
+    assert_survived(&out, &v, 2, dir.path());
+    assert!(v["recovered_events"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
 fn tcp_a_readout_node_killed_is_restarted_and_the_run_balances() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // Ports free now (the partition takes base_port and the few after it).

@@ -6,12 +6,14 @@
 //! written by this logger (they are the run's events, on disk, read back with their
 //! checksums), and their global ids are remembered, so the copies the DCMs resend (their
 //! acknowledgements died with the old process) are dropped as duplicates and acknowledged:
-//! every accepted event is in the files exactly once. Only rodeo's container is recovered; an
+//! every accepted event is in the files exactly once. The files earlier lives closed (rotated,
+//! or recovered by a life killed in its turn) are read and counted the same way, not
+//! recovered: a logger killed twice in a run still accounts for every file of the run. Only rodeo's container is recovered; an
 //! EventStorage file left open stays `.writing` (a warning says so). In a directory that can no
 //! longer be written, the files are read and counted where they lie (they stay `.writing`) and
 //! the logger then leaves the directory as a full one.
 
-use rodeo_files::recover::{read_left_open, recover_files};
+use rodeo_files::recover::{read_closed, read_left_open, recover_files};
 
 use super::config::FileFormat;
 use super::Logger;
@@ -46,6 +48,30 @@ impl Logger {
         // logger then finds the directory unwritable at its first check and leaves it (the
         // next directory, or a halt in order): never a restart that fails on it again.
         let read_only = crate::disks::writable(&c.directory).err();
+        // The files earlier lives closed (rotated, or recovered by a life that was killed in
+        // its turn) are this logger's events of the run too, and no summary counts them: read
+        // first, before the recovery below closes more.
+        let closed =
+            read_closed(&c.directory, c.run, &c.name).map_err(|e| DataflowError::Config {
+                app: c.name.clone(),
+                reason: e.to_string(),
+            })?;
+        for r in closed {
+            tracing::warn!(
+                "{}: counted {} ({} events) closed by an earlier life of this logger",
+                self.config.name,
+                r.path.display(),
+                r.events
+            );
+            for &gid in &r.global_ids {
+                self.written.insert(gid);
+            }
+            self.summary.events_written += r.events;
+            self.summary.events_verified += r.events;
+            self.summary.bytes_written += r.event_bytes;
+            self.summary.files.push(r.path);
+        }
+        let c = &self.config;
         let recovered = match &read_only {
             None => recover_files(&c.directory, c.run, &c.name),
             Some(why) => {
