@@ -17,6 +17,8 @@ use rodeo_format::fragment::FullEvent;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("rodeo-fuzz-es-{}.data", std::process::id()));
+    // Removed after each input (also on the early returns): a run leaves nothing in /tmp.
+    let _remove = RemoveOnDrop(path.clone());
     {
         let Ok(mut f) = std::fs::File::create(&path) else {
             return;
@@ -65,3 +67,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(o <= len, "verdict offset {o} beyond the file ({len})");
     }
 });
+
+/// Removes its file when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

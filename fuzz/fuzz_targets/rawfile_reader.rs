@@ -12,6 +12,8 @@ use rodeo_files::rawfile::RawFileReader;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("rodeo-fuzz-rawfile-{}.data", std::process::id()));
+    // Removed after each input (also on the early returns): a run leaves nothing in /tmp.
+    let _remove = RemoveOnDrop(path.clone());
     {
         let Ok(mut f) = std::fs::File::create(&path) else {
             return;
@@ -46,3 +48,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// Removes its file when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
