@@ -159,6 +159,17 @@ impl RunService {
     /// configuration's).
     fn start_run(self: &Arc<Self>, by: &str, words: &RunWords) -> Result<State, TransitionError> {
         let mut cur = lock(&self.current);
+        if cur.thread.is_none() && cur.prepared.is_some() {
+            if let Some(why) = lost_application(&cur.partition.status()) {
+                tracing::warn!(
+                    run = cur.number,
+                    "the prepared partition lost an application while it waited for start \
+                     ({why}): it is prepared again before the start"
+                );
+                let config = lock(&self.config).clone();
+                self.prepare_again(&mut cur, config)?;
+            }
+        }
         let state = cur.partition.partition_state();
         if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
             return Err(TransitionError::Illegal {
@@ -198,30 +209,40 @@ impl RunService {
         if has.as_ref() == Some(&config.run.words()) {
             return Ok(());
         }
+        self.prepare_again(cur, config)
+    }
+
+    /// The prepared run given up and prepared again (same number) with `config`; when that
+    /// fails, prepared again with the service's configuration (the error says why, and the
+    /// log whether even that failed: the service is then in NONE).
+    fn prepare_again(
+        &self,
+        cur: &mut Current,
+        config: PartitionConfig,
+    ) -> Result<(), TransitionError> {
         if let Some(run) = cur.prepared.take() {
             run.abandon();
         }
-        let attempt = prepare_run(&lock(&self.output), config, self.mode, cur.number);
-        let again = match attempt {
-            Ok(run) => Ok(run),
+        match prepare_run(&lock(&self.output), config, self.mode, cur.number) {
+            Ok(run) => {
+                cur.partition = run.partition();
+                cur.prepared = Some(run);
+                Ok(())
+            }
             Err(e) => {
-                tracing::error!(
-                    run = cur.number,
-                    "the run with its words cannot be prepared: {e}"
-                );
+                tracing::error!(run = cur.number, "the run cannot be prepared: {e}");
                 match self.prepare(cur.number) {
                     Ok(run) => {
                         cur.partition = run.partition();
                         cur.prepared = Some(run);
                     }
-                    Err(e2) => tracing::error!("nor without them: {e2}; `shutdown` the service"),
+                    Err(e2) => tracing::error!(
+                        "nor with the service's configuration: {e2}; `shutdown` the service"
+                    ),
                 }
                 Err(e)
             }
-        }?;
-        cur.partition = again.partition();
-        cur.prepared = Some(again);
-        Ok(())
+        }
     }
 
     /// One run to its end: its sheet recorded (with who started and stopped it) and handed
@@ -519,4 +540,73 @@ fn prepare_run(
         return Err(e);
     }
     Ok(run)
+}
+
+/// Why a prepared partition is no longer whole: it is in ERROR, or one of its applications is
+/// (died or fell silent while the partition waited for its start; only a running partition
+/// restarts its applications). `None`: every application is there.
+fn lost_application(status: &PartitionStatus) -> Option<String> {
+    if status.state == State::Error {
+        return Some(status.error.clone().unwrap_or_else(|| "in ERROR".into()));
+    }
+    status
+        .apps
+        .iter()
+        .find(|a| a.state == State::Error)
+        .map(|a| format!("{}: {}", a.name, a.error.as_deref().unwrap_or("in ERROR")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rodeo_control::run_control::AppStatus;
+
+    fn app(name: &str, state: State, error: Option<&str>) -> AppStatus {
+        AppStatus {
+            name: name.into(),
+            role: "dcm".into(),
+            state,
+            error: error.map(str::to_string),
+            host: None,
+            pid: None,
+            heartbeat_age_ms: None,
+            rate_hz: 0.0,
+            restarts: 0,
+        }
+    }
+
+    #[test]
+    fn a_prepared_partition_with_a_dead_application_is_not_whole() {
+        let status = |state, apps| PartitionStatus {
+            partition: "p".into(),
+            state,
+            error: (state == State::Error).then(|| "logger-1 is dead: killed".into()),
+            run_number: 3,
+            run_seconds: 0.0,
+            l1_rate_hz: 0.0,
+            event_rate_hz: 0.0,
+            write_rate_hz: 0.0,
+            l1_accepts: 0,
+            events_written: 0,
+            restarts: 0,
+            apps,
+            recent_errors: Vec::new(),
+            inputs: Vec::new(),
+            words: RunWords::default(),
+        };
+        let whole = vec![app("dcm-1", State::Connected, None)];
+        assert_eq!(lost_application(&status(State::Connected, whole)), None);
+        let dcm_dead = vec![
+            app("dcm-1", State::Connected, None),
+            app("dcm-2", State::Error, Some("no heartbeat for 3100 ms")),
+        ];
+        assert_eq!(
+            lost_application(&status(State::Connected, dcm_dead)).as_deref(),
+            Some("dcm-2: no heartbeat for 3100 ms")
+        );
+        assert_eq!(
+            lost_application(&status(State::Error, Vec::new())).as_deref(),
+            Some("logger-1 is dead: killed")
+        );
+    }
 }

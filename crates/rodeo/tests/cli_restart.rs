@@ -301,3 +301,93 @@ fn a_restart_counts_in_metrics_and_raises_the_restart_alarm_of_a_service() {
     });
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn shm_an_application_killed_between_runs_of_a_service_is_back_for_the_next_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    // The default transport (shared memory); a DCM killed with another alive is survivable
+    // while the run runs, but a prepared partition must be whole when it starts.
+    let toml = CONFIG.replace("[transport]\nkind = \"ipc\"\n", "");
+    std::fs::write(&cfg, toml).unwrap();
+    let out_dir = dir.path().join("out");
+    let mut child = rodeo!()
+        .args(["serve", "--processes", "--http", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .env("RODEO_TOKEN", "tok")
+        .echo_stderr()
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
+    let command = |c: &str| {
+        rodeo_testkit::http::request(
+            addr,
+            "POST",
+            "/api/command",
+            Some("tok"),
+            &format!("{{\"command\":\"{c}\"}}"),
+        )
+    };
+    let status = || -> Value {
+        serde_json::from_str(&rodeo_testkit::http::get_ok(addr, "/api/status")).unwrap()
+    };
+    for victim in ["dcm-2", "logger-1"] {
+        let before = wait_for(
+            &format!("{victim} prepared"),
+            Duration::from_secs(60),
+            || {
+                let st = status();
+                (st["state"] == "CONNECTED")
+                    .then(|| {
+                        apps_under(child.id())
+                            .into_iter()
+                            .find(|a| a.name == victim)
+                    })
+                    .flatten()
+            },
+        );
+        // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+        assert_eq!(unsafe { libc::kill(before.pid, libc::SIGKILL) }, 0);
+        wait_until(
+            &format!("{victim}'s death seen while prepared"),
+            Duration::from_secs(20),
+            || {
+                let st = status();
+                st["apps"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["name"] == victim && a["state"] == "ERROR")
+            },
+        );
+        let (code, body) = command("start");
+        assert_eq!(code, 200, "{body}");
+        wait_until("events being written", Duration::from_secs(30), || {
+            status()["events_written"].as_u64().unwrap_or(0) > 500
+        });
+        let now = apps_under(child.id());
+        let again = now.iter().find(|a| a.name == victim);
+        assert!(
+            again.is_some_and(|a| a.pid != before.pid),
+            "{victim} is not back with a new process: {now:?}"
+        );
+        let number = status()["run_number"].as_u64().unwrap();
+        let (code, body) = command("stop");
+        assert_eq!(code, 200, "{body}");
+        let run: Value = serde_json::from_str(&rodeo_testkit::http::get_ok(
+            addr,
+            &format!("/api/runs/{number}"),
+        ))
+        .unwrap();
+        assert_eq!(run["balanced"], true, "{run}");
+        assert_eq!(run["status"], "ok", "{run}");
+        assert_eq!(run["summary"]["restarts"], 0, "{run}");
+    }
+    assert_eq!(command("shutdown").0, 200);
+    let status = wait_for("the service's exit", Duration::from_secs(30), || {
+        child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
+}

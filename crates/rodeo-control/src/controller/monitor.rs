@@ -35,8 +35,9 @@ pub(super) fn run(s: &ControllerState, transport: Transport) {
             Ok(false) => {}
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
-        if last_check.elapsed() >= Duration::from_millis(50) {
-            s.check_liveness();
+        let since_check = last_check.elapsed();
+        if since_check >= Duration::from_millis(50) {
+            s.check_liveness(since_check);
             last_check = Instant::now();
         }
         if last_ping.elapsed() >= s.ping_every {
@@ -148,8 +149,28 @@ impl ControllerState {
 
     /// Marks dead every application whose process exited unasked or that has been silent for
     /// `dead_after` while no command is pending with it (module docs of `controller`).
-    pub(super) fn check_liveness(&self) {
+    ///
+    /// Silence is counted only while this monitor was listening: when the check comes late
+    /// (`since_check`, plus the wait for the table) by a quarter of `dead_after` or more, the
+    /// monitor itself was held up (a loaded machine, a long holder of the table) and the
+    /// heartbeats of that time may still be queued unread; every application's silence then
+    /// counts from now, and only exited processes are judged at once.
+    pub(super) fn check_liveness(&self, since_check: Duration) {
+        let asked = Instant::now();
         let mut t = self.table();
+        let now = Instant::now();
+        let late = since_check + now.duration_since(asked);
+        if late >= self.dead_after / 4 {
+            t.listening_since = Some(now);
+            if late >= Duration::from_secs(1) {
+                tracing::warn!(
+                    "the controller's monitor was held up for {} ms (a loaded machine?): \
+                     applications' silences are counted from now",
+                    late.as_millis()
+                );
+            }
+        }
+        let listening_since = t.listening_since;
         let mut deaths = Vec::new();
         for (i, a) in t.apps.iter_mut().enumerate() {
             if a.dead {
@@ -171,7 +192,7 @@ impl ControllerState {
             }
             if a.hello && !a.leaving && a.waiting.is_none() {
                 if let Some(h) = a.last_heard {
-                    let age = h.elapsed();
+                    let age = silence(h, listening_since, now);
                     if age > self.dead_after {
                         deaths.push((i, format!("no heartbeat for {} ms", age.as_millis())));
                     }
@@ -186,5 +207,32 @@ impl ControllerState {
         if any {
             self.changed.notify_all();
         }
+    }
+}
+
+/// How long an application last heard at `heard` has been silent at `now`, counted only since
+/// the monitor listened again after its last stall (`listening_since`).
+fn silence(heard: Instant, listening_since: Option<Instant>, now: Instant) -> Duration {
+    now.saturating_duration_since(listening_since.map_or(heard, |l| heard.max(l)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_counts_only_while_the_monitor_listened() {
+        let now = Instant::now();
+        let heard = now - Duration::from_secs(10);
+        assert_eq!(silence(heard, None, now), Duration::from_secs(10));
+        // A stall that ended 1 s ago: the 9 s before it are not the application's silence.
+        let resumed = now - Duration::from_secs(1);
+        assert_eq!(silence(heard, Some(resumed), now), Duration::from_secs(1));
+        // Heard after the stall: its own silence.
+        let later = now - Duration::from_millis(200);
+        assert_eq!(
+            silence(later, Some(resumed), now),
+            Duration::from_millis(200)
+        );
     }
 }

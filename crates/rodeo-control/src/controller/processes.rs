@@ -188,23 +188,26 @@ impl Controller {
         loop {
             let mut t = self.state.table();
             let mut left = 0;
+            let mut overdue = Vec::new();
             for a in t.apps.iter_mut() {
                 if let Some(c) = a.child.as_mut() {
                     match c.try_wait() {
                         Ok(Some(_)) | Err(_) => a.child = None,
-                        Ok(None) if Instant::now() >= deadline => {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                            a.child = None;
-                        }
+                        Ok(None) if Instant::now() >= deadline => overdue.extend(a.child.take()),
                         Ok(None) => left += 1,
                     }
                 }
             }
+            drop(t);
+            // Killed and reaped without the table's lock (a process in uninterruptible I/O is
+            // reaped only when it ends; the monitor goes on meanwhile).
+            for mut c in overdue {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
             if left == 0 {
                 break;
             }
-            drop(t);
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut t = self.state.table();

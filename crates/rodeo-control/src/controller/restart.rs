@@ -162,13 +162,17 @@ impl Controller {
     /// Spawns application `i` again and brings it to RUNNING; returns the event it rejoined
     /// the run at.
     fn restart_one(&self, i: usize) -> Result<u64, String> {
+        // The old process (if still there: dead by silence) is killed and reaped without the
+        // table's lock: a process in uninterruptible I/O (a logger in `fdatasync`) is reaped
+        // only when that I/O ends, and meanwhile the monitor must go on reading heartbeats.
+        let old = self.state.table().apps[i].child.take();
+        if let Some(mut c) = old {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         {
             let mut t = self.state.table();
             let a = &mut t.apps[i];
-            if let Some(mut c) = a.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
             a.stdin = None;
             a.hello = false;
             a.error = None;

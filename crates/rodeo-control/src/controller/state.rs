@@ -111,6 +111,8 @@ pub(super) struct Table {
     pub(super) restarts: u64,
     /// Why the run ends early: the supervisor died while it ran (module docs).
     pub(super) ended_by: Option<String>,
+    /// The end of the monitor's last stall: no silence before it counts (`check_liveness`).
+    pub(super) listening_since: Option<Instant>,
 }
 
 impl Table {
@@ -128,6 +130,7 @@ impl Table {
             restart_attempts: 0,
             restarts: 0,
             ended_by: None,
+            listening_since: None,
         }
     }
 

@@ -174,7 +174,7 @@ impl RunDb {
                 Ok((
                     r.get::<_, String>(0)?,
                     json!({
-                        "value": serde_json::from_str::<Value>(&value).unwrap_or(Value::String(value)),
+                        "value": stored_value(value),
                         "at_ns": r.get::<_, i64>(2)?,
                         "run_number": r.get::<_, u32>(3)?,
                     }),
@@ -199,7 +199,7 @@ impl RunDb {
                 Ok(json!({
                     "at_ns": r.get::<_, i64>(0)?,
                     "key": r.get::<_, String>(1)?,
-                    "value": serde_json::from_str::<Value>(&value).unwrap_or(Value::String(value)),
+                    "value": stored_value(value),
                     "role": r.get::<_, String>(3)?,
                     "peer": r.get::<_, String>(4)?,
                 }))
@@ -207,6 +207,12 @@ impl RunDb {
             .map_err(self.err())?;
         rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
     }
+}
+
+/// A value as stored (JSON text) back into JSON; a text that does not parse (written by hand
+/// into the database) is kept as a string.
+fn stored_value(text: String) -> Value {
+    serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text))
 }
 
 #[cfg(test)]
