@@ -52,6 +52,11 @@ pub struct NodeSummary {
     /// only, so its clear count and sequence are not checked against the run's.
     #[serde(default)]
     pub restarted: bool,
+    /// Died during the run's stop, too late to be restarted (set by the controller): its
+    /// counts are its last heartbeat's and its clears are not checked against the run's (the
+    /// events are counted by the supervisor, the DCMs and the loggers).
+    #[serde(default)]
+    pub died_at_stop: bool,
     /// Every input of the node (one per ROB) at the end: state, counters, and the problem it
     /// was for the run, if any (`problem`: never delivered, lost, silent longer than
     /// `[ros] input_silence_seconds`, closed before the run's end without being its end;
@@ -275,7 +280,7 @@ pub fn check_balance(s: &mut RunSummary, undecided: u64) {
         ));
     }
     for n in &s.nodes {
-        if n.restarted {
+        if n.restarted || n.died_at_stop {
             if let Some(e) = &n.swrod_error {
                 s.problems
                     .push(format!("{}: SW ROD fragment builder failed: {e}", n.name));

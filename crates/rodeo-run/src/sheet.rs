@@ -82,6 +82,10 @@ pub struct NodeSheet {
     pub input_dropped_words: u64,
     /// Whether it was restarted into the run.
     pub restarted: bool,
+    /// Whether it died during the run's stop, too late to be restarted (its counts are its
+    /// last heartbeat's).
+    #[serde(default)]
+    pub died_at_stop: bool,
     /// Its inputs at the end: state, counters, problem (rodeo_control's `NodeSummary::inputs`).
     pub inputs: Vec<rodeo_control::summary::InputStatus>,
 }
@@ -315,6 +319,7 @@ impl RunSheet {
                     input_errors: n.input_errors,
                     input_dropped_words: n.input_dropped_words,
                     restarted: n.restarted,
+                    died_at_stop: n.died_at_stop,
                     inputs: n.inputs.clone(),
                 })
                 .collect(),
@@ -491,6 +496,25 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
                 "{} L1 accepts fell behind the configured rate and were not sent (the \
                  partition could not take l1.rate_hz)",
                 s.l1_missed
+            ),
+        ));
+    }
+    let late: Vec<&str> = s
+        .nodes
+        .iter()
+        .filter(|n| n.died_at_stop)
+        .map(|n| n.name.as_str())
+        .collect();
+    if !late.is_empty() {
+        out.push(Problem::new(
+            ProblemKind::DiedAtStop,
+            Some(late.len() as u64),
+            Some(late.join(", ")),
+            format!(
+                "{} died during the run's stop, too late to be restarted: its own counts are \
+                 its last heartbeat's (the events are counted by the supervisor, the DCMs and \
+                 the loggers)",
+                late.join(", ")
             ),
         ));
     }

@@ -8,7 +8,8 @@
 //!   `complete`): counts that cannot be trusted;
 //! - **degraded** when it balances but with losses that are counted: partial events, link
 //!   errors, inputs that never delivered, closed early, were lost or went silent, L1 accepts
-//!   the partition could not take, applications restarted into the run;
+//!   the partition could not take, applications restarted into the run, a readout node that
+//!   died during the stop;
 //! - **ok** otherwise.
 
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,8 @@ pub enum ProblemKind {
     L1Missed,
     /// Applications restarted into the run.
     Restarts,
+    /// A readout node that died during the run's stop, too late to be restarted.
+    DiedAtStop,
     /// A problem written by an older rodeo, kept as its text.
     Other,
 }
@@ -80,7 +83,8 @@ impl ProblemKind {
             | ProblemKind::InputErrors
             | ProblemKind::Input
             | ProblemKind::L1Missed
-            | ProblemKind::Restarts => Verdict::Degraded,
+            | ProblemKind::Restarts
+            | ProblemKind::DiedAtStop => Verdict::Degraded,
         }
     }
 }

@@ -391,3 +391,91 @@ fn shm_an_application_killed_between_runs_of_a_service_is_back_for_the_next_run(
     });
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn shm_a_readout_node_killed_during_the_stop_ends_the_run_in_order_and_balanced() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(&cfg, CONFIG.replace("[transport]\nkind = \"ipc\"\n", "")).unwrap();
+    let out_dir = dir.path().join("out");
+    let mut child = rodeo!()
+        .args(["serve", "--processes", "--http", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .env("RODEO_TOKEN", "tok")
+        .env("RODEO_LOG", "warn,rodeo_run::http=info")
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
+    let command = move |c: &str| {
+        rodeo_testkit::http::request(
+            addr,
+            "POST",
+            "/api/command",
+            Some("tok"),
+            &format!("{{\"command\":\"{c}\"}}"),
+        )
+    };
+    let status = || -> Value {
+        serde_json::from_str(&rodeo_testkit::http::get_ok(addr, "/api/status")).unwrap()
+    };
+    wait_until("the run prepared", Duration::from_secs(60), || {
+        status()["state"] == "CONNECTED"
+    });
+    assert_eq!(command("start").0, 200);
+    wait_until("events being written", Duration::from_secs(30), || {
+        status()["events_written"].as_u64().unwrap_or(0) > 500
+    });
+    let number = status()["run_number"].as_u64().unwrap();
+    let ros = wait_for("ros-1's process", Duration::from_secs(20), || {
+        apps_under(child.id())
+            .into_iter()
+            .find(|a| a.name == "ros-1")
+    });
+    // Frozen first, so that it cannot finish its part of the stop; killed once the stop is
+    // under way: its death is seen during the stop, too late for a restart.
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(ros.pid, libc::SIGSTOP) }, 0);
+    let stop = std::thread::spawn(move || command("stop"));
+    wait_until("the stop received", Duration::from_secs(20), || {
+        child.stderr_so_far().contains("command over HTTP")
+            && child.stderr_so_far().contains("stop")
+    });
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(ros.pid, libc::SIGKILL) }, 0);
+    let (code, body) = stop.join().unwrap();
+    assert_eq!(code, 200, "{body}\n{}", child.stderr_so_far());
+    let run: Value = serde_json::from_str(&rodeo_testkit::http::get_ok(
+        addr,
+        &format!("/api/runs/{number}"),
+    ))
+    .unwrap();
+    assert_eq!(run["balanced"], true, "{run}");
+    assert_eq!(run["status"], "degraded", "{run}");
+    let sheet = &run["summary"];
+    let nodes = sheet["readout_nodes"].as_array().expect("readout nodes");
+    let ros1 = nodes.iter().find(|n| n["name"] == "ros-1").expect("ros-1");
+    assert_eq!(ros1["died_at_stop"], true, "{run}");
+    assert!(
+        ros1["requests"].as_u64().unwrap() > 0,
+        "its last heartbeat's counts: {run}"
+    );
+    let kinds: Vec<&str> = sheet["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"died_at_stop"), "{kinds:?}");
+    assert!(!kinds.contains(&"balance"), "{run}");
+    // The next run is prepared whole again.
+    wait_until("the next run prepared", Duration::from_secs(60), || {
+        status()["state"] == "CONNECTED"
+    });
+    assert_eq!(command("shutdown").0, 200);
+    let exit = wait_for("the service's exit", Duration::from_secs(30), || {
+        child.try_wait().unwrap()
+    });
+    assert!(exit.success(), "{exit}");
+}

@@ -154,6 +154,7 @@ impl Application for RosApp {
             input_errors: s.slink.errors() + net.dropped_units,
             input_dropped_words: s.slink.dropped_words,
             restarted: false,
+            died_at_stop: false,
             inputs,
         })))
     }

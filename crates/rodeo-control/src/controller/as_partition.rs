@@ -11,10 +11,10 @@ use crate::partition::Layout;
 use crate::partition_metrics::{write_partition_metrics, PartitionExtras};
 use crate::prometheus::MetricsWriter;
 use crate::run_control::{AppStatus, Partition, PartitionStatus, RunControl};
-use crate::summary::{AppSummary, RunSummary};
+use crate::summary::{AppSummary, NodeSummary, RunSummary};
 
 use super::restart;
-use super::state::Table;
+use super::state::{App, Table};
 use super::Controller;
 
 impl RunControl for Controller {
@@ -231,7 +231,7 @@ impl Controller {
             .apps
             .iter()
             .filter_map(|a| {
-                let mut s = a.summary.clone()?;
+                let mut s = a.summary.clone().or_else(|| died_at_stop(a))?;
                 if let AppSummary::Ros(n) = &mut s {
                     n.restarted = a.restarted;
                 }
@@ -242,6 +242,7 @@ impl Controller {
             .apps
             .iter()
             .filter(|a| a.summary.is_none() && matches!(a.role, Role::Logger | Role::Ros))
+            .filter(|a| died_at_stop(a).is_none())
             .map(|a| a.name.clone())
             .collect();
         let seconds = match (t.run_start, t.lifecycle.state()) {
@@ -279,4 +280,29 @@ impl Controller {
         }
         s
     }
+}
+
+/// The summary of a readout node that died too late in the run to be restarted (its restart
+/// was still due when the run stopped: it died during the stop, or in the back-off before it),
+/// from its last heartbeat; `None` for anything else. Its events are counted by the
+/// supervisor, the DCMs and the loggers, so the run may still balance; its clears are not
+/// checked against the run's.
+fn died_at_stop(a: &App) -> Option<AppSummary> {
+    if a.role != Role::Ros || !a.dead || a.restart_at.is_none() || a.summary.is_some() {
+        return None;
+    }
+    let m = match &a.metrics {
+        Some(AppMetrics::Ros(m)) => Some(m),
+        _ => None,
+    };
+    Some(AppSummary::Ros(NodeSummary {
+        name: a.name.clone(),
+        requests: m.map_or(0, |m| m.requests),
+        cleared: m.map_or(0, |m| m.cleared_l1ids),
+        clear_gaps: m.map_or(0, |m| m.clear_gaps),
+        stored: m.map_or(0, |m| m.input_fragments),
+        inputs: m.map_or_else(Vec::new, |m| m.inputs.clone()),
+        died_at_stop: true,
+        ..NodeSummary::default()
+    }))
 }

@@ -117,8 +117,14 @@ impl Controller {
                     && role == Role::Supervisor
                     && self.run_halted(),
             };
-            self.send_command(i, command, run, timeout)
-                .map_err(|e| (name.clone(), e))?;
+            if let Err(e) = self.send_command(i, command, run, timeout) {
+                // One that died during a downward command is skipped as one dead before it:
+                // its death had its policy applied when it was seen (`Table::dead`).
+                if command.is_downward() && self.state.table().apps[i].dead {
+                    continue;
+                }
+                return Err((name, e));
+            }
             if command == Command::Stop && role == Role::Supervisor {
                 let t = self.state.table();
                 if let Some(AppSummary::Supervisor(s)) = &t.apps[i].summary {
