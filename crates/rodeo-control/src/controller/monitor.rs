@@ -151,16 +151,18 @@ impl ControllerState {
     /// `dead_after` while no command is pending with it (module docs of `controller`).
     ///
     /// Silence is counted only while this monitor was listening: when the check comes late
-    /// (`since_check`, plus the wait for the table) by a quarter of `dead_after` or more, the
-    /// monitor itself was held up (a loaded machine, a long holder of the table) and the
-    /// heartbeats of that time may still be queued unread; every application's silence then
-    /// counts from now, and only exited processes are judged at once.
+    /// (`since_check`, plus the wait for the table) by a quarter of `dead_after` (at least
+    /// 250 ms) or more, the monitor itself was held up (a loaded machine, a long holder of the
+    /// table) and the heartbeats of that time may still be queued unread; every application's
+    /// silence then counts from now, and only exited processes are judged at once.
     pub(super) fn check_liveness(&self, since_check: Duration) {
         let asked = Instant::now();
         let mut t = self.table();
         let now = Instant::now();
         let late = since_check + now.duration_since(asked);
-        if late >= self.dead_after / 4 {
+        // Never below 250 ms: a check is 50-70 ms apart by design, and a tiny `dead_after`
+        // must not turn every check into a stall.
+        if late >= (self.dead_after / 4).max(Duration::from_millis(250)) {
             t.listening_since = Some(now);
             if late >= Duration::from_secs(1) {
                 tracing::warn!(
