@@ -115,6 +115,68 @@ fn a_waiting_receiver_wakes_on_a_message_from_another_thread() {
     sender.join().unwrap();
 }
 
+/// `Socket` is `Send` with single-threaded iceoryx2 ports inside (`unsafe impl Send for
+/// ShmSocket`): both ends move to other threads and back between messages, the router opening
+/// its reply outbox on one thread and using it on others, and every message arrives in order.
+#[test]
+fn shm_socket_moves_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Socket>();
+    let t = Transport::new(1).unwrap();
+    let name = unique("move");
+    let mut server = router(&t, &name);
+    let mut client = dealer(&t, &name, "mover");
+    fn round(server: &mut Socket, client: &mut Socket, i: u32) {
+        let mut msg = Received::default();
+        for k in 0..100u32 {
+            client
+                .send([Frame::Copy(&(i * 1000 + k).to_le_bytes())])
+                .unwrap();
+        }
+        for k in 0..100u32 {
+            assert!(server.recv(&mut msg, 5000).unwrap(), "round {i}");
+            assert_eq!(msg.bytes, (i * 1000 + k).to_le_bytes());
+            let peer = msg.peer.clone();
+            server.send_to(&peer, [Frame::Copy(b"ack")]).unwrap();
+        }
+        let mut reply = Received::default();
+        for _ in 0..100 {
+            assert!(client.recv(&mut reply, 5000).unwrap(), "round {i}");
+            assert_eq!(reply.bytes, b"ack");
+        }
+    }
+    round(&mut server, &mut client, 0);
+    for i in 1..=4u32 {
+        // Both to one new thread, then each to a thread of its own.
+        let (s, c) = std::thread::spawn(move || {
+            round(&mut server, &mut client, i);
+            (server, client)
+        })
+        .join()
+        .unwrap();
+        let (server2, client2) = (s, c);
+        let sender = std::thread::spawn(move || {
+            let mut client = client2;
+            for k in 0..100u32 {
+                client.send([Frame::Copy(&k.to_le_bytes())]).unwrap();
+            }
+            client
+        });
+        let receiver = std::thread::spawn(move || {
+            let mut server = server2;
+            let mut m = Received::default();
+            for k in 0..100u32 {
+                assert!(server.recv(&mut m, 5000).unwrap());
+                assert_eq!(m.bytes, k.to_le_bytes());
+            }
+            server
+        });
+        client = sender.join().unwrap();
+        server = receiver.join().unwrap();
+    }
+    round(&mut server, &mut client, 9);
+}
+
 #[test]
 fn a_full_inbox_is_back_pressure_and_nothing_is_lost() {
     let t = Transport::new(1).unwrap();

@@ -18,20 +18,30 @@
 //!
 //! # Wake-ups
 //!
-//! Every send notifies the receiver's event service; iceoryx2 sends a datagram only when the
-//! receiver has consumed the previous one, so a busy receiver costs its senders an atomic, and a
-//! receiver that drains everything before it waits gets one wake-up per batch. An empty
-//! `try_recv` costs no system call; a waiting receiver consumes its notification before it looks
-//! at its queue once more, so a sample that arrives afterwards always comes with a fresh datagram.
-//! The event's file descriptor joins [`poll_readable`](crate::socket::poll_readable) next to
-//! ZeroMQ sockets. No thread is added: iceoryx2 has none of its own.
+//! Event notification after a bounded spin:
+//!
+//! - Every send notifies the receiver's event service; iceoryx2 sends a datagram only when the
+//!   receiver has consumed the previous one, so a busy receiver costs its senders an atomic, and
+//!   a receiver that drains everything before it waits gets one wake-up per batch.
+//! - A receiver whose queue is empty spins on it first ([`spin`]: 20 us unless set, counted in
+//!   [`spin_counts`]), without a system call. While it spins it has not consumed its last
+//!   notification, so the senders' notifications stay an atomic too: a stream of messages closer
+//!   together than the spin costs neither side a system call. Only then does it wait on the
+//!   event (`recv`); a spin that runs out costs its length in CPU once per wait.
+//! - An empty `try_recv` costs no system call; a waiting receiver consumes its notification
+//!   before it looks at its queue once more, so a sample that arrives afterwards always comes
+//!   with a fresh datagram. The event's file descriptor joins
+//!   [`poll_readable`](crate::socket::poll_readable) next to ZeroMQ sockets (which does not
+//!   spin). No thread is added: iceoryx2 has none of its own.
 //!
 //! # Back-pressure
 //!
 //! Queues are bounded ([`QUEUE_MESSAGES`] per inbox) and never overflow: a sample a full inbox
 //! cannot take is not delivered, the send reports it as "would block" (as ZeroMQ's high-water
-//! mark does) and a blocking send retries until its send timeout. Each refusal is counted
-//! ([`backpressure_count`]). An inbox without its receiver (its process left, or is being
+//! mark does) and a blocking send retries until its send timeout: at once for up to [`spin`] (the
+//! receiver is usually draining), then with sleeps from 20 us doubling to 1 ms. A refusal is
+//! counted ([`backpressure_count`]) when the send first meets the full inbox and again at each
+//! sleep. An inbox without its receiver (its process left, or is being
 //! restarted and its dead predecessor was cleaned up) fails the send at once, without a wait:
 //! there is nobody to wait for, so a process walking down does not spend a send timeout per
 //! socket on peers that already left.
@@ -59,15 +69,20 @@ use crate::frame::{Frame, Received, TransportError};
 
 mod cleanup;
 mod services;
+mod spin;
 
 pub use cleanup::{clean_dead_nodes, cleanup_dead_nodes, remove_abandoned_segments, Cleanup};
 pub use services::{limits, set_limits, ShmLimits, EXTERNAL_PEERS, PORT_WAIT};
+pub use spin::{set_spin, spin, spin_counts, SpinCounts, DEFAULT_SPIN, SPIN_ENV};
 
 use cleanup::node;
 use services::{open_inbox, open_outbox, Inbox, Outbox};
 
-/// The iceoryx2 service variant: inter-process, ports usable from the thread they are moved to.
-pub(crate) type Svc = ipc_threadsafe::Service;
+/// The iceoryx2 service variant: inter-process, single-threaded ports (no lock per call: the
+/// thread-safe variant's mutexes and per-sample mutex were a quarter of the CPU per message).
+/// A socket is used by one thread at a time and moved between threads whole ([`ShmSocket`]'s
+/// `Send`).
+pub(crate) type Svc = ipc::Service;
 
 /// Messages an inbox queues before its senders see back-pressure.
 pub const QUEUE_MESSAGES: usize = 512;
@@ -78,8 +93,9 @@ const MAX_FRAMES: usize = 8;
 
 static BACKPRESSURE: AtomicU64 = AtomicU64::new(0);
 static ANON: AtomicU64 = AtomicU64::new(0);
-/// Sends refused by a full shared-memory inbox in this process so far (each retry of a blocking
-/// send counts once): the back-pressure figure of `/metrics`.
+/// Sends refused by a full shared-memory inbox in this process so far (a blocking send counts
+/// once when it meets the full inbox and once per sleep after its spin): the back-pressure
+/// figure of `/metrics`.
 pub fn backpressure_count() -> u64 {
     BACKPRESSURE.load(Ordering::Relaxed)
 }
@@ -113,6 +129,18 @@ pub(crate) struct ShmSocket {
     /// Messages refused as larger than the maximum size (dropped, counted).
     pub(crate) oversized: u64,
 }
+
+// SAFETY: what keeps `ShmSocket` from being `Send` on its own are its iceoryx2 ports of the
+// single-threaded `ipc::Service` (subscriber, listener, publishers, notifiers): each holds its
+// port state in an `Rc` that only the port and the samples it loans or receives share. Every
+// port is made by this socket from its own port factories and owned by it alone (`Inbox`,
+// `Outbox`), and no sample outlives the method that loaned or received it (`send`, `take`), so
+// no clone of any of those `Rc`s exists outside this value: moving the socket moves every clone
+// with it, and no two threads ever touch one counter. The rest (the node, shared as
+// `Arc<Node<ipc::Service>>`, and the port factories) is `Send + Sync` in iceoryx2 itself.
+// `ShmSocket` is not `Sync`: a `Socket` (its only owner) is used through `&mut` or from one
+// thread (`Cell` fields). Test: `shm_socket_moves_between_threads` (tests/shm.rs).
+unsafe impl Send for ShmSocket {}
 
 impl ShmSocket {
     /// A router's inbox for `name`.
@@ -213,13 +241,13 @@ impl ShmSocket {
             .map(|f| frame_bytes(f).len())
             .sum::<usize>()
             + if extra { self.scratch.len() } else { 0 };
-        let node = self.node.clone();
+        let node = &self.node;
         let out: &Outbox = match (&mut self.role, peer) {
             (Side::Dealer { out }, _) => out,
             (Side::Router { peers }, Some(p)) => {
                 if !peers.contains_key(p) {
                     let id = std::str::from_utf8(p).map_err(|_| unroutable())?;
-                    let ob = open_outbox(&node, &format!("{}/reply/{id}", self.bound), false)
+                    let ob = open_outbox(node, &format!("{}/reply/{id}", self.bound), false)
                         .map_err(|_| unroutable())?;
                     peers.insert(p.to_vec(), ob);
                 }
@@ -235,9 +263,11 @@ impl ShmSocket {
         };
         let id = &self.identity;
         let total = 1 + id.len() + body_len;
-        let deadline = (wait && self.send_timeout_ms >= 0)
-            .then(|| Instant::now() + Duration::from_millis(self.send_timeout_ms as u64));
+        // The send timeout starts at the first refusal (a delivered send reads no clock).
+        let mut deadline: Option<Option<Instant>> = None;
         let mut backoff = Duration::from_micros(20);
+        // Until when a refused send retries at once (set at the first refusal; module docs).
+        let mut spin_until: Option<Instant> = None;
         loop {
             let delivered = match out.publisher.loan_slice_uninit(total) {
                 Ok(mut sample) => {
@@ -280,14 +310,29 @@ impl ShmSocket {
                 // restarted). As a ZeroMQ peer that is gone, it costs the sender nothing.
                 return Err(would_block());
             }
-            BACKPRESSURE.fetch_add(1, Ordering::Relaxed);
+            if spin_until.is_none() {
+                BACKPRESSURE.fetch_add(1, Ordering::Relaxed);
+            }
             // Wake the receiver: it may be waiting while its queue is full of our messages.
             let _ = out.notifier.notify();
-            match deadline {
-                Some(d) if Instant::now() < d => {}
+            let now = Instant::now();
+            let timeout = self.send_timeout_ms;
+            match *deadline.get_or_insert_with(|| {
+                (wait && timeout >= 0).then(|| now + Duration::from_millis(timeout as u64))
+            }) {
+                Some(d) if now < d => {}
                 None if wait => {}
                 _ => return Err(would_block()),
             }
+            // A bounded spin first: a receiver that is draining its queue makes room within
+            // microseconds, long before a sleep would end.
+            if now < *spin_until.get_or_insert_with(|| now + spin::spin()) {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            BACKPRESSURE.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_millis(1));
         }
@@ -357,10 +402,16 @@ impl ShmSocket {
         msg: &mut Received,
         timeout_ms: i64,
     ) -> Result<bool, TransportError> {
+        if self.take(msg)? {
+            return Ok(true);
+        }
+        // The clock is read only when nothing was queued.
         let deadline =
             (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
         loop {
-            if self.take(msg)? {
+            // A bounded spin first (module docs): a message that comes within it costs neither
+            // side a system call.
+            if spin::until_ready(deadline, || self.has_message()) && self.take(msg)? {
                 return Ok(true);
             }
             let left = match deadline {
@@ -375,6 +426,7 @@ impl ShmSocket {
             };
             // Returns at once when a notification is pending (a message may have come with
             // it), else sleeps until one comes; either way it consumes it before we look.
+            spin::count_wait();
             match self.inbox.listener.timed_wait(|_| {}, left) {
                 Ok(_) => {}
                 // A signal woke the wait (SIGCONT after the process was stopped, a profiler):
