@@ -206,8 +206,8 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
         assert!(status.success(), "{kind}: {status}");
     }
 
-    // 4. Benches over ZeroMQ ipc and iceoryx2.
-    for transport in ["zmq_ipc", "iceoryx2"] {
+    // 4. Benches over ZeroMQ ipc, rodeo's shm sockets and iceoryx2 alone.
+    for transport in ["zmq_ipc", "iceoryx2", "iceoryx2_raw"] {
         rodeo!()
             .args(["bench", "transport", "--transport", transport])
             .args(["--bytes", "64", "--seconds", "0.1"])

@@ -11,3 +11,4 @@ pub mod ros;
 pub mod swrod;
 pub mod timing;
 pub mod transport;
+mod transport_raw;

@@ -3,10 +3,17 @@
 //!
 //! Transports: `direct` (a bounded in-process channel between two threads, buffers recycled:
 //! the floor of any hand-over), `iceoryx2` (rodeo's shared-memory sockets, `shm://`, DEALER to
-//! ROUTER with event notification), `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to
-//! ROUTER) and `tcp` (a plain kernel TCP stream over loopback with a length prefix: the kernel's
-//! limit). Every cross-process transport runs its consumer in a second process (this executable
-//! re-run with the hidden `rodeo bench transport-peer`).
+//! ROUTER, the receiver spinning briefly before it waits for an event notification: see
+//! `rodeo_transport::shm`), `iceoryx2_raw` (iceoryx2's own publish-subscribe without rodeo's
+//! socket layer, a busy-polling subscriber: the library's ceiling, [`super::transport_raw`]),
+//! `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to ROUTER) and `tcp` (a plain kernel
+//! TCP stream over loopback with a length prefix: the kernel's limit). Every cross-process
+//! transport runs its consumer in a second process (this executable re-run with the hidden
+//! `rodeo bench transport-peer`).
+//!
+//! The report's top level has the headline ratios of the same run, per measured size B:
+//! `shm_vs_zmq_ipc_B` (`iceoryx2` / `zmq_ipc` messages per second) and `shm_vs_iceoryx2_raw_B`
+//! (`iceoryx2` / `iceoryx2_raw`).
 //!
 //! For every message the producer writes every payload byte (`fill`) and the consumer reads
 //! every byte (a checksum). A point runs for `--seconds`; the producer then sends a short end
@@ -21,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::shm;
 use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 use serde::Serialize;
 use serde_json::Value;
@@ -30,7 +38,14 @@ use crate::report::Report;
 /// Message sizes measured when `--bytes` is not given.
 const SIZES: &[usize] = &[64, 1024, 12 * 1024, 96 * 1024];
 /// Transports in report order.
-const TRANSPORTS: &[&str] = &["direct", "iceoryx2", "zmq_ipc", "zmq_tcp", "tcp"];
+const TRANSPORTS: &[&str] = &[
+    "direct",
+    "iceoryx2",
+    "iceoryx2_raw",
+    "zmq_ipc",
+    "zmq_tcp",
+    "tcp",
+];
 
 /// Arguments of `rodeo bench transport`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +53,8 @@ pub struct Args {
     /// Message size in bytes; sweeps 64 B, 1 KiB, 12 KiB, 96 KiB when not given.
     #[arg(long, value_name = "B")]
     pub bytes: Option<usize>,
-    /// One transport (direct, iceoryx2, zmq_ipc, zmq_tcp, tcp); all when not given.
+    /// One transport (direct, iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp); all when not
+    /// given.
     #[arg(long, value_name = "NAME")]
     pub transport: Option<String>,
     /// Seconds per point.
@@ -52,10 +68,10 @@ pub struct Args {
 /// Arguments of the hidden consumer process (`rodeo bench transport-peer`).
 #[derive(Debug, clap::Args)]
 pub struct PeerArgs {
-    /// iceoryx2, zmq_ipc, zmq_tcp or tcp.
+    /// iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp or tcp.
     #[arg(long)]
     pub transport: String,
-    /// The endpoint to bind (an address for tcp).
+    /// The endpoint to bind (an address for tcp, a service name for iceoryx2_raw).
     #[arg(long)]
     pub endpoint: String,
     /// Message size: a message of another size ends the point.
@@ -74,7 +90,30 @@ struct Row {
     msg_per_s: f64,
     bytes_per_s: f64,
     cpu_ns_per_msg: f64,
+    /// `iceoryx2` only: what the consumer did when its queue was empty (its bounded spin).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receiver: Option<Wake>,
 }
+
+/// The shared-memory consumer's wake-ups over one point (`rodeo_transport::shm::SpinCounts`).
+#[derive(Debug, Default, Clone, Copy, Serialize, serde::Deserialize)]
+struct Wake {
+    /// Spins that saw the next message come.
+    spins_caught: u64,
+    /// Spins that ran out, each followed by a wait on the event.
+    spins_missed: u64,
+    /// Waits on the event (a system call each).
+    waits: u64,
+    /// Nanoseconds spent spinning per message received (part of `cpu_ns_per_msg`).
+    spin_ns_per_msg: f64,
+    /// The producer's sends that met a full queue (`rodeo_transport::shm::backpressure_count`).
+    #[serde(default)]
+    sender_backpressure: u64,
+}
+
+/// What one measured point gives: messages, seconds, CPU nanoseconds of both processes, and
+/// the shared-memory consumer's wake-ups.
+type Measured = (u64, f64, u64, Option<Wake>);
 
 /// CPU time (user + system) of this process so far, in nanoseconds.
 fn process_cpu_ns() -> u64 {
@@ -89,17 +128,22 @@ fn process_cpu_ns() -> u64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-fn checksum(b: &[u8]) -> u64 {
+/// The consumer's read of every byte.
+pub(super) fn checksum(b: &[u8]) -> u64 {
     b.iter().fold(0u64, |s, &x| s.wrapping_add(u64::from(x)))
 }
 
 /// The consumer process: binds, says `ready`, receives until the end marker, prints
-/// `{"messages":..,"checksum":..,"cpu_ns":..}` and returns.
+/// `{"messages":..,"checksum":..,"cpu_ns":..,"wake":..}` and returns (`wake`: the spin counts
+/// of a shared-memory consumer, else null).
 pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
     let cpu0 = process_cpu_ns();
+    let spin0 = shm::spin_counts();
     let (mut n, mut sum) = (0u64, 0u64);
     let mut out = std::io::stdout();
-    if args.transport == "tcp" {
+    if args.transport == "iceoryx2_raw" {
+        (n, sum) = super::transport_raw::consume(&args.endpoint, args.bytes, &mut out)?;
+    } else if args.transport == "tcp" {
         let listener = TcpListener::bind(&args.endpoint)
             .with_context(|| format!("bench peer: bind {}", args.endpoint))?;
         writeln!(out, "ready {}", listener.local_addr()?)?;
@@ -146,10 +190,18 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
         }
     }
     let cpu = process_cpu_ns() - cpu0;
+    let spin = shm::spin_counts();
+    let wake = (args.transport == "iceoryx2").then(|| Wake {
+        spins_caught: spin.caught - spin0.caught,
+        spins_missed: spin.missed - spin0.missed,
+        waits: spin.waits - spin0.waits,
+        spin_ns_per_msg: (spin.spin_ns - spin0.spin_ns) as f64 / n.max(1) as f64,
+        sender_backpressure: 0,
+    });
     writeln!(
         out,
         "{}",
-        serde_json::json!({"messages": n, "checksum": sum, "cpu_ns": cpu})
+        serde_json::json!({"messages": n, "checksum": sum, "cpu_ns": cpu, "wake": wake})
     )?;
     out.flush()?;
     Ok(())
@@ -211,7 +263,7 @@ fn spawn_peer(
 fn finish_peer(
     mut guard: PeerGuard,
     mut r: BufReader<std::process::ChildStdout>,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<(u64, u64, Option<Wake>)> {
     let mut line = String::new();
     r.read_line(&mut line)?;
     let v: Value = serde_json::from_str(line.trim())
@@ -220,10 +272,11 @@ fn finish_peer(
     Ok((
         v["messages"].as_u64().unwrap_or(0),
         v["cpu_ns"].as_u64().unwrap_or(0),
+        serde_json::from_value(v["wake"].clone()).unwrap_or(None),
     ))
 }
 
-fn measure_direct(bytes: usize, time: Duration) -> anyhow::Result<(u64, f64, u64)> {
+fn measure_direct(bytes: usize, time: Duration) -> anyhow::Result<Measured> {
     use std::sync::mpsc::sync_channel;
     let (tx, rx) = sync_channel::<Vec<u8>>(256);
     let (back_tx, back_rx) = sync_channel::<Vec<u8>>(512);
@@ -256,15 +309,21 @@ fn measure_direct(bytes: usize, time: Duration) -> anyhow::Result<(u64, f64, u64
     let (n, _) = consumer
         .join()
         .map_err(|_| anyhow::anyhow!("direct consumer panicked"))?;
-    Ok((n, start.elapsed().as_secs_f64(), process_cpu_ns() - cpu0))
+    Ok((
+        n,
+        start.elapsed().as_secs_f64(),
+        process_cpu_ns() - cpu0,
+        None,
+    ))
 }
 
 fn measure_socket(
     transport: &'static str,
     bytes: usize,
     time: Duration,
-) -> anyhow::Result<(u64, f64, u64)> {
+) -> anyhow::Result<Measured> {
     let endpoint = match transport {
+        "iceoryx2_raw" => super::transport_raw::service_name(std::process::id()),
         "iceoryx2" => format!("shm://rodeo-bench-{}/consumer", std::process::id()),
         "zmq_ipc" => format!(
             "ipc://{}/rodeo-bench-{}.sock",
@@ -279,8 +338,18 @@ fn measure_socket(
         .strip_prefix("ipc://")
         .map(|p| RemoveOnDrop(std::path::PathBuf::from(p)));
     let (guard, r, bound) = spawn_peer(transport, &endpoint, bytes)?;
-    let mut buf = vec![0u8; bytes];
     let cpu0 = process_cpu_ns();
+    if transport == "iceoryx2_raw" {
+        let (sent, secs, (n, peer_cpu, _)) =
+            super::transport_raw::produce(&bound, bytes, time, || finish_peer(guard, r))?;
+        anyhow::ensure!(
+            n == sent,
+            "bench transport {transport}: sent {sent}, received {n}"
+        );
+        return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu, None));
+    }
+    let mut buf = vec![0u8; bytes];
+    let backpressure0 = shm::backpressure_count();
     let start;
     let mut sent = 0u64;
     if transport == "tcp" {
@@ -299,9 +368,9 @@ fn measure_socket(
         w.write_all(&1u32.to_le_bytes())?;
         w.write_all(&[0])?;
         w.flush()?;
-        let (n, peer_cpu) = finish_peer(guard, r)?;
+        let (n, peer_cpu, _) = finish_peer(guard, r)?;
         let secs = start.elapsed().as_secs_f64();
-        return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu));
+        return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu, None));
     }
     let t = Transport::new(1)?;
     let socket = t.socket(SocketKind::Dealer)?;
@@ -320,13 +389,16 @@ fn measure_socket(
         }
     }
     socket.send([Frame::Copy(&[0u8])])?;
-    let (n, peer_cpu) = finish_peer(guard, r)?;
+    let (n, peer_cpu, mut wake) = finish_peer(guard, r)?;
+    if let Some(w) = wake.as_mut() {
+        w.sender_backpressure = shm::backpressure_count() - backpressure0;
+    }
     let secs = start.elapsed().as_secs_f64();
     anyhow::ensure!(
         n == sent,
         "bench transport {transport}: sent {sent}, received {n}"
     );
-    Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu))
+    Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu, wake))
 }
 
 /// Removes the ipc socket files (`<tmp>/rodeo-bench-<pid>.sock`) that benches whose process is
@@ -369,7 +441,7 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
     let mut rate = std::collections::HashMap::new();
     for &bytes in &sizes {
         for &tr in &transports {
-            let (messages, seconds, cpu_ns) = if tr == "direct" {
+            let (messages, seconds, cpu_ns, receiver) = if tr == "direct" {
                 measure_direct(bytes, time)?
             } else {
                 measure_socket(tr, bytes, time)?
@@ -385,18 +457,21 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
                 msg_per_s,
                 bytes_per_s: msg_per_s * bytes as f64,
                 cpu_ns_per_msg: cpu_ns as f64 / messages.max(1) as f64,
+                receiver,
             })?;
         }
     }
     for &bytes in &sizes {
-        if let (Some(s), Some(z)) = (
-            rate.get(&("iceoryx2", bytes)),
-            rate.get(&("zmq_ipc", bytes)),
-        ) {
-            report.fields.insert(
-                format!("iceoryx2_vs_zmq_ipc_{bytes}b_ratio"),
-                Value::from(s / z.max(1e-9)),
-            );
+        let Some(shm) = rate.get(&("iceoryx2", bytes)) else {
+            continue;
+        };
+        for (other, key) in [("zmq_ipc", "zmq_ipc"), ("iceoryx2_raw", "iceoryx2_raw")] {
+            if let Some(o) = rate.get(&(other, bytes)) {
+                report.fields.insert(
+                    format!("shm_vs_{key}_{bytes}"),
+                    Value::from(shm / o.max(1e-9)),
+                );
+            }
         }
     }
     Ok(report)
