@@ -23,7 +23,7 @@
 //! - Every send notifies the receiver's event service; iceoryx2 sends a datagram only when the
 //!   receiver has consumed the previous one, so a busy receiver costs its senders an atomic, and
 //!   a receiver that drains everything before it waits gets one wake-up per batch.
-//! - A receiver whose queue is empty spins on it first ([`spin`]: 20 us unless set, counted in
+//! - A receiver whose queue is empty spins on it first ([`spin`]: 5 us unless set, counted in
 //!   [`spin_counts`]), without a system call. While it spins it has not consumed its last
 //!   notification, so the senders' notifications stay an atomic too: a stream of messages closer
 //!   together than the spin costs neither side a system call. Only then does it wait on the

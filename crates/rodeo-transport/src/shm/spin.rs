@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// The spin a receiver makes when nothing else is set: about what one sleep and wake-up cost
 /// the two processes together on the reference machine (docs/benchmarks.md, "Transport").
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(5);
 /// The environment variable that sets the spin, in microseconds (read once, on first use;
 /// [`set_spin`] overrides it).
 pub const SPIN_ENV: &str = "RODEO_SHM_SPIN_US";
