@@ -33,6 +33,7 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::transport_raw::checksum;
 use crate::report::Report;
 
 /// Message sizes measured when `--bytes` is not given.
@@ -126,11 +127,6 @@ fn process_cpu_ns() -> u64 {
     }
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// The consumer's read of every byte.
-pub(super) fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0u64, |s, &x| s.wrapping_add(u64::from(x)))
 }
 
 /// The consumer process: binds, says `ready`, receives until the end marker, prints
