@@ -15,9 +15,10 @@
 //! [`serve`] returns after a `shutdown` command (replied first), when `quit` says so (signal,
 //! or the controller's pipe closed), or when the controller falls silent: once it has had a
 //! [`ToApp::Ping`], an application that hears nothing from the controller for the ping's
-//! `dead_after_ms` (not counting its own commands, and only after its queue is read dry) judges
-//! the controller dead — frozen (SIGSTOP), its host or network gone, which closes no pipe — and,
-//! like on `quit`, walks the application down itself (files closed) and leaves.
+//! `dead_after_ms` (not counting its own commands, nor a stall of its own loop, and only after
+//! its queue is read dry) judges the controller dead — frozen (SIGSTOP), its host or network
+//! gone, which closes no pipe — and, like on `quit`, walks the application down itself (files
+//! closed) and leaves.
 
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
@@ -356,7 +357,7 @@ pub fn serve(
     let mut next_beat = Instant::now();
     // The controller's liveness: when it was last heard, and after how long of silence it is
     // dead (known from its first ping; before that, only `quit` ends us).
-    let mut heard = Instant::now();
+    let mut silence = Silence::new(Instant::now());
     let mut dead_after: Option<Duration> = None;
     let mut controller_dead = false;
     loop {
@@ -386,10 +387,24 @@ pub fn serve(
         let wait = next_beat
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(50));
-        if !sock.recv(&mut msg, wait.as_millis() as i64)? {
+        let got = sock.recv(&mut msg, wait.as_millis() as i64)?;
+        if let Some(limit) = dead_after {
+            // This turn took far longer than its wait: we were held up, not the controller.
+            if let Some(gap) = silence.turn(Instant::now(), stall_limit(limit)) {
+                if gap >= Duration::from_secs(1) {
+                    eprintln!(
+                        "{}: this process was held up for {} ms (a loaded or frozen \
+                         machine?): the controller's silence is counted from now",
+                        app.name,
+                        gap.as_millis()
+                    );
+                }
+            }
+        }
+        if !got {
             // Nothing queued: a silence this long is the controller's, not ours.
             if let Some(limit) = dead_after {
-                let silent = heard.elapsed();
+                let silent = silence.silent(Instant::now());
                 if silent > limit {
                     eprintln!(
                         "{}: no message from the controller for {} ms (control.dead_after_ms \
@@ -405,7 +420,7 @@ pub fn serve(
         }
         let decoded = channel::decode::<ToApp>(&msg.bytes);
         if let Ok(ToApp::Ping { dead_after_ms }) = decoded {
-            heard = Instant::now();
+            silence.heard(Instant::now());
             dead_after = Some(Duration::from_millis(dead_after_ms.max(1)));
             continue;
         }
@@ -441,7 +456,7 @@ pub fn serve(
         };
         send(&mut sock, &reply);
         // Our own command's time is not the controller's silence.
-        heard = Instant::now();
+        silence.heard(Instant::now());
         // Tell the controller the new state at once.
         beat(&mut sock, &ToController::Heartbeat(app.heartbeat()));
         next_beat = Instant::now() + heartbeat;
@@ -451,9 +466,83 @@ pub fn serve(
     }
 }
 
+/// The controller's silence as this process can judge it: since the last message heard, but
+/// never across a stall of this process's own loop (a loaded machine, or one frozen for
+/// seconds), during which the controller's pings were unsent or are still unread. The
+/// controller's monitor counts the applications' silence the same way.
+struct Silence {
+    heard: Instant,
+    last_turn: Instant,
+}
+
+impl Silence {
+    /// Nothing heard yet: silence counts from `now`.
+    fn new(now: Instant) -> Silence {
+        Silence {
+            heard: now,
+            last_turn: now,
+        }
+    }
+
+    /// A message from the controller (or the end of our own command) at `now`.
+    fn heard(&mut self, now: Instant) {
+        self.heard = now;
+        self.last_turn = now;
+    }
+
+    /// One turn of the loop at `now`. A gap of `stall` or more since the last turn is our own
+    /// stall: the silence counts again from `now`, and the gap is returned.
+    fn turn(&mut self, now: Instant, stall: Duration) -> Option<Duration> {
+        let gap = now.saturating_duration_since(self.last_turn);
+        self.last_turn = now;
+        if gap >= stall {
+            self.heard = self.heard.max(now);
+            return Some(gap);
+        }
+        None
+    }
+
+    /// How long the controller has been silent at `now`.
+    fn silent(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.heard)
+    }
+}
+
+/// A gap between two turns of the control loop (at most 50 ms apart by design) that counts as
+/// this process's own stall: a quarter of `dead_after`, never below 250 ms.
+fn stall_limit(dead_after: Duration) -> Duration {
+    (dead_after / 4).max(Duration::from_millis(250))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_of_our_own_loop_is_not_the_controllers_silence() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = Silence::new(t0);
+        let stall = stall_limit(ms(3000));
+        assert_eq!(stall, ms(750));
+        // Turns 50 ms apart: the silence grows.
+        for k in 1..=40 {
+            assert_eq!(s.turn(t0 + ms(50 * k), stall), None);
+        }
+        assert_eq!(s.silent(t0 + ms(2000)), ms(2000));
+        // The machine froze for 14 s: the loop comes back late; that time is not counted.
+        let back = t0 + ms(16_000);
+        assert_eq!(s.turn(back, stall), Some(ms(14_000)));
+        assert_eq!(s.silent(back + ms(100)), ms(100));
+        // A ping resets it; then a real silence counts again.
+        s.heard(back + ms(200));
+        for k in 1..=80 {
+            assert_eq!(s.turn(back + ms(200 + 50 * k), stall), None);
+        }
+        assert_eq!(s.silent(back + ms(4200)), ms(4000));
+        // A tiny dead_after never makes every turn a stall.
+        assert_eq!(stall_limit(ms(100)), ms(250));
+    }
 
     #[test]
     fn a_logger_that_cannot_make_its_directory_fails_configure_and_refuses_start() {

@@ -44,6 +44,10 @@ pub const PROBE_EVERY: Duration = Duration::from_millis(200);
 /// An accepted event not acknowledged by its logger within this is sent again.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A turn of the DCM's loop (its poll waits at most 50 ms) that took this much longer than its
+/// wait is the DCM's own stall, not its peers' silence: a quarter of [`REQUEST_TIMEOUT`].
+pub const OWN_STALL: Duration = Duration::from_millis(375);
+
 impl Dcm {
     /// Marks readout node `n` down (module docs).
     pub(super) fn node_down(&mut self, n: usize) {
@@ -91,6 +95,33 @@ impl Dcm {
     }
 
     /// Gives up the requests in flight longer than [`REQUEST_TIMEOUT`] (module docs).
+    /// Called at every turn of the loop with `overrun`, how much longer the turn took than
+    /// its poll's wait. An overrun of [`OWN_STALL`] or more is the DCM's own stall (a loaded
+    /// machine, or a VM whose CPUs were held for seconds): the requests' and shipments' time
+    /// during it is not their peers' silence, so their timers move on by the overrun (no
+    /// PARTIAL_EVENT, no resend for it). Returns whether it was such a stall.
+    pub(super) fn after_own_stall(&mut self, overrun: Duration) -> bool {
+        if overrun < OWN_STALL {
+            return false;
+        }
+        for s in &mut self.slots {
+            for t in &mut s.sent_at {
+                *t += overrun;
+            }
+            s.shipped_at += overrun;
+        }
+        if overrun >= Duration::from_secs(1) {
+            tracing::warn!(
+                dcm = %self.config.name,
+                overrun_ms = overrun.as_millis() as u64,
+                "the DCM was held up for {} ms (a loaded or frozen machine?): its requests' \
+                 and shipments' timeouts are counted from now",
+                overrun.as_millis()
+            );
+        }
+        true
+    }
+
     pub(super) fn expire_requests(
         &mut self,
         now: Instant,

@@ -463,6 +463,7 @@ impl Dcm {
         stop: &AtomicBool,
     ) -> Result<DcmSummary, DataflowError> {
         let mut msg = Received::default();
+        let mut last_turn = Instant::now();
         while !stop.load(Ordering::Acquire) {
             let timeout = self.next_timer_ms();
             let ready = {
@@ -472,6 +473,13 @@ impl Dcm {
                 all.extend(loggers.iter());
                 poll_readable(&all, timeout).map_err(self.terr("poll"))?
             };
+            let now = Instant::now();
+            let waited = Duration::from_millis(timeout.max(0) as u64);
+            self.after_own_stall(
+                now.saturating_duration_since(last_turn)
+                    .saturating_sub(waited),
+            );
+            last_turn = now;
             if ready & 1 != 0 {
                 while supervisor
                     .try_recv(&mut msg)

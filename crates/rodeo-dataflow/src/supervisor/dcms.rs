@@ -2,7 +2,7 @@
 //! each DCM's `Update` (its credits, and its decisions, which finish events and feed the clear
 //! group), and the DCMs silent for `dcm_timeout`, declared dead, their events taken back.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rodeo_transport::message::{decode, Message, Verdict};
 use rodeo_transport::socket::Received;
@@ -81,6 +81,32 @@ impl Supervisor {
             self.credits.push_back(dcm);
         }
         self.dcms[dcm].credits += u64::from(credits);
+    }
+
+    /// Called at every turn of the loop, `gap` after the last one (a few ms by design). A gap
+    /// of a quarter of `dcm_timeout` (at least 250 ms) or more is the supervisor's own stall (a
+    /// loaded machine, or a VM whose CPUs were held for seconds): the DCMs' silence and the
+    /// events' time during it are not theirs, so every live DCM counts as heard at `now` and
+    /// every event's deadline moves on by the gap. Returns whether it was such a stall.
+    pub(super) fn after_own_stall(&mut self, gap: Duration, now: Instant) -> bool {
+        if gap < (self.config.dcm_timeout / 4).max(Duration::from_millis(250)) {
+            return false;
+        }
+        for d in self.dcms.iter_mut().filter(|d| d.alive) {
+            d.last_seen = d.last_seen.max(now);
+        }
+        for entry in self.deadlines.iter_mut() {
+            entry.0 += gap;
+        }
+        if gap >= Duration::from_secs(1) {
+            tracing::warn!(
+                gap_ms = gap.as_millis() as u64,
+                "the supervisor was held up for {} ms (a loaded or frozen machine?): the DCMs' \
+                 silence and the events' timeouts are counted from now",
+                gap.as_millis()
+            );
+        }
+        true
     }
 
     /// Declares silent DCMs dead and takes their events back.

@@ -258,6 +258,7 @@ impl Supervisor {
     ) -> Result<SupervisorSummary, DataflowError> {
         let mut msg = Received::default();
         let mut draining_since: Option<Instant> = None;
+        let mut last_turn = Instant::now();
         loop {
             // Everything that arrived, without waiting.
             let mut got_any = false;
@@ -266,6 +267,8 @@ impl Supervisor {
                 self.handle(&msg);
             }
             let now = Instant::now();
+            self.after_own_stall(now.saturating_duration_since(last_turn), now);
+            last_turn = now;
             self.check_dcms(now);
             self.check_timeouts(now);
             let stopping = stop.load(Ordering::Acquire) || self.l1.is_done();
