@@ -116,6 +116,27 @@ fn pieces_give_the_same_record_as_the_joined_fragment() {
 }
 
 #[test]
+fn a_summed_record_carries_the_given_checksum_and_a_wrong_one_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = RawFileWriter::create(config(dir.path())).unwrap();
+    let (good, bad) = (fragment(7), fragment(8));
+    let sum = adler32(ADLER32_INIT, words_as_bytes(&good));
+    w.write_event_summed(&good, 0, sum).unwrap();
+    // A fragment damaged after its writer summed it: the record keeps the writer's checksum.
+    let damaged_sum = adler32(ADLER32_INIT, words_as_bytes(&bad)) ^ 1;
+    w.write_event_summed(&bad, 0, damaged_sum).unwrap();
+    let closed = w.finish().unwrap();
+    let mut r = RawFileReader::open(&closed[0].path).unwrap();
+    let first = r.next_event().unwrap().unwrap();
+    assert_eq!((first.words, first.checksum), (&good[..], sum));
+    match r.next_event() {
+        Some(Err(RawFileError::Checksum { index, .. })) => assert_eq!(index, 1),
+        other => panic!("expected a checksum error on the second event, got {other:?}"),
+    }
+    assert!(verify_file(&closed[0].path).is_err());
+}
+
+#[test]
 fn rotation_by_count() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());

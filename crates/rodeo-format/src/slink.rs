@@ -19,6 +19,22 @@
 //!   position agrees with the ROD trailer (`9 + nstatus + ndata + 3` words); if none agrees, the
 //!   first following marker (a payload word may equal the marker, so agreement is preferred).
 //!
+//! # Fragments whose length the card reported
+//!
+//! A real card marks the control words out of band (the S-LINK control bit; the CRU's page
+//! headers) and reports each fragment's length in its DMA descriptor, so the host never
+//! searches the payload for the end. [`SlinkChecker::next_item_sized`] takes that length
+//! (`words`, control and CRC words included, the same for every fragment of the superpage:
+//! an emulated card's `Filled::unit_bytes` / 4) and checks the fragment at the
+//! known offsets: the begin word at its first word and the end word at its last (framing on),
+//! or the ROD marker at its first word and a ROD trailer accounting for exactly its length
+//! (framing off). A fragment that passes goes through every other check below as any other
+//! (CRC, marker, header and trailer, L1ID sequence, duplicates) and is counted in
+//! [`SlinkCounters::sized_fragments`]; a payload word that happens to equal a control word is
+//! then data, as on a real link. The first fragment that does not pass, and every later one of
+//! the superpage, goes through the value scan above, so a damaged stream is checked and
+//! counted exactly as without a reported length.
+//!
 //! # Checks and status bits
 //!
 //! | problem | specific bit (generic) | fragment kept |
@@ -156,6 +172,9 @@ pub struct SlinkCounters {
     pub garbage_spans: u64,
     /// Words dropped (short fragments and garbage), with their control words.
     pub dropped_words: u64,
+    /// Fragments found at the length the card reported, without scanning for their end
+    /// (module docs, "Fragments whose length the card reported"); included in `fragments`.
+    pub sized_fragments: u64,
 }
 
 impl SlinkCounters {
@@ -175,6 +194,7 @@ impl SlinkCounters {
         self.short_fragments += o.short_fragments;
         self.garbage_spans += o.garbage_spans;
         self.dropped_words += o.dropped_words;
+        self.sized_fragments += o.sized_fragments;
     }
 
     /// Fragments dropped (short).
@@ -263,6 +283,54 @@ impl SlinkChecker {
             self.unframed_at(words, start, &mut |i| item = Some(i))
         };
         self.counters.words += (*at - start) as u64;
+        item
+    }
+
+    /// [`SlinkChecker::next_item`] for a stream whose fragments are `*unit_words` words long
+    /// each, control and CRC words included (the card's descriptor; module docs, "Fragments
+    /// whose length the card reported"): the fragment at `*at` is checked at its known end
+    /// instead of scanned for it. When it does not fit that length (damaged, or `*at` is not
+    /// a fragment's start), `*unit_words` becomes `None` and the item comes from the scan, as
+    /// do the items of every later call with it: pass the same `Option` for the rest of the
+    /// superpage.
+    pub fn next_item_sized<'a>(
+        &mut self,
+        words: &'a [u32],
+        at: &mut usize,
+        unit_words: &mut Option<usize>,
+    ) -> Option<SlinkItem<'a>> {
+        let start = *at;
+        let Some(n) = *unit_words else {
+            return self.next_item(words, at);
+        };
+        if start >= words.len() {
+            return None;
+        }
+        let end = start.saturating_add(n);
+        let fits = end <= words.len()
+            && if self.config.framing {
+                n >= 2 && words[start] == SLINK_BEGIN && words[end - 1] == SLINK_END
+            } else {
+                words.get(start) == Some(&ROD_MARKER)
+                    && trailer_agrees_len(words, start, end, usize::from(self.config.crc))
+            };
+        if !fits {
+            *unit_words = None;
+            return self.next_item(words, at);
+        }
+        self.undo = Some((self.last_l1id, self.counters));
+        let body = if self.config.framing {
+            &words[start + 1..end - 1]
+        } else {
+            &words[start..end]
+        };
+        let mut item = None;
+        self.body(words, start, end, body, Status::OK, &mut |i| item = Some(i));
+        if matches!(item, Some(SlinkItem::Fragment(_))) {
+            self.counters.sized_fragments += 1;
+        }
+        self.counters.words += n as u64;
+        *at = end;
         item
     }
 
@@ -680,6 +748,154 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(drops, [DropReason::Garbage]);
         assert_eq!(pull.counters(), push.counters());
+    }
+
+    /// Every item of `s` through [`SlinkChecker::next_item_sized`] with fragments of
+    /// `unit` words, and whether the length was still trusted at the end.
+    fn collect_sized(
+        c: &mut SlinkChecker,
+        words: &[u32],
+        unit: usize,
+    ) -> (Vec<(u32, u32)>, Vec<DropReason>, bool) {
+        let (mut frags, mut drops) = (Vec::new(), Vec::new());
+        let mut at = 0;
+        let mut hint = Some(unit);
+        while let Some(item) = c.next_item_sized(words, &mut at, &mut hint) {
+            match item {
+                SlinkItem::Fragment(f) => frags.push((f.extended_l1id, f.status.word())),
+                SlinkItem::Dropped(d) => drops.push(d.reason),
+            }
+        }
+        (frags, drops, hint.is_some())
+    }
+
+    fn framed_stream(l1ids: &[u32], crc: bool) -> (Vec<u32>, usize) {
+        let mut s = Vec::new();
+        let mut unit = 0;
+        for &l1 in l1ids {
+            let r = rod(l1, 40);
+            let before = s.len();
+            s.push(SLINK_BEGIN);
+            s.extend_from_slice(&r);
+            if crc {
+                s.push(u32::from(crc16_words(CRC16_INIT, &r)));
+            }
+            s.push(SLINK_END);
+            unit = s.len() - before;
+        }
+        (s, unit)
+    }
+
+    #[test]
+    fn a_reported_length_finds_the_same_fragments_as_the_scan() {
+        for crc in [false, true] {
+            let (s, unit) = framed_stream(&[0, 1, 2, 2, 4, 5], crc);
+            let cfg = SlinkCheckConfig {
+                framing: true,
+                crc,
+                ..Default::default()
+            };
+            let mut scan = SlinkChecker::new(cfg);
+            let (want, want_drops) = collect(&mut scan, &s);
+            let mut sized = SlinkChecker::new(cfg);
+            let (got, drops, trusted) = collect_sized(&mut sized, &s, unit);
+            assert_eq!((got, drops), (want, want_drops));
+            assert!(trusted);
+            let mut k = *sized.counters();
+            assert_eq!(k.sized_fragments, 6);
+            assert_eq!((k.duplicates, k.l1id_sequence_errors), (1, 1));
+            k.sized_fragments = 0;
+            assert_eq!(&k, scan.counters());
+        }
+        // Framing off: the ROD marker at the start and the trailer's count at the end.
+        let mut s = rod(0, 7);
+        let unit = s.len();
+        s.extend_from_slice(&rod(1, 7));
+        let mut c = SlinkChecker::new(SlinkCheckConfig::default());
+        let (got, drops, trusted) = collect_sized(&mut c, &s, unit);
+        assert_eq!(got, [(0, 0), (1, 0)]);
+        assert!(drops.is_empty() && trusted);
+        assert_eq!(c.counters().sized_fragments, 2);
+    }
+
+    #[test]
+    fn a_damaged_fragment_is_found_as_the_scan_finds_it() {
+        let cfg = SlinkCheckConfig {
+            framing: true,
+            ..Default::default()
+        };
+        let (clean, unit) = framed_stream(&[0, 1, 2, 3, 4], false);
+        // Every damage the scan sees: a lost end word, garbage, a size error in the trailer.
+        let mut no_end = clean.clone();
+        no_end.remove(2 * unit - 1);
+        let mut garbage = clean.clone();
+        garbage.splice(unit..unit, [7, 8, 9]);
+        let mut size = clean.clone();
+        size[2 * unit - 3] += 1;
+        // A size error inside a well-framed fragment is the ROD checks' to find: the length
+        // stays trusted.
+        let cases = [
+            ("no end", no_end, false),
+            ("garbage", garbage, false),
+            ("size", size, true),
+        ];
+        for (what, s, still_trusted) in cases {
+            let mut scan = SlinkChecker::new(cfg);
+            let (want, want_drops) = collect(&mut scan, &s);
+            let mut sized = SlinkChecker::new(cfg);
+            let (got, drops, trusted) = collect_sized(&mut sized, &s, unit);
+            assert_eq!((&got, &drops), (&want, &want_drops), "{what}");
+            assert_eq!(trusted, still_trusted, "{what}");
+            assert!(scan.counters().errors() > 0, "{what}");
+            let mut k = *sized.counters();
+            assert!(
+                k.sized_fragments >= 1,
+                "{what}: the first fragment was sized"
+            );
+            k.sized_fragments = 0;
+            assert_eq!(&k, scan.counters(), "{what}");
+        }
+    }
+
+    #[test]
+    fn with_a_reported_length_a_payload_word_equal_to_a_control_word_is_data() {
+        let (mut s, unit) = framed_stream(&[0, 1], false);
+        s[20] = SLINK_END;
+        s[unit + 21] = SLINK_BEGIN;
+        let cfg = SlinkCheckConfig {
+            framing: true,
+            ..Default::default()
+        };
+        let mut c = SlinkChecker::new(cfg);
+        let (got, drops, trusted) = collect_sized(&mut c, &s, unit);
+        assert_eq!(got, [(0, 0), (1, 0)]);
+        assert!(drops.is_empty() && trusted);
+        assert_eq!(c.counters().errors(), 0);
+        // The value scan cannot tell: it splits both fragments.
+        let mut scan = SlinkChecker::new(cfg);
+        collect(&mut scan, &s);
+        assert!(scan.counters().errors() > 0);
+    }
+
+    #[test]
+    fn a_sized_item_can_be_unread() {
+        let (s, unit) = framed_stream(&[0, 1, 2], false);
+        let mut c = SlinkChecker::new(SlinkCheckConfig {
+            framing: true,
+            ..Default::default()
+        });
+        let (mut at, mut hint) = (0, Some(unit));
+        c.next_item_sized(&s, &mut at, &mut hint).unwrap();
+        let before = (at, *c.counters());
+        c.next_item_sized(&s, &mut at, &mut hint).unwrap();
+        c.unread();
+        at = before.0;
+        assert_eq!(*c.counters(), before.1);
+        let Some(SlinkItem::Fragment(f)) = c.next_item_sized(&s, &mut at, &mut hint) else {
+            panic!("the second fragment again");
+        };
+        assert_eq!((f.extended_l1id, f.status.word()), (1, 0));
+        assert_eq!(c.counters().sized_fragments, 2);
     }
 
     #[test]

@@ -471,6 +471,7 @@ fn bad_slink(backend: Backend) {
             bytes_used: words.len() * 4,
             units: 10,
             sequence: 0,
+            unit_bytes: 0,
         })
         .unwrap();
     let dir = tempfile_dir(&format!("{backend:?}"));

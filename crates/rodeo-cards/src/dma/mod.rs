@@ -121,6 +121,11 @@ pub struct Filled<S> {
     pub units: u64,
     /// Position of this superpage in the channel's fill order, from 0.
     pub sequence: u64,
+    /// The length in bytes of every unit of the superpage, when the source reported it and
+    /// every unit has it (0: not reported): the card's descriptor, as a real card reports each
+    /// fragment's length in its DMA descriptor, so the reader finds a unit's end without
+    /// scanning for it ([`Fill::unit_bytes`]).
+    pub unit_bytes: usize,
 }
 
 impl<S: SuperpageBuffer> Filled<S> {
@@ -187,6 +192,37 @@ pub struct Fill {
     pub bytes: usize,
     /// Whole units written.
     pub units: u64,
+    /// The length in bytes of every unit written, when the source knows it and every unit
+    /// has it (0: not reported, or units of different lengths). A real card reports each
+    /// fragment's length in its descriptor (the S-LINK control bit ends a fragment, not a
+    /// word's value); an emulator that writes units of one size reports it here and the
+    /// channel passes it on in [`Filled::unit_bytes`].
+    pub unit_bytes: usize,
+}
+
+impl Fill {
+    /// Adds `next`, written after this, to it: a unit length is kept only when both report
+    /// the same (or one of them wrote nothing).
+    pub fn append(&mut self, next: Fill) {
+        if next.units > 0 {
+            self.unit_bytes = if self.units == 0 || self.unit_bytes == next.unit_bytes {
+                next.unit_bytes
+            } else {
+                0
+            };
+        }
+        self.bytes += next.bytes;
+        self.units += next.units;
+    }
+
+    /// One more unit of `bytes` bytes written after the others (for a generator's loop).
+    pub fn push_unit(&mut self, bytes: usize) {
+        self.append(Fill {
+            bytes,
+            units: 1,
+            unit_bytes: bytes,
+        });
+    }
 }
 
 impl<G: Generator + ?Sized> Generator for Box<G> {
@@ -707,6 +743,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
             bytes_used: fill.bytes,
             units: fill.units,
             sequence: self.sequence,
+            unit_bytes: fill.unit_bytes,
         });
         self.sequence += 1;
         self.push_ready();
@@ -805,8 +842,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         if let Some(l) = &mut self.limits {
             l.charge(f);
         }
-        fill.bytes += f.bytes;
-        fill.units += f.units;
+        fill.append(f);
         let total = *fill;
         let finished = self.generator.is_finished();
         if f.units > 0 {
@@ -930,6 +966,93 @@ mod tests {
             }
         }
         words
+    }
+
+    #[test]
+    fn a_unit_length_is_kept_only_while_every_unit_has_it() {
+        let mut f = Fill::default();
+        f.append(Fill::default());
+        assert_eq!(f, Fill::default());
+        f.push_unit(40);
+        f.push_unit(40);
+        assert_eq!((f.bytes, f.units, f.unit_bytes), (80, 2, 40));
+        // A call that wrote nothing changes nothing.
+        f.append(Fill::default());
+        assert_eq!(f.unit_bytes, 40);
+        f.append(Fill {
+            bytes: 80,
+            units: 2,
+            unit_bytes: 40,
+        });
+        assert_eq!((f.bytes, f.units, f.unit_bytes), (160, 4, 40));
+        f.push_unit(44);
+        assert_eq!((f.units, f.unit_bytes), (5, 0));
+        f.push_unit(40);
+        assert_eq!(f.unit_bytes, 0, "once mixed, never reported");
+        // A source that reports nothing makes the superpage report nothing.
+        let mut g = Fill::default();
+        g.push_unit(64);
+        g.append(Fill {
+            bytes: 64,
+            units: 1,
+            unit_bytes: 0,
+        });
+        assert_eq!(g.unit_bytes, 0);
+    }
+
+    #[test]
+    fn an_emulated_slink_card_reports_its_fragments_length() {
+        use crate::generator::{SlinkConfig, SlinkGenerator, WordRange};
+        for (data_words, fixed) in [
+            (WordRange::fixed(100), true),
+            (WordRange::uniform(0, 90), false),
+        ] {
+            let config = SlinkConfig {
+                framing: true,
+                data_words,
+                ..SlinkConfig::default()
+            };
+            let ch = EmulatedChannel::start(
+                "test-slink-card",
+                EmulatedConfig {
+                    queue_depth: 2,
+                    ..EmulatedConfig::default()
+                },
+                SlinkGenerator::new(config),
+            )
+            .unwrap();
+            ch.push_superpage(vec![0; 8192]).unwrap();
+            ch.push_superpage(vec![0; 8192]).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut seen = 0;
+            while seen < 6 {
+                assert!(Instant::now() < deadline, "no superpage: {:?}", ch.status());
+                let Some(f) = ch.pop_superpage() else {
+                    std::thread::yield_now();
+                    continue;
+                };
+                seen += 1;
+                if fixed {
+                    assert_eq!(f.unit_bytes, 4 * config.fragment_words(100));
+                }
+                if f.unit_bytes > 0 {
+                    // Every unit has that length: a begin word at each start, an end word
+                    // at each end.
+                    let w: Vec<u32> = f
+                        .data()
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+                        .collect();
+                    let n = f.unit_bytes / 4;
+                    assert_eq!(w.len(), n * f.units as usize);
+                    for u in w.chunks_exact(n) {
+                        assert_eq!(u[0], rodeo_format::fragment::SLINK_BEGIN);
+                        assert_eq!(u[n - 1], rodeo_format::fragment::SLINK_END);
+                    }
+                }
+                ch.push_superpage(f.superpage).unwrap();
+            }
+        }
     }
 
     #[test]

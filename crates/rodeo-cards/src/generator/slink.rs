@@ -150,9 +150,7 @@ impl SlinkGenerator {
         }
         let data_bytes = 4 * ndata as usize;
         let base = counter_word(c.source_id, l1id, 0);
-        for (i, w) in out[at..at + data_bytes].chunks_exact_mut(4).enumerate() {
-            w.copy_from_slice(&base.wrapping_add(i as u32).to_le_bytes());
-        }
+        write_counter(&mut out[at..at + data_bytes], base);
         at += data_bytes;
         let trailer = [STATUS_WORDS as u32, ndata, 0];
         for w in trailer {
@@ -172,6 +170,27 @@ impl SlinkGenerator {
         if c.framing {
             put(SLINK_END);
         }
+    }
+}
+
+/// Writes the counter payload `base`, `base + 1`, ... as little-endian words into `data` (a
+/// multiple of 4 bytes). A word-aligned `data` (a superpage always is) is written as words, which
+/// the compiler turns into vector stores; an unaligned one word by word as bytes.
+fn write_counter(data: &mut [u8], base: u32) {
+    // SAFETY: `u32` and `u8` have no invalid bit patterns and no padding, so viewing the bytes
+    // as words (only the aligned middle part `align_to_mut` returns) is sound; the words alias
+    // nothing else while `data` is borrowed mutably here.
+    let (head, words, _) = unsafe { data.align_to_mut::<u32>() };
+    if head.is_empty() {
+        // Aligned: the fragment's words are the slice's words (the tail is empty: `data` is a
+        // multiple of 4 bytes).
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = base.wrapping_add(i as u32).to_le();
+        }
+        return;
+    }
+    for (i, w) in data.chunks_exact_mut(4).enumerate() {
+        w.copy_from_slice(&base.wrapping_add(i as u32).to_le_bytes());
     }
 }
 
@@ -201,8 +220,8 @@ impl Generator for SlinkGenerator {
                 break;
             };
             self.write_fragment(out, ndata);
-            fill.bytes += bytes;
-            fill.units += 1;
+            // The card's descriptor: the fragment's length, as the link's control bit ends it.
+            fill.push_unit(bytes);
             self.l1id.advance();
             self.next_words = self.config.data_words.draw(&mut self.rng);
         }
@@ -281,6 +300,35 @@ mod tests {
     }
 
     #[test]
+    fn aligned_and_unaligned_buffers_get_the_same_fragments() {
+        let config = SlinkConfig {
+            framing: true,
+            data_words: WordRange::uniform(0, 70),
+            ..SlinkConfig::default()
+        };
+        let mut aligned = vec![0u32; 1024];
+        let mut bytes = vec![0u8; 4 * 1024 + 3];
+        for shift in 0..4 {
+            let mut a = SlinkGenerator::new(config);
+            let mut u = SlinkGenerator::new(config);
+            let fa = a.fill(bytemuck_bytes(&mut aligned), u64::MAX);
+            let fu = u.fill(&mut bytes[shift..shift + 4 * 1024], u64::MAX);
+            assert_eq!(fa, fu);
+            assert!(fa.units > 3);
+            let got = words(&bytes[shift..shift + fu.bytes]);
+            assert_eq!(&got[..], &aligned[..fa.bytes / 4], "shift {shift}");
+        }
+    }
+
+    /// The bytes of `words` (little-endian words: this target's order).
+    fn bytemuck_bytes(words: &mut [u32]) -> &mut [u8] {
+        let n = words.len() * 4;
+        // SAFETY: the bytes of `words`, exactly its memory, borrowed as long as it is; u8 has
+        // no invalid bit patterns.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), n) }
+    }
+
+    #[test]
     fn never_splits_a_fragment() {
         let mut g = SlinkGenerator::new(SlinkConfig {
             data_words: WordRange::fixed(100),
@@ -291,7 +339,8 @@ mod tests {
             g.fill(&mut buf, u64::MAX),
             Fill {
                 bytes: 904,
-                units: 2
+                units: 2,
+                unit_bytes: 452,
             }
         );
         assert_eq!(g.fill(&mut buf[..100], u64::MAX), Fill::default());

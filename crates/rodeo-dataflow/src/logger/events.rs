@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rodeo_format::checksum::bytes_as_words;
+use rodeo_format::checksum::{
+    adler32, adler32_concat, bytes_as_words, words_as_bytes, ChecksumType, ADLER32_INIT,
+};
 use rodeo_format::compress::{EventCompressor, DEFAULT_ZSTD_LEVEL};
 use rodeo_format::fragment::{FullEvent, Status};
 use rodeo_transport::message::{decode, Message};
@@ -88,6 +90,9 @@ impl Logger {
             self.next_sequence.resize(s + 1, 1);
         }
         let mut words = words;
+        let mut summed = (parsed.words().len() == words.len())
+            .then(|| record_checksum(&parsed))
+            .flatten();
         let mut compressed = parsed.compression() != 0;
         if self.config.compression == LoggerCompression::Zstd && !compressed {
             let c = match self.compressor.as_mut() {
@@ -108,11 +113,12 @@ impl Logger {
             }
             words = packed;
             compressed = true;
+            summed = None;
         }
         // A full directory is left for the next one and the event written there: at most one
         // try per directory.
         let bytes = loop {
-            match self.write(s, words, compressed) {
+            match self.write(s, words, compressed, summed) {
                 Ok(bytes) => break bytes,
                 Err(e) => match disk_full_reason(&e) {
                     Some((why, kind)) => {
@@ -179,8 +185,14 @@ impl Logger {
     }
 
     /// Writes one event to stream `s` in the directory in use, opening its file first if
-    /// need be; returns the bytes stored.
-    fn write(&mut self, s: usize, words: &[u32], compressed: bool) -> Result<u64, DataflowError> {
+    /// need be (`summed`: the Adler-32 of its bytes, when known); returns the bytes stored.
+    fn write(
+        &mut self,
+        s: usize,
+        words: &[u32],
+        compressed: bool,
+        summed: Option<u32>,
+    ) -> Result<u64, DataflowError> {
         if self.writers[s].is_none() {
             let Some(dir) = self.disks.current().map(Path::to_path_buf) else {
                 return Err(DataflowError::Config {
@@ -206,6 +218,100 @@ impl Logger {
         let Some(writer) = self.writers[s].as_mut() else {
             return Ok(0);
         };
-        writer.write(&self.config.name, words, compressed)
+        writer.write(&self.config.name, words, compressed, summed)
+    }
+}
+
+/// The Adler-32 of every byte of an uncompressed event, from the Adler-32 its DCM computed
+/// over the payload (the event's checksum word) and the header and checksum words summed
+/// here: the payload, nearly all of the event, is not read again (module docs, "Record
+/// checksums"). `None` when the event carries no Adler-32 of its payload (another checksum
+/// type, none, or a compressed payload): the file writer then sums the bytes itself.
+pub(super) fn record_checksum(event: &FullEvent<'_>) -> Option<u32> {
+    if event.checksum_type() != ChecksumType::Adler32 || event.compression() != 0 {
+        return None;
+    }
+    let payload_sum = event.checksum_word()?;
+    let words = event.words();
+    let payload_words = event.payload().len();
+    let head = words.get(..event.header_size())?;
+    if head.len() + payload_words + 1 != words.len() {
+        return None;
+    }
+    let sum = adler32_concat(
+        adler32(ADLER32_INIT, words_as_bytes(head)),
+        payload_sum,
+        4 * payload_words as u64,
+    );
+    Some(adler32_concat(
+        sum,
+        adler32(ADLER32_INIT, &payload_sum.to_le_bytes()),
+        4,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use rodeo_format::fragment::{EventBuilder, StreamTag};
+
+    use super::*;
+
+    fn event(checksum: ChecksumType, compression: u32) -> Vec<u32> {
+        let robs: Vec<Vec<u32>> = (0..3u32)
+            .map(|r| {
+                (0..500 + r)
+                    .map(|i| i.wrapping_mul(2_654_435_761) ^ r)
+                    .collect()
+            })
+            .collect();
+        let pieces: Vec<&[u32]> = robs.iter().map(Vec::as_slice).collect();
+        let tags = [StreamTag {
+            name: "Main",
+            stream_type: "physics",
+        }];
+        let mut out = Vec::new();
+        EventBuilder {
+            checksum,
+            compression,
+            global_id: 42,
+            stream_tags: &tags,
+            robs: &pieces,
+            ..EventBuilder::default()
+        }
+        .write_vec(&mut out)
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn the_record_checksum_from_the_dcms_is_the_sum_of_every_byte() {
+        let words = event(ChecksumType::Adler32, 0);
+        let parsed = FullEvent::parse(&words).unwrap();
+        assert_eq!(
+            record_checksum(&parsed),
+            Some(adler32(ADLER32_INIT, words_as_bytes(&words)))
+        );
+        // A payload word damaged after the DCM summed it: the record keeps the DCM's sum, so
+        // it disagrees with the bytes written and the file's readers find it.
+        let mut damaged = words.clone();
+        damaged[parsed.header_size() + 7] ^= 0x100;
+        let parsed = FullEvent::parse(&damaged).unwrap();
+        assert_ne!(
+            record_checksum(&parsed),
+            Some(adler32(ADLER32_INIT, words_as_bytes(&damaged)))
+        );
+    }
+
+    #[test]
+    fn without_an_adler32_of_the_payload_the_writer_sums_it() {
+        for (checksum, compression) in [
+            (ChecksumType::None, 0),
+            (ChecksumType::Crc16, 0),
+            (ChecksumType::Adler32, 1),
+        ] {
+            let words = event(checksum, compression);
+            let parsed = FullEvent::parse(&words).unwrap();
+            assert_eq!(record_checksum(&parsed), None, "{checksum:?} {compression}");
+        }
     }
 }

@@ -14,6 +14,17 @@
 //! acknowledges the whole batch: the cost of a sync is shared by the batch, and under load the
 //! batch grows by itself.
 //!
+//! # Record checksums
+//!
+//! Every record of rodeo's container carries the Adler-32 of its event's bytes. A DCM already
+//! summed the payload (the event format's Adler-32 checksum word, its default), so the logger
+//! combines that sum with the header and checksum words it sums itself
+//! (`rodeo_format::checksum::adler32_concat`) and does not read the payload a second time:
+//! the event is only copied into the direct-I/O buffer. The record's checksum is then the
+//! DCM's, so an event damaged between the DCM and the disk disagrees with it and every reader
+//! of the file (`rodeo verify`, `scripts/raw-file-check`) reports it. An event without an
+//! Adler-32 of its payload (another checksum type, none, compressed) is summed here as before.
+//!
 //! # Exactly once
 //!
 //! An event reassigned after a timeout may reach the logger twice (the slow node finishing it

@@ -62,22 +62,26 @@ impl StreamWriter {
         }
     }
 
-    /// Writes one event (`compressed`: a zstd event, rodeo's record flag); returns the bytes
-    /// stored.
+    /// Writes one event (`compressed`: a zstd event, rodeo's record flag; `summed`: the
+    /// Adler-32 of its bytes when known, so rodeo's writer does not sum them again); returns
+    /// the bytes stored.
     pub(super) fn write(
         &mut self,
         app: &str,
         words: &[u32],
         compressed: bool,
+        summed: Option<u32>,
     ) -> Result<u64, DataflowError> {
         match self {
-            StreamWriter::Rodeo(w) => w
-                .write_event(words, u32::from(compressed))
-                .map(|_| 4 * words.len() as u64)
-                .map_err(|source| DataflowError::Files {
-                    app: app.to_string(),
-                    source,
-                }),
+            StreamWriter::Rodeo(w) => match summed {
+                Some(sum) => w.write_event_summed(words, u32::from(compressed), sum),
+                None => w.write_event(words, u32::from(compressed)),
+            }
+            .map(|_| 4 * words.len() as u64)
+            .map_err(|source| DataflowError::Files {
+                app: app.to_string(),
+                source,
+            }),
             StreamWriter::Es(w) => {
                 let before = w.data_bytes();
                 w.write_event(words)

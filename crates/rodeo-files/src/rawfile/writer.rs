@@ -281,12 +281,40 @@ impl RawFileWriter {
         self.write_event_pieces(&[fragment], flags)
     }
 
+    /// Writes one event record holding `fragment` whose Adler-32 (of its bytes, from
+    /// [`ADLER32_INIT`]) the caller already knows: `checksum` goes into the record as it is,
+    /// and the fragment is only copied, not read a second time to sum it. The caller must have
+    /// it from the fragment's writer (a DCM's payload checksum, combined with
+    /// `rodeo_format::checksum::adler32_concat`), so that a fragment damaged on the way
+    /// disagrees with its record's checksum and every reader finds it.
+    pub fn write_event_summed(
+        &mut self,
+        fragment: &[u32],
+        flags: u32,
+        checksum: u32,
+    ) -> Result<EventLocation, RawFileError> {
+        self.write_record_summed(&[fragment], flags, checksum)
+    }
+
     /// Writes one event record whose fragment is the concatenation of `pieces` (scatter-gather:
     /// nothing is joined in memory; the checksum is accumulated piece by piece).
     pub fn write_event_pieces(
         &mut self,
         pieces: &[&[u32]],
         flags: u32,
+    ) -> Result<EventLocation, RawFileError> {
+        let checksum = pieces
+            .iter()
+            .fold(ADLER32_INIT, |a, p| adler32(a, words_as_bytes(p)));
+        self.write_record_summed(pieces, flags, checksum)
+    }
+
+    /// Writes one event record of `pieces` whose fragment bytes have Adler-32 `checksum`.
+    fn write_record_summed(
+        &mut self,
+        pieces: &[&[u32]],
+        flags: u32,
+        checksum: u32,
     ) -> Result<EventLocation, RawFileError> {
         let words: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         let record_words = words + u64::from(EVENT_HEADER_WORDS);
@@ -300,9 +328,6 @@ impl RawFileWriter {
                 reason: "no open file".into(),
             });
         };
-        let checksum = pieces
-            .iter()
-            .fold(ADLER32_INIT, |a, p| adler32(a, words_as_bytes(p)));
         let mut header = [0u8; 16];
         for (i, w) in [EVENT_MARKER, size_word, flags, checksum]
             .iter()

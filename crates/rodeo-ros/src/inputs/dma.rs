@@ -26,12 +26,18 @@ use crate::store::{EventStore, IngestError};
 struct DmaLane<D> {
     channel: D,
     checker: SlinkChecker,
-    /// The superpage being read and the word the checker resumes at.
-    current: Option<(Filled<Superpage>, usize)>,
+    /// The superpage being read, the word the checker resumes at, and the length in words
+    /// of its fragments while the card's report of it holds (`SlinkChecker::next_item_sized`).
+    current: Option<(Filled<Superpage>, usize, Option<usize>)>,
 }
 
 /// One DMA channel per store channel (channel `i` feeds store channel `i`), each superpage
 /// checked by a [`SlinkChecker`] in its pull form. Words the checker drops go to the error dump.
+///
+/// When the card reports the length of the superpage's fragments ([`Filled::unit_bytes`]), the
+/// checker finds each fragment's end at that offset (`SlinkChecker::next_item_sized`) instead
+/// of scanning every word for the end word; from the first fragment that does not fit it, the
+/// rest of the superpage is scanned, so a damaged stream is checked and counted as before.
 ///
 /// When the store refuses a fragment (full), the checker takes it back
 /// ([`SlinkChecker::unread`]), the superpage is kept with the position of that fragment, and
@@ -81,11 +87,15 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
             while budget > 0 {
                 if lane.current.is_none() {
                     match lane.channel.pop_superpage() {
-                        Some(f) => lane.current = Some((f, 0)),
+                        Some(f) => {
+                            let sized = (f.unit_bytes % 4 == 0 && f.unit_bytes > 0)
+                                .then_some(f.unit_bytes / 4);
+                            lane.current = Some((f, 0, sized));
+                        }
                         None => break,
                     }
                 }
-                let Some((filled, at)) = lane.current.as_mut() else {
+                let Some((filled, at, sized)) = lane.current.as_mut() else {
                     break;
                 };
                 let used = filled.bytes_used.min(filled.superpage.len()) / 4;
@@ -93,7 +103,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                 let mut blocked = false;
                 while budget > 0 {
                     let before = *at;
-                    let Some(item) = lane.checker.next_item(words, at) else {
+                    let Some(item) = lane.checker.next_item_sized(words, at, sized) else {
                         break;
                     };
                     match item {
@@ -116,7 +126,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                 }
                 if *at >= used {
                     self.errors.set(c, lane.checker.counters().errors());
-                    let (filled, _) = lane.current.take().expect("checked above");
+                    let (filled, _, _) = lane.current.take().expect("checked above");
                     // The superpage came from this channel: its transfer queue has room.
                     let _ = lane.channel.push_superpage(filled.superpage);
                 }

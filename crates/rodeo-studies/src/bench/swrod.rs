@@ -150,6 +150,7 @@ impl Replay {
                     bytes_used,
                     units,
                     sequence,
+                    unit_bytes: 0,
                 })
             })
             .collect();
