@@ -297,7 +297,7 @@ impl Dcm {
             self.expire_requests(now, readout, loggers)?;
             self.resend_unacked(now, loggers)?;
         }
-        if !self.timer_due.is_some_and(|t| t <= now) {
+        if self.timer_due.is_none_or(|t| t > now) {
             return Ok(());
         }
         // Recomputed over the slots below; timers set meanwhile arm it again.
