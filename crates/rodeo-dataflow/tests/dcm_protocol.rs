@@ -106,6 +106,16 @@ struct Harness {
 
 impl Harness {
     fn start(test: &str, tune: impl FnOnce(&mut DcmConfig), fraction: f64) -> Harness {
+        Harness::start_timed(test, tune, fraction, TimeDistribution::Zero)
+    }
+
+    /// As [`Harness::start`], with the trigger holding each slot for `time`.
+    fn start_timed(
+        test: &str,
+        tune: impl FnOnce(&mut DcmConfig),
+        fraction: f64,
+        time: TimeDistribution,
+    ) -> Harness {
         let t = Transport::new(1).unwrap();
         let base = format!("inproc://dcm-{test}-{}", std::process::id());
         let sv = Peer::bind(&t, &format!("{base}-sv"));
@@ -126,7 +136,7 @@ impl Harness {
             fraction,
             stream: 0,
             shares: Vec::new(),
-            time: TimeDistribution::Zero,
+            time,
         };
         let handle =
             dcm::spawn(c, &t, Box::new(trigger), Arc::new(DcmCounters::default())).unwrap();
@@ -294,6 +304,38 @@ fn rule1_a_dcm_announces_one_credit_per_slot() {
     assert_eq!(extra, 0);
     let s = h.stop();
     assert_eq!(s.assigned, 0);
+}
+
+#[test]
+fn held_slots_are_decided_when_their_holds_end_each_one() {
+    // Holds of different lengths in flight together (exponential, mean 30 ms): the DCM looks
+    // over its slots only once the earliest timer is due, so each hold must re-arm the next.
+    let mut h = Harness::start_timed(
+        "hold",
+        |c| c.slots = 4,
+        0.0,
+        TimeDistribution::Exponential(Duration::from_millis(30)),
+    );
+    h.credits(4);
+    for k in 0..4u64 {
+        h.assign(false, 40 + k, 400 + k as u32);
+    }
+    h.serve(Duration::from_millis(100));
+    let mut decided = Vec::new();
+    let t0 = Instant::now();
+    while decided.len() < 4 {
+        assert!(t0.elapsed() < WAIT, "decided only {decided:?}");
+        if let Some(u) = h.update(Duration::from_millis(100)) {
+            decided.extend(u.decisions);
+        }
+    }
+    decided.sort_by_key(|d| d.0);
+    assert_eq!(
+        decided,
+        (40..44).map(|g| (g, Verdict::Reject)).collect::<Vec<_>>()
+    );
+    let s = h.stop();
+    assert_eq!((s.assigned, s.rejected), (4, 4));
 }
 
 #[test]

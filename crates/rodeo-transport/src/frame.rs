@@ -106,14 +106,42 @@ impl FrameOwner for Vec<u8> {
 }
 
 /// A received message: the peer's routing id (ROUTER only) and all frames joined.
+///
+/// After a receive in place ([`Socket::try_recv_in_place`](crate::socket::Socket::try_recv_in_place))
+/// a one-frame ZeroMQ message stays where ZeroMQ put it and `bytes` is empty: read the message
+/// with [`Received::data`], which is right after every kind of receive.
 #[derive(Debug, Default)]
 pub struct Received {
     /// Routing id of the sender (empty unless received on a ROUTER).
     pub peer: Vec<u8>,
-    /// The message's frames, joined.
+    /// The message's frames, joined (empty after a receive in place that kept the message in
+    /// [`Received::data`]).
     pub bytes: Vec<u8>,
     /// Number of frames the message had (not counting the routing id).
     pub frames: u32,
+    /// The one-frame message a receive in place took, not copied (valid while `in_place`).
+    pub(crate) held: Option<zmq::Message>,
+    /// `held` is the message (and `bytes` empty).
+    pub(crate) in_place: bool,
+}
+
+impl Received {
+    /// The message's bytes: [`Received::bytes`], or the message a receive in place left where
+    /// ZeroMQ put it.
+    pub fn data(&self) -> &[u8] {
+        match (&self.held, self.in_place) {
+            (Some(m), true) => m,
+            _ => &self.bytes,
+        }
+    }
+
+    /// Empties it for the next message (the held message's buffer is kept for reuse).
+    pub(crate) fn reset(&mut self) {
+        self.peer.clear();
+        self.bytes.clear();
+        self.frames = 0;
+        self.in_place = false;
+    }
 }
 
 /// Messages refused on receipt in this process so far because they were larger than their

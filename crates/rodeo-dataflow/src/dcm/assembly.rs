@@ -207,8 +207,9 @@ impl Dcm {
             // The logger is gone or stuck: try shipping again shortly.
             self.summary.send_failures += 1;
             self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
-            self.slots[i].retry_at =
-                Some(Instant::now() + self.config.retry_delay.max(Duration::from_millis(10)));
+            let t = Instant::now() + self.config.retry_delay.max(Duration::from_millis(10));
+            self.slots[i].retry_at = Some(t);
+            self.arm(t);
             return Ok(());
         }
         self.summary.events_sent += 1;
@@ -218,7 +219,7 @@ impl Dcm {
     }
 
     pub(super) fn on_ack(&mut self, msg: &Received) {
-        let Ok(decoded) = decode(&msg.bytes) else {
+        let Ok(decoded) = decode(msg.data()) else {
             self.summary.bad_messages += 1;
             self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return;

@@ -45,9 +45,11 @@ impl Dcm {
         if outcome.hold.is_zero() {
             self.act(i, outcome.verdict, readout)
         } else {
+            let t = Instant::now() + outcome.hold;
             let s = &mut self.slots[i];
-            s.phase = Phase::Holding(Instant::now() + outcome.hold);
+            s.phase = Phase::Holding(t);
             s.held = Some(outcome.verdict);
+            self.arm(t);
             Ok(())
         }
     }

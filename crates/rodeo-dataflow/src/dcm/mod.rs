@@ -84,6 +84,11 @@ pub const HEARTBEAT: Duration = Duration::from_millis(250);
 /// Longest a send may block on a peer (gone, or not keeping up) before it counts as failed.
 const SEND_TIMEOUT_MS: i32 = 1000;
 
+/// How often the slots are looked over for a request or acknowledgement past its timeout
+/// ([`faults::REQUEST_TIMEOUT`], [`faults::ACK_TIMEOUT`]: seconds, so found at most this much
+/// later), and on every turn while a readout node is down.
+const FAULT_SCAN_EVERY: Duration = Duration::from_millis(10);
+
 /// A readout node as a DCM sees it (its peer): the request endpoint it asks and the ROBs it
 /// holds. Not the node itself (`rodeo_ros::node::ReadoutNode`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -388,6 +393,13 @@ struct Dcm {
     piece_views: Vec<&'static [u32]>,
     /// Event sampling for monitoring (`[monitoring]`), if configured.
     sampler: Option<sampler::Sampler>,
+    /// The earliest slot timer (retry or hold) that may be due: set by [`Dcm::arm`] wherever
+    /// a slot's timer is set, recomputed by the timer pass. `None`: no slot has one. The timer
+    /// pass and the poll's timeout look at the slots only from then, not on every loop turn
+    /// (a turn per message, each a pass over every slot, was a quarter of the DCM's CPU).
+    timer_due: Option<Instant>,
+    /// When the request and acknowledgement timeouts are next looked for ([`FAULT_SCAN_EVERY`]).
+    fault_scan_at: Instant,
 }
 
 /// The transaction id of a request: slot index and the slot's event generation.
@@ -433,6 +445,8 @@ impl Dcm {
             rob_views: Vec::new(),
             piece_views: Vec::new(),
             sampler: None,
+            timer_due: None,
+            fault_scan_at: Instant::now(),
             config,
             algorithm,
             counters,
@@ -482,7 +496,7 @@ impl Dcm {
             last_turn = now;
             if ready & 1 != 0 {
                 while supervisor
-                    .try_recv(&mut msg)
+                    .try_recv_in_place(&mut msg)
                     .map_err(self.terr("receive"))?
                 {
                     self.on_supervisor(&msg, &mut readout)?;
@@ -491,7 +505,7 @@ impl Dcm {
             for k in 0..readout.len() {
                 if ready & (1 << (1 + k)) != 0 {
                     while readout[k]
-                        .try_recv(&mut msg)
+                        .try_recv_in_place(&mut msg)
                         .map_err(self.terr("receive"))?
                     {
                         self.on_reply(k, &msg, &mut readout, &mut loggers)?;
@@ -501,19 +515,23 @@ impl Dcm {
             let first_logger = 1 + readout.len();
             for (k, logger) in loggers.iter_mut().enumerate() {
                 if ready & (1 << (first_logger + k)) != 0 {
-                    while logger.try_recv(&mut msg).map_err(self.terr("receive"))? {
+                    while logger
+                        .try_recv_in_place(&mut msg)
+                        .map_err(self.terr("receive"))?
+                    {
                         self.on_ack(&msg);
                     }
                 }
             }
-            self.run_timers(&mut readout, &mut loggers)?;
-            self.send_update(&mut supervisor, false)?;
+            let now = Instant::now();
+            self.run_timers(now, &mut readout, &mut loggers)?;
+            self.send_update(&mut supervisor, false, now)?;
         }
         self.summary.unfinished =
             self.slots.iter().filter(|s| s.phase != Phase::Free).count() as u64;
         // Report what is finished; the rest is the supervisor's to reassign.
         if !self.decisions.is_empty() {
-            self.send_update(&mut supervisor, true)?;
+            self.send_update(&mut supervisor, true, Instant::now())?;
         }
         Ok(self.summary)
     }
@@ -525,13 +543,8 @@ impl Dcm {
         if !self.decisions.is_empty() || self.credits > 0 {
             next = now;
         }
-        for s in &self.slots {
-            if let Some(t) = s.retry_at {
-                next = next.min(t);
-            }
-            if let Phase::Holding(t) = s.phase {
-                next = next.min(t);
-            }
+        if let Some(t) = self.timer_due {
+            next = next.min(t);
         }
         let ms = next
             .saturating_duration_since(now)
@@ -540,8 +553,20 @@ impl Dcm {
         (ms as i64).min(50)
     }
 
-    fn send_update(&mut self, supervisor: &mut Socket, force: bool) -> Result<(), DataflowError> {
-        let due = Instant::now().duration_since(self.last_update) >= HEARTBEAT;
+    /// Notes that a slot's timer (`retry_at`, or the end of a hold) is set for `t`.
+    fn arm(&mut self, t: Instant) {
+        self.timer_due = Some(self.timer_due.map_or(t, |d| d.min(t)));
+    }
+
+    /// Sends an `Update` when there are decisions or credits to report, or the heartbeat is due
+    /// at `now` (the loop turn's time).
+    fn send_update(
+        &mut self,
+        supervisor: &mut Socket,
+        force: bool,
+        now: Instant,
+    ) -> Result<(), DataflowError> {
+        let due = now.duration_since(self.last_update) >= HEARTBEAT;
         if self.decisions.is_empty() && self.credits == 0 && !due && !force {
             return Ok(());
         }
@@ -553,12 +578,12 @@ impl Dcm {
             // report, not to hide).
             self.summary.send_failures += 1;
             self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
-            self.last_update = Instant::now();
+            self.last_update = now;
             return Ok(());
         }
         self.decisions.clear();
         self.credits = 0;
-        self.last_update = Instant::now();
+        self.last_update = now;
         Ok(())
     }
 
@@ -567,7 +592,7 @@ impl Dcm {
         msg: &Received,
         readout: &mut [Socket],
     ) -> Result<(), DataflowError> {
-        let Ok(decoded) = decode(&msg.bytes) else {
+        let Ok(decoded) = decode(msg.data()) else {
             self.summary.bad_messages += 1;
             self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());

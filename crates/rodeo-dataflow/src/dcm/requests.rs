@@ -123,7 +123,9 @@ impl Dcm {
             s.wanted[n] = wanted;
             s.waiting = s.waiting.saturating_sub(1);
             if s.waiting == 0 {
-                s.retry_at = Some(Instant::now() + self.config.retry_delay);
+                let t = Instant::now() + self.config.retry_delay;
+                s.retry_at = Some(t);
+                self.arm(t);
             }
             return Ok(());
         }
@@ -149,7 +151,7 @@ impl Dcm {
         readout: &mut [Socket],
         loggers: &mut [Socket],
     ) -> Result<(), DataflowError> {
-        let Ok(decoded) = decode(&msg.bytes) else {
+        let Ok(decoded) = decode(msg.data()) else {
             self.summary.bad_messages += 1;
             self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -240,7 +242,9 @@ impl Dcm {
             if s.retries < self.config.max_retries
                 && s.assigned_at.elapsed() < self.config.max_pending_time
             {
-                s.retry_at = Some(Instant::now() + self.config.retry_delay);
+                let t = Instant::now() + self.config.retry_delay;
+                s.retry_at = Some(t);
+                self.arm(t);
                 return Ok(());
             }
             s.partial = true;
@@ -268,7 +272,9 @@ impl Dcm {
                 if loggers.is_empty() {
                     // Reached without any request (every ROB already fetched): ship on the
                     // next timer pass, which has the loggers.
-                    self.slots[i].retry_at = Some(Instant::now());
+                    let t = Instant::now();
+                    self.slots[i].retry_at = Some(t);
+                    self.arm(t);
                     return Ok(());
                 }
                 self.ship(i, loggers)
@@ -277,19 +283,32 @@ impl Dcm {
         }
     }
 
+    /// The timers at `now` (the loop turn's time): requests and acknowledgements past their
+    /// timeout (every [`super::FAULT_SCAN_EVERY`], and every turn while a node is down), then
+    /// the slots' retries and holds, once the earliest of them is due ([`Dcm::arm`]).
     pub(super) fn run_timers(
         &mut self,
+        now: Instant,
         readout: &mut [Socket],
         loggers: &mut [Socket],
     ) -> Result<(), DataflowError> {
-        let now = Instant::now();
-        self.expire_requests(now, readout, loggers)?;
-        self.resend_unacked(now, loggers)?;
+        if now >= self.fault_scan_at || self.nodes.iter().any(|n| n.down) {
+            self.fault_scan_at = now + super::FAULT_SCAN_EVERY;
+            self.expire_requests(now, readout, loggers)?;
+            self.resend_unacked(now, loggers)?;
+        }
+        if self.timer_due.is_none_or(|t| t > now) {
+            return Ok(());
+        }
+        // Recomputed over the slots below; timers set meanwhile arm it again.
+        self.timer_due = None;
         for i in 0..self.slots.len() {
             if let Phase::Holding(t) = self.slots[i].phase {
                 if t <= now {
                     let v = self.slots[i].held.take().unwrap_or(Verdict::Reject);
                     self.act(i, v, readout)?;
+                } else {
+                    self.arm(t);
                 }
                 continue;
             }
@@ -297,6 +316,7 @@ impl Dcm {
                 continue;
             };
             if t > now {
+                self.arm(t);
                 continue;
             }
             self.slots[i].retry_at = None;

@@ -26,7 +26,7 @@ pub(super) struct Dcm {
 
 impl Supervisor {
     pub(super) fn handle(&mut self, msg: &Received) {
-        let Ok(decoded) = decode(&msg.bytes) else {
+        let Ok(decoded) = decode(msg.data()) else {
             self.bad_message();
             return;
         };

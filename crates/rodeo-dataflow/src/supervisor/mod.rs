@@ -262,7 +262,10 @@ impl Supervisor {
         loop {
             // Everything that arrived, without waiting.
             let mut got_any = false;
-            while router.try_recv(&mut msg).map_err(self.terr("receive"))? {
+            while router
+                .try_recv_in_place(&mut msg)
+                .map_err(self.terr("receive"))?
+            {
                 got_any = true;
                 self.handle(&msg);
             }

@@ -3,8 +3,10 @@
 //!
 //! The core thread's logic (descriptors, pending queue, clears, replies built from page
 //! references) is written once, against this trait. A source only moves requests in and
-//! replies out: [`ZmqSource`] decodes protocol messages from a ROUTER and sends replies as a
-//! header frame plus one zero-copy frame per page segment; [`super::direct`] hands typed
+//! replies out: [`ZmqSource`] decodes protocol messages from a ROUTER (received in place, not
+//! copied) and sends a reply of up to [`JOIN_REPLY_BYTES`] as one frame the fragments are copied
+//! into, a larger one as a header frame plus one zero-copy frame per page segment (shared
+//! memory: always copied into the sample); [`super::direct`] hands typed
 //! requests and page references over bounded lock-free queues to a tester in the same process.
 //!
 //! # Ownership
@@ -18,7 +20,7 @@
 use std::time::Duration;
 
 use rodeo_transport::message::{decode, Message, U32List};
-use rodeo_transport::socket::{Frame, Received, Socket};
+use rodeo_transport::socket::{Frame, FrameOwner, Received, Socket};
 
 use crate::store::{EventStore, HeldSegment, PageRef};
 
@@ -138,6 +140,15 @@ pub trait RequestSource: Send + 'static {
     fn maintain(&mut self, _store: &mut EventStore) {}
 }
 
+/// The largest reply (header and fragments) a [`ZmqSource`] copies into one message instead
+/// of sending its page segments as zero-copy frames. Each zero-copy frame costs ZeroMQ an
+/// allocation and a free (its content record), the owner's box another pair, and the receiver a
+/// frame to take; copying a few KiB costs less than that for the few fragments of a typical
+/// request (the default partition: 2.3 fragments, ~2 KiB per reply). Larger replies (a full
+/// event's worth of big fragments) keep zero copy. On shared memory every reply is copied: the
+/// sample is written once either way.
+pub const JOIN_REPLY_BYTES: usize = 16 * 1024;
+
 /// The ZeroMQ source: a bound ROUTER socket (any inproc/ipc/tcp endpoint).
 pub struct ZmqSource {
     socket: Socket,
@@ -163,7 +174,7 @@ impl RequestSource for ZmqSource {
     type Buffer = Received;
 
     fn try_recv(&mut self, buf: &mut Received) -> bool {
-        matches!(self.socket.try_recv(buf), Ok(true))
+        matches!(self.socket.try_recv_in_place(buf), Ok(true))
     }
 
     fn recv_timeout(&mut self, buf: &mut Received, timeout: Duration) -> bool {
@@ -172,7 +183,7 @@ impl RequestSource for ZmqSource {
     }
 
     fn view(buf: &Received) -> Incoming<'_> {
-        let Ok(d) = decode(&buf.bytes) else {
+        let Ok(d) = decode(buf.data()) else {
             return Incoming::Bad;
         };
         match d.message {
@@ -197,12 +208,21 @@ impl RequestSource for ZmqSource {
         head: &[u8],
         segments: &mut Vec<PageRef>,
     ) -> Result<(), ReplyRefused> {
-        let frames = std::iter::once(Frame::Copy(head))
-            .chain(segments.drain(..).map(|r| Frame::ZeroCopy(Box::new(r))));
+        let seg_bytes: usize = segments.iter().map(|r| r.frame_bytes().len()).sum();
         // Never waits: a peer that does not read loses this reply, nobody else waits for it.
         // A refused message's frames (and so its page references) are dropped before this
         // returns.
-        let r = self.socket.try_send_to(peer, frames).map_err(|e| {
+        let sent = if self.socket.is_shm() || head.len() + seg_bytes <= JOIN_REPLY_BYTES {
+            // Copied into one frame (see JOIN_REPLY_BYTES); the references are dropped below,
+            // here on the core thread, once the bytes are in the message.
+            let pieces = std::iter::once(head).chain(segments.iter().map(FrameOwner::frame_bytes));
+            self.socket.try_send_to_joined(peer, pieces)
+        } else {
+            let frames = std::iter::once(Frame::Copy(head))
+                .chain(segments.drain(..).map(|r| Frame::ZeroCopy(Box::new(r))));
+            self.socket.try_send_to(peer, frames)
+        };
+        let r = sent.map_err(|e| {
             if e.is_would_block() {
                 ReplyRefused::PeerFull
             } else {

@@ -361,8 +361,7 @@ impl ShmSocket {
                 self.refuse();
                 continue;
             }
-            msg.peer.clear();
-            msg.bytes.clear();
+            msg.reset();
             if matches!(self.role, Side::Router { .. }) {
                 msg.peer.extend_from_slice(id);
             }
