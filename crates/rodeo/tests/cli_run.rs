@@ -248,28 +248,41 @@ fn killing_a_dcm_process_loses_no_event() {
     assert_eq!(global_ids(&v).len() as u64, written);
 }
 
-/// Starts `rodeo run --processes` in `dir` (2 kHz, 2 DCMs, heartbeats every 200 ms,
-/// applications that walk down after `dead_after_ms` without a word from the controller) and
-/// waits (bounded) until all five applications run and an event file is complete (events flow
-/// end to end). Returns the controller, its output directory and the marker that finds its
-/// applications.
+/// Starts `rodeo run --processes --seconds 120` in `dir` (the partition of [`start_writing`]
+/// with a 1 s `dcm_timeout_ms`) and waits until it writes.
 fn partition_writing(
     dir: &std::path::Path,
     dead_after_ms: u64,
+) -> (Running, std::path::PathBuf, String) {
+    let extra = "[supervisor]\ndcm_timeout_ms = 1000\n";
+    start_writing(dir, extra, dead_after_ms, &["--seconds", "120"])
+}
+
+/// Starts `rodeo run --processes ARGS` in `dir` (2 kHz, 2 DCMs, heartbeats every 200 ms,
+/// applications that walk down after `dead_after_ms` without a word from the controller, plus
+/// the TOML `extra`) and waits (bounded) until all five applications run and an event file is
+/// complete (events flow end to end). Returns the controller, its output directory and the
+/// marker that finds its applications.
+fn start_writing(
+    dir: &std::path::Path,
+    extra: &str,
+    dead_after_ms: u64,
+    args: &[&str],
 ) -> (Running, std::path::PathBuf, String) {
     let cfg = dir.join("p.toml");
     std::fs::write(
         &cfg,
         format!(
-            "[l1]\nrate_hz = 2000.0\n[supervisor]\ndcm_timeout_ms = 1000\n\
-             [dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
-             dead_after_ms = {dead_after_ms}\n"
+            "[l1]\nrate_hz = 2000.0\n[dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
+             dead_after_ms = {dead_after_ms}\n{extra}"
         ),
     )
     .unwrap();
     let out_dir = dir.join("out");
     let child = rodeo!()
-        .args(["run", "--processes", "--seconds", "120", "--config"])
+        .args(["run", "--processes"])
+        .args(args)
+        .arg("--config")
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
@@ -359,42 +372,8 @@ fn a_machine_frozen_longer_than_dead_after_ends_no_application() {
     // than dead_after_ms. The applications come back first, before the controller could ping:
     // their own stall is not the controller's silence, and nobody leaves.
     let dir = tempfile::tempdir().unwrap();
-    let dead_after_ms = 1500;
-    let cfg = dir.path().join("p.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[l1]\nrate_hz = 2000.0\n[dcm]\nnodes = 2\nslots = 8\n\
-             [control]\nheartbeat_ms = 200\ndead_after_ms = {dead_after_ms}\n"
-        ),
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let child = rodeo!()
-        .args([
-            "run",
-            "--processes",
-            "--seconds",
-            "10",
-            "--json",
-            "--config",
-        ])
-        .arg(&cfg)
-        .arg("--output")
-        .arg(&out_dir)
-        .env("RODEO_LOG", "warn")
-        .spawn();
-    let marker = out_dir.to_str().unwrap().to_string();
-    wait_until(
-        "the partition up and writing",
-        Duration::from_secs(60),
-        || {
-            apps_of(&marker).len() == 5
-                && files_under(&out_dir)
-                    .iter()
-                    .any(|p| p.to_string_lossy().contains(".data"))
-        },
-    );
+    let args = ["--seconds", "10", "--json"];
+    let (child, _out_dir, marker) = start_writing(dir.path(), "", 1500, &args);
     let apps = apps_of(&marker);
     let controller = child.id() as i32;
     let signal_all = |pids: &[i32], sig: i32| {
