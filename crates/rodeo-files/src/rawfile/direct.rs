@@ -28,6 +28,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 /// Alignment of direct writes: memory address, file offset and length (the page size, a
@@ -74,7 +75,9 @@ struct Done {
 #[derive(Debug)]
 struct Writer {
     jobs: Option<SyncSender<Job>>,
-    done: Receiver<Done>,
+    /// Behind a mutex only so that the writer is `Sync` (the Python package keeps a writer in a
+    /// shared object); read through `get_mut`, it is never locked.
+    done: Mutex<Receiver<Done>>,
     thread: Option<JoinHandle<()>>,
     /// A buffer is with the thread.
     busy: bool,
@@ -102,7 +105,7 @@ impl Writer {
             })?;
         Ok(Writer {
             jobs: Some(jobs),
-            done,
+            done: Mutex::new(done),
             thread: Some(thread),
             busy: false,
         })
@@ -267,6 +270,8 @@ impl DirectOut {
         w.busy = false;
         let done = w
             .done
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
             .recv()
             .map_err(|_| io::Error::other("the raw file's writer thread ended"))?;
         match done.result {
