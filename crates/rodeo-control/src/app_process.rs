@@ -29,7 +29,7 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport, TransportE
 
 pub use crate::application::Role;
 use crate::application::{self, AppContext, RunEnd};
-use crate::channel::{self, Heartbeat, ToApp, ToController};
+use crate::channel::{self, stall_limit, Heartbeat, ToApp, ToController};
 use crate::config::{PartitionConfig, RunWords};
 use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, State, TransitionError};
@@ -506,12 +506,6 @@ impl Silence {
     fn silent(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.heard)
     }
-}
-
-/// A gap between two turns of the control loop (at most 50 ms apart by design) that counts as
-/// this process's own stall: a quarter of `dead_after`, never below 250 ms.
-fn stall_limit(dead_after: Duration) -> Duration {
-    (dead_after / 4).max(Duration::from_millis(250))
 }
 
 #[cfg(test)]

@@ -16,11 +16,21 @@
 //! A frame that does not decode is dropped and counted by the receiver; nothing on the channel
 //! can make either side panic.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{Command, State};
 use crate::metrics::AppMetrics;
 use crate::summary::AppSummary;
+
+/// How late a turn of a loop that watches a peer's silence (the controller's monitor, an
+/// application's control loop: each turns every 50-70 ms by design) must come to count as that
+/// loop's own stall, not the peer's silence: a quarter of `dead_after`, never below 250 ms, so
+/// that a tiny `dead_after` does not make every turn a stall.
+pub(crate) fn stall_limit(dead_after: Duration) -> Duration {
+    (dead_after / 4).max(Duration::from_millis(250))
+}
 
 /// The largest control message accepted (a configuration is a few KiB).
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;

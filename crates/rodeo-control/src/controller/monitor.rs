@@ -160,9 +160,7 @@ impl ControllerState {
         let mut t = self.table();
         let now = Instant::now();
         let late = since_check + now.duration_since(asked);
-        // Never below 250 ms: a check is 50-70 ms apart by design, and a tiny `dead_after`
-        // must not turn every check into a stall.
-        if late >= (self.dead_after / 4).max(Duration::from_millis(250)) {
+        if late >= channel::stall_limit(self.dead_after) {
             t.listening_since = Some(now);
             if late >= Duration::from_secs(1) {
                 tracing::warn!(
