@@ -7,10 +7,10 @@
 //! output directory removed afterwards, and reads the kernel's per-thread CPU clocks and
 //! context switches ([`crate::proc_threads`]) of every thread of this process and, with
 //! `--processes`, of every application process (their pids from the controller's status),
-//! about every 200 ms while the run runs (the drive's tick) and once when the supervisor has
-//! sent the last L1 accept. Each thread keeps the last value seen, so what a thread spends
-//! after its last sample (at most one interval, and the stop: files closed, the loggers'
-//! checks) is not in its row; `unsampled_cpu_ns` says how much that was in all, from
+//! at every turn of the run's loop (every 20 ms; an embedded supervisor's thread ends by
+//! itself with its last event, so a coarser interval could miss it whole). Each thread keeps
+//! the last value seen, so what a thread spends after its last sample (at most one interval,
+//! and the stop: files closed, the loggers' checks) is not in its row; `unsampled_cpu_ns` says how much that was in all, from
 //! `getrusage` of this process and of its ended children (the application processes), which
 //! misses nothing.
 //!
@@ -108,7 +108,6 @@ fn measure_in(
     config: rodeo_control::config::PartitionConfig,
     mode: Mode,
 ) -> anyhow::Result<(Profile, PathBuf)> {
-    let events = config.run.events;
     let mut output = OutputDir::open(dir, "rodeo bench partition")?;
     let (self_before, children_before) = rusage_cpu_ns();
     let wall = Instant::now();
@@ -119,18 +118,12 @@ fn measure_in(
     )?;
     let partition = run.partition();
     let sampler = RefCell::new(Sampler::new(mode));
-    let last_sent = RefCell::new(false);
+    // Every turn of the run's loop: a thread's CPU is known only while it lives.
     let quit = || {
-        // Once more when the last L1 accept is out, before the stop ends threads.
-        if !*last_sent.borrow() && partition.progress().0 >= events {
-            *last_sent.borrow_mut() = true;
-            sampler.borrow_mut().sample(partition.as_ref());
-        }
+        sampler.borrow_mut().sample(partition.as_ref());
         false
     };
-    let outcome = run.drive(&quit, |_, _| {
-        sampler.borrow_mut().sample(partition.as_ref())
-    });
+    let outcome = run.drive(&quit, |_, _| {});
     let metrics = run.last_metrics().to_vec();
     let outcome = outcome.map_err(|e| anyhow::Error::from(e).context("the partition failed"));
     let sheet = run.finish(&mut output, outcome, None);
