@@ -221,7 +221,15 @@ impl RunService {
         config: PartitionConfig,
     ) -> Result<(), TransitionError> {
         if let Some(run) = cur.prepared.take() {
+            let began = Instant::now();
             run.abandon();
+            if began.elapsed() >= SLOW_PREPARE {
+                tracing::warn!(
+                    run = cur.number,
+                    "giving up the prepared run took {} ms",
+                    began.elapsed().as_millis()
+                );
+            }
         }
         match prepare_run(&lock(&self.output), config, self.mode, cur.number) {
             Ok(run) => {
@@ -296,7 +304,14 @@ impl RunService {
             }
         };
         quit.store(true, Ordering::Relaxed);
+        let asked = Instant::now();
         let _ = thread.join();
+        if asked.elapsed() >= SLOW_PREPARE {
+            tracing::warn!(
+                "the run took {} ms to end after it was asked to stop",
+                asked.elapsed().as_millis()
+            );
+        }
         if self.shut_down.load(Ordering::Relaxed) {
             return Ok(State::None);
         }
@@ -516,6 +531,10 @@ impl RunControl for ServiceControl {
     }
 }
 
+/// A run whose preparation (or giving up) takes longer than this is logged with the time:
+/// the operator's `start` or `stop` waits for it.
+const SLOW_PREPARE: Duration = Duration::from_secs(5);
+
 /// `rodeo serve (user@host)`: the service, in each run's `started_by`.
 fn started_by_here() -> String {
     started_by("rodeo serve")
@@ -533,11 +552,22 @@ fn prepare_run(
     options.run_number = Some(number);
     // The service's observer runs the `[monitoring]` forwarder for every run.
     options.forward_samples = false;
+    let began = Instant::now();
     let run = Run::new(output, config, options)
         .map_err(|e| failed(Command::Configure, format!("{e:#}")))?;
+    let made = began.elapsed();
     if let Err(e) = run.prepare() {
         run.abandon();
         return Err(e);
+    }
+    let took = began.elapsed();
+    if took >= SLOW_PREPARE {
+        tracing::warn!(
+            run = number,
+            "preparing the run took {} ms ({} ms of it before the applications were started)",
+            took.as_millis(),
+            made.as_millis()
+        );
     }
     Ok(run)
 }

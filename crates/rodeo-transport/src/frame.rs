@@ -48,7 +48,7 @@ pub enum TransportError {
     /// A shared-memory (iceoryx2) operation failed.
     #[error(
         "shared memory {op} {name:?}: {detail} (stale resources of a crashed run are removed at \
-         the next start; check /dev/shm and /tmp/iceoryx2)"
+         the next start; check /dev/shm and /dev/shm/iceoryx2)"
     )]
     Shm {
         /// The operation.

@@ -12,6 +12,21 @@ use crate::summary::AppSummary;
 
 use super::Controller;
 
+/// A command answered later than this is logged with the application's name: the one place
+/// that says which application made a transition slow.
+pub(super) const SLOW_ANSWER: Duration = Duration::from_secs(5);
+
+/// Logs `name`'s answer to `what` when it took [`SLOW_ANSWER`] or more.
+fn slow(name: &str, what: &str, took: Duration) {
+    if took >= SLOW_ANSWER {
+        tracing::warn!(
+            app = name,
+            "{name} answered {what} after {} ms",
+            took.as_millis()
+        );
+    }
+}
+
 impl Controller {
     /// Sends `command` to application `i` and waits for its reply.
     pub(super) fn send_command(
@@ -53,10 +68,12 @@ impl Controller {
             t.apps[i].waiting = None;
             return Err(format!("cannot send {command}: {e}"));
         }
+        let asked = Instant::now();
         loop {
             let a = &mut t.apps[i];
             if let Some((s, state, error)) = a.reply.take() {
                 if s == seq {
+                    slow(&name, command.name(), asked.elapsed());
                     return match error {
                         None => Ok(state),
                         Some(e) => Err(e),

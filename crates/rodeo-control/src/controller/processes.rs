@@ -125,13 +125,21 @@ impl Controller {
                 }
             }
         }
-        let deadline = Instant::now() + Duration::from_millis(self.config.control.spawn_timeout_ms);
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_millis(self.config.control.spawn_timeout_ms);
         let mut t = self.state.table();
         loop {
             if let Some(a) = t.apps.iter().find(|a| a.dead) {
                 return Err((a.name.clone(), a.error.clone().unwrap_or_default()));
             }
             if t.apps.iter().all(|a| a.hello) {
+                let took = asked.elapsed();
+                if took >= super::commands::SLOW_ANSWER {
+                    tracing::warn!(
+                        "the applications said hello {} ms after they were started",
+                        took.as_millis()
+                    );
+                }
                 return Ok(());
             }
             let now = Instant::now();

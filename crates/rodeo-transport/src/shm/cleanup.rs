@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use iceoryx2::node::{DeadNodeView, NodeCleanupFailure, NodeView};
 use iceoryx2::prelude::*;
+use iceoryx2_bb_system_types::path::Path;
 
 use super::{shm_err, Svc};
 use crate::frame::TransportError;
@@ -98,12 +99,8 @@ pub(crate) fn node() -> Result<Arc<Node<Svc>>, TransportError> {
         return Ok(n);
     }
     quiet_logs();
-    let mut config = iceoryx2::config::Config::global_config().clone();
-    // The clean-up is ours (module docs).
-    config.global.node.cleanup_dead_nodes_on_creation = false;
-    config.global.node.cleanup_dead_nodes_on_destruction = false;
     let n = NodeBuilder::new()
-        .config(&config)
+        .config(config())
         .signal_handling_mode(SignalHandlingMode::Disabled)
         .create::<Svc>()
         .map_err(|e| shm_err("create node", "(process)", e))?;
@@ -124,10 +121,34 @@ fn quiet_logs() {
     ONCE.call_once(|| set_log_level_from_env_or(LogLevel::Fatal));
 }
 
+/// Where rodeo's iceoryx2 nodes and services keep their records: a directory on the
+/// shared-memory tmpfs, not iceoryx2's default `/tmp/iceoryx2/`. iceoryx2 writes a service's
+/// record with an fsync; on a disk that other jobs keep busy (a build, a logger writing) one
+/// fsync took seconds, and a DCM making its ports spent 10-60 s in them (its `connect`
+/// answered after the controller's command timeout). On tmpfs an fsync costs nothing, and the
+/// records are gone at a reboot, as the segments they describe.
+pub const ROOT_DIR: &str = "/dev/shm/iceoryx2/";
+
+/// The iceoryx2 configuration of every rodeo process: [`ROOT_DIR`], and the automatic
+/// clean-up off (it is ours: module docs).
+pub(crate) fn config() -> &'static iceoryx2::config::Config {
+    static CONFIG: OnceLock<iceoryx2::config::Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let mut config = iceoryx2::config::Config::global_config().clone();
+        // A constant absolute path, well below the limit of a path's length.
+        if let Ok(root) = Path::new(ROOT_DIR.as_bytes()) {
+            config.global.set_root_path(&root);
+        }
+        config.global.node.cleanup_dead_nodes_on_creation = false;
+        config.global.node.cleanup_dead_nodes_on_destruction = false;
+        config
+    })
+}
+
 /// The dead nodes iceoryx2 lists now (their process is gone).
 fn dead_nodes() -> Vec<DeadNodeView<Svc>> {
     let mut dead = Vec::new();
-    let _ = Node::<Svc>::list(iceoryx2::config::Config::global_config(), |state| {
+    let _ = Node::<Svc>::list(config(), |state| {
         if let NodeState::Dead(view) = state {
             dead.push(view);
         }
@@ -190,9 +211,6 @@ pub fn cleanup_dead_nodes() -> Result<u64, TransportError> {
     Ok(done.removed + done.forced)
 }
 
-/// Where iceoryx2 keeps its node files (its default root, which rodeo keeps).
-const NODES_DIR: &str = "/tmp/iceoryx2/nodes";
-
 /// Removes the files of the dead node `id` (its directory and its monitor), after iceoryx2
 /// failed to clean it up twice for a reason other than another process cleaning it: a process
 /// killed with -9 while it was making a port or opening a service leaves a node naming a port or
@@ -202,7 +220,8 @@ fn remove_node_files(id: u128) -> bool {
     let id = id.to_string();
     let monitor = format!("iox2_{id}.");
     let mut any = false;
-    for e in std::fs::read_dir(NODES_DIR).into_iter().flatten().flatten() {
+    let nodes = std::path::Path::new(ROOT_DIR).join("nodes");
+    for e in std::fs::read_dir(nodes).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name == id || name.starts_with(&monitor) {
             let path = e.path();

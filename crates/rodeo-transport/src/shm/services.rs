@@ -45,6 +45,9 @@ pub const EXTERNAL_PEERS: usize = 8;
 /// How long making a port waits for a dead process's port to be cleaned up.
 pub const PORT_WAIT: Duration = Duration::from_secs(10);
 
+/// A port made after retrying this long is logged with the error that held it up.
+const SLOW_PORT: Duration = Duration::from_secs(1);
+
 /// How many processes use a partition's services, and how often one may be restarted in a run
 /// (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,11 +165,22 @@ fn with_room<T, E: Retryable + std::fmt::Debug>(
     name: &str,
     mut make: impl FnMut() -> Result<T, E>,
 ) -> Result<T, TransportError> {
-    let deadline = Instant::now() + PORT_WAIT;
+    let began = Instant::now();
+    let deadline = began + PORT_WAIT;
+    let mut last = None;
     loop {
         match make() {
-            Ok(v) => return Ok(v),
+            Ok(v) => {
+                if let Some(e) = last.filter(|_| began.elapsed() >= SLOW_PORT) {
+                    eprintln!(
+                        "rodeo: made {op} of {name:?} after {} ms of retries (last: {e:?})",
+                        began.elapsed().as_millis()
+                    );
+                }
+                return Ok(v);
+            }
             Err(e) if e.retryable() && Instant::now() < deadline => {
+                last = Some(e);
                 let done = clean_dead_nodes(CLEANUP_WAIT);
                 if done.did_anything() {
                     eprintln!("{} (to make {op} of {name:?})", done.line());
