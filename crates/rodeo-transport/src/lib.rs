@@ -19,6 +19,8 @@
 //!
 //! - [`socket`]: ZeroMQ sockets with the protocol's framing, zero-copy frames and receive timeouts.
 //! - [`shm`]: the same-host data plane: ROUTER/DEALER over iceoryx2 shared memory.
+//! - [`stream`]: the data plane between hosts: rodeo's own framing over kernel TCP, a
+//!   bound side that knows each message's peer and connecting peers, bounded waits.
 //! - [`frame`]: what both transports send, receive and fail with (frames, received messages,
 //!   the transport error, the count of oversized messages).
 //! - [`curve`]: ZeroMQ CURVE on tcp: a partition's keys, the authenticator (ZAP) and the count
@@ -34,3 +36,4 @@ pub mod frame;
 pub mod message;
 pub mod shm;
 pub mod socket;
+pub mod stream;

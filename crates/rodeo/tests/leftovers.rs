@@ -213,7 +213,7 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
     }
 
     // 4. Benches over ZeroMQ ipc, rodeo's shm sockets and iceoryx2 alone.
-    for transport in ["zmq_ipc", "iceoryx2", "iceoryx2_raw"] {
+    for transport in ["zmq_ipc", "iceoryx2", "iceoryx2_raw", "stream_tcp"] {
         rodeo!()
             .args(["bench", "transport", "--transport", transport])
             .args(["--bytes", "64", "--seconds", "0.1"])

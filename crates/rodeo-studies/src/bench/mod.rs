@@ -12,3 +12,4 @@ pub mod swrod;
 pub mod timing;
 pub mod transport;
 mod transport_raw;
+mod transport_stream;

@@ -6,14 +6,17 @@
 //! ROUTER, the receiver spinning briefly before it waits for an event notification: see
 //! `rodeo_transport::shm`), `iceoryx2_raw` (iceoryx2's own publish-subscribe without rodeo's
 //! socket layer, a busy-polling subscriber: the library's ceiling, [`super::transport_raw`]),
-//! `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to ROUTER) and `tcp` (a plain kernel
-//! TCP stream over loopback with a length prefix: the kernel's limit). Every cross-process
-//! transport runs its consumer in a second process (this executable re-run with the hidden
-//! `rodeo bench transport-peer`).
+//! `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to ROUTER), `tcp` (a plain kernel
+//! TCP stream over loopback with a length prefix through 256 KiB user-space buffers: the
+//! kernel's limit) and `stream_tcp` (rodeo's own framing over kernel TCP, DEALER to ROUTER,
+//! one vectored write per message: [`rodeo_transport::stream`], [`super::transport_stream`]).
+//! Every cross-process transport runs its consumer in a second process (this executable re-run
+//! with the hidden `rodeo bench transport-peer`).
 //!
 //! The report's top level has the headline ratios of the same run, per measured size B:
-//! `shm_vs_zmq_ipc_B` (`iceoryx2` / `zmq_ipc` messages per second) and `shm_vs_iceoryx2_raw_B`
-//! (`iceoryx2` / `iceoryx2_raw`).
+//! `shm_vs_zmq_ipc_B` (`iceoryx2` / `zmq_ipc` messages per second), `shm_vs_iceoryx2_raw_B`
+//! (`iceoryx2` / `iceoryx2_raw`), `stream_vs_tcp_B` (`stream_tcp` / `tcp`) and
+//! `stream_vs_zmq_tcp_B` (`stream_tcp` / `zmq_tcp`).
 //!
 //! For every message the producer writes every payload byte (`fill`) and the consumer reads
 //! every byte (a checksum). A point runs for `--seconds`; the producer then sends a short end
@@ -46,6 +49,7 @@ const TRANSPORTS: &[&str] = &[
     "zmq_ipc",
     "zmq_tcp",
     "tcp",
+    "stream_tcp",
 ];
 
 /// Arguments of `rodeo bench transport`.
@@ -54,8 +58,8 @@ pub struct Args {
     /// Message size in bytes; sweeps 64 B, 1 KiB, 12 KiB, 96 KiB when not given.
     #[arg(long, value_name = "B")]
     pub bytes: Option<usize>,
-    /// One transport (direct, iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp); all when not
-    /// given.
+    /// One transport (direct, iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp); all
+    /// when not given.
     #[arg(long, value_name = "NAME")]
     pub transport: Option<String>,
     /// Seconds per point.
@@ -69,7 +73,7 @@ pub struct Args {
 /// Arguments of the hidden consumer process (`rodeo bench transport-peer`).
 #[derive(Debug, clap::Args)]
 pub struct PeerArgs {
-    /// iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp or tcp.
+    /// iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp or stream_tcp.
     #[arg(long)]
     pub transport: String,
     /// The endpoint to bind (an address for tcp, a service name for iceoryx2_raw).
@@ -139,6 +143,8 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     if args.transport == "iceoryx2_raw" {
         (n, sum) = super::transport_raw::consume(&args.endpoint, args.bytes, &mut out)?;
+    } else if args.transport == "stream_tcp" {
+        (n, sum) = super::transport_stream::consume(&args.endpoint, args.bytes, &mut out)?;
     } else if args.transport == "tcp" {
         let listener = TcpListener::bind(&args.endpoint)
             .with_context(|| format!("bench peer: bind {}", args.endpoint))?;
@@ -344,6 +350,16 @@ fn measure_socket(
         );
         return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu, None));
     }
+    if transport == "stream_tcp" {
+        let (sent, start) = super::transport_stream::produce(&bound, bytes, time)?;
+        let (n, peer_cpu, _) = finish_peer(guard, r)?;
+        anyhow::ensure!(
+            n == sent,
+            "bench transport {transport}: sent {sent}, received {n}"
+        );
+        let secs = start.elapsed().as_secs_f64();
+        return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu, None));
+    }
     let mut buf = vec![0u8; bytes];
     let backpressure0 = shm::backpressure_count();
     let start;
@@ -466,6 +482,19 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
                 report.fields.insert(
                     format!("shm_vs_{key}_{bytes}"),
                     Value::from(shm / o.max(1e-9)),
+                );
+            }
+        }
+    }
+    for &bytes in &sizes {
+        let Some(stream) = rate.get(&("stream_tcp", bytes)) else {
+            continue;
+        };
+        for other in ["tcp", "zmq_tcp"] {
+            if let Some(o) = rate.get(&(other, bytes)) {
+                report.fields.insert(
+                    format!("stream_vs_{other}_{bytes}"),
+                    Value::from(stream / o.max(1e-9)),
                 );
             }
         }

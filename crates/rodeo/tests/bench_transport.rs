@@ -1,0 +1,68 @@
+//! `rodeo bench transport --json` on short points: checks the shape of the report (every row,
+//! its fields, the same-run ratios of the stream transport), never timings.
+
+use rodeo_testkit::rodeo;
+use serde_json::Value;
+
+#[test]
+fn bench_transport_json_shape_with_the_stream_row_and_its_ratios() {
+    let out = rodeo!()
+        .args(["bench", "transport", "--json", "--bytes", "12288"])
+        .args(["--seconds", "0.1"])
+        .output();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
+    assert_eq!(v["bench"], "transport");
+    let rows = v["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["transport"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "direct",
+            "iceoryx2",
+            "iceoryx2_raw",
+            "zmq_ipc",
+            "zmq_tcp",
+            "tcp",
+            "stream_tcp"
+        ]
+    );
+    for row in rows {
+        assert_eq!(row["message_bytes"], 12288, "{row}");
+        assert!(row["messages"].as_u64().is_some_and(|n| n > 0), "{row}");
+        for key in ["msg_per_s", "bytes_per_s", "cpu_ns_per_msg", "seconds"] {
+            assert!(row[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {row}");
+        }
+        let processes = if row["transport"] == "direct" { 1 } else { 2 };
+        assert_eq!(row["processes"], processes, "{row}");
+    }
+    for key in [
+        "stream_vs_tcp_12288",
+        "stream_vs_zmq_tcp_12288",
+        "shm_vs_zmq_ipc_12288",
+        "shm_vs_iceoryx2_raw_12288",
+    ] {
+        assert!(
+            v[key].as_f64().is_some_and(|x| x > 0.0),
+            "{key} missing in {v}"
+        );
+    }
+}
+
+#[test]
+fn bench_transport_stream_row_alone_has_no_ratio_to_rows_not_measured() {
+    let out = rodeo!()
+        .args(["bench", "transport", "--json", "--transport", "stream_tcp"])
+        .args(["--bytes", "98304", "--seconds", "0.1"])
+        .output();
+    assert!(out.status.success(), "stderr: {}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["transport"], "stream_tcp");
+    assert_eq!(rows[0]["message_bytes"], 98304);
+    assert!(v.get("stream_vs_tcp_98304").is_none(), "{v}");
+}
