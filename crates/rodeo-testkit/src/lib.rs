@@ -9,7 +9,8 @@
 //! crate holds the only `sleep` of the test suites: the poll interval of those waits.
 //!
 //! Modules:
-//! - waits (here): [`wait_until`], [`wait_for`], [`holds_within`]; [`files_under`].
+//! - waits (here): [`wait_until`], [`wait_for`], [`holds_within`]; [`files_under`];
+//!   [`shm_entries`] (what iceoryx2 holds on this host, compared before and after a run).
 //! - `cli`: running the `rodeo` binary with a deadline (`rodeo!()`, [`cli::Rodeo`],
 //!   [`cli::Running`]): the one way the tests start it.
 //! - `process`: the applications of a `--processes` partition, found from `/proc`.
@@ -17,6 +18,7 @@
 //!
 //! Depends on std and libc only: no rodeo crate (every rodeo crate may use it in its tests).
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 pub mod cli;
@@ -80,6 +82,36 @@ pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// Where iceoryx2 keeps what a process leaves: shared-memory objects (`/dev/shm/iox2_*`) and the
+/// node and service records, under rodeo's root (`/dev/shm/iceoryx2/`, `shm::ROOT_DIR`) and
+/// iceoryx2's default root (`/tmp/iceoryx2/`, which the `iceoryx2_raw` bench uses).
+const SHM_DIRS: [&str; 5] = [
+    "/dev/shm",
+    "/dev/shm/iceoryx2/nodes",
+    "/dev/shm/iceoryx2/services",
+    "/tmp/iceoryx2/nodes",
+    "/tmp/iceoryx2/services",
+];
+
+/// Every iceoryx2 file on this host now (paths): compare before and after a run to find what
+/// it left. iceoryx2's one global management object is left out (it stays by design: 16 bytes,
+/// made once).
+pub fn shm_entries() -> BTreeSet<String> {
+    let mut set = BTreeSet::new();
+    for dir in SHM_DIRS {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".global_mgmt") {
+                continue;
+            }
+            if dir != "/dev/shm" || name.starts_with("iox2_") {
+                set.insert(format!("{dir}/{name}"));
+            }
+        }
+    }
+    set
 }
 
 #[cfg(test)]

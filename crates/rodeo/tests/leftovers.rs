@@ -9,37 +9,12 @@
 //! end, whatever other processes of the machine do in /tmp meanwhile. iceoryx2 keeps its fixed
 //! places (/dev/shm, /tmp/iceoryx2), compared before and after.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use rodeo_testkit::process::{apps_of, find_app};
-use rodeo_testkit::{files_under, holds_within, rodeo, wait_for, wait_until};
+use rodeo_testkit::{files_under, holds_within, rodeo, shm_entries, wait_for, wait_until};
 use serde_json::Value;
-
-/// Every iceoryx2 file: shared-memory objects, node and service records.
-fn shm_entries() -> BTreeSet<String> {
-    let mut set = BTreeSet::new();
-    for dir in [
-        "/dev/shm",
-        "/dev/shm/iceoryx2/nodes",
-        "/dev/shm/iceoryx2/services",
-        "/tmp/iceoryx2/nodes",
-        "/tmp/iceoryx2/services",
-    ] {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // iceoryx2's one global management object stays by design (16 bytes, made once).
-            if name.ends_with(".global_mgmt") {
-                continue;
-            }
-            if dir != "/dev/shm" || name.starts_with("iox2_") {
-                set.insert(format!("{dir}/{name}"));
-            }
-        }
-    }
-    set
-}
 
 /// What the processes' own temporary directory holds (names).
 fn entries(dir: &Path) -> Vec<String> {

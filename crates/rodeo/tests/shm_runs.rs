@@ -12,34 +12,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rodeo_testkit::cli::Running;
-use rodeo_testkit::rodeo;
+use rodeo_testkit::{rodeo, shm_entries};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Every iceoryx2 file: shared-memory objects, node and service records.
-fn shm_entries() -> BTreeSet<String> {
-    let mut set = BTreeSet::new();
-    for dir in [
-        "/dev/shm",
-        "/dev/shm/iceoryx2/nodes",
-        "/dev/shm/iceoryx2/services",
-        "/tmp/iceoryx2/nodes",
-        "/tmp/iceoryx2/services",
-    ] {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // iceoryx2's one global management object stays by design (16 bytes, made once).
-            if name.ends_with(".global_mgmt") {
-                continue;
-            }
-            if dir != "/dev/shm" || name.starts_with("iox2_") {
-                set.insert(format!("{dir}/{name}"));
-            }
-        }
-    }
-    set
-}
 
 fn config_file(dir: &Path) -> PathBuf {
     let cfg = dir.join("p.toml");
