@@ -10,9 +10,9 @@
 //! at every turn of the run's loop (every 20 ms; an embedded supervisor's thread ends by
 //! itself with its last event, so a coarser interval could miss it whole). Each thread keeps
 //! the last value seen, so what a thread spends after its last sample (at most one interval,
-//! and the stop: files closed, the loggers' checks) is not in its row; `unsampled_cpu_ns` says how much that was in all, from
-//! `getrusage` of this process and of its ended children (the application processes), which
-//! misses nothing.
+//! and the stop: files closed, the loggers' checks) is not in its row; `unsampled_cpu_ns`
+//! says how much that was in all, from `getrusage` of this process and of its ended children
+//! (the application processes), which misses nothing.
 //!
 //! The report is one JSON object (`rows`: one per thread, then one per application) as the
 //! other benches'; a run whose verdict is `failed` is an error, not a figure.
