@@ -807,17 +807,20 @@ mod tests {
         round_trip("tcp://127.0.0.1:*");
     }
 
+    /// A ROUTER bound to `endpoint` and a DEALER connected to it, in one transport (returned
+    /// first: it must outlive the sockets).
+    fn inproc_pair(endpoint: &str) -> (Transport, Socket, Socket) {
+        let t = Transport::new(1).unwrap();
+        let server = t.socket(SocketKind::Router).unwrap();
+        server.bind(&Endpoint::parse(endpoint).unwrap()).unwrap();
+        let client = t.socket(SocketKind::Dealer).unwrap();
+        client.connect(&Endpoint::parse(endpoint).unwrap()).unwrap();
+        (t, server, client)
+    }
+
     #[test]
     fn try_recv_returns_false_when_empty_and_a_message_when_queued() {
-        let t = Transport::new(1).unwrap();
-        let mut server = t.socket(SocketKind::Router).unwrap();
-        server
-            .bind(&Endpoint::parse("inproc://try-recv").unwrap())
-            .unwrap();
-        let mut client = t.socket(SocketKind::Dealer).unwrap();
-        client
-            .connect(&Endpoint::parse("inproc://try-recv").unwrap())
-            .unwrap();
+        let (_t, mut server, mut client) = inproc_pair("inproc://try-recv");
         let mut msg = Received::default();
         assert!(!server.try_recv(&mut msg).unwrap());
         client
@@ -835,15 +838,7 @@ mod tests {
 
     #[test]
     fn a_joined_reply_is_one_frame_and_a_receive_in_place_keeps_it_uncopied() {
-        let t = Transport::new(1).unwrap();
-        let mut server = t.socket(SocketKind::Router).unwrap();
-        server
-            .bind(&Endpoint::parse("inproc://joined").unwrap())
-            .unwrap();
-        let mut client = t.socket(SocketKind::Dealer).unwrap();
-        client
-            .connect(&Endpoint::parse("inproc://joined").unwrap())
-            .unwrap();
+        let (_t, mut server, mut client) = inproc_pair("inproc://joined");
         let wait = std::time::Duration::from_secs(10);
         // A ROUTER receiving in place: the routing id apart, the one frame kept.
         client.send([Frame::Copy(b"request")]).unwrap();
