@@ -214,9 +214,6 @@ impl RunSheet {
         metrics: &[(String, AppMetrics)],
     ) -> RunSheet {
         let mut sheet = RunSheet::balance(summary, requested_hz, trigger, verify_after);
-        if summary.missing.iter().any(|m| m == "supervisor") {
-            sheet.add_last_counts(metrics);
-        }
         if let Some(files) = files.filter(|_| !summary.missing.is_empty()) {
             let read = RunSheet::from_files(sheet.run_number, sheet.directory.clone(), files);
             sheet.events_written = read.events_written;
@@ -224,6 +221,9 @@ impl RunSheet {
             sheet.bytes_written = read.bytes_written;
             sheet.verified_by_reading = true;
             sheet.files = read.files;
+        }
+        if summary.missing.iter().any(|m| m == "supervisor") {
+            sheet.add_last_counts(metrics);
         }
         sheet
     }
@@ -419,18 +419,40 @@ impl RunSheet {
     }
 
     /// The supervisor's decisions as it last reported them, where they exceed what the sheet
-    /// has (the summary's lower bounds from the DCMs); the files stay the truth for what was
-    /// written.
+    /// has (the summary's lower bounds from the DCMs); then the floors the other applications
+    /// and the files prove: the DCMs' last decisions, the events in the files (each was
+    /// accepted), and accepted plus rejected (each was an L1 accept). A supervisor frozen or
+    /// killed before its first heartbeat leaves no zero beside events that were written.
+    /// The files stay the truth for what was written.
+    /// Nothing reported (`metrics` empty) leaves the counts unknown.
     fn add_last_counts(&mut self, metrics: &[(String, AppMetrics)]) {
+        if metrics.is_empty() {
+            return;
+        }
         let at_least = |have: Option<u64>, last: u64| Some(have.unwrap_or(0).max(last));
+        let (mut dcm_accepted, mut dcm_rejected) = (0u64, 0u64);
         for (_, m) in metrics {
-            if let AppMetrics::Supervisor(s) = m {
-                self.l1_accepts = at_least(self.l1_accepts, s.l1_accepts);
-                self.accepted = at_least(self.accepted, s.accepted);
-                self.rejected = at_least(self.rejected, s.rejected);
-                self.forced_accepts = at_least(self.forced_accepts, s.forced_accepts);
+            match m {
+                AppMetrics::Supervisor(s) => {
+                    self.l1_accepts = at_least(self.l1_accepts, s.l1_accepts);
+                    self.accepted = at_least(self.accepted, s.accepted);
+                    self.rejected = at_least(self.rejected, s.rejected);
+                    self.forced_accepts = at_least(self.forced_accepts, s.forced_accepts);
+                }
+                AppMetrics::Dcm(d) => {
+                    dcm_accepted += d.accepted;
+                    dcm_rejected += d.events.saturating_sub(d.accepted);
+                }
+                _ => {}
             }
         }
+        self.accepted = at_least(self.accepted, dcm_accepted);
+        self.rejected = at_least(self.rejected, dcm_rejected);
+        if let Some(written) = self.events_written {
+            self.accepted = at_least(self.accepted, written);
+        }
+        let decided = self.accepted.unwrap_or(0) + self.rejected.unwrap_or(0);
+        self.l1_accepts = at_least(self.l1_accepts, decided);
     }
 }
 
@@ -545,4 +567,46 @@ fn first_reason(verdict: Verdict, problems: &[Problem]) -> Option<String> {
         .iter()
         .find(|p| p.verdict == verdict)
         .map(|p| p.text.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rodeo_control::metrics::LoggerMetrics;
+
+    fn file(events: u64) -> FileRecord {
+        FileRecord {
+            path: PathBuf::from("/x/1.data"),
+            size_bytes: 100 * events,
+            adler32: 1,
+            events,
+        }
+    }
+
+    #[test]
+    fn a_failed_sheet_never_counts_fewer_accepts_than_the_files_hold() {
+        // The supervisor never reported (frozen before its first heartbeat); a logger did.
+        let logger = AppMetrics::Logger(LoggerMetrics {
+            events_written: 300,
+            bytes_written: 1,
+            disk_full: 0,
+            directory_moves: 0,
+            events_refused: 0,
+            bad_messages: 0,
+        });
+        let metrics = vec![("logger-1".to_string(), logger)];
+        let s = RunSheet::failed(1, "/x".into(), "dcm-2 died".into(), &[file(324)], &metrics);
+        assert_eq!(s.events_written, Some(324));
+        assert_eq!(s.accepted, Some(324));
+        assert_eq!(s.rejected, Some(0));
+        assert_eq!(s.l1_accepts, Some(324));
+    }
+
+    #[test]
+    fn a_failed_sheet_without_reports_leaves_the_decisions_unknown() {
+        let s = RunSheet::failed(1, "/x".into(), "crashed".into(), &[file(5)], &[]);
+        assert_eq!(s.events_written, Some(5));
+        assert_eq!(s.l1_accepts, None);
+        assert_eq!(s.accepted, None);
+    }
 }
