@@ -53,12 +53,17 @@ impl Endpoints {
                     .file_name()
                     .map_or_else(|| "rodeo".into(), |n| n.to_string_lossy())
             ),
-            TransportKind::Tcp => {
+            TransportKind::Tcp | TransportKind::Stream => {
                 let p = self.next_port;
                 self.next_port = self.next_port.wrapping_add(1);
                 // An application placed on another host binds that host's address.
                 let host = self.hosts.get(name).unwrap_or(&self.host);
-                format!("tcp://{host}:{p}")
+                let scheme = if self.kind == TransportKind::Tcp {
+                    "tcp"
+                } else {
+                    "stream"
+                };
+                format!("{scheme}://{host}:{p}")
             }
         }
     }

@@ -1,5 +1,5 @@
-//! Endpoint URLs: `inproc://name`, `ipc:///path`, `tcp://host:port`, `shm://name`. The same code runs on all
-//! three; this module only checks that a string names one of them, so a typo in a configuration is
+//! Endpoint URLs: `inproc://name`, `ipc:///path`, `tcp://host:port`, `shm://name`,
+//! `stream://host:port`. The same code runs on all of them; this module only checks that a string names one of them, so a typo in a configuration is
 //! reported with the field's value before any socket is made.
 
 use std::fmt;
@@ -15,6 +15,8 @@ pub enum Scheme {
     Tcp,
     /// Shared memory (iceoryx2) between processes of one host: `shm://NAME`.
     Shm,
+    /// rodeo's own framing over kernel TCP (ROUTER/DEALER only): `stream://HOST:PORT`.
+    Stream,
 }
 
 /// A checked endpoint URL.
@@ -28,9 +30,9 @@ pub struct Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EndpointError {
-    /// The scheme is none of inproc, ipc, tcp.
+    /// The scheme is none of inproc, ipc, tcp, shm, stream.
     #[error(
-        "endpoint {url:?}: unknown scheme (use inproc://NAME, ipc:///PATH, tcp://HOST:PORT or shm://NAME)"
+        "endpoint {url:?}: unknown scheme (use inproc://NAME, ipc:///PATH, tcp://HOST:PORT, shm://NAME or stream://HOST:PORT)"
     )]
     UnknownScheme {
         /// The rejected URL.
@@ -42,9 +44,9 @@ pub enum EndpointError {
         /// The rejected URL.
         url: String,
     },
-    /// A tcp endpoint without a valid `:port`.
+    /// A tcp or stream endpoint without a valid `:port`.
     #[error(
-        "endpoint {url:?}: tcp endpoints need HOST:PORT with a port number (or * to bind any)"
+        "endpoint {url:?}: tcp and stream endpoints need HOST:PORT with a port number (or * to bind any)"
     )]
     BadPort {
         /// The rejected URL.
@@ -63,6 +65,8 @@ impl Endpoint {
             (Scheme::Tcp, rest)
         } else if let Some(rest) = url.strip_prefix("shm://") {
             (Scheme::Shm, rest)
+        } else if let Some(rest) = url.strip_prefix("stream://") {
+            (Scheme::Stream, rest)
         } else {
             return Err(EndpointError::UnknownScheme {
                 url: url.to_string(),
@@ -73,7 +77,7 @@ impl Endpoint {
                 url: url.to_string(),
             });
         }
-        if scheme == Scheme::Tcp {
+        if matches!(scheme, Scheme::Tcp | Scheme::Stream) {
             let port = rest.rsplit_once(':').map(|(_, p)| p);
             let ok = matches!(port, Some("*")) || port.is_some_and(|p| p.parse::<u16>().is_ok());
             if !ok {
@@ -122,7 +126,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accepts_the_three_schemes() {
+    fn accepts_every_scheme() {
         assert_eq!(
             Endpoint::parse("inproc://ros-1").unwrap().scheme(),
             Scheme::Inproc
@@ -139,6 +143,15 @@ mod tests {
             Endpoint::parse("tcp://*:5555").unwrap().scheme(),
             Scheme::Tcp
         );
+        let s = Endpoint::parse("stream://10.0.0.2:47001").unwrap();
+        assert_eq!(
+            (s.scheme(), s.address()),
+            (Scheme::Stream, "10.0.0.2:47001")
+        );
+        assert!(matches!(
+            Endpoint::parse("stream://host"),
+            Err(EndpointError::BadPort { .. })
+        ));
     }
 
     #[test]

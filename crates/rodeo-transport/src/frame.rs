@@ -45,6 +45,17 @@ pub enum TransportError {
         /// ZeroMQ's error.
         source: zmq::Error,
     },
+    /// A stream (`stream://`) operation failed.
+    #[error("{op} on {endpoint}: {source}")]
+    Stream {
+        /// The operation.
+        op: &'static str,
+        /// The endpoint.
+        endpoint: String,
+        /// The stream transport's error (boxed: every result of every socket call carries
+        /// this enum's size).
+        source: Box<crate::stream::StreamError>,
+    },
     /// A shared-memory (iceoryx2) operation failed.
     #[error(
         "shared memory {op} {name:?}: {detail} (stale resources of a crashed run are removed at \

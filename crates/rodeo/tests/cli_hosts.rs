@@ -1,7 +1,8 @@
 //! A partition over three hosts: three Linux network namespaces on this machine joined by a
 //! bridge (10.200.0.1-3, the controller on 10.200.0.254), a real sshd in each with a host key
 //! and an authorized key made here, and `rodeo run --processes` starting the applications
-//! over ssh. Everything is torn down by a guard, also when the test fails.
+//! over ssh, twice: the data over the stream transport (`kind = "stream"`), then all of it
+//! over ZeroMQ tcp (the fallback). Everything is torn down by a guard, also when the test fails.
 //!
 //! Needs root, `ip`, `sshd`, `ssh` and `ssh-keygen` (Debian: iproute2, openssh-server,
 //! openssh-client; .ci/run installs them). Without them it is skipped with the reason printed,
@@ -185,23 +186,13 @@ fn setup(dir: &Path, tag: &str) -> Hosts {
     hosts
 }
 
-#[test]
-fn a_partition_over_three_hosts_in_network_namespaces_balances() {
-    if let Some(why) = missing() {
-        if std::env::var_os("CI").is_some() {
-            panic!("the three-host test cannot run on CI: {why}");
-        }
-        println!("skipped: {why}");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let tag = format!("{}", std::process::id() % 100_000);
-    let _hosts = setup(dir.path(), &tag);
-
-    let out_dir = dir.path().join("out");
-    let client_key = dir.path().join("client_key");
+/// One run of the three-host partition with `transport` (the `[transport]` lines besides the
+/// base port) on ports from `base_port`; asserts it balanced.
+fn run_over_three_hosts(dir: &Path, name: &str, transport: &str, base_port: u16) {
+    let out_dir = dir.join(format!("out-{name}"));
+    let client_key = dir.join("client_key");
     let rodeo = rodeo_bin!();
-    let cfg = dir.path().join("three-hosts.toml");
+    let cfg = dir.join(format!("three-hosts-{name}.toml"));
     std::fs::write(
         &cfg,
         format!(
@@ -211,8 +202,8 @@ rate_hz = 3000.0
 nodes = 2
 slots = 16
 [transport]
-kind = "tcp"
-base_port = 47600
+{transport}
+base_port = {base_port}
 [control]
 address = "10.200.0.254"
 heartbeat_ms = 200
@@ -253,13 +244,13 @@ remote_rodeo = "{rodeo}"
     let status = out.status;
     let stdout = &out.stdout;
     let stderr = &out.stderr;
-    assert!(status.success(), "{stderr}\n{stdout}");
-    let v: Value = serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    assert_eq!(v["balanced"], true, "{v}");
+    assert!(status.success(), "{name}: {stderr}\n{stdout}");
+    let v: Value = serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{name}: {e}: {stdout}"));
+    assert_eq!(v["balanced"], true, "{name}: {v}");
     for p in v["problems"].as_array().unwrap() {
-        assert_eq!(p["kind"], "l1_missed", "{v}");
+        assert_eq!(p["kind"], "l1_missed", "{name}: {v}");
     }
-    assert_eq!(v["l1_accepts"], 6000, "{v}");
+    assert_eq!(v["l1_accepts"], 6000, "{name}: {v}");
     let written = v["events_written"].as_u64().unwrap();
     assert!(written > 0);
     assert_eq!(
@@ -267,5 +258,28 @@ remote_rodeo = "{rodeo}"
         v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap()
     );
     assert_eq!(v["events_verified"].as_u64().unwrap(), written);
-    assert_eq!(v["readout_nodes"][0]["cleared"], 6000, "{v}");
+    assert_eq!(v["readout_nodes"][0]["cleared"], 6000, "{name}: {v}");
+}
+
+#[test]
+fn a_partition_over_three_hosts_in_network_namespaces_balances() {
+    if let Some(why) = missing() {
+        if std::env::var_os("CI").is_some() {
+            panic!("the three-host test cannot run on CI: {why}");
+        }
+        println!("skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tag = format!("{}", std::process::id() % 100_000);
+    let _hosts = setup(dir.path(), &tag);
+    // The data over the stream transport (run control over ZeroMQ tcp with CURVE), then
+    // all of it over ZeroMQ tcp with CURVE: the fallback.
+    run_over_three_hosts(
+        dir.path(),
+        "stream",
+        "kind = \"stream\"\ntrusted_network = true",
+        47600,
+    );
+    run_over_three_hosts(dir.path(), "tcp", "kind = \"tcp\"", 47650);
 }

@@ -6,6 +6,7 @@
 //!   allows in one run (the same role again and again: each restart gets its predecessor's
 //!   ports back); a readout node and a logger killed together, beside a busy core;
 //! - tcp: a readout node killed (ipc is `cli_restart.rs`);
+//! - stream: a readout node, then a logger killed (reconnection and hand-over of names);
 //! - the controller killed with -9, five times: every application gone within 3 s, files
 //!   closed;
 //! - the run directory made read-only (`chattr +i`) mid-run: the run ends in order, non-zero,
@@ -241,6 +242,28 @@ fn tcp_a_readout_node_killed_is_restarted_and_the_run_balances() {
     run.wait_rejoined(1);
     let (out, v, dir) = run.finish(Duration::from_secs(90));
     assert_survived(&out, &v, 1, dir.path());
+}
+
+#[test]
+fn stream_a_readout_node_then_a_logger_killed_are_restarted_and_the_run_balances() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let extra = format!("trusted_network = true\nhost = \"127.0.0.1\"\nbase_port = {port}\n");
+    let run = Run::start(&config("stream", 3, &extra), 12);
+    // The DCMs' connections to the dead node end; they connect again to its successor, which
+    // takes their names over from their hellos. Then the logger: the DCMs' events queue while
+    // it is away and go out, in order, to the restarted one.
+    run.kill("ros-1");
+    run.wait_rejoined(1);
+    run.kill("logger-1");
+    run.wait_rejoined(2);
+    let (out, v, dir) = run.finish(Duration::from_secs(90));
+    assert_survived(&out, &v, 2, dir.path());
+    assert!(v["recovered_events"].as_u64().unwrap() > 0, "{v}");
 }
 
 #[test]

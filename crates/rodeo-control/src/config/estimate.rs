@@ -264,7 +264,8 @@ impl PartitionConfig {
         // channel uses them.
         let io = match self.transport.kind {
             TransportKind::Ipc | TransportKind::Tcp => self.transport.io_threads as usize,
-            TransportKind::Inproc | TransportKind::Shm => 0,
+            // The stream transport does its I/O in the application's own threads.
+            TransportKind::Inproc | TransportKind::Shm | TransportKind::Stream => 0,
         };
         let (event, arena) = self.event_bytes();
         let in_flight = self.events_in_flight() as u64;

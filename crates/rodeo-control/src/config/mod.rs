@@ -202,7 +202,7 @@ impl PartitionConfig {
 
     /// `transport.base_port`: with tcp, room for one port per endpoint.
     fn check_base_port(&self, c: &mut Checks) {
-        if self.transport.kind == TransportKind::Tcp {
+        if self.transport.uses_ports() {
             // Consecutive ports from base_port, one per endpoint; port 0 would mean "any port"
             // (nobody could find it) and past 65535 the numbers wrap.
             let t = &self.transport;
@@ -329,11 +329,11 @@ impl PartitionConfig {
                 );
             }
         }
-        if !self.hosts.is_empty() && self.transport.kind != TransportKind::Tcp {
+        if !self.hosts.is_empty() && !self.transport.uses_ports() {
             c.bad(
                 "transport.kind",
                 format!("{:?}", self.transport.kind).to_lowercase(),
-                "\"tcp\" when [hosts] places applications on other hosts",
+                "\"tcp\" or \"stream\" when [hosts] places applications on other hosts",
             );
         }
     }

@@ -445,6 +445,34 @@ fn max_message_bytes_must_hold_the_partitions_largest_message_and_names_the_fiel
 }
 
 #[test]
+fn the_stream_transport_needs_a_trusted_network_and_makes_stream_endpoints() {
+    let e = PartitionConfig::from_toml("[transport]\nkind = \"stream\"\n", "s.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("transport.kind") && e.contains("trusted_network"),
+        "{e}"
+    );
+    let text = "[transport]\nkind = \"stream\"\ntrusted_network = true\nbase_port = 47100\n\
+                [hosts]\n\"dcm-1\" = \"10.200.0.2\"\n\"ros-1\" = \"10.200.0.1\"\n";
+    let c = PartitionConfig::from_toml(text, "s.toml").unwrap();
+    // Run control stays on ZeroMQ tcp, authenticated by default.
+    assert!(c.transport.curve_enabled());
+    assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
+    let layout = crate::partition::Layout::new(&c);
+    let eps = layout.endpoints();
+    assert!(
+        eps.iter().all(|(_, ep)| ep.starts_with("stream://")),
+        "{eps:?}"
+    );
+    assert!(
+        eps.iter()
+            .any(|(n, ep)| n == "ros-1" && ep == "stream://10.200.0.1:47101"),
+        "{eps:?}"
+    );
+}
+
+#[test]
 fn curve_defaults_to_on_for_tcp_only_and_a_bad_value_names_the_field() {
     let on = |text: &str| {
         PartitionConfig::from_toml(text, "t.toml")

@@ -18,6 +18,10 @@ pub enum TransportKind {
     /// Shared memory (iceoryx2) between processes on one host: the default of `--processes`
     /// when every application runs on this host.
     Shm,
+    /// rodeo's own framing over kernel TCP for the data paths (`stream://HOST:PORT`: fragments
+    /// to DCMs, events to loggers, assignments and decisions), ZeroMQ tcp for run control.
+    /// Neither authenticated nor encrypted: it needs `trusted_network = true`.
+    Stream,
 }
 
 /// `[transport]`.
@@ -41,6 +45,10 @@ pub struct TransportConfig {
     /// ([`TransportConfig::curve_enabled`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub curve: Option<bool>,
+    /// The network between the partition's hosts is private to it: the data plane may go
+    /// without authentication or encryption (`kind = "stream"` needs it). Off by default.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub trusted_network: bool,
 }
 
 impl Default for TransportConfig {
@@ -53,15 +61,25 @@ impl Default for TransportConfig {
             high_water_mark: rodeo_dataflow::DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: 0,
             curve: None,
+            trusted_network: false,
         }
     }
 }
 
 impl TransportConfig {
-    /// Whether the partition's tcp sockets (data plane and control channel) authenticate with
-    /// CURVE: `curve` if given, else true for `kind = "tcp"`.
+    /// Whether the partition's ZeroMQ tcp sockets (data plane with `kind = "tcp"`, and the
+    /// control channel) authenticate with CURVE: `curve` if given, else true for
+    /// `kind = "tcp"` and `"stream"` (whose run control goes over ZeroMQ tcp).
     pub fn curve_enabled(&self) -> bool {
-        self.curve.unwrap_or(self.kind == TransportKind::Tcp)
+        self.curve.unwrap_or(matches!(
+            self.kind,
+            TransportKind::Tcp | TransportKind::Stream
+        ))
+    }
+
+    /// Whether the data plane's endpoints are tcp ports (`kind = "tcp"` or `"stream"`).
+    pub fn uses_ports(&self) -> bool {
+        matches!(self.kind, TransportKind::Tcp | TransportKind::Stream)
     }
 
     /// Checks this section's own values, each error naming its field (checks across sections
@@ -80,6 +98,15 @@ impl TransportConfig {
                 ),
                 "false: this build's libzmq has no CURVE (build it with libsodium: \
                  third_party/zmq-sys/README.md)",
+            );
+        }
+        if self.kind == TransportKind::Stream && !self.trusted_network {
+            c.bad(
+                "transport.kind",
+                "\"stream\"",
+                "\"tcp\" (ZeroMQ, with CURVE), or \"stream\" with transport.trusted_network = \
+                 true: the stream transport is neither authenticated nor encrypted, so it runs \
+                 only on a network private to the partition (docs/transport.md)",
             );
         }
         if self.io_threads == 0 || self.io_threads > 16 {

@@ -43,6 +43,7 @@ use std::sync::Arc;
 use crate::curve::{Guard, PartitionKeys};
 use crate::endpoint::{Endpoint, Scheme};
 use crate::shm::ShmSocket;
+use crate::stream::{wait_of, StreamSocket};
 
 use crate::frame::count_oversized;
 pub use crate::frame::{oversized_count, Frame, FrameOwner, Received, TransportError};
@@ -140,6 +141,8 @@ impl Transport {
             kind,
             part: zmq::Message::new(),
             shm: OnceCell::new(),
+            stream: RefCell::new(None),
+            high_water_mark: Cell::new(1000),
             identity: RefCell::new(Vec::new()),
             send_timeout_ms: Cell::new(-1),
             max_message_bytes: Cell::new(None),
@@ -149,8 +152,9 @@ impl Transport {
     }
 }
 
-/// A socket with the protocol's framing: ZeroMQ, or shared memory once bound or connected to a
-/// `shm://` endpoint ([`crate::shm`]); the methods are the same for both.
+/// A socket with the protocol's framing: ZeroMQ, shared memory once bound or connected to a
+/// `shm://` endpoint ([`crate::shm`]), or the stream transport once bound or connected to a
+/// `stream://` endpoint ([`crate::stream`]); the methods are the same for all three.
 pub struct Socket {
     inner: zmq::Socket,
     /// The transport's CURVE keys and authenticator (tcp endpoints only).
@@ -163,6 +167,11 @@ pub struct Socket {
     part: zmq::Message,
     /// Set by `bind`/`connect` of an `shm://` endpoint; every operation then goes there.
     shm: OnceCell<ShmSocket>,
+    /// Set by `bind`/`connect` of a `stream://` endpoint; every operation then goes there
+    /// (in a cell: [`poll_readable`] takes a message in passing through a shared borrow).
+    stream: RefCell<Option<StreamSocket>>,
+    /// The high-water mark (a stream DEALER's queue while it has no connection).
+    high_water_mark: Cell<u32>,
     identity: RefCell<Vec<u8>>,
     send_timeout_ms: Cell<i32>,
     max_message_bytes: Cell<Option<usize>>,
@@ -191,6 +200,11 @@ impl Socket {
             self.set_shm(s, endpoint)?;
             return Ok(endpoint.to_string());
         }
+        if endpoint.scheme() == Scheme::Stream {
+            let (s, bound) = StreamSocket::bind(endpoint.address(), self.max_message_bytes.get())?;
+            self.set_stream(s, endpoint)?;
+            return Ok(bound);
+        }
         self.prepare_curve(endpoint, true)?;
         self.inner
             .bind(endpoint.as_str())
@@ -216,6 +230,15 @@ impl Socket {
                 self.max_message_bytes.get(),
             )?;
             return self.set_shm(s, endpoint);
+        }
+        if endpoint.scheme() == Scheme::Stream {
+            let s = StreamSocket::connect(
+                endpoint.address(),
+                &self.identity.borrow(),
+                self.max_message_bytes.get(),
+                self.high_water_mark.get() as usize,
+            );
+            return self.set_stream(s, endpoint);
         }
         self.prepare_curve(endpoint, false)?;
         self.inner
@@ -292,6 +315,31 @@ impl Socket {
         })
     }
 
+    fn set_stream(&self, s: StreamSocket, endpoint: &Endpoint) -> Result<(), TransportError> {
+        if !matches!(self.kind, SocketKind::Router | SocketKind::Dealer) {
+            return Err(TransportError::Shm {
+                op: "bind/connect",
+                name: endpoint.to_string(),
+                detail: format!("{:?} sockets have no stream transport", self.kind),
+            });
+        }
+        let mut slot = self.stream.borrow_mut();
+        if slot.is_some() || self.shm.get().is_some() {
+            return Err(TransportError::Shm {
+                op: "bind/connect",
+                name: endpoint.to_string(),
+                detail: "a stream socket binds or connects one endpoint".into(),
+            });
+        }
+        *slot = Some(s);
+        Ok(())
+    }
+
+    /// The stream transport, when bound or connected to a `stream://` endpoint.
+    fn stream_mut(&mut self) -> Option<&mut StreamSocket> {
+        self.stream.get_mut().as_mut()
+    }
+
     fn consume_shm_wake(&self) -> Result<bool, TransportError> {
         // The inbox's notification is consumed through a shared borrow: iceoryx2's listener
         // takes `&self`. The socket is not shared between threads (`!Sync`).
@@ -306,16 +354,32 @@ impl Socket {
         self.shm.get().is_some()
     }
 
+    /// True once the socket is bound or connected to a `stream://` endpoint.
+    pub fn is_stream(&self) -> bool {
+        self.stream.borrow().is_some()
+    }
+
     /// Messages this socket dropped on receipt because they were larger than
     /// [`Socket::set_max_message_size`] (ZeroMQ: in total over several frames; a single frame
     /// above the limit makes libzmq close the peer's connection instead, uncounted) or, on
-    /// shared memory, malformed.
+    /// shared memory, malformed; on the stream transport, too long, malformed or cut short
+    /// (each of those closed its connection).
     pub fn dropped_count(&self) -> u64 {
-        self.oversized_zmq + self.shm.get().map_or(0, |s| s.oversized)
+        self.oversized_zmq
+            + self.shm.get().map_or(0, |s| s.oversized)
+            + self
+                .stream
+                .borrow()
+                .as_ref()
+                .map_or(0, StreamSocket::dropped)
     }
 
     /// Sets the send and receive high-water marks (messages queued per peer before back-pressure).
     pub fn set_high_water_marks(&self, messages: u32) -> Result<(), TransportError> {
+        self.high_water_mark.set(messages);
+        if let Some(s) = self.stream.borrow_mut().as_mut() {
+            s.set_queue_max(messages as usize);
+        }
         let n = i32::try_from(messages).unwrap_or(i32::MAX);
         self.inner
             .set_sndhwm(n)
@@ -382,8 +446,11 @@ impl Socket {
         frames: impl IntoIterator<Item = Frame<'a>>,
     ) -> Result<(), TransportError> {
         let wait = !self.stalled;
+        let timeout = wait.then(|| wait_of(i64::from(self.send_timeout_ms.get())));
         let sent = if let Some(s) = self.shm.get_mut() {
             s.send(None, frames, wait)
+        } else if let Some(s) = self.stream_mut() {
+            s.send(None, frames, timeout)
         } else {
             self.send_frames(frames, if wait { 0 } else { zmq::DONTWAIT })
         };
@@ -411,6 +478,10 @@ impl Socket {
         if let Some(s) = self.shm.get_mut() {
             return s.send(Some(peer), frames, true);
         }
+        let timeout = wait_of(i64::from(self.send_timeout_ms.get()));
+        if let Some(s) = self.stream_mut() {
+            return s.send(Some(peer), frames, Some(timeout));
+        }
         self.send_frame(Frame::Copy(peer), zmq::SNDMORE)?;
         self.send_frames(frames, 0)
     }
@@ -425,6 +496,9 @@ impl Socket {
     ) -> Result<(), TransportError> {
         if let Some(s) = self.shm.get_mut() {
             return s.send(None, frames, false);
+        }
+        if let Some(s) = self.stream_mut() {
+            return s.send(None, frames, None);
         }
         self.send_frames(frames, zmq::DONTWAIT)
     }
@@ -442,6 +516,9 @@ impl Socket {
     ) -> Result<(), TransportError> {
         if let Some(s) = self.shm.get_mut() {
             return s.send(Some(peer), frames, false);
+        }
+        if let Some(s) = self.stream_mut() {
+            return s.send(Some(peer), frames, None);
         }
         self.send_frame(Frame::Copy(peer), zmq::SNDMORE | zmq::DONTWAIT)?;
         self.send_frames(frames, zmq::DONTWAIT)
@@ -466,6 +543,10 @@ impl Socket {
         let pieces = pieces.into_iter();
         if let Some(s) = self.shm.get_mut() {
             return s.send(Some(peer), pieces.map(Frame::Copy), false);
+        }
+        if let Some(s) = self.stream_mut() {
+            // The pieces go out where they lie, in one vectored write.
+            return s.send(Some(peer), pieces.map(Frame::Copy), None);
         }
         let total: usize = pieces.clone().map(<[u8]>::len).sum();
         let mut joined = zmq::Message::with_size(total);
@@ -513,6 +594,9 @@ impl Socket {
         if let Some(s) = self.shm.get_mut() {
             return s.recv(msg, timeout_ms);
         }
+        if let Some(s) = self.stream_mut() {
+            return s.recv(msg, timeout_ms);
+        }
         let ready = match self.inner.poll(zmq::POLLIN, timeout_ms) {
             Ok(n) => n,
             // Interrupted by a signal: nothing received (the caller's loop asks again).
@@ -531,6 +615,9 @@ impl Socket {
         if let Some(s) = self.shm.get_mut() {
             return s.try_recv(msg);
         }
+        if let Some(s) = self.stream_mut() {
+            return s.recv(msg, 0);
+        }
         self.recv_parts(msg, zmq::DONTWAIT, false)
     }
 
@@ -542,6 +629,9 @@ impl Socket {
     pub fn try_recv_in_place(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
         if let Some(s) = self.shm.get_mut() {
             return s.try_recv(msg);
+        }
+        if let Some(s) = self.stream_mut() {
+            return s.recv(msg, 0);
         }
         self.recv_parts(msg, zmq::DONTWAIT, true)
     }
@@ -633,13 +723,20 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
     // A zero timeout reads no clock (the busy loops poll with it on every turn).
     let deadline = (timeout_ms > 0)
         .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
+    let mut stream_fds: Vec<(std::os::fd::RawFd, libc::c_short)> = Vec::new();
     loop {
-        // Shared-memory sockets with a queued message: ready without a system call.
-        let queued = sockets
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.shm.get().is_some_and(ShmSocket::has_message))
-            .fold(0u64, |mask, (i, _)| mask | (1 << i));
+        // Shared-memory sockets with a queued message, stream sockets with a whole message
+        // buffered: ready without waiting.
+        let mut queued = 0u64;
+        for (i, s) in sockets.iter().enumerate() {
+            let ready = match s.shm.get() {
+                Some(shm) => shm.has_message(),
+                None => take_stream(s)?,
+            };
+            if ready {
+                queued |= 1 << i;
+            }
+        }
         if queued != 0 {
             return Ok(queued);
         }
@@ -651,13 +748,29 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
             None if timeout_ms == 0 => 0,
             None => -1,
         };
-        let mut items: Vec<zmq::PollItem<'_>> = sockets
-            .iter()
-            .map(|s| match s.shm.get() {
+        // One item per ZeroMQ or shared-memory socket; as many as a stream socket has
+        // descriptors (a router's listener and peers). `owner[k]`: whose item `k` is.
+        let mut items: Vec<zmq::PollItem<'_>> = Vec::with_capacity(sockets.len());
+        let mut owner: Vec<usize> = Vec::with_capacity(sockets.len());
+        for (i, s) in sockets.iter().enumerate() {
+            if let Some(st) = s.stream.borrow().as_ref() {
+                stream_fds.clear();
+                st.poll_fds(&mut stream_fds);
+                for &(fd, ev) in &stream_fds {
+                    items.push(zmq::PollItem::from_fd(
+                        fd,
+                        zmq::PollEvents::from_bits_truncate(ev),
+                    ));
+                    owner.push(i);
+                }
+                continue;
+            }
+            items.push(match s.shm.get() {
                 Some(shm) => zmq::PollItem::from_fd(shm.wake_fd(), zmq::POLLIN),
                 None => s.inner.as_poll_item(zmq::POLLIN),
-            })
-            .collect();
+            });
+            owner.push(i);
+        }
         let n = match zmq::poll(&mut items, wait) {
             Ok(n) => n,
             // A signal interrupted the wait (SIGCONT after a stop, a profiler): nothing is
@@ -668,15 +781,27 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
         if n == 0 {
             return Ok(0);
         }
-        let mut mask = 0u64;
-        for (i, it) in items.iter().enumerate() {
-            if !it.is_readable() {
+        let mut woken = 0u64;
+        for (k, it) in items.iter().enumerate() {
+            if it.get_revents().is_empty() {
                 continue;
             }
-            let ready = match sockets[i].shm.get() {
+            woken |= 1 << owner[k];
+        }
+        drop(items);
+        let mut mask = 0u64;
+        for (i, s) in sockets.iter().enumerate() {
+            if woken & (1 << i) == 0 {
+                continue;
+            }
+            let ready = if s.shm.get().is_some() {
                 // A notification: consume it; ready only if a message came with it.
-                Some(_) => sockets[i].consume_shm_wake()?,
-                None => true,
+                s.consume_shm_wake()?
+            } else if s.stream.borrow().is_some() {
+                // Bytes, a peer or room came: ready only once a whole message is here.
+                take_stream(s)?
+            } else {
+                true
             };
             if ready {
                 mask |= 1 << i;
@@ -685,6 +810,15 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
         if mask != 0 || wait == 0 {
             return Ok(mask);
         }
+    }
+}
+
+/// For a stream socket: whether a whole message is here, taken without waiting (accepting
+/// peers, reading and sending on the way). `false` for other sockets.
+fn take_stream(s: &Socket) -> Result<bool, TransportError> {
+    match s.stream.borrow_mut().as_mut() {
+        Some(st) => st.take(std::time::Duration::ZERO),
+        None => Ok(false),
     }
 }
 
@@ -741,273 +875,4 @@ fn zmq_errno() -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-
-    use super::*;
-
-    struct Counted(Vec<u8>, Arc<AtomicU64>);
-    impl FrameOwner for Counted {
-        fn frame_bytes(&self) -> &[u8] {
-            &self.0
-        }
-    }
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            self.1.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn round_trip(endpoint: &str) {
-        let t = Transport::new(1).unwrap();
-        let server = t.socket(SocketKind::Router).unwrap();
-        let bound = server.bind(&Endpoint::parse(endpoint).unwrap()).unwrap();
-        let mut server = server;
-        let mut client = t.socket(SocketKind::Dealer).unwrap();
-        client.connect(&Endpoint::parse(&bound).unwrap()).unwrap();
-        let dropped = Arc::new(AtomicU64::new(0));
-        client
-            .send([
-                Frame::Copy(b"head"),
-                Frame::ZeroCopy(Box::new(Counted(b"-page-".to_vec(), dropped.clone()))),
-                Frame::ZeroCopy(Box::new(b"tail".to_vec())),
-            ])
-            .unwrap();
-        let mut msg = Received::default();
-        assert!(
-            server.recv(&mut msg, 5000).unwrap(),
-            "no message within 5 s on {bound}"
-        );
-        assert_eq!(msg.bytes, b"head-page-tail");
-        assert_eq!(msg.frames, 3);
-        assert!(!msg.peer.is_empty());
-        let peer = msg.peer.clone();
-        server.send_to(&peer, [Frame::Copy(b"reply")]).unwrap();
-        let mut reply = Received::default();
-        assert!(client.recv(&mut reply, 5000).unwrap());
-        assert_eq!(reply.bytes, b"reply");
-        assert!(reply.peer.is_empty());
-        // The zero-copy owner is released once ZeroMQ is done with it.
-        rodeo_testkit::wait_until(
-            "ZeroMQ to release the zero-copy owner",
-            std::time::Duration::from_secs(10),
-            || dropped.load(Ordering::SeqCst) >= 1,
-        );
-        assert_eq!(dropped.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn inproc_round_trip_with_zero_copy() {
-        round_trip("inproc://socket-test");
-    }
-
-    #[test]
-    fn tcp_round_trip_with_zero_copy() {
-        round_trip("tcp://127.0.0.1:*");
-    }
-
-    /// A ROUTER bound to `endpoint` and a DEALER connected to it, in one transport (returned
-    /// first: it must outlive the sockets).
-    fn inproc_pair(endpoint: &str) -> (Transport, Socket, Socket) {
-        let t = Transport::new(1).unwrap();
-        let server = t.socket(SocketKind::Router).unwrap();
-        server.bind(&Endpoint::parse(endpoint).unwrap()).unwrap();
-        let client = t.socket(SocketKind::Dealer).unwrap();
-        client.connect(&Endpoint::parse(endpoint).unwrap()).unwrap();
-        (t, server, client)
-    }
-
-    #[test]
-    fn try_recv_returns_false_when_empty_and_a_message_when_queued() {
-        let (_t, mut server, mut client) = inproc_pair("inproc://try-recv");
-        let mut msg = Received::default();
-        assert!(!server.try_recv(&mut msg).unwrap());
-        client
-            .send([Frame::Copy(b"a"), Frame::Copy(b"bc")])
-            .unwrap();
-        let t0 = std::time::Instant::now();
-        while !server.try_recv(&mut msg).unwrap() {
-            assert!(t0.elapsed().as_secs() < 5);
-            std::thread::yield_now();
-        }
-        assert_eq!(msg.bytes, b"abc");
-        assert_eq!(msg.frames, 2);
-        assert!(!msg.peer.is_empty());
-    }
-
-    #[test]
-    fn a_joined_reply_is_one_frame_and_a_receive_in_place_keeps_it_uncopied() {
-        let (_t, mut server, mut client) = inproc_pair("inproc://joined");
-        let wait = std::time::Duration::from_secs(10);
-        // A ROUTER receiving in place: the routing id apart, the one frame kept.
-        client.send([Frame::Copy(b"request")]).unwrap();
-        let mut req = Received::default();
-        rodeo_testkit::wait_until("the request", wait, || {
-            server.try_recv_in_place(&mut req).unwrap()
-        });
-        assert!(!req.peer.is_empty());
-        assert_eq!((req.data(), req.frames), (&b"request"[..], 1));
-        assert!(req.bytes.is_empty(), "a one-frame message is not copied");
-        let peer = req.peer.clone();
-        // Pieces joined into one frame, received in place.
-        let body: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
-        server
-            .try_send_to_joined(&peer, [&b"head"[..], &body, b"tail"])
-            .unwrap();
-        let mut got = Received::default();
-        rodeo_testkit::wait_until("the joined reply", wait, || {
-            client.try_recv_in_place(&mut got).unwrap()
-        });
-        assert_eq!(got.frames, 1);
-        assert!(got.bytes.is_empty());
-        let mut want = b"head".to_vec();
-        want.extend_from_slice(&body);
-        want.extend_from_slice(b"tail");
-        assert_eq!(got.data(), &want[..]);
-        // Several frames are joined into `bytes`, in place or not.
-        server
-            .send_to(&peer, [Frame::Copy(b"a"), Frame::Copy(b"bc")])
-            .unwrap();
-        rodeo_testkit::wait_until("the two-frame message", wait, || {
-            client.try_recv_in_place(&mut got).unwrap()
-        });
-        assert_eq!(
-            (got.data(), &got.bytes[..], got.frames),
-            (&b"abc"[..], &b"abc"[..], 2)
-        );
-        // A copying receive after one in place: `data` is the copy.
-        server.try_send_to_joined(&peer, [&b"xyz"[..]]).unwrap();
-        assert!(client.recv(&mut got, 5000).unwrap());
-        assert_eq!((got.data(), &got.bytes[..]), (&b"xyz"[..], &b"xyz"[..]));
-        // A peer that is gone: refused at once, as try_send_to is.
-        let e = server
-            .try_send_to_joined(b"nobody", [&b"x"[..]])
-            .unwrap_err();
-        assert!(e.is_unroutable(), "{e}");
-    }
-
-    #[test]
-    fn recv_times_out() {
-        let t = Transport::new(1).unwrap();
-        let mut s = t.socket(SocketKind::Dealer).unwrap();
-        s.connect(&Endpoint::parse("inproc://nobody").unwrap())
-            .unwrap();
-        let mut msg = Received::default();
-        assert!(!s.recv(&mut msg, 10).unwrap());
-    }
-
-    #[test]
-    fn router_reports_unknown_peer() {
-        let t = Transport::new(1).unwrap();
-        let mut s = t.socket(SocketKind::Router).unwrap();
-        s.bind(&Endpoint::parse("inproc://router-unknown").unwrap())
-            .unwrap();
-        let dropped = Arc::new(AtomicU64::new(0));
-        let err = s.send_to(
-            b"ghost",
-            [Frame::ZeroCopy(Box::new(Counted(vec![1], dropped.clone())))],
-        );
-        assert!(err.is_err());
-        // The owner of a frame that could not be sent is released, not leaked.
-        assert_eq!(dropped.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn try_send_to_a_peer_that_does_not_read_fails_at_once_and_releases_the_frames() {
-        let t = Transport::new(1).unwrap();
-        let mut server = t.socket(SocketKind::Router).unwrap();
-        server.set_high_water_marks(4).unwrap();
-        let bound = server
-            .bind(&Endpoint::parse("tcp://127.0.0.1:*").unwrap())
-            .unwrap();
-        let mut client = t.socket(SocketKind::Dealer).unwrap();
-        client.set_high_water_marks(1).unwrap();
-        client.connect(&Endpoint::parse(&bound).unwrap()).unwrap();
-        client.send([Frame::Copy(b"hello")]).unwrap();
-        let mut msg = Received::default();
-        assert!(server.recv(&mut msg, 5000).unwrap());
-        let peer = msg.peer.clone();
-        let released = Arc::new(AtomicU64::new(0));
-        let (mut sent, mut refused) = (0u64, 0u64);
-        let t0 = std::time::Instant::now();
-        // 64 KiB replies: the socket buffers fill after a few MB at most.
-        while refused == 0 {
-            assert!(
-                t0.elapsed().as_secs() < 10,
-                "never refused after {sent} sends"
-            );
-            let owner = Box::new(Counted(vec![7u8; 65536], released.clone()));
-            match server.try_send_to(&peer, [Frame::Copy(b"h"), Frame::ZeroCopy(owner)]) {
-                Ok(()) => sent += 1,
-                Err(e) => {
-                    assert!(e.is_would_block(), "{e}");
-                    refused += 1;
-                }
-            }
-        }
-        // The refused reply's owner was dropped before try_send_to returned.
-        assert!(released.load(Ordering::SeqCst) >= refused);
-        // An unknown peer is unroutable, at once.
-        let e = server
-            .try_send_to(b"nobody", [Frame::Copy(b"x")])
-            .unwrap_err();
-        assert!(e.is_unroutable(), "{e}");
-        // A DEALER without a peer does not wait either.
-        let mut lonely = t.socket(SocketKind::Dealer).unwrap();
-        let e = lonely.try_send([Frame::Copy(b"x")]).unwrap_err();
-        assert!(e.is_would_block(), "{e}");
-    }
-
-    #[test]
-    fn a_message_over_the_limit_in_several_frames_is_dropped_and_counted() {
-        let t = Transport::new(1).unwrap();
-        let mut server = t.socket(SocketKind::Router).unwrap();
-        server.set_max_message_size(100).unwrap();
-        server
-            .bind(&Endpoint::parse("inproc://max-frames").unwrap())
-            .unwrap();
-        let mut client = t.socket(SocketKind::Dealer).unwrap();
-        client
-            .connect(&Endpoint::parse("inproc://max-frames").unwrap())
-            .unwrap();
-        let before = oversized_count();
-        // Each frame below the limit (libzmq takes them), together above it.
-        let part = [7u8; 60];
-        client
-            .send([Frame::Copy(&part), Frame::Copy(&part), Frame::Copy(&part)])
-            .unwrap();
-        client
-            .send([Frame::Copy(&part[..40]), Frame::Copy(&part)])
-            .unwrap();
-        let mut msg = Received::default();
-        assert!(server.recv(&mut msg, 5000).unwrap());
-        assert_eq!(
-            msg.bytes.len(),
-            100,
-            "the message at the limit is taken whole"
-        );
-        assert_eq!(msg.frames, 2);
-        assert_eq!(server.dropped_count(), 1);
-        assert!(oversized_count() > before);
-        assert!(!server.try_recv(&mut msg).unwrap());
-    }
-
-    #[test]
-    fn poll_readable_names_the_sockets_with_messages() {
-        let t = Transport::new(1).unwrap();
-        let a = t.socket(SocketKind::Router).unwrap();
-        a.bind(&Endpoint::parse("inproc://poll-a").unwrap())
-            .unwrap();
-        let b = t.socket(SocketKind::Router).unwrap();
-        b.bind(&Endpoint::parse("inproc://poll-b").unwrap())
-            .unwrap();
-        assert_eq!(poll_readable(&[&a, &b], 0).unwrap(), 0);
-        let mut client = t.socket(SocketKind::Dealer).unwrap();
-        client
-            .connect(&Endpoint::parse("inproc://poll-b").unwrap())
-            .unwrap();
-        client.send([Frame::Copy(b"x")]).unwrap();
-        assert_eq!(poll_readable(&[&a, &b], 5000).unwrap(), 0b10);
-    }
-}
+mod tests;

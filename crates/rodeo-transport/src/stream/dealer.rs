@@ -62,6 +62,22 @@ impl Dealer {
         Err(io(last))
     }
 
+    /// The descriptor a wait for this dealer's next message watches, with the events to
+    /// watch ([`crate::socket::poll_readable`]).
+    pub(crate) fn poll_fd(&self) -> (std::os::fd::RawFd, libc::c_short) {
+        let out = if self.conn.has_pending() {
+            libc::POLLOUT
+        } else {
+            0
+        };
+        (self.conn.fd(), libc::POLLIN | out)
+    }
+
+    /// Whether the connection ended (every later call fails: connect again).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended
+    }
+
     /// What the dealer counted.
     pub fn stats(&self) -> StreamStats {
         self.stats

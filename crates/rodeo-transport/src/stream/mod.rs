@@ -22,9 +22,12 @@
 //! counted, and its connection closed; a connection that ends in the middle of a frame is
 //! counted ([`StreamStats::truncated`]). Nothing here panics on what a peer sends.
 //!
-//! This is a type of its own beside [`crate::socket::Socket`] (ZeroMQ and shared memory), not a
-//! third backend of it: see docs/architecture.md for why and what adopting it takes.
+//! [`Router`] and [`Dealer`] are types of their own, whose receive lends the bytes where they
+//! lie. The partition's data paths reach the same transport through [`crate::socket::Socket`]
+//! and a `stream://HOST:PORT` endpoint (`adapter`: identities, connecting before the peer
+//! binds and again after it restarts, one copy on receipt); see docs/architecture.md.
 
+mod adapter;
 mod conn;
 mod dealer;
 mod error;
@@ -32,6 +35,7 @@ mod router;
 mod sys;
 pub mod wire;
 
+pub(crate) use adapter::{wait_of, StreamSocket};
 pub use conn::MAX_PARTS;
 pub use dealer::Dealer;
 pub use error::{StreamError, StreamStats};

@@ -2,7 +2,7 @@
 //! `poll`, and sends to the one a message names.
 
 use std::net::{TcpListener, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::conn::{Conn, Fill, Sent};
@@ -93,6 +93,20 @@ impl Router {
     /// The peers connected now.
     pub fn peers(&self) -> Vec<PeerId> {
         self.conns.iter().map(|c| PeerId(c.id)).collect()
+    }
+
+    /// Every descriptor a wait for this router's next message watches (the listener and each
+    /// peer), with the events to watch: for a socket that waits beside others
+    /// ([`crate::socket::poll_readable`]).
+    pub(crate) fn poll_fds(&self, out: &mut Vec<(RawFd, libc::c_short)>) {
+        out.push((self.listener.as_raw_fd(), libc::POLLIN));
+        for (c, &ended) in self.conns.iter().zip(&self.ended) {
+            let mut ev = if ended { 0 } else { libc::POLLIN };
+            if c.has_pending() {
+                ev |= libc::POLLOUT;
+            }
+            out.push((c.fd(), ev));
+        }
     }
 
     /// What the router counted.
