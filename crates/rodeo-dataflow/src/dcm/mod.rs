@@ -223,6 +223,9 @@ pub fn spawn(
         }
         s.set_send_timeout(SEND_TIMEOUT_MS)
             .map_err(terr("set send timeout".into()))?;
+        // The loop polls every socket on every turn (which flushes): the requests and
+        // decisions of one turn go out together (the stream transport).
+        s.set_batching(true);
         s.connect(&ep)
             .map_err(terr(format!("connect {endpoint}")))?;
         Ok(s)
@@ -532,6 +535,13 @@ impl Dcm {
         // Report what is finished; the rest is the supervisor's to reassign.
         if !self.decisions.is_empty() {
             self.send_update(&mut supervisor, true, Instant::now())?;
+        }
+        // What waits to go out together goes now.
+        for s in std::iter::once(&mut supervisor)
+            .chain(readout.iter_mut())
+            .chain(loggers.iter_mut())
+        {
+            s.flush();
         }
         Ok(self.summary)
     }

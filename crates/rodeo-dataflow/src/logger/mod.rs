@@ -145,6 +145,9 @@ pub fn spawn(
             .set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
             .map_err(terr("set max message size"))?;
     }
+    // The logger's loop receives on every turn (which flushes): acknowledgements of one
+    // turn go out together (the stream transport; the others batch on their own).
+    socket.set_batching(true);
     socket
         .bind(&endpoint)
         .map_err(terr(&format!("bind {}", config.endpoint)))?;
@@ -283,6 +286,8 @@ impl Logger {
                 break;
             }
         }
+        // The last acknowledgements, if they wait to go out together, go before the files close.
+        socket.flush();
         let name = self.config.name.clone();
         for w in self.writers.drain(..).flatten() {
             let (closed, r) = w.close(&name);

@@ -164,6 +164,10 @@ pub fn spawn(
             .set_max_message_size(i64::try_from(n).unwrap_or(i64::MAX))
             .map_err(terr("set max message size".into()))?;
     }
+    // The loop receives on the router on every turn (which flushes): the assignments of one
+    // turn go out together (the stream transport). The readout nodes' clear sockets are only
+    // sent on, so they send at once.
+    router.set_batching(true);
     router
         .bind(&ep(&config.endpoint)?)
         .map_err(terr(format!("bind {}", config.endpoint)))?;
@@ -316,6 +320,8 @@ impl Supervisor {
                 }
             }
         }
+        // What waits to go out together goes before the last clears.
+        router.flush();
         self.summary.undecided = (self.assigned.len() + self.reassign.len()) as u64;
         self.maybe_flush_clears(&mut readout, Instant::now(), true)?;
         self.summary.l1_accepts = self.l1.produced();

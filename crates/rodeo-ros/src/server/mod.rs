@@ -309,6 +309,9 @@ impl RequestServer {
             .max_message_bytes
             .unwrap_or_else(|| default_max_message_bytes(store.channels()));
         socket.set_max_message_size(i64::try_from(max).unwrap_or(i64::MAX))?;
+        // The core thread receives on every turn (which flushes): the replies of one batch of
+        // requests go out together (the stream transport; the others batch on their own).
+        socket.set_batching(true);
         let endpoint = socket.bind(&ep)?;
         RequestServer::start_with(ZmqSource::new(socket, endpoint), config, store, input)
     }

@@ -177,6 +177,11 @@ impl RequestSource for ZmqSource {
         matches!(self.socket.try_recv_in_place(buf), Ok(true))
     }
 
+    fn maintain(&mut self, _store: &mut EventStore) {
+        // Once per turn and at the end: replies that wait to go out together go now.
+        self.socket.flush();
+    }
+
     fn recv_timeout(&mut self, buf: &mut Received, timeout: Duration) -> bool {
         let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
         matches!(self.socket.recv(buf, ms), Ok(true))

@@ -143,6 +143,7 @@ impl Transport {
             shm: OnceCell::new(),
             stream: RefCell::new(None),
             high_water_mark: Cell::new(1000),
+            batching: Cell::new(false),
             identity: RefCell::new(Vec::new()),
             send_timeout_ms: Cell::new(-1),
             max_message_bytes: Cell::new(None),
@@ -172,6 +173,8 @@ pub struct Socket {
     stream: RefCell<Option<StreamSocket>>,
     /// The high-water mark (a stream DEALER's queue while it has no connection).
     high_water_mark: Cell<u32>,
+    /// Small messages may wait for the next receive ([`Socket::set_batching`]).
+    batching: Cell<bool>,
     identity: RefCell<Vec<u8>>,
     send_timeout_ms: Cell<i32>,
     max_message_bytes: Cell<Option<usize>>,
@@ -331,6 +334,8 @@ impl Socket {
                 detail: "a stream socket binds or connects one endpoint".into(),
             });
         }
+        let mut s = s;
+        s.set_cork(self.batching.get());
         *slot = Some(s);
         Ok(())
     }
@@ -352,6 +357,26 @@ impl Socket {
     /// True once the socket is bound or connected to an `shm://` endpoint.
     pub fn is_shm(&self) -> bool {
         self.shm.get().is_some()
+    }
+
+    /// Lets small messages wait and go out together (the stream transport; ZeroMQ and shared
+    /// memory batch on their own and ignore it): a message of at most 16 KiB sent on this
+    /// socket waits until this socket's next receive or [`poll_readable`], the next larger
+    /// message, [`Socket::flush`], or the socket's drop. Only for an owner whose loop receives
+    /// or polls this socket on every turn (or flushes): a message could otherwise wait
+    /// indefinitely. Set it before or after `bind`/`connect`.
+    pub fn set_batching(&self, on: bool) {
+        self.batching.set(on);
+        if let Some(s) = self.stream.borrow_mut().as_mut() {
+            s.set_cork(on);
+        }
+    }
+
+    /// Hands every message that waits ([`Socket::set_batching`]) to the kernel.
+    pub fn flush(&mut self) {
+        if let Some(s) = self.stream_mut() {
+            s.flush();
+        }
     }
 
     /// True once the socket is bound or connected to a `stream://` endpoint.

@@ -20,6 +20,12 @@ const INITIAL_BUFFER: usize = 1 << 20;
 /// Below this much room at the buffer's end, the unread bytes move to its start before a read.
 const MIN_READ: usize = 64 * 1024;
 
+/// The largest message (header included) a corked send keeps for the next flush.
+pub(super) const CORK_MESSAGE: usize = 16 * 1024;
+
+/// The most bytes corked messages (and a partly sent one) may hold.
+pub(super) const CORK_BYTES: usize = 64 * 1024;
+
 /// What a read of the socket found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fill {
@@ -204,32 +210,61 @@ impl Conn {
     }
 
     /// Sends one message made of `parts` (at most [`MAX_PARTS`], `total` bytes together,
-    /// checked by the caller) with one vectored write of the header and the parts, without
-    /// waiting. When the kernel takes part of it, the rest is kept and sent before the next
-    /// message; when the peer's buffers are full (or a previous tail is still pending), nothing
-    /// is sent and the answer is [`Sent::Full`].
-    pub(super) fn try_send(&mut self, parts: &[&[u8]], total: usize) -> io::Result<Sent> {
-        if self.has_pending() {
-            self.flush()?;
-            if self.has_pending() {
-                return Ok(Sent::Full);
-            }
-        }
+    /// checked by the caller) without waiting.
+    ///
+    /// `cork`: a message of at most [`CORK_MESSAGE`] bytes is appended to the connection's
+    /// pending bytes (up to [`CORK_BYTES`] of them) and goes out with the next flush or the
+    /// next message that is not corked: many small messages, one system call. The caller
+    /// flushes before it waits ([`Conn::flush`]).
+    ///
+    /// Otherwise one vectored write takes the pending bytes, the header and the parts. When
+    /// the kernel takes part of the message, the rest is kept and sent before the next
+    /// message; when it takes none of it (the peer's buffers are full, or the pending bytes
+    /// are not all out), nothing of the message was sent and the answer is [`Sent::Full`].
+    pub(super) fn try_send(
+        &mut self,
+        parts: &[&[u8]],
+        total: usize,
+        cork: bool,
+    ) -> io::Result<Sent> {
+        let pending = self.out.len() - self.out_pos;
+        let framed = HEADER_BYTES + total;
         let header = encode_header(total as u32);
-        let mut iov = [sys::iovec(&[]); MAX_PARTS + 1];
-        iov[0] = sys::iovec(&header);
-        for (slot, p) in iov[1..].iter_mut().zip(parts) {
+        if cork && framed <= CORK_MESSAGE && pending + framed <= CORK_BYTES {
+            if self.out_pos > 0 {
+                self.out.drain(..self.out_pos);
+                self.out_pos = 0;
+            }
+            self.out.extend_from_slice(&header);
+            for p in parts {
+                self.out.extend_from_slice(p);
+            }
+            return Ok(Sent::Queued);
+        }
+        let mut iov = [sys::iovec(&[]); MAX_PARTS + 2];
+        let mut k = 0;
+        if pending > 0 {
+            iov[0] = sys::iovec(&self.out[self.out_pos..]);
+            k = 1;
+        }
+        iov[k] = sys::iovec(&header);
+        for (slot, p) in iov[k + 1..].iter_mut().zip(parts) {
             *slot = sys::iovec(p);
         }
-        let n = match sys::send_vectored(self.fd(), &iov[..parts.len() + 1]) {
+        let n = match sys::send_vectored(self.fd(), &iov[..k + 1 + parts.len()]) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Sent::Full),
             Err(e) => return Err(e),
         };
-        if n < HEADER_BYTES + total {
-            // The kernel took part of it: the rest is the only copy this transport makes.
-            self.out.clear();
-            self.out_pos = 0;
+        if n < pending {
+            self.out_pos += n;
+            return Ok(Sent::Full);
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        let n = n - pending;
+        if n < framed {
+            // The kernel took part of it: the rest is the only copy this path makes.
             let mut skip = n;
             for piece in std::iter::once(&header[..]).chain(parts.iter().copied()) {
                 if skip >= piece.len() {

@@ -15,6 +15,8 @@ pub struct Dealer {
     /// The connection ended (the peer closed it, a bad frame, a failed send).
     ended: bool,
     stats: StreamStats,
+    /// Small messages wait for the next flush ([`Dealer::set_cork`]).
+    cork: bool,
 }
 
 impl std::fmt::Debug for Dealer {
@@ -54,6 +56,7 @@ impl Dealer {
                         limits,
                         ended: false,
                         stats,
+                        cork: false,
                     });
                 }
                 Err(e) => last = e,
@@ -71,6 +74,21 @@ impl Dealer {
             0
         };
         (self.conn.fd(), libc::POLLIN | out)
+    }
+
+    /// With `on`, a message of at most 16 KiB waits in the connection's buffer (64 KiB at
+    /// most) until [`Dealer::flush_pending`], the next receive's wait, or the next larger
+    /// message: many small messages go out in one system call. Off by default; whoever turns
+    /// it on flushes before waiting for anything else.
+    pub(crate) fn set_cork(&mut self, on: bool) {
+        self.cork = on;
+    }
+
+    /// Hands the pending bytes to the kernel, as much as it takes now.
+    pub(crate) fn flush_pending(&mut self) {
+        if self.conn.has_pending() && self.conn.flush().is_err() {
+            self.end();
+        }
     }
 
     /// Whether the connection ended (every later call fails: connect again).
@@ -235,7 +253,7 @@ impl Dealer {
         if self.ended {
             return Err(self.closed());
         }
-        match self.conn.try_send(parts, len) {
+        match self.conn.try_send(parts, len, self.cork) {
             Ok(Sent::Queued) => {
                 self.stats.sent += 1;
                 Ok(Sent::Queued)

@@ -43,6 +43,8 @@ pub struct Router {
     cursor: usize,
     pollfds: Vec<libc::pollfd>,
     stats: StreamStats,
+    /// Small messages wait for the next flush ([`Router::set_cork`]).
+    cork: bool,
 }
 
 impl std::fmt::Debug for Router {
@@ -82,6 +84,7 @@ impl Router {
             cursor: 0,
             pollfds: Vec::new(),
             stats: StreamStats::default(),
+            cork: false,
         })
     }
 
@@ -106,6 +109,24 @@ impl Router {
                 ev |= libc::POLLOUT;
             }
             out.push((c.fd(), ev));
+        }
+    }
+
+    /// With `on`, a message of at most 16 KiB sent to a peer waits in that peer's buffer (64
+    /// KiB at most) until [`Router::flush_all`], the next receive's wait, or the next larger
+    /// message to the peer: many small messages go out in one system call. Off by default;
+    /// whoever turns it on flushes before waiting for anything else.
+    pub(crate) fn set_cork(&mut self, on: bool) {
+        self.cork = on;
+    }
+
+    /// Hands every peer's pending bytes to the kernel, as much as it takes now (a peer whose
+    /// socket failed is closed by the next receive).
+    pub(crate) fn flush_all(&mut self) {
+        for (c, ended) in self.conns.iter_mut().zip(self.ended.iter_mut()) {
+            if c.has_pending() && c.flush().is_err() {
+                *ended = true;
+            }
         }
     }
 
@@ -324,7 +345,7 @@ impl Router {
 
     /// One non-blocking send to peer `i`; a failed socket closes the peer.
     fn send_once(&mut self, i: usize, parts: &[&[u8]], len: usize) -> Result<Sent, StreamError> {
-        match self.conns[i].try_send(parts, len) {
+        match self.conns[i].try_send(parts, len, self.cork) {
             Ok(Sent::Queued) => {
                 self.stats.sent += 1;
                 Ok(Sent::Queued)
