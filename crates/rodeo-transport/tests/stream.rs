@@ -1,5 +1,6 @@
 //! The stream transport over real sockets on 127.0.0.1: round trips, many peers, a peer that
-//! does not read, bad frames, a peer that vanishes mid-frame. Every wait has a deadline (the
+//! does not read, bad frames, a peer that vanishes mid-frame, peers beyond the most a router
+//! keeps. Every wait has a deadline (the
 //! receive timeouts and [`rodeo_testkit::wait_for`]).
 
 use std::io::{Read, Write};
@@ -299,4 +300,35 @@ fn a_peer_that_vanishes_mid_frame_is_counted_and_what_it_sent_whole_is_delivered
         other => panic!("expected a truncated frame error, got {other:?}"),
     }
     assert_eq!(d.stats().truncated, 1);
+}
+
+#[test]
+fn peers_beyond_the_most_a_router_keeps_are_closed_counted_and_the_others_served() {
+    let limits = Limits {
+        max_peers: 3,
+        ..Limits::default()
+    };
+    let mut r = Router::bind("127.0.0.1:0", limits).unwrap();
+    let mut kept: Vec<Dealer> = (0..3)
+        .map(|_| Dealer::connect(r.local_addr(), Limits::default(), WAIT).unwrap())
+        .collect();
+    for (i, d) in kept.iter_mut().enumerate() {
+        assert!(d.send(&[&[i as u8]], WAIT).is_ok());
+        let (_, bytes) = next(&mut r);
+        assert_eq!(bytes.len(), 1);
+    }
+    // Ten more: each accepted and closed at once; reading it sees the end.
+    let mut extra: Vec<TcpStream> = (0..10)
+        .map(|_| TcpStream::connect(r.local_addr()).unwrap())
+        .collect();
+    until_stats(&mut r, "ten peers refused", |s| s.peers_refused == 10);
+    for s in &mut extra {
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).unwrap_or(0), 0, "a refused peer is closed");
+    }
+    // The three kept are served as before.
+    assert!(kept[1].send(&[b"still here"], WAIT).is_ok());
+    assert_eq!(next(&mut r).1, b"still here");
+    assert_eq!(r.peers().len(), 3);
 }

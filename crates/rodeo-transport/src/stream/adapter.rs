@@ -37,6 +37,9 @@ use crate::frame::{Frame, FrameOwner, Received, TransportError};
 /// The first message of every connection a stream DEALER makes: this tag, then its identity.
 pub(crate) const HELLO: &[u8; 8] = b"\xffRSHELLO";
 
+/// The longest identity a hello may name (ZeroMQ's limit for routing ids).
+const MAX_IDENTITY: usize = 255;
+
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -401,6 +404,7 @@ fn add(a: StreamStats, b: StreamStats) -> StreamStats {
         truncated: a.truncated + b.truncated,
         peers_accepted: a.peers_accepted + b.peers_accepted,
         peers_closed: a.peers_closed + b.peers_closed,
+        peers_refused: a.peers_refused + b.peers_refused,
     }
 }
 
@@ -430,10 +434,13 @@ impl RouterSide {
             let id = m.peer;
             let named = self.names.contains_key(&id);
             let hello = !named && m.bytes.starts_with(HELLO);
+            // An identity longer than a name is not taken (the peer goes by its id): a hostile
+            // hello does not make the router keep megabytes per name.
+            let long = m.bytes.len() > HELLO.len() + MAX_IDENTITY;
             let mut identity = Vec::new();
-            if hello {
+            if hello && !long {
                 identity.extend_from_slice(&m.bytes[HELLO.len()..]);
-            } else {
+            } else if !hello {
                 bytes.clear();
                 bytes.extend_from_slice(m.bytes);
             }
@@ -768,6 +775,22 @@ mod tests {
             .unwrap();
         drop(r);
         assert_eq!(recv(&mut d, 2000).unwrap().bytes, b"last");
+    }
+
+    #[test]
+    fn a_hello_with_an_identity_longer_than_a_name_leaves_the_peer_named_by_its_id() {
+        let (mut r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
+        let addr = bound.strip_prefix("stream://").unwrap().to_string();
+        let long = vec![b'x'; 10_000];
+        let mut d = StreamSocket::connect(&addr, &long, None, 10);
+        d.send(None, [Frame::Copy(b"m")], None).unwrap();
+        let m = recv(&mut r, 2000).unwrap();
+        assert_eq!(m.bytes, b"m");
+        assert!(
+            m.peer.starts_with(b"#") && m.peer.len() < 32,
+            "{:?}",
+            m.peer
+        );
     }
 
     const ASCENDING: [u8; 40] = {

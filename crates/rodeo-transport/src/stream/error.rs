@@ -82,4 +82,7 @@ pub struct StreamStats {
     pub peers_accepted: u64,
     /// Peers whose connection ended (closed by them, or by us after a bad frame).
     pub peers_closed: u64,
+    /// Connections a router closed at once: it had `Limits::max_peers` already, or the
+    /// process had no descriptor left for them (accepting pauses 100 ms then).
+    pub peers_refused: u64,
 }

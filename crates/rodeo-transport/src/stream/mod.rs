@@ -52,14 +52,19 @@ pub struct Limits {
     /// kernel allows that much (`net.core.wmem_max`/`rmem_max`); else, and with 0, the kernel's
     /// autotuning sizes them.
     pub socket_buffer: usize,
+    /// The most peers a [`Router`] keeps connected; one more is accepted and closed at once,
+    /// counted in [`StreamStats::peers_refused`] (a peer that opens connections without end
+    /// does not take the process's descriptors).
+    pub max_peers: usize,
 }
 
 impl Default for Limits {
-    /// 64 MiB messages, 4 MiB socket buffers.
+    /// 64 MiB messages, 4 MiB socket buffers, 1,024 peers.
     fn default() -> Limits {
         Limits {
             max_message: 64 << 20,
             socket_buffer: 4 << 20,
+            max_peers: 1024,
         }
     }
 }

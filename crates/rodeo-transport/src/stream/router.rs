@@ -10,6 +10,9 @@ use super::error::{StreamError, StreamStats};
 use super::wire::FrameError;
 use super::{left, message_len, sys, Limits};
 
+/// How long accepting pauses when the process has no descriptor left.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 /// A connected peer of a [`Router`], unique for the router's life (never reused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u64);
@@ -45,6 +48,8 @@ pub struct Router {
     stats: StreamStats,
     /// Small messages wait for the next flush ([`Router::set_cork`]).
     cork: bool,
+    /// Accepting pauses until then (the process ran out of descriptors).
+    accept_paused_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for Router {
@@ -85,6 +90,7 @@ impl Router {
             pollfds: Vec::new(),
             stats: StreamStats::default(),
             cork: false,
+            accept_paused_until: None,
         })
     }
 
@@ -102,7 +108,11 @@ impl Router {
     /// peer), with the events to watch: for a socket that waits beside others
     /// ([`crate::socket::poll_readable`]).
     pub(crate) fn poll_fds(&self, out: &mut Vec<(RawFd, libc::c_short)>) {
-        out.push((self.listener.as_raw_fd(), libc::POLLIN));
+        let paused = self.accept_paused_until.is_some_and(|t| Instant::now() < t);
+        out.push((
+            self.listener.as_raw_fd(),
+            if paused { 0 } else { libc::POLLIN },
+        ));
         for (c, &ended) in self.conns.iter().zip(&self.ended) {
             let mut ev = if ended { 0 } else { libc::POLLIN };
             if c.has_pending() {
@@ -218,8 +228,9 @@ impl Router {
     /// flushes what it finds. Returns whether anything happened.
     fn wait(&mut self, timeout: Duration) -> Result<bool, StreamError> {
         self.pollfds.clear();
+        let listen = if self.accepting() { libc::POLLIN } else { 0 };
         self.pollfds
-            .push(sys::pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+            .push(sys::pollfd(self.listener.as_raw_fd(), listen));
         for (c, &ended) in self.conns.iter().zip(&self.ended) {
             let mut ev = if ended { 0 } else { libc::POLLIN };
             if c.has_pending() {
@@ -257,10 +268,38 @@ impl Router {
         Ok(true)
     }
 
-    /// Accepts every peer waiting.
+    /// Whether the listener is watched (not while accepting pauses).
+    fn accepting(&mut self) -> bool {
+        match self.accept_paused_until {
+            Some(t) if Instant::now() < t => false,
+            Some(_) => {
+                self.accept_paused_until = None;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Accepts every peer waiting. One beyond [`Limits::max_peers`] is closed at once; when
+    /// the process has no descriptor left, accepting pauses 100 ms. Both are counted
+    /// ([`StreamStats::peers_refused`]) and logged, and neither is the caller's error: the
+    /// peers connected go on being served.
     fn accept(&mut self) -> Result<(), StreamError> {
         loop {
             match self.listener.accept() {
+                Ok((sock, addr)) if self.conns.len() >= self.limits.max_peers => {
+                    drop(sock);
+                    self.stats.peers_refused += 1;
+                    if self.stats.peers_refused.is_power_of_two() {
+                        tracing::warn!(
+                            %addr,
+                            max = self.limits.max_peers,
+                            refused = self.stats.peers_refused,
+                            "stream {}: a peer beyond the most this router keeps, closed",
+                            self.local
+                        );
+                    }
+                }
                 Ok((sock, addr)) => {
                     let conn = Conn::new(self.next_id, sock, addr, &self.limits).map_err(|e| {
                         StreamError::Io {
@@ -276,14 +315,19 @@ impl Router {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // A peer that left before we accepted it (ECONNABORTED) or a full descriptor
-                // table: the listener stays, the error is the caller's to report.
+                // A peer that left before we accepted it.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+                // No descriptor left (EMFILE, ENFILE) or no memory: pause accepting, go on
+                // serving the peers there are.
                 Err(e) => {
-                    return Err(StreamError::Io {
-                        op: "accept",
-                        addr: self.local.clone(),
-                        source: e,
-                    })
+                    self.stats.peers_refused += 1;
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    tracing::warn!(
+                        "stream {}: cannot accept a peer ({e}); accepting pauses {} ms",
+                        self.local,
+                        ACCEPT_PAUSE.as_millis()
+                    );
+                    return Ok(());
                 }
             }
         }
