@@ -756,7 +756,7 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
         for (i, s) in sockets.iter().enumerate() {
             let ready = match s.shm.get() {
                 Some(shm) => shm.has_message(),
-                None => take_stream(s)?,
+                None => take_stream_buffered(s)?,
             };
             if ready {
                 queued |= 1 << i;
@@ -835,6 +835,15 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
         if mask != 0 || wait == 0 {
             return Ok(mask);
         }
+    }
+}
+
+/// For a stream socket: whether a whole message was already read (flushing what waits to go
+/// out, no other system call). `false` for other sockets.
+fn take_stream_buffered(s: &Socket) -> Result<bool, TransportError> {
+    match s.stream.borrow_mut().as_mut() {
+        Some(st) => st.take_buffered(),
+        None => Ok(false),
     }
 }
 

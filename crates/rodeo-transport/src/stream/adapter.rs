@@ -242,8 +242,19 @@ impl StreamSocket {
     }
 
     /// Waits up to `timeout` for a message and keeps it for the next receive; whether one is
-    /// kept.
+    /// kept. Flushes first.
     pub(crate) fn take(&mut self, timeout: Duration) -> Result<bool, TransportError> {
+        self.take_within(Some(timeout))
+    }
+
+    /// Keeps for the next receive a message already read from the kernel, without a system
+    /// call but the flush; whether one is kept.
+    pub(crate) fn take_buffered(&mut self) -> Result<bool, TransportError> {
+        self.take_within(None)
+    }
+
+    /// [`StreamSocket::take`] (`Some` timeout) or [`StreamSocket::take_buffered`] (`None`).
+    fn take_within(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
         if self.ready {
             return Ok(true);
         }
@@ -257,7 +268,10 @@ impl StreamSocket {
             )?,
             Side::Dealer(d) => {
                 self.ready_peer.clear();
-                d.recv(timeout, &self.limits, &mut self.ready_bytes)
+                match timeout {
+                    Some(t) => d.recv(t, &self.limits, &mut self.ready_bytes),
+                    None => d.recv_buffered(&mut self.ready_bytes),
+                }
             }
         };
         self.ready = got;
@@ -409,25 +423,29 @@ fn add(a: StreamStats, b: StreamStats) -> StreamStats {
 }
 
 impl RouterSide {
-    /// One message from any peer into `peer`/`bytes`, waiting up to `timeout`; hellos are
-    /// taken in passing.
+    /// One message from any peer into `peer`/`bytes`, waiting up to `timeout` (`None`: only
+    /// a message already buffered, no system call); hellos are taken in passing.
     fn recv(
         &mut self,
-        timeout: Duration,
+        timeout: Option<Duration>,
         peer: &mut Vec<u8>,
         bytes: &mut Vec<u8>,
         endpoint: &str,
     ) -> Result<bool, TransportError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            let got =
-                self.router
-                    .recv(left(deadline))
-                    .map_err(|source| TransportError::Stream {
-                        op: "receive",
-                        endpoint: endpoint.to_string(),
-                        source: Box::new(source),
-                    })?;
+            let got = match deadline {
+                Some(at) => {
+                    self.router
+                        .recv(left(at))
+                        .map_err(|source| TransportError::Stream {
+                            op: "receive",
+                            endpoint: endpoint.to_string(),
+                            source: Box::new(source),
+                        })?
+                }
+                None => self.router.recv_buffered(),
+            };
             let Some(m) = got else {
                 return Ok(false);
             };
@@ -613,6 +631,26 @@ impl DealerSide {
                     std::thread::sleep(left(at).min(Duration::from_millis(5)));
                 }
                 _ => return Err(would_block()),
+            }
+        }
+    }
+
+    /// A message already read from the router into `bytes`, without a system call.
+    fn recv_buffered(&mut self, bytes: &mut Vec<u8>) -> bool {
+        let Some(d) = self.dealer.as_mut() else {
+            return false;
+        };
+        match d.recv_buffered() {
+            Ok(Some(m)) => {
+                bytes.clear();
+                bytes.extend_from_slice(m);
+                true
+            }
+            Ok(None) => false,
+            // A bad frame (counted): the next full receive connects again.
+            Err(_) => {
+                self.drop_connection();
+                false
             }
         }
     }

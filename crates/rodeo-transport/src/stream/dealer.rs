@@ -186,6 +186,22 @@ impl Dealer {
         }
     }
 
+    /// The next whole message already read, without a system call (`None`: none is buffered,
+    /// or the connection ended: [`Dealer::recv`] says which).
+    pub(crate) fn recv_buffered(&mut self) -> Result<Option<&[u8]>, StreamError> {
+        if self.ended {
+            return Ok(None);
+        }
+        match self.conn.next_message(self.limits.max_message) {
+            Ok(Some(range)) => {
+                self.stats.received += 1;
+                Ok(Some(self.conn.message(range)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.refuse(e)),
+        }
+    }
+
     /// Sends one message made of `parts` without ever waiting: `Ok(false)` when the router's
     /// buffers are full (nothing sent; counted in [`StreamStats::refused_full`]).
     pub fn try_send(&mut self, parts: &[&[u8]]) -> Result<bool, StreamError> {

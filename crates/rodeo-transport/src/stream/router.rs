@@ -174,6 +174,18 @@ impl Router {
         }
     }
 
+    /// The next whole message already read from a peer, without a system call (`None`: none
+    /// is buffered; the kernel may hold more).
+    pub(crate) fn recv_buffered(&mut self) -> Option<Message<'_>> {
+        let (i, range) = self.buffered()?;
+        self.stats.received += 1;
+        let c = &self.conns[i];
+        Some(Message {
+            peer: PeerId(c.id),
+            bytes: c.message(range),
+        })
+    }
+
     /// The next whole buffered message, searching the peers from the cursor; closes the peers
     /// whose next frame is bad and those that ended with nothing whole left.
     fn buffered(&mut self) -> Option<(usize, (usize, usize))> {
