@@ -11,7 +11,8 @@
 //!   identity and routes replies by it; a DEALER that reconnects (a restarted DCM) takes its
 //!   name over to the new connection. A peer that sends no hello is named `#<id>`.
 //! - **Connecting before the peer binds, and again after it restarts.** A DEALER that finds no
-//!   router tries again every [`RETRY`] on its next operation; meanwhile what it sends waits in
+//!   router tries again on its next operation after [`RETRY`], doubled after each failure up to
+//!   [`RETRY_MAX`] (each attempt waits [`CONNECT_TIMEOUT`] at most); meanwhile what it sends waits in
 //!   a queue bounded by the high-water mark and 64 MiB (as ZeroMQ queues on a connecting
 //!   pipe), and goes
 //!   out first, in order, once a connection is up. A full queue refuses ([`would_block`]).
@@ -40,11 +41,17 @@ pub(crate) const HELLO: &[u8; 8] = b"\xffRSHELLO";
 /// The longest identity a hello may name (ZeroMQ's limit for routing ids).
 const MAX_IDENTITY: usize = 255;
 
-/// How long one connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long one connection attempt may take (it blocks the owner's thread: a router's host
+/// answers a connect within a millisecond on a LAN, a dead host never).
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(50);
 
-/// Between two connection attempts of a DEALER whose router is not there (yet, or again).
+/// Between two connection attempts of a DEALER whose router is not there (yet, or again);
+/// doubled after each failed attempt up to [`RETRY_MAX`], so a host that is gone costs its
+/// peers at most 50 ms per second.
 const RETRY: Duration = Duration::from_millis(100);
+
+/// The longest wait between two connection attempts.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// The most bytes a DEALER queues while it has no connection (besides the message count).
 const QUEUE_BYTES: usize = 64 << 20;
@@ -107,6 +114,8 @@ struct DealerSide {
     identity: Vec<u8>,
     dealer: Option<Dealer>,
     next_try: Instant,
+    /// The wait after the next failed attempt.
+    retry: Duration,
     /// Messages sent while no connection was up (or while older ones were still queued).
     queue: VecDeque<Vec<u8>>,
     queue_max: usize,
@@ -223,6 +232,7 @@ impl StreamSocket {
             identity: identity.to_vec(),
             dealer: None,
             next_try: Instant::now(),
+            retry: RETRY,
             queue: VecDeque::new(),
             queue_max: queue_max.max(1),
             queue_bytes: 0,
@@ -535,7 +545,8 @@ impl DealerSide {
         if now < self.next_try {
             return false;
         }
-        self.next_try = now + RETRY;
+        self.next_try = now + self.retry;
+        self.retry = (self.retry * 2).min(RETRY_MAX);
         let Ok(mut d) = Dealer::connect(self.addr.as_str(), *limits, CONNECT_TIMEOUT) else {
             return false;
         };
@@ -545,6 +556,7 @@ impl DealerSide {
             self.past = add(self.past, d.stats());
             return false;
         }
+        self.retry = RETRY;
         tracing::debug!(addr = %self.addr, "stream: connected");
         d.set_cork(self.cork);
         self.dealer = Some(d);
@@ -588,7 +600,9 @@ impl DealerSide {
         let deadline = wait.map(|t| Instant::now() + t);
         loop {
             if self.connected(limits) && self.flush_queue() {
-                let d = self.dealer.as_mut().expect("connected");
+                let Some(d) = self.dealer.as_mut() else {
+                    continue;
+                };
                 let sent = match deadline {
                     Some(at) => d.send(parts, left(at)).map(|()| true),
                     None => d.try_send(parts),
