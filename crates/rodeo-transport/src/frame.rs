@@ -72,6 +72,21 @@ pub enum TransportError {
 }
 
 impl TransportError {
+    /// The error of a send that would have to wait, on every transport (ZeroMQ's `EAGAIN`).
+    pub(crate) fn would_block() -> TransportError {
+        TransportError::Send {
+            source: zmq::Error::EAGAIN,
+        }
+    }
+
+    /// The error of a ROUTER send to a peer it does not know, on every transport (ZeroMQ's
+    /// `EHOSTUNREACH`).
+    pub(crate) fn unroutable() -> TransportError {
+        TransportError::Send {
+            source: zmq::Error::EHOSTUNREACH,
+        }
+    }
+
     /// True for a send refused because it would have waited: the peer's queue is at its
     /// high-water mark, or no peer is connected (`EAGAIN` of a non-blocking or timed send).
     pub fn is_would_block(&self) -> bool {

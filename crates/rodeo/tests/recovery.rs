@@ -227,15 +227,19 @@ fn shm_a_logger_killed_twice_accounts_for_the_files_of_all_its_lives() {
     assert!(v["recovered_events"].as_u64().unwrap() > 0, "{v}");
 }
 
-#[test]
-fn tcp_a_readout_node_killed_is_restarted_and_the_run_balances() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    // Ports free now (the partition takes base_port and the few after it).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A port free now (the partition takes it as base_port and the few after it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+#[test]
+fn tcp_a_readout_node_killed_is_restarted_and_the_run_balances() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
     let extra = format!("host = \"127.0.0.1\"\nbase_port = {port}\n");
     let run = Run::start(&config("tcp", 3, &extra), 10);
     run.kill("ros-1");
@@ -247,11 +251,7 @@ fn tcp_a_readout_node_killed_is_restarted_and_the_run_balances() {
 #[test]
 fn stream_a_readout_node_then_a_logger_killed_are_restarted_and_the_run_balances() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let extra = format!("trusted_network = true\nhost = \"127.0.0.1\"\nbase_port = {port}\n");
     let run = Run::start(&config("stream", 3, &extra), 12);
     // The DCMs' connections to the dead node end; they connect again to its successor, which

@@ -248,12 +248,12 @@ impl ShmSocket {
             (Side::Dealer { out }, _) => out,
             (Side::Router { peers }, Some(p)) => {
                 if !peers.contains_key(p) {
-                    let id = std::str::from_utf8(p).map_err(|_| unroutable())?;
+                    let id = std::str::from_utf8(p).map_err(|_| TransportError::unroutable())?;
                     let ob = open_outbox(node, &format!("{}/reply/{id}", self.bound), false)
-                        .map_err(|_| unroutable())?;
+                        .map_err(|_| TransportError::unroutable())?;
                     peers.insert(p.to_vec(), ob);
                 }
-                peers.get(p).ok_or_else(unroutable)?
+                peers.get(p).ok_or_else(TransportError::unroutable)?
             }
             (Side::Router { .. }, None) => {
                 return Err(shm_err(
@@ -310,7 +310,7 @@ impl ShmSocket {
             if !out.has_receiver() {
                 // Nobody to wait for: the receiver left (or is not there yet, or is being
                 // restarted). As a ZeroMQ peer that is gone, it costs the sender nothing.
-                return Err(would_block());
+                return Err(TransportError::would_block());
             }
             if spin_until.is_none() {
                 BACKPRESSURE.fetch_add(1, Ordering::Relaxed);
@@ -324,7 +324,7 @@ impl ShmSocket {
             }) {
                 Some(d) if now < d => {}
                 None if wait => {}
-                _ => return Err(would_block()),
+                _ => return Err(TransportError::would_block()),
             }
             // A bounded spin first: a receiver that is draining its queue makes room within
             // microseconds, long before a sleep would end.
@@ -460,17 +460,5 @@ fn frame_bytes<'f>(f: &'f Frame<'_>) -> &'f [u8] {
     match f {
         Frame::Copy(b) => b,
         Frame::ZeroCopy(o) => o.frame_bytes(),
-    }
-}
-
-fn would_block() -> TransportError {
-    TransportError::Send {
-        source: zmq::Error::EAGAIN,
-    }
-}
-
-fn unroutable() -> TransportError {
-    TransportError::Send {
-        source: zmq::Error::EHOSTUNREACH,
     }
 }

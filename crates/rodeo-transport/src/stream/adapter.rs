@@ -59,21 +59,6 @@ const QUEUE_BYTES: usize = 64 << 20;
 /// What a wait of "forever" (a negative timeout) waits at most per call.
 const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
-/// The error a send that would have to wait gets (as ZeroMQ's `EAGAIN`, so that
-/// [`TransportError::is_would_block`] holds for every transport).
-fn would_block() -> TransportError {
-    TransportError::Send {
-        source: zmq::Error::EAGAIN,
-    }
-}
-
-/// The error a ROUTER send to a peer it does not know gets (ZeroMQ's `EHOSTUNREACH`).
-fn unroutable() -> TransportError {
-    TransportError::Send {
-        source: zmq::Error::EHOSTUNREACH,
-    }
-}
-
 /// A timeout in milliseconds as a duration (negative: [`LONGEST_WAIT`]).
 pub(crate) fn wait_of(ms: i64) -> Duration {
     u64::try_from(ms).map_or(LONGEST_WAIT, Duration::from_millis)
@@ -402,7 +387,7 @@ impl StreamSocket {
         let sent = match side {
             Side::Router(r) => match peer {
                 Some(peer) => r.send(peer, parts, wait, endpoint),
-                None => Err(unroutable()),
+                None => Err(TransportError::unroutable()),
             },
             Side::Dealer(d) => d.send(parts, wait, limits, endpoint),
         };
@@ -510,7 +495,7 @@ impl RouterSide {
         endpoint: &str,
     ) -> Result<(), TransportError> {
         let Some(&id) = self.by_name.get(peer) else {
-            return Err(unroutable());
+            return Err(TransportError::unroutable());
         };
         let sent = match wait {
             Some(t) => self.router.send_to(id, parts, t).map(|()| true),
@@ -518,11 +503,11 @@ impl RouterSide {
         };
         match sent {
             Ok(true) => Ok(()),
-            Ok(false) | Err(StreamError::Timeout { .. }) => Err(would_block()),
+            Ok(false) | Err(StreamError::Timeout { .. }) => Err(TransportError::would_block()),
             Err(StreamError::UnknownPeer { .. } | StreamError::Closed { .. }) => {
                 self.by_name.remove(peer);
                 self.names.remove(&id);
-                Err(unroutable())
+                Err(TransportError::unroutable())
             }
             Err(source) => Err(TransportError::Stream {
                 op: "send",
@@ -609,7 +594,9 @@ impl DealerSide {
                 };
                 match sent {
                     Ok(true) => return Ok(()),
-                    Ok(false) | Err(StreamError::Timeout { .. }) => return Err(would_block()),
+                    Ok(false) | Err(StreamError::Timeout { .. }) => {
+                        return Err(TransportError::would_block())
+                    }
                     Err(e @ (StreamError::TooLarge { .. } | StreamError::TooManyParts { .. })) => {
                         return Err(TransportError::Stream {
                             op: "send",
@@ -644,7 +631,7 @@ impl DealerSide {
                 Some(at) if Instant::now() < at => {
                     std::thread::sleep(left(at).min(Duration::from_millis(5)));
                 }
-                _ => return Err(would_block()),
+                _ => return Err(TransportError::would_block()),
             }
         }
     }
