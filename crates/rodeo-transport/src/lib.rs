@@ -12,15 +12,17 @@
 //! - [`message`]: the message types of `specs/dataflow-protocol.md`, a decoder that borrows the
 //!   received bytes (no allocation, no copy: lists are iterators over the payload) and an encoder
 //!   that appends to a reusable buffer.
-//! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`, `shm://`), checked before a
-//!   socket sees them.
+//! - [`endpoint`]: endpoint URLs (`inproc://`, `ipc://`, `tcp://`, `shm://`, `stream://`),
+//!   checked before a socket sees them.
 //!
 //! The transports:
 //!
-//! - [`socket`]: ZeroMQ sockets with the protocol's framing, zero-copy frames and receive timeouts.
+//! - [`socket`]: the sockets the applications use: ZeroMQ with the protocol's framing, zero-copy
+//!   frames and receive timeouts; shared memory or the stream transport by the endpoint's scheme.
 //! - [`shm`]: the same-host data plane: ROUTER/DEALER over iceoryx2 shared memory.
 //! - [`stream`]: the data plane between hosts: rodeo's own framing over kernel TCP, a
-//!   bound side that knows each message's peer and connecting peers, bounded waits.
+//!   bound side that knows each message's peer and connecting peers, bounded waits, small
+//!   messages sent together; behind [`socket::Socket`] for `stream://` endpoints.
 //! - [`frame`]: what both transports send, receive and fail with (frames, received messages,
 //!   the transport error, the count of oversized messages).
 //! - [`curve`]: ZeroMQ CURVE on tcp: a partition's keys, the authenticator (ZAP) and the count
