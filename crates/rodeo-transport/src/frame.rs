@@ -45,6 +45,15 @@ pub enum TransportError {
         /// ZeroMQ's error.
         source: zmq::Error,
     },
+    /// The socket cannot do this with this endpoint (a PUB socket on `stream://`, a second
+    /// bind or connect of a stream socket).
+    #[error("{endpoint}: {detail}")]
+    Unsupported {
+        /// The endpoint.
+        endpoint: String,
+        /// What cannot be done, and what to do instead.
+        detail: String,
+    },
     /// A stream (`stream://`) operation failed.
     #[error("{op} on {endpoint}: {source}")]
     Stream {

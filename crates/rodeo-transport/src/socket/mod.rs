@@ -320,18 +320,22 @@ impl Socket {
 
     fn set_stream(&self, s: StreamSocket, endpoint: &Endpoint) -> Result<(), TransportError> {
         if !matches!(self.kind, SocketKind::Router | SocketKind::Dealer) {
-            return Err(TransportError::Shm {
-                op: "bind/connect",
-                name: endpoint.to_string(),
-                detail: format!("{:?} sockets have no stream transport", self.kind),
+            return Err(TransportError::Unsupported {
+                endpoint: endpoint.to_string(),
+                detail: format!(
+                    "{:?} sockets have no stream transport (ROUTER and DEALER only; use tcp:// \
+                     for PUB/SUB)",
+                    self.kind
+                ),
             });
         }
         let mut slot = self.stream.borrow_mut();
         if slot.is_some() || self.shm.get().is_some() {
-            return Err(TransportError::Shm {
-                op: "bind/connect",
-                name: endpoint.to_string(),
-                detail: "a stream socket binds or connects one endpoint".into(),
+            return Err(TransportError::Unsupported {
+                endpoint: endpoint.to_string(),
+                detail: "a stream socket binds or connects one endpoint: make one socket per \
+                         endpoint"
+                    .into(),
             });
         }
         let mut s = s;

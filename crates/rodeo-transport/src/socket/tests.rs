@@ -268,3 +268,14 @@ fn poll_readable_names_the_sockets_with_messages() {
     client.send([Frame::Copy(b"x")]).unwrap();
     assert_eq!(poll_readable(&[&a, &b], 5000).unwrap(), 0b10);
 }
+
+#[test]
+fn a_pub_socket_on_a_stream_endpoint_is_refused_with_what_to_do() {
+    let t = Transport::new(1).unwrap();
+    let s = t.socket(SocketKind::Pub).unwrap();
+    let e = s
+        .bind(&Endpoint::parse("stream://127.0.0.1:*").unwrap())
+        .unwrap_err();
+    assert!(matches!(e, TransportError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("tcp://"), "{e}");
+}
