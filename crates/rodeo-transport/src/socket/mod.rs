@@ -760,7 +760,7 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
         for (i, s) in sockets.iter().enumerate() {
             let ready = match s.shm.get() {
                 Some(shm) => shm.has_message(),
-                None => take_stream_buffered(s)?,
+                None => take_stream(s, None)?,
             };
             if ready {
                 queued |= 1 << i;
@@ -828,7 +828,7 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
                 s.consume_shm_wake()?
             } else if s.stream.borrow().is_some() {
                 // Bytes, a peer or room came: ready only once a whole message is here.
-                take_stream(s)?
+                take_stream(s, Some(std::time::Duration::ZERO))?
             } else {
                 true
             };
@@ -842,20 +842,12 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
     }
 }
 
-/// For a stream socket: whether a whole message was already read (flushing what waits to go
-/// out, no other system call). `false` for other sockets.
-fn take_stream_buffered(s: &Socket) -> Result<bool, TransportError> {
+/// For a stream socket: whether a whole message is here after a flush: one already read
+/// (`None`: no other system call) or one taken without waiting (`Some(ZERO)`: accepting peers,
+/// reading and sending on the way). `false` for other sockets.
+fn take_stream(s: &Socket, wait: Option<std::time::Duration>) -> Result<bool, TransportError> {
     match s.stream.borrow_mut().as_mut() {
-        Some(st) => st.take_buffered(),
-        None => Ok(false),
-    }
-}
-
-/// For a stream socket: whether a whole message is here, taken without waiting (accepting
-/// peers, reading and sending on the way). `false` for other sockets.
-fn take_stream(s: &Socket) -> Result<bool, TransportError> {
-    match s.stream.borrow_mut().as_mut() {
-        Some(st) => st.take(std::time::Duration::ZERO),
+        Some(st) => st.take(wait),
         None => Ok(false),
     }
 }

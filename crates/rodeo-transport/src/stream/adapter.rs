@@ -236,20 +236,10 @@ impl StreamSocket {
         }
     }
 
-    /// Waits up to `timeout` for a message and keeps it for the next receive; whether one is
-    /// kept. Flushes first.
-    pub(crate) fn take(&mut self, timeout: Duration) -> Result<bool, TransportError> {
-        self.take_within(Some(timeout))
-    }
-
-    /// Keeps for the next receive a message already read from the kernel, without a system
-    /// call but the flush; whether one is kept.
-    pub(crate) fn take_buffered(&mut self) -> Result<bool, TransportError> {
-        self.take_within(None)
-    }
-
-    /// [`StreamSocket::take`] (`Some` timeout) or [`StreamSocket::take_buffered`] (`None`).
-    fn take_within(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
+    /// Flushes, then keeps a message for the next receive: one already read from the kernel
+    /// (`None`: no other system call), or one that comes within the timeout (`Some`, accepting
+    /// peers and reading on the way); whether one is kept.
+    pub(crate) fn take(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
         if self.ready {
             return Ok(true);
         }
@@ -281,7 +271,7 @@ impl StreamSocket {
         timeout_ms: i64,
     ) -> Result<bool, TransportError> {
         msg.reset();
-        if !self.take(wait_of(timeout_ms))? {
+        if !self.take(Some(wait_of(timeout_ms)))? {
             return Ok(false);
         }
         std::mem::swap(&mut msg.bytes, &mut self.ready_bytes);
@@ -689,6 +679,13 @@ impl DealerSide {
 mod tests {
     use super::*;
 
+    /// A router bound to a free port, and its `host:port`.
+    fn bound_router() -> (StreamSocket, String) {
+        let (r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
+        let addr = bound.strip_prefix("stream://").unwrap().to_string();
+        (r, addr)
+    }
+
     fn recv(s: &mut StreamSocket, ms: i64) -> Option<Received> {
         let mut m = Received::default();
         s.recv(&mut m, ms).unwrap().then_some(m)
@@ -729,8 +726,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_refuses_and_a_restarted_router_is_found_again() {
-        let (mut r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
-        let addr = bound.strip_prefix("stream://").unwrap().to_string();
+        let (mut r, addr) = bound_router();
         let mut d = StreamSocket::connect(&addr, b"d", None, 2);
         d.send(None, [Frame::Copy(b"1")], None).unwrap();
         assert_eq!(recv(&mut r, 2000).unwrap().bytes, b"1");
@@ -762,8 +758,7 @@ mod tests {
 
     #[test]
     fn more_frames_than_one_write_takes_go_joined_and_zero_copy_owners_are_released() {
-        let (mut r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
-        let addr = bound.strip_prefix("stream://").unwrap().to_string();
+        let (mut r, addr) = bound_router();
         let mut d = StreamSocket::connect(&addr, b"", None, 10);
         let frames: Vec<Frame<'_>> = (0..40u8)
             .map(|i| {
@@ -785,8 +780,7 @@ mod tests {
 
     #[test]
     fn corked_messages_wait_for_the_senders_next_receive_and_go_out_together() {
-        let (mut r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
-        let addr = bound.strip_prefix("stream://").unwrap().to_string();
+        let (mut r, addr) = bound_router();
         let mut d = StreamSocket::connect(&addr, b"dcm-1", None, 10);
         d.send(None, [Frame::Copy(b"hello")], None).unwrap();
         assert_eq!(recv(&mut r, 2000).unwrap().bytes, b"hello");
@@ -798,7 +792,7 @@ mod tests {
         // Nothing was handed to the kernel: the dealer sees nothing.
         assert!(recv(&mut d, 100).is_none());
         // The router's next receive (here a poll that finds nothing) flushes them, in order.
-        assert!(!r.take(Duration::ZERO).unwrap());
+        assert!(!r.take(Some(Duration::ZERO)).unwrap());
         for i in 0..100u8 {
             assert_eq!(recv(&mut d, 2000).expect("corked message").bytes, [i; 100]);
         }
@@ -818,8 +812,7 @@ mod tests {
 
     #[test]
     fn a_hello_with_an_identity_longer_than_a_name_leaves_the_peer_named_by_its_id() {
-        let (mut r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
-        let addr = bound.strip_prefix("stream://").unwrap().to_string();
+        let (mut r, addr) = bound_router();
         let long = vec![b'x'; 10_000];
         let mut d = StreamSocket::connect(&addr, &long, None, 10);
         d.send(None, [Frame::Copy(b"m")], None).unwrap();
