@@ -283,10 +283,13 @@ impl EmbeddedPartition {
         match command {
             Command::Initialize => {
                 // With CURVE (`transport.curve`) this partition's keys are made here: every
-                // tcp socket of its applications authenticates with them.
+                // tcp socket of its applications authenticates with them (and, with an
+                // encrypted stream, every stream connection is TLS with its own CA).
                 let io_threads = self.config.transport.io_threads;
+                let tls = self.config.transport.stream_tls();
                 let t = if self.config.transport.curve_enabled() {
                     rodeo_transport::curve::PartitionKeys::generate()
+                        .and_then(|k| if tls { k.with_tls() } else { Ok(k) })
                         .and_then(|k| Transport::with_curve(io_threads, k))
                 } else {
                     Transport::new(io_threads)

@@ -34,6 +34,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::frame::TransportError;
+use crate::stream::TlsKeys;
 
 /// Refused handshakes in this process, over every transport with keys.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
@@ -55,9 +56,15 @@ const OPEN_CONNECTIONS_MAX: usize = 4096;
 const POLL_MS: i64 = 100;
 
 /// Handshakes refused by this process's CURVE servers so far (plain peers, wrong keys,
-/// unknown client keys, garbage): `rodeo_transport_auth_refused_total`.
+/// unknown client keys, garbage), and its `stream://` connections TLS refused (a peer of
+/// another partition, not TLS, a record that did not decrypt): `rodeo_transport_auth_refused_total`.
 pub fn refused_count() -> u64 {
     REFUSED.load(Ordering::Relaxed)
+}
+
+/// Counts one connection refused by the stream transport's TLS in [`refused_count`].
+pub(crate) fn count_tls_refused() {
+    REFUSED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// True when this build's libzmq has CURVE (it is built with libsodium:
@@ -78,6 +85,9 @@ pub enum KeyError {
     /// A secret key does not belong to its public key.
     #[error("CURVE key line: the {0} secret key does not match its public key")]
     Mismatch(&'static str),
+    /// The line's TLS part (after the CURVE keys) is wrong.
+    #[error("key line: {0}")]
+    Tls(#[from] crate::stream::tls::TlsKeyError),
 }
 
 /// The tag a key line starts with (the format's version).
@@ -147,6 +157,9 @@ pub struct PartitionKeys {
     pub server: KeyPair,
     /// Every tcp client socket's pair; the only client key the servers accept.
     pub client: KeyPair,
+    /// The partition's TLS keys, for its `stream://` connections when they are encrypted
+    /// ([`crate::stream::tls`]); `None`: stream connections go plain.
+    pub tls: Option<TlsKeys>,
 }
 
 impl std::fmt::Debug for PartitionKeys {
@@ -154,6 +167,7 @@ impl std::fmt::Debug for PartitionKeys {
         f.debug_struct("PartitionKeys")
             .field("server", &self.server)
             .field("client", &self.client)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -176,34 +190,53 @@ fn decode_key(text: &str) -> Option<[u8; 32]> {
 }
 
 impl PartitionKeys {
-    /// New random keys for a partition.
+    /// New random CURVE keys for a partition (no TLS keys: [`PartitionKeys::with_tls`]).
     pub fn generate() -> Result<PartitionKeys, TransportError> {
         Ok(PartitionKeys {
             server: KeyPair::generate()?,
             client: KeyPair::generate()?,
+            tls: None,
+        })
+    }
+
+    /// These keys and new TLS keys for the partition's `stream://` connections (its own CA).
+    pub fn with_tls(self) -> Result<PartitionKeys, TransportError> {
+        Ok(PartitionKeys {
+            tls: Some(TlsKeys::generate()?),
+            ..self
         })
     }
 
     /// The keys as one line of text (no newline): the tag, then the server public and secret
-    /// and the client public and secret keys in Z85. Secret: hand it over a private channel
-    /// (a child's stdin), never on a command line.
+    /// and the client public and secret keys in Z85, then the TLS keys' words if there are
+    /// ([`TlsKeys::to_words`]). Secret: hand it over a private channel (a child's stdin),
+    /// never on a command line.
     pub fn to_line(&self) -> String {
-        format!(
+        let mut line = format!(
             "{KEY_LINE_TAG} {} {} {} {}",
             z85(&self.server.public),
             z85(&self.server.secret),
             z85(&self.client.public),
             z85(&self.client.secret)
-        )
+        );
+        if let Some(t) = &self.tls {
+            line.push(' ');
+            line.push_str(&t.to_words());
+        }
+        line
     }
 
     /// Reads [`PartitionKeys::to_line`]'s format (surrounding white space ignored); every key
     /// is checked, and each secret key against its public key.
     pub fn from_line(line: &str) -> Result<PartitionKeys, KeyError> {
         let words: Vec<&str> = line.split_whitespace().collect();
-        if words.len() != 5 || words[0] != KEY_LINE_TAG {
+        if !matches!(words.len(), 5 | 9) || words[0] != KEY_LINE_TAG {
             return Err(KeyError::Format(words.len()));
         }
+        let tls = match words.get(5..) {
+            Some(w) if !w.is_empty() => Some(TlsKeys::from_words(w)?),
+            _ => None,
+        };
         let names = [
             "server public key",
             "server secret key",
@@ -223,6 +256,7 @@ impl PartitionKeys {
         Ok(PartitionKeys {
             server: pair(keys[0], keys[1], "server")?,
             client: pair(keys[2], keys[3], "client")?,
+            tls,
         })
     }
 }

@@ -54,6 +54,9 @@ pub enum TransportError {
         /// What cannot be done, and what to do instead.
         detail: String,
     },
+    /// The partition's TLS keys (for `stream://` connections) could not be made or used.
+    #[error("{0}")]
+    TlsKeys(#[from] crate::stream::tls::TlsKeyError),
     /// A stream (`stream://`) operation failed.
     #[error("{op} on {endpoint}: {source}")]
     Stream {

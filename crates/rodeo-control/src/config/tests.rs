@@ -445,19 +445,25 @@ fn max_message_bytes_must_hold_the_partitions_largest_message_and_names_the_fiel
 }
 
 #[test]
-fn the_stream_transport_needs_a_trusted_network_and_makes_stream_endpoints() {
-    let e = PartitionConfig::from_toml("[transport]\nkind = \"stream\"\n", "s.toml")
+fn the_stream_transport_is_tls_unless_the_network_is_trusted_and_makes_stream_endpoints() {
+    let c = PartitionConfig::from_toml("[transport]\nkind = \"stream\"\n", "s.toml").unwrap();
+    assert!(c.transport.stream_tls() && c.transport.curve_enabled());
+    // TLS keys travel with the CURVE keys: CURVE off needs a trusted network.
+    let e = PartitionConfig::from_toml("[transport]\nkind = \"stream\"\ncurve = false\n", "s.toml")
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("transport.kind") && e.contains("trusted_network"),
+        e.contains("transport.curve") && e.contains("trusted_network"),
         "{e}"
     );
+    let plain = "[transport]\nkind = \"stream\"\ncurve = false\ntrusted_network = true\n";
+    let c = PartitionConfig::from_toml(plain, "s.toml").unwrap();
+    assert!(!c.transport.stream_tls());
     let text = "[transport]\nkind = \"stream\"\ntrusted_network = true\nbase_port = 47100\n\
                 [hosts]\n\"dcm-1\" = \"10.200.0.2\"\n\"ros-1\" = \"10.200.0.1\"\n";
     let c = PartitionConfig::from_toml(text, "s.toml").unwrap();
-    // Run control stays on ZeroMQ tcp, authenticated by default.
-    assert!(c.transport.curve_enabled());
+    // Run control stays on ZeroMQ tcp, authenticated by default; the stream is plain.
+    assert!(c.transport.curve_enabled() && !c.transport.stream_tls());
     assert_eq!(PartitionConfig::from_toml(&c.to_toml(), "x").unwrap(), c);
     let layout = crate::partition::Layout::new(&c);
     let eps = layout.endpoints();

@@ -20,7 +20,8 @@ pub enum TransportKind {
     Shm,
     /// rodeo's own framing over kernel TCP for the data paths (`stream://HOST:PORT`: fragments
     /// to DCMs, events to loggers, assignments and decisions), ZeroMQ tcp for run control.
-    /// Neither authenticated nor encrypted: it needs `trusted_network = true`.
+    /// TLS 1.3 with the partition's own CA on every connection; plain with
+    /// `trusted_network = true`.
     Stream,
 }
 
@@ -46,7 +47,8 @@ pub struct TransportConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub curve: Option<bool>,
     /// The network between the partition's hosts is private to it: the data plane may go
-    /// without authentication or encryption (`kind = "stream"` needs it). Off by default.
+    /// without authentication or encryption (`kind = "stream"` then goes plain instead of TLS).
+    /// Off by default.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub trusted_network: bool,
 }
@@ -77,6 +79,12 @@ impl TransportConfig {
         ))
     }
 
+    /// Whether the partition's `stream://` connections are TLS: `kind = "stream"` without
+    /// `trusted_network` (its keys travel with the CURVE keys, so CURVE is on too).
+    pub fn stream_tls(&self) -> bool {
+        self.kind == TransportKind::Stream && !self.trusted_network
+    }
+
     /// Whether the data plane's endpoints are tcp ports (`kind = "tcp"` or `"stream"`).
     pub fn uses_ports(&self) -> bool {
         matches!(self.kind, TransportKind::Tcp | TransportKind::Stream)
@@ -100,13 +108,14 @@ impl TransportConfig {
                  third_party/zmq-sys/README.md)",
             );
         }
-        if self.kind == TransportKind::Stream && !self.trusted_network {
+        if self.stream_tls() && !self.curve_enabled() {
             c.bad(
-                "transport.kind",
-                "\"stream\"",
-                "\"tcp\" (ZeroMQ, with CURVE), or \"stream\" with transport.trusted_network = \
-                 true: the stream transport is neither authenticated nor encrypted, so it runs \
-                 only on a network private to the partition (docs/transport.md)",
+                "transport.curve",
+                "false",
+                "true (or unset): kind = \"stream\" encrypts its connections with TLS, whose \
+                 keys are handed to the applications with the CURVE keys; or set \
+                 transport.trusted_network = true for a plain stream on a network private to \
+                 the partition (docs/transport.md)",
             );
         }
         if self.io_threads == 0 || self.io_threads > 16 {

@@ -122,13 +122,21 @@ impl Controller {
     /// A controller for `config` in NONE, listening for its applications on
     /// `tcp://<control.address>:*`. `program` is the local rodeo executable. With
     /// `transport.curve`, the partition's CURVE keys are made here: the control channel and
-    /// every tcp socket of the applications authenticate with them.
+    /// every tcp socket of the applications authenticate with them; with an encrypted stream
+    /// ([`TransportConfig::stream_tls`](crate::config::TransportConfig::stream_tls)) its TLS
+    /// keys too.
     pub fn new(config: PartitionConfig, program: PathBuf) -> Result<Controller, ControllerError> {
         config.validate()?;
         // What runs whose processes are gone left (their controller was killed).
         crate::leftovers::remove_stale_runtime_dirs();
         let keys = if config.transport.curve_enabled() {
-            Some(PartitionKeys::generate()?)
+            let k = PartitionKeys::generate()?;
+            // `kind = "stream"` off a trusted network: TLS keys (the partition's own CA) too.
+            Some(if config.transport.stream_tls() {
+                k.with_tls()?
+            } else {
+                k
+            })
         } else {
             None
         };

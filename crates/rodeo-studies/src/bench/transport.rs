@@ -9,14 +9,17 @@
 //! `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to ROUTER), `tcp` (a plain kernel
 //! TCP stream over loopback with a length prefix through 256 KiB user-space buffers: the
 //! kernel's limit) and `stream_tcp` (rodeo's own framing over kernel TCP, DEALER to ROUTER,
-//! one vectored write per message: [`rodeo_transport::stream`], [`super::transport_stream`]).
+//! one vectored write per message: [`rodeo_transport::stream`], [`super::transport_stream`]),
+//! and `stream_tls` (the same with TLS 1.3, both sides authenticated by a CA made for the
+//! run: what `kind = "stream"` runs off a trusted network).
 //! Every cross-process transport runs its consumer in a second process (this executable re-run
 //! with the hidden `rodeo bench transport-peer`).
 //!
 //! The report's top level has the headline ratios of the same run, per measured size B:
 //! `shm_vs_zmq_ipc_B` (`iceoryx2` / `zmq_ipc` messages per second), `shm_vs_iceoryx2_raw_B`
 //! (`iceoryx2` / `iceoryx2_raw`), `stream_vs_tcp_B` (`stream_tcp` / `tcp`) and
-//! `stream_vs_zmq_tcp_B` (`stream_tcp` / `zmq_tcp`).
+//! `stream_vs_zmq_tcp_B` (`stream_tcp` / `zmq_tcp`) and `stream_tls_vs_stream_tcp_B` (what
+//! encryption costs; CURVE's cost is measured on the partition, docs/benchmarks.md).
 //!
 //! For every message the producer writes every payload byte (`fill`) and the consumer reads
 //! every byte (a checksum). A point runs for `--seconds`; the producer then sends a short end
@@ -50,6 +53,7 @@ const TRANSPORTS: &[&str] = &[
     "zmq_tcp",
     "tcp",
     "stream_tcp",
+    "stream_tls",
 ];
 
 /// Arguments of `rodeo bench transport`.
@@ -58,7 +62,8 @@ pub struct Args {
     /// Message size in bytes; sweeps 64 B, 1 KiB, 12 KiB, 96 KiB when not given.
     #[arg(long, value_name = "B")]
     pub bytes: Option<usize>,
-    /// One transport (direct, iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp); all
+    /// One transport (direct, iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp,
+    /// stream_tls); all
     /// when not given.
     #[arg(long, value_name = "NAME")]
     pub transport: Option<String>,
@@ -73,7 +78,7 @@ pub struct Args {
 /// Arguments of the hidden consumer process (`rodeo bench transport-peer`).
 #[derive(Debug, clap::Args)]
 pub struct PeerArgs {
-    /// iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp or stream_tcp.
+    /// iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp or stream_tls.
     #[arg(long)]
     pub transport: String,
     /// The endpoint to bind (an address for tcp, a service name for iceoryx2_raw).
@@ -143,8 +148,8 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     if args.transport == "iceoryx2_raw" {
         (n, sum) = super::transport_raw::consume(&args.endpoint, args.bytes, &mut out)?;
-    } else if args.transport == "stream_tcp" {
-        (n, sum) = super::transport_stream::consume(&args.endpoint, args.bytes, &mut out)?;
+    } else if let Some(tls) = super::transport_stream::is_stream(&args.transport) {
+        (n, sum) = super::transport_stream::consume(&args.endpoint, args.bytes, &mut out, tls)?;
     } else if args.transport == "tcp" {
         let listener = TcpListener::bind(&args.endpoint)
             .with_context(|| format!("bench peer: bind {}", args.endpoint))?;
@@ -245,6 +250,7 @@ fn spawn_peer(
             "--bytes",
             &bytes.to_string(),
         ])
+        .envs(super::transport_stream::peer_env(transport))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -350,8 +356,8 @@ fn measure_socket(
         );
         return Ok((n, secs, process_cpu_ns() - cpu0 + peer_cpu, None));
     }
-    if transport == "stream_tcp" {
-        let (sent, start) = super::transport_stream::produce(&bound, bytes, time)?;
+    if let Some(tls) = super::transport_stream::is_stream(transport) {
+        let (sent, start) = super::transport_stream::produce(&bound, bytes, time, tls)?;
         let (n, peer_cpu, _) = finish_peer(guard, r)?;
         anyhow::ensure!(
             n == sent,
@@ -497,6 +503,12 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
                     Value::from(stream / o.max(1e-9)),
                 );
             }
+        }
+        if let Some(tls) = rate.get(&("stream_tls", bytes)) {
+            report.fields.insert(
+                format!("stream_tls_vs_stream_tcp_{bytes}"),
+                Value::from(tls / stream.max(1e-9)),
+            );
         }
     }
     Ok(report)

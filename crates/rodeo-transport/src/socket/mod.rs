@@ -43,7 +43,7 @@ use std::sync::Arc;
 use crate::curve::{Guard, PartitionKeys};
 use crate::endpoint::{Endpoint, Scheme};
 use crate::shm::ShmSocket;
-use crate::stream::{wait_of, StreamSocket};
+use crate::stream::{wait_of, StreamSocket, TlsContext, TlsKeys};
 
 use crate::frame::count_oversized;
 pub use crate::frame::{oversized_count, Frame, FrameOwner, Received, TransportError};
@@ -67,6 +67,8 @@ pub struct Transport {
     ctx: zmq::Context,
     /// With CURVE: the partition's keys and the authenticator thread.
     curve: Option<Arc<Guard>>,
+    /// With the partition's TLS keys: every `stream://` connection is TLS.
+    tls: Option<TlsContext>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -85,16 +87,27 @@ impl Transport {
                 op: "set io threads",
                 source,
             })?;
-        Ok(Transport { ctx, curve: None })
+        Ok(Transport {
+            ctx,
+            curve: None,
+            tls: None,
+        })
     }
 
     /// Like [`Transport::new`], with every `tcp://` socket authenticated by CURVE with the
-    /// partition's `keys` ([`crate::curve`]). Starts the authenticator thread; fails when this
-    /// build's libzmq has no CURVE.
+    /// partition's `keys` ([`crate::curve`]) and, when the keys have TLS keys, every
+    /// `stream://` connection TLS 1.3 ([`crate::stream::tls`]). Starts the authenticator
+    /// thread; fails when this build's libzmq has no CURVE.
     pub fn with_curve(io_threads: u32, keys: PartitionKeys) -> Result<Transport, TransportError> {
         let mut t = Transport::new(io_threads)?;
+        t.tls = keys.tls.as_ref().map(TlsKeys::context).transpose()?;
         t.curve = Some(Arc::new(Guard::start(&t.ctx, keys)?));
         Ok(t)
+    }
+
+    /// Whether this transport's `stream://` connections are TLS.
+    pub fn stream_encrypted(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The partition's keys, when this transport authenticates tcp with CURVE.
@@ -136,6 +149,7 @@ impl Transport {
         Ok(Socket {
             inner,
             curve: self.curve.clone(),
+            tls: self.tls.clone(),
             curve_set: Cell::new(false),
             watched: Cell::new(false),
             kind,
@@ -160,6 +174,8 @@ pub struct Socket {
     inner: zmq::Socket,
     /// The transport's CURVE keys and authenticator (tcp endpoints only).
     curve: Option<Arc<Guard>>,
+    /// The transport's TLS configurations (stream endpoints only).
+    tls: Option<TlsContext>,
     /// The CURVE options are set (the next non-tcp bind or connect clears them).
     curve_set: Cell<bool>,
     /// The authenticator reads this socket's monitor (set at its first tcp bind).
@@ -204,7 +220,11 @@ impl Socket {
             return Ok(endpoint.to_string());
         }
         if endpoint.scheme() == Scheme::Stream {
-            let (s, bound) = StreamSocket::bind(endpoint.address(), self.max_message_bytes.get())?;
+            let (s, bound) = StreamSocket::bind(
+                endpoint.address(),
+                self.max_message_bytes.get(),
+                self.tls.clone(),
+            )?;
             self.set_stream(s, endpoint)?;
             return Ok(bound);
         }
@@ -240,6 +260,7 @@ impl Socket {
                 &self.identity.borrow(),
                 self.max_message_bytes.get(),
                 self.high_water_mark.get() as usize,
+                self.tls.clone(),
             );
             return self.set_stream(s, endpoint);
         }

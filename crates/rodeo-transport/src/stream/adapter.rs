@@ -32,7 +32,9 @@ use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use super::{left, Dealer, Limits, PeerId, Router, StreamError, StreamStats, MAX_PARTS};
+use super::{
+    left, Dealer, Limits, PeerId, Router, StreamError, StreamStats, TlsContext, MAX_PARTS,
+};
 use crate::frame::{Frame, FrameOwner, Received, TransportError};
 
 /// The first message of every connection a stream DEALER makes: this tag, then its identity.
@@ -97,6 +99,8 @@ struct RouterSide {
 struct DealerSide {
     addr: String,
     identity: Vec<u8>,
+    /// Each connection is TLS with these (`None`: plain).
+    tls: Option<TlsContext>,
     dealer: Option<Dealer>,
     next_try: Instant,
     /// The wait after the next failed attempt.
@@ -182,12 +186,14 @@ impl StreamSocket {
     }
 
     /// Binds `address` (`host:port`, `host:*`); returns the socket and the endpoint bound.
+    /// With `tls`, every peer must pass the partition's TLS handshake.
     pub(crate) fn bind(
         address: &str,
         max_message: Option<usize>,
+        tls: Option<TlsContext>,
     ) -> Result<(StreamSocket, String), TransportError> {
         let limits = limits_of(max_message);
-        let router = Router::bind(socket_address(address), limits).map_err(|source| {
+        let router = Router::bind_tls(socket_address(address), limits, tls).map_err(|source| {
             TransportError::Stream {
                 op: "bind",
                 endpoint: format!("stream://{address}"),
@@ -205,16 +211,18 @@ impl StreamSocket {
 
     /// A DEALER of `address` (`host:port`) presenting `identity`. It connects now if the
     /// router is there, else at its next operation (module docs); what it sends meanwhile
-    /// waits in a queue of at most `queue_max` messages.
+    /// waits in a queue of at most `queue_max` messages. With `tls`, each connection is TLS.
     pub(crate) fn connect(
         address: &str,
         identity: &[u8],
         max_message: Option<usize>,
         queue_max: usize,
+        tls: Option<TlsContext>,
     ) -> StreamSocket {
         let mut side = DealerSide {
             addr: address.to_string(),
             identity: identity.to_vec(),
+            tls,
             dealer: None,
             next_try: Instant::now(),
             retry: RETRY,
@@ -404,6 +412,7 @@ fn add(a: StreamStats, b: StreamStats) -> StreamStats {
         peers_accepted: a.peers_accepted + b.peers_accepted,
         peers_closed: a.peers_closed + b.peers_closed,
         peers_refused: a.peers_refused + b.peers_refused,
+        tls_refused: a.tls_refused + b.tls_refused,
     }
 }
 
@@ -522,7 +531,12 @@ impl DealerSide {
         }
         self.next_try = now + self.retry;
         self.retry = (self.retry * 2).min(RETRY_MAX);
-        let Ok(mut d) = Dealer::connect(self.addr.as_str(), *limits, CONNECT_TIMEOUT) else {
+        let Ok(mut d) = Dealer::connect_tls(
+            self.addr.as_str(),
+            *limits,
+            CONNECT_TIMEOUT,
+            self.tls.as_ref(),
+        ) else {
             return false;
         };
         if d.send(&[HELLO.as_slice(), &self.identity], CONNECT_TIMEOUT)
@@ -681,7 +695,7 @@ mod tests {
 
     /// A router bound to a free port, and its `host:port`.
     fn bound_router() -> (StreamSocket, String) {
-        let (r, bound) = StreamSocket::bind("127.0.0.1:*", None).unwrap();
+        let (r, bound) = StreamSocket::bind("127.0.0.1:*", None, None).unwrap();
         let addr = bound.strip_prefix("stream://").unwrap().to_string();
         (r, addr)
     }
@@ -700,9 +714,9 @@ mod tests {
             .unwrap()
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let mut d = StreamSocket::connect(&addr, b"dcm-1", None, 10);
+        let mut d = StreamSocket::connect(&addr, b"dcm-1", None, 10, None);
         d.send(None, [Frame::Copy(b"early")], None).unwrap();
-        let (mut r, bound) = StreamSocket::bind(&addr, None).unwrap();
+        let (mut r, bound) = StreamSocket::bind(&addr, None, None).unwrap();
         assert_eq!(bound, format!("stream://{addr}"));
         // The dealer connects at its next operation after RETRY.
         std::thread::sleep(RETRY);
@@ -727,7 +741,7 @@ mod tests {
     #[test]
     fn a_full_queue_refuses_and_a_restarted_router_is_found_again() {
         let (mut r, addr) = bound_router();
-        let mut d = StreamSocket::connect(&addr, b"d", None, 2);
+        let mut d = StreamSocket::connect(&addr, b"d", None, 2, None);
         d.send(None, [Frame::Copy(b"1")], None).unwrap();
         assert_eq!(recv(&mut r, 2000).unwrap().bytes, b"1");
         drop(r);
@@ -740,7 +754,7 @@ mod tests {
             }
         }
         assert!(refused >= 2, "{refused}");
-        let (mut r, _) = StreamSocket::bind(&addr, None).unwrap();
+        let (mut r, _) = StreamSocket::bind(&addr, None, None).unwrap();
         std::thread::sleep(RETRY);
         d.send(None, [Frame::Copy(b"after")], Some(Duration::from_secs(2)))
             .unwrap();
@@ -759,7 +773,7 @@ mod tests {
     #[test]
     fn more_frames_than_one_write_takes_go_joined_and_zero_copy_owners_are_released() {
         let (mut r, addr) = bound_router();
-        let mut d = StreamSocket::connect(&addr, b"", None, 10);
+        let mut d = StreamSocket::connect(&addr, b"", None, 10, None);
         let frames: Vec<Frame<'_>> = (0..40u8)
             .map(|i| {
                 if i % 2 == 0 {
@@ -781,7 +795,7 @@ mod tests {
     #[test]
     fn corked_messages_wait_for_the_senders_next_receive_and_go_out_together() {
         let (mut r, addr) = bound_router();
-        let mut d = StreamSocket::connect(&addr, b"dcm-1", None, 10);
+        let mut d = StreamSocket::connect(&addr, b"dcm-1", None, 10, None);
         d.send(None, [Frame::Copy(b"hello")], None).unwrap();
         assert_eq!(recv(&mut r, 2000).unwrap().bytes, b"hello");
         r.set_cork(true);
@@ -814,7 +828,7 @@ mod tests {
     fn a_hello_with_an_identity_longer_than_a_name_leaves_the_peer_named_by_its_id() {
         let (mut r, addr) = bound_router();
         let long = vec![b'x'; 10_000];
-        let mut d = StreamSocket::connect(&addr, &long, None, 10);
+        let mut d = StreamSocket::connect(&addr, &long, None, 10, None);
         d.send(None, [Frame::Copy(b"m")], None).unwrap();
         let m = recv(&mut r, 2000).unwrap();
         assert_eq!(m.bytes, b"m");

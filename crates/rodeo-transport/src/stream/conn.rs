@@ -1,8 +1,9 @@
 //! One connection of the stream transport: a nonblocking TCP socket, the buffer it is read
 //! into (reused: messages are handed out as slices of it) and the unsent tail of a message the
-//! kernel took only part of.
+//! kernel took only part of; with TLS ([`super::tls`]), the connection's TLS state between the
+//! socket and these buffers.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -62,20 +63,51 @@ pub(super) struct Conn {
     out_pos: usize,
     /// Non-blocking sends to this peer refused because its buffers were full.
     pub(super) refused: u64,
+    /// The TLS state (`None`: plain TCP). Sent bytes are encrypted into its buffer and
+    /// written from there; received bytes are decrypted there and copied into `buf`.
+    tls: Option<Box<rustls::Connection>>,
+    /// The TLS peer closed the TCP connection (what TLS holds is still handed out).
+    tls_eof: bool,
+    /// Why TLS refused this connection (a handshake or a record that failed).
+    pub(super) tls_error: Option<rustls::Error>,
+}
+
+/// The kernel's side of TLS's writes: `sendmsg` with `MSG_NOSIGNAL`, as the plain path.
+struct SendFd(RawFd);
+
+impl Write for SendFd {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        sys::send_vectored(self.0, &[sys::iovec(b)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut iov = [sys::iovec(&[]); 64];
+        let n = bufs.len().min(iov.len());
+        for (slot, b) in iov.iter_mut().zip(bufs) {
+            *slot = sys::iovec(b);
+        }
+        sys::send_vectored(self.0, &iov[..n])
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Conn {
-    /// Makes `sock` a stream connection: nonblocking, TCP_NODELAY, large buffers.
+    /// Makes `sock` a stream connection: nonblocking, TCP_NODELAY, large buffers; with `tls`,
+    /// its handshake starts (a client's first flight goes out now, if the kernel takes it).
     pub(super) fn new(
         id: u64,
         sock: TcpStream,
         addr: SocketAddr,
         limits: &Limits,
+        tls: Option<rustls::Connection>,
     ) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
         sys::set_buffers(sock.as_raw_fd(), limits.socket_buffer)?;
-        Ok(Conn {
+        let mut c = Conn {
             id,
             addr,
             sock,
@@ -90,7 +122,12 @@ impl Conn {
             out: Vec::new(),
             out_pos: 0,
             refused: 0,
-        })
+            tls: tls.map(Box::new),
+            tls_eof: false,
+            tls_error: None,
+        };
+        c.pump_tls()?;
+        Ok(c)
     }
 
     /// The socket's descriptor (for poll).
@@ -98,32 +135,96 @@ impl Conn {
         self.sock.as_raw_fd()
     }
 
-    /// Whether part of a message waits to be sent.
+    /// Whether bytes wait to be sent (part of a message, corked messages, TLS records or
+    /// handshake); while TLS shakes hands, only what TLS itself has to send counts.
     pub(super) fn has_pending(&self) -> bool {
-        self.out_pos < self.out.len()
+        let plain = self.out_pos < self.out.len();
+        match self.tls.as_deref() {
+            None => plain,
+            Some(t) => t.wants_write() || (plain && !t.is_handshaking()),
+        }
+    }
+
+    /// With TLS: once the handshake is done, moves the waiting plaintext (corked messages,
+    /// messages sent during the handshake) into TLS in one write (few records); then hands
+    /// TLS's bytes to the kernel, as many as it takes now.
+    fn pump_tls(&mut self) -> io::Result<()> {
+        let fd = self.sock.as_raw_fd();
+        let Some(t) = self.tls.as_deref_mut() else {
+            return Ok(());
+        };
+        if !t.is_handshaking() && self.out_pos < self.out.len() {
+            // No buffer limit (tls.rs): TLS takes it all.
+            t.writer().write_all(&self.out[self.out_pos..])?;
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        while t.wants_write() {
+            match t.write_tls(&mut SendFd(fd)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// With TLS: copies what TLS decrypted already into `buf` (no system call); whether bytes
+    /// came.
+    fn pull_plaintext(&mut self) -> bool {
+        if self.tls.is_none() {
+            return false;
+        }
+        if self.tail == self.buf.len() {
+            if self.head == 0 {
+                return false;
+            }
+            self.compact();
+        }
+        let Some(t) = self.tls.as_deref_mut() else {
+            return false;
+        };
+        let mut got = false;
+        while self.tail < self.buf.len() {
+            match t.reader().read(&mut self.buf[self.tail..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    self.tail += n;
+                    got = true;
+                }
+            }
+        }
+        got
     }
 
     /// The next whole message buffered, as its range in [`Conn::message`]; `None` when the
     /// buffer holds none (then room is made for the frame under way). A bad header is an
     /// error before any of its payload is kept.
+    ///
+    /// With TLS, bytes TLS decrypted already are taken first: a socket whose bytes were all
+    /// read does not wake a `poll`, so none may stay behind there.
     pub(super) fn next_message(
         &mut self,
         max: usize,
     ) -> Result<Option<(usize, usize)>, FrameError> {
-        let avail = self.tail - self.head;
-        if avail < HEADER_BYTES {
-            return Ok(None);
+        loop {
+            let avail = self.tail - self.head;
+            if avail >= HEADER_BYTES {
+                let mut h = [0u8; HEADER_BYTES];
+                h.copy_from_slice(&self.buf[self.head..self.head + HEADER_BYTES]);
+                let len = decode_header(&h, max)?;
+                if avail >= HEADER_BYTES + len {
+                    let start = self.head + HEADER_BYTES;
+                    self.head = start + len;
+                    return Ok(Some((start, start + len)));
+                }
+                self.make_room(HEADER_BYTES + len);
+            }
+            if !self.pull_plaintext() {
+                return Ok(None);
+            }
         }
-        let mut h = [0u8; HEADER_BYTES];
-        h.copy_from_slice(&self.buf[self.head..self.head + HEADER_BYTES]);
-        let len = decode_header(&h, max)?;
-        if avail < HEADER_BYTES + len {
-            self.make_room(HEADER_BYTES + len);
-            return Ok(None);
-        }
-        let start = self.head + HEADER_BYTES;
-        self.head = start + len;
-        Ok(Some((start, start + len)))
     }
 
     /// The bytes of a range [`Conn::next_message`] gave (valid until the next read).
@@ -162,6 +263,9 @@ impl Conn {
             // Whole messages fill the buffer: they are handed out before more is read.
             return Ok(Fill::Data);
         }
+        if self.tls.is_some() {
+            return self.fill_tls();
+        }
         loop {
             match (&self.sock).read(&mut self.buf[self.tail..]) {
                 Ok(0) => return Ok(Fill::Eof),
@@ -170,6 +274,76 @@ impl Conn {
                     return Ok(Fill::Data);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Fill::Idle),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Moves the TLS handshake on without waiting: reads what the peer sent (records after the
+    /// handshake stay decrypted in TLS for the next receive), answers it.
+    fn shake(&mut self) -> io::Result<()> {
+        while let Some(t) = self.tls.as_deref_mut() {
+            if !t.is_handshaking() || self.tls_eof {
+                break;
+            }
+            match t.read_tls(&mut &self.sock) {
+                Ok(0) => {
+                    self.tls_eof = true;
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                Ok(_) => {
+                    if let Err(e) = t.process_new_packets() {
+                        let _ = self.pump_tls();
+                        let err = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+                        self.tls_error = Some(e);
+                        return Err(err);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.pump_tls()
+    }
+
+    /// [`Conn::fill`] through TLS: decrypted bytes first, then reads of the socket until it is
+    /// empty or closed or the buffer is full (a message of several records costs one wake-up,
+    /// not one per record), or TLS refuses what came (an error; [`Conn::tls_error`] says why).
+    /// `Idle` when no byte for the buffer came (handshake records alone bring none).
+    fn fill_tls(&mut self) -> io::Result<Fill> {
+        let mut got = self.pull_plaintext();
+        loop {
+            if self.tls_eof {
+                return Ok(if got { Fill::Data } else { Fill::Eof });
+            }
+            if self.tail == self.buf.len() {
+                return Ok(Fill::Data);
+            }
+            let Some(t) = self.tls.as_deref_mut() else {
+                return Ok(Fill::Eof);
+            };
+            match t.read_tls(&mut &self.sock) {
+                Ok(0) => {
+                    self.tls_eof = true;
+                    let _ = t.process_new_packets();
+                    got |= self.pull_plaintext();
+                }
+                Ok(_) => {
+                    if let Err(e) = t.process_new_packets() {
+                        // Its alert goes to the peer if the kernel takes it.
+                        let _ = self.pump_tls();
+                        let err = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+                        self.tls_error = Some(e);
+                        return Err(err);
+                    }
+                    self.pump_tls()?;
+                    got |= self.pull_plaintext();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(if got { Fill::Data } else { Fill::Idle });
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -195,8 +369,32 @@ impl Conn {
         })
     }
 
-    /// Sends the pending tail of a message, as much as the kernel takes now.
+    /// What a sender refused for want of room waits for: room in the socket, or, while TLS
+    /// shakes hands, the peer's handshake records (room alone would not move it on).
+    pub(super) fn room_events(&self) -> libc::c_short {
+        match self.tls.as_deref() {
+            Some(t) if t.is_handshaking() => {
+                libc::POLLIN | if t.wants_write() { libc::POLLOUT } else { 0 }
+            }
+            _ => libc::POLLOUT,
+        }
+    }
+
+    /// Whether bytes given to this connection are not the kernel's yet (also while they wait
+    /// for the TLS handshake).
+    pub(super) fn unsent(&self) -> bool {
+        self.out_pos < self.out.len() || self.tls.as_deref().is_some_and(|t| t.wants_write())
+    }
+
+    /// Sends the pending tail of a message, as much as the kernel takes now (with TLS, moving
+    /// its handshake on first).
     pub(super) fn flush(&mut self) -> io::Result<()> {
+        if self.tls.as_deref().is_some_and(|t| t.is_handshaking()) {
+            return self.shake();
+        }
+        if self.tls.is_some() {
+            return self.pump_tls();
+        }
         while self.has_pending() {
             match sys::send_vectored(self.fd(), &[sys::iovec(&self.out[self.out_pos..])]) {
                 Ok(n) => self.out_pos += n,
@@ -227,6 +425,9 @@ impl Conn {
         total: usize,
         cork: bool,
     ) -> io::Result<Sent> {
+        if self.tls.is_some() {
+            return self.try_send_tls(parts, total, cork);
+        }
         let pending = self.out.len() - self.out_pos;
         let framed = HEADER_BYTES + total;
         let header = encode_header(total as u32);
@@ -275,6 +476,62 @@ impl Conn {
                 skip = 0;
             }
         }
+        Ok(Sent::Queued)
+    }
+
+    /// [`Conn::try_send`] through TLS, with the same answers. A corked message, or one sent
+    /// while the handshake is under way (one of any size, or up to [`CORK_BYTES`] together),
+    /// waits in the plaintext buffer and goes into TLS with the next flush. Otherwise the
+    /// message is refused while TLS still holds bytes the kernel did not take; else TLS
+    /// encrypts it whole (the header and parts in the same records) and the kernel takes what
+    /// it takes now, the rest staying in TLS's buffer.
+    fn try_send_tls(&mut self, parts: &[&[u8]], total: usize, cork: bool) -> io::Result<Sent> {
+        let pending = self.out.len() - self.out_pos;
+        let framed = HEADER_BYTES + total;
+        let header = encode_header(total as u32);
+        if self.tls.as_deref().is_some_and(|t| t.is_handshaking()) {
+            // A sender that only sends (or waits for room) still finishes the handshake.
+            self.shake()?;
+        }
+        let handshaking = self.tls.as_deref().is_some_and(|t| t.is_handshaking());
+        let corked = cork && framed <= CORK_MESSAGE && pending + framed <= CORK_BYTES;
+        if corked || handshaking {
+            if !corked && pending > 0 && pending + framed > CORK_BYTES {
+                return Ok(Sent::Full);
+            }
+            self.out.extend_from_slice(&header);
+            for p in parts {
+                self.out.extend_from_slice(p);
+            }
+            if !corked {
+                self.pump_tls()?;
+            }
+            return Ok(Sent::Queued);
+        }
+        self.pump_tls()?;
+        let Some(t) = self.tls.as_deref_mut() else {
+            return Ok(Sent::Full);
+        };
+        if t.wants_write() {
+            return Ok(Sent::Full);
+        }
+        let mut slices = [io::IoSlice::new(&[]); MAX_PARTS + 1];
+        slices[0] = io::IoSlice::new(&header);
+        for (slot, p) in slices[1..].iter_mut().zip(parts) {
+            *slot = io::IoSlice::new(p);
+        }
+        let mut left = &mut slices[..1 + parts.len()];
+        while !left.is_empty() {
+            let n = t.writer().write_vectored(left)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "TLS took none of a message",
+                ));
+            }
+            io::IoSlice::advance_slices(&mut left, n);
+        }
+        self.pump_tls()?;
         Ok(Sent::Queued)
     }
 }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::conn::{Conn, Fill, Sent};
 use super::error::{StreamError, StreamStats};
+use super::tls::TlsContext;
 use super::wire::FrameError;
 use super::{left, message_len, sys, Limits};
 
@@ -30,11 +31,24 @@ impl std::fmt::Debug for Dealer {
 
 impl Dealer {
     /// Connects to the router at `addr` (`host:port`), waiting up to `timeout` per address it
-    /// resolves to.
+    /// resolves to; plain TCP.
     pub fn connect(
         addr: impl ToSocketAddrs + std::fmt::Display,
         limits: Limits,
         timeout: Duration,
+    ) -> Result<Dealer, StreamError> {
+        Dealer::connect_tls(addr, limits, timeout, None)
+    }
+
+    /// [`Dealer::connect`], and with `tls` the connection is TLS 1.3 with the partition's
+    /// certificate ([`super::tls`]). The handshake goes on in the background of the next
+    /// sends and receives: what is sent meanwhile waits (in order), and a router that fails
+    /// it ends the connection (counted in [`StreamStats::tls_refused`]).
+    pub fn connect_tls(
+        addr: impl ToSocketAddrs + std::fmt::Display,
+        limits: Limits,
+        timeout: Duration,
+        tls: Option<&TlsContext>,
     ) -> Result<Dealer, StreamError> {
         let io = |e| StreamError::Io {
             op: "connect",
@@ -46,7 +60,11 @@ impl Dealer {
             match TcpStream::connect_timeout(&a, timeout) {
                 Ok(sock) => {
                     let limits = limits.checked();
-                    let conn = Conn::new(0, sock, a, &limits).map_err(io)?;
+                    let state = match tls {
+                        Some(t) => Some(t.client().map_err(|e| io(std::io::Error::other(e)))?),
+                        None => None,
+                    };
+                    let conn = Conn::new(0, sock, a, &limits, state).map_err(io)?;
                     let stats = StreamStats {
                         peers_accepted: 1,
                         ..StreamStats::default()
@@ -128,6 +146,11 @@ impl Dealer {
         if !self.ended {
             self.ended = true;
             self.stats.peers_closed += 1;
+            if let Some(e) = &self.conn.tls_error {
+                self.stats.tls_refused += 1;
+                crate::curve::count_tls_refused();
+                tracing::warn!(addr = %self.conn.addr, "stream: TLS refused the router ({e}); connection closed (a router of another partition?)");
+            }
         }
     }
 
@@ -232,7 +255,7 @@ impl Dealer {
                     ms: timeout.as_millis() as u64,
                 });
             }
-            let mut fds = [sys::pollfd(self.conn.fd(), libc::POLLOUT)];
+            let mut fds = [sys::pollfd(self.conn.fd(), self.conn.room_events())];
             sys::poll(&mut fds, wait).map_err(|e| StreamError::Io {
                 op: "poll",
                 addr: self.conn.addr.to_string(),
@@ -241,8 +264,8 @@ impl Dealer {
         }
     }
 
-    /// Waits up to `timeout` until the tail of a partly sent message is the kernel's; whether
-    /// nothing is left pending.
+    /// Waits up to `timeout` until the tail of a partly sent message (with TLS: every message
+    /// sent during the handshake too) is the kernel's; whether nothing is left pending.
     pub fn flush(&mut self, timeout: Duration) -> Result<bool, StreamError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -253,14 +276,16 @@ impl Dealer {
                 self.end();
                 return Err(self.closed());
             }
-            if !self.conn.has_pending() {
+            if !self.conn.unsent() {
                 return Ok(true);
             }
             let wait = left(deadline);
             if wait.is_zero() {
                 return Ok(false);
             }
-            let mut fds = [sys::pollfd(self.conn.fd(), libc::POLLOUT)];
+            // Room, or (TLS) the router's handshake records.
+            let (fd, ev) = self.poll_fd();
+            let mut fds = [sys::pollfd(fd, ev)];
             let _ = sys::poll(&mut fds, wait);
         }
     }

@@ -85,4 +85,7 @@ pub struct StreamStats {
     /// Connections a router closed at once: it had `Limits::max_peers` already, or the
     /// process had no descriptor left for them (accepting pauses 100 ms then).
     pub peers_refused: u64,
+    /// Connections TLS refused: a handshake that failed (a peer of another partition, or not
+    /// speaking TLS) or a record that did not decrypt; each was closed.
+    pub tls_refused: u64,
 }

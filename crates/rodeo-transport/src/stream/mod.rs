@@ -22,6 +22,10 @@
 //! counted, and its connection closed; a connection that ends in the middle of a frame is
 //! counted ([`StreamStats::truncated`]). Nothing here panics on what a peer sends.
 //!
+//! Encryption: with a [`TlsContext`] ([`Router::bind_tls`], [`Dealer::connect_tls`]) every
+//! connection is TLS 1.3 with both sides authenticated by the partition's own CA ([`tls`]);
+//! without one the bytes go plain, for a network private to the partition.
+//!
 //! [`Router`] and [`Dealer`] are types of their own, whose receive lends the bytes where they
 //! lie. The partition's data paths reach the same transport through [`crate::socket::Socket`]
 //! and a `stream://HOST:PORT` endpoint (`adapter`: identities, connecting before the peer
@@ -33,6 +37,7 @@ mod dealer;
 mod error;
 mod router;
 mod sys;
+pub mod tls;
 pub mod wire;
 
 pub(crate) use adapter::{wait_of, StreamSocket};
@@ -40,6 +45,7 @@ pub use conn::MAX_PARTS;
 pub use dealer::Dealer;
 pub use error::{StreamError, StreamStats};
 pub use router::{Message, PeerId, Router};
+pub use tls::{TlsContext, TlsKeys};
 pub use wire::FrameError;
 
 /// A stream socket's limits.

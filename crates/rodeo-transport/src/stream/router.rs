@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::conn::{Conn, Fill, Sent};
 use super::error::{StreamError, StreamStats};
+use super::tls::TlsContext;
 use super::wire::FrameError;
 use super::{left, message_len, sys, Limits};
 
@@ -50,6 +51,8 @@ pub struct Router {
     cork: bool,
     /// Accepting pauses until then (the process ran out of descriptors).
     accept_paused_until: Option<Instant>,
+    /// Every peer's connection is TLS with these (`None`: plain).
+    tls: Option<TlsContext>,
 }
 
 impl std::fmt::Debug for Router {
@@ -63,10 +66,22 @@ impl std::fmt::Debug for Router {
 }
 
 impl Router {
-    /// Binds `addr` (`host:port`; port 0 picks a free one, see [`Router::local_addr`]).
+    /// Binds `addr` (`host:port`; port 0 picks a free one, see [`Router::local_addr`]); its
+    /// peers connect in plain TCP.
     pub fn bind(
         addr: impl ToSocketAddrs + std::fmt::Display,
         limits: Limits,
+    ) -> Result<Router, StreamError> {
+        Router::bind_tls(addr, limits, None)
+    }
+
+    /// [`Router::bind`], and with `tls` every peer must complete a TLS 1.3 handshake with the
+    /// partition's certificate ([`super::tls`]) before a byte of it is handed out; one that
+    /// fails is closed and counted ([`StreamStats::tls_refused`]).
+    pub fn bind_tls(
+        addr: impl ToSocketAddrs + std::fmt::Display,
+        limits: Limits,
+        tls: Option<TlsContext>,
     ) -> Result<Router, StreamError> {
         let io = |op, e| StreamError::Io {
             op,
@@ -91,6 +106,7 @@ impl Router {
             stats: StreamStats::default(),
             cork: false,
             accept_paused_until: None,
+            tls,
         })
     }
 
@@ -228,6 +244,12 @@ impl Router {
     }
 
     fn close(&mut self, i: usize) {
+        if let Some(e) = &self.conns[i].tls_error {
+            self.stats.tls_refused += 1;
+            crate::curve::count_tls_refused();
+            let c = &self.conns[i];
+            tracing::warn!(peer = c.id, addr = %c.addr, "stream {}: TLS refused the peer ({e}); connection closed (a process of another partition?)", self.local);
+        }
         self.conns.remove(i);
         self.ended.remove(i);
         self.stats.peers_closed += 1;
@@ -313,13 +335,17 @@ impl Router {
                     }
                 }
                 Ok((sock, addr)) => {
-                    let conn = Conn::new(self.next_id, sock, addr, &self.limits).map_err(|e| {
-                        StreamError::Io {
-                            op: "accept",
-                            addr: addr.to_string(),
-                            source: e,
-                        }
-                    })?;
+                    let io = |e| StreamError::Io {
+                        op: "accept",
+                        addr: addr.to_string(),
+                        source: e,
+                    };
+                    let tls = match &self.tls {
+                        Some(t) => Some(t.server().map_err(|e| io(std::io::Error::other(e)))?),
+                        None => None,
+                    };
+                    let conn =
+                        Conn::new(self.next_id, sock, addr, &self.limits, tls).map_err(io)?;
                     self.next_id += 1;
                     self.conns.push(conn);
                     self.ended.push(false);
@@ -383,7 +409,7 @@ impl Router {
                 return Ok(());
             }
             let c = &self.conns[i];
-            let mut fds = [sys::pollfd(c.fd(), libc::POLLOUT)];
+            let mut fds = [sys::pollfd(c.fd(), c.room_events())];
             let wait = left(deadline);
             if wait.is_zero() {
                 return Err(StreamError::Timeout {
