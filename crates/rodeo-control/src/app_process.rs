@@ -13,10 +13,11 @@
 //! # Shutdown
 //!
 //! [`serve`] returns after a `shutdown` command (replied first), when `quit` says so (signal,
-//! or the controller's pipe closed), or when the controller falls silent: once it has had a
-//! [`ToApp::Ping`], an application that hears nothing from the controller for the ping's
-//! `dead_after_ms` (not counting its own commands, nor a stall of its own loop, and only after
-//! its queue is read dry) judges the controller dead — frozen (SIGSTOP), its host or network
+//! or the controller's pipe closed), or when the controller falls silent: an application that
+//! hears nothing from the controller for `dead_after_ms` (the value it was started with,
+//! `rodeo app --dead-after-ms`, then what each [`ToApp::Ping`] says; not counting its own
+//! commands, nor a stall of its own loop, and only after its queue is read dry) judges the
+//! controller dead — frozen (SIGSTOP), its host or network
 //! gone, which closes no pipe — and, like on `quit`, walks the application down itself (files
 //! closed) and leaves.
 
@@ -322,10 +323,15 @@ pub enum ServeError {
 /// `shutdown` command, or when `quit()` turns true or the controller fell silent (module docs:
 /// then it walks the application down by itself). Returns the number of control frames dropped
 /// because they did not decode.
+///
+/// `dead_after`: the controller's silence after which it is judged dead until its first ping
+/// says (`None`: only once a ping said; a controller frozen before its first ping reached us
+/// would then be waited for until `quit`).
 pub fn serve(
     app: &AppControl,
     endpoint: &str,
     heartbeat: Duration,
+    dead_after: Option<Duration>,
     quit: impl Fn() -> bool,
 ) -> Result<u64, ServeError> {
     let ep = Endpoint::parse(endpoint)?;
@@ -356,9 +362,9 @@ pub fn serve(
     let mut bad = 0u64;
     let mut next_beat = Instant::now();
     // The controller's liveness: when it was last heard, and after how long of silence it is
-    // dead (known from its first ping; before that, only `quit` ends us).
+    // dead (given at the start, then from each ping).
     let mut silence = Silence::new(Instant::now());
-    let mut dead_after: Option<Duration> = None;
+    let mut dead_after = dead_after.map(|d| d.max(Duration::from_millis(1)));
     let mut controller_dead = false;
     loop {
         if quit() || controller_dead {

@@ -29,6 +29,7 @@ impl Controller {
     /// is the keys (`--keys-stdin`): never on the command line, where `ps` would show them.
     pub(super) fn spawn_one(&self, a: &App) -> std::io::Result<Child> {
         let hb = self.config.control.heartbeat_ms.to_string();
+        let dead = self.config.control.dead_after_ms.to_string();
         let mut args = vec![
             "app",
             a.role.name(),
@@ -38,6 +39,10 @@ impl Controller {
             &self.endpoint,
             "--heartbeat-ms",
             &hb,
+            // From the start, not only from the first ping: a controller frozen before its
+            // first ping reached the application is judged dead all the same.
+            "--dead-after-ms",
+            &dead,
             "--exit-on-stdin-eof",
         ];
         if self.keys.is_some() {

@@ -44,6 +44,11 @@ pub(crate) struct Args {
     /// Heartbeat period in milliseconds.
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     heartbeat_ms: u64,
+    /// The controller is judged dead (frozen, or its host gone) after this long without a
+    /// message from it, until its first ping says how long (what the controller passes:
+    /// `[control] dead_after_ms`). Without it, only a ping starts the count.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    dead_after_ms: Option<u64>,
     /// Leave (walking down first) when stdin closes: the controller went away.
     #[arg(long)]
     exit_on_stdin_eof: bool,
@@ -120,6 +125,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         &app,
         &args.control,
         Duration::from_millis(args.heartbeat_ms),
+        args.dead_after_ms.map(Duration::from_millis),
         || crate::signal::interrupted() || eof.load(Ordering::SeqCst),
     )
     .with_context(|| format!("{}: control channel {}", args.name, args.control))?;
