@@ -4,6 +4,7 @@
 
 pub mod dma;
 pub mod logger;
+mod netns;
 pub mod pool;
 pub mod probe;
 pub mod queue;

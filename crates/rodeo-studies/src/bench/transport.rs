@@ -73,7 +73,15 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Run each consumer on another "host": a network namespace joined to this one by a veth
+    /// pair (MTU 1500), made for the bench and removed after it (needs root and iproute2).
+    /// Only the transports between hosts: tcp, zmq_tcp, stream_tcp, stream_tls.
+    #[arg(long)]
+    pub hosts: bool,
 }
+
+/// The transports `--hosts` measures (the others work within one host only).
+const HOSTS_TRANSPORTS: &[&str] = &["tcp", "zmq_tcp", "stream_tcp", "stream_tls"];
 
 /// Arguments of the hidden consumer process (`rodeo bench transport-peer`).
 #[derive(Debug, clap::Args)]
@@ -100,6 +108,8 @@ struct Row {
     msg_per_s: f64,
     bytes_per_s: f64,
     cpu_ns_per_msg: f64,
+    /// The consumer ran in another network namespace (`--hosts`).
+    across_hosts: bool,
     /// `iceoryx2` only: what the consumer did when its queue was empty (its bounded spin).
     #[serde(skip_serializing_if = "Option::is_none")]
     receiver: Option<Wake>,
@@ -237,9 +247,11 @@ fn spawn_peer(
     transport: &str,
     endpoint: &str,
     bytes: usize,
+    host: Option<&super::netns::PeerHost>,
 ) -> anyhow::Result<(PeerGuard, BufReader<std::process::ChildStdout>, String)> {
     let exe = std::env::current_exe().context("bench transport: cannot find the executable")?;
-    let mut child = Command::new(exe)
+    let mut child = host
+        .map_or_else(|| Command::new(&exe), |h| h.command(&exe))
         .args([
             "bench",
             "transport-peer",
@@ -325,12 +337,9 @@ fn measure_direct(bytes: usize, time: Duration) -> anyhow::Result<Measured> {
     ))
 }
 
-fn measure_socket(
-    transport: &'static str,
-    bytes: usize,
-    time: Duration,
-) -> anyhow::Result<Measured> {
-    let endpoint = match transport {
+/// The consumer's endpoint of `transport` on this host.
+fn local_endpoint(transport: &str) -> String {
+    match transport {
         "iceoryx2_raw" => super::transport_raw::service_name(std::process::id()),
         "iceoryx2" => format!("shm://rodeo-bench-{}/consumer", std::process::id()),
         "zmq_ipc" => format!(
@@ -340,12 +349,25 @@ fn measure_socket(
         ),
         "zmq_tcp" => "tcp://127.0.0.1:0".to_string(),
         _ => "127.0.0.1:0".to_string(),
+    }
+}
+
+fn measure_socket(
+    transport: &'static str,
+    bytes: usize,
+    time: Duration,
+    host: Option<&super::netns::PeerHost>,
+) -> anyhow::Result<Measured> {
+    let endpoint = match (transport, host) {
+        ("zmq_tcp", Some(h)) => format!("tcp://{}:0", h.peer_addr),
+        (_, Some(h)) => format!("{}:0", h.peer_addr),
+        (transport, None) => local_endpoint(transport),
     };
     // libzmq leaves an ipc socket's file when its process ends: removed however we leave.
     let _socket_file = endpoint
         .strip_prefix("ipc://")
         .map(|p| RemoveOnDrop(std::path::PathBuf::from(p)));
-    let (guard, r, bound) = spawn_peer(transport, &endpoint, bytes)?;
+    let (guard, r, bound) = spawn_peer(transport, &endpoint, bytes, host)?;
     let cpu0 = process_cpu_ns();
     if transport == "iceoryx2_raw" {
         let (sent, secs, (n, peer_cpu, _)) =
@@ -447,22 +469,41 @@ pub fn remove_stale_sockets(tmp: &std::path::Path) -> usize {
 pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
     remove_stale_sockets(&std::env::temp_dir());
     let sizes: Vec<usize> = args.bytes.map_or(SIZES.to_vec(), |b| vec![b.max(2)]);
+    let choices = if args.hosts {
+        HOSTS_TRANSPORTS
+    } else {
+        TRANSPORTS
+    };
     let transports: Vec<&'static str> = match &args.transport {
-        Some(t) => vec![*TRANSPORTS
+        Some(t) => vec![*choices
             .iter()
             .find(|x| **x == t.as_str())
-            .with_context(|| format!("--transport {t}: one of {TRANSPORTS:?}"))?],
-        None => TRANSPORTS.to_vec(),
+            .with_context(|| {
+                format!(
+                    "--transport {t}: one of {choices:?}{}",
+                    if args.hosts { " with --hosts" } else { "" }
+                )
+            })?],
+        None => choices.to_vec(),
+    };
+    // The consumer's "host" (removed when this returns, whatever happens).
+    let host = if args.hosts {
+        Some(super::netns::PeerHost::create()?)
+    } else {
+        None
     };
     let time = Duration::from_secs_f64(args.seconds.clamp(0.05, 60.0));
     let mut report = Report::new("transport");
+    report
+        .fields
+        .insert("across_hosts".into(), Value::from(host.is_some()));
     let mut rate = std::collections::HashMap::new();
     for &bytes in &sizes {
         for &tr in &transports {
             let (messages, seconds, cpu_ns, receiver) = if tr == "direct" {
                 measure_direct(bytes, time)?
             } else {
-                measure_socket(tr, bytes, time)?
+                measure_socket(tr, bytes, time, host.as_ref())?
             };
             let msg_per_s = messages as f64 / seconds.max(1e-9);
             rate.insert((tr, bytes), msg_per_s);
@@ -475,6 +516,7 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
                 msg_per_s,
                 bytes_per_s: msg_per_s * bytes as f64,
                 cpu_ns_per_msg: cpu_ns as f64 / messages.max(1) as f64,
+                across_hosts: host.is_some(),
                 receiver,
             })?;
         }
