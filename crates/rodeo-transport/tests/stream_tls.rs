@@ -110,9 +110,10 @@ fn a_peer_of_another_partition_or_without_tls_is_refused_counted_and_the_others_
     let a = addr.clone();
     let stranger = std::thread::spawn(move || {
         let mut d = Dealer::connect_tls(a.as_str(), Limits::default(), WAIT, Some(&other)).unwrap();
-        d.send(&[b"let me in"], WAIT).unwrap();
+        // The send itself may already meet the refusal (it moves the handshake on).
+        let sent = d.send(&[b"let me in"], WAIT);
         let deadline = Instant::now() + WAIT;
-        loop {
+        while sent.is_ok() {
             match d.recv(Duration::from_millis(50)) {
                 Err(_) => break,
                 Ok(Some(m)) => panic!("the stranger got {} bytes", m.len()),
@@ -174,7 +175,11 @@ fn the_partitions_stream_sockets_encrypt_with_its_keys_and_refuse_another_partit
             let mut c = t.socket(SocketKind::Dealer).unwrap();
             c.set_identity(b"dcm-1").unwrap();
             c.connect(&ep).unwrap();
-            c.send([Frame::Copy(body)]).unwrap();
+            let sent = c.send([Frame::Copy(body)]);
+            // Another partition's send may already meet the refusal.
+            if expect_reply {
+                sent.unwrap();
+            }
             let mut m = Received::default();
             let got = c
                 .recv(&mut m, if expect_reply { 20_000 } else { 1500 })
@@ -208,4 +213,60 @@ fn the_partitions_stream_sockets_encrypt_with_its_keys_and_refuse_another_partit
     }
     intruder.join().unwrap();
     assert!(rodeo_transport::curve::refused_count() >= 1);
+}
+
+#[test]
+fn a_tls_peer_that_never_reads_is_refused_after_its_buffers_and_the_others_served() {
+    let ctx = context();
+    let mut r = Router::bind_tls("127.0.0.1:0", Limits::default(), Some(ctx.clone())).unwrap();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let router_addr = r.local_addr().to_string();
+    let spawn = |name: &'static [u8], reads: bool, stop: Option<std::sync::mpsc::Receiver<()>>| {
+        let addr = router_addr.clone();
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let mut d =
+                Dealer::connect_tls(addr.as_str(), Limits::default(), WAIT, Some(&ctx)).unwrap();
+            d.send(&[name], WAIT).unwrap();
+            assert!(d.flush(WAIT).unwrap());
+            if reads {
+                let m = d.recv(WAIT).unwrap().expect("a message").to_vec();
+                assert_eq!(m, b"for the reader");
+            } else if let Some(stop) = stop {
+                // Connected, then never reads again until the test ends.
+                let _ = stop.recv_timeout(WAIT * 2);
+            }
+        })
+    };
+    let stalled = spawn(b"stalled", false, Some(stop_rx));
+    let mut stalled_peer = None;
+    while stalled_peer.is_none() {
+        let m = r.recv(WAIT).unwrap().expect("the stalled peer's hello");
+        assert_eq!(m.bytes, b"stalled");
+        stalled_peer = Some(m.peer);
+    }
+    let stalled_peer = stalled_peer.unwrap();
+    // Non-blocking sends to the peer that does not read: refused once its socket buffers
+    // (and one message in TLS) are full, long before memory is at stake.
+    let big = pattern(64 * 1024, 3);
+    let mut accepted = 0u32;
+    while r.try_send_to(stalled_peer, &[&big]).unwrap() {
+        accepted += 1;
+        assert!(
+            accepted < 2000,
+            "still accepted after {accepted} messages of 64 KiB"
+        );
+    }
+    assert!(accepted > 0);
+    assert_eq!(r.refused(stalled_peer), Some(1));
+    // Another peer is served meanwhile.
+    let reader = spawn(b"reader", true, None);
+    let m = r.recv(WAIT).unwrap().expect("the reader's hello");
+    assert_eq!(m.bytes, b"reader");
+    let peer = m.peer;
+    r.send_to(peer, &[b"for the reader"], WAIT).unwrap();
+    reader.join().unwrap();
+    assert!(!r.try_send_to(stalled_peer, &[&big]).unwrap());
+    stop_tx.send(()).unwrap();
+    stalled.join().unwrap();
 }

@@ -145,29 +145,33 @@ impl Conn {
         }
     }
 
-    /// With TLS: once the handshake is done, moves the waiting plaintext (corked messages,
-    /// messages sent during the handshake) into TLS in one write (few records); then hands
-    /// TLS's bytes to the kernel, as many as it takes now.
+    /// With TLS: hands TLS's bytes to the kernel, as many as it takes now; once the kernel
+    /// took them all and the handshake is done, moves the waiting plaintext (corked messages,
+    /// messages sent during the handshake) into TLS in one write (few records) and hands those
+    /// on. Plaintext goes into TLS only when TLS holds nothing unsent, so a peer that does not
+    /// read holds at most one batch there and one in `out` (back-pressure, as the plain path).
     fn pump_tls(&mut self) -> io::Result<()> {
         let fd = self.sock.as_raw_fd();
         let Some(t) = self.tls.as_deref_mut() else {
             return Ok(());
         };
-        if !t.is_handshaking() && self.out_pos < self.out.len() {
+        loop {
+            while t.wants_write() {
+                match t.write_tls(&mut SendFd(fd)) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if t.is_handshaking() || self.out_pos == self.out.len() {
+                return Ok(());
+            }
             // No buffer limit (tls.rs): TLS takes it all.
             t.writer().write_all(&self.out[self.out_pos..])?;
             self.out.clear();
             self.out_pos = 0;
         }
-        while t.wants_write() {
-            match t.write_tls(&mut SendFd(fd)) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 
     /// With TLS: copies what TLS decrypted already into `buf` (no system call); whether bytes
@@ -482,17 +486,18 @@ impl Conn {
     /// [`Conn::try_send`] through TLS, with the same answers. A corked message, or one sent
     /// while the handshake is under way (one of any size, or up to [`CORK_BYTES`] together),
     /// waits in the plaintext buffer and goes into TLS with the next flush. Otherwise the
-    /// message is refused while TLS still holds bytes the kernel did not take; else TLS
+    /// message is refused while bytes wait (in TLS, not taken by the kernel, or plaintext
+    /// behind them); else TLS
     /// encrypts it whole (the header and parts in the same records) and the kernel takes what
     /// it takes now, the rest staying in TLS's buffer.
     fn try_send_tls(&mut self, parts: &[&[u8]], total: usize, cork: bool) -> io::Result<Sent> {
-        let pending = self.out.len() - self.out_pos;
         let framed = HEADER_BYTES + total;
         let header = encode_header(total as u32);
         if self.tls.as_deref().is_some_and(|t| t.is_handshaking()) {
             // A sender that only sends (or waits for room) still finishes the handshake.
             self.shake()?;
         }
+        let pending = self.out.len() - self.out_pos;
         let handshaking = self.tls.as_deref().is_some_and(|t| t.is_handshaking());
         let corked = cork && framed <= CORK_MESSAGE && pending + framed <= CORK_BYTES;
         if corked || handshaking {
@@ -509,10 +514,11 @@ impl Conn {
             return Ok(Sent::Queued);
         }
         self.pump_tls()?;
+        let waiting = self.out_pos < self.out.len();
         let Some(t) = self.tls.as_deref_mut() else {
             return Ok(Sent::Full);
         };
-        if t.wants_write() {
+        if t.wants_write() || waiting {
             return Ok(Sent::Full);
         }
         let mut slices = [io::IoSlice::new(&[]); MAX_PARTS + 1];
