@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use rodeo_transport::stream::wire::{encode_header, TAG};
 use rodeo_transport::stream::{Dealer, FrameError, Limits, PeerId, Router, StreamError};
 
+mod common;
+
 const WAIT: Duration = Duration::from_secs(20);
 
 fn router() -> Router {
@@ -29,23 +31,12 @@ fn next(r: &mut Router) -> (PeerId, Vec<u8>) {
     (m.peer, m.bytes.to_vec())
 }
 
-/// Receives on `r` until `cond` holds of its stats (no message may come), within [`WAIT`].
 fn until_stats(
     r: &mut Router,
     what: &str,
     cond: impl Fn(&rodeo_transport::stream::StreamStats) -> bool,
 ) {
-    let deadline = Instant::now() + WAIT;
-    while !cond(&r.stats()) {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {WAIT:?}: {:?}",
-            r.stats()
-        );
-        if let Some(m) = r.recv(Duration::from_millis(50)).unwrap() {
-            panic!("{what}: unexpected message of {} bytes", m.bytes.len());
-        }
-    }
+    common::until_stats(r, what, WAIT, cond);
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

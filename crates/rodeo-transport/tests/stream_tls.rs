@@ -14,6 +14,8 @@ use rodeo_transport::frame::{Frame, Received};
 use rodeo_transport::socket::{SocketKind, Transport};
 use rodeo_transport::stream::{Dealer, Limits, Router, StreamStats, TlsContext, TlsKeys};
 
+mod common;
+
 const WAIT: Duration = Duration::from_secs(20);
 
 fn context() -> TlsContext {
@@ -26,19 +28,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Receives on `r` until `cond` holds of its stats (no message may come), within [`WAIT`].
 fn until_stats(r: &mut Router, what: &str, cond: impl Fn(&StreamStats) -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond(&r.stats()) {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {WAIT:?}: {:?}",
-            r.stats()
-        );
-        if let Some(m) = r.recv(Duration::from_millis(50)).unwrap() {
-            panic!("{what}: unexpected message of {} bytes", m.bytes.len());
-        }
-    }
+    common::until_stats(r, what, WAIT, cond);
 }
 
 #[test]

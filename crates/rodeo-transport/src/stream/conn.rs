@@ -284,6 +284,22 @@ impl Conn {
         }
     }
 
+    /// Has TLS process the records just read. When it refuses them, its alert goes to the peer
+    /// if the kernel takes it, the reason is kept ([`Conn::tls_error`]) and the answer is an
+    /// error (the connection is to be closed).
+    fn process_tls(&mut self) -> io::Result<()> {
+        let Some(t) = self.tls.as_deref_mut() else {
+            return Ok(());
+        };
+        if let Err(e) = t.process_new_packets() {
+            let _ = self.pump_tls();
+            let err = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+            self.tls_error = Some(e);
+            return Err(err);
+        }
+        Ok(())
+    }
+
     /// Moves the TLS handshake on without waiting: reads what the peer sent (records after the
     /// handshake stay decrypted in TLS for the next receive), answers it.
     fn shake(&mut self) -> io::Result<()> {
@@ -296,14 +312,7 @@ impl Conn {
                     self.tls_eof = true;
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
-                Ok(_) => {
-                    if let Err(e) = t.process_new_packets() {
-                        let _ = self.pump_tls();
-                        let err = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-                        self.tls_error = Some(e);
-                        return Err(err);
-                    }
-                }
+                Ok(_) => self.process_tls()?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -335,13 +344,7 @@ impl Conn {
                     got |= self.pull_plaintext();
                 }
                 Ok(_) => {
-                    if let Err(e) = t.process_new_packets() {
-                        // Its alert goes to the peer if the kernel takes it.
-                        let _ = self.pump_tls();
-                        let err = io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-                        self.tls_error = Some(e);
-                        return Err(err);
-                    }
+                    self.process_tls()?;
                     self.pump_tls()?;
                     got |= self.pull_plaintext();
                 }
