@@ -38,8 +38,10 @@ fn small_config(out: &std::path::Path, port_offset: u16) -> PartitionConfig {
     c.run.events = 0;
     c.run.seconds = 60.0;
     c.transport.kind = TransportKind::Tcp;
-    // A port range of its own (tests of other binaries use 47000 onwards).
-    c.transport.base_port = 20_000 + (std::process::id() % 10_000) as u16 * 3 + port_offset * 10;
+    // A port range of its own (tests of other binaries use 47000 onwards), below the kernel's
+    // ephemeral ports (32768 and up by default): a connection's local port there once took
+    // one of these ("Address already in use").
+    c.transport.base_port = 20_000 + (std::process::id() % 4_000) as u16 * 3 + port_offset * 10;
     c.l1.rate_hz = 2000.0;
     c.dcm.slots = 8;
     c.supervisor.dcm_timeout_ms = 1000;
