@@ -7,6 +7,9 @@ use serde_json::Value;
 
 #[test]
 fn bench_transport_json_shape_with_the_stream_row_and_its_ratios() {
+    // iceoryx2's default root; the iceoryx2_raw row keeps its records under rodeo's instead.
+    let default_root = std::path::Path::new("/tmp/iceoryx2");
+    let root_was_there = default_root.exists();
     let out = rodeo!()
         .args(["bench", "transport", "--json", "--bytes", "12288"])
         .args(["--seconds", "0.1"])
@@ -42,6 +45,12 @@ fn bench_transport_json_shape_with_the_stream_row_and_its_ratios() {
         let processes = if row["transport"] == "direct" { 1 } else { 2 };
         assert_eq!(row["processes"], processes, "{row}");
         assert_eq!(row["across_hosts"], false, "{row}");
+    }
+    if !root_was_there {
+        assert!(
+            !default_root.exists(),
+            "the bench left iceoryx2's default root /tmp/iceoryx2 behind"
+        );
     }
     for key in [
         "stream_vs_tcp_12288",

@@ -42,10 +42,9 @@ pub(super) fn service_name(pid: u32) -> String {
 
 fn node() -> anyhow::Result<Node<ipc::Service>> {
     set_log_level_from_env_or(LogLevel::Fatal);
-    let mut config = iceoryx2::config::Config::global_config().clone();
-    // rodeo's shared-memory layer cleans up after dead processes itself; the bench does not.
-    config.global.node.cleanup_dead_nodes_on_creation = false;
-    config.global.node.cleanup_dead_nodes_on_destruction = false;
+    // rodeo's configuration: the records under rodeo's root on the shared-memory tmpfs (not
+    // /tmp/iceoryx2), the clean-up after dead processes left to rodeo's shared-memory layer.
+    let config = rodeo_transport::shm::iceoryx2_config();
     NodeBuilder::new()
         .config(&config)
         .signal_handling_mode(SignalHandlingMode::Disabled)

@@ -145,6 +145,14 @@ pub(crate) fn config() -> &'static iceoryx2::config::Config {
     })
 }
 
+/// A copy of rodeo's iceoryx2 configuration ([`ROOT_DIR`], clean-up left to rodeo), for a
+/// tool that uses iceoryx2 itself beside rodeo's sockets (`rodeo bench transport`'s
+/// `iceoryx2_raw` row): its records go where rodeo's go, not to iceoryx2's default
+/// `/tmp/iceoryx2/`, and rodeo's clean-up finds what a crashed one leaves.
+pub fn iceoryx2_config() -> iceoryx2::config::Config {
+    config().clone()
+}
+
 /// The dead nodes iceoryx2 lists now (their process is gone).
 fn dead_nodes() -> Vec<DeadNodeView<Svc>> {
     let mut dead = Vec::new();

@@ -72,7 +72,8 @@ mod services;
 mod spin;
 
 pub use cleanup::{
-    clean_dead_nodes, cleanup_dead_nodes, remove_abandoned_segments, Cleanup, ROOT_DIR,
+    clean_dead_nodes, cleanup_dead_nodes, iceoryx2_config, remove_abandoned_segments, Cleanup,
+    ROOT_DIR,
 };
 pub use services::{limits, set_limits, ShmLimits, EXTERNAL_PEERS, PORT_WAIT};
 pub use spin::{set_spin, spin, spin_counts, SpinCounts, DEFAULT_SPIN, SPIN_ENV};
