@@ -286,13 +286,10 @@ impl EmbeddedPartition {
                 // tcp socket of its applications authenticates with them (and, with an
                 // encrypted stream, every stream connection is TLS with its own CA).
                 let io_threads = self.config.transport.io_threads;
-                let tls = self.config.transport.stream_tls();
-                let t = if self.config.transport.curve_enabled() {
-                    rodeo_transport::curve::PartitionKeys::generate()
-                        .and_then(|k| if tls { k.with_tls() } else { Ok(k) })
-                        .and_then(|k| Transport::with_curve(io_threads, k))
-                } else {
-                    Transport::new(io_threads)
+                let t = match self.config.transport.partition_keys() {
+                    Ok(Some(k)) => Transport::with_curve(io_threads, k),
+                    Ok(None) => Transport::new(io_threads),
+                    Err(e) => Err(e),
                 }
                 .map_err(|e| ("partition".to_string(), e.to_string()))?;
                 let ctx = AppContext {

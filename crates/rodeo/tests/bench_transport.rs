@@ -5,6 +5,13 @@
 use rodeo_testkit::rodeo;
 use serde_json::Value;
 
+/// The `transport` of each row, in order.
+fn transport_names(rows: &[Value]) -> Vec<&str> {
+    rows.iter()
+        .filter_map(|r| r["transport"].as_str())
+        .collect()
+}
+
 #[test]
 fn bench_transport_json_shape_with_the_stream_row_and_its_ratios() {
     // iceoryx2's default root; the iceoryx2_raw row keeps its records under rodeo's instead.
@@ -18,10 +25,7 @@ fn bench_transport_json_shape_with_the_stream_row_and_its_ratios() {
     let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
     assert_eq!(v["bench"], "transport");
     let rows = v["rows"].as_array().expect("rows");
-    let names: Vec<&str> = rows
-        .iter()
-        .filter_map(|r| r["transport"].as_str())
-        .collect();
+    let names = transport_names(rows);
     assert_eq!(
         names,
         [
@@ -122,10 +126,7 @@ fn bench_transport_hosts_runs_the_consumers_in_another_namespace_and_removes_it(
     let v: Value = serde_json::from_str(&out.stdout).expect("one JSON object");
     assert_eq!(v["across_hosts"], true);
     let rows = v["rows"].as_array().expect("rows");
-    let names: Vec<&str> = rows
-        .iter()
-        .filter_map(|r| r["transport"].as_str())
-        .collect();
+    let names = transport_names(rows);
     assert_eq!(names, ["tcp", "zmq_tcp", "stream_tcp", "stream_tls"]);
     for row in rows {
         assert_eq!(row["across_hosts"], true, "{row}");

@@ -85,6 +85,23 @@ impl TransportConfig {
         self.kind == TransportKind::Stream && !self.trusted_network
     }
 
+    /// New keys for a partition of this section: CURVE keys when [`Self::curve_enabled`],
+    /// with TLS keys (the partition's own CA) when [`Self::stream_tls`]; `None` without CURVE.
+    pub fn partition_keys(
+        &self,
+    ) -> Result<Option<rodeo_transport::curve::PartitionKeys>, rodeo_transport::frame::TransportError>
+    {
+        if !self.curve_enabled() {
+            return Ok(None);
+        }
+        let keys = rodeo_transport::curve::PartitionKeys::generate()?;
+        Ok(Some(if self.stream_tls() {
+            keys.with_tls()?
+        } else {
+            keys
+        }))
+    }
+
     /// Whether the data plane's endpoints are tcp ports (`kind = "tcp"` or `"stream"`).
     pub fn uses_ports(&self) -> bool {
         matches!(self.kind, TransportKind::Tcp | TransportKind::Stream)

@@ -129,17 +129,7 @@ impl Controller {
         config.validate()?;
         // What runs whose processes are gone left (their controller was killed).
         crate::leftovers::remove_stale_runtime_dirs();
-        let keys = if config.transport.curve_enabled() {
-            let k = PartitionKeys::generate()?;
-            // `kind = "stream"` off a trusted network: TLS keys (the partition's own CA) too.
-            Some(if config.transport.stream_tls() {
-                k.with_tls()?
-            } else {
-                k
-            })
-        } else {
-            None
-        };
+        let keys = config.transport.partition_keys()?;
         let transport = match &keys {
             Some(k) => Transport::with_curve(1, k.clone())?,
             None => Transport::new(1)?,
