@@ -376,6 +376,15 @@ impl DataFileReader {
         }
     }
 
+    /// Size and Adler-32 of the whole file, read on the way (rodeo's container, once the end
+    /// record has been read and validated); `None` otherwise (EventStorage, or not complete).
+    pub fn file_checksum(&mut self) -> Option<(u64, u32)> {
+        match &mut self.inner {
+            Inner::Rodeo(r) => r.file_checksum(),
+            Inner::Es(_) => None,
+        }
+    }
+
     /// True once the end record has been read and validated.
     pub fn complete(&self) -> bool {
         match &self.inner {

@@ -42,6 +42,9 @@ pub struct FileVerdict {
     pub error_offset: Option<u64>,
     /// What was wrong at `error_offset`.
     pub error: Option<String>,
+    /// Size and Adler-32 of the whole file, from the same reading (a good file of rodeo's
+    /// container); `None` otherwise: `rodeo_run`'s file records then read it once more.
+    pub file_checksum: Option<(u64, u32)>,
 }
 
 /// Checks one file of either container completely: records, record checksums (rodeo), the end
@@ -61,6 +64,7 @@ pub fn check_file(path: &Path) -> FileVerdict {
         event_bytes: 0,
         error_offset: None,
         error: None,
+        file_checksum: None,
     };
     // Compressed rodeo events are checked as stored (their checksum covers the compressed
     // payload), then restored by `check_event`; EventStorage zlib blocks are always restored.
@@ -135,6 +139,7 @@ pub fn check_file(path: &Path) -> FileVerdict {
         return v;
     }
     v.ok = true;
+    v.file_checksum = reader.file_checksum();
     v
 }
 

@@ -176,12 +176,18 @@ pub fn file_records(files: &[PathBuf]) -> Vec<FileRecord> {
     files
         .iter()
         .filter_map(|p| {
-            let (size_bytes, adler32) = file_checksum(p).ok()?;
+            // One reading checks the events and sums the file (rodeo's container); a file it
+            // could not sum (EventStorage, damaged) is read once more for its checksum.
+            let verdict = check_file(p);
+            let (size_bytes, adler32) = match verdict.file_checksum {
+                Some(sum) => sum,
+                None => file_checksum(p).ok()?,
+            };
             Some(FileRecord {
                 path: p.clone(),
                 size_bytes,
                 adler32,
-                events: check_file(p).good_events,
+                events: verdict.good_events,
             })
         })
         .collect()

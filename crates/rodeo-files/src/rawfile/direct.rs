@@ -38,21 +38,26 @@ pub const ALIGN: usize = 4096;
 /// Page-aligned memory: `storage` has `ALIGN` bytes more than the capacity, `start` is the
 /// offset of its first aligned byte.
 #[derive(Debug)]
-struct Block {
+pub(super) struct Block {
     storage: Vec<u8>,
     start: usize,
 }
 
 impl Block {
-    fn new(cap: usize) -> Block {
+    pub(super) fn new(cap: usize) -> Block {
         let storage = vec![0u8; cap + ALIGN];
         let start = storage.as_ptr().align_offset(ALIGN);
         Block { storage, start }
     }
 
     /// The first `n` aligned bytes.
-    fn bytes(&self, n: usize) -> &[u8] {
+    pub(super) fn bytes(&self, n: usize) -> &[u8] {
         &self.storage[self.start..self.start + n]
+    }
+
+    /// The first `n` aligned bytes, to fill.
+    pub(super) fn bytes_mut(&mut self, n: usize) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + n]
     }
 }
 

@@ -57,6 +57,7 @@
 //! recovered.
 
 mod direct;
+mod direct_in;
 mod error;
 mod reader;
 mod writer;

@@ -1,9 +1,9 @@
 //! The streaming, validating raw-data file reader.
 
-use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::direct_in::DirectIn;
 use super::{
     FileStart, RawFileError, RecordKind, END_MARKER, END_RECORD_WORDS, END_TRAILER,
     EVENT_HEADER_WORDS, EVENT_MARKER, FORMAT_VERSION, MIN_FORMAT_VERSION, START_MARKER,
@@ -85,7 +85,9 @@ enum State {
     Failed,
 }
 
-/// Reads a raw-data file record by record through a [`BufReader`], validating everything.
+/// Reads a raw-data file record by record, validating everything: in 1 MiB blocks with direct
+/// I/O where the file system allows (what is on the disk, not in the page cache), the size and
+/// Adler-32 of the whole file kept on the way ([`RawFileReader::file_checksum`]).
 ///
 /// Two ways to get events: [`RawFileReader::next_event`] lends each event's words from one
 /// reused buffer (no allocation in steady state), and the [`Iterator`] implementation yields
@@ -94,7 +96,7 @@ enum State {
 #[derive(Debug)]
 pub struct RawFileReader {
     path: PathBuf,
-    input: BufReader<File>,
+    input: DirectIn,
     file_len: u64,
     pos: u64,
     start: FileStart,
@@ -135,10 +137,10 @@ impl RawFileReader {
             let path = path.to_path_buf();
             move |source| RawFileError::Io { op, path, source }
         };
-        let file = File::open(&path).map_err(io("open", &path))?;
+        let file = DirectIn::open(&path).map_err(io("open", &path))?;
         let file_len = file.metadata().map_err(io("stat", &path))?.len();
         let mut reader = RawFileReader {
-            input: BufReader::with_capacity(1 << 20, file),
+            input: file,
             path,
             file_len,
             pos: 0,
@@ -198,6 +200,16 @@ impl RawFileReader {
             adler: self.adler,
             file_bytes: self.file_len,
         })
+    }
+
+    /// Size and Adler-32 of every byte of the file (`rodeo run`'s file records), once the end
+    /// record has been read and validated: what follows it is read too. `None` before that,
+    /// or after an error (read the file again then: [`RawFileReader`] stopped at the error).
+    pub fn file_checksum(&mut self) -> Option<(u64, u32)> {
+        if self.state != State::Done {
+            return None;
+        }
+        self.input.finish().ok()
     }
 
     /// The next event, lent from the reader's buffer; `None` after the end record or an error.
