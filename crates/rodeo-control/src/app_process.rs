@@ -206,6 +206,7 @@ impl AppControl {
             finished: inner.driver.finished(),
             metrics: inner.driver.metrics(),
             shm_backpressure: rodeo_transport::shm::backpressure_count(),
+            shm_undelivered: rodeo_transport::shm::undelivered_count(),
             oversized_messages: rodeo_transport::socket::oversized_count(),
             auth_refused: rodeo_transport::curve::refused_count(),
         }
@@ -300,6 +301,7 @@ impl RunControl for AppControl {
             PartitionExtras {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
+                shm_undelivered: rodeo_transport::shm::undelivered_count(),
                 oversized_messages: rodeo_transport::socket::oversized_count(),
                 auth_refused: rodeo_transport::curve::refused_count(),
             },

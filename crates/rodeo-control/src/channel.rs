@@ -88,6 +88,10 @@ pub struct Heartbeat {
     /// Sends a full shared-memory inbox refused in this process so far (back-pressure).
     #[serde(default)]
     pub shm_backpressure: u64,
+    /// Batched shared-memory messages this process dropped for want of a receiver
+    /// (`rodeo_transport::shm::undelivered_count`).
+    #[serde(default)]
+    pub shm_undelivered: u64,
     /// Messages this process refused on receipt as larger than their socket's limit
     /// (`rodeo_transport::socket::oversized_count`).
     #[serde(default)]
@@ -209,6 +213,7 @@ mod tests {
                 bad_messages: 4,
             })),
             shm_backpressure: 5,
+            shm_undelivered: 7,
             oversized_messages: 6,
             auth_refused: 6,
         };

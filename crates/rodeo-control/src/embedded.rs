@@ -615,6 +615,7 @@ impl RunControl for EmbeddedPartition {
             PartitionExtras {
                 bad_control_messages: 0,
                 shm_backpressure: rodeo_transport::shm::backpressure_count(),
+                shm_undelivered: rodeo_transport::shm::undelivered_count(),
                 oversized_messages: rodeo_transport::socket::oversized_count(),
                 auth_refused: rodeo_transport::curve::refused_count(),
             },

@@ -256,6 +256,7 @@ pub const METRIC_FAMILIES: &[Family] = &[
     fam("rodeo_run_seconds", "gauge", NONE),
     fam("rodeo_control_bad_messages_total", "counter", NONE),
     fam("rodeo_shm_backpressure_total", "counter", NONE),
+    fam("rodeo_shm_undelivered_total", "counter", NONE),
     fam("rodeo_oversized_messages_total", "counter", NONE),
     fam("rodeo_transport_auth_refused_total", "counter", NONE),
     fam("rodeo_l1_accepts_total", "counter", APP),

@@ -15,6 +15,9 @@ pub struct PartitionExtras {
     pub bad_control_messages: u64,
     /// Sends refused by a full shared-memory inbox (back-pressure), all applications together.
     pub shm_backpressure: u64,
+    /// Batched shared-memory messages dropped because their receiver left before the batch
+    /// went out, all applications together (`rodeo_transport::shm::undelivered_count`).
+    pub shm_undelivered: u64,
     /// Messages refused on receipt as larger than their socket's limit (or malformed on
     /// shared memory), all applications together (`rodeo_transport::socket::oversized_count`).
     pub oversized_messages: u64,
@@ -105,6 +108,12 @@ pub fn write_partition_metrics(
         "rodeo_shm_backpressure_total",
         "Sends a full shared-memory inbox refused (retried or reported to the sender, never lost).",
         &[(&[], extras.shm_backpressure)],
+    );
+    w.counter(
+        "rodeo_shm_undelivered_total",
+        "Batched shared-memory messages dropped because their receiver left before the batch \
+         went out (as messages queued to a vanished ZeroMQ peer).",
+        &[(&[], extras.shm_undelivered)],
     );
     w.counter(
         "rodeo_oversized_messages_total",
@@ -311,6 +320,7 @@ mod tests {
             PartitionExtras {
                 bad_control_messages: 0,
                 shm_backpressure: 0,
+                shm_undelivered: 0,
                 oversized_messages: 0,
                 auth_refused: 0,
             },

@@ -31,6 +31,7 @@ fn bench_transport_json_shape_with_the_stream_row_and_its_ratios() {
         [
             "direct",
             "iceoryx2",
+            "iceoryx2_single",
             "iceoryx2_raw",
             "zmq_ipc",
             "zmq_tcp",

@@ -128,6 +128,7 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
         finished: true,
         metrics: None,
         shm_backpressure: 0,
+        shm_undelivered: 0,
         oversized_messages: 0,
         auth_refused: 0,
     }));

@@ -151,6 +151,7 @@ impl RunControl for Controller {
             PartitionExtras {
                 bad_control_messages: t.bad_messages,
                 shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
+                shm_undelivered: t.apps.iter().map(|a| a.shm_undelivered).sum(),
                 oversized_messages: t.apps.iter().map(|a| a.oversized_messages).sum::<u64>()
                     + rodeo_transport::socket::oversized_count(),
                 // The controller's own (control channel) refusals and every application's.

@@ -84,6 +84,7 @@ impl ControllerState {
                 }
                 a.finished = hb.finished;
                 a.shm_backpressure = hb.shm_backpressure;
+                a.shm_undelivered = hb.shm_undelivered;
                 a.oversized_messages = hb.oversized_messages;
                 a.auth_refused = hb.auth_refused;
                 let main = hb.metrics.as_ref().map_or(0, AppMetrics::main_count);

@@ -35,6 +35,7 @@ pub(super) struct App {
     pub(super) last_heard: Option<Instant>,
     pub(super) metrics: Option<AppMetrics>,
     pub(super) shm_backpressure: u64,
+    pub(super) shm_undelivered: u64,
     pub(super) oversized_messages: u64,
     /// Handshakes its CURVE servers refused (its heartbeat's count).
     pub(super) auth_refused: u64,
@@ -75,6 +76,7 @@ impl App {
             last_heard: None,
             metrics: None,
             shm_backpressure: 0,
+            shm_undelivered: 0,
             oversized_messages: 0,
             auth_refused: 0,
             rate_base: None,

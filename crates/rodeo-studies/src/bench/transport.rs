@@ -3,8 +3,11 @@
 //!
 //! Transports: `direct` (a bounded in-process channel between two threads, buffers recycled:
 //! the floor of any hand-over), `iceoryx2` (rodeo's shared-memory sockets, `shm://`, DEALER to
-//! ROUTER, the receiver spinning briefly before it waits for an event notification: see
-//! `rodeo_transport::shm`), `iceoryx2_raw` (iceoryx2's own publish-subscribe without rodeo's
+//! ROUTER, the receiver spinning briefly before it waits for an event notification, small
+//! messages sent together as the partition's loops send them: up to 64 per sample, published
+//! at the end of each turn of 64 sends or at 8 KiB: see `rodeo_transport::shm`),
+//! `iceoryx2_single` (the same socket with batching off: one sample per message),
+//! `iceoryx2_raw` (iceoryx2's own publish-subscribe without rodeo's
 //! socket layer, a busy-polling subscriber: the library's ceiling, [`super::transport_raw`]),
 //! `zmq_ipc` and `zmq_tcp` (rodeo's ZeroMQ sockets, DEALER to ROUTER), `tcp` (a plain kernel
 //! TCP stream over loopback with a length prefix through 256 KiB user-space buffers: the
@@ -48,6 +51,7 @@ const SIZES: &[usize] = &[64, 1024, 12 * 1024, 96 * 1024];
 const TRANSPORTS: &[&str] = &[
     "direct",
     "iceoryx2",
+    "iceoryx2_single",
     "iceoryx2_raw",
     "zmq_ipc",
     "zmq_tcp",
@@ -62,9 +66,8 @@ pub struct Args {
     /// Message size in bytes; sweeps 64 B, 1 KiB, 12 KiB, 96 KiB when not given.
     #[arg(long, value_name = "B")]
     pub bytes: Option<usize>,
-    /// One transport (direct, iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp,
-    /// stream_tls); all
-    /// when not given.
+    /// One transport (direct, iceoryx2, iceoryx2_single, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp,
+    /// stream_tcp, stream_tls); all when not given.
     #[arg(long, value_name = "NAME")]
     pub transport: Option<String>,
     /// Seconds per point.
@@ -86,7 +89,7 @@ const HOSTS_TRANSPORTS: &[&str] = &["tcp", "zmq_tcp", "stream_tcp", "stream_tls"
 /// Arguments of the hidden consumer process (`rodeo bench transport-peer`).
 #[derive(Debug, clap::Args)]
 pub struct PeerArgs {
-    /// iceoryx2, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp or stream_tls.
+    /// iceoryx2, iceoryx2_single, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp, stream_tcp or stream_tls.
     #[arg(long)]
     pub transport: String,
     /// The endpoint to bind (an address for tcp, a service name for iceoryx2_raw).
@@ -208,7 +211,7 @@ pub fn peer(args: &PeerArgs) -> anyhow::Result<()> {
     }
     let cpu = process_cpu_ns() - cpu0;
     let spin = shm::spin_counts();
-    let wake = (args.transport == "iceoryx2").then(|| Wake {
+    let wake = args.transport.starts_with("iceoryx2").then(|| Wake {
         spins_caught: spin.caught - spin0.caught,
         spins_missed: spin.missed - spin0.missed,
         waits: spin.waits - spin0.waits,
@@ -341,7 +344,9 @@ fn measure_direct(bytes: usize, time: Duration) -> anyhow::Result<Measured> {
 fn local_endpoint(transport: &str) -> String {
     match transport {
         "iceoryx2_raw" => super::transport_raw::service_name(std::process::id()),
-        "iceoryx2" => format!("shm://rodeo-bench-{}/consumer", std::process::id()),
+        "iceoryx2" | "iceoryx2_single" => {
+            format!("shm://rodeo-bench-{}/consumer", std::process::id())
+        }
         "zmq_ipc" => format!(
             "ipc://{}/rodeo-bench-{}.sock",
             std::env::temp_dir().display(),
@@ -416,6 +421,10 @@ fn measure_socket(
     let socket = t.socket(SocketKind::Dealer)?;
     socket.set_high_water_marks(1000)?;
     socket.set_send_timeout(10_000)?;
+    // As the partition's loops use their sockets: small messages go out together at the end
+    // of each turn (shared memory; ZeroMQ batches on its own), a turn being 64 sends here;
+    // `iceoryx2_single` publishes one sample per message (iceoryx2's cost per sample).
+    socket.set_batching(transport != "iceoryx2_single");
     socket.connect(&Endpoint::parse(&bound)?)?;
     let mut socket = socket;
     start = Instant::now();
@@ -427,8 +436,12 @@ fn measure_socket(
                 .context("bench transport: send")?;
             sent += 1;
         }
+        socket.flush();
     }
     socket.send([Frame::Copy(&[0u8])])?;
+    socket
+        .flush_wait()
+        .context("bench transport: the consumer did not take the last batch")?;
     let (n, peer_cpu, mut wake) = finish_peer(guard, r)?;
     if let Some(w) = wake.as_mut() {
         w.sender_backpressure = shm::backpressure_count() - backpressure0;

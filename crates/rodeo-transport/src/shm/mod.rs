@@ -57,6 +57,7 @@
 //! [`cleanup_dead_nodes`] again when it ends. A restarted application so gets its predecessor's
 //! ports back however often it restarts.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,13 +65,16 @@ use std::time::{Duration, Instant};
 
 use iceoryx2::port::LoanError;
 use iceoryx2::prelude::*;
+use iceoryx2::sample::Sample;
 
 use crate::frame::{Frame, Received, TransportError};
 
+mod batch;
 mod cleanup;
 mod services;
 mod spin;
 
+pub use batch::{batching_allowed, undelivered_count, BATCH_BYTES, BATCH_ENV, BATCH_MESSAGE_BYTES};
 pub use cleanup::{
     clean_dead_nodes, cleanup_dead_nodes, iceoryx2_config, remove_abandoned_segments, Cleanup,
     ROOT_DIR,
@@ -93,6 +97,8 @@ pub const QUEUE_MESSAGES: usize = 512;
 pub(crate) const INITIAL_SLICE_BYTES: usize = 4096;
 /// Frames of one message kept on the stack (more are accepted, joined in a scratch buffer).
 const MAX_FRAMES: usize = 8;
+/// How long a dropped socket waits for room for its last batches.
+const DROP_FLUSH: Duration = Duration::from_millis(200);
 
 static BACKPRESSURE: AtomicU64 = AtomicU64::new(0);
 static ANON: AtomicU64 = AtomicU64::new(0);
@@ -110,6 +116,9 @@ pub(crate) fn shm_err(op: &'static str, name: &str, e: impl std::fmt::Debug) -> 
         detail: format!("{e:?}"),
     }
 }
+
+/// A sample as the subscriber of an inbox receives it.
+type ReceivedSample = Sample<Svc, [u8], ()>;
 
 /// Which end of the ROUTER/DEALER pair a socket is, with what that end owns.
 enum Side {
@@ -131,16 +140,36 @@ pub(crate) struct ShmSocket {
     scratch: Vec<u8>,
     /// Messages refused as larger than the maximum size (dropped, counted).
     pub(crate) oversized: u64,
+    /// Small messages join a batch (module `batch`).
+    batching: Cell<bool>,
+    /// Some outbox holds a batch not yet published.
+    pending: Cell<bool>,
+    /// The batch sample being read, and the byte its next message starts at.
+    held: Option<(ReceivedSample, usize)>,
+}
+
+impl Drop for ShmSocket {
+    /// What waits in a batch goes out, waiting for room up to [`DROP_FLUSH`] in all.
+    fn drop(&mut self) {
+        let until = Instant::now() + DROP_FLUSH;
+        self.flush(false);
+        while self.pending.get() && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(200));
+            self.flush(false);
+        }
+    }
 }
 
 // SAFETY: what keeps `ShmSocket` from being `Send` on its own are its iceoryx2 ports of the
 // single-threaded `ipc::Service` (subscriber, listener, publishers, notifiers): each holds its
 // port state in an `Rc` that only the port and the samples it loans or receives share. Every
 // port is made by this socket from its own port factories and owned by it alone (`Inbox`,
-// `Outbox`), and no sample outlives the method that loaned or received it (`send`, `take`), so
+// `Outbox`), and no loaned sample outlives the method that loaned it (`publish`), so
 // no clone of any of those `Rc`s exists outside this value: moving the socket moves every clone
 // with it, and no two threads ever touch one counter. The rest (the node, shared as
-// `Arc<Node<ipc::Service>>`, and the port factories) is `Send + Sync` in iceoryx2 itself.
+// `Arc<Node<ipc::Service>>`, and the port factories) is `Send + Sync` in iceoryx2 itself. The
+// one sample that outlives a method, the batch being read (`held`), is owned by this value
+// alone as well and moves with it; so do the `Cell`s and `RefCell`s of the batches.
 // `ShmSocket` is not `Sync`: a `Socket` (its only owner) is used through `&mut` or from one
 // thread (`Cell` fields). Test: `shm_socket_moves_between_threads` (tests/shm.rs).
 unsafe impl Send for ShmSocket {}
@@ -166,6 +195,9 @@ impl ShmSocket {
             max_message_bytes,
             scratch: Vec::new(),
             oversized: 0,
+            batching: Cell::new(false),
+            pending: Cell::new(false),
+            held: None,
         })
     }
 
@@ -213,11 +245,15 @@ impl ShmSocket {
             max_message_bytes,
             scratch: Vec::new(),
             oversized: 0,
+            batching: Cell::new(false),
+            pending: Cell::new(false),
+            held: None,
         })
     }
 
     /// Sends `frames` (to `peer` for a router); `wait`: retry a full inbox until the send
-    /// timeout.
+    /// timeout. With batching on, a message of at most [`BATCH_MESSAGE_BYTES`] joins its
+    /// outbox's batch instead (module `batch`).
     pub(crate) fn send<'a>(
         &mut self,
         peer: Option<&[u8]>,
@@ -264,8 +300,306 @@ impl ShmSocket {
                 ));
             }
         };
+        let ends = Ends {
+            identity: &self.identity,
+            bound: &self.bound,
+            send_timeout_ms: self.send_timeout_ms,
+        };
+        let frames = || {
+            held[..n]
+                .iter()
+                .flatten()
+                .map(frame_bytes)
+                .chain(extra.then_some(self.scratch.as_slice()))
+        };
+        if self.batching.get() && body_len <= BATCH_MESSAGE_BYTES {
+            if !out.has_receiver() {
+                // Nobody to batch for: fail now, as an unbatched send does, so that the
+                // caller keeps what it sent for a later try (a DCM its credits).
+                return Err(TransportError::would_block());
+            }
+            let room = out.batch.borrow().len() + 4 + body_len <= BATCH_BYTES;
+            if !room {
+                ends.publish_batch(out, wait)?;
+            }
+            batch::append(&mut out.batch.borrow_mut(), body_len, frames());
+            out.batched.set(out.batched.get() + 1);
+            self.pending.set(true);
+            return Ok(());
+        }
+        if out.batched.get() > 0 {
+            // What waits goes first: messages keep their order.
+            ends.publish_batch(out, wait)?;
+        }
         let id = &self.identity;
         let total = 1 + id.len() + body_len;
+        ends.publish(out, wait, total, |put| {
+            put(&[id.len() as u8]);
+            put(id);
+            for f in frames() {
+                put(f);
+            }
+        })
+    }
+
+    /// Publishes every outbox's batch; `wait`: retry a full inbox until the send timeout. A
+    /// batch an inbox cannot take yet stays for the next try (module `batch`).
+    pub(crate) fn flush(&self, wait: bool) {
+        if !self.pending.get() {
+            return;
+        }
+        let ends = Ends {
+            identity: &self.identity,
+            bound: &self.bound,
+            send_timeout_ms: self.send_timeout_ms,
+        };
+        let mut left = false;
+        let mut each = |out: &Outbox| {
+            if out.batched.get() > 0 && ends.publish_batch(out, wait).is_err() {
+                left |= out.batched.get() > 0;
+            }
+        };
+        match &self.role {
+            Side::Dealer { out } => each(out),
+            Side::Router { peers } => peers.values().for_each(each),
+        }
+        self.pending.set(left);
+    }
+
+    /// True while a batch waits to go out ([`ShmSocket::flush`]).
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending.get()
+    }
+
+    /// Turns batching of small messages on or off (module `batch`); what waits goes out at the
+    /// next flush either way.
+    pub(crate) fn set_batching(&self, on: bool) {
+        self.batching.set(on && batch::batching_allowed());
+    }
+
+    fn take(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
+        loop {
+            if let Some(got) = self.take_batched(msg) {
+                if got {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let Some(sample) = self
+                .inbox
+                .sub
+                .receive()
+                .map_err(|e| shm_err("receive", &self.inbox.name, e))?
+            else {
+                return Ok(false);
+            };
+            let bytes: &[u8] = sample.payload();
+            if bytes.first() == Some(&batch::BATCH_MARK) {
+                match batch::header(bytes) {
+                    Some((_, at)) => self.held = Some((sample, at)),
+                    None => self.refuse(),
+                }
+                continue;
+            }
+            let Some((&id_len, rest)) = bytes.split_first() else {
+                self.refuse();
+                continue;
+            };
+            let Some((id, body)) = rest.split_at_checked(usize::from(id_len)) else {
+                self.refuse();
+                continue;
+            };
+            if self.max_message_bytes.is_some_and(|m| body.len() > m) {
+                self.refuse();
+                continue;
+            }
+            msg.reset();
+            if matches!(self.role, Side::Router { .. }) {
+                msg.peer.extend_from_slice(id);
+            }
+            msg.bytes.extend_from_slice(body);
+            msg.frames = 1;
+            return Ok(true);
+        }
+    }
+
+    /// The next message of the batch being read into `msg`: `Some(true)` when one was taken,
+    /// `Some(false)` when one was refused (look again), `None` when no batch is being read.
+    fn take_batched(&mut self, msg: &mut Received) -> Option<bool> {
+        let (sample, at) = self.held.as_mut()?;
+        let payload: &[u8] = sample.payload();
+        let taken = match batch::next(payload, at) {
+            None => {
+                self.held = None;
+                return Some(false);
+            }
+            Some(Ok(body)) if self.max_message_bytes.is_none_or(|m| body.len() <= m) => {
+                msg.reset();
+                if matches!(self.role, Side::Router { .. }) {
+                    if let Some((id, _)) = batch::header(payload) {
+                        msg.peer.extend_from_slice(&payload[id]);
+                    }
+                }
+                msg.bytes.extend_from_slice(&payload[body]);
+                msg.frames = 1;
+                true
+            }
+            Some(_) => false,
+        };
+        if !taken {
+            self.refuse();
+        }
+        Some(taken)
+    }
+
+    /// Counts a message dropped on receipt (malformed, or above the limit), here and in the
+    /// process-wide count of `/metrics`.
+    fn refuse(&mut self) {
+        self.oversized += 1;
+        crate::frame::count_oversized();
+    }
+
+    /// Receives one message if one is queued, without waiting and without a system call.
+    pub(crate) fn try_recv(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
+        self.flush(false);
+        self.take(msg)
+    }
+
+    /// Consumes this inbox's pending notification (a non-blocking read of its datagram), then
+    /// tells whether a message is queued. After it, whatever arrives comes with a new
+    /// notification (module docs): `poll_readable` calls it for an inbox whose descriptor was
+    /// readable, so that a consumed notification never keeps a poll awake.
+    pub(crate) fn consume_wake(&self) -> Result<bool, TransportError> {
+        self.inbox
+            .listener
+            .try_wait(|_| {})
+            .map_err(|e| shm_err("event", &self.inbox.name, e))?;
+        Ok(self.has_message())
+    }
+
+    /// Waits up to `timeout_ms` (-1: forever) for a message.
+    pub(crate) fn recv(
+        &mut self,
+        msg: &mut Received,
+        timeout_ms: i64,
+    ) -> Result<bool, TransportError> {
+        self.flush(false);
+        if self.take(msg)? {
+            return Ok(true);
+        }
+        // The clock is read only when nothing was queued.
+        let deadline =
+            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+        loop {
+            // A bounded spin first (module docs): a message that comes within it costs neither
+            // side a system call.
+            if spin::until_ready(deadline, || self.has_message()) && self.take(msg)? {
+                return Ok(true);
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    d - now
+                }
+                None => Duration::from_secs(1),
+            };
+            // A batch the peer's full inbox refused is tried again every millisecond.
+            self.flush(false);
+            let left = if self.pending.get() {
+                left.min(Duration::from_millis(1))
+            } else {
+                left
+            };
+            // Returns at once when a notification is pending (a message may have come with
+            // it), else sleeps until one comes; either way it consumes it before we look.
+            spin::count_wait();
+            match self.inbox.listener.timed_wait(|_| {}, left) {
+                Ok(_) => {}
+                // A signal woke the wait (SIGCONT after the process was stopped, a profiler):
+                // not an error, look again.
+                Err(iceoryx2::port::listener::ListenerWaitError::InterruptSignal) => {}
+                Err(e) => return Err(shm_err("event wait", &self.inbox.name, e)),
+            }
+            if self.take(msg)? {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// True when a message is queued (no system call).
+    pub(crate) fn has_message(&self) -> bool {
+        self.held
+            .as_ref()
+            .is_some_and(|(s, at)| *at < s.payload().len())
+            || self.inbox.sub.has_samples().unwrap_or(true)
+    }
+
+    /// The file descriptor that becomes readable when a sender notifies this inbox. Valid while
+    /// `self` lives; the caller polls it while borrowing `self` and never closes it.
+    pub(crate) fn wake_fd(&self) -> i32 {
+        // SAFETY: the descriptor belongs to the listener, which `self` owns; the only caller
+        // (`poll_readable`) uses the number during one poll while it borrows the socket (so the
+        // listener, and its descriptor, stay open) and neither stores nor closes it.
+        unsafe { self.inbox.listener.file_descriptor().native_handle() }
+    }
+}
+
+fn frame_bytes<'f>(f: &'f Frame<'_>) -> &'f [u8] {
+    match f {
+        Frame::Copy(b) => b,
+        Frame::ZeroCopy(o) => o.frame_bytes(),
+    }
+}
+
+/// What publishing needs of its socket, borrowed apart from the outbox it publishes into.
+struct Ends<'s> {
+    identity: &'s [u8],
+    bound: &'s str,
+    send_timeout_ms: i32,
+}
+
+impl Ends<'_> {
+    /// Publishes `out`'s batch as one sample (module `batch`) and empties it. An inbox that
+    /// lost its receiver drops the batch (counted: [`undelivered_count`]); a full one keeps it
+    /// and fails as a send would.
+    fn publish_batch(&self, out: &Outbox, wait: bool) -> Result<(), TransportError> {
+        let sent = {
+            let b = out.batch.borrow();
+            let id = self.identity;
+            self.publish(out, wait, 2 + id.len() + b.len(), |put| {
+                put(&[batch::BATCH_MARK, id.len() as u8]);
+                put(id);
+                put(&b);
+            })
+        };
+        let done = match &sent {
+            Ok(()) => true,
+            Err(e) if e.is_would_block() && !out.has_receiver() => {
+                batch::count_undelivered(out.batched.get());
+                true
+            }
+            Err(_) => false,
+        };
+        if done {
+            out.batch.borrow_mut().clear();
+            out.batched.set(0);
+        }
+        sent
+    }
+
+    /// Loans a sample of `total` bytes from `out`, has `write` put exactly that many bytes
+    /// into it (through the `put` it is given, in order) and publishes it, then notifies the
+    /// receiver. A full inbox is retried as the module docs say (back-pressure) when `wait`.
+    fn publish(
+        &self,
+        out: &Outbox,
+        wait: bool,
+        total: usize,
+        mut write: impl FnMut(&mut dyn FnMut(&[u8])),
+    ) -> Result<(), TransportError> {
         // The send timeout starts at the first refusal (a delivered send reads no clock).
         let mut deadline: Option<Option<Instant>> = None;
         let mut backoff = Duration::from_micros(20);
@@ -276,32 +610,23 @@ impl ShmSocket {
                 Ok(mut sample) => {
                     let dst = sample.payload_mut();
                     let mut at = 0;
-                    let mut put = |b: &[u8]| {
+                    write(&mut |b: &[u8]| {
                         for (d, s) in dst[at..at + b.len()].iter_mut().zip(b) {
                             d.write(*s);
                         }
                         at += b.len();
-                    };
-                    put(&[id.len() as u8]);
-                    put(id);
-                    for f in held[..n].iter().flatten() {
-                        put(frame_bytes(f));
-                    }
-                    if extra {
-                        put(&self.scratch);
-                    }
-                    debug_assert_eq!(at, total);
-                    // SAFETY: every one of the `total` elements was written just above (the
-                    // identity byte, the identity, and each frame, whose lengths sum to
-                    // `total`), so the whole slice is initialised.
+                    });
+                    assert_eq!(at, total, "a shared-memory sample written short");
+                    // SAFETY: `at == total` was just checked: `write` put `total` bytes, in
+                    // order from the start, so the whole slice is initialised.
                     let sample = unsafe { sample.assume_init() };
-                    sample.send().map_err(|e| shm_err("send", &self.bound, e))?
+                    sample.send().map_err(|e| shm_err("send", self.bound, e))?
                 }
                 // All slots in flight: the receiver has not released them yet.
                 Err(LoanError::ExceedsMaxLoans | LoanError::OutOfMemory) => 0,
                 // A size the segment cannot take (above what iceoryx2 can map) or a broken
                 // segment: an error now, never a retry without end.
-                Err(e) => return Err(shm_err("loan", &self.bound, format!("{e} ({total} bytes)"))),
+                Err(e) => return Err(shm_err("loan", self.bound, format!("{e} ({total} bytes)"))),
             };
             if delivered > 0 {
                 // A failed notification only delays the receiver until its next timeout.
@@ -339,127 +664,5 @@ impl ShmSocket {
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_millis(1));
         }
-    }
-
-    fn take(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
-        loop {
-            let Some(sample) = self
-                .inbox
-                .sub
-                .receive()
-                .map_err(|e| shm_err("receive", &self.inbox.name, e))?
-            else {
-                return Ok(false);
-            };
-            let bytes: &[u8] = sample.payload();
-            let Some((&id_len, rest)) = bytes.split_first() else {
-                self.refuse();
-                continue;
-            };
-            let Some((id, body)) = rest.split_at_checked(usize::from(id_len)) else {
-                self.refuse();
-                continue;
-            };
-            if self.max_message_bytes.is_some_and(|m| body.len() > m) {
-                self.refuse();
-                continue;
-            }
-            msg.reset();
-            if matches!(self.role, Side::Router { .. }) {
-                msg.peer.extend_from_slice(id);
-            }
-            msg.bytes.extend_from_slice(body);
-            msg.frames = 1;
-            return Ok(true);
-        }
-    }
-
-    /// Counts a message dropped on receipt (malformed, or above the limit), here and in the
-    /// process-wide count of `/metrics`.
-    fn refuse(&mut self) {
-        self.oversized += 1;
-        crate::frame::count_oversized();
-    }
-
-    /// Receives one message if one is queued, without waiting and without a system call.
-    pub(crate) fn try_recv(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
-        self.take(msg)
-    }
-
-    /// Consumes this inbox's pending notification (a non-blocking read of its datagram), then
-    /// tells whether a message is queued. After it, whatever arrives comes with a new
-    /// notification (module docs): `poll_readable` calls it for an inbox whose descriptor was
-    /// readable, so that a consumed notification never keeps a poll awake.
-    pub(crate) fn consume_wake(&self) -> Result<bool, TransportError> {
-        self.inbox
-            .listener
-            .try_wait(|_| {})
-            .map_err(|e| shm_err("event", &self.inbox.name, e))?;
-        Ok(self.has_message())
-    }
-
-    /// Waits up to `timeout_ms` (-1: forever) for a message.
-    pub(crate) fn recv(
-        &mut self,
-        msg: &mut Received,
-        timeout_ms: i64,
-    ) -> Result<bool, TransportError> {
-        if self.take(msg)? {
-            return Ok(true);
-        }
-        // The clock is read only when nothing was queued.
-        let deadline =
-            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
-        loop {
-            // A bounded spin first (module docs): a message that comes within it costs neither
-            // side a system call.
-            if spin::until_ready(deadline, || self.has_message()) && self.take(msg)? {
-                return Ok(true);
-            }
-            let left = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Ok(false);
-                    }
-                    d - now
-                }
-                None => Duration::from_secs(1),
-            };
-            // Returns at once when a notification is pending (a message may have come with
-            // it), else sleeps until one comes; either way it consumes it before we look.
-            spin::count_wait();
-            match self.inbox.listener.timed_wait(|_| {}, left) {
-                Ok(_) => {}
-                // A signal woke the wait (SIGCONT after the process was stopped, a profiler):
-                // not an error, look again.
-                Err(iceoryx2::port::listener::ListenerWaitError::InterruptSignal) => {}
-                Err(e) => return Err(shm_err("event wait", &self.inbox.name, e)),
-            }
-            if self.take(msg)? {
-                return Ok(true);
-            }
-        }
-    }
-
-    /// True when a message is queued (no system call).
-    pub(crate) fn has_message(&self) -> bool {
-        self.inbox.sub.has_samples().unwrap_or(true)
-    }
-
-    /// The file descriptor that becomes readable when a sender notifies this inbox. Valid while
-    /// `self` lives; the caller polls it while borrowing `self` and never closes it.
-    pub(crate) fn wake_fd(&self) -> i32 {
-        // SAFETY: the descriptor belongs to the listener, which `self` owns; the only caller
-        // (`poll_readable`) uses the number during one poll while it borrows the socket (so the
-        // listener, and its descriptor, stay open) and neither stores nor closes it.
-        unsafe { self.inbox.listener.file_descriptor().native_handle() }
-    }
-}
-
-fn frame_bytes<'f>(f: &'f Frame<'_>) -> &'f [u8] {
-    match f {
-        Frame::Copy(b) => b,
-        Frame::ZeroCopy(o) => o.frame_bytes(),
     }
 }

@@ -209,6 +209,9 @@ pub(crate) struct Outbox {
     pub(crate) publisher: Publisher<Svc, [u8], ()>,
     pub(crate) notifier: Notifier<Svc>,
     service: PubSub,
+    /// Small messages waiting to go out together (`super::batch`), and how many.
+    pub(crate) batch: std::cell::RefCell<Vec<u8>>,
+    pub(crate) batched: std::cell::Cell<u64>,
 }
 
 impl Outbox {
@@ -295,5 +298,7 @@ pub(crate) fn open_outbox(
         publisher,
         notifier,
         service: ps,
+        batch: std::cell::RefCell::new(Vec::new()),
+        batched: std::cell::Cell::new(0),
     })
 }

@@ -332,6 +332,7 @@ impl Socket {
                 detail: format!("{:?} sockets have no shared-memory transport", self.kind),
             });
         }
+        s.set_batching(self.batching.get());
         self.shm.set(s).map_err(|_| TransportError::Shm {
             op: "bind/connect",
             name: endpoint.to_string(),
@@ -384,23 +385,49 @@ impl Socket {
         self.shm.get().is_some()
     }
 
-    /// Lets small messages wait and go out together (the stream transport; ZeroMQ and shared
-    /// memory batch on their own and ignore it): a message of at most 16 KiB sent on this
-    /// socket waits until this socket's next receive or [`poll_readable`], the next larger
-    /// message, [`Socket::flush`], or the socket's drop. Only for an owner whose loop receives
-    /// or polls this socket on every turn (or flushes): a message could otherwise wait
-    /// indefinitely. Set it before or after `bind`/`connect`.
+    /// Lets small messages wait and go out together (the stream transport and shared memory;
+    /// ZeroMQ batches on its own and ignores it): a message sent on this socket (stream: of at
+    /// most 16 KiB; shared memory: of at most [`crate::shm::BATCH_MESSAGE_BYTES`], in batches
+    /// of up to [`crate::shm::BATCH_BYTES`]) waits until this socket's next receive or
+    /// [`poll_readable`], the next larger message, [`Socket::flush`], or the socket's drop.
+    /// Only for an owner whose loop receives or polls this socket on every turn (or flushes):
+    /// a message could otherwise wait indefinitely. Set it before or after `bind`/`connect`.
     pub fn set_batching(&self, on: bool) {
         self.batching.set(on);
         if let Some(s) = self.stream.borrow_mut().as_mut() {
             s.set_cork(on);
         }
+        if let Some(s) = self.shm.get() {
+            s.set_batching(on);
+        }
     }
 
-    /// Hands every message that waits ([`Socket::set_batching`]) to the kernel.
+    /// Hands every message that waits ([`Socket::set_batching`]) to the kernel or, on shared
+    /// memory, to the peers' inboxes, as much as they take without waiting.
     pub fn flush(&mut self) {
         if let Some(s) = self.stream_mut() {
             s.flush();
+        }
+        if let Some(s) = self.shm.get() {
+            s.flush(false);
+        }
+    }
+
+    /// As [`Socket::flush`], but on shared memory waits for room in the peers' inboxes up to
+    /// the send timeout, and fails ([`TransportError::is_would_block`]) when a batch is still
+    /// waiting then. For a sender that is about to stop receiving or polling (its last
+    /// message).
+    pub fn flush_wait(&mut self) -> Result<(), TransportError> {
+        self.flush();
+        match self.shm.get() {
+            Some(s) => {
+                s.flush(true);
+                if s.has_pending() {
+                    return Err(TransportError::would_block());
+                }
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 
@@ -775,6 +802,15 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
         .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
     let mut stream_fds: Vec<(std::os::fd::RawFd, libc::c_short)> = Vec::new();
     loop {
+        // Shared-memory batches waiting to go out go now ([`Socket::set_batching`]); one an
+        // inbox refused (full) is tried again within a millisecond.
+        let mut unsent = false;
+        for s in sockets {
+            if let Some(shm) = s.shm.get() {
+                shm.flush(false);
+                unsent |= shm.has_pending();
+            }
+        }
         // Shared-memory sockets with a queued message, stream sockets with a whole message
         // buffered: ready without waiting.
         let mut queued = 0u64;
@@ -797,6 +833,11 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
                 .min(i64::MAX as u128) as i64,
             None if timeout_ms == 0 => 0,
             None => -1,
+        };
+        let wait = if unsent && !(0..=1).contains(&wait) {
+            1
+        } else {
+            wait
         };
         // One item per ZeroMQ or shared-memory socket; as many as a stream socket has
         // descriptors (a router's listener and peers). `owner[k]`: whose item `k` is.
@@ -829,6 +870,12 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
             Err(source) => return Err(TransportError::Recv { source }),
         };
         if n == 0 {
+            // Only the batches' millisecond passed: try them again until the caller's wait ends.
+            let more =
+                unsent && timeout_ms != 0 && deadline.is_none_or(|d| std::time::Instant::now() < d);
+            if more {
+                continue;
+            }
             return Ok(0);
         }
         let mut woken = 0u64;

@@ -1,0 +1,183 @@
+//! Shared-memory sockets with batching on (`Socket::set_batching`): small messages go out
+//! together, in order, at the sender's next receive, poll or flush; with real threads and
+//! real shared memory.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rodeo_transport::endpoint::Endpoint;
+use rodeo_transport::shm;
+use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn unique(tag: &str) -> String {
+    format!(
+        "rodeo-test-{}-{}-{tag}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn socket(t: &Transport, kind: SocketKind, id: &str) -> Socket {
+    let s = t.socket(kind).unwrap();
+    if !id.is_empty() {
+        s.set_identity(id.as_bytes()).unwrap();
+    }
+    s.set_send_timeout(5000).unwrap();
+    s.set_batching(true);
+    s
+}
+
+fn message(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (i + k) as u8).collect()
+}
+
+#[test]
+fn small_messages_wait_for_the_senders_flush_and_arrive_in_order_with_large_ones() {
+    let t = Transport::new(1).unwrap();
+    let name = unique("order");
+    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
+    let mut server = socket(&t, SocketKind::Router, "");
+    server.bind(&ep).unwrap();
+    let mut client = socket(&t, SocketKind::Dealer, "dcm-1");
+    client.connect(&ep).unwrap();
+    // Small ones, a large one (not batched: the batch goes before it), small ones again, and
+    // more than one batch's worth.
+    let mut sent = Vec::new();
+    for i in 0..300 {
+        let len = match i {
+            100 => 4000,
+            _ => 40 + i % 50,
+        };
+        sent.push(message(i, len));
+    }
+    for m in &sent[..100] {
+        client.send([Frame::Copy(m)]).unwrap();
+    }
+    let mut msg = Received::default();
+    // Nothing is out yet: the 100 small ones wait in one batch.
+    assert!(!server.try_recv(&mut msg).unwrap());
+    for m in &sent[100..] {
+        client.send([Frame::Copy(m)]).unwrap();
+    }
+    client.flush();
+    let mut got = Vec::new();
+    while got.len() < sent.len() {
+        assert!(server.recv(&mut msg, 5000).unwrap(), "got {}", got.len());
+        assert_eq!(msg.peer, b"dcm-1");
+        got.push(msg.bytes.clone());
+    }
+    assert_eq!(got, sent);
+    // Replies: batched per peer, out at the router's next poll.
+    for i in 0..50 {
+        server
+            .try_send_to(b"dcm-1", [Frame::Copy(&message(i, 8))])
+            .unwrap();
+    }
+    assert!(!client.try_recv(&mut msg).unwrap());
+    assert_eq!(poll_readable(&[&server], 0).unwrap(), 0);
+    for i in 0..50 {
+        assert!(client.recv(&mut msg, 5000).unwrap());
+        assert_eq!(msg.bytes, message(i, 8));
+    }
+    assert!(!client.try_recv(&mut msg).unwrap());
+}
+
+#[test]
+fn a_batch_a_full_inbox_refuses_waits_and_nothing_is_lost() {
+    let t = Transport::new(1).unwrap();
+    let name = unique("full");
+    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
+    let mut server = socket(&t, SocketKind::Router, "");
+    server.bind(&ep).unwrap();
+    let total = 200_000usize;
+    let receiver = std::thread::spawn(move || {
+        // Start late, so the inbox fills first.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut msg = Received::default();
+        let mut n = 0usize;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while n < total && Instant::now() < deadline {
+            if server.recv(&mut msg, 100).unwrap() {
+                assert_eq!(msg.bytes, message(n, 64), "message {n}");
+                n += 1;
+            }
+        }
+        n
+    });
+    let mut client = socket(&t, SocketKind::Dealer, "sender");
+    client.connect(&ep).unwrap();
+    let before = shm::backpressure_count();
+    for i in 0..total {
+        client.send([Frame::Copy(&message(i, 64))]).unwrap();
+        if i % 64 == 63 {
+            client.flush();
+        }
+    }
+    client.flush_wait().unwrap();
+    assert_eq!(receiver.join().unwrap(), total);
+    assert!(shm::backpressure_count() > before, "the full inbox was met");
+}
+
+#[test]
+fn a_waiting_poll_flushes_its_own_batch_so_two_peers_never_wait_on_each_other() {
+    let t = Transport::new(1).unwrap();
+    let name = unique("pingpong");
+    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
+    let server = socket(&t, SocketKind::Router, "");
+    server.bind(&ep).unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut server = server;
+        let mut msg = Received::default();
+        let mut n = 0u32;
+        while n < 1000 {
+            // Only polls and try_recv: the replies go out with the next poll.
+            if poll_readable(&[&server], 2000).unwrap() == 0 {
+                break;
+            }
+            while server.try_recv(&mut msg).unwrap() {
+                let peer = msg.peer.clone();
+                server
+                    .try_send_to(&peer, [Frame::Copy(&msg.bytes)])
+                    .unwrap();
+                n += 1;
+            }
+        }
+        n
+    });
+    let mut client = socket(&t, SocketKind::Dealer, "pinger");
+    client.connect(&ep).unwrap();
+    let mut msg = Received::default();
+    for i in 0..1000u32 {
+        client.send([Frame::Copy(&i.to_le_bytes())]).unwrap();
+        assert_eq!(poll_readable(&[&client], 2000).unwrap(), 1, "reply {i}");
+        assert!(client.try_recv(&mut msg).unwrap());
+        assert_eq!(msg.bytes, i.to_le_bytes());
+    }
+    assert_eq!(echo.join().unwrap(), 1000);
+}
+
+#[test]
+fn a_batch_whose_receiver_left_is_dropped_and_counted() {
+    let t = Transport::new(1).unwrap();
+    let name = unique("gone");
+    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
+    let server = socket(&t, SocketKind::Router, "");
+    server.bind(&ep).unwrap();
+    let mut client = socket(&t, SocketKind::Dealer, "orphan");
+    client.connect(&ep).unwrap();
+    let before = shm::undelivered_count();
+    for i in 0..10 {
+        client.send([Frame::Copy(&message(i, 16))]).unwrap();
+    }
+    drop(server);
+    let _ = shm::cleanup_dead_nodes();
+    let began = Instant::now();
+    client.flush();
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "no wait for nobody"
+    );
+    assert_eq!(shm::undelivered_count() - before, 10);
+}
