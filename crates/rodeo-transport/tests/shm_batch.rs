@@ -10,6 +10,8 @@ use rodeo_transport::shm;
 use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
+/// Tests that read the process's back-pressure count take turns.
+static COUNTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn unique(tag: &str) -> String {
     format!(
@@ -86,6 +88,7 @@ fn small_messages_wait_for_the_senders_flush_and_arrive_in_order_with_large_ones
 
 #[test]
 fn a_batch_a_full_inbox_refuses_waits_and_nothing_is_lost() {
+    let _turn = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
     let t = Transport::new(1).unwrap();
     let name = unique("full");
     let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
@@ -180,4 +183,62 @@ fn a_batch_whose_receiver_left_is_dropped_and_counted() {
         "no wait for nobody"
     );
     assert_eq!(shm::undelivered_count() - before, 10);
+}
+
+#[test]
+fn a_peer_that_never_reads_holds_only_its_own_batch_and_its_router_does_not_spin() {
+    let _turn = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+    let t = Transport::new(1).unwrap();
+    let name = unique("stuck");
+    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
+    let mut server = socket(&t, SocketKind::Router, "");
+    server.bind(&ep).unwrap();
+    let mut stuck = socket(&t, SocketKind::Dealer, "stuck");
+    stuck.connect(&ep).unwrap();
+    let mut good = socket(&t, SocketKind::Dealer, "good");
+    good.connect(&ep).unwrap();
+    let mut msg = Received::default();
+    for d in [&mut stuck, &mut good] {
+        d.send([Frame::Copy(b"hello")]).unwrap();
+        d.flush();
+    }
+    for _ in 0..2 {
+        assert!(server.recv(&mut msg, 5000).unwrap());
+    }
+    // Fill the stuck peer's inbox, then more: the router is refused, never blocked.
+    let mut refused = 0u64;
+    for i in 0..200_000usize {
+        match server.try_send_to(b"stuck", [Frame::Copy(&message(i, 64))]) {
+            Ok(()) => {}
+            Err(e) if e.is_would_block() => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+        if i % 64 == 63 {
+            server.flush();
+        }
+        if refused > 1000 {
+            break;
+        }
+    }
+    assert!(refused > 1000, "a full peer refuses its sender");
+    // The other peer is served as before.
+    server
+        .try_send_to(b"good", [Frame::Copy(b"reply")])
+        .unwrap();
+    server.flush();
+    assert!(good.recv(&mut msg, 5000).unwrap());
+    assert_eq!(msg.bytes, b"reply");
+    // After the first 20 ms of refusals the router's waits are its own again: a 300 ms poll
+    // with the stuck batch still waiting tries it once and sleeps, not once a millisecond
+    // (each try at the full inbox counts one refusal).
+    std::thread::sleep(Duration::from_millis(30));
+    let before = shm::backpressure_count();
+    let began = Instant::now();
+    assert_eq!(poll_readable(&[&server], 300).unwrap(), 0);
+    assert!(began.elapsed() >= Duration::from_millis(250));
+    let tries = shm::backpressure_count() - before;
+    assert!(
+        tries <= 3,
+        "{tries} tries of the stuck batch in one 300 ms poll"
+    );
 }

@@ -97,6 +97,8 @@ pub const QUEUE_MESSAGES: usize = 512;
 pub(crate) const INITIAL_SLICE_BYTES: usize = 4096;
 /// Frames of one message kept on the stack (more are accepted, joined in a scratch buffer).
 const MAX_FRAMES: usize = 8;
+/// How long a refused batch is retried every millisecond (see [`ShmSocket::retry_soon`]).
+const QUICK_RETRY: Duration = Duration::from_millis(20);
 /// How long a dropped socket waits for room for its last batches.
 const DROP_FLUSH: Duration = Duration::from_millis(200);
 
@@ -144,6 +146,8 @@ pub(crate) struct ShmSocket {
     batching: Cell<bool>,
     /// Some outbox holds a batch not yet published.
     pending: Cell<bool>,
+    /// Since when a batch has been refused by a full inbox (cleared when every batch is out).
+    refused_since: Cell<Option<Instant>>,
     /// The batch sample being read, and the byte its next message starts at.
     held: Option<(ReceivedSample, usize)>,
 }
@@ -197,6 +201,7 @@ impl ShmSocket {
             oversized: 0,
             batching: Cell::new(false),
             pending: Cell::new(false),
+            refused_since: Cell::new(None),
             held: None,
         })
     }
@@ -247,6 +252,7 @@ impl ShmSocket {
             oversized: 0,
             batching: Cell::new(false),
             pending: Cell::new(false),
+            refused_since: Cell::new(None),
             held: None,
         })
     }
@@ -364,11 +370,28 @@ impl ShmSocket {
             Side::Router { peers } => peers.values().for_each(each),
         }
         self.pending.set(left);
+        match (left, self.refused_since.get()) {
+            (true, None) => self.refused_since.set(Some(Instant::now())),
+            (false, Some(_)) => self.refused_since.set(None),
+            _ => {}
+        }
     }
 
     /// True while a batch waits to go out ([`ShmSocket::flush`]).
     pub(crate) fn has_pending(&self) -> bool {
         self.pending.get()
+    }
+
+    /// True while a batch waits and was first refused less than [`QUICK_RETRY`] ago: waits
+    /// are then cut to a millisecond so that it goes out as soon as the inbox drains. A peer
+    /// that stays full longer (it stopped reading) gets its batch tried at its owner's own pace
+    /// (every receive, poll and flush), not every millisecond.
+    pub(crate) fn retry_soon(&self) -> bool {
+        self.pending.get()
+            && self
+                .refused_since
+                .get()
+                .is_none_or(|t| t.elapsed() < QUICK_RETRY)
     }
 
     /// Turns batching of small messages on or off (module `batch`); what waits goes out at the
@@ -508,7 +531,7 @@ impl ShmSocket {
             };
             // A batch the peer's full inbox refused is tried again every millisecond.
             self.flush(false);
-            let left = if self.pending.get() {
+            let left = if self.retry_soon() {
                 left.min(Duration::from_millis(1))
             } else {
                 left

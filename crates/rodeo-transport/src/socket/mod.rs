@@ -803,12 +803,12 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
     let mut stream_fds: Vec<(std::os::fd::RawFd, libc::c_short)> = Vec::new();
     loop {
         // Shared-memory batches waiting to go out go now ([`Socket::set_batching`]); one an
-        // inbox refused (full) is tried again within a millisecond.
+        // inbox refused (full) is tried again within a millisecond for a while.
         let mut unsent = false;
         for s in sockets {
             if let Some(shm) = s.shm.get() {
                 shm.flush(false);
-                unsent |= shm.has_pending();
+                unsent |= shm.retry_soon();
             }
         }
         // Shared-memory sockets with a queued message, stream sockets with a whole message
