@@ -529,7 +529,8 @@ impl ShmSocket {
                 }
                 None => Duration::from_secs(1),
             };
-            // A batch the peer's full inbox refused is tried again every millisecond.
+            // A batch the peer's full inbox refused is tried again every millisecond for a
+            // while (`retry_soon`).
             self.flush(false);
             let left = if self.retry_soon() {
                 left.min(Duration::from_millis(1))
