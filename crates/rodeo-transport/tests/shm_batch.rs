@@ -31,6 +31,21 @@ fn socket(t: &Transport, kind: SocketKind, id: &str) -> Socket {
     s
 }
 
+/// A router with batching on, bound to a fresh `shm://` name made from `tag`, and its endpoint.
+fn bound_router(t: &Transport, tag: &str) -> (Socket, Endpoint) {
+    let ep = Endpoint::parse(&format!("shm://{}", unique(tag))).unwrap();
+    let s = socket(t, SocketKind::Router, "");
+    s.bind(&ep).unwrap();
+    (s, ep)
+}
+
+/// A dealer with batching on and identity `id`, connected to `ep`.
+fn connected_dealer(t: &Transport, ep: &Endpoint, id: &str) -> Socket {
+    let s = socket(t, SocketKind::Dealer, id);
+    s.connect(ep).unwrap();
+    s
+}
+
 fn message(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|k| (i + k) as u8).collect()
 }
@@ -38,12 +53,8 @@ fn message(i: usize, len: usize) -> Vec<u8> {
 #[test]
 fn small_messages_wait_for_the_senders_flush_and_arrive_in_order_with_large_ones() {
     let t = Transport::new(1).unwrap();
-    let name = unique("order");
-    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
-    let mut server = socket(&t, SocketKind::Router, "");
-    server.bind(&ep).unwrap();
-    let mut client = socket(&t, SocketKind::Dealer, "dcm-1");
-    client.connect(&ep).unwrap();
+    let (mut server, ep) = bound_router(&t, "order");
+    let mut client = connected_dealer(&t, &ep, "dcm-1");
     // Small ones, a large one (not batched: the batch goes before it), small ones again, and
     // more than one batch's worth.
     let mut sent = Vec::new();
@@ -90,10 +101,7 @@ fn small_messages_wait_for_the_senders_flush_and_arrive_in_order_with_large_ones
 fn a_batch_a_full_inbox_refuses_waits_and_nothing_is_lost() {
     let _turn = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
     let t = Transport::new(1).unwrap();
-    let name = unique("full");
-    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
-    let mut server = socket(&t, SocketKind::Router, "");
-    server.bind(&ep).unwrap();
+    let (mut server, ep) = bound_router(&t, "full");
     let total = 200_000usize;
     let receiver = std::thread::spawn(move || {
         // Start late, so the inbox fills first.
@@ -109,8 +117,7 @@ fn a_batch_a_full_inbox_refuses_waits_and_nothing_is_lost() {
         }
         n
     });
-    let mut client = socket(&t, SocketKind::Dealer, "sender");
-    client.connect(&ep).unwrap();
+    let mut client = connected_dealer(&t, &ep, "sender");
     let before = shm::backpressure_count();
     for i in 0..total {
         client.send([Frame::Copy(&message(i, 64))]).unwrap();
@@ -126,10 +133,7 @@ fn a_batch_a_full_inbox_refuses_waits_and_nothing_is_lost() {
 #[test]
 fn a_waiting_poll_flushes_its_own_batch_so_two_peers_never_wait_on_each_other() {
     let t = Transport::new(1).unwrap();
-    let name = unique("pingpong");
-    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
-    let server = socket(&t, SocketKind::Router, "");
-    server.bind(&ep).unwrap();
+    let (server, ep) = bound_router(&t, "pingpong");
     let echo = std::thread::spawn(move || {
         let mut server = server;
         let mut msg = Received::default();
@@ -149,8 +153,7 @@ fn a_waiting_poll_flushes_its_own_batch_so_two_peers_never_wait_on_each_other() 
         }
         n
     });
-    let mut client = socket(&t, SocketKind::Dealer, "pinger");
-    client.connect(&ep).unwrap();
+    let mut client = connected_dealer(&t, &ep, "pinger");
     let mut msg = Received::default();
     for i in 0..1000u32 {
         client.send([Frame::Copy(&i.to_le_bytes())]).unwrap();
@@ -164,12 +167,8 @@ fn a_waiting_poll_flushes_its_own_batch_so_two_peers_never_wait_on_each_other() 
 #[test]
 fn a_batch_whose_receiver_left_is_dropped_and_counted() {
     let t = Transport::new(1).unwrap();
-    let name = unique("gone");
-    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
-    let server = socket(&t, SocketKind::Router, "");
-    server.bind(&ep).unwrap();
-    let mut client = socket(&t, SocketKind::Dealer, "orphan");
-    client.connect(&ep).unwrap();
+    let (server, ep) = bound_router(&t, "gone");
+    let mut client = connected_dealer(&t, &ep, "orphan");
     let before = shm::undelivered_count();
     for i in 0..10 {
         client.send([Frame::Copy(&message(i, 16))]).unwrap();
@@ -189,14 +188,9 @@ fn a_batch_whose_receiver_left_is_dropped_and_counted() {
 fn a_peer_that_never_reads_holds_only_its_own_batch_and_its_router_does_not_spin() {
     let _turn = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
     let t = Transport::new(1).unwrap();
-    let name = unique("stuck");
-    let ep = Endpoint::parse(&format!("shm://{name}")).unwrap();
-    let mut server = socket(&t, SocketKind::Router, "");
-    server.bind(&ep).unwrap();
-    let mut stuck = socket(&t, SocketKind::Dealer, "stuck");
-    stuck.connect(&ep).unwrap();
-    let mut good = socket(&t, SocketKind::Dealer, "good");
-    good.connect(&ep).unwrap();
+    let (mut server, ep) = bound_router(&t, "stuck");
+    let mut stuck = connected_dealer(&t, &ep, "stuck");
+    let mut good = connected_dealer(&t, &ep, "good");
     let mut msg = Received::default();
     for d in [&mut stuck, &mut good] {
         d.send([Frame::Copy(b"hello")]).unwrap();
