@@ -460,6 +460,15 @@ impl RunSheet {
 /// (or, for events short of ROBs without the partial flag, a failed one).
 fn losses(s: &RunSummary) -> Vec<Problem> {
     let mut out = Vec::new();
+    if s.l1_accepts == 0 {
+        // Balanced trivially: "OK" would tell the shift that a run that did nothing was fine.
+        out.push(Problem::new(
+            ProblemKind::NoEvents,
+            Some(0),
+            Some("supervisor".into()),
+            "the run took no L1 accept: nothing was read out, built or written".into(),
+        ));
+    }
     if s.events_short_unflagged > 0 {
         out.push(Problem::new(
             ProblemKind::Incomplete,
@@ -600,6 +609,26 @@ mod tests {
         assert_eq!(s.accepted, Some(324));
         assert_eq!(s.rejected, Some(0));
         assert_eq!(s.l1_accepts, Some(324));
+    }
+
+    /// A run that took no L1 accept balances trivially; its verdict says it did nothing.
+    #[test]
+    fn a_run_without_l1_accepts_is_not_ok() {
+        let none = RunSummary::default();
+        let s = RunSheet::from_summary(&none, 100_000.0, None, false);
+        assert!(s.balanced, "{:?}", s.problems);
+        assert_eq!(s.verdict, Verdict::Degraded);
+        assert_eq!(s.problems.len(), 1, "{:?}", s.problems);
+        assert_eq!(s.problems[0].kind, ProblemKind::NoEvents);
+        let some = RunSummary {
+            l1_accepts: 10,
+            accepted: 10,
+            events_written: 10,
+            events_verified: 10,
+            ..RunSummary::default()
+        };
+        let s = RunSheet::from_summary(&some, 100_000.0, None, false);
+        assert!(s.problems.iter().all(|p| p.kind != ProblemKind::NoEvents));
     }
 
     #[test]

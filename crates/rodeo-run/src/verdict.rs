@@ -9,7 +9,8 @@
 //! - **degraded** when it balances but with losses that are counted: partial events, link
 //!   errors, inputs that never delivered, closed early, were lost or went silent, L1 accepts
 //!   the partition could not take, applications restarted into the run, a readout node that
-//!   died during the stop;
+//!   died during the stop, or no L1 accept at all (a run stopped before its first event, or
+//!   one whose partition never started taking events);
 //! - **ok** otherwise.
 
 use serde::{Deserialize, Serialize};
@@ -65,6 +66,8 @@ pub enum ProblemKind {
     Restarts,
     /// A readout node that died during the run's stop, too late to be restarted.
     DiedAtStop,
+    /// The run took no L1 accept: it balances trivially, but read out nothing.
+    NoEvents,
     /// A problem written by an older rodeo, kept as its text.
     Other,
 }
@@ -84,7 +87,8 @@ impl ProblemKind {
             | ProblemKind::Input
             | ProblemKind::L1Missed
             | ProblemKind::Restarts
-            | ProblemKind::DiedAtStop => Verdict::Degraded,
+            | ProblemKind::DiedAtStop
+            | ProblemKind::NoEvents => Verdict::Degraded,
         }
     }
 }

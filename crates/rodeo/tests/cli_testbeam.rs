@@ -323,6 +323,41 @@ fn an_external_trigger_unit_drives_the_run_and_sees_it_busy() {
     assert!(held > 0, "{said}");
 }
 
+/// A run whose trigger unit never sends (nobody connects) ends at its time limit balanced,
+/// but not `ok`: it read out nothing, and its sheet says so (`no_events`, exit 3).
+#[test]
+fn a_run_without_any_l1_accept_is_degraded_not_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("silent.toml");
+    let address = format!("tcp://127.0.0.1:{}", free_port());
+    std::fs::write(
+        &config,
+        format!("[run]\nseconds = 2\n[l1]\nmode = \"external\"\nexternal_listen = \"{address}\"\n"),
+    )
+    .unwrap();
+    let out = rodeo!()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--output")
+        .arg(dir.path().join("out"))
+        .arg("--json")
+        .spawn()
+        .wait_with_deadline(Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(3), "{}", out.text());
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["l1_accepts"], 0, "{v}");
+    assert_eq!(v["balanced"], true, "{v}");
+    assert_eq!(v["verdict"], "degraded", "{v}");
+    let kinds: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["no_events"], "{v}");
+}
+
 /// Waits (bounded) for the run `run` to end by itself; its `--json` sheet.
 fn sheet(run: Running, limit: Duration) -> Value {
     let out = run.wait_with_deadline(limit);
