@@ -366,6 +366,7 @@ impl Layout {
         sc.event_timeout = Duration::from_millis(config.supervisor.event_timeout_ms);
         sc.dcm_timeout = Duration::from_millis(config.supervisor.dcm_timeout_ms);
         sc.clear_group = config.supervisor.clear_group;
+        sc.start_timeout = Duration::from_millis(config.supervisor.start_timeout_ms);
         let trigger = AcceptFraction {
             fraction: config.dcm.accept_fraction,
             stream: 0,

@@ -53,6 +53,21 @@ pub enum DataflowError {
         #[source]
         source: rodeo_files::eventstorage::EsError,
     },
+    /// No DCM offered a processing slot within the supervisor's start timeout: the partition
+    /// cannot take events, and the run would wait at 0 L1 accepts forever.
+    #[error(
+        "{app}: no DCM offered a processing slot within {waited_s} s of the start (DCMs heard: \
+         {heard}): the partition cannot take events; check the DCMs' logs, and \
+         [supervisor] start_timeout_ms"
+    )]
+    NoSlots {
+        /// The application (the supervisor).
+        app: String,
+        /// Seconds waited.
+        waited_s: u64,
+        /// The DCMs heard from, or "none".
+        heard: String,
+    },
     /// The application's thread could not start or panicked.
     #[error("{app}: thread {what}")]
     Thread {

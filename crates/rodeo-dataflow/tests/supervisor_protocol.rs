@@ -492,3 +492,57 @@ fn a_dcm_restarting_under_its_name_gets_work_again_after_being_declared_dead() {
     assert_eq!(s.dead_dcms, 2, "{s:?}");
     assert_eq!((s.forced_accepts, s.rejected), (1, 1), "{s:?}");
 }
+
+/// A start in which no DCM ever offers a slot ends by itself, with an error that says why,
+/// instead of waiting at 0 L1 accepts until someone stops the run: with no DCM at all, and
+/// with a DCM that is heard (heartbeats) but whose credits never came.
+#[test]
+fn a_start_in_which_no_dcm_offers_a_slot_fails_the_run_in_time() {
+    for with_dcm in [false, true] {
+        let test = if with_dcm { "noslot-heard" } else { "noslot-none" };
+        let (mut h, _ros) = Harness::start(test, 1, 1_000, |c| {
+            c.start_timeout = Duration::from_millis(400);
+        });
+        let mut dcm = with_dcm.then(|| h.dcm("dcm-silent"));
+        let t0 = Instant::now();
+        let handle = h.handle.take().unwrap();
+        while !handle.is_finished() {
+            assert!(t0.elapsed() < WAIT * 2, "{test}: the supervisor still waits");
+            if let Some(d) = dcm.as_mut() {
+                // A heartbeat without credits, as a DCM whose first Update was lost sends.
+                d.update(0, &[]);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let err = handle.join().expect_err("the run must fail").to_string();
+        assert!(err.contains("no DCM offered a processing slot"), "{err}");
+        let heard = if with_dcm { "dcm-silent, each with 0 slots" } else { "none" };
+        assert!(err.contains(&format!("DCMs heard: {heard}")), "{err}");
+        assert_eq!(h.counters.l1_accepts.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}
+
+/// A DCM that offers its slots a little late (within the start timeout) gets events as ever.
+#[test]
+fn slots_offered_within_the_start_timeout_start_the_run() {
+    let (mut h, _ros) = Harness::start("slot-late", 1, 5, |c| {
+        c.start_timeout = Duration::from_millis(1_000);
+    });
+    let mut dcm = h.dcm("dcm-late");
+    std::thread::sleep(Duration::from_millis(300));
+    dcm.update(5, &[]);
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        got.push(dcm.next(WAIT).expect("an assignment"));
+    }
+    // Past the start timeout the run goes on: the supervisor only checks before a first slot.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let decisions: Vec<(u64, u32, Verdict)> = got
+        .iter()
+        .map(|g| (g.global_id, g.l1id, Verdict::Reject))
+        .collect();
+    dcm.update(0, &decisions);
+    let s = h.stop();
+    assert_eq!(s.l1_accepts, 5);
+    assert_eq!(s.rejected, 5);
+}

@@ -15,6 +15,8 @@ pub struct SupervisorSection {
     pub dcm_timeout_ms: u64,
     /// Clear group size.
     pub clear_group: usize,
+    /// A run in which no DCM offered a processing slot within this time of the start fails.
+    pub start_timeout_ms: u64,
 }
 
 impl Default for SupervisorSection {
@@ -23,6 +25,7 @@ impl Default for SupervisorSection {
             event_timeout_ms: 10_000,
             dcm_timeout_ms: 3_000,
             clear_group: 100,
+            start_timeout_ms: 60_000,
         }
     }
 }
@@ -43,6 +46,13 @@ impl SupervisorSection {
                 "supervisor.dcm_timeout_ms",
                 self.dcm_timeout_ms,
                 ">= 500 ms (twice the DCM heartbeat at least), at most 86400000 (a day)",
+            );
+        }
+        if self.start_timeout_ms < 1_000 || self.start_timeout_ms > MAX_TIMEOUT_MS {
+            c.bad(
+                "supervisor.start_timeout_ms",
+                self.start_timeout_ms,
+                ">= 1000 ms (DCMs need a moment to connect), at most 86400000 (a day)",
             );
         }
         if self.clear_group == 0 || self.clear_group > 100_000 {

@@ -10,6 +10,7 @@ use rodeo_transport::socket::Received;
 use crate::trace::Stage as TraceStage;
 
 use super::Supervisor;
+use crate::error::DataflowError;
 
 /// A DCM the supervisor has heard from.
 #[derive(Debug)]
@@ -77,6 +78,7 @@ impl Supervisor {
                 _ => self.summary.late_decisions += 1,
             }
         }
+        self.offered |= credits > 0;
         for _ in 0..credits {
             self.credits.push_back(dcm);
         }
@@ -107,6 +109,35 @@ impl Supervisor {
             );
         }
         true
+    }
+
+    /// Fails the run when no DCM has offered a slot `start_timeout` after the start: nothing
+    /// could ever be assigned, and the run would wait at 0 L1 accepts until stopped by hand.
+    pub(super) fn check_start(&self, now: Instant) -> Result<(), DataflowError> {
+        let waited = now.saturating_duration_since(self.started);
+        if waited < self.config.start_timeout {
+            return Ok(());
+        }
+        let heard: Vec<String> = self
+            .dcms
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.id).into_owned())
+            .collect();
+        let heard = if heard.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{}, each with 0 slots", heard.join(", "))
+        };
+        tracing::error!(
+            waited_s = waited.as_secs(),
+            heard = %heard,
+            "no DCM offered a processing slot since the start: the run fails"
+        );
+        Err(DataflowError::NoSlots {
+            app: self.config.name.clone(),
+            waited_s: waited.as_secs(),
+            heard,
+        })
     }
 
     /// Declares silent DCMs dead and takes their events back.

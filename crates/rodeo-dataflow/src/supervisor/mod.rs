@@ -27,6 +27,14 @@
 //! decision that arrives for an event no longer assigned to its sender (reassigned meanwhile)
 //! is counted as late and ignored: the event is decided once.
 //!
+//! # Start
+//!
+//! Every DCM announces its free slots in its first `Update`, and only increments after that.
+//! If no DCM has offered a slot `start_timeout` after the supervisor started (none connected,
+//! or their first Updates lost), nothing can ever be assigned: the supervisor fails the run
+//! ([`DataflowError::NoSlots`], naming the DCMs it heard) rather than wait at 0 L1 accepts
+//! until someone stops it by hand.
+//!
 //! # Stop
 //!
 //! On stop (or when the L1 source has produced its events) no new event is assigned; the
@@ -105,6 +113,10 @@ pub struct SupervisorConfig {
     pub keepalive: Duration,
     /// At stop, wait at most this long for assigned events to be decided (default 30 s).
     pub drain_timeout: Duration,
+    /// A run in which no DCM has offered a processing slot this long after the supervisor
+    /// started fails ([`DataflowError::NoSlots`]) instead of waiting at 0 L1 accepts forever
+    /// (DCMs that never connected, or their credits lost; default 60 s).
+    pub start_timeout: Duration,
     /// ZeroMQ high-water mark of its sockets (default [`crate::DEFAULT_HIGH_WATER_MARK`]).
     pub high_water_mark: u32,
     /// Largest incoming message of its sockets, in bytes (ZMQ_MAXMSGSIZE, or the shared-memory
@@ -130,6 +142,7 @@ impl SupervisorConfig {
             clear_flush: Duration::from_millis(20),
             keepalive: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
+            start_timeout: Duration::from_secs(60),
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: None,
         }
@@ -208,6 +221,10 @@ struct Supervisor {
     clear_sequence: u32,
     last_clear: Instant,
     oldest_pending_clear: Option<Instant>,
+    /// When the supervisor started, moved on by its own stalls (for `start_timeout`).
+    started: Instant,
+    /// Some DCM offered a processing slot (a credit) since the start.
+    offered: bool,
     /// Time of the first and of the latest new L1 accept assigned.
     l1_first: Option<Instant>,
     l1_last: Option<Instant>,
@@ -238,6 +255,8 @@ impl Supervisor {
             clear_sequence: 0,
             last_clear: Instant::now(),
             oldest_pending_clear: None,
+            started: Instant::now(),
+            offered: false,
             l1_first: None,
             l1_last: None,
             summary: SupervisorSummary::default(),
@@ -274,11 +293,17 @@ impl Supervisor {
                 self.handle(&msg);
             }
             let now = Instant::now();
-            self.after_own_stall(now.saturating_duration_since(last_turn), now);
+            let gap = now.saturating_duration_since(last_turn);
+            if self.after_own_stall(gap, now) {
+                self.started += gap;
+            }
             last_turn = now;
             self.check_dcms(now);
             self.check_timeouts(now);
             let stopping = stop.load(Ordering::Acquire) || self.l1.is_done();
+            if !self.offered && !stopping {
+                self.check_start(now)?;
+            }
             let assigned_any = self.assign(&mut router, stopping)?;
             if let L1Input::External(_, ext) = &self.l1 {
                 // Busy while no DCM slot is free (the trigger unit holds its triggers).
