@@ -499,7 +499,11 @@ fn a_dcm_restarting_under_its_name_gets_work_again_after_being_declared_dead() {
 #[test]
 fn a_start_in_which_no_dcm_offers_a_slot_fails_the_run_in_time() {
     for with_dcm in [false, true] {
-        let test = if with_dcm { "noslot-heard" } else { "noslot-none" };
+        let test = if with_dcm {
+            "noslot-heard"
+        } else {
+            "noslot-none"
+        };
         let (mut h, _ros) = Harness::start(test, 1, 1_000, |c| {
             c.start_timeout = Duration::from_millis(400);
         });
@@ -507,7 +511,10 @@ fn a_start_in_which_no_dcm_offers_a_slot_fails_the_run_in_time() {
         let t0 = Instant::now();
         let handle = h.handle.take().unwrap();
         while !handle.is_finished() {
-            assert!(t0.elapsed() < WAIT * 2, "{test}: the supervisor still waits");
+            assert!(
+                t0.elapsed() < WAIT * 2,
+                "{test}: the supervisor still waits"
+            );
             if let Some(d) = dcm.as_mut() {
                 // A heartbeat without credits, as a DCM whose first Update was lost sends.
                 d.update(0, &[]);
@@ -516,9 +523,18 @@ fn a_start_in_which_no_dcm_offers_a_slot_fails_the_run_in_time() {
         }
         let err = handle.join().expect_err("the run must fail").to_string();
         assert!(err.contains("no DCM offered a processing slot"), "{err}");
-        let heard = if with_dcm { "dcm-silent, each with 0 slots" } else { "none" };
+        let heard = if with_dcm {
+            "dcm-silent, each with 0 slots"
+        } else {
+            "none"
+        };
         assert!(err.contains(&format!("DCMs heard: {heard}")), "{err}");
-        assert_eq!(h.counters.l1_accepts.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(
+            h.counters
+                .l1_accepts
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
     }
 }
 
