@@ -95,14 +95,7 @@ accept_fraction = 1.0
     )
     .unwrap();
     let out = dir.path().join("out");
-    let run = rodeo!()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--output")
-        .arg(&out)
-        .arg("--json")
-        .spawn();
+    let run = run_json(&config, &out).spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
     let senders: Vec<_> = addresses
         .iter()
@@ -159,14 +152,7 @@ fn dump_shows_the_robs_of_zstd_compressed_events() {
          [logger]\ncompression = \"zstd\"\n",
     )
     .unwrap();
-    let out = rodeo!()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--output")
-        .arg(dir.path().join("out"))
-        .arg("--json")
-        .output();
+    let out = run_json(&config, &dir.path().join("out")).output();
     assert!(out.status.success(), "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     let file = v["files"][0].as_str().unwrap().to_string();
@@ -191,14 +177,7 @@ fn accepted_events_are_shared_among_the_streams_each_in_its_own_files() {
          stream_shares = [0.75, 0.25]\n[logger]\nstreams = [\"physics_Main\", \"calibration_Beam\"]\n",
     )
     .unwrap();
-    let out = rodeo!()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--output")
-        .arg(dir.path().join("out"))
-        .arg("--json")
-        .output();
+    let out = run_json(&config, &dir.path().join("out")).output();
     assert!(out.status.success(), "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}");
@@ -335,13 +314,7 @@ fn a_run_without_any_l1_accept_is_degraded_not_ok() {
         format!("[run]\nseconds = 2\n[l1]\nmode = \"external\"\nexternal_listen = \"{address}\"\n"),
     )
     .unwrap();
-    let out = rodeo!()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--output")
-        .arg(dir.path().join("out"))
-        .arg("--json")
+    let out = run_json(&config, &dir.path().join("out"))
         .spawn()
         .wait_with_deadline(Duration::from_secs(120));
     assert_eq!(out.status.code(), Some(3), "{}", out.text());
@@ -356,6 +329,18 @@ fn a_run_without_any_l1_accept_is_degraded_not_ok() {
         .filter_map(|p| p["kind"].as_str())
         .collect();
     assert_eq!(kinds, ["no_events"], "{v}");
+}
+
+/// `rodeo run --config CONFIG --output OUT --json`, to run or spawn.
+fn run_json(config: &std::path::Path, out: &std::path::Path) -> rodeo_testkit::cli::Rodeo {
+    let mut r = rodeo!();
+    r.arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--output")
+        .arg(out)
+        .arg("--json");
+    r
 }
 
 /// Waits (bounded) for the run `run` to end by itself; its `--json` sheet.
@@ -582,13 +567,7 @@ fn an_input_that_never_connected_is_a_problem_of_the_run() {
         .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
         .collect();
     let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 2");
-    let run = rodeo!()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--output")
-        .arg(dir.path().join("out"))
-        .arg("--json")
+    let run = run_json(&config, &dir.path().join("out"))
         .echo_stderr()
         .spawn();
     let out = run.wait_with_deadline(Duration::from_secs(120));
