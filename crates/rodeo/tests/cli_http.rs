@@ -259,10 +259,11 @@ fn every_run_is_recorded_in_the_run_database_and_served_at_api_runs() {
     assert!(one["config_toml"].as_str().unwrap().contains("[l1]"));
     assert_eq!(http(addr, "GET", "/api/runs/99", None, "").0, 404);
     // Stop the second run once it runs; it is recorded too, and the CLI agrees with the API.
+    // With its first L1 accepts: a run stopped before any is degraded (`no_events`).
     wait_for("the second run RUNNING", Duration::from_secs(60), || {
         let (_, body) = http(addr, "GET", "/api/status", None, "");
         let v: Value = serde_json::from_str(&body).unwrap();
-        (v["state"] == "RUNNING").then_some(())
+        (v["state"] == "RUNNING" && v["l1_accepts"].as_u64() > Some(0)).then_some(())
     });
     let (code, _) = http(
         addr,
