@@ -88,8 +88,9 @@ impl Supervisor {
     /// Called at every turn of the loop, `gap` after the last one (a few ms by design). A gap
     /// of a quarter of `dcm_timeout` (at least 250 ms) or more is the supervisor's own stall (a
     /// loaded machine, or a VM whose CPUs were held for seconds): the DCMs' silence and the
-    /// events' time during it are not theirs, so every live DCM counts as heard at `now` and
-    /// every event's deadline moves on by the gap. Returns whether it was such a stall.
+    /// events' time during it are not theirs, so every live DCM counts as heard at `now`, and
+    /// every event's deadline and the start (for `start_timeout`) move on by the gap. Returns
+    /// whether it was such a stall.
     pub(super) fn after_own_stall(&mut self, gap: Duration, now: Instant) -> bool {
         if gap < (self.config.dcm_timeout / 4).max(Duration::from_millis(250)) {
             return false;
@@ -100,6 +101,7 @@ impl Supervisor {
         for entry in self.deadlines.iter_mut() {
             entry.0 += gap;
         }
+        self.started += gap;
         if gap >= Duration::from_secs(1) {
             tracing::warn!(
                 gap_ms = gap.as_millis() as u64,

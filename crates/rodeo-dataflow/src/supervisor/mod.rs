@@ -293,10 +293,7 @@ impl Supervisor {
                 self.handle(&msg);
             }
             let now = Instant::now();
-            let gap = now.saturating_duration_since(last_turn);
-            if self.after_own_stall(gap, now) {
-                self.started += gap;
-            }
+            self.after_own_stall(now.saturating_duration_since(last_turn), now);
             last_turn = now;
             self.check_dcms(now);
             self.check_timeouts(now);
