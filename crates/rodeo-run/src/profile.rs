@@ -65,8 +65,10 @@ const READOUT_THREADS: [&str; 3] = ["slink", "felix", "swrod"];
 /// thread, ZeroMQ's I/O threads, pools shared by several applications).
 const OTHER: &str = "(other)";
 
-/// Runs the bench; see the module documentation.
-pub fn measure(args: &Args) -> anyhow::Result<Profile> {
+/// Runs the bench; see the module documentation. `interrupted` is polled at every turn of the
+/// run's loop (the caller's SIGINT/SIGTERM flag): once true the run stops as `rodeo run` does,
+/// its directory is removed, and the bench fails (an interrupted run is not a figure).
+pub fn measure(args: &Args, interrupted: &dyn Fn() -> bool) -> anyhow::Result<Profile> {
     anyhow::ensure!(args.events > 0, "--events must be at least 1");
     let mut config = load_config(args.config.as_deref())?;
     anyhow::ensure!(
@@ -90,7 +92,7 @@ pub fn measure(args: &Args) -> anyhow::Result<Profile> {
     } else {
         Mode::Embedded
     };
-    let result = measure_in(&dir, config, mode);
+    let result = measure_in(&dir, config, mode, interrupted);
     if let Ok((_, run_dir_name)) = &result {
         for d in &elsewhere {
             let _ = std::fs::remove_dir_all(Path::new(d).join(run_dir_name));
@@ -107,6 +109,7 @@ fn measure_in(
     dir: &Path,
     config: rodeo_control::config::PartitionConfig,
     mode: Mode,
+    interrupted: &dyn Fn() -> bool,
 ) -> anyhow::Result<(Profile, PathBuf)> {
     let mut output = OutputDir::open(dir, "rodeo bench partition")?;
     let (self_before, children_before) = rusage_cpu_ns();
@@ -119,9 +122,11 @@ fn measure_in(
     let partition = run.partition();
     let sampler = RefCell::new(Sampler::new(mode));
     // Every turn of the run's loop: a thread's CPU is known only while it lives.
+    let stopped = std::cell::Cell::new(false);
     let quit = || {
         sampler.borrow_mut().sample(partition.as_ref());
-        false
+        stopped.set(stopped.get() || interrupted());
+        stopped.get()
     };
     let outcome = run.drive(&quit, |_, _| {});
     let metrics = run.last_metrics().to_vec();
@@ -134,6 +139,15 @@ fn measure_in(
     let sampler = sampler.into_inner();
     if let Some(e) = sampler.error {
         return Err(anyhow::Error::from(e).context("reading the threads' CPU clocks"));
+    }
+    if stopped.get() {
+        anyhow::bail!(
+            "run {} (the bench's run) was interrupted after {} L1 accepts (verdict: {}): no figure; \
+             its output directory is removed",
+            sheet.run_number,
+            sheet.l1_accepts.unwrap_or(0),
+            verdict_line(sheet.verdict, &sheet.problems)
+        );
     }
     if sheet.verdict == Verdict::Failed {
         anyhow::bail!(

@@ -72,3 +72,68 @@ fn bench_partition_json_shape() {
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// SIGTERM in the middle of the bench's run (embedded, and with `--processes` where the
+/// applications are processes of their own): the run stops as `rodeo run` stops, the bench
+/// fails with a message that says so (an interrupted run is not a figure), and its temporary
+/// directory is gone; within a deadline.
+#[test]
+fn an_interrupted_bench_stops_its_run_and_leaves_nothing_behind() {
+    for mode in [&[][..], &["--processes"][..]] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = rodeo!()
+            .args([
+                "bench",
+                "partition",
+                "--events",
+                "100000000",
+                "--rate",
+                "20000",
+            ])
+            .args(mode)
+            .env("TMPDIR", tmp.path())
+            .spawn();
+        // The run is going once its output directory holds an event file.
+        rodeo_testkit::wait_until(
+            "the bench's run writing events",
+            Duration::from_secs(60),
+            || {
+                files_under(tmp.path())
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains(".data"))
+            },
+        );
+        child.signal(libc::SIGTERM);
+        let out = child.wait_with_deadline(Duration::from_secs(60));
+        assert!(!out.status.success(), "{mode:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("interrupted after"),
+            "{mode:?}: {}",
+            out.stderr
+        );
+        let left = files_under(tmp.path());
+        assert!(left.is_empty(), "{mode:?}: left behind: {left:?}");
+        let dirs: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(dirs.is_empty(), "{mode:?}: left behind: {dirs:?}");
+    }
+}
+
+/// Every file under `dir`, recursively (none when it is gone).
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -65,7 +65,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Kind::Queue(a) => (queue::measure_report(&a)?, a.json),
         Kind::Partition(a) => {
             let mut report = Report::new("partition");
-            (report.fields, report.rows) = rodeo_run::profile::measure(&a)?;
+            crate::signal::install();
+            crate::signal::abort_on_second();
+            (report.fields, report.rows) =
+                rodeo_run::profile::measure(&a, &crate::signal::interrupted)?;
             (report, a.json)
         }
     };
