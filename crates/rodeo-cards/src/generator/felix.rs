@@ -20,9 +20,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use rodeo_format::felix::{
-    is_valid_block_size, packet_len, write_packet_bytes, BlockHeader, FelixError, SubchunkType,
-    Trailer, TrailerFlags, TrailerSize, BLOCK_HEADER_BYTES, DEFAULT_BLOCK_SIZE, MAX_ELINK,
-    SEQUENCE_MODULO,
+    is_valid_block_size, packet_len, write_packet_bytes, write_packet_words, BlockHeader,
+    FelixError, SubchunkType, Trailer, TrailerFlags, TrailerSize, BLOCK_HEADER_BYTES,
+    DEFAULT_BLOCK_SIZE, MAX_ELINK, SEQUENCE_MODULO,
 };
 
 use super::{GeneratorError, L1idCounter, Rng, WordRange, DEFAULT_L1ID_WRAP};
@@ -125,14 +125,13 @@ impl Lane {
                 (false, false) => SubchunkType::Middle,
                 (false, true) => SubchunkType::Last,
             };
-            write_packet_bytes(
-                &mut block[pos..pos + n],
-                self.done,
-                self.elink,
-                p.l1id,
-                p.bcid,
-                p.words,
-            );
+            let dst = &mut block[pos..pos + n];
+            // Word-aligned pieces (always, with 32-bit trailers) take the word path.
+            let whole_words = self.done % 4 == 0
+                && write_packet_words(dst, self.done / 4, self.elink, p.l1id, p.bcid, p.words);
+            if !whole_words {
+                write_packet_bytes(dst, self.done, self.elink, p.l1id, p.bcid, p.words);
+            }
             let padded = n.next_multiple_of(t);
             // Tiny fills are written by hand: a memset call each costs more than the bytes.
             for b in &mut block[pos + n..pos + padded] {
@@ -167,12 +166,19 @@ impl Lane {
     }
 }
 
+/// E-links up to which the next block's E-link is found by a scan of their progress (a few
+/// compares, no heap); more take the heap.
+const SCAN_LANES: usize = 32;
+
 /// The FELIX-mode generator: blocks of E-link packets. See the module docs.
 #[derive(Debug, Clone)]
 pub struct FelixGenerator {
     lanes: Vec<Lane>,
-    /// The E-links by packets finished, then index: the next block goes to the first.
+    /// With more than [`SCAN_LANES`] E-links: the E-links by packets finished, then index;
+    /// the next block goes to the first.
     order: BinaryHeap<Reverse<(u64, usize)>>,
+    /// With at most [`SCAN_LANES`] E-links: each E-link's packets finished, by index.
+    progress: Vec<u64>,
     payload_words: WordRange,
     block_size: usize,
     trailer: TrailerSize,
@@ -203,8 +209,18 @@ impl FelixGenerator {
                 done: 0,
             })
             .collect();
+        let scan = lanes.len() <= SCAN_LANES;
         Ok(FelixGenerator {
-            order: (0..lanes.len()).map(|i| Reverse((0, i))).collect(),
+            order: if scan {
+                BinaryHeap::new()
+            } else {
+                (0..lanes.len()).map(|i| Reverse((0, i))).collect()
+            },
+            progress: if scan {
+                vec![0; lanes.len()]
+            } else {
+                Vec::new()
+            },
             lanes,
             payload_words: config.payload_words.clamp(MAX_PAYLOAD_WORDS),
             block_size: config.block_size,
@@ -233,6 +249,30 @@ impl FelixGenerator {
     pub fn block_size(&self) -> usize {
         self.block_size
     }
+
+    /// The E-link that gets the next block: the fewest packets finished, then the lowest index.
+    #[inline]
+    fn next_lane(&mut self) -> Option<usize> {
+        if self.progress.is_empty() {
+            return self.order.pop().map(|Reverse((_, i))| i);
+        }
+        let mut best = 0;
+        for (i, &p) in self.progress.iter().enumerate().skip(1) {
+            if p < self.progress[best] {
+                best = i;
+            }
+        }
+        Some(best)
+    }
+
+    /// E-link `i` has written a block and finished `events` packets in all.
+    #[inline]
+    fn wrote(&mut self, i: usize, events: u64) {
+        match self.progress.get_mut(i) {
+            Some(p) => *p = events,
+            None => self.order.push(Reverse((events, i))),
+        }
+    }
 }
 
 impl Generator for FelixGenerator {
@@ -243,12 +283,13 @@ impl Generator for FelixGenerator {
             if fill.units >= max_units {
                 break;
             }
-            let Some(Reverse((_, i))) = self.order.pop() else {
+            let Some(i) = self.next_lane() else {
                 break;
             };
             let lane = &mut self.lanes[i];
             lane.write_block(block, self.trailer, self.payload_words, &mut self.rng);
-            self.order.push(Reverse((lane.l1id.events(), i)));
+            let events = lane.l1id.events();
+            self.wrote(i, events);
             fill.bytes += bs;
             fill.units += 1;
         }
@@ -297,11 +338,18 @@ mod tests {
     #[test]
     fn blocks_match_the_encoders() {
         use rodeo_format::felix::{encode_packet, ElinkEncoder};
-        for words in [62, 300] {
+        // 32-bit trailers take the word path, 16-bit ones the byte path (pieces at any byte).
+        for (words, trailer) in [
+            (62, TrailerSize::Bits32),
+            (300, TrailerSize::Bits32),
+            (61, TrailerSize::Bits16),
+            (300, TrailerSize::Bits16),
+        ] {
             let cfg = FelixConfig {
                 elinks: vec![3, 0x41, 0x7FF],
                 payload_words: WordRange::fixed(words),
                 l1id_wrap: 40,
+                trailer,
                 ..FelixConfig::default()
             };
             let mut g = FelixGenerator::new(&cfg).unwrap();
@@ -318,7 +366,7 @@ mod tests {
                 assert!(lag <= 6, "E-links {lag} L1IDs apart");
             }
             for (i, &elink) in cfg.elinks.iter().enumerate() {
-                let mut enc = ElinkEncoder::new(elink, TrailerSize::Bits32, 1024).unwrap();
+                let mut enc = ElinkEncoder::new(elink, trailer, 1024).unwrap();
                 let mut want = Vec::new();
                 let mut l1id = L1idCounter::new(40);
                 let mut packet = vec![0u8; packet_len(words)];
@@ -334,6 +382,35 @@ mod tests {
                 assert!(got[i] == want, "E-link {elink:#x}, {words} words");
             }
         }
+    }
+
+    /// The scan of the E-links' progress (up to `SCAN_LANES` E-links) picks the same E-link
+    /// for every block as the heap: the superpages are byte for byte the same.
+    #[test]
+    fn the_scan_and_the_heap_order_the_blocks_alike() {
+        for n in [1u16, 3, 8, SCAN_LANES as u16] {
+            let cfg = FelixConfig {
+                elinks: (0..n).map(|e| e * 5).collect(),
+                payload_words: WordRange::uniform(0, 700),
+                ..FelixConfig::default()
+            };
+            let mut scan = FelixGenerator::new(&cfg).unwrap();
+            assert!(!scan.progress.is_empty());
+            let mut heap = scan.clone();
+            heap.progress.clear();
+            heap.order = (0..usize::from(n)).map(|i| Reverse((0, i))).collect();
+            let (mut a, mut b) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+            for _ in 0..300 {
+                assert_eq!(scan.fill(&mut a, u64::MAX), heap.fill(&mut b, u64::MAX));
+                assert!(a == b, "{n} E-links");
+            }
+            assert_eq!(scan.l1ids(), heap.l1ids());
+        }
+        let many = FelixConfig {
+            elinks: (0..=SCAN_LANES as u16).collect(),
+            ..FelixConfig::default()
+        };
+        assert!(FelixGenerator::new(&many).unwrap().progress.is_empty());
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub use encoder::ElinkEncoder;
 pub use error::FelixError;
 pub use packet::{
     check_packet, decode_packet, encode_packet, packet_len, packet_seed, pattern,
-    write_packet_bytes, PacketHeader, PACKET_HEADER_BYTES,
+    write_packet_bytes, write_packet_words, PacketHeader, PACKET_HEADER_BYTES,
 };
 pub use reassembler::{
     Chunk, ChunkFlags, ElinkReassembler, FelixCounters, Reassembler, DEFAULT_MAX_CHUNK_BYTES,

@@ -86,6 +86,42 @@ pub fn encode_packet(
     Ok(len)
 }
 
+/// Writes the words `first..first + dst.len() / 4` of the packet of `elink` / `l1id` / `bcid`
+/// with `payload_words` pattern words into `dst`: the word-aligned case of
+/// [`write_packet_bytes`] (every piece of a packet in blocks with 32-bit trailers), one store
+/// per word and no partial word. Returns false, writing nothing, when `dst` is not a whole
+/// number of words or reaches past the packet's end (then use [`write_packet_bytes`]).
+#[inline]
+pub fn write_packet_words(
+    dst: &mut [u8],
+    first: usize,
+    elink: u16,
+    l1id: u32,
+    bcid: u16,
+    payload_words: u32,
+) -> bool {
+    let words = (payload_words & MAX_PAYLOAD_WORDS) as usize;
+    if dst.len() % 4 != 0 || first + dst.len() / 4 > 2 + words {
+        return false;
+    }
+    let header = [l1id, u32::from(bcid & MAX_BCID) | ((words as u32) << 16)];
+    let mut chunks = dst.chunks_exact_mut(4);
+    let mut i = first;
+    while i < 2 {
+        let Some(c) = chunks.next() else {
+            return true;
+        };
+        c.copy_from_slice(&header[i].to_le_bytes());
+        i += 1;
+    }
+    // Word `i` (>= 2) is `seed + (i - 2)`: one counter, which the compiler vectorises.
+    let base = packet_seed(elink, l1id).wrapping_add((i - 2) as u32);
+    for (k, c) in chunks.enumerate() {
+        c.copy_from_slice(&base.wrapping_add(k as u32).to_le_bytes());
+    }
+    true
+}
+
 /// Writes the bytes `offset..offset + dst.len()` of the packet of `elink` / `l1id` / `bcid` with
 /// `payload_words` pattern words into `dst`: a packet generated piece by piece, straight into
 /// FELIX blocks (see [`super::ElinkEncoder::push_chunk_from`]). Fields are masked to their
@@ -205,6 +241,29 @@ pub fn check_packet(elink: u16, bytes: &[u8]) -> Result<PacketHeader, FelixError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every word-aligned piece written by the word path is what the byte path writes; a piece
+    /// that is not whole words or reaches past the packet is refused and left untouched.
+    #[test]
+    fn the_word_path_writes_what_the_byte_path_writes() {
+        for words in [0u32, 1, 5, 62] {
+            let len = packet_len(words) / 4;
+            for first in 0..=len {
+                for n in 0..=len - first {
+                    let mut a = vec![0xAAu8; 4 * n];
+                    let mut b = vec![0x55u8; 4 * n];
+                    assert!(write_packet_words(&mut a, first, 0x41, 0x0700_0123, 0x9AB, words));
+                    write_packet_bytes(&mut b, 4 * first, 0x41, 0x0700_0123, 0x9AB, words);
+                    assert_eq!(a, b, "{words} words, piece {first}+{n}");
+                }
+            }
+            let mut past = vec![7u8; 4];
+            assert!(!write_packet_words(&mut past, len, 0x41, 1, 2, words));
+            let mut odd = vec![7u8; 3];
+            assert!(!write_packet_words(&mut odd, 0, 0x41, 1, 2, words));
+            assert!(past == [7; 4] && odd == [7; 3]);
+        }
+    }
 
     #[test]
     fn packet_round_trip_and_checks() {
