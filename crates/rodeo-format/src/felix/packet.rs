@@ -252,7 +252,14 @@ mod tests {
                 for n in 0..=len - first {
                     let mut a = vec![0xAAu8; 4 * n];
                     let mut b = vec![0x55u8; 4 * n];
-                    assert!(write_packet_words(&mut a, first, 0x41, 0x0700_0123, 0x9AB, words));
+                    assert!(write_packet_words(
+                        &mut a,
+                        first,
+                        0x41,
+                        0x0700_0123,
+                        0x9AB,
+                        words
+                    ));
                     write_packet_bytes(&mut b, 4 * first, 0x41, 0x0700_0123, 0x9AB, words);
                     assert_eq!(a, b, "{words} words, piece {first}+{n}");
                 }
