@@ -11,7 +11,7 @@ use rodeo_format::fragment::{EventBuilder, RobFragment, SourceId, Status, Stream
 use rodeo_transport::message::{
     decode, header_bytes, Message, MessageType, Verdict as WireVerdict,
 };
-use rodeo_transport::socket::{Frame, Received, Socket};
+use rodeo_transport::socket::{Received, Socket};
 
 use super::{Dcm, Phase, TraceStage};
 use crate::error::DataflowError;
@@ -177,20 +177,18 @@ impl Dcm {
         let whole: &[u32] = if packed { &self.packed } else { &self.event };
         let gathered = !self.config.compress;
         let tail: &[u32] = &self.event_tail;
-        let frames = [
-            Frame::Copy(&header),
-            Frame::Copy(&stream_word),
-            Frame::Copy(words_as_bytes(whole)),
-        ]
-        .into_iter()
-        .chain(
-            pieces
-                .iter()
-                .chain(std::iter::once(&tail))
-                .filter(|p| gathered && !p.is_empty())
-                .map(|p| Frame::Copy(words_as_bytes(p))),
-        );
-        let sent = loggers[k].send(frames);
+        // One frame: the pieces copied once into the message, which the logger then reads where
+        // ZeroMQ put it (several frames would be joined there, a second copy of the event).
+        let parts = [&header[..], &stream_word[..], words_as_bytes(whole)]
+            .into_iter()
+            .chain(
+                pieces
+                    .iter()
+                    .chain(std::iter::once(&tail))
+                    .filter(|p| gathered && !p.is_empty())
+                    .map(|p| words_as_bytes(p)),
+            );
+        let sent = loggers[k].send_joined(parts);
         if let (Some(sampler), true) = (self.sampler.as_mut(), sent.is_ok()) {
             if sampler.choose() {
                 let rest = pieces.iter().chain(std::iter::once(&tail));

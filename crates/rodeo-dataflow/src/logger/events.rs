@@ -29,7 +29,7 @@ impl Logger {
         scratch: &mut Vec<u32>,
         packed: &mut Vec<u32>,
     ) -> Result<(), DataflowError> {
-        let Ok(decoded) = decode(&msg.bytes) else {
+        let Ok(decoded) = decode(msg.data()) else {
             self.bad_message();
             return Ok(());
         };

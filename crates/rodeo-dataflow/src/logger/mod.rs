@@ -243,8 +243,9 @@ impl Logger {
             self.full(None, why)?;
         }
         loop {
-            // Take what is queued without a poll system call; wait only when idle.
-            let mut got = socket.try_recv(&mut msg).map_err(terr)?;
+            // Take what is queued without a poll system call; wait only when idle. An event
+            // (one frame from a DCM: `Socket::send_joined`) is read where ZeroMQ put it.
+            let mut got = socket.try_recv_in_place(&mut msg).map_err(terr)?;
             if !got {
                 // Idle: wait for the next event, at most until the batch is due (rounded up to
                 // the poll's millisecond, never 0: that would spin).
@@ -256,7 +257,7 @@ impl Logger {
                     },
                 };
                 if wait > 0 {
-                    got = socket.recv(&mut msg, wait).map_err(terr)?;
+                    got = socket.recv_in_place(&mut msg, wait).map_err(terr)?;
                 }
             }
             if got {

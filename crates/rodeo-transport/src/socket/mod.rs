@@ -539,6 +539,42 @@ impl Socket {
         sent
     }
 
+    /// Sends one message (blocking as [`Socket::send`] does, with its stalled state) with
+    /// `pieces` joined into one frame: their bytes are copied once, straight into the message,
+    /// so a receiver that takes one frame in place ([`Socket::try_recv_in_place`]) reads them
+    /// without a second copy (several frames would be joined there, a copy of the whole
+    /// message). A DCM's built event goes to its logger this way. On shared memory and streams
+    /// the pieces go as [`Socket::send`]'s frames do (copied into the sample, or written where
+    /// they lie).
+    pub fn send_joined<'a, I>(&mut self, pieces: I) -> Result<(), TransportError>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        I::IntoIter: Clone,
+    {
+        let pieces = pieces.into_iter();
+        if self.shm.get_mut().is_some() || self.stream_mut().is_some() {
+            return self.send(pieces.map(Frame::Copy));
+        }
+        let total: usize = pieces.clone().map(<[u8]>::len).sum();
+        let mut joined = zmq::Message::with_size(total);
+        let mut at = 0;
+        for p in pieces {
+            joined[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        let wait = !self.stalled;
+        let sent = self
+            .inner
+            .send(joined, if wait { 0 } else { zmq::DONTWAIT })
+            .map_err(|source| TransportError::Send { source });
+        match &sent {
+            Ok(()) => self.stalled = false,
+            Err(e) if e.is_would_block() => self.stalled = true,
+            Err(_) => {}
+        }
+        sent
+    }
+
     /// Whether the last blocking send timed out and none got through since (see
     /// [`Socket::send`]).
     pub fn is_stalled(&self) -> bool {
@@ -684,6 +720,28 @@ impl Socket {
             return Ok(false);
         }
         self.recv_parts(msg, 0, false)
+    }
+
+    /// As [`Socket::recv`] (waiting up to `timeout_ms`), keeping a one-frame ZeroMQ message in
+    /// place as [`Socket::try_recv_in_place`] does: read it with [`Received::data`].
+    pub fn recv_in_place(
+        &mut self,
+        msg: &mut Received,
+        timeout_ms: i64,
+    ) -> Result<bool, TransportError> {
+        if self.shm.get_mut().is_some() || self.stream_mut().is_some() {
+            return self.recv(msg, timeout_ms);
+        }
+        let ready = match self.inner.poll(zmq::POLLIN, timeout_ms) {
+            Ok(n) => n,
+            // Interrupted by a signal: nothing received (the caller's loop asks again).
+            Err(zmq::Error::EINTR) => 0,
+            Err(source) => return Err(TransportError::Recv { source }),
+        };
+        if ready == 0 {
+            return Ok(false);
+        }
+        self.recv_parts(msg, 0, true)
     }
 
     /// Receives a message into `msg` if one is queued, without waiting and without a poll

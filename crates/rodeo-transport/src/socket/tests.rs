@@ -94,6 +94,31 @@ fn try_recv_returns_false_when_empty_and_a_message_when_queued() {
     assert!(!msg.peer.is_empty());
 }
 
+/// A DEALER's joined send (a DCM's event to its logger) arrives as one frame, which the
+/// ROUTER's waiting receive in place keeps uncopied.
+#[test]
+fn a_joined_send_arrives_as_one_frame_read_in_place() {
+    let (_t, mut server, mut client) = inproc_pair("inproc://joined-send");
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    client
+        .send_joined([&b"header"[..], &body[..], &b""[..], b"end"])
+        .unwrap();
+    let mut got = Received::default();
+    assert!(
+        server.recv_in_place(&mut got, 10_000).unwrap(),
+        "no message in 10 s"
+    );
+    assert!(!got.peer.is_empty());
+    assert_eq!(got.frames, 1);
+    assert!(got.bytes.is_empty(), "one frame, read where ZeroMQ put it");
+    let mut want = b"header".to_vec();
+    want.extend_from_slice(&body);
+    want.extend_from_slice(b"end");
+    assert_eq!(got.data(), &want[..]);
+    // Nothing queued: the wait ends at its timeout, with nothing.
+    assert!(!server.recv_in_place(&mut got, 10).unwrap());
+}
+
 #[test]
 fn a_joined_reply_is_one_frame_and_a_receive_in_place_keeps_it_uncopied() {
     let (_t, mut server, mut client) = inproc_pair("inproc://joined");
