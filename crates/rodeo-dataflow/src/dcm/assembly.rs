@@ -126,7 +126,7 @@ impl Dcm {
         };
         // Without compression the event is gathered where its pieces lie: the header and the
         // checksum word are written here, the ROB fragments go from the slot's arena straight
-        // into the message frames (no full event assembled in between). With compression the
+        // into the message's one frame (no full event assembled in between). With compression the
         // payload must be contiguous for the encoder: the event is built, then compressed here,
         // in the DCMs, in parallel, not in the logger's one thread.
         let written = if self.config.compress {
