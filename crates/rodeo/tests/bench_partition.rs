@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rodeo_testkit::rodeo;
+use rodeo_testkit::{files_under, rodeo};
 use serde_json::Value;
 
 #[test]
@@ -116,24 +116,4 @@ fn an_interrupted_bench_stops_its_run_and_leaves_nothing_behind() {
         let dirs: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
         assert!(dirs.is_empty(), "{mode:?}: left behind: {dirs:?}");
     }
-}
-
-/// Every file under `dir`, recursively (none when it is gone).
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }

@@ -704,6 +704,28 @@ impl Socket {
     /// Waits up to `timeout_ms` for a message and receives it into `msg` (reusing its buffers).
     /// Returns `Ok(false)` when the timeout expired first.
     pub fn recv(&mut self, msg: &mut Received, timeout_ms: i64) -> Result<bool, TransportError> {
+        self.recv_waiting(msg, timeout_ms, false)
+    }
+
+    /// As [`Socket::recv`] (waiting up to `timeout_ms`), keeping a one-frame ZeroMQ message in
+    /// place as [`Socket::try_recv_in_place`] does: read it with [`Received::data`].
+    pub fn recv_in_place(
+        &mut self,
+        msg: &mut Received,
+        timeout_ms: i64,
+    ) -> Result<bool, TransportError> {
+        self.recv_waiting(msg, timeout_ms, true)
+    }
+
+    /// [`Socket::recv`] and [`Socket::recv_in_place`]: shared memory and streams receive as
+    /// always; ZeroMQ polls up to `timeout_ms`, then takes the message (`in_place`: a one-frame
+    /// message kept where ZeroMQ put it).
+    fn recv_waiting(
+        &mut self,
+        msg: &mut Received,
+        timeout_ms: i64,
+        in_place: bool,
+    ) -> Result<bool, TransportError> {
         if let Some(s) = self.shm.get_mut() {
             return s.recv(msg, timeout_ms);
         }
@@ -719,29 +741,7 @@ impl Socket {
         if ready == 0 {
             return Ok(false);
         }
-        self.recv_parts(msg, 0, false)
-    }
-
-    /// As [`Socket::recv`] (waiting up to `timeout_ms`), keeping a one-frame ZeroMQ message in
-    /// place as [`Socket::try_recv_in_place`] does: read it with [`Received::data`].
-    pub fn recv_in_place(
-        &mut self,
-        msg: &mut Received,
-        timeout_ms: i64,
-    ) -> Result<bool, TransportError> {
-        if self.shm.get_mut().is_some() || self.stream_mut().is_some() {
-            return self.recv(msg, timeout_ms);
-        }
-        let ready = match self.inner.poll(zmq::POLLIN, timeout_ms) {
-            Ok(n) => n,
-            // Interrupted by a signal: nothing received (the caller's loop asks again).
-            Err(zmq::Error::EINTR) => 0,
-            Err(source) => return Err(TransportError::Recv { source }),
-        };
-        if ready == 0 {
-            return Ok(false);
-        }
-        self.recv_parts(msg, 0, true)
+        self.recv_parts(msg, 0, in_place)
     }
 
     /// Receives a message into `msg` if one is queued, without waiting and without a poll
