@@ -555,13 +555,7 @@ impl Socket {
         if self.shm.get_mut().is_some() || self.stream_mut().is_some() {
             return self.send(pieces.map(Frame::Copy));
         }
-        let total: usize = pieces.clone().map(<[u8]>::len).sum();
-        let mut joined = zmq::Message::with_size(total);
-        let mut at = 0;
-        for p in pieces {
-            joined[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
-        }
+        let joined = joined_message(pieces);
         let wait = !self.stalled;
         let sent = self
             .inner
@@ -661,13 +655,7 @@ impl Socket {
             // The pieces go out where they lie, in one vectored write.
             return s.send(Some(peer), pieces.map(Frame::Copy), None);
         }
-        let total: usize = pieces.clone().map(<[u8]>::len).sum();
-        let mut joined = zmq::Message::with_size(total);
-        let mut at = 0;
-        for p in pieces {
-            joined[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
-        }
+        let joined = joined_message(pieces);
         self.send_frame(Frame::Copy(peer), zmq::SNDMORE | zmq::DONTWAIT)?;
         self.inner
             .send(joined, zmq::DONTWAIT)
@@ -847,6 +835,18 @@ impl Socket {
             }
         }
     }
+}
+
+/// One ZeroMQ message holding `pieces` back to back (each copied once).
+fn joined_message<'a>(pieces: impl Iterator<Item = &'a [u8]> + Clone) -> zmq::Message {
+    let total: usize = pieces.clone().map(<[u8]>::len).sum();
+    let mut joined = zmq::Message::with_size(total);
+    let mut at = 0;
+    for p in pieces {
+        joined[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    joined
 }
 
 /// Waits up to `timeout_ms` (-1: forever, 0: not at all) until at least one of `sockets` has a
