@@ -116,17 +116,15 @@ mod tests {
         drop(std::os::unix::net::UnixListener::bind(other.join("ros-1.sock")).unwrap());
         // A child another test of this process spawns at that moment holds a copy of a closed
         // listener's descriptor until its exec: wait (bounded) until the kernel lists neither.
-        let t0 = std::time::Instant::now();
-        while [&dead, &other]
-            .iter()
-            .any(|d| bound_unix_sockets().contains(&d.join("ros-1.sock")))
-        {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "a closed socket stays bound"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        rodeo_testkit::wait_until(
+            "the closed sockets to leave /proc/net/unix",
+            Duration::from_secs(10),
+            || {
+                [&dead, &other]
+                    .iter()
+                    .all(|d| !bound_unix_sockets().contains(&d.join("ros-1.sock")))
+            },
+        );
         // Young: nothing is stale yet.
         assert!(stale_runtime_dirs(tmp.path()).is_empty());
         let old = std::time::SystemTime::now() - STALE_AFTER - Duration::from_secs(1);

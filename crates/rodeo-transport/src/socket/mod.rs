@@ -531,12 +531,7 @@ impl Socket {
         } else {
             self.send_frames(frames, if wait { 0 } else { zmq::DONTWAIT })
         };
-        match &sent {
-            Ok(()) => self.stalled = false,
-            Err(e) if e.is_would_block() => self.stalled = true,
-            Err(_) => {}
-        }
-        sent
+        self.after_blocking_send(sent)
     }
 
     /// Sends one message (blocking as [`Socket::send`] does, with its stalled state) with
@@ -561,6 +556,15 @@ impl Socket {
             .inner
             .send(joined, if wait { 0 } else { zmq::DONTWAIT })
             .map_err(|source| TransportError::Send { source });
+        self.after_blocking_send(sent)
+    }
+
+    /// A blocking send's outcome kept as the stalled state (see [`Socket::send`]): a timeout
+    /// makes the following blocking sends fail at once, the first that gets through clears it.
+    fn after_blocking_send(
+        &mut self,
+        sent: Result<(), TransportError>,
+    ) -> Result<(), TransportError> {
         match &sent {
             Ok(()) => self.stalled = false,
             Err(e) if e.is_would_block() => self.stalled = true,
