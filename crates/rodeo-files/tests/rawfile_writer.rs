@@ -310,3 +310,51 @@ fn a_closed_file_is_cross_checked_on_disk_without_reading_its_events() {
     let e = c.check_on_disk().unwrap_err();
     assert!(e.to_string().contains("file size"), "{e}");
 }
+
+#[test]
+fn group_commit_tickets_go_on_across_files_and_each_covers_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.fsync_on_close = true;
+    cfg.max_events_per_file = 7;
+    // A small buffer: commits, full buffers and rotations interleave.
+    cfg.buffer_bytes = 8192;
+    let mut w = RawFileWriter::create(cfg).unwrap();
+    assert_eq!(w.synced().unwrap(), 0);
+    let mut tickets = Vec::new();
+    let mut closed_seen = 0;
+    for i in 0..40 {
+        let asked_before = tickets.last().map(|&(t, _)| t);
+        w.write_event(&fragment(i), 0).unwrap();
+        // A ticket asked in a file closed since is done: the close synced it.
+        if w.stats().files_closed > closed_seen {
+            closed_seen = w.stats().files_closed;
+            if let Some(t) = asked_before {
+                assert!(w.synced().unwrap() >= t, "ticket {t} of a closed file");
+            }
+        }
+        if i % 3 == 2 {
+            let t = w.start_sync().unwrap();
+            assert!(tickets.last().is_none_or(|&(l, _)| t > l), "tickets grow");
+            tickets.push((t, i + 1));
+        }
+    }
+    let (last, events) = *tickets.last().unwrap();
+    w.wait_synced(last).unwrap();
+    assert!(w.synced().unwrap() >= last);
+    // Every event given before the last ticket is in the files: read them back.
+    let open = w.current_path().unwrap().to_path_buf();
+    let closed: Vec<_> = w.closed_files().iter().map(|c| c.path.clone()).collect();
+    let mut read = 0u32;
+    for path in closed.iter().chain([&open]) {
+        for e in RawFileReader::open(path).unwrap().take_while(Result::is_ok) {
+            assert_eq!(e.unwrap().words, fragment(read));
+            read += 1;
+        }
+    }
+    assert!(
+        read >= events,
+        "{read} events on disk, {events} before the last ticket"
+    );
+    w.finish().unwrap();
+}

@@ -65,7 +65,8 @@ impl Logger {
     /// to the next directory, or stops writing when every one is full (module docs).
     pub(super) fn full(&mut self, failed: Option<usize>, why: String) -> Result<(), DataflowError> {
         let name = self.config.name.clone();
-        let mut lost = Vec::new();
+        // Streams whose events may not be on disk, with the latest group commit that is.
+        let mut lost: Vec<(usize, u64)> = Vec::new();
         for i in 0..self.writers.len() {
             let Some(w) = self.writers[i].take() else {
                 continue;
@@ -73,8 +74,8 @@ impl Logger {
             self.next_sequence[i] = self.next_sequence[i].saturating_add(w.files_opened());
             self.touched[i] = false;
             if failed == Some(i) {
+                lost.push((i, w.last_synced()));
                 self.closed.extend(w.abandon());
-                lost.push(i);
                 continue;
             }
             let (closed, r) = w.close(&name);
@@ -86,23 +87,38 @@ impl Logger {
                 let synced = matches!(disk_full_reason(&e), Some((_, FullKind::Refused)));
                 tracing::error!("{name}: cannot close a file in a full directory: {e}");
                 if !synced {
-                    lost.push(i);
+                    lost.push((i, 0));
                 }
             }
         }
         // Events in a file that failed before they were synced are not on disk: not
-        // acknowledged, not counted (their DCMs' events are reassigned at the timeout).
+        // acknowledged, not counted (their DCMs' events are reassigned at the timeout). Those
+        // of a commit on its way are lost when its sync of the stream was not done; every
+        // other file is closed (synced), so no commit waits for a sync any more.
         let (mut events, mut bytes) = (0u64, 0u64);
         let written = &mut self.written;
-        self.pending.retain(|p| match p.stream {
-            Some(st) if lost.contains(&st) => {
-                written.remove(p.gid);
-                events += 1;
-                bytes += p.bytes;
-                false
-            }
-            _ => true,
-        });
+        let mut forget = |pending: &mut Vec<super::commit::Pending>, streams: &[usize]| {
+            pending.retain(|p| match p.stream {
+                Some(st) if streams.contains(&st) => {
+                    written.remove(p.gid);
+                    events += 1;
+                    bytes += p.bytes;
+                    false
+                }
+                _ => true,
+            })
+        };
+        let all_lost: Vec<usize> = lost.iter().map(|&(s, _)| s).collect();
+        forget(&mut self.pending, &all_lost);
+        for c in self.commits.queue.iter_mut() {
+            let unsynced: Vec<usize> = lost
+                .iter()
+                .filter(|&&(s, durable)| c.tickets.iter().any(|&(cs, t)| cs == s && t > durable))
+                .map(|&(s, _)| s)
+                .collect();
+            forget(&mut c.pending, &unsynced);
+            c.tickets.clear();
+        }
         self.summary.events_unsynced += events;
         self.summary.events_written -= events;
         self.summary.bytes_written -= bytes;

@@ -14,6 +14,14 @@
 //! acknowledges the whole batch: the cost of a sync is shared by the batch, and under load the
 //! batch grows by itself.
 //!
+//! The sync does not hold the logger's thread: a commit queues it in each touched file's writer
+//! thread, behind the buffers written before it (rodeo's container; EventStorage still syncs in
+//! place), and the logger goes on receiving and copying the next events while the disk writes
+//! and syncs. A commit's events are acknowledged when every one of its syncs has returned,
+//! oldest commit first, looked at on every turn of the loop (at least every millisecond).
+//! Nothing is acknowledged earlier than before; a write or sync that fails makes its events
+//! after the last sync that returned unacknowledged (the full-disk handling below).
+//!
 //! # Record checksums
 //!
 //! Every record of rodeo's container carries the Adler-32 of its event's bytes. A DCM already
@@ -76,8 +84,8 @@
 //! - `counters`: [`LoggerCounters`] (live) and [`LoggerSummary`] (the run's totals);
 //! - `events`: an `Event` message from a DCM: decoded, a repeat dropped (exactly once),
 //!   compressed if asked, written to its stream;
-//! - `commit`: the group commit: the events waiting for it, the sync of the touched files and
-//!   the acknowledgements;
+//! - `commit`: the group commit: the events waiting for it, the syncs of the touched files
+//!   queued, the commits on their way, and their acknowledgements once the syncs are done;
 //! - `disk_full`: what a full disk looks like in an error, and the move to the next directory
 //!   (or the halt);
 //! - `writer`: one stream's open files in either format (rodeo's container, EventStorage),
@@ -110,7 +118,7 @@ pub use commit::COMMIT_DELAY;
 pub use config::{FileFormat, LoggerCompression, LoggerConfig};
 pub use counters::{LoggerCounters, LoggerSummary};
 
-use commit::Pending;
+use commit::{Commits, Pending};
 use disk_full::disk_full_reason;
 use writer::{Closed, StreamWriter};
 
@@ -177,6 +185,8 @@ struct Logger {
     peers: HashMap<Vec<u8>, usize>,
     peer_ids: Vec<Vec<u8>>,
     pending: Vec<Pending>,
+    /// Group commits whose syncs are on their way (acknowledged when done).
+    commits: Commits,
     summary: LoggerSummary,
     scratch: Vec<u32>,
     packed: Vec<u32>,
@@ -214,6 +224,7 @@ impl Logger {
             peers: HashMap::new(),
             peer_ids: Vec::new(),
             pending: Vec::new(),
+            commits: Commits::default(),
             summary: LoggerSummary::default(),
             scratch: Vec::new(),
             packed: Vec::new(),
@@ -250,6 +261,8 @@ impl Logger {
                 // Idle: wait for the next event, at most until the batch is due (rounded up to
                 // the poll's millisecond, never 0: that would spin).
                 let wait = match oldest {
+                    // Syncs on their way are looked at every millisecond.
+                    None if self.commits_in_flight() > 0 => 1,
                     None => 20,
                     Some(t) => match COMMIT_DELAY.checked_sub(t.elapsed()) {
                         None => 0,
@@ -270,9 +283,13 @@ impl Logger {
                 if !self.pending.is_empty() {
                     oldest.get_or_insert_with(Instant::now);
                 }
-                if self.pending.len() < self.config.batch.max(1) {
-                    continue;
-                }
+            }
+            // Acknowledge the commits whose syncs are done (a look at each writer's answers).
+            if self.commits_in_flight() > 0 {
+                self.settle(&mut socket, false)?;
+            }
+            if got && self.pending.len() < self.config.batch.max(1) {
+                continue;
             }
             if !self.pending.is_empty() {
                 let due = oldest.is_some_and(|t| t.elapsed() >= COMMIT_DELAY);
@@ -280,11 +297,15 @@ impl Logger {
                     || self.pending.len() >= self.config.batch.max(1)
                     || stop.load(Ordering::Acquire)
                 {
-                    self.commit(&mut socket)?;
+                    self.commit()?;
                     oldest = None;
                 }
             } else if !got && stop.load(Ordering::Acquire) {
-                break;
+                // The last commits' syncs, waited for and acknowledged, before the files close.
+                self.settle(&mut socket, true)?;
+                if self.commits_in_flight() == 0 {
+                    break;
+                }
             }
         }
         // The last acknowledgements, if they wait to go out together, go before the files close.

@@ -94,17 +94,59 @@ impl StreamWriter {
         }
     }
 
-    /// Flushes and `fdatasync`s the open file.
-    pub(super) fn sync(&mut self, app: &str) -> Result<(), DataflowError> {
+    /// Starts a group commit of every event written so far and returns its ticket: rodeo's
+    /// container queues the sync in its writer thread and returns at once (the ticket is done
+    /// when [`StreamWriter::synced`] reaches it); EventStorage syncs before it returns (ticket
+    /// 0: nothing to wait for).
+    pub(super) fn start_sync(&mut self, app: &str) -> Result<u64, DataflowError> {
         match self {
-            StreamWriter::Rodeo(w) => w.sync().map_err(|source| DataflowError::Files {
+            StreamWriter::Rodeo(w) => w.start_sync().map_err(|source| DataflowError::Files {
                 app: app.to_string(),
                 source,
             }),
-            StreamWriter::Es(w) => w.sync().map_err(|source| DataflowError::EventStorage {
+            StreamWriter::Es(w) => {
+                w.sync()
+                    .map(|()| 0)
+                    .map_err(|source| DataflowError::EventStorage {
+                        app: app.to_string(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// The latest ticket whose events are on disk, without waiting (a failed write or sync of
+    /// the open file is returned: its events not yet synced are not on disk).
+    pub(super) fn synced(&mut self, app: &str) -> Result<u64, DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => w.synced().map_err(|source| DataflowError::Files {
                 app: app.to_string(),
                 source,
             }),
+            StreamWriter::Es(_) => Ok(0),
+        }
+    }
+
+    /// Waits until `ticket` is on disk (or its write or sync failed: the error).
+    pub(super) fn wait_synced(&mut self, app: &str, ticket: u64) -> Result<(), DataflowError> {
+        match self {
+            StreamWriter::Rodeo(w) => {
+                w.wait_synced(ticket)
+                    .map_err(|source| DataflowError::Files {
+                        app: app.to_string(),
+                        source,
+                    })
+            }
+            StreamWriter::Es(_) => Ok(()),
+        }
+    }
+
+    /// The latest ticket known to be on disk, without looking (after a failure: what was on
+    /// disk before it).
+    pub(super) fn last_synced(&self) -> u64 {
+        match self {
+            StreamWriter::Rodeo(w) => w.last_synced(),
+            StreamWriter::Es(_) => 0,
         }
     }
 

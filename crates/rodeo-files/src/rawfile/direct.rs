@@ -2,22 +2,28 @@
 //!
 //! Records are copied once into a page-aligned buffer; a full buffer goes to the file in one
 //! `pwrite` through a descriptor opened with `O_DIRECT` (no copy into the page cache, no
-//! write-back later), at an offset that is a multiple of [`ALIGN`]. A sync (the logger's group
-//! commit) and the close write what is left: the aligned part with direct I/O, the unaligned
-//! tail (less than [`ALIGN`] bytes) through an ordinary descriptor of the same file, then
-//! `fdatasync`; the tail stays in the buffer and the next direct write covers it again, so the
-//! file on disk always ends exactly after the last record written (no padding, no truncate),
-//! as with buffered writes, and a crash leaves exactly what it left before.
+//! write-back later), at an offset that is a multiple of [`ALIGN`]. A group commit (the
+//! logger's sync) and the close write what is left: the aligned part with direct I/O, the
+//! unaligned tail (less than [`ALIGN`] bytes) through an ordinary descriptor of the same file,
+//! then `fdatasync`; the tail is carried to the start of the next buffer and the next direct
+//! write covers it again, so the file on disk always ends exactly after the last record
+//! written (no padding, no truncate), as with buffered writes, and a crash leaves exactly what
+//! it left before.
 //!
-//! # Two buffers: the disk never waits for the copy
+//! # A queue of buffers: the disk never waits for the copy, the copy never waits for a sync
 //!
-//! A full buffer is handed to the output's writer thread (started with the first full buffer,
-//! ended with the output) and the records go on into a second buffer while the first one is
-//! written: the disk is kept busy while the next buffer fills, as dd's next write follows its
-//! last at once, instead of idling while the caller copies (one write in flight at most, so
-//! memory stays at two buffers). A sync, the close and the drop wait for the write in flight
-//! first; its error (a full disk) is returned by the next call, which is always before the
-//! sync that would make its events durable, so nothing is acknowledged that was not written.
+//! Full buffers, and group commits, go to the output's writer thread (`write_queue`: started
+//! with the first of them, ended with the output) and the records go on into another buffer
+//! while they are written: the disk is kept busy while the next buffer fills, as dd's next
+//! write follows its last at once. Up to `QUEUE_DEPTH` jobs wait or are written, so a pause of
+//! the caller does not idle the disk and a group commit (the tail and the `fdatasync`, in the
+//! writer thread) does not stop the caller: [`DirectOut::start_sync`] queues one and returns
+//! its ticket, [`DirectOut::synced`] says which tickets are done, and only then may the events
+//! before it be acknowledged. Memory stays at `QUEUE_DEPTH + 1` buffers.
+//!
+//! A failed write (a full disk) is returned by the next call that takes answers back, and the
+//! thread writes nothing after it: no sync after a hole is ever reported done, so nothing is
+//! acknowledged that was not written. The close and the drop take every answer back first.
 //!
 //! A file system that refuses `O_DIRECT` (tmpfs on older kernels: `open` fails with `EINVAL`;
 //! some refuse only the first write) gets the same large writes through the ordinary
@@ -27,9 +33,8 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Mutex;
-use std::thread::JoinHandle;
+
+use super::write_queue::{write_at, Done, Job, SyncJob, WriteQueue, QUEUE_DEPTH};
 
 /// Alignment of direct writes: memory address, file offset and length (the page size, a
 /// multiple of every device's logical block size).
@@ -61,87 +66,6 @@ impl Block {
     }
 }
 
-/// A full buffer for the writer thread: its first `n` bytes go at file offset `pos`.
-struct Job {
-    block: Block,
-    n: usize,
-    pos: u64,
-    direct: bool,
-}
-
-/// A buffer back from the writer thread, with the write's result and, when a direct write was
-/// refused and the bytes went through the ordinary descriptor, why.
-struct Done {
-    block: Block,
-    result: io::Result<Option<String>>,
-}
-
-/// The thread that writes full buffers while the next one fills (module docs).
-#[derive(Debug)]
-struct Writer {
-    jobs: Option<SyncSender<Job>>,
-    /// Behind a mutex only so that the writer is `Sync` (the Python package keeps a writer in a
-    /// shared object); read through `get_mut`, it is never locked.
-    done: Mutex<Receiver<Done>>,
-    thread: Option<JoinHandle<()>>,
-    /// A buffer is with the thread.
-    busy: bool,
-}
-
-impl Writer {
-    /// Starts the thread with its own descriptors of the file.
-    fn start(file: &File, direct: Option<&File>) -> io::Result<Writer> {
-        let file = file.try_clone()?;
-        let direct = direct.map(File::try_clone).transpose()?;
-        let (jobs, job_rx) = sync_channel::<Job>(1);
-        let (done_tx, done) = sync_channel::<Done>(1);
-        let thread = std::thread::Builder::new()
-            .name("rawfile-io".into())
-            .spawn(move || {
-                for job in job_rx {
-                    let data = job.block.bytes(job.n);
-                    let d = if job.direct { direct.as_ref() } else { None };
-                    let result = write_at(&file, d, data, job.pos);
-                    let block = job.block;
-                    if done_tx.send(Done { block, result }).is_err() {
-                        return;
-                    }
-                }
-            })?;
-        Ok(Writer {
-            jobs: Some(jobs),
-            done: Mutex::new(done),
-            thread: Some(thread),
-            busy: false,
-        })
-    }
-}
-
-/// Writes `data` at `pos` through `direct` when given, else through `file`. A direct write
-/// refused with `EINVAL` goes through `file` instead, and the reason is returned: the caller
-/// goes on without direct I/O.
-fn write_at(
-    file: &File,
-    direct: Option<&File>,
-    data: &[u8],
-    pos: u64,
-) -> io::Result<Option<String>> {
-    if let Some(d) = direct {
-        match d.write_all_at(data, pos) {
-            Ok(()) => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                file.write_all_at(data, pos)?;
-                return Ok(Some(format!(
-                    "a direct write was refused ({e}): buffered writes instead"
-                )));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    file.write_all_at(data, pos)?;
-    Ok(None)
-}
-
 /// A file written through aligned buffers, with direct I/O when the file system allows it.
 #[derive(Debug)]
 pub(super) struct DirectOut {
@@ -152,8 +76,8 @@ pub(super) struct DirectOut {
     direct: Option<File>,
     /// The buffer being filled.
     buf: Block,
-    /// The other buffer, when it is neither being filled nor with the writer thread.
-    spare: Option<Block>,
+    /// Buffers neither being filled nor with the writer thread.
+    free: Vec<Block>,
     /// Capacity of each buffer (a multiple of `ALIGN`).
     cap: usize,
     /// Bytes in the buffer.
@@ -162,13 +86,17 @@ pub(super) struct DirectOut {
     pos: u64,
     /// Why direct I/O is off, when it was asked for and refused.
     fallback: Option<String>,
-    /// Everything buffered is in the file (nothing for `drop` to write).
-    written_out: bool,
-    /// The writer thread, from the first full buffer on.
-    writer: Option<Writer>,
+    /// Bytes were given since the last group commit or close (drop has something to write).
+    dirty: bool,
+    /// The writer thread, from the first job on.
+    queue: Option<WriteQueue>,
     /// A write of the writer thread failed: the file has a hole there, and nothing more is
     /// written after it (not even at drop).
     failed: bool,
+    /// The latest group commit's ticket whose sync returned (0: none).
+    synced: u64,
+    /// The latest ticket asked for.
+    requested: u64,
 }
 
 impl DirectOut {
@@ -181,14 +109,16 @@ impl DirectOut {
             file,
             direct: None,
             buf: Block::new(cap),
-            spare: None,
+            free: Vec::new(),
             cap,
             len: 0,
             pos: 0,
             fallback: None,
-            written_out: true,
-            writer: None,
+            dirty: false,
+            queue: None,
             failed: false,
+            synced: 0,
+            requested: 0,
         };
         if direct {
             match OpenOptions::new()
@@ -220,7 +150,8 @@ impl DirectOut {
 
     /// Copies `bytes` into the buffer, handing it to the writer thread each time it is full.
     pub(super) fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        self.written_out = false;
+        self.refuse_if_failed()?;
+        self.dirty = true;
         while !bytes.is_empty() {
             let n = (self.cap - self.len).min(bytes.len());
             let at = self.buf.start + self.len;
@@ -228,57 +159,159 @@ impl DirectOut {
             self.len += n;
             bytes = &bytes[n..];
             if self.len == self.cap {
-                self.hand_over()?;
+                let job_pos = self.pos;
+                self.queue_buffer(self.cap, None, job_pos)?;
+                self.pos += self.cap as u64;
+                self.len = 0;
             }
         }
         Ok(())
     }
 
-    /// Gives the full buffer to the writer thread (waiting for the write before it, if any)
-    /// and goes on in the other one.
-    fn hand_over(&mut self) -> io::Result<()> {
-        let next = match self.wait()? {
-            Some(b) => b,
-            None => self.spare.take().unwrap_or_else(|| Block::new(self.cap)),
+    /// Queues a group commit of everything given so far: the buffer's aligned part (all of it
+    /// without direct I/O), its tail, then `fdatasync`, in the writer thread after the buffers
+    /// before it. The tail is carried to the next buffer (the next direct write covers it
+    /// again). Returns at once unless `QUEUE_DEPTH` jobs are in flight; `ticket` (larger than
+    /// any before) is reported by [`DirectOut::synced`] once the sync returned.
+    pub(super) fn start_sync(&mut self, ticket: u64) -> io::Result<()> {
+        self.refuse_if_failed()?;
+        let aligned = if self.direct.is_some() {
+            self.len & !(ALIGN - 1)
+        } else {
+            self.len
         };
-        let full = std::mem::replace(&mut self.buf, next);
-        let writer = match &mut self.writer {
-            Some(w) => w,
-            None => self
-                .writer
-                .insert(Writer::start(&self.file, self.direct.as_ref())?),
-        };
-        let job = Job {
-            block: full,
-            n: self.cap,
-            pos: self.pos,
-            direct: self.direct.is_some(),
-        };
-        let ended = || io::Error::other("the raw file's writer thread ended");
-        writer
-            .jobs
-            .as_ref()
-            .ok_or_else(ended)?
-            .send(job)
-            .map_err(|_| ended())?;
-        writer.busy = true;
-        self.pos += self.cap as u64;
-        self.len = 0;
+        let tail = self.len - aligned;
+        let job_pos = self.pos;
+        // The tail is copied to the start of the next buffer by `queue_buffer`.
+        self.queue_buffer(aligned, Some(SyncJob { tail, ticket }), job_pos)?;
+        self.pos += aligned as u64;
+        self.len = tail;
+        self.requested = ticket;
+        self.dirty = false;
         Ok(())
     }
 
-    /// Waits for the buffer with the writer thread, if any: returns it, or its write's error.
-    fn wait(&mut self) -> io::Result<Option<Block>> {
-        let Some(w) = self.writer.as_mut().filter(|w| w.busy) else {
-            return Ok(None);
+    /// The latest ticket whose group commit is done (every byte given before it is durable),
+    /// after taking back every answer that is there; 0 before the first. A failed write is
+    /// returned here (or by any other call) once.
+    pub(super) fn synced(&mut self) -> io::Result<u64> {
+        self.take_answers(false)?;
+        Ok(self.synced)
+    }
+
+    /// The latest ticket known done, without looking for answers.
+    pub(super) fn last_synced(&self) -> u64 {
+        self.synced
+    }
+
+    /// Waits until the group commit of `ticket` is done (or failed).
+    pub(super) fn wait_synced(&mut self, ticket: u64) -> io::Result<()> {
+        while self.synced < ticket {
+            match self
+                .queue
+                .as_mut()
+                .map(|q| q.take(true))
+                .transpose()?
+                .flatten()
+            {
+                Some(done) => self.answer(done)?,
+                None => {
+                    return Err(io::Error::other(format!(
+                        "group commit {ticket} was never queued (latest {})",
+                        self.requested
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes everything buffered and `fdatasync`s the file: every byte written so far is
+    /// durable when this returns (the writer's `sync` does the same with its own tickets).
+    #[cfg(test)]
+    pub(super) fn sync_data(&mut self) -> io::Result<()> {
+        let ticket = self.requested + 1;
+        self.start_sync(ticket)?;
+        self.wait_synced(ticket)
+    }
+
+    /// Writes everything buffered (not yet durable: see [`DirectOut::sync_all`]), after every
+    /// job in flight.
+    pub(super) fn finish(&mut self) -> io::Result<()> {
+        self.write_out()
+    }
+
+    /// `fsync`s the file (data and metadata).
+    pub(super) fn sync_all(&self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
+    fn refuse_if_failed(&self) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::other(
+                "an earlier write of this file failed: nothing more is written to it",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hands the buffer (its first `n` bytes at `job_pos`, then `sync` if any) to the writer
+    /// thread, taking an answer back first when `QUEUE_DEPTH` jobs are in flight, and goes on
+    /// in a free buffer, into which a group commit's tail is copied.
+    fn queue_buffer(&mut self, n: usize, sync: Option<SyncJob>, job_pos: u64) -> io::Result<()> {
+        if self.queue.is_none() {
+            self.queue = Some(WriteQueue::start(&self.file, self.direct.as_ref())?);
+        }
+        self.take_answers(false)?;
+        while self
+            .queue
+            .as_ref()
+            .is_some_and(|q| q.in_flight() >= QUEUE_DEPTH)
+        {
+            self.take_one(true)?;
+        }
+        let mut next = self.free.pop().unwrap_or_else(|| Block::new(self.cap));
+        if let Some(s) = sync {
+            next.bytes_mut(s.tail)
+                .copy_from_slice(&self.buf.bytes(n + s.tail)[n..]);
+        }
+        let full = std::mem::replace(&mut self.buf, next);
+        let job = Job {
+            block: full,
+            n,
+            pos: job_pos,
+            direct: self.direct.is_some(),
+            sync,
         };
-        w.busy = false;
-        let done = w
-            .done
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .recv()
-            .map_err(|_| io::Error::other("the raw file's writer thread ended"))?;
+        match self.queue.as_mut() {
+            Some(q) => q.send(job),
+            None => Err(io::Error::other("the raw file's writer thread is gone")),
+        }
+    }
+
+    /// Takes back every answer that is there (`wait`: every one, waiting for each).
+    fn take_answers(&mut self, wait: bool) -> io::Result<()> {
+        while self.take_one(wait)? {}
+        Ok(())
+    }
+
+    /// Takes back one answer (`wait`: waits for it); false when there was none.
+    fn take_one(&mut self, wait: bool) -> io::Result<bool> {
+        let Some(q) = self.queue.as_mut() else {
+            return Ok(false);
+        };
+        match q.take(wait)? {
+            Some(done) => {
+                self.answer(done)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// A job's answer: its buffer is free again, its sync done, its error the file's.
+    fn answer(&mut self, done: Done) -> io::Result<()> {
+        self.free.push(done.block);
         match done.result {
             Ok(Some(why)) => {
                 self.fallback = Some(why);
@@ -290,7 +323,10 @@ impl DirectOut {
                 return Err(e);
             }
         }
-        Ok(Some(done.block))
+        if let Some(t) = done.synced {
+            self.synced = self.synced.max(t);
+        }
+        Ok(())
     }
 
     /// Writes the first `n` bytes of the buffer (a multiple of `ALIGN` with direct I/O) at
@@ -306,12 +342,11 @@ impl DirectOut {
         Ok(())
     }
 
-    /// Writes everything buffered to the file (not yet durable: see [`DirectOut::sync_data`]),
-    /// after the write in flight.
+    /// Writes everything buffered to the file in the caller's thread (not yet durable: see
+    /// [`DirectOut::sync_data`]), after every job in flight.
     fn write_out(&mut self) -> io::Result<()> {
-        if let Some(b) = self.wait()? {
-            self.spare = Some(b);
-        }
+        self.take_answers(true)?;
+        self.refuse_if_failed()?;
         if self.direct.is_some() {
             let aligned = self.len & !(ALIGN - 1);
             if aligned > 0 {
@@ -323,7 +358,7 @@ impl DirectOut {
             }
         }
         if self.len == 0 {
-            self.written_out = true;
+            self.dirty = false;
             return Ok(());
         }
         let tail = self.buf.bytes(self.len);
@@ -334,25 +369,8 @@ impl DirectOut {
             self.len = 0;
         }
         // With direct I/O the tail stays buffered at `pos`: the next aligned write covers it.
-        self.written_out = true;
+        self.dirty = false;
         Ok(())
-    }
-
-    /// Writes everything buffered and `fdatasync`s the file: every byte written so far is
-    /// durable when this returns.
-    pub(super) fn sync_data(&mut self) -> io::Result<()> {
-        self.write_out()?;
-        self.file.sync_data()
-    }
-
-    /// Writes everything buffered (not yet durable: see [`DirectOut::sync_all`]).
-    pub(super) fn finish(&mut self) -> io::Result<()> {
-        self.write_out()
-    }
-
-    /// `fsync`s the file (data and metadata).
-    pub(super) fn sync_all(&self) -> io::Result<()> {
-        self.file.sync_all()
     }
 }
 
@@ -360,18 +378,14 @@ impl Drop for DirectOut {
     /// A writer dropped without closing its file (an error elsewhere, a panic) writes what it
     /// buffered, as a `BufWriter` would: the file ends after the last complete record given,
     /// without an end record, and the reader recovers its events. Errors are ignored (the
-    /// file stays `.writing`, recoverable up to what reached it). The writer thread ends here.
+    /// file stays `.writing`, recoverable up to what reached it). The writer thread ends here,
+    /// after the jobs it has.
     fn drop(&mut self) {
-        let _ = self.wait();
-        if !self.written_out && !self.failed {
+        while let Ok(true) = self.take_one(true) {}
+        if self.dirty && !self.failed {
             let _ = self.write_out();
         }
-        if let Some(mut w) = self.writer.take() {
-            drop(w.jobs.take());
-            if let Some(t) = w.thread.take() {
-                let _ = t.join();
-            }
-        }
+        self.queue = None;
     }
 }
 
@@ -443,13 +457,123 @@ mod tests {
                 }
             }
             assert!(
-                out.writer.is_some(),
+                out.queue.is_some(),
                 "full buffers went to the writer thread"
             );
             out.finish().unwrap();
             drop(out);
             assert_eq!(std::fs::read(&path).unwrap(), expect, "direct {direct}");
         }
+    }
+
+    #[test]
+    fn a_group_commit_runs_in_the_writer_thread_while_the_caller_writes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        for direct in [false, true] {
+            let path = dir.path().join(format!("f{direct}"));
+            let mut out = DirectOut::create(&path, 2 * ALIGN, direct).unwrap();
+            let a = pattern(5 * ALIGN + 77, 1);
+            out.write_all(&a).unwrap();
+            out.start_sync(1).unwrap();
+            // More than the queue holds, written while the commit is on its way.
+            let b = pattern(9 * ALIGN + 5, 2);
+            out.write_all(&b).unwrap();
+            out.wait_synced(1).unwrap();
+            assert!(out.last_synced() >= 1);
+            let on_disk = std::fs::read(&path).unwrap();
+            assert!(on_disk.len() >= a.len(), "direct {direct}");
+            assert_eq!(&on_disk[..a.len()], &a[..], "direct {direct}");
+            // Several commits on their way at once, each with a tail carried over.
+            let mut expect = [a, b].concat();
+            for t in 2..=6u64 {
+                let piece = pattern(1000 * t as usize + 3, t as usize);
+                out.write_all(&piece).unwrap();
+                expect.extend_from_slice(&piece);
+                out.start_sync(t).unwrap();
+            }
+            out.wait_synced(6).unwrap();
+            assert_eq!(out.synced().unwrap(), 6);
+            assert_eq!(std::fs::read(&path).unwrap(), expect, "direct {direct}");
+            assert!(out.wait_synced(7).is_err(), "a ticket never asked for");
+            out.finish().unwrap();
+            drop(out);
+            assert_eq!(std::fs::read(&path).unwrap(), expect, "direct {direct}");
+        }
+    }
+
+    /// A tmpfs of `kib` KiB on a fresh directory (unmounted when dropped); `None` where this
+    /// process may not mount.
+    struct SmallDisk {
+        _parent: tempfile::TempDir,
+        dir: std::path::PathBuf,
+    }
+
+    impl SmallDisk {
+        fn mount(kib: u64) -> Option<SmallDisk> {
+            let parent = tempfile::tempdir().unwrap();
+            let dir = parent.path().join("disk");
+            std::fs::create_dir(&dir).unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+                .arg(&dir)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(SmallDisk {
+                _parent: parent,
+                dir,
+            })
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.dir).status();
+        }
+    }
+
+    #[test]
+    fn no_group_commit_after_a_failed_write_is_reported_done() {
+        let Some(disk) = SmallDisk::mount(512) else {
+            eprintln!("skipped: cannot mount a small tmpfs here (run as root to test a full disk)");
+            return;
+        };
+        let path = disk.dir.join("f");
+        let mut out = DirectOut::create(&path, 4 * ALIGN, true).unwrap();
+        // Bytes given before each ticket.
+        let mut given = vec![0usize];
+        let mut all = Vec::new();
+        let mut failed = false;
+        for t in 1..=200u64 {
+            let piece = pattern(3 * ALIGN + 11, t as usize);
+            all.extend_from_slice(&piece);
+            if out.write_all(&piece).is_err() || out.start_sync(t).is_err() {
+                failed = true;
+                break;
+            }
+            given.push(all.len());
+            if out.synced().is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "1 MiB does not fit in a 512 KiB tmpfs");
+        let last = given.len() as u64 - 1;
+        assert!(
+            out.wait_synced(last).is_err(),
+            "the commits after the hole fail"
+        );
+        assert!(
+            out.write_all(b"more").is_err(),
+            "nothing is written after a hole"
+        );
+        let done = out.last_synced() as usize;
+        assert!(done < last as usize);
+        let on_disk = std::fs::read(&path).unwrap();
+        // Everything before the last commit reported done is in the file, as given.
+        assert!(on_disk.len() >= given[done]);
+        assert_eq!(&on_disk[..given[done]], &all[..given[done]]);
+        drop(out);
     }
 
     #[test]

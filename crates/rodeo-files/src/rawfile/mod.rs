@@ -60,6 +60,7 @@ mod direct;
 mod direct_in;
 mod error;
 mod reader;
+mod write_queue;
 mod writer;
 
 pub use direct::ALIGN as DIRECT_IO_ALIGN;

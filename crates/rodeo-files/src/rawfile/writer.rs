@@ -204,6 +204,13 @@ pub struct RawFileWriter {
     stats: WriterStats,
     start_record: Vec<u8>,
     fallback: Option<String>,
+    /// The latest group commit asked for ([`RawFileWriter::start_sync`]'s tickets, across files).
+    sync_asked: u64,
+    /// Every ticket up to this one is durable: asked for in files since closed (and fsync'ed).
+    sync_floor: u64,
+    /// A file was given up after a failed write: its path and the latest ticket durable then.
+    /// Tickets after that one are never reported durable (their events may be lost).
+    damaged: Option<(PathBuf, u64)>,
 }
 
 impl RawFileWriter {
@@ -234,6 +241,9 @@ impl RawFileWriter {
             stats: WriterStats::default(),
             start_record: Vec::new(),
             fallback: None,
+            sync_asked: 0,
+            sync_floor: 0,
+            damaged: None,
         };
         writer.open_next()?;
         Ok(writer)
@@ -340,6 +350,8 @@ impl RawFileWriter {
             // The file is damaged: leave it as `.writing` (a reader recovers the events before
             // this one) and let the next event open a new file.
             let path = file.writing.clone();
+            let durable = self.sync_floor.max(file.out.last_synced());
+            self.damaged.get_or_insert((path.clone(), durable));
             self.current = None;
             return Err(RawFileError::Io {
                 op: "write",
@@ -364,17 +376,83 @@ impl RawFileWriter {
     }
 
     /// Makes every event written so far durable: flushes the buffer and `fdatasync`s the open
-    /// file. A logger calls it once per batch of events (group commit) before acknowledging
-    /// them; events in files already closed were synced at close (with `fsync_on_close`).
+    /// file, waiting for it ([`RawFileWriter::start_sync`] does not wait). Events in files
+    /// already closed were synced at close (with `fsync_on_close`).
     pub fn sync(&mut self) -> Result<(), RawFileError> {
-        let Some(f) = self.current.as_mut() else {
+        let ticket = self.start_sync()?;
+        self.wait_synced(ticket)
+    }
+
+    /// Waits until the group commit `ticket` of [`RawFileWriter::start_sync`] is on disk (or
+    /// its write or sync failed: the error).
+    pub fn wait_synced(&mut self, ticket: u64) -> Result<(), RawFileError> {
+        if self.synced()? >= ticket {
             return Ok(());
+        }
+        let Some(f) = self.current.as_mut() else {
+            return Err(RawFileError::Config {
+                reason: format!("group commit {ticket} is not the open file's: never synced"),
+            });
         };
-        f.out.sync_data().map_err(|source| RawFileError::Io {
+        f.out
+            .wait_synced(ticket)
+            .map_err(|source| RawFileError::Io {
+                op: "fdatasync",
+                path: f.writing.clone(),
+                source,
+            })
+    }
+
+    /// Starts a group commit of every event written so far and returns its ticket, without
+    /// waiting: the writer thread writes what is buffered and `fdatasync`s the file after the
+    /// buffers before it, while the caller goes on writing. A logger acknowledges the events
+    /// written before the call once [`RawFileWriter::synced`] reaches the ticket.
+    pub fn start_sync(&mut self) -> Result<u64, RawFileError> {
+        let Some(f) = self.current.as_mut() else {
+            return Ok(self.sync_asked);
+        };
+        self.sync_asked += 1;
+        f.out
+            .start_sync(self.sync_asked)
+            .map_err(|source| RawFileError::Io {
+                op: "fdatasync",
+                path: f.writing.clone(),
+                source,
+            })?;
+        Ok(self.sync_asked)
+    }
+
+    /// The latest ticket of [`RawFileWriter::start_sync`] whose events are durable, without
+    /// waiting. A failed write or sync of the open file is returned (the file is damaged: its
+    /// events after the last ticket reached are not on disk).
+    pub fn synced(&mut self) -> Result<u64, RawFileError> {
+        if let Some((path, durable)) = &self.damaged {
+            return Err(RawFileError::Io {
+                op: "write",
+                path: path.clone(),
+                source: io::Error::other(format!(
+                    "a write to this file failed: events after group commit {durable} may not \
+                     be on disk"
+                )),
+            });
+        }
+        let floor = self.sync_floor;
+        let Some(f) = self.current.as_mut() else {
+            return Ok(floor);
+        };
+        let done = f.out.synced().map_err(|source| RawFileError::Io {
             op: "fdatasync",
             path: f.writing.clone(),
             source,
-        })
+        })?;
+        Ok(floor.max(done))
+    }
+
+    /// The latest ticket known durable, without looking for news (after [`RawFileWriter::synced`]
+    /// returned an error: what was durable before the failure).
+    pub fn last_synced(&self) -> u64 {
+        let open = self.current.as_ref().map_or(0, |f| f.out.last_synced());
+        self.sync_floor.max(open)
     }
 
     /// Closes the open file (if it holds any event) so the next event starts a new one; the
@@ -388,6 +466,8 @@ impl RawFileWriter {
                 self.next_sequence = f.sequence;
                 let OpenFile { out, writing, .. } = f;
                 drop(out);
+                // No event in it: nothing asked for there needs the disk.
+                self.sync_floor = self.sync_asked;
                 fs::remove_file(&writing).map_err(|source| RawFileError::Io {
                     op: "remove",
                     path: writing,
@@ -532,12 +612,27 @@ impl RawFileWriter {
             let path = path.to_path_buf();
             move |source| RawFileError::Io { op, path, source }
         };
-        f.out.write_all(&end).map_err(err("write", &f.writing))?;
-        f.out.finish().map_err(err("write", &f.writing))?;
-        if self.config.fsync_on_close {
-            f.out.sync_all().map_err(err("fsync", &f.writing))?;
+        let fsync = self.config.fsync_on_close;
+        let written = f
+            .out
+            .write_all(&end)
+            .and_then(|()| f.out.finish())
+            .map_err(err("write", &f.writing))
+            .and_then(|()| match fsync {
+                true => f.out.sync_all().map_err(err("fsync", &f.writing)),
+                false => Ok(()),
+            });
+        if let Err(e) = written {
+            // The file stays `.writing`; group commits asked for after the last one done are
+            // not known to be on disk.
+            let durable = self.sync_floor.max(f.out.last_synced());
+            self.damaged.get_or_insert((f.writing.clone(), durable));
+            return Err(e);
         }
         drop(f.out);
+        // Everything asked for in this file is on disk now (its sync jobs ran before the
+        // close's writes, and the close synced).
+        self.sync_floor = self.sync_asked;
         let file_bytes = f.bytes + END_RECORD_BYTES;
         self.stats.bytes += END_RECORD_BYTES;
         let renamed = fs::rename(&f.writing, &f.final_path);
