@@ -19,6 +19,9 @@
 //! place), and the logger goes on receiving and copying the next events while the disk writes
 //! and syncs. A commit's events are acknowledged when every one of its syncs has returned,
 //! oldest commit first, looked at on every turn of the loop (at least every millisecond).
+//! While a sync is on its way the next commit waits for it, unless its batch is full: the
+//! batch forms while the disk syncs, as it did while the logger waited, so a busy logger makes
+//! one sync per batch, not one per millisecond.
 //! Nothing is acknowledged earlier than before; a write or sync that fails makes its events
 //! after the last sync that returned unacknowledged (the full-disk handling below).
 //!
@@ -265,6 +268,8 @@ impl Logger {
                     None if self.commits_in_flight() > 0 => 1,
                     None => 20,
                     Some(t) => match COMMIT_DELAY.checked_sub(t.elapsed()) {
+                        // Due, but a sync is on its way: look again in a millisecond.
+                        None if self.commits_in_flight() > 0 => 1,
                         None => 0,
                         Some(left) => left.as_micros().div_ceil(1000).max(1) as i64,
                     },
@@ -292,7 +297,10 @@ impl Logger {
                 continue;
             }
             if !self.pending.is_empty() {
-                let due = oldest.is_some_and(|t| t.elapsed() >= COMMIT_DELAY);
+                // One sync on its way at a time while the batch is not full: the next batch
+                // forms while the disk syncs (a commit per sync, not per millisecond).
+                let due = oldest.is_some_and(|t| t.elapsed() >= COMMIT_DELAY)
+                    && self.commits_in_flight() == 0;
                 if due
                     || self.pending.len() >= self.config.batch.max(1)
                     || stop.load(Ordering::Acquire)
