@@ -14,8 +14,9 @@ use super::disk_full::disk_full_reason;
 use super::Logger;
 use crate::error::DataflowError;
 
-/// Longest an event waits for its batch before the group commit (the fdatasync and the
-/// acknowledgements): more events share a sync, at the cost of this much latency.
+/// Longest an event waits for its batch before the group commit starts (its fdatasync, then
+/// the acknowledgements), unless the sync of the commit before is still on its way: more
+/// events share a sync, at the cost of this much latency.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(1);
 
 /// An event written (or a duplicate) waiting for the group commit's acknowledgement.

@@ -78,18 +78,12 @@ impl StreamWriter {
                 None => w.write_event(words, u32::from(compressed)),
             }
             .map(|_| 4 * words.len() as u64)
-            .map_err(|source| DataflowError::Files {
-                app: app.to_string(),
-                source,
-            }),
+            .map_err(files_error(app)),
             StreamWriter::Es(w) => {
                 let before = w.data_bytes();
                 w.write_event(words)
                     .map(|_| w.data_bytes() - before)
-                    .map_err(|source| DataflowError::EventStorage {
-                        app: app.to_string(),
-                        source,
-                    })
+                    .map_err(es_error(app))
             }
         }
     }
@@ -100,18 +94,8 @@ impl StreamWriter {
     /// 0: nothing to wait for).
     pub(super) fn start_sync(&mut self, app: &str) -> Result<u64, DataflowError> {
         match self {
-            StreamWriter::Rodeo(w) => w.start_sync().map_err(|source| DataflowError::Files {
-                app: app.to_string(),
-                source,
-            }),
-            StreamWriter::Es(w) => {
-                w.sync()
-                    .map(|()| 0)
-                    .map_err(|source| DataflowError::EventStorage {
-                        app: app.to_string(),
-                        source,
-                    })
-            }
+            StreamWriter::Rodeo(w) => w.start_sync().map_err(files_error(app)),
+            StreamWriter::Es(w) => w.sync().map(|()| 0).map_err(es_error(app)),
         }
     }
 
@@ -119,10 +103,7 @@ impl StreamWriter {
     /// the open file is returned: its events not yet synced are not on disk).
     pub(super) fn synced(&mut self, app: &str) -> Result<u64, DataflowError> {
         match self {
-            StreamWriter::Rodeo(w) => w.synced().map_err(|source| DataflowError::Files {
-                app: app.to_string(),
-                source,
-            }),
+            StreamWriter::Rodeo(w) => w.synced().map_err(files_error(app)),
             StreamWriter::Es(_) => Ok(0),
         }
     }
@@ -130,13 +111,7 @@ impl StreamWriter {
     /// Waits until `ticket` is on disk (or its write or sync failed: the error).
     pub(super) fn wait_synced(&mut self, app: &str, ticket: u64) -> Result<(), DataflowError> {
         match self {
-            StreamWriter::Rodeo(w) => {
-                w.wait_synced(ticket)
-                    .map_err(|source| DataflowError::Files {
-                        app: app.to_string(),
-                        source,
-                    })
-            }
+            StreamWriter::Rodeo(w) => w.wait_synced(ticket).map_err(files_error(app)),
             StreamWriter::Es(_) => Ok(()),
         }
     }
@@ -164,17 +139,11 @@ impl StreamWriter {
     pub(super) fn close(self, app: &str) -> (Vec<Closed>, Result<(), DataflowError>) {
         match self {
             StreamWriter::Rodeo(mut w) => {
-                let r = w.rotate(0).map_err(|source| DataflowError::Files {
-                    app: app.to_string(),
-                    source,
-                });
+                let r = w.rotate(0).map_err(files_error(app));
                 (StreamWriter::Rodeo(w).abandon(), r)
             }
             StreamWriter::Es(mut w) => {
-                let r = w.rotate(0).map_err(|source| DataflowError::EventStorage {
-                    app: app.to_string(),
-                    source,
-                });
+                let r = w.rotate(0).map_err(es_error(app));
                 (StreamWriter::Es(w).abandon(), r)
             }
         }
@@ -215,6 +184,22 @@ impl StreamWriter {
                 })
                 .collect(),
         }
+    }
+}
+
+/// A raw-file writer's error as the logger's `app`'s.
+fn files_error(app: &str) -> impl FnOnce(rodeo_files::rawfile::RawFileError) -> DataflowError + '_ {
+    move |source| DataflowError::Files {
+        app: app.to_string(),
+        source,
+    }
+}
+
+/// An EventStorage writer's error as the logger's `app`'s.
+fn es_error(app: &str) -> impl FnOnce(rodeo_files::eventstorage::EsError) -> DataflowError + '_ {
+    move |source| DataflowError::EventStorage {
+        app: app.to_string(),
+        source,
     }
 }
 
