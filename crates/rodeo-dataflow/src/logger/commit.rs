@@ -72,10 +72,17 @@ impl Logger {
                     }
                 }
                 Ok(None) => {}
-                Err(e) => match disk_full_reason(&e) {
-                    Some((why, _)) => self.full(Some(i), why)?,
-                    None => return Err(e),
-                },
+                Err(e) => {
+                    // A sync that never started is never done: `full` forgets the stream's
+                    // events of this commit (not on disk), as those of a sync that failed.
+                    if let Some(c) = self.commits.queue.back_mut() {
+                        c.tickets.push((i, u64::MAX));
+                    }
+                    match disk_full_reason(&e) {
+                        Some((why, _)) => self.full(Some(i), why)?,
+                        None => return Err(e),
+                    }
+                }
             }
         }
         self.summary.commits += 1;
