@@ -5,8 +5,10 @@
 //!
 //! Per event size (1 KiB, 16 KiB, 96 KiB: twelve ROBs of 2,000 words, 1 MiB) the raw-file writer
 //! (`rodeo_files::rawfile::RawFileWriter`, what the logger writes with) writes `--mib` MiB of
-//! synthetic events into a fresh file in `--dir`, with the logger's group commit: an
-//! `fdatasync` every `--batch` events, the file closed (end record, fsync, rename) at the end.
+//! synthetic events into a fresh file in `--dir`, with the logger's group commit under load: an
+//! `fdatasync` every `--batch` events, queued in the writer thread (`start_sync`) while the
+//! events go on, as a logger whose batches are full commits them, the last one waited for,
+//! the file closed (end record, fsync, rename) at the end.
 //! The events come from a source ring larger than the caches (distinct events, as a logger
 //! receives them), so the copy into the writer's buffer reads memory, as in a run. Rows with
 //! `mode = "direct"` write with direct I/O (the logger's default), `mode = "buffered"` through
@@ -220,7 +222,10 @@ fn write_row(
         written += 4 * (words as u64 + 4);
         events += 1;
         if events % batch == 0 {
-            writer.sync().context("fdatasync")?;
+            // A full batch: its commit queued, not waited for (the logger's rule); the queue's
+            // depth holds the writer back when the disk falls behind.
+            writer.start_sync().context("fdatasync")?;
+            writer.synced().context("fdatasync")?;
             commits += 1;
         }
     }
