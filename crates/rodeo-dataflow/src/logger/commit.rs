@@ -11,25 +11,13 @@ use rodeo_transport::message::encode_event_ack;
 use rodeo_transport::socket::Frame;
 
 use super::disk_full::disk_full_reason;
-use super::Logger;
+use super::{Logger, Pending};
 use crate::error::DataflowError;
 
 /// Longest an event waits for its batch before the group commit starts (its fdatasync, then
 /// the acknowledgements), unless the sync of the commit before is still on its way: more
 /// events share a sync, at the cost of this much latency.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(1);
-
-/// An event written (or a duplicate) waiting for the group commit's acknowledgement.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pending {
-    /// Index of the sender in `peer_ids`.
-    pub(super) peer: usize,
-    pub(super) gid: u64,
-    /// Stream it was written to (`None`: a duplicate, written before).
-    pub(super) stream: Option<usize>,
-    /// Bytes stored.
-    pub(super) bytes: u64,
-}
 
 /// A group commit on its way: the syncs it waits for and the events it acknowledges then.
 #[derive(Debug, Default)]

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Logger;
+use super::{Logger, Pending};
 use crate::disks::{is_disk_full, is_not_writable};
 use crate::error::DataflowError;
 
@@ -97,7 +97,7 @@ impl Logger {
         // other file is closed (synced), so no commit waits for a sync any more.
         let (mut events, mut bytes) = (0u64, 0u64);
         let written = &mut self.written;
-        let mut forget = |pending: &mut Vec<super::commit::Pending>, streams: &[usize]| {
+        let mut forget = |pending: &mut Vec<Pending>, streams: &[usize]| {
             pending.retain(|p| match p.stream {
                 Some(st) if streams.contains(&st) => {
                     written.remove(p.gid);

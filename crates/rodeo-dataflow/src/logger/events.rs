@@ -15,11 +15,11 @@ use rodeo_format::fragment::{FullEvent, Status};
 use rodeo_transport::message::{decode, Message};
 use rodeo_transport::socket::Received;
 
-use super::commit::Pending;
 use super::config::LoggerCompression;
 use super::disk_full::{disk_full_reason, FullKind};
 use super::writer::StreamWriter;
 use super::Logger;
+use super::Pending;
 use crate::error::DataflowError;
 
 impl Logger {

@@ -121,7 +121,7 @@ pub use commit::COMMIT_DELAY;
 pub use config::{FileFormat, LoggerCompression, LoggerConfig};
 pub use counters::{LoggerCounters, LoggerSummary};
 
-use commit::{Commits, Pending};
+use commit::Commits;
 use disk_full::disk_full_reason;
 use writer::{Closed, StreamWriter};
 
@@ -169,6 +169,19 @@ pub fn spawn(
     let mut logger = Logger::new(config, counters);
     logger.recover_left_open()?;
     AppHandle::spawn(&app, move |stop| logger.run(socket, &stop))
+}
+
+/// An event written (or a duplicate) waiting for the group commit's acknowledgement.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// Index of the sender in `peer_ids`.
+    peer: usize,
+    /// The event's global id.
+    gid: u64,
+    /// Stream it was written to (`None`: a duplicate, written before).
+    stream: Option<usize>,
+    /// Bytes stored.
+    bytes: u64,
 }
 
 /// A logger's state, owned by its thread.

@@ -34,37 +34,8 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
+use super::block::{Block, ALIGN};
 use super::write_queue::{write_at, Done, Job, SyncJob, WriteQueue, QUEUE_DEPTH};
-
-/// Alignment of direct writes: memory address, file offset and length (the page size, a
-/// multiple of every device's logical block size).
-pub const ALIGN: usize = 4096;
-
-/// Page-aligned memory: `storage` has `ALIGN` bytes more than the capacity, `start` is the
-/// offset of its first aligned byte.
-#[derive(Debug)]
-pub(super) struct Block {
-    storage: Vec<u8>,
-    start: usize,
-}
-
-impl Block {
-    pub(super) fn new(cap: usize) -> Block {
-        let storage = vec![0u8; cap + ALIGN];
-        let start = storage.as_ptr().align_offset(ALIGN);
-        Block { storage, start }
-    }
-
-    /// The first `n` aligned bytes.
-    pub(super) fn bytes(&self, n: usize) -> &[u8] {
-        &self.storage[self.start..self.start + n]
-    }
-
-    /// The first `n` aligned bytes, to fill.
-    pub(super) fn bytes_mut(&mut self, n: usize) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + n]
-    }
-}
 
 /// A file written through aligned buffers, with direct I/O when the file system allows it.
 #[derive(Debug)]

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use rodeo_format::checksum::{adler32, ADLER32_INIT};
 
-use super::direct::{Block, ALIGN};
+use super::block::{Block, ALIGN};
 
 /// Bytes read from the file per system call.
 pub(super) const BLOCK_BYTES: usize = 1 << 20;

@@ -56,6 +56,7 @@
 //! events whose place in the file is not certain, and every event before the damage is already
 //! recovered.
 
+mod block;
 mod direct;
 mod direct_in;
 mod error;
@@ -63,7 +64,7 @@ mod reader;
 mod write_queue;
 mod writer;
 
-pub use direct::ALIGN as DIRECT_IO_ALIGN;
+pub use block::ALIGN as DIRECT_IO_ALIGN;
 pub use error::{RawFileError, RecordKind};
 pub use reader::{verify_file, Event, EventRef, FileSummary, RawFileReader};
 pub use writer::{

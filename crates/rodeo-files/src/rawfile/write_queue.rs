@@ -16,7 +16,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use super::direct::Block;
+use super::block::Block;
 
 /// Jobs queued or being written at most: the thread always has the next buffer while the caller
 /// fills another (a pause of the caller, a descheduled thread, does not idle the disk), and a
