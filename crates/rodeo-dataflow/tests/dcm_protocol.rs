@@ -510,3 +510,107 @@ fn a_reply_to_an_unknown_transaction_is_dropped_and_counted() {
     assert!(s.stale_replies >= 1, "{s:?}");
     assert_eq!(s.rejected, 1);
 }
+
+/// The DCM keeps each reply whole and files its fragments where they lie (no copy into an
+/// arena): every built event carries each ROB once, word for word, when its fragments came in
+/// two replies (ROB 1 answered PENDING first, then asked again, with a second copy of ROB 0 the
+/// DCM must ignore), when a reply is split over two frames as a readout node's large reply is
+/// (joined on receipt), and event after event in the one slot, whose kept replies are recycled
+/// for the next receives.
+#[test]
+fn kept_replies_build_every_event_word_for_word() {
+    let mut h = Harness::start(
+        "kept",
+        |c| {
+            c.slots = 1;
+            c.retry_delay = Duration::from_millis(1);
+        },
+        1.0,
+    );
+    h.credits(1);
+    let mut replies = 0u32;
+    for n in 0..16u64 {
+        let (gid, l1id) = (200 + n, 300 + n as u32);
+        h.assign(false, gid, l1id);
+        let mut rob1_asked = false;
+        let t0 = Instant::now();
+        let peer = loop {
+            assert!(t0.elapsed() < WAIT * 2, "event {gid} never built");
+            if let Some((peer, _, _, got)) = h.event(Duration::from_millis(5)) {
+                assert_eq!(got, gid);
+                break peer;
+            }
+            let Some(r) = h.request(Duration::from_millis(20)) else {
+                continue;
+            };
+            let mut robs = if r.robs.is_empty() {
+                ROBS.to_vec()
+            } else {
+                r.robs.clone()
+            };
+            if rob1_asked {
+                // A copy of a fragment the slot has already: ignored.
+                robs.push(ROBS[0]);
+            }
+            let frags: Vec<Vec<u32>> = robs
+                .iter()
+                .map(|&s| {
+                    let pending = s == ROBS[1] && !rob1_asked;
+                    rob(
+                        s,
+                        r.l1id,
+                        if pending {
+                            Status::ROB_FRAGMENT_PENDING
+                        } else {
+                            Status::OK
+                        },
+                    )
+                })
+                .collect();
+            rob1_asked |= robs.contains(&ROBS[1]);
+            let views: Vec<&[u32]> = frags.iter().map(Vec::as_slice).collect();
+            h.ros.buf.clear();
+            encode_data_reply(&mut h.ros.buf, r.transaction, r.l1id, &views);
+            replies += 1;
+            if replies % 2 == 0 {
+                // Two frames, cut inside the first fragment at a word boundary.
+                let cut = 4 * (h.ros.buf.len() / 8);
+                let (a, b) = h.ros.buf.split_at(cut);
+                h.ros
+                    .socket
+                    .send_to(&r.peer, [Frame::Copy(a), Frame::Copy(b)])
+                    .unwrap();
+            } else {
+                h.ros.send_to(&r.peer);
+            }
+        };
+        let d = decode(&h.logger.msg.bytes).unwrap();
+        let Message::Event { event, .. } = d.message else {
+            panic!("the logger got something else than an Event");
+        };
+        let words: Vec<u32> = event
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let ev = FullEvent::parse(&words).unwrap();
+        assert!(!ev.status().contains(Status::EVENT_PARTIAL), "{gid}");
+        let mut got: Vec<(u32, Vec<u32>)> = ev
+            .robs()
+            .map(|r| {
+                let r = r.unwrap();
+                (r.source_id().word(), r.words().to_vec())
+            })
+            .collect();
+        got.sort();
+        let want: Vec<(u32, Vec<u32>)> = ROBS
+            .iter()
+            .map(|&s| (s, rob(s, l1id, Status::OK)))
+            .collect();
+        assert_eq!(got, want, "event {gid}: every ROB once, word for word");
+        h.ack(&peer, gid);
+        assert_eq!(h.decision(gid), Verdict::Accept);
+    }
+    assert!(replies >= 32, "two replies per event: {replies}");
+    let s = h.stop();
+    assert_eq!((s.accepted, s.partial), (16, 0));
+}

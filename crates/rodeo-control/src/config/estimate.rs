@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | readout node | store pages (`channels` x 1024 pages of 4 KiB), the input's superpages (DMA and replay: 8 x 256 KiB per channel; network and file: 8 x 128 KiB; SW ROD: 2 x 64 KiB and the builders' block pool, two windows of 512 blocks per ROB) | core thread; a card engine per 12 channels (DMA, replay), one per channel (network, file), one builder per core and the feed thread (SW ROD) |
 //! | DCM | one event per slot (each slot's arena keeps the largest event it built), and the compression buffers | 1 |
-//! | logger | a batch of 256 events waiting for the group commit, the two write buffers of each stream (4 MiB each: one fills while the other is written), the duplicate window (2 MiB) | 1 |
+//! | logger | a batch of 256 events waiting for the group commit, the four write buffers of each stream (4 MiB each: one fills while up to three wait for or are in the writer thread), the duplicate window (2 MiB) | 1 |
 //! | supervisor | the events in flight | 1, and the RoI builder's inputs or the external trigger's reader |
 //! | each process | its base (code, libraries, ZeroMQ), [`PROCESS_BASE_BYTES`]; with shared memory, the samples of 64 messages in flight per channel it reads or writes (replies of each readout node, events to a logger) | `transport.io_threads` ZeroMQ I/O threads with ipc and tcp (idle with inproc and shared memory) |
 //! | the controller (`--processes`) | [`CONTROLLER_BYTES`] | |
@@ -320,9 +320,11 @@ impl PartitionConfig {
                             ("logger batches", batch.min(in_flight.max(1)) * event),
                             (
                                 "logger buffers",
-                                // Two write buffers per stream: one fills while the other
-                                // is written (`rodeo_files::rawfile`'s writer thread).
-                                self.logger.streams.len() as u64 * 2 * write
+                                // Per stream: one write buffer fills while the others wait
+                                // for or are in `rodeo_files::rawfile`'s writer thread.
+                                self.logger.streams.len() as u64
+                                    * rodeo_files::rawfile::WRITE_BUFFERS_PER_FILE as u64
+                                    * write
                                     + DEFAULT_WINDOW_IDS / 8,
                             ),
                         ],

@@ -13,7 +13,7 @@ use rodeo_transport::message::{
 };
 use rodeo_transport::socket::{Received, Socket};
 
-use super::{Dcm, Phase, TraceStage};
+use super::{Dcm, Filed, Phase, TraceStage, IN_ARENA};
 use crate::error::DataflowError;
 
 /// An empty vector with `v`'s allocation, for elements of another lifetime: the standard
@@ -36,7 +36,17 @@ impl Dcm {
     /// a PENDING fragment is noted to ask again, a LOST one makes the event partial, a
     /// fragment already held is ignored; malformed ones are counted, and make the event
     /// partial (it goes without them: every written event carries every ROB or says so).
-    pub(super) fn file_fragments(&mut self, i: usize, words: &[u32]) {
+    ///
+    /// `kept`: the reply will be kept whole as the slot's reply number `.0`, `words` starting
+    /// at byte `.1` of its data: each fragment is filed where it lies. `None`: each is copied
+    /// into the slot's arena. Returns the fragments filed.
+    pub(super) fn file_fragments(
+        &mut self,
+        i: usize,
+        words: &[u32],
+        kept: Option<(u32, usize)>,
+    ) -> usize {
+        let mut filed = 0;
         let mut at = 0;
         while at < words.len() {
             let Some(&size) = words.get(at + 1) else {
@@ -71,11 +81,25 @@ impl Dcm {
                 s.partial = true;
             }
             if !s.has(id) {
-                let start = s.arena.len();
-                s.arena.extend_from_slice(frag);
-                s.frags.push((id, start, frag.len()));
+                let (reply, start) = match kept {
+                    // `frag` starts `at - size` words into `words`.
+                    Some((reply, base)) => (reply, base + 4 * (at - size)),
+                    None => {
+                        let start = s.arena.len();
+                        s.arena.extend_from_slice(frag);
+                        (IN_ARENA, start)
+                    }
+                };
+                s.frags.push(Filed {
+                    rob: id,
+                    reply,
+                    start,
+                    len: frag.len(),
+                });
+                filed += 1;
             }
         }
+        filed
     }
 
     /// Builds the full event and sends it to its logger.
@@ -105,11 +129,7 @@ impl Dcm {
             },
         }];
         let mut pieces: Vec<&[u32]> = relabel(std::mem::take(&mut self.piece_views));
-        pieces.extend(
-            s.frags
-                .iter()
-                .map(|&(_, start, len)| &s.arena[start..start + len]),
-        );
+        pieces.extend(s.frags.iter().map(|f| s.fragment(f)));
         let status_words = [status.word()];
         let builder = EventBuilder {
             source_id: SourceId(self.config.source_id),

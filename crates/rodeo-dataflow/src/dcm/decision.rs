@@ -22,9 +22,9 @@ impl Dcm {
         let mut robs: Vec<RobFragment<'_>> = relabel(std::mem::take(&mut self.rob_views));
         let s = &self.slots[i];
         robs.extend(
-            s.frags.iter().filter_map(|&(_, start, len)| {
-                RobFragment::parse(&s.arena[start..start + len]).ok()
-            }),
+            s.frags
+                .iter()
+                .filter_map(|f| RobFragment::parse(s.fragment(f)).ok()),
         );
         let info = EventInfo {
             global_id: s.global_id,
@@ -95,6 +95,7 @@ impl Dcm {
         });
         self.counters.build_latency.record(s.assigned_at.elapsed());
         s.phase = Phase::Free;
+        s.drop_fragments(&mut self.spare_replies);
         s.retry_at = None;
         s.generation = s.generation.wrapping_add(1);
         self.credits += 1;

@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 
 use crate::trace::Stage as TraceStage;
 
-use rodeo_format::checksum::ChecksumType;
+use rodeo_format::checksum::{bytes_as_words, ChecksumType};
 use rodeo_format::compress::EventCompressor;
 use rodeo_format::fragment::RobFragment;
 use rodeo_transport::endpoint::Endpoint;
@@ -301,9 +301,12 @@ struct Slot {
     stream: Option<u32>,
     /// The verdict waiting for the hold to end.
     held: Option<Verdict>,
-    /// Fragments received: words back to back, and (rob id, start, len) for each.
+    /// Fragments copied in (from a reply whose words were not aligned), back to back.
     arena: Vec<u32>,
-    frags: Vec<(u32, usize, usize)>,
+    /// Replies kept whole: their fragments are filed where they lie (no copy).
+    replies: Vec<Received>,
+    /// Every fragment filed, in the order received.
+    frags: Vec<Filed>,
     /// Requests in flight for this slot.
     waiting: u32,
     /// ROB ids to request, per readout node (reused).
@@ -338,6 +341,7 @@ impl Slot {
             stream: None,
             held: None,
             arena: Vec::new(),
+            replies: Vec::new(),
             frags: Vec::new(),
             waiting: 0,
             wanted: vec![Vec::new(); nodes],
@@ -353,8 +357,47 @@ impl Slot {
     }
 
     fn has(&self, rob: u32) -> bool {
-        self.frags.iter().any(|&(r, ..)| r == rob)
+        self.frags.iter().any(|f| f.rob == rob)
     }
+
+    /// The words of fragment `f` of this slot (empty if they are gone, which a slot's own
+    /// bookkeeping never lets happen: a kept reply does not move or change until the slot is
+    /// emptied).
+    fn fragment(&self, f: &Filed) -> &[u32] {
+        let end = f.start + f.len;
+        if f.reply == IN_ARENA {
+            return self.arena.get(f.start..end).unwrap_or(&[]);
+        }
+        self.replies
+            .get(f.reply as usize)
+            .and_then(|r| r.data().get(f.start..f.start + 4 * f.len))
+            .and_then(bytes_as_words)
+            .unwrap_or(&[])
+    }
+
+    /// Empties the slot's fragments; the kept replies go to `spare` for the next receives.
+    fn drop_fragments(&mut self, spare: &mut Vec<Received>) {
+        self.arena.clear();
+        self.frags.clear();
+        spare.append(&mut self.replies);
+    }
+}
+
+/// [`Filed::reply`] of a fragment copied into the slot's arena.
+const IN_ARENA: u32 = u32::MAX;
+
+/// Where one filed ROB fragment lies: in a reply the slot keeps, or in its arena.
+#[derive(Debug, Clone, Copy)]
+struct Filed {
+    /// Its ROB id.
+    rob: u32,
+    /// Index into [`Slot::replies`], or [`IN_ARENA`].
+    reply: u32,
+    /// In a reply: the byte offset of its first word in the reply's data; in the arena: the
+    /// word offset.
+    start: usize,
+    /// Its length in words.
+    len: usize,
 }
 
 /// A readout node's request bookkeeping.
@@ -394,6 +437,8 @@ struct Dcm {
     rob_views: Vec<RobFragment<'static>>,
     /// Capacity reused for the pieces of the event being built (empty between events).
     piece_views: Vec<&'static [u32]>,
+    /// Receive buffers of replies no slot keeps any more, for the next receives.
+    spare_replies: Vec<Received>,
     /// Event sampling for monitoring (`[monitoring]`), if configured.
     sampler: Option<sampler::Sampler>,
     /// The earliest slot timer (retry or hold) that may be due: set by [`Dcm::arm`] wherever
@@ -447,6 +492,7 @@ impl Dcm {
             compressor,
             rob_views: Vec::new(),
             piece_views: Vec::new(),
+            spare_replies: Vec::new(),
             sampler: None,
             timer_due: None,
             fault_scan_at: Instant::now(),
@@ -511,7 +557,7 @@ impl Dcm {
                         .try_recv_in_place(&mut msg)
                         .map_err(self.terr("receive"))?
                     {
-                        self.on_reply(k, &msg, &mut readout, &mut loggers)?;
+                        self.on_reply(k, &mut msg, &mut readout, &mut loggers)?;
                     }
                 }
             }
@@ -639,8 +685,7 @@ impl Dcm {
         s.partial = false;
         s.stream = None;
         s.held = None;
-        s.arena.clear();
-        s.frags.clear();
+        s.drop_fragments(&mut self.spare_replies);
         s.waiting = 0;
         s.pending.clear();
         s.retries = 0;

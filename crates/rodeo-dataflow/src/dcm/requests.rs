@@ -147,7 +147,7 @@ impl Dcm {
     pub(super) fn on_reply(
         &mut self,
         n: usize,
-        msg: &Received,
+        msg: &mut Received,
         readout: &mut [Socket],
         loggers: &mut [Socket],
     ) -> Result<(), DataflowError> {
@@ -207,22 +207,32 @@ impl Dcm {
         self.counters
             .trace
             .record(s.global_id, TraceStage::RequestAnswered, n as u32);
-        let mut scratch = Vec::new();
         let raw = fragments.as_bytes();
-        let words: &[u32] = match bytes_as_words(raw) {
-            Some(w) => w,
-            None => {
-                scratch.extend(
-                    raw.chunks_exact(4)
-                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                );
-                &scratch
-            }
-        };
         self.counters
             .bytes_received
-            .fetch_add(4 * words.len() as u64, Ordering::Relaxed);
-        self.file_fragments(i, words);
+            .fetch_add(raw.len() as u64 & !3, Ordering::Relaxed);
+        // Aligned words (always, in practice): the reply is kept whole by the slot and its
+        // fragments are filed where they lie, no copy. Otherwise each is copied into the
+        // slot's arena.
+        let kept = match bytes_as_words(raw) {
+            Some(words) => {
+                let reply = self.slots[i].replies.len() as u32;
+                let base = raw.as_ptr() as usize - msg.data().as_ptr() as usize;
+                self.file_fragments(i, words, Some((reply, base))) > 0
+            }
+            None => {
+                let scratch: Vec<u32> = raw
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                self.file_fragments(i, &scratch, None);
+                false
+            }
+        };
+        if kept {
+            let spare = self.spare_replies.pop().unwrap_or_default();
+            self.slots[i].replies.push(std::mem::replace(msg, spare));
+        }
         let s = &mut self.slots[i];
         s.waiting = s.waiting.saturating_sub(1);
         if s.waiting == 0 {
