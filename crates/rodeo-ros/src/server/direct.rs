@@ -427,9 +427,12 @@ impl RequestSource for DirectSource {
         }
     }
 
+    /// The core thread's idle wait: [`BackoffSpec::CORE_IDLE`] (a few yields, then 50 us
+    /// sleeps): an idle core thread that yields for long takes a shared core's time from the
+    /// node's input threads.
     fn recv_timeout(&mut self, buf: &mut Self::Buffer, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut backoff = handover_backoff();
+        let mut backoff = Backoff::new(BackoffSpec::CORE_IDLE);
         loop {
             if self.try_recv(buf) {
                 return true;
