@@ -249,14 +249,7 @@ impl Harness {
         if !self.logger.recv(wait) {
             return None;
         }
-        let d = decode(&self.logger.msg.bytes).unwrap();
-        let Message::Event { stream, event } = d.message else {
-            panic!("the logger got something else than an Event");
-        };
-        let words: Vec<u32> = event
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let (stream, words) = self.event_words();
         let ev = FullEvent::parse(&words).unwrap();
         Some((
             self.logger.msg.peer.clone(),
@@ -264,6 +257,19 @@ impl Harness {
             ev.status(),
             ev.global_id(),
         ))
+    }
+
+    /// The stream and the full event's words of the Event the logger got last.
+    fn event_words(&self) -> (u32, Vec<u32>) {
+        let d = decode(&self.logger.msg.bytes).unwrap();
+        let Message::Event { stream, event } = d.message else {
+            panic!("the logger got something else than an Event");
+        };
+        let words = event
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        (stream, words)
     }
 
     fn ack(&mut self, peer: &[u8], global_id: u64) {
@@ -584,14 +590,7 @@ fn kept_replies_build_every_event_word_for_word() {
                 h.ros.send_to(&r.peer);
             }
         };
-        let d = decode(&h.logger.msg.bytes).unwrap();
-        let Message::Event { event, .. } = d.message else {
-            panic!("the logger got something else than an Event");
-        };
-        let words: Vec<u32> = event
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let (_, words) = h.event_words();
         let ev = FullEvent::parse(&words).unwrap();
         assert!(!ev.status().contains(Status::EVENT_PARTIAL), "{gid}");
         let mut got: Vec<(u32, Vec<u32>)> = ev
