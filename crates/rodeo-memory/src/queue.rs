@@ -57,8 +57,9 @@ impl BackoffSpec {
     /// link: a short spin, 64 yields (tens of microseconds), then 50 us sleeps. Shorter than
     /// [`BackoffSpec::HANDOVER`]'s yields: a yielding thread stays runnable and takes its share
     /// of a shared core from the threads that feed it. Measured (`rodeo tester ... --input
-    /// swrod|dma`, 2026-12-02): 1,024 yields cost the SW ROD node's idle core thread 9-25 us of
-    /// CPU per event; 64 cost 6-9 us, and the node ran 17-30% faster, the DMA node no slower.
+    /// swrod|dma`, 2026-12-02): with 1,024 yields the SW ROD node's idle core thread took 9-15
+    /// us of CPU per event (quiet) and 25-29 us beside a busy core; with 64, 6-8 and 8-11 us.
+    /// Beside the busy core the SW ROD node ran about a quarter faster, the DMA node no slower.
     pub const CORE_IDLE: BackoffSpec = BackoffSpec {
         spins: 64,
         yields: 64,
