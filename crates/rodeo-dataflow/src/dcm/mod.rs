@@ -364,9 +364,8 @@ impl Slot {
     /// bookkeeping never lets happen: a kept reply does not move or change until the slot is
     /// emptied).
     fn fragment(&self, f: &Filed) -> &[u32] {
-        let end = f.start + f.len;
         if f.reply == IN_ARENA {
-            return self.arena.get(f.start..end).unwrap_or(&[]);
+            return self.arena.get(f.start..f.start + f.len).unwrap_or(&[]);
         }
         self.replies
             .get(f.reply as usize)

@@ -65,16 +65,16 @@ mod write_queue;
 mod writer;
 
 pub use block::ALIGN as DIRECT_IO_ALIGN;
-
-/// Write buffers (of [`RawFileConfig::buffer_bytes`] each) an open file holds at most: one
-/// filling while up to `write_queue::QUEUE_DEPTH` wait for or are in its writer thread. For
-/// memory estimates.
-pub const WRITE_BUFFERS_PER_FILE: usize = write_queue::QUEUE_DEPTH + 1;
 pub use error::{RawFileError, RecordKind};
 pub use reader::{verify_file, Event, EventRef, FileSummary, RawFileReader};
 pub use writer::{
     free_disk_bytes, ClosedFile, EventLocation, RawFileConfig, RawFileWriter, WriterStats,
 };
+
+/// Write buffers (of [`RawFileConfig::buffer_bytes`] each) an open file holds at most: one
+/// filling while up to `write_queue::QUEUE_DEPTH` wait for or are in its writer thread. For
+/// memory estimates.
+pub const WRITE_BUFFERS_PER_FILE: usize = write_queue::QUEUE_DEPTH + 1;
 
 /// Marker of the file start record.
 pub const START_MARKER: u32 = 0x1234_AAAA;

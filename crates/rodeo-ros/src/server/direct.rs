@@ -339,15 +339,6 @@ pub(crate) fn direct_link_for(
 /// Request boxes beyond the DataRequest bound, for clears.
 const CLEAR_SLACK: usize = 16;
 
-/// How either side waits for the other (for a box): rodeo's one [`Backoff`] with
-/// [`BackoffSpec::HANDOVER`]: spin, then yield for a few hundred microseconds (longer than a
-/// reply takes under load: a sleep costs at least 50 µs plus the kernel's timer slack, and a
-/// thread that sleeps while the other is about to answer leaves both idle in turn), then 50 µs
-/// sleeps, so an idle link costs little CPU.
-pub(super) fn handover_backoff() -> Backoff {
-    Backoff::new(BackoffSpec::HANDOVER)
-}
-
 /// The core thread's end of a direct link (a [`RequestSource`]).
 pub struct DirectSource {
     shared: Arc<BoxQueues>,
@@ -566,7 +557,11 @@ impl DirectClient {
     }
 
     fn take_box(&self) -> Result<Box<DirectRequest>, DirectError> {
-        let mut backoff = handover_backoff();
+        // Waiting for the core thread to free a box: [`BackoffSpec::HANDOVER`], spin, then
+        // yield for a few hundred microseconds (longer than a reply takes under load: a sleep
+        // costs at least 50 µs plus the kernel's timer slack), then 50 µs sleeps. The core
+        // thread's own idle wait is shorter (`recv_timeout`, [`BackoffSpec::CORE_IDLE`]).
+        let mut backoff = Backoff::new(BackoffSpec::HANDOVER);
         let mut since: Option<Instant> = None;
         loop {
             if let Some(b) = self.shared.request_free.pop() {
