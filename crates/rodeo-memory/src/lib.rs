@@ -113,6 +113,7 @@ pub mod queue;
 mod raw;
 mod region;
 mod stats;
+pub mod stream;
 pub mod sync;
 
 pub use chunk::{Chunk, ChunkPool, PoolCache, PoolConfig};

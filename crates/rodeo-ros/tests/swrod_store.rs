@@ -28,17 +28,35 @@ const ROB: u32 = 0x0071_0000;
 /// Like any sink wrapping another, it forwards `has_room`, `flush` and `finish` too: the
 /// store's sink hands its open batch over on `flush`, so a wrapper that swallowed it would
 /// keep the last fragments from the store for good.
+/// With `runs` it takes the builder's runs and forwards them whole (the store sink's
+/// `inspect_run`, as a node does), else one fragment at a time (its `fragment`).
 struct Tee {
     sink: StoreSink,
     words: Mutex<HashMap<u32, Vec<u32>>>,
+    runs: bool,
+}
+
+impl Tee {
+    fn remember(&self, f: &Fragment<'_>) {
+        let first = self.words.lock().unwrap().insert(f.l1id(), f.to_vec());
+        assert!(first.is_none(), "L1ID {:#x} built twice", f.l1id());
+    }
 }
 
 impl<'p> FragmentSink<'p> for Tee {
     fn fragment(&self, f: Fragment<'p>) -> Flow {
-        let words = f.to_vec();
-        let first = self.words.lock().unwrap().insert(f.l1id(), words);
-        assert!(first.is_none(), "L1ID {:#x} built twice", f.l1id());
+        self.remember(&f);
         self.sink.fragment(f)
+    }
+
+    fn inspect_run(&self, fragments: &[Fragment<'p>]) -> Option<Flow> {
+        if !self.runs {
+            return None;
+        }
+        for f in fragments {
+            self.remember(f);
+        }
+        self.sink.inspect_run(fragments)
     }
 
     fn has_room(&self) -> bool {
@@ -154,6 +172,7 @@ fn node(
     let tee = Tee {
         sink,
         words: Mutex::new(HashMap::new()),
+        runs: true,
     };
     (server, client, tee)
 }
@@ -173,10 +192,19 @@ fn fetch(client: &mut DirectClient, slot: &mut Option<Box<DirectReply>>, l1id: u
 
 #[test]
 fn built_fragments_are_stored_once_and_served_word_for_word() {
+    // Whole runs of fragments (streamed into the store pages under one lock), then one
+    // fragment at a time.
+    for runs in [true, false] {
+        stored_once_and_served_word_for_word(runs);
+    }
+}
+
+fn stored_once_and_served_word_for_word(runs: bool) {
     let events = 700;
     // Event 50 misses E-link 5's packet: built at the timeout, flagged.
     let (config, players, l1ids) = streams(events, &[(50, 5)]);
-    let (server, mut client, tee) = node(&config, 2048, 16, Duration::from_secs(20));
+    let (server, mut client, mut tee) = node(&config, 2048, 16, Duration::from_secs(20));
+    tee.runs = runs;
     let c = build(&config, players, &tee);
     assert_eq!(c.fragments, events);
     assert_eq!(c.incomplete_fragments, 1);
@@ -206,6 +234,8 @@ fn built_fragments_are_stored_once_and_served_word_for_word() {
         server.stats().clears >= 1
     });
     let counts = tee.sink.counters();
+    // Written straight into the store's pages (streamed), the others through the batch's words.
+    assert!(counts.in_place > 0, "{counts:?}");
     assert_eq!(
         (
             counts.fragments,

@@ -70,6 +70,16 @@ pub trait FragmentSink<'p>: Sync {
         None
     }
 
+    /// Looks at a run of built fragments of one ROB, in the order the calling thread assembled
+    /// them (what it completed since it last handed a run over, at most 64), as
+    /// [`inspect`](FragmentSink::inspect) does at one: `Some(flow)` when the sink took them
+    /// all in (the builder keeps them and recycles their blocks), `None` (the default) to
+    /// take them one by one through `inspect` or `fragment`. A sink with a cost per call (a
+    /// lock, a memory fence) pays it once per run.
+    fn inspect_run(&self, _fragments: &[Fragment<'p>]) -> Option<Flow> {
+        None
+    }
+
     /// Whether the sink can take the fragments one more superpage may complete without
     /// waiting. A [`BuilderPool`](crate::BuilderPool) thread reads a ROB's channels only while
     /// its sink has room, so a sink that would wait holds back its own ROB (whose card then

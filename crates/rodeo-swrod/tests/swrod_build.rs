@@ -28,6 +28,19 @@ fn build_and_check(
     first_l1id: u32,
     window: usize,
 ) -> SwRodCounters {
+    build_and_check_by(groups, owner, threads, first_l1id, window, false)
+}
+
+/// As [`build_and_check`]; with `runs` the sink takes the fragments a run at a time
+/// (`FragmentSink::inspect_run`), and the runs are checked too.
+fn build_and_check_by(
+    groups: Vec<Vec<u16>>,
+    owner: Vec<usize>,
+    threads: usize,
+    first_l1id: u32,
+    window: usize,
+    runs: bool,
+) -> SwRodCounters {
     let mut thread_elinks = vec![Vec::new(); threads];
     for (g, &t) in groups.iter().zip(&owner) {
         thread_elinks[t].extend_from_slice(g);
@@ -56,7 +69,10 @@ fn build_and_check(
     for s in &mut streams {
         s.flush();
     }
-    let recorder = Recorder::default();
+    let recorder = Recorder {
+        runs: runs.then(Default::default),
+        ..Recorder::default()
+    };
     let chunk = config.block_bytes_for(4 * 301 + 8);
     let players = streams.iter().map(player).collect();
     let c = run_streams(
@@ -67,6 +83,12 @@ fn build_and_check(
         chunk,
         &AtomicBool::new(false),
     );
+    if let Some(runs) = &recorder.runs {
+        let runs = runs.lock().unwrap();
+        assert_eq!(runs.iter().sum::<usize>() as u64, EVENTS, "{runs:?}");
+        assert!(runs.iter().all(|&n| (1..=64).contains(&n)), "{runs:?}");
+        assert!(runs.iter().any(|&n| n > 1), "runs of one: {runs:?}");
+    }
     let seen = recorder.seen.into_inner().unwrap();
     let all: Vec<u16> = thread_elinks.concat();
     assert_eq!(seen.len() as u64, EVENTS, "{c:?}");
@@ -128,6 +150,15 @@ fn two_threads_every_packet_once_in_elink_order() {
         0,
         1024,
     );
+}
+
+#[test]
+fn runs_carry_every_fragment_once_in_order_of_assembly() {
+    for threads in [1, 2] {
+        let owner: Vec<usize> = (0..threads).collect();
+        let groups = [vec![0, 1, 2, 0x123, 5], vec![0x200, 0x41, 7]];
+        build_and_check_by(groups[..threads].to_vec(), owner, threads, 0, 1024, true);
+    }
 }
 
 #[test]
@@ -194,6 +225,12 @@ fn packets_arriving_out_of_elink_order_are_reordered() {
         chunk,
         &AtomicBool::new(false),
     );
+    if let Some(runs) = &recorder.runs {
+        let runs = runs.lock().unwrap();
+        assert_eq!(runs.iter().sum::<usize>() as u64, EVENTS, "{runs:?}");
+        assert!(runs.iter().all(|&n| (1..=64).contains(&n)), "{runs:?}");
+        assert!(runs.iter().any(|&n| n > 1), "runs of one: {runs:?}");
+    }
     let seen = recorder.seen.into_inner().unwrap();
     assert_eq!(seen.len(), 200);
     assert_eq!(c.reordered_parts, 200, "{c:?}");
@@ -231,6 +268,12 @@ fn sixteen_bit_trailers() {
         chunk,
         &AtomicBool::new(false),
     );
+    if let Some(runs) = &recorder.runs {
+        let runs = runs.lock().unwrap();
+        assert_eq!(runs.iter().sum::<usize>() as u64, EVENTS, "{runs:?}");
+        assert!(runs.iter().all(|&n| (1..=64).contains(&n)), "{runs:?}");
+        assert!(runs.iter().any(|&n| n > 1), "runs of one: {runs:?}");
+    }
     let seen = recorder.seen.into_inner().unwrap();
     assert_eq!(seen.len(), 300);
     assert_eq!(c.packets, 900, "{c:?}");

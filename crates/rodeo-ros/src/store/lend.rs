@@ -99,20 +99,6 @@ impl LentPage {
         unsafe { self.table.slice(self.page, offset, len) }
     }
 
-    /// Hints the CPU to bring the lines of words `offset..offset + len` into cache, to be
-    /// written soon (a fragment's next place): the writes then do not wait for memory. Words
-    /// past the page are left out; nothing is read or written.
-    pub fn prefetch(&self, offset: usize, len: usize) {
-        let end = (offset + len).min(self.table.page_words());
-        // One hint per 64-byte line (16 words).
-        for o in (offset..end).step_by(16) {
-            self.table.prefetch(self.page, o);
-        }
-        if end > offset {
-            self.table.prefetch(self.page, end - 1);
-        }
-    }
-
     /// Words per page.
     pub fn page_words(&self) -> usize {
         self.table.page_words()

@@ -3,6 +3,7 @@
 //! lent page has room ([`Batch`], [`Room`]); and the constants that size it.
 
 use rodeo_format::fragment::Status;
+use rodeo_memory::stream::StreamWriter;
 use rodeo_swrod::ROB_HEADER_WORDS;
 
 use crate::store::{EventStore, LentPage};
@@ -110,21 +111,6 @@ impl Batch {
         }
     }
 
-    /// Warms the lines where the next fragment goes if it has `words` words (the last one's
-    /// size): in the current page after the last one, or at the start of the next page. The
-    /// pages are the store's, cold in this core's cache; the builder's work on the next
-    /// fragment hides the misses.
-    pub(super) fn prefetch_next(&self, words: usize) {
-        let Some(page) = self.used.checked_sub(1).and_then(|i| self.pages.get(i)) else {
-            return;
-        };
-        if self.offset + words <= page.page_words() {
-            page.prefetch(self.offset, words);
-        } else if let Some(next) = self.pages.get(self.used) {
-            next.prefetch(next.first_offset(words), words);
-        }
-    }
-
     /// Gives every lent page of the batch back to `store` (the input stopping).
     pub(super) fn take_back_pages(&mut self, store: &mut EventStore) {
         for lent in self.pages.drain(..) {
@@ -146,23 +132,33 @@ impl Batch {
     }
 }
 
-/// Copies `pieces` less the builder's ROB header into `dst` (at most its length); returns
-/// the words copied.
-pub(super) fn gather<'a>(pieces: impl Iterator<Item = &'a [u32]>, dst: &mut [u32]) -> usize {
+/// Streams `pieces` less the builder's ROB header into `dst` (at most what it has room for);
+/// returns the words written and the ROD's extended L1ID (word 5), read from the pieces as
+/// they pass (reading it back from `dst` would wait for the streaming stores).
+pub(super) fn gather<'a>(
+    pieces: impl Iterator<Item = &'a [u32]>,
+    dst: &mut StreamWriter<'_>,
+) -> (usize, Option<u32>) {
     let mut skip = ROB_HEADER_WORDS;
     let mut at = 0;
+    let mut l1id = None;
     for piece in pieces {
         let n = skip.min(piece.len());
         skip -= n;
         let piece = &piece[n..];
-        let m = piece.len().min(dst.len() - at);
-        dst[at..at + m].copy_from_slice(&piece[..m]);
+        let m = dst.push(piece);
+        if l1id.is_none() && at <= ROD_L1ID_WORD && ROD_L1ID_WORD < at + m {
+            l1id = Some(piece[ROD_L1ID_WORD - at]);
+        }
         at += m;
     }
-    at
+    (at, l1id)
 }
+
+/// The ROD header word holding the extended L1ID.
+const ROD_L1ID_WORD: usize = 5;
 
 /// The L1ID of a ROD fragment's words, if it has one.
 pub(super) fn l1id_of(words: &[u32]) -> Option<u32> {
-    words.get(5).copied()
+    words.get(ROD_L1ID_WORD).copied()
 }

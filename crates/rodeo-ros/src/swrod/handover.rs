@@ -4,9 +4,10 @@
 //! the hand-over.
 
 use rodeo_format::fragment::Status;
+use rodeo_memory::stream::{self, StreamWriter};
 use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use rodeo_memory::{BoundedQueue, FullPolicy};
-use rodeo_swrod::ROB_HEADER_WORDS;
+use rodeo_swrod::{Fragment, ROB_HEADER_WORDS};
 
 use super::batch::{gather, l1id_of, Batch, Frag, Room, SPILLED};
 use super::counters::SwRodLinkCounters;
@@ -97,10 +98,29 @@ impl Link {
         pieces: impl Iterator<Item = &'a [u32]>,
         status: Status,
     ) {
+        let mut guard = lock(&self.open);
+        self.append_locked(&mut guard, size, pieces, status);
+    }
+
+    /// The sink's side: appends a run of fragments as [`append`](Link::append) does each,
+    /// under one lock (one pass through the link's mutex, whose release waits for the
+    /// fragments' streaming stores, per run rather than per fragment).
+    pub(super) fn append_run(&self, fragments: &[Fragment<'_>]) {
+        let mut guard = lock(&self.open);
+        for f in fragments {
+            self.append_locked(&mut guard, f.size_words(), f.pieces(), f.status());
+        }
+    }
+
+    fn append_locked<'a>(
+        &self,
+        state: &mut Open,
+        size: usize,
+        pieces: impl Iterator<Item = &'a [u32]>,
+        status: Status,
+    ) {
         let rod_words = size.saturating_sub(ROB_HEADER_WORDS);
         let rob_words = ROB_HEADER_WORDS + rod_words;
-        let mut guard = lock(&self.open);
-        let state = &mut *guard;
         let room = loop {
             if state.batch.is_none() {
                 state.batch = self.take_free();
@@ -128,23 +148,24 @@ impl Link {
                 let lent = &mut batch.pages[i];
                 let header = lent.rob_header(rob_words, status);
                 let dst = &mut lent.words_mut()[offset..offset + rob_words];
-                dst[..ROB_HEADER_WORDS].copy_from_slice(&header);
-                let rod = &mut dst[ROB_HEADER_WORDS..];
-                let copied = gather(pieces, rod);
+                // Streaming stores: the page is cold here and read by the core thread (see
+                // `rodeo_memory::stream`); `hand_over` fences them.
+                let mut out = StreamWriter::new(&mut dst[..]);
+                out.push(&header);
+                let (copied, l1id) = gather(pieces, &mut out);
                 debug_assert_eq!(copied, rod_words, "a fragment's pieces are its size");
                 // Words the pieces did not cover (never, for a builder's fragment) read as 0.
-                rod[copied..].fill(0);
+                dst[ROB_HEADER_WORDS + copied..].fill(0);
                 batch.frags.push(Frag {
                     page: i as u32,
                     start: offset as u32,
                     len: rob_words as u32,
                     status,
-                    l1id: l1id_of(rod),
+                    l1id,
                 });
                 batch.offset = offset + rob_words;
-                batch.prefetch_next(rob_words);
                 // Counted per batch at the hand-over: an atomic add here would wait for the
-                // fragment's writes into the (cold) page to drain first.
+                // fragment's writes into the page to drain first.
                 batch.in_place += 1;
             }
             Room::Spill | Room::PagesFull => {
@@ -213,6 +234,9 @@ impl Link {
             return;
         }
         let in_place = batch.in_place;
+        // The fragments were streamed into the lent pages: they reach memory before the core
+        // thread can take the batch.
+        stream::fence();
         let pushed = self.ready.push(batch);
         debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per batch");
         self.fragments.fetch_add(n, Ordering::Relaxed);

@@ -64,6 +64,13 @@ impl<'p> FragmentSink<'p> for StoreSink {
         Some(Flow::Continue)
     }
 
+    /// Writes the run into the open batch (or batches) under one lock, as `inspect` does
+    /// each fragment.
+    fn inspect_run(&self, fragments: &[Fragment<'p>]) -> Option<Flow> {
+        self.link.append_run(fragments);
+        Some(Flow::Continue)
+    }
+
     fn fragment(&self, fragment: Fragment<'p>) -> Flow {
         // The pool blocks go back when `fragment` drops, after the copy.
         self.inspect(&fragment).unwrap_or(Flow::Continue)

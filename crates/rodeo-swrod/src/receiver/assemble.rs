@@ -1,11 +1,12 @@
 //! Fragment completion: a thread publishes its mark (its parts of every event below its base
 //! are written), assembles the complete events of its own groups from every thread's parts
-//! (ROB and ROD header, trailer with the missing E-links), hands each fragment to the sink and
-//! recycles the blocks of those the sink does not keep.
+//! (ROB and ROD header, trailer with the missing E-links), hands the fragments to the sink, a
+//! run at a time (a publication's worth, at most `RUN_FRAGMENTS`), and recycles the blocks of
+//! those the sink does not keep.
 
 use rodeo_format::fragment::{RodBuilder, Status, StatusPosition, FORMAT_VERSION, ROB_MARKER};
 
-use super::{receiver_backoff, Aggregator};
+use super::{receiver_backoff, Aggregator, RUN_FRAGMENTS};
 use crate::decoder::PacketDecoder;
 use crate::exchange::GROUP;
 use crate::fragment::{Flow, Fragment, FragmentSink, HEADER_WORDS, MAX_THREADS, ROB_HEADER_WORDS};
@@ -44,9 +45,48 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             }
             seq = group_end;
         }
+        self.hand_run();
         self.cursor = end;
         self.shared.set_cursor(self.t, end);
         self.assembling = false;
+    }
+
+    /// Hands the fragments assembled since the last hand-over to the sink: as one run when it
+    /// takes runs ([`FragmentSink::inspect_run`]), else one by one; recycles the blocks of
+    /// those it does not keep. Called at the end of each publication, when the run is full,
+    /// and before the assembly takes a block (so no wait for the pool holds a run's blocks).
+    fn hand_run(&mut self) {
+        if self.run.is_empty() {
+            return;
+        }
+        let mut run = std::mem::take(&mut self.run);
+        let mut stop = false;
+        match self.sink.inspect_run(&run) {
+            Some(flow) => {
+                stop = flow == Flow::Stop;
+                for f in run.drain(..) {
+                    self.recycle(f);
+                }
+            }
+            None => {
+                for f in run.drain(..) {
+                    let flow = match self.sink.inspect(&f) {
+                        Some(flow) => {
+                            self.recycle(f);
+                            flow
+                        }
+                        None => self.sink.fragment(f),
+                    };
+                    stop |= flow == Flow::Stop;
+                }
+            }
+        }
+        self.run = run;
+        if stop {
+            self.shared
+                .stop
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Publishes and assembles until every event below `end` is complete (end of run: every
@@ -142,7 +182,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             frag.last = self.t;
         }
         if frag.first == usize::MAX {
-            // No thread had a packet: one empty block carries header and trailer.
+            // No thread had a packet: one empty block carries header and trailer. The run goes
+            // first: a wait for the pool must not hold its blocks.
+            self.hand_run();
             let Some(chunk) = self.alloc_block() else {
                 return;
             };
@@ -199,17 +241,9 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
         frag.packets = packets;
         frag.missing = nmissing as u32;
         self.c.fragments += 1;
-        let flow = match self.sink.inspect(&frag) {
-            Some(flow) => {
-                self.recycle(frag);
-                flow
-            }
-            None => self.sink.fragment(frag),
-        };
-        if flow == Flow::Stop {
-            self.shared
-                .stop
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.run.push(frag);
+        if self.run.len() >= RUN_FRAGMENTS {
+            self.hand_run();
         }
     }
 

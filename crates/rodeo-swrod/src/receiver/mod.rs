@@ -76,7 +76,7 @@ use crate::config::Plan;
 use crate::counters::SwRodCounters;
 use crate::decoder::PacketDecoder;
 use crate::exchange::PartExchange;
-use crate::fragment::FragmentSink;
+use crate::fragment::{Fragment, FragmentSink};
 
 pub(crate) use slot::copy_bytes;
 use slot::{ColdSlot, HotSlot};
@@ -84,6 +84,9 @@ use slot::{ColdSlot, HotSlot};
 /// A thread publishes its mark (and assembles its share) at least every this many events, so
 /// that fragments are assembled while their blocks are still in the caches.
 pub(crate) const PUBLISH_EVERY: u64 = 16;
+/// Fragments a thread assembles at most before it hands them to the sink as one run
+/// ([`FragmentSink::inspect_run`]).
+const RUN_FRAGMENTS: usize = 64;
 /// Local E-links whose arrival bit lives in the hot slot.
 const LOW_ELINKS: usize = 63;
 /// Bit 63 of [`HotSlot::bits`]: a packet of a local E-link from [`LOW_ELINKS`] on arrived.
@@ -179,6 +182,9 @@ pub(crate) struct Aggregator<'b, 'p, D, K> {
     missing: Vec<u32>,
     order: Vec<(u32, u32, u32)>,
     scratch: Vec<u8>,
+    /// Fragments assembled since the last hand-over to the sink (at most [`RUN_FRAGMENTS`]),
+    /// handed over as one run at the end of each publication (see `assemble`).
+    run: Vec<Fragment<'p>>,
 }
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
@@ -253,6 +259,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             missing: Vec::with_capacity(plan.total_elinks),
             order: Vec::with_capacity(nlocal),
             scratch: vec![0; plan.chunk_bytes],
+            run: Vec::with_capacity(RUN_FRAGMENTS),
         };
         agg.base_l1 = plan.first_mod % plan.wrap;
         agg.base_raw = ((plan.first_mod / plan.wrap) as u32 & 0xFF) << 24 | agg.base_l1 as u32;

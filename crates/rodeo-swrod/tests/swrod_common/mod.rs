@@ -141,14 +141,35 @@ pub struct Seen {
     pub nonempty_data: usize,
 }
 
+/// Records every fragment it is given; with `runs` it takes the builder's runs
+/// (`inspect_run`) and notes each run's length, else one fragment at a time (`fragment`).
 #[derive(Default)]
 pub struct Recorder {
     pub seen: Mutex<Vec<Seen>>,
     pub stop_after: Option<usize>,
+    pub runs: Option<Mutex<Vec<usize>>>,
 }
 
 impl<'p> FragmentSink<'p> for Recorder {
     fn fragment(&self, f: Fragment<'p>) -> Flow {
+        self.record(&f)
+    }
+
+    fn inspect_run(&self, fragments: &[Fragment<'p>]) -> Option<Flow> {
+        let runs = self.runs.as_ref()?;
+        runs.lock().unwrap().push(fragments.len());
+        let mut flow = Flow::Continue;
+        for f in fragments {
+            if self.record(f) == Flow::Stop {
+                flow = Flow::Stop;
+            }
+        }
+        Some(flow)
+    }
+}
+
+impl Recorder {
+    fn record(&self, f: &Fragment<'_>) -> Flow {
         let words = f.to_vec();
         assert_eq!(words.len(), f.size_words());
         let rob = RobFragment::parse(&words).expect("a valid ROB fragment");
