@@ -100,6 +100,9 @@ impl Link {
     ) {
         let mut guard = lock(&self.open);
         self.append_locked(&mut guard, size, pieces, status);
+        // Before the lock goes: another builder thread may hand the batch over next, and its
+        // fence orders only its own streaming stores.
+        stream::fence();
     }
 
     /// The sink's side: appends a run of fragments as [`append`](Link::append) does each,
@@ -110,6 +113,8 @@ impl Link {
         for f in fragments {
             self.append_locked(&mut guard, f.size_words(), f.pieces(), f.status());
         }
+        // As in `append`: this thread's streaming stores drain before another takes the lock.
+        stream::fence();
     }
 
     fn append_locked<'a>(
@@ -149,7 +154,7 @@ impl Link {
                 let header = lent.rob_header(rob_words, status);
                 let dst = &mut lent.words_mut()[offset..offset + rob_words];
                 // Streaming stores: the page is cold here and read by the core thread (see
-                // `rodeo_memory::stream`); `hand_over` fences them.
+                // `rodeo_memory::stream`); fenced by `hand_over` and before the lock goes.
                 let mut out = StreamWriter::new(&mut dst[..]);
                 out.push(&header);
                 let (copied, l1id) = gather(pieces, &mut out);
