@@ -133,7 +133,7 @@ pub const ROB_HEADER_WORDS: usize = 8;
 const ROB_STATUS_WORD: usize = 6;
 
 /// Word of a ROD fragment holding the extended L1ID.
-const ROD_L1ID_WORD: usize = 5;
+pub(crate) const ROD_L1ID_WORD: usize = 5;
 
 /// True when extended L1ID `a` comes after `b` (signed wrapping distance).
 #[inline]

@@ -6,7 +6,7 @@ use rodeo_format::fragment::Status;
 use rodeo_memory::stream::StreamWriter;
 use rodeo_swrod::ROB_HEADER_WORDS;
 
-use crate::store::{EventStore, LentPage};
+use crate::store::{EventStore, LentPage, ROD_L1ID_WORD};
 
 /// Fragments a batch holds at most before the sink hands it over.
 pub const BATCH_FRAGMENTS: usize = 64;
@@ -154,9 +154,6 @@ pub(super) fn gather<'a>(
     }
     (at, l1id)
 }
-
-/// The ROD header word holding the extended L1ID.
-const ROD_L1ID_WORD: usize = 5;
 
 /// The L1ID of a ROD fragment's words, if it has one.
 pub(super) fn l1id_of(words: &[u32]) -> Option<u32> {
