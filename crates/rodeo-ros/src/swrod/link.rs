@@ -14,10 +14,13 @@ use super::window::SwRodInput;
 use crate::server::input::Input;
 use crate::store::EventStore;
 
-/// Batches of a link: one being filled, one being stored, one in between. Few and small, so
-/// that the batches of 24 ROBs stay in the cores' caches (the sink writes them, the core
-/// thread reads them at once).
-const BATCHES: usize = 3;
+/// Batches of a link: one being filled, one being stored, and the rest in between, enough to
+/// carry a builder over a scheduler time slice of the core thread's (a few ms at a superpage
+/// a ms per ROB) without waiting. With 3 the builders waited for a free batch at 0.45 of the
+/// events and, beside a busy core, ran at 0.47-0.59x the DMA-fed node's rate; with 12, 0.01
+/// waits per event and 0.75-0.89x (docs/benchmarks-history.md, 2026-12-02 fifth session).
+/// Their lent pages stay within a quarter of the channel (`window.rs`, `LENT_SHARE`).
+const BATCHES: usize = 12;
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: a
 /// reorder window twice the builder's window of L1IDs in flight, and batches (`extra` more

@@ -104,8 +104,10 @@ mod tests {
             window: 4,
             ..SwRodConfig::default()
         };
-        // Five batches of 64 fragments of 16 words.
+        // `BATCHES` + 2 batches of 64 fragments of 16 words.
         let (sink, mut input) = swrod_link(0, &config, 2, 16);
+        let batches = sink.link.free.capacity();
+        assert!(batches >= 4, "{batches} batches");
         let mut l1id = 0u32;
         // One "superpage" of 128 fragments: two batches, handed over when full.
         let superpage = |l1id: &mut u32| {
@@ -132,20 +134,36 @@ mod tests {
         };
         assert!(sink.has_room());
         superpage(&mut l1id);
-        // Two batches taken, three free: room for another superpage of two.
+        let mut taken = 2;
         assert_eq!(sink.link.need.load(Ordering::Relaxed), 2);
-        assert!(sink.has_room());
-        superpage(&mut l1id);
-        assert!(!sink.has_room(), "one batch free, a superpage takes two");
+        // Room for another superpage of two while two batches are free.
+        while batches - taken >= 2 {
+            assert!(sink.has_room(), "{taken} of {batches} batches taken");
+            superpage(&mut l1id);
+            taken += 2;
+        }
+        assert!(
+            !sink.has_room(),
+            "{} batch free, a superpage takes two",
+            batches - taken
+        );
         assert_eq!(sink.counters().sink_waits, 1);
         let pool = PagePool::new(PagePoolConfig {
             page_bytes: 256,
-            pages: 512,
+            pages: 4096,
             ..PagePoolConfig::default()
         })
         .unwrap();
-        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 512)).unwrap();
-        assert_eq!(input.poll(&mut store), 256);
+        let mut store = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 4096)).unwrap();
+        let want = 64 * taken as u64;
+        let mut stored = 0;
+        while stored < want {
+            match input.poll(&mut store) {
+                0 => break,
+                n => stored += n,
+            }
+        }
+        assert_eq!(stored, want);
         assert!(sink.has_room());
         assert_eq!(sink.counters().sink_waits, 1, "counted once per episode");
     }
