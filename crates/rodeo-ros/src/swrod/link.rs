@@ -15,11 +15,12 @@ use crate::server::input::Input;
 use crate::store::EventStore;
 
 /// Batches of a link: one being filled, one being stored, and the rest in between, enough to
-/// carry a builder over a scheduler time slice of the core thread's (a few ms at a superpage
-/// a ms per ROB) without waiting. With 3 the builders waited for a free batch at 0.45 of the
-/// events and, beside a busy core, ran at 0.47-0.59x the DMA-fed node's rate; with 12, 0.01
-/// waits per event and 0.75-0.89x (docs/benchmarks-history.md, 2026-12-02 fifth session).
-/// Their lent pages stay within a quarter of the channel (`window.rs`, `LENT_SHARE`).
+/// carry a builder without waiting while the core thread is off its core for a scheduler time
+/// slice or two (a ROB fills about a batch a millisecond at 30 kHz). With 3 the builders waited
+/// for a free batch at 0.42-0.46 of the events and, beside a busy core, the ROSTester ran at
+/// 0.45-0.57x the DMA-fed node's rate; with 12, 0.01-0.04 waits per event and 0.71-0.79x
+/// (docs/benchmarks-history.md, 2026-12-02 fifth session). Their lent pages stay within a
+/// quarter of the channel (`window.rs`, `LENT_SHARE`).
 const BATCHES: usize = 12;
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: a
