@@ -21,7 +21,7 @@ use crate::store::EventStore;
 /// 0.45-0.57x the DMA-fed node's rate; with 12, 0.01-0.04 waits per event and 0.71-0.79x
 /// (docs/benchmarks-history.md, 2026-12-02 fifth session). Their lent pages stay within a
 /// quarter of the channel (`window.rs`, `LENT_SHARE`).
-const BATCHES: usize = 12;
+pub(super) const BATCHES: usize = 12;
 
 /// Makes a link between a builder configured by `config` and store channel `channel`: a
 /// reorder window twice the builder's window of L1IDs in flight, and batches (`extra` more
