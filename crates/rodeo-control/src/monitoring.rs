@@ -123,6 +123,24 @@ impl MonitoringSection {
 
     /// The checks of [`MonitoringSection::validate`], adding to `c`.
     pub(crate) fn check(&self, c: &mut Checks) {
+        // The values are checked with sampling off too: a value that would be refused once
+        // an endpoint is set is not a valid configuration now either (NaN passed unnoticed
+        // until an operator turned sampling on).
+        if let Some(f) = self.fraction {
+            if !(0.0..=1.0).contains(&f) {
+                c.bad("monitoring.fraction", num(f), "a fraction from 0 to 1");
+            }
+        }
+        if !(0.0..=1e9).contains(&self.max_rate_hz) {
+            c.bad(
+                "monitoring.max_rate_hz",
+                num(self.max_rate_hz),
+                "samples per second per DCM, >= 0 (0: no limit), at most 1000000000",
+            );
+        }
+        if self.queue == 0 || self.queue > 100_000 {
+            c.bad("monitoring.queue", self.queue, "1 to 100000 messages");
+        }
         if !self.enabled() {
             return;
         }
@@ -160,21 +178,6 @@ impl MonitoringSection {
                 format!("{:?}", self.input),
                 "an endpoint other than monitoring.endpoint",
             );
-        }
-        if let Some(f) = self.fraction {
-            if !(0.0..=1.0).contains(&f) {
-                c.bad("monitoring.fraction", num(f), "a fraction from 0 to 1");
-            }
-        }
-        if !(0.0..=1e9).contains(&self.max_rate_hz) {
-            c.bad(
-                "monitoring.max_rate_hz",
-                num(self.max_rate_hz),
-                "samples per second per DCM, >= 0 (0: no limit), at most 1000000000",
-            );
-        }
-        if self.queue == 0 || self.queue > 100_000 {
-            c.bad("monitoring.queue", self.queue, "1 to 100000 messages");
         }
     }
 
@@ -606,6 +609,40 @@ mod tests {
                     ..base.clone()
                 },
                 "monitoring.input",
+            ),
+        ] {
+            assert_eq!(field(m), f);
+        }
+        // With sampling off (no endpoint) the values are still checked.
+        assert!(MonitoringSection::default().validate().is_ok());
+        for (m, f) in [
+            (
+                MonitoringSection {
+                    max_rate_hz: f64::NAN,
+                    ..MonitoringSection::default()
+                },
+                "monitoring.max_rate_hz",
+            ),
+            (
+                MonitoringSection {
+                    max_rate_hz: -1.0,
+                    ..MonitoringSection::default()
+                },
+                "monitoring.max_rate_hz",
+            ),
+            (
+                MonitoringSection {
+                    fraction: Some(f64::INFINITY),
+                    ..MonitoringSection::default()
+                },
+                "monitoring.fraction",
+            ),
+            (
+                MonitoringSection {
+                    queue: 0,
+                    ..MonitoringSection::default()
+                },
+                "monitoring.queue",
             ),
         ] {
             assert_eq!(field(m), f);

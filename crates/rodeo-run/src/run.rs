@@ -158,8 +158,10 @@ impl Run {
                 config.run.number,
             );
         }
-        // The loggers' output directories, like run.output: writable or creatable.
+        // The loggers' output directories, like run.output: writable or creatable, and one
+        // with room above the loggers' margin (else the run would write nothing and fail).
         config.check_directories()?;
+        config.check_free_space()?;
         let snapshot = write_snapshot(&layout, &config)?;
         let built = build(&config, &options, snapshot);
         let (partition, embedded, controller, forwarder) = match built {

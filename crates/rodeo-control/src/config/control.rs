@@ -7,6 +7,9 @@ use super::address::host_ok;
 use super::error::Checks;
 use super::l1::MAX_TIMEOUT_MS;
 
+/// Shortest `control.spawn_timeout_ms` and `control.command_timeout_ms`: a second.
+pub const MIN_PROCESS_TIMEOUT_MS: u64 = 1000;
+
 /// `[control]`: run control and observability (HTTP API, logs, traces) and how the
 /// controller runs applications as processes.
 #[derive(Clone, Deserialize, Serialize, PartialEq)]
@@ -164,12 +167,21 @@ impl ControlSection {
                 ">= twice control.heartbeat_ms, at most 86400000 (a day)",
             );
         }
+        // An application process needs time to start and say hello, and a command (configure
+        // warms the memory up) time to be answered: below a second a `--processes` run failed
+        // at once ("no hello within 1 ms of being started"); 1000 ms ran, beside a busy core
+        // too.
         for (field, ms) in [
             ("control.spawn_timeout_ms", self.spawn_timeout_ms),
             ("control.command_timeout_ms", self.command_timeout_ms),
         ] {
-            if ms == 0 || ms > MAX_TIMEOUT_MS {
-                c.bad(field, ms, "> 0 milliseconds, at most 86400000 (a day)");
+            if !(MIN_PROCESS_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&ms) {
+                c.bad(
+                    field,
+                    ms,
+                    ">= 1000 milliseconds (a process's start and a command's answer take \
+                     hundreds), at most 86400000 (a day)",
+                );
             }
         }
         if self.max_restarts_per_run > 1000 {

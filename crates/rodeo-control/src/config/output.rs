@@ -1,7 +1,8 @@
 //! Checks on this host of where a run's files go: `run.output` and every `logger.directories`
 //! entry must be a directory this process may write in, or a path whose nearest existing parent
 //! is one. One check ([`check_writable_dir`]) serves both; they differ in the error, which
-//! names the field (and the entry).
+//! names the field (and the entry). And that the loggers' margin of free space leaves them
+//! room to write ([`PartitionConfig::check_free_space`]).
 
 use std::path::Path;
 
@@ -33,6 +34,91 @@ impl PartitionConfig {
         }
         Ok(())
     }
+}
+
+impl PartitionConfig {
+    /// Checks on this host that the loggers can write at all: some output directory
+    /// (`logger.directories`, used in order, or `run.output` when there are none) has more
+    /// room than the loggers' margin, the larger of `logger.min_free_bytes` and
+    /// `logger.min_free_fraction` of its disk (`rodeo_dataflow::disks`). Otherwise every
+    /// directory is full from the first event: the run would write nothing and fail. A path
+    /// not made yet is measured at its nearest existing parent; one whose free space cannot be
+    /// read counts as having room (`check_directories` names what is wrong with it). Loggers
+    /// placed on other hosts (`[hosts]`) write to their own disks and are not checked here.
+    pub fn check_free_space(&self) -> Result<(), ConfigError> {
+        if self.hosts.keys().any(|app| app.starts_with("logger-")) {
+            return Ok(());
+        }
+        let margin = rodeo_dataflow::disks::DiskMargin {
+            min_free_bytes: self.logger.min_free_bytes,
+            min_free_fraction: self.logger.min_free_fraction,
+        };
+        let dirs: Vec<&str> = if self.logger.directories.is_empty() {
+            vec![self.run.output.as_str()]
+        } else {
+            self.logger.directories.iter().map(String::as_str).collect()
+        };
+        let mut full = Vec::new();
+        for dir in dirs {
+            let at = nearest_existing(Path::new(dir));
+            match rodeo_dataflow::disks::free_space(at) {
+                Ok(fs) if fs.available <= margin.bytes(fs.total) => full.push((dir, at, fs)),
+                _ => return Ok(()),
+            }
+        }
+        let Some(&(_, _, first)) = full.first() else {
+            return Ok(());
+        };
+        let by_fraction = margin.bytes(first.total) > margin.min_free_bytes;
+        let (field, value) = if by_fraction {
+            (
+                "logger.min_free_fraction",
+                format!("{}", margin.min_free_fraction),
+            )
+        } else {
+            ("logger.min_free_bytes", margin.min_free_bytes.to_string())
+        };
+        let disks: Vec<String> = full
+            .iter()
+            .map(|(dir, at, fs)| {
+                let measured = if Path::new(dir) == *at {
+                    String::new()
+                } else {
+                    format!(", measured at {}", at.display())
+                };
+                format!(
+                    "{dir:?} has {} bytes free of {}{measured} (the margin there is {})",
+                    fs.available,
+                    fs.total,
+                    margin.bytes(fs.total)
+                )
+            })
+            .collect();
+        Err(super::error::bad(
+            field,
+            value,
+            format!(
+                "a margin below the free space of some output directory (else every one is \
+                 full from the first event and the run writes nothing): {}; free space there, \
+                 lower logger.min_free_bytes / logger.min_free_fraction, or add a directory on \
+                 another disk to logger.directories",
+                disks.join("; ")
+            ),
+        ))
+    }
+}
+
+/// `path` itself if it exists, else its nearest existing parent (`.` for a relative path
+/// none of whose parents exists).
+fn nearest_existing(path: &Path) -> &Path {
+    let mut at = path;
+    while std::fs::metadata(at).is_err() {
+        at = match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => return Path::new("."),
+        };
+    }
+    at
 }
 
 /// Whether `out` can take files: an existing directory this process may write in, or a path

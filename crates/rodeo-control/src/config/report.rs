@@ -1,6 +1,7 @@
 //! Everything `rodeo config check` says of a configuration, at once ([`CheckReport`]): the
 //! errors of the file (types in words, every value), the checks on this host (the output
-//! directories, the memory and threads the partition takes), and the warnings. A run's start
+//! directories and their free space, the memory and threads the partition takes), and the
+//! warnings. A run's start
 //! makes the same checks ([`PartitionConfig::check_here`]).
 
 use super::error::{Checks, ConfigError};
@@ -63,6 +64,9 @@ impl PartitionConfig {
         c.check(valid);
         c.check(config.check_output());
         c.check(config.check_directories());
+        if was_valid {
+            c.check(config.check_free_space());
+        }
         let mut warnings = Vec::new();
         if was_valid {
             match config.check_resources_on(machine) {
@@ -84,12 +88,14 @@ impl PartitionConfig {
     }
 
     /// The checks on `machine` (this host) of a valid configuration: the output directory
-    /// and the loggers' directories can take files, and the memory and threads the partition
+    /// and the loggers' directories can take files and have room above the loggers' margin
+    /// ([`PartitionConfig::check_free_space`]), and the memory and threads the partition
     /// takes ([`PartitionConfig::check_resources_on`]); every error at once, or the warnings.
     pub fn check_here_on(&self, machine: &Machine) -> Result<Vec<String>, ConfigError> {
         let mut c = Checks::new();
         c.check(self.check_output());
         c.check(self.check_directories());
+        c.check(self.check_free_space());
         let warnings = match self.check_resources_on(machine) {
             Ok(w) => w,
             Err(e) => {

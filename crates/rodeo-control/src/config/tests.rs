@@ -97,9 +97,39 @@ fn the_ros_input_and_elinks_parse_and_are_checked() {
     assert!(swrod("elinks = 40\n").is_ok());
     let e = swrod("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
     assert!(e.contains("l1.l1id_wrap") && e.contains("swrod"), "{e}");
+    // The same values with the DMA input (and few enough events in flight for a wrap of 4).
+    assert!(PartitionConfig::from_toml(
+        "[ros]\nelinks = 50\n[l1]\nl1id_wrap = 4\n[dcm]\nslots = 64\n",
+        "t.toml"
+    )
+    .is_ok());
+}
+
+/// A wrap whose half extended-L1ID cycle (`l1id_wrap x 128`) does not exceed the events in
+/// flight (`dcm.nodes x dcm.slots + supervisor.clear_group`) is refused, naming the wrap and
+/// the smallest one that would do; fewer slots make the same wrap fine.
+#[test]
+fn the_l1id_cycle_must_hold_the_events_in_flight() {
+    let parse = |text: &str| PartitionConfig::from_toml(text, "t.toml");
+    // Default: 2 DCMs x 256 slots + 100 = 612 in flight; a wrap of 4 gives 512, 5 gives 640.
+    let e = parse("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
     assert!(
-        PartitionConfig::from_toml("[ros]\nelinks = 50\n[l1]\nl1id_wrap = 4\n", "t.toml").is_ok()
+        e.contains("l1.l1id_wrap")
+            && e.contains("612 may be in flight")
+            && e.contains("at least 5"),
+        "{e}"
     );
+    assert!(parse("[l1]\nl1id_wrap = 5\n").is_ok());
+    // One slot fewer in all and the same wrap fits: 2 x 205 + 100 = 510 < 512.
+    assert!(parse("[l1]\nl1id_wrap = 4\n[dcm]\nslots = 205\n").is_ok());
+    assert!(parse("[l1]\nl1id_wrap = 4\n[dcm]\nslots = 206\n").is_err());
+    // A wrap of 1 (every L1ID 0, only the ECR counts): 128 events at most.
+    assert!(
+        parse("[l1]\nl1id_wrap = 1\n[dcm]\nslots = 8\n[supervisor]\nclear_group = 50\n").is_ok()
+    );
+    // A value already refused on its own is not named twice.
+    let e = parse("[l1]\nl1id_wrap = 0\n").unwrap_err();
+    assert_eq!(e.errors().len(), 1, "{e}");
 }
 
 #[test]
@@ -351,6 +381,65 @@ fn output_directories_and_margins_are_checked_naming_the_field() {
     )
     .unwrap();
     c.check_directories().unwrap();
+}
+
+/// A margin of free space that no output directory has left is refused on this host, naming
+/// the field that set the margin and each directory with its free bytes; one directory with
+/// room is enough, and loggers on other hosts are not measured here.
+#[test]
+fn a_margin_larger_than_the_free_space_is_refused_on_this_host() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("not-yet/out");
+    let cfg = |extra: &str| {
+        PartitionConfig::from_toml(
+            &format!("[run]\noutput = {:?}\n{extra}", out.display().to_string()),
+            "t.toml",
+        )
+        .unwrap()
+    };
+    // The default margin (64 MiB) on the test's disk; the path is made by the run.
+    cfg("").check_free_space().unwrap();
+    let e = cfg("[logger]\nmin_free_bytes = 9223372036854775807\n")
+        .check_free_space()
+        .unwrap_err()
+        .to_string();
+    let here = t.path().display().to_string();
+    assert!(
+        e.contains("logger.min_free_bytes")
+            && e.contains(&format!("{:?} has ", out.display().to_string()))
+            && e.contains(&format!("measured at {here} "))
+            && e.contains("bytes free of"),
+        "{e}"
+    );
+    // The fraction sets the margin when it is the larger.
+    let e = cfg("[logger]\nmin_free_bytes = 0\nmin_free_fraction = 0.9999999\n")
+        .check_free_space()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("logger.min_free_fraction"), "{e}");
+    // The loggers' directories instead of run.output; the first may be full if another has
+    // room, which a margin as large as the disk never leaves.
+    let dirs = format!(
+        "[logger]\ndirectories = [{:?}, {:?}]\n",
+        here,
+        t.path().join("b").display().to_string()
+    );
+    cfg(&dirs).check_free_space().unwrap();
+    let e = cfg(&format!("{dirs}min_free_bytes = 9223372036854775807\n"))
+        .check_free_space()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e.matches(" bytes free of ").count(), 2, "{e}");
+    // The loggers elsewhere: their disks are not this host's.
+    let remote = cfg(
+        "[logger]\nmin_free_bytes = 9223372036854775807\n[transport]\nkind = \"tcp\"\n\
+         [hosts]\n\"logger-1\" = \"10.0.0.2\"\n",
+    );
+    remote.check_free_space().unwrap();
+    // `check_here` (what `rodeo run` and `PUT /api/config` ask) refuses it too.
+    assert!(cfg("[logger]\nmin_free_bytes = 9223372036854775807\n")
+        .check_here()
+        .is_err());
 }
 
 #[test]
@@ -683,6 +772,14 @@ fn timeouts_rates_and_fractions_have_ranges() {
         (
             "[control]\ncommand_timeout_ms = 100000000000\n",
             "control.command_timeout_ms",
+        ),
+        (
+            "[control]\ncommand_timeout_ms = 999\n",
+            "control.command_timeout_ms",
+        ),
+        (
+            "[control]\nspawn_timeout_ms = 1\n",
+            "control.spawn_timeout_ms",
         ),
         (
             "[control]\ndead_after_ms = 100000000000\n",
