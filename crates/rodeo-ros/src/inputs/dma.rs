@@ -236,19 +236,38 @@ pub(crate) fn emulated_cards<G: Generator>(
 /// The node's DMA input: per channel an emulated S-LINK card's link writing framed fragments
 /// of `config.fragment_words` data words from event `config.first_event` on, at most `rate_hz`
 /// fragments per second per channel.
+/// A fragment that does not fit (its framed words beyond [`DMA_SUPERPAGE_BYTES`]) is refused
+/// here: the card would never write it, and every event would lack it while the node ran on.
 pub(crate) fn build(
     config: &ChannelSetup<'_>,
     rate_hz: Option<f64>,
 ) -> Result<BuiltInput, NodeError> {
-    emulated_cards(config, rate_hz, 256 * 1024, "emulated", |c| {
-        let mut g = SlinkGenerator::new(SlinkConfig {
-            source_id: config.base_source_id + c as u32,
-            data_words: WordRange::fixed(config.fragment_words),
-            l1id_wrap: config.l1id_wrap,
-            framing: true,
-            ..SlinkConfig::default()
-        });
+    let slink = |c: usize| SlinkConfig {
+        source_id: config.base_source_id + c as u32,
+        data_words: WordRange::fixed(config.fragment_words),
+        l1id_wrap: config.l1id_wrap,
+        framing: true,
+        ..SlinkConfig::default()
+    };
+    let framed = slink(0).fragment_words(config.fragment_words);
+    if framed > DMA_SUPERPAGE_BYTES / 4 {
+        let overhead = framed - config.fragment_words as usize;
+        return Err(NodeError::Config(format!(
+            "{} data words per fragment ({framed} framed as S-LINK) do not fit one DMA \
+             superpage of {} words: at most {} with the DMA input (a larger fragment is never \
+             written and every event would lack it)",
+            config.fragment_words,
+            DMA_SUPERPAGE_BYTES / 4,
+            DMA_SUPERPAGE_BYTES / 4 - overhead
+        )));
+    }
+    emulated_cards(config, rate_hz, DMA_SUPERPAGE_BYTES, "emulated", |c| {
+        let mut g = SlinkGenerator::new(slink(c));
         g.skip(config.first_event);
         g
     })
 }
+
+/// Bytes of each superpage of the node's emulated S-LINK (DMA) cards: the largest framed
+/// fragment they carry (`rodeo_control::config::DMA_SUPERPAGE_BYTES` is this figure).
+pub const DMA_SUPERPAGE_BYTES: usize = 256 * 1024;

@@ -96,6 +96,18 @@ impl SwRodParts {
             )));
         }
         let payload_words = (share - 4) as u32;
+        // A packet longer than the builder's largest is cut, and its fragment never completes:
+        // refused here rather than run with every event lacking this node's fragments.
+        let max_packet = SwRodConfig::default().max_packet_bytes;
+        if packet_len(payload_words) > max_packet {
+            return Err(NodeError::Config(format!(
+                "{} fragment words over {elinks} E-links: packets of {} bytes, beyond the \
+                 fragment builder's largest packet of {max_packet} bytes (raise the E-links or \
+                 lower the fragment words)",
+                config.fragment_words,
+                packet_len(payload_words)
+            )));
+        }
         let sp = SuperpagePool::new(SuperpagePoolConfig {
             superpage_bytes: if rate_hz.is_some() {
                 SWROD_SUPERPAGE_BYTES
