@@ -8,7 +8,7 @@ use super::error::Checks;
 use super::l1::MAX_TIMEOUT_MS;
 
 /// Shortest `control.spawn_timeout_ms` and `control.command_timeout_ms`: a second.
-pub const MIN_PROCESS_TIMEOUT_MS: u64 = 1000;
+pub(super) const MIN_PROCESS_TIMEOUT_MS: u64 = 1000;
 
 /// `[control]`: run control and observability (HTTP API, logs, traces) and how the
 /// controller runs applications as processes.
