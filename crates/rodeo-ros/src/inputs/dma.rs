@@ -236,6 +236,7 @@ pub(crate) fn emulated_cards<G: Generator>(
 /// The node's DMA input: per channel an emulated S-LINK card's link writing framed fragments
 /// of `config.fragment_words` data words from event `config.first_event` on, at most `rate_hz`
 /// fragments per second per channel.
+///
 /// A fragment that does not fit (its framed words beyond [`DMA_SUPERPAGE_BYTES`]) is refused
 /// here: the card would never write it, and every event would lack it while the node ran on.
 pub(crate) fn build(
