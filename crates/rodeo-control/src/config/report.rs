@@ -1,8 +1,7 @@
 //! Everything `rodeo config check` says of a configuration, at once ([`CheckReport`]): the
 //! errors of the file (types in words, every value), the checks on this host (the output
 //! directories and their free space, the memory and threads the partition takes), and the
-//! warnings. A run's start
-//! makes the same checks ([`PartitionConfig::check_here`]).
+//! warnings. A run's start makes the same checks ([`PartitionConfig::check_here`]).
 
 use super::error::{Checks, ConfigError};
 use super::estimate::Machine;
