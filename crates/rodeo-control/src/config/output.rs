@@ -45,8 +45,14 @@ impl PartitionConfig {
     /// not made yet is measured at its nearest existing parent; one whose free space cannot be
     /// read counts as having room (`check_directories` names what is wrong with it). Loggers
     /// placed on other hosts (`[hosts]`) write to their own disks and are not checked here.
+    /// Asked by `config check`, `rodeo run` and `PUT /api/config`; not when a served partition
+    /// prepares its next run (the disk the last run filled to the margin may be freed before
+    /// the start; a run started on a full disk ends at once, "every output directory is full").
     pub fn check_free_space(&self) -> Result<(), ConfigError> {
-        if self.hosts.keys().any(|app| app.starts_with("logger-")) {
+        // A fraction out of range is `validate`'s error, not a margin to measure.
+        if self.hosts.keys().any(|app| app.starts_with("logger-"))
+            || !(0.0..1.0).contains(&self.logger.min_free_fraction)
+        {
             return Ok(());
         }
         let margin = rodeo_dataflow::disks::DiskMargin {

@@ -436,7 +436,13 @@ fn a_margin_larger_than_the_free_space_is_refused_on_this_host() {
          [hosts]\n\"logger-1\" = \"10.0.0.2\"\n",
     );
     remote.check_free_space().unwrap();
-    // `check_here` (what `rodeo run` and `PUT /api/config` ask) refuses it too.
+    // A fraction out of range is left to `validate` (no margin measured from it).
+    for fraction in [1.5, f64::NAN] {
+        let mut c = cfg("[logger]\nmin_free_bytes = 0\n");
+        c.logger.min_free_fraction = fraction;
+        c.check_free_space().unwrap();
+    }
+    // `check_here` (what `PUT /api/config` asks) refuses it too.
     assert!(cfg("[logger]\nmin_free_bytes = 9223372036854775807\n")
         .check_here()
         .is_err());

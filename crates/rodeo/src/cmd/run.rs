@@ -130,6 +130,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     .apply(&mut config);
     // Without an HTTP API nobody can stop the run but Ctrl-C: it must end by itself.
     config.check_ends_by_itself()?;
+    // A margin of free space no output directory has: the run would write nothing. Refused
+    // before the output directory is opened and a run number taken.
+    config.check_free_space()?;
     let mut output = OutputDir::open(
         std::path::Path::new(&config.run.output),
         &rodeo_run::lock::this_command(),
