@@ -332,7 +332,11 @@ fn a_run_directory_made_read_only_mid_run_ends_the_run_in_order_with_its_counts(
         }
     }
     let t0 = Instant::now();
-    let (out, v, _dir) = run.finish(Duration::from_secs(60));
+    let (out, v, dir) = run.finish(Duration::from_secs(60));
+    // Dropped in this order (a tuple's fields go first to last): the directory made mutable
+    // again, then the temporary directory removed. The other way round the removal failed on
+    // the immutable run directory and the tree stayed in /tmp.
+    let _cleanup = (_undo, dir);
     // In order and soon (not at the end of the 30 s it was given), non-zero.
     assert!(!out.status.success(), "{v}\n{}", out.stderr);
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
