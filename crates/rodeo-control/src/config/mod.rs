@@ -290,9 +290,8 @@ impl PartitionConfig {
         {
             return;
         }
-        let in_flight = (self.dcm.nodes as u64)
-            .saturating_mul(self.dcm.slots as u64)
-            .saturating_add(self.supervisor.clear_group as u64);
+        let in_flight =
+            (self.events_in_flight() as u64).saturating_add(self.supervisor.clear_group as u64);
         let half_cycle = u64::from(self.l1.l1id_wrap) * 128;
         if half_cycle <= in_flight {
             c.bad(

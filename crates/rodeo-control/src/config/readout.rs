@@ -30,9 +30,9 @@ use super::error::Checks;
 use super::ros::RosInput;
 use super::PartitionConfig;
 
-/// Superpage size of the emulated S-LINK cards of `ros.input = "dma"`
-/// (`rodeo_ros::inputs::dma::build`).
-pub const DMA_SUPERPAGE_BYTES: usize = 256 * 1024;
+/// Superpage size of the emulated S-LINK cards of `ros.input = "dma"` (the readout node's
+/// own figure, with which it refuses a fragment too large).
+pub use rodeo_ros::inputs::dma::DMA_SUPERPAGE_BYTES;
 /// Superpages per channel of the emulated S-LINK and replay cards
 /// (`rodeo_ros::inputs::dma::emulated_cards`, `depth`).
 pub const DMA_SUPERPAGES_PER_CHANNEL: usize = 8;

@@ -63,11 +63,9 @@ impl PartitionConfig {
         c.check(valid);
         c.check(config.check_output());
         c.check(config.check_directories());
-        if was_valid {
-            c.check(config.check_free_space());
-        }
         let mut warnings = Vec::new();
         if was_valid {
+            c.check(config.check_free_space());
             match config.check_resources_on(machine) {
                 Ok(w) => warnings = w,
                 Err(e) => c.push(e),

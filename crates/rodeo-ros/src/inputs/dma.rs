@@ -270,5 +270,5 @@ pub(crate) fn build(
 }
 
 /// Bytes of each superpage of the node's emulated S-LINK (DMA) cards: the largest framed
-/// fragment they carry (`rodeo_control::config::DMA_SUPERPAGE_BYTES` is this figure).
+/// fragment they carry (`config check` refuses a partition's fragments with it).
 pub const DMA_SUPERPAGE_BYTES: usize = 256 * 1024;
