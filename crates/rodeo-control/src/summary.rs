@@ -141,6 +141,10 @@ pub struct RunSummary {
     pub events_resent: u64,
     /// Why the run ended early, if something ended it (the supervisor's death).
     pub ended_by: Option<String>,
+    /// DCMs that died during the run (process mode) and were not replaced, each with why: the
+    /// supervisor reassigned their events as forced accepts and the run went on with the
+    /// others. Not an imbalance, but a loss the verdict counts (`dcm_lost`).
+    pub dcms_lost: Vec<(String, String)>,
     /// Applications that ended without handing back their summary (their counts are not in
     /// this one: the balance sheet takes the supervisor's from its last heartbeat and what
     /// was written from the files).

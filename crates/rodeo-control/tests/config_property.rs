@@ -75,6 +75,8 @@ const SECONDS: &[(&str, bool)] = &[
 ];
 const TIMEOUTS: &[(&str, bool)] = &[
     ("10000", true),
+    ("1000", true),
+    ("999", false),
     ("0", false),
     ("9223372036854775807", false),
     ("-5", false),

@@ -41,6 +41,7 @@
 //! binary: the DCM talks to it only through the protocol (`rodeo-transport`'s messages), and
 //! its clients (the ROSTester, the studies) sit above it.
 
+pub mod cli_values;
 pub mod inputs;
 pub mod node;
 pub mod server;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use rodeo_transport::socket::Transport;
 use serde_json::{json, Value};
 
+use crate::cli_values;
 use crate::inputs::Payload;
 use crate::node::{NodeConfig, NodeError, NodeInput, ReadoutNode};
 use crate::server::{DirectClient, Stopped};
@@ -42,7 +43,7 @@ pub struct NodeArgs {
     pub payload: PayloadKind,
     /// Fragments per second per channel at most (`--input dma`; with `--input swrod` events
     /// per second per ROB, about; default unlimited).
-    #[arg(long, value_name = "HZ")]
+    #[arg(long, value_name = "HZ", value_parser = cli_values::rate_hz)]
     pub input_rate: Option<f64>,
     /// With `--input swrod`: E-links per ROB (1..=2048), one packet each per event; the
     /// packets share `--fragment-words` (each carries W / N - 4 payload words, at least 1).
@@ -56,10 +57,12 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 1)]
     pub io_threads: u32,
     /// Request descriptors (requests in flight at most).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub descriptors: usize,
     /// How long a request waits for missing fragments, in milliseconds.
-    #[arg(long, default_value_t = 200, value_name = "MS")]
+    #[arg(long, default_value_t = 200, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub pending_timeout_ms: u64,
     /// File receiving unreadable fragments (rate-limited to 10 per second).
     #[arg(long, value_name = "PATH")]
@@ -73,7 +76,8 @@ pub struct NodeArgs {
     /// Largest incoming message, in bytes; a peer sending a larger one is disconnected
     /// (default: from the protocol, a DataRequest for every channel or a Clear of 100000
     /// L1IDs, about 400 kB).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1 << 30))]
     pub max_message_bytes: Option<usize>,
 }
 

@@ -6,6 +6,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use rodeo_ros::cli_values;
 use rodeo_ros::server::DirectClient;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{SocketKind, Transport};
@@ -19,22 +20,24 @@ use crate::run as tester;
 #[derive(Debug, Clone, clap::Args)]
 pub struct MixArgs {
     /// Probability of an L2 (RoI) request per event.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, value_parser = cli_values::fraction)]
     pub l2_fraction: f64,
     /// ROBs per L2 request.
     #[arg(long, default_value_t = 4)]
     pub roi_size: usize,
     /// Probability of an event-building request (the ROBs not yet requested) per event.
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.2, value_parser = cli_values::fraction)]
     pub eb_fraction: f64,
     /// L1IDs per Clear message.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub clear_group: usize,
     /// Requests in flight at most, per tester thread.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_outstanding: usize,
     /// Events per second at most, per tester thread.
-    #[arg(long, value_name = "HZ")]
+    #[arg(long, value_name = "HZ", value_parser = cli_values::rate_hz)]
     pub max_rate: Option<f64>,
     /// Tester instances sharing the node (L1IDs interleave).
     #[arg(long, default_value_t = 1)]
@@ -43,14 +46,14 @@ pub struct MixArgs {
     #[arg(long, default_value_t = 0)]
     pub instance: u32,
     /// Tester threads in this process (each a sub-instance).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: u32,
     /// Events per thread (default: run for --seconds).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     /// Events the testers completed (all their fragments received, cleared).
     pub events: Option<u64>,
     /// Seconds to run.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = cli_values::seconds)]
     /// Wall-clock seconds of the run.
     pub seconds: f64,
     /// Re-asks for FRAGMENT_PENDING fragments.

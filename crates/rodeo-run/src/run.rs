@@ -112,18 +112,15 @@ impl std::fmt::Debug for Run {
 }
 
 impl Run {
-    /// Takes a run number in `output`, checks `config`, writes the configuration snapshot and
-    /// builds the partition (not yet brought up). Refused, before anything is written, when
-    /// the configuration fails its checks or the run directory exists.
-    pub fn new(
-        output: &OutputDir,
-        mut config: PartitionConfig,
-        options: RunOptions,
-    ) -> anyhow::Result<Run> {
-        config.run.output = output.path().display().to_string();
-        let next_free = output.next_run_number()?;
-        config.run.number = options.run_number.unwrap_or(next_free);
-        if options.mode == Mode::Processes {
+    /// Checks `config` as a run in `mode` takes it, before any run directory or run number:
+    /// the transport a `--processes` run uses on one host (shared memory unless the
+    /// configuration says otherwise, which this sets), what that mode cannot run, every
+    /// field (`validate`), what this host can give the partition (memory, cores: the
+    /// warnings are returned) and the output directories (writable or creatable).
+    /// [`Run::new`] calls it; `rodeo run` calls it first too, so that a refused configuration
+    /// leaves no output directory behind.
+    pub fn check_config(config: &mut PartitionConfig, mode: Mode) -> anyhow::Result<Vec<String>> {
+        if mode == Mode::Processes {
             if config.l1.mode == L1Mode::Readout {
                 anyhow::bail!(
                     "l1.mode = \"readout\" (the data-driven L1) reads the readout nodes' \
@@ -143,8 +140,28 @@ impl Run {
         }
         config.validate()?;
         // What this host can give the partition (memory, cores): refused here, before any
-        // data is taken, as `rodeo config check` refuses it; warnings logged.
-        for warning in config.check_resources()? {
+        // data is taken, as `rodeo config check` refuses it.
+        let warnings = config.check_resources()?;
+        // The loggers' output directories, like run.output: writable or creatable. (Their free
+        // space is `rodeo run`'s check, not here: a served partition prepares its next run as
+        // one ends, often on the disk that run filled to the margin and that may be freed
+        // before the start.)
+        config.check_directories()?;
+        Ok(warnings)
+    }
+
+    /// Takes a run number in `output`, checks `config`, writes the configuration snapshot and
+    /// builds the partition (not yet brought up). Refused, before anything is written, when
+    /// the configuration fails its checks or the run directory exists.
+    pub fn new(
+        output: &OutputDir,
+        mut config: PartitionConfig,
+        options: RunOptions,
+    ) -> anyhow::Result<Run> {
+        config.run.output = output.path().display().to_string();
+        let next_free = output.next_run_number()?;
+        config.run.number = options.run_number.unwrap_or(next_free);
+        for warning in Run::check_config(&mut config, options.mode)? {
             tracing::warn!("{warning}");
         }
         let layout = Layout::new(&config);
@@ -158,11 +175,6 @@ impl Run {
                 config.run.number,
             );
         }
-        // The loggers' output directories, like run.output: writable or creatable. (Their free
-        // space is `rodeo run`'s check, not here: a served partition prepares its next run as
-        // one ends, often on the disk that run filled to the margin and that may be freed
-        // before the start.)
-        config.check_directories()?;
         let snapshot = write_snapshot(&layout, &config)?;
         let built = build(&config, &options, snapshot);
         let (partition, embedded, controller, forwarder) = match built {
@@ -258,11 +270,9 @@ impl Run {
         self.clean_up_runtime();
         if let (Some(c), Ok(summary)) = (&self.controller, &result) {
             for (name, why) in c.dead_apps() {
-                // A DCM that died: its events were reassigned; not an imbalance, but worth
-                // saying.
-                if name.starts_with("dcm") {
-                    eprintln!("note: {name} died ({why}); its events were reassigned");
-                } else {
+                // A DCM that died is a problem of the sheet (`dcm_lost`); the others are
+                // said here.
+                if !summary.dcms_lost.iter().any(|(dcm, _)| *dcm == name) {
                     eprintln!("note: {name} died ({why})");
                 }
             }

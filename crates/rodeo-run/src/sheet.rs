@@ -469,6 +469,20 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
             "the run took no L1 accept: nothing was read out, built or written".into(),
         ));
     }
+    for (name, why) in &s.dcms_lost {
+        // Not a loss of events (the supervisor reassigned them), but of a DCM: the run went
+        // on with fewer, its events came back as forced accepts (not the trigger's decision).
+        out.push(Problem::new(
+            ProblemKind::DcmLost,
+            None,
+            Some(name.clone()),
+            format!(
+                "{name} died during the run ({why}): its events were reassigned as forced \
+                 accepts ({} in the run) and the run went on without it",
+                s.forced_accepts
+            ),
+        ));
+    }
     if s.events_short_unflagged > 0 {
         out.push(Problem::new(
             ProblemKind::Incomplete,

@@ -9,7 +9,7 @@
 //! - **degraded** when it balances but with losses that are counted: partial events, link
 //!   errors, inputs that never delivered, closed early, were lost or went silent, L1 accepts
 //!   the partition could not take, applications restarted into the run, a readout node that
-//!   died during the stop, or no L1 accept at all (a run stopped before its first event, or
+//!   died during the stop, a DCM that died (its events reassigned), or no L1 accept at all (a run stopped before its first event, or
 //!   one whose partition never started taking events);
 //! - **ok** otherwise.
 
@@ -66,6 +66,9 @@ pub enum ProblemKind {
     Restarts,
     /// A readout node that died during the run's stop, too late to be restarted.
     DiedAtStop,
+    /// A DCM that died during the run: its events were reassigned as forced accepts and the
+    /// run went on with the other DCMs.
+    DcmLost,
     /// The run took no L1 accept: it balances trivially, but read out nothing.
     NoEvents,
     /// A problem written by an older rodeo, kept as its text.
@@ -88,6 +91,7 @@ impl ProblemKind {
             | ProblemKind::L1Missed
             | ProblemKind::Restarts
             | ProblemKind::DiedAtStop
+            | ProblemKind::DcmLost
             | ProblemKind::NoEvents => Verdict::Degraded,
         }
     }

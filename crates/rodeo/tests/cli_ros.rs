@@ -305,3 +305,39 @@ fn sigterm_ends_a_ros_process_within_a_second_beside_a_client_that_never_reads()
     );
     drop(bad);
 }
+
+/// Values no type refuses (non-finite, huge, zero) are refused by the option's parser, naming
+/// the option, before anything starts: until 2026-12-03 `--seconds nan` or `1e300` panicked in
+/// `Duration::from_secs_f64`, `--descriptors 18446744073709551615` aborted allocating, and
+/// `--max-outstanding 0` or `--events 0` ran nothing and exited 0.
+#[test]
+fn hostile_option_values_are_refused_naming_the_option() {
+    for (cmd, option, value) in [
+        (&["tester"][..], "--seconds", "nan"),
+        (&["tester"][..], "--seconds", "1e300"),
+        (&["tester"][..], "--descriptors", "18446744073709551615"),
+        (&["tester"][..], "--clear-group", "18446744073709551615"),
+        (&["tester"][..], "--max-outstanding", "0"),
+        (&["tester"][..], "--events", "0"),
+        (&["tester"][..], "--eb-fraction", "nan"),
+        (&["tester"][..], "--l2-fraction", "1.5"),
+        (&["tester"][..], "--max-rate", "inf"),
+        (&["tester"][..], "--input-rate", "nan"),
+        (&["tester"][..], "--pending-timeout-ms", "18446744073709551615"),
+        (&["bench", "ros"][..], "--seconds", "nan"),
+        (&["bench", "dma"][..], "--seconds", "1e300"),
+        (&["bench", "transport"][..], "--seconds", "nan"),
+        (&["cards"][..], "--seconds", "inf"),
+        (&["monitor", "tcp://127.0.0.1:9"][..], "--seconds", "1e300"),
+    ] {
+        let o = rodeo!().args(cmd).args([option, value]).output();
+        let what = format!("{cmd:?} {option} {value}");
+        assert_eq!(o.status.code(), Some(2), "{what}: {}", o.text());
+        assert!(
+            o.stderr.contains("invalid value") && o.stderr.contains(option),
+            "{what}: {}",
+            o.text()
+        );
+        assert!(!o.stderr.contains("panicked"), "{what}: {}", o.text());
+    }
+}

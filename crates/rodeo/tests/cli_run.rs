@@ -246,6 +246,20 @@ fn killing_a_dcm_process_loses_no_event() {
         v["accepted"].as_u64().unwrap() + v["forced_accepts"].as_u64().unwrap()
     );
     assert_eq!(global_ids(&v).len() as u64, written);
+    // Not "ok": the run lost a DCM (until 2026-12-03 only a note on stderr said so).
+    assert_eq!(v["verdict"], "degraded", "{v}");
+    let lost: Vec<&Value> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "dcm_lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{v}");
+    assert_eq!(lost[0]["where"], "dcm-1", "{v}");
+    assert!(
+        lost[0]["text"].as_str().unwrap().contains("reassigned"),
+        "{v}"
+    );
 }
 
 /// Starts `rodeo run --processes --seconds 120` in `dir` (the partition of [`start_writing`]
@@ -479,6 +493,18 @@ fn config_check_refuses_what_cannot_run() {
         .output();
     assert!(!o.status.success(), "{}", o.text());
     assert!(o.stderr.contains("logger.min_free_bytes"), "{}", o.text());
+    assert!(!out.exists(), "{}", o.text());
+    // What only `--processes` cannot run (the data-driven L1 reads the readout nodes in the
+    // supervisor's process): refused before the output directory is opened too (until
+    // 2026-12-03 it was left with `runs.sqlite` and its lock).
+    let cfg = dir.path().join("readout.toml");
+    std::fs::write(&cfg, format!("{run}[l1]\nmode = \"readout\"\n")).unwrap();
+    let o = rodeo!()
+        .args(["run", "--processes", "--events", "1000", "--config"])
+        .arg(&cfg)
+        .output();
+    assert!(!o.status.success(), "{}", o.text());
+    assert!(o.stderr.contains("without --processes"), "{}", o.text());
     assert!(!out.exists(), "{}", o.text());
 
     // --bind: a port held by someone else is named.

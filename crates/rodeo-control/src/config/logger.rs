@@ -102,6 +102,18 @@ impl LoggerSection {
                 );
             }
         }
+        // Two streams of one name write files nobody can tell apart (the sequence numbers are
+        // the logger's): the trigger's shares between them are lost in the files.
+        for (i, st) in self.streams.iter().enumerate() {
+            if self.streams[..i].contains(st) {
+                c.bad(
+                    "logger.streams",
+                    format!("{st:?} twice"),
+                    "each stream name once (a stream's files carry its name: two streams of \
+                     one name cannot be told apart)",
+                );
+            }
+        }
         if self.max_file_mib == 0 || self.max_file_mib > 1 << 24 {
             c.bad(
                 "logger.max_file_mib",

@@ -775,6 +775,16 @@ fn timeouts_rates_and_fractions_have_ranges() {
             "[supervisor]\nevent_timeout_ms = 18446744073709551615\n",
             "supervisor.event_timeout_ms",
         ),
+        // Shorter than an event's ordinary latency on a busy host: its events come out
+        // partial (20 ms did on a quiet one).
+        (
+            "[supervisor]\nevent_timeout_ms = 999\n",
+            "supervisor.event_timeout_ms",
+        ),
+        (
+            "[supervisor]\nevent_timeout_ms = 1\n",
+            "supervisor.event_timeout_ms",
+        ),
         (
             "[control]\ncommand_timeout_ms = 100000000000\n",
             "control.command_timeout_ms",
@@ -830,6 +840,10 @@ fn timeouts_rates_and_fractions_have_ranges() {
         ),
         ("[transport]\nhost = \"a b\"\n", "transport.host"),
         (
+            "[logger]\nstreams = [\"a\", \"b\", \"a\"]\n",
+            "logger.streams",
+        ),
+        (
             "[hosts]\n\"dcm-1\" = \"10.0.0.1:22\"\n[transport]\nkind = \"tcp\"\n",
             "hosts",
         ),
@@ -837,6 +851,8 @@ fn timeouts_rates_and_fractions_have_ranges() {
         let (e, f) = refused(text);
         assert!(f.iter().any(|x| x == field), "{text}: {e}");
     }
+    // The shortest event timeout is accepted.
+    PartitionConfig::from_toml("[supervisor]\nevent_timeout_ms = 1000\n", "t.toml").unwrap();
     // The SW ROD's largest packet: 16 KiB per E-link.
     let (e, f) = refused("[ros]\ninput = \"swrod\"\nelinks = 4\nfragment_words = 20000\n");
     assert_eq!(f, ["ros.fragment_words"]);

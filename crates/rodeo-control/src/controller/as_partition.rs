@@ -258,6 +258,12 @@ impl Controller {
             &missing,
         );
         s.restarts = t.restarts;
+        s.dcms_lost = t
+            .apps
+            .iter()
+            .filter(|a| a.role == Role::Dcm && a.dead)
+            .map(|a| (a.name.clone(), a.error.clone().unwrap_or_default()))
+            .collect();
         if let Some(why) = &t.ended_by {
             // Without the supervisor's counts the rest of rule 6 cannot hold: say why instead,
             // with its decisions as its last heartbeat had them.

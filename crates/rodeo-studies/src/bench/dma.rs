@@ -81,7 +81,7 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
     /// Seconds measured per point (default 1, or 0.2 with `--quick`).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = rodeo_ros::cli_values::seconds)]
     pub seconds: Option<f64>,
     /// The card's generator mode.
     #[arg(long, value_enum, default_value = "slink")]

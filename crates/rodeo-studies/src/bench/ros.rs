@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "direct")]
     pub transport: BenchTransport,
     /// Seconds per measurement (default 5, or 1 with --quick).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = rodeo_ros::cli_values::seconds)]
     pub seconds: Option<f64>,
     /// Short runs, for smoke tests.
     #[arg(long)]
@@ -72,10 +72,11 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Tester threads.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: u32,
     /// Requests in flight per tester thread.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_outstanding: usize,
     /// Store pages (4 KiB, two fragments each) per channel; default: just enough for every
     /// tester thread's requests in flight and clear group, so the pages stay in cache (the

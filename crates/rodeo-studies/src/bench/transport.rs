@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub transport: Option<String>,
     /// Seconds per point.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = rodeo_ros::cli_values::seconds)]
     pub seconds: f64,
     /// Print one JSON object instead of a table.
     #[arg(long)]

@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR", default_value = "rodeo-study")]
     pub output: PathBuf,
     /// Seconds per measured point (default depends on the study and --quick).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = rodeo_ros::cli_values::seconds)]
     pub seconds: Option<f64>,
     /// Measurements of each point, the points interleaved and the median kept (`ros`: 9 with
     /// --quick, else 5; `sfi`, `slice`, `dma`: 5; `pool`: 3 repetitions of the table).

@@ -28,7 +28,7 @@ use super::gen_link::ModeArg;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Seconds to run the cards before reporting.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = rodeo_ros::cli_values::seconds)]
     seconds: f64,
     /// Print one JSON object instead of a table.
     #[arg(long)]

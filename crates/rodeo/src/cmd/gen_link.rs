@@ -59,14 +59,16 @@ pub(crate) struct LinkArgs {
     send: Option<String>,
     /// Units per second when sending (0: as fast as the network takes them). Paced, each unit
     /// leaves at once (no batching), as a front-end's would.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = rodeo_ros::cli_values::rate_hz_or_zero)]
     rate: f64,
     /// When sending over TCP: keep trying to connect for this long while the receiver is not
     /// listening yet (a partition still starting), every 100 ms.
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS",
+          value_parser = rodeo_ros::cli_values::seconds_or_zero)]
     retry_seconds: f64,
     /// Fraction of units corrupted (0..1), cycling through every error kind that applies.
-    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION",
+          value_parser = rodeo_ros::cli_values::fraction)]
     corrupt: f64,
     /// FELIX: number of E-links (numbered 0, 1, ...).
     #[arg(long, default_value_t = 8)]
@@ -129,11 +131,6 @@ enum Sink {
 }
 
 pub(crate) fn run(args: LinkArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&args.corrupt),
-        "--corrupt {} is not a fraction: give a value in 0..1",
-        args.corrupt
-    );
     let trailer = match args.trailer_bits {
         TrailerArg::Bits16 => TrailerSize::Bits16,
         TrailerArg::Bits32 => TrailerSize::Bits32,

@@ -16,7 +16,7 @@ pub(crate) struct Args {
     /// of the partition; a wildcard host `*` means this host).
     url: String,
     /// Stop after this many seconds (0: until Ctrl-C).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = rodeo_ros::cli_values::seconds_or_zero)]
     seconds: f64,
     /// Stop after this many samples (0: no limit).
     #[arg(long, default_value_t = 0)]

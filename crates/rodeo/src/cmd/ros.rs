@@ -26,7 +26,7 @@ pub(crate) struct Args {
     #[command(flatten)]
     node: NodeArgs,
     /// Stop after this many seconds (default: serve until interrupted).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = rodeo_ros::cli_values::seconds)]
     seconds: Option<f64>,
     /// Print the final counters as one JSON object.
     #[arg(long)]

@@ -130,18 +130,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     .apply(&mut config);
     // Without an HTTP API nobody can stop the run but Ctrl-C: it must end by itself.
     config.check_ends_by_itself()?;
-    // A margin of free space no output directory has: the run would write nothing. Refused
-    // before the output directory is opened and a run number taken.
-    config.check_free_space()?;
-    let mut output = OutputDir::open(
-        std::path::Path::new(&config.run.output),
-        &rodeo_run::lock::this_command(),
-    )?;
     let mode = if args.processes {
         Mode::Processes
     } else {
         Mode::Embedded
     };
+    // Every check that needs no output directory, before it is opened (a refused
+    // configuration leaves no `runs.sqlite` behind); `Run::new` makes them again and logs the
+    // warnings. A margin of free space no output directory has: the run would write nothing.
+    Run::check_config(&mut config.clone(), mode)?;
+    config.check_free_space()?;
+    let mut output = OutputDir::open(
+        std::path::Path::new(&config.run.output),
+        &rodeo_run::lock::this_command(),
+    )?;
     let mut options = RunOptions::new(mode, started_by("rodeo run"));
     options.run_number = args.run_number;
     options.trace_every = args.trace.is_some().then_some(config.control.trace_every);

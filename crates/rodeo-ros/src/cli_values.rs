@@ -1,0 +1,100 @@
+//! Value parsers for command-line options (clap `value_parser`s) that a type alone does not
+//! bound: seconds, rates and fractions as finite numbers in a range, so that a value such as
+//! `nan`, `inf` or `1e300` is refused naming the option instead of reaching
+//! `Duration::from_secs_f64` (which panics) or running forever. The integer options take clap's
+//! own ranged parsers (`value_parser!(u64).range(..)`); these share one wording with the
+//! configuration's checks (`rodeo config check`).
+
+/// Longest run an option may ask for: a year, as `run.seconds` in the configuration.
+pub const MAX_SECONDS: f64 = 31_536_000.0;
+/// Lowest and highest rate an option may ask for, as `l1.rate_hz` in the configuration.
+pub const RATE_HZ: (f64, f64) = (0.001, 1e9);
+
+/// A finite number, or what it is not.
+fn number(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (such as 2, 0.5 or 1e6)"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not a finite number"))
+    }
+}
+
+/// Seconds: more than 0, at most a year.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    let v = number(s)?;
+    if v > 0.0 && v <= MAX_SECONDS {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{s} seconds: more than 0 and at most {MAX_SECONDS} (a year) needed"
+        ))
+    }
+}
+
+/// Seconds where 0 has a meaning of its own (until stopped, no wait): 0 to a year.
+pub fn seconds_or_zero(s: &str) -> Result<f64, String> {
+    let v = number(s)?;
+    if (0.0..=MAX_SECONDS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} seconds: 0 to {MAX_SECONDS} (a year) needed"))
+    }
+}
+
+/// A rate in Hz: 0.001 to 1e9 (below, the first event would never come).
+pub fn rate_hz(s: &str) -> Result<f64, String> {
+    let v = number(s)?;
+    if (RATE_HZ.0..=RATE_HZ.1).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} Hz: 0.001 to 1e9 needed"))
+    }
+}
+
+/// A rate in Hz where 0 means "as fast as it goes": 0, or 0.001 to 1e9.
+pub fn rate_hz_or_zero(s: &str) -> Result<f64, String> {
+    let v = number(s)?;
+    if v == 0.0 || (RATE_HZ.0..=RATE_HZ.1).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} Hz: 0 (unlimited) or 0.001 to 1e9 needed"))
+    }
+}
+
+/// A fraction or probability: 0 to 1.
+pub fn fraction(s: &str) -> Result<f64, String> {
+    let v = number(s)?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s}: a fraction from 0 to 1 needed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_huge_and_out_of_range_values_are_refused_in_words() {
+        for bad in ["nan", "inf", "-inf", "1e300", "-1", "0", "x", ""] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(seconds("2.5"), Ok(2.5));
+        assert_eq!(seconds_or_zero("0"), Ok(0.0));
+        assert!(seconds_or_zero("nan").is_err());
+        assert!(seconds("31536001").unwrap_err().contains("a year"));
+        assert!(rate_hz("0").is_err());
+        assert_eq!(rate_hz_or_zero("0"), Ok(0.0));
+        assert!(rate_hz_or_zero("0.0001").is_err());
+        assert!(rate_hz("1e10").is_err());
+        assert_eq!(rate_hz("100"), Ok(100.0));
+        assert!(fraction("1.5").is_err());
+        assert!(fraction("nan").unwrap_err().contains("finite"));
+        assert_eq!(fraction("0.2"), Ok(0.2));
+    }
+}
