@@ -323,12 +323,26 @@ fn hostile_option_values_are_refused_naming_the_option() {
         (&["tester"][..], "--l2-fraction", "1.5"),
         (&["tester"][..], "--max-rate", "inf"),
         (&["tester"][..], "--input-rate", "nan"),
-        (&["tester"][..], "--pending-timeout-ms", "18446744073709551615"),
+        (
+            &["tester"][..],
+            "--pending-timeout-ms",
+            "18446744073709551615",
+        ),
         (&["bench", "ros"][..], "--seconds", "nan"),
         (&["bench", "dma"][..], "--seconds", "1e300"),
         (&["bench", "transport"][..], "--seconds", "nan"),
         (&["cards"][..], "--seconds", "inf"),
         (&["monitor", "tcp://127.0.0.1:9"][..], "--seconds", "1e300"),
+        (&["bench", "logger"][..], "--mib", "18446744073709551615"),
+        (&["bench", "logger"][..], "--batch", "0"),
+        (
+            &["bench", "transport"][..],
+            "--bytes",
+            "18446744073709551615",
+        ),
+        (&["bench", "swrod"][..], "--packets", "18446744073709551615"),
+        (&["bench", "swrod"][..], "--reps", "0"),
+        (&["bench", "pool"][..], "--repeat", "18446744073709551615"),
     ] {
         let o = rodeo!().args(cmd).args([option, value]).output();
         let what = format!("{cmd:?} {option} {value}");
@@ -340,4 +354,14 @@ fn hostile_option_values_are_refused_naming_the_option() {
         );
         assert!(!o.stderr.contains("panicked"), "{what}: {}", o.text());
     }
+    // A logger bench that would take most of its disk (16 TiB a row) is refused before it
+    // writes anything: it must not fill the disk others write to.
+    let dir = tempfile::tempdir().unwrap();
+    let o = rodeo!()
+        .args(["bench", "logger", "--mib", "16777216", "--dir"])
+        .arg(dir.path())
+        .output();
+    assert!(!o.status.success(), "{}", o.text());
+    assert!(o.stderr.contains("bytes free"), "{}", o.text());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

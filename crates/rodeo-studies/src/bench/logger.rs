@@ -60,10 +60,12 @@ pub struct Args {
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub dir: PathBuf,
     /// MiB written per row (and by each baseline).
-    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    #[arg(long, default_value_t = 1024, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MIB))]
     pub mib: u64,
     /// Events per group commit (`fdatasync`), as the logger's `batch`.
-    #[arg(long, default_value_t = 256, value_name = "N")]
+    #[arg(long, default_value_t = 256, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
     /// One event size instead of the default set, in bytes (a multiple of 4).
     #[arg(long, value_name = "BYTES")]
@@ -87,10 +89,33 @@ struct Row {
     direct_io: bool,
 }
 
+/// Most MiB a row may write: 16 TiB (`args.mib << 20` fits a u64 far below this).
+const MAX_MIB: u64 = 1 << 24;
+/// Share of the directory's free space a row may take: the bench must not fill the disk
+/// others write to (each row's file is removed before the next row).
+const MAX_FREE_SHARE: f64 = 0.8;
+
 /// Runs the bench; see the module documentation.
 pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
-    anyhow::ensure!(args.mib > 0, "--mib must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_MIB).contains(&args.mib),
+        "--mib {}: 1 to {MAX_MIB} needed",
+        args.mib
+    );
     anyhow::ensure!(args.batch > 0, "--batch must be at least 1");
+    // A row (and each dd baseline) writes one file of `mib` MiB and a little more; refused
+    // before anything is written when it would take most of the disk's free space.
+    let need = (args.mib << 20) + (64 << 20);
+    if let Some(free) = rodeo_files::space::available_near(&args.dir) {
+        anyhow::ensure!(
+            need as f64 <= MAX_FREE_SHARE * free as f64,
+            "--mib {}: a row writes {need} bytes in {}, which has {free} bytes free; give at \
+             most {} MiB (80% of the free space) or another --dir",
+            args.mib,
+            args.dir.display(),
+            ((MAX_FREE_SHARE * free as f64) as u64).saturating_sub(64 << 20) >> 20,
+        );
+    }
     let sizes: Vec<usize> = match args.event_bytes {
         Some(b) => {
             anyhow::ensure!(
