@@ -10,6 +10,12 @@ pub const MAX_SECONDS: f64 = 31_536_000.0;
 /// Lowest and highest rate an option may ask for, as `l1.rate_hz` in the configuration.
 pub const RATE_HZ: (f64, f64) = (0.001, 1e9);
 
+/// A count (`usize`) within `range`: clap's ranged parser, which names the range when a value
+/// falls outside it (`0 is not in 1..=1000`).
+pub fn count(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(range)
+}
+
 /// A finite number, or what it is not.
 fn number(s: &str) -> Result<f64, String> {
     let v: f64 = s

@@ -58,7 +58,7 @@ pub struct NodeArgs {
     pub io_threads: u32,
     /// Request descriptors (requests in flight at most).
     #[arg(long, default_value_t = 1024,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+          value_parser = cli_values::count(1..=1_000_000))]
     pub descriptors: usize,
     /// How long a request waits for missing fragments, in milliseconds.
     #[arg(long, default_value_t = 200, value_name = "MS",
@@ -77,7 +77,7 @@ pub struct NodeArgs {
     /// (default: from the protocol, a DataRequest for every channel or a Clear of 100000
     /// L1IDs, about 400 kB).
     #[arg(long, value_name = "BYTES",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=1 << 30))]
+          value_parser = cli_values::count(1024..=1 << 30))]
     pub max_message_bytes: Option<usize>,
 }
 

@@ -30,11 +30,11 @@ pub struct MixArgs {
     pub eb_fraction: f64,
     /// L1IDs per Clear message.
     #[arg(long, default_value_t = 100,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+          value_parser = cli_values::count(1..=100_000))]
     pub clear_group: usize,
     /// Requests in flight at most, per tester thread.
     #[arg(long, default_value_t = 256,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+          value_parser = cli_values::count(1..=100_000))]
     pub max_outstanding: usize,
     /// Events per second at most, per tester thread.
     #[arg(long, value_name = "HZ", value_parser = cli_values::rate_hz)]

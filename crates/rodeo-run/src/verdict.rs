@@ -9,8 +9,8 @@
 //! - **degraded** when it balances but with losses that are counted: partial events, link
 //!   errors, inputs that never delivered, closed early, were lost or went silent, L1 accepts
 //!   the partition could not take, applications restarted into the run, a readout node that
-//!   died during the stop, a DCM that died (its events reassigned), or no L1 accept at all (a run stopped before its first event, or
-//!   one whose partition never started taking events);
+//!   died during the stop, a DCM that died (its events reassigned), or no L1 accept at all (a
+//!   run stopped before its first event, or one whose partition never started taking events);
 //! - **ok** otherwise.
 
 use serde::{Deserialize, Serialize};

@@ -94,7 +94,7 @@ pub struct Args {
     /// new order); a row gives the median over them and their spread. Default 3 (1 with
     /// `--quick`): a single second of a cache-sized point can land a few percent either side
     /// of its baseline on a shared machine; the median of three does not.
-    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    #[arg(long, value_name = "N", value_parser = rodeo_ros::cli_values::count(1..=1000))]
     pub repeat: Option<usize>,
 }
 

@@ -58,7 +58,8 @@ pub struct Args {
     pub touch_mib: Option<usize>,
     /// Repetitions of the whole table; each statistic of a row is the median over them, which
     /// damps one-off scheduler preemptions equally for every allocator.
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    #[arg(long, default_value_t = 3, value_name = "N",
+          value_parser = rodeo_ros::cli_values::count(1..=1000))]
     pub repeat: usize,
     /// Pages backing the rodeo pool's regions.
     #[arg(long, value_enum, default_value_t = Huge::None)]

@@ -76,7 +76,7 @@ pub struct Args {
     pub threads: u32,
     /// Requests in flight per tester thread.
     #[arg(long, default_value_t = 128,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+          value_parser = rodeo_ros::cli_values::count(1..=100_000))]
     pub max_outstanding: usize,
     /// Store pages (4 KiB, two fragments each) per channel; default: just enough for every
     /// tester thread's requests in flight and clear group, so the pages stay in cache (the

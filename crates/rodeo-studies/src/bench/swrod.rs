@@ -63,7 +63,7 @@ pub struct Args {
     pub elinks: Option<usize>,
     /// Packet payload bytes (a multiple of 4; the packet adds an 8-byte header); sweeps 8..64
     /// when not given.
-    #[arg(long, value_name = "B", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(4..=16_384))]
+    #[arg(long, value_name = "B", value_parser = rodeo_ros::cli_values::count(4..=16_384))]
     pub packet_bytes: Option<usize>,
     /// Receiving threads (1..=8); sweeps 1 and 2 when not given.
     #[arg(long, value_name = "T")]
@@ -73,7 +73,7 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub packets: u64,
     /// Timed repetitions per point (best and median reported).
-    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    #[arg(long, default_value_t = 5, value_parser = rodeo_ros::cli_values::count(1..=1000))]
     pub reps: usize,
     /// Pin receiving thread i to CPU i.
     #[arg(long)]

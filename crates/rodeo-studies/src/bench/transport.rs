@@ -64,7 +64,7 @@ const TRANSPORTS: &[&str] = &[
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Message size in bytes; sweeps 64 B, 1 KiB, 12 KiB, 96 KiB when not given.
-    #[arg(long, value_name = "B", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=16 << 20))]
+    #[arg(long, value_name = "B", value_parser = rodeo_ros::cli_values::count(1..=16 << 20))]
     pub bytes: Option<usize>,
     /// One transport (direct, iceoryx2, iceoryx2_single, iceoryx2_raw, zmq_ipc, zmq_tcp, tcp,
     /// stream_tcp, stream_tls); all when not given.
