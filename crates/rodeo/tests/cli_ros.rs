@@ -343,6 +343,12 @@ fn hostile_option_values_are_refused_naming_the_option() {
         (&["bench", "swrod"][..], "--packets", "18446744073709551615"),
         (&["bench", "swrod"][..], "--reps", "0"),
         (&["bench", "pool"][..], "--repeat", "18446744073709551615"),
+        // Ran as one E-link, silently.
+        (
+            &["gen", "link", "--mode", "felix", "--units", "1"][..],
+            "--elinks",
+            "0",
+        ),
     ] {
         let o = rodeo!().args(cmd).args([option, value]).output();
         let what = format!("{cmd:?} {option} {value}");

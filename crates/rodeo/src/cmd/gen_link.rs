@@ -70,8 +70,8 @@ pub(crate) struct LinkArgs {
     #[arg(long, default_value_t = 0.0, value_name = "FRACTION",
           value_parser = rodeo_ros::cli_values::fraction)]
     corrupt: f64,
-    /// FELIX: number of E-links (numbered 0, 1, ...).
-    #[arg(long, default_value_t = 8)]
+    /// FELIX: number of E-links (numbered 0, 1, ...; 1..=2048, the 11-bit E-link numbers).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=2048))]
     elinks: u16,
     /// FELIX: payload words per packet, N or MIN..MAX (uniform).
     #[arg(long, default_value = "62", value_parser = parse_range)]
@@ -185,7 +185,7 @@ pub(crate) fn run(args: LinkArgs) -> anyhow::Result<ExitCode> {
     let summary = match args.mode {
         ModeArg::Felix => {
             let g = FelixGenerator::new(&FelixConfig {
-                elinks: (0..args.elinks.max(1)).collect(),
+                elinks: (0..args.elinks).collect(),
                 payload_words: args.payload_words,
                 block_size: args.block_size,
                 trailer,
