@@ -2,13 +2,25 @@
 //! bound: seconds, rates and fractions as finite numbers in a range, so that a value such as
 //! `nan`, `inf` or `1e300` is refused naming the option instead of reaching
 //! `Duration::from_secs_f64` (which panics) or running forever. The integer options take clap's
-//! own ranged parsers (`value_parser!(u64).range(..)`); these share one wording with the
-//! configuration's checks (`rodeo config check`).
+//! own ranged parsers ([`count`], `value_parser!(u64).range(..)`). The limits here are also the
+//! configuration's (`rodeo_control::config` takes them from this module).
 
-/// Longest run an option may ask for: a year, as `run.seconds` in the configuration.
-pub const MAX_SECONDS: f64 = 31_536_000.0;
-/// Lowest and highest rate an option may ask for, as `l1.rate_hz` in the configuration.
-pub const RATE_HZ: (f64, f64) = (0.001, 1e9);
+/// Longest run an option or `run.seconds` may ask for: a year.
+pub const MAX_SECONDS: f64 = 365.0 * 86_400.0;
+/// The lowest L1 or replay rate taken, in Hz, besides 0 (unlimited): one event in about 17
+/// minutes. Below it a run would wait for its first event without end.
+pub const MIN_RATE_HZ: f64 = 1e-3;
+/// The highest L1 or replay rate taken, in Hz (1 GHz: far above any partition; beyond it the
+/// number is a typing error).
+pub const MAX_RATE_HZ: f64 = 1e9;
+/// The longest timeout, in milliseconds (a day): a deadline further away is a typing error,
+/// and a very large one would overflow the clock.
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// Whether `rate` is 0 (unlimited) or within [`MIN_RATE_HZ`]..=[`MAX_RATE_HZ`].
+pub fn rate_ok(rate: f64) -> bool {
+    rate == 0.0 || (MIN_RATE_HZ..=MAX_RATE_HZ).contains(&rate)
+}
 
 /// A count (`usize`) within `range`: clap's ranged parser, which names the range when a value
 /// falls outside it (`0 is not in 1..=1000`).
@@ -54,7 +66,7 @@ pub fn seconds_or_zero(s: &str) -> Result<f64, String> {
 /// A rate in Hz: 0.001 to 1e9 (below, the first event would never come).
 pub fn rate_hz(s: &str) -> Result<f64, String> {
     let v = number(s)?;
-    if (RATE_HZ.0..=RATE_HZ.1).contains(&v) {
+    if v != 0.0 && rate_ok(v) {
         Ok(v)
     } else {
         Err(format!("{s} Hz: 0.001 to 1e9 needed"))
@@ -64,7 +76,7 @@ pub fn rate_hz(s: &str) -> Result<f64, String> {
 /// A rate in Hz where 0 means "as fast as it goes": 0, or 0.001 to 1e9.
 pub fn rate_hz_or_zero(s: &str) -> Result<f64, String> {
     let v = number(s)?;
-    if v == 0.0 || (RATE_HZ.0..=RATE_HZ.1).contains(&v) {
+    if rate_ok(v) {
         Ok(v)
     } else {
         Err(format!("{s} Hz: 0 (unlimited) or 0.001 to 1e9 needed"))

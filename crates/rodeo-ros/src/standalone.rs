@@ -62,7 +62,7 @@ pub struct NodeArgs {
     pub descriptors: usize,
     /// How long a request waits for missing fragments, in milliseconds.
     #[arg(long, default_value_t = 200, value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+          value_parser = clap::value_parser!(u64).range(1..=cli_values::MAX_TIMEOUT_MS))]
     pub pending_timeout_ms: u64,
     /// File receiving unreadable fragments (rate-limited to 10 per second).
     #[arg(long, value_name = "PATH")]

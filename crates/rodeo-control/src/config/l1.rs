@@ -6,20 +6,10 @@ use serde::{Deserialize, Serialize};
 use super::address::host_port;
 use super::error::{num, Checks};
 
-/// The lowest L1 or replay rate taken, in Hz, besides 0 (unlimited): one event in about 17
-/// minutes. Below it a run would wait for its first event without end.
-pub const MIN_RATE_HZ: f64 = 1e-3;
-/// The highest L1 or replay rate taken, in Hz (1 GHz: far above any partition; beyond it the
-/// number is a typing error).
-pub const MAX_RATE_HZ: f64 = 1e9;
-/// The longest timeout of the configuration, in milliseconds (a day): a deadline further away
-/// is a typing error, and a very large one would overflow the clock.
-pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
-
-/// Whether `rate` is 0 or within [`MIN_RATE_HZ`]..=[`MAX_RATE_HZ`].
-pub(crate) fn rate_ok(rate: f64) -> bool {
-    rate == 0.0 || (MIN_RATE_HZ..=MAX_RATE_HZ).contains(&rate)
-}
+// The rate and timeout limits are the command line's too: one definition, in the readout crate
+// below this one.
+pub(crate) use rodeo_ros::cli_values::rate_ok;
+pub use rodeo_ros::cli_values::{MAX_RATE_HZ, MAX_TIMEOUT_MS, MIN_RATE_HZ};
 
 /// Where L1 accepts come from.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::error::{num, Checks};
 
 /// The longest `run.seconds`: a year (a larger number is a typing error, and a run limit past
-/// it never comes).
-pub const MAX_RUN_SECONDS: f64 = 365.0 * 86_400.0;
+/// it never comes); the command line's `--seconds` limit too.
+pub const MAX_RUN_SECONDS: f64 = rodeo_ros::cli_values::MAX_SECONDS;
 
 /// `[run]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
