@@ -17,6 +17,14 @@ pub const MAX_RATE_HZ: f64 = 1e9;
 /// and a very large one would overflow the clock.
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
+/// ROB channels of one readout node at most (`ros.channels`, `--channels`).
+pub const MAX_CHANNELS: usize = 64;
+
+/// The smallest L1ID wrap (`--l1id-wrap`): the extended L1ID (ECR count in bits 31..24)
+/// repeats every wrap x 256 events, and with a wrap of 1 or 2 two events the tester has in
+/// flight shared one (measured: 1,872 and 1,476 fragments lost in a second; none from 4).
+pub const MIN_L1ID_WRAP: u32 = 4;
+
 /// Whether `rate` is 0 (unlimited) or within [`MIN_RATE_HZ`]..=[`MAX_RATE_HZ`].
 pub fn rate_ok(rate: f64) -> bool {
     rate == 0.0 || (MIN_RATE_HZ..=MAX_RATE_HZ).contains(&rate)

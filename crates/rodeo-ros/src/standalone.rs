@@ -17,8 +17,9 @@ use crate::server::{DirectClient, Stopped};
 /// How a readout node is built (shared by `ros`, `tester` and `bench ros`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeArgs {
-    /// ROB channels, one emulated S-LINK input each.
-    #[arg(long, default_value_t = 4)]
+    /// ROB channels, one emulated S-LINK input each (1..=64).
+    #[arg(long, default_value_t = 4,
+          value_parser = cli_values::count(1..=cli_values::MAX_CHANNELS as u64))]
     pub channels: usize,
     /// Data words per ROD fragment.
     #[arg(long, default_value_t = 400, value_name = "W")]
@@ -26,11 +27,11 @@ pub struct NodeArgs {
     /// Source (ROB) id of channel 0; channel i has this + i.
     #[arg(long, default_value = "0x00510000", value_parser = parse_u32)]
     pub base_source_id: u32,
-    /// Store pages per channel.
-    #[arg(long, default_value_t = 1024)]
+    /// Store pages per channel (1..=4194304).
+    #[arg(long, default_value_t = 1024, value_parser = cli_values::count(1..=1 << 22))]
     pub pages_per_channel: usize,
-    /// Store page size in bytes.
-    #[arg(long, default_value_t = 4096)]
+    /// Store page size in bytes (64..=16777216, a multiple of 8).
+    #[arg(long, default_value_t = 4096, value_parser = cli_values::count(64..=1 << 24))]
     pub page_bytes: usize,
     /// Input: emulated cards through DMA superpages and the S-LINK checks (`dma`), the
     /// inline firmware-style generator writing into the store's pages (`firmware`), or per ROB
@@ -47,14 +48,14 @@ pub struct NodeArgs {
     pub input_rate: Option<f64>,
     /// With `--input swrod`: E-links per ROB (1..=2048), one packet each per event; the
     /// packets share `--fragment-words` (each carries W / N - 4 payload words, at least 1).
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = cli_values::count(1..=2048))]
     pub elinks: usize,
     /// With `--input swrod`: builder threads of the node's SW ROD, shared by all its ROBs
-    /// (0: one per core).
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    /// (0: one per core; at most 256).
+    #[arg(long, default_value_t = 0, value_name = "N", value_parser = cli_values::count(0..=256))]
     pub swrod_threads: usize,
-    /// ZeroMQ I/O threads.
-    #[arg(long, default_value_t = 1)]
+    /// ZeroMQ I/O threads (0..=64; 0 serves inproc endpoints only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub io_threads: u32,
     /// Request descriptors (requests in flight at most).
     #[arg(long, default_value_t = 1024,
@@ -67,8 +68,9 @@ pub struct NodeArgs {
     /// File receiving unreadable fragments (rate-limited to 10 per second).
     #[arg(long, value_name = "PATH")]
     pub error_file: Option<PathBuf>,
-    /// L1ID wrap value of the emulated inputs (the ECR increments).
-    #[arg(long, default_value_t = 1 << 24)]
+    /// L1ID wrap value of the emulated inputs (the ECR increments): 4..=16777216.
+    #[arg(long, default_value_t = 1 << 24,
+          value_parser = clap::value_parser!(u32).range(i64::from(cli_values::MIN_L1ID_WRAP)..=1 << 24))]
     pub l1id_wrap: u32,
     /// Pin the node's core thread to this CPU (default: the kernel places it).
     #[arg(long, value_name = "CPU")]

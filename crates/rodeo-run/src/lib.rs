@@ -30,6 +30,8 @@
 //! - [`observe`]: what a service keeps for the page (history, alarms, histograms, log).
 //! - [`chrome_trace`]: sampled stage time stamps as a Chrome/Perfetto trace.
 //!
+//! - [`error_text`]: an error and its causes as one line, each cause said once.
+//!
 //! Measuring a run:
 //! - [`profile`]: `rodeo bench partition`, the CPU and wake-ups per L1 accept of every thread
 //!   of every process of a run, and the messages of each hop; [`proc_threads`]: the kernel's
@@ -37,6 +39,7 @@
 
 pub mod chrome_trace;
 pub mod ctl_tables;
+pub mod error_text;
 pub mod fixed;
 pub mod http;
 pub mod lock;

@@ -555,7 +555,7 @@ fn prepare_run(
     options.forward_samples = false;
     let began = Instant::now();
     let run = Run::new(output, config, options)
-        .map_err(|e| failed(Command::Configure, format!("{e:#}")))?;
+        .map_err(|e| failed(Command::Configure, crate::error_text::error_text(&e)))?;
     let made = began.elapsed();
     if let Err(e) = run.prepare() {
         run.abandon();

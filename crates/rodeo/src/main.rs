@@ -20,7 +20,7 @@ fn main() -> std::process::ExitCode {
             if is_broken_pipe(&err) {
                 return std::process::ExitCode::SUCCESS;
             }
-            eprintln!("rodeo: error: {err:#}");
+            eprintln!("rodeo: error: {}", rodeo_run::error_text::error_text(&err));
             std::process::ExitCode::from(2)
         }
     }

@@ -349,6 +349,13 @@ fn hostile_option_values_are_refused_naming_the_option() {
             "--elinks",
             "0",
         ),
+        // A 400 GB mmap failure, named after the memory and not the option.
+        (&["tester"][..], "--channels", "100000"),
+        // Lost fragments: two events in flight shared an extended L1ID.
+        (&["tester"][..], "--l1id-wrap", "2"),
+        (&["tester"][..], "--io-threads", "100000"),
+        (&["tester"][..], "--pages-per-channel", "0"),
+        (&["study", "ros"][..], "--rounds", "1000000"),
     ] {
         let o = rodeo!().args(cmd).args([option, value]).output();
         let what = format!("{cmd:?} {option} {value}");
@@ -370,4 +377,34 @@ fn hostile_option_values_are_refused_naming_the_option() {
     assert!(!o.status.success(), "{}", o.text());
     assert!(o.stderr.contains("bytes free"), "{}", o.text());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // A link file of 2^32 units (4 TiB) likewise: it wrote until the disk was full.
+    let file = dir.path().join("huge.link");
+    let o = rodeo!()
+        .args([
+            "gen",
+            "link",
+            "--mode",
+            "felix",
+            "--units",
+            "4294967296",
+            "-o",
+        ])
+        .arg(&file)
+        .output();
+    assert_eq!(o.status.code(), Some(2), "{}", o.text());
+    assert!(o.stderr.contains("--units 4294967296"), "{}", o.text());
+    assert!(!file.exists(), "nothing written");
+    // A limit the direct link cannot apply is refused, not ignored.
+    let o = rodeo!()
+        .args(["tester", "--seconds", "1", "--max-message-bytes", "2048"])
+        .output();
+    assert_eq!(o.status.code(), Some(2), "{}", o.text());
+    assert!(o.stderr.contains("--transport inproc"), "{}", o.text());
+    // A cause is said once: the memory error named its mmap failure twice.
+    let o = rodeo!()
+        .args(["tester", "--seconds", "1", "--channels", "64"])
+        .args(["--pages-per-channel", "4194304", "--page-bytes", "16777216"])
+        .output();
+    assert_eq!(o.status.code(), Some(2), "{}", o.text());
+    assert_eq!(o.stderr.matches("mmap of").count(), 1, "{}", o.text());
 }

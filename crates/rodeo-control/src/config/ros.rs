@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::address::host_port;
 use super::error::{num, Checks};
 use super::l1::rate_ok;
+use rodeo_ros::cli_values::MAX_CHANNELS;
 
 /// `[ros]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -125,8 +126,8 @@ impl RosSection {
         if self.nodes == 0 || self.nodes > 32 {
             c.bad("ros.nodes", self.nodes, "1..=32");
         }
-        if self.channels == 0 || self.channels > 64 {
-            c.bad("ros.channels", self.channels, "1..=64");
+        if self.channels == 0 || self.channels > MAX_CHANNELS {
+            c.bad("ros.channels", self.channels, format!("1..={MAX_CHANNELS}"));
         }
         if self.fragment_words == 0 || self.fragment_words > 1 << 20 {
             c.bad("ros.fragment_words", self.fragment_words, "1..=1048576");

@@ -40,8 +40,9 @@ pub struct Args {
     #[arg(long, value_name = "S", value_parser = rodeo_ros::cli_values::seconds)]
     pub seconds: Option<f64>,
     /// Measurements of each point, the points interleaved and the median kept (`ros`: 9 with
-    /// --quick, else 5; `sfi`, `slice`, `dma`: 5; `pool`: 3 repetitions of the table).
-    #[arg(long, value_name = "N")]
+    /// --quick, else 5; `sfi`, `slice`, `dma`: 5; `pool`: 3 repetitions of the table);
+    /// 1..=1000.
+    #[arg(long, value_name = "N", value_parser = rodeo_ros::cli_values::count(1..=1000))]
     pub rounds: Option<usize>,
     /// `ros`: only the first N grid points (tests run a tiny grid).
     #[arg(long, hide = true, value_name = "N")]

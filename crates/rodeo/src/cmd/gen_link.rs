@@ -125,6 +125,33 @@ fn parse_range(s: &str) -> Result<WordRange, String> {
     }
 }
 
+/// The share of the free space a link file may take at most.
+const MAX_FREE_SHARE: f64 = 0.8;
+
+/// Refuses `--units` whose file (at most `unit_max` bytes per unit) would take more than
+/// [`MAX_FREE_SHARE`] of the free space where `path` goes: the command would otherwise write
+/// until the disk is full, and the partition's own files with it.
+fn check_room(path: &std::path::Path, units: u64, unit_max: u64) -> anyhow::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let Some(free) = rodeo_files::space::available_near(dir) else {
+        return Ok(());
+    };
+    let need = units.saturating_mul(unit_max);
+    let room = (MAX_FREE_SHARE * free as f64) as u64;
+    anyhow::ensure!(
+        need <= room,
+        "--units {units}: the link file may take {need} bytes ({unit_max} per unit at most) in \
+         {}, which has {free} bytes free; give at most --units {} (80% of the free space) or \
+         another --output directory",
+        dir.display(),
+        room / unit_max.max(1),
+    );
+    Ok(())
+}
+
 enum Sink {
     File(LinkFileWriter),
     Net(LinkSender),
@@ -157,6 +184,23 @@ pub(crate) fn run(args: LinkArgs) -> anyhow::Result<ExitCode> {
         crc: args.crc,
         l1id_wrap: args.l1id_wrap,
     };
+    let slink = SlinkConfig {
+        source_id: args.source_id,
+        data_words: args.data_words,
+        l1id_wrap: args.l1id_wrap,
+        framing: args.framing,
+        crc: args.crc,
+        seed: args.seed,
+        ..SlinkConfig::default()
+    };
+    // The largest unit in bytes: a FELIX block, or the largest framed ROD fragment.
+    let unit_max = match args.mode {
+        ModeArg::Felix => args.block_size,
+        ModeArg::Slink => 4 * slink.fragment_words(args.data_words.max),
+    };
+    if let Some(path) = &args.output {
+        check_room(path, args.units, unit_max as u64)?;
+    }
     let mut sink = match (&args.output, &args.send) {
         (Some(path), _) => Sink::File(
             LinkFileWriter::create(path, &header)
@@ -196,24 +240,12 @@ pub(crate) fn run(args: LinkArgs) -> anyhow::Result<ExitCode> {
             let max = g.block_size();
             produce(&args, UnitSource::new(g, max), corruptor, &mut sink)?
         }
-        ModeArg::Slink => {
-            let cfg = SlinkConfig {
-                source_id: args.source_id,
-                data_words: args.data_words,
-                l1id_wrap: args.l1id_wrap,
-                framing: args.framing,
-                crc: args.crc,
-                seed: args.seed,
-                ..SlinkConfig::default()
-            };
-            let max = 4 * cfg.fragment_words(args.data_words.max);
-            produce(
-                &args,
-                UnitSource::new(SlinkGenerator::new(cfg), max),
-                corruptor,
-                &mut sink,
-            )?
-        }
+        ModeArg::Slink => produce(
+            &args,
+            UnitSource::new(SlinkGenerator::new(slink), unit_max),
+            corruptor,
+            &mut sink,
+        )?,
     };
     match sink {
         Sink::File(w) => {

@@ -46,6 +46,14 @@ pub(crate) enum InProcess {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // The direct link carries typed requests, not messages: a limit would be ignored.
+    anyhow::ensure!(
+        args.node.max_message_bytes.is_none()
+            || args.connect.is_some()
+            || args.transport == InProcess::Inproc,
+        "--max-message-bytes limits the node's ZeroMQ messages; the in-process node is reached \
+         over the direct link, which has none: add --transport inproc, or leave the option out"
+    );
     let t = Transport::new(args.node.io_threads)?;
     let robs = args.node.robs();
     let (report, node) = match &args.connect {
