@@ -157,3 +157,36 @@ fn a_failed_restart_leaves_a_sheet_naming_the_application() {
     let why = v["reason"].as_str().unwrap_or_default();
     assert!(why.contains("ros-1"), "{v}");
 }
+
+/// A run that cannot be made (its HTTP address is in use) is not a failed run: exit status 1
+/// as documented, no JSON sheet, no run number taken. It took run 1's directory and exited 2,
+/// and the next run recorded run 1 as "crashed".
+#[test]
+fn a_run_that_cannot_serve_its_http_address_takes_no_run_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = dir.path().join("out");
+    for processes in [false, true] {
+        let mut cmd = rodeo!();
+        cmd.args([
+            "run", "--events", "1000", "--json", "--quiet", "--http", &addr,
+        ]);
+        if processes {
+            cmd.arg("--processes");
+        }
+        let o = cmd.arg("--output").arg(&out).output();
+        assert_eq!(o.status.code(), Some(1), "{}", o.text());
+        assert!(o.stderr.contains("Address already in use"), "{}", o.text());
+        assert!(o.stdout.trim().is_empty(), "no sheet: {}", o.text());
+        assert!(!out.join("run-00000001").exists(), "{}", o.text());
+    }
+    drop(busy);
+    let o = rodeo!()
+        .args(["run", "--events", "1000", "--json", "--quiet", "--output"])
+        .arg(&out)
+        .output();
+    let sheet: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|_| panic!("{}", o.text()));
+    assert_eq!(sheet["run_number"], 1, "{}", o.text());
+    assert_eq!(sheet["verdict"], "ok", "{}", o.text());
+}

@@ -117,6 +117,27 @@ fn python_trigger(spec: &str) -> anyhow::Result<TriggerSetup> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (mut output, run, trigger_report) = match make_run(&args) {
+        Ok(made) => made,
+        Err(e) => return Ok(not_made(&e)),
+    };
+    drive_and_finish(args, &mut output, run, trigger_report)
+}
+
+/// What a trigger of the run reports at its end (the Python trigger's counters).
+type TriggerReport = Option<Box<dyn Fn() -> serde_json::Value>>;
+
+/// A run that could not be made at all (a refused configuration, a directory in use, a run
+/// number taken, an HTTP address in use): said as every error is, exit status 1, which the
+/// verdicts (0, 2, 3) never use (docs/run-control.md, "Verdicts").
+fn not_made(err: &anyhow::Error) -> ExitCode {
+    eprintln!("rodeo: error: {}", rodeo_run::error_text::error_text(err));
+    ExitCode::from(1)
+}
+
+/// The configuration with the command line's overrides, checked; the output directory
+/// opened; the run made (its number taken, the partition built, not yet up).
+fn make_run(args: &Args) -> anyhow::Result<(OutputDir, Run, TriggerReport)> {
     let mut config = load_config(args.config.as_deref())?;
     Overrides {
         events: args.events,
@@ -140,31 +161,53 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     // warnings. A margin of free space no output directory has: the run would write nothing.
     Run::check_config(&mut config.clone(), mode)?;
     config.check_free_space()?;
-    let mut output = OutputDir::open(
+    let output = OutputDir::open(
         std::path::Path::new(&config.run.output),
         &rodeo_run::lock::this_command(),
     )?;
     let mut options = RunOptions::new(mode, started_by("rodeo run"));
     options.run_number = args.run_number;
     options.trace_every = args.trace.is_some().then_some(config.control.trace_every);
-    let mut trigger_report: Option<Box<dyn Fn() -> serde_json::Value>> = None;
+    let mut trigger_report: TriggerReport = None;
     if let Some(spec) = &args.trigger {
         let (factory, report) = python_trigger(spec)?;
         options.trigger = Some(factory);
         trigger_report = Some(report);
     }
-    let mut run = Run::new(&output, config, options)?;
-    crate::logging::apply_config(&run.config().control.log)?;
+    let run = Run::new(&output, config, options)?;
+    Ok((output, run, trigger_report))
+}
+
+/// Runs the made run to its end and prints its sheet; a run whose HTTP API or log settings
+/// cannot be set up is abandoned before it starts (its number stays free) and not made.
+fn drive_and_finish(
+    args: Args,
+    output: &mut OutputDir,
+    mut run: Run,
+    trigger_report: TriggerReport,
+) -> anyhow::Result<ExitCode> {
+    if let Err(e) = crate::logging::apply_config(&run.config().control.log) {
+        run.abandon();
+        return Ok(not_made(&e));
+    }
     // Ctrl-C or SIGTERM stops the run in order (files closed, balance sheet); a second one
     // aborts.
     crate::signal::install();
     crate::signal::abort_on_second();
-    let _server = rodeo_run::http::serve_section(
+    let _server = match rodeo_run::http::serve_section(
         &run.config().control,
         run.partition(),
         Some(output.db_path()),
         args.tls.files().as_ref(),
-    )?;
+    ) {
+        Ok(server) => server,
+        Err(e) => {
+            // Before the start: nothing ran, so no run either (it was recorded as a crash
+            // when the next run found its directory).
+            run.abandon();
+            return Ok(not_made(&e));
+        }
+    };
     let outcome = match run.embedded().cloned() {
         Some(partition) => {
             let mut line = crate::status::StatusLine::new(
@@ -177,18 +220,23 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             });
             line.finish();
             if let (Some(path), Ok(_)) = (&args.trace, &outcome) {
-                let n = run.write_trace(path)?;
-                eprintln!(
-                    "rodeo: trace of {n} stage time stamps written to {}",
-                    path.display()
-                );
+                // The run ended: a trace that cannot be written does not take its sheet.
+                match run.write_trace(path) {
+                    Ok(n) => eprintln!(
+                        "rodeo: trace of {n} stage time stamps written to {}",
+                        path.display()
+                    ),
+                    Err(e) => {
+                        eprintln!("rodeo: warning: {}", rodeo_run::error_text::error_text(&e))
+                    }
+                }
             }
             outcome
         }
         None => run.drive(&interrupted_with_note, |_, _| {}),
     };
     let outcome = outcome.map_err(|e| anyhow::Error::from(e).context("the partition failed"));
-    let sheet = run.finish(&mut output, outcome, trigger_report.map(|r| r()));
+    let sheet = run.finish(output, outcome, trigger_report.map(|r| r()));
     if args.json {
         outln!("{}", sheet.to_json());
     } else {
