@@ -408,3 +408,22 @@ fn hostile_option_values_are_refused_naming_the_option() {
     assert_eq!(o.status.code(), Some(2), "{}", o.text());
     assert_eq!(o.stderr.matches("mmap of").count(), 1, "{}", o.text());
 }
+
+/// A tester whose node never answers (a listener that never speaks ZeroMQ) ends by itself and
+/// says so: exit status 1 and the unanswered requests on stderr. It printed a rate and exited
+/// 0.
+#[test]
+fn a_tester_whose_node_never_answers_fails() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = format!("tcp://{}", silent.local_addr().unwrap());
+    let began = std::time::Instant::now();
+    let t = rodeo!()
+        .args(["tester", "--connect", &ep, "--seconds", "1", "--json"])
+        .output();
+    assert!(began.elapsed() < Duration::from_secs(60), "{}", t.text());
+    assert_eq!(t.status.code(), Some(1), "{}", t.text());
+    assert!(t.stderr.contains("unanswered"), "{}", t.text());
+    let v: Value = serde_json::from_str(&t.stdout).unwrap();
+    assert!(v["rows"][0]["unanswered"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["rows"][0]["fragments"], 0, "{v}");
+}

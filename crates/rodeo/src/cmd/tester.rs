@@ -92,9 +92,33 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         rep.push_row(&row)?;
         rep.print(args.json);
     }
-    Ok(if report.bad_replies == 0 {
+    Ok(verdict(&report))
+}
+
+/// Exit status 0 only when every request was answered with its fragments; otherwise 1, with
+/// what went wrong on stderr. A tester whose node never answered (`--connect` to nothing)
+/// printed a rate and exited 0.
+fn verdict(report: &rodeo_rostester::TesterReport) -> ExitCode {
+    let faults: Vec<String> = [
+        (report.bad_replies, "bad replies"),
+        (report.unanswered, "requests unanswered at the end"),
+        (report.lost_fragments, "fragments answered lost"),
+        (
+            report.pending_fragments,
+            "fragments still pending after every retry",
+        ),
+    ]
+    .into_iter()
+    .filter(|&(n, _)| n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if report.replies == 0 && report.events > 0 {
+        eprintln!("rodeo tester: no reply at all: is the node there?");
+    }
+    if faults.is_empty() {
         ExitCode::SUCCESS
     } else {
+        eprintln!("rodeo tester: {}", faults.join(", "));
         ExitCode::FAILURE
-    })
+    }
 }
