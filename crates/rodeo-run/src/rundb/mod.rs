@@ -135,6 +135,18 @@ pub enum RunDbError {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// The file is not an SQLite database (damaged, or another file under the name).
+    #[error(
+        "run database {path} is not an SQLite database (damaged, or another file with its \
+         name): move it aside; the next start makes a new one and records each run directory \
+         again from the summary.json it kept"
+    )]
+    NotADatabase {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
     /// The file was written by a newer rodeo.
     #[error(
         "run database {path} has schema version {found}, newer than this rodeo's {SCHEMA_VERSION}: \
@@ -234,9 +246,13 @@ impl RunDb {
     /// Opens (creating if need be) the database at `path`, migrating it to
     /// [`SCHEMA_VERSION`].
     pub fn open(path: &Path) -> Result<RunDb, RunDbError> {
-        let err = |source| RunDbError::Sqlite {
-            path: path.to_path_buf(),
-            source,
+        let err = |source: rusqlite::Error| {
+            let path = path.to_path_buf();
+            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
+                RunDbError::NotADatabase { path, source }
+            } else {
+                RunDbError::Sqlite { path, source }
+            }
         };
         let mut conn = Connection::open(path).map_err(err)?;
         // Several processes (a service and `rodeo runs`) may open it: wait for a lock.
@@ -614,6 +630,18 @@ mod tests {
                 events: 3,
             }],
         }
+    }
+
+    /// A damaged database is refused with what to do, not only SQLite's words.
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_with_advice() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), [0x5au8; 5000]).unwrap();
+        let Err(e) = RunDb::open_in(dir.path()) else {
+            panic!("a file that is not a database was opened");
+        };
+        assert!(matches!(e, RunDbError::NotADatabase { .. }), "{e:?}");
+        assert!(e.to_string().contains("move it aside"), "{e}");
     }
 
     #[test]
