@@ -3,12 +3,18 @@
 //!
 //! # Layout
 //!
-//! A power-of-two array of [`Entry`]s, linear probing, slot = extended L1ID masked to the table
-//! size (the ROS hashes the low 20 bits the same way). Consecutive L1IDs land in consecutive
-//! slots, so a run of inserts, a group of clears and the lookups of one request touch adjacent
-//! cache lines. The key is the whole extended L1ID (ECR in bits 31..24): after an L1ID wrap or
-//! an ECR the same low bits come back with a different key, and the two never alias; while both
-//! are present, probing separates them.
+//! A power-of-two array of [`Entry`]s, linear probing, slot = the L1ID's low 24 bits plus an
+//! offset per ECR, masked to the table size (the ROS hashes the low 20 bits the same way).
+//! Consecutive L1IDs land in consecutive slots, so a run of inserts, a group of clears and the
+//! lookups of one request touch adjacent cache lines. The key is the whole extended L1ID (ECR
+//! in bits 31..24): after an L1ID wrap or an ECR the same low bits come back with a different
+//! key, and the two never alias; while both are present, probing separates them.
+//!
+//! The offset per ECR ([`L1idIndex::ecr_stride`], about 0.618 of the table, so successive ECR
+//! periods start far apart) matters when ECRs come more often than the table is long: with
+//! the slot from the low bits alone, a wrap of 1,024 L1IDs put every period on the same 1,024
+//! slots of an 8,192-slot table, each period's L1IDs probing past the last one's, and the
+//! readout node fell from ~200 kHz to 15 kHz (`rodeo tester --l1id-wrap 1024`).
 //!
 //! Insertion keeps Robin Hood order (an entry never sits further from its home than the one it
 //! passed), so a lookup of an absent key stops early and removal is backward-shift deletion
@@ -108,6 +114,8 @@ pub(crate) struct L1idIndex {
     len: usize,
     /// Entries allowed before the table counts as full (load factor 7/8).
     limit: usize,
+    /// Slots each ECR moves the home of L1ID 0 by (odd, about 0.618 of the table).
+    ecr_stride: usize,
 }
 
 impl L1idIndex {
@@ -120,7 +128,15 @@ impl L1idIndex {
             mask: size - 1,
             len: 0,
             limit: size / 8 * 7,
+            ecr_stride: Self::ecr_stride(size),
         }
+    }
+
+    /// The home offset between successive ECR periods in a table of `size` slots: the golden
+    /// ratio of it, odd, so that periods start as far apart as a sequence of them can (each
+    /// new one splits the largest gap left).
+    fn ecr_stride(size: usize) -> usize {
+        ((size as u64 * 0x9E37_79B9) >> 32) as usize | 1
     }
 
     /// Entries held.
@@ -135,7 +151,8 @@ impl L1idIndex {
 
     #[inline]
     fn home(&self, l1id: u32) -> usize {
-        l1id as usize & self.mask
+        let ecr = (l1id >> 24) as usize;
+        ((l1id & 0x00FF_FFFF) as usize).wrapping_add(ecr.wrapping_mul(self.ecr_stride)) & self.mask
     }
 
     /// Probe distance of an entry for `l1id` sitting at slot `i`.
@@ -307,6 +324,38 @@ mod tests {
         assert_eq!(ix.len(), 1);
     }
 
+    /// The largest probe distance of any entry (0: every entry at its home).
+    fn max_probe(ix: &L1idIndex) -> usize {
+        (0..ix.entries.len())
+            .filter(|&i| ix.entries[i].used())
+            .map(|i| ix.dist(i, ix.entries[i].l1id))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// ECRs more often than the table is long (a wrap of 64 L1IDs, a 1,024-slot table): each
+    /// period starts elsewhere, so the periods in flight do not pile onto the same slots.
+    /// With the home from the low bits alone, the eighth period's L1IDs probed 448 slots.
+    #[test]
+    fn short_ecr_periods_keep_their_entries_at_home() {
+        let mut ix = L1idIndex::new(800);
+        assert_eq!(ix.entries.len(), 1024);
+        let wrap = 64u32;
+        let key = |n: u32| ((n / wrap) << 24) | (n % wrap);
+        // Eight periods in flight, then the oldest cleared as the next arrive.
+        for n in 0..8 * wrap {
+            assert_eq!(ix.insert(key(n), loc(n)), Ok(None));
+        }
+        assert_eq!(max_probe(&ix), 0, "every entry at its home");
+        for n in 8 * wrap..300 * wrap {
+            assert_eq!(ix.remove(key(n - 8 * wrap)), Some(loc(n - 8 * wrap)));
+            assert_eq!(ix.insert(key(n), loc(n)), Ok(None));
+        }
+        assert!(max_probe(&ix) <= 8, "{}", max_probe(&ix));
+        assert_eq!(ix.len(), 8 * wrap as usize);
+        assert_eq!(ix.get(key(300 * wrap - 1)), Some(loc(300 * wrap - 1)));
+    }
+
     #[test]
     fn matches_a_model_under_random_operations() {
         let mut ix = L1idIndex::new(64);
@@ -336,6 +385,14 @@ mod tests {
         }
     }
 
+    /// The key of ECR `ecr` whose home is `l1id`'s.
+    fn same_home(ix: &L1idIndex, l1id: u32, ecr: u32) -> u32 {
+        let low = (ix.home(l1id).wrapping_sub(ecr as usize * ix.ecr_stride) & ix.mask) as u32;
+        let key = (ecr << 24) | low;
+        assert_eq!(ix.home(key), ix.home(l1id));
+        key
+    }
+
     #[test]
     fn the_home_fast_path_agrees_with_the_general_insert() {
         let mut ix = L1idIndex::new(16);
@@ -353,10 +410,10 @@ mod tests {
             );
         }
         assert_eq!(ix.len(), 10);
-        // A stored key and a key whose home is taken by another (same low bits, later ECR)
-        // are not vacant at home.
+        // A stored key and a key whose home is taken by another (a later ECR's L1ID with the
+        // same home) are not vacant at home.
         assert_eq!(ix.vacant_home(3), None);
-        let other = (1 << 24) | 3;
+        let other = same_home(&ix, 3, 1);
         assert_eq!(ix.vacant_home(other), None);
         assert_eq!(ix.insert(other, loc(99)), Ok(None));
         // Removing 3 shifts `other` home: its home is still not vacant, and both lookups hold.
@@ -370,7 +427,7 @@ mod tests {
         assert!(ix.take_home(9).is_some(), "9 is at home, slot 10 is empty");
         assert_eq!(ix.get(9), None);
         assert_eq!(ix.take_home(9), None, "already gone");
-        let third = (2 << 24) | 4;
+        let third = same_home(&ix, 4, 2);
         assert_eq!(ix.insert(third, loc(7)), Ok(None)); // displaced past 4, which is at home
         assert_eq!(
             ix.take_home(4),
