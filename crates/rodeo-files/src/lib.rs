@@ -24,7 +24,8 @@
 //! - [`recover`]: the files a logger left open when it died, closed with their complete
 //!   events (what a restarted logger does first).
 //!
-//! - [`space`]: free space on the file system of a directory (statvfs).
+//! - [`space`]: free space on the file system of a directory (statvfs), and the share of it one
+//!   command may write (`room_near`).
 //!
 //! The links' bytes on disk:
 //!

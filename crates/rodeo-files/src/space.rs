@@ -58,6 +58,27 @@ pub fn available_near(dir: &Path) -> Option<u64> {
     free_space(existing).ok().map(|f| f.available)
 }
 
+/// The share of the free space one command's own output may take (a bench's files, a
+/// generated link file): the rest stays for the files others write there.
+pub const MAX_FREE_SHARE: f64 = 0.8;
+
+/// What one command may write where `dir` is or would be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    /// Bytes available there ([`available_near`]).
+    pub free: u64,
+    /// [`MAX_FREE_SHARE`] of them: the most the command may write.
+    pub allowed: u64,
+}
+
+/// The [`Room`] where `dir` is or would be made (None when it cannot be asked).
+pub fn room_near(dir: &Path) -> Option<Room> {
+    available_near(dir).map(|free| Room {
+        free,
+        allowed: (MAX_FREE_SHARE * free as f64) as u64,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,7 +48,7 @@ pub struct NodeArgs {
     pub input_rate: Option<f64>,
     /// With `--input swrod`: E-links per ROB (1..=2048), one packet each per event; the
     /// packets share `--fragment-words` (each carries W / N - 4 payload words, at least 1).
-    #[arg(long, default_value_t = 4, value_name = "N", value_parser = cli_values::count(1..=2048))]
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = cli_values::count(1..=rodeo_format::felix::ELINK_COUNT as u64))]
     pub elinks: usize,
     /// With `--input swrod`: builder threads of the node's SW ROD, shared by all its ROBs
     /// (0: one per core; at most 256).

@@ -20,10 +20,15 @@ fn main() -> std::process::ExitCode {
             if is_broken_pipe(&err) {
                 return std::process::ExitCode::SUCCESS;
             }
-            eprintln!("rodeo: error: {}", rodeo_run::error_text::error_text(&err));
+            print_error(&err);
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// The `rodeo: error:` line of a command that ends in `err`, each cause said once.
+pub(crate) fn print_error(err: &anyhow::Error) {
+    eprintln!("rodeo: error: {}", rodeo_run::error_text::error_text(err));
 }
 
 /// A closed stdout (`rodeo dump f | head`) ends the command quietly, as ripgrep does.

@@ -91,9 +91,6 @@ struct Row {
 
 /// Most MiB a row may write: 16 TiB (`args.mib << 20` fits a u64 far below this).
 const MAX_MIB: u64 = 1 << 24;
-/// Share of the directory's free space a row may take: the bench must not fill the disk
-/// others write to (each row's file is removed before the next row).
-const MAX_FREE_SHARE: f64 = 0.8;
 
 /// Runs the bench; see the module documentation.
 pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
@@ -106,14 +103,15 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
     // A row (and each dd baseline) writes one file of `mib` MiB and a little more; refused
     // before anything is written when it would take most of the disk's free space.
     let need = (args.mib << 20) + (64 << 20);
-    if let Some(free) = rodeo_files::space::available_near(&args.dir) {
+    if let Some(room) = rodeo_files::space::room_near(&args.dir) {
         anyhow::ensure!(
-            need as f64 <= MAX_FREE_SHARE * free as f64,
-            "--mib {}: a row writes {need} bytes in {}, which has {free} bytes free; give at \
+            need <= room.allowed,
+            "--mib {}: a row writes {need} bytes in {}, which has {} bytes free; give at \
              most {} MiB (80% of the free space) or another --dir",
             args.mib,
             args.dir.display(),
-            ((MAX_FREE_SHARE * free as f64) as u64).saturating_sub(64 << 20) >> 20,
+            room.free,
+            room.allowed.saturating_sub(64 << 20) >> 20,
         );
     }
     let sizes: Vec<usize> = match args.event_bytes {

@@ -125,29 +125,26 @@ fn parse_range(s: &str) -> Result<WordRange, String> {
     }
 }
 
-/// The share of the free space a link file may take at most.
-const MAX_FREE_SHARE: f64 = 0.8;
-
-/// Refuses `--units` whose file (at most `unit_max` bytes per unit) would take more than
-/// [`MAX_FREE_SHARE`] of the free space where `path` goes: the command would otherwise write
-/// until the disk is full, and the partition's own files with it.
+/// Refuses `--units` whose file (at most `unit_max` bytes per unit) would take more than 80%
+/// of the free space where `path` goes ([`rodeo_files::space::room_near`]): the command would
+/// otherwise write until the disk is full, and the partition's own files with it.
 fn check_room(path: &std::path::Path, units: u64, unit_max: u64) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    let Some(free) = rodeo_files::space::available_near(dir) else {
+    let Some(room) = rodeo_files::space::room_near(dir) else {
         return Ok(());
     };
     let need = units.saturating_mul(unit_max);
-    let room = (MAX_FREE_SHARE * free as f64) as u64;
     anyhow::ensure!(
-        need <= room,
+        need <= room.allowed,
         "--units {units}: the link file may take {need} bytes ({unit_max} per unit at most) in \
-         {}, which has {free} bytes free; give at most --units {} (80% of the free space) or \
+         {}, which has {} bytes free; give at most --units {} (80% of the free space) or \
          another --output directory",
         dir.display(),
-        room / unit_max.max(1),
+        room.free,
+        room.allowed / unit_max.max(1),
     );
     Ok(())
 }

@@ -131,7 +131,7 @@ type TriggerReport = Option<Box<dyn Fn() -> serde_json::Value>>;
 /// number taken, an HTTP address in use): said as every error is, exit status 1, which the
 /// verdicts (0, 2, 3) never use (docs/run-control.md, "Verdicts").
 fn not_made(err: &anyhow::Error) -> ExitCode {
-    eprintln!("rodeo: error: {}", rodeo_run::error_text::error_text(err));
+    crate::print_error(err);
     ExitCode::from(1)
 }
 
