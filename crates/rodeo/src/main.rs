@@ -11,6 +11,13 @@ mod status;
 
 use clap::Parser;
 
+/// jemalloc for the whole process: Rust's allocations through this, C and C++ (libzmq) through
+/// its `malloc`, which the `unprefixed_malloc_on_supported_platforms` feature puts in place of
+/// glibc's. Measured in docs/benchmarks.md (issue 41): the full-event partition's CPU per event.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = cmd::Cli::parse();
     logging::init();
