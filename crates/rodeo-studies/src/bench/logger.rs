@@ -107,11 +107,12 @@ pub fn measure_report(args: &Args) -> anyhow::Result<Report> {
         anyhow::ensure!(
             need <= room.allowed,
             "--mib {}: a row writes {need} bytes in {}, which has {} bytes free; give at \
-             most {} MiB (80% of the free space) or another --dir",
+             most {} MiB ({:.0}% of the free space) or another --dir",
             args.mib,
             args.dir.display(),
             room.free,
             room.allowed.saturating_sub(64 << 20) >> 20,
+            rodeo_files::space::MAX_FREE_SHARE * 100.0,
         );
     }
     let sizes: Vec<usize> = match args.event_bytes {

@@ -125,9 +125,9 @@ fn parse_range(s: &str) -> Result<WordRange, String> {
     }
 }
 
-/// Refuses `--units` whose file (at most `unit_max` bytes per unit) would take more than 80%
-/// of the free space where `path` goes ([`rodeo_files::space::room_near`]): the command would
-/// otherwise write until the disk is full, and the partition's own files with it.
+/// Refuses `--units` whose file (at most `unit_max` bytes per unit) would take more than the
+/// share of the free space where `path` goes that [`rodeo_files::space::room_near`] allows: the
+/// command would otherwise write until the disk is full, and the partition's own files with it.
 fn check_room(path: &std::path::Path, units: u64, unit_max: u64) -> anyhow::Result<()> {
     let dir = path
         .parent()
@@ -140,11 +140,12 @@ fn check_room(path: &std::path::Path, units: u64, unit_max: u64) -> anyhow::Resu
     anyhow::ensure!(
         need <= room.allowed,
         "--units {units}: the link file may take {need} bytes ({unit_max} per unit at most) in \
-         {}, which has {} bytes free; give at most --units {} (80% of the free space) or \
-         another --output directory",
+         {}, which has {} bytes free; give at most --units {} ({:.0}% of the free space) \
+         or another --output directory",
         dir.display(),
         room.free,
         room.allowed / unit_max.max(1),
+        rodeo_files::space::MAX_FREE_SHARE * 100.0,
     );
     Ok(())
 }
