@@ -31,12 +31,13 @@ pub const MAX_CLEAR_L1IDS: usize = 100_000;
 
 /// Size in bytes of a DataRequest naming `robs` ROB ids (header, L1ID, count, ids).
 pub const fn data_request_bytes(robs: usize) -> usize {
-    HEADER_BYTES + 8 + 4 * robs
+    // Saturating: a configuration check asks this of counts it is about to refuse.
+    robs.saturating_mul(4).saturating_add(HEADER_BYTES + 8)
 }
 
 /// Size in bytes of a Clear carrying `l1ids` L1IDs (header, count, ids).
 pub const fn clear_bytes(l1ids: usize) -> usize {
-    HEADER_BYTES + 4 + 4 * l1ids
+    l1ids.saturating_mul(4).saturating_add(HEADER_BYTES + 4)
 }
 
 /// The message types of the protocol, with their type ids.

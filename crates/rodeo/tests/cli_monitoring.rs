@@ -7,7 +7,7 @@
 use rodeo_testkit::http::request as http;
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rodeo_testkit::cli::Running;
 use rodeo_testkit::{rodeo, wait_for, wait_until};
@@ -201,6 +201,14 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
     let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &bad);
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("monitoring.fraction"), "{body}");
+    // A node count any size TOML allows is refused by name at once: the check no longer makes
+    // four billion application names on the way (the service ran out of memory).
+    let huge = format!("{toml}[dcm]\nnodes = 4294967297\n");
+    let t0 = Instant::now();
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &huge);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("dcm.nodes"), "{body}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     let (code, _) = http(addr, "PUT", "/api/config", None, &toml);
     assert_eq!(code, 401);
     // The operator's token runs and acknowledges, but does not change the configuration.

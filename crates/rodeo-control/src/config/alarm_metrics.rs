@@ -90,7 +90,6 @@ pub fn metric_known(
     if family.name.starts_with("rodeo_monitor_") && !config.monitoring.enabled() {
         return Err(format!("{name} exists only with [monitoring] endpoint set"));
     }
-    let apps = config.app_names();
     for (k, v) in labels {
         if !(family.labels.contains(&k) || le && k == "le") {
             return Err(format!(
@@ -103,7 +102,7 @@ pub fn metric_known(
             ));
         }
         let known = match k {
-            "app" => apps.iter().any(|a| a == v),
+            "app" => config.is_app_name(v),
             "role" => ["logger", "ros", "dcm", "supervisor"].contains(&v),
             "verdict" => ["accept", "reject", "forced_accept"].contains(&v),
             "name" => specs.iter().any(|s| s.name == v),
@@ -113,7 +112,7 @@ pub fn metric_known(
         if !known {
             return Err(format!(
                 "{k}=\"{v}\" is none of this partition's (app: {})",
-                apps.join(", ")
+                config.app_name_ranges()
             ));
         }
     }

@@ -45,16 +45,21 @@ impl PartitionConfig {
         let rob = match r.input {
             RosInput::Dma | RosInput::Swrod => {
                 // ROB header with status words, ROD header and trailer: 64 words is generous.
-                (r.fragment_words as usize + 64) * 4
+                (r.fragment_words as usize)
+                    .saturating_add(64)
+                    .saturating_mul(4)
             }
             RosInput::Replay | RosInput::Network | RosInput::File => EXTERNAL_FRAGMENT_BYTES,
         };
-        let event = HEADER_BYTES + 4 + 64 * 4 + r.nodes * r.channels * rob;
-        let reply = HEADER_BYTES + 8 + r.channels * rob;
-        let decisions = 4 * self.dcm.slots + 4096;
-        let update = HEADER_BYTES + 8 + 16 * decisions;
-        let ack = HEADER_BYTES + 4 + 8 * decisions;
-        let assignment = HEADER_BYTES + 24 + 4 * r.nodes * r.channels;
+        // Saturating throughout: `validate` asks this of counts their own sections refused
+        // (any size TOML allows), and a wrapped product would pass for a small message.
+        let robs = r.nodes.saturating_mul(r.channels);
+        let event = (HEADER_BYTES + 4 + 64 * 4).saturating_add(robs.saturating_mul(rob));
+        let reply = (HEADER_BYTES + 8).saturating_add(r.channels.saturating_mul(rob));
+        let decisions = self.dcm.slots.saturating_mul(4).saturating_add(4096);
+        let update = (HEADER_BYTES + 8).saturating_add(decisions.saturating_mul(16));
+        let ack = (HEADER_BYTES + 4).saturating_add(decisions.saturating_mul(8));
+        let assignment = (HEADER_BYTES + 24).saturating_add(robs.saturating_mul(4));
         MessageLimits {
             logger: event,
             ros: data_request_bytes(r.channels).max(clear_bytes(self.supervisor.clear_group)),

@@ -116,7 +116,10 @@ impl PartitionConfig {
     /// How many endpoints the partition binds (tcp: consecutive ports from
     /// `transport.base_port`): one per logger, one per readout node, the supervisor's.
     pub fn endpoint_count(&self) -> usize {
-        self.logger.nodes + self.ros.nodes + 1
+        self.logger
+            .nodes
+            .saturating_add(self.ros.nodes)
+            .saturating_add(1)
     }
 
     /// The configuration as TOML (what a parent hands to its `rodeo app` processes).
@@ -333,7 +336,8 @@ impl PartitionConfig {
     /// `dcm.nodes`: a DCM has one socket per readout node, per logger and two more.
     fn check_dcm_sockets(&self, c: &mut Checks) {
         let (ros, d, l) = (&self.ros, &self.dcm, &self.logger);
-        if ros.nodes + d.nodes + l.nodes > 62 {
+        // Saturating: a count its own section refused (any size TOML allows) must not wrap.
+        if ros.nodes.saturating_add(d.nodes).saturating_add(l.nodes) > 62 {
             c.bad(
                 "dcm.nodes",
                 d.nodes,
@@ -344,9 +348,8 @@ impl PartitionConfig {
 
     /// `[hosts]`: application names of this partition, host names, and tcp endpoints.
     fn check_hosts(&self, c: &mut Checks) {
-        let names = self.app_names();
         for (app, host) in &self.hosts {
-            if !names.iter().any(|n| n == app) {
+            if !self.is_app_name(app) {
                 c.bad(
                     "hosts",
                     format!("{app:?} = {host:?}"),
@@ -377,8 +380,52 @@ impl PartitionConfig {
         }
     }
 
+    /// Whether `name` is one of [`PartitionConfig::app_names`], without making the list: the
+    /// checks ask it of a configuration whose node counts may be any size TOML allows (they
+    /// are refused by their own sections, and the list of four billion names must not be made
+    /// on the way to saying so).
+    pub fn is_app_name(&self, name: &str) -> bool {
+        if name == "supervisor" {
+            return true;
+        }
+        let Some((role, n)) = name.rsplit_once('-') else {
+            return false;
+        };
+        let nodes = match role {
+            "logger" => self.logger.nodes,
+            "ros" => self.ros.nodes,
+            "dcm" => self.dcm.nodes,
+            _ => return false,
+        };
+        // The number as `app_names` writes it: decimal digits, no sign, no leading zero.
+        let canonical =
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');
+        canonical && n.parse::<usize>().is_ok_and(|i| (1..=nodes).contains(&i))
+    }
+
+    /// The application names as ranges, for messages: `logger-1, ros-1..ros-4, dcm-1..dcm-2,
+    /// supervisor` (short whatever the counts).
+    pub fn app_name_ranges(&self) -> String {
+        let range = |role: &str, n: usize| match n {
+            0 => None,
+            1 => Some(format!("{role}-1")),
+            n => Some(format!("{role}-1..{role}-{n}")),
+        };
+        [
+            range("logger", self.logger.nodes),
+            range("ros", self.ros.nodes),
+            range("dcm", self.dcm.nodes),
+            Some("supervisor".to_string()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+
     /// Every application's name, in the order they come up: loggers, readout nodes, DCMs,
-    /// the supervisor.
+    /// the supervisor. For a configuration that passed [`PartitionConfig::validate`] (at most
+    /// a hundred or so names); ask [`PartitionConfig::is_app_name`] of one that may not have.
     pub fn app_names(&self) -> Vec<String> {
         let mut v: Vec<String> = (1..=self.logger.nodes)
             .map(|i| format!("logger-{i}"))

@@ -166,7 +166,7 @@ impl RosSection {
         if self.input == RosInput::Network {
             self.check_listen(c);
         }
-        let robs = self.nodes * self.channels;
+        let robs = self.nodes.saturating_mul(self.channels);
         if !self.input_silence_seconds.is_finite()
             || !(0.0..=86_400.0).contains(&self.input_silence_seconds)
         {
@@ -219,7 +219,7 @@ impl RosSection {
     /// `ros.listen` with the network input: one address per ROB, each once, a port in
     /// 1..=65535; and `ros.listen_mode`.
     fn check_listen(&self, c: &mut Checks) {
-        let robs = self.nodes * self.channels;
+        let robs = self.nodes.saturating_mul(self.channels);
         if self.listen.len() != robs {
             c.bad(
                 "ros.listen",

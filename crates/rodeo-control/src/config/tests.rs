@@ -888,3 +888,75 @@ fn the_run_words_are_checked_and_become_free_strings() {
     let e = PartitionConfig::from_toml(&long, "t.toml").unwrap_err();
     assert_eq!(e.fields(), ["run.comment"], "{e}");
 }
+
+/// Every integer field of the commented default at the sizes TOML allows and past 32 bits:
+/// `from_toml` accepts it or names the field, and never panics, wraps or makes something per
+/// count on the way (`[dcm] nodes = 4294967297` made four billion application names before
+/// refusing them, and a `PUT /api/config` of it took the service down). Under a deadline: the
+/// sweep runs in its own thread.
+#[test]
+fn every_integer_field_at_any_size_is_refused_by_name_without_panic_or_allocation() {
+    let sweep = std::thread::spawn(|| {
+        let lines: Vec<&str> = DEFAULT_TOML.lines().collect();
+        let mut tried = 0u32;
+        for (i, line) in lines.iter().enumerate() {
+            let Some((key, value)) = line.split_once(" = ") else {
+                continue;
+            };
+            if !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                || value.parse::<i64>().is_err()
+            {
+                continue;
+            }
+            for v in [i64::MAX, i64::MIN, (1 << 32) + 1, 1 << 31, -1, 0] {
+                let mut text = lines.clone();
+                let changed = format!("{key} = {v}");
+                text[i] = &changed;
+                if let Err(e) = PartitionConfig::from_toml(&text.join("\n"), "t.toml") {
+                    let e = e.to_string();
+                    assert!(e.contains(key), "{changed} (line {}): {e}", i + 1);
+                }
+                tried += 1;
+            }
+        }
+        tried
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !sweep.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweep of extreme values took over 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let tried = sweep.join().expect("the sweep panicked (message above)");
+    // 34 integer fields in the default of 2026-12-03, six values each.
+    assert!(
+        tried >= 200,
+        "only {tried} values tried: the default has fewer integers?"
+    );
+}
+
+#[test]
+fn application_names_are_known_without_listing_them() {
+    let mut c = PartitionConfig::default();
+    for name in c.app_names() {
+        assert!(c.is_app_name(&name), "{name}");
+    }
+    for name in [
+        "dcm-0",
+        "dcm-01",
+        "dcm-3",
+        "dcm-",
+        "dcm--1",
+        "ros",
+        "x-1",
+        "",
+        "supervisor-1",
+    ] {
+        assert!(!c.is_app_name(name), "{name:?}");
+    }
+    c.dcm.nodes = usize::MAX;
+    assert!(c.is_app_name(&format!("dcm-{}", usize::MAX)));
+    assert!(!c.is_app_name("dcm-18446744073709551616"), "past usize");
+}
