@@ -205,7 +205,7 @@ impl PartitionConfig {
         let rob = self
             .stored_fragment_words()
             .map_or(OUTSIDE_FRAGMENT_BYTES, |w| 4 * w as u64);
-        let robs = self.ros.nodes.saturating_mul(self.ros.channels) as u64;
+        let robs = self.ros.robs() as u64;
         let event = 4 * 64 + robs * rob;
         // Rejected events bring only their RoIs; an accepted one fills the arena, and in a
         // long run every slot builds one.

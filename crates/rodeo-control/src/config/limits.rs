@@ -53,7 +53,7 @@ impl PartitionConfig {
         };
         // Saturating throughout: `validate` asks this of counts their own sections refused
         // (any size TOML allows), and a wrapped product would pass for a small message.
-        let robs = r.nodes.saturating_mul(r.channels);
+        let robs = r.robs();
         let event = (HEADER_BYTES + 4 + 64 * 4).saturating_add(robs.saturating_mul(rob));
         let reply = (HEADER_BYTES + 8).saturating_add(r.channels.saturating_mul(rob));
         let decisions = self.dcm.slots.saturating_mul(4).saturating_add(4096);

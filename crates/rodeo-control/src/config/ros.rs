@@ -119,6 +119,13 @@ pub enum RosInput {
 }
 
 impl RosSection {
+    /// ROBs of the partition (`nodes` x `channels`), saturating: the checks ask it of counts
+    /// their own rules refuse (any size TOML allows), and a wrapped product would pass for a
+    /// small one.
+    pub fn robs(&self) -> usize {
+        self.nodes.saturating_mul(self.channels)
+    }
+
     /// Checks this section's own values, and `l1.l1id_wrap` (`l1id_wrap`) against the SW ROD
     /// input, each error naming its field (other checks across sections, and the limits of
     /// the readout's memory, are [`super::PartitionConfig::validate`]'s).
@@ -166,7 +173,7 @@ impl RosSection {
         if self.input == RosInput::Network {
             self.check_listen(c);
         }
-        let robs = self.nodes.saturating_mul(self.channels);
+        let robs = self.robs();
         if !self.input_silence_seconds.is_finite()
             || !(0.0..=86_400.0).contains(&self.input_silence_seconds)
         {
@@ -219,7 +226,7 @@ impl RosSection {
     /// `ros.listen` with the network input: one address per ROB, each once, a port in
     /// 1..=65535; and `ros.listen_mode`.
     fn check_listen(&self, c: &mut Checks) {
-        let robs = self.nodes.saturating_mul(self.channels);
+        let robs = self.robs();
         if self.listen.len() != robs {
             c.bad(
                 "ros.listen",
