@@ -120,3 +120,26 @@ impl ColdSlot<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::copy_bytes;
+
+    /// Every length up to past the inline arms, at aligned and unaligned sources and
+    /// destinations: exactly the `n` bytes are copied, and nothing on either side is touched.
+    #[test]
+    fn copy_bytes_copies_exactly_n_bytes_at_any_length_and_alignment() {
+        let src: Vec<u8> = (0..400u32).map(|i| (i * 7 + 3) as u8).collect();
+        for n in 0..=300 {
+            for (so, d_off) in [(0, 0), (1, 3), (3, 1), (4, 8)] {
+                let mut dst = vec![0xAAu8; 320];
+                // SAFETY: `so + n <= 304 <= 400` bytes of `src` and `d_off + n <= 308 <= 320`
+                // of `dst` are in bounds, and the two vectors do not overlap.
+                unsafe { copy_bytes(dst.as_mut_ptr().add(d_off), src.as_ptr().add(so), n) };
+                assert_eq!(&dst[d_off..d_off + n], &src[so..so + n], "n {n}");
+                assert!(dst[..d_off].iter().all(|&b| b == 0xAA), "n {n}: before");
+                assert!(dst[d_off + n..].iter().all(|&b| b == 0xAA), "n {n}: after");
+            }
+        }
+    }
+}
