@@ -9,6 +9,8 @@ use super::error::{num, Checks};
 pub const MAX_PROCESSING_US: f64 = 1e7;
 /// The most requests in flight per readout node a DCM may keep.
 pub const MAX_OUTSTANDING: usize = 100_000;
+/// The slots a DCM may have (`dcm.slots`).
+pub(super) const SLOTS: std::ops::RangeInclusive<usize> = 1..=4096;
 
 /// Checksum names in the configuration.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -63,7 +65,7 @@ impl DcmSection {
         if self.nodes == 0 || self.nodes > 64 {
             c.bad("dcm.nodes", self.nodes, "1..=64");
         }
-        if self.slots == 0 || self.slots > 4096 {
+        if !SLOTS.contains(&self.slots) {
             c.bad("dcm.slots", self.slots, "1..=4096");
         }
         if !(0.0..=1.0).contains(&self.accept_fraction) {

@@ -227,7 +227,8 @@ impl PartitionConfig {
         }
     }
 
-    /// `transport.high_water_mark` and `ros.high_water_mark`: one range for both.
+    /// `transport.high_water_mark` and `ros.high_water_mark`: one range for both, and the
+    /// transport's at least `dcm.slots`.
     fn check_high_water_marks(&self, c: &mut Checks) {
         for (field, hwm) in [
             ("transport.high_water_mark", self.transport.high_water_mark),
@@ -242,7 +243,8 @@ impl PartitionConfig {
         // events wait for the event timeout before they go elsewhere (measured, 3000 events:
         // 0.2 s at 256, 10 s at 100, 21 s at 64).
         let (hwm, slots) = (self.transport.high_water_mark, self.dcm.slots);
-        if hwm != 0 && (hwm as usize) < slots && (1..=4096).contains(&slots) {
+        // Only between values their own ranges accept: one error per bad field.
+        if hwm != 0 && (hwm as usize) < slots && dcm::SLOTS.contains(&slots) {
             c.bad(
                 "transport.high_water_mark",
                 hwm,

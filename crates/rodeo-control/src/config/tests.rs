@@ -512,9 +512,7 @@ fn high_water_marks_come_from_the_file_and_bad_ones_name_the_field() {
 /// event timeout), one as large as the slots passes.
 #[test]
 fn a_high_water_mark_below_the_dcm_slots_is_refused() {
-    let e = PartitionConfig::from_toml("[transport]\nhigh_water_mark = 255\n", "t.toml")
-        .unwrap_err()
-        .to_string();
+    let (e, _) = refused("[transport]\nhigh_water_mark = 255\n");
     assert!(
         e.contains("transport.high_water_mark") && e.contains("at least dcm.slots (256)"),
         "{e}"
