@@ -159,7 +159,7 @@ fn a_failed_restart_leaves_a_sheet_naming_the_application() {
 }
 
 /// A run that cannot be made (its HTTP address is in use) is not a failed run: exit status 1
-/// as documented, no JSON sheet, no run number taken. It took run 1's directory and exited 2,
+/// as documented, no sheet (`--json` prints an object naming the error), no run number taken. It took run 1's directory and exited 2,
 /// and the next run recorded run 1 as "crashed".
 #[test]
 fn a_run_that_cannot_serve_its_http_address_takes_no_run_number() {
@@ -178,7 +178,17 @@ fn a_run_that_cannot_serve_its_http_address_takes_no_run_number() {
         let o = cmd.arg("--output").arg(&out).output();
         assert_eq!(o.status.code(), Some(1), "{}", o.text());
         assert!(o.stderr.contains("Address already in use"), "{}", o.text());
-        assert!(o.stdout.trim().is_empty(), "no sheet: {}", o.text());
+        // No sheet: one object saying why, so that `| jq` finds the reason.
+        let said: Value =
+            serde_json::from_str(&o.stdout).unwrap_or_else(|_| panic!("{}", o.text()));
+        assert_eq!(said["made"], false, "{}", o.text());
+        assert!(
+            said["run_number"].is_null() && said["verdict"].is_null(),
+            "{}",
+            o.text()
+        );
+        let error = said["error"].as_str().unwrap_or_default();
+        assert!(error.contains("Address already in use"), "{}", o.text());
         assert!(!out.join("run-00000001").exists(), "{}", o.text());
     }
     drop(busy);

@@ -139,6 +139,17 @@ fn three_runs_started_at_once_on_a_fresh_directory_each_runs_or_is_refused_by_na
             "the holder's command: {}",
             o.stderr
         );
+        // `--json` still gets one object: not made, and why.
+        let said: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|_| panic!("{o:?}"));
+        assert_eq!(said["made"], false, "{said}");
+        assert_eq!(o.status.code(), Some(1), "{said}");
+        assert!(
+            said["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("in use by pid"),
+            "{said}"
+        );
     }
     let mut numbers = Vec::new();
     for o in &outputs {

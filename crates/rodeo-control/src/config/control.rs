@@ -158,7 +158,9 @@ impl ControlSection {
         if self.heartbeat_ms < 10 || self.heartbeat_ms > 60_000 {
             c.bad("control.heartbeat_ms", self.heartbeat_ms, "10..=60000");
         }
-        if self.dead_after_ms < self.heartbeat_ms.saturating_mul(2)
+        // Twice a heartbeat that was itself refused is not measured against (said once).
+        if (self.dead_after_ms < self.heartbeat_ms.saturating_mul(2)
+            && !c.has("control.heartbeat_ms"))
             || self.dead_after_ms > MAX_TIMEOUT_MS
         {
             c.bad(

@@ -354,7 +354,14 @@ impl PartitionConfig {
     /// `dcm.nodes`: a DCM has one socket per readout node, per logger and two more.
     fn check_dcm_sockets(&self, c: &mut Checks) {
         let (ros, d, l) = (&self.ros, &self.dcm, &self.logger);
-        // Saturating: a count its own section refused (any size TOML allows) must not wrap.
+        // A count its own section refused is said once, by its own name.
+        if ["ros.nodes", "dcm.nodes", "logger.nodes"]
+            .iter()
+            .any(|f| c.has(f))
+        {
+            return;
+        }
+        // Saturating: counts of any size TOML allows must not wrap.
         if ros.nodes.saturating_add(d.nodes).saturating_add(l.nodes) > 62 {
             c.bad(
                 "dcm.nodes",

@@ -119,7 +119,7 @@ fn python_trigger(spec: &str) -> anyhow::Result<TriggerSetup> {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (mut output, run, trigger_report) = match make_run(&args) {
         Ok(made) => made,
-        Err(e) => return Ok(not_made(&e)),
+        Err(e) => return Ok(not_made(&e, args.json)),
     };
     drive_and_finish(args, &mut output, run, trigger_report)
 }
@@ -129,10 +129,25 @@ type TriggerReport = Option<Box<dyn Fn() -> serde_json::Value>>;
 
 /// A run that could not be made at all (a refused configuration, a directory in use, a run
 /// number taken, an HTTP address in use): said as every error is, exit status 1, which the
-/// verdicts (0, 2, 3) never use (docs/run-control.md, "Verdicts").
-fn not_made(err: &anyhow::Error) -> ExitCode {
+/// verdicts (0, 2, 3) never use (docs/run-control.md, "Verdicts"). With `--json` stdout still
+/// gets one object, so that a script reading it finds the reason, not an empty stream.
+fn not_made(err: &anyhow::Error, json: bool) -> ExitCode {
     crate::print_error(err);
+    if json {
+        outln!("{}", not_made_json(err));
+    }
     ExitCode::from(1)
+}
+
+/// `rodeo run --json`'s object for a run not made: no run number, no verdict, the error.
+fn not_made_json(err: &anyhow::Error) -> serde_json::Value {
+    serde_json::json!({
+        "made": false,
+        "run_number": null,
+        "verdict": null,
+        "error": rodeo_run::error_text::error_text(err),
+        "exit_status": 1,
+    })
 }
 
 /// The configuration with the command line's overrides, checked; the output directory
@@ -188,7 +203,7 @@ fn drive_and_finish(
 ) -> anyhow::Result<ExitCode> {
     if let Err(e) = crate::logging::apply_config(&run.config().control.log) {
         run.abandon();
-        return Ok(not_made(&e));
+        return Ok(not_made(&e, args.json));
     }
     // Ctrl-C or SIGTERM stops the run in order (files closed, balance sheet); a second one
     // aborts.
@@ -205,7 +220,7 @@ fn drive_and_finish(
             // Before the start: nothing ran, so no run either (it was recorded as a crash
             // when the next run found its directory).
             run.abandon();
-            return Ok(not_made(&e));
+            return Ok(not_made(&e, args.json));
         }
     };
     let outcome = match run.embedded().cloned() {
