@@ -159,8 +159,8 @@ fn a_failed_restart_leaves_a_sheet_naming_the_application() {
 }
 
 /// A run that cannot be made (its HTTP address is in use) is not a failed run: exit status 1
-/// as documented, no sheet (`--json` prints an object naming the error), no run number taken. It took run 1's directory and exited 2,
-/// and the next run recorded run 1 as "crashed".
+/// as documented, no sheet (`--json` prints an object naming the error), no run number taken.
+/// It took run 1's directory and exited 2, and the next run recorded run 1 as "crashed".
 #[test]
 fn a_run_that_cannot_serve_its_http_address_takes_no_run_number() {
     let dir = tempfile::tempdir().unwrap();
