@@ -173,6 +173,12 @@ impl Checks {
             .any(|e| matches!(e, ConfigError::Value { field: f, .. } if *f == field))
     }
 
+    /// Whether an error was found for any of `fields`: a check across fields skips then, so
+    /// that a value refused on its own is said once, by its own name.
+    pub fn has_any(&self, fields: &[&str]) -> bool {
+        fields.iter().any(|f| self.has(f))
+    }
+
     /// Whether no error was found.
     pub fn is_empty(&self) -> bool {
         self.errors.is_empty()

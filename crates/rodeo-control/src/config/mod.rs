@@ -279,8 +279,7 @@ impl PartitionConfig {
     /// the event timeout reassigns most events.
     fn check_processing_time(&self, c: &mut Checks) {
         let mean_ms = self.dcm.processing_us / 1e3;
-        if !c.has("dcm.processing_us")
-            && !c.has("supervisor.event_timeout_ms")
+        if !c.has_any(&["dcm.processing_us", "supervisor.event_timeout_ms"])
             && mean_ms * 4.0 >= self.supervisor.event_timeout_ms as f64
         {
             c.bad(
@@ -300,15 +299,12 @@ impl PartitionConfig {
     /// partition, 612 in flight): a wrap of 1 or 2 built 330 and 4 events partial, 4 and
     /// more none.
     fn check_l1id_cycle(&self, c: &mut Checks) {
-        if [
+        if c.has_any(&[
             "l1.l1id_wrap",
             "dcm.slots",
             "dcm.nodes",
             "supervisor.clear_group",
-        ]
-        .iter()
-        .any(|f| c.has(f))
-        {
+        ]) {
             return;
         }
         let in_flight =
@@ -354,11 +350,7 @@ impl PartitionConfig {
     /// `dcm.nodes`: a DCM has one socket per readout node, per logger and two more.
     fn check_dcm_sockets(&self, c: &mut Checks) {
         let (ros, d, l) = (&self.ros, &self.dcm, &self.logger);
-        // A count its own section refused is said once, by its own name.
-        if ["ros.nodes", "dcm.nodes", "logger.nodes"]
-            .iter()
-            .any(|f| c.has(f))
-        {
+        if c.has_any(&["ros.nodes", "dcm.nodes", "logger.nodes"]) {
             return;
         }
         // Saturating: counts of any size TOML allows must not wrap.

@@ -148,7 +148,7 @@ impl PartitionConfig {
     /// `dcm.slots` against what a readout channel holds (module docs).
     pub(super) fn check_readout(&self, c: &mut Checks) {
         let r = &self.ros;
-        if c.has("ros.fragment_words") || c.has("ros.elinks") {
+        if c.has_any(&["ros.fragment_words", "ros.elinks"]) {
             return;
         }
         if r.input == RosInput::Dma && r.fragment_words > Self::max_dma_fragment_words() {
@@ -197,10 +197,7 @@ impl PartitionConfig {
 
     /// `dcm.nodes` x `dcm.slots` against the fragments a readout channel holds.
     fn check_in_flight(&self, c: &mut Checks) {
-        if ["dcm.nodes", "dcm.slots", "ros.nodes", "ros.channels"]
-            .iter()
-            .any(|f| c.has(f))
-        {
+        if c.has_any(&["dcm.nodes", "dcm.slots", "ros.nodes", "ros.channels"]) {
             return;
         }
         let Some(words) = self.stored_fragment_words() else {
