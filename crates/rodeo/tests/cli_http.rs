@@ -18,6 +18,7 @@ fn run_http_serves_status_and_metrics_and_stops_with_the_token() {
     let (child, addr) = spawn_with_http(
         &[
             "run",
+            "--accept-degraded",
             "--seconds",
             "300",
             "--rate",
@@ -141,14 +142,20 @@ fn control_log_sets_per_module_levels_and_rodeo_log_wins() {
     assert!(out.stderr.contains("control.log"));
 }
 
-/// Waits (bounded) for `rodeo run` to end after a stop; checks it succeeded and returns its
-/// JSON summary.
+/// Waits (bounded) for `rodeo run --accept-degraded` to end after a stop; checks it succeeded,
+/// that its only problem, if any, is L1 accepts that fell behind the paced rate (a debug build
+/// beside other tests on two cores may miss some; these tests are about the controller), and
+/// returns its JSON summary.
 fn wait_for_summary(child: Running) -> Value {
     let out = child.wait_with_deadline(Duration::from_secs(120));
     let exit = out.status;
     let out = out.stdout;
     assert!(exit.success(), "{out}");
-    serde_json::from_str(out.trim()).unwrap()
+    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    for p in summary["problems"].as_array().into_iter().flatten() {
+        assert_eq!(p["kind"], "l1_missed", "{summary}");
+    }
+    summary
 }
 
 /// Starts `rodeo ARGS` with RODEO_TOKEN set; returns the child and the HTTP address it printed.
@@ -169,6 +176,7 @@ fn processes_mode_serves_the_controller_and_stops_with_the_token() {
     let (child, addr) = spawn_with_http(
         &[
             "run",
+            "--accept-degraded",
             "--processes",
             "--seconds",
             "300",
@@ -224,6 +232,7 @@ fn every_run_is_recorded_in_the_run_database_and_served_at_api_runs() {
     let (child, addr) = spawn_with_http(
         &[
             "run",
+            "--accept-degraded",
             "--seconds",
             "300",
             "--rate",

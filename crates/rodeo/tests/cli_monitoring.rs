@@ -85,7 +85,8 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
     // Subscribed and never read: its queue fills at once, the forwarder drops for it.
     let _deaf = sub(&ctx, &endpoint, 1);
     let child = rodeo!()
-        .args(["run", "--config", cfg.to_str().unwrap(), "--json"])
+        .args(["run", "--accept-degraded", "--json", "--config"])
+        .arg(&cfg)
         .echo_stderr()
         .spawn();
     reader.set_rcvtimeo(60_000).unwrap();
@@ -101,6 +102,10 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
     assert!(exit.success(), "{out}");
     let sheet: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(sheet["balanced"], true, "{sheet}");
+    // Ok, or degraded only because a busy machine held the paced L1 back.
+    for p in sheet["problems"].as_array().into_iter().flatten() {
+        assert_eq!(p["kind"], "l1_missed", "{sheet}");
+    }
     assert!(!seen.is_empty());
 }
 

@@ -613,7 +613,8 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     let cfg = dir.path().join("p.toml");
     std::fs::write(&cfg, "[l1]\nrate_hz = 5000.0\n").unwrap();
     let child = rodeo!()
-        .args(["run", "--seconds", "30", "--json", "--config"])
+        .args(["run", "--accept-degraded", "--seconds", "30", "--json"])
+        .arg("--config")
         .arg(&cfg)
         .arg("--output")
         .arg(&out_dir)
@@ -636,6 +637,10 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     );
     let v: Value = serde_json::from_str(&out.stdout).expect("the balance sheet as JSON");
     assert_eq!(v["balanced"], true, "{v}");
+    // Ok, or degraded only because a busy machine held the paced L1 back.
+    for p in v["problems"].as_array().into_iter().flatten() {
+        assert_eq!(p["kind"], "l1_missed", "{v}");
+    }
     assert!(v["seconds"].as_f64().unwrap() < 29.0, "{v}");
     assert_eq!(v["events_verified"], v["events_written"]);
     let files = files_under(&out_dir);
