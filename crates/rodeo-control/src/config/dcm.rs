@@ -10,7 +10,7 @@ pub const MAX_PROCESSING_US: f64 = 1e7;
 /// The most requests in flight per readout node a DCM may keep.
 pub const MAX_OUTSTANDING: usize = 100_000;
 /// The slots a DCM may have (`dcm.slots`).
-pub(super) const SLOTS: std::ops::RangeInclusive<usize> = 1..=4096;
+pub(super) const SLOTS: std::ops::RangeInclusive<usize> = 1..=rodeo_dataflow::dcm::MAX_SLOTS;
 
 /// Checksum names in the configuration.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -89,5 +89,19 @@ impl DcmSection {
                 ">= 1, at most 100000",
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::PartitionConfig;
+
+    /// A DCM polls a socket per readout node and per logger: the number of DCMs beside them
+    /// is no limit (20 + 40 + 4 nodes were refused while the check summed all three).
+    #[test]
+    fn many_dcms_beside_many_readout_nodes_make_a_valid_partition() {
+        let text = "[ros]\nnodes = 20\n[dcm]\nnodes = 40\nslots = 64\n[logger]\nnodes = 4\n";
+        let c = PartitionConfig::from_toml(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((c.ros.nodes, c.dcm.nodes, c.logger.nodes), (20, 40, 4));
     }
 }

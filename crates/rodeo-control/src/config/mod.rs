@@ -26,6 +26,7 @@
 
 use std::collections::BTreeMap;
 
+use rodeo_dataflow::dcm::MAX_PEERS;
 use serde::{Deserialize, Serialize};
 
 use error::num;
@@ -137,6 +138,31 @@ impl PartitionConfig {
             }
         }
         c.to_toml()
+    }
+
+    /// `text`, a partition's TOML as found on disk (a run directory's `partition.toml`, which
+    /// holds the tokens), with `control.token` and `control.expert_token` shown as
+    /// `"(hidden)"`, as [`to_toml_public`](Self::to_toml_public) does; text without a token is
+    /// returned as it is, text that does not parse as TOML as nothing (it may hold one).
+    pub fn hide_tokens(text: &str) -> String {
+        let Ok(mut table) = text.parse::<toml::Table>() else {
+            return String::new();
+        };
+        let mut hidden = false;
+        if let Some(control) = table.get_mut("control").and_then(toml::Value::as_table_mut) {
+            for key in ["token", "expert_token"] {
+                if let Some(v) = control.get_mut(key) {
+                    if v.as_str() != Some("") && v.as_str() != Some("(hidden)") {
+                        *v = toml::Value::String("(hidden)".into());
+                        hidden = true;
+                    }
+                }
+            }
+        }
+        if !hidden {
+            return text.to_string();
+        }
+        toml::to_string(&table).unwrap_or_default()
     }
 
     /// Checks every value: an error naming each bad field (one, or [`ConfigError::Many`]).
@@ -347,18 +373,24 @@ impl PartitionConfig {
         }
     }
 
-    /// `dcm.nodes`: a DCM has one socket per readout node, per logger and two more.
+    /// `ros.nodes + logger.nodes`: a DCM polls a socket per readout node and per logger, at
+    /// most [`MAX_PEERS`] (the readout and logger ranges keep within it; this says so if
+    /// they grow). The number of DCMs does not count.
     fn check_dcm_sockets(&self, c: &mut Checks) {
-        let (ros, d, l) = (&self.ros, &self.dcm, &self.logger);
-        if c.has_any(&["ros.nodes", "dcm.nodes", "logger.nodes"]) {
+        let (ros, l) = (&self.ros, &self.logger);
+        if c.has_any(&["ros.nodes", "logger.nodes"]) {
             return;
         }
+        // Each DCM talks to every readout node and logger; the DCMs' own count is not in it.
         // Saturating: counts of any size TOML allows must not wrap.
-        if ros.nodes.saturating_add(d.nodes).saturating_add(l.nodes) > 62 {
+        if ros.nodes.saturating_add(l.nodes) > MAX_PEERS {
             c.bad(
-                "dcm.nodes",
-                d.nodes,
-                "ros.nodes + logger.nodes + 2 must stay <= 64 (one socket each per DCM)",
+                "ros.nodes",
+                ros.nodes,
+                format!(
+                    "ros.nodes + logger.nodes must stay <= {MAX_PEERS} (a DCM polls a socket \
+                     for each)"
+                ),
             );
         }
     }

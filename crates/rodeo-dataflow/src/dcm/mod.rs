@@ -81,6 +81,15 @@ pub use sampler::SampleConfig;
 /// Longest interval between two `Update`s of a DCM (its heartbeat).
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
 
+/// Readout nodes and loggers one DCM talks to, at most: it polls a socket for each, besides
+/// its supervisor and control sockets (64 in all).
+pub const MAX_PEERS: usize = 62;
+
+/// Processing slots of one DCM, at most: a DCM announces no more credits than this in one
+/// `Update`, and the supervisor holds no more than twice this for one DCM (a DCM restarted
+/// before it was found dead announces its slots again beside its old credits).
+pub const MAX_SLOTS: usize = 4096;
+
 /// Longest a send may block on a peer (gone, or not keeping up) before it counts as failed.
 const SEND_TIMEOUT_MS: i32 = 1000;
 
@@ -195,10 +204,16 @@ pub fn spawn(
             reason: "a DCM needs at least one slot and one logger".into(),
         });
     }
-    if 2 + config.readout.len() + config.loggers.len() > 64 {
+    if config.slots > MAX_SLOTS {
         return Err(DataflowError::Config {
             app,
-            reason: "a DCM talks to at most 62 readout nodes and loggers".into(),
+            reason: format!("a DCM has at most {MAX_SLOTS} slots, not {}", config.slots),
+        });
+    }
+    if config.readout.len() + config.loggers.len() > MAX_PEERS {
+        return Err(DataflowError::Config {
+            app,
+            reason: format!("a DCM talks to at most {MAX_PEERS} readout nodes and loggers"),
         });
     }
     let terr = |what: String| {
