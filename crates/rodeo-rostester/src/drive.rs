@@ -101,6 +101,9 @@ pub struct Row {
     pub bad_replies: u64,
     /// Requests still unanswered at the end.
     pub unanswered: u64,
+    /// The run ended early: the node answered nothing for the drain timeout while requests
+    /// waited.
+    pub stopped_on_silence: bool,
     /// Clear messages sent.
     pub clears: u64,
     /// The slowest 250 ms interval's L1 rate (the median and fastest follow).
@@ -180,6 +183,7 @@ impl Row {
             lost_fragments: r.lost_fragments,
             bad_replies: r.bad_replies,
             unanswered: r.unanswered,
+            stopped_on_silence: r.stopped_on_silence,
             clears: r.clears,
             interval_l1_rate_min_hz: r.interval_rate_hz(0.0),
             interval_l1_rate_median_hz: r.interval_rate_hz(0.5),

@@ -41,6 +41,9 @@
 //! At the event limit, the time limit or the stop flag, the tester stops generating, waits (up
 //! to `drain_timeout`) for the replies in flight, sends the partial clear group, and reports.
 //! A partial group is also sent when no clear went out for `clear_flush` (protocol rule 5).
+//! A node that answers nothing for `drain_timeout` while requests wait ends the run early too
+//! ([`TesterReport::stopped_on_silence`]): a dead node is said within seconds, not after the
+//! whole `duration` of requests sent into the void.
 
 //!
 //! # Modules

@@ -31,6 +31,9 @@ pub struct TesterReport {
     pub bad_replies: u64,
     /// Requests still unanswered at the end.
     pub unanswered: u64,
+    /// The run ended early: the node answered nothing for `drain_timeout` while requests
+    /// waited (dead, stuck, or never there).
+    pub stopped_on_silence: bool,
     /// Clear messages sent.
     pub clears: u64,
     /// Request latency (send to reply), nanoseconds.
@@ -108,6 +111,7 @@ impl TesterReport {
         self.lost_fragments += o.lost_fragments;
         self.bad_replies += o.bad_replies;
         self.unanswered += o.unanswered;
+        self.stopped_on_silence |= o.stopped_on_silence;
         self.clears += o.clears;
         self.latency.merge(&o.latency);
         self.cpu += o.cpu;

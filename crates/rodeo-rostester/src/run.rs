@@ -155,9 +155,16 @@ pub fn run_on<L: TesterLink>(
         if !generating && st.free.len() == st.slots.len() {
             break;
         }
-        if !generating && last_activity.elapsed() > config.drain_timeout {
+        // Requests wait and nothing came back for `drain_timeout`: at the end, the drain is
+        // over; while generating, the node is gone (dead, stuck, never there) and sending on
+        // until the time is up would only say so later.
+        if st.free.len() < st.slots.len() && last_activity.elapsed() > config.drain_timeout {
+            st.report.stopped_on_silence = generating;
             break;
         }
+        // The wait for a reply starts with the first request sent while none was in flight
+        // (a paced tester may send its next event long after the last reply).
+        let idle = st.free.len() == st.slots.len();
         // New events while there is room for their requests, within the rate cap, and while
         // the ring of events in flight stays bounded.
         let mut sent_any = false;
@@ -171,6 +178,9 @@ pub fn run_on<L: TesterLink>(
         {
             st.new_event(robs)?;
             sent_any = true;
+        }
+        if idle && sent_any {
+            last_activity = Instant::now();
         }
         // A partial group goes out after an idle interval, so a node whose buffer is smaller
         // than a group does not wait for it.

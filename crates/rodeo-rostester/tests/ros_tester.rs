@@ -184,3 +184,39 @@ fn tester_direct_link() {
 fn tester_direct_link_fragments_spanning_pages() {
     run_direct(1500, 128);
 }
+
+/// A paced tester whose events are further apart than its drain timeout is not taken for one
+/// whose node went silent: the wait for a reply starts with the request, not with the last
+/// reply, so every event is handled and the run is not ended early.
+#[test]
+fn a_paced_tester_slower_than_its_drain_timeout_runs_to_its_end() {
+    let channels = 2;
+    let events = 4u64;
+    let pool = PagePool::new(PagePoolConfig {
+        page_bytes: 4096,
+        pages: channels * 16,
+        region: RegionOptions::default(),
+    })
+    .unwrap();
+    let store = EventStore::new(&pool, &StoreConfig::with_channels(channels, BASE, 16)).unwrap();
+    let input = FirmwareInput::new(&store, 50, 1 << 24, Payload::Full).with_limit(events);
+    let (server, mut client) =
+        RequestServer::start_direct(&ServerConfig::default(), store, Box::new(input)).unwrap();
+    let cfg = TesterConfig {
+        robs: (0..channels as u32).map(|c| BASE + c).collect(),
+        events: Some(events),
+        duration: Some(Duration::from_secs(60)),
+        max_rate: Some(2.0),
+        // Every request takes its reply well within this; the events are 500 ms apart.
+        drain_timeout: Duration::from_millis(300),
+        l2_fraction: 1.0,
+        ..TesterConfig::default()
+    };
+    let r = tester::run_direct(&mut client, &cfg, &AtomicBool::new(false)).unwrap();
+    assert!(!r.stopped_on_silence, "{r:?}");
+    assert_eq!(r.events, events, "{r:?}");
+    assert_eq!(r.unanswered, 0, "{r:?}");
+    assert!(r.seconds > 1.0, "paced at 2 Hz: {r:?}");
+    drop(client);
+    drop(server.stop());
+}

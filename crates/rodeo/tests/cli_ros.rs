@@ -410,20 +410,26 @@ fn hostile_option_values_are_refused_naming_the_option() {
 }
 
 /// A tester whose node never answers (a listener that never speaks ZeroMQ) ends by itself and
-/// says so: exit status 1 and the unanswered requests on stderr. It printed a rate and exited
-/// 0.
+/// says so: exit status 1 and the unanswered requests on stderr (it printed a rate and exited
+/// 0), within the drain timeout of silence rather than after its whole `--seconds` (it sent
+/// into the void for 300 s).
 #[test]
 fn a_tester_whose_node_never_answers_fails() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let ep = format!("tcp://{}", silent.local_addr().unwrap());
     let began = std::time::Instant::now();
     let t = rodeo!()
-        .args(["tester", "--connect", &ep, "--seconds", "1", "--json"])
+        .args(["tester", "--connect", &ep, "--seconds", "300", "--json"])
+        .deadline(Duration::from_secs(120))
         .output();
     assert!(began.elapsed() < Duration::from_secs(60), "{}", t.text());
     assert_eq!(t.status.code(), Some(1), "{}", t.text());
     assert!(t.stderr.contains("unanswered"), "{}", t.text());
+    assert!(t.stderr.contains("answered nothing"), "{}", t.text());
     let v: Value = serde_json::from_str(&t.stdout).unwrap();
-    assert!(v["rows"][0]["unanswered"].as_u64().unwrap() > 0, "{v}");
-    assert_eq!(v["rows"][0]["fragments"], 0, "{v}");
+    let row = &v["rows"][0];
+    assert!(row["unanswered"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(row["fragments"], 0, "{v}");
+    assert_eq!(row["stopped_on_silence"], true, "{v}");
+    assert!(row["seconds"].as_f64().unwrap() < 60.0, "{v}");
 }

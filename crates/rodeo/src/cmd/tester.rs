@@ -115,6 +115,13 @@ fn verdict(report: &rodeo_rostester::TesterReport) -> ExitCode {
     if report.replies == 0 && report.events > 0 {
         eprintln!("rodeo tester: no reply at all: is the node there?");
     }
+    if report.stopped_on_silence {
+        eprintln!(
+            "rodeo tester: the node answered nothing for the drain timeout while requests \
+             waited: the run ended early after {:.1} s",
+            report.seconds
+        );
+    }
     if faults.is_empty() {
         ExitCode::SUCCESS
     } else {
