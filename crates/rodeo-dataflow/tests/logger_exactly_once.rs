@@ -64,3 +64,67 @@ fn repeats_are_acknowledged_and_written_once() {
     }
     assert_eq!(n, 10);
 }
+
+/// Sends one `Event` message of `stream` and `words` on `dcm`.
+fn send_event(dcm: &mut rodeo_transport::socket::Socket, stream: u32, words: &[u32]) {
+    let header = header_bytes(MessageType::Event, 0, 4 + 4 * words.len() as u32);
+    dcm.send([
+        Frame::Copy(&header),
+        Frame::Copy(&stream.to_le_bytes()),
+        Frame::Copy(words_as_bytes(words)),
+    ])
+    .unwrap();
+}
+
+/// What a peer sends is input: an event the EventStorage writer cannot take (an unknown
+/// compression type; it ended the logger) and one with a wild stream index (it sized the
+/// logger's tables by it: 4 billion streams) are counted and dropped, and the logger goes on
+/// writing the events after them.
+#[test]
+fn events_a_logger_cannot_write_are_counted_and_it_goes_on() {
+    use rodeo_format::fragment::FullEvent;
+    let dir = tempfile::tempdir().unwrap();
+    let t = Transport::new(1).unwrap();
+    let mut cfg = LoggerConfig::new("logger-b", "inproc://logger-b", dir.path().into(), 8);
+    cfg.format = logger::FileFormat::EventStorage;
+    let handle = logger::spawn(cfg, &t, Arc::new(LoggerCounters::default())).unwrap();
+    let mut dcm = t.socket(SocketKind::Dealer).unwrap();
+    dcm.connect(&Endpoint::parse("inproc://logger-b").unwrap())
+        .unwrap();
+    let mut synth = EventSynth::new(SynthConfig::default());
+    let mut words = Vec::new();
+    synth.event(0, &mut words).unwrap();
+    let compression = |w: &[u32]| FullEvent::parse(w).ok().map(|e| e.compression());
+    let at = (0..words.len())
+        .find(|&i| {
+            let mut p = words.clone();
+            p[i] = 2;
+            words[i] == 0 && compression(&p) == Some(2)
+        })
+        .unwrap();
+    words[at] = 2;
+    send_event(&mut dcm, 0, &words);
+    synth.event(1, &mut words).unwrap();
+    send_event(&mut dcm, u32::MAX, &words);
+    for gid in 2..5 {
+        synth.event(gid, &mut words).unwrap();
+        send_event(&mut dcm, 0, &words);
+    }
+    let mut acked = Vec::new();
+    let mut msg = Received::default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while acked.len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "acks: {acked:?}");
+        if dcm.recv(&mut msg, 100).unwrap() {
+            let Message::EventAck { global_ids } = decode(&msg.bytes).unwrap().message else {
+                panic!("not an EventAck");
+            };
+            acked.extend(global_ids.iter());
+        }
+    }
+    acked.sort_unstable();
+    assert_eq!(acked, [2, 3, 4]);
+    let summary = handle.stop().unwrap();
+    assert_eq!(summary.events_written, 3);
+    assert_eq!(summary.bad_messages, 2);
+}

@@ -562,3 +562,30 @@ fn slots_offered_within_the_start_timeout_start_the_run() {
     assert_eq!(s.l1_accepts, 5);
     assert_eq!(s.rejected, 5);
 }
+
+/// Credits are free slots: an Update announcing more than a DCM can have (4 billion: a 32 GiB
+/// queue) is counted as a bad message and dropped whole; the DCM's sound Updates go on being
+/// served.
+#[test]
+fn an_update_with_more_credits_than_a_dcm_has_slots_is_refused() {
+    let (mut h, _ros) = Harness::start("credits", 1, 100, |_| {});
+    let mut dcm = h.dcm("dcm-1");
+    dcm.update(u32::MAX, &[]);
+    dcm.update(rodeo_dataflow::dcm::MAX_SLOTS as u32 + 1, &[]);
+    dcm.update(2, &[]);
+    assert_eq!(dcm.take(2).len(), 2);
+    assert_eq!(
+        dcm.next(Duration::from_millis(300)),
+        None,
+        "only the sound credits"
+    );
+    wait_until("two bad messages counted", || {
+        h.counters
+            .bad_messages
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 2
+    });
+    drop(dcm);
+    let s = h.stop();
+    assert_eq!(s.bad_messages, 2);
+}

@@ -39,6 +39,32 @@ pub enum CompressError {
     /// The zlib stream is damaged or does not restore the declared size.
     #[error("zlib payload: {0}")]
     Zlib(String),
+    /// The header declares a plain size larger than any event this crate restores.
+    #[error(
+        "the event declares {words} uncompressed words, more than the {} bytes an event may \
+         restore to",
+        MAX_DECOMPRESSED_BYTES
+    )]
+    TooLarge {
+        /// The declared size, in words.
+        words: u64,
+    },
+}
+
+/// The largest plain event, in bytes, that [`decompress_event`] and [`decompress_zlib_event`]
+/// restore: the header's size word is read from outside, and nothing is allocated for it past
+/// this (1 GiB, as the EventStorage reader's limit).
+pub const MAX_DECOMPRESSED_BYTES: usize = 1 << 30;
+
+/// The plain size, in bytes, that `e` declares, if within [`MAX_DECOMPRESSED_BYTES`].
+fn declared_bytes(e: &FullEvent<'_>) -> Result<usize, CompressError> {
+    let words = e.uncompressed_size();
+    (words as usize)
+        .checked_mul(4)
+        .filter(|&b| b <= MAX_DECOMPRESSED_BYTES)
+        .ok_or(CompressError::TooLarge {
+            words: u64::from(words),
+        })
 }
 
 fn header_of<'a>(
@@ -176,8 +202,8 @@ pub fn decompress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Compres
         COMPRESSION_ZSTD => {}
         other => return Err(CompressError::Unsupported(other)),
     }
-    let n = e.uncompressed_size() as usize;
-    let mut bytes = vec![0u8; 4 * n];
+    let n = e.uncompressed_size();
+    let mut bytes = vec![0u8; declared_bytes(&e)?];
     let mut dec = ruzstd::decoding::StreamingDecoder::new(words_as_bytes(e.payload()))
         .map_err(|err| CompressError::Zstd(err.to_string()))?;
     dec.read_exact(&mut bytes)
@@ -203,8 +229,8 @@ pub fn decompress_zlib_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Co
         EFORMAT_COMPRESSION_ZLIB => {}
         other => return Err(CompressError::Unsupported(other)),
     }
-    let n = e.uncompressed_size() as usize;
-    let bytes = inflate_exact(words_as_bytes(e.payload()), 4 * n)
+    let n = e.uncompressed_size();
+    let bytes = inflate_exact(words_as_bytes(e.payload()), declared_bytes(&e)?)
         .map_err(|reason| CompressError::Zlib(format!("{reason} (expected {n} words)")))?;
     let plain = bytes_to_words(&bytes);
     let tags = tags_of(&e)?;
@@ -270,6 +296,36 @@ mod tests {
             decompress_event(&packed, &mut back).unwrap();
             assert_eq!(back, plain);
         }
+    }
+
+    /// The header's plain size is read from outside: a size past the limit is refused before
+    /// anything is allocated for it (4 billion words were a 16 GiB buffer).
+    #[test]
+    fn a_declared_size_past_the_limit_is_refused_not_allocated() {
+        let mut synth = EventSynth::new(SynthConfig::default());
+        let (mut plain, mut packed, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        synth.event(1, &mut plain).unwrap();
+        compress_event(&plain, &mut packed).unwrap();
+        let declared = |w: &[u32]| FullEvent::parse(w).ok().map(|e| e.uncompressed_size());
+        let want = declared(&packed).unwrap();
+        // The header word that holds the plain size.
+        let at = (0..packed.len())
+            .find(|&i| {
+                let mut p = packed.clone();
+                p[i] = u32::MAX;
+                packed[i] == want && declared(&p) == Some(u32::MAX)
+            })
+            .unwrap();
+        for words in [u32::MAX, (MAX_DECOMPRESSED_BYTES / 4) as u32 + 1] {
+            packed[at] = words;
+            match decompress_event(&packed, &mut back) {
+                Err(CompressError::TooLarge { words: w }) => assert_eq!(w, u64::from(words)),
+                other => panic!("{other:?}"),
+            }
+        }
+        packed[at] = want;
+        decompress_event(&packed, &mut back).unwrap();
+        assert_eq!(back, plain);
     }
 
     #[test]

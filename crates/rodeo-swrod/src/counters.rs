@@ -58,6 +58,14 @@ counters! {
     lost_blocks,
     /// Subchunk sequence errors (orphan MIDDLE/LAST, FIRST while a chunk was open).
     sequence_errors,
+    /// Out-of-band subchunks: not packets, their payload skipped.
+    out_of_band_subchunks,
+    /// Subchunks of the reserved type: their payload skipped.
+    reserved_subchunks,
+    /// Packets cut at the longest packet a thread reassembles (flagged, the rest dropped).
+    oversize_packets,
+    /// Bytes dropped past that bound.
+    oversize_dropped_bytes,
     /// Packets placed into fragments.
     packets,
     /// Bytes of the packets placed into fragments, padded to words (without the 2-word packet

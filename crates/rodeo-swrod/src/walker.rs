@@ -168,13 +168,19 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         self.agg.c.bad_bytes += blocks.remainder().len() as u64;
     }
 
-    /// Sums the reassemblers' sequence errors into the counters.
+    /// Sums the reassemblers' counters (sequence errors, skipped subchunks, oversize packets)
+    /// into the thread's counters.
     pub(crate) fn sync_counters(&mut self) {
-        self.agg.c.sequence_errors = self
-            .reasm
-            .iter()
-            .map(|r| r.counters().sequence_errors)
-            .sum();
+        let mut sum = rodeo_format::felix::FelixCounters::default();
+        for r in &self.reasm {
+            sum.add(r.counters());
+        }
+        let c = &mut self.agg.c;
+        c.sequence_errors = sum.sequence_errors;
+        c.out_of_band_subchunks = sum.out_of_band;
+        c.reserved_subchunks = sum.reserved;
+        c.oversize_packets = sum.oversize_chunks;
+        c.oversize_dropped_bytes = sum.dropped_bytes;
     }
 
     #[inline]

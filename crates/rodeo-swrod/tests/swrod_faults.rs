@@ -441,3 +441,100 @@ fn bad_configurations_are_typed_errors() {
         Err(SwRodError::Inputs { .. })
     ));
 }
+
+/// A packet whose L1ID has a flipped ECR bit lies a billion events ahead: it moved the window
+/// that far, one empty event at a time, and every real packet after it was late. Further than
+/// any loss of data, it is counted corrupt and dropped, and the ROB's events are built whole.
+#[test]
+fn a_packet_a_billion_events_ahead_is_corrupt_not_a_window_move() {
+    let elinks = [1u16, 2];
+    let config = SwRodConfig {
+        thread_elinks: vec![elinks.to_vec()],
+        ..SwRodConfig::default()
+    };
+    let mut s = Stream::new(&elinks);
+    for n in 0..20u32 {
+        if n == 10 {
+            s.packet(0, 0x4000_0000 | n, 5, 2);
+        }
+        s.packet(0, n, 5, 2);
+        s.packet(1, n, 5, 2);
+    }
+    s.flush();
+    let rec = Recorder::default();
+    let c = run_streams(
+        &config,
+        vec![player(&s)],
+        &[0],
+        &rec,
+        4096,
+        &AtomicBool::new(false),
+    );
+    let seen = rec.seen.into_inner().unwrap();
+    let by = one_per_l1id(&seen, 20);
+    assert!(by
+        .values()
+        .all(|f| f.status == Status::OK && f.packets.len() == 2));
+    assert_eq!(census(&seen).len(), 40);
+    assert_eq!(
+        (c.corrupt_packets, c.window_moves, c.late_packets),
+        (1, 0, 0),
+        "{c:?}"
+    );
+    assert_eq!(c.packets, 40);
+}
+
+/// Subchunks that are not packets (out-of-band, the reserved type) are skipped, as the FELIX
+/// rules say, and counted where the node's metrics read them (they were counted only inside
+/// the E-link's reassembler, which no metric reads); the packets around them are built whole.
+#[test]
+fn skipped_subchunks_are_counted_in_the_builders_counters() {
+    use rodeo_format::felix::{SubchunkType, Trailer, TrailerFlags, TrailerSize};
+    let elinks = [1u16, 2];
+    let config = SwRodConfig {
+        thread_elinks: vec![elinks.to_vec()],
+        ..SwRodConfig::default()
+    };
+    let mut s = Stream::new(&elinks);
+    let send = |s: &mut Stream, events: std::ops::Range<u32>| {
+        for n in events {
+            s.packet(0, n, 5, 2);
+            s.packet(1, n, 5, 2);
+        }
+        s.flush();
+    };
+    send(&mut s, 0..5);
+    for kind in [SubchunkType::OutOfBand, SubchunkType::Reserved] {
+        // An E-link's block with one 16-byte subchunk of `kind` at its end.
+        let mut b = s.empty_block(0);
+        let t = TrailerSize::Bits32.encode(Trailer {
+            kind,
+            length: 16,
+            flags: TrailerFlags::NONE,
+        });
+        b[BLOCK - 20..BLOCK - 4].fill(0xAB);
+        b[BLOCK - 4..].copy_from_slice(&t.to_le_bytes());
+        s.blocks.push(b);
+    }
+    send(&mut s, 5..10);
+    let rec = Recorder::default();
+    let c = run_streams(
+        &config,
+        vec![player(&s)],
+        &[0],
+        &rec,
+        4096,
+        &AtomicBool::new(false),
+    );
+    let seen = rec.seen.into_inner().unwrap();
+    let by = one_per_l1id(&seen, 10);
+    assert!(by
+        .values()
+        .all(|f| f.status == Status::OK && f.packets.len() == 2));
+    assert_eq!(
+        (c.out_of_band_subchunks, c.reserved_subchunks),
+        (1, 1),
+        "{c:?}"
+    );
+    assert_eq!((c.corrupt_packets, c.sequence_errors), (0, 0), "{c:?}");
+}

@@ -17,10 +17,17 @@ use rodeo_transport::socket::Received;
 
 use super::config::LoggerCompression;
 use super::disk_full::{disk_full_reason, FullKind};
-use super::writer::StreamWriter;
+use super::writer::{is_bad_event, StreamWriter};
 use super::Logger;
 use super::Pending;
 use crate::error::DataflowError;
+
+/// Stream indexes past the configured list that still get files of their own.
+pub(super) const MAX_UNKNOWN_STREAMS: usize = 16;
+
+/// Senders (DCM identities) a logger keeps apart; an event from one more is a bad message. A
+/// partition has at most 64 DCMs; restarts under new identities leave room for many more.
+pub(super) const MAX_SENDERS: usize = 4096;
 
 impl Logger {
     pub(super) fn handle(
@@ -57,10 +64,23 @@ impl Logger {
             self.bad_message();
             return Ok(());
         };
+        // A stream beyond the configured list gets files of its own (`stream<N>`), for a few
+        // such indexes: a wild one (a trigger's bug, a hostile peer) would size the tables by
+        // it (4 billion streams) and open a file per index.
+        if stream as usize >= self.config.streams.len() + MAX_UNKNOWN_STREAMS {
+            self.bad_message();
+            return Ok(());
+        }
         let gid = parsed.global_id();
         let rob_check = self.rob_check(&parsed);
         let peer = match self.peers.get(msg.peer.as_slice()) {
             Some(&p) => p,
+            // A peer's identity is its own choice (on shared memory the sender writes it): a
+            // table that grew by one per identity would grow without end.
+            None if self.peer_ids.len() >= MAX_SENDERS => {
+                self.bad_message();
+                return Ok(());
+            }
             None => {
                 self.peer_ids.push(msg.peer.clone());
                 self.peers.insert(msg.peer.clone(), self.peer_ids.len() - 1);
@@ -128,6 +148,13 @@ impl Logger {
                             self.counters.events_refused.fetch_add(1, Ordering::Relaxed);
                             return Ok(());
                         }
+                    }
+                    // An event the EventStorage writer cannot take (an unknown compression,
+                    // a zstd payload that does not decode) is the sender's fault: counted and
+                    // dropped, as any bad message, not the logger's end.
+                    None if is_bad_event(&e) => {
+                        self.bad_message();
+                        return Ok(());
                     }
                     None => return Err(e),
                 },

@@ -203,6 +203,18 @@ fn es_error(app: &str) -> impl FnOnce(rodeo_files::eventstorage::EsError) -> Dat
     }
 }
 
+/// Whether `e` is a writer's refusal of one event (its bytes, not the disk): the EventStorage
+/// writer's [`EsError::BadEvent`](rodeo_files::eventstorage::EsError::BadEvent).
+pub(super) fn is_bad_event(e: &DataflowError) -> bool {
+    matches!(
+        e,
+        DataflowError::EventStorage {
+            source: rodeo_files::eventstorage::EsError::BadEvent { .. },
+            ..
+        }
+    )
+}
+
 /// A file a logger closed, with the verdict of its cross-check on disk.
 pub(super) struct Closed {
     /// The file.

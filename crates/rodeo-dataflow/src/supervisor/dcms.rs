@@ -12,6 +12,10 @@ use crate::trace::Stage as TraceStage;
 use super::Supervisor;
 use crate::error::DataflowError;
 
+/// DCM identities the supervisor keeps apart; an Update from one more is a bad message. A
+/// partition has at most 64 DCMs; restarts under new identities leave room for many more.
+const MAX_DCMS: usize = 4096;
+
 /// A DCM the supervisor has heard from.
 #[derive(Debug)]
 pub(super) struct Dcm {
@@ -38,6 +42,12 @@ impl Supervisor {
         let now = Instant::now();
         let dcm = match self.by_id.get(msg.peer.as_slice()) {
             Some(&i) => i,
+            // A peer's identity is its own choice (on shared memory the sender writes it): a
+            // table that grew by one per identity would grow without end.
+            None if self.dcms.len() >= MAX_DCMS => {
+                self.bad_message();
+                return;
+            }
             None => {
                 self.dcms.push(Dcm {
                     id: msg.peer.clone(),
@@ -49,6 +59,13 @@ impl Supervisor {
                 self.dcms.len() - 1
             }
         };
+        // Credits are free slots: more than a DCM can have is a corrupt or hostile Update,
+        // counted and dropped whole (4 billion credits were a 32 GiB queue).
+        let most = crate::dcm::MAX_SLOTS as u64;
+        if u64::from(credits) > most || self.dcms[dcm].credits + u64::from(credits) > 2 * most {
+            self.bad_message();
+            return;
+        }
         let d = &mut self.dcms[dcm];
         d.last_seen = now;
         if !d.alive {

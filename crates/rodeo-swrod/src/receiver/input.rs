@@ -8,7 +8,9 @@ use rodeo_format::fragment::Status;
 use rodeo_memory::Chunk;
 
 use super::slot::{ColdSlot, HotSlot};
-use super::{receiver_backoff, Aggregator, Lane, HI_MARK, MAX_NEED, PACKET_HEADER_BYTES};
+use super::{
+    receiver_backoff, Aggregator, Lane, HI_MARK, MAX_NEED, MAX_WINDOW_MOVE, PACKET_HEADER_BYTES,
+};
 use crate::decoder::PacketDecoder;
 use crate::fragment::{FragmentSink, HEADER_WORDS};
 
@@ -139,6 +141,11 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             return None;
         }
         let seq = self.base + d;
+        if d >= window && d - window + 1 > MAX_WINDOW_MOVE {
+            // Further than any loss of data: a damaged L1ID (see the parent module's docs).
+            self.c.corrupt_packets += 1;
+            return None;
+        }
         if d >= window {
             // Events completed in this block are closed first (completion is checked once per
             // block), so that only incomplete ones count as window moves.

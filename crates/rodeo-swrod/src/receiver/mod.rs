@@ -28,7 +28,11 @@
 //! A thread closes ("finalizes") its part of events strictly in event order, at `base`: when
 //! every one of its E-links has delivered (the normal case, checked after each block), when the
 //! base event is older than the timeout, when a packet arrives a whole window ahead (the window
-//! moves past the base), or at the end of the run.
+//! moves past the base), or at the end of the run. A packet more than `MAX_WINDOW_MOVE`
+//! events ahead does not move the window: one flipped bit of an ECR or high L1ID bit would
+//! close a billion empty events, one at a time, and lose the ROB's real ones as late; it is
+//! counted corrupt and dropped. Lost data up to that distance (about ten seconds at 100 kHz)
+//! still moves the window.
 //!
 //! # Ownership
 //!
@@ -95,6 +99,9 @@ const HI_MARK: u64 = 1 << 63;
 const PACKET_HEADER_BYTES: usize = 8;
 /// The longest packet (with its header) a packet header can describe.
 const MAX_NEED: usize = 0xFFFF;
+/// Events a packet may be ahead of the window and still move it (see "Events, in order"):
+/// 2^20, about ten seconds of a link at 100 kHz; further is a damaged L1ID.
+const MAX_WINDOW_MOVE: u64 = 1 << 20;
 
 /// The receivers' waits: rodeo's one [`Backoff`](rodeo_memory::Backoff), with the receivers'
 /// spec ([`BackoffSpec::RECEIVER`](rodeo_memory::BackoffSpec::RECEIVER): spin, yield, then
