@@ -9,6 +9,7 @@
 //! | `control.ssh`, `control.remote_rodeo`, `[hosts]` | start processes (here or on other hosts): fixed |
 //! | `control.http`, `control.address`, `transport.host`, `ros.listen`, `l1.external_listen`, `monitoring.endpoint`, `monitoring.input` | where the partition listens (an `ipc://` endpoint is also a file): fixed |
 //! | `run.output` | the output directory (its lock, its run database): fixed |
+//! | `transport.curve`, `transport.trusted_network` | whether the partition's peers authenticate: fixed (a token must not turn CURVE or TLS off) |
 //! | `control.token`, `control.expert_token` | fixed; `"(hidden)"`, as `GET /api/config` shows them, keeps them |
 //! | `logger.directories`, `ros.replay_files`, `ros.link_files` | places written or read: each entry inside the output directory, or one the file named |
 //!
@@ -80,6 +81,18 @@ pub fn keep_fixed_fields(
         has("transport.host"),
         &s.transport.host,
         &mut new.transport.host,
+    )?;
+    keep(
+        "transport.curve",
+        has("transport.curve"),
+        &s.transport.curve,
+        &mut new.transport.curve,
+    )?;
+    keep(
+        "transport.trusted_network",
+        has("transport.trusted_network"),
+        &s.transport.trusted_network,
+        &mut new.transport.trusted_network,
     )?;
     keep(
         "ros.listen",
@@ -285,6 +298,11 @@ mod tests {
             ("[control]\nhttp = \"0.0.0.0:80\"\n", "control.http"),
             ("[control]\naddress = \"0.0.0.0\"\n", "control.address"),
             ("[transport]\nhost = \"0.0.0.0\"\n", "transport.host"),
+            ("[transport]\ncurve = false\n", "transport.curve"),
+            (
+                "[transport]\ntrusted_network = true\n",
+                "transport.trusted_network",
+            ),
             ("[ros]\nlisten = [\"tcp://0.0.0.0:1\"]\n", "ros.listen"),
             (
                 "[l1]\nexternal_listen = \"tcp://0.0.0.0:2\"\n",

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use rodeo_control::config::PartitionConfig;
 use rodeo_files::verify::check_file;
 
 use crate::lock::OutputLock;
@@ -110,8 +111,10 @@ impl OutputDir {
                 .and_then(|b| serde_json::from_slice(&b).ok())
                 .and_then(RunSheet::from_json);
             let sheet = found.unwrap_or_else(|| RunSheet::crashed(n, dir.clone(), &files));
-            let config_toml =
-                std::fs::read_to_string(dir.join("partition.toml")).unwrap_or_default();
+            // The file holds the tokens (mode 0600); the record is served to anyone.
+            let config_toml = PartitionConfig::hide_tokens(
+                &std::fs::read_to_string(dir.join("partition.toml")).unwrap_or_default(),
+            );
             let status = sheet.status.as_str();
             let count = files.len();
             self.db.record(&RunRecord {
@@ -200,4 +203,43 @@ pub fn started_by(command: &str) -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "?".into());
     format!("{command} ({user}@{host})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run directory a crash left without a record is recorded from its `partition.toml`,
+    /// which holds the tokens (mode 0600); the record, served to anyone at `/api/runs/N`,
+    /// holds them hidden.
+    #[test]
+    fn a_recovered_run_is_recorded_without_its_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run-00000003");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(
+            run.join("partition.toml"),
+            "[control]\ntoken = \"op-secret\"\nexpert_token = \"ex-secret\"\n[dcm]\nslots = 8\n",
+        )
+        .unwrap();
+        let out = OutputDir::open(dir.path(), "test").unwrap();
+        let got = out.db().get(3).unwrap().unwrap();
+        let text = got["config_toml"].as_str().unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        assert!(
+            text.contains("(hidden)") && text.contains("slots = 8"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn hide_tokens_leaves_text_without_tokens_as_it_is() {
+        let text = "# a comment\n[control]\ntoken = \"(hidden)\"\n[dcm]\nslots = 8\n";
+        assert_eq!(PartitionConfig::hide_tokens(text), text);
+        assert_eq!(
+            PartitionConfig::hide_tokens("token = "),
+            "",
+            "not TOML: nothing"
+        );
+    }
 }

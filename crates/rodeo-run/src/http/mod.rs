@@ -41,7 +41,8 @@
 //! Only a complete request (head at most [`MAX_HEADER_BYTES`], body at most
 //! [`MAX_BODY_BYTES`]) goes to the bounded queue served by a fixed number of worker threads
 //! (default 4); when that queue is full the request is answered 503 at once. A connection has
-//! one deadline for its whole request ([`HttpConfig::io_timeout`]): past it, 408 and closed.
+//! one deadline for its whole request ([`HttpConfig::io_timeout`]): past it, 408 and closed;
+//! and one for its whole answer: a client that reads slowly is cut off, and the worker free.
 //! At most [`HttpConfig::max_connections`] connections are open: a new one beyond that
 //! closes the oldest (counted `evicted`), so a flood of idle connections can never lock an
 //! operator out of `/api/status` and `/api/command`. A worker answers and closes the
@@ -104,10 +105,12 @@ pub struct HttpConfig {
     pub workers: usize,
     /// Connections waiting for a worker before new ones get 503.
     pub queue: usize,
-    /// Deadline of a connection's whole request (from accept), and the write timeout of its
-    /// answer.
+    /// Deadline of a connection's whole request (from accept), and of its whole answer (from
+    /// the worker's first byte).
     pub io_timeout: Duration,
-    /// Most connections open at once; a new one beyond this closes the oldest.
+    /// Most connections open at once; a new one beyond this closes the oldest. At most a
+    /// quarter of the process's open-file limit (which the server first raises to its hard
+    /// limit), so that connections never take the files and sockets the run needs.
     pub max_connections: usize,
     /// The run database served at `GET /api/runs` and `GET /api/runs/N`, where the audit
     /// trail and comments are written (None: 404, the trail in the log only).

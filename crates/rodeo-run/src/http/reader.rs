@@ -76,7 +76,9 @@ impl Reader {
             live: 0,
             next_seq: 0,
             timeout: config.io_timeout,
-            max_connections: config.max_connections.max(1),
+            max_connections: config
+                .max_connections
+                .clamp(1, open_files_limit().map_or(usize::MAX, connection_budget)),
             tls: config.tls.clone(),
         })
     }
@@ -306,7 +308,6 @@ pub(super) fn worker(queue: &BoundedQueue<ReadRequest>, stop: &AtomicBool, share
         };
         idle.reset();
         let _ = conn.tcp().set_nonblocking(false);
-        let _ = conn.tcp().set_write_timeout(Some(shared.timeout));
         let response = match request {
             Ok(req) => respond(shared, &peer, &req),
             Err(RequestError::Io(_)) => continue,
@@ -322,7 +323,121 @@ pub(super) fn worker(queue: &BoundedQueue<ReadRequest>, stop: &AtomicBool, share
             _ => &counters.server_errors,
         };
         class.fetch_add(1, Ordering::Relaxed);
-        let _ = response.write_to(&mut conn);
+        let until = Instant::now() + shared.timeout;
+        let _ = response.write_to(&mut Deadline {
+            conn: &mut conn,
+            until,
+        });
         conn.close();
+    }
+}
+
+/// A connection's answer under one deadline for the whole of it: each write may take only
+/// what is left. (The socket's write timeout bounds each write, not the answer: a client that
+/// read a few bytes every few seconds held a worker for as long as it liked.)
+struct Deadline<'c> {
+    conn: &'c mut Conn,
+    until: Instant,
+}
+
+impl io::Write for Deadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.conn.tcp().set_write_timeout(Some(left))?;
+        io::Write::write(self.conn, buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::Write::flush(self.conn)
+    }
+}
+
+/// Open connections at most in a process whose open-file limit is `limit`: a quarter of it (at
+/// least 16), so that a flood of connections leaves the logger's files, the ZeroMQ sockets and
+/// the run database the rest (1,100 idle connections under the usual 1024 took them all).
+fn connection_budget(limit: u64) -> usize {
+    usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16)
+}
+
+/// The process's open-file limit, raised first to its hard limit (what an unprivileged
+/// process may do); `None` if it cannot be read.
+fn open_files_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit struct through a valid pointer to a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit struct through a valid pointer to a local; a
+        // refusal (a hard limit past the kernel's nr_open) leaves the limit as it was.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    Some(lim.rlim_cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that never reads gets the answer's bytes until its socket is full, then
+    /// nothing more once the deadline of the whole answer has passed: the worker is free again.
+    #[test]
+    fn an_answer_has_one_deadline_however_slowly_the_client_reads() {
+        use std::io::Write as _;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut conn = Conn::Plain(server);
+        let began = Instant::now();
+        let mut out = Deadline {
+            conn: &mut conn,
+            until: began + Duration::from_millis(300),
+        };
+        let e = out.write_all(&vec![7u8; 256 << 20]).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+            ),
+            "{e}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+    }
+
+    /// The limit is read (and raised to the hard limit where it can be: never lowered), and
+    /// the connections take a quarter of it.
+    #[test]
+    fn connections_take_a_quarter_of_the_open_file_limit() {
+        let mut before = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit struct through a valid pointer to a local.
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) };
+        assert_eq!(rc, 0);
+        let limit = open_files_limit().unwrap();
+        assert!(
+            limit >= before.rlim_cur && limit <= before.rlim_max,
+            "{limit}"
+        );
+        assert_eq!(connection_budget(1024), 256);
+        assert_eq!(connection_budget(20), 16);
+        assert_eq!(connection_budget(u64::MAX), usize::MAX / 4);
     }
 }

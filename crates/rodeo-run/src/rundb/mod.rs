@@ -3,7 +3,7 @@
 //! configuration it ran with (text and hash), its balance sheet and the files it wrote (size
 //! and Adler-32 of each).
 //!
-//! # Schema (version 3, `PRAGMA user_version = 3`)
+//! # Schema (version 4, `PRAGMA user_version = 4`)
 //!
 //! ```text
 //! runs(run_number INTEGER PRIMARY KEY, started_at_ns, stopped_at_ns, started_by, config_toml,
@@ -22,7 +22,9 @@
 //! printed it. `started_by` / `stopped_by` say who started and stopped a run (for a served
 //! run the role and peer address of the HTTP request). `audit` is the HTTP API's trail: every
 //! command, acknowledgement, comment and configuration change, accepted or refused (the last
-//! [`AUDIT_KEEP`] kept); `comments` the operators' notes on runs; `comment`, `run_type` and
+//! [`AUDIT_KEEP`] by a token's role kept, and apart from them the last [`UNAUTHENTICATED_KEEP`]
+//! refusals of requests without a valid token, so that a flood of those cannot push the
+//! operators' entries out; index `audit_by_role`); `comments` the operators' notes on runs; `comment`, `run_type` and
 //! `shifter` the run's words given at its start (`[run]`); `conditions` the detector's and the
 //! beam's conditions posted during runs (`POST /api/conditions`: high voltage, temperature,
 //! beam energy), each value as JSON text with its time ([`conditions`]).
@@ -41,21 +43,33 @@ pub mod conditions;
 
 use std::path::{Path, PathBuf};
 
+use rodeo_control::config::PartitionConfig;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::{json, Value};
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
-/// Entries of the audit trail kept: older ones are deleted as new ones come (a flood of
-/// refused requests cannot grow the database without end).
+/// Entries of the audit trail by a token's role kept: older ones are deleted as new ones come.
 pub const AUDIT_KEEP: i64 = 100_000;
+
+/// Refusals of requests without a valid token kept in the audit trail, apart from the entries
+/// of [`AUDIT_KEEP`]: a flood of them (anyone can send one) neither grows the database without
+/// end nor pushes the operators' entries out.
+pub const UNAUTHENTICATED_KEEP: i64 = 10_000;
+
+/// The audit trail's role of a request without a valid token.
+const UNAUTHENTICATED: &str = "unauthenticated";
+
+/// The audit trail is trimmed to its limits once per this many entries (each trim walks the
+/// kept entries of one class by index).
+const AUDIT_TRIM_EVERY: i64 = 64;
 
 /// The database file's name in an output directory.
 pub const FILE_NAME: &str = "runs.sqlite";
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     // 0 -> 1: the first schema.
     "CREATE TABLE runs (
         run_number INTEGER PRIMARY KEY,
@@ -121,6 +135,8 @@ const MIGRATIONS: [&str; 3] = [
     );
     CREATE INDEX conditions_by_key ON conditions (key, at_ns);
     CREATE INDEX conditions_by_run ON conditions (run_number);",
+    // 3 -> 4: the audit trail kept per class (requests without a token apart).
+    "CREATE INDEX audit_by_role ON audit (role, id);",
 ];
 
 /// What can go wrong with the run database.
@@ -390,7 +406,8 @@ impl RunDb {
             .map_err(self.err())
     }
 
-    /// Appends `e` to the audit trail (the oldest entries beyond [`AUDIT_KEEP`] go).
+    /// Appends `e` to the audit trail (the oldest entries beyond [`AUDIT_KEEP`], or beyond
+    /// [`UNAUTHENTICATED_KEEP`] for requests without a valid token, go).
     pub fn audit(&self, e: &AuditEntry) -> Result<(), RunDbError> {
         self.conn
             .execute(
@@ -409,10 +426,25 @@ impl RunDb {
             )
             .map_err(self.err())?;
         let id = self.conn.last_insert_rowid();
-        self.conn
-            .execute("DELETE FROM audit WHERE id <= ?1", [id - AUDIT_KEEP])
-            .map(|_| ())
-            .map_err(self.err())
+        if id % AUDIT_TRIM_EVERY != 0 {
+            return Ok(());
+        }
+        // Each class keeps its newest entries: the oldest beyond the limit go.
+        for (class, keep) in [
+            ("role = ?1", UNAUTHENTICATED_KEEP),
+            ("role != ?1", AUDIT_KEEP),
+        ] {
+            self.conn
+                .execute(
+                    &format!(
+                        "DELETE FROM audit WHERE {class} AND id <= (SELECT id FROM audit \
+                         WHERE {class} ORDER BY id DESC LIMIT 1 OFFSET ?2)"
+                    ),
+                    params![UNAUTHENTICATED, keep],
+                )
+                .map_err(self.err())?;
+        }
+        Ok(())
     }
 
     /// The last `limit` audit entries, newest first, as JSON objects (`GET /api/audit`).
@@ -519,7 +551,8 @@ impl RunDb {
             )
             .map_err(self.err())?;
         run["summary"] = serde_json::from_str(&summary).unwrap_or(Value::Null);
-        run["config_toml"] = Value::String(config);
+        // Hidden again as served: a record made before tokens were hidden on the way in.
+        run["config_toml"] = Value::String(PartitionConfig::hide_tokens(&config));
         run["comments"] = Value::Array(self.comments_json(n)?);
         run["conditions"] = Value::Array(self.conditions_of_run(n)?);
         Ok(Some(run))
@@ -785,5 +818,49 @@ mod tests {
         std::fs::write(&p, b"Wikipedia").unwrap();
         // Adler-32("Wikipedia") = 0x11E60398.
         assert_eq!(file_checksum(&p).unwrap(), (9, 0x11E6_0398));
+    }
+
+    /// A flood of refusals without a token (anyone can send them) is kept apart: it cannot
+    /// push an operator's entry out of the trail, and it is trimmed to its own limit.
+    #[test]
+    fn a_flood_of_refusals_without_a_token_keeps_the_operators_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::open(&dir.path().join(FILE_NAME)).unwrap();
+        db.conn.pragma_update(None, "synchronous", "OFF").unwrap();
+        let operator = AuditEntry {
+            at_ns: 1,
+            role: "operator".into(),
+            peer: "127.0.0.1:5".into(),
+            tls: false,
+            action: "command start".into(),
+            run_number: Some(1),
+            status: 200,
+            result: "ok".into(),
+        };
+        db.audit(&operator).unwrap();
+        let refused = AuditEntry {
+            role: UNAUTHENTICATED.into(),
+            status: 401,
+            result: "no token".into(),
+            ..operator.clone()
+        };
+        for _ in 0..UNAUTHENTICATED_KEEP + 3 * AUDIT_TRIM_EVERY {
+            db.audit(&refused).unwrap();
+        }
+        let count = |class: &str| -> i64 {
+            db.conn
+                .query_row(
+                    &format!("SELECT COUNT(*) FROM audit WHERE {class}"),
+                    [UNAUTHENTICATED],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        assert_eq!(count("role != ?1"), 1, "the operator's entry stays");
+        let kept = count("role = ?1");
+        assert!(
+            (UNAUTHENTICATED_KEEP..UNAUTHENTICATED_KEEP + AUDIT_TRIM_EVERY).contains(&kept),
+            "{kept}"
+        );
     }
 }
