@@ -36,19 +36,7 @@ fn repeats_are_acknowledged_and_written_once() {
         .unwrap();
     }
     dcm.send([Frame::Copy(b"garbage!garbage!")]).unwrap();
-    let mut acked = Vec::new();
-    let mut msg = Received::default();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while acked.len() < 12 {
-        assert!(std::time::Instant::now() < deadline, "acks: {acked:?}");
-        if dcm.recv(&mut msg, 100).unwrap() {
-            let Message::EventAck { global_ids } = decode(&msg.bytes).unwrap().message else {
-                panic!("not an EventAck");
-            };
-            acked.extend(global_ids.iter());
-        }
-    }
-    acked.sort_unstable();
+    let acked = acknowledged(&mut dcm, 12);
     assert_eq!(acked, [0, 1, 2, 3, 3, 4, 5, 5, 6, 7, 8, 9]);
     let summary = handle.stop().unwrap();
     assert_eq!(summary.events_written, 10);
@@ -63,6 +51,24 @@ fn repeats_are_acknowledged_and_written_once() {
         n += 1;
     }
     assert_eq!(n, 10);
+}
+
+/// The global ids of the first `n` events `dcm` gets acknowledged (within 20 s), sorted.
+fn acknowledged(dcm: &mut rodeo_transport::socket::Socket, n: usize) -> Vec<u64> {
+    let mut acked = Vec::new();
+    let mut msg = Received::default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while acked.len() < n {
+        assert!(std::time::Instant::now() < deadline, "acks: {acked:?}");
+        if dcm.recv(&mut msg, 100).unwrap() {
+            let Message::EventAck { global_ids } = decode(&msg.bytes).unwrap().message else {
+                panic!("not an EventAck");
+            };
+            acked.extend(global_ids.iter());
+        }
+    }
+    acked.sort_unstable();
+    acked
 }
 
 /// Sends one `Event` message of `stream` and `words` on `dcm`.
@@ -110,19 +116,7 @@ fn events_a_logger_cannot_write_are_counted_and_it_goes_on() {
         synth.event(gid, &mut words).unwrap();
         send_event(&mut dcm, 0, &words);
     }
-    let mut acked = Vec::new();
-    let mut msg = Received::default();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while acked.len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "acks: {acked:?}");
-        if dcm.recv(&mut msg, 100).unwrap() {
-            let Message::EventAck { global_ids } = decode(&msg.bytes).unwrap().message else {
-                panic!("not an EventAck");
-            };
-            acked.extend(global_ids.iter());
-        }
-    }
-    acked.sort_unstable();
+    let acked = acknowledged(&mut dcm, 3);
     assert_eq!(acked, [2, 3, 4]);
     let summary = handle.stop().unwrap();
     assert_eq!(summary.events_written, 3);

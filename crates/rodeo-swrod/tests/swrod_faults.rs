@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rodeo_format::felix::check_packet;
 use rodeo_format::fragment::Status;
-use rodeo_swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodError};
+use rodeo_swrod::{DefaultFormat, FragmentBuilder, SwRodConfig, SwRodCounters, SwRodError};
 use swrod_common::*;
 
 const LOST: Status = Status(Status::TIMEOUT.0 | Status::ROB_FRAGMENT_LOST.0);
@@ -180,6 +180,27 @@ fn two_threads_one_without_any_packet_times_out() {
     assert_eq!(census(&seen).len(), 39);
 }
 
+/// Builds `s` on one thread with `config` and checks that each of `events` L1IDs came out
+/// once, whole and OK, with its two packets (each packet once, intact); returns the counters.
+fn two_elinks_built_whole(config: &SwRodConfig, s: &Stream, events: u32) -> SwRodCounters {
+    let rec = Recorder::default();
+    let c = run_streams(
+        config,
+        vec![player(s)],
+        &[0],
+        &rec,
+        4096,
+        &AtomicBool::new(false),
+    );
+    let seen = rec.seen.into_inner().unwrap();
+    let by = one_per_l1id(&seen, events);
+    assert!(by
+        .values()
+        .all(|f| f.status == Status::OK && f.packets.len() == 2));
+    assert_eq!(census(&seen).len(), 2 * events as usize);
+    c
+}
+
 #[test]
 fn duplicate_and_late_packets_are_dropped_and_counted() {
     let elinks = [1u16, 2];
@@ -199,21 +220,7 @@ fn duplicate_and_late_packets_are_dropped_and_counted() {
     s.flush(); // E-link 1's block first, then E-link 2's
     s.packet(0, 2, 5, 2); // late: L1ID 2 is built by now
     s.flush();
-    let rec = Recorder::default();
-    let c = run_streams(
-        &config,
-        vec![player(&s)],
-        &[0],
-        &rec,
-        4096,
-        &AtomicBool::new(false),
-    );
-    let seen = rec.seen.into_inner().unwrap();
-    let by = one_per_l1id(&seen, 10);
-    assert!(by
-        .values()
-        .all(|f| f.status == Status::OK && f.packets.len() == 2));
-    assert_eq!(census(&seen).len(), 20);
+    let c = two_elinks_built_whole(&config, &s, 10);
     assert_eq!((c.duplicate_packets, c.late_packets), (1, 1), "{c:?}");
     assert_eq!(c.packets, 20);
     assert_eq!(c.pin_failures, 0, "pinning to CPU 0 failed");
@@ -461,21 +468,7 @@ fn a_packet_a_billion_events_ahead_is_corrupt_not_a_window_move() {
         s.packet(1, n, 5, 2);
     }
     s.flush();
-    let rec = Recorder::default();
-    let c = run_streams(
-        &config,
-        vec![player(&s)],
-        &[0],
-        &rec,
-        4096,
-        &AtomicBool::new(false),
-    );
-    let seen = rec.seen.into_inner().unwrap();
-    let by = one_per_l1id(&seen, 20);
-    assert!(by
-        .values()
-        .all(|f| f.status == Status::OK && f.packets.len() == 2));
-    assert_eq!(census(&seen).len(), 40);
+    let c = two_elinks_built_whole(&config, &s, 20);
     assert_eq!(
         (c.corrupt_packets, c.window_moves, c.late_packets),
         (1, 0, 0),
@@ -517,20 +510,7 @@ fn skipped_subchunks_are_counted_in_the_builders_counters() {
         s.blocks.push(b);
     }
     send(&mut s, 5..10);
-    let rec = Recorder::default();
-    let c = run_streams(
-        &config,
-        vec![player(&s)],
-        &[0],
-        &rec,
-        4096,
-        &AtomicBool::new(false),
-    );
-    let seen = rec.seen.into_inner().unwrap();
-    let by = one_per_l1id(&seen, 10);
-    assert!(by
-        .values()
-        .all(|f| f.status == Status::OK && f.packets.len() == 2));
+    let c = two_elinks_built_whole(&config, &s, 10);
     assert_eq!(
         (c.out_of_band_subchunks, c.reserved_subchunks),
         (1, 1),
