@@ -89,6 +89,12 @@ pub trait RunControl: Send + Sync {
     /// The status now.
     fn status(&self) -> PartitionStatus;
 
+    /// The number of the run prepared or in progress, as [`RunControl::status`] has it; an
+    /// implementation whose status may wait (a service bringing a run up) answers at once.
+    fn run_number(&self) -> u32 {
+        self.status().run_number
+    }
+
     /// Runs a lifecycle command to its end (for `stop`: after the dataflow drained) and
     /// returns the new state, or why it was refused or failed.
     fn command(&self, command: Command) -> Result<State, TransitionError>;

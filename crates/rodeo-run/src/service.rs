@@ -8,7 +8,7 @@
 //! run in progress is stopped first; a run prepared and never started gives its number back).
 //! Each run gets a fresh partition configured with its number, so a `start` only starts.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -56,6 +56,10 @@ pub struct RunService {
     mode: Mode,
     output: Mutex<OutputDir>,
     current: Mutex<Current>,
+    /// `current`'s number as of its last change, read without its lock: the HTTP audit reads
+    /// it for every request, and a `start` that brings the prepared run up again holds the
+    /// lock for seconds.
+    number_now: AtomicU32,
     /// Serialises commands (start, stop, shutdown, configuration) against each other.
     commands: Mutex<()>,
     shut_down: AtomicBool,
@@ -104,6 +108,7 @@ impl RunService {
             observer,
             mode,
             output: Mutex::new(output),
+            number_now: AtomicU32::new(first),
             current: Mutex::new(Current {
                 number: first,
                 partition: run.partition(),
@@ -119,9 +124,9 @@ impl RunService {
         }))
     }
 
-    /// The number of the run prepared or running.
+    /// The number of the run prepared or running (never waits).
     pub fn run_number(&self) -> u32 {
-        lock(&self.current).number
+        self.number_now.load(Ordering::Relaxed)
     }
 
     /// The service's run control, for the HTTP API.
@@ -321,6 +326,7 @@ impl RunService {
         cur.partition = run.partition();
         cur.prepared = Some(run);
         cur.number = next;
+        self.number_now.store(next, Ordering::Relaxed);
         Ok(State::Connected)
     }
 
@@ -481,6 +487,10 @@ impl RunControl for ServiceControl {
         s
     }
 
+    fn run_number(&self) -> u32 {
+        self.0.run_number()
+    }
+
     fn command(&self, command: Command) -> Result<State, TransitionError> {
         self.command_by(command, "this process")
     }
@@ -639,5 +649,33 @@ mod tests {
             lost_application(&status(State::Error, Vec::new())).as_deref(),
             Some("logger-1 is dead: killed")
         );
+    }
+
+    /// The run number answers at once while the current run's lock is held (a `start` that
+    /// brings the prepared run up again holds it for seconds): every request above an
+    /// observer's reads it before its token is checked, so with the status it waited.
+    #[test]
+    fn the_run_number_is_read_without_waiting_for_the_current_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = OutputDir::open(dir.path(), "test").unwrap();
+        let service = RunService::start(
+            output,
+            PartitionConfig::default(),
+            Mode::Embedded,
+            Box::new(|_| {}),
+        )
+        .unwrap();
+        let control = service.control();
+        let held = lock(&service.current);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || tx.send(control.run_number()).unwrap());
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        drop(held);
+        reader.join().unwrap();
+        assert_eq!(got, Ok(1));
+        service
+            .control()
+            .command(Command::Shutdown)
+            .expect("the service shuts down");
     }
 }

@@ -98,7 +98,9 @@ pub(super) fn respond(shared: &Shared, peer: &Peer, request: &Request) -> Respon
             route(shared, Role::Observer, peer, request)
         });
     }
-    let run_number = isolated_value(|| shared.control.status().run_number);
+    // Read before the token is checked (a refusal is recorded with its run too): it must not
+    // wait for anything a request without a token could hold up.
+    let run_number = isolated_value(|| shared.control.run_number());
     let what = format!("{} {}", request.method, request.path);
     let header = request.header("authorization");
     let (role, response) = match check(&shared.credentials, peer, header, needed) {
