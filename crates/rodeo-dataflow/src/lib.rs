@@ -70,3 +70,9 @@ pub use handle::AppHandle;
 /// once and the message is dropped and counted: an assignment comes back at its timeout, an
 /// EventAck by reassignment): docs/architecture.md, the table of queues.
 pub const DEFAULT_HIGH_WATER_MARK: u32 = 100_000;
+
+/// Sender identities a supervisor or logger keeps apart; a message from one more is a bad
+/// message. A peer's identity is its own choice (on shared memory the sender writes it), so a
+/// table that grew by one per identity would grow without end; a partition has at most 64
+/// DCMs, and restarts under new identities leave room for many more.
+pub(crate) const MAX_PEER_IDENTITIES: usize = 4096;

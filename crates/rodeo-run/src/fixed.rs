@@ -223,7 +223,7 @@ fn keep_token(
     started: &str,
     new: &mut String,
 ) -> Result<(), FixedFieldError> {
-    if named && new != "(hidden)" && new != started {
+    if named && new != rodeo_control::config::HIDDEN_TOKEN && new != started {
         return Err(FixedFieldError {
             field,
             why: "a token is set by the service's file or environment (RODEO_TOKEN, \

@@ -29,6 +29,10 @@ use std::collections::BTreeMap;
 use rodeo_dataflow::dcm::MAX_PEERS;
 use serde::{Deserialize, Serialize};
 
+/// What a token reads as wherever a configuration is shown (`GET /api/config`, the run
+/// database); a `PUT` that sends it back keeps the token.
+pub const HIDDEN_TOKEN: &str = "(hidden)";
+
 use error::num;
 
 mod address;
@@ -134,7 +138,7 @@ impl PartitionConfig {
         let mut c = self.clone();
         for t in [&mut c.control.token, &mut c.control.expert_token] {
             if !t.is_empty() {
-                *t = "(hidden)".into();
+                *t = HIDDEN_TOKEN.into();
             }
         }
         c.to_toml()
@@ -152,8 +156,8 @@ impl PartitionConfig {
         if let Some(control) = table.get_mut("control").and_then(toml::Value::as_table_mut) {
             for key in ["token", "expert_token"] {
                 if let Some(v) = control.get_mut(key) {
-                    if v.as_str() != Some("") && v.as_str() != Some("(hidden)") {
-                        *v = toml::Value::String("(hidden)".into());
+                    if v.as_str() != Some("") && v.as_str() != Some(HIDDEN_TOKEN) {
+                        *v = toml::Value::String(HIDDEN_TOKEN.into());
                         hidden = true;
                     }
                 }

@@ -23,11 +23,7 @@ use super::Pending;
 use crate::error::DataflowError;
 
 /// Stream indexes past the configured list that still get files of their own.
-pub(super) const MAX_UNKNOWN_STREAMS: usize = 16;
-
-/// Senders (DCM identities) a logger keeps apart; an event from one more is a bad message. A
-/// partition has at most 64 DCMs; restarts under new identities leave room for many more.
-pub(super) const MAX_SENDERS: usize = 4096;
+const MAX_UNKNOWN_STREAMS: usize = 16;
 
 impl Logger {
     pub(super) fn handle(
@@ -75,9 +71,7 @@ impl Logger {
         let rob_check = self.rob_check(&parsed);
         let peer = match self.peers.get(msg.peer.as_slice()) {
             Some(&p) => p,
-            // A peer's identity is its own choice (on shared memory the sender writes it): a
-            // table that grew by one per identity would grow without end.
-            None if self.peer_ids.len() >= MAX_SENDERS => {
+            None if self.peer_ids.len() >= crate::MAX_PEER_IDENTITIES => {
                 self.bad_message();
                 return Ok(());
             }

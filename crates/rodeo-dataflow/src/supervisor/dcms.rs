@@ -12,10 +12,6 @@ use crate::trace::Stage as TraceStage;
 use super::Supervisor;
 use crate::error::DataflowError;
 
-/// DCM identities the supervisor keeps apart; an Update from one more is a bad message. A
-/// partition has at most 64 DCMs; restarts under new identities leave room for many more.
-const MAX_DCMS: usize = 4096;
-
 /// A DCM the supervisor has heard from.
 #[derive(Debug)]
 pub(super) struct Dcm {
@@ -42,9 +38,7 @@ impl Supervisor {
         let now = Instant::now();
         let dcm = match self.by_id.get(msg.peer.as_slice()) {
             Some(&i) => i,
-            // A peer's identity is its own choice (on shared memory the sender writes it): a
-            // table that grew by one per identity would grow without end.
-            None if self.dcms.len() >= MAX_DCMS => {
+            None if self.dcms.len() >= crate::MAX_PEER_IDENTITIES => {
                 self.bad_message();
                 return;
             }

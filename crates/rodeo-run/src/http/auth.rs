@@ -148,7 +148,7 @@ impl Refusal {
     pub fn role_text(&self) -> &'static str {
         match self {
             Refusal::TooLow { have, .. } => have.as_str(),
-            _ => "unauthenticated",
+            _ => crate::rundb::UNAUTHENTICATED,
         }
     }
 

@@ -22,9 +22,10 @@
 //! printed it. `started_by` / `stopped_by` say who started and stopped a run (for a served
 //! run the role and peer address of the HTTP request). `audit` is the HTTP API's trail: every
 //! command, acknowledgement, comment and configuration change, accepted or refused (the last
-//! [`AUDIT_KEEP`] by a token's role kept, and apart from them the last [`UNAUTHENTICATED_KEEP`]
-//! refusals of requests without a valid token, so that a flood of those cannot push the
-//! operators' entries out; index `audit_by_role`); `comments` the operators' notes on runs; `comment`, `run_type` and
+//! [`AUDIT_KEEP`] by a token's role kept, and apart from them the last
+//! [`UNAUTHENTICATED_KEEP`] refusals of requests without a valid token, so that a flood of
+//! those cannot push the operators' entries out; index `audit_by_role`); `comments` the
+//! operators' notes on runs; `comment`, `run_type` and
 //! `shifter` the run's words given at its start (`[run]`); `conditions` the detector's and the
 //! beam's conditions posted during runs (`POST /api/conditions`: high voltage, temperature,
 //! beam energy), each value as JSON text with its time ([`conditions`]).
@@ -59,7 +60,7 @@ pub const AUDIT_KEEP: i64 = 100_000;
 pub const UNAUTHENTICATED_KEEP: i64 = 10_000;
 
 /// The audit trail's role of a request without a valid token.
-const UNAUTHENTICATED: &str = "unauthenticated";
+pub const UNAUTHENTICATED: &str = "unauthenticated";
 
 /// The audit trail is trimmed to its limits once per this many entries (each trim walks the
 /// kept entries of one class by index).

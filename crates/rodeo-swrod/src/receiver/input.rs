@@ -141,12 +141,12 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Aggregator<'b, 'p, D, K> {
             return None;
         }
         let seq = self.base + d;
-        if d >= window && d - window + 1 > MAX_WINDOW_MOVE {
-            // Further than any loss of data: a damaged L1ID (see the parent module's docs).
-            self.c.corrupt_packets += 1;
-            return None;
-        }
         if d >= window {
+            if d - window + 1 > MAX_WINDOW_MOVE {
+                // Further than any loss of data: a damaged L1ID (see the parent module's docs).
+                self.c.corrupt_packets += 1;
+                return None;
+            }
             // Events completed in this block are closed first (completion is checked once per
             // block), so that only incomplete ones count as window moves.
             self.drain();
