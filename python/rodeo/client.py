@@ -17,6 +17,20 @@ import urllib.request
 
 __all__ = ["Client", "ControlError", "Unauthorized", "IllegalTransition", "parse_metrics"]
 
+#: Largest answer taken (as ``rodeo ctl``): a larger one is an error, not an answer cut short.
+MAX_ANSWER_BYTES = 64 << 20
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """The API never redirects: a redirect is answered as it came, so that the token is never
+    sent on to another address (or from https to http)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
 
 class ControlError(Exception):
     """A command was refused or failed. ``status`` is the HTTP code, ``body`` the JSON answer."""
@@ -53,6 +67,16 @@ def parse_metrics(text):
     return out
 
 
+def _bounded(response, method, path):
+    """The body of ``response``, at most :data:`MAX_ANSWER_BYTES` (else :class:`ControlError`)."""
+    body = response.read(MAX_ANSWER_BYTES + 1)
+    if len(body) > MAX_ANSWER_BYTES:
+        raise ControlError(
+            f"{method} {path}: the answer is larger than {MAX_ANSWER_BYTES} bytes: not read"
+        )
+    return body
+
+
 class Client:
     """The HTTP API at ``url``; ``token`` (default: ``RODEO_TOKEN``) is sent with commands."""
 
@@ -71,10 +95,10 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return r.status, r.read()
+            with _OPENER.open(req, timeout=self.timeout) as r:
+                return r.status, _bounded(r, method, path)
         except urllib.error.HTTPError as e:
-            return e.code, e.read()
+            return e.code, _bounded(e, method, path)
 
     def status(self):
         """``GET /api/status`` as a dict: ``state``, ``run_number``, rates, ``apps``, errors."""

@@ -108,3 +108,64 @@ def test_parse_metrics_reads_labels_and_special_values():
         '# HELP x y\n# TYPE x counter\nx_total{a="b\\"c"} 3\nh_bucket{le="+Inf"} +Inf\ny 1e3\n'
     )
     assert m == {'x_total{a="b\\"c"}': 3.0, 'h_bucket{le="+Inf"}': float("inf"), "y": 1000.0}
+
+
+def _serve_once(handler_body):
+    """An HTTP server on 127.0.0.1 answering one request with ``handler_body(handler)``;
+    returns (url, thread, seen) where ``seen`` collects the requests' Authorization headers."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            handler_body(self)
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    server.timeout = 10
+    t = threading.Thread(target=server.handle_request, daemon=True)
+    t.start()
+    return f"http://127.0.0.1:{server.server_address[1]}", t, seen
+
+
+def test_a_redirect_is_not_followed_with_the_token():
+    """A server that redirects elsewhere gets no second request: the token stays here."""
+    elsewhere, t2, seen_elsewhere = _serve_once(lambda h: (h.send_response(200), h.end_headers()))
+
+    def redirect(h):
+        h.send_response(302)
+        h.send_header("Location", elsewhere + "/api/command")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    url, t1, seen = _serve_once(redirect)
+    with pytest.raises(rodeo.ControlError):
+        rodeo.Client(url, token=TOKEN, timeout=10).command("stop")
+    t1.join(timeout=10)
+    assert seen == [f"Bearer {TOKEN}"]
+    assert seen_elsewhere == [], "the redirect was followed"
+
+
+def test_an_answer_past_the_limit_is_an_error():
+    def huge(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        chunk = b" " * (1 << 20)
+        try:
+            for _ in range((rodeo.client.MAX_ANSWER_BYTES >> 20) + 2):
+                h.wfile.write(chunk)
+        except OSError:
+            pass
+
+    url, t, _ = _serve_once(huge)
+    with pytest.raises(rodeo.ControlError, match="larger than"):
+        rodeo.Client(url, timeout=30).status()
+    t.join(timeout=30)

@@ -243,6 +243,8 @@ impl Forwarder {
             .map_err(err("set sndhwm on", &m.endpoint))?;
         xsub.set_rcvhwm(hwm.saturating_mul(4))
             .map_err(err("set rcvhwm on", &input))?;
+        xsub.set_maxmsgsize(MAX_SAMPLE_BYTES)
+            .map_err(err("set maxmsgsize on", &input))?;
         xsub.bind(&input).map_err(err("bind", &input))?;
         xpub.bind(&m.endpoint).map_err(err("bind", &m.endpoint))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -392,9 +394,19 @@ pub fn decode_sample(frames: &[Vec<u8>]) -> Result<Sample, SampleError> {
 /// Most event sizes kept, and most ROB sizes per source id.
 const KEEP_EVENTS: usize = 2000;
 const KEEP_ROBS: usize = 500;
+/// Most source ids, and DCMs, kept apart: the samples come from a socket anyone who reaches
+/// it can write to, and each new id would otherwise grow the histograms (and the page's
+/// `GET /api/histograms`) for good. Further ones are counted (`untracked_robs`,
+/// `untracked_dcms`).
+pub const MAX_SOURCE_IDS: usize = 2048;
+/// See [`MAX_SOURCE_IDS`].
+pub const MAX_DCMS: usize = 1024;
+/// Largest sample message taken by the forwarder's input and the subscriber (a whole event:
+/// ATLAS's are 1-2 MB); a larger one ends the sender's connection (ZeroMQ's `maxmsgsize`).
+pub const MAX_SAMPLE_BYTES: i64 = 64 << 20;
 
 /// Live histograms of the samples, as a subscriber sees them.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct SampleHistograms {
     /// Samples received.
     pub samples: u64,
@@ -402,6 +414,10 @@ pub struct SampleHistograms {
     pub gaps: u64,
     /// Messages that were not samples.
     pub bad: u64,
+    /// ROB sizes of source ids past [`MAX_SOURCE_IDS`], not kept.
+    pub untracked_robs: u64,
+    /// Samples of DCMs past [`MAX_DCMS`], whose gaps are not counted.
+    pub untracked_dcms: u64,
     /// The last sequence number seen per DCM.
     last_seq: BTreeMap<String, u64>,
     /// The most recent event sizes (bytes).
@@ -414,7 +430,10 @@ impl SampleHistograms {
     /// Counts one sample and keeps its sizes.
     pub fn add(&mut self, s: &Sample) {
         self.samples += 1;
-        if let Some(last) = self.last_seq.insert(s.dcm.clone(), s.seq) {
+        let known = self.last_seq.contains_key(&s.dcm);
+        if !known && self.last_seq.len() >= MAX_DCMS {
+            self.untracked_dcms += 1;
+        } else if let Some(last) = self.last_seq.insert(s.dcm.clone(), s.seq) {
             // A sequence number not after the last: the DCM restarted (new run); no gap.
             if s.seq > last {
                 self.gaps += s.seq - last - 1;
@@ -422,7 +441,12 @@ impl SampleHistograms {
         }
         push_bounded(&mut self.event_bytes, s.bytes as u32, KEEP_EVENTS);
         for &(id, n) in &s.robs {
-            push_bounded(self.rob_bytes.entry(id).or_default(), n as u32, KEEP_ROBS);
+            let full = self.rob_bytes.len() >= MAX_SOURCE_IDS;
+            match self.rob_bytes.get_mut(&id) {
+                Some(q) => push_bounded(q, n as u32, KEEP_ROBS),
+                None if full => self.untracked_robs += 1,
+                None => push_bounded(self.rob_bytes.entry(id).or_default(), n as u32, KEEP_ROBS),
+            }
         }
     }
 
@@ -438,6 +462,8 @@ impl SampleHistograms {
             "samples": self.samples,
             "gaps": self.gaps,
             "bad": self.bad,
+            "untracked_robs": self.untracked_robs,
+            "untracked_dcms": self.untracked_dcms,
             "event_bytes": self.event_bytes,
             "rob_bytes": robs,
         })
@@ -482,6 +508,8 @@ impl SampleSubscriber {
             .map_err(err("create a SUB socket for"))?;
         sub.set_linger(0).map_err(err("set linger on"))?;
         sub.set_rcvhwm(64).map_err(err("set rcvhwm on"))?;
+        sub.set_maxmsgsize(MAX_SAMPLE_BYTES)
+            .map_err(err("set maxmsgsize on"))?;
         sub.set_rcvtimeo(100)
             .map_err(err("set a receive timeout on"))?;
         sub.set_subscribe(b"").map_err(err("subscribe to"))?;
@@ -515,12 +543,15 @@ impl SampleSubscriber {
         })
     }
 
-    /// The histograms so far, as JSON.
+    /// The histograms so far, as JSON (copied under the lock, the JSON made after: the
+    /// subscriber's thread does not wait for it).
     pub fn to_json(&self) -> serde_json::Value {
-        self.histograms
+        let copy = self
+            .histograms
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .to_json()
+            .clone();
+        copy.to_json()
     }
 
     /// Samples received and missed so far.
@@ -672,5 +703,33 @@ mod tests {
             j["rob_bytes"]["0x00110001"].as_array().map(Vec::len),
             Some(5)
         );
+    }
+
+    /// Source ids and DCM names past their limits are counted, not kept: a sender that makes
+    /// up a new one per sample cannot grow the histograms without end.
+    #[test]
+    fn made_up_source_ids_and_dcms_are_counted_not_kept() {
+        let mut h = SampleHistograms::default();
+        for i in 0..(MAX_SOURCE_IDS + MAX_DCMS) as u32 {
+            h.add(&Sample {
+                dcm: format!("dcm-{i}"),
+                seq: 0,
+                bytes: 100,
+                robs: vec![(i, 40)],
+            });
+        }
+        assert_eq!(h.rob_bytes.len(), MAX_SOURCE_IDS);
+        assert_eq!(h.last_seq.len(), MAX_DCMS);
+        assert_eq!(h.untracked_robs, MAX_DCMS as u64);
+        assert_eq!(h.untracked_dcms, MAX_SOURCE_IDS as u64);
+        // A kept source id still takes its sizes.
+        h.add(&Sample {
+            dcm: "dcm-0".into(),
+            seq: 1,
+            bytes: 100,
+            robs: vec![(0, 48)],
+        });
+        assert_eq!(h.rob_bytes[&0].len(), 2);
+        assert_eq!(h.to_json()["untracked_robs"], MAX_DCMS as u64);
     }
 }

@@ -26,7 +26,16 @@ pub fn render(command: &str, body: &str) -> Option<Vec<String>> {
     let v: Value = serde_json::from_str(body).ok()?;
     match command {
         "status" if v.get("apps").is_some() => Some(status(&v)),
-        "runs" => v.get("runs")?.as_array().map(|r| runs(r)),
+        "runs" => v.get("runs")?.as_array().map(|r| {
+            let mut lines = runs(r);
+            // A page of runs: say how to see the older ones.
+            if let Some(next) = v.get("next_before").and_then(Value::as_u64) {
+                lines.push(format!(
+                    "(older runs: rodeo ctl runs {next}, the runs before run {next})"
+                ));
+            }
+            lines
+        }),
         "alarms" => v.get("alarms")?.as_array().map(|a| alarms(a)),
         "conditions" => v.get("latest")?.as_object().map(conditions),
         _ => None,
@@ -301,7 +310,7 @@ fn number(v: f64) -> String {
     }
 }
 
-/// The method, path and body of `rodeo ctl COMMAND REST...` (`status`, `runs`, `audit`,
+/// The method, path and body of `rodeo ctl COMMAND REST...` (`status`, `runs [BEFORE]`, `audit`,
 /// `alarms`, `config get`, `config put FILE` (the file read here), `ack NAME`, `comment RUN
 /// TEXT...`, `conditions [KEY=VALUE...]`, or a lifecycle command: `start` with the run's
 /// `words`, checked), or why the words are not a command.
@@ -326,6 +335,14 @@ pub fn request_for(
         ("conditions", pairs) => ("POST", "/api/conditions".into(), conditions_body(pairs)?),
         ("status", []) => get("/api/status"),
         ("runs", []) => get("/api/runs"),
+        ("runs", [before]) => {
+            let n: u32 = before.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "`rodeo ctl runs RUN` lists the runs before run RUN, a number, not {before:?}"
+                )
+            })?;
+            get(&format!("/api/runs?before={n}"))
+        }
         ("audit", []) => get("/api/audit"),
         ("alarms", []) => get("/api/alarms"),
         ("config", ["get"]) => get("/api/config"),
@@ -485,6 +502,18 @@ mod tests {
         assert_eq!(lines[0], runs_table::header());
         assert!(lines[1].starts_with("     3  ok"), "{}", lines[1]);
         assert_eq!(render("runs", "not json"), None);
+        let page = json!({"runs": [{"run_number": 300, "status": "ok"}], "next_before": 300});
+        let lines = render("runs", &page.to_string()).unwrap();
+        assert!(
+            lines.last().unwrap().contains("rodeo ctl runs 300"),
+            "{lines:?}"
+        );
+        let none = RunWords::default();
+        assert_eq!(
+            request_for("runs", &["300"], &none).unwrap().1,
+            "/api/runs?before=300"
+        );
+        assert!(request_for("runs", &["x"], &none).is_err());
         assert_eq!(render("status", "{\"state\": \"x\"}"), None);
         assert_eq!(render("audit", &body), None);
 

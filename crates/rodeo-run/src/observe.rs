@@ -191,8 +191,10 @@ impl Observer {
     pub fn view(&self, what: &str) -> Option<serde_json::Value> {
         Some(match what {
             "history" => {
-                let h = lock(&self.history);
-                serde_json::json!({ "interval_ms": 1000, "points": *h })
+                // Copied under the lock, the JSON made after: the observer's tick waits for
+                // the lock, not for an hour of points to be written out.
+                let h = lock(&self.history).clone();
+                serde_json::json!({ "interval_ms": 1000, "points": h })
             }
             "alarms" => lock(&self.alarms).to_json(),
             "histograms" => {

@@ -98,7 +98,11 @@ fn row(r: &Value) -> [String; 10] {
         count("accepted"),
         count("events_written"),
         format!("{:.1}", r["bytes_written"].as_f64().unwrap_or(0.0) / 1e6),
-        r["files"].as_array().map_or(0, Vec::len).to_string(),
+        // A page of `GET /api/runs` names the first files and counts them all.
+        r["files_total"]
+            .as_u64()
+            .unwrap_or_else(|| r["files"].as_array().map_or(0, Vec::len) as u64)
+            .to_string(),
         last,
     ]
 }

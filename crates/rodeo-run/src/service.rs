@@ -161,32 +161,53 @@ impl RunService {
     }
 
     /// Starts the prepared run on its own thread, on behalf of `by`, with `words` (none: the
-    /// configuration's).
+    /// configuration's). A prepared run that lost an application while it waited, or that
+    /// lacks `words` (they reach every application at `configure`: the loggers write them
+    /// into the files), is given up and prepared again first, without the lock on the current
+    /// run: the status answers meanwhile (every caller holds `commands`, so nothing else
+    /// changes the current run).
     fn start_run(self: &Arc<Self>, by: &str, words: &RunWords) -> Result<State, TransitionError> {
-        let mut cur = lock(&self.current);
-        if cur.thread.is_none() && cur.prepared.is_some() {
-            if let Some(why) = lost_application(&cur.partition.status()) {
+        let mut config = lock(&self.config).clone();
+        if !words.is_empty() {
+            config.run.set_words(words.clone());
+        }
+        let rebuild = {
+            let mut cur = lock(&self.current);
+            let waiting = cur.thread.is_none() && cur.prepared.is_some();
+            let lost = if waiting {
+                lost_application(&cur.partition.status())
+            } else {
+                None
+            };
+            if let Some(why) = &lost {
                 tracing::warn!(
                     run = cur.number,
                     "the prepared partition lost an application while it waited for start \
                      ({why}): it is prepared again before the start"
                 );
-                let config = lock(&self.config).clone();
-                self.prepare_again(&mut cur, config)?;
             }
+            let has = cur.prepared.as_ref().map(|r| r.config().run.words());
+            let lacks_words = waiting && !words.is_empty() && has != Some(config.run.words());
+            (lost.is_some() || lacks_words).then(|| (cur.number, cur.prepared.take()))
+        };
+        if let Some((number, old)) = rebuild {
+            self.prepare_again(number, old, config)?;
         }
-        let state = cur.partition.partition_state();
-        if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
-            return Err(TransitionError::Illegal {
-                who: "partition".into(),
-                command: Command::Start,
-                state,
-            });
-        }
-        if !words.is_empty() {
-            self.give_words(&mut cur, words)?;
-        }
-        cur.partition.command(Command::Start)?;
+        let partition = {
+            let cur = lock(&self.current);
+            let state = cur.partition.partition_state();
+            if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
+                return Err(TransitionError::Illegal {
+                    who: "partition".into(),
+                    command: Command::Start,
+                    state,
+                });
+            }
+            cur.partition.clone()
+        };
+        // Without the lock: in `--processes` mode the start waits for every application.
+        partition.command(Command::Start)?;
+        let mut cur = lock(&self.current);
         let Some(run) = cur.prepared.take() else {
             return Err(failed(Command::Start, "no prepared run".into()));
         };
@@ -203,52 +224,37 @@ impl RunService {
         Ok(State::Running)
     }
 
-    /// The prepared run again with `words` in its `[run]` (they reach every application at
-    /// `configure`: the loggers write them into the files): the prepared partition given up
-    /// and brought up again with them, unless it has them already. On a failure the run is
-    /// prepared again without them and the error says why.
-    fn give_words(&self, cur: &mut Current, words: &RunWords) -> Result<(), TransitionError> {
-        let mut config = lock(&self.config).clone();
-        config.run.set_words(words.clone());
-        let has = cur.prepared.as_ref().map(|r| r.config().run.words());
-        if has.as_ref() == Some(&config.run.words()) {
-            return Ok(());
-        }
-        self.prepare_again(cur, config)
-    }
-
-    /// The prepared run given up and prepared again (same number) with `config`; when that
-    /// fails, prepared again with the service's configuration (the error says why, and the
-    /// log whether even that failed: the service is then in NONE).
+    /// `old` (the prepared run, taken out of the current run) given up and run `number`
+    /// prepared again with `config`; when that fails, prepared again with the service's
+    /// configuration (the error says why, and the log whether even that failed: the service
+    /// is then in NONE). The lock on the current run is held only to put the new run in.
     fn prepare_again(
         &self,
-        cur: &mut Current,
+        number: u32,
+        old: Option<Run>,
         config: PartitionConfig,
     ) -> Result<(), TransitionError> {
-        if let Some(run) = cur.prepared.take() {
+        if let Some(run) = old {
             let began = Instant::now();
             run.abandon();
             if began.elapsed() >= SLOW_PREPARE {
                 tracing::warn!(
-                    run = cur.number,
+                    run = number,
                     "giving up the prepared run took {} ms",
                     began.elapsed().as_millis()
                 );
             }
         }
-        match prepare_run(&lock(&self.output), config, self.mode, cur.number) {
+        let attempt = prepare_run(&lock(&self.output), config, self.mode, number);
+        match attempt {
             Ok(run) => {
-                cur.partition = run.partition();
-                cur.prepared = Some(run);
+                self.put_prepared(run);
                 Ok(())
             }
             Err(e) => {
-                tracing::error!(run = cur.number, "the run cannot be prepared: {e}");
-                match self.prepare(cur.number) {
-                    Ok(run) => {
-                        cur.partition = run.partition();
-                        cur.prepared = Some(run);
-                    }
+                tracing::error!(run = number, "the run cannot be prepared: {e}");
+                match self.prepare(number) {
+                    Ok(run) => self.put_prepared(run),
                     Err(e2) => tracing::error!(
                         "nor with the service's configuration: {e2}; `shutdown` the service"
                     ),
@@ -256,6 +262,13 @@ impl RunService {
                 Err(e)
             }
         }
+    }
+
+    /// `run` as the current run's prepared one (its partition the one the status shows).
+    fn put_prepared(&self, run: Run) {
+        let mut cur = lock(&self.current);
+        cur.partition = run.partition();
+        cur.prepared = Some(run);
     }
 
     /// One run to its end: its sheet recorded (with who started and stopped it) and handed
@@ -379,17 +392,22 @@ impl RunService {
                 new.check_resources_on(&here).map(|_| ())
             })
             .map_err(|e| invalid(e.to_string()))?;
-        let mut cur = lock(&self.current);
-        let state = cur.partition.partition_state();
-        if cur.thread.is_some() || state == State::Running {
-            return Err(ConfigChangeError::Busy(state));
-        }
-        match cur.prepared.take() {
+        // The lock on the current run is held only to look and to put the new run in: the
+        // status answers while the partition is brought down and up (the caller holds
+        // `commands`, so nothing else changes the current run).
+        let (number, prepared, partition) = {
+            let mut cur = lock(&self.current);
+            let state = cur.partition.partition_state();
+            if cur.thread.is_some() || state == State::Running {
+                return Err(ConfigChangeError::Busy(state));
+            }
+            (cur.number, cur.prepared.take(), cur.partition.clone())
+        };
+        match prepared {
             Some(run) => run.abandon(),
-            None => bring_down(cur.partition.as_ref()),
+            None => bring_down(partition.as_ref()),
         }
         let old = std::mem::replace(&mut *lock(&self.config), new.clone());
-        let number = cur.number;
         let attempt = match self.observer.reconfigure(&new.alarms, &new.monitoring) {
             Ok(()) => self.prepare_isolated(number),
             Err(e) => Err(ConfigChangeError::Failed(e.to_string())),
@@ -397,8 +415,7 @@ impl RunService {
         let error = match attempt {
             Ok(run) => {
                 tracing::warn!(run = number, "configuration replaced (PUT /api/config)");
-                cur.partition = run.partition();
-                cur.prepared = Some(run);
+                self.put_prepared(run);
                 return Ok(());
             }
             Err(e) => e,
@@ -408,8 +425,7 @@ impl RunService {
         let _ = self.observer.reconfigure(&old.alarms, &old.monitoring);
         let again = match self.prepare_isolated(number) {
             Ok(run) => {
-                cur.partition = run.partition();
-                cur.prepared = Some(run);
+                self.put_prepared(run);
                 "the previous configuration is back in effect (CONNECTED)".to_string()
             }
             Err(e) => format!(
@@ -464,10 +480,13 @@ impl RunService {
         if lock(&self.current).thread.is_some() {
             self.stop(Some(&format!("shutdown by {by}")))?;
         }
-        let mut cur = lock(&self.current);
-        match cur.prepared.take() {
+        let (prepared, partition) = {
+            let mut cur = lock(&self.current);
+            (cur.prepared.take(), cur.partition.clone())
+        };
+        match prepared {
             Some(run) => run.abandon(),
-            None => bring_down(cur.partition.as_ref()),
+            None => bring_down(partition.as_ref()),
         }
         Ok(State::None)
     }
@@ -675,6 +694,54 @@ mod tests {
         assert_eq!(got, Ok(1));
         service
             .control()
+            .command(Command::Shutdown)
+            .expect("the service shuts down");
+    }
+
+    /// A start that brings the prepared run up again (it is given words it lacks) leaves the
+    /// status answering: it waited for the whole rebuild while the start held the lock on the
+    /// current run.
+    #[test]
+    fn the_status_answers_while_a_start_prepares_the_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = OutputDir::open(dir.path(), "test").unwrap();
+        let mut config = PartitionConfig::default();
+        config.run.events = 0;
+        config.run.seconds = 60.0;
+        let service = RunService::start(output, config, Mode::Embedded, Box::new(|_| {})).unwrap();
+        let control = service.control();
+        let done = Arc::new(AtomicBool::new(false));
+        let poller = {
+            let (control, done) = (service.control(), done.clone());
+            std::thread::spawn(move || {
+                let mut longest = Duration::ZERO;
+                let mut last = Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    let _ = control.status();
+                    longest = longest.max(last.elapsed());
+                    last = Instant::now();
+                }
+                longest
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        let words = RunWords {
+            comment: "HV scan".into(),
+            ..RunWords::default()
+        };
+        let began = Instant::now();
+        let started = control.start_with_words(&words, "test").unwrap();
+        let took = began.elapsed();
+        done.store(true, Ordering::Relaxed);
+        let longest = poller.join().unwrap();
+        assert_eq!(started, Ok(State::Running));
+        assert!(
+            longest < took / 2,
+            "a status waited {longest:?} during a start of {took:?} (the prepared run was \
+             brought up again with the words)"
+        );
+        control.command(Command::Stop).expect("the run stops");
+        control
             .command(Command::Shutdown)
             .expect("the service shuts down");
     }

@@ -24,7 +24,7 @@
 //! any message is delivered.
 //!
 //! CURVE also encrypts what it carries (Curve25519, XSalsa20-Poly1305); see
-//! docs/run-control.md, "Security notes", for what is and is not covered.
+//! docs/security.md, "Security notes", for what is and is not covered.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! Faults in a `rodeo run --processes` run (issue 20, docs/run-control.md "Faults"): an
+//! Faults in a `rodeo run --processes` run (issue 20, docs/faults.md "Faults"): an
 //! application killed with -9 while the run runs. A readout node or logger is restarted by the
 //! controller and the run goes on (balanced, every accepted event in the files once); the
 //! supervisor's death ends the run in order with its balance sheet and a non-zero exit.

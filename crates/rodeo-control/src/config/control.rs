@@ -93,7 +93,13 @@ impl ControlSection {
 /// Like the derived one, with the tokens hidden: a section printed in a log shows no secret.
 impl std::fmt::Debug for ControlSection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hide = |t: &str| if t.is_empty() { "" } else { "(hidden)" };
+        let hide = |t: &str| {
+            if t.is_empty() {
+                ""
+            } else {
+                super::HIDDEN_TOKEN
+            }
+        };
         f.debug_struct("ControlSection")
             .field("http", &self.http)
             .field("token", &hide(&self.token))
@@ -137,13 +143,17 @@ impl ControlSection {
                 .chars()
                 .any(|ch| ch.is_whitespace() || ch.is_control())
             {
-                c.bad(field, "(hidden)", "no spaces or control characters");
+                c.bad(
+                    field,
+                    super::HIDDEN_TOKEN,
+                    "no spaces or control characters",
+                );
             }
         }
         if !self.token.is_empty() && self.token == self.expert_token {
             c.bad(
                 "control.expert_token",
-                "(hidden)",
+                super::HIDDEN_TOKEN,
                 "a token other than control.token (the expert's role is more than the operator's)",
             );
         }

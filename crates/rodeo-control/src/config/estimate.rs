@@ -16,7 +16,7 @@
 //! | each process | its base (code, libraries, ZeroMQ), [`PROCESS_BASE_BYTES`]; with shared memory, the samples of 64 messages in flight per channel it reads or writes (replies of each readout node, events to a logger) | `transport.io_threads` ZeroMQ I/O threads with ipc and tcp (idle with inproc and shared memory) |
 //! | the controller (`--processes`) | [`CONTROLLER_BYTES`] | |
 //!
-//! docs/run-control.md, "Configuration checks", compares the estimate with the RSS of real
+//! docs/configuration.md, "Configuration checks", compares the estimate with the RSS of real
 //! runs.
 
 use rodeo_dataflow::dedup::DEFAULT_WINDOW_IDS;

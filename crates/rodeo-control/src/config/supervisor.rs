@@ -8,7 +8,7 @@ use super::l1::MAX_TIMEOUT_MS;
 /// The shortest event timeout: an event's decision waits for its data requests, the DCM's
 /// queue and its processing, and below a second ordinary latency on a busy host fires the
 /// timeout (measured: 20 ms left 46 of 20,000 events partial on a quiet 2-core host, 50 ms some
-/// beside a busy core with `--processes`; docs/run-control.md, "Configuration checks").
+/// beside a busy core with `--processes`; docs/configuration.md, "Configuration checks").
 pub(super) const MIN_EVENT_TIMEOUT_MS: u64 = 1_000;
 
 /// `[supervisor]`.

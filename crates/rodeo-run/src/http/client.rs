@@ -4,16 +4,17 @@
 //! the URL.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 
 use super::tls::{client_config, TlsError};
 
-/// Largest answer read (`GET /api/runs` of a long shift is a few MB).
-const MAX_ANSWER_BYTES: u64 = 256 << 20;
+/// Largest answer taken (a page of 100 runs is at most a few MB); a larger one is an error,
+/// not an answer cut short.
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
 
 /// Why a request got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
@@ -36,9 +37,51 @@ pub enum ClientError {
         /// The error (rustls's inside for a refused certificate).
         source: std::io::Error,
     },
-    /// The answer is not HTTP, or too large.
+    /// The answer is not HTTP.
     #[error("not an HTTP answer from {0}")]
     NotHttp(String),
+    /// The answer is larger than [`MAX_ANSWER_BYTES`].
+    #[error(
+        "the answer from {0} is larger than {MAX_ANSWER_BYTES} bytes: not read (ask for less, \
+         e.g. a page of runs)"
+    )]
+    TooLarge(String),
+}
+
+/// A TCP stream whose every read and write waits at most until one deadline: a server that
+/// sends its answer a byte at a time cannot hold the client beyond it.
+struct Timed {
+    tcp: TcpStream,
+    deadline: Instant,
+}
+
+impl Timed {
+    /// The time left, or a `TimedOut` error when none is.
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.tcp.set_read_timeout(Some(self.left()?))?;
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.set_write_timeout(Some(self.left()?))?;
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
 }
 
 /// An answer: its status code and body.
@@ -51,7 +94,8 @@ pub struct Answer {
 }
 
 /// Sends `method path` with `body` (and `Authorization: Bearer <token>` when given) to the API
-/// at `url`, waits at most `timeout` for each read, and returns the answer. `ca`: the CA that
+/// at `url`, waits at most `timeout` for the whole exchange (connecting included), and returns
+/// the answer. `ca`: the CA that
 /// signed an HTTPS server's certificate (else the system's roots).
 pub fn request(
     url: &str,
@@ -81,10 +125,9 @@ pub fn request(
             source,
         }
     };
-    let tcp = TcpStream::connect(hostport).map_err(io("cannot connect to"))?;
-    tcp.set_read_timeout(Some(timeout))
-        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
-        .map_err(io("cannot connect to"))?;
+    let deadline = Instant::now() + timeout;
+    let tcp = connect(hostport, deadline).map_err(io("cannot connect to"))?;
+    let tcp = Timed { tcp, deadline };
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: {}\r\n",
         body.len()
@@ -104,6 +147,9 @@ pub fn request(
     } else {
         let mut s = tcp;
         exchange(&mut s, &head, body, &mut raw).map_err(|(what, e)| io(what)(e))?;
+    }
+    if raw.len() as u64 > MAX_ANSWER_BYTES {
+        return Err(ClientError::TooLarge(url.into()));
     }
     let text = String::from_utf8_lossy(&raw);
     let status = text
@@ -130,9 +176,99 @@ fn exchange(
         .and_then(|()| s.write_all(body.as_bytes()))
         .and_then(|()| s.flush())
         .map_err(|e| ("cannot send to", e))?;
-    match s.take(MAX_ANSWER_BYTES).read_to_end(out) {
+    match s.take(MAX_ANSWER_BYTES + 1).read_to_end(out) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => Ok(()),
         Err(e) => Err(("no answer from", e)),
+    }
+}
+
+/// A connection to `hostport` (each of its addresses in turn) made before `deadline`.
+fn connect(hostport: &str, deadline: Instant) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    for addr in hostport.to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server that answers `GET` with what `answer` writes, once, on 127.0.0.1.
+    fn one_answer(answer: impl FnOnce(&mut TcpStream) + Send + 'static) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut head = [0u8; 1024];
+                let _ = s.read(&mut head);
+                answer(&mut s);
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// A server that sends its answer a byte at a time holds the client no longer than its
+    /// timeout (it was a timeout per read: a byte each 100 ms kept it forever).
+    #[test]
+    fn a_trickling_server_ends_at_the_deadline() {
+        let url = one_answer(|s| {
+            for _ in 0..600 {
+                if s.write_all(b"H").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let began = Instant::now();
+        let got = request(
+            &url,
+            None,
+            "GET",
+            "/api/status",
+            None,
+            "",
+            Duration::from_secs(1),
+        );
+        assert!(got.is_err(), "{got:?}");
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+    }
+
+    /// An answer past the limit is an error, not an answer cut short.
+    #[test]
+    fn an_answer_past_the_limit_is_refused() {
+        let url = one_answer(|s| {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n");
+            let chunk = vec![b' '; 1 << 20];
+            for _ in 0..(MAX_ANSWER_BYTES >> 20) + 2 {
+                if s.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let got = request(
+            &url,
+            None,
+            "GET",
+            "/api/runs",
+            None,
+            "",
+            Duration::from_secs(30),
+        );
+        assert!(matches!(got, Err(ClientError::TooLarge(_))), "{got:?}");
     }
 }

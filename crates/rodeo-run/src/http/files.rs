@@ -4,6 +4,8 @@
 //! `[logger] directories` are not listed; the disk-full alarm watches those).
 
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -13,6 +15,34 @@ use super::Response;
 
 /// Files listed at most (the newest, by name: sequence numbers grow).
 const FILES_SERVED: usize = 20;
+
+/// How long one listing of the run directory answers: a day's run has ~80,000 files, and
+/// anyone may ask, every second per page open.
+const LISTING_KEPT: Duration = Duration::from_secs(1);
+
+/// The last answer of [`files_response`] (when, for which run), given again for
+/// [`LISTING_KEPT`].
+#[derive(Default)]
+pub(super) struct FilesCache(Mutex<Option<(Instant, u32, Vec<u8>)>>);
+
+impl FilesCache {
+    /// The answer for run `run_number`: the last one if it is younger than [`LISTING_KEPT`]
+    /// and of that run, else a new listing (one at a time: other requests wait for it and
+    /// take it).
+    pub(super) fn response(&self, output: Option<&Path>, run_number: u32) -> Response {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, run, body)) = last.as_ref() {
+            if *run == run_number && at.elapsed() < LISTING_KEPT {
+                return Response::new(200, "application/json", body.clone());
+            }
+        }
+        let r = files_response(output, run_number);
+        if r.status == 200 {
+            *last = Some((Instant::now(), run_number, r.body.clone()));
+        }
+        r
+    }
+}
 
 /// The answer for run `run_number` of the output directory `output` (None: no run database,
 /// so no output directory known).
@@ -77,5 +107,38 @@ mod tests {
         let empty: Value =
             serde_json::from_slice(&files_response(Some(out.path()), 8).body).unwrap();
         assert_eq!(empty["count"], 0);
+    }
+
+    /// A listing answers for a second, for its run only.
+    #[test]
+    fn a_listing_is_kept_for_a_second_and_its_run() {
+        let out = tempfile::tempdir().unwrap();
+        let run = out.path().join("run-00000007");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(run.join("a.0001.data"), [0u8; 100]).unwrap();
+        let cache = FilesCache::default();
+        let count = |r: Response| -> u64 {
+            serde_json::from_slice::<Value>(&r.body).unwrap()["count"]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(count(cache.response(Some(out.path()), 7)), 1);
+        std::fs::write(run.join("a.0002.data"), [0u8; 100]).unwrap();
+        assert_eq!(
+            count(cache.response(Some(out.path()), 7)),
+            1,
+            "the kept listing"
+        );
+        assert_eq!(
+            count(cache.response(Some(out.path()), 8)),
+            0,
+            "another run: listed"
+        );
+        std::thread::sleep(LISTING_KEPT);
+        assert_eq!(
+            count(cache.response(Some(out.path()), 7)),
+            2,
+            "listed again"
+        );
     }
 }

@@ -8,12 +8,12 @@
 //! | `GET /api/config` | the configuration in effect (TOML) |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `POST /api/command` | `{"command":"stop"}`; operator. A `start` may carry the run's words: `{"command":"start","comment":"…","run_type":"physics","shifter":"…"}` (`rodeo serve`; 405 elsewhere) |
-//! | `GET /api/conditions` | `{"latest": {key: {value, at_ns, run_number}}, "run_number": N, "run": [...]}`: the latest value of every condition, and those posted during the current run |
-//! | `POST /api/conditions` | `{"hv_volts": 1500, "beam": "pi+ 120 GeV"}`: conditions of the current run, kept with their time; operator |
+//! | `GET /api/conditions` | `{"latest": {key: {value, at_ns, run_number}}, "run_number": N, "run": [...]}`: the latest value of every condition (at most 1,000 keys are kept), and the newest 1,000 posted during the current run |
+//! | `POST /api/conditions` | `{"hv_volts": 1500, "beam": "pi+ 120 GeV"}`: conditions of the current run, kept with their time; operator; 409 when new keys would pass 1,000 |
 //! | `GET /api/files` | the current run's files (name, bytes, still being written) and the output directory's free space |
-//! | `GET /api/runs` | `{"runs": [...]}` from the run database, newest first (`rodeo runs --json`) |
-//! | `GET /api/runs/N` | run N with its files, configuration, balance sheet and comments; 404 if unknown |
-//! | `POST /api/runs/N/comment` | `{"text":"…"}`: a comment on run N; operator |
+//! | `GET /api/runs?limit=N&before=R` | `{"runs": [...], "next_before": R}` from the run database, newest first: a page of `limit` runs (100; 1 to 1,000) numbered below `before`, each with its first 10 files and newest 10 comments and conditions (`files_total`, `files_bytes`, `comments_total`, `conditions_total`); `next_before` starts the next page (null on the last) |
+//! | `GET /api/runs/N` | run N with its configuration, balance sheet, first 10,000 files, comments and newest 1,000 conditions; 404 if unknown |
+//! | `POST /api/runs/N/comment` | `{"text":"…"}`: a comment on run N (at most 1,000 per run: 409 then); operator |
 //! | `GET /api/audit` | `{"audit": [...]}`: the audit trail, newest first |
 //! | `PUT /api/config` | replaces the next run's configuration (TOML body); expert; 400 names the bad field (or one HTTP may not change), 409 while running |
 //! | `GET /api/history`, `/api/alarms`, `/api/histograms`, `/api/log` | a service's views ([`crate::observe`]); 404 elsewhere |
@@ -119,7 +119,7 @@ pub struct HttpConfig {
 
 impl std::fmt::Debug for HttpConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hidden = |t: &Option<String>| t.as_ref().map(|_| "(hidden)");
+        let hidden = |t: &Option<String>| t.as_ref().map(|_| rodeo_control::config::HIDDEN_TOKEN);
         f.debug_struct("HttpConfig")
             .field("token", &hidden(&self.token))
             .field("expert_token", &hidden(&self.expert_token))

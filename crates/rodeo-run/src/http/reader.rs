@@ -13,7 +13,7 @@ use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, Refused};
 
 use super::auth::Peer;
 use super::conn::Conn;
-use super::request::request_complete;
+use super::request::Completion;
 use super::routes::{respond, Shared};
 use super::{
     read_request, HttpConfig, HttpCounters, Request, RequestError, Response, MAX_BODY_BYTES,
@@ -32,6 +32,8 @@ struct Open {
     conn: Conn,
     peer: SocketAddr,
     buf: Vec<u8>,
+    /// How far `buf` was searched for a whole request.
+    completion: Completion,
     deadline: Instant,
     /// Accept sequence number: tells a live entry of `order` from a stale one.
     seq: u64,
@@ -177,6 +179,7 @@ impl Reader {
                 conn,
                 peer,
                 buf: Vec::new(),
+                completion: Completion::default(),
                 deadline: Instant::now() + self.timeout,
                 seq,
                 writable: false,
@@ -217,7 +220,7 @@ impl Reader {
         if o.writable && !ready.wants_write {
             ready = o.conn.flush_pending();
         }
-        if request_complete(&o.buf) {
+        if o.completion.complete(&o.buf) {
             let o = self.close(slot)?;
             let request = read_request(&mut o.buf.as_slice());
             let tls = matches!(o.conn, Conn::Tls(_));

@@ -48,6 +48,8 @@ pub struct Request {
     pub method: String,
     /// The path, without the query string.
     pub path: String,
+    /// The query string: what follows the path's `?` (empty when none).
+    pub query: String,
     /// Headers, names lower-cased.
     pub headers: Vec<(String, String)>,
     /// The body.
@@ -115,7 +117,8 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
     {
         return Err(RequestError::BadRequestLine);
     }
-    let path = target.split('?').next().unwrap_or("/").to_string();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let (path, query) = (path.to_string(), query.to_string());
     let mut headers = Vec::new();
     for l in lines {
         if headers.len() >= MAX_HEADERS {
@@ -130,6 +133,7 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
     let mut request = Request {
         method: method.to_string(),
         path,
+        query,
         headers,
         body: Vec::new(),
     };
@@ -178,25 +182,56 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Whether `buf` holds a whole request, or enough to know it can never be one (too large):
-/// either way it goes to a worker, which answers it or its [`RequestError`].
-pub(super) fn request_complete(buf: &[u8]) -> bool {
-    let Some(head_end) = find(buf, b"\r\n\r\n") else {
-        return buf.len() > MAX_HEADER_BYTES;
-    };
-    if head_end > MAX_HEADER_BYTES {
-        return true;
-    }
-    let head = String::from_utf8_lossy(&buf[..head_end]);
-    let length = head.split("\r\n").skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-length")
-            .then(|| v.trim().parse::<usize>().ok())
-    });
-    match length {
-        // No length: no body. A malformed one: the parser's error.
-        None | Some(None) => true,
-        Some(Some(n)) => n > MAX_BODY_BYTES || buf.len() >= head_end + 4 + n,
+/// How far the search for a whole request in a connection's bytes has come: each readiness
+/// event looks only at the bytes that arrived since the last (a client that sends its request
+/// a byte at a time must not make the reader thread scan the whole buffer each time).
+#[derive(Debug, Default)]
+pub(super) struct Completion {
+    /// Bytes already searched for the end of the head.
+    scanned: usize,
+    /// Once the head is whole: the length of the whole request.
+    whole_at: Option<usize>,
+}
+
+impl Completion {
+    /// Whether `buf` (the bytes so far, only ever grown since the last call) holds a whole
+    /// request, or enough to know it can never be one (too large): either way it goes to a
+    /// worker, which answers it or its [`RequestError`].
+    pub(super) fn complete(&mut self, buf: &[u8]) -> bool {
+        if let Some(n) = self.whole_at {
+            return buf.len() >= n;
+        }
+        // The separator may straddle what was searched and what came since.
+        let from = self.scanned.saturating_sub(3).min(buf.len());
+        let Some(p) = find(&buf[from..], b"\r\n\r\n") else {
+            self.scanned = buf.len();
+            return buf.len() > MAX_HEADER_BYTES;
+        };
+        let head_end = from + p;
+        if head_end > MAX_HEADER_BYTES {
+            return true;
+        }
+        let head = String::from_utf8_lossy(&buf[..head_end]);
+        let mut lengths = head.split("\r\n").skip(1).filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let v = v.trim();
+            // As the parser takes it: digits only.
+            k.eq_ignore_ascii_case("content-length").then(|| {
+                (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| v.parse::<usize>().ok())
+                    .flatten()
+            })
+        });
+        match (lengths.next(), lengths.next()) {
+            // No length: no body. Two, a malformed or a too large one: the parser's error, at
+            // once.
+            (None, _) | (Some(_), Some(_)) | (Some(None), None) => true,
+            (Some(Some(n)), None) if n > MAX_BODY_BYTES => true,
+            (Some(Some(n)), None) => {
+                self.whole_at = Some(head_end + 4 + n);
+                buf.len() >= head_end + 4 + n
+            }
+        }
     }
 }
 

@@ -51,6 +51,8 @@ pub(super) struct Shared {
     pub(super) credentials: Credentials,
     pub(super) counters: Arc<HttpCounters>,
     pub(super) store: Store,
+    /// The last listing of the run directory (`GET /api/files`).
+    pub(super) files: super::files::FilesCache,
     /// The write timeout of an answer.
     pub(super) timeout: Duration,
 }
@@ -68,6 +70,7 @@ impl Shared {
             credentials,
             counters,
             store: Store::new(runs_db),
+            files: super::files::FilesCache::default(),
             timeout,
         }
     }
@@ -238,7 +241,7 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
         "/metrics" if get => metrics(control, &shared.counters),
         "/api/audit" if get => shared.store.audit_response(),
         p if get && (p == "/api/runs" || p.starts_with("/api/runs/")) => {
-            shared.store.runs_response(p)
+            shared.store.runs_response(p, &request.query)
         }
         "/api/command" if request.method == "POST" => {
             let (command, words) = match parse_command(&request.body) {
@@ -313,15 +316,13 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
                 Err(e) => Response::error(400, &e),
             }
         }
-        "/api/files" if get => {
-            super::files::files_response(shared.store.output_dir(), control.status().run_number)
-        }
-        "/api/conditions" if get => shared
-            .store
-            .conditions_response(control.status().run_number),
+        "/api/files" if get => shared
+            .files
+            .response(shared.store.output_dir(), control.run_number()),
+        "/api/conditions" if get => shared.store.conditions_response(control.run_number()),
         "/api/conditions" if request.method == "POST" => {
             let by = PostedBy {
-                run_number: control.status().run_number,
+                run_number: control.run_number(),
                 at_ns: now_ns(),
                 role: role.as_str().into(),
                 peer: peer.addr.to_string(),
@@ -335,7 +336,7 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
                     "a run number is a decimal integer: /api/runs/N/comment",
                 );
             };
-            let current = control.status().run_number;
+            let current = control.run_number();
             let by = Comment {
                 run_number: n,
                 at_ns: now_ns(),

@@ -10,7 +10,7 @@ fn parses_a_request_with_a_body() {
     let raw = b"POST /api/command?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 19\r\nAuthorization: Bearer s3\r\n\r\n{\"command\":\"stop\"}XTRA";
     let r = read_request(&mut &raw[..]).unwrap();
     assert_eq!(r.method, "POST");
-    assert_eq!(r.path, "/api/command");
+    assert_eq!((r.path.as_str(), r.query.as_str()), ("/api/command", "x=1"));
     assert_eq!(r.header("authorization"), Some("Bearer s3"));
     assert_eq!(r.body, b"{\"command\":\"stop\"}X");
 }
@@ -88,4 +88,101 @@ fn commands_parse_from_json() {
     // Nesting deeper than serde_json's limit is an error, not a stack overflow.
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     assert!(parse_command(deep.as_bytes()).is_err());
+}
+
+/// `GET /api/runs` serves a page (`limit`, `before`, `next_before`), never more than
+/// [`crate::rundb::RUNS_PAGE_MAX`] runs, and a bad page is a 400 that names the parameter.
+#[test]
+fn a_page_of_runs_is_bounded_and_a_bad_page_is_refused() {
+    use crate::rundb::{RunDb, RunRecord, FILE_NAME};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    let mut db = RunDb::open(&path).unwrap();
+    for n in 1..=5u32 {
+        db.record(&RunRecord {
+            run_number: n,
+            started_at_ns: Some(1),
+            stopped_at_ns: Some(2),
+            started_by: "test".into(),
+            config_toml: String::new(),
+            status: "ok".into(),
+            summary: serde_json::json!({"run_number": n, "balanced": true}),
+            files: Vec::new(),
+        })
+        .unwrap();
+    }
+    drop(db);
+    let store = audit::Store::new(Some(path));
+    let page = |query: &str| {
+        let r = store.runs_response("/api/runs", query);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        (r.status, v)
+    };
+    let numbers = |v: &serde_json::Value| -> Vec<u64> {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_number"].as_u64().unwrap())
+            .collect()
+    };
+    let (status, first) = page("limit=2");
+    assert_eq!((status, numbers(&first)), (200, vec![5, 4]));
+    assert_eq!(first["next_before"], 4);
+    let (_, second) = page("limit=2&before=4");
+    assert_eq!(numbers(&second), [3, 2]);
+    let (_, last) = page("before=2");
+    assert_eq!(numbers(&last), [1]);
+    assert_eq!(
+        last["next_before"],
+        serde_json::Value::Null,
+        "the last page"
+    );
+    assert_eq!(numbers(&page("").1), [5, 4, 3, 2, 1]);
+    for bad in ["limit=0", "limit=1001", "limit=x", "before=-1", "offset=3"] {
+        let (status, v) = page(bad);
+        assert_eq!(status, 400, "{bad}");
+        let key = bad.split('=').next().unwrap();
+        assert!(v["error"].as_str().unwrap().contains(key), "{bad}: {v}");
+    }
+}
+
+/// A request sent a byte at a time is whole at its last byte, not before (the separator and
+/// the body straddle the bytes searched before), and each byte's check looks only at what
+/// came since: the search is resumed, not begun again.
+#[test]
+fn a_request_sent_a_byte_at_a_time_is_whole_at_its_last_byte() {
+    use super::request::Completion;
+    let with_body: &[u8] =
+        b"POST /api/command HTTP/1.1\r\nContent-Length: 18\r\n\r\n{\"command\":\"stop\"}";
+    let without: &[u8] = b"GET /api/status HTTP/1.1\r\nHost: a\r\n\r\n";
+    for raw in [with_body, without] {
+        let mut c = Completion::default();
+        let mut buf = Vec::new();
+        for (i, b) in raw.iter().enumerate() {
+            buf.push(*b);
+            assert_eq!(c.complete(&buf), i + 1 == raw.len(), "byte {i} of {raw:?}");
+        }
+        assert!(read_request(&mut buf.as_slice()).is_ok());
+    }
+    // A head that never ends is handed on once it is too large; so is a body too large.
+    let mut c = Completion::default();
+    let mut buf = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    while !c.complete(&buf) {
+        buf.extend_from_slice(&[b'a'; 1000]);
+        assert!(buf.len() <= MAX_HEADER_BYTES + 1000);
+    }
+    let big = format!(
+        "POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        MAX_BODY_BYTES + 1
+    );
+    assert!(Completion::default().complete(big.as_bytes()));
+    // What the parser refuses (two lengths, a sign) goes to it at once, not at the deadline.
+    for head in [
+        "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+    ] {
+        assert!(Completion::default().complete(head.as_bytes()), "{head:?}");
+        assert!(read_request(&mut head.as_bytes()).is_err(), "{head:?}");
+    }
 }

@@ -20,6 +20,10 @@ pub const MAX_KEY_BYTES: usize = 64;
 pub const MAX_VALUE_BYTES: usize = 256;
 /// Condition entries kept: older ones are deleted as new ones come.
 pub const CONDITIONS_KEEP: i64 = 1_000_000;
+/// Distinct keys kept: a post that would add more is refused
+/// ([`RunDbError::TooManyConditionKeys`]), so that the latest values (`GET /api/conditions`,
+/// and each run's sheet at its start and end) stay a bounded list.
+pub const MAX_CONDITION_KEYS: u64 = 1_000;
 
 /// What is wrong with a post of conditions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,6 +122,30 @@ impl RunDb {
         conditions: &[Condition],
     ) -> Result<(), RunDbError> {
         let tx = self.conn.unchecked_transaction().map_err(self.err())?;
+        let mut new = 0u64;
+        for c in conditions {
+            let known: bool = tx
+                .query_row(
+                    "SELECT EXISTS(SELECT 1 FROM conditions WHERE key = ?1)",
+                    [&c.key],
+                    |r| r.get(0),
+                )
+                .map_err(self.err())?;
+            new += u64::from(!known);
+        }
+        if new > 0 {
+            let known: i64 = tx
+                .query_row(
+                    "SELECT COUNT(*) FROM (SELECT DISTINCT key FROM conditions)",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(self.err())?;
+            let known = known.max(0) as u64;
+            if known + new > MAX_CONDITION_KEYS {
+                return Err(RunDbError::TooManyConditionKeys { known, new });
+            }
+        }
         for c in conditions {
             tx.execute(
                 "INSERT INTO conditions (run_number, at_ns, key, value, role, peer)
@@ -184,17 +212,18 @@ impl RunDb {
         rows.collect::<Result<Map<_, _>, _>>().map_err(self.err())
     }
 
-    /// Every condition posted during run `n`, oldest first.
-    pub fn conditions_of_run(&self, n: u32) -> Result<Vec<Value>, RunDbError> {
+    /// The newest `limit` conditions posted during run `n`, oldest first.
+    pub fn conditions_of_run(&self, n: u32, limit: usize) -> Result<Vec<Value>, RunDbError> {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT at_ns, key, value, role, peer FROM conditions WHERE run_number = ?1
+                "SELECT at_ns, key, value, role, peer FROM (SELECT id, at_ns, key, value, role,
+                 peer FROM conditions WHERE run_number = ?1 ORDER BY id DESC LIMIT ?2)
                  ORDER BY id",
             )
             .map_err(self.err())?;
         let rows = stmt
-            .query_map([n], |r| {
+            .query_map(params![n, i64::try_from(limit).unwrap_or(-1)], |r| {
                 let value: String = r.get(2)?;
                 Ok(json!({
                     "at_ns": r.get::<_, i64>(0)?,
@@ -285,10 +314,42 @@ mod tests {
         let now = db.conditions_now().unwrap();
         assert_eq!(now["t"]["run_number"], 5);
         assert_eq!(now["hv"]["at_ns"], 200);
-        let run4 = db.conditions_of_run(4).unwrap();
+        let run4 = db.conditions_of_run(4, usize::MAX).unwrap();
         assert_eq!(run4.len(), 3);
         assert_eq!(run4[2]["key"], "hv");
         assert_eq!(run4[2]["value"], 1550);
         assert_eq!(run4[0]["role"], "operator");
+    }
+
+    #[test]
+    fn keys_beyond_the_limit_are_refused_and_a_run_serves_its_newest_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::open_in(dir.path()).unwrap();
+        let keys: Vec<Condition> = (0..MAX_CONDITION_KEYS)
+            .map(|i| Condition {
+                key: format!("k{i}"),
+                value: json!(i),
+            })
+            .collect();
+        db.add_conditions(&by(1, 10), &keys).unwrap();
+        let more = parse(br#"{"k5": 1, "fresh": 2, "other": 3}"#).unwrap();
+        match db.add_conditions(&by(1, 20), &more) {
+            Err(RunDbError::TooManyConditionKeys { known, new }) => {
+                assert_eq!((known, new), (MAX_CONDITION_KEYS, 2));
+            }
+            other => panic!("a post past the key limit was taken: {other:?}"),
+        }
+        // Nothing of the refused post was written; a known key still takes a new value.
+        assert_eq!(
+            db.conditions_now().unwrap().len() as u64,
+            MAX_CONDITION_KEYS
+        );
+        db.add_conditions(&by(1, 30), &parse(br#"{"k5": 55}"#).unwrap())
+            .unwrap();
+        assert_eq!(db.conditions_now().unwrap()["k5"]["value"], 55);
+        let newest = db.conditions_of_run(1, 2).unwrap();
+        assert_eq!(newest.len(), 2);
+        assert_eq!(newest[0]["key"], format!("k{}", MAX_CONDITION_KEYS - 1));
+        assert_eq!(newest[1]["value"], 55);
     }
 }

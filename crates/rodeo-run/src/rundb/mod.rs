@@ -66,6 +66,61 @@ pub const UNAUTHENTICATED: &str = "unauthenticated";
 /// kept entries of one class by index).
 const AUDIT_TRIM_EVERY: i64 = 64;
 
+/// Comments kept on one run: a further one is refused ([`RunDb::comment`] says so), so that a
+/// token holder cannot grow one run's record (served whole at `GET /api/runs/N`) without end.
+pub const MAX_COMMENTS_PER_RUN: u64 = 1_000;
+
+/// Files, comments and conditions of each run in a page of `GET /api/runs`: the first files
+/// by name, the newest comments and conditions (oldest first); `files_total`,
+/// `comments_total` and `conditions_total` count them all.
+pub const LISTED_PER_RUN: usize = 10;
+
+/// Conditions of one run served at `GET /api/runs/N` and `GET /api/conditions`: the newest,
+/// oldest first (a run may have up to [`conditions::CONDITIONS_KEEP`] of them).
+pub const SERVED_CONDITIONS: usize = 1_000;
+
+/// Files of one run served at `GET /api/runs/N`, the first by name (a day's run at 1 GB/s
+/// in 1 GiB files has ~80,000; `files_total` and `files_bytes` count them all).
+pub const SERVED_FILES: usize = 10_000;
+
+/// Runs in one page of `GET /api/runs` when the request names no `limit`.
+pub const RUNS_PAGE: usize = 100;
+
+/// The largest page of `GET /api/runs` (`?limit=N`).
+pub const RUNS_PAGE_MAX: usize = 1_000;
+
+/// How much of each run's lists (files, comments, conditions) an answer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerRun {
+    /// Files, the first by name.
+    pub files: usize,
+    /// Comments, the newest.
+    pub comments: usize,
+    /// Conditions, the newest.
+    pub conditions: usize,
+}
+
+impl PerRun {
+    /// A page of `GET /api/runs`: [`LISTED_PER_RUN`] of each.
+    pub const LISTED: PerRun = PerRun {
+        files: LISTED_PER_RUN,
+        comments: LISTED_PER_RUN,
+        conditions: LISTED_PER_RUN,
+    };
+    /// `GET /api/runs/N`: [`SERVED_FILES`], every comment, [`SERVED_CONDITIONS`].
+    pub const SERVED: PerRun = PerRun {
+        files: SERVED_FILES,
+        comments: MAX_COMMENTS_PER_RUN as usize,
+        conditions: SERVED_CONDITIONS,
+    };
+    /// Everything (`rodeo runs --json`, which reads the file itself).
+    pub const ALL: PerRun = PerRun {
+        files: usize::MAX,
+        comments: usize::MAX,
+        conditions: usize::MAX,
+    };
+}
+
 /// The database file's name in an output directory.
 pub const FILE_NAME: &str = "runs.sqlite";
 
@@ -174,6 +229,18 @@ pub enum RunDbError {
         path: PathBuf,
         /// Its version.
         found: i64,
+    },
+    /// A post of conditions would make more distinct keys than the database keeps.
+    #[error(
+        "{known} condition keys are known and this post adds {new}: at most \
+         {max}; post values of known keys (`GET /api/conditions` lists them)",
+        max = conditions::MAX_CONDITION_KEYS
+    )]
+    TooManyConditionKeys {
+        /// Distinct keys in the database.
+        known: u64,
+        /// New keys in the post.
+        new: u64,
     },
 }
 
@@ -475,27 +542,45 @@ impl RunDb {
         rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
     }
 
-    /// Adds a comment to run `c.run_number`.
-    pub fn comment(&self, c: &Comment) -> Result<(), RunDbError> {
+    /// Adds a comment to run `c.run_number`; `false` (nothing written) when the run has
+    /// [`MAX_COMMENTS_PER_RUN`] already.
+    pub fn comment(&self, c: &Comment) -> Result<bool, RunDbError> {
+        if self.count_of("comments", c.run_number)? >= MAX_COMMENTS_PER_RUN {
+            return Ok(false);
+        }
         self.conn
             .execute(
                 "INSERT INTO comments (run_number, at_ns, role, peer, text)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![c.run_number, c.at_ns as i64, c.role, c.peer, c.text],
             )
-            .map(|_| ())
+            .map(|_| true)
             .map_err(self.err())
     }
 
-    fn comments_json(&self, n: u32) -> Result<Vec<Value>, RunDbError> {
+    /// Rows of `table` (`comments` or `conditions`, each indexed by run) of run `n`.
+    fn count_of(&self, table: &str, n: u32) -> Result<u64, RunDbError> {
+        self.conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM {table} WHERE run_number = ?1"),
+                [n],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|c| c.max(0) as u64)
+            .map_err(self.err())
+    }
+
+    /// The newest `limit` comments on run `n`, oldest first.
+    fn comments_json(&self, n: u32, limit: usize) -> Result<Vec<Value>, RunDbError> {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT at_ns, role, peer, text FROM comments WHERE run_number = ?1 ORDER BY id",
+                "SELECT at_ns, role, peer, text FROM (SELECT id, at_ns, role, peer, text
+                 FROM comments WHERE run_number = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id",
             )
             .map_err(self.err())?;
         let rows = stmt
-            .query_map([n], |r| {
+            .query_map(params![n, sql_limit(limit)], |r| {
                 Ok(json!({
                     "at_ns": r.get::<_, i64>(0)?,
                     "role": r.get::<_, String>(1)?,
@@ -507,28 +592,65 @@ impl RunDb {
         rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
     }
 
-    /// Every run, newest first, as JSON objects (the form of `rodeo runs --json` and
-    /// `GET /api/runs`).
+    /// Every run, newest first, as JSON objects (the form of `rodeo runs --json`), each with
+    /// all its files, comments and conditions.
     pub fn list(&self) -> Result<Vec<Value>, RunDbError> {
+        self.list_page(None, usize::MAX, PerRun::ALL)
+    }
+
+    /// At most `limit` runs numbered below `before` (all: `None`), newest first, as JSON
+    /// objects (the form of `GET /api/runs`), each with `per` of its files, comments and
+    /// conditions and their totals (`files_total`, `files_bytes`, `comments_total`,
+    /// `conditions_total`).
+    pub fn list_page(
+        &self,
+        before: Option<u32>,
+        limit: usize,
+        per: PerRun,
+    ) -> Result<Vec<Value>, RunDbError> {
         let mut stmt = self
             .conn
-            .prepare(&format!("{SELECT_RUN} ORDER BY run_number DESC"))
+            .prepare(&format!(
+                "{SELECT_RUN} WHERE run_number < ?1 ORDER BY run_number DESC LIMIT ?2"
+            ))
             .map_err(self.err())?;
-        let rows = stmt.query_map([], run_json).map_err(self.err())?;
+        let below = before.map_or(i64::MAX, i64::from);
+        let rows = stmt
+            .query_map(params![below, sql_limit(limit)], run_json)
+            .map_err(self.err())?;
         let mut out = Vec::new();
         for r in rows {
             out.push(r.map_err(self.err())?);
         }
         for r in &mut out {
             let n = r["run_number"].as_u64().unwrap_or(0) as u32;
-            r["files"] = Value::Array(self.files_json(n)?);
-            r["comments"] = Value::Array(self.comments_json(n)?);
-            r["conditions"] = Value::Array(self.conditions_of_run(n)?);
+            self.add_lists(r, n, per)?;
         }
         Ok(out)
     }
 
-    /// One run with its files and full balance sheet, or None.
+    /// `per` of run `n`'s files, comments and conditions into `run`, with their totals.
+    fn add_lists(&self, run: &mut Value, n: u32, per: PerRun) -> Result<(), RunDbError> {
+        run["files"] = Value::Array(self.files_json(n, per.files)?);
+        let (files, bytes): (i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM files WHERE run_number = ?1",
+                [n],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(self.err())?;
+        run["files_total"] = files.max(0).into();
+        run["files_bytes"] = bytes.max(0).into();
+        run["comments"] = Value::Array(self.comments_json(n, per.comments)?);
+        run["comments_total"] = self.count_of("comments", n)?.into();
+        run["conditions"] = Value::Array(self.conditions_of_run(n, per.conditions)?);
+        run["conditions_total"] = self.count_of("conditions", n)?.into();
+        Ok(())
+    }
+
+    /// One run with its full balance sheet, configuration and [`PerRun::SERVED`] of its
+    /// files, comments (every one: at most [`MAX_COMMENTS_PER_RUN`]) and conditions, or None.
     pub fn get(&self, n: u32) -> Result<Option<Value>, RunDbError> {
         let run = self
             .conn
@@ -542,7 +664,6 @@ impl RunDb {
         let Some(mut run) = run else {
             return Ok(None);
         };
-        run["files"] = Value::Array(self.files_json(n)?);
         let (summary, config): (String, String) = self
             .conn
             .query_row(
@@ -554,21 +675,21 @@ impl RunDb {
         run["summary"] = serde_json::from_str(&summary).unwrap_or(Value::Null);
         // Hidden again as served: a record made before tokens were hidden on the way in.
         run["config_toml"] = Value::String(PartitionConfig::hide_tokens(&config));
-        run["comments"] = Value::Array(self.comments_json(n)?);
-        run["conditions"] = Value::Array(self.conditions_of_run(n)?);
+        self.add_lists(&mut run, n, PerRun::SERVED)?;
         Ok(Some(run))
     }
 
-    fn files_json(&self, n: u32) -> Result<Vec<Value>, RunDbError> {
+    /// The first `limit` files of run `n` by name.
+    fn files_json(&self, n: u32, limit: usize) -> Result<Vec<Value>, RunDbError> {
         let mut stmt = self
             .conn
             .prepare(
                 "SELECT path, size_bytes, adler32, events FROM files WHERE run_number = ?1
-                 ORDER BY path",
+                 ORDER BY path LIMIT ?2",
             )
             .map_err(self.err())?;
         let rows = stmt
-            .query_map([n], |r| {
+            .query_map(params![n, sql_limit(limit)], |r| {
                 Ok(json!({
                     "path": r.get::<_, String>(0)?,
                     "size_bytes": r.get::<_, i64>(1)?,
@@ -579,6 +700,11 @@ impl RunDb {
             .map_err(self.err())?;
         rows.collect::<Result<Vec<_>, _>>().map_err(self.err())
     }
+}
+
+/// `limit` as SQLite's LIMIT (`usize::MAX`: no limit, -1).
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(-1)
 }
 
 const SELECT_RUN: &str = "SELECT run_number, started_at_ns, stopped_at_ns, started_by, config_hash,
@@ -644,224 +770,4 @@ pub fn now_ns() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(n: u32, balanced: bool) -> RunRecord {
-        RunRecord {
-            run_number: n,
-            started_at_ns: Some(1),
-            stopped_at_ns: Some(2),
-            started_by: "test".into(),
-            config_toml: format!("[run]\nnumber = {n}\n"),
-            status: if balanced { "ok" } else { "failed" }.into(),
-            summary: json!({"run_number": n, "balanced": balanced, "l1_accepts": 10 * n,
-                            "reason": if balanced { Value::Null } else { json!("disk full") }}),
-            files: vec![FileRecord {
-                path: format!("/data/run-{n}/a.data").into(),
-                size_bytes: 100,
-                adler32: 7,
-                events: 3,
-            }],
-        }
-    }
-
-    /// A damaged database is refused with what to do, not only SQLite's words.
-    #[test]
-    fn a_file_that_is_not_a_database_is_refused_with_advice() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(FILE_NAME), [0x5au8; 5000]).unwrap();
-        let Err(e) = RunDb::open_in(dir.path()) else {
-            panic!("a file that is not a database was opened");
-        };
-        assert!(matches!(e, RunDbError::NotADatabase { .. }), "{e:?}");
-        assert!(e.to_string().contains("move it aside"), "{e}");
-    }
-
-    #[test]
-    fn a_fresh_database_gets_the_schema_and_keeps_runs_across_opens() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let mut db = RunDb::open_in(dir.path()).unwrap();
-            assert_eq!(db.last_run_number().unwrap(), None);
-            db.record(&record(1, true)).unwrap();
-            db.record(&record(2, false)).unwrap();
-        }
-        let db = RunDb::open_in(dir.path()).unwrap();
-        assert_eq!(db.last_run_number().unwrap(), Some(2));
-        let runs = db.list().unwrap();
-        assert_eq!(runs.len(), 2);
-        assert_eq!(runs[0]["run_number"], 2, "newest first");
-        assert_eq!(runs[0]["balanced"], false);
-        assert_eq!(runs[0]["reason"], "disk full");
-        assert_eq!(runs[1]["l1_accepts"], 10);
-        assert_eq!(runs[1]["files"][0]["events"], 3);
-        let one = db.get(1).unwrap().unwrap();
-        assert_eq!(one["summary"]["l1_accepts"], 10);
-        assert!(db.get(3).unwrap().is_none());
-        let v: i64 = db
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(v, SCHEMA_VERSION);
-    }
-
-    #[test]
-    fn a_version_0_file_is_migrated_and_a_newer_one_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        // Version 0: an empty SQLite file someone made (user_version 0, no tables).
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch("CREATE TABLE notes (x TEXT);")
-            .unwrap();
-        let mut db = RunDb::open(&path).unwrap();
-        db.record(&record(5, true)).unwrap();
-        drop(db);
-        Connection::open(&path)
-            .unwrap()
-            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
-            .unwrap();
-        let e = RunDb::open(&path).unwrap_err();
-        assert!(matches!(e, RunDbError::TooNew { found, .. } if found == SCHEMA_VERSION + 1));
-        assert!(e.to_string().contains("newer"), "{e}");
-    }
-
-    #[test]
-    fn a_version_1_file_keeps_its_runs_and_gains_the_audit_trail_and_comments() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        {
-            // A file as the previous rodeo left it: schema 1 with a run.
-            let mut conn = Connection::open(&path).unwrap();
-            let tx = conn.transaction().unwrap();
-            tx.execute_batch(MIGRATIONS[0]).unwrap();
-            tx.pragma_update(None, "user_version", 1).unwrap();
-            tx.commit().unwrap();
-            conn.execute(
-                "INSERT INTO runs (run_number, started_by, config_toml, config_hash, balanced,
-                 status, summary_json) VALUES (3, 'rodeo run (a@b)', '', '0', 1, 'ok', '{}')",
-                [],
-            )
-            .unwrap();
-        }
-        let db = RunDb::open(&path).unwrap();
-        let runs = db.list().unwrap();
-        assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0]["started_by"], "rodeo run (a@b)");
-        assert_eq!(runs[0]["stopped_by"], Value::Null);
-        db.set_actors(3, "rodeo serve: operator from 127.0.0.1:5", Some("itself"))
-            .unwrap();
-        let entry = AuditEntry {
-            at_ns: 7,
-            role: "operator".into(),
-            peer: "127.0.0.1:5".into(),
-            tls: false,
-            action: "command start".into(),
-            run_number: Some(3),
-            status: 200,
-            result: "ok".into(),
-        };
-        db.audit(&entry).unwrap();
-        db.audit(&AuditEntry {
-            status: 401,
-            role: "unauthenticated".into(),
-            result: "no token".into(),
-            ..entry
-        })
-        .unwrap();
-        db.comment(&Comment {
-            run_number: 3,
-            at_ns: 9,
-            role: "operator".into(),
-            peer: "127.0.0.1:5".into(),
-            text: "beam lost".into(),
-        })
-        .unwrap();
-        drop(db);
-        let db = RunDb::open(&path).unwrap();
-        let v: i64 = db
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(v, SCHEMA_VERSION);
-        let one = db.get(3).unwrap().unwrap();
-        assert_eq!(one["started_by"], "rodeo serve: operator from 127.0.0.1:5");
-        assert_eq!(one["stopped_by"], "itself");
-        assert_eq!(one["comments"][0]["text"], "beam lost");
-        let audit = db.audit_list(10).unwrap();
-        assert_eq!(audit.len(), 2);
-        assert_eq!(audit[0]["status"], 401, "newest first");
-        assert_eq!(audit[1]["action"], "command start");
-        assert_eq!(db.audit_list(1).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn recording_a_run_again_replaces_it_and_its_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut db = RunDb::open_in(dir.path()).unwrap();
-        db.record(&record(1, false)).unwrap();
-        let mut again = record(1, true);
-        again.files.clear();
-        db.record(&again).unwrap();
-        let runs = db.list().unwrap();
-        assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0]["balanced"], true);
-        assert_eq!(runs[0]["files"].as_array().unwrap().len(), 0);
-    }
-
-    #[test]
-    fn config_hash_and_file_checksum() {
-        assert_eq!(config_hash("a"), config_hash("a"));
-        assert_ne!(config_hash("a"), config_hash("b"));
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x");
-        std::fs::write(&p, b"Wikipedia").unwrap();
-        // Adler-32("Wikipedia") = 0x11E60398.
-        assert_eq!(file_checksum(&p).unwrap(), (9, 0x11E6_0398));
-    }
-
-    /// A flood of refusals without a token (anyone can send them) is kept apart: it cannot
-    /// push an operator's entry out of the trail, and it is trimmed to its own limit.
-    #[test]
-    fn a_flood_of_refusals_without_a_token_keeps_the_operators_entries() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = RunDb::open(&dir.path().join(FILE_NAME)).unwrap();
-        db.conn.pragma_update(None, "synchronous", "OFF").unwrap();
-        let operator = AuditEntry {
-            at_ns: 1,
-            role: "operator".into(),
-            peer: "127.0.0.1:5".into(),
-            tls: false,
-            action: "command start".into(),
-            run_number: Some(1),
-            status: 200,
-            result: "ok".into(),
-        };
-        db.audit(&operator).unwrap();
-        let refused = AuditEntry {
-            role: UNAUTHENTICATED.into(),
-            status: 401,
-            result: "no token".into(),
-            ..operator.clone()
-        };
-        for _ in 0..UNAUTHENTICATED_KEEP + 3 * AUDIT_TRIM_EVERY {
-            db.audit(&refused).unwrap();
-        }
-        let count = |class: &str| -> i64 {
-            db.conn
-                .query_row(
-                    &format!("SELECT COUNT(*) FROM audit WHERE {class}"),
-                    [UNAUTHENTICATED],
-                    |r| r.get(0),
-                )
-                .unwrap()
-        };
-        assert_eq!(count("role != ?1"), 1, "the operator's entry stays");
-        let kept = count("role = ?1");
-        assert!(
-            (UNAUTHENTICATED_KEEP..UNAUTHENTICATED_KEEP + AUDIT_TRIM_EVERY).contains(&kept),
-            "{kept}"
-        );
-    }
-}
+mod tests;

@@ -12,11 +12,12 @@ use std::time::Duration;
 /// Arguments of `rodeo ctl`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// `status`, `runs`, `audit`, `config get`, `config put FILE`, `alarms`, `ack NAME`,
-    /// `comment RUN TEXT`, `conditions [KEY=VALUE...]`, or a lifecycle command: `start`,
+    /// `status`, `runs [BEFORE]` (100 runs a page: the newest, or those before run BEFORE),
+    /// `audit`, `config get`, `config put FILE`, `alarms`, `ack NAME`, `comment RUN TEXT`, `conditions [KEY=VALUE...]`, or a lifecycle command: `start`,
     /// `stop`, `shutdown`, ...
     command: String,
-    /// The words after `config` (`get`, or `put FILE`), `ack` (the alarm's name) or `comment`.
+    /// The words after `config` (`get`, or `put FILE`), `ack` (the alarm's name), `comment`
+    /// or `runs`.
     rest: Vec<String>,
     /// The service's address (`http://HOST:PORT`, or `https://HOST:PORT`).
     #[arg(long, default_value = "http://127.0.0.1:8080")]

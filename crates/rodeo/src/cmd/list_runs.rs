@@ -66,13 +66,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let at_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        db.comment(&Comment {
+        let added = db.comment(&Comment {
             run_number: run,
             at_ns,
             role: "local".into(),
             peer: rodeo_run::output::started_by("rodeo runs note"),
             text,
         })?;
+        if !added {
+            anyhow::bail!(
+                "run {run} has {} notes already, the most a run keeps: say it in one of them \
+                 or in the log book",
+                rodeo_run::rundb::MAX_COMMENTS_PER_RUN
+            );
+        }
         outln!("run {run}: note added");
         return Ok(ExitCode::SUCCESS);
     }
