@@ -39,8 +39,10 @@
 //! (readiness through `mio`: an idle or slow client costs a table entry, never a thread); with
 //! HTTPS it also drives each TLS handshake there, without waiting ([`conn`]).
 //! Only a complete request (head at most [`MAX_HEADER_BYTES`], body at most
-//! [`MAX_BODY_BYTES`]) goes to the bounded queue served by a fixed number of worker threads
-//! (default 4); when that queue is full the request is answered 503 at once. A connection has
+//! [`MAX_BODY_BYTES`]) goes to a bounded queue served by a fixed number of worker threads
+//! (default 4); when that queue is full the request is answered 503 at once. Requests that
+//! change something and carry a token have their own queue, taken first
+//! ([`reader::Queues`]): a flood of reads cannot keep an operator's command waiting. A connection has
 //! one deadline for its whole request ([`HttpConfig::io_timeout`]): past it, 408 and closed;
 //! and one for its whole answer: a client that reads slowly is cut off, and the worker free.
 //! At most [`HttpConfig::max_connections`] connections are open: a new one beyond that
@@ -71,9 +73,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rodeo_control::run_control::RunControl;
-use rodeo_memory::{BoundedQueue, FullPolicy};
 
-use reader::{worker, ReadRequest, Reader};
+use reader::{worker, Reader};
 pub use request::{read_request, Request, RequestError};
 pub use response::Response;
 pub(crate) use routes::panic_message;
@@ -177,11 +178,7 @@ impl HttpServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(HttpCounters::default());
-        let queue = Arc::new(BoundedQueue::<ReadRequest>::new(
-            "control.http.requests",
-            config.queue.max(1),
-            FullPolicy::Refuse,
-        ));
+        let queue = Arc::new(reader::Queues::new(config.queue));
         let credentials = auth::Credentials {
             operator: config.token.as_deref().and_then(auth::Token::new),
             expert: config.expert_token.as_deref().and_then(auth::Token::new),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, Refused};
+use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy, Refused};
 
 use super::auth::Peer;
 use super::conn::Conn;
@@ -85,12 +85,7 @@ impl Reader {
         })
     }
 
-    pub(super) fn run(
-        mut self,
-        queue: &BoundedQueue<ReadRequest>,
-        stop: &AtomicBool,
-        counters: &HttpCounters,
-    ) {
+    pub(super) fn run(mut self, queue: &Queues, stop: &AtomicBool, counters: &HttpCounters) {
         let mut events = mio::Events::with_capacity(256);
         while !stop.load(Ordering::Relaxed) {
             let wait = self
@@ -278,11 +273,48 @@ impl Reader {
     }
 }
 
-/// Gives a read request to the workers, or answers 503 when their queue is full.
-fn hand_over(queue: &BoundedQueue<ReadRequest>, ready: ReadRequest, counters: &HttpCounters) {
+/// The workers' two queues: requests that change something and carry a token (commands,
+/// acknowledgements, comments, conditions, configuration) apart from the rest, and taken
+/// first, so that a flood of reads (anyone may send them) neither fills the operators' queue
+/// (503) nor keeps a worker from them. A wrong token in the lane costs a refusal, fast.
+pub(super) struct Queues {
+    commands: BoundedQueue<ReadRequest>,
+    others: BoundedQueue<ReadRequest>,
+}
+
+impl Queues {
+    /// Two queues of `capacity` each.
+    pub(super) fn new(capacity: usize) -> Queues {
+        let queue = |name| BoundedQueue::new(name, capacity.max(1), FullPolicy::Refuse);
+        Queues {
+            commands: queue("control.http.commands"),
+            others: queue("control.http.requests"),
+        }
+    }
+
+    /// `ready` into its queue: `None`, or `ready` back when that queue is full.
+    fn push(&self, ready: ReadRequest) -> Option<ReadRequest> {
+        let command = matches!(&ready.request,
+            Ok(r) if r.method != "GET" && r.header("authorization").is_some());
+        let queue = if command {
+            &self.commands
+        } else {
+            &self.others
+        };
+        queue.push(ready).err().map(|Refused { item, .. }| item)
+    }
+
+    /// The next request, a command first.
+    fn pop(&self) -> Option<ReadRequest> {
+        self.commands.pop().or_else(|| self.others.pop())
+    }
+}
+
+/// Gives a read request to the workers, or answers 503 when its queue is full.
+fn hand_over(queue: &Queues, ready: ReadRequest, counters: &HttpCounters) {
     match queue.push(ready) {
-        Ok(_) => {}
-        Err(Refused { item: mut r, .. }) => {
+        None => {}
+        Some(mut r) => {
             counters.server_errors.fetch_add(1, Ordering::Relaxed);
             // Best effort, never waiting (the stream is still non-blocking).
             let _ = Response::error(503, "busy").write_to(&mut r.conn);
@@ -293,7 +325,7 @@ fn hand_over(queue: &BoundedQueue<ReadRequest>, ready: ReadRequest, counters: &H
 
 /// A worker: answers the requests of the queue until the server stops. Each request's
 /// handling is isolated ([`respond`]): a panic is a 500 and a log line, and the worker goes on.
-pub(super) fn worker(queue: &BoundedQueue<ReadRequest>, stop: &AtomicBool, shared: &Shared) {
+pub(super) fn worker(queue: &Queues, stop: &AtomicBool, shared: &Shared) {
     let mut idle = Backoff::new(BackoffSpec::IDLE_SERVER);
     let counters: &HttpCounters = &shared.counters;
     loop {
@@ -393,6 +425,54 @@ fn open_files_limit() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flood of reads that fills their queue leaves an operator's command room, and the
+    /// command is taken before the reads that came first.
+    #[test]
+    fn a_command_is_queued_apart_from_a_flood_of_reads_and_taken_first() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut clients = Vec::new();
+        let mut ready = |raw: &[u8]| {
+            clients.push(TcpStream::connect(addr).unwrap());
+            let (server, peer) = listener.accept().unwrap();
+            ReadRequest {
+                conn: Conn::Plain(server),
+                peer: Peer {
+                    addr: peer,
+                    tls: false,
+                },
+                request: super::super::request::read_request(&mut &raw[..]),
+            }
+        };
+        let queues = Queues::new(2);
+        for _ in 0..2 {
+            assert!(queues
+                .push(ready(b"GET /api/status HTTP/1.1\r\n\r\n"))
+                .is_none());
+        }
+        assert!(
+            queues
+                .push(ready(b"GET /api/status HTTP/1.1\r\n\r\n"))
+                .is_some(),
+            "the reads' queue is full"
+        );
+        // A POST without a token is a read's business (it is refused): no room either.
+        let no_token = b"POST /api/command HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
+        assert!(queues.push(ready(no_token)).is_some());
+        let command = b"POST /api/command HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 18\r\n\r\n{\"command\":\"stop\"}";
+        assert!(
+            queues.push(ready(command)).is_none(),
+            "the command has room"
+        );
+        let first = queues.pop().expect("a request");
+        assert_eq!(
+            first.request.as_ref().unwrap().method,
+            "POST",
+            "the command first"
+        );
+        assert_eq!(queues.pop().unwrap().request.unwrap().method, "GET");
+    }
 
     /// A client that never reads gets the answer's bytes until its socket is full, then
     /// nothing more once the deadline of the whole answer has passed: the worker is free again.
