@@ -351,7 +351,8 @@ pub fn decode_sample(frames: &[Vec<u8>]) -> Result<Sample, SampleError> {
         seq: u64,
         bytes: usize,
     }
-    let [head, .., event] = frames else {
+    // Exactly the two frames a DCM sends.
+    let [head, event] = frames else {
         return Err(SampleError::Framing(format!("{} frame(s)", frames.len())));
     };
     let h: Header =
@@ -401,8 +402,10 @@ const KEEP_ROBS: usize = 500;
 pub const MAX_SOURCE_IDS: usize = 2048;
 /// See [`MAX_SOURCE_IDS`].
 pub const MAX_DCMS: usize = 1024;
-/// Largest sample message taken by the forwarder's input and the subscriber (a whole event:
-/// ATLAS's are 1-2 MB); a larger one ends the sender's connection (ZeroMQ's `maxmsgsize`).
+/// Largest frame of a sample taken by the forwarder's input and the subscriber (a whole event:
+/// ATLAS's are 1-2 MB); a larger one ends the sender's connection (ZeroMQ's `maxmsgsize`,
+/// which bounds each frame, not a message of many: the forwarder's input belongs on loopback
+/// or the partition's private network).
 pub const MAX_SAMPLE_BYTES: i64 = 64 << 20;
 
 /// Live histograms of the samples, as a subscriber sees them.

@@ -4,7 +4,7 @@
 //!
 //! Here: each role paused (SIGSTOP, then SIGCONT) for less than the dead-application limit, and
 //! a corrupted link stream into a readout node's network input. kill -9 of each role and a full
-//! disk have their own test files (see the "faults" table in docs/run-control.md).
+//! disk have their own test files (see the faults table in docs/faults.md).
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Stopless recovery in every transport, under load (issue 37): the representative slice of the
-//! chaos matrix that `cargo test` runs (the whole matrix is `scripts/chaos`; docs/run-control.md,
-//! "Faults", says which cases run where and why).
+//! chaos matrix that `cargo test` runs (the whole matrix is `scripts/chaos`; docs/faults.md
+//! says which cases run where and why).
 //!
 //! - shared memory (the default): a readout node killed with -9 as often as the restart budget
 //!   allows in one run (the same role again and again: each restart gets its predecessor's

@@ -66,17 +66,25 @@ impl Timed {
     }
 }
 
+/// The socket's timeout said as what it is (Linux reports it as `WouldBlock`).
+fn timed_out(e: std::io::Error) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        return std::io::Error::new(std::io::ErrorKind::TimedOut, "the request's time is up");
+    }
+    e
+}
+
 impl Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.tcp.set_read_timeout(Some(self.left()?))?;
-        self.tcp.read(buf)
+        self.tcp.read(buf).map_err(timed_out)
     }
 }
 
 impl Write for Timed {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.tcp.set_write_timeout(Some(self.left()?))?;
-        self.tcp.write(buf)
+        self.tcp.write(buf).map_err(timed_out)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -240,7 +248,12 @@ mod tests {
             "",
             Duration::from_secs(1),
         );
-        assert!(got.is_err(), "{got:?}");
+        match &got {
+            Err(ClientError::Io { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::TimedOut, "{source}");
+            }
+            other => panic!("a trickling answer ended otherwise: {other:?}"),
+        }
         assert!(
             began.elapsed() < Duration::from_secs(5),
             "{:?}",

@@ -11,7 +11,7 @@
 //! | `GET /api/conditions` | `{"latest": {key: {value, at_ns, run_number}}, "run_number": N, "run": [...]}`: the latest value of every condition (at most 1,000 keys are kept), and the newest 1,000 posted during the current run |
 //! | `POST /api/conditions` | `{"hv_volts": 1500, "beam": "pi+ 120 GeV"}`: conditions of the current run, kept with their time; operator; 409 when new keys would pass 1,000 |
 //! | `GET /api/files` | the current run's files (name, bytes, still being written) and the output directory's free space |
-//! | `GET /api/runs?limit=N&before=R` | `{"runs": [...], "next_before": R}` from the run database, newest first: a page of `limit` runs (100; 1 to 1,000) numbered below `before`, each with its first 10 files and newest 10 comments and conditions (`files_total`, `files_bytes`, `comments_total`, `conditions_total`); `next_before` starts the next page (null on the last) |
+//! | `GET /api/runs?limit=N&before=R` | `{"runs": [...], "next_before": R}` from the run database, newest first: a page of `limit` runs (100; 1 to 1,000) numbered below `before`, each with its first 10 files and newest 10 comments and conditions (`files_total`, `comments_total`, `conditions_total`); `next_before` starts the next page (null on the last) |
 //! | `GET /api/runs/N` | run N with its configuration, balance sheet, first 10,000 files, comments and newest 1,000 conditions; 404 if unknown |
 //! | `POST /api/runs/N/comment` | `{"text":"…"}`: a comment on run N (at most 1,000 per run: 409 then); operator |
 //! | `GET /api/audit` | `{"audit": [...]}`: the audit trail, newest first |
@@ -40,11 +40,12 @@
 //! HTTPS it also drives each TLS handshake there, without waiting ([`conn`]).
 //! Only a complete request (head at most [`MAX_HEADER_BYTES`], body at most
 //! [`MAX_BODY_BYTES`]) goes to a bounded queue served by a fixed number of worker threads
-//! (default 4); when that queue is full the request is answered 503 at once. Requests that
-//! change something and carry a token have their own queue, taken first
-//! ([`reader::Queues`]): a flood of reads cannot keep an operator's command waiting. A connection has
-//! one deadline for its whole request ([`HttpConfig::io_timeout`]): past it, 408 and closed;
-//! and one for its whole answer: a client that reads slowly is cut off, and the worker free.
+//! (default 4); when that queue is full the request is answered 503 at once. Requests
+//! whose token proves a role above an observer's have their own queue, taken first
+//! ([`reader::Queues`]): a flood of reads or wrong tokens cannot keep an operator waiting.
+//! A connection has one deadline for its whole request ([`HttpConfig::io_timeout`]): past
+//! it, 408 and closed; and one for its whole answer: a client that reads slowly is cut off,
+//! and the worker free.
 //! At most [`HttpConfig::max_connections`] connections are open: a new one beyond that
 //! closes the oldest (counted `evicted`), so a flood of idle connections can never lock an
 //! operator out of `/api/status` and `/api/command`. A worker answers and closes the
@@ -104,7 +105,8 @@ pub struct HttpConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Worker threads.
     pub workers: usize,
-    /// Connections waiting for a worker before new ones get 503.
+    /// Requests waiting for a worker before new ones get 503, in each of the two queues (the
+    /// operators' and the rest: `reader::Queues`).
     pub queue: usize,
     /// Deadline of a connection's whole request (from accept), and of its whole answer (from
     /// the worker's first byte).
@@ -178,7 +180,6 @@ impl HttpServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(HttpCounters::default());
-        let queue = Arc::new(reader::Queues::new(config.queue));
         let credentials = auth::Credentials {
             operator: config.token.as_deref().and_then(auth::Token::new),
             expert: config.expert_token.as_deref().and_then(auth::Token::new),
@@ -190,6 +191,13 @@ impl HttpServer {
             config.runs_db.clone(),
             config.io_timeout,
         ));
+        let queue = {
+            let shared = Arc::clone(&shared);
+            Arc::new(reader::Queues::new(
+                config.queue,
+                Box::new(move |peer, request| routes::proves_its_role(&shared, peer, request)),
+            ))
+        };
         let mut workers = Vec::new();
         for i in 0..config.workers.max(1) {
             let queue = Arc::clone(&queue);

@@ -273,29 +273,34 @@ impl Reader {
     }
 }
 
-/// The workers' two queues: requests that change something and carry a token (commands,
+/// Whether a read request goes to the operators' queue: it proves a role above an
+/// observer's (its token checked, as the worker will again).
+pub(super) type Priority = Box<dyn Fn(&Peer, &Request) -> bool + Send + Sync>;
+
+/// The workers' two queues: requests whose token proves a role above an observer's (commands,
 /// acknowledgements, comments, conditions, configuration) apart from the rest, and taken
-/// first, so that a flood of reads (anyone may send them) neither fills the operators' queue
-/// (503) nor keeps a worker from them. A wrong token in the lane costs a refusal, fast.
+/// first, so that a flood of reads or of requests with a wrong token (anyone may send them)
+/// neither fills the operators' queue (503) nor keeps a worker from them.
 pub(super) struct Queues {
     commands: BoundedQueue<ReadRequest>,
     others: BoundedQueue<ReadRequest>,
+    priority: Priority,
 }
 
 impl Queues {
-    /// Two queues of `capacity` each.
-    pub(super) fn new(capacity: usize) -> Queues {
+    /// Two queues of `capacity` each; `priority` tells the operators' requests.
+    pub(super) fn new(capacity: usize, priority: Priority) -> Queues {
         let queue = |name| BoundedQueue::new(name, capacity.max(1), FullPolicy::Refuse);
         Queues {
             commands: queue("control.http.commands"),
             others: queue("control.http.requests"),
+            priority,
         }
     }
 
     /// `ready` into its queue: `None`, or `ready` back when that queue is full.
     fn push(&self, ready: ReadRequest) -> Option<ReadRequest> {
-        let command = matches!(&ready.request,
-            Ok(r) if r.method != "GET" && r.header("authorization").is_some());
+        let command = matches!(&ready.request, Ok(r) if (self.priority)(&ready.peer, r));
         let queue = if command {
             &self.commands
         } else {
@@ -426,8 +431,8 @@ fn open_files_limit() -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// A flood of reads that fills their queue leaves an operator's command room, and the
-    /// command is taken before the reads that came first.
+    /// A flood of reads (or of wrong tokens) that fills their queue leaves an operator's
+    /// command room, and the command is taken before the reads that came first.
     #[test]
     fn a_command_is_queued_apart_from_a_flood_of_reads_and_taken_first() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -445,7 +450,10 @@ mod tests {
                 request: super::super::request::read_request(&mut &raw[..]),
             }
         };
-        let queues = Queues::new(2);
+        let queues = Queues::new(
+            2,
+            Box::new(|_, r: &Request| r.header("authorization") == Some("Bearer t")),
+        );
         for _ in 0..2 {
             assert!(queues
                 .push(ready(b"GET /api/status HTTP/1.1\r\n\r\n"))
@@ -457,9 +465,13 @@ mod tests {
                 .is_some(),
             "the reads' queue is full"
         );
-        // A POST without a token is a read's business (it is refused): no room either.
+        // A POST without a token, or with a wrong one, is refused by a worker in its turn:
+        // no room either.
         let no_token = b"POST /api/command HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
         assert!(queues.push(ready(no_token)).is_some());
+        let wrong =
+            b"POST /api/command HTTP/1.1\r\nAuthorization: Bearer x\r\nContent-Length: 2\r\n\r\n{}";
+        assert!(queues.push(ready(wrong)).is_some());
         let command = b"POST /api/command HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 18\r\n\r\n{\"command\":\"stop\"}";
         assert!(
             queues.push(ready(command)).is_none(),

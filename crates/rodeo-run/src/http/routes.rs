@@ -76,6 +76,20 @@ impl Shared {
     }
 }
 
+/// Whether `request` from `peer` needs a role above an observer's and its token proves it
+/// (the workers take these first: [`super::reader::Queues`]).
+pub(super) fn proves_its_role(shared: &Shared, peer: &Peer, request: &Request) -> bool {
+    let needed = needed_role(request);
+    needed != Role::Observer
+        && check(
+            &shared.credentials,
+            peer,
+            request.header("authorization"),
+            needed,
+        )
+        .is_ok()
+}
+
 /// The role `request` needs (requests that match no action need none: they get 404/405).
 fn needed_role(request: &Request) -> Role {
     match (request.method.as_str(), request.path.as_str()) {

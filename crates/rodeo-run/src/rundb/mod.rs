@@ -80,7 +80,7 @@ pub const LISTED_PER_RUN: usize = 10;
 pub const SERVED_CONDITIONS: usize = 1_000;
 
 /// Files of one run served at `GET /api/runs/N`, the first by name (a day's run at 1 GB/s
-/// in 1 GiB files has ~80,000; `files_total` and `files_bytes` count them all).
+/// in 1 GiB files has ~80,000; `files_total` counts them all).
 pub const SERVED_FILES: usize = 10_000;
 
 /// Runs in one page of `GET /api/runs` when the request names no `limit`.
@@ -558,7 +558,7 @@ impl RunDb {
             .map_err(self.err())
     }
 
-    /// Rows of `table` (`comments` or `conditions`, each indexed by run) of run `n`.
+    /// Rows of `table` (`files`, `comments` or `conditions`, each indexed by run) of run `n`.
     fn count_of(&self, table: &str, n: u32) -> Result<u64, RunDbError> {
         self.conn
             .query_row(
@@ -600,7 +600,7 @@ impl RunDb {
 
     /// At most `limit` runs numbered below `before` (all: `None`), newest first, as JSON
     /// objects (the form of `GET /api/runs`), each with `per` of its files, comments and
-    /// conditions and their totals (`files_total`, `files_bytes`, `comments_total`,
+    /// conditions and their totals (`files_total`, `comments_total`,
     /// `conditions_total`).
     pub fn list_page(
         &self,
@@ -632,16 +632,8 @@ impl RunDb {
     /// `per` of run `n`'s files, comments and conditions into `run`, with their totals.
     fn add_lists(&self, run: &mut Value, n: u32, per: PerRun) -> Result<(), RunDbError> {
         run["files"] = Value::Array(self.files_json(n, per.files)?);
-        let (files, bytes): (i64, i64) = self
-            .conn
-            .query_row(
-                "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM files WHERE run_number = ?1",
-                [n],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(self.err())?;
-        run["files_total"] = files.max(0).into();
-        run["files_bytes"] = bytes.max(0).into();
+        // A count from the key's index alone (the bytes are the run's `bytes_written`).
+        run["files_total"] = self.count_of("files", n)?.into();
         run["comments"] = Value::Array(self.comments_json(n, per.comments)?);
         run["comments_total"] = self.count_of("comments", n)?.into();
         run["conditions"] = Value::Array(self.conditions_of_run(n, per.conditions)?);

@@ -292,13 +292,7 @@ fn runs_come_in_pages_and_a_run_takes_a_bounded_number_of_comments() {
     db.record(&many).unwrap();
     let listed = &db.list_page(None, 1, PerRun::LISTED).unwrap()[0];
     assert_eq!(listed["files"].as_array().unwrap().len(), LISTED_PER_RUN);
-    assert_eq!(
-        (
-            listed["files_total"].as_u64(),
-            listed["files_bytes"].as_u64()
-        ),
-        (Some(15), Some(15_000))
-    );
+    assert_eq!(listed["files_total"], 15);
     assert_eq!(
         db.get(6).unwrap().unwrap()["files"]
             .as_array()
