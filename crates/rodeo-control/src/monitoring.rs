@@ -444,11 +444,12 @@ impl SampleHistograms {
         }
         push_bounded(&mut self.event_bytes, s.bytes as u32, KEEP_EVENTS);
         for &(id, n) in &s.robs {
-            let full = self.rob_bytes.len() >= MAX_SOURCE_IDS;
-            match self.rob_bytes.get_mut(&id) {
-                Some(q) => push_bounded(q, n as u32, KEEP_ROBS),
-                None if full => self.untracked_robs += 1,
-                None => push_bounded(self.rob_bytes.entry(id).or_default(), n as u32, KEEP_ROBS),
+            if let Some(q) = self.rob_bytes.get_mut(&id) {
+                push_bounded(q, n as u32, KEEP_ROBS);
+            } else if self.rob_bytes.len() >= MAX_SOURCE_IDS {
+                self.untracked_robs += 1;
+            } else {
+                self.rob_bytes.insert(id, VecDeque::from([n as u32]));
             }
         }
     }

@@ -31,6 +31,9 @@ pub(super) const MAX_COMMENT_BYTES: usize = 4096;
 /// database's lock, which the operators' requests wait for.
 pub(super) const UNAUTHENTICATED_PER_SECOND: u64 = 20;
 
+/// The audit trail's action of the entry that sums refusals not recorded one by one.
+const SUMMED_REFUSALS: &str = "refusals without a valid token";
+
 /// The count of refusals without a token in the current second (see
 /// [`UNAUTHENTICATED_PER_SECOND`]).
 struct RefusalGate {
@@ -42,6 +45,16 @@ struct RefusalGate {
 }
 
 impl RefusalGate {
+    /// A gate whose first second begins at `now`.
+    fn new(now: Instant) -> RefusalGate {
+        RefusalGate {
+            since: now,
+            recorded: 0,
+            unrecorded: 0,
+            last: None,
+        }
+    }
+
     /// Whether a refusal without a token is recorded one by one, and the entry summing the
     /// refusals of a second that is over (to record first).
     fn admit(&mut self, refusal: Option<&AuditEntry>, now: Instant) -> (bool, Option<AuditEntry>) {
@@ -68,7 +81,7 @@ impl RefusalGate {
         let last = self.last.take()?;
         let n = std::mem::take(&mut self.unrecorded);
         Some(AuditEntry {
-            action: "refusals without a valid token".into(),
+            action: SUMMED_REFUSALS.into(),
             result: format!(
                 "{n} more requests without a valid token refused within one second (more than \
                  {UNAUTHENTICATED_PER_SECOND} a second), not recorded one by one; the last from \
@@ -92,12 +105,7 @@ impl Store {
         Store {
             path,
             db: Mutex::new(None),
-            refusals: Mutex::new(RefusalGate {
-                since: Instant::now(),
-                recorded: 0,
-                unrecorded: 0,
-                last: None,
-            }),
+            refusals: Mutex::new(RefusalGate::new(Instant::now())),
         }
     }
 
@@ -374,12 +382,7 @@ mod tests {
     #[test]
     fn refusals_past_the_limit_are_summed_into_one_entry() {
         let t0 = Instant::now();
-        let mut gate = RefusalGate {
-            since: t0,
-            recorded: 0,
-            unrecorded: 0,
-            last: None,
-        };
+        let mut gate = RefusalGate::new(t0);
         let e = refusal("10.0.0.9:4000");
         let admitted = (0..UNAUTHENTICATED_PER_SECOND + 30)
             .filter(|_| gate.admit(Some(&e), t0).0)
@@ -440,7 +443,7 @@ mod tests {
         let trail = db.audit_list(1_000).unwrap();
         let mut accounted = 0;
         for e in trail.iter().filter(|e| e["role"] == UNAUTHENTICATED) {
-            accounted += if e["action"] == "refusals without a valid token" {
+            accounted += if e["action"] == SUMMED_REFUSALS {
                 let text = e["result"].as_str().unwrap();
                 text.split(' ').next().unwrap().parse::<u64>().unwrap()
             } else {

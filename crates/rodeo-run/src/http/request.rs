@@ -140,21 +140,13 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
     if request.header("transfer-encoding").is_some() {
         return Err(RequestError::TransferEncoding);
     }
-    let mut lengths = request
-        .headers
-        .iter()
-        .filter(|(k, _)| k == "content-length");
-    let length = match (lengths.next(), lengths.next()) {
-        (None, _) => 0,
-        (Some(_), Some(_)) => return Err(RequestError::DuplicateHeader("Content-Length")),
-        (Some((_, v)), None) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
-            .parse::<usize>()
-            .map_err(|_| RequestError::BadContentLength)?,
-        (Some(_), None) => return Err(RequestError::BadContentLength),
-    };
-    if length > MAX_BODY_BYTES {
-        return Err(RequestError::BodyTooLarge(length));
-    }
+    let length = body_length(
+        request
+            .headers
+            .iter()
+            .filter(|(k, _)| k == "content-length")
+            .map(|(_, v)| v.as_str()),
+    )?;
     let mut body = buf.split_off(head_end + 4);
     body.truncate(length);
     while body.len() < length {
@@ -176,6 +168,24 @@ pub fn read_request(r: &mut impl Read) -> Result<Request, RequestError> {
     }
     request.body = body;
     Ok(request)
+}
+
+/// The body's length from the values of the request's `Content-Length` headers (trimmed): 0
+/// without one; one, of digits only, at most [`MAX_BODY_BYTES`]. The one rule of the parser
+/// and of [`Completion`], which hands a request the parser refuses on at once.
+fn body_length<'a>(mut values: impl Iterator<Item = &'a str>) -> Result<usize, RequestError> {
+    let length = match (values.next(), values.next()) {
+        (None, _) => 0,
+        (Some(_), Some(_)) => return Err(RequestError::DuplicateHeader("Content-Length")),
+        (Some(v), None) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
+            .parse::<usize>()
+            .map_err(|_| RequestError::BadContentLength)?,
+        (Some(_), None) => return Err(RequestError::BadContentLength),
+    };
+    if length > MAX_BODY_BYTES {
+        return Err(RequestError::BodyTooLarge(length));
+    }
+    Ok(length)
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -212,25 +222,17 @@ impl Completion {
             return true;
         }
         let head = String::from_utf8_lossy(&buf[..head_end]);
-        let mut lengths = head.split("\r\n").skip(1).filter_map(|l| {
+        let lengths = head.split("\r\n").skip(1).filter_map(|l| {
             let (k, v) = l.split_once(':')?;
-            let v = v.trim();
-            // As the parser takes it: digits only.
-            k.eq_ignore_ascii_case("content-length").then(|| {
-                (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| v.parse::<usize>().ok())
-                    .flatten()
-            })
+            k.eq_ignore_ascii_case("content-length").then_some(v.trim())
         });
-        match (lengths.next(), lengths.next()) {
-            // No length: no body. Two, a malformed or a too large one: the parser's error, at
-            // once.
-            (None, _) | (Some(_), Some(_)) | (Some(None), None) => true,
-            (Some(Some(n)), None) if n > MAX_BODY_BYTES => true,
-            (Some(Some(n)), None) => {
+        match body_length(lengths) {
+            Ok(n) => {
                 self.whole_at = Some(head_end + 4 + n);
                 buf.len() >= head_end + 4 + n
             }
+            // Two lengths, a malformed or a too large one: the parser's error, at once.
+            Err(_) => true,
         }
     }
 }

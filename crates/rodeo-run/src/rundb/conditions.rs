@@ -10,7 +10,7 @@
 use rusqlite::params;
 use serde_json::{json, Map, Value};
 
-use super::{RunDb, RunDbError};
+use super::{sql_limit, RunDb, RunDbError};
 
 /// Most keys in one post.
 pub const MAX_KEYS_PER_POST: usize = 64;
@@ -223,7 +223,7 @@ impl RunDb {
             )
             .map_err(self.err())?;
         let rows = stmt
-            .query_map(params![n, i64::try_from(limit).unwrap_or(-1)], |r| {
+            .query_map(params![n, sql_limit(limit)], |r| {
                 let value: String = r.get(2)?;
                 Ok(json!({
                     "at_ns": r.get::<_, i64>(0)?,

@@ -695,7 +695,7 @@ impl RunDb {
 }
 
 /// `limit` as SQLite's LIMIT (`usize::MAX`: no limit, -1).
-fn sql_limit(limit: usize) -> i64 {
+pub(super) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(-1)
 }
 
