@@ -17,8 +17,8 @@
 //! ```
 //!
 //! `metric` is one of the status values `l1_rate_hz`, `event_rate_hz`, `write_rate_hz`,
-//! `disk_free_bytes` (the output directory's file system), `monitor_gaps` (samples the
-//! service's subscriber missed), or the name of a Prometheus family of `/metrics` with an
+//! `disk_free_bytes` (the output directory's file system), `monitor_gaps` (samples of the
+//! current run the service's subscriber missed), or the name of a Prometheus family of `/metrics` with an
 //! optional label selector (`name{label="value",…}`): the sum of its matching samples. A metric
 //! with no value (a family absent from this partition) holds no condition. An alarm is looked
 //! at only while a run is in progress unless `always = true` (an L1 rate is 0 between runs).

@@ -6,7 +6,12 @@
 //! # State and ownership
 //!
 //! [`AppControl`] owns the driver behind one mutex: commands are serialised, and
-//! [`AppControl::heartbeat`] reads the live counters through the application's probe. The
+//! [`AppControl::heartbeat`] reads the live counters through the application's probe. A
+//! command may hold that mutex for long (a `stop` waits for the drain, up to the command
+//! timeout), so what the HTTP server asks for (status, metrics, configuration) never waits
+//! for it: when a command runs, the answer is built from the [`Seen`] copy the last command
+//! or heartbeat left (state, error, run number and start, configuration) and the probe's live
+//! counters, with the command in progress named. The
 //! process starts in INITIAL (the process exists; `initialize` is implied). A thread that ends
 //! on its own with an error puts the application in ERROR (seen at the next heartbeat).
 //!
@@ -46,6 +51,44 @@ struct Inner {
     run_start: Option<Instant>,
 }
 
+/// What the HTTP server answers from while a command holds [`Inner`] (module docs): copied
+/// under `Inner`'s lock after every command and heartbeat, read under its own short lock.
+#[derive(Clone)]
+struct Seen {
+    state: State,
+    /// The error or the halt reason, as the heartbeat reports it.
+    error: Option<String>,
+    finished: bool,
+    run_number: u32,
+    run_start: Option<Instant>,
+    /// The configuration as `config_toml` shows it (secrets hidden).
+    config_toml: String,
+    probe: Option<crate::application::Probe>,
+    /// The command that holds `Inner` now, and since when.
+    command: Option<(Command, Instant)>,
+}
+
+impl Seen {
+    /// What `inner` shows, with `config_toml` as given (made again only when a command may
+    /// have changed the configuration).
+    fn of(inner: &Inner, config_toml: String) -> Seen {
+        Seen {
+            state: inner.driver.state(),
+            error: inner
+                .driver
+                .error()
+                .or(inner.driver.halted())
+                .map(str::to_string),
+            finished: inner.driver.finished(),
+            run_number: inner.config.as_ref().map_or(0, |c| c.run.number),
+            run_start: inner.run_start,
+            config_toml,
+            probe: inner.driver.probe(),
+            command: None,
+        }
+    }
+}
+
 /// One application under lifecycle control; also a [`RunControl`] of its own (a partition of
 /// one application), so an HTTP server can serve it per process.
 pub struct AppControl {
@@ -53,6 +96,7 @@ pub struct AppControl {
     role: Role,
     transport: Transport,
     inner: Mutex<Inner>,
+    seen: Mutex<Seen>,
 }
 
 impl fmt::Debug for AppControl {
@@ -82,15 +126,17 @@ impl AppControl {
         let mut driver = AppDriver::new(application::build(role, name, &ctx));
         // The process exists: initialize is implied.
         let _ = driver.command(Command::Initialize, CommandInput::default());
+        let inner = Inner {
+            driver,
+            config,
+            run_start: None,
+        };
         AppControl {
             name: name.to_string(),
             role,
             transport,
-            inner: Mutex::new(Inner {
-                driver,
-                config,
-                run_start: None,
-            }),
+            seen: Mutex::new(Seen::of(&inner, public_toml(&inner))),
+            inner: Mutex::new(inner),
         }
     }
 
@@ -106,6 +152,33 @@ impl AppControl {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Copies what `inner` shows into [`Seen`], keeping the mark of a command that waits
+    /// for `inner` (any but the one that started at `ours`).
+    /// After a command (`ours`: when it started) the configuration's text is made again.
+    fn publish(&self, inner: &Inner, ours: Option<Instant>) {
+        let toml = ours.map(|_| public_toml(inner));
+        let mut seen = self.seen();
+        let command = seen.command.take().filter(|(_, t)| Some(*t) != ours);
+        let toml = toml.unwrap_or_else(|| std::mem::take(&mut seen.config_toml));
+        *seen = Seen {
+            command,
+            ..Seen::of(inner, toml)
+        };
+    }
+
+    /// `Inner` when no command holds it; `None` (at once) while one runs.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// The state now.
@@ -141,8 +214,22 @@ impl AppControl {
         run: RunEnd,
         rejoin_at: Option<u64>,
     ) -> Result<(State, Option<AppSummary>), TransitionError> {
-        let mut inner = self.lock();
-        let inner = &mut *inner;
+        let started = Instant::now();
+        self.seen().command = Some((command, started));
+        let mut guard = self.lock();
+        let result = self.handle_locked(&mut guard, command, config, run, rejoin_at);
+        self.publish(&guard, Some(started));
+        result
+    }
+
+    fn handle_locked(
+        &self,
+        inner: &mut Inner,
+        command: Command,
+        config: Option<&str>,
+        run: RunEnd,
+        rejoin_at: Option<u64>,
+    ) -> Result<(State, Option<AppSummary>), TransitionError> {
         let mut layout = None;
         if command == Command::Configure {
             // A configuration that does not parse fails the transition like any other cause.
@@ -194,7 +281,13 @@ impl AppControl {
     /// A dataflow thread that ended on its own with an error puts the application in ERROR.
     pub fn heartbeat(&self) -> Heartbeat {
         let mut inner = self.lock();
+        self.heartbeat_locked(&mut inner)
+    }
+
+    fn heartbeat_locked(&self, inner: &mut Inner) -> Heartbeat {
         inner.driver.poll();
+        // A command queued behind this heartbeat stays named.
+        self.publish(inner, None);
         Heartbeat {
             state: inner.driver.state(),
             // A halted application is not in ERROR; its reason shows as its error.
@@ -223,6 +316,15 @@ impl AppControl {
     }
 }
 
+/// The configuration of `inner` as the HTTP server shows it (secrets hidden).
+fn public_toml(inner: &Inner) -> String {
+    inner
+        .config
+        .as_ref()
+        .map(PartitionConfig::to_toml_public)
+        .unwrap_or_default()
+}
+
 /// The shared-memory limits of `config`'s partition (`rodeo_transport::shm::ShmLimits`): its
 /// applications, and its restart budget when restarts are on.
 pub fn shm_limits(config: &PartitionConfig) -> rodeo_transport::shm::ShmLimits {
@@ -236,25 +338,43 @@ pub fn shm_limits(config: &PartitionConfig) -> rodeo_transport::shm::ShmLimits {
     }
 }
 
+impl AppControl {
+    /// What the HTTP server answers from: a fresh heartbeat when no command runs, else the
+    /// copy the last one left with the probe's live counters (module docs).
+    fn seen_now(&self) -> (Seen, Option<crate::metrics::AppMetrics>) {
+        if let Some(mut inner) = self.try_lock() {
+            let hb = self.heartbeat_locked(&mut inner);
+            drop(inner);
+            return (self.seen().clone(), hb.metrics);
+        }
+        let seen = self.seen().clone();
+        let metrics = seen.probe.as_ref().map(|p| p());
+        (seen, metrics)
+    }
+}
+
 impl RunControl for AppControl {
+    /// Never waits for a command in progress: then the state is the one before it, and the
+    /// command is named in the errors shown (`recent_errors`).
     fn status(&self) -> PartitionStatus {
-        let hb = self.heartbeat();
-        let (run_number, run_seconds) = {
-            let inner = self.lock();
-            (
-                inner.config.as_ref().map_or(0, |c| c.run.number),
-                match (inner.run_start, hb.state) {
-                    (Some(t), State::Running) => t.elapsed().as_secs_f64(),
-                    _ => 0.0,
-                },
-            )
+        let (seen, metrics) = self.seen_now();
+        let run_seconds = match (seen.run_start, seen.state) {
+            (Some(t), State::Running) => t.elapsed().as_secs_f64(),
+            _ => 0.0,
         };
-        let totals = crate::rates::Totals::of(hb.metrics.iter());
+        let totals = crate::rates::Totals::of(metrics.iter());
+        let mut recent_errors: Vec<String> = seen.error.clone().into_iter().collect();
+        if let Some((command, since)) = seen.command {
+            recent_errors.push(format!(
+                "{command} in progress for {} ms: the state shown is the one before it",
+                since.elapsed().as_millis()
+            ));
+        }
         PartitionStatus {
             partition: self.name.clone(),
-            state: hb.state,
-            error: hb.error.clone(),
-            run_number,
+            state: seen.state,
+            error: seen.error.clone(),
+            run_number: seen.run_number,
             run_seconds,
             l1_rate_hz: 0.0,
             event_rate_hz: 0.0,
@@ -265,16 +385,16 @@ impl RunControl for AppControl {
             apps: vec![AppStatus {
                 name: self.name.clone(),
                 role: self.role.name().into(),
-                state: hb.state,
-                error: hb.error.clone(),
+                state: seen.state,
+                error: seen.error.clone(),
                 host: None,
                 pid: Some(std::process::id()),
                 heartbeat_age_ms: None,
                 rate_hz: 0.0,
                 restarts: 0,
             }],
-            recent_errors: hb.error.into_iter().collect(),
-            inputs: crate::metrics::inputs_of(hb.metrics.iter()),
+            recent_errors,
+            inputs: crate::metrics::inputs_of(metrics.iter()),
             words: RunWords::default(),
         }
     }
@@ -283,17 +403,14 @@ impl RunControl for AppControl {
         self.handle(command, None, None, None).map(|(s, _)| s)
     }
 
+    /// The configuration of the last command (never waits for one in progress).
     fn config_toml(&self) -> String {
-        self.lock()
-            .config
-            .as_ref()
-            .map(PartitionConfig::to_toml_public)
-            .unwrap_or_default()
+        self.seen().config_toml.clone()
     }
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
         let status = self.status();
-        let metrics = self.lock().driver.metrics();
+        let metrics = self.seen().probe.clone().map(|p| p());
         write_partition_metrics(
             out,
             &status,
@@ -577,6 +694,66 @@ mod tests {
         assert_eq!(st.apps[0].state, State::Error);
         assert!(st.error.unwrap().contains("cannot create"));
         assert_eq!(app.command(Command::Shutdown).unwrap(), State::None);
+    }
+
+    /// A command holding the application (a `stop` waiting for its drain) does not hold up
+    /// the HTTP server's status, metrics or configuration: they answer from what the last
+    /// heartbeat saw, the command named.
+    #[test]
+    fn the_status_answers_while_a_command_holds_the_application() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = PartitionConfig::default();
+        config.run.output = dir.path().display().to_string();
+        config.run.number = 77;
+        let t = Transport::new(1).unwrap();
+        let app = std::sync::Arc::new(AppControl::new(Role::Dcm, "dcm-1", t, Some(config)));
+        for c in [Command::Configure, Command::Connect, Command::Start] {
+            app.handle(c, None, None, None).unwrap();
+        }
+        let (held, release) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let app = std::sync::Arc::clone(&app);
+            std::thread::spawn(move || {
+                // As `handle_run` does for a command, which then holds `inner` throughout.
+                let started = Instant::now();
+                app.seen().command = Some((Command::Stop, started));
+                let inner = app.lock();
+                held.send(()).unwrap();
+                std::thread::sleep(Duration::from_secs(3));
+                app.publish(&inner, Some(started));
+            })
+        };
+        release.recv().unwrap();
+        let (answers, answered) = std::sync::mpsc::channel();
+        {
+            let app = std::sync::Arc::clone(&app);
+            std::thread::spawn(move || {
+                let status = app.status();
+                let mut m = MetricsWriter::new();
+                app.write_metrics(&mut m);
+                let _ = answers.send((status, m.finish(), app.config_toml()));
+            });
+        }
+        let (status, metrics, toml) = answered
+            .recv_timeout(Duration::from_secs(1))
+            .expect("the status waited for the command");
+        assert_eq!(status.state, State::Running);
+        assert_eq!(status.run_number, 77);
+        assert!(
+            status
+                .recent_errors
+                .iter()
+                .any(|e| e.contains("stop in progress")),
+            "{:?}",
+            status.recent_errors
+        );
+        assert!(metrics.contains("rodeo_"), "{metrics}");
+        assert!(toml.contains("[dcm]"));
+        holder.join().unwrap();
+        // Free again: a fresh heartbeat, no command named.
+        assert!(app.status().recent_errors.is_empty());
+        assert_eq!(app.command(Command::Stop).unwrap(), State::Connected);
+        assert_eq!(app.status().state, State::Connected);
     }
 
     #[test]

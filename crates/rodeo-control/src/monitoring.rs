@@ -327,6 +327,8 @@ pub struct Sample {
     pub seq: u64,
     /// The full event's size in bytes.
     pub bytes: usize,
+    /// The run number in the event's header.
+    pub run_number: u32,
     /// (source id, size in bytes) of each ROB fragment.
     pub robs: Vec<(u32, usize)>,
 }
@@ -388,6 +390,7 @@ pub fn decode_sample(frames: &[Vec<u8>]) -> Result<Sample, SampleError> {
         dcm: h.dcm,
         seq: h.seq,
         bytes: event.len(),
+        run_number: ev.run_number(),
         robs,
     })
 }
@@ -408,14 +411,28 @@ pub const MAX_DCMS: usize = 1024;
 /// or the partition's private network).
 pub const MAX_SAMPLE_BYTES: i64 = 64 << 20;
 
-/// Live histograms of the samples, as a subscriber sees them.
+/// Live histograms of the samples of one run, as a subscriber sees them.
+///
+/// The sizes, the DCMs' sequence numbers and the per-run counts belong to the run in
+/// `run_number`: a sample of a later run starts that run's histograms afresh (so does
+/// [`SampleHistograms::set_run`], told the partition's run by the service), and one of an
+/// earlier run (still in flight when the next began) is counted in `other_run`, not kept. The
+/// `*_total` counts run over the subscriber's life (its Prometheus counters).
 #[derive(Debug, Default, Clone)]
 pub struct SampleHistograms {
-    /// Samples received.
+    /// The run the histograms are of (`None`: no sample and no run told yet).
+    pub run_number: Option<u32>,
+    /// Samples of this run received.
     pub samples: u64,
-    /// Samples missed (gaps in a DCM's sequence numbers).
+    /// Samples of this run missed (gaps in a DCM's sequence numbers).
     pub gaps: u64,
-    /// Messages that were not samples.
+    /// Samples of an earlier run than `run_number`, received since it began (not kept).
+    pub other_run: u64,
+    /// Samples received over the subscriber's life.
+    pub samples_total: u64,
+    /// Samples missed over the subscriber's life.
+    pub gaps_total: u64,
+    /// Messages that were not samples (over the subscriber's life).
     pub bad: u64,
     /// ROB sizes of source ids past [`MAX_SOURCE_IDS`], not kept.
     pub untracked_robs: u64,
@@ -430,16 +447,41 @@ pub struct SampleHistograms {
 }
 
 impl SampleHistograms {
-    /// Counts one sample and keeps its sizes.
+    /// The partition's run is `run`: the histograms of another run are cleared (the totals
+    /// kept).
+    pub fn set_run(&mut self, run: u32) {
+        if self.run_number != Some(run) {
+            *self = SampleHistograms {
+                run_number: Some(run),
+                samples_total: self.samples_total,
+                gaps_total: self.gaps_total,
+                bad: self.bad,
+                ..SampleHistograms::default()
+            };
+        }
+    }
+
+    /// Counts one sample and keeps its sizes (see the type's docs for a sample of another
+    /// run).
     pub fn add(&mut self, s: &Sample) {
+        self.samples_total += 1;
+        match self.run_number {
+            Some(run) if s.run_number < run => {
+                self.other_run += 1;
+                return;
+            }
+            Some(run) if s.run_number == run => {}
+            _ => self.set_run(s.run_number),
+        }
         self.samples += 1;
         let known = self.last_seq.contains_key(&s.dcm);
         if !known && self.last_seq.len() >= MAX_DCMS {
             self.untracked_dcms += 1;
         } else if let Some(last) = self.last_seq.insert(s.dcm.clone(), s.seq) {
-            // A sequence number not after the last: the DCM restarted (new run); no gap.
+            // A sequence number not after the last: the DCM restarted; no gap.
             if s.seq > last {
                 self.gaps += s.seq - last - 1;
+                self.gaps_total += s.seq - last - 1;
             }
         }
         push_bounded(&mut self.event_bytes, s.bytes as u32, KEEP_EVENTS);
@@ -463,8 +505,12 @@ impl SampleHistograms {
             .map(|(id, v)| (format!("0x{id:08x}"), serde_json::json!(v)))
             .collect();
         serde_json::json!({
+            "run_number": self.run_number,
             "samples": self.samples,
             "gaps": self.gaps,
+            "other_run": self.other_run,
+            "samples_total": self.samples_total,
+            "gaps_total": self.gaps_total,
             "bad": self.bad,
             "untracked_robs": self.untracked_robs,
             "untracked_dcms": self.untracked_dcms,
@@ -558,10 +604,26 @@ impl SampleSubscriber {
         copy.to_json()
     }
 
-    /// Samples received and missed so far.
+    /// Samples received and missed over the subscriber's life.
     pub fn counts(&self) -> (u64, u64) {
         let h = self.histograms.lock().unwrap_or_else(|p| p.into_inner());
-        (h.samples, h.gaps)
+        (h.samples_total, h.gaps_total)
+    }
+
+    /// Samples missed in the current run (the `monitor_gaps` alarm's value).
+    pub fn run_gaps(&self) -> u64 {
+        self.histograms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gaps
+    }
+
+    /// The partition's run is `run` ([`SampleHistograms::set_run`]).
+    pub fn set_run(&self, run: u32) {
+        self.histograms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_run(run);
     }
 }
 
@@ -698,6 +760,7 @@ mod tests {
                 dcm: dcm.into(),
                 seq,
                 bytes: 100,
+                run_number: 1,
                 robs: vec![(0x11_0001, 40)],
             });
         }
@@ -719,6 +782,7 @@ mod tests {
                 dcm: format!("dcm-{i}"),
                 seq: 0,
                 bytes: 100,
+                run_number: 1,
                 robs: vec![(i, 40)],
             });
         }
@@ -731,9 +795,50 @@ mod tests {
             dcm: "dcm-0".into(),
             seq: 1,
             bytes: 100,
+            run_number: 1,
             robs: vec![(0, 48)],
         });
         assert_eq!(h.rob_bytes[&0].len(), 2);
         assert_eq!(h.to_json()["untracked_robs"], MAX_DCMS as u64);
+    }
+
+    /// The histograms are of one run: the next run's first sample (or the service telling
+    /// the run) clears them, a late sample of the run before is counted, not kept; the
+    /// lifetime totals run on.
+    #[test]
+    fn each_run_has_its_own_histograms() {
+        let sample = |run, seq, bytes| Sample {
+            dcm: "dcm-1".into(),
+            seq,
+            bytes,
+            run_number: run,
+            robs: vec![(0x11_0001, 40)],
+        };
+        let mut h = SampleHistograms::default();
+        for seq in [0, 1, 3] {
+            h.add(&sample(7, seq, 100));
+        }
+        assert_eq!((h.run_number, h.samples, h.gaps), (Some(7), 3, 1));
+        // Run 8 begins: its DCM numbers from 0 again, no gap counted.
+        h.add(&sample(8, 0, 200));
+        h.add(&sample(7, 4, 100));
+        assert_eq!(
+            (h.run_number, h.samples, h.gaps, h.other_run),
+            (Some(8), 1, 0, 1)
+        );
+        assert_eq!((h.samples_total, h.gaps_total), (5, 1));
+        let j = h.to_json();
+        assert_eq!(j["event_bytes"], serde_json::json!([200]));
+        assert_eq!(j["run_number"], 8);
+        // The service says run 9 (no sample of it yet): empty histograms of run 9.
+        h.set_run(9);
+        h.add(&sample(8, 1, 200));
+        let j = h.to_json();
+        assert_eq!(j["event_bytes"], serde_json::json!([]));
+        assert_eq!(
+            (j["samples"].as_u64(), j["other_run"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(j["samples_total"], 6);
     }
 }

@@ -117,6 +117,55 @@ fn served_fragments_are_the_builders_rob_fragments() {
     );
 }
 
+/// A node restarted into a running run (`first_event`, as the controller chooses it) starts
+/// its FELIX inputs and builders there: past the builder's largest window move (2^20 events),
+/// which a node starting at 0 would have taken for a damaged L1ID.
+#[test]
+fn a_rejoined_node_builds_from_the_event_it_was_given() {
+    let wrap = 1 << 24;
+    let first = 3_000_000u64;
+    let events = 300u64;
+    let mut c = config(2, 512);
+    c.l1id_wrap = wrap;
+    c.first_event = first;
+    let (node, mut client) = ReadoutNode::start_direct(&c).unwrap();
+    let robs = node.robs().to_vec();
+    let mut slot: Option<Box<DirectReply>> = None;
+    let mut group = Vec::new();
+    for n in first..first + events {
+        let l1id = rodeo_cards::generator::L1idCounter::expected(wrap, n);
+        for &rob in &robs {
+            client.send_request(n as u32, l1id, &[rob]).unwrap();
+            assert!(
+                client.recv_timeout(&mut slot, Duration::from_secs(30)),
+                "no reply for {l1id:#x}"
+            );
+            let r = slot.as_ref().unwrap();
+            let words: Vec<u32> = r.segments().flat_map(|s| s.iter().copied()).collect();
+            let rob_frag = RobFragment::parse(&words)
+                .unwrap_or_else(|e| panic!("{l1id:#x} ROB {rob:#x}: {e} in {words:?}"));
+            assert_eq!(rob_frag.status(), Status::OK, "{l1id:#x}");
+            assert_eq!(rob_frag.rod().extended_l1id(), l1id);
+        }
+        group.push(l1id);
+        if group.len() == 100 {
+            client.send_clear(n as u32, &group).unwrap();
+            group.clear();
+        }
+    }
+    drop(slot);
+    drop(client);
+    let s = node.stop();
+    let sw = s.swrod.unwrap();
+    assert_eq!(s.counters.lost_fragments, 0);
+    assert_eq!(
+        (sw.builder.corrupt_packets, sw.builder.late_packets),
+        (0, 0),
+        "{sw:?}"
+    );
+    assert_eq!((sw.link.rejected, sw.link.skipped), (0, 0), "{sw:?}");
+}
+
 #[test]
 fn a_full_store_nobody_clears_still_stops() {
     let t = Transport::new(1).unwrap();

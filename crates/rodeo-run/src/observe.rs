@@ -168,10 +168,13 @@ impl Observer {
             }
             h.push_back(point);
         }
-        let gaps = lock(&self.monitoring)
-            .subscriber
-            .as_ref()
-            .map(|s| s.counts().1 as f64);
+        // The histograms are of the running run; after it they stay until the next starts.
+        let gaps = lock(&self.monitoring).subscriber.as_ref().map(|s| {
+            if status.state == State::Running && status.run_number != 0 {
+                s.set_run(status.run_number);
+            }
+            s.run_gaps() as f64
+        });
         let disk = disk_free_bytes(&self.output);
         let value = |m: &str| -> Option<f64> {
             match m {

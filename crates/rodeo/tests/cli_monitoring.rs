@@ -309,11 +309,18 @@ fn serve_raises_alarms_keeps_histograms_replaces_its_config_and_shows_them_on_th
             .any(|l| l.as_str().unwrap().contains("ALARM raised")),
         "{log}"
     );
-    wait_until("sampled histograms", Duration::from_secs(60), || {
-        let h = get_json(addr, "/api/histograms");
-        h["samples"].as_u64().unwrap_or(0) >= 20
-            && h["rob_bytes"].as_object().is_some_and(|m| !m.is_empty())
-    });
+    // The histograms are run 2's (run 1's samples are only in the lifetime totals).
+    wait_until(
+        "sampled histograms of run 2",
+        Duration::from_secs(60),
+        || {
+            let h = get_json(addr, "/api/histograms");
+            h["run_number"] == 2
+                && h["samples"].as_u64().unwrap_or(0) >= 20
+                && h["rob_bytes"].as_object().is_some_and(|m| !m.is_empty())
+                && h["samples_total"].as_u64() >= h["samples"].as_u64()
+        },
+    );
     let history = get_json(addr, "/api/history");
     assert!(!history["points"].as_array().unwrap().is_empty());
 

@@ -230,6 +230,24 @@ impl FelixGenerator {
         })
     }
 
+    /// Starts the generator `events` events further on (a readout node rejoining a running
+    /// run: its first L1ID is the extended L1ID of event `events`, not 0). Before the first
+    /// block only: a lane in the middle of a packet would split it between two L1IDs.
+    ///
+    /// # Panics
+    ///
+    /// After a block was written.
+    pub fn skip(&mut self, events: u64) {
+        assert!(
+            self.blocks == 0,
+            "FelixGenerator::skip after {} blocks",
+            self.blocks
+        );
+        for lane in &mut self.lanes {
+            lane.l1id.skip(events);
+        }
+    }
+
     /// L1IDs generated so far: every E-link has written its whole packet of each (some
     /// E-links may be up to a block's worth of L1IDs further).
     pub fn l1ids(&self) -> u64 {

@@ -136,29 +136,32 @@ impl RunControl for Controller {
         self.config.to_toml_public()
     }
 
+    /// The applications' metrics are copied under the table's lock and written after it: the
+    /// heartbeats that update the table wait for a copy, not for the text of every family.
     fn write_metrics(&self, out: &mut MetricsWriter) {
         let st = self.status();
         let t = self.state.table();
-        let apps: Vec<(&str, Option<&AppMetrics>)> = t
+        let copied: Vec<(String, Option<AppMetrics>)> = t
             .apps
             .iter()
-            .map(|a| (a.name.as_str(), a.metrics.as_ref()))
+            .map(|a| (a.name.clone(), a.metrics.clone()))
             .collect();
-        write_partition_metrics(
-            out,
-            &st,
-            &apps,
-            PartitionExtras {
-                bad_control_messages: t.bad_messages,
-                shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
-                shm_undelivered: t.apps.iter().map(|a| a.shm_undelivered).sum(),
-                oversized_messages: t.apps.iter().map(|a| a.oversized_messages).sum::<u64>()
-                    + rodeo_transport::socket::oversized_count(),
-                // The controller's own (control channel) refusals and every application's.
-                auth_refused: rodeo_transport::curve::refused_count()
-                    + t.apps.iter().map(|a| a.auth_refused).sum::<u64>(),
-            },
-        );
+        let extras = PartitionExtras {
+            bad_control_messages: t.bad_messages,
+            shm_backpressure: t.apps.iter().map(|a| a.shm_backpressure).sum(),
+            shm_undelivered: t.apps.iter().map(|a| a.shm_undelivered).sum(),
+            oversized_messages: t.apps.iter().map(|a| a.oversized_messages).sum::<u64>()
+                + rodeo_transport::socket::oversized_count(),
+            // The controller's own (control channel) refusals and every application's.
+            auth_refused: rodeo_transport::curve::refused_count()
+                + t.apps.iter().map(|a| a.auth_refused).sum::<u64>(),
+        };
+        drop(t);
+        let apps: Vec<(&str, Option<&AppMetrics>)> = copied
+            .iter()
+            .map(|(name, m)| (name.as_str(), m.as_ref()))
+            .collect();
+        write_partition_metrics(out, &st, &apps, extras);
     }
 }
 

@@ -38,7 +38,7 @@ pub(crate) struct ChannelSetup<'a> {
     pub(crate) base_source_id: u32,
     /// L1ID wrap of the emulated inputs.
     pub(crate) l1id_wrap: u32,
-    /// The event the emulated S-LINK inputs start at.
+    /// The event the emulated inputs (S-LINK and FELIX) start at.
     pub(crate) first_event: u64,
     /// File receiving unreadable fragments (rate-limited).
     pub(crate) error_file: Option<&'a Path>,

@@ -11,6 +11,7 @@ use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Genera
 use rodeo_cards::generator::{FelixConfig, FelixGenerator, WordRange};
 use rodeo_format::felix::{packet_len, BLOCK_HEADER_BYTES, DEFAULT_BLOCK_SIZE};
 use rodeo_format::fragment::SourceId;
+use rodeo_format::l1id::L1idCounter;
 use rodeo_memory::{
     ChunkPool, PoolConfig, RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig,
 };
@@ -129,7 +130,11 @@ impl SwRodParts {
                 // rates, where a block takes longer than this to fill.
                 timeout: Duration::from_secs(5),
                 l1id_wrap: config.l1id_wrap,
-                first_l1id: 0,
+                // A node restarted into a running run starts where the controller said, as
+                // the S-LINK inputs do (`ChannelSetup::first_event`): at event 0 every
+                // fragment would be of an event long cleared, and one beyond the builder's
+                // window move (2^20 events) would be dropped as a damaged L1ID.
+                first_l1id: L1idCounter::expected(config.l1id_wrap, config.first_event),
                 ..SwRodConfig::default()
             })
             .collect();
@@ -151,13 +156,14 @@ impl SwRodParts {
         for (c, sw) in configs.iter().enumerate() {
             // Checks the configuration now, so that the builder thread cannot fail on it.
             FragmentBuilder::new(sw, &pools, DefaultFormat::default())?;
-            let generator = FelixGenerator::new(&FelixConfig {
+            let mut generator = FelixGenerator::new(&FelixConfig {
                 elinks: elink_ids.clone(),
                 payload_words: WordRange::fixed(payload_words),
                 l1id_wrap: config.l1id_wrap,
                 ..FelixConfig::default()
             })
             .map_err(|e| NodeError::Config(format!("FELIX generator: {e}")))?;
+            generator.skip(config.first_event);
             generators.push(Finishing {
                 generator,
                 finish: Arc::clone(&finish),
