@@ -200,6 +200,10 @@ pub struct CardChannel {
     pub net: Option<Arc<NetCounters>>,
     /// The address a network channel listens on (the port chosen when 0 was asked for).
     pub address: Option<LinkAddress>,
+    /// The largest unit the channel will deliver, when known before the run (a file
+    /// channel's): a reader whose superpages are smaller refuses the channel, since such a
+    /// unit fits no superpage and would end the channel there.
+    pub max_unit_bytes: Option<usize>,
 }
 
 /// A running card.
@@ -225,6 +229,19 @@ pub struct ChannelReport {
     pub net_dropped_units: u64,
     /// A network channel's link state (`None` for the other channels).
     pub net_state: Option<LinkState>,
+}
+
+/// Refuses a channel whose largest unit (when known: [`CardChannel::max_unit_bytes`]) would not
+/// fit a superpage of `superpage_bytes`: the error names the channel, its link and both sizes.
+pub fn check_unit_fits(channel: &CardChannel, superpage_bytes: usize) -> Result<(), String> {
+    match channel.max_unit_bytes {
+        Some(unit) if unit > superpage_bytes => Err(format!(
+            "{}: a unit of {unit} bytes, larger than the reader's superpages of \
+             {superpage_bytes} bytes (it would fit none, and the channel would end there)",
+            channel.link
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl Card {
@@ -433,6 +450,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                     slink: SlinkCheckConfig::default(),
                     net: None,
                     address: None,
+                    max_unit_bytes: None,
                 },
             )
         }
@@ -454,6 +472,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                 slink: slink_check(cfg),
                 net: None,
                 address: None,
+                max_unit_bytes: None,
             },
         ),
         ChannelSource::File { path, looping } => {
@@ -463,6 +482,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                 source,
             })?;
             let h = *file.header();
+            let max_unit = file.max_unit();
             let player =
                 FilePlayer::new(Arc::new(file), *looping).map_err(|source| CardError::Player {
                     card: card.to_string(),
@@ -488,6 +508,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                     },
                     net: None,
                     address: None,
+                    max_unit_bytes: Some(max_unit),
                 },
             )
         }
@@ -542,8 +563,57 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
                 slink: *slink,
                 net: Some(net),
                 address: Some(bound),
+                max_unit_bytes: None,
             };
             Prepared::Started(started, cpu)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use rodeo_files::linkfile::{LinkFileHeader, LINK_FILE_MARKER};
+
+    use super::*;
+
+    /// A file channel says its largest unit, and a reader with smaller superpages refuses it
+    /// (before: the unit fit no superpage and the channel ended there, as if the file were
+    /// done, the rest of it never played).
+    #[test]
+    fn a_file_unit_larger_than_the_readers_superpages_is_refused() {
+        let header = LinkFileHeader {
+            mode: LinkMode::Slink,
+            block_size: 0,
+            framing: false,
+            crc: false,
+            l1id_wrap: 1 << 24,
+        };
+        let mut bytes = Vec::new();
+        for w in [LINK_FILE_MARKER, 8, 1, 2, 0, 0, header.l1id_wrap, 0] {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        for len in [64usize, 200_000, 64] {
+            bytes.extend_from_slice(&(len as u32).to_le_bytes());
+            bytes.resize(bytes.len() + len.next_multiple_of(4), 0);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.link");
+        std::fs::write(&path, &bytes).unwrap();
+        let card = Card::start(&CardSpec {
+            name: "file0".into(),
+            channels: vec![ChannelSpec {
+                source: ChannelSource::File {
+                    path,
+                    looping: false,
+                },
+                config: EmulatedConfig::default(),
+            }],
+        })
+        .unwrap();
+        let ch = &card.channels()[0];
+        assert_eq!(ch.max_unit_bytes, Some(200_000));
+        let e = check_unit_fits(ch, 128 * 1024).unwrap_err();
+        assert!(e.contains("200000 bytes") && e.contains("131072"), "{e}");
+        assert!(check_unit_fits(ch, 256 * 1024).is_ok());
+    }
 }

@@ -334,6 +334,76 @@ fn a_tcp_input_reports_its_state() {
     assert_eq!(net.units.load(Ordering::Relaxed), 1);
 }
 
+/// A sender that falls silent without a close (its host gone: no FIN ever comes) does not keep
+/// the link deaf: a new sender's data takes it over; a probe that connects and closes without
+/// a byte does not, and neither does anyone while the sender still sends.
+#[test]
+fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
+    use rodeo_cards::net::LinkState;
+    let card = card(
+        "tcp://127.0.0.1:0",
+        LinkMode::Slink,
+        SlinkCheckConfig::default(),
+    );
+    let address = card.channels()[0].address.unwrap();
+    let tcp = match address {
+        LinkAddress::Tcp(a) => a,
+        LinkAddress::Udp(_) => unreachable!(),
+    };
+    let net = std::sync::Arc::clone(card.channels()[0].net.as_ref().unwrap());
+    let ch = &card.channels()[0].channel;
+    let pool = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes: 64 * 1024,
+        superpages: 4,
+        region: RegionOptions::default(),
+    })
+    .unwrap();
+    while let Ok(sp) = pool.alloc() {
+        ch.push_superpage(sp).unwrap();
+    }
+    let recycle = || {
+        while let Some(f) = ch.pop_superpage() {
+            ch.push_superpage(f.superpage).unwrap();
+        }
+    };
+    let units = |n: u64| {
+        rodeo_testkit::wait_until(&format!("{n} units"), Duration::from_secs(20), || {
+            recycle();
+            net.units.load(Ordering::Relaxed) >= n
+        });
+    };
+    let cfg = SlinkConfig::default();
+    let mut source = UnitSource::new(SlinkGenerator::new(cfg), 4 * cfg.fragment_words(256));
+    // The first sender sends, then falls silent with its connection open.
+    let mut first = LinkSender::connect(address).unwrap();
+    first.send(source.next_unit().unwrap()).unwrap();
+    first.flush().unwrap();
+    units(1);
+    // A probe connects and closes without a byte while the sender is silent: ignored.
+    drop(std::net::TcpStream::connect(tcp).unwrap());
+    std::thread::sleep(rodeo_cards::net::TAKEOVER_SILENCE + Duration::from_millis(500));
+    recycle();
+    assert_eq!(net.state(), LinkState::Connected);
+    // The silent sender still holds the link: what it sends now arrives.
+    first.send(source.next_unit().unwrap()).unwrap();
+    first.flush().unwrap();
+    units(2);
+    // A new sender connects and sends while the first stays silent: it takes the link over
+    // once the first has been quiet for the takeover time.
+    let mut second = LinkSender::connect(address).unwrap();
+    for _ in 0..5 {
+        second.send(source.next_unit().unwrap()).unwrap();
+    }
+    second.flush().unwrap();
+    units(7);
+    assert_eq!(net.broken_connections.load(Ordering::Relaxed), 1);
+    let why = net.lost_reason().unwrap();
+    assert!(why.contains("silent"), "{why}");
+    assert_eq!(net.connections.load(Ordering::Relaxed), 2);
+    assert_eq!(net.state(), LinkState::Connected);
+    drop(first);
+}
+
 /// Closes `stream` with a reset (SO_LINGER on, 0 s): what a killed sender's kernel sends when
 /// data was pending, and what a crashed front-end's link does.
 fn reset(stream: std::net::TcpStream) {

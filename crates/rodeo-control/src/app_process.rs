@@ -58,7 +58,6 @@ struct Seen {
     state: State,
     /// The error or the halt reason, as the heartbeat reports it.
     error: Option<String>,
-    finished: bool,
     run_number: u32,
     run_start: Option<Instant>,
     /// The configuration as `config_toml` shows it (secrets hidden).
@@ -79,7 +78,6 @@ impl Seen {
                 .error()
                 .or(inner.driver.halted())
                 .map(str::to_string),
-            finished: inner.driver.finished(),
             run_number: inner.config.as_ref().map_or(0, |c| c.run.number),
             run_start: inner.run_start,
             config_toml,

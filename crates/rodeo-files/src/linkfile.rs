@@ -144,6 +144,19 @@ pub enum LinkFileError {
         /// The length word.
         length: u32,
     },
+    /// An S-LINK unit whose length is not whole 32-bit words: every fragment after it in a
+    /// superpage would be read out of step.
+    #[error("{}: unit {unit} at byte {offset} has length {length}: an S-LINK fragment is whole 32-bit words (a multiple of 4 bytes)", path.display())]
+    UnitNotWords {
+        /// The file.
+        path: PathBuf,
+        /// Index of the unit.
+        unit: u64,
+        /// Byte offset of its length word.
+        offset: u64,
+        /// The length word.
+        length: u32,
+    },
 }
 
 /// Writes a link capture file: header, then units; [`LinkFileWriter::finish`] flushes and
@@ -333,6 +346,14 @@ impl LinkFile {
                     length,
                 });
             }
+            if mode == LinkMode::Slink && length % 4 != 0 {
+                return Err(LinkFileError::UnitNotWords {
+                    path: path.to_path_buf(),
+                    unit,
+                    offset: at as u64,
+                    length,
+                });
+            }
             let needed = 4 + (length as usize).next_multiple_of(4);
             if at + needed > file.bytes.len() {
                 return Err(LinkFileError::Truncated {
@@ -433,7 +454,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.rlnk");
         let mut w = LinkFileWriter::create(&path, &header()).unwrap();
-        let units: Vec<Vec<u8>> = (1..20u8).map(|n| vec![n; n as usize * 3]).collect();
+        let units: Vec<Vec<u8>> = (1..20u8).map(|n| vec![n; n as usize * 4]).collect();
         for u in &units {
             w.write_unit(u).unwrap();
         }
@@ -445,7 +466,19 @@ mod tests {
             f.iter().collect::<Vec<_>>(),
             units.iter().map(|u| &u[..]).collect::<Vec<_>>()
         );
-        assert_eq!(f.max_unit(), 57);
+        assert_eq!(f.max_unit(), 76);
+        // An S-LINK unit of other than whole words is refused where it lies.
+        let odd = dir.path().join("odd.rlnk");
+        let mut w = LinkFileWriter::create(&odd, &header()).unwrap();
+        w.write_unit(&[1, 2, 3, 4]).unwrap();
+        w.write_unit(&[5, 6, 7]).unwrap();
+        w.finish().unwrap();
+        match LinkFile::read(&odd) {
+            Err(LinkFileError::UnitNotWords {
+                unit: 1, length: 3, ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
 
         let bytes = std::fs::read(&path).unwrap();
         let cut = bytes.len() - 10;

@@ -18,7 +18,11 @@
 //!
 //! The old file is first renamed `<name>.recovering`; its events are copied into
 //! `<name>.writing`, which the writer renames `<name>` when it is closed; then
-//! `<name>.recovering` is removed. A recovery that dies half-way leaves `<name>.recovering`
+//! `<name>.recovering` is removed, unless the copy stopped at damage rather than at the cut a
+//! kill leaves (a record with a bad marker, size or checksum, a read error, a start record too
+//! damaged to find the events after it): then the old file is kept as `<name>.damaged`
+//! ([`Recovered::kept_damaged`]) for an expert to look at, since what follows the damage may
+//! still hold events. A recovery that dies half-way leaves `<name>.recovering`
 //! (and maybe a `<name>.writing` copy, removed and made again): the next recovery starts again
 //! from it. No event is ever held only in a file that is being rewritten.
 //!
@@ -33,6 +37,8 @@ use crate::rawfile::{parse_file_name, RawFileConfig, RawFileError, RawFileReader
 
 /// Suffix of a file being recovered (see the module docs).
 pub const RECOVERING_SUFFIX: &str = ".recovering";
+/// Suffix of an old file kept because its copy stopped at damage (see the module docs).
+pub const DAMAGED_SUFFIX: &str = ".damaged";
 
 /// One file recovered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +62,9 @@ pub struct Recovered {
     /// kept (each checked by its own record checksum) and the new start record was made from
     /// the file name, as always.
     pub start_damaged: Option<String>,
+    /// The old file, kept under this name (`<name>.damaged`) because the copy stopped at
+    /// damage, not at the cut a kill leaves (module docs).
+    pub kept_damaged: Option<PathBuf>,
 }
 
 /// Why a recovery failed.
@@ -133,14 +142,22 @@ pub fn recover_files(dir: &Path, run: u32, app: &str) -> Result<Vec<Recovered>, 
         } else if writing.exists() {
             std::fs::remove_file(&writing).map_err(io(&writing))?;
         }
-        let r = copy_complete_events(&old, dir, run, app, stream, *seq)?;
-        std::fs::remove_file(&old).map_err(io(&old))?;
+        let (mut r, damage) = copy_complete_events(&old, dir, run, app, stream, *seq)?;
+        if damage {
+            let kept = PathBuf::from(format!("{}{DAMAGED_SUFFIX}", closed.display()));
+            std::fs::rename(&old, &kept).map_err(io(&old))?;
+            r.kept_damaged = Some(kept);
+        } else {
+            std::fs::remove_file(&old).map_err(io(&old))?;
+        }
         out.push(r);
     }
     Ok(out)
 }
 
-/// Copies the complete events of `old` into a new closed file of the same name.
+/// Copies the complete events of `old` into a new closed file of the same name; true beside
+/// it when the copy stopped at damage, not at the cut a kill leaves (the old file is then
+/// kept).
 fn copy_complete_events(
     old: &Path,
     dir: &Path,
@@ -148,7 +165,7 @@ fn copy_complete_events(
     app: &str,
     stream: &str,
     sequence: u32,
-) -> Result<Recovered, RecoverError> {
+) -> Result<(Recovered, bool), RecoverError> {
     let werr = |source| RecoverError::Write {
         path: old.to_path_buf(),
         source,
@@ -165,6 +182,7 @@ fn copy_complete_events(
     let mut global_ids = Vec::new();
     let mut dropped_tail = None;
     let mut start_damaged = None;
+    let mut damage = false;
     // The start record is rewritten from the file name: a damaged one (its checksum) must not
     // cost the events, which carry checksums of their own.
     match RawFileReader::open_salvaging(old) {
@@ -184,6 +202,7 @@ fn copy_complete_events(
                         // The expected end of a file left open: no end record. Anything else
                         // is a cut or damaged record, dropped with what follows it.
                         if !matches!(e, RawFileError::NoEndRecord { .. }) {
+                            damage = !matches!(e, RawFileError::Truncated { .. });
                             dropped_tail = Some(e.to_string());
                         }
                         break;
@@ -191,15 +210,19 @@ fn copy_complete_events(
                 }
             }
         }
-        // Not even a start record reached the disk: an empty file.
-        Err(e) => dropped_tail = Some(e.to_string()),
+        // No start record to find the events from: nothing copied, the old file kept unless
+        // it simply ends before its start record was whole (a kill at the very start).
+        Err(e) => {
+            damage = !matches!(e, RawFileError::Truncated { .. });
+            dropped_tail = Some(e.to_string());
+        }
     }
     let closed = writer.finish().map_err(werr)?;
     let path = closed
         .first()
         .map(|c| c.path.clone())
         .unwrap_or_else(|| dir.join(crate::rawfile::file_name(run, stream, app, sequence)));
-    Ok(Recovered {
+    let recovered = Recovered {
         path,
         stream: stream.to_string(),
         sequence,
@@ -208,7 +231,9 @@ fn copy_complete_events(
         global_ids,
         dropped_tail,
         start_damaged,
-    })
+        kept_damaged: None,
+    };
+    Ok((recovered, damage))
 }
 
 /// Every `.writing` file of run `run` and application `app` in `dir`, read and left as it is:
@@ -266,6 +291,7 @@ fn read_files(
             global_ids: Vec::new(),
             dropped_tail: None,
             start_damaged: None,
+            kept_damaged: None,
         };
         match RawFileReader::open_salvaging(&path) {
             Ok((mut reader, damaged)) => {
@@ -435,6 +461,83 @@ mod tests {
         // The new start record is the file name's: run 5, not the damaged 4.
         let s = verify_file(&r[0].path).unwrap();
         assert_eq!((s.start.run, s.events), (5, 5));
+    }
+
+    /// A start record damaged in a name (a byte that is no UTF-8), a length or a padding
+    /// byte costs the names only, not the events (before: every event of the file was
+    /// dropped with it).
+    #[test]
+    fn a_start_record_damaged_in_its_names_does_not_cost_the_events() {
+        // Word 8 is the application name's length, its bytes from word 9 (byte 36).
+        for (at, byte) in [(36usize, 0x80u8), (32, 0xFF), (39, 0x01)] {
+            let dir = tempfile::tempdir().unwrap();
+            let writing = left_open(dir.path(), 3);
+            let mut bytes = std::fs::read(&writing).unwrap();
+            bytes[at] = byte;
+            std::fs::write(&writing, &bytes).unwrap();
+            assert!(RawFileReader::open(&writing).is_err(), "the damage is seen");
+            let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+            assert_eq!(r[0].events, 3, "byte {at} = {byte:#x}");
+            assert_eq!(r[0].kept_damaged, None, "every event kept: nothing to keep");
+            assert!(r[0].start_damaged.is_some(), "byte {at}: reported");
+            let s = verify_file(&r[0].path).unwrap();
+            assert_eq!((s.start.run, s.events), (5, 3));
+        }
+    }
+
+    /// A copy that stops at damage in the middle (a bad record marker), not at the cut a kill
+    /// leaves, keeps the old file as `.damaged`: what follows the damage may hold events. A
+    /// file only cut at its end is removed once copied.
+    #[test]
+    fn a_file_damaged_in_the_middle_is_kept_for_an_expert() {
+        let dir = tempfile::tempdir().unwrap();
+        let writing = left_open(dir.path(), 6);
+        let mut bytes = std::fs::read(&writing).unwrap();
+        let size = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize * 4;
+        // The first event record's marker, just after the start record.
+        bytes[size] ^= 0xFF;
+        std::fs::write(&writing, &bytes).unwrap();
+        let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+        assert_eq!(r[0].events, 0);
+        let kept = r[0]
+            .kept_damaged
+            .clone()
+            .expect("the damaged original is kept");
+        assert!(kept.to_str().unwrap().ends_with(DAMAGED_SUFFIX), "{kept:?}");
+        assert_eq!(std::fs::read(&kept).unwrap(), bytes);
+        // Nothing left to recover; the kept file is not taken for a data file.
+        assert!(recover_files(dir.path(), 5, "logger-1").unwrap().is_empty());
+        assert!(read_closed(dir.path(), 5, "logger-1")
+            .unwrap()
+            .iter()
+            .all(|c| c.path != kept));
+        // Only cut at its end (what a kill leaves): the old file goes.
+        let dir = tempfile::tempdir().unwrap();
+        left_open(dir.path(), 2);
+        let r = recover_files(dir.path(), 5, "logger-1").unwrap();
+        assert!(r[0].dropped_tail.is_some());
+        assert_eq!(r[0].kept_damaged, None);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// A record that declares an event past 1 GiB is refused before anything is reserved for
+    /// it (a sparse file passes any check against its length).
+    #[test]
+    fn a_record_declaring_an_event_past_the_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let writing = left_open(dir.path(), 2);
+        let mut bytes = std::fs::read(&writing).unwrap();
+        let size = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize * 4;
+        let words = (crate::rawfile::MAX_EVENT_BYTES / 4) as u32 + 1;
+        bytes[size + 4..size + 8].copy_from_slice(&(words + 4).to_le_bytes());
+        std::fs::write(&writing, &bytes).unwrap();
+        let (mut r, _) = RawFileReader::open_salvaging(&writing).unwrap();
+        match r.next_event() {
+            Some(Err(RawFileError::EventTooLarge { words: w })) => {
+                assert_eq!(w, u64::from(words));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -208,6 +208,12 @@ pub fn decompress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Compres
         .map_err(|err| CompressError::Zstd(err.to_string()))?;
     dec.read_exact(&mut bytes)
         .map_err(|err| CompressError::Zstd(format!("{err} (expected {n} words)")))?;
+    // A frame that restores more than the header declares is damaged, not cut short quietly.
+    if matches!(dec.read(&mut [0u8; 1]), Ok(1..)) {
+        return Err(CompressError::Zstd(format!(
+            "restores more than the {n} words the header declares"
+        )));
+    }
     let plain = bytes_to_words(&bytes);
     let tags = tags_of(&e)?;
     let pieces: [&[u32]; 1] = [&plain];
@@ -322,6 +328,12 @@ mod tests {
                 Err(CompressError::TooLarge { words: w }) => assert_eq!(w, u64::from(words)),
                 other => panic!("{other:?}"),
             }
+        }
+        // A size below what the frame restores: damaged, not cut short quietly.
+        packed[at] = want - 1;
+        match decompress_event(&packed, &mut back) {
+            Err(CompressError::Zstd(why)) => assert!(why.contains("more than"), "{why}"),
+            other => panic!("{other:?}"),
         }
         packed[at] = want;
         decompress_event(&packed, &mut back).unwrap();

@@ -48,7 +48,7 @@ mod watch;
 #[cfg(doc)]
 use crate::dma::Generator;
 pub use crate::dma::FLUSH_INTERVAL;
-pub use tcp::TcpReceiver;
+pub use tcp::{TcpReceiver, TAKEOVER_SILENCE};
 pub use udp::UdpReceiver;
 pub use watch::{LinkState, NetCounters, STALL_GAP};
 

@@ -10,12 +10,19 @@
 //!   length: the link is [`LinkState::Lost`], the bytes of the cut record are dropped and
 //!   counted, and the receiver waits for the next sender. A sender killed between two records
 //!   cannot be told from one that closed cleanly: TCP says the same (FIN) for both.
+//! - The sender falls silent without a close (its host lost power, a cable cut: no FIN ever
+//!   comes; or a peer that connects and never sends): once the connection has been quiet for
+//!   [`TAKEOVER_SILENCE`], a new connection waiting to be accepted is taken as a candidate,
+//!   and the first of its bytes to arrive make it the sender: the silent one is dropped (the
+//!   link [`LinkState::Lost`], its cut record counted). A candidate that closes without a byte
+//!   is dropped; a newer one replaces it. A sender silent between spills keeps its link while
+//!   nobody else sends, so a port scan or a probe that connects cannot take it over.
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::wait::wait_readable;
 use super::{is_timeout, LinkState, NetCounters, UnitRule, FLUSH_INTERVAL, POLL_INTERVAL};
@@ -25,11 +32,19 @@ use crate::dma::{Fill, Generator};
 /// (a length word and [`super::MAX_NET_UNIT`] bytes) however the stream is cut.
 const RECEIVE_BUFFER: usize = 256 * 1024;
 
+/// How long the current sender must have been quiet before a new connection may take its place
+/// (module docs: only once the new one sends).
+pub const TAKEOVER_SILENCE: Duration = Duration::from_secs(1);
+
 /// Receives units as length-prefixed records over TCP; see the parent module's docs.
 #[derive(Debug)]
 pub struct TcpReceiver {
     listener: TcpListener,
     stream: Option<TcpStream>,
+    /// A newer connection waiting to send while `stream` is quiet (module docs).
+    candidate: Option<TcpStream>,
+    /// Since when `stream` has given nothing to read (`None`: data came with the last read).
+    quiet_since: Option<Instant>,
     rule: UnitRule,
     counters: Arc<NetCounters>,
     /// Bytes read and not yet taken: `inbuf[start..end]`, whole records then maybe a part.
@@ -63,6 +78,8 @@ impl TcpReceiver {
         Ok(TcpReceiver {
             listener,
             stream: None,
+            candidate: None,
+            quiet_since: None,
             rule,
             counters: Arc::default(),
             inbuf: vec![0u8; RECEIVE_BUFFER.max(2 * record)].into_boxed_slice(),
@@ -96,19 +113,17 @@ impl TcpReceiver {
     /// Accepts a waiting sender, waiting for one at most [`POLL_INTERVAL`]; true when one is
     /// connected.
     fn accept(&mut self) -> bool {
+        if let Some(c) = self.candidate.take() {
+            self.adopt(c);
+            return true;
+        }
         for attempt in 0..2 {
             match self.listener.accept() {
                 Ok((s, _)) => {
                     if s.set_nonblocking(true).is_err() {
                         return false;
                     }
-                    let _ = s.set_nodelay(true);
-                    self.counters.connections.fetch_add(1, Ordering::Relaxed);
-                    self.counters
-                        .set_state(LinkState::Connected, Instant::now());
-                    self.start = 0;
-                    self.end = 0;
-                    self.stream = Some(s);
+                    self.adopt(s);
                     return true;
                 }
                 Err(e) if is_timeout(&e) && attempt == 0 => {
@@ -126,6 +141,58 @@ impl TcpReceiver {
             }
         }
         false
+    }
+
+    /// Makes `s` (non-blocking) the sender.
+    fn adopt(&mut self, s: TcpStream) {
+        let _ = s.set_nodelay(true);
+        self.counters.connections.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .set_state(LinkState::Connected, Instant::now());
+        self.start = 0;
+        self.end = 0;
+        self.quiet_since = None;
+        self.stream = Some(s);
+    }
+
+    /// The current sender has been quiet since `since`: takes a waiting connection as the
+    /// candidate (a newer one replaces an older), and when the candidate has sent a byte makes
+    /// it the sender, the quiet one dropped (module docs). True when the sender changed.
+    fn take_over(&mut self, since: Instant, now: Instant) -> bool {
+        if now.saturating_duration_since(since) < TAKEOVER_SILENCE {
+            return false;
+        }
+        if let Ok((s, _)) = self.listener.accept() {
+            if s.set_nonblocking(true).is_ok() {
+                self.candidate = Some(s);
+            }
+        }
+        let Some(c) = self.candidate.as_ref() else {
+            return false;
+        };
+        match c.peek(&mut [0u8; 1]) {
+            Ok(0) => {
+                // Closed without a byte: nothing to take over with.
+                self.candidate = None;
+                false
+            }
+            Ok(_) => {
+                let why = format!(
+                    "the sender was silent for {} ms and a new connection sent data: the \
+                     silent one was dropped (its host gone without a close?)",
+                    now.saturating_duration_since(since).as_millis()
+                );
+                self.close(Some(why), now);
+                let c = self.candidate.take().expect("the candidate just peeked");
+                self.adopt(c);
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(_) => {
+                self.candidate = None;
+                false
+            }
+        }
     }
 
     /// Copies the whole records buffered into `buf` after `fill`, as many as fit and
@@ -253,10 +320,15 @@ impl Generator for TcpReceiver {
                     self.end += n;
                     now = Instant::now();
                     self.last_read = now;
+                    self.quiet_since = None;
                     self.counters.data(now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let since = *self.quiet_since.get_or_insert(now);
+                    if self.take_over(since, now) {
+                        continue;
+                    }
                     let limit = match *flush_by {
                         Some(d) => d.saturating_duration_since(now),
                         // Nothing to hand over: wait once, then let the channel look at its
@@ -265,6 +337,9 @@ impl Generator for TcpReceiver {
                         None => POLL_INTERVAL,
                     };
                     self.counters.quiet(now);
+                    let Some(stream) = self.stream.as_ref() else {
+                        return fill;
+                    };
                     if wait_readable(stream, limit).is_err() {
                         return fill;
                     }

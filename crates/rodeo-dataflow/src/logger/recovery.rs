@@ -88,7 +88,7 @@ impl Logger {
         })?;
         for r in recovered {
             tracing::warn!(
-                "{}: recovered {} ({} complete events{}{})",
+                "{}: recovered {} ({} complete events{}{}{})",
                 self.config.name,
                 r.path.display(),
                 r.events,
@@ -99,7 +99,12 @@ impl Logger {
                     .as_deref()
                     .map_or(String::new(), |t| format!(
                         "; start record rewritten from the file name: {t}"
-                    ))
+                    )),
+                r.kept_damaged.as_deref().map_or(String::new(), |k| format!(
+                    "; the damaged original kept as {} for an expert (events after the \
+                     damage may be recoverable by hand)",
+                    k.display()
+                ))
             );
             for &gid in &r.global_ids {
                 self.written.insert(gid);

@@ -66,8 +66,9 @@ pub enum RawFileError {
         /// The existing file.
         path: PathBuf,
     },
-    /// An event does not fit in one record (its size in words does not fit in 32 bits).
-    #[error("event of {words} words is too large for one record")]
+    /// An event is larger than a record may hold ([`super::MAX_EVENT_BYTES`], 1 GiB): refused
+    /// by the writer, and by the reader for a record that declares one.
+    #[error("event of {words} words is too large for one record (at most 1 GiB)")]
     EventTooLarge {
         /// Fragment size in words.
         words: u64,

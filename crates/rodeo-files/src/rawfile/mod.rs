@@ -92,6 +92,11 @@ pub const MIN_FORMAT_VERSION: u32 = 1;
 pub const END_RECORD_WORDS: u32 = 9;
 /// Header words of an event record (marker, size, flags, checksum).
 pub const EVENT_HEADER_WORDS: u32 = 4;
+/// Largest event fragment a record may hold, in bytes (1 GiB, as the largest compressed event
+/// restored: `rodeo_format::compress::MAX_DECOMPRESSED_BYTES`): the writer refuses a larger
+/// event and the reader a record that declares one, before reserving memory for it (a sparse
+/// file passes any check against its length).
+pub const MAX_EVENT_BYTES: u64 = 1 << 30;
 /// Event record flag: the fragment is compressed.
 pub const FLAG_COMPRESSED: u32 = 1;
 /// Suffix of a file that is still being written.

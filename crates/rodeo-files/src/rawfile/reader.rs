@@ -116,9 +116,11 @@ impl RawFileReader {
         Ok(reader)
     }
 
-    /// Opens `path` like [`RawFileReader::open`], except that a version-2 start record whose
-    /// Adler-32 disagrees with its bytes is read anyway (every other check still applies): the
-    /// reader comes back with the [`RawFileError::StartChecksum`] it overlooked. For salvaging
+    /// Opens `path` like [`RawFileReader::open`], except that a start record whose Adler-32
+    /// disagrees with its bytes, or whose version word, names, their lengths or padding are
+    /// damaged, is read anyway as long as its marker and size hold (the events are found from
+    /// its size): the reader comes back with the first error it overlooked (for a checksum,
+    /// [`RawFileError::StartChecksum`]), and the names it could not read empty. For salvaging
     /// the events of a damaged file (crash recovery rewrites the start record from the file
     /// name); the events are still checked record by record. Never use the start record's
     /// fields when an error comes back.
@@ -301,17 +303,23 @@ impl RawFileReader {
                 .unwrap_or(0)
         };
         // Word indices below are relative to the start of `rest` (file word 2).
-        let version = word(0);
+        let mut version = word(0);
+        let mut damaged = None;
         if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
-            return Err(RawFileError::BadStart {
+            let e = RawFileError::BadStart {
                 field: "format version",
                 expected: format!("{MIN_FORMAT_VERSION}..={FORMAT_VERSION}"),
                 found: u64::from(version),
-            });
+            };
+            if strict {
+                return Err(e);
+            }
+            // Salvaging: a damaged version word is taken as this writer's own.
+            damaged = Some(e);
+            version = FORMAT_VERSION;
         }
         // Version 2 ends the record with its Adler-32: check it before trusting any field.
         let checksummed = version >= 2;
-        let mut damaged = None;
         let total = size as usize - 2 - usize::from(checksummed);
         if checksummed {
             let stored = word(total);
@@ -327,52 +335,20 @@ impl RawFileReader {
                 if strict {
                     return Err(e);
                 }
-                damaged = Some(e);
+                damaged.get_or_insert(e);
             }
         }
-        let mut at = 6;
-        let mut strings = [String::new(), String::new()];
-        let fields = [
-            ("application name", "application name padding"),
-            ("stream name", "stream name padding"),
-        ];
-        for ((field, pad_field), out) in fields.into_iter().zip(strings.iter_mut()) {
-            let len = word(at) as usize;
-            let room = total.saturating_sub(at + 1) * 4;
-            if len > room {
-                return Err(RawFileError::BadStart {
-                    field,
-                    expected: format!("a length of at most {room} bytes"),
-                    found: len as u64,
-                });
+        // The names: in salvage mode a damaged field (a flipped bit in a name, its padding or
+        // a length) costs the names only, as a failed checksum does: the record's size was
+        // checked above, so the events after it are still found.
+        let strings = match start_strings(&word, &rest, total, size) {
+            Ok(s) => s,
+            Err(e) if !strict => {
+                damaged.get_or_insert(e);
+                [String::new(), String::new()]
             }
-            let begin = (at + 1) * 4;
-            let bytes = rest.get(begin..begin + len).unwrap_or(&[]);
-            *out = String::from_utf8(bytes.to_vec()).map_err(|_| RawFileError::BadString {
-                field,
-                offset: (at as u64 + 3) * 4,
-            })?;
-            // The padding is zero bytes (the spec's): a version-1 record has no checksum, so
-            // this is the only way a damaged pad byte is found.
-            let pad = rest
-                .get(begin + len..begin + len.next_multiple_of(4))
-                .unwrap_or(&[]);
-            if let Some(&b) = pad.iter().find(|&&b| b != 0) {
-                return Err(RawFileError::BadStart {
-                    field: pad_field,
-                    expected: "zero bytes".into(),
-                    found: u64::from(b),
-                });
-            }
-            at += 1 + len.div_ceil(4);
-        }
-        if at != total {
-            return Err(RawFileError::BadStart {
-                field: "record size in words",
-                expected: (at + 2).to_string(),
-                found: u64::from(size),
-            });
-        }
+            Err(e) => return Err(e),
+        };
         self.pos = size_bytes;
         let [app_name, stream_name] = strings;
         let start = FileStart {
@@ -432,6 +408,11 @@ impl RawFileReader {
                     });
                 }
                 let needed = u64::from(size) * 4;
+                if needed - header_bytes > super::MAX_EVENT_BYTES {
+                    return Err(RawFileError::EventTooLarge {
+                        words: u64::from(size - EVENT_HEADER_WORDS),
+                    });
+                }
                 if needed > remaining {
                     return Err(truncated(RecordKind::Event(index), needed));
                 }
@@ -565,4 +546,59 @@ pub fn verify_file(path: impl AsRef<Path>) -> Result<FileSummary, RawFileError> 
         offset: reader.position(),
         events: reader.events_read(),
     })
+}
+
+/// The application and stream names of a start record of `total` words after its first two
+/// (`word(i)`: word `i` of them, `rest` their bytes), each length and padding checked, and the
+/// record's size against what they take.
+fn start_strings(
+    word: &impl Fn(usize) -> u32,
+    rest: &[u8],
+    total: usize,
+    size: u32,
+) -> Result<[String; 2], RawFileError> {
+    let mut at = 6;
+    let mut strings = [String::new(), String::new()];
+    let fields = [
+        ("application name", "application name padding"),
+        ("stream name", "stream name padding"),
+    ];
+    for ((field, pad_field), out) in fields.into_iter().zip(strings.iter_mut()) {
+        let len = word(at) as usize;
+        let room = total.saturating_sub(at + 1) * 4;
+        if len > room {
+            return Err(RawFileError::BadStart {
+                field,
+                expected: format!("a length of at most {room} bytes"),
+                found: len as u64,
+            });
+        }
+        let begin = (at + 1) * 4;
+        let bytes = rest.get(begin..begin + len).unwrap_or(&[]);
+        *out = String::from_utf8(bytes.to_vec()).map_err(|_| RawFileError::BadString {
+            field,
+            offset: (at as u64 + 3) * 4,
+        })?;
+        // The padding is zero bytes (the spec's): a version-1 record has no checksum, so
+        // this is the only way a damaged pad byte is found.
+        let pad = rest
+            .get(begin + len..begin + len.next_multiple_of(4))
+            .unwrap_or(&[]);
+        if let Some(&b) = pad.iter().find(|&&b| b != 0) {
+            return Err(RawFileError::BadStart {
+                field: pad_field,
+                expected: "zero bytes".into(),
+                found: u64::from(b),
+            });
+        }
+        at += 1 + len.div_ceil(4);
+    }
+    if at != total {
+        return Err(RawFileError::BadStart {
+            field: "record size in words",
+            expected: (at + 2).to_string(),
+            found: u64::from(size),
+        });
+    }
+    Ok(strings)
 }

@@ -331,6 +331,9 @@ impl RawFileWriter {
         let Ok(size_word) = u32::try_from(record_words) else {
             return Err(RawFileError::EventTooLarge { words });
         };
+        if words * 4 > super::MAX_EVENT_BYTES {
+            return Err(RawFileError::EventTooLarge { words });
+        }
         let record_bytes = record_words * 4;
         self.rotate_if_needed(record_bytes)?;
         let Some(file) = self.current.as_mut() else {

@@ -84,6 +84,8 @@ fn start_links(
                 started.link
             ));
         }
+        rodeo_cards::card::check_unit_fits(&started, LINK_SUPERPAGE_BYTES)
+            .map_err(|e| format!("{card} channel {i}: {e}"))?;
         let this = SlinkCheckConfig {
             l1id_wrap,
             ..started.slink

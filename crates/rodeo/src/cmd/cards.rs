@@ -129,6 +129,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("allocating superpages for card {}", spec.name))?;
         for c in card.channels() {
+            rodeo_cards::card::check_unit_fits(c, SUPERPAGE_BYTES)
+                .map_err(|e| anyhow::anyhow!("card {}: {e}", spec.name))?;
             for _ in 0..SUPERPAGES_PER_CHANNEL {
                 let sp = pool.alloc().context("superpage pool too small")?;
                 if c.channel.push_superpage(sp).is_err() {
