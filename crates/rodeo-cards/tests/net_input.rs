@@ -336,7 +336,8 @@ fn a_tcp_input_reports_its_state() {
 
 /// A sender that falls silent without a close (its host gone: no FIN ever comes) does not keep
 /// the link deaf: a new sender's data takes it over; a probe that connects and closes without
-/// a byte does not, and neither does anyone while the sender still sends.
+/// a byte does not, one that connects and idles does not block the new sender, and nobody
+/// takes the link while the sender still sends.
 #[test]
 fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     use rodeo_cards::net::LinkState;
@@ -388,8 +389,11 @@ fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     first.send(source.next_unit().unwrap()).unwrap();
     first.flush().unwrap();
     units(2);
-    // A new sender connects and sends while the first stays silent: it takes the link over
-    // once the first has been quiet for the takeover time.
+    // A probe connects and stays idle (it never sends, never closes), then a new sender
+    // connects and sends while the first stays silent: the idle probe gives its place once it
+    // has waited the takeover time, and the sender takes the link over.
+    let idle = std::net::TcpStream::connect(tcp).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     let mut second = LinkSender::connect(address).unwrap();
     for _ in 0..5 {
         second.send(source.next_unit().unwrap()).unwrap();
@@ -401,7 +405,7 @@ fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     assert!(why.contains("silent"), "{why}");
     assert_eq!(net.connections.load(Ordering::Relaxed), 2);
     assert_eq!(net.state(), LinkState::Connected);
-    drop(first);
+    drop((first, idle));
 }
 
 /// Closes `stream` with a reset (SO_LINGER on, 0 s): what a killed sender's kernel sends when

@@ -9,9 +9,10 @@
 //! [`AppControl::heartbeat`] reads the live counters through the application's probe. A
 //! command may hold that mutex for long (a `stop` waits for the drain, up to the command
 //! timeout), so what the HTTP server asks for (status, metrics, configuration) never waits
-//! for it: when a command runs, the answer is built from the [`Seen`] copy the last command
+//! for it: when a command runs, the answer is built from the `Seen` copy the last command
 //! or heartbeat left (state, error, run number and start, configuration) and the probe's live
-//! counters, with the command in progress named. The
+//! counters, with the command in progress named (the oldest that asked for the mutex; each
+//! takes its mark away as it ends, also by a panic). The
 //! process starts in INITIAL (the process exists; `initialize` is implied). A thread that ends
 //! on its own with an error puts the application in ERROR (seen at the next heartbeat).
 //!
@@ -63,8 +64,9 @@ struct Seen {
     /// The configuration as `config_toml` shows it (secrets hidden).
     config_toml: String,
     probe: Option<crate::application::Probe>,
-    /// The command that holds `Inner` now, and since when.
-    command: Option<(Command, Instant)>,
+    /// The commands that asked for `Inner`, oldest first (the first holds it, or is about to;
+    /// the rest wait), each with its mark's number and since when.
+    commands: Vec<(u64, Command, Instant)>,
 }
 
 impl Seen {
@@ -82,7 +84,7 @@ impl Seen {
             run_start: inner.run_start,
             config_toml,
             probe: inner.driver.probe(),
-            command: None,
+            commands: Vec::new(),
         }
     }
 }
@@ -95,6 +97,20 @@ pub struct AppControl {
     transport: Transport,
     inner: Mutex<Inner>,
     seen: Mutex<Seen>,
+    /// The next command mark's number.
+    marks: std::sync::atomic::AtomicU64,
+}
+
+/// A command's mark in [`Seen::commands`], taken away when dropped.
+struct Mark<'a> {
+    app: &'a AppControl,
+    id: u64,
+}
+
+impl Drop for Mark<'_> {
+    fn drop(&mut self) {
+        self.app.seen().commands.retain(|c| c.0 != self.id);
+    }
 }
 
 impl fmt::Debug for AppControl {
@@ -134,6 +150,7 @@ impl AppControl {
             role,
             transport,
             seen: Mutex::new(Seen::of(&inner, public_toml(&inner))),
+            marks: std::sync::atomic::AtomicU64::new(0),
             inner: Mutex::new(inner),
         }
     }
@@ -156,18 +173,28 @@ impl AppControl {
         self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Copies what `inner` shows into [`Seen`], keeping the mark of a command that waits
-    /// for `inner` (any but the one that started at `ours`).
-    /// After a command (`ours`: when it started) the configuration's text is made again.
-    fn publish(&self, inner: &Inner, ours: Option<Instant>) {
-        let toml = ours.map(|_| public_toml(inner));
+    /// Copies what `inner` shows into [`Seen`], the commands' marks kept (each [`Mark`]
+    /// takes its own away). After a command (`after_command`) the configuration's text is
+    /// made again.
+    fn publish(&self, inner: &Inner, after_command: bool) {
+        let toml = after_command.then(|| public_toml(inner));
         let mut seen = self.seen();
-        let command = seen.command.take().filter(|(_, t)| Some(*t) != ours);
+        let commands = std::mem::take(&mut seen.commands);
         let toml = toml.unwrap_or_else(|| std::mem::take(&mut seen.config_toml));
         *seen = Seen {
-            command,
+            commands,
             ..Seen::of(inner, toml)
         };
+    }
+
+    /// Marks `command` as asking for `Inner` until the mark drops (also when the command
+    /// panics: an HTTP command runs under `catch_unwind`).
+    fn mark(&self, command: Command) -> Mark<'_> {
+        let id = self
+            .marks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.seen().commands.push((id, command, Instant::now()));
+        Mark { app: self, id }
     }
 
     /// `Inner` when no command holds it; `None` (at once) while one runs.
@@ -212,11 +239,10 @@ impl AppControl {
         run: RunEnd,
         rejoin_at: Option<u64>,
     ) -> Result<(State, Option<AppSummary>), TransitionError> {
-        let started = Instant::now();
-        self.seen().command = Some((command, started));
+        let _mark = self.mark(command);
         let mut guard = self.lock();
         let result = self.handle_locked(&mut guard, command, config, run, rejoin_at);
-        self.publish(&guard, Some(started));
+        self.publish(&guard, true);
         result
     }
 
@@ -284,8 +310,7 @@ impl AppControl {
 
     fn heartbeat_locked(&self, inner: &mut Inner) -> Heartbeat {
         inner.driver.poll();
-        // A command queued behind this heartbeat stays named.
-        self.publish(inner, None);
+        self.publish(inner, false);
         Heartbeat {
             state: inner.driver.state(),
             // A halted application is not in ERROR; its reason shows as its error.
@@ -362,7 +387,7 @@ impl RunControl for AppControl {
         };
         let totals = crate::rates::Totals::of(metrics.iter());
         let mut recent_errors: Vec<String> = seen.error.clone().into_iter().collect();
-        if let Some((command, since)) = seen.command {
+        if let Some(&(_, command, since)) = seen.commands.first() {
             recent_errors.push(format!(
                 "{command} in progress for {} ms: the state shown is the one before it",
                 since.elapsed().as_millis()
@@ -408,7 +433,9 @@ impl RunControl for AppControl {
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
         let status = self.status();
-        let metrics = self.seen().probe.clone().map(|p| p());
+        // The probe is called after the lock is gone.
+        let probe = self.seen().probe.clone();
+        let metrics = probe.map(|p| p());
         write_partition_metrics(
             out,
             &status,
@@ -713,12 +740,11 @@ mod tests {
             let app = std::sync::Arc::clone(&app);
             std::thread::spawn(move || {
                 // As `handle_run` does for a command, which then holds `inner` throughout.
-                let started = Instant::now();
-                app.seen().command = Some((Command::Stop, started));
+                let _mark = app.mark(Command::Stop);
                 let inner = app.lock();
                 held.send(()).unwrap();
                 std::thread::sleep(Duration::from_secs(3));
-                app.publish(&inner, Some(started));
+                app.publish(&inner, true);
             })
         };
         release.recv().unwrap();
@@ -749,6 +775,14 @@ mod tests {
         assert!(toml.contains("[dcm]"));
         holder.join().unwrap();
         // Free again: a fresh heartbeat, no command named.
+        assert!(app.status().recent_errors.is_empty());
+        // A command that panics (an HTTP command runs under catch_unwind) takes its mark away.
+        let panicking = std::sync::Arc::clone(&app);
+        let _ = std::thread::spawn(move || {
+            let _mark = panicking.mark(Command::Start);
+            panic!("a command's panic, on purpose");
+        })
+        .join();
         assert!(app.status().recent_errors.is_empty());
         assert_eq!(app.command(Command::Stop).unwrap(), State::Connected);
         assert_eq!(app.status().state, State::Connected);

@@ -165,6 +165,7 @@ pub enum LinkFileError {
 pub struct LinkFileWriter {
     out: BufWriter<File>,
     path: PathBuf,
+    mode: LinkMode,
     units: u64,
     bytes: u64,
 }
@@ -184,13 +185,15 @@ impl LinkFileWriter {
         Ok(LinkFileWriter {
             out,
             path: path.to_path_buf(),
+            mode: header.mode,
             units: 0,
             bytes: 0,
         })
     }
 
-    /// Appends one unit (1 byte ..= [`MAX_UNIT_BYTES`]; others are refused as
-    /// [`LinkFileError::BadUnitLength`] so the file stays readable).
+    /// Appends one unit (1 byte ..= [`MAX_UNIT_BYTES`], whole words in an S-LINK file;
+    /// others are refused as [`LinkFileError::BadUnitLength`] or
+    /// [`LinkFileError::UnitNotWords`] so the file stays readable).
     pub fn write_unit(&mut self, unit: &[u8]) -> Result<(), LinkFileError> {
         if unit.is_empty() || unit.len() > MAX_UNIT_BYTES {
             return Err(LinkFileError::BadUnitLength {
@@ -198,6 +201,14 @@ impl LinkFileWriter {
                 unit: self.units,
                 offset: self.bytes,
                 length: unit.len().min(u32::MAX as usize) as u32,
+            });
+        }
+        if self.mode == LinkMode::Slink && unit.len() % 4 != 0 {
+            return Err(LinkFileError::UnitNotWords {
+                path: self.path.clone(),
+                unit: self.units,
+                offset: self.bytes,
+                length: unit.len() as u32,
             });
         }
         let pad = unit.len().next_multiple_of(4) - unit.len();
@@ -467,12 +478,20 @@ mod tests {
             units.iter().map(|u| &u[..]).collect::<Vec<_>>()
         );
         assert_eq!(f.max_unit(), 76);
-        // An S-LINK unit of other than whole words is refused where it lies.
+        // An S-LINK unit of other than whole words is refused by the writer, and by the
+        // reader where it lies (a file made by hand).
         let odd = dir.path().join("odd.rlnk");
         let mut w = LinkFileWriter::create(&odd, &header()).unwrap();
         w.write_unit(&[1, 2, 3, 4]).unwrap();
-        w.write_unit(&[5, 6, 7]).unwrap();
+        assert!(matches!(
+            w.write_unit(&[5, 6, 7]),
+            Err(LinkFileError::UnitNotWords { unit: 1, .. })
+        ));
         w.finish().unwrap();
+        let mut bytes = std::fs::read(&odd).unwrap();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(&[5, 6, 7, 0]);
+        std::fs::write(&odd, &bytes).unwrap();
         match LinkFile::read(&odd) {
             Err(LinkFileError::UnitNotWords {
                 unit: 1, length: 3, ..

@@ -533,8 +533,12 @@ mod tests {
         std::fs::write(&writing, &bytes).unwrap();
         let (mut r, _) = RawFileReader::open_salvaging(&writing).unwrap();
         match r.next_event() {
-            Some(Err(RawFileError::EventTooLarge { words: w })) => {
-                assert_eq!(w, u64::from(words));
+            Some(Err(e @ RawFileError::RecordTooLarge { size_words, .. })) => {
+                assert_eq!(size_words, words + 4);
+                assert_eq!(
+                    (e.offset(), e.events_recovered()),
+                    (Some(size as u64), Some(0))
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -241,7 +241,11 @@ fn huge_declared_size_does_not_allocate() {
     // looked at (a sparse file is as long as it likes).
     assert!(matches!(
         err,
-        Some(RawFileError::EventTooLarge { words }) if words == u64::from(u32::MAX - 4)
+        Some(RawFileError::RecordTooLarge {
+            size_words: u32::MAX,
+            index: 1,
+            ..
+        })
     ));
 }
 

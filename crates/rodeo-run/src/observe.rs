@@ -237,7 +237,7 @@ impl Observer {
             );
             w.counter(
                 "rodeo_monitor_received_total",
-                "Samples the service's own subscriber received (its histograms).",
+                "Samples the service's own subscriber received (of any run).",
                 &[(&[], samples)],
             );
             w.counter(

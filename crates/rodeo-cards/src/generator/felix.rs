@@ -248,7 +248,8 @@ impl FelixGenerator {
         }
     }
 
-    /// L1IDs generated so far: every E-link has written its whole packet of each (some
+    /// L1IDs generated so far, counted from event 0 (those [`FelixGenerator::skip`]ped
+    /// included): every E-link has written its whole packet of each (some
     /// E-links may be up to a block's worth of L1IDs further).
     pub fn l1ids(&self) -> u64 {
         self.lanes

@@ -15,7 +15,8 @@
 //!   [`TAKEOVER_SILENCE`], a new connection waiting to be accepted is taken as a candidate,
 //!   and the first of its bytes to arrive make it the sender: the silent one is dropped (the
 //!   link [`LinkState::Lost`], its cut record counted). A candidate that closes without a byte
-//!   is dropped; a newer one replaces it. A sender silent between spills keeps its link while
+//!   is dropped; one idle for [`TAKEOVER_SILENCE`] gives its place to a newer connection, so
+//!   an idle one cannot hold it either. A sender silent between spills keeps its link while
 //!   nobody else sends, so a port scan or a probe that connects cannot take it over.
 
 use std::io::{self, Read};
@@ -41,8 +42,9 @@ pub const TAKEOVER_SILENCE: Duration = Duration::from_secs(1);
 pub struct TcpReceiver {
     listener: TcpListener,
     stream: Option<TcpStream>,
-    /// A newer connection waiting to send while `stream` is quiet (module docs).
-    candidate: Option<TcpStream>,
+    /// A newer connection waiting to send while `stream` is quiet, and since when (module
+    /// docs).
+    candidate: Option<(TcpStream, Instant)>,
     /// Since when `stream` has given nothing to read (`None`: data came with the last read).
     quiet_since: Option<Instant>,
     rule: UnitRule,
@@ -113,7 +115,7 @@ impl TcpReceiver {
     /// Accepts a waiting sender, waiting for one at most [`POLL_INTERVAL`]; true when one is
     /// connected.
     fn accept(&mut self) -> bool {
-        if let Some(c) = self.candidate.take() {
+        if let Some((c, _)) = self.candidate.take() {
             self.adopt(c);
             return true;
         }
@@ -156,41 +158,62 @@ impl TcpReceiver {
     }
 
     /// The current sender has been quiet since `since`: takes a waiting connection as the
-    /// candidate (a newer one replaces an older), and when the candidate has sent a byte makes
-    /// it the sender, the quiet one dropped (module docs). True when the sender changed.
+    /// candidate, and when the candidate has sent a byte makes it the sender, the quiet one
+    /// dropped (module docs). A candidate that closed without a byte is dropped; one that has
+    /// waited [`TAKEOVER_SILENCE`] without a byte gives its place to a newer connection (so an
+    /// idle one cannot hold it), a younger one keeps it. True when the sender changed.
     fn take_over(&mut self, since: Instant, now: Instant) -> bool {
         if now.saturating_duration_since(since) < TAKEOVER_SILENCE {
             return false;
         }
+        if let Some(changed) = self.try_candidate(now) {
+            return changed;
+        }
+        // No candidate, or one that may give its place: a newer connection, if one waits.
         if let Ok((s, _)) = self.listener.accept() {
             if s.set_nonblocking(true).is_ok() {
-                self.candidate = Some(s);
+                self.candidate = Some((s, now));
             }
         }
-        let Some(c) = self.candidate.as_ref() else {
-            return false;
-        };
-        match c.peek(&mut [0u8; 1]) {
+        self.try_candidate(now).unwrap_or(false)
+    }
+
+    /// Looks at the candidate: `Some(true)` when it sent data and is now the sender,
+    /// `Some(false)` when it keeps waiting and keeps its place, `None` when there is no
+    /// candidate or it gave its place (closed, failed, or idle for [`TAKEOVER_SILENCE`]).
+    fn try_candidate(&mut self, now: Instant) -> Option<bool> {
+        let (c, waiting_since) = self.candidate.as_ref()?;
+        let waiting_since = *waiting_since;
+        let peeked = c.peek(&mut [0u8; 1]);
+        match peeked {
             Ok(0) => {
                 // Closed without a byte: nothing to take over with.
                 self.candidate = None;
-                false
+                None
             }
             Ok(_) => {
+                let silent = self
+                    .quiet_since
+                    .map_or(0, |q| now.saturating_duration_since(q).as_millis());
                 let why = format!(
-                    "the sender was silent for {} ms and a new connection sent data: the \
-                     silent one was dropped (its host gone without a close?)",
-                    now.saturating_duration_since(since).as_millis()
+                    "the sender was silent for {silent} ms and a new connection sent data: the \
+                     silent one was dropped (its host gone without a close?)"
                 );
                 self.close(Some(why), now);
-                let c = self.candidate.take().expect("the candidate just peeked");
+                let (c, _) = self.candidate.take().expect("the candidate just peeked");
                 self.adopt(c);
-                true
+                Some(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if now.saturating_duration_since(waiting_since) < TAKEOVER_SILENCE {
+                    Some(false)
+                } else {
+                    None
+                }
+            }
             Err(_) => {
                 self.candidate = None;
-                false
+                None
             }
         }
     }

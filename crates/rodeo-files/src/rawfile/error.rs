@@ -67,7 +67,7 @@ pub enum RawFileError {
         path: PathBuf,
     },
     /// An event is larger than a record may hold ([`super::MAX_EVENT_BYTES`], 1 GiB): refused
-    /// by the writer, and by the reader for a record that declares one.
+    /// by the writer (the reader says [`RawFileError::RecordTooLarge`]).
     #[error("event of {words} words is too large for one record (at most 1 GiB)")]
     EventTooLarge {
         /// Fragment size in words.
@@ -115,6 +115,17 @@ pub enum RawFileError {
     /// An event record declares fewer words than its own header.
     #[error("event record {index} at byte {offset}: record size of {size_words} words is below the 4 header words; {index} events recovered")]
     BadRecordSize {
+        /// Index of the record (= events recovered).
+        index: u64,
+        /// Byte offset of the record.
+        offset: u64,
+        /// The declared size.
+        size_words: u32,
+    },
+    /// An event record declares a fragment past [`super::MAX_EVENT_BYTES`] (1 GiB): refused
+    /// before anything is reserved for it.
+    #[error("event record {index} at byte {offset}: record size of {size_words} words is past the largest event of 1 GiB; {index} events recovered")]
+    RecordTooLarge {
         /// Index of the record (= events recovered).
         index: u64,
         /// Byte offset of the record.
@@ -190,6 +201,7 @@ impl RawFileError {
         match *self {
             RawFileError::BadMarker { offset, .. }
             | RawFileError::BadRecordSize { offset, .. }
+            | RawFileError::RecordTooLarge { offset, .. }
             | RawFileError::Truncated { offset, .. }
             | RawFileError::Checksum { offset, .. }
             | RawFileError::NoEndRecord { offset, .. }
@@ -206,6 +218,7 @@ impl RawFileError {
         match *self {
             RawFileError::BadMarker { index, .. }
             | RawFileError::BadRecordSize { index, .. }
+            | RawFileError::RecordTooLarge { index, .. }
             | RawFileError::Checksum { index, .. } => Some(index),
             RawFileError::Truncated { events, .. }
             | RawFileError::NoEndRecord { events, .. }

@@ -43,9 +43,11 @@
 //!   the fields and strings it holds, version 1 or 2, UTF-8 names with zero padding):
 //!   [`RawFileError::BadStart`] or [`RawFileError::BadString`], before any event; a version-2
 //!   start record whose Adler-32 disagrees: [`RawFileError::StartChecksum`] (at byte 0;
-//!   [`RawFileReader::open_salvaging`] reads past it, for crash recovery);
+//!   [`RawFileReader::open_salvaging`] reads past it and past damaged names, for crash
+//!   recovery);
 //! - a record marker that is neither an event nor the end record: [`RawFileError::BadMarker`];
-//! - a record size below 4 words: [`RawFileError::BadRecordSize`];
+//! - a record size below 4 words: [`RawFileError::BadRecordSize`]; one past the largest event
+//!   ([`MAX_EVENT_BYTES`], 1 GiB): [`RawFileError::RecordTooLarge`];
 //! - a record that runs past the end of the file: [`RawFileError::Truncated`] (sizes are always
 //!   checked against the file length before anything is read or allocated);
 //! - a fragment whose Adler-32 differs: [`RawFileError::Checksum`];

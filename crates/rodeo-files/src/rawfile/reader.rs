@@ -409,8 +409,10 @@ impl RawFileReader {
                 }
                 let needed = u64::from(size) * 4;
                 if needed - header_bytes > super::MAX_EVENT_BYTES {
-                    return Err(RawFileError::EventTooLarge {
-                        words: u64::from(size - EVENT_HEADER_WORDS),
+                    return Err(RawFileError::RecordTooLarge {
+                        index,
+                        offset,
+                        size_words: size,
                     });
                 }
                 if needed > remaining {
