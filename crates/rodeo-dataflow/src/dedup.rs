@@ -12,22 +12,28 @@
 //!
 //! # State
 //!
-//! - `low`, the low-water mark: every id below it counts as seen (a duplicate).
+//! - `low`, the low-water mark: below it the detector cannot tell (an id there is new to it,
+//!   and counted late).
 //! - a ring of `capacity` bits (a power of two): the bit of id `i`, for `low <= i < low +
 //!   capacity`, is at position `i % capacity` and says whether `i` was inserted.
 //! - `high`: one past the highest id tracked (the window's leading edge).
 //!
 //! An insert of an id at or past `low + capacity` slides the window forward: `low` becomes
-//! `id + 1 - capacity`, and the bits of the ids that fell below `low` are cleared for reuse
-//! (their ids now count as seen through `low`). The memory is the ring, allocated and touched
+//! `id + 1 - capacity`, and the bits of the ids that fell below `low` are cleared for reuse.
+//! The memory is the ring, allocated and touched
 //! once at construction ([`DedupWindow::new`]): nothing grows with the run.
 //!
 //! # What the bound costs, and hostile ids
 //!
-//! - An id that arrives more than `capacity` ids behind the newest counts as a duplicate even
-//!   if it was never inserted ([`DedupWindow::late`] counts them). The logger's default window
-//!   is [`DEFAULT_WINDOW_IDS`] ids (2 MiB of bits): at a 100 kHz L1 rate that is 160 s of ids,
-//!   far longer than any reassignment (the supervisor's event timeout, 10 s by default).
+//! - An id that arrives more than `capacity` ids behind the newest is reported new (and
+//!   counted, [`DedupWindow::late`]): the detector no longer knows whether it was seen, and an
+//!   event written twice is counted by the file checks, while one dropped as a duplicate would
+//!   be acknowledged and lost for good. The logger's default window is [`DEFAULT_WINDOW_IDS`]
+//!   ids (2 MiB of bits): at a 100 kHz L1 rate that is 160 s of ids, far longer than any
+//!   reassignment (the supervisor's event timeout, 10 s by default), so a genuine repeat is
+//!   never that late. Until 2026-12-04 such an id counted as a duplicate: two forged events
+//!   far ahead (a confirmed jump) or one forged event before the run's first made every
+//!   genuine id of the run a "duplicate", dropped and acknowledged.
 //! - An id more than half a window ahead of the newest tracked id (a corrupt or hostile event
 //!   header, e.g. `u64::MAX`) does not move the window: one such id would otherwise push every
 //!   genuine id below `low`, where all would count as duplicates. It is reported new, not
@@ -47,7 +53,7 @@ pub struct DedupWindow {
     bits: Vec<u64>,
     /// `capacity - 1` (capacity is a power of two).
     mask: u64,
-    /// Every id below this counts as seen.
+    /// Below this the detector cannot tell (module docs).
     low: u64,
     /// One past the highest id tracked (`low` when nothing was inserted yet).
     high: u64,
@@ -55,7 +61,7 @@ pub struct DedupWindow {
     anchored: bool,
     /// The last far-ahead id, waiting for a second one to confirm a jump.
     jump: Option<u64>,
-    /// Ids below the window counted as duplicates without having been inserted.
+    /// Ids found below the window, reported new (module docs).
     late: u64,
     /// Far-ahead ids reported new without being remembered.
     far_ahead: u64,
@@ -97,12 +103,12 @@ impl DedupWindow {
         self.mask + 1
     }
 
-    /// The low-water mark: every id below it counts as seen.
+    /// The low-water mark: below it the detector cannot tell.
     pub fn low_water_mark(&self) -> u64 {
         self.low
     }
 
-    /// Ids found below the window that had not been inserted (counted as duplicates).
+    /// Ids inserted below the window, reported new (module docs).
     pub fn late(&self) -> u64 {
         self.late
     }
@@ -117,13 +123,10 @@ impl DedupWindow {
         self.bits.len() * 8
     }
 
-    /// Whether `id` counts as seen: inserted and still in the window, or below it.
+    /// Whether `id` counts as seen: inserted and still in the window (below it, it does not).
     pub fn contains(&self, id: u64) -> bool {
-        if !self.anchored {
+        if !self.anchored || id < self.low {
             return false;
-        }
-        if id < self.low {
-            return true;
         }
         if id >= self.high {
             return false;
@@ -131,7 +134,8 @@ impl DedupWindow {
         self.bit(id)
     }
 
-    /// Inserts `id`; `true` if it is new, `false` if it counts as seen (a duplicate).
+    /// Inserts `id`; `true` if it is new (or below the window: counted late), `false` if it
+    /// was inserted before and is still in the window (a duplicate).
     pub fn insert(&mut self, id: u64) -> bool {
         if !self.anchored {
             self.anchored = true;
@@ -140,7 +144,7 @@ impl DedupWindow {
         }
         if id < self.low {
             self.late += 1;
-            return false;
+            return true;
         }
         let half = self.capacity() / 2;
         if id >= self.high.saturating_add(half) {
@@ -244,15 +248,18 @@ mod tests {
     }
 
     #[test]
-    fn slides_and_counts_late_ids_as_duplicates() {
+    fn slides_and_counts_late_ids_as_new() {
         let mut d = DedupWindow::new(64);
         for id in 1000..1100 {
             assert!(d.insert(id));
         }
         // The window is 64 ids wide: 1099 - 63 = 1036 is the low-water mark.
         assert_eq!(d.low_water_mark(), 1036);
-        assert!(d.contains(1000), "below the window counts as seen");
-        assert!(!d.insert(1001));
+        assert!(
+            !d.contains(1000),
+            "below the window the detector cannot tell"
+        );
+        assert!(d.insert(1001), "written (counted late), never dropped");
         assert_eq!(d.late(), 1);
         assert!(d.contains(1050));
         assert!(!d.contains(1100));
@@ -288,7 +295,28 @@ mod tests {
         );
         assert!(!d.insert(far + 7));
         assert!(d.insert(far + 8));
-        assert!(d.contains(10), "the old ids are below the window now");
+        assert!(!d.contains(10), "the old ids are below the window now");
+    }
+
+    /// Forged ids (a confirmed jump from two far-ahead ones, or one before the run's first)
+    /// cannot make the genuine ids duplicates: below the window they are new, counted late,
+    /// and written (they were dropped and acknowledged, the rest of the run lost).
+    #[test]
+    fn forged_ids_far_ahead_never_make_genuine_ids_duplicates() {
+        let mut d = DedupWindow::new(1 << 10);
+        for id in 0..100 {
+            assert!(d.insert(id));
+        }
+        assert!(d.insert(1 << 40) && d.insert((1 << 40) + 1));
+        for id in 100..200 {
+            assert!(d.insert(id), "genuine id {id} after a forged jump");
+        }
+        assert_eq!(d.late(), 100);
+        let mut first = DedupWindow::new(1 << 10);
+        assert!(first.insert(1 << 40));
+        for id in 0..100 {
+            assert!(first.insert(id), "genuine id {id} after a forged first id");
+        }
     }
 
     #[test]

@@ -55,8 +55,9 @@ pub struct LoggerSummary {
     /// Moves to the next output directory (the one before was full).
     #[serde(default)]
     pub directory_moves: u64,
-    /// Ids below the duplicate detector's window, counted as duplicates without having been
-    /// seen (0 unless an event came back more than the window late).
+    /// Events whose ids were below the duplicate detector's window: written without a check
+    /// for a repeat (0 unless an event came more than the window late, or a forged id moved
+    /// the window).
     #[serde(default)]
     pub late_ids: u64,
     /// Events kept from files a previous life of this logger left open (restarted into the

@@ -43,7 +43,10 @@
 //! mark and a sliding bitmap over the last [`DEFAULT_WINDOW_IDS`] ids, 2 MiB whatever the
 //! length of the run) and drops a repeat, counting it and still acknowledging it, so every
 //! event is written once. A repeat can only come within the supervisor's event and node
-//! timeouts (seconds), far inside the window.
+//! timeouts (seconds), far inside the window; an id below the window is written (counted,
+//! `late_ids`), never dropped: a forged id far ahead cannot make genuine events "duplicates"
+//! (a forged copy of a future id still can: the partition's endpoints belong on a private
+//! network or behind CURVE).
 //!
 //! # Full disks
 //!
