@@ -18,15 +18,21 @@
 //!
 //! One trigger unit at a time. Its clean close (between records) ends the input: the supervisor
 //! assigns what is queued and the run ends. A close inside a record is counted (`broken`) and
-//! ends the input too. The reader thread waits at most [`POLL`] for anything, so
-//! [`ExternalTrigger`]'s drop stops it promptly.
+//! ends the input too. A connection that closes before sending a byte (a port scan, a health
+//! probe) ends nothing: the input waits for the next one. While the connection has sent
+//! nothing, a newer one that sends takes its place (the idle one dropped), so an idle
+//! connection cannot hold the trigger unit out; one that has sent keeps the input to itself.
+//! Both are counted ([`ExternalTrigger::dropped_connections`]). The reader thread waits at most
+//! [`POLL`] for anything, its busy/ready writes included (a trigger unit that never reads them
+//! loses them instead of blocking the reader), so [`ExternalTrigger`]'s drop stops it
+//! promptly.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
 
@@ -46,6 +52,8 @@ struct ReaderState {
     no_slots: AtomicBool,
     received: AtomicU64,
     broken: AtomicU64,
+    /// Connections that ended or were replaced before sending a byte.
+    dropped: AtomicU64,
 }
 
 /// The trigger input of the external L1; see the module docs.
@@ -116,6 +124,12 @@ impl ExternalTrigger {
         self.shared.no_slots.store(none, Ordering::Relaxed);
     }
 
+    /// Connections that closed, or were replaced by a newer one, before sending a byte (module
+    /// docs).
+    pub fn dropped_connections(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
     /// Accepts received so far, and connections broken inside a record.
     pub fn counts(&self) -> (u64, u64) {
         (
@@ -134,35 +148,96 @@ impl Drop for ExternalTrigger {
     }
 }
 
-fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &ReaderState) {
-    let mut stream = loop {
+/// How long a newer connection that has not sent yet keeps its place as the candidate.
+const CANDIDATE_WAIT: Duration = Duration::from_secs(1);
+
+/// Makes an accepted connection the trigger unit's: blocking with [`POLL`] timeouts both ways.
+fn prepare(stream: &TcpStream) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(POLL))?;
+    stream.set_write_timeout(Some(POLL))?;
+    let _ = stream.set_nodelay(true);
+    Ok(())
+}
+
+/// The next connection, prepared; `None` once stopped.
+fn wait_for_unit(listener: &TcpListener, shared: &ReaderState) -> Option<TcpStream> {
+    loop {
         if shared.stop.load(Ordering::Acquire) {
-            return;
+            return None;
         }
         match listener.accept() {
-            Ok((s, _)) => break s,
+            Ok((s, _)) => match prepare(&s) {
+                Ok(()) => return Some(s),
+                Err(_) => {
+                    shared.broken.fetch_add(1, Ordering::Relaxed);
+                }
+            },
             Err(_) => std::thread::sleep(POLL),
         }
-    };
-    if stream.set_nonblocking(false).is_err() || stream.set_read_timeout(Some(POLL)).is_err() {
-        shared.broken.fetch_add(1, Ordering::Relaxed);
-        shared.ended.store(true, Ordering::Release);
-        return;
     }
-    let _ = stream.set_nodelay(true);
+}
+
+/// While the connection has sent nothing: a newer connection that has sent a byte, prepared,
+/// to take its place (module docs). The candidate waits in `candidate` meanwhile.
+fn newer_unit(
+    listener: &TcpListener,
+    candidate: &mut Option<(TcpStream, Instant)>,
+) -> Option<TcpStream> {
+    let now = Instant::now();
+    let replaceable = candidate
+        .as_ref()
+        .is_none_or(|(_, since)| now.duration_since(*since) >= CANDIDATE_WAIT);
+    if replaceable {
+        if let Ok((s, _)) = listener.accept() {
+            if s.set_nonblocking(true).is_ok() {
+                *candidate = Some((s, now));
+            }
+        }
+    }
+    let (c, _) = candidate.as_ref()?;
+    match c.peek(&mut [0u8; 1]) {
+        Ok(n) if n > 0 => {
+            let (c, _) = candidate.take()?;
+            prepare(&c).ok().map(|()| c)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        // Closed, or failed, without a byte.
+        _ => {
+            *candidate = None;
+            None
+        }
+    }
+}
+
+fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &ReaderState) {
+    let Some(mut stream) = wait_for_unit(listener, shared) else {
+        return;
+    };
     let mut record = [0u8; 8];
     let mut have = 0usize;
     let mut busy = None;
+    // Bytes this connection has sent: none yet, and it may be a probe.
+    let mut sent = 0u64;
+    let mut candidate = None;
     let mut full = Backoff::new(BackoffSpec::IDLE);
     loop {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
+        if sent == 0 {
+            if let Some(newer) = newer_unit(listener, &mut candidate) {
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                stream = newer;
+                busy = None;
+            }
+        }
         let now_busy =
             shared.no_slots.load(Ordering::Relaxed) || queue.len() >= queue.capacity() / 2;
         if busy != Some(now_busy) {
             busy = Some(now_busy);
-            // A trigger unit that does not read its busy bytes only loses them.
+            // A trigger unit that does not read its busy bytes only loses them (the write
+            // gives up after `POLL`).
             let _ = send_state(&mut stream, now_busy);
         }
         if queue.len() >= queue.capacity() {
@@ -171,6 +246,15 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
         }
         full.reset();
         match stream.read(&mut record[have..]) {
+            Ok(0) if sent == 0 => {
+                // A probe: closed before a byte. Wait for the trigger unit.
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                let Some(next) = wait_for_unit(listener, shared) else {
+                    return;
+                };
+                stream = next;
+                busy = None;
+            }
             Ok(0) => {
                 if have != 0 {
                     shared.broken.fetch_add(1, Ordering::Relaxed);
@@ -178,6 +262,7 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
                 break;
             }
             Ok(n) => {
+                sent += n as u64;
                 have += n;
                 if have == record.len() {
                     have = 0;
@@ -240,6 +325,61 @@ mod tests {
         let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
         assert_eq!(got, (0..100).map(|l| (l, 7)).collect::<Vec<_>>());
         assert_eq!(ext.counts(), (100, 0));
+    }
+
+    /// A probe that connects and closes before a byte ends nothing, and an idle connection
+    /// does not hold the trigger unit out: the unit that sends takes its place.
+    #[test]
+    fn probes_and_idle_connections_do_not_end_or_hold_the_input() {
+        let ext = ExternalTrigger::start("tcp://127.0.0.1:0").unwrap();
+        drop(TcpStream::connect(ext.local_addr()).unwrap());
+        rodeo_testkit::wait_until("the probe counted", Duration::from_secs(10), || {
+            ext.dropped_connections() == 1
+        });
+        assert!(!ext.ended(), "a probe does not end the input");
+        let idle = TcpStream::connect(ext.local_addr()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut unit = TcpStream::connect(ext.local_addr()).unwrap();
+        for l1id in 0..10u32 {
+            let mut rec = l1id.to_le_bytes().to_vec();
+            rec.extend_from_slice(&1u32.to_le_bytes());
+            unit.write_all(&rec).unwrap();
+        }
+        drop(unit);
+        rodeo_testkit::wait_until("the unit's close", Duration::from_secs(10), || ext.ended());
+        let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
+        assert_eq!(got, (0..10).map(|l| (l, 1)).collect::<Vec<_>>());
+        assert_eq!(ext.counts(), (10, 0));
+        assert_eq!(ext.dropped_connections(), 2, "the probe and the idle one");
+        drop(idle);
+    }
+
+    /// A trigger unit that never reads its busy bytes: the writes give up after `POLL`, so
+    /// the reader never blocks on them (it hung, and the supervisor's stop with it).
+    #[test]
+    fn a_unit_that_never_reads_blocks_no_write() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _unit = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut ours, _) = listener.accept().unwrap();
+        prepare(&ours).unwrap();
+        let chunk = vec![b'B'; 1 << 16];
+        let t0 = std::time::Instant::now();
+        let failed = loop {
+            if let Err(e) = ours.write_all(&chunk) {
+                break e;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the writes never gave up"
+            );
+        };
+        assert!(
+            matches!(
+                failed.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{failed}"
+        );
     }
 
     #[test]
