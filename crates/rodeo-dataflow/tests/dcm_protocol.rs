@@ -497,6 +497,43 @@ fn rule3_requests_per_readout_node_are_bounded() {
     assert_eq!(s.rejected, 8);
 }
 
+/// A reply from one readout node carrying a fragment of a ROB the configuration gives to
+/// another node is refused and counted: it neither goes into the event nor takes the place of
+/// the genuine fragment (the first copy of a ROB won, the later genuine one was dropped).
+#[test]
+fn a_fragment_of_another_nodes_rob_is_refused_and_counted() {
+    const FOREIGN: u32 = 0x0022_0000;
+    let mut h = Harness::start(
+        "foreign",
+        |c| {
+            c.slots = 1;
+            // A second node that never answers (its endpoint is never bound).
+            c.readout.push(ReadoutPeer {
+                endpoint: format!("inproc://dcm-foreign-nobody-{}", std::process::id()),
+                robs: vec![FOREIGN],
+            });
+        },
+        0.0,
+    );
+    h.credits(1);
+    h.assign(false, 15, 105);
+    let r = loop {
+        let r = h.request(WAIT).expect("a request to the first node");
+        if r.robs.iter().all(|id| ROBS.contains(id)) {
+            break r;
+        }
+    };
+    let mut frags: Vec<Vec<u32>> = r.robs.iter().map(|&s| rob(s, r.l1id, Status::OK)).collect();
+    frags.push(rob(FOREIGN, r.l1id, Status::OK));
+    let views: Vec<&[u32]> = frags.iter().map(Vec::as_slice).collect();
+    h.ros.buf.clear();
+    encode_data_reply(&mut h.ros.buf, r.transaction, r.l1id, &views);
+    h.ros.send_to(&r.peer);
+    assert_eq!(h.decision(15), Verdict::Reject);
+    let s = h.stop();
+    assert_eq!(s.bad_messages, 1, "{s:?}");
+}
+
 #[test]
 fn a_reply_to_an_unknown_transaction_is_dropped_and_counted() {
     let mut h = Harness::start("stale", |c| c.slots = 1, 0.0);

@@ -32,10 +32,13 @@ impl Relabel<RobFragment<'_>> for RobFragment<'_> {}
 impl Relabel<&[u32]> for &[u32] {}
 
 impl Dcm {
-    /// Files the ROB fragments of one reply (`words`: fragments back to back) into slot `i`:
-    /// a PENDING fragment is noted to ask again, a LOST one makes the event partial, a
-    /// fragment already held is ignored; malformed ones are counted, and make the event
-    /// partial (it goes without them: every written event carries every ROB or says so).
+    /// Files the ROB fragments of one reply from readout node `n` (`words`: fragments back to
+    /// back) into slot `i`: a PENDING fragment is noted to ask again, a LOST one makes the
+    /// event partial, a fragment already held is ignored; malformed ones are counted, and make
+    /// the event partial (it goes without them: every written event carries every ROB or says
+    /// so). A fragment of a ROB the configuration gives to another node is counted bad and
+    /// not filed: a node (or anyone posing as one) cannot put foreign ROBs into an event, nor
+    /// take the place of the genuine fragment that comes later.
     ///
     /// `kept`: the reply will be kept whole as the slot's reply number `.0`, `words` starting
     /// at byte `.1` of its data: each fragment is filed where it lies. `None`: each is copied
@@ -43,6 +46,7 @@ impl Dcm {
     pub(super) fn file_fragments(
         &mut self,
         i: usize,
+        n: usize,
         words: &[u32],
         kept: Option<(u32, usize)>,
     ) -> usize {
@@ -67,9 +71,14 @@ impl Dcm {
                 self.slots[i].partial = true;
                 continue;
             };
+            let id = rob.source_id().word();
+            if self.node_of(id).is_some_and(|m| m != n) {
+                self.summary.bad_messages += 1;
+                self.counters.bad_messages.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             self.summary.fragments += 1;
             let status = rob.status();
-            let id = rob.source_id().word();
             let s = &mut self.slots[i];
             if status.contains(Status::ROB_FRAGMENT_PENDING) {
                 if !s.pending.contains(&id) {

@@ -525,6 +525,7 @@ impl Dcm {
         move |source| DataflowError::Transport { app, what, source }
     }
 
+    /// The readout node the configuration gives ROB `rob` to (`None`: not configured).
     fn node_of(&self, rob: u32) -> Option<usize> {
         self.rob_node
             .binary_search_by_key(&rob, |&(r, _)| r)

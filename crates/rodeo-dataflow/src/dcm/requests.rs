@@ -218,14 +218,14 @@ impl Dcm {
             Some(words) => {
                 let reply = self.slots[i].replies.len() as u32;
                 let base = raw.as_ptr() as usize - msg.data().as_ptr() as usize;
-                self.file_fragments(i, words, Some((reply, base))) > 0
+                self.file_fragments(i, n, words, Some((reply, base))) > 0
             }
             None => {
                 let scratch: Vec<u32> = raw
                     .chunks_exact(4)
                     .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect();
-                self.file_fragments(i, &scratch, None);
+                self.file_fragments(i, n, &scratch, None);
                 false
             }
         };
