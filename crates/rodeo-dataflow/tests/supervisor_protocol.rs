@@ -493,6 +493,40 @@ fn a_dcm_restarting_under_its_name_gets_work_again_after_being_declared_dead() {
     assert_eq!((s.forced_accepts, s.rejected), (1, 1), "{s:?}");
 }
 
+/// The table of DCM identities is bounded; when it is full, a new DCM takes the place of one
+/// declared dead (identities made up by the thousand kept every later DCM out for the rest of
+/// the run), and is refused only while none is.
+#[test]
+fn a_full_table_of_dcms_gives_a_dead_ones_place_to_a_new_one() {
+    let (mut h, _ros) = Harness::start("fulltable", 1, 1_000_000, |c| {
+        c.dcm_timeout = Duration::from_millis(200);
+        c.max_dcms = 2;
+    });
+    let mut a = h.dcm("dcm-a");
+    let mut b = h.dcm("dcm-b");
+    a.update(0, &[]);
+    b.update(0, &[]);
+    // A third while both live: refused (counted bad), no work for it.
+    let mut c = h.dcm("dcm-c");
+    c.update(1, &[]);
+    assert_eq!(c.next(Duration::from_millis(100)), None);
+    drop((a, b));
+    // Both declared dead: the third takes a place and gets work.
+    let t0 = Instant::now();
+    let got = loop {
+        assert!(t0.elapsed() < WAIT * 2, "the new DCM never got work");
+        c.update(1, &[]);
+        if let Some(g) = c.next(Duration::from_millis(100)) {
+            break g;
+        }
+    };
+    c.update(0, &[(got.global_id, got.l1id, Verdict::Reject)]);
+    drop(c);
+    let s = h.stop();
+    assert!(s.bad_messages >= 1, "{s:?}");
+    assert!(s.dead_dcms >= 2, "{s:?}");
+}
+
 /// A start in which no DCM ever offers a slot ends by itself, with an error that says why,
 /// instead of waiting at 0 L1 accepts until someone stops the run: with no DCM at all, and
 /// with a DCM that is heard (heartbeats) but whose credits never came.

@@ -38,9 +38,22 @@ impl Supervisor {
         let now = Instant::now();
         let dcm = match self.by_id.get(msg.peer.as_slice()) {
             Some(&i) => i,
-            None if self.dcms.len() >= crate::MAX_PEER_IDENTITIES => {
-                self.bad_message();
-                return;
+            None if self.dcms.len() >= self.config.max_dcms.max(1) => {
+                // The table is full: a DCM declared dead gives its place (it holds no credit
+                // and no event: both were taken back), so identities made up by the thousand
+                // keep new DCMs out only until they are declared dead themselves.
+                let Some(i) = self.dcms.iter().position(|d| !d.alive) else {
+                    self.bad_message();
+                    return;
+                };
+                let old = std::mem::replace(&mut self.dcms[i].id, msg.peer.clone());
+                self.by_id.remove(&old);
+                self.by_id.insert(msg.peer.clone(), i);
+                let d = &mut self.dcms[i];
+                d.last_seen = now;
+                d.alive = true;
+                d.credits = 0;
+                i
             }
             None => {
                 self.dcms.push(Dcm {

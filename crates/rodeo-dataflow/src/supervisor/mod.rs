@@ -123,6 +123,9 @@ pub struct SupervisorConfig {
     /// inbox's limit): larger ones are refused before they are buffered (`None`, the default:
     /// no limit). A partition sets it from `[transport] max_message_bytes`.
     pub max_message_bytes: Option<usize>,
+    /// Most DCM identities kept (default 4096): past it a new identity takes the place of one
+    /// declared dead, or is refused (counted bad) while none is.
+    pub max_dcms: usize,
 }
 
 impl SupervisorConfig {
@@ -145,6 +148,7 @@ impl SupervisorConfig {
             start_timeout: Duration::from_secs(60),
             high_water_mark: crate::DEFAULT_HIGH_WATER_MARK,
             max_message_bytes: None,
+            max_dcms: crate::MAX_PEER_IDENTITIES,
         }
     }
 }
