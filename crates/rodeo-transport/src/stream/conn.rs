@@ -236,16 +236,25 @@ impl Conn {
         &self.buf[range.0..range.1]
     }
 
-    /// Makes sure a frame of `frame` bytes starting at `head` fits in the buffer: moves the
-    /// unread bytes to the start, grows the buffer if the frame is larger than it (checked
-    /// against the limit already).
+    /// Makes room for a frame of `frame` bytes starting at `head` (checked against the limit
+    /// already): moves the unread bytes to the start and, when the frame is larger than the
+    /// buffer and the buffer is nearly full, grows it, at most doubling and never past the
+    /// frame. The buffer grows as the frame's bytes arrive, not from its header alone: a header
+    /// announcing the largest message, sent on every connection a router takes, committed a
+    /// whole message's memory each (1,024 x 64 MiB).
     fn make_room(&mut self, frame: usize) {
         if self.head + frame <= self.buf.len() {
             return;
         }
         self.compact();
-        if frame > self.buf.len() {
-            self.buf.resize(frame, 0);
+        if frame > self.buf.len() && self.buf.len() - self.tail < MIN_READ {
+            let grown = self
+                .buf
+                .len()
+                .saturating_mul(2)
+                .max(self.tail + MIN_READ)
+                .min(frame);
+            self.buf.resize(grown, 0);
         }
     }
 
@@ -542,5 +551,73 @@ impl Conn {
         }
         self.pump_tls()?;
         Ok(Sent::Queued)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame's header alone does not grow the buffer to the frame: it grows as the bytes
+    /// arrive (at most doubling), and a large frame sent in pieces still comes out whole.
+    #[test]
+    fn the_buffer_grows_with_the_bytes_not_with_the_header() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut peer = TcpStream::connect(addr).unwrap();
+        let (sock, from) = listener.accept().unwrap();
+        let limits = Limits::default();
+        let mut conn = Conn::new(1, sock, from, &limits, None).unwrap();
+        let start = conn.buf.len();
+        // A header announcing the largest message, and a few bytes of it.
+        let frame = limits.max_message;
+        peer.write_all(&encode_header(frame as u32)).unwrap();
+        peer.write_all(&[7u8; 100]).unwrap();
+        let t0 = std::time::Instant::now();
+        while conn.tail - conn.head < HEADER_BYTES + 100 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+            conn.fill().unwrap();
+        }
+        assert_eq!(conn.next_message(limits.max_message).unwrap(), None);
+        assert_eq!(conn.buf.len(), start, "grown from a header alone");
+        // A frame of 5 MiB, sent in pieces by another thread: whole, and the buffer at most
+        // twice what arrived.
+        let (listener, big) = (std::net::TcpListener::bind("127.0.0.1:0").unwrap(), 5 << 20);
+        let addr = listener.local_addr().unwrap();
+        let sender = std::thread::spawn(move || {
+            let mut peer = TcpStream::connect(addr).unwrap();
+            peer.write_all(&encode_header(big as u32)).unwrap();
+            let payload: Vec<u8> = (0..big).map(|i| (i % 251) as u8).collect();
+            for piece in payload.chunks(300_000) {
+                peer.write_all(piece).unwrap();
+            }
+            peer
+        });
+        let (sock, from) = listener.accept().unwrap();
+        let mut conn = Conn::new(2, sock, from, &limits, None).unwrap();
+        let t0 = std::time::Instant::now();
+        let range = loop {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "never whole"
+            );
+            if let Some(r) = conn.next_message(limits.max_message).unwrap() {
+                break r;
+            }
+            assert!(
+                conn.buf.len() <= start.max(2 * (conn.tail + MIN_READ)),
+                "{} bytes for {} received",
+                conn.buf.len(),
+                conn.tail
+            );
+            if conn.fill().unwrap() == Fill::Idle {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        let msg = conn.message(range);
+        assert_eq!(msg.len(), big);
+        assert!(msg.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        drop(sender.join().unwrap());
+        drop(peer);
     }
 }
