@@ -112,6 +112,10 @@ fn events_a_logger_cannot_write_are_counted_and_it_goes_on() {
     send_event(&mut dcm, 0, &words);
     synth.event(1, &mut words).unwrap();
     send_event(&mut dcm, u32::MAX, &words);
+    // Words after the event (a DCM never sends any): refused, not written into a record.
+    synth.event(5, &mut words).unwrap();
+    words.extend_from_slice(&[0xDEAD_BEEF, 7]);
+    send_event(&mut dcm, 0, &words);
     for gid in 2..5 {
         synth.event(gid, &mut words).unwrap();
         send_event(&mut dcm, 0, &words);
@@ -120,5 +124,5 @@ fn events_a_logger_cannot_write_are_counted_and_it_goes_on() {
     assert_eq!(acked, [2, 3, 4]);
     let summary = handle.stop().unwrap();
     assert_eq!(summary.events_written, 3);
-    assert_eq!(summary.bad_messages, 2);
+    assert_eq!(summary.bad_messages, 3);
 }

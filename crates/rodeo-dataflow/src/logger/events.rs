@@ -56,10 +56,16 @@ impl Logger {
                 return Ok(());
             }
         };
+        // Exactly one event: words after it (a DCM never sends any) would go into the file's
+        // record and make it unreadable as an event.
         let Ok(parsed) = FullEvent::parse(words) else {
             self.bad_message();
             return Ok(());
         };
+        if parsed.words().len() != words.len() {
+            self.bad_message();
+            return Ok(());
+        }
         // A stream beyond the configured list gets files of its own (`stream<N>`), for a few
         // such indexes: a wild one (a trigger's bug, a hostile peer) would size the tables by
         // it (4 billion streams) and open a file per index.
@@ -104,9 +110,7 @@ impl Logger {
             self.next_sequence.resize(s + 1, 1);
         }
         let mut words = words;
-        let mut summed = (parsed.words().len() == words.len())
-            .then(|| record_checksum(&parsed))
-            .flatten();
+        let mut summed = record_checksum(&parsed);
         let mut compressed = parsed.compression() != 0;
         if self.config.compression == LoggerCompression::Zstd && !compressed {
             let c = match self.compressor.as_mut() {
