@@ -336,8 +336,9 @@ fn a_tcp_input_reports_its_state() {
 
 /// A sender that falls silent without a close (its host gone: no FIN ever comes) does not keep
 /// the link deaf: a new sender's data takes it over; a probe that connects and closes without
-/// a byte does not, one that connects and idles does not block the new sender, and nobody
-/// takes the link while the sender still sends.
+/// a byte does not, nor one that sends what is not a record (a scan's "GET /"), one that
+/// connects and idles does not block the new sender, and nobody takes the link while the
+/// sender still sends.
 #[test]
 fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     use rodeo_cards::net::LinkState;
@@ -385,6 +386,15 @@ fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     std::thread::sleep(rodeo_cards::net::TAKEOVER_SILENCE + Duration::from_millis(500));
     recycle();
     assert_eq!(net.state(), LinkState::Connected);
+    // A scanner that sends what is not a record ("GET /") while the sender is silent takes
+    // nothing over either.
+    let mut scan = std::net::TcpStream::connect(tcp).unwrap();
+    std::io::Write::write_all(&mut scan, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    std::thread::sleep(rodeo_cards::net::TAKEOVER_SILENCE + Duration::from_millis(500));
+    recycle();
+    assert_eq!(net.state(), LinkState::Connected);
+    assert_eq!(net.broken_connections.load(Ordering::Relaxed), 0);
+    drop(scan);
     // The silent sender still holds the link: what it sends now arrives.
     first.send(source.next_unit().unwrap()).unwrap();
     first.flush().unwrap();

@@ -19,10 +19,11 @@
 //! One trigger unit at a time. Its clean close (between records) ends the input: the supervisor
 //! assigns what is queued and the run ends. A close inside a record is counted (`broken`) and
 //! ends the input too. A connection that closes before sending a byte (a port scan, a health
-//! probe) ends nothing: the input waits for the next one. While the connection has sent
-//! nothing, a newer one that sends takes its place (the idle one dropped), so an idle
-//! connection cannot hold the trigger unit out; one that has sent keeps the input to itself.
-//! Both are counted ([`ExternalTrigger::dropped_connections`]). The reader thread waits at most
+//! probe) ends nothing: the input waits for the next one (counted,
+//! [`ExternalTrigger::dropped_connections`]). A connection that stays open holds the input,
+//! sending or not: a newer one waits in the listen queue (no takeover: any byte a stranger
+//! sends would be an 8-byte record, so a scan could replace a unit waiting for beam; the
+//! port belongs on the test beam's private network). The reader thread waits at most
 //! [`POLL`] for anything, its busy/ready writes included (a trigger unit that never reads them
 //! loses them instead of blocking the reader), so [`ExternalTrigger`]'s drop stops it
 //! promptly.
@@ -32,7 +33,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
 
@@ -52,7 +53,7 @@ struct ReaderState {
     no_slots: AtomicBool,
     received: AtomicU64,
     broken: AtomicU64,
-    /// Connections that ended or were replaced before sending a byte.
+    /// Connections that closed before sending a byte.
     dropped: AtomicU64,
 }
 
@@ -124,8 +125,7 @@ impl ExternalTrigger {
         self.shared.no_slots.store(none, Ordering::Relaxed);
     }
 
-    /// Connections that closed, or were replaced by a newer one, before sending a byte (module
-    /// docs).
+    /// Connections that closed before sending a byte (module docs).
     pub fn dropped_connections(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
@@ -147,9 +147,6 @@ impl Drop for ExternalTrigger {
         }
     }
 }
-
-/// How long a newer connection that has not sent yet keeps its place as the candidate.
-const CANDIDATE_WAIT: Duration = Duration::from_secs(1);
 
 /// Makes an accepted connection the trigger unit's: blocking with [`POLL`] timeouts both ways.
 fn prepare(stream: &TcpStream) -> io::Result<()> {
@@ -178,38 +175,6 @@ fn wait_for_unit(listener: &TcpListener, shared: &ReaderState) -> Option<TcpStre
     }
 }
 
-/// While the connection has sent nothing: a newer connection that has sent a byte, prepared,
-/// to take its place (module docs). The candidate waits in `candidate` meanwhile.
-fn newer_unit(
-    listener: &TcpListener,
-    candidate: &mut Option<(TcpStream, Instant)>,
-) -> Option<TcpStream> {
-    let now = Instant::now();
-    let replaceable = candidate
-        .as_ref()
-        .is_none_or(|(_, since)| now.duration_since(*since) >= CANDIDATE_WAIT);
-    if replaceable {
-        if let Ok((s, _)) = listener.accept() {
-            if s.set_nonblocking(true).is_ok() {
-                *candidate = Some((s, now));
-            }
-        }
-    }
-    let (c, _) = candidate.as_ref()?;
-    match c.peek(&mut [0u8; 1]) {
-        Ok(n) if n > 0 => {
-            let (c, _) = candidate.take()?;
-            prepare(&c).ok().map(|()| c)
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
-        // Closed, or failed, without a byte.
-        _ => {
-            *candidate = None;
-            None
-        }
-    }
-}
-
 fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &ReaderState) {
     let Some(mut stream) = wait_for_unit(listener, shared) else {
         return;
@@ -219,18 +184,10 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
     let mut busy = None;
     // Bytes this connection has sent: none yet, and it may be a probe.
     let mut sent = 0u64;
-    let mut candidate = None;
     let mut full = Backoff::new(BackoffSpec::IDLE);
     loop {
         if shared.stop.load(Ordering::Acquire) {
             return;
-        }
-        if sent == 0 {
-            if let Some(newer) = newer_unit(listener, &mut candidate) {
-                shared.dropped.fetch_add(1, Ordering::Relaxed);
-                stream = newer;
-                busy = None;
-            }
         }
         let now_busy =
             shared.no_slots.load(Ordering::Relaxed) || queue.len() >= queue.capacity() / 2;
@@ -327,18 +284,18 @@ mod tests {
         assert_eq!(ext.counts(), (100, 0));
     }
 
-    /// A probe that connects and closes before a byte ends nothing, and an idle connection
-    /// does not hold the trigger unit out: the unit that sends takes its place.
+    /// Probes that connect and close before a byte end nothing: the trigger unit connecting
+    /// after them drives the input, and its close ends it.
     #[test]
-    fn probes_and_idle_connections_do_not_end_or_hold_the_input() {
+    fn probes_do_not_end_the_input() {
         let ext = ExternalTrigger::start("tcp://127.0.0.1:0").unwrap();
-        drop(TcpStream::connect(ext.local_addr()).unwrap());
-        rodeo_testkit::wait_until("the probe counted", Duration::from_secs(10), || {
-            ext.dropped_connections() == 1
-        });
+        for n in 1..=2 {
+            drop(TcpStream::connect(ext.local_addr()).unwrap());
+            rodeo_testkit::wait_until("the probe counted", Duration::from_secs(10), || {
+                ext.dropped_connections() == n
+            });
+        }
         assert!(!ext.ended(), "a probe does not end the input");
-        let idle = TcpStream::connect(ext.local_addr()).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
         let mut unit = TcpStream::connect(ext.local_addr()).unwrap();
         for l1id in 0..10u32 {
             let mut rec = l1id.to_le_bytes().to_vec();
@@ -350,8 +307,7 @@ mod tests {
         let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
         assert_eq!(got, (0..10).map(|l| (l, 1)).collect::<Vec<_>>());
         assert_eq!(ext.counts(), (10, 0));
-        assert_eq!(ext.dropped_connections(), 2, "the probe and the idle one");
-        drop(idle);
+        assert_eq!(ext.dropped_connections(), 2);
     }
 
     /// A trigger unit that never reads its busy bytes: the writes give up after `POLL`, so

@@ -15,8 +15,9 @@
 //!   [`TAKEOVER_SILENCE`], a new connection waiting to be accepted is taken as a candidate,
 //!   and the first of its bytes to arrive make it the sender: the silent one is dropped (the
 //!   link [`LinkState::Lost`], its cut record counted). A candidate that closes without a byte
-//!   is dropped; one idle for [`TAKEOVER_SILENCE`] gives its place to a newer connection, so
-//!   an idle one cannot hold it either. A sender silent between spills keeps its link while
+//!   is dropped, and so is one whose first bytes are not a record's length word (a port scan's
+//!   `GET /`, garbage); one idle for [`TAKEOVER_SILENCE`] gives its place to a newer
+//!   connection, so an idle one cannot hold it either. A sender silent between spills keeps its link while
 //!   nobody else sends, so a port scan or a probe that connects cannot take it over.
 
 use std::io::{self, Read};
@@ -184,10 +185,19 @@ impl TcpReceiver {
     fn try_candidate(&mut self, now: Instant) -> Option<bool> {
         let (c, waiting_since) = self.candidate.as_ref()?;
         let waiting_since = *waiting_since;
-        let peeked = c.peek(&mut [0u8; 1]);
+        let mut first = [0u8; 4];
+        let peeked = c.peek(&mut first);
+        let idle = now.saturating_duration_since(waiting_since) >= TAKEOVER_SILENCE;
         match peeked {
             Ok(0) => {
                 // Closed without a byte: nothing to take over with.
+                self.candidate = None;
+                None
+            }
+            // Not yet a whole length word: it keeps waiting (or gives its place when idle).
+            Ok(n) if n < first.len() => (!idle).then_some(false),
+            Ok(_) if !self.valid_length(u32::from_le_bytes(first) as usize) => {
+                // Not a record (a port scan's "GET /", garbage): it takes nothing over.
                 self.candidate = None;
                 None
             }
@@ -204,18 +214,17 @@ impl TcpReceiver {
                 self.adopt(c);
                 Some(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if now.saturating_duration_since(waiting_since) < TAKEOVER_SILENCE {
-                    Some(false)
-                } else {
-                    None
-                }
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => (!idle).then_some(false),
             Err(_) => {
                 self.candidate = None;
                 None
             }
         }
+    }
+
+    /// Whether `len` may be a record's length word (1..=the rule's largest unit).
+    fn valid_length(&self, len: usize) -> bool {
+        len != 0 && len <= self.rule.max_bytes()
     }
 
     /// Copies the whole records buffered into `buf` after `fill`, as many as fit and
@@ -227,7 +236,7 @@ impl TcpReceiver {
                 return Taken::NeedMore;
             };
             let len = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as usize;
-            if len == 0 || len > self.rule.max_bytes() {
+            if !self.valid_length(len) {
                 return Taken::Invalid(len);
             }
             let record = 4 + len.next_multiple_of(4);

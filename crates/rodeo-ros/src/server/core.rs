@@ -281,7 +281,7 @@ impl<S: RequestSource> Core<S> {
                 if self.answer(d, Missing::Wait) {
                     return false;
                 }
-                if self.descriptors.pending() >= self.descriptors.capacity() / 2 {
+                if self.descriptors.pending() >= (self.descriptors.capacity() / 2).max(1) {
                     bump(&self.stats.pending_crowded, 1);
                     self.answer(d, Missing::GiveUp);
                     return false;
