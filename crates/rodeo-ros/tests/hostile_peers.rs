@@ -148,48 +148,6 @@ fn a_client_that_never_reads_does_not_stop_the_node_serving_others() {
     assert_eq!(stopped.counters.send_errors, 0);
 }
 
-/// A client asking for events far ahead of the input (a bug, or a flood) cannot take every
-/// request descriptor: at most half of them wait, the rest of its requests are answered
-/// PENDING at once, and a client asking for stored events beside it is answered in time (it
-/// waited for the flood's whole pending timeout, the core reading nothing meanwhile).
-#[test]
-fn requests_far_ahead_cannot_take_every_descriptor() {
-    let t = Transport::new(1).unwrap();
-    let c = NodeConfig {
-        descriptors: 64,
-        pending_timeout: Duration::from_secs(5),
-        ..config(None)
-    };
-    let node = ReadoutNode::start(&t, &c, "tcp://127.0.0.1:*").unwrap();
-    let ep = node.endpoint().to_string();
-    wait_stored(&node, 64 * CHANNELS as u64);
-    let mut flood = dealer(&t, &ep, None);
-    let mut buf = Vec::new();
-    for i in 0..500u32 {
-        send_request(&mut flood, &mut buf, i, 5_000_000 + i, &[]);
-    }
-    rodeo_testkit::wait_until(
-        "the flood read by the node",
-        Duration::from_secs(20),
-        || node.stats().requests >= 500,
-    );
-    let mut good = dealer(&t, &ep, None);
-    for txn in 0..50u32 {
-        let t0 = Instant::now();
-        ask(&mut good, &mut buf, txn, txn % 64);
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "request {txn} waited {:?} beside the flood",
-            t0.elapsed()
-        );
-    }
-    let s = node.stats();
-    assert!(s.pending_crowded >= 500 - 32, "{s:?}");
-    assert!(s.pending_now <= 32, "{s:?}");
-    drop(flood);
-    node.stop();
-}
-
 #[test]
 fn a_request_naming_one_rob_200000_times_gets_one_fragment() {
     let t = Transport::new(1).unwrap();

@@ -273,26 +273,17 @@ impl<S: RequestSource> Core<S> {
                         return false;
                     }
                 }
-                // One pass: answered now unless a fragment may still arrive. At most half the
-                // descriptors wait: past that a request that would wait is answered PENDING at
-                // once (the client asks again), so requests for events far ahead (a client's
-                // bug, a flood) cannot take every descriptor, which would stop the core reading
-                // anything, the supervisor's clears included.
-                if self.answer(d, Missing::Wait) {
-                    return false;
+                // One pass: answered now unless a fragment may still arrive.
+                if !self.answer(d, Missing::Wait) {
+                    // The deadline matters only to a parked request.
+                    self.descriptors.get_mut(d).deadline =
+                        Instant::now() + self.config.pending_timeout;
+                    bump(&self.stats.parked, 1);
+                    self.descriptors.park(d);
+                    self.stats
+                        .pending_now
+                        .store(self.descriptors.pending() as u64, Ordering::Relaxed);
                 }
-                if self.descriptors.pending() >= (self.descriptors.capacity() / 2).max(1) {
-                    bump(&self.stats.pending_crowded, 1);
-                    self.answer(d, Missing::GiveUp);
-                    return false;
-                }
-                // The deadline matters only to a parked request.
-                self.descriptors.get_mut(d).deadline = Instant::now() + self.config.pending_timeout;
-                bump(&self.stats.parked, 1);
-                self.descriptors.park(d);
-                self.stats
-                    .pending_now
-                    .store(self.descriptors.pending() as u64, Ordering::Relaxed);
                 false
             }
             Incoming::Clear { sequence, l1ids } => {

@@ -60,11 +60,6 @@ impl Descriptors {
         self.free.push(d);
     }
 
-    /// Descriptors in all.
-    pub(crate) fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
     /// Free descriptors.
     pub(crate) fn available(&self) -> usize {
         self.free.len()

@@ -27,11 +27,7 @@
 //! A DataRequest takes a descriptor. If every requested fragment is present, or absent for
 //! good (LOST), it is answered at once. Otherwise it waits in the pending queue and is answered
 //! as soon as that becomes true (new data, a clear) or when its timeout expires, with each
-//! missing fragment an empty ROB fragment flagged FRAGMENT_PENDING or FRAGMENT_LOST. At most
-//! half the descriptors wait: past that, a request that would wait is answered at once, its
-//! missing fragments PENDING (`pending_crowded`; the client asks again), so requests for
-//! events far ahead cannot take every descriptor and stop the loop reading, clears included.
-//! A reply
+//! missing fragment an empty ROB fragment flagged FRAGMENT_PENDING or FRAGMENT_LOST. A reply
 //! is one header frame (which also carries the empty fragments) and one zero-copy frame per
 //! page segment of each present fragment. Every descriptor is answered exactly once.
 //!
@@ -241,9 +237,6 @@ counters!(
     duplicate_robs,
     /// Loop turns that found every descriptor taken.
     descriptors_exhausted,
-    /// Requests answered PENDING at once, without waiting, because half the descriptors
-    /// already waited (the client asks again).
-    pending_crowded,
     /// Fragments taken from the input (stored or dropped).
     input_fragments,
     /// Times the input stalled on a full store so far (published when the core is idle; the
