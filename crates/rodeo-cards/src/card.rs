@@ -572,7 +572,7 @@ fn prepare_channel(card: &str, i: usize, spec: &ChannelSpec) -> Result<Prepared,
 
 #[cfg(test)]
 mod tests {
-    use rodeo_files::linkfile::{LinkFileHeader, LINK_FILE_MARKER};
+    use rodeo_files::linkfile::{LinkFileHeader, LinkFileWriter};
 
     use super::*;
 
@@ -588,17 +588,13 @@ mod tests {
             crc: false,
             l1id_wrap: 1 << 24,
         };
-        let mut bytes = Vec::new();
-        for w in [LINK_FILE_MARKER, 8, 1, 2, 0, 0, header.l1id_wrap, 0] {
-            bytes.extend_from_slice(&w.to_le_bytes());
-        }
-        for len in [64usize, 200_000, 64] {
-            bytes.extend_from_slice(&(len as u32).to_le_bytes());
-            bytes.resize(bytes.len() + len.next_multiple_of(4), 0);
-        }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.link");
-        std::fs::write(&path, &bytes).unwrap();
+        let mut w = LinkFileWriter::create(&path, &header).unwrap();
+        for len in [64usize, 200_000, 64] {
+            w.write_unit(&vec![0u8; len]).unwrap();
+        }
+        w.finish().unwrap();
         let card = Card::start(&CardSpec {
             name: "file0".into(),
             channels: vec![ChannelSpec {

@@ -276,21 +276,8 @@ fn a_tcp_input_reports_its_state() {
     );
     let address = card.channels()[0].address.unwrap();
     let net = std::sync::Arc::clone(card.channels()[0].net.as_ref().unwrap());
-    let ch = &card.channels()[0].channel;
-    let pool = SuperpagePool::new(SuperpagePoolConfig {
-        superpage_bytes: 64 * 1024,
-        superpages: 4,
-        region: RegionOptions::default(),
-    })
-    .unwrap();
-    while let Ok(sp) = pool.alloc() {
-        ch.push_superpage(sp).unwrap();
-    }
-    let recycle = || {
-        while let Some(f) = ch.pop_superpage() {
-            ch.push_superpage(f.superpage).unwrap();
-        }
-    };
+    let _pool = give_superpages(&card);
+    let recycle = || recycle_all(&card);
     assert_eq!(net.state(), LinkState::Waiting);
     assert!(net.last_data_age().is_none());
     let cfg = SlinkConfig::default();
@@ -353,21 +340,8 @@ fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
         LinkAddress::Udp(_) => unreachable!(),
     };
     let net = std::sync::Arc::clone(card.channels()[0].net.as_ref().unwrap());
-    let ch = &card.channels()[0].channel;
-    let pool = SuperpagePool::new(SuperpagePoolConfig {
-        superpage_bytes: 64 * 1024,
-        superpages: 4,
-        region: RegionOptions::default(),
-    })
-    .unwrap();
-    while let Ok(sp) = pool.alloc() {
-        ch.push_superpage(sp).unwrap();
-    }
-    let recycle = || {
-        while let Some(f) = ch.pop_superpage() {
-            ch.push_superpage(f.superpage).unwrap();
-        }
-    };
+    let _pool = give_superpages(&card);
+    let recycle = || recycle_all(&card);
     let units = |n: u64| {
         rodeo_testkit::wait_until(&format!("{n} units"), Duration::from_secs(20), || {
             recycle();
@@ -416,6 +390,30 @@ fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     assert_eq!(net.connections.load(Ordering::Relaxed), 2);
     assert_eq!(net.state(), LinkState::Connected);
     drop((first, idle));
+}
+
+/// Gives the card's only channel every superpage of a new pool of four (returned: the pool
+/// must outlive them).
+fn give_superpages(card: &Card) -> SuperpagePool {
+    let pool = SuperpagePool::new(SuperpagePoolConfig {
+        superpage_bytes: 64 * 1024,
+        superpages: 4,
+        region: RegionOptions::default(),
+    })
+    .unwrap();
+    let ch = &card.channels()[0].channel;
+    while let Ok(sp) = pool.alloc() {
+        ch.push_superpage(sp).unwrap();
+    }
+    pool
+}
+
+/// Hands every filled superpage of the card's only channel back to it, unread.
+fn recycle_all(card: &Card) {
+    let ch = &card.channels()[0].channel;
+    while let Some(f) = ch.pop_superpage() {
+        ch.push_superpage(f.superpage).unwrap();
+    }
 }
 
 /// Closes `stream` with a reset (SO_LINGER on, 0 s): what a killed sender's kernel sends when

@@ -75,11 +75,7 @@ impl Seen {
     fn of(inner: &Inner, config_toml: String) -> Seen {
         Seen {
             state: inner.driver.state(),
-            error: inner
-                .driver
-                .error()
-                .or(inner.driver.halted())
-                .map(str::to_string),
+            error: shown_error(inner),
             run_number: inner.config.as_ref().map_or(0, |c| c.run.number),
             run_start: inner.run_start,
             config_toml,
@@ -313,12 +309,7 @@ impl AppControl {
         self.publish(inner, false);
         Heartbeat {
             state: inner.driver.state(),
-            // A halted application is not in ERROR; its reason shows as its error.
-            error: inner
-                .driver
-                .error()
-                .or(inner.driver.halted())
-                .map(str::to_string),
+            error: shown_error(inner),
             finished: inner.driver.finished(),
             metrics: inner.driver.metrics(),
             shm_backpressure: rodeo_transport::shm::backpressure_count(),
@@ -337,6 +328,16 @@ impl AppControl {
             .as_ref()
             .map_or(limit, |c| c.control_message_limit(limit))
     }
+}
+
+/// The error a heartbeat and the status show: the application's, or why it halted (a halted
+/// application is not in ERROR; its reason shows as its error).
+fn shown_error(inner: &Inner) -> Option<String> {
+    inner
+        .driver
+        .error()
+        .or(inner.driver.halted())
+        .map(str::to_string)
 }
 
 /// The configuration of `inner` as the HTTP server shows it (secrets hidden).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rodeo_format::fragment::{RobFragment, SourceId, Status};
 use rodeo_ros::node::{NodeConfig, NodeInput, ReadoutNode};
-use rodeo_ros::server::DirectReply;
+use rodeo_ros::server::{DirectClient, DirectReply};
 use rodeo_transport::socket::Transport;
 
 const BASE: u32 = 0x0071_0000;
@@ -33,6 +33,25 @@ fn config(channels: usize, pages: usize) -> NodeConfig {
     }
 }
 
+/// Asks for ROB `rob` of `l1id` (transaction `txn`) and returns the served words; `slot`
+/// holds the last reply (the next receive gives its box back to the link).
+fn fetch(
+    client: &mut DirectClient,
+    slot: &mut Option<Box<DirectReply>>,
+    txn: u32,
+    l1id: u32,
+    rob: u32,
+) -> Vec<u32> {
+    client.send_request(txn, l1id, &[rob]).unwrap();
+    assert!(
+        client.recv_timeout(slot, Duration::from_secs(30)),
+        "no reply for {l1id:#x}"
+    );
+    let r = slot.as_ref().unwrap();
+    assert_eq!(r.l1id(), Some(l1id));
+    r.segments().flat_map(|s| s.iter().copied()).collect()
+}
+
 #[test]
 fn served_fragments_are_the_builders_rob_fragments() {
     let channels = 3;
@@ -46,14 +65,7 @@ fn served_fragments_are_the_builders_rob_fragments() {
     for n in 0..events {
         let l1id = rodeo_cards::generator::L1idCounter::expected(1000, n);
         for &rob in &robs {
-            client.send_request(n as u32, l1id, &[rob]).unwrap();
-            assert!(
-                client.recv_timeout(&mut slot, Duration::from_secs(30)),
-                "no reply for {l1id:#x}"
-            );
-            let r = slot.as_ref().unwrap();
-            assert_eq!(r.l1id(), Some(l1id));
-            let words: Vec<u32> = r.segments().flat_map(|s| s.iter().copied()).collect();
+            let words = fetch(&mut client, &mut slot, n as u32, l1id, rob);
             let rob_frag = RobFragment::parse(&words)
                 .unwrap_or_else(|e| panic!("{l1id:#x} ROB {rob:#x}: {e} in {words:?}"));
             assert_eq!(rob_frag.words().len(), words.len(), "one fragment");
@@ -135,13 +147,7 @@ fn a_rejoined_node_builds_from_the_event_it_was_given() {
     for n in first..first + events {
         let l1id = rodeo_cards::generator::L1idCounter::expected(wrap, n);
         for &rob in &robs {
-            client.send_request(n as u32, l1id, &[rob]).unwrap();
-            assert!(
-                client.recv_timeout(&mut slot, Duration::from_secs(30)),
-                "no reply for {l1id:#x}"
-            );
-            let r = slot.as_ref().unwrap();
-            let words: Vec<u32> = r.segments().flat_map(|s| s.iter().copied()).collect();
+            let words = fetch(&mut client, &mut slot, n as u32, l1id, rob);
             let rob_frag = RobFragment::parse(&words)
                 .unwrap_or_else(|e| panic!("{l1id:#x} ROB {rob:#x}: {e} in {words:?}"));
             assert_eq!(rob_frag.status(), Status::OK, "{l1id:#x}");
