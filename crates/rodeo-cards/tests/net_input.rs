@@ -40,25 +40,15 @@ fn card(address: &str, mode: LinkMode, slink: SlinkCheckConfig) -> Card {
 /// 30 s; with `hold` the superpages are kept until the card has filled them all and stalls
 /// (back-pressure: the receiver stops reading and TCP pushes back on the sender).
 fn drain(card: &Card, units: u64, monitor: &mut LinkMonitor, hold: bool) {
-    let pool = SuperpagePool::new(SuperpagePoolConfig {
-        superpage_bytes: 64 * 1024,
-        superpages: 4,
-        region: RegionOptions::default(),
-    })
-    .unwrap();
+    let _pool = give_superpages(card);
     let ch = &card.channels()[0].channel;
-    let mut superpages = 0;
-    while let Ok(sp) = pool.alloc() {
-        ch.push_superpage(sp).unwrap();
-        superpages += 1;
-    }
     if hold {
         rodeo_testkit::wait_until(
             "the card to fill every superpage and stall",
             Duration::from_secs(30),
             || {
                 let s = ch.status();
-                s.ready_queue_len >= superpages && s.counters.stalls > 0
+                s.ready_queue_len >= SUPERPAGES && s.counters.stalls > 0
             },
         );
     }
@@ -196,16 +186,8 @@ fn latencies(address: &str, rate_hz: f64, units: usize) -> Vec<Duration> {
             s
         })
     };
-    let pool = SuperpagePool::new(SuperpagePoolConfig {
-        superpage_bytes: 64 * 1024,
-        superpages: 4,
-        region: RegionOptions::default(),
-    })
-    .unwrap();
+    let _pool = give_superpages(&card);
     let ch = &card.channels()[0].channel;
-    while let Ok(sp) = pool.alloc() {
-        ch.push_superpage(sp).unwrap();
-    }
     let mut arrived = Vec::with_capacity(units);
     rodeo_testkit::wait_until(
         &format!("{units} units at {rate_hz} Hz to arrive"),
@@ -392,12 +374,15 @@ fn a_silent_sender_gives_its_link_to_a_new_one_that_sends() {
     drop((first, idle));
 }
 
-/// Gives the card's only channel every superpage of a new pool of four (returned: the pool
-/// must outlive them).
+/// Superpages of the pool [`give_superpages`] makes.
+const SUPERPAGES: usize = 4;
+
+/// Gives the card's only channel every superpage of a new pool of [`SUPERPAGES`] (returned:
+/// the pool must outlive them).
 fn give_superpages(card: &Card) -> SuperpagePool {
     let pool = SuperpagePool::new(SuperpagePoolConfig {
         superpage_bytes: 64 * 1024,
-        superpages: 4,
+        superpages: SUPERPAGES,
         region: RegionOptions::default(),
     })
     .unwrap();

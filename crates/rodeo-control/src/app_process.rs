@@ -202,6 +202,72 @@ impl AppControl {
         }
     }
 
+    /// Looks whether a thread of the application ended by itself, and copies what `inner`
+    /// shows into [`Seen`] (what a heartbeat does first).
+    fn refresh(&self, inner: &mut Inner) {
+        inner.driver.poll();
+        self.publish(inner, false);
+    }
+
+    /// What the HTTP server answers from (module docs): refreshed first when no command holds
+    /// `Inner`, else the copy the last command or heartbeat left; with the probe's live
+    /// counters, read after the lock is gone.
+    fn seen_now(&self) -> (Seen, Option<crate::metrics::AppMetrics>) {
+        if let Some(mut inner) = self.try_lock() {
+            self.refresh(&mut inner);
+        }
+        let seen = self.seen().clone();
+        let metrics = seen.probe.as_ref().map(|p| p());
+        (seen, metrics)
+    }
+
+    /// The status of `seen` with the counters `metrics`.
+    fn status_of(
+        &self,
+        seen: &Seen,
+        metrics: Option<&crate::metrics::AppMetrics>,
+    ) -> PartitionStatus {
+        let run_seconds = match (seen.run_start, seen.state) {
+            (Some(t), State::Running) => t.elapsed().as_secs_f64(),
+            _ => 0.0,
+        };
+        let totals = crate::rates::Totals::of(metrics.into_iter());
+        let mut recent_errors: Vec<String> = seen.error.clone().into_iter().collect();
+        if let Some(&(_, command, since)) = seen.commands.first() {
+            recent_errors.push(format!(
+                "{command} in progress for {} ms: the state shown is the one before it",
+                since.elapsed().as_millis()
+            ));
+        }
+        PartitionStatus {
+            partition: self.name.clone(),
+            state: seen.state,
+            error: seen.error.clone(),
+            run_number: seen.run_number,
+            run_seconds,
+            l1_rate_hz: 0.0,
+            event_rate_hz: 0.0,
+            write_rate_hz: 0.0,
+            l1_accepts: totals.l1_accepts,
+            events_written: totals.written,
+            restarts: 0,
+            apps: vec![AppStatus {
+                name: self.name.clone(),
+                role: self.role.name().into(),
+                state: seen.state,
+                error: seen.error.clone(),
+                host: None,
+                pid: Some(std::process::id()),
+                heartbeat_age_ms: None,
+                rate_hz: 0.0,
+                restarts: 0,
+            }],
+            recent_errors,
+            inputs: crate::metrics::inputs_of(metrics),
+            words: RunWords::default(),
+        }
+    }
+
     /// The state now.
     pub fn state(&self) -> State {
         self.lock().driver.state()
@@ -305,8 +371,7 @@ impl AppControl {
     }
 
     fn heartbeat_locked(&self, inner: &mut Inner) -> Heartbeat {
-        inner.driver.poll();
-        self.publish(inner, false);
+        self.refresh(inner);
         Heartbeat {
             state: inner.driver.state(),
             error: shown_error(inner),
@@ -362,65 +427,12 @@ pub fn shm_limits(config: &PartitionConfig) -> rodeo_transport::shm::ShmLimits {
     }
 }
 
-impl AppControl {
-    /// What the HTTP server answers from: a fresh heartbeat when no command runs, else the
-    /// copy the last one left with the probe's live counters (module docs).
-    fn seen_now(&self) -> (Seen, Option<crate::metrics::AppMetrics>) {
-        if let Some(mut inner) = self.try_lock() {
-            let hb = self.heartbeat_locked(&mut inner);
-            drop(inner);
-            return (self.seen().clone(), hb.metrics);
-        }
-        let seen = self.seen().clone();
-        let metrics = seen.probe.as_ref().map(|p| p());
-        (seen, metrics)
-    }
-}
-
 impl RunControl for AppControl {
     /// Never waits for a command in progress: then the state is the one before it, and the
     /// command is named in the errors shown (`recent_errors`).
     fn status(&self) -> PartitionStatus {
         let (seen, metrics) = self.seen_now();
-        let run_seconds = match (seen.run_start, seen.state) {
-            (Some(t), State::Running) => t.elapsed().as_secs_f64(),
-            _ => 0.0,
-        };
-        let totals = crate::rates::Totals::of(metrics.iter());
-        let mut recent_errors: Vec<String> = seen.error.clone().into_iter().collect();
-        if let Some(&(_, command, since)) = seen.commands.first() {
-            recent_errors.push(format!(
-                "{command} in progress for {} ms: the state shown is the one before it",
-                since.elapsed().as_millis()
-            ));
-        }
-        PartitionStatus {
-            partition: self.name.clone(),
-            state: seen.state,
-            error: seen.error.clone(),
-            run_number: seen.run_number,
-            run_seconds,
-            l1_rate_hz: 0.0,
-            event_rate_hz: 0.0,
-            write_rate_hz: 0.0,
-            l1_accepts: totals.l1_accepts,
-            events_written: totals.written,
-            restarts: 0,
-            apps: vec![AppStatus {
-                name: self.name.clone(),
-                role: self.role.name().into(),
-                state: seen.state,
-                error: seen.error.clone(),
-                host: None,
-                pid: Some(std::process::id()),
-                heartbeat_age_ms: None,
-                rate_hz: 0.0,
-                restarts: 0,
-            }],
-            recent_errors,
-            inputs: crate::metrics::inputs_of(metrics.iter()),
-            words: RunWords::default(),
-        }
+        self.status_of(&seen, metrics.as_ref())
     }
 
     fn command(&self, command: Command) -> Result<State, TransitionError> {
@@ -433,10 +445,8 @@ impl RunControl for AppControl {
     }
 
     fn write_metrics(&self, out: &mut MetricsWriter) {
-        let status = self.status();
-        // The probe is called after the lock is gone.
-        let probe = self.seen().probe.clone();
-        let metrics = probe.map(|p| p());
+        let (seen, metrics) = self.seen_now();
+        let status = self.status_of(&seen, metrics.as_ref());
         write_partition_metrics(
             out,
             &status,

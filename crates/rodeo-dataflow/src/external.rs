@@ -182,8 +182,8 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
     let mut record = [0u8; 8];
     let mut have = 0usize;
     let mut busy = None;
-    // Bytes this connection has sent: none yet, and it may be a probe.
-    let mut sent = 0u64;
+    // Whether this connection has sent a byte (until it has, it may be a probe).
+    let mut spoke = false;
     let mut full = Backoff::new(BackoffSpec::IDLE);
     loop {
         if shared.stop.load(Ordering::Acquire) {
@@ -203,7 +203,7 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
         }
         full.reset();
         match stream.read(&mut record[have..]) {
-            Ok(0) if sent == 0 => {
+            Ok(0) if !spoke => {
                 // A probe: closed before a byte. Wait for the trigger unit.
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
                 let Some(next) = wait_for_unit(listener, shared) else {
@@ -219,7 +219,7 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
                 break;
             }
             Ok(n) => {
-                sent += n as u64;
+                spoke = true;
                 have += n;
                 if have == record.len() {
                     have = 0;

@@ -158,12 +158,13 @@ impl TcpReceiver {
         self.stream = Some(s);
     }
 
-    /// The current sender has been quiet since `since`: takes a waiting connection as the
+    /// The current sender has been quiet since `quiet_since`: takes a waiting connection as the
     /// candidate, and when the candidate has sent a byte makes it the sender, the quiet one
     /// dropped (module docs). A candidate that closed without a byte is dropped; one that has
     /// waited [`TAKEOVER_SILENCE`] without a byte gives its place to a newer connection (so an
     /// idle one cannot hold it), a younger one keeps it. True when the sender changed.
-    fn take_over(&mut self, since: Instant, now: Instant) -> bool {
+    fn take_over(&mut self, now: Instant) -> bool {
+        let since = *self.quiet_since.get_or_insert(now);
         if now.saturating_duration_since(since) < TAKEOVER_SILENCE {
             return false;
         }
@@ -357,8 +358,7 @@ impl Generator for TcpReceiver {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let since = *self.quiet_since.get_or_insert(now);
-                    if self.take_over(since, now) {
+                    if self.take_over(now) {
                         continue;
                     }
                     let limit = match *flush_by {
