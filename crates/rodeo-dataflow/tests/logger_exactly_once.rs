@@ -53,6 +53,32 @@ fn repeats_are_acknowledged_and_written_once() {
     assert_eq!(n, 10);
 }
 
+/// The written rate's span ends when the last event is on disk (its commit acknowledged), as
+/// dd's time ends after its sync: with a single event it is the time from its write to its
+/// sync, not 0 (it ended at the last copy into the writer's buffer).
+#[test]
+fn the_write_span_ends_when_the_last_event_is_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Transport::new(1).unwrap();
+    let cfg = LoggerConfig::new("logger-s", "inproc://logger-s", dir.path().into(), 7);
+    let handle = logger::spawn(cfg, &t, Arc::new(LoggerCounters::default())).unwrap();
+    let mut dcm = t.socket(SocketKind::Dealer).unwrap();
+    dcm.connect(&Endpoint::parse("inproc://logger-s").unwrap())
+        .unwrap();
+    let mut words = Vec::new();
+    EventSynth::new(SynthConfig::default())
+        .event(0, &mut words)
+        .unwrap();
+    send_event(&mut dcm, 0, &words);
+    assert_eq!(acknowledged(&mut dcm, 1), [0]);
+    let summary = handle.stop().unwrap();
+    assert_eq!(summary.events_written, 1);
+    assert!(
+        summary.write_span_ns > 0,
+        "one event: the span runs from its write to its sync"
+    );
+}
+
 /// The global ids of the first `n` events `dcm` gets acknowledged (within 20 s), sorted.
 fn acknowledged(dcm: &mut rodeo_transport::socket::Socket, n: usize) -> Vec<u64> {
     let mut acked = Vec::new();

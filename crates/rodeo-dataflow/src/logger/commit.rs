@@ -120,6 +120,9 @@ impl Logger {
 
     /// Acknowledges a done commit's events to their senders, one `EventAck` per DCM.
     fn acknowledge(&mut self, socket: &mut rodeo_transport::socket::Socket, mut c: InFlight) {
+        if !c.pending.is_empty() {
+            self.last_durable = Some(std::time::Instant::now());
+        }
         c.pending.sort_unstable_by_key(|p| p.peer);
         let mut i = 0;
         while i < c.pending.len() {

@@ -35,8 +35,10 @@ pub struct LoggerSummary {
     /// Files whose cross-check failed, each with what was wrong (empty in a good run).
     #[serde(default)]
     pub verify_problems: Vec<String>,
-    /// Nanoseconds from the first event written to the last, on the logger's clock (0 with
-    /// fewer than two): the written rate is `bytes_written / write_span_ns`.
+    /// Nanoseconds from the first event written to the last one on disk (its group commit's
+    /// sync returned; the last written, if none was committed), on the logger's clock (0 when
+    /// nothing was written): the written rate is `bytes_written / write_span_ns`, durable bytes
+    /// per second as `dd conv=fsync` times them.
     #[serde(default)]
     pub write_span_ns: u64,
     /// Why every output directory became full (`None`: the run ended with room left); the

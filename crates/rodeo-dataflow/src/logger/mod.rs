@@ -217,6 +217,8 @@ struct Logger {
     /// Time of the first and of the latest event written.
     first_write: Option<Instant>,
     last_write: Option<Instant>,
+    /// Time the latest group commit with events was acknowledged (its syncs returned).
+    last_durable: Option<Instant>,
 }
 
 impl Logger {
@@ -252,6 +254,7 @@ impl Logger {
             compressor: None,
             first_write: None,
             last_write: None,
+            last_durable: None,
         }
     }
 
@@ -361,7 +364,10 @@ impl Logger {
         }
         self.summary.files.extend(files);
         self.summary.late_ids = self.written.late();
-        if let (Some(first), Some(last)) = (self.first_write, self.last_write) {
+        // To the last event on disk (its commit's sync returned), as a writer timed with its
+        // final sync; an event never committed (a full disk) ends it at its write.
+        let last = self.last_write.max(self.last_durable);
+        if let (Some(first), Some(last)) = (self.first_write, last) {
             self.summary.write_span_ns =
                 u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX);
         }

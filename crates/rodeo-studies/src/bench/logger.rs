@@ -16,11 +16,15 @@
 //!
 //! # Baseline
 //!
-//! `dd if=/dev/zero of=DIR/x bs=4M count=N oflag=direct`, done in-process: 4 MiB blocks of
-//! zeros from one aligned buffer written with `O_DIRECT` (buffered on a file system that
-//! refuses it: `dd_direct` says which), then one `fdatasync`; the same bytes as a row, before
-//! the rows and after them. `dd_bytes_per_s` is their mean, and each row's `ratio` is its
-//! `bytes_per_s` over it: the share of the disk's speed the writer reaches.
+//! `dd if=SRC of=DIR/x bs=4M count=N oflag=direct conv=fsync`, done in-process: 4 MiB blocks
+//! of pseudo-random bytes from one aligned buffer written with `O_DIRECT` (buffered on a file
+//! system that refuses it: `dd_direct` says which), then one `fdatasync`, as durable as the
+//! writer's group commits; the same bytes as a row, before the rows and after them.
+//! `dd_bytes_per_s` is their mean, and each row's `ratio` is its `bytes_per_s` over it: the
+//! share of the disk's speed the writer reaches. Not zeros, and not without the sync: on a
+//! VM the host's write cache takes direct writes at its own speed until a sync, and may skip
+//! zero blocks altogether, so `dd if=/dev/zero` alone measures the host, not the disk
+//! (docs/benchmarks-history.md, 2026-12-05).
 //!
 //! Figures are bytes of file (records and their headers) per second of wall time from the
 //! first write to the file's close.
@@ -276,8 +280,9 @@ fn write_row(
     Ok((row, why))
 }
 
-/// `dd if=/dev/zero of=DIR/x bs=4M count=N oflag=direct` plus one `fdatasync`: bytes per
-/// second, and whether `O_DIRECT` was taken.
+/// `dd if=SRC of=DIR/x bs=4M count=N oflag=direct conv=fsync` with SRC non-zero bytes (one
+/// 4 MiB block of pseudo-random words, written N times): bytes per second, and whether
+/// `O_DIRECT` was taken. Not zeros: a VM's host may skip zero blocks (module docs).
 fn dd_direct(dir: &Path, total: u64) -> anyhow::Result<(f64, bool)> {
     let path = dir.join("dd.x");
     let (file, direct) = match OpenOptions::new()
@@ -298,9 +303,11 @@ fn dd_direct(dir: &Path, total: u64) -> anyhow::Result<(f64, bool)> {
             false,
         ),
     };
-    let storage = vec![0u8; DD_BLOCK + DIRECT_IO_ALIGN];
+    let mut storage = vec![0u8; DD_BLOCK + DIRECT_IO_ALIGN];
     let start = storage.as_ptr().align_offset(DIRECT_IO_ALIGN);
-    let block = &storage[start..start + DD_BLOCK];
+    let block = &mut storage[start..start + DD_BLOCK];
+    fill_pseudo_random(block);
+    let block = &*block;
     let count = total.div_ceil(DD_BLOCK as u64);
     let t0 = Instant::now();
     for i in 0..count {
@@ -315,9 +322,30 @@ fn dd_direct(dir: &Path, total: u64) -> anyhow::Result<(f64, bool)> {
     Ok(((count * DD_BLOCK as u64) as f64 / seconds, direct))
 }
 
+/// Fills `bytes` with a xorshift sequence (no zero word: the state never is 0).
+fn fill_pseudo_random(bytes: &mut [u8]) {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for chunk in bytes.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The baseline's block has no zero 8-byte word, so no host can skip it as zeros.
+    #[test]
+    fn the_baseline_block_is_not_zeros() {
+        let mut block = vec![0u8; 4096 + 3];
+        fill_pseudo_random(&mut block);
+        assert!(block[..4096].chunks(8).all(|w| w != [0u8; 8]));
+        assert!(block.iter().filter(|&&b| b == 0).count() < 64);
+    }
 
     #[test]
     fn a_small_run_writes_every_row_and_cleans_up() {
