@@ -79,6 +79,40 @@ fn the_write_span_ends_when_the_last_event_is_on_disk() {
     );
 }
 
+/// A full table of sender identities gives an idle sender's place (its events all
+/// acknowledged) to a new one, the least recently heard first: identities made up by the
+/// thousand (or DCMs renamed over a long run) no longer keep a new DCM's events out for good.
+#[test]
+fn a_full_table_of_senders_gives_an_idle_ones_place_to_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Transport::new(1).unwrap();
+    let mut cfg = LoggerConfig::new("logger-f", "inproc://logger-f", dir.path().into(), 7);
+    cfg.max_senders = 2;
+    let handle = logger::spawn(cfg, &t, Arc::new(LoggerCounters::default())).unwrap();
+    let mut synth = EventSynth::new(SynthConfig::default());
+    let mut words = Vec::new();
+    let mut dcms = Vec::new();
+    for (gid, id) in [(0u64, "dcm-a"), (1, "dcm-b"), (2, "dcm-c"), (3, "dcm-b")] {
+        if !dcms.iter().any(|(name, _)| *name == id) {
+            let s = t.socket(SocketKind::Dealer).unwrap();
+            s.set_identity(id.as_bytes()).unwrap();
+            s.connect(&Endpoint::parse("inproc://logger-f").unwrap())
+                .unwrap();
+            dcms.push((id, s));
+        }
+        let dcm = &mut dcms.iter_mut().find(|(name, _)| *name == id).unwrap().1;
+        synth.event(gid, &mut words).unwrap();
+        send_event(dcm, 0, &words);
+        // Each acknowledged before the next is sent: every sender idle when "dcm-c" comes.
+        assert_eq!(acknowledged(dcm, 1), [gid], "{id}");
+    }
+    let summary = handle.stop().unwrap();
+    assert_eq!(summary.events_written, 4);
+    assert_eq!(summary.bad_messages, 0);
+    // "dcm-c" took "dcm-a"'s place (heard least recently); "dcm-b" kept its own.
+    assert_eq!(summary.senders_replaced, 1);
+}
+
 /// The global ids of the first `n` events `dcm` gets acknowledged (within 20 s), sorted.
 fn acknowledged(dcm: &mut rodeo_transport::socket::Socket, n: usize) -> Vec<u64> {
     let mut acked = Vec::new();

@@ -50,6 +50,10 @@ pub struct LoggerConfig {
     /// `RunType=...`, `Shifter=...`: the run's words). rodeo's container has no place for
     /// them: there they are in the run directory's `partition.toml` and `summary.json`.
     pub free_strings: Vec<String>,
+    /// Most sender identities kept (default 4096): past it a new identity takes the place of
+    /// the least recently heard sender with nothing waiting for a commit, or is refused
+    /// (counted bad) while every one has.
+    pub max_senders: usize,
 }
 
 /// The container a logger writes.
@@ -95,6 +99,7 @@ impl LoggerConfig {
             max_message_bytes: None,
             expected_robs: 0,
             free_strings: Vec::new(),
+            max_senders: crate::MAX_PEER_IDENTITIES,
         }
     }
 

@@ -62,6 +62,10 @@ pub struct LoggerSummary {
     /// the window).
     #[serde(default)]
     pub late_ids: u64,
+    /// New sender identities that took the place of an idle one in a full table
+    /// (`LoggerConfig::max_senders`; 0 unless more identities than that sent events).
+    #[serde(default)]
+    pub senders_replaced: u64,
     /// Events kept from files a previous life of this logger left open (restarted into the
     /// run; included in `events_written` and `files`).
     #[serde(default)]

@@ -77,16 +77,30 @@ impl Logger {
         let rob_check = self.rob_check(&parsed);
         let peer = match self.peers.get(msg.peer.as_slice()) {
             Some(&p) => p,
-            None if self.peer_ids.len() >= crate::MAX_PEER_IDENTITIES => {
-                self.bad_message();
-                return Ok(());
+            None if self.peer_ids.len() >= self.config.max_senders.max(1) => {
+                // The table is full: an idle sender gives its place (nothing of it waits for
+                // a commit, so no acknowledgement is owed to it), the least recently heard
+                // first, so identities made up by the thousand keep a new DCM out only while
+                // they all have events in flight.
+                let Some(p) = self.idle_sender() else {
+                    self.bad_message();
+                    return Ok(());
+                };
+                let old = std::mem::replace(&mut self.peer_ids[p], msg.peer.clone());
+                self.peers.remove(&old);
+                self.peers.insert(msg.peer.clone(), p);
+                self.summary.senders_replaced += 1;
+                p
             }
             None => {
                 self.peer_ids.push(msg.peer.clone());
+                self.peer_heard.push(0);
                 self.peers.insert(msg.peer.clone(), self.peer_ids.len() - 1);
                 self.peer_ids.len() - 1
             }
         };
+        self.heard += 1;
+        self.peer_heard[peer] = self.heard;
         if self.written.contains(gid) {
             self.summary.duplicates += 1;
             self.pending.push(Pending {
@@ -186,6 +200,24 @@ impl Logger {
             }
         }
         Ok(())
+    }
+
+    /// The sender whose place a new identity takes in a full table: the least recently heard
+    /// of those with no event waiting for a commit (pending or in flight); `None` when every
+    /// one has. A scan of the table, only when it is full.
+    fn idle_sender(&mut self) -> Option<usize> {
+        let busy = &mut self.peer_busy;
+        busy.clear();
+        busy.resize(self.peer_ids.len(), false);
+        let waiting = self.commits.queue.iter().flat_map(|c| c.pending.iter());
+        for p in self.pending.iter().chain(waiting) {
+            if let Some(b) = busy.get_mut(p.peer) {
+                *b = true;
+            }
+        }
+        (0..self.peer_ids.len())
+            .filter(|&i| !self.peer_busy[i])
+            .min_by_key(|&i| self.peer_heard[i])
     }
 
     /// Whether an event carries the partial flag and whether it is short of the partition's

@@ -203,6 +203,12 @@ struct Logger {
     halted: Option<String>,
     peers: HashMap<Vec<u8>, usize>,
     peer_ids: Vec<Vec<u8>>,
+    /// When each sender was last heard (`heard`'s value then), by index in `peer_ids`.
+    peer_heard: Vec<u64>,
+    /// Events received from known senders so far: the senders' clock.
+    heard: u64,
+    /// Scratch of `idle_sender`: which senders have events waiting for a commit.
+    peer_busy: Vec<bool>,
     pending: Vec<Pending>,
     /// Group commits whose syncs are on their way (acknowledged when done).
     commits: Commits,
@@ -244,6 +250,9 @@ impl Logger {
             halted: None,
             peers: HashMap::new(),
             peer_ids: Vec::new(),
+            peer_heard: Vec::new(),
+            heard: 0,
+            peer_busy: Vec::new(),
             pending: Vec::new(),
             commits: Commits::default(),
             summary: LoggerSummary::default(),
