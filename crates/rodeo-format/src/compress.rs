@@ -53,7 +53,8 @@ pub enum CompressError {
 
 /// The largest plain event, in bytes, that [`decompress_event`] and [`decompress_zlib_event`]
 /// restore: the header's size word is read from outside, and nothing is allocated for it past
-/// this (1 GiB, as the EventStorage reader's limit).
+/// this (1 GiB, as the EventStorage reader's limit). A restored event is held twice at most
+/// (its words, then the plain event with its header), each only as far as the frame restores.
 pub const MAX_DECOMPRESSED_BYTES: usize = 1 << 30;
 
 /// The plain size, in bytes, that `e` declares, if within [`MAX_DECOMPRESSED_BYTES`].
@@ -203,18 +204,10 @@ pub fn decompress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Compres
         other => return Err(CompressError::Unsupported(other)),
     }
     let n = e.uncompressed_size();
-    let mut bytes = vec![0u8; declared_bytes(&e)?];
     let mut dec = ruzstd::decoding::StreamingDecoder::new(words_as_bytes(e.payload()))
         .map_err(|err| CompressError::Zstd(err.to_string()))?;
-    dec.read_exact(&mut bytes)
+    let plain = read_words_exact(&mut dec, declared_bytes(&e)? / 4)
         .map_err(|err| CompressError::Zstd(format!("{err} (expected {n} words)")))?;
-    // A frame that restores more than the header declares is damaged, not cut short quietly.
-    if matches!(dec.read(&mut [0u8; 1]), Ok(1..)) {
-        return Err(CompressError::Zstd(format!(
-            "restores more than the {n} words the header declares"
-        )));
-    }
-    let plain = bytes_to_words(&bytes);
     let tags = tags_of(&e)?;
     let pieces: [&[u32]; 1] = [&plain];
     header_of(&e, &tags, &pieces, 0, None).write_vec(out)?;
@@ -236,30 +229,39 @@ pub fn decompress_zlib_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Co
         other => return Err(CompressError::Unsupported(other)),
     }
     let n = e.uncompressed_size();
-    let bytes = inflate_exact(words_as_bytes(e.payload()), declared_bytes(&e)?)
+    let mut dec = flate2::read::ZlibDecoder::new(words_as_bytes(e.payload()));
+    let plain = read_words_exact(&mut dec, declared_bytes(&e)? / 4)
         .map_err(|reason| CompressError::Zlib(format!("{reason} (expected {n} words)")))?;
-    let plain = bytes_to_words(&bytes);
     let tags = tags_of(&e)?;
     let pieces: [&[u32]; 1] = [&plain];
     header_of(&e, &tags, &pieces, 0, None).write_vec(out)?;
     Ok(())
 }
 
-/// Inflates the zlib stream at the start of `input` (trailing padding ignored) and requires
-/// exactly `expected` bytes out. Never allocates more than `expected` + 1 bytes.
-pub(crate) fn inflate_exact(input: &[u8], expected: usize) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(expected.min(64 << 20));
-    let mut dec = flate2::read::ZlibDecoder::new(input);
-    (&mut dec)
-        .take(expected as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
-    if out.len() != expected {
-        return Err(format!(
-            "restores {} bytes{}",
-            out.len().min(expected),
-            if out.len() > expected { " or more" } else { "" }
-        ));
+/// Bytes a decoder restores per read into [`read_words_exact`]'s buffer (stays in the cache).
+const RESTORE_CHUNK: usize = 64 << 10;
+
+/// Reads exactly `words` little-endian words from the decoder `r`, then requires its end: a
+/// stream cut short, or one that restores more than declared (damaged, not cut short
+/// quietly), is an error. Restored in cache-sized chunks straight into the words: the event's
+/// bytes are held once, not as bytes and then as words (the words' capacity is reserved, not
+/// touched, until restored).
+fn read_words_exact(r: &mut impl Read, words: usize) -> Result<Vec<u32>, String> {
+    let mut out = Vec::with_capacity(words);
+    let mut chunk = vec![0u8; RESTORE_CHUNK.min(words * 4)];
+    let mut left = words * 4;
+    while left > 0 {
+        let k = left.min(chunk.len());
+        r.read_exact(&mut chunk[..k]).map_err(|e| e.to_string())?;
+        out.extend(
+            chunk[..k]
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        left -= k;
+    }
+    if matches!(r.read(&mut [0u8; 1]), Ok(1..)) {
+        return Err(format!("restores more than the {words} words declared"));
     }
     Ok(out)
 }
@@ -400,5 +402,29 @@ mod tests {
             *w = 0xDEAD_BEEF;
         }
         assert!(decompress_event(&packed, &mut back).is_err());
+    }
+
+    /// The restored words are exactly the declared ones, across chunk boundaries; a stream
+    /// cut short or one with bytes past the declared words is an error.
+    #[test]
+    fn words_are_restored_exactly_and_in_chunks() {
+        let words: Vec<u32> = (0..(RESTORE_CHUNK as u32 / 4) * 2 + 3)
+            .map(|i| i.wrapping_mul(0x9E37_79B9))
+            .collect();
+        let bytes = words_as_bytes(&words);
+        assert_eq!(
+            read_words_exact(&mut &bytes[..], words.len()).unwrap(),
+            words
+        );
+        assert!(
+            read_words_exact(&mut &bytes[..], words.len() + 1).is_err(),
+            "cut short"
+        );
+        let err = read_words_exact(&mut &bytes[..], words.len() - 1).unwrap_err();
+        assert!(err.contains("restores more"), "{err}");
+        assert_eq!(
+            read_words_exact(&mut &[][..], 0).unwrap(),
+            Vec::<u32>::new()
+        );
     }
 }
