@@ -87,6 +87,7 @@ fn udp_felix_blocks_arrive_whole_and_bad_datagrams_are_counted() {
     let sender = std::thread::spawn(move || {
         let mut s = LinkSender::connect(address).unwrap();
         s.send(&[1, 2, 3]).unwrap(); // not a block: dropped and counted
+        s.send(&[7u8; 3000]).unwrap(); // larger than a block: all its bytes counted
         for i in 0..BLOCKS {
             s.send(source.next_unit().unwrap()).unwrap();
             if i % 8 == 7 {
@@ -105,7 +106,8 @@ fn udp_felix_blocks_arrive_whole_and_bad_datagrams_are_counted() {
     assert_eq!(monitor.bad(), 0);
     assert!(monitor.good() > 1000);
     let net = card.channels()[0].net.as_ref().unwrap();
-    assert_eq!(net.dropped_units.load(Ordering::Relaxed), 1);
+    assert_eq!(net.dropped_units.load(Ordering::Relaxed), 2);
+    assert_eq!(net.dropped_bytes.load(Ordering::Relaxed), 3 + 3000);
     assert_eq!(net.units.load(Ordering::Relaxed), BLOCKS);
 }
 

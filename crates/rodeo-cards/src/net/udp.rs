@@ -45,6 +45,28 @@ impl UdpReceiver {
     }
 }
 
+/// Receives one datagram into `dst`: the bytes copied, and the datagram's whole length (larger
+/// when it did not fit and was cut: `MSG_TRUNC` has the kernel report it).
+fn recv_whole_len(socket: &UdpSocket, dst: &mut [u8]) -> io::Result<(usize, usize)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `dst` is a live, writable buffer of `dst.len()` bytes for the whole call, and
+    // the kernel writes at most that many bytes into it (MSG_TRUNC only changes the length
+    // returned, not what is copied); the descriptor is the socket's own, open while borrowed.
+    let r = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            dst.as_mut_ptr().cast(),
+            dst.len(),
+            libc::MSG_TRUNC,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let whole = r as usize;
+    Ok((whole.min(dst.len()), whole))
+}
+
 impl Generator for UdpReceiver {
     fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
         self.fill_until(buf, max_units, &mut None)
@@ -57,7 +79,8 @@ impl Generator for UdpReceiver {
         flush_by: &mut Option<Instant>,
     ) -> Fill {
         let mut fill = Fill::default();
-        // One byte more than the largest unit tells an oversize datagram (truncated by recv).
+        // One byte more than the largest unit tells an oversize datagram (cut by recv; its
+        // whole length is counted).
         let room = self.rule.max_bytes() + 1;
         let mut now = Instant::now();
         self.counters.look(now);
@@ -66,8 +89,8 @@ impl Generator for UdpReceiver {
             let Some(dst) = buf.get_mut(fill.bytes..fill.bytes + room) else {
                 break;
             };
-            match self.socket.recv(dst) {
-                Ok(n) => {
+            match recv_whole_len(&self.socket, dst) {
+                Ok((n, whole)) => {
                     now = Instant::now();
                     if self.counters.state() == LinkState::Waiting {
                         self.counters.set_state(LinkState::Connected, now);
@@ -79,7 +102,8 @@ impl Generator for UdpReceiver {
                         self.counters.accept_unit(n);
                         flush_by.get_or_insert(now + FLUSH_INTERVAL);
                     } else {
-                        self.counters.drop_unit(n);
+                        // The datagram's own length: an oversize one counts all its bytes.
+                        self.counters.drop_unit(whole.max(n));
                     }
                     if flush_by.is_some_and(|d| now >= d) {
                         break;
