@@ -260,10 +260,13 @@ fn read_words_exact(r: &mut impl Read, words: usize) -> Result<Vec<u32>, String>
         );
         left -= k;
     }
-    if matches!(r.read(&mut [0u8; 1]), Ok(1..)) {
-        return Err(format!("restores more than the {words} words declared"));
+    // The stream's end: a decoder checks its trailer (zlib's Adler-32) and a cut-off stream
+    // only here, so an error now is the stream's.
+    match r.read(&mut [0u8; 1]) {
+        Ok(0) => Ok(out),
+        Ok(_) => Err(format!("restores more than the {words} words declared")),
+        Err(e) => Err(e.to_string()),
     }
-    Ok(out)
 }
 
 /// Little-endian words of `bytes` (a multiple of 4 long; a partial last word is dropped).
@@ -425,6 +428,36 @@ mod tests {
         assert_eq!(
             read_words_exact(&mut &[][..], 0).unwrap(),
             Vec::<u32>::new()
+        );
+    }
+
+    /// A zlib stream whose trailer is damaged (its Adler-32), or that stops after its data,
+    /// is an error even when every declared word came out: the decoder tells only at the end.
+    #[test]
+    fn a_zlib_stream_damaged_after_its_data_is_an_error() {
+        use std::io::Write;
+        let words: Vec<u32> = (0..1000).collect();
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(words_as_bytes(&words)).unwrap();
+        let stream = enc.finish().unwrap();
+        let restore = |bytes: &[u8], n: usize| {
+            read_words_exact(&mut flate2::read::ZlibDecoder::new(bytes), n)
+        };
+        assert_eq!(restore(&stream, words.len()).unwrap(), words);
+        // Word padding after a whole stream is not more data.
+        let mut padded = stream.clone();
+        padded.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(restore(&padded, words.len()).unwrap(), words);
+        let mut bad_sum = stream.clone();
+        *bad_sum.last_mut().unwrap() ^= 0xFF;
+        assert!(restore(&bad_sum, words.len()).is_err(), "Adler-32");
+        assert!(
+            restore(&stream[..stream.len() - 4], words.len()).is_err(),
+            "no trailer"
+        );
+        assert!(
+            restore(b"not zlib at all", 0).is_err(),
+            "nothing declared, garbage sent"
         );
     }
 }

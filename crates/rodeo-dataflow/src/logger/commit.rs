@@ -120,7 +120,9 @@ impl Logger {
 
     /// Acknowledges a done commit's events to their senders, one `EventAck` per DCM.
     fn acknowledge(&mut self, socket: &mut rodeo_transport::socket::Socket, mut c: InFlight) {
-        if !c.pending.is_empty() {
+        // Only a commit that wrote something moves the written rate's end (not one of
+        // repeats only: a late copy from a slow DCM writes nothing).
+        if c.pending.iter().any(|p| p.stream.is_some()) {
             self.last_durable = Some(std::time::Instant::now());
         }
         c.pending.sort_unstable_by_key(|p| p.peer);
