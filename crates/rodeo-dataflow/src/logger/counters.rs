@@ -37,8 +37,8 @@ pub struct LoggerSummary {
     pub verify_problems: Vec<String>,
     /// Nanoseconds from the first event written to the last one on disk (its group commit's
     /// sync returned; the last written, if none was committed), on the logger's clock (0 when
-    /// nothing was written, or one event never committed): the written rate is `bytes_written / write_span_ns`, durable bytes
-    /// per second as `dd conv=fsync` times them.
+    /// nothing was written, or one event never committed): the written rate is
+    /// `bytes_written / write_span_ns`, durable bytes per second as `dd conv=fsync` times them.
     #[serde(default)]
     pub write_span_ns: u64,
     /// Why every output directory became full (`None`: the run ended with room left); the
