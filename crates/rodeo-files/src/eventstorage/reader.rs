@@ -489,26 +489,48 @@ impl EsReader {
     }
 }
 
-/// Inflates one zlib data block (trailing zero padding ignored) into words.
+/// Bytes inflated per read into [`inflate`]'s buffer (stays in the cache).
+const INFLATE_CHUNK: usize = 64 << 10;
+
+/// Inflates one zlib data block (trailing zero padding ignored) into words, in cache-sized
+/// chunks straight into the words (a partial word carried to the next chunk): the event is
+/// held once, not as bytes and then as words.
 fn inflate(input: &[u8]) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
     let mut dec = flate2::read::ZlibDecoder::new(input);
-    (&mut dec)
-        .take(MAX_INFLATED_BYTES + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
-    if out.len() as u64 > MAX_INFLATED_BYTES {
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; INFLATE_CHUNK];
+    // Bytes of a partial word at the chunk's start, carried from the read before.
+    let mut held = 0usize;
+    let mut total = 0u64;
+    loop {
+        let n = match dec.read(&mut chunk[held..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        total += n as u64;
+        if total > MAX_INFLATED_BYTES {
+            return Err(format!(
+                "restores more than {MAX_INFLATED_BYTES} bytes (the largest event accepted)"
+            ));
+        }
+        let have = held + n;
+        let whole = have - have % 4;
+        out.extend(
+            chunk[..whole]
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        chunk.copy_within(whole..have, 0);
+        held = have - whole;
+    }
+    if total == 0 || held != 0 {
         return Err(format!(
-            "restores more than {MAX_INFLATED_BYTES} bytes (the largest event accepted)"
+            "restores {total} bytes, not a positive number of 32-bit words"
         ));
     }
-    if out.is_empty() || out.len() % 4 != 0 {
-        return Err(format!(
-            "restores {} bytes, not a positive number of 32-bit words",
-            out.len()
-        ));
-    }
-    Ok(bytes_to_words(&out))
+    Ok(out)
 }
 
 impl Iterator for EsReader {
@@ -516,5 +538,38 @@ impl Iterator for EsReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_block()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn zlib(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// A block is restored into the same words across many chunks (with zero padding after
+    /// the stream); one of no bytes, or of bytes that are not whole words, is refused.
+    #[test]
+    fn blocks_inflate_into_whole_words_across_chunks() {
+        let words: Vec<u32> = (0..(3 * INFLATE_CHUNK as u32 / 4) + 5)
+            .map(|i| i.wrapping_mul(0x9E37_79B9) >> (i % 7))
+            .collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut block = zlib(&bytes);
+        block.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(inflate(&block).unwrap(), words);
+        let err = inflate(&zlib(&bytes[..bytes.len() - 1])).unwrap_err();
+        assert!(
+            err.contains("not a positive number of 32-bit words"),
+            "{err}"
+        );
+        assert!(inflate(&zlib(&[])).is_err());
+        assert!(inflate(b"not zlib").is_err());
     }
 }
