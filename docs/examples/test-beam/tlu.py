@@ -5,7 +5,8 @@ holds them while the partition is busy. Standard library only.
 Protocol (little-endian, one TCP connection; docs/test-beam.md):
   to the partition:   8 bytes per L1 accept: u32 extended L1ID, u32 L1 trigger type
   from the partition: one byte per change of state: b"B" busy, b"R" ready (and one on connect)
-Closing the connection ends the run's L1 input.
+Closing the connection ends the run's L1 input (shut down the sending side, then read until
+the partition closes: a close with unread bytes resets the connection and loses records).
 
     python3 tlu.py --triggers 1000 --rate 500 tcp://127.0.0.1:47900
 """
@@ -55,6 +56,17 @@ def main():
         sock.sendall(record)  # blocks if the partition stops reading (its queue is full)
         sock.setblocking(False)
         l1id += 1
+    # End as the protocol asks: our side first, then read until the partition closes. Closing
+    # with an unread state byte would reset the connection, and the kernel would drop the
+    # records still in our send queue.
+    sock.setblocking(True)
+    sock.settimeout(10)
+    sock.shutdown(socket.SHUT_WR)
+    try:
+        while sock.recv(64):
+            pass
+    except OSError:
+        pass
     sock.close()
     print(f"sent {l1id} triggers; busy seen on {held} polls")
 
