@@ -147,6 +147,10 @@ pub struct RosMetrics {
     pub send_dropped_by_peer: BTreeMap<String, u64>,
     /// DataRequests naming more distinct ROBs than the node has (dropped unanswered).
     pub rejected_requests: u64,
+    /// Requests answered at once, flagged PENDING, because the pending queue was full (see
+    /// `rodeo_ros::server`, back-pressure).
+    #[serde(default)]
+    pub pending_overflow: u64,
     /// Messages that did not decode.
     pub bad_messages: u64,
     /// The SW ROD input's counters (`[ros] input = "swrod"`).
@@ -196,7 +200,7 @@ pub enum AppMetrics {
     /// A logger's.
     Logger(LoggerMetrics),
     /// A readout node's.
-    Ros(RosMetrics),
+    Ros(Box<RosMetrics>),
 }
 
 /// Every readout input of `apps`' readout nodes, in their order (the status's `inputs`).

@@ -137,7 +137,7 @@ pub fn write_partition_metrics(
             Some(AppMetrics::Supervisor(s)) => sup.push((*name, &**s)),
             Some(AppMetrics::Dcm(d)) => dcms.push((*name, &**d)),
             Some(AppMetrics::Logger(l)) => loggers.push((*name, l)),
-            Some(AppMetrics::Ros(r)) => nodes.push((*name, r)),
+            Some(AppMetrics::Ros(r)) => nodes.push((*name, &**r)),
             None => {}
         }
     }
@@ -156,6 +156,7 @@ pub fn write_partition_metrics(
             ("clear_gap", s.clear_gaps),
             ("send_dropped", s.send_dropped),
             ("rejected_request", s.rejected_requests),
+            ("pending_overflow", s.pending_overflow),
             ("bad_message", s.bad_messages),
         ] {
             errs.push(([("app", n), ("kind", kind)], v));
@@ -272,7 +273,7 @@ mod tests {
             bad_messages: 0,
         });
         let c = rodeo_ros::swrod::SwRodInputCounters::default();
-        let ros = AppMetrics::Ros(RosMetrics {
+        let ros = AppMetrics::Ros(Box::new(RosMetrics {
             requests: 1,
             fragments_sent: 1,
             bytes_sent: 1,
@@ -288,6 +289,7 @@ mod tests {
             send_dropped: 0,
             send_dropped_by_peer: BTreeMap::from([("peer".to_string(), 1)]),
             rejected_requests: 0,
+            pending_overflow: 0,
             bad_messages: 0,
             swrod: Some(SwRodMetrics {
                 builder: c.builder.fields().map(|(k, v)| (k.to_string(), v)).into(),
@@ -306,7 +308,7 @@ mod tests {
                 rate_hz: 200.0,
                 problem: None,
             }],
-        });
+        }));
         let mut w = MetricsWriter::new();
         write_partition_metrics(
             &mut w,

@@ -206,7 +206,7 @@ pub fn decompress_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Compres
     let n = e.uncompressed_size();
     let mut dec = ruzstd::decoding::StreamingDecoder::new(words_as_bytes(e.payload()))
         .map_err(|err| CompressError::Zstd(err.to_string()))?;
-    let plain = read_words_exact(&mut dec, declared_bytes(&e)? / 4)
+    let plain = read_le_words(&mut dec, WordsExpected::Exactly(declared_bytes(&e)? / 4))
         .map_err(|err| CompressError::Zstd(format!("{err} (expected {n} words)")))?;
     let tags = tags_of(&e)?;
     let pieces: [&[u32]; 1] = [&plain];
@@ -230,7 +230,7 @@ pub fn decompress_zlib_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Co
     }
     let n = e.uncompressed_size();
     let mut dec = flate2::read::ZlibDecoder::new(words_as_bytes(e.payload()));
-    let plain = read_words_exact(&mut dec, declared_bytes(&e)? / 4)
+    let plain = read_le_words(&mut dec, WordsExpected::Exactly(declared_bytes(&e)? / 4))
         .map_err(|reason| CompressError::Zlib(format!("{reason} (expected {n} words)")))?;
     let tags = tags_of(&e)?;
     let pieces: [&[u32]; 1] = [&plain];
@@ -238,34 +238,69 @@ pub fn decompress_zlib_event(words: &[u32], out: &mut Vec<u32>) -> Result<(), Co
     Ok(())
 }
 
-/// Bytes a decoder restores per read into [`read_words_exact`]'s buffer (stays in the cache).
+/// Bytes a decoder restores per read into [`read_le_words`]' buffer (stays in the cache).
 const RESTORE_CHUNK: usize = 64 << 10;
 
-/// Reads exactly `words` little-endian words from the decoder `r`, then requires its end: a
-/// stream cut short, or one that restores more than declared (damaged, not cut short
-/// quietly), is an error. Restored in cache-sized chunks straight into the words: the event's
-/// bytes are held once, not as bytes and then as words (the words' capacity is reserved, not
-/// touched, until restored).
-fn read_words_exact(r: &mut impl Read, words: usize) -> Result<Vec<u32>, String> {
-    let mut out = Vec::with_capacity(words);
-    let mut chunk = vec![0u8; RESTORE_CHUNK.min(words * 4)];
-    let mut left = words * 4;
-    while left > 0 {
-        let k = left.min(chunk.len());
-        r.read_exact(&mut chunk[..k]).map_err(|e| e.to_string())?;
+/// What [`read_le_words`] expects of a decoder's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WordsExpected {
+    /// Exactly this many words (a length declared beforehand, e.g. an event header's
+    /// uncompressed size): fewer is a stream cut short, more a damaged one.
+    Exactly(usize),
+    /// A positive number of whole words, at most this many bytes (no length declared: an
+    /// EventStorage data block).
+    AtMostBytes(u64),
+}
+
+/// Restores the little-endian words of the decoder `r`, read to its end, in cache-sized
+/// chunks straight into the words (a partial word carried to the next chunk): the event's
+/// bytes are held once, not as bytes and then as words. Reading to the end matters: a decoder
+/// checks its trailer (zlib's Adler-32) and a cut stream only there, so an error then is the
+/// stream's. A stream that does not restore what `expect` says is an error.
+pub fn read_le_words(r: &mut impl Read, expect: WordsExpected) -> Result<Vec<u32>, String> {
+    let (limit, declared) = match expect {
+        WordsExpected::Exactly(words) => ((words as u64).saturating_mul(4), Some(words)),
+        WordsExpected::AtMostBytes(bytes) => (bytes, None),
+    };
+    // Capacity reserved, not touched, until restored; never more than the limit.
+    let mut out = Vec::with_capacity(declared.unwrap_or(0));
+    // At least a few words: a stream declared empty must still be read to its end.
+    let mut chunk = vec![0u8; (limit.min(RESTORE_CHUNK as u64) as usize).max(16)];
+    // Bytes of a partial word at the chunk's start, carried from the read before.
+    let mut held = 0usize;
+    let mut total = 0u64;
+    loop {
+        let n = match r.read(&mut chunk[held..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        total += n as u64;
+        if total > limit {
+            return Err(match declared {
+                Some(words) => format!("restores more than the {words} words declared"),
+                None => format!("restores more than the {limit} bytes accepted"),
+            });
+        }
+        let have = held + n;
+        let whole = have - have % 4;
         out.extend(
-            chunk[..k]
+            chunk[..whole]
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         );
-        left -= k;
+        chunk.copy_within(whole..have, 0);
+        held = have - whole;
     }
-    // The stream's end: a decoder checks its trailer (zlib's Adler-32) and a cut-off stream
-    // only here, so an error now is the stream's.
-    match r.read(&mut [0u8; 1]) {
-        Ok(0) => Ok(out),
-        Ok(_) => Err(format!("restores more than the {words} words declared")),
-        Err(e) => Err(e.to_string()),
+    match declared {
+        Some(words) if total != limit => Err(format!(
+            "restores {total} bytes, not the {words} words declared (cut short)"
+        )),
+        None if total == 0 || held != 0 => Err(format!(
+            "restores {total} bytes, not a positive number of 32-bit words"
+        )),
+        _ => Ok(out),
     }
 }
 
@@ -416,19 +451,30 @@ mod tests {
             .collect();
         let bytes = words_as_bytes(&words);
         assert_eq!(
-            read_words_exact(&mut &bytes[..], words.len()).unwrap(),
+            read_le_words(&mut &bytes[..], WordsExpected::Exactly(words.len())).unwrap(),
             words
         );
         assert!(
-            read_words_exact(&mut &bytes[..], words.len() + 1).is_err(),
+            read_le_words(&mut &bytes[..], WordsExpected::Exactly(words.len() + 1)).is_err(),
             "cut short"
         );
-        let err = read_words_exact(&mut &bytes[..], words.len() - 1).unwrap_err();
+        let err =
+            read_le_words(&mut &bytes[..], WordsExpected::Exactly(words.len() - 1)).unwrap_err();
         assert!(err.contains("restores more"), "{err}");
         assert_eq!(
-            read_words_exact(&mut &[][..], 0).unwrap(),
+            read_le_words(&mut &[][..], WordsExpected::Exactly(0)).unwrap(),
             Vec::<u32>::new()
         );
+        // No length declared: any positive number of whole words up to the limit.
+        let up_to = |bytes: &[u8], limit: u64| {
+            read_le_words(&mut &bytes[..], WordsExpected::AtMostBytes(limit))
+        };
+        assert_eq!(up_to(bytes, bytes.len() as u64).unwrap(), words);
+        let err = up_to(bytes, bytes.len() as u64 - 4).unwrap_err();
+        assert!(err.contains("more than"), "{err}");
+        let err = up_to(&bytes[..bytes.len() - 1], u64::MAX).unwrap_err();
+        assert!(err.contains("not a positive number"), "{err}");
+        assert!(up_to(&[], u64::MAX).is_err(), "no words");
     }
 
     /// A zlib stream whose trailer is damaged (its Adler-32), or that stops after its data,
@@ -441,7 +487,10 @@ mod tests {
         enc.write_all(words_as_bytes(&words)).unwrap();
         let stream = enc.finish().unwrap();
         let restore = |bytes: &[u8], n: usize| {
-            read_words_exact(&mut flate2::read::ZlibDecoder::new(bytes), n)
+            read_le_words(
+                &mut flate2::read::ZlibDecoder::new(bytes),
+                WordsExpected::Exactly(n),
+            )
         };
         assert_eq!(restore(&stream, words.len()).unwrap(), words);
         // Word padding after a whole stream is not more data.

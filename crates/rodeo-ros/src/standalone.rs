@@ -180,6 +180,7 @@ pub fn summary(s: &Stopped) -> Value {
         "send_dropped": c.send_dropped,
         "send_dropped_by_peer": s.peer_drops.iter().map(|p| (p.peer.clone(), json!(p.dropped))).collect::<serde_json::Map<_, _>>(),
         "rejected_requests": c.rejected_requests,
+        "pending_overflow": c.pending_overflow,
         "duplicate_robs": c.duplicate_robs,
         "input_fragments": c.input_fragments,
         "core_pinned": s.core_pinned,

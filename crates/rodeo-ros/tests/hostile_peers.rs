@@ -1,7 +1,7 @@
 //! Hostile and broken clients against a live readout node over tcp on 127.0.0.1: a client that
 //! never reads its replies, requests naming one ROB 200,000 times or more ROBs than the node
-//! has, a message larger than the node accepts. A well-behaved client beside them keeps getting
-//! every answer. Every wait is bounded.
+//! has, a message larger than the node accepts, a flood of requests far ahead of the input. A
+//! well-behaved client beside them keeps getting every answer. Every wait is bounded.
 
 use std::time::{Duration, Instant};
 
@@ -241,4 +241,73 @@ fn the_direct_link_bounds_replies_the_same_way() {
     client.try_recv(&mut slot);
     assert_eq!(node.stats().duplicate_robs, 199_999);
     node.stop();
+}
+
+/// A client asking for events far ahead of the input (here: ones that never come) parks as
+/// many requests as the node has descriptors, and more: the node keeps reading. Another
+/// client's requests for stored events are answered at once and its clear is read, the
+/// flood's excess is answered PENDING and counted. Before, the node read nothing, clears
+/// included, until the flood's requests timed out (here 60 s).
+#[test]
+fn a_client_asking_far_ahead_does_not_hold_the_node() {
+    const DESCRIPTORS: usize = 32;
+    const FLOOD: u32 = 200;
+    let t = Transport::new(1).unwrap();
+    let cfg = NodeConfig {
+        descriptors: DESCRIPTORS,
+        pending_timeout: Duration::from_secs(60),
+        ..config(None)
+    };
+    let node = ReadoutNode::start(&t, &cfg, "tcp://127.0.0.1:*").unwrap();
+    wait_stored(&node, 64 * CHANNELS as u64);
+    let mut bad = dealer(&t, node.endpoint(), None);
+    let mut buf = Vec::new();
+    // A quarter of the L1ID period ahead: pending, not lost, and never stored in this test.
+    for i in 0..FLOOD {
+        send_request(&mut bad, &mut buf, i, 0x0040_0000 + i, &[]);
+    }
+    rodeo_testkit::wait_until(
+        "the node to read the whole flood",
+        Duration::from_secs(10),
+        || node.stats().requests >= u64::from(FLOOD),
+    );
+    let s = node.stats();
+    assert_eq!(s.pending_now, DESCRIPTORS as u64, "{s:?}");
+    // The other client: served at once, its clear read.
+    let mut good = dealer(&t, node.endpoint(), None);
+    let t0 = Instant::now();
+    for txn in 0..20u32 {
+        ask(&mut good, &mut buf, 1000 + txn, txn);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    buf.clear();
+    rodeo_transport::message::encode_clear(&mut buf, 0, &[0, 1, 2]);
+    good.send([Frame::Copy(&buf)]).unwrap();
+    rodeo_testkit::wait_until("the clear to be read", Duration::from_secs(5), || {
+        node.stats().clears == 1
+    });
+    // The flood's excess was answered, every missing fragment flagged PENDING.
+    let mut answered = 0u32;
+    while let Some((txn, l1id, frags)) = try_reply(&mut bad, 2000) {
+        assert_eq!(l1id, 0x0040_0000 + txn);
+        assert_eq!(frags.len(), CHANNELS);
+        answered += 1;
+        if answered == FLOOD - DESCRIPTORS as u32 {
+            break;
+        }
+    }
+    assert_eq!(answered, FLOOD - DESCRIPTORS as u32);
+    let t0 = Instant::now();
+    let stopped = node.stop();
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let c = stopped.counters;
+    assert_eq!(c.pending_overflow, u64::from(FLOOD) - DESCRIPTORS as u64);
+    assert_eq!(c.parked, DESCRIPTORS as u64);
+    // Every request answered exactly once: the parked ones at the stop, flagged.
+    assert_eq!(c.replies, u64::from(FLOOD) + 20);
+    assert_eq!(
+        c.pending_fragments,
+        u64::from(FLOOD) * CHANNELS as u64,
+        "{c:?}"
+    );
 }

@@ -182,7 +182,7 @@ impl Application for RosApp {
             let lent = figures.iter().map(|c| c.lent_pages).sum::<u64>();
             let in_use = figures.iter().map(|c| c.pages_in_use).sum::<u64>();
             let occupancy = in_use.saturating_sub(lent) as f64 / pages;
-            AppMetrics::Ros(RosMetrics {
+            AppMetrics::Ros(Box::new(RosMetrics {
                 requests: ld(&stats.requests),
                 fragments_sent: ld(&stats.fragments_sent),
                 bytes_sent: ld(&stats.bytes_sent),
@@ -202,6 +202,7 @@ impl Application for RosApp {
                     .map(|p| (p.peer, p.dropped))
                     .collect(),
                 rejected_requests: ld(&stats.rejected_requests),
+                pending_overflow: ld(&stats.pending_overflow),
                 bad_messages: ld(&stats.bad_messages),
                 channels: figures
                     .iter()
@@ -235,7 +236,7 @@ impl Application for RosApp {
                     }
                 }),
                 inputs: watch.snapshot(&name),
-            })
+            }))
         }))
     }
 }

@@ -9,7 +9,7 @@ use super::{
     FILE_END_LAST, FILE_END_MARKER, FILE_END_WORDS, FILE_NAME_MARKER, FILE_START_MARKER,
     FILE_START_WORDS, FREE_STRINGS_MARKER, READ_VERSIONS, RUN_PARAMETERS_MARKER,
 };
-use rodeo_format::compress::bytes_to_words;
+use rodeo_format::compress::{bytes_to_words, read_le_words, WordsExpected};
 
 /// Largest string accepted in a metadata record.
 const MAX_STRING_BYTES: u64 = 1 << 20;
@@ -489,48 +489,12 @@ impl EsReader {
     }
 }
 
-/// Bytes inflated per read into [`inflate`]'s buffer (stays in the cache).
-const INFLATE_CHUNK: usize = 64 << 10;
-
-/// Inflates one zlib data block (trailing zero padding ignored) into words, in cache-sized
-/// chunks straight into the words (a partial word carried to the next chunk): the event is
-/// held once, not as bytes and then as words.
+/// Inflates one zlib data block (trailing zero padding ignored) into a positive number of
+/// words, at most [`MAX_INFLATED_BYTES`] (the largest event accepted), in chunks straight into
+/// the words ([`read_le_words`]).
 fn inflate(input: &[u8]) -> Result<Vec<u32>, String> {
     let mut dec = flate2::read::ZlibDecoder::new(input);
-    let mut out = Vec::new();
-    let mut chunk = vec![0u8; INFLATE_CHUNK];
-    // Bytes of a partial word at the chunk's start, carried from the read before.
-    let mut held = 0usize;
-    let mut total = 0u64;
-    loop {
-        let n = match dec.read(&mut chunk[held..]) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.to_string()),
-        };
-        total += n as u64;
-        if total > MAX_INFLATED_BYTES {
-            return Err(format!(
-                "restores more than {MAX_INFLATED_BYTES} bytes (the largest event accepted)"
-            ));
-        }
-        let have = held + n;
-        let whole = have - have % 4;
-        out.extend(
-            chunk[..whole]
-                .chunks_exact(4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        );
-        chunk.copy_within(whole..have, 0);
-        held = have - whole;
-    }
-    if total == 0 || held != 0 {
-        return Err(format!(
-            "restores {total} bytes, not a positive number of 32-bit words"
-        ));
-    }
-    Ok(out)
+    read_le_words(&mut dec, WordsExpected::AtMostBytes(MAX_INFLATED_BYTES))
 }
 
 impl Iterator for EsReader {
@@ -557,7 +521,7 @@ mod tests {
     /// the stream); one of no bytes, or of bytes that are not whole words, is refused.
     #[test]
     fn blocks_inflate_into_whole_words_across_chunks() {
-        let words: Vec<u32> = (0..(3 * INFLATE_CHUNK as u32 / 4) + 5)
+        let words: Vec<u32> = (0..(3u32 * (64 << 10) / 4) + 5)
             .map(|i| i.wrapping_mul(0x9E37_79B9) >> (i % 7))
             .collect();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();

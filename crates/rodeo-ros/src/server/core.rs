@@ -33,6 +33,9 @@ pub(super) struct Core<S: RequestSource> {
     /// The source's endpoint, for the drop warnings.
     endpoint: String,
     descriptors: Descriptors,
+    /// The most requests that may wait in the pending queue: the configured descriptors (the
+    /// pool has [`SPARE_DESCRIPTORS`] more).
+    park_limit: usize,
     /// Per channel, the request stamp that last named it: a ROB id repeated within one
     /// request is seen without a search.
     seen: Vec<u32>,
@@ -60,6 +63,14 @@ pub(super) struct CoreFigures {
     pub channels: Arc<ChannelStats>,
 }
 
+/// Descriptors beyond the configured ones that never wait in the pending queue: with every
+/// configured descriptor parked, the core thread still reads (clears, the other clients'
+/// requests), and a request that would wait then is answered at once, what may still arrive
+/// flagged PENDING (`pending_overflow`; the client asks again, protocol rule 3). Without it, a
+/// peer asking far ahead of the input (or for what never comes) would hold every descriptor
+/// until the pending timeout, and the node would read nothing meanwhile, clears included.
+const SPARE_DESCRIPTORS: usize = 1;
+
 /// How [`Core::answer`] treats a fragment that may still arrive.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Missing {
@@ -86,8 +97,12 @@ impl<S: RequestSource> Core<S> {
         let config_rejoin = config.rejoin_from;
         let mut store = store;
         store.set_rejoining(config_rejoin.is_some());
-        let descriptors = Descriptors::new(config.descriptors, store.channels());
+        let descriptors = Descriptors::new(
+            config.descriptors.max(1) + SPARE_DESCRIPTORS,
+            store.channels(),
+        );
         Core {
+            park_limit: config.descriptors.max(1),
             endpoint: source.endpoint(),
             seen: vec![0; store.channels()],
             stamp: 0,
@@ -275,6 +290,14 @@ impl<S: RequestSource> Core<S> {
                 }
                 // One pass: answered now unless a fragment may still arrive.
                 if !self.answer(d, Missing::Wait) {
+                    if self.descriptors.pending() >= self.park_limit {
+                        // The pending queue is full: answered now, what may still arrive
+                        // flagged PENDING (the client asks again), so that a descriptor stays
+                        // free for reading clears and the other clients' requests.
+                        bump(&self.stats.pending_overflow, 1);
+                        self.answer(d, Missing::GiveUp);
+                        return false;
+                    }
                     // The deadline matters only to a parked request.
                     self.descriptors.get_mut(d).deadline =
                         Instant::now() + self.config.pending_timeout;

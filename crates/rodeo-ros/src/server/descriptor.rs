@@ -3,7 +3,9 @@
 //! A descriptor holds one DataRequest from the moment it is read until its reply is sent: the
 //! requesting peer, the transaction id, the L1ID, the ROBs asked for, and the pending deadline.
 //! When every descriptor is taken the core thread stops reading requests, so ZeroMQ's queues
-//! fill and the clients feel the back-pressure; nothing is dropped. Single owner (core thread).
+//! fill and the clients feel the back-pressure; nothing is dropped. The pending queue never
+//! takes them all (the core keeps one spare: see `core`, `SPARE_DESCRIPTORS`). Single owner
+//! (core thread).
 
 use std::collections::VecDeque;
 use std::time::Instant;

@@ -35,6 +35,13 @@
 //!
 //! No free descriptor: the loop stops reading requests until a reply frees one (ZeroMQ's
 //! high-water marks then hold the clients). Full store: the input stops (see [`input`]).
+//! Parked requests never take every descriptor: the pool has one more than
+//! [`ServerConfig::descriptors`], and with that many requests parked, a request that would
+//! wait is answered at once, flagged PENDING (`pending_overflow`; the client asks again), so
+//! the loop keeps reading clears and other clients' requests however many requests one client
+//! parks (far ahead of the input, or for data that never comes). Size the descriptors to the
+//! clients' requests in flight (a partition does: every DCM's `max_outstanding`); a client
+//! within them is never answered so.
 //!
 //! # Hostile or broken peers
 //!
@@ -99,7 +106,8 @@ pub const DEFAULT_HIGH_WATER_MARK: u32 = 10_000;
 pub struct ServerConfig {
     /// The request endpoint to bind (`inproc://`, `ipc://`, `tcp://`).
     pub endpoint: String,
-    /// Request descriptors: the bound on requests in flight (default 1024).
+    /// Request descriptors: the bound on requests waiting in the pending queue (default 1024;
+    /// beyond it a request that would wait is answered at once, flagged PENDING).
     pub descriptors: usize,
     /// How long a request may wait for missing fragments (default 200 ms).
     pub pending_timeout: Duration,
@@ -209,6 +217,9 @@ counters!(
     parked,
     /// Parked requests answered because their timeout expired.
     timeouts,
+    /// Requests that would have waited but found the pending queue full (as many parked as
+    /// [`ServerConfig::descriptors`]): answered at once, missing fragments flagged PENDING.
+    pending_overflow,
     /// Requests pending now (gauge).
     pending_now,
     /// Clear messages read.

@@ -25,30 +25,36 @@ pub const CONDITIONS_KEEP: i64 = 1_000_000;
 /// and each run's sheet at its start and end) stay a bounded list.
 pub const MAX_CONDITION_KEYS: u64 = 1_000;
 
+/// The distinct keys of `conditions` as the CTE `keys(key)`, found by a skip-scan of the
+/// `conditions_by_key` index (one seek per key; the last row is NULL), for the queries below.
+macro_rules! keys_skip_scan {
+    () => {
+        "WITH RECURSIVE keys(key) AS (
+    SELECT MIN(key) FROM conditions
+    UNION ALL
+    SELECT (SELECT MIN(key) FROM conditions WHERE key > keys.key) FROM keys
+    WHERE keys.key IS NOT NULL)
+"
+    };
+}
+
 /// Each key's latest entry posted at or before `?1` (by posting time, then the later post), in
 /// key order: the keys found by one index seek each (a skip-scan of `conditions_by_key`), then
 /// each key's entry by one more, so the work grows with the keys (at most
 /// [`MAX_CONDITION_KEYS`]), not with the entries kept (up to [`CONDITIONS_KEEP`]). A `GROUP BY
 /// key` over the table read all of them: 1.8 s at a million entries, under the database's
 /// lock, at every `GET /api/conditions` and every run's start and end.
-const LATEST_CONDITIONS: &str = "WITH RECURSIVE keys(key) AS (
-    SELECT MIN(key) FROM conditions
-    UNION ALL
-    SELECT (SELECT MIN(key) FROM conditions WHERE key > keys.key) FROM keys
-    WHERE keys.key IS NOT NULL)
-  SELECT c.key, c.value, c.at_ns, c.run_number FROM keys JOIN conditions c
+const LATEST_CONDITIONS: &str = concat!(
+    keys_skip_scan!(),
+    "  SELECT c.key, c.value, c.at_ns, c.run_number FROM keys JOIN conditions c
     ON c.id = (SELECT id FROM conditions WHERE key = keys.key AND at_ns <= ?1
                ORDER BY at_ns DESC, id DESC LIMIT 1)
-  ORDER BY c.key";
+  ORDER BY c.key"
+);
 
 /// The distinct keys, counted by the same skip-scan (one index seek per key, not a read of
 /// every entry).
-const COUNT_CONDITION_KEYS: &str = "WITH RECURSIVE keys(key) AS (
-    SELECT MIN(key) FROM conditions
-    UNION ALL
-    SELECT (SELECT MIN(key) FROM conditions WHERE key > keys.key) FROM keys
-    WHERE keys.key IS NOT NULL)
-  SELECT COUNT(key) FROM keys";
+const COUNT_CONDITION_KEYS: &str = concat!(keys_skip_scan!(), "  SELECT COUNT(key) FROM keys");
 
 /// What is wrong with a post of conditions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -177,6 +177,11 @@ fn node_args(a: &Args) -> NodeArgs {
         input: InputKind::Firmware,
         payload: a.payload,
         core_cpu: pinning(a).map(|(core, _)| core),
+        // Every tester thread's requests in flight may wait at once (beyond the descriptors,
+        // a request that would wait is answered PENDING).
+        descriptors: (a.threads.max(1) as usize)
+            .saturating_mul(a.max_outstanding)
+            .clamp(1024, 1_000_000),
         ..crate::defaults()
     }
 }

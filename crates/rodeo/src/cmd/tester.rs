@@ -68,6 +68,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             (r, Some(NodeRow::from_stopped(&node.stop())))
         }
         None => {
+            // Requests beyond the node's descriptors that would wait are answered PENDING
+            // (`rodeo_ros::server`): the tester would count missing fragments of its own making.
+            let in_flight =
+                (args.mix.threads.max(1) as usize).saturating_mul(args.mix.max_outstanding);
+            anyhow::ensure!(
+                in_flight <= args.node.descriptors,
+                "--threads x --max-outstanding = {in_flight} requests in flight, more than the \
+                 node's --descriptors {}: raise --descriptors to at least {in_flight}",
+                args.node.descriptors
+            );
             let node = start_node(&t, &args.node, "inproc://rodeo-tester-node")
                 .context("in-process node")?;
             let r = run_testers(&t, node.endpoint(), &robs, args.node.l1id_wrap, &args.mix)?;
