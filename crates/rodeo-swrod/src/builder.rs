@@ -232,6 +232,7 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             ended: vec![false; channels.len()],
             shared,
             published: &self.counters[t],
+            pop_ns: 0,
         }
     }
 

@@ -105,6 +105,11 @@ counters! {
     pin_failures,
     /// CPU time the receiving threads used, in nanoseconds (set when a run ends).
     cpu_ns,
+    /// The part of `cpu_ns` spent popping superpages (where a lazy card writes them), in
+    /// nanoseconds: on a [`BuilderPool`](crate::BuilderPool) thread, the CPU time of each of
+    /// its busy turns shared among its ROBs by the wall time of their pops (exact unless the
+    /// thread was preempted within the turn); 0 on a builder's own threads.
+    input_cpu_ns,
 }
 
 /// The shared mirror of one thread's counters.

@@ -34,6 +34,9 @@ pub(crate) struct Lane<'b, 'p, 'c, D, K, C: ?Sized> {
     pub(crate) ended: Vec<bool>,
     pub(crate) shared: &'b PartExchange<'p>,
     pub(crate) published: &'b SharedCounters,
+    /// Wall time of the superpage pops since the pool last shared its CPU time out, in
+    /// nanoseconds ([`BuilderPool`](crate::BuilderPool); see `SwRodCounters::input_cpu_ns`).
+    pub(crate) pop_ns: u64,
 }
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, D, K, C> {
@@ -53,10 +56,13 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
             if self.ended[i] || !room {
                 continue;
             }
+            // The clock (vDSO, no system call) around the pop: a lazy card writes in it.
+            let before = self.shared.now();
             match ch.pop_superpage() {
                 Some(filled) => {
                     got = true;
                     rx.agg.now = self.shared.now();
+                    self.pop_ns += rx.agg.now.saturating_sub(before);
                     rx.superpage(filled.data());
                     // A channel takes back what it handed out; if it refuses, the
                     // superpage goes back to its pool when dropped here.

@@ -189,6 +189,8 @@ where
         (0..mine.len()).map(|_| None).collect();
     let mut backoff = receiver_backoff();
     let mut last_maintain = std::time::Instant::now();
+    // Since the last share of the thread's CPU time among its ROBs' pops (`input_cpu_ns`).
+    let (mut cpu_mark, mut wall_mark) = (cpu_start, std::time::Instant::now());
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         // Links, timeouts and counters of idle ROBs: about every millisecond.
@@ -224,6 +226,18 @@ where
             break;
         }
         if got {
+            // One read of the thread's CPU clock per busy turn over all its ROBs (a system
+            // call), not two per superpage: the turn's CPU time is shared among the ROBs by
+            // the wall time of their pops, where their lazy cards wrote.
+            let (cpu, wall) = (thread_cpu_ns(), std::time::Instant::now());
+            let cpu_ns = cpu.saturating_sub(cpu_mark);
+            let wall_ns = (wall - wall_mark).as_nanos().max(1);
+            for lane in lanes.iter_mut().flatten() {
+                let pops = u128::from(std::mem::take(&mut lane.pop_ns)).min(wall_ns);
+                let share = u128::from(cpu_ns) * pops / wall_ns;
+                lane.rx.agg.c.input_cpu_ns += share as u64;
+            }
+            (cpu_mark, wall_mark) = (cpu, wall);
             backoff.reset();
         } else {
             backoff.wait();

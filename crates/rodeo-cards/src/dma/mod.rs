@@ -481,12 +481,25 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
     /// A channel without a thread (see "Lazy channels" in the module docs): `generator`
     /// writes a superpage in the thread that pops one and finds none ready.
     pub fn start_lazy<G: Generator>(config: EmulatedConfig, generator: G) -> Self {
+        Self::lazy(config, generator, true)
+    }
+
+    /// A lazy channel whose writing is not timed: [`EmulatedChannel::card_cpu_ns`] stays 0,
+    /// and the reader accounts for it (the SW ROD's builder pool shares its turns' CPU time by
+    /// the wall time of each channel's pops). Timing every write reads the thread's CPU clock
+    /// twice per superpage, a system call each (no vDSO for thread clocks): a cost a reader
+    /// that pops tens of thousands of superpages a second should not pay.
+    pub fn start_lazy_untimed<G: Generator>(config: EmulatedConfig, generator: G) -> Self {
+        Self::lazy(config, generator, false)
+    }
+
+    fn lazy<G: Generator>(config: EmulatedConfig, generator: G, timed: bool) -> Self {
         let state = Arc::new(EngineState {
             stop: AtomicBool::new(false),
             cpu_ns: AtomicU64::new(0),
         });
         let mut lane = Lane::new(config, generator);
-        lane.fill_cpu = Some(Arc::clone(&state));
+        lane.fill_cpu = timed.then(|| Arc::clone(&state));
         let shared = Arc::clone(&lane.shared);
         EmulatedChannel {
             shared,

@@ -374,6 +374,26 @@ fn a_lazy_channel_is_filled_by_its_reader() {
     assert!(words.iter().enumerate().all(|(i, &w)| w == 160 + i as u32));
     assert!(!ch.status().link_up, "down after the generator's last unit");
     assert!(ch.card_cpu_ns() > 0, "the writing CPU is counted");
+    // The same channel untimed writes the same words and leaves the timing to its reader.
+    let untimed: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy_untimed(
+        EmulatedConfig {
+            queue_depth: 2,
+            ..EmulatedConfig::default()
+        },
+        Counter {
+            next: 0,
+            limit: Some(500),
+        },
+    );
+    untimed.push_superpage(vec![0; 640]).unwrap();
+    untimed.push_superpage(vec![0; 640]).unwrap();
+    let same = drain(&untimed, 500);
+    assert!(same.iter().enumerate().all(|(i, &w)| w == i as u32));
+    assert_eq!(
+        untimed.card_cpu_ns(),
+        0,
+        "an untimed channel reads no clock"
+    );
     // A stop hands over a partly written superpage (a rate-limited channel fills its
     // superpage over several pops) and takes the link down.
     let mut paced: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy(

@@ -13,16 +13,15 @@ use rodeo_swrod::{DefaultFormat, FragmentBuilder, RobRun, SwRodCounters, SwRodEr
 use super::parts::{SwRodParts, SwRodRob};
 use super::sink::StoreSink;
 
-/// The cards when they stopped: what they had handed over and no builder read, and the CPU
-/// time their writing took (the lazy channels write in the builder threads).
+/// The cards when they stopped: what they had handed over and no builder read (their
+/// writing's CPU time is the builders' `input_cpu_ns`: the lazy channels write in the builder
+/// threads, untimed).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CardsAtStop {
     /// FELIX blocks handed over and not read.
     pub(super) unread_blocks: u64,
     /// Bytes of those blocks.
     pub(super) unread_bytes: u64,
-    /// CPU time the cards spent writing, in nanoseconds.
-    pub(super) cpu_ns: u64,
 }
 
 /// The builders' result: their counters summed (or the first error), and what they left
@@ -109,7 +108,7 @@ pub(super) fn run_builders(
 }
 
 /// Stops the cards, then empties their ready queues, counting the blocks and bytes no builder
-/// read, and sums the CPU time the cards spent writing. Stopped first: a lazy card's pop would
+/// read. Stopped first: a lazy card's pop would
 /// otherwise write new superpages for the count.
 fn cards_at_stop(robs: &mut [SwRodRob]) -> CardsAtStop {
     let mut u = CardsAtStop::default();
@@ -119,7 +118,6 @@ fn cards_at_stop(robs: &mut [SwRodRob]) -> CardsAtStop {
             u.unread_blocks += f.units;
             u.unread_bytes += f.bytes_used as u64;
         }
-        u.cpu_ns += r.card.card_cpu_ns();
     }
     u
 }

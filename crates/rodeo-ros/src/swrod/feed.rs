@@ -82,7 +82,7 @@ impl SwRodFeed {
             link: link_counters(&self.sinks),
             unread_blocks: cards.unread_blocks,
             unread_bytes: cards.unread_bytes,
-            card_cpu_ns: cards.cpu_ns,
+            card_cpu_ns: builder.input_cpu_ns,
         }
     }
 

@@ -181,7 +181,7 @@ impl SwRodParts {
         // it finds none ready (no card thread; see rodeo_cards::dma, "Lazy channels").
         let cards: Vec<EmulatedChannel<Superpage>> = generators
             .into_iter()
-            .map(|g| EmulatedChannel::start_lazy(card_config, g))
+            .map(|g| EmulatedChannel::start_lazy_untimed(card_config, g))
             .collect();
         let mut store_inputs = Vec::with_capacity(config.channels);
         for (card, (sw, sink, input)) in cards.into_iter().zip(inputs) {
