@@ -288,12 +288,9 @@ impl Layout {
                 input_silence: Duration::try_from_secs_f64(config.ros.input_silence_seconds)
                     .ok()
                     .filter(|d| !d.is_zero()),
-                // Every DCM's requests in flight may wait here at once: a request beyond the
-                // descriptors that would wait is answered PENDING (the node never parks all
-                // of them, `rodeo_ros::server`), so the partition never makes one.
-                descriptors: NodeConfig::default()
-                    .descriptors
-                    .max(config.dcm.nodes.saturating_mul(config.dcm.max_outstanding)),
+                // Every DCM's requests in flight may wait here at once (a request beyond the
+                // descriptors that would wait is answered PENDING, `rodeo_ros::server`).
+                descriptors: config.node_descriptors(),
                 ..NodeConfig::default()
             };
             all_robs.extend(nc.robs());

@@ -57,7 +57,8 @@ pub struct NodeArgs {
     /// ZeroMQ I/O threads (0..=64; 0 serves inproc endpoints only).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub io_threads: u32,
-    /// Request descriptors (requests in flight at most).
+    /// Request descriptors: requests waiting for their data at most (beyond them, a request
+    /// that would wait is answered PENDING at once).
     #[arg(long, default_value_t = 1024,
           value_parser = cli_values::count(1..=1_000_000))]
     pub descriptors: usize,

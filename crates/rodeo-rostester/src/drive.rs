@@ -32,7 +32,10 @@ pub struct MixArgs {
     #[arg(long, default_value_t = 100,
           value_parser = cli_values::count(1..=100_000))]
     pub clear_group: usize,
-    /// Requests in flight at most, per tester thread.
+    /// Requests in flight at most, per tester thread. The node's descriptors must cover
+    /// every thread's and instance's (`rodeo ros --descriptors`, 1024 by default): a request
+    /// beyond them that would wait is answered PENDING at once, and counted missing after the
+    /// retries.
     #[arg(long, default_value_t = 256,
           value_parser = cli_values::count(1..=100_000))]
     pub max_outstanding: usize,

@@ -47,6 +47,8 @@ pub const CONTROLLER_BYTES: u64 = 18 << 20;
 const SHM_MESSAGES: u64 = 64;
 /// Bytes the supervisor keeps per event in flight (assignment, deadline, RoIs), generously.
 const SUPERVISOR_BYTES_PER_EVENT: u64 = 256;
+/// Bytes of one request descriptor of a readout node besides its ROB ids (`node_estimate`).
+const DESCRIPTOR_BYTES: u64 = 192;
 /// Busy threads per core above which a host gets a warning.
 pub const WARN_THREADS_PER_CORE: usize = 8;
 /// Busy threads per core above which a partition is refused: far past any useful share of a
@@ -218,9 +220,25 @@ impl PartitionConfig {
     }
 
     /// The readout node's memory parts and threads.
+    /// Request descriptors of each readout node: every DCM's requests in flight to it at once
+    /// (one per processing slot at most, and at most `dcm.max_outstanding`), at least the
+    /// node's default (1,024), at most 1,000,000 (`rodeo ros --descriptors`' range). Beyond
+    /// its descriptors a node answers a request that would wait PENDING at once
+    /// (`rodeo_ros::server`), so a partition never makes one.
+    pub fn node_descriptors(&self) -> usize {
+        let per_dcm = self.dcm.max_outstanding.min(self.dcm.slots.max(1));
+        self.dcm.nodes.saturating_mul(per_dcm).clamp(
+            rodeo_ros::node::NodeConfig::default().descriptors,
+            1_000_000,
+        )
+    }
+
     fn node_estimate(&self) -> (Vec<(&'static str, u64)>, usize) {
         let r = &self.ros;
         let ch = r.channels as u64;
+        // Per descriptor: the struct, the peer's routing id (64 B), the ROB ids, its queue
+        // entry, and the allocator's headers, generously.
+        let descriptors = self.node_descriptors() as u64 * (DESCRIPTOR_BYTES + 4 * ch);
         let store = StoreShape::of_partition().channel_bytes() as u64 * ch;
         let cards = r.channels.div_ceil(CHANNELS_PER_CARD);
         let (superpages, blocks, input_threads) = match r.input {
@@ -251,6 +269,7 @@ impl PartitionConfig {
                 ("store pages", store),
                 ("superpages", superpages),
                 ("SW ROD blocks", blocks),
+                ("request descriptors", descriptors),
             ],
             1 + input_threads,
         )

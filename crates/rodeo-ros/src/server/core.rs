@@ -76,7 +76,8 @@ const SPARE_DESCRIPTORS: usize = 1;
 enum Missing {
     /// Send nothing and return false: the request waits (it is parked or stays parked).
     Wait,
-    /// Answer it now, the fragment flagged PENDING (timeout, or the server stops).
+    /// Answer it now, the fragment flagged PENDING (timeout, the server stops, or the pending
+    /// queue is full).
     GiveUp,
 }
 

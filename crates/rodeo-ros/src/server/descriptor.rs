@@ -1,11 +1,11 @@
-//! Request descriptors: a fixed pool, allocated once, that bounds the requests in flight.
+//! Request descriptors: a fixed pool, allocated once, that bounds the requests waiting.
 //!
 //! A descriptor holds one DataRequest from the moment it is read until its reply is sent: the
 //! requesting peer, the transaction id, the L1ID, the ROBs asked for, and the pending deadline.
-//! When every descriptor is taken the core thread stops reading requests, so ZeroMQ's queues
-//! fill and the clients feel the back-pressure; nothing is dropped. The pending queue never
-//! takes them all (the core keeps one spare: see `core`, `SPARE_DESCRIPTORS`). Single owner
-//! (core thread).
+//! Were every descriptor taken the core thread would stop reading requests; the pending queue
+//! never takes them all (the core keeps one spare: see `core`, `SPARE_DESCRIPTORS`), and a
+//! request beyond them that would wait is answered at once, PENDING. Single owner (core
+//! thread).
 
 use std::collections::VecDeque;
 use std::time::Instant;

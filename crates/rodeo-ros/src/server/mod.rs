@@ -33,9 +33,9 @@
 //!
 //! # Back-pressure
 //!
-//! No free descriptor: the loop stops reading requests until a reply frees one (ZeroMQ's
-//! high-water marks then hold the clients). Full store: the input stops (see [`input`]).
-//! Parked requests never take every descriptor: the pool has one more than
+//! A descriptor is held from a request's arrival to its reply; only parked requests hold one
+//! across turns. Full store: the input stops (see [`input`]). Parked requests never take every
+//! descriptor (the loop would then stop reading until a reply freed one): the pool has one more than
 //! [`ServerConfig::descriptors`], and with that many requests parked, a request that would
 //! wait is answered at once, flagged PENDING (`pending_overflow`; the client asks again), so
 //! the loop keeps reading clears and other clients' requests however many requests one client
@@ -209,7 +209,7 @@ counters!(
     fragments_sent,
     /// Payload bytes of replies.
     bytes_sent,
-    /// Missing fragments answered FRAGMENT_PENDING (timeout or stop).
+    /// Missing fragments answered FRAGMENT_PENDING (timeout, stop, or a full pending queue).
     pending_fragments,
     /// Missing fragments answered FRAGMENT_LOST.
     lost_fragments,
@@ -246,7 +246,8 @@ counters!(
     rejected_requests,
     /// ROB ids repeated within one DataRequest (ignored: each ROB is answered once).
     duplicate_robs,
-    /// Loop turns that found every descriptor taken.
+    /// Loop turns that found every descriptor taken (none with the spare descriptor: kept as a
+    /// guard).
     descriptors_exhausted,
     /// Fragments taken from the input (stored or dropped).
     input_fragments,

@@ -177,11 +177,17 @@ fn node_args(a: &Args) -> NodeArgs {
         input: InputKind::Firmware,
         payload: a.payload,
         core_cpu: pinning(a).map(|(core, _)| core),
-        // Every tester thread's requests in flight may wait at once (beyond the descriptors,
-        // a request that would wait is answered PENDING).
-        descriptors: (a.threads.max(1) as usize)
-            .saturating_mul(a.max_outstanding)
-            .clamp(1024, 1_000_000),
+        // Over ZeroMQ every tester thread's requests in flight may wait at once (beyond the
+        // descriptors, a request that would wait is answered PENDING); the direct link bounds
+        // its tester by the descriptors, kept at the default so its rows compare with earlier
+        // ones.
+        descriptors: if a.transport == BenchTransport::Direct {
+            rodeo_ros::node::NodeConfig::default().descriptors
+        } else {
+            (a.threads.max(1) as usize)
+                .saturating_mul(a.max_outstanding)
+                .clamp(1024, 1_000_000)
+        },
         ..crate::defaults()
     }
 }
@@ -477,6 +483,7 @@ impl Child {
         cmd.args(["ros", "--listen", "tcp://127.0.0.1:0", "--json"])
             .args(["--channels", &node.channels.to_string()])
             .args(["--fragment-words", &node.fragment_words.to_string()])
+            .args(["--descriptors", &node.descriptors.to_string()])
             .args(["--input", "firmware"])
             .args([
                 "--payload",

@@ -70,12 +70,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => {
             // Requests beyond the node's descriptors that would wait are answered PENDING
             // (`rodeo_ros::server`): the tester would count missing fragments of its own making.
-            let in_flight =
-                (args.mix.threads.max(1) as usize).saturating_mul(args.mix.max_outstanding);
+            // (A tester thread keeps at most 65,535 requests in flight.)
+            let in_flight = (args.mix.threads.max(1) as usize)
+                .saturating_mul(args.mix.max_outstanding.min(usize::from(u16::MAX)));
             anyhow::ensure!(
                 in_flight <= args.node.descriptors,
                 "--threads x --max-outstanding = {in_flight} requests in flight, more than the \
-                 node's --descriptors {}: raise --descriptors to at least {in_flight}",
+                 node's --descriptors {}: raise --descriptors to {in_flight} (at most \
+                 1000000), or lower --threads or --max-outstanding",
                 args.node.descriptors
             );
             let node = start_node(&t, &args.node, "inproc://rodeo-tester-node")
