@@ -306,7 +306,10 @@ fn a_client_asking_far_ahead_does_not_hold_the_node() {
     let stopped = node.stop();
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     let c = stopped.counters;
-    assert_eq!(c.pending_overflow, u64::from(FLOOD) - DESCRIPTORS as u64 + 1);
+    assert_eq!(
+        c.pending_overflow,
+        u64::from(FLOOD) - DESCRIPTORS as u64 + 1
+    );
     assert_eq!(c.parked, DESCRIPTORS as u64);
     // Every request answered exactly once: the parked ones at the stop, flagged.
     assert_eq!(c.replies, u64::from(FLOOD) + 21);

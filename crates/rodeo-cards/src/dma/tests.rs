@@ -3,6 +3,7 @@
 use super::*;
 
 /// Units of 16 little-endian u32: a running counter, so order and loss are checkable.
+#[derive(Clone)]
 struct Counter {
     next: u32,
     limit: Option<u32>,
@@ -348,16 +349,15 @@ fn one_engine_thread_serves_every_channel_of_a_card() {
 /// after the generator's last unit, and a stop hands over what was written.
 #[test]
 fn a_lazy_channel_is_filled_by_its_reader() {
-    let ch: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy(
-        EmulatedConfig {
-            queue_depth: 2,
-            ..EmulatedConfig::default()
-        },
-        Counter {
-            next: 0,
-            limit: Some(500),
-        },
-    );
+    let config = EmulatedConfig {
+        queue_depth: 2,
+        ..EmulatedConfig::default()
+    };
+    let counter = Counter {
+        next: 0,
+        limit: Some(500),
+    };
+    let ch: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy(config, counter.clone());
     // Nothing to write into: a pop finds nothing and counts a stall.
     assert!(ch.pop_superpage().is_none());
     assert_eq!(ch.status().counters.stalls, 1);
@@ -375,16 +375,7 @@ fn a_lazy_channel_is_filled_by_its_reader() {
     assert!(!ch.status().link_up, "down after the generator's last unit");
     assert!(ch.card_cpu_ns() > 0, "the writing CPU is counted");
     // The same channel untimed writes the same words and leaves the timing to its reader.
-    let untimed: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy_untimed(
-        EmulatedConfig {
-            queue_depth: 2,
-            ..EmulatedConfig::default()
-        },
-        Counter {
-            next: 0,
-            limit: Some(500),
-        },
-    );
+    let untimed: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy_untimed(config, counter);
     untimed.push_superpage(vec![0; 640]).unwrap();
     untimed.push_superpage(vec![0; 640]).unwrap();
     let same = drain(&untimed, 500);
