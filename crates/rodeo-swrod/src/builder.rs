@@ -232,7 +232,8 @@ impl<'p, D: PacketDecoder> FragmentBuilder<'p, D> {
             ended: vec![false; channels.len()],
             shared,
             published: &self.counters[t],
-            pop_ns: 0,
+            written_ns: 0,
+            written_delta: 0,
         }
     }
 

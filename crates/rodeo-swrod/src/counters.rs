@@ -105,10 +105,12 @@ counters! {
     pin_failures,
     /// CPU time the receiving threads used, in nanoseconds (set when a run ends).
     cpu_ns,
-    /// The part of `cpu_ns` spent popping superpages (where a lazy card writes them), in
-    /// nanoseconds: on a [`BuilderPool`](crate::BuilderPool) thread, the CPU time of each of
-    /// its busy turns shared among its ROBs by the wall time of their pops (exact unless the
-    /// thread was preempted within the turn); 0 on a builder's own threads.
+    /// Time the ROB's lazy cards spent writing superpages in its pops, in nanoseconds: their
+    /// wall time (vDSO reads), a thread's ROBs together never more than its CPU time over the
+    /// same turns (preempted while writing, the wall time is scaled down to it), so in sum
+    /// over a [`BuilderPool`](crate::BuilderPool) thread's ROBs a part of their `cpu_ns`;
+    /// live (unlike `cpu_ns`, set when the run ends); 0 on a builder's own threads and for
+    /// channels that time themselves.
     input_cpu_ns,
 }
 

@@ -34,9 +34,12 @@ pub(crate) struct Lane<'b, 'p, 'c, D, K, C: ?Sized> {
     pub(crate) ended: Vec<bool>,
     pub(crate) shared: &'b PartExchange<'p>,
     pub(crate) published: &'b SharedCounters,
-    /// Wall time of the superpage pops since the pool last shared its CPU time out, in
-    /// nanoseconds ([`BuilderPool`](crate::BuilderPool); see `SwRodCounters::input_cpu_ns`).
-    pub(crate) pop_ns: u64,
+    /// The channels' writing in this lane's pops so far (the sum of their
+    /// [`DmaChannel::reader_write_ns`]) when the pool last shared it out, in nanoseconds
+    /// ([`BuilderPool`](crate::BuilderPool); see `SwRodCounters::input_cpu_ns`).
+    pub(crate) written_ns: u64,
+    /// The pool's scratch: this lane's writing in the share being made, in nanoseconds.
+    pub(crate) written_delta: u64,
 }
 
 impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, D, K, C> {
@@ -56,13 +59,10 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
             if self.ended[i] || !room {
                 continue;
             }
-            // The clock (vDSO, no system call) around the pop: a lazy card writes in it.
-            let before = self.shared.now();
             match ch.pop_superpage() {
                 Some(filled) => {
                     got = true;
                     rx.agg.now = self.shared.now();
-                    self.pop_ns += rx.agg.now.saturating_sub(before);
                     rx.superpage(filled.data());
                     // A channel takes back what it handed out; if it refuses, the
                     // superpage goes back to its pool when dropped here.
@@ -98,6 +98,18 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
         self.sink.flush();
         self.published.publish(&rx.agg.c);
         Turn::Idle
+    }
+
+    /// Wall time the lane's channels spent writing in its pops since the last call (lazy
+    /// cards, [`DmaChannel::reader_write_ns`]; 0 for others), in nanoseconds.
+    pub(crate) fn take_written<S: SuperpageBuffer>(&mut self) -> u64
+    where
+        C: DmaChannel<S>,
+    {
+        let now: u64 = self.channels.iter().map(|c| c.reader_write_ns()).sum();
+        let delta = now.saturating_sub(self.written_ns);
+        self.written_ns = now;
+        delta
     }
 
     /// End of input: builds everything any of the builder's `threads` threads has seen,

@@ -189,8 +189,8 @@ where
         (0..mine.len()).map(|_| None).collect();
     let mut backoff = receiver_backoff();
     let mut last_maintain = std::time::Instant::now();
-    // Since the last share of the thread's CPU time among its ROBs' pops (`input_cpu_ns`).
-    let (mut cpu_mark, mut wall_mark) = (cpu_start, std::time::Instant::now());
+    // The thread's CPU clock when the ROBs' writing was last shared out (`input_cpu_ns`).
+    let mut cpu_mark = thread_cpu_ns();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         // Links, timeouts and counters of idle ROBs: about every millisecond.
@@ -225,19 +225,35 @@ where
         if live == 0 {
             break;
         }
-        if got {
-            // One read of the thread's CPU clock per busy turn over all its ROBs (a system
-            // call), not two per superpage: the turn's CPU time is shared among the ROBs by
-            // the wall time of their pops, where their lazy cards wrote.
-            let (cpu, wall) = (thread_cpu_ns(), std::time::Instant::now());
-            let cpu_ns = cpu.saturating_sub(cpu_mark);
-            let wall_ns = (wall - wall_mark).as_nanos().max(1);
-            for lane in lanes.iter_mut().flatten() {
-                let pops = u128::from(std::mem::take(&mut lane.pop_ns)).min(wall_ns);
-                let share = u128::from(cpu_ns) * pops / wall_ns;
-                lane.rx.agg.c.input_cpu_ns += share as u64;
+        if got || maintain {
+            // Each ROB's `input_cpu_ns` grows by the wall time its lazy cards spent writing in
+            // its pops since the last share (vDSO reads in the cards, no system call), all of
+            // them together never more than the thread's CPU time since then: one read of the
+            // thread's CPU clock (a system call) per busy turn over all the thread's ROBs, or
+            // per maintenance, not two per superpage. Exact unless the thread was preempted
+            // while writing (the wall time is then scaled down to the CPU time if above it).
+            let written: u64 = lanes
+                .iter_mut()
+                .flatten()
+                .map(|lane| {
+                    let w = lane.take_written();
+                    lane.written_delta = w;
+                    w
+                })
+                .sum();
+            let cpu = if written > 0 { thread_cpu_ns() } else { 0 };
+            // 0: no writing, or the clock unavailable (nothing shared; the mark stays).
+            if cpu > 0 {
+                let cpu_ns = cpu.saturating_sub(cpu_mark);
+                let (total, cap) = (u128::from(written), u128::from(written.min(cpu_ns)));
+                for lane in lanes.iter_mut().flatten() {
+                    let w = std::mem::take(&mut lane.written_delta);
+                    lane.rx.agg.c.input_cpu_ns += (u128::from(w) * cap / total) as u64;
+                }
+                cpu_mark = cpu;
             }
-            (cpu_mark, wall_mark) = (cpu, wall);
+        }
+        if got {
             backoff.reset();
         } else {
             backoff.wait();

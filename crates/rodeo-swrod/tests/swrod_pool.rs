@@ -125,6 +125,69 @@ fn a_pool_of_two_threads_builds_five_robs_with_their_faults_counted_per_rob() {
         assert_eq!(c.packets, 3 * u64::from(EVENTS) - lost, "ROB {r}: {c:?}");
         // The live counters of each builder are its own ROB's.
         assert_eq!(builders[r].counters().packets, c.packets, "ROB {r}");
+        // A card thread wrote the superpages, not the pool's pops.
+        assert_eq!(c.input_cpu_ns, 0, "ROB {r}");
+    }
+}
+
+/// Lazy cards that do not time themselves write in the pool threads' pops: each ROB's
+/// `input_cpu_ns` is their writing, the ROBs of a thread together within its CPU time.
+#[test]
+fn a_pool_counts_the_writing_of_untimed_lazy_cards_per_rob() {
+    let configs: Vec<SwRodConfig> = (0..ROBS)
+        .map(|r| SwRodConfig {
+            source_id: SourceId(0x0072_0000 + r as u32),
+            thread_elinks: vec![vec![1, 2, 3]],
+            window: 512,
+            timeout: Duration::from_secs(3600),
+            ..SwRodConfig::default()
+        })
+        .collect();
+    let pools = vec![pool(4096)];
+    let builders: Vec<FragmentBuilder<'_, DefaultFormat>> = configs
+        .iter()
+        .map(|c| FragmentBuilder::new(c, &pools, DefaultFormat::default()).unwrap())
+        .collect();
+    let config = EmulatedConfig {
+        queue_depth: 4,
+        ..EmulatedConfig::default()
+    };
+    // Every ROB's stream whole (ROB 0's: no fault), so that every fragment completes.
+    let cards: Vec<EmulatedChannel<Vec<u8>>> = (0..ROBS)
+        .map(|_| EmulatedChannel::start_lazy_untimed(config, player(&stream(0))))
+        .collect();
+    for ch in &cards {
+        for _ in 0..4 {
+            ch.push_superpage(vec![0u8; 4 * BLOCK]).unwrap();
+        }
+    }
+    let recorders: Vec<Recorder> = (0..ROBS).map(|_| Recorder::default()).collect();
+    let robs: Vec<RobRun<'_, '_, _, _, _>> = (0..ROBS)
+        .map(|r| RobRun {
+            builder: &builders[r],
+            channels: vec![&cards[r]],
+            sink: &recorders[r],
+        })
+        .collect();
+    let results = BuilderPool::new(2, Vec::new())
+        .run(&robs, &AtomicBool::new(false))
+        .unwrap();
+    let counters: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+    for (r, c) in counters.iter().enumerate() {
+        assert_eq!(c.fragments, u64::from(EVENTS), "ROB {r}: {c:?}");
+        assert!(c.input_cpu_ns > 0, "ROB {r}: the writing is counted: {c:?}");
+        assert!(
+            c.input_cpu_ns <= cards[r].reader_write_ns(),
+            "ROB {r}: at most the writes' wall time: {c:?}"
+        );
+        assert_eq!(cards[r].card_cpu_ns(), 0, "ROB {r}: the card times nothing");
+    }
+    // Per pool thread (ROB r on thread r % 2), its ROBs' writing within its CPU time.
+    for t in 0..2 {
+        let mine = counters.iter().skip(t).step_by(2);
+        let (input, cpu): (u64, u64) =
+            mine.fold((0, 0), |(i, p), c| (i + c.input_cpu_ns, p + c.cpu_ns));
+        assert!(input <= cpu, "thread {t}: {input} > {cpu}");
     }
 }
 

@@ -61,7 +61,9 @@
 //! reader that has cores of its own to spend (the SW ROD's builder threads), not one whose
 //! single thread is the bottleneck (a readout node's core thread reading S-LINK), which is
 //! better served by a card thread beside it. The CPU time spent writing is counted on the
-//! channel ([`EmulatedChannel::card_cpu_ns`]), as an engine thread's is.
+//! channel ([`EmulatedChannel::card_cpu_ns`]), as an engine thread's is; or, started with
+//! [`EmulatedChannel::start_lazy_untimed`], its wall time ([`DmaChannel::reader_write_ns`],
+//! no system call), which the reader turns into CPU time (`card_cpu_ns` then stays 0).
 //!
 //! # Shutdown
 //!
@@ -174,6 +176,13 @@ pub trait DmaChannel<S: SuperpageBuffer>: Send + Sync {
     fn transfer_queue_available(&self) -> usize;
     /// The channel's state and counters.
     fn status(&self) -> ChannelStatus;
+    /// Wall time, in nanoseconds, that this channel's pops have spent writing superpages so
+    /// far: a lazy emulated card writes in its reader's pops
+    /// ([`EmulatedChannel::start_lazy_untimed`]); 0 for a channel written by its own engine
+    /// (hardware, or a card thread) or one that times its writing in CPU time itself.
+    fn reader_write_ns(&self) -> u64 {
+        0
+    }
 }
 
 impl SuperpageBuffer for rodeo_memory::Superpage {
@@ -392,6 +401,8 @@ impl std::fmt::Debug for StatusReader {
 struct EngineState {
     stop: AtomicBool,
     cpu_ns: AtomicU64,
+    /// An untimed lazy channel's writing, in wall-clock nanoseconds (vDSO reads).
+    write_ns: AtomicU64,
 }
 
 /// A card's DMA-engine thread, shared by its channels: stopped and joined when the last one
@@ -437,7 +448,7 @@ pub struct EmulatedChannel<S: SuperpageBuffer> {
 
 /// The engine of a lazy channel.
 struct Lazy {
-    /// Its writing CPU time.
+    /// Its writing time: CPU (`cpu_ns`), or wall (`write_ns`) when untimed.
     state: Arc<EngineState>,
     /// Its one lane.
     lane: Mutex<Box<dyn LazyLane>>,
@@ -484,11 +495,13 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         Self::lazy(config, generator, true)
     }
 
-    /// A lazy channel whose writing is not timed: [`EmulatedChannel::card_cpu_ns`] stays 0,
-    /// and the reader accounts for it (the SW ROD's builder pool shares its turns' CPU time by
-    /// the wall time of each channel's pops). Timing every write reads the thread's CPU clock
-    /// twice per superpage, a system call each (no vDSO for thread clocks): a cost a reader
-    /// that pops tens of thousands of superpages a second should not pay.
+    /// A lazy channel whose writing is timed by the wall clock (a vDSO read, no system call:
+    /// [`DmaChannel::reader_write_ns`]), not in CPU time: [`EmulatedChannel::card_cpu_ns`]
+    /// stays 0, and the reader turns the wall time into CPU time (the SW ROD's builder pool
+    /// scales it by its thread's CPU clock, read once per turn over all its channels). Timing
+    /// every write in CPU time reads the thread's CPU clock twice per superpage, a system call
+    /// each (no vDSO for thread clocks): a cost a reader that pops tens of thousands of
+    /// superpages a second should not pay.
     pub fn start_lazy_untimed<G: Generator>(config: EmulatedConfig, generator: G) -> Self {
         Self::lazy(config, generator, false)
     }
@@ -497,9 +510,17 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         let state = Arc::new(EngineState {
             stop: AtomicBool::new(false),
             cpu_ns: AtomicU64::new(0),
+            write_ns: AtomicU64::new(0),
         });
         let mut lane = Lane::new(config, generator);
-        lane.fill_cpu = timed.then(|| Arc::clone(&state));
+        lane.fill_clock = Some((
+            Arc::clone(&state),
+            if timed {
+                FillClock::ThreadCpu
+            } else {
+                FillClock::Wall
+            },
+        ));
         let shared = Arc::clone(&lane.shared);
         EmulatedChannel {
             shared,
@@ -527,6 +548,7 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
         let state = Arc::new(EngineState {
             stop: AtomicBool::new(false),
             cpu_ns: AtomicU64::new(0),
+            write_ns: AtomicU64::new(0),
         });
         let engine = Arc::new(Engine {
             state: Arc::clone(&state),
@@ -572,7 +594,8 @@ impl<S: SuperpageBuffer> EmulatedChannel<S> {
 
     /// CPU time the card's engine thread has used so far, in nanoseconds (published at most
     /// every millisecond; the same figure on every channel of the card); for a lazy channel,
-    /// the CPU time its readers' threads spent writing its superpages.
+    /// the CPU time its readers' threads spent writing its superpages (0 for an untimed one:
+    /// see [`DmaChannel::reader_write_ns`]).
     pub fn card_cpu_ns(&self) -> u64 {
         self.card_cpu().ns()
     }
@@ -658,6 +681,21 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
     fn status(&self) -> ChannelStatus {
         self.shared.status()
     }
+
+    fn reader_write_ns(&self) -> u64 {
+        self.lazy
+            .as_ref()
+            .map_or(0, |l| l.state.write_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// How a lazy channel times its writing (its reader's thread writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FillClock {
+    /// The thread's CPU clock (two system calls per superpage): `EngineState::cpu_ns`.
+    ThreadCpu,
+    /// The wall clock (vDSO reads): `EngineState::write_ns`, for the reader to scale.
+    Wall,
 }
 
 /// One channel as its card's engine sees it.
@@ -678,9 +716,9 @@ struct Lane<S, G> {
     stalled_since: Option<Instant>,
     /// Stopped, finished or unfit: the engine no longer serves it.
     done: bool,
-    /// A lazy channel's engine state: the CPU time of each `fill` is added to it (an engine
+    /// A lazy channel's engine state and clock: each `fill`'s time is added to it (an engine
     /// thread measures its own instead).
-    fill_cpu: Option<Arc<EngineState>>,
+    fill_clock: Option<(Arc<EngineState>, FillClock)>,
 }
 
 impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
@@ -696,28 +734,38 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
             ready_full: false,
             stalled_since: None,
             done: false,
-            fill_cpu: None,
+            fill_clock: None,
         }
     }
 
-    /// `generator.fill`, its CPU time added to `fill_cpu` when set (a lazy channel).
+    /// `generator.fill`, its time added to the lazy channel's state when `fill_clock` is set:
+    /// CPU time, or wall time for the reader to scale.
     fn fill(
         generator: &mut G,
-        fill_cpu: &Option<Arc<EngineState>>,
+        fill_clock: &Option<(Arc<EngineState>, FillClock)>,
         buf: &mut [u8],
         max_units: u64,
         flush_by: &mut Option<Instant>,
     ) -> Fill {
-        let Some(state) = fill_cpu else {
-            return generator.fill_until(buf, max_units, flush_by);
-        };
-        let t0 = rodeo_memory::cpu::thread_cpu_time();
-        let f = generator.fill_until(buf, max_units, flush_by);
-        let ns = rodeo_memory::cpu::thread_cpu_time()
-            .saturating_sub(t0)
-            .as_nanos() as u64;
-        state.cpu_ns.fetch_add(ns, Ordering::Relaxed);
-        f
+        match fill_clock {
+            None => generator.fill_until(buf, max_units, flush_by),
+            Some((state, FillClock::ThreadCpu)) => {
+                let t0 = rodeo_memory::cpu::thread_cpu_time();
+                let f = generator.fill_until(buf, max_units, flush_by);
+                let ns = rodeo_memory::cpu::thread_cpu_time()
+                    .saturating_sub(t0)
+                    .as_nanos() as u64;
+                state.cpu_ns.fetch_add(ns, Ordering::Relaxed);
+                f
+            }
+            Some((state, FillClock::Wall)) => {
+                let t0 = Instant::now();
+                let f = generator.fill_until(buf, max_units, flush_by);
+                let ns = t0.elapsed().as_nanos() as u64;
+                state.write_ns.fetch_add(ns, Ordering::Relaxed);
+                f
+            }
+        }
     }
 
     fn stall(&mut self) {
@@ -844,7 +892,7 @@ impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
         let f = if fill.bytes < buf.len() && !self.generator.is_finished() {
             Self::fill(
                 &mut self.generator,
-                &self.fill_cpu,
+                &self.fill_clock,
                 &mut buf[fill.bytes..],
                 max_units,
                 &mut self.flush_by,

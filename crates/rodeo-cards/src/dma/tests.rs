@@ -383,8 +383,10 @@ fn a_lazy_channel_is_filled_by_its_reader() {
     assert_eq!(
         untimed.card_cpu_ns(),
         0,
-        "an untimed channel reads no clock"
+        "an untimed channel reads no CPU clock"
     );
+    assert!(untimed.reader_write_ns() > 0, "its writing's wall time");
+    assert_eq!(ch.reader_write_ns(), 0, "a timed one counts CPU time only");
     // A stop hands over a partly written superpage (a rate-limited channel fills its
     // superpage over several pops) and takes the link down.
     let mut paced: EmulatedChannel<Vec<u8>> = EmulatedChannel::start_lazy(

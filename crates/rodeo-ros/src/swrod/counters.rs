@@ -68,9 +68,9 @@ pub struct SwRodInputCounters {
     pub unread_blocks: u64,
     /// Bytes of those blocks.
     pub unread_bytes: u64,
-    /// CPU time the emulated FELIX cards spent writing superpages, in nanoseconds: the
-    /// builders' `input_cpu_ns` (lazy channels write in the builder pool's threads, which
-    /// share each busy turn's CPU time by the wall time of the ROBs' pops; part of
-    /// `builder.cpu_ns`; known once the builders have stopped, zero before).
+    /// Time the emulated FELIX cards spent writing superpages, in nanoseconds: the
+    /// builders' `input_cpu_ns` (lazy untimed channels write in the builder pool's threads:
+    /// the writes' wall time, never more than those threads' CPU time; part of
+    /// `builder.cpu_ns` once the builders have stopped; live, as `input_cpu_ns`).
     pub card_cpu_ns: u64,
 }

@@ -49,6 +49,6 @@ pub(super) fn swrod_counters(
         link: link_counters(sinks),
         unread_blocks: 0,
         unread_bytes: 0,
-        card_cpu_ns: 0,
+        card_cpu_ns: builder.input_cpu_ns,
     }
 }
