@@ -234,8 +234,19 @@ fn two_services_on_one_directory_the_second_is_refused_and_the_first_loses_nothi
     let runs: Value =
         serde_json::from_str(&rodeo_timed(&["runs", "--output", out_s, "--json"]).0.stdout)
             .unwrap();
-    assert_eq!(runs["runs"][0]["status"], "ok", "{runs}");
-    assert_eq!(runs["runs"][0]["events_written"].as_u64(), Some(accepted));
+    // "ok", or "degraded" by nothing but L1 accepts the busy machine could not send at the
+    // configured rate (never triggered, so nothing lost: seen in CI beside other tests).
+    let run = &runs["runs"][0];
+    let rate_only = sheet["problems"].as_array().is_some_and(|ps| {
+        ps.iter()
+            .filter(|p| p["verdict"] != "ok")
+            .all(|p| p["kind"] == "l1_missed")
+    });
+    assert!(
+        run["status"] == "ok" || (run["status"] == "degraded" && rate_only),
+        "{runs} {sheet}"
+    );
+    assert_eq!(run["events_written"].as_u64(), Some(accepted));
     // Now that the first is gone, the second service takes the directory: the next number.
     let (b, addr) = serve(&out, &cfg, false);
     assert_eq!(status(addr)["run_number"], 2);
