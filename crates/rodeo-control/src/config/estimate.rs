@@ -219,7 +219,6 @@ impl PartitionConfig {
         (event, arena)
     }
 
-    /// The readout node's memory parts and threads.
     /// Request descriptors of each readout node: every DCM's requests in flight to it at once
     /// (one per processing slot at most, and at most `dcm.max_outstanding`), at least the
     /// node's default (1,024), at most 1,000,000 (`rodeo ros --descriptors`' range). Beyond
@@ -233,6 +232,7 @@ impl PartitionConfig {
         )
     }
 
+    /// The readout node's memory parts and threads.
     fn node_estimate(&self) -> (Vec<(&'static str, u64)>, usize) {
         let r = &self.ros;
         let ch = r.channels as u64;
