@@ -247,7 +247,9 @@ fn the_direct_link_bounds_replies_the_same_way() {
 /// many requests as the node has descriptors, and more: the node keeps reading. Another
 /// client's requests for stored events are answered at once and its clear is read, the
 /// flood's excess is answered PENDING and counted. Before, the node read nothing, clears
-/// included, until the flood's requests timed out (here 60 s).
+/// included, until the flood's requests timed out (here 60 s). The other client's request
+/// that must wait takes its fair share of the queue: the flood's newest parked request gives
+/// way (before the fair share, the waiting request was the one answered PENDING).
 #[test]
 fn a_client_asking_far_ahead_does_not_hold_the_node() {
     const DESCRIPTORS: usize = 32;
@@ -286,11 +288,6 @@ fn a_client_asking_far_ahead_does_not_hold_the_node() {
     rodeo_testkit::wait_until("the clear to be read", Duration::from_secs(5), || {
         node.stats().clears == 1
     });
-    // The other client's request that must wait, while the queue is full: answered at once,
-    // PENDING (it asks again later), not parked.
-    send_request(&mut good, &mut buf, 5000, 0x0041_0000, &[]);
-    let (txn, _, frags) = try_reply(&mut good, 5000).expect("answered at once");
-    assert_eq!((txn, frags.len()), (5000, CHANNELS));
     // The flood's excess was answered, every missing fragment flagged PENDING.
     let mut answered = 0u32;
     while let Some((txn, l1id, frags)) = try_reply(&mut bad, 2000) {
@@ -302,20 +299,41 @@ fn a_client_asking_far_ahead_does_not_hold_the_node() {
         }
     }
     assert_eq!(answered, FLOOD - DESCRIPTORS as u32);
+    // The other client's request that must wait, while the flood holds the queue: it waits
+    // (its fair share), and the flood's newest parked request gives way, answered PENDING.
+    send_request(&mut good, &mut buf, 5000, 0x0041_0000, &[]);
+    let (txn, l1id, frags) = try_reply(&mut bad, 5000).expect("the flood's newest gives way");
+    assert_eq!((txn, l1id), (DESCRIPTORS as u32 - 1, 0x0040_0000 + txn));
+    assert_eq!(frags.len(), CHANNELS);
+    assert!(
+        try_reply(&mut good, 300).is_none(),
+        "the waiting request was answered"
+    );
+    // More of the flood: answered at once, the other client's request still parked.
+    for i in FLOOD..FLOOD + 10 {
+        send_request(&mut bad, &mut buf, i, 0x0040_0000 + i, &[]);
+    }
+    for _ in 0..10 {
+        let (txn, _, _) = try_reply(&mut bad, 5000).expect("the flood answered at once");
+        assert!((FLOOD..FLOOD + 10).contains(&txn), "{txn}");
+    }
+    assert_eq!(node.stats().pending_now, DESCRIPTORS as u64);
     let t0 = Instant::now();
     let stopped = node.stop();
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     let c = stopped.counters;
     assert_eq!(
         c.pending_overflow,
-        u64::from(FLOOD) - DESCRIPTORS as u64 + 1
+        u64::from(FLOOD) - DESCRIPTORS as u64 + 11
     );
-    assert_eq!(c.parked, DESCRIPTORS as u64);
+    assert_eq!(c.parked, DESCRIPTORS as u64 + 1);
     // Every request answered exactly once: the parked ones at the stop, flagged.
-    assert_eq!(c.replies, u64::from(FLOOD) + 21);
+    assert_eq!(c.replies, u64::from(FLOOD) + 10 + 21);
     assert_eq!(
         c.pending_fragments,
-        (u64::from(FLOOD) + 1) * CHANNELS as u64,
+        (u64::from(FLOOD) + 10 + 1) * CHANNELS as u64,
         "{c:?}"
     );
+    let (txn, _, frags) = try_reply(&mut good, 5000).expect("answered at the stop");
+    assert_eq!((txn, frags.len()), (5000, CHANNELS));
 }

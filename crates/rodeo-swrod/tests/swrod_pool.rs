@@ -41,17 +41,22 @@ fn stream(r: usize) -> Stream {
     s
 }
 
-#[test]
-fn a_pool_of_two_threads_builds_five_robs_with_their_faults_counted_per_rob() {
-    let configs: Vec<SwRodConfig> = (0..ROBS)
+/// `ROBS` ROBs with source ids from `base`, each of 3 E-links and a window no test outruns.
+fn rob_configs(base: u32) -> Vec<SwRodConfig> {
+    (0..ROBS)
         .map(|r| SwRodConfig {
-            source_id: SourceId(0x0071_0000 + r as u32),
+            source_id: SourceId(base + r as u32),
             thread_elinks: vec![vec![1, 2, 3]],
             window: 512,
             timeout: Duration::from_secs(3600),
             ..SwRodConfig::default()
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_pool_of_two_threads_builds_five_robs_with_their_faults_counted_per_rob() {
+    let configs = rob_configs(0x0071_0000);
     // One block pool shared by every ROB.
     let pools = vec![pool(4096)];
     let builders: Vec<FragmentBuilder<'_, DefaultFormat>> = configs
@@ -134,15 +139,7 @@ fn a_pool_of_two_threads_builds_five_robs_with_their_faults_counted_per_rob() {
 /// `input_cpu_ns` is their writing, the ROBs of a thread together within its CPU time.
 #[test]
 fn a_pool_counts_the_writing_of_untimed_lazy_cards_per_rob() {
-    let configs: Vec<SwRodConfig> = (0..ROBS)
-        .map(|r| SwRodConfig {
-            source_id: SourceId(0x0072_0000 + r as u32),
-            thread_elinks: vec![vec![1, 2, 3]],
-            window: 512,
-            timeout: Duration::from_secs(3600),
-            ..SwRodConfig::default()
-        })
-        .collect();
+    let configs = rob_configs(0x0072_0000);
     let pools = vec![pool(4096)];
     let builders: Vec<FragmentBuilder<'_, DefaultFormat>> = configs
         .iter()

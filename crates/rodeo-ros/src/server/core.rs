@@ -292,12 +292,21 @@ impl<S: RequestSource> Core<S> {
                 // One pass: answered now unless a fragment may still arrive.
                 if !self.answer(d, Missing::Wait) {
                     if self.descriptors.pending() >= self.park_limit {
-                        // The pending queue is full: answered now, what may still arrive
-                        // flagged PENDING (the client asks again), so that a descriptor stays
-                        // free for reading clears and the other clients' requests.
+                        // The pending queue is full: one request is answered now, what may
+                        // still arrive flagged PENDING (its client asks again), so that a
+                        // descriptor stays free for reading clears and the other clients'
+                        // requests. That is the newest of a peer holding more of the queue
+                        // (its fair share, `descriptor`), else this one.
                         bump(&self.stats.pending_overflow, 1);
-                        self.answer(d, Missing::GiveUp);
-                        return false;
+                        match self.descriptors.evict_for(d) {
+                            Some(victim) => {
+                                self.answer(victim, Missing::GiveUp);
+                            }
+                            None => {
+                                self.answer(d, Missing::GiveUp);
+                                return false;
+                            }
+                        }
                     }
                     // The deadline matters only to a parked request.
                     self.descriptors.get_mut(d).deadline =

@@ -6,8 +6,22 @@
 //! never takes them all (the core keeps one spare: see `core`, `SPARE_DESCRIPTORS`), and a
 //! request beyond them that would wait is answered at once, PENDING. Single owner (core
 //! thread).
+//!
+//! # A fair share of the pending queue
+//!
+//! The queue counts its requests per peer (by a keyed hash of the routing id, so a peer cannot
+//! choose an id that shares another's count). When it is full and a peer's request would wait,
+//! [`Descriptors::evict_for`] names the request that gives way: the newest parked request of
+//! the peer holding the most of the queue, when that peer holds at least two more than the
+//! newcomer's peer (max-min fairness); otherwise the newcomer itself. A client that floods the
+//! queue with requests far ahead thus answers its own excess, and another client's request
+//! that must wait still waits. Finding the holder costs a walk over the peers with parked
+//! requests only when the one found last no longer qualifies, and never while the newcomer's
+//! peer is that holder (a flood's own requests cost nothing more).
 
-use std::collections::VecDeque;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::time::Instant;
 
 /// One request in flight.
@@ -23,6 +37,10 @@ pub(crate) struct Descriptor {
     pub(crate) robs: Vec<u32>,
     /// When a pending request is answered anyway.
     pub(crate) deadline: Instant,
+    /// Counted in the pending queue's per-peer counts (parked at least once, not yet freed).
+    parked: bool,
+    /// The keyed hash of `peer`, set when first parked.
+    peer_key: u64,
 }
 
 /// The pool and the pending queue.
@@ -31,6 +49,11 @@ pub(crate) struct Descriptors {
     slots: Vec<Descriptor>,
     free: Vec<u32>,
     pending: VecDeque<u32>,
+    /// Parked requests per peer (by `peer_key`); a peer with none has no entry.
+    per_peer: HashMap<u64, u32>,
+    /// The peer last found holding the most of the queue.
+    top: Option<u64>,
+    keys: RandomState,
 }
 
 impl Descriptors {
@@ -45,10 +68,15 @@ impl Descriptors {
                     l1id: 0,
                     robs: Vec::with_capacity(robs),
                     deadline: Instant::now(),
+                    parked: false,
+                    peer_key: 0,
                 })
                 .collect(),
             free: (0..n as u32).rev().collect(),
             pending: VecDeque::with_capacity(n),
+            per_peer: HashMap::new(),
+            top: None,
+            keys: RandomState::new(),
         }
     }
 
@@ -57,8 +85,17 @@ impl Descriptors {
         self.free.pop()
     }
 
-    /// Gives a descriptor back.
+    /// Gives a descriptor back (answered): no longer counted for its peer.
     pub(crate) fn put(&mut self, d: u32) {
+        let slot = &mut self.slots[d as usize];
+        if std::mem::take(&mut slot.parked) {
+            if let Some(n) = self.per_peer.get_mut(&slot.peer_key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_peer.remove(&slot.peer_key);
+                }
+            }
+        }
         self.free.push(d);
     }
 
@@ -77,9 +114,41 @@ impl Descriptors {
         &mut self.slots[d as usize]
     }
 
-    /// Queues `d` as pending.
+    /// Queues `d` as pending (counted for its peer the first time).
     pub(crate) fn park(&mut self, d: u32) {
+        let slot = &mut self.slots[d as usize];
+        if !slot.parked {
+            slot.parked = true;
+            slot.peer_key = self.keys.hash_one(&slot.peer[..]);
+            *self.per_peer.entry(slot.peer_key).or_insert(0) += 1;
+        }
         self.pending.push_back(d);
+    }
+
+    /// With the queue full, the parked request that gives way to `d` (not parked), taken off
+    /// the queue: the newest of the peer holding the most of it, when that peer holds at least
+    /// two more than `d`'s; `None` when `d` itself should be answered at once (module docs).
+    pub(crate) fn evict_for(&mut self, d: u32) -> Option<u32> {
+        let mine = self.keys.hash_one(&self.slots[d as usize].peer[..]);
+        let held = |key: &u64| self.per_peer.get(key).copied().unwrap_or(0);
+        let need = held(&mine).saturating_add(2);
+        let top = match self.top {
+            Some(t) if t == mine => return None,
+            Some(t) if held(&t) >= need => t,
+            _ => {
+                let (&t, &n) = self.per_peer.iter().max_by_key(|&(_, &n)| n)?;
+                self.top = Some(t);
+                if t == mine || n < need {
+                    return None;
+                }
+                t
+            }
+        };
+        let at = self
+            .pending
+            .iter()
+            .rposition(|&p| self.slots[p as usize].peer_key == top)?;
+        self.pending.remove(at)
     }
 
     /// Requests waiting.
@@ -97,5 +166,55 @@ impl Descriptors {
         self.pending
             .front()
             .map(|&d| self.slots[d as usize].deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Takes a descriptor for `peer` and parks it.
+    fn park_for(ds: &mut Descriptors, peer: &[u8]) -> u32 {
+        let d = ds.take().unwrap();
+        ds.get_mut(d).peer = peer.to_vec();
+        ds.park(d);
+        d
+    }
+
+    /// The newest request of the peer holding at least two more than the newcomer's gives
+    /// way; a tie, or the holder itself asking, leaves the newcomer to be answered; answered
+    /// requests no longer count for their peer.
+    #[test]
+    fn the_peer_holding_the_most_gives_way_to_one_holding_less() {
+        let mut ds = Descriptors::new(8, 1);
+        let flood: Vec<u32> = (0..4).map(|_| park_for(&mut ds, b"flood")).collect();
+        let other = ds.take().unwrap();
+        ds.get_mut(other).peer = b"other".to_vec();
+        assert_eq!(ds.evict_for(other), Some(flood[3]), "the flood's newest");
+        ds.put(flood[3]);
+        ds.park(other);
+        assert_eq!(ds.pending(), 4);
+        // The flood asks again: it holds the most, so its own request is answered.
+        let again = ds.take().unwrap();
+        ds.get_mut(again).peer = b"flood".to_vec();
+        assert_eq!(ds.evict_for(again), None);
+        ds.put(again);
+        // A third peer with one parked: 3 against 1 + 2, the flood still gives way.
+        let third = ds.take().unwrap();
+        ds.get_mut(third).peer = b"third".to_vec();
+        assert_eq!(ds.evict_for(third), Some(flood[2]));
+        ds.put(flood[2]);
+        ds.park(third);
+        // Now 2 / 1 / 1: nobody holds two more than "other", the newcomer is answered.
+        let more = ds.take().unwrap();
+        ds.get_mut(more).peer = b"other".to_vec();
+        assert_eq!(ds.evict_for(more), None);
+        ds.put(more);
+        // Answering drops the counts: with the queue drained, every count is gone.
+        while let Some(d) = ds.unpark() {
+            ds.put(d);
+        }
+        assert!(ds.per_peer.is_empty(), "{:?}", ds.per_peer);
+        assert_eq!(ds.available(), 8);
     }
 }

@@ -39,9 +39,12 @@
 //! [`ServerConfig::descriptors`], and with that many requests parked, a request that would
 //! wait is answered at once, flagged PENDING (`pending_overflow`; the client asks again), so
 //! the loop keeps reading clears and other clients' requests however many requests one client
-//! parks (far ahead of the input, or for data that never comes). Size the descriptors to the
-//! clients' requests in flight (a partition does: every DCM's `max_outstanding`); a client
-//! within them is never answered so.
+//! parks (far ahead of the input, or for data that never comes). Which request gives way is
+//! the queue's fair share per peer (`descriptor`): the newest of the peer holding the most,
+//! when it holds at least two more than the newcomer's peer, else the newcomer; so a flooding
+//! client answers its own excess and another client's request that must wait still waits.
+//! Size the descriptors to the clients' requests in flight (a partition does: every DCM's
+//! `max_outstanding`); a client within them is never answered so.
 //!
 //! # Hostile or broken peers
 //!
@@ -218,7 +221,9 @@ counters!(
     /// Parked requests answered because their timeout expired.
     timeouts,
     /// Requests that would have waited but found the pending queue full (as many parked as
-    /// [`ServerConfig::descriptors`]): answered at once, missing fragments flagged PENDING.
+    /// [`ServerConfig::descriptors`]): it, or the newest parked request of a peer holding more
+    /// of the queue (the fair share, `descriptor`), answered at once, missing fragments flagged
+    /// PENDING.
     pending_overflow,
     /// Requests pending now (gauge).
     pending_now,
