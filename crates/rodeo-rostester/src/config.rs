@@ -34,6 +34,8 @@ pub struct TesterConfig {
     pub seed: u64,
     /// Re-asks for PENDING fragments.
     pub retries: u32,
+    /// The wait before a re-ask (protocol rule 3: "after a short delay").
+    pub retry_delay: Duration,
     /// How long to wait for replies in flight at the end.
     pub drain_timeout: Duration,
     /// A partial clear group is sent after this long without a clear (protocol rule 5).
@@ -57,6 +59,7 @@ impl Default for TesterConfig {
             l1id_wrap: 1 << 24,
             seed: 1,
             retries: 3,
+            retry_delay: Duration::from_millis(1),
             drain_timeout: Duration::from_secs(5),
             clear_flush: Duration::from_millis(20),
         }

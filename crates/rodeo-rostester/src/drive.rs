@@ -55,13 +55,16 @@ pub struct MixArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     /// Events the testers completed (all their fragments received, cleared).
     pub events: Option<u64>,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 5.0, value_parser = cli_values::seconds)]
     /// Wall-clock seconds of the run.
+    #[arg(long, default_value_t = 5.0, value_parser = cli_values::seconds)]
     pub seconds: f64,
     /// Re-asks for FRAGMENT_PENDING fragments.
     #[arg(long, default_value_t = 3)]
     pub retries: u32,
+    /// Seconds before a re-ask for FRAGMENT_PENDING fragments (protocol rule 3: "after a
+    /// short delay"; a DCM's default, 1 ms). 0: at once.
+    #[arg(long, default_value_t = 0.001, value_parser = cli_values::seconds_or_zero)]
+    pub retry_delay: f64,
     /// PRNG seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -262,6 +265,7 @@ pub fn tester_config(robs: &[u32], l1id_wrap: u32, mix: &MixArgs, j: u32) -> Tes
         l1id_wrap,
         seed: mix.seed,
         retries: mix.retries,
+        retry_delay: Duration::from_secs_f64(mix.retry_delay),
         drain_timeout: Duration::from_secs(5),
         clear_flush: Duration::from_millis(20),
     }

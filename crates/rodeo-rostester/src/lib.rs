@@ -19,8 +19,9 @@
 //! group (`clear_group`, default 100) goes out as one Clear. The number of requests in flight is
 //! bounded (`max_outstanding`); the event rate may be capped (`max_rate`). Instance `I` of `K`
 //! generates events `I, I + K, I + 2K, ...`, so several testers share one node without asking
-//! for the same L1ID. A reply with FRAGMENT_PENDING fragments is asked again for those ROBs, up
-//! to `retries` times (protocol rule 3); then the fragments are counted as missing.
+//! for the same L1ID. A reply with FRAGMENT_PENDING fragments is asked again for those ROBs
+//! after `retry_delay` (1 ms by default, as a DCM), up to `retries` times (protocol rule 3); then
+//! the fragments are counted as missing. The request slot stays taken while the re-ask waits.
 //!
 //! # Links
 //!

@@ -70,6 +70,11 @@ struct State<'c, L: TesterLink> {
     last_clear: Instant,
     heads: Vec<FragmentHead>,
     robs_buf: Vec<u32>,
+    /// Re-asks waiting for `retry_delay`, in due order: when, and the slot kept for it (out of
+    /// `free`, not in use: a reply naming it is bad).
+    retries: VecDeque<(Instant, u16)>,
+    /// Per slot, the ROBs its waiting re-ask names (allocated once).
+    retry_robs: Vec<Vec<u32>>,
     report: TesterReport,
 }
 
@@ -128,6 +133,8 @@ pub fn run_on<L: TesterLink>(
         last_clear: Instant::now(),
         heads: Vec::with_capacity(MAX_ROBS),
         robs_buf: Vec::with_capacity(config.robs.len()),
+        retries: VecDeque::with_capacity(n_out),
+        retry_robs: vec![Vec::with_capacity(config.robs.len().min(MAX_ROBS)); n_out],
         report: TesterReport::default(),
     };
     let robs = config.robs.len().min(MAX_ROBS);
@@ -181,6 +188,22 @@ pub fn run_on<L: TesterLink>(
         }
         if idle && sent_any {
             last_activity = Instant::now();
+        }
+        // Re-asks whose delay is over.
+        if st
+            .retries
+            .front()
+            .is_some_and(|&(due, _)| due <= Instant::now())
+        {
+            let now = Instant::now();
+            while let Some(&(due, s)) = st.retries.front() {
+                if due > now {
+                    break;
+                }
+                st.retries.pop_front();
+                st.resend(s)?;
+                sent_any = true;
+            }
         }
         // A partial group goes out after an idle interval, so a node whose buffer is smaller
         // than a group does not wait for it.
@@ -271,6 +294,22 @@ impl<L: TesterLink> State<'_, L> {
 
     fn send_request(&mut self, event: u64, eb: bool, tries: u32) -> Result<(), TesterError> {
         let s = self.free.pop().expect("callers check for a free slot");
+        self.send_on(s, event, eb, tries)
+    }
+
+    /// Sends the re-ask kept in slot `s` (its ROBs in `retry_robs[s]`).
+    fn resend(&mut self, s: u16) -> Result<(), TesterError> {
+        let Slot {
+            event, eb, tries, ..
+        } = self.slots[usize::from(s)];
+        std::mem::swap(&mut self.robs_buf, &mut self.retry_robs[usize::from(s)]);
+        let sent = self.send_on(s, event, eb, tries);
+        std::mem::swap(&mut self.robs_buf, &mut self.retry_robs[usize::from(s)]);
+        sent
+    }
+
+    /// Sends a request for `robs_buf` of `event` on slot `s` (taken off `free` by the caller).
+    fn send_on(&mut self, s: u16, event: u64, eb: bool, tries: u32) -> Result<(), TesterError> {
         let slot = &mut self.slots[usize::from(s)];
         slot.generation = slot.generation.wrapping_add(1);
         slot.event = event;
@@ -347,9 +386,18 @@ impl<L: TesterLink> State<'_, L> {
         let ev = &mut self.events[pos];
         ev.outstanding -= 1;
         if !self.robs_buf.is_empty() {
-            // Ask again for what was pending (rule 3).
+            // Ask again for what was pending, after the delay (rule 3); the slot is kept for it.
             ev.outstanding += 1;
-            self.send_request(slot.event, slot.eb, slot.tries + 1)?;
+            let kept = self.free.pop().expect("this reply's slot was just freed");
+            let k = &mut self.slots[usize::from(kept)];
+            (k.event, k.eb, k.tries) = (slot.event, slot.eb, slot.tries + 1);
+            if self.config.retry_delay.is_zero() {
+                self.send_on(kept, slot.event, slot.eb, slot.tries + 1)?;
+            } else {
+                std::mem::swap(&mut self.robs_buf, &mut self.retry_robs[usize::from(kept)]);
+                self.retries
+                    .push_back((Instant::now() + self.config.retry_delay, kept));
+            }
         } else if ev.eb_due {
             ev.eb_due = false;
             ev.outstanding += 1;

@@ -206,6 +206,7 @@ fn mix(a: &Args, seconds: f64) -> MixArgs {
         events: None,
         seconds,
         retries: 3,
+        retry_delay: 0.001,
         seed: 1,
     }
 }

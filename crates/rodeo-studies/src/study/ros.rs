@@ -194,6 +194,7 @@ fn measure(t: &Transport, p: Point, seconds: f64) -> anyhow::Result<Run> {
         events: None,
         seconds,
         retries: 3,
+        retry_delay: 0.001,
         seed: 1,
     };
     let n = start_node(t, &node, &format!("inproc://study-ros-{}", super::unique()))?;

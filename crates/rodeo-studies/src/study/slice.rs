@@ -117,6 +117,7 @@ fn tester_point(
         events: None,
         seconds,
         retries: 3,
+        retry_delay: 0.001,
         seed: 7,
     };
     let n = start_node(
