@@ -191,6 +191,9 @@ where
     let mut last_maintain = std::time::Instant::now();
     // The thread's CPU clock when the ROBs' writing was last shared out (`input_cpu_ns`).
     let mut cpu_mark = thread_cpu_ns();
+    // Per ROB of this thread: its input ended this turn (ended after the turn's share, so the
+    // writing of its last pops is counted).
+    let mut ending = vec![false; mine.len()];
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         // Links, timeouts and counters of idle ROBs: about every millisecond.
@@ -198,7 +201,7 @@ where
         if maintain {
             last_maintain = std::time::Instant::now();
         }
-        let mut got = false;
+        let (mut got, mut any_ending) = (false, false);
         let mut live = 0usize;
         for k in 0..lanes.len() {
             let Some(lane) = lanes[k].as_mut() else {
@@ -216,16 +219,12 @@ where
                 }
                 Turn::Idle => live += 1,
                 Turn::Ended => {
-                    if let Some(lane) = lanes[k].take() {
-                        ended[k] = Some(lane.end(1));
-                    }
+                    ending[k] = true;
+                    any_ending = true;
                 }
             }
         }
-        if live == 0 {
-            break;
-        }
-        if got || maintain {
+        if got || maintain || any_ending {
             // Each ROB's `input_cpu_ns` grows by the wall time its lazy cards spent writing in
             // its pops since the last share (vDSO reads in the cards, no system call), all of
             // them together never more than the thread's CPU time since then: one read of the
@@ -252,6 +251,18 @@ where
                 }
                 cpu_mark = cpu;
             }
+        }
+        if any_ending {
+            for k in 0..lanes.len() {
+                if std::mem::take(&mut ending[k]) {
+                    if let Some(lane) = lanes[k].take() {
+                        ended[k] = Some(lane.end(1));
+                    }
+                }
+            }
+        }
+        if live == 0 {
+            break;
         }
         if got {
             backoff.reset();
