@@ -62,7 +62,7 @@ pub struct MixArgs {
     #[arg(long, default_value_t = 3)]
     pub retries: u32,
     /// Seconds before a re-ask for FRAGMENT_PENDING fragments (protocol rule 3: "after a
-    /// short delay"; a DCM's default, 1 ms). 0: at once.
+    /// short delay"; a DCM's default, 1 ms). 0: at once; below 5 s (the drain timeout).
     #[arg(long, default_value_t = 0.001, value_parser = cli_values::seconds_or_zero)]
     pub retry_delay: f64,
     /// PRNG seed.
@@ -216,6 +216,7 @@ pub fn run_testers(
         "at most {} ROBs",
         tester::MAX_ROBS
     );
+    check_retry_delay(mix)?;
     let ep = Endpoint::parse(endpoint)?;
     let threads = mix.threads.max(1);
     let stop = AtomicBool::new(false);
@@ -266,7 +267,7 @@ pub fn tester_config(robs: &[u32], l1id_wrap: u32, mix: &MixArgs, j: u32) -> Tes
         seed: mix.seed,
         retries: mix.retries,
         retry_delay: Duration::from_secs_f64(mix.retry_delay),
-        drain_timeout: Duration::from_secs(5),
+        drain_timeout: DRAIN_TIMEOUT,
         clear_flush: Duration::from_millis(20),
     }
 }
@@ -292,6 +293,23 @@ pub fn run_direct_tester(
         "at most {} ROBs",
         tester::MAX_ROBS
     );
+    check_retry_delay(mix)?;
     let cfg = tester_config(robs, l1id_wrap, mix, 0);
     Ok(tester::run_direct(client, &cfg, &AtomicBool::new(false))?)
 }
+
+/// The end of a run waits for the re-asks still due, and the drain for replies at most
+/// [`DRAIN_TIMEOUT`]: a re-ask's delay must be shorter.
+fn check_retry_delay(mix: &MixArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        mix.retry_delay < DRAIN_TIMEOUT.as_secs_f64(),
+        "--retry-delay {} s: below the tester's drain timeout ({} s) needed",
+        mix.retry_delay,
+        DRAIN_TIMEOUT.as_secs()
+    );
+    Ok(())
+}
+
+/// How long a tester waits for replies in flight at the end, and for a node silent while
+/// requests wait.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

@@ -134,7 +134,9 @@ pub fn run_on<L: TesterLink>(
         heads: Vec::with_capacity(MAX_ROBS),
         robs_buf: Vec::with_capacity(config.robs.len()),
         retries: VecDeque::with_capacity(n_out),
-        retry_robs: vec![Vec::with_capacity(config.robs.len().min(MAX_ROBS)); n_out],
+        retry_robs: (0..n_out)
+            .map(|_| Vec::with_capacity(config.robs.len().min(MAX_ROBS)))
+            .collect(),
         report: TesterReport::default(),
     };
     let robs = config.robs.len().min(MAX_ROBS);
@@ -162,16 +164,19 @@ pub fn run_on<L: TesterLink>(
         if !generating && st.free.len() == st.slots.len() {
             break;
         }
+        // Requests at the node: taken slots but those keeping a re-ask that waits its delay.
+        let at_node = st.slots.len() - st.free.len() - st.retries.len();
         // Requests wait and nothing came back for `drain_timeout`: at the end, the drain is
         // over; while generating, the node is gone (dead, stuck, never there) and sending on
         // until the time is up would only say so later.
-        if st.free.len() < st.slots.len() && last_activity.elapsed() > config.drain_timeout {
+        if at_node > 0 && last_activity.elapsed() > config.drain_timeout {
             st.report.stopped_on_silence = generating;
             break;
         }
-        // The wait for a reply starts with the first request sent while none was in flight
-        // (a paced tester may send its next event long after the last reply).
-        let idle = st.free.len() == st.slots.len();
+        // The wait for a reply starts with the first request sent while none was at the node
+        // (a paced tester may send its next event long after the last reply, a re-ask after
+        // its delay).
+        let idle = at_node == 0;
         // New events while there is room for their requests, within the rate cap, and while
         // the ring of events in flight stays bounded.
         let mut sent_any = false;
@@ -185,9 +190,6 @@ pub fn run_on<L: TesterLink>(
         {
             st.new_event(robs)?;
             sent_any = true;
-        }
-        if idle && sent_any {
-            last_activity = Instant::now();
         }
         // Re-asks whose delay is over.
         if st
@@ -204,6 +206,9 @@ pub fn run_on<L: TesterLink>(
                 st.resend(s)?;
                 sent_any = true;
             }
+        }
+        if idle && sent_any {
+            last_activity = Instant::now();
         }
         // A partial group goes out after an idle interval, so a node whose buffer is smaller
         // than a group does not wait for it.
@@ -227,7 +232,12 @@ pub fn run_on<L: TesterLink>(
     let seconds = start.elapsed().as_secs_f64();
     st.report.intervals.push(st.report.events - events_before);
     // Events still in flight are not cleared by this run's clears: they were never answered.
-    st.report.unanswered = (st.slots.len() - st.free.len()) as u64;
+    // A re-ask still waiting its delay (the run stopped on silence) was answered PENDING: its
+    // fragments are missing.
+    st.report.unanswered = (st.slots.len() - st.free.len() - st.retries.len()) as u64;
+    for &(_, s) in &st.retries {
+        st.report.pending_fragments += st.retry_robs[usize::from(s)].len() as u64;
+    }
     if !st.clear_group.is_empty() {
         st.send_clear()?;
     }

@@ -20,7 +20,16 @@ const EVENTS: u64 = 3;
 /// missing.
 #[test]
 fn a_pending_fragment_is_asked_again_after_the_delay() {
-    let delay = Duration::from_millis(40);
+    scripted_pending_then_present(Duration::from_millis(40));
+}
+
+/// A zero delay asks again at once, with the same outcome.
+#[test]
+fn a_zero_delay_asks_again_at_once() {
+    scripted_pending_then_present(Duration::ZERO);
+}
+
+fn scripted_pending_then_present(delay: Duration) {
     let t = Transport::new(1).unwrap();
     let mut node = t.socket(SocketKind::Router).unwrap();
     let ep = node

@@ -15,9 +15,11 @@
 //! the peer holding the most of the queue, when that peer holds at least two more than the
 //! newcomer's peer (max-min fairness); otherwise the newcomer itself. A client that floods the
 //! queue with requests far ahead thus answers its own excess, and another client's request
-//! that must wait still waits. Finding the holder costs a walk over the peers with parked
-//! requests only when the one found last no longer qualifies, and never while the newcomer's
-//! peer is that holder (a flood's own requests cost nothing more).
+//! that must wait still waits. The largest count is kept exactly (how many peers hold each
+//! count, updated as requests park and are answered), so deciding costs a lookup; naming the
+//! holder costs a walk over the peers with parked requests only when the one known lost a
+//! request while another held as many, and finding its newest request a walk back along the
+//! queue: both only for an eviction, at most one per request that would wait.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -51,7 +53,11 @@ pub(crate) struct Descriptors {
     pending: VecDeque<u32>,
     /// Parked requests per peer (by `peer_key`); a peer with none has no entry.
     per_peer: HashMap<u64, u32>,
-    /// The peer last found holding the most of the queue.
+    /// `peers_at[c]`: how many peers hold exactly `c` parked requests (`c` >= 1).
+    peers_at: Vec<u32>,
+    /// The most parked requests any one peer holds.
+    most: u32,
+    /// A peer holding `most`, when known (`None`: found by a walk over `per_peer` when needed).
     top: Option<u64>,
     keys: RandomState,
 }
@@ -74,7 +80,9 @@ impl Descriptors {
                 .collect(),
             free: (0..n as u32).rev().collect(),
             pending: VecDeque::with_capacity(n),
-            per_peer: HashMap::new(),
+            per_peer: HashMap::with_capacity(n),
+            peers_at: vec![0; n + 2],
+            most: 0,
             top: None,
             keys: RandomState::new(),
         }
@@ -89,10 +97,26 @@ impl Descriptors {
     pub(crate) fn put(&mut self, d: u32) {
         let slot = &mut self.slots[d as usize];
         if std::mem::take(&mut slot.parked) {
-            if let Some(n) = self.per_peer.get_mut(&slot.peer_key) {
+            let key = slot.peer_key;
+            if let Some(n) = self.per_peer.get_mut(&key) {
+                let was = *n;
                 *n -= 1;
                 if *n == 0 {
-                    self.per_peer.remove(&slot.peer_key);
+                    self.per_peer.remove(&key);
+                }
+                self.peers_at[was as usize] -= 1;
+                if was > 1 {
+                    self.peers_at[was as usize - 1] += 1;
+                }
+                if was == self.most {
+                    if self.peers_at[was as usize] == 0 {
+                        // This peer held the most alone: it still does, one fewer.
+                        self.most = was - 1;
+                        self.top = (self.most > 0).then_some(key);
+                    } else if self.top == Some(key) {
+                        // Others hold as many: one of them is found when needed.
+                        self.top = None;
+                    }
                 }
             }
         }
@@ -119,28 +143,40 @@ impl Descriptors {
         let slot = &mut self.slots[d as usize];
         if !slot.parked {
             slot.parked = true;
-            slot.peer_key = self.keys.hash_one(&slot.peer[..]);
-            *self.per_peer.entry(slot.peer_key).or_insert(0) += 1;
+            let key = self.keys.hash_one(&slot.peer[..]);
+            slot.peer_key = key;
+            let n = self.per_peer.entry(key).or_insert(0);
+            *n += 1;
+            let now = *n;
+            if now > 1 {
+                self.peers_at[now as usize - 1] -= 1;
+            }
+            self.peers_at[now as usize] += 1;
+            if now > self.most {
+                self.most = now;
+                self.top = Some(key);
+            } else if now == self.most && self.top.is_none() {
+                self.top = Some(key);
+            }
         }
         self.pending.push_back(d);
     }
 
     /// With the queue full, the parked request that gives way to `d` (not parked), taken off
-    /// the queue: the newest of the peer holding the most of it, when that peer holds at least
-    /// two more than `d`'s; `None` when `d` itself should be answered at once (module docs).
+    /// the queue: the newest of a peer holding the most of it, when that is at least two more
+    /// than `d`'s peer holds; `None` when `d` itself should be answered at once (module docs).
     pub(crate) fn evict_for(&mut self, d: u32) -> Option<u32> {
         let mine = self.keys.hash_one(&self.slots[d as usize].peer[..]);
-        let held = |key: &u64| self.per_peer.get(key).copied().unwrap_or(0);
-        let need = held(&mine).saturating_add(2);
+        let held = self.per_peer.get(&mine).copied().unwrap_or(0);
+        if self.most < held.saturating_add(2) {
+            return None;
+        }
+        let most = self.most;
         let top = match self.top {
-            Some(t) if t == mine => return None,
-            Some(t) if held(&t) >= need => t,
-            _ => {
-                let (&t, &n) = self.per_peer.iter().max_by_key(|&(_, &n)| n)?;
+            Some(t) => t,
+            None => {
+                let (&t, _) = self.per_peer.iter().find(|&(_, &n)| n == most)?;
                 self.top = Some(t);
-                if t == mine || n < need {
-                    return None;
-                }
                 t
             }
         };
@@ -215,6 +251,43 @@ mod tests {
             ds.put(d);
         }
         assert!(ds.per_peer.is_empty(), "{:?}", ds.per_peer);
+        assert_eq!((ds.most, ds.top), (0, None));
         assert_eq!(ds.available(), 8);
+        // The flood drained; another peer holds the queue now, and the flood's peer asking is
+        // given its share (the holder known before is forgotten, not trusted).
+        let b: Vec<u32> = (0..4).map(|_| park_for(&mut ds, b"b")).collect();
+        let back = ds.take().unwrap();
+        ds.get_mut(back).peer = b"flood".to_vec();
+        assert_eq!(ds.evict_for(back), Some(b[3]));
+        ds.put(b[3]);
+        ds.park(back);
+        // Two peers tie at the most (2 / 2 after "c" parks twice, "b" giving one more way): the
+        // holder is found among them.
+        park_for(&mut ds, b"c");
+        let newcomer = ds.take().unwrap();
+        ds.get_mut(newcomer).peer = b"d".to_vec();
+        assert_eq!(ds.evict_for(newcomer), Some(b[2]), "b holds 3");
+        ds.put(b[2]);
+        ds.park(newcomer);
+        let fourth = park_for(&mut ds, b"c");
+        assert_eq!(ds.most, 2);
+        let e = ds.take().unwrap();
+        ds.get_mut(e).peer = b"e".to_vec();
+        assert_eq!(ds.evict_for(e), Some(b[1]), "b, known to hold the most");
+        ds.put(b[1]);
+        assert_eq!(
+            (ds.most, ds.top),
+            (2, None),
+            "c still holds 2, found when needed"
+        );
+        assert_eq!(
+            ds.evict_for(e),
+            Some(fourth),
+            "c's newest, found by the walk"
+        );
+        ds.put(fourth);
+        assert_eq!(ds.most, 1);
+        assert_eq!(ds.evict_for(e), None, "everyone holds 1");
+        ds.put(e);
     }
 }
