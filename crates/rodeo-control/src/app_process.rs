@@ -328,6 +328,15 @@ impl AppControl {
             match parsed {
                 Ok(Some(c)) => {
                     let mut l = Layout::new(&c);
+                    // `run.cpu_plan`: the threads this process starts from now on run on the
+                    // shared CPUs (a readout node's core thread pins itself to its own).
+                    if let Some(shared) = &l.shared_cpus {
+                        if !rodeo_memory::cpu::set_thread_cpus(shared) {
+                            tracing::warn!(
+                                "run.cpu_plan: the kernel refused CPUs {shared:?}; threads unplaced"
+                            );
+                        }
+                    }
                     if let Some(n) = rejoin_at {
                         l.rejoin_at(n);
                     }

@@ -27,8 +27,8 @@ use rodeo_ros::inputs::{FileInput, NetworkInput};
 use rodeo_ros::node::{NodeConfig, NodeInput, ReplayInput};
 
 use crate::config::{
-    ChecksumName, CompressionName, FormatName, L1Mode, PartitionConfig, ReplayL1id, RosInput,
-    TransportKind,
+    ChecksumName, CompressionName, CpuPlan, FormatName, L1Mode, PartitionConfig, ReplayL1id,
+    RosInput, TransportKind,
 };
 
 /// Endpoint names of one partition.
@@ -119,6 +119,20 @@ pub struct Layout {
     /// A replay that keeps its files' L1IDs: the files whose L1IDs the supervisor's L1 source
     /// issues, in order (read when the supervisor is configured); empty otherwise.
     pub replay_l1id_files: Vec<PathBuf>,
+    /// With `run.cpu_plan = "auto"`: the CPUs every thread of the partition but the readout
+    /// nodes' core threads runs on (each node's `core_cpu` is its own CPU). `None`: no plan.
+    pub shared_cpus: Option<Vec<usize>>,
+}
+
+/// The CPU plan for `nodes` readout nodes on a host whose process may use `cpus` (increasing):
+/// per node the CPU of its core thread (the last ones), and the CPUs left for every other
+/// thread; `None` when no CPU would be left.
+pub fn cpu_plan(cpus: &[usize], nodes: usize) -> Option<(Vec<usize>, Vec<usize>)> {
+    if nodes == 0 || cpus.len() <= nodes {
+        return None;
+    }
+    let (shared, cores) = cpus.split_at(cpus.len() - nodes);
+    Some((cores.iter().rev().copied().collect(), shared.to_vec()))
 }
 
 impl Layout {
@@ -388,6 +402,16 @@ impl Layout {
             } else {
                 Vec::new()
             };
+        // One host's partition only: the plan counts this host's readout nodes.
+        let plan = (config.run.cpu_plan == CpuPlan::Auto && config.hosts.is_empty())
+            .then(|| cpu_plan(rodeo_memory::cpu::process_cpus(), nodes.len()))
+            .flatten();
+        let shared_cpus = plan.map(|(cores, shared)| {
+            for ((_, _, nc), core) in nodes.iter_mut().zip(cores) {
+                nc.core_cpu = Some(core);
+            }
+            shared
+        });
         Layout {
             output,
             runtime,
@@ -398,12 +422,27 @@ impl Layout {
             supervisor: sc,
             trigger,
             replay_l1id_files,
+            shared_cpus,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    /// The plan's split: the last CPUs to the nodes' core threads, the rest shared; none when
+    /// nothing would be left.
+    #[test]
+    fn the_cpu_plan_keeps_a_cpu_for_the_rest() {
+        assert_eq!(super::cpu_plan(&[0, 1], 1), Some((vec![1], vec![0])));
+        assert_eq!(
+            super::cpu_plan(&[0, 2, 5, 7], 2),
+            Some((vec![7, 5], vec![0, 2]))
+        );
+        assert_eq!(super::cpu_plan(&[0, 1], 2), None);
+        assert_eq!(super::cpu_plan(&[3], 1), None);
+        assert_eq!(super::cpu_plan(&[0, 1], 0), None);
+    }
+
     use super::*;
 
     #[test]

@@ -1,9 +1,68 @@
-//! The CPUs a thread runs on: pinning a thread to one CPU ([`pin_to_cpu`]), and the CPU time
+//! The CPUs a thread runs on: pinning a thread to one CPU ([`pin_to_cpu`]) or a set
+//! ([`set_thread_cpus`]), the CPUs the process was given ([`process_cpus`]), and the CPU time
 //! of the calling thread ([`thread_cpu_time`]), for benchmarks that must say what a thread costs
 //! per unit of work independently of how many other processes share the cores (wall-clock rates
 //! on a loaded machine measure the neighbours as much as the code).
 
+use std::sync::OnceLock;
 use std::time::Duration;
+
+/// The CPUs the calling thread may run on, in increasing order (empty if unknown).
+pub fn thread_cpus() -> Vec<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: cpu_set_t is a plain bit array for which all-zero is valid; sched_getaffinity
+        // writes at most size_of::<cpu_set_t>() bytes into it; CPU_ISSET reads bits below
+        // CPU_SETSIZE inside it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return Vec::new();
+            }
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
+/// The CPUs this process may run on, as the calling thread saw them the first time this was
+/// called (call it before any thread of the process narrows its set, so that every process of
+/// a partition started alike plans with the same CPUs).
+pub fn process_cpus() -> &'static [usize] {
+    static CPUS: OnceLock<Vec<usize>> = OnceLock::new();
+    CPUS.get_or_init(thread_cpus)
+}
+
+/// Lets the calling thread run on `cpus` only (threads it starts afterwards inherit the set);
+/// false if the set is empty or the kernel refused.
+pub fn set_thread_cpus(cpus: &[usize]) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+            return false;
+        }
+        // SAFETY: as in `pin_to_cpu`: an all-zero cpu_set_t, bits set below CPU_SETSIZE
+        // (checked above), read by sched_setaffinity for the calling thread (pid 0).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_ZERO(&mut set);
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpus;
+        false
+    }
+}
 
 /// Pins the calling thread to `cpu`; false if the kernel refused.
 pub fn pin_to_cpu(cpu: usize) -> bool {
@@ -50,7 +109,30 @@ pub fn thread_cpu_time() -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::{pin_to_cpu, thread_cpu_time};
+    use super::{pin_to_cpu, process_cpus, set_thread_cpus, thread_cpu_time, thread_cpus};
+
+    /// A thread narrowed to one of its CPUs sees that set, a thread it starts inherits it, and
+    /// the process's CPUs stay what they were at the first look; an empty or impossible set is
+    /// refused.
+    #[test]
+    fn a_thread_narrowed_to_a_set_runs_there_and_passes_it_on() {
+        let all = process_cpus().to_vec();
+        assert!(!all.is_empty(), "no CPU known");
+        std::thread::spawn(move || {
+            let first = [all[0]];
+            assert!(set_thread_cpus(&first));
+            assert_eq!(thread_cpus(), first);
+            let inherited = std::thread::spawn(thread_cpus).join().unwrap();
+            assert_eq!(inherited, first);
+            assert_eq!(process_cpus(), &all[..], "the process's CPUs as first seen");
+            assert!(!set_thread_cpus(&[]));
+            assert!(!set_thread_cpus(&[libc::CPU_SETSIZE as usize]));
+            assert!(set_thread_cpus(&all));
+            assert_eq!(thread_cpus(), all);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn a_thread_pinned_to_a_cpu_runs_there_and_an_impossible_cpu_is_refused() {

@@ -72,7 +72,7 @@ pub use readout::{
 };
 pub use report::CheckReport;
 pub use ros::{ListenMode, ReplayL1id, RosInput, RosSection};
-pub use run::{RunConfig, RunWords, MAX_COMMENT_BYTES, MAX_RUN_SECONDS, MAX_WORD_BYTES};
+pub use run::{CpuPlan, RunConfig, RunWords, MAX_COMMENT_BYTES, MAX_RUN_SECONDS, MAX_WORD_BYTES};
 pub use supervisor::SupervisorSection;
 pub use transport::{TransportConfig, TransportKind};
 

@@ -32,6 +32,21 @@ pub struct RunConfig {
     pub run_type: String,
     /// Who is on shift.
     pub shifter: String,
+    /// Where the partition's threads run ([`CpuPlan`]).
+    pub cpu_plan: CpuPlan,
+}
+
+/// `run.cpu_plan`: the CPUs the partition's threads run on, on each host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuPlan {
+    /// Wherever the kernel puts them.
+    Off,
+    /// Each readout node's core thread on a CPU of its own (the host's last CPUs the process
+    /// may use), every other thread of the partition on the remaining ones; off when the host
+    /// has no CPU left for the others, or the partition spans hosts. The default.
+    #[default]
+    Auto,
 }
 
 /// Longest `run.comment`, in bytes.
@@ -120,6 +135,7 @@ impl Default for RunConfig {
             comment: String::new(),
             run_type: String::new(),
             shifter: String::new(),
+            cpu_plan: CpuPlan::Auto,
         }
     }
 }
