@@ -328,10 +328,11 @@ impl AppControl {
             match parsed {
                 Ok(Some(c)) => {
                     let mut l = Layout::new(&c);
-                    // `run.cpu_plan`: the threads this process starts from now on run on the
-                    // shared CPUs (a readout node's core thread pins itself to its own).
+                    // `run.cpu_plan`: every thread of this process (its transport's, started
+                    // before) and every thread started from now on runs on the shared CPUs; a
+                    // readout node's core thread pins itself to its own.
                     if let Some(shared) = &l.shared_cpus {
-                        if !rodeo_memory::cpu::set_thread_cpus(shared) {
+                        if rodeo_memory::cpu::narrow_process_threads(shared) == 0 {
                             tracing::warn!(
                                 "run.cpu_plan: the kernel refused CPUs {shared:?}; threads unplaced"
                             );

@@ -280,6 +280,17 @@ impl EmbeddedPartition {
     }
 
     fn action(&self, apps: &mut Apps, command: Command) -> Result<(), (String, String)> {
+        // `run.cpu_plan`: the threads the applications start in this step (the transport's at
+        // Initialize, theirs at Configure, Connect, Start) run on the plan's shared CPUs; a
+        // readout node's core thread pins itself to its own. This thread gets its set back.
+        let _placed = match command {
+            Command::Initialize | Command::Configure | Command::Connect | Command::Start => {
+                Layout::new(&self.config)
+                    .shared_cpus
+                    .and_then(|cpus| rodeo_memory::cpu::narrow_thread(&cpus))
+            }
+            _ => None,
+        };
         match command {
             Command::Initialize => {
                 // With CURVE (`transport.curve`) this partition's keys are made here: every

@@ -402,8 +402,11 @@ impl Layout {
             } else {
                 Vec::new()
             };
-        // One host's partition only: the plan counts this host's readout nodes.
-        let plan = (config.run.cpu_plan == CpuPlan::Auto && config.hosts.is_empty())
+        // One host's partition only: the plan counts this host's readout nodes. Not with the
+        // SW ROD input, whose builder threads (one per CPU) want every CPU.
+        let plan = (config.run.cpu_plan == CpuPlan::Auto
+            && config.hosts.is_empty()
+            && config.ros.input != RosInput::Swrod)
             .then(|| cpu_plan(rodeo_memory::cpu::process_cpus(), nodes.len()))
             .flatten();
         let shared_cpus = plan.map(|(cores, shared)| {
@@ -441,6 +444,34 @@ mod tests {
         assert_eq!(super::cpu_plan(&[0, 1], 2), None);
         assert_eq!(super::cpu_plan(&[3], 1), None);
         assert_eq!(super::cpu_plan(&[0, 1], 0), None);
+    }
+
+    /// The layout carries the plan: with "auto" on a host of two CPUs or more the node's core
+    /// CPU is the last and the others share the rest; "off", the SW ROD input and a partition
+    /// over hosts carry none.
+    #[test]
+    fn the_layout_carries_the_cpu_plan_only_where_it_applies() {
+        use crate::config::{CpuPlan, PartitionConfig, RosInput};
+        let cpus = rodeo_memory::cpu::process_cpus();
+        let c = PartitionConfig::default();
+        assert_eq!(c.run.cpu_plan, CpuPlan::Auto);
+        let l = super::Layout::new(&c);
+        if cpus.len() >= 2 {
+            assert_eq!(l.nodes[0].2.core_cpu, cpus.last().copied());
+            assert_eq!(l.shared_cpus.as_deref(), Some(&cpus[..cpus.len() - 1]));
+        } else {
+            assert_eq!((l.nodes[0].2.core_cpu, l.shared_cpus), (None, None));
+        }
+        let mut off = c.clone();
+        off.run.cpu_plan = CpuPlan::Off;
+        let mut swrod = c.clone();
+        swrod.ros.input = RosInput::Swrod;
+        let mut hosts = c.clone();
+        hosts.hosts.insert("dcm-1".into(), "10.0.0.2".into());
+        for other in [off, swrod, hosts] {
+            let l = super::Layout::new(&other);
+            assert_eq!((l.nodes[0].2.core_cpu, l.shared_cpus), (None, None));
+        }
     }
 
     use super::*;

@@ -38,6 +38,69 @@ pub fn process_cpus() -> &'static [usize] {
     CPUS.get_or_init(thread_cpus)
 }
 
+/// The calling thread narrowed to a set of CPUs until this is dropped, when it gets back the
+/// set it had ([`narrow_thread`]): threads it starts meanwhile keep the narrowed set.
+#[must_use = "the thread's set is restored when this is dropped"]
+pub struct Narrowed {
+    before: Vec<usize>,
+}
+
+impl Drop for Narrowed {
+    fn drop(&mut self) {
+        let _ = set_thread_cpus(&self.before);
+    }
+}
+
+/// Narrows the calling thread to `cpus` until the guard is dropped; `None` (nothing changed)
+/// when its set is unknown or the kernel refused `cpus`.
+pub fn narrow_thread(cpus: &[usize]) -> Option<Narrowed> {
+    let before = thread_cpus();
+    if before.is_empty() || !set_thread_cpus(cpus) {
+        return None;
+    }
+    Some(Narrowed { before })
+}
+
+/// Lets every thread of this process run on `cpus` only (threads started afterwards inherit
+/// their starter's set); returns how many threads took it.
+pub fn narrow_process_threads(cpus: &[usize]) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+            return 0;
+        }
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return 0;
+        };
+        // SAFETY: as in `set_thread_cpus`: an all-zero cpu_set_t with bits set below
+        // CPU_SETSIZE (checked above).
+        let set = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_ZERO(&mut set);
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            set
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
+            .filter(|&tid| {
+                // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of `set`; a
+                // thread that ended meanwhile makes it fail (ESRCH), nothing else.
+                unsafe {
+                    libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+                }
+            })
+            .count()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpus;
+        0
+    }
+}
+
 /// Lets the calling thread run on `cpus` only (threads it starts afterwards inherit the set);
 /// false if the set is empty or the kernel refused.
 pub fn set_thread_cpus(cpus: &[usize]) -> bool {
@@ -109,7 +172,9 @@ pub fn thread_cpu_time() -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::{pin_to_cpu, process_cpus, set_thread_cpus, thread_cpu_time, thread_cpus};
+    use super::{
+        narrow_thread, pin_to_cpu, process_cpus, set_thread_cpus, thread_cpu_time, thread_cpus,
+    };
 
     /// A thread narrowed to one of its CPUs sees that set, a thread it starts inherits it, and
     /// the process's CPUs stay what they were at the first look; an empty or impossible set is
@@ -129,9 +194,26 @@ mod tests {
             assert!(!set_thread_cpus(&[libc::CPU_SETSIZE as usize]));
             assert!(set_thread_cpus(&all));
             assert_eq!(thread_cpus(), all);
+            // A guard narrows and gives the set back.
+            {
+                let _g = narrow_thread(&first).expect("narrowed");
+                assert_eq!(thread_cpus(), first);
+            }
+            assert_eq!(thread_cpus(), all);
         })
         .join()
         .unwrap();
+    }
+
+    /// Every thread of the process takes the set (here the whole set, so that the other tests
+    /// running beside are not narrowed), a thread started afterwards included.
+    #[test]
+    fn every_thread_of_the_process_takes_a_set() {
+        let all = process_cpus().to_vec();
+        let placed = super::narrow_process_threads(&all);
+        assert!(placed >= 1, "not even this thread");
+        assert_eq!(thread_cpus(), all);
+        assert_eq!(super::narrow_process_threads(&[]), 0);
     }
 
     #[test]

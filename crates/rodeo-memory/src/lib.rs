@@ -27,7 +27,9 @@
 //! - [`histogram`]: [`LogHistogram`], a lock-free log-bucket latency histogram for the data
 //!   path's metrics.
 //! - [`sync`]: the loom facade (atomics, `Arc`, `UnsafeCell`) every crate's lock-free code uses.
-//! - [`cpu`]: the CPUs threads run on: pinning ([`cpu::pin_to_cpu`]) and a thread's CPU time.
+//! - [`cpu`]: the CPUs threads run on: pinning ([`cpu::pin_to_cpu`]), narrowing a thread or the
+//!   whole process to a set ([`cpu::narrow_thread`], [`cpu::narrow_process_threads`]), the
+//!   process's CPUs as first seen ([`cpu::process_cpus`]), and a thread's CPU time.
 //! - [`machine`]: what the machine offers: page size, memory, huge pages, the mlock limit.
 //!
 //! # Why a lazy free list

@@ -165,16 +165,6 @@ impl Run {
             tracing::warn!("{warning}");
         }
         let layout = Layout::new(&config);
-        // `run.cpu_plan`: this thread, and every thread it starts from now on (the embedded
-        // partition's), on the shared CPUs; each readout node's core thread pins itself to its
-        // own. Application processes do the same for themselves (`app_process`).
-        if let (Mode::Embedded, Some(shared)) = (options.mode, &layout.shared_cpus) {
-            if !rodeo_memory::cpu::set_thread_cpus(shared) {
-                tracing::warn!(
-                    "run.cpu_plan: the kernel refused CPUs {shared:?}; threads unplaced"
-                );
-            }
-        }
         // Known before any data is taken: a run directory that exists would fail the run at
         // stop.
         if layout.output.exists() {

@@ -44,7 +44,8 @@ pub enum CpuPlan {
     Off,
     /// Each readout node's core thread on a CPU of its own (the host's last CPUs the process
     /// may use), every other thread of the partition on the remaining ones; off when the host
-    /// has no CPU left for the others, or the partition spans hosts. The default.
+    /// has no CPU left for the others, the partition spans hosts, or the input is the SW ROD
+    /// (its builder threads want every CPU). The default.
     #[default]
     Auto,
 }

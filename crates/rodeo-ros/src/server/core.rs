@@ -129,6 +129,13 @@ impl<S: RequestSource> Core<S> {
             .config
             .core_cpu
             .is_some_and(rodeo_memory::cpu::pin_to_cpu);
+        if let (Some(cpu), false) = (self.config.core_cpu, core_pinned) {
+            tracing::warn!(
+                endpoint = %self.endpoint,
+                "the core thread could not be pinned to CPU {cpu} (the kernel refused it): it \
+                 runs where the kernel puts it"
+            );
+        }
         let cpu0 = rodeo_memory::cpu::thread_cpu_time();
         let mut idle_cpu = std::time::Duration::ZERO;
         let mut msg = S::Buffer::default();
