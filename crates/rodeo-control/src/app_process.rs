@@ -330,13 +330,16 @@ impl AppControl {
                     let mut l = Layout::new(&c);
                     // `run.cpu_plan`: every thread of this process (its transport's, started
                     // before) and every thread started from now on runs on the shared CPUs; a
-                    // readout node's core thread pins itself to its own.
-                    if let Some(shared) = &l.shared_cpus {
-                        if rodeo_memory::cpu::narrow_process_threads(shared) == 0 {
-                            tracing::warn!(
-                                "run.cpu_plan: the kernel refused CPUs {shared:?}; threads unplaced"
-                            );
-                        }
+                    // readout node's core thread pins itself to its own. Without a plan (a
+                    // configuration changed between runs) they get every CPU back.
+                    let cpus = l
+                        .shared_cpus
+                        .as_deref()
+                        .unwrap_or(rodeo_memory::cpu::process_cpus());
+                    if !cpus.is_empty() && rodeo_memory::cpu::narrow_process_threads(cpus) == 0 {
+                        tracing::warn!(
+                            "run.cpu_plan: the kernel refused CPUs {cpus:?}; threads unplaced"
+                        );
                     }
                     if let Some(n) = rejoin_at {
                         l.rejoin_at(n);
