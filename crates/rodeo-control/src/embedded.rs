@@ -41,7 +41,7 @@ use crate::config::PartitionConfig;
 use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, Lifecycle, State, TransitionError};
 use crate::metrics::AppMetrics;
-use crate::partition::Layout;
+use crate::partition::{partition_cpu_plan, Layout};
 use crate::partition_metrics::{write_partition_metrics, PartitionExtras};
 use crate::prometheus::MetricsWriter;
 use crate::rates::Rates;
@@ -285,9 +285,8 @@ impl EmbeddedPartition {
         // readout node's core thread pins itself to its own. This thread gets its set back.
         let _placed = match command {
             Command::Initialize | Command::Configure | Command::Connect | Command::Start => {
-                Layout::new(&self.config)
-                    .shared_cpus
-                    .and_then(|cpus| rodeo_memory::cpu::narrow_thread(&cpus))
+                partition_cpu_plan(&self.config)
+                    .and_then(|(_, shared)| rodeo_memory::cpu::narrow_thread(&shared))
             }
             _ => None,
         };

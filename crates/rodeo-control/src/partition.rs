@@ -135,6 +135,18 @@ pub fn cpu_plan(cpus: &[usize], nodes: usize) -> Option<(Vec<usize>, Vec<usize>)
     Some((cores.iter().rev().copied().collect(), shared.to_vec()))
 }
 
+/// `run.cpu_plan` of `config` on this host ([`cpu_plan`] over the process's CPUs): per readout
+/// node its core thread's CPU, and the CPUs of every other thread. One host's partition only
+/// (the plan counts this host's readout nodes); not with the SW ROD input, whose builder threads
+/// (one per CPU) want every CPU.
+pub fn partition_cpu_plan(config: &PartitionConfig) -> Option<(Vec<usize>, Vec<usize>)> {
+    (config.run.cpu_plan == CpuPlan::Auto
+        && config.hosts.is_empty()
+        && config.ros.input != RosInput::Swrod)
+        .then(|| cpu_plan(rodeo_memory::cpu::process_cpus(), config.ros.nodes))
+        .flatten()
+}
+
 impl Layout {
     /// For an application restarted into a running run at event `events` (the L1 accepts so
     /// far): every readout node's emulated inputs start there, so the node rejoins at the
@@ -402,14 +414,7 @@ impl Layout {
             } else {
                 Vec::new()
             };
-        // One host's partition only: the plan counts this host's readout nodes. Not with the
-        // SW ROD input, whose builder threads (one per CPU) want every CPU.
-        let plan = (config.run.cpu_plan == CpuPlan::Auto
-            && config.hosts.is_empty()
-            && config.ros.input != RosInput::Swrod)
-            .then(|| cpu_plan(rodeo_memory::cpu::process_cpus(), nodes.len()))
-            .flatten();
-        let shared_cpus = plan.map(|(cores, shared)| {
+        let shared_cpus = partition_cpu_plan(config).map(|(cores, shared)| {
             for ((_, _, nc), core) in nodes.iter_mut().zip(cores) {
                 nc.core_cpu = Some(core);
             }

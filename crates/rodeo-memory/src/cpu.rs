@@ -66,32 +66,16 @@ pub fn narrow_thread(cpus: &[usize]) -> Option<Narrowed> {
 pub fn narrow_process_threads(cpus: &[usize]) -> usize {
     #[cfg(target_os = "linux")]
     {
-        if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
-            return 0;
-        }
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        let Some(set) = cpu_set(cpus) else {
             return 0;
         };
-        // SAFETY: as in `set_thread_cpus`: an all-zero cpu_set_t with bits set below
-        // CPU_SETSIZE (checked above).
-        let set = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_ZERO(&mut set);
-            for &c in cpus {
-                libc::CPU_SET(c, &mut set);
-            }
-            set
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return 0;
         };
         tasks
             .flatten()
             .filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
-            .filter(|&tid| {
-                // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of `set`; a
-                // thread that ended meanwhile makes it fail (ESRCH), nothing else.
-                unsafe {
-                    libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-                }
-            })
+            .filter(|&tid| set_affinity(tid, &set))
             .count()
     }
     #[cfg(not(target_os = "linux"))]
@@ -106,19 +90,8 @@ pub fn narrow_process_threads(cpus: &[usize]) -> usize {
 pub fn set_thread_cpus(cpus: &[usize]) -> bool {
     #[cfg(target_os = "linux")]
     {
-        if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
-            return false;
-        }
-        // SAFETY: as in `pin_to_cpu`: an all-zero cpu_set_t, bits set below CPU_SETSIZE
-        // (checked above), read by sched_setaffinity for the calling thread (pid 0).
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_ZERO(&mut set);
-            for &c in cpus {
-                libc::CPU_SET(c, &mut set);
-            }
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-        }
+        // pid 0: the calling thread.
+        cpu_set(cpus).is_some_and(|set| set_affinity(0, &set))
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -129,26 +102,33 @@ pub fn set_thread_cpus(cpus: &[usize]) -> bool {
 
 /// Pins the calling thread to `cpu`; false if the kernel refused.
 pub fn pin_to_cpu(cpu: usize) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return false;
-        }
-        // SAFETY: cpu_set_t is a plain bit array for which all-zero is valid; CPU_ZERO/CPU_SET
-        // write inside it (cpu < CPU_SETSIZE, checked above); sched_setaffinity reads
-        // size_of::<cpu_set_t>() bytes from a valid reference, and pid 0 is the calling thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_ZERO(&mut set);
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-        }
+    set_thread_cpus(&[cpu])
+}
+
+/// The kernel's CPU set of `cpus`; `None` when empty or a CPU is beyond `CPU_SETSIZE`.
+#[cfg(target_os = "linux")]
+fn cpu_set(cpus: &[usize]) -> Option<libc::cpu_set_t> {
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+        return None;
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = cpu;
-        false
+    // SAFETY: cpu_set_t is a plain bit array for which all-zero is valid; CPU_ZERO and CPU_SET
+    // write inside it (every cpu < CPU_SETSIZE, checked above).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        Some(set)
     }
+}
+
+/// Sets thread `tid`'s (0: the calling thread's) CPUs to `set`; false if the kernel refused (a
+/// thread that ended meanwhile: ESRCH).
+#[cfg(target_os = "linux")]
+fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> bool {
+    // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes from a valid reference.
+    unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
 }
 
 /// CPU time the calling thread has used so far (user and system), from

@@ -192,11 +192,7 @@ pub fn run_on<L: TesterLink>(
             sent_any = true;
         }
         // Re-asks whose delay is over.
-        if st
-            .retries
-            .front()
-            .is_some_and(|&(due, _)| due <= Instant::now())
-        {
+        if !st.retries.is_empty() {
             let now = Instant::now();
             while let Some(&(due, s)) = st.retries.front() {
                 if due > now {
@@ -399,11 +395,12 @@ impl<L: TesterLink> State<'_, L> {
             // Ask again for what was pending, after the delay (rule 3); the slot is kept for it.
             ev.outstanding += 1;
             let kept = self.free.pop().expect("this reply's slot was just freed");
-            let k = &mut self.slots[usize::from(kept)];
-            (k.event, k.eb, k.tries) = (slot.event, slot.eb, slot.tries + 1);
             if self.config.retry_delay.is_zero() {
                 self.send_on(kept, slot.event, slot.eb, slot.tries + 1)?;
             } else {
+                // What `resend` sends on the kept slot.
+                let k = &mut self.slots[usize::from(kept)];
+                (k.event, k.eb, k.tries) = (slot.event, slot.eb, slot.tries + 1);
                 std::mem::swap(&mut self.robs_buf, &mut self.retry_robs[usize::from(kept)]);
                 self.retries
                     .push_back((Instant::now() + self.config.retry_delay, kept));
