@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 
 use rodeo_dataflow::dcm::DcmSummary;
-use rodeo_dataflow::logger::LoggerSummary;
+use rodeo_dataflow::logger::{CheckedFile, LoggerSummary};
 use rodeo_dataflow::supervisor::SupervisorSummary;
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +125,10 @@ pub struct RunSummary {
     pub write_bytes_per_s: f64,
     /// Files written.
     pub files: Vec<PathBuf>,
+    /// The files of `files` their loggers cross-checked after closing them, with size and
+    /// whole-file Adler-32 summed as written (`LoggerSummary::checked_files`, `file` an index
+    /// into `files`).
+    pub checked_files: Vec<CheckedFile>,
     /// The output directory of the run.
     pub output: PathBuf,
     /// Every imbalance found (empty: balanced).
@@ -232,6 +236,17 @@ impl RunSummary {
                         s.write_bytes_per_s +=
                             l.bytes_written as f64 / (l.write_span_ns as f64 / 1e9);
                     }
+                    // Indices into this logger's files become indices into the run's.
+                    let first = s.files.len();
+                    s.checked_files.extend(
+                        l.checked_files
+                            .iter()
+                            .filter(|c| c.file < l.files.len())
+                            .map(|c| CheckedFile {
+                                file: first + c.file,
+                                ..c.clone()
+                            }),
+                    );
                     s.files.extend(l.files.iter().cloned());
                 }
                 AppSummary::Ros(n) => {
@@ -391,6 +406,22 @@ mod tests {
                 }),
             ),
             (
+                "logger-2".to_string(),
+                AppSummary::Logger(LoggerSummary {
+                    files: vec![PathBuf::from("b.data"), PathBuf::from("c.data")],
+                    // Its second file vouched for; an index past its files is not taken.
+                    checked_files: [1, 2]
+                        .map(|file| CheckedFile {
+                            file,
+                            size_bytes: 100,
+                            adler32: 5,
+                            events: 0,
+                        })
+                        .to_vec(),
+                    ..LoggerSummary::default()
+                }),
+            ),
+            (
                 "ros-1".to_string(),
                 AppSummary::Ros(NodeSummary {
                     cleared: 10,
@@ -406,7 +437,10 @@ mod tests {
         assert!(s.balanced(), "{:?}", s.problems);
         assert_eq!((s.run, s.l1_accepts, s.partial_events), (7, 10, 2));
         assert_eq!(s.nodes[0].name, "ros-1");
-        assert_eq!(s.files, vec![PathBuf::from("a.data")]);
+        assert_eq!(s.files, ["a.data", "b.data", "c.data"].map(PathBuf::from));
+        // logger-2's second file is the run's third.
+        let vouched: Vec<usize> = s.checked_files.iter().map(|c| c.file).collect();
+        assert_eq!(vouched, vec![2]);
         assert!((s.l1_rate_hz - 5.0).abs() < 1e-9);
 
         // With the supervisor's and the logger's own spans, the rates are theirs.

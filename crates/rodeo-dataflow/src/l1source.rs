@@ -220,6 +220,10 @@ impl Pacer {
 
     /// Accepts allowed now (u64::MAX when unlimited).
     pub fn available(&mut self) -> u64 {
+        if self.rate.is_none() {
+            // Unlimited: no clock to read (the supervisor asks on every turn).
+            return u64::MAX;
+        }
         self.available_at(Instant::now())
     }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use rodeo_control::config::PartitionConfig;
+use rodeo_dataflow::logger::CheckedFile;
 use rodeo_files::verify::check_file;
 
 use crate::lock::OutputLock;
@@ -105,7 +106,7 @@ impl OutputDir {
             if self.db.has_run(n)? {
                 continue;
             }
-            let files = file_records(&data_files(&dir));
+            let files = file_records(&data_files(&dir), &[]);
             let found = std::fs::read(dir.join("summary.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
@@ -173,12 +174,35 @@ pub fn data_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// `files` with size, Adler-32 and their good events (`rodeo verify`'s count); a file that
-/// cannot be read is left out.
-pub fn file_records(files: &[PathBuf]) -> Vec<FileRecord> {
+/// `files` with size, Adler-32 and their events. A file its logger cross-checked after closing
+/// it (in `checked`, `file` an index into `files`: end record and size read back, its Adler-32
+/// summed as it was written) is not read again while its size on disk is the one written: its
+/// record is the logger's (the Adler-32 its bytes must have, the events its end record counts;
+/// `rodeo verify` says whether they are intact). Every other file (EventStorage, one without
+/// its end record, one whose size changed) is read back completely, its events counted as
+/// `rodeo verify` counts good ones; a file that cannot be read is left out.
+pub fn file_records(files: &[PathBuf], checked: &[CheckedFile]) -> Vec<FileRecord> {
+    let mut vouched: Vec<Option<&CheckedFile>> = vec![None; files.len()];
+    for c in checked {
+        if let Some(v) = vouched.get_mut(c.file) {
+            *v = Some(c);
+        }
+    }
     files
         .iter()
-        .filter_map(|p| {
+        .zip(vouched)
+        .filter_map(|(p, c)| {
+            let c = c.filter(|c| {
+                std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() == c.size_bytes)
+            });
+            if let Some(c) = c {
+                return Some(FileRecord {
+                    path: p.clone(),
+                    size_bytes: c.size_bytes,
+                    adler32: c.adler32,
+                    events: c.events,
+                });
+            }
             // One reading checks the events and sums the file (rodeo's container); a file it
             // could not sum (EventStorage, damaged) is read once more for its checksum.
             let verdict = check_file(p);
@@ -208,6 +232,30 @@ pub fn started_by(command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file its logger vouched for keeps the logger's record while its size on disk is the
+    /// one written; with another size it is read back (here: not a data file, no events).
+    #[test]
+    fn a_checked_file_is_not_read_back_unless_its_size_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.data");
+        std::fs::write(&path, [7u8; 64]).unwrap();
+        let checked = CheckedFile {
+            file: 0,
+            size_bytes: 64,
+            adler32: 0x1234_5678,
+            events: 3,
+        };
+        let r = file_records(std::slice::from_ref(&path), std::slice::from_ref(&checked));
+        assert_eq!(
+            (r[0].size_bytes, r[0].adler32, r[0].events),
+            (64, 0x1234_5678, 3)
+        );
+        std::fs::write(&path, [7u8; 60]).unwrap();
+        let r = file_records(std::slice::from_ref(&path), std::slice::from_ref(&checked));
+        let sum = rodeo_format::checksum::adler32(rodeo_format::checksum::ADLER32_INIT, &[7; 60]);
+        assert_eq!((r[0].size_bytes, r[0].adler32, r[0].events), (60, sum, 0));
+    }
 
     /// A run directory a crash left without a record is recorded from its `partition.toml`,
     /// which holds the tokens (mode 0600); the record, served to anyone at `/api/runs/N`,

@@ -325,12 +325,19 @@ impl Run {
                     trigger,
                     self.config.logger.verify_after,
                 );
-                let files = file_records(&summary.files);
+                // With `verify_after` the sheet read every file back: so do the records.
+                let checked: &[_] = if self.config.logger.verify_after {
+                    &[]
+                } else {
+                    &summary.checked_files
+                };
+                let files = file_records(&summary.files, checked);
                 (sheet, files)
             }
             Ok(summary) => {
-                // Some applications left no summary: the files say what was written.
-                let files = file_records(&self.files_on_disk());
+                // Some applications left no summary: the files say what was written, read back
+                // completely (the sheet says its events were verified by reading).
+                let files = file_records(&self.files_on_disk(), &[]);
                 let sheet = RunSheet::from_summary_and_files(
                     &summary,
                     self.requested_l1_hz(),
@@ -342,7 +349,7 @@ impl Run {
                 (sheet, files)
             }
             Err(e) => {
-                let files = file_records(&self.files_on_disk());
+                let files = file_records(&self.files_on_disk(), &[]);
                 let sheet = RunSheet::failed(
                     self.number(),
                     self.layout.output.clone(),

@@ -261,6 +261,13 @@ fn every_run_is_recorded_in_the_run_database_and_served_at_api_runs() {
     let files = served["runs"][1]["files"].as_array().unwrap();
     assert!(!files.is_empty());
     assert!(files.iter().all(|f| f["size_bytes"].as_u64().unwrap() > 0));
+    // The records (the logger's sums, the files not read back) are those of the bytes on disk.
+    for f in files {
+        let bytes = std::fs::read(f["path"].as_str().unwrap()).unwrap();
+        assert_eq!(f["size_bytes"].as_u64(), Some(bytes.len() as u64), "{f}");
+        let sum = rodeo_format::checksum::adler32(rodeo_format::checksum::ADLER32_INIT, &bytes);
+        assert_eq!(f["adler32"].as_u64(), Some(u64::from(sum)), "{f}");
+    }
     let (code, one) = http(addr, "GET", "/api/runs/1", None, "");
     assert_eq!(code, 200);
     let one: Value = serde_json::from_str(&one).unwrap();

@@ -3,6 +3,22 @@
 
 use std::path::PathBuf;
 
+/// A file a logger wrote and cross-checked after closing it ([`LoggerSummary::checked_files`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CheckedFile {
+    /// Its place in [`LoggerSummary::files`] (the path is not repeated: the summary travels in
+    /// one control message).
+    pub file: usize,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// The Adler-32 its bytes must have, summed as the writer wrote them: each event record's
+    /// from its header and the payload checksum of the DCM that built it, so that a payload
+    /// damaged on its way makes the file disagree with this sum, as with its record.
+    pub adler32: u32,
+    /// Events in it (the writer's count, found in its end record on disk).
+    pub events: u64,
+}
+
 /// What a logger did in a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoggerSummary {
@@ -35,6 +51,12 @@ pub struct LoggerSummary {
     /// Files whose cross-check failed, each with what was wrong (empty in a good run).
     #[serde(default)]
     pub verify_problems: Vec<String>,
+    /// The files of `files` whose cross-check passed, with their size and the Adler-32 summed
+    /// as they were written (rodeo's container): the run's file records without reading the
+    /// files back. Files not here (EventStorage, a previous life's, a failed cross-check) are
+    /// read back for their records.
+    #[serde(default)]
+    pub checked_files: Vec<CheckedFile>,
     /// Nanoseconds from the first event written to the last one on disk (its group commit's
     /// sync returned; the last written, if none was committed), on the logger's clock (0 when
     /// nothing was written, or one event never committed): the written rate is

@@ -122,7 +122,7 @@ use crate::handle::AppHandle;
 
 pub use commit::COMMIT_DELAY;
 pub use config::{FileFormat, LoggerCompression, LoggerConfig};
-pub use counters::{LoggerCounters, LoggerSummary};
+pub use counters::{CheckedFile, LoggerCounters, LoggerSummary};
 
 use commit::Commits;
 use disk_full::disk_full_reason;
@@ -363,7 +363,17 @@ impl Logger {
         let mut files = Vec::new();
         for c in std::mem::take(&mut self.closed) {
             match c.problem {
-                None => self.summary.events_verified += c.events,
+                None => {
+                    self.summary.events_verified += c.events;
+                    if let Some(adler32) = c.adler32 {
+                        self.summary.checked_files.push(CheckedFile {
+                            file: self.summary.files.len() + files.len(),
+                            size_bytes: c.size_bytes,
+                            adler32,
+                            events: c.events,
+                        });
+                    }
+                }
                 Some(p) => self
                     .summary
                     .verify_problems

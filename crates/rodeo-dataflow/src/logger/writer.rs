@@ -158,6 +158,8 @@ impl StreamWriter {
                 .into_iter()
                 .map(|c| Closed {
                     problem: c.check_on_disk().err().map(|e| e.to_string()),
+                    size_bytes: c.file_bytes,
+                    adler32: Some(c.file_adler),
                     path: c.path,
                     events: c.events,
                 })
@@ -179,6 +181,8 @@ impl StreamWriter {
                     Closed {
                         path: c.path,
                         events: c.events,
+                        size_bytes: c.file_bytes,
+                        adler32: None,
                         problem,
                     }
                 })
@@ -221,6 +225,11 @@ pub(super) struct Closed {
     pub(super) path: PathBuf,
     /// Events in it.
     pub(super) events: u64,
+    /// Its size in bytes, as written.
+    pub(super) size_bytes: u64,
+    /// Adler-32 of every byte of it, computed as it was written (`None`: EventStorage, whose
+    /// writer does not sum its files).
+    pub(super) adler32: Option<u32>,
     /// What its cross-check found wrong (`None`: nothing).
     pub(super) problem: Option<String>,
 }

@@ -81,12 +81,15 @@ impl Supervisor {
         stopping: bool,
     ) -> Result<bool, DataflowError> {
         let mut sent = false;
+        // One clock read per call: the assignments of one call go out within microseconds, and
+        // their times serve the event timeout (seconds) and the L1 rate's span.
+        let now = Instant::now();
         while let Some(&(accept, from)) = self.reassign.front() {
             let Some(dcm) = self.take_credit(Some(from)) else {
                 return Ok(sent);
             };
             self.reassign.pop_front();
-            self.send_assignment(router, dcm, accept, true)?;
+            self.send_assignment(router, dcm, accept, true, now)?;
             sent = true;
         }
         if stopping {
@@ -102,13 +105,12 @@ impl Supervisor {
                 break;
             };
             budget -= 1;
-            let now = Instant::now();
             self.l1_first.get_or_insert(now);
             self.l1_last = Some(now);
             self.counters
                 .trace
                 .record(accept.global_id, TraceStage::L1Accept, 0);
-            self.send_assignment(router, dcm, accept, false)?;
+            self.send_assignment(router, dcm, accept, false, now)?;
             sent = true;
         }
         Ok(sent)
@@ -120,6 +122,7 @@ impl Supervisor {
         dcm: usize,
         accept: L1Accept,
         forced: bool,
+        now: Instant,
     ) -> Result<(), DataflowError> {
         self.buf.clear();
         encode_assignment(
@@ -141,14 +144,11 @@ impl Supervisor {
                 dcm,
                 number,
                 forced,
-                at: Instant::now(),
+                at: now,
             },
         );
-        self.deadlines.push_back((
-            Instant::now() + self.config.event_timeout,
-            accept.global_id,
-            number,
-        ));
+        self.deadlines
+            .push_back((now + self.config.event_timeout, accept.global_id, number));
         // Never waits for one DCM (the thread serves them all and the L1 source).
         match router.try_send_to(&self.dcms[dcm].id, [Frame::Copy(&self.buf)]) {
             Ok(()) => {}

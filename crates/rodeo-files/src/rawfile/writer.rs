@@ -99,6 +99,10 @@ pub struct ClosedFile {
     pub file_bytes: u64,
     /// Adler-32 over the event records (as in the end record).
     pub adler: u32,
+    /// Adler-32 of every byte of the file (start record, event records, end record): what
+    /// reading the whole file back would sum (`rodeo run`'s file records), computed from the
+    /// checksums taken as the bytes went into the write buffer, without reading anything.
+    pub file_adler: u32,
 }
 
 impl ClosedFile {
@@ -183,6 +187,8 @@ struct OpenFile {
     events: u64,
     event_bytes: u64,
     adler: u32,
+    /// Adler-32 of the start record.
+    start_adler: u32,
 }
 
 /// Writes events into a sequence of raw-data files, rotating by size and event count.
@@ -585,6 +591,7 @@ impl RawFileWriter {
             events: 0,
             event_bytes: 0,
             adler: ADLER32_INIT,
+            start_adler: adler32(ADLER32_INIT, &self.start_record),
         });
         Ok(())
     }
@@ -639,6 +646,8 @@ impl RawFileWriter {
         let file_bytes = f.bytes + END_RECORD_BYTES;
         self.stats.bytes += END_RECORD_BYTES;
         let renamed = fs::rename(&f.writing, &f.final_path);
+        // The file is the start record, the event records and the end record, nothing else.
+        let file_adler = adler32(adler32_concat(f.start_adler, f.adler, f.event_bytes), &end);
         let mut closed = ClosedFile {
             path: f.final_path,
             sequence: f.sequence,
@@ -646,6 +655,7 @@ impl RawFileWriter {
             event_bytes: f.event_bytes,
             file_bytes,
             adler: f.adler,
+            file_adler,
         };
         if let Err(source) = renamed {
             // The file is whole (end record written, synced) but keeps its `.writing` name
