@@ -227,8 +227,8 @@ pub(super) struct Closed {
     pub(super) events: u64,
     /// Its size in bytes, as written.
     pub(super) size_bytes: u64,
-    /// Adler-32 of every byte of it, computed as it was written (`None`: EventStorage, whose
-    /// writer does not sum its files).
+    /// The Adler-32 its bytes must have, summed as it was written (`ClosedFile::file_adler`;
+    /// `None`: EventStorage, whose writer does not sum its files).
     pub(super) adler32: Option<u32>,
     /// What its cross-check found wrong (`None`: nothing).
     pub(super) problem: Option<String>,

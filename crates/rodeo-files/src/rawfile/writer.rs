@@ -99,9 +99,12 @@ pub struct ClosedFile {
     pub file_bytes: u64,
     /// Adler-32 over the event records (as in the end record).
     pub adler: u32,
-    /// Adler-32 of every byte of the file (start record, event records, end record): what
-    /// reading the whole file back would sum (`rodeo run`'s file records), computed from the
-    /// checksums taken as the bytes went into the write buffer, without reading anything.
+    /// Adler-32 of every byte of the file (start record, event records, end record) as the
+    /// writer meant them (`rodeo run`'s file records), combined from the checksums taken as the
+    /// records went into the write buffer, without reading anything: what reading the file
+    /// back sums, unless a payload whose checksum the caller gave
+    /// ([`RawFileWriter::write_event_summed`]) was damaged before it reached the writer (then
+    /// the file disagrees with this sum, as the record with its checksum).
     pub file_adler: u32,
 }
 
