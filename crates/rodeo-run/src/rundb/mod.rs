@@ -251,9 +251,11 @@ pub struct FileRecord {
     pub path: PathBuf,
     /// Size in bytes.
     pub size_bytes: u64,
-    /// Adler-32 of the whole file.
+    /// Adler-32 of the whole file (for a file its logger cross-checked: the sum its bytes must
+    /// have, taken as they were written; `rodeo_run::output::file_records`).
     pub adler32: u32,
-    /// Good events in it (`rodeo verify`'s count).
+    /// Events in it: its end record's count for a file its logger cross-checked, else the good
+    /// events read back (`rodeo verify`'s count).
     pub events: u64,
 }
 
