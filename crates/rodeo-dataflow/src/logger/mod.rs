@@ -360,14 +360,13 @@ impl Logger {
                 self.summary.verify_problems.push(e.to_string());
             }
         }
-        let mut files = Vec::new();
         for c in std::mem::take(&mut self.closed) {
             match c.problem {
                 None => {
                     self.summary.events_verified += c.events;
                     if let Some(adler32) = c.adler32 {
                         self.summary.checked_files.push(CheckedFile {
-                            file: self.summary.files.len() + files.len(),
+                            file: self.summary.files.len(),
                             size_bytes: c.size_bytes,
                             adler32,
                             events: c.events,
@@ -379,9 +378,8 @@ impl Logger {
                     .verify_problems
                     .push(format!("{}: {p}", c.path.display())),
             }
-            files.push(c.path);
+            self.summary.files.push(c.path);
         }
-        self.summary.files.extend(files);
         self.summary.late_ids = self.written.late();
         // To the last event on disk (its commit's sync returned), as a writer timed with its
         // final sync; an event never committed (a full disk) ends it at its write.
