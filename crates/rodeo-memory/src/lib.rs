@@ -105,6 +105,7 @@
 //! Handles borrow ([`Chunk`]) or share ([`PageHandle`], [`Superpage`]) their pool, so the
 //! regions are unmapped only when the last handle is gone.
 
+pub mod cache;
 mod chunk;
 pub mod cpu;
 mod error;

@@ -31,6 +31,7 @@ use rodeo_format::felix::{
     ElinkReassembler, Subchunk, SubchunkType, TrailerFlags, TrailerSize, MARKER_TRAILER16,
     MARKER_TRAILER32, MAX_ELINK,
 };
+use rodeo_memory::cache::prefetch_bytes;
 
 use super::decoder::PacketDecoder;
 use super::fragment::FragmentSink;
@@ -43,37 +44,6 @@ const PREFETCH_BLOCKS: usize = 4;
 pub(crate) const HEAD_BYTES: usize = 128;
 /// The longest packet joined from a kept FIRST piece and a LAST piece.
 const JOINED_BYTES: usize = 256;
-
-/// Asks the CPU to bring `bytes` into the cache (a hint: no effect on results).
-#[inline(always)]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p = bytes.as_ptr();
-        let n = bytes.len();
-        let mut off = 0;
-        // Four cache lines per step: a 1 KiB block is four steps.
-        while off + 256 <= n {
-            // SAFETY: a prefetch is a hint that never faults and has no effect on memory; the
-            // addresses lie inside a live slice, and SSE is part of the x86-64 baseline.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast());
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off + 64).cast());
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off + 128).cast());
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off + 192).cast());
-            }
-            off += 256;
-        }
-        while off < n {
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
 
 /// Copies `src` into `dst` with fixed-size moves when both have the same length (they always
 /// do here; a mismatch copies nothing).
@@ -160,7 +130,7 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>> Receiver<'b, 'p, D, K> {
         let mut at = 0;
         for block in &mut blocks {
             if let Some(next) = data.get(at + ahead..at + ahead + bs) {
-                prefetch(next);
+                prefetch_bytes(next);
             }
             at += bs;
             self.block(block);

@@ -67,6 +67,7 @@ use std::time::{Duration, Instant};
 
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::socket::{Received, Socket, SocketKind, Transport};
+use rustc_hash::FxHashMap;
 
 use crate::error::DataflowError;
 use crate::handle::AppHandle;
@@ -215,9 +216,12 @@ struct Supervisor {
     counters: Arc<SupervisorCounters>,
     l1: L1Input,
     dcms: Vec<Dcm>,
+    /// DCMs by their peer identity (keyed hash: the bytes come from outside).
     by_id: HashMap<Vec<u8>, usize>,
     credits: VecDeque<usize>,
-    assigned: HashMap<u64, Assigned>,
+    /// Events out with a DCM by global id: the supervisor's own sequential numbers, so a fast
+    /// unkeyed hash (three lookups per L1 accept).
+    assigned: FxHashMap<u64, Assigned>,
     deadlines: VecDeque<(Instant, u64, u64)>,
     reassign: VecDeque<(L1Accept, usize)>,
     next_number: u64,
@@ -252,7 +256,7 @@ impl Supervisor {
             dcms: Vec::new(),
             by_id: HashMap::new(),
             credits: VecDeque::new(),
-            assigned: HashMap::new(),
+            assigned: FxHashMap::default(),
             deadlines: VecDeque::new(),
             reassign: VecDeque::new(),
             next_number: 0,

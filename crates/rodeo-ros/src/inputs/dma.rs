@@ -106,6 +106,15 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                     let Some(item) = lane.checker.next_item_sized(words, at, sized) else {
                         break;
                     };
+                    if let Some(n) = *sized {
+                        // The next fragments' first and last lines (the checks read them, then
+                        // the store's copy reads the rest): fetched from the card's core while
+                        // this one is checked and copied.
+                        for k in 1..=PREFETCH_AHEAD {
+                            prefetch_word(words, *at + (k - 1) * n);
+                            prefetch_word(words, *at + k * n - 1);
+                        }
+                    }
                     match item {
                         SlinkItem::Fragment(f) => {
                             if let Err(IngestError::Full) = store.ingest(c, f.rod, f.status) {
@@ -156,6 +165,17 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
             let s = l.channel.status();
             l.current.is_none() && !s.link_up && s.ready_queue_len == 0
         })
+    }
+}
+
+/// How many fragments ahead of the checks [`DmaInput`] prefetches a sized superpage's words.
+const PREFETCH_AHEAD: usize = 2;
+
+/// Hints the CPU to bring the cache line holding `words[i]` into cache; nothing past the end.
+#[inline(always)]
+fn prefetch_word(words: &[u32], i: usize) {
+    if let Some(w) = words.get(i) {
+        rodeo_memory::cache::prefetch(w);
     }
 }
 

@@ -6,7 +6,7 @@ use super::index::{Location, Slot};
 use super::ingest::stamp_left_page;
 use super::pages::{PageTable, NO_PAGE};
 use super::read::chain;
-use super::{l1id_newer, lent_pages, raise_alarm, unhold, EventStore};
+use super::{l1id_newer, lent_pages_passed, raise_alarm, unhold, EventStore};
 
 impl EventStore {
     /// Releases `l1ids` on every channel. Returns the fragments released.
@@ -60,12 +60,7 @@ impl EventStore {
         let per = self.pages_per_channel;
         for ch in &mut self.channels {
             // Pages the front passed are fill now (their fragments are the L1's).
-            if let Some(f) = front {
-                while ch.ahead.front().is_some_and(|&l| !l1id_newer(l, f)) {
-                    ch.ahead.pop_front();
-                }
-            }
-            let fill = (per - ch.free.len()) - lent_pages(ch, front, per);
+            let fill = (per - ch.free.len()) - lent_pages_passed(ch, front, per);
             if ch.alarm && fill < self.alarm_pages {
                 ch.alarm = false;
             } else {

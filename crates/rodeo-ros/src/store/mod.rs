@@ -555,11 +555,28 @@ fn note_fresh_pages(
     }
 }
 
+/// [`lent_pages`] for the store's own thread: first drops the pages ahead that the front
+/// `front` has reached since (oldest first, so they come first; the front only moves on), so
+/// that every page left ahead is newer than it and the count is the list's length, without the
+/// search [`ahead_pages`] does for a reader that may not change the channel.
+#[inline(always)]
+fn lent_pages_passed(ch: &mut Channel, front: Option<u32>, pages: usize) -> usize {
+    if let Some(f) = front {
+        while ch.ahead.front().is_some_and(|&l| !l1id_newer(l, f)) {
+            ch.ahead.pop_front();
+        }
+    }
+    ch.ahead
+        .len()
+        .saturating_add(ch.lent_empty)
+        .min(pages - ch.free.len())
+}
+
 /// Raises channel `ch`'s alarm when its fill reached `alarm_pages` (counted once per crossing).
 #[inline(always)]
 fn raise_alarm(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: usize) {
     if !ch.alarm {
-        let fill = (per - ch.free.len()) - lent_pages(ch, front, per);
+        let fill = (per - ch.free.len()) - lent_pages_passed(ch, front, per);
         if fill >= alarm_pages {
             ch.alarm = true;
             ch.counters.alarms += 1;
@@ -572,7 +589,12 @@ fn raise_alarm(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: us
 /// reached since the last page was taken raises its alarm here.
 #[inline]
 fn count_full(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: usize) {
-    if ahead_pages(ch, front) > 0 {
+    // Oldest first: some page is ahead of the front exactly when the newest one is.
+    let ahead = match front {
+        None => !ch.ahead.is_empty(),
+        Some(f) => ch.ahead.back().is_some_and(|&l| l1id_newer(l, f)),
+    };
+    if ahead {
         ch.counters.full_ahead += 1;
     } else {
         ch.counters.full += 1;

@@ -184,15 +184,7 @@ impl PageTable {
         if offset >= self.page_words {
             return;
         }
-        let ptr = base.wrapping_add(offset).cast::<i8>().cast_const();
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint: it never faults and has no effect on memory or on
-        // program state, whatever the address (here one inside the page, checked above).
-        unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ptr);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = ptr;
+        rodeo_memory::cache::prefetch(base.wrapping_add(offset).cast_const());
     }
 
     /// A mutable view of `len` words of page `p` from `offset`, to fill in place.

@@ -671,9 +671,8 @@ impl Socket {
         flags: i32,
     ) -> Result<(), TransportError> {
         match self.joiner.join(pieces) {
-            Joined::Fresh(m) => self
-                .inner
-                .send(m, flags)
+            Joined::Fresh(m) => m
+                .send(&mut self.inner, flags)
                 .map_err(|source| TransportError::Send { source }),
             Joined::Lent(owner) => send_zero_copy(&mut self.inner, owner, flags),
         }
