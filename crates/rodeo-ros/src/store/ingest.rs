@@ -1,4 +1,7 @@
-//! Storing fragments: [`EventStore::ingest`] (copied), [`EventStore::ingest_with`] (written in
+//! Storing fragments: [`EventStore::ingest`] (copied with streaming stores: most fragments are
+//! never read again, only cleared, so their lines are not read into the cache to be written;
+//! the reads that follow see them, and the store fences them before a reference to a page
+//! leaves its thread), [`EventStore::ingest_with`] (written in
 //! place) and [`EventStore::ingest_run`] (a card's run of same-sized fragments), all through
 //! the inline common case (`place_fast`: the write page or one fresh page, the L1ID's index slot
 //! free at home) or the general one (`ingest_general`: duplicates, early clears, collisions,
@@ -16,7 +19,8 @@ use super::{
 
 impl EventStore {
     /// Stores the ROD fragment `rod` of channel `c` with ROB status `status`, copying it into
-    /// the channel's pages behind an 8-word ROB header. See the module docs for back-pressure.
+    /// the channel's pages behind an 8-word ROB header (streaming stores, module docs). See the
+    /// store's module docs for back-pressure.
     pub fn ingest(
         &mut self,
         c: usize,
@@ -31,6 +35,8 @@ impl EventStore {
             l1id,
             rod.len(),
             status,
+            // Streamed: warming the lines it writes would only read them for nothing.
+            false,
             |table, mut page, mut offset, header| {
                 // Header and ROD words, page by page along the chain.
                 let mut rest: [&[u32]; 2] = [header, rod];
@@ -44,7 +50,7 @@ impl EventStore {
                         let n = part.len().min(page_words - offset);
                         // SAFETY: the store thread writes the words of a fragment being placed, past
                         // every stored fragment of these pages (pages::rule 1).
-                        unsafe { table.write(page, offset, &part[..n]) };
+                        unsafe { table.write_streaming(page, offset, &part[..n]) };
                         offset += n;
                         *part = &part[n..];
                     }
@@ -67,12 +73,19 @@ impl EventStore {
         if rod_words + ROB_HEADER_WORDS > self.table.page_words() {
             return Err(IngestError::TooLarge(rod_words));
         }
-        self.ingest_inner(c, l1id, rod_words, status, |table, page, offset, header| {
-            // SAFETY: as in `ingest`: the words being placed, exclusively the store thread's.
-            let dst = unsafe { table.slice_mut(page, offset, ROB_HEADER_WORDS + rod_words) };
-            dst[..ROB_HEADER_WORDS].copy_from_slice(header);
-            fill(&mut dst[ROB_HEADER_WORDS..]);
-        })
+        self.ingest_inner(
+            c,
+            l1id,
+            rod_words,
+            status,
+            true,
+            |table, page, offset, header| {
+                // SAFETY: as in `ingest`: the words being placed, exclusively the store thread's.
+                let dst = unsafe { table.slice_mut(page, offset, ROB_HEADER_WORDS + rod_words) };
+                dst[..ROB_HEADER_WORDS].copy_from_slice(header);
+                fill(&mut dst[ROB_HEADER_WORDS..]);
+            },
+        )
     }
 
     /// Stores a run of fragments of `rod_words` ROD words each on channel `c`, as a card's DMA
@@ -102,7 +115,9 @@ impl EventStore {
         let layout = layout_key(words, status);
         for done in 0..limit {
             let l1id = next_l1id();
-            if let Some((page, offset, source, same)) = self.place_fast(c, l1id, words, layout) {
+            if let Some((page, offset, source, same)) =
+                self.place_fast(c, l1id, words, layout, true)
+            {
                 // SAFETY: as in `ingest`: the words just placed, exclusively the store thread's.
                 let dst = unsafe { self.table.slice_mut(page, offset, words) };
                 let (header, rod) = dst.split_at_mut(ROB_HEADER_WORDS);
@@ -138,10 +153,11 @@ impl EventStore {
         l1id: u32,
         rod_words: usize,
         status: Status,
+        prefetch: bool,
         write: impl FnOnce(&PageTable, u32, usize, &[u32]),
     ) -> Result<Ingested, IngestError> {
         let words = ROB_HEADER_WORDS + rod_words;
-        match self.place_fast(c, l1id, words, NO_LAYOUT) {
+        match self.place_fast(c, l1id, words, NO_LAYOUT, prefetch) {
             Some((page, offset, source, _)) => {
                 write(
                     &self.table,
@@ -165,7 +181,8 @@ impl EventStore {
     ///
     /// `layout` is the card run's [`layout_key`] (`NO_LAYOUT` for any other writer); the last
     /// value returned says whether the slot still holds a fragment of that layout (see the
-    /// module docs), so only the words that change need writing.
+    /// module docs), so only the words that change need writing. With `prefetch`, the next
+    /// fragment's lines are warmed ([`prefetch_next`]); a streaming writer asks for none.
     #[inline(always)]
     fn place_fast(
         &mut self,
@@ -173,6 +190,7 @@ impl EventStore {
         l1id: u32,
         words: usize,
         layout: u64,
+        prefetch: bool,
     ) -> Option<(u32, usize, u32, bool)> {
         let pw = self.page_words;
         let ch = self.channels.get_mut(c)?;
@@ -227,7 +245,9 @@ impl EventStore {
                 words: words as u32,
             },
         );
-        prefetch_next(table, ch, &self.layouts, words, pw, layout);
+        if prefetch {
+            prefetch_next(table, ch, &self.layouts, words, pw, layout);
+        }
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);

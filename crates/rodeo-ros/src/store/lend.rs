@@ -137,6 +137,9 @@ impl EventStore {
             return None;
         }
         let p = ch.free.pop()?;
+        // Whatever this thread streamed into the page before it was free lands before the
+        // writer's words.
+        rodeo_memory::stream::fence();
         // A free page has no reference: the lend's is its first.
         self.table.take_fresh(p);
         self.table.set_next(p, NO_PAGE);

@@ -155,22 +155,28 @@ impl PageTable {
         self.returned.pop()
     }
 
-    /// Writes `words` into page `p` at word `offset` (store thread only).
+    /// Writes `words` into page `p` at word `offset` (store thread only) with streaming
+    /// stores ([`rodeo_memory::stream`]): the lines go to memory without being read into this
+    /// core's cache first (most stored fragments are never read again, only cleared). Weakly
+    /// ordered: the store fences them ([`rodeo_memory::stream::fence`]) before a reference to
+    /// its pages leaves the thread (`with_segments`, `hold_segments`, `lend`); its own reads
+    /// see them in program order.
     ///
     /// # Safety
     ///
     /// The caller is the store thread and no [`PageRef`] or stored fragment covers
     /// `offset..offset + words.len()` of page `p` (rule 1).
     #[inline]
-    pub(crate) unsafe fn write(&self, p: u32, offset: usize, words: &[u32]) {
+    pub(crate) unsafe fn write_streaming(&self, p: u32, offset: usize, words: &[u32]) {
         assert!(offset + words.len() <= self.page_words, "write past a page");
         self.marks[p as usize].write();
         // SAFETY: in bounds (asserted); the range is exclusively the writer's (the caller's
-        // contract); the pointer has write permission (taken from words_mut).
-        unsafe {
-            let dst = self.base[p as usize].add(offset);
-            std::ptr::copy_nonoverlapping(words.as_ptr(), dst, words.len());
-        }
+        // contract), so no other reference to it exists while the slice lives; the pointer has
+        // write permission (taken from words_mut).
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.base[p as usize].add(offset), words.len())
+        };
+        rodeo_memory::stream::copy_words(dst, words);
     }
 
     /// Hints the CPU to bring the cache line holding word `offset` of page `p` into cache
@@ -291,7 +297,7 @@ mod tests {
         let table = PageTable::new(&pool, 2).unwrap();
         let words: Vec<u32> = (0..64).collect();
         // SAFETY: this test is the only user of the table; nothing references page 0.
-        unsafe { table.write(0, 0, &words) };
+        unsafe { table.write_streaming(0, 0, &words) };
         // In range, at the last word, past the page, and on a page that does not exist.
         for (p, offset) in [(0, 0), (0, 63), (0, 64), (1, 10), (7, 0), (NO_PAGE, 5)] {
             table.prefetch(p, offset);
@@ -299,6 +305,37 @@ mod tests {
         // SAFETY: page 0's words were written above and nothing writes them meanwhile.
         let back = unsafe { table.slice_mut(0, 0, 64) }.to_vec();
         assert_eq!(back, words);
+    }
+
+    /// Streamed words are read back whole by the writing thread at once, and, after the
+    /// fence, by another thread through a page reference; unaligned starts and odd lengths
+    /// (the streaming copy's single-word ends) included.
+    #[test]
+    fn streamed_words_are_seen_by_the_writer_and_after_the_fence_by_a_reader() {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 1024,
+            pages: 2,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        let table = Arc::new(PageTable::new(&pool, 2).unwrap());
+        let words: Vec<u32> = (0..256).map(|i| 0xA000_0000 | i).collect();
+        for (offset, len) in [(0, 256), (1, 7), (3, 130), (255, 1), (10, 0)] {
+            // SAFETY: this test is the only user of page 0; no reference covers it.
+            unsafe { table.write_streaming(0, offset, &words[..len]) };
+            // SAFETY: the words just written, nothing else writes them meanwhile.
+            let back = unsafe { table.slice_mut(0, offset, len) }.to_vec();
+            assert_eq!(back, &words[..len], "offset {offset}, {len} words");
+        }
+        // SAFETY: as above.
+        unsafe { table.write_streaming(1, 0, &words) };
+        rodeo_memory::stream::fence();
+        table.take_fresh(1);
+        let r = PageRef::new(&table, 1, 0, 256);
+        let seen = std::thread::spawn(move || r.words().to_vec())
+            .join()
+            .unwrap();
+        assert_eq!(seen, words);
     }
 }
 
@@ -332,7 +369,7 @@ mod loom_tests {
             let table = Arc::new(PageTable::new(&pool, 1).unwrap());
             table.take_fresh(0);
             // SAFETY: the page is fresh: nothing references it.
-            unsafe { table.write(0, 0, &[1, 2, 3, 4]) };
+            unsafe { table.write_streaming(0, 0, &[1, 2, 3, 4]) };
             let frame = PageRef::new(&table, 0, 0, 4);
             let reader = loom::thread::spawn(move || {
                 assert_eq!(frame.words(), &[1, 2, 3, 4]);
@@ -355,7 +392,7 @@ mod loom_tests {
             // Reuse: a fresh use of the page, ordered after every read (rule 1).
             table.take_fresh(0);
             // SAFETY: the count fell to zero and the token is ours (rule 3).
-            unsafe { table.write(0, 0, &[5, 6, 7, 8]) };
+            unsafe { table.write_streaming(0, 0, &[5, 6, 7, 8]) };
             reader.join().unwrap();
             assert_eq!(
                 u32::from(direct) + returned,

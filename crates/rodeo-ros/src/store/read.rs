@@ -38,6 +38,8 @@ impl EventStore {
         let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
             return false;
         };
+        // The fragment's streamed words before the reader's thread sees the segments.
+        rodeo_memory::stream::fence();
         for s in chain(&self.table, loc, self.page_words) {
             hold(&mut self.holds, &self.table, s.page);
             out.push(s);
@@ -68,6 +70,8 @@ impl EventStore {
         let Some(Slot::Stored(loc)) = self.channels[c].index.get(l1id) else {
             return false;
         };
+        // The fragment's streamed words before a reference can reach another thread.
+        rodeo_memory::stream::fence();
         for s in chain(&self.table, loc, self.page_words) {
             f(PageRef::new(&self.table, s.page, s.offset, s.words));
         }
