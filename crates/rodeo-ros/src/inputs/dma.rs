@@ -107,13 +107,13 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                         break;
                     };
                     if let Some(n) = *sized {
-                        // The next fragments' first and last lines (the checks read them, then
-                        // the store's copy reads the rest): fetched from the card's core while
-                        // this one is checked and copied.
-                        for k in 1..=PREFETCH_AHEAD {
-                            prefetch_word(words, *at + (k - 1) * n);
-                            prefetch_word(words, *at + k * n - 1);
-                        }
+                        // The first and last lines of the fragment PREFETCH_AHEAD on (the
+                        // checks read them, then the store's copy reads the rest): fetched
+                        // from the card's core while the ones before are checked and copied
+                        // (those nearer were asked for on earlier turns).
+                        let ahead = *at + (PREFETCH_AHEAD - 1) * n;
+                        prefetch_word(words, ahead);
+                        prefetch_word(words, ahead + n - 1);
                     }
                     match item {
                         SlinkItem::Fragment(f) => {

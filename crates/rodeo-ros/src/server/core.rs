@@ -215,6 +215,8 @@ impl<S: RequestSource> Core<S> {
         self.input.release(&mut self.store);
         self.store.reclaim();
         self.channels.publish(&self.store);
+        // The store leaves this thread: its streaming stores land first.
+        rodeo_memory::stream::fence();
         Stopped {
             counters: self.stats.snapshot(),
             slink: self.input.slink_counters(),

@@ -6,7 +6,7 @@ use super::index::{Location, Slot};
 use super::ingest::stamp_left_page;
 use super::pages::{PageTable, NO_PAGE};
 use super::read::chain;
-use super::{l1id_newer, lent_pages_passed, raise_alarm, unhold, EventStore};
+use super::{l1id_newer, lent_pages_passed, push_free, raise_alarm, unhold, EventStore};
 
 impl EventStore {
     /// Releases `l1ids` on every channel. Returns the fragments released.
@@ -16,6 +16,9 @@ impl EventStore {
         let holds = &mut self.holds;
         let pw = table.page_words();
         let mut released = 0;
+        // Pages this call frees go back to the free stacks: this thread's streaming stores into
+        // them land first (`push_free`; once for the whole call).
+        rodeo_memory::stream::fence();
         self.clear_ids.clear();
         self.clear_ids.extend(l1ids);
         // The L1 front moves to the newest L1ID cleared.
@@ -84,7 +87,7 @@ impl EventStore {
             ch.write_page = NO_PAGE;
             ch.write_offset = 0;
             if unhold(&mut self.holds, table, p) {
-                ch.free.push(p);
+                push_free(&mut ch.free, p);
             }
         }
         self.pages_per_channel - ch.free.len()
@@ -92,7 +95,8 @@ impl EventStore {
 }
 
 /// Drops the store's holds of a cleared fragment at `loc`: one per page it touches; pages
-/// whose last reference that was go back on `free`.
+/// whose last reference that was go back on `free` (the caller fenced its streaming stores
+/// first, `push_free`).
 #[inline(always)]
 pub(super) fn release_fragment(
     holds: &mut [u32],

@@ -13,8 +13,8 @@ use rodeo_format::fragment::Status;
 use super::index::{Location, Slot};
 use super::pages::{PageTable, NO_PAGE};
 use super::{
-    count_full, hold, known_l1id, note_fresh_pages, note_l1id, raise_alarm, rob_header, unhold,
-    Channel, EventStore, IngestError, Ingested, ROB_HEADER_WORDS, ROD_L1ID_WORD,
+    count_full, hold, known_l1id, note_fresh_pages, note_l1id, push_free, raise_alarm, rob_header,
+    unhold, Channel, EventStore, IngestError, Ingested, ROB_HEADER_WORDS, ROD_L1ID_WORD,
 };
 
 impl EventStore {
@@ -137,7 +137,7 @@ impl EventStore {
                 dst[..ROB_HEADER_WORDS].copy_from_slice(header);
                 fill(l1id, &mut dst[ROB_HEADER_WORDS..], Rewrite::Full);
             };
-            if let Err(e) = self.ingest_general(c, l1id, rod_words, status, write) {
+            if let Err(e) = self.ingest_general(c, l1id, rod_words, status, true, write) {
                 return (done, Some(e));
             }
         }
@@ -167,7 +167,7 @@ impl EventStore {
                 );
                 Ok(Ingested::Stored)
             }
-            None => self.ingest_general(c, l1id, rod_words, status, write),
+            None => self.ingest_general(c, l1id, rod_words, status, prefetch, write),
         }
     }
 
@@ -208,7 +208,8 @@ impl EventStore {
             // Leave the current page (drop the cursor's hold) for a fresh one.
             stamp_left_page(ch, &mut self.layouts, pw);
             if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
-                ch.free.push(ch.write_page);
+                // Free again (every fragment of it cleared): see `push_free`.
+                push_free(&mut ch.free, ch.write_page);
             }
             let p = ch.free.pop()?;
             hold(holds, table, p);
@@ -257,7 +258,8 @@ impl EventStore {
         Some((page, offset, ch.source_id, ch.write_same))
     }
 
-    /// Every case of an ingest (the common one is [`EventStore::place_fast`]).
+    /// Every case of an ingest (the common one is [`EventStore::place_fast`]); `prefetch` as
+    /// there.
     #[inline(never)]
     fn ingest_general(
         &mut self,
@@ -265,6 +267,7 @@ impl EventStore {
         l1id: u32,
         rod_words: usize,
         status: Status,
+        prefetch: bool,
         write: impl FnOnce(&PageTable, u32, usize, &[u32]),
     ) -> Result<Ingested, IngestError> {
         let table = &*self.table;
@@ -297,7 +300,8 @@ impl EventStore {
             // Leave the current page (drop the cursor's hold) and chain fresh pages.
             stamp_left_page(ch, layouts, page_words);
             if ch.write_page != NO_PAGE && unhold(holds, table, ch.write_page) {
-                ch.free.push(ch.write_page);
+                // Free again (every fragment of it cleared): see `push_free`.
+                push_free(&mut ch.free, ch.write_page);
             }
             let first = ch.free.pop().expect("checked above");
             let mut prev = first;
@@ -346,7 +350,9 @@ impl EventStore {
         };
         // The index had no entry (checked above) and is not full: the insert succeeds.
         let _ = ch.index.insert_absent(l1id, Slot::Stored(loc));
-        prefetch_next(table, ch, layouts, words, page_words, NO_LAYOUT);
+        if prefetch {
+            prefetch_next(table, ch, layouts, words, page_words, NO_LAYOUT);
+        }
         ch.counters.fragments += 1;
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);

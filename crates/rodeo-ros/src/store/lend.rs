@@ -136,10 +136,9 @@ impl EventStore {
         if ch.free.len() <= LEND_KEEP {
             return None;
         }
+        // Fenced when it went back on the free stack (`push_free`): this thread's streaming
+        // stores into it land before the writer's words.
         let p = ch.free.pop()?;
-        // Whatever this thread streamed into the page before it was free lands before the
-        // writer's words.
-        rodeo_memory::stream::fence();
         // A free page has no reference: the lend's is its first.
         self.table.take_fresh(p);
         self.table.set_next(p, NO_PAGE);
@@ -238,7 +237,7 @@ impl EventStore {
             self.channels[c].lent_empty -= 1;
         }
         if self.table.release(p) {
-            self.channels[c].free.push(p);
+            super::push_free(&mut self.channels[c].free, p);
         }
     }
 }

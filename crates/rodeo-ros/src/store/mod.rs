@@ -503,6 +503,10 @@ impl EventStore {
     pub fn reclaim(&mut self) -> usize {
         let mut n = 0;
         while let Some(p) = self.table.pop_returned() {
+            if n == 0 {
+                // Free again: this thread's streaming stores into them land first (`push_free`).
+                rodeo_memory::stream::fence();
+            }
             let c = usize::from(self.page_channel[p as usize]);
             if std::mem::take(&mut self.lent_empty[p as usize]) {
                 // A lent page dropped away from the store with nothing adopted.
@@ -600,6 +604,16 @@ fn count_full(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: usi
         ch.counters.full += 1;
     }
     raise_alarm(ch, front, per, alarm_pages);
+}
+
+/// Puts page `p` back on a channel's free stack after a fence: the store's streaming stores
+/// into it ([`pages::PageTable::write_streaming`]) land before whatever takes it next (a plain
+/// or streaming write, a lend to another thread). For a single page; a call that frees many
+/// fences once ([`rodeo_memory::stream::fence`]) and pushes them plainly.
+#[inline]
+fn push_free(free: &mut Vec<u32>, p: u32) {
+    rodeo_memory::stream::fence();
+    free.push(p);
 }
 
 /// Adds a store hold on page `p`; the first takes the store's one shared reference.

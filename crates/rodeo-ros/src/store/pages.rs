@@ -158,9 +158,12 @@ impl PageTable {
     /// Writes `words` into page `p` at word `offset` (store thread only) with streaming
     /// stores ([`rodeo_memory::stream`]): the lines go to memory without being read into this
     /// core's cache first (most stored fragments are never read again, only cleared). Weakly
-    /// ordered: the store fences them ([`rodeo_memory::stream::fence`]) before a reference to
-    /// its pages leaves the thread (`with_segments`, `hold_segments`, `lend`); its own reads
-    /// see them in program order.
+    /// ordered, and Rust asks for a fence before any other access to them, also on this
+    /// thread: the store fences ([`rodeo_memory::stream::fence`]) before it reads or hands out
+    /// a fragment (`with_segments`, `hold_segments`), before a page goes back on a free stack
+    /// (`push_free`, once per `clear`, `reclaim` and `release_held` call), so whatever takes a
+    /// free page (a write, a lend) comes after them, and before the store leaves the core
+    /// thread.
     ///
     /// # Safety
     ///
@@ -298,6 +301,7 @@ mod tests {
         let words: Vec<u32> = (0..64).collect();
         // SAFETY: this test is the only user of the table; nothing references page 0.
         unsafe { table.write_streaming(0, 0, &words) };
+        rodeo_memory::stream::fence();
         // In range, at the last word, past the page, and on a page that does not exist.
         for (p, offset) in [(0, 0), (0, 63), (0, 64), (1, 10), (7, 0), (NO_PAGE, 5)] {
             table.prefetch(p, offset);
@@ -307,8 +311,8 @@ mod tests {
         assert_eq!(back, words);
     }
 
-    /// Streamed words are read back whole by the writing thread at once, and, after the
-    /// fence, by another thread through a page reference; unaligned starts and odd lengths
+    /// Streamed words are read back whole after the fence by the writing thread, and by
+    /// another thread through a page reference; unaligned starts and odd lengths
     /// (the streaming copy's single-word ends) included.
     #[test]
     fn streamed_words_are_seen_by_the_writer_and_after_the_fence_by_a_reader() {
@@ -323,6 +327,7 @@ mod tests {
         for (offset, len) in [(0, 256), (1, 7), (3, 130), (255, 1), (10, 0)] {
             // SAFETY: this test is the only user of page 0; no reference covers it.
             unsafe { table.write_streaming(0, offset, &words[..len]) };
+            rodeo_memory::stream::fence();
             // SAFETY: the words just written, nothing else writes them meanwhile.
             let back = unsafe { table.slice_mut(0, offset, len) }.to_vec();
             assert_eq!(back, &words[..len], "offset {offset}, {len} words");
@@ -370,6 +375,7 @@ mod loom_tests {
             table.take_fresh(0);
             // SAFETY: the page is fresh: nothing references it.
             unsafe { table.write_streaming(0, 0, &[1, 2, 3, 4]) };
+            rodeo_memory::stream::fence();
             let frame = PageRef::new(&table, 0, 0, 4);
             let reader = loom::thread::spawn(move || {
                 assert_eq!(frame.words(), &[1, 2, 3, 4]);

@@ -50,6 +50,8 @@ impl EventStore {
     /// Gives back the holds [`EventStore::hold_segments`] took; pages whose last holder that
     /// was go back to their channel's free stack.
     pub(crate) fn release_held(&mut self, segments: impl IntoIterator<Item = HeldSegment>) {
+        // Pages freed here go back to the free stacks: streaming stores first (`push_free`).
+        rodeo_memory::stream::fence();
         for s in segments {
             if unhold(&mut self.holds, &self.table, s.page) {
                 let c = usize::from(self.page_channel[s.page as usize]);

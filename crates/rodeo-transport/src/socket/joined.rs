@@ -89,9 +89,10 @@ impl FreshFrame {
     /// zero).
     fn new<'a>(pieces: impl Iterator<Item = &'a [u8]>, total: usize) -> FreshFrame {
         let mut msg = zmq_sys::zmq_msg_t::default();
-        // SAFETY: `msg` is a fresh zmq_msg_t; zmq_msg_init_size gives it `total` bytes (it
-        // aborts on allocation failure, as Rust's allocator does).
+        // SAFETY: `msg` is a fresh zmq_msg_t; zmq_msg_init_size gives it `total` bytes, or
+        // returns -1 (ENOMEM) and leaves it unallocated.
         let rc = unsafe { zmq_sys::zmq_msg_init_size(&mut msg, total) };
+        // Out of memory: a panic, as Rust's own allocation failure aborts.
         assert_eq!(rc, 0, "zmq_msg_init_size failed: out of memory");
         // SAFETY: an initialised message's data pointer addresses its `total` bytes
         // (uninitialised); only raw writes go there below, no reference to unwritten bytes.
