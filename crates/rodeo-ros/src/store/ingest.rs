@@ -1,7 +1,7 @@
 //! Storing fragments: [`EventStore::ingest`] (copied with streaming stores: most fragments are
 //! never read again, only cleared, so their lines are not read into the cache to be written;
-//! the reads that follow see them, and the store fences them before a reference to a page
-//! leaves its thread), [`EventStore::ingest_with`] (written in
+//! the store fences them before it reads or hands out a fragment and before a page goes back on
+//! a free stack, `pages::PageTable::write_streaming`), [`EventStore::ingest_with`] (written in
 //! place) and [`EventStore::ingest_run`] (a card's run of same-sized fragments), all through
 //! the inline common case (`place_fast`: the write page or one fresh page, the L1ID's index slot
 //! free at home) or the general one (`ingest_general`: duplicates, early clears, collisions,
