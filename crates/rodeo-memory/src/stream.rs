@@ -7,8 +7,8 @@
 //! Streaming stores are weakly ordered: after a run of [`copy_words`] calls and before any
 //! other access to the written words (Rust's contract for the intrinsics asks it also of the
 //! writing thread's own later reads and writes), and so before they are handed to another
-//! thread, call [`fence`] (the hand-over's release ordering does not cover them). On targets without streaming stores both are plain: a
-//! `copy_from_slice` and a no-op.
+//! thread, call [`fence`] (the hand-over's release ordering does not cover them). On targets
+//! without streaming stores both are plain: a `copy_from_slice` and a no-op.
 
 /// A destination of streaming stores, written piece by piece: the pieces of one fragment in
 /// order, each wherever the last one ended.
