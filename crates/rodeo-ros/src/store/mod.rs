@@ -523,7 +523,13 @@ impl EventStore {
 /// front `front` (module docs); at most its pages in use.
 #[inline]
 fn lent_pages(ch: &Channel, front: Option<u32>, pages: usize) -> usize {
-    ahead_pages(ch, front)
+    lent_with(ch, ahead_pages(ch, front), pages)
+}
+
+/// Pages of channel `ch` lent, given `ahead` pages ahead of the L1 front.
+#[inline(always)]
+fn lent_with(ch: &Channel, ahead: usize, pages: usize) -> usize {
+    ahead
         .saturating_add(ch.lent_empty)
         .min(pages - ch.free.len())
 }
@@ -559,21 +565,24 @@ fn note_fresh_pages(
     }
 }
 
-/// [`lent_pages`] for the store's own thread: first drops the pages ahead that the front
-/// `front` has reached since (oldest first, so they come first; the front only moves on), so
-/// that every page left ahead is newer than it and the count is the list's length, without the
-/// search [`ahead_pages`] does for a reader that may not change the channel.
+/// Drops from channel `ch`'s pages ahead of the L1 those the front `front` has reached since
+/// (oldest first, so they come first; the front only moves on): every page left is newer than
+/// it, so the count is the list's length, without the search [`ahead_pages`] does for a reader
+/// that may not change the channel.
 #[inline(always)]
-fn lent_pages_passed(ch: &mut Channel, front: Option<u32>, pages: usize) -> usize {
+fn drop_passed(ch: &mut Channel, front: Option<u32>) {
     if let Some(f) = front {
         while ch.ahead.front().is_some_and(|&l| !l1id_newer(l, f)) {
             ch.ahead.pop_front();
         }
     }
-    ch.ahead
-        .len()
-        .saturating_add(ch.lent_empty)
-        .min(pages - ch.free.len())
+}
+
+/// [`lent_pages`] for the store's own thread, after [`drop_passed`].
+#[inline(always)]
+fn lent_pages_passed(ch: &mut Channel, front: Option<u32>, pages: usize) -> usize {
+    drop_passed(ch, front);
+    lent_with(ch, ch.ahead.len(), pages)
 }
 
 /// Raises channel `ch`'s alarm when its fill reached `alarm_pages` (counted once per crossing).
@@ -593,12 +602,8 @@ fn raise_alarm(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: us
 /// reached since the last page was taken raises its alarm here.
 #[inline]
 fn count_full(ch: &mut Channel, front: Option<u32>, per: usize, alarm_pages: usize) {
-    // Oldest first: some page is ahead of the front exactly when the newest one is.
-    let ahead = match front {
-        None => !ch.ahead.is_empty(),
-        Some(f) => ch.ahead.back().is_some_and(|&l| l1id_newer(l, f)),
-    };
-    if ahead {
+    drop_passed(ch, front);
+    if !ch.ahead.is_empty() {
         ch.counters.full_ahead += 1;
     } else {
         ch.counters.full += 1;

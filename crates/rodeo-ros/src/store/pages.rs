@@ -289,14 +289,18 @@ mod tests {
     use super::*;
     use rodeo_memory::PagePoolConfig;
 
-    #[test]
-    fn prefetch_is_a_hint_anywhere_and_changes_nothing() {
-        let pool = PagePool::new(PagePoolConfig {
-            page_bytes: 256,
-            pages: 4,
+    fn pool(page_bytes: usize, pages: usize) -> PagePool {
+        PagePool::new(PagePoolConfig {
+            page_bytes,
+            pages,
             ..PagePoolConfig::default()
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn prefetch_is_a_hint_anywhere_and_changes_nothing() {
+        let pool = pool(256, 4);
         let table = PageTable::new(&pool, 2).unwrap();
         let words: Vec<u32> = (0..64).collect();
         // SAFETY: this test is the only user of the table; nothing references page 0.
@@ -316,12 +320,7 @@ mod tests {
     /// (the streaming copy's single-word ends) included.
     #[test]
     fn streamed_words_are_seen_by_the_writer_and_after_the_fence_by_a_reader() {
-        let pool = PagePool::new(PagePoolConfig {
-            page_bytes: 1024,
-            pages: 2,
-            ..PagePoolConfig::default()
-        })
-        .unwrap();
+        let pool = pool(1024, 2);
         let table = Arc::new(PageTable::new(&pool, 2).unwrap());
         let words: Vec<u32> = (0..256).map(|i| 0xA000_0000 | i).collect();
         for (offset, len) in [(0, 256), (1, 7), (3, 130), (255, 1), (10, 0)] {
