@@ -9,7 +9,7 @@
 //!
 //! | application | memory | threads |
 //! |---|---|---|
-//! | readout node | store pages (`channels` x 1024 pages of 4 KiB), the input's superpages (DMA and replay: 8 x 256 KiB per channel; network and file: 8 x 128 KiB; SW ROD: 2 x 64 KiB and the builders' block pool, two windows of 512 blocks per ROB) | core thread; a card engine per 12 channels (DMA, replay), one per channel (network, file), one builder per core and the feed thread (SW ROD) |
+//! | readout node | store pages (`channels` x 1024 pages of 4 KiB), the input's superpages (DMA: 8 per channel of 64-256 KiB, as the fragment needs; replay: 8 x 256 KiB per channel; network and file: 8 x 128 KiB; SW ROD: 2 x 64 KiB and the builders' block pool, two windows of 512 blocks per ROB) | core thread; a card engine per 12 channels (DMA, replay), one per channel (network, file), one builder per core and the feed thread (SW ROD) |
 //! | DCM | one event per slot (each slot's arena keeps the largest event it built), and the compression buffers | 1 |
 //! | logger | a batch of 256 events waiting for the group commit, the four write buffers of each stream (4 MiB each: one fills while up to three wait for or are in the writer thread), the duplicate window (2 MiB) | 1 |
 //! | supervisor | the events in flight | 1, and the RoI builder's inputs or the external trigger's reader |
@@ -25,9 +25,8 @@ use rodeo_ros::node::CHANNELS_PER_CARD;
 
 use super::error::{bad, ConfigError};
 use super::readout::{
-    StoreShape, DMA_SUPERPAGES_PER_CHANNEL, DMA_SUPERPAGE_BYTES, LINK_SUPERPAGES_PER_CHANNEL,
-    LINK_SUPERPAGE_BYTES, REPLAY_SUPERPAGE_BYTES, SWROD_SUPERPAGES_PER_CHANNEL,
-    SWROD_SUPERPAGE_BYTES, SWROD_WINDOW,
+    StoreShape, DMA_SUPERPAGES_PER_CHANNEL, LINK_SUPERPAGES_PER_CHANNEL, LINK_SUPERPAGE_BYTES,
+    REPLAY_SUPERPAGE_BYTES, SWROD_SUPERPAGES_PER_CHANNEL, SWROD_SUPERPAGE_BYTES, SWROD_WINDOW,
 };
 use super::ros::RosInput;
 use super::{CompressionName, L1Mode, PartitionConfig, TransportKind};
@@ -243,7 +242,7 @@ impl PartitionConfig {
         let cards = r.channels.div_ceil(CHANNELS_PER_CARD);
         let (superpages, blocks, input_threads) = match r.input {
             RosInput::Dma => (
-                ch * (DMA_SUPERPAGES_PER_CHANNEL * DMA_SUPERPAGE_BYTES) as u64,
+                ch * (DMA_SUPERPAGES_PER_CHANNEL * self.dma_superpage_bytes()) as u64,
                 0,
                 cards,
             ),
@@ -497,9 +496,11 @@ mod tests {
         let e = c.estimate();
         assert!(!e.processes);
         let here = e.host_bytes(&None);
-        // 12 channels x 4 MiB of pages, 12 x 8 x 256 KiB of superpages, and the rest.
+        // 12 channels x 4 MiB of pages, 12 x 8 x 64 KiB of superpages (the default fragments'),
+        // and the rest.
         let store = 12 * (4 << 20);
-        let superpages = 12 * 8 * (256 << 10);
+        let superpages = 12 * 8 * (64 << 10);
+        assert_eq!(c.dma_superpage_bytes(), 64 << 10);
         assert!(here > store + superpages, "{here}");
         assert!(here < store + superpages + (64 << 20), "{here}");
         assert_eq!(e.host_parts(&None)[0], ("store pages", store));
@@ -515,15 +516,15 @@ mod tests {
         c.ros.nodes = 32;
         c.ros.channels = 64;
         let e = c.estimate();
-        // 2048 channels: 8 GiB of store pages and 4 GiB of superpages.
-        assert!(e.host_bytes(&None) > 12 << 30);
+        // 2048 channels: 8 GiB of store pages and 1 GiB of superpages (64 KiB ones).
+        assert!(e.host_bytes(&None) > 9 << 30, "{}", e.host_bytes(&None));
         let err = c
             .check_resources_on(&machine(8, 64))
             .unwrap_err()
             .to_string();
         assert!(
             err.contains("run.memory_budget_bytes")
-                && err.contains("the partition needs 14.3 GB")
+                && err.contains("the partition needs 11.1 GB")
                 && err.contains("store pages 8.6 GB")
                 && err.contains("this host has 8.6 GB available"),
             "{err}"

@@ -30,8 +30,9 @@ use super::error::Checks;
 use super::ros::RosInput;
 use super::PartitionConfig;
 
-/// Superpage size of the emulated S-LINK cards of `ros.input = "dma"` (the readout node's
-/// own figure, with which it refuses a fragment too large).
+use rodeo_ros::inputs::dma::dma_superpage_bytes;
+/// The largest superpage of the emulated S-LINK cards of `ros.input = "dma"` (the readout
+/// node's own figure, with which it refuses a fragment too large).
 pub use rodeo_ros::inputs::dma::DMA_SUPERPAGE_BYTES;
 /// Superpages per channel of the emulated S-LINK and replay cards
 /// (`rodeo_ros::inputs::dma::emulated_cards`, `depth`).
@@ -124,6 +125,12 @@ impl PartitionConfig {
     pub fn max_dma_fragment_words() -> u32 {
         let overhead = dma_slink().fragment_words(0);
         (DMA_SUPERPAGE_BYTES / 4 - overhead) as u32
+    }
+
+    /// Bytes of each superpage of the DMA input's emulated cards for `ros.fragment_words`
+    /// (`rodeo_ros::inputs::dma::dma_superpage_bytes`).
+    pub fn dma_superpage_bytes(&self) -> usize {
+        dma_superpage_bytes(dma_slink().fragment_words(self.ros.fragment_words))
     }
 
     /// Payload words of each E-link's packet with the SW ROD input (`None` when `elinks` or

@@ -257,8 +257,9 @@ pub(crate) fn emulated_cards<G: Generator>(
 /// of `config.fragment_words` data words from event `config.first_event` on, at most `rate_hz`
 /// fragments per second per channel.
 ///
-/// A fragment that does not fit (its framed words beyond [`DMA_SUPERPAGE_BYTES`]) is refused
-/// here: the card would never write it, and every event would lack it while the node ran on.
+/// Its superpages are [`dma_superpage_bytes`] long. A fragment that does not fit (its framed
+/// words beyond [`DMA_SUPERPAGE_BYTES`]) is refused here: the card would never write it, and
+/// every event would lack it while the node ran on.
 pub(crate) fn build(
     config: &ChannelSetup<'_>,
     rate_hz: Option<f64>,
@@ -282,13 +283,65 @@ pub(crate) fn build(
             DMA_SUPERPAGE_BYTES / 4 - overhead
         )));
     }
-    emulated_cards(config, rate_hz, DMA_SUPERPAGE_BYTES, "emulated", |c| {
-        let mut g = SlinkGenerator::new(slink(c));
-        g.skip(config.first_event);
-        g
-    })
+    emulated_cards(
+        config,
+        rate_hz,
+        dma_superpage_bytes(framed),
+        "emulated",
+        |c| {
+            let mut g = SlinkGenerator::new(slink(c));
+            g.skip(config.first_event);
+            g
+        },
+    )
 }
 
-/// Bytes of each superpage of the node's emulated S-LINK (DMA) cards: the largest framed
+/// Bytes of the largest superpage of the node's emulated S-LINK (DMA) cards: the largest framed
 /// fragment they carry (`config check` refuses a partition's fragments with it).
 pub const DMA_SUPERPAGE_BYTES: usize = 256 * 1024;
+/// Bytes of the smallest superpage of the node's emulated S-LINK (DMA) cards.
+pub const DMA_MIN_SUPERPAGE_BYTES: usize = 64 * 1024;
+/// Framed fragments a superpage of the node's emulated S-LINK cards is sized to hold
+/// ([`dma_superpage_bytes`]).
+pub const DMA_SUPERPAGE_FRAGMENTS: usize = 64;
+
+/// Bytes of each superpage of the node's emulated S-LINK (DMA) cards for framed fragments of
+/// `framed_words` words: [`DMA_SUPERPAGE_FRAGMENTS`] of them rounded up to a power of two,
+/// within [`DMA_MIN_SUPERPAGE_BYTES`] and [`DMA_SUPERPAGE_BYTES`].
+///
+/// Why not always the largest: the superpages a card fills while the core thread reads the
+/// ones before it should stay in the caches. With the default partition's 12 channels, 8
+/// superpages each, 256 KiB superpages cycle through 24 MiB (the card's writes and the core's
+/// reads went to memory and back); 64 KiB ones through 6 MiB, and the partition took ~10% less
+/// CPU per L1 accept (docs/benchmarks.md, "CPU per L1 accept"). 64 fragments a superpage, 8
+/// superpages a channel, keep 512 fragments per channel queued to the card (2 ms at 250 kHz).
+pub fn dma_superpage_bytes(framed_words: usize) -> usize {
+    framed_words
+        .saturating_mul(4 * DMA_SUPERPAGE_FRAGMENTS)
+        .checked_next_power_of_two()
+        .unwrap_or(DMA_SUPERPAGE_BYTES)
+        .clamp(DMA_MIN_SUPERPAGE_BYTES, DMA_SUPERPAGE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superpages_hold_their_fragments_within_the_bounds() {
+        // The default partition's fragments (~220 framed words): 64 KiB.
+        assert_eq!(dma_superpage_bytes(222), 64 * 1024);
+        assert_eq!(dma_superpage_bytes(1), DMA_MIN_SUPERPAGE_BYTES);
+        // 300 words: 76,800 bytes for 64 of them, the next power of two.
+        assert_eq!(dma_superpage_bytes(300), 128 * 1024);
+        // The largest fragment the input carries still fits its superpage.
+        let largest = DMA_SUPERPAGE_BYTES / 4;
+        assert_eq!(dma_superpage_bytes(largest), DMA_SUPERPAGE_BYTES);
+        assert_eq!(dma_superpage_bytes(usize::MAX), DMA_SUPERPAGE_BYTES);
+        for words in [1, 17, 222, 1024, 1025, 4096, 20_000, largest] {
+            let bytes = dma_superpage_bytes(words);
+            assert!(bytes >= 4 * words, "{words} words in {bytes} bytes");
+            assert!(bytes.is_power_of_two());
+        }
+    }
+}
