@@ -241,7 +241,7 @@ impl Dcm {
         }
         self.summary.events_sent += 1;
         self.slots[i].phase = Phase::Logging;
-        self.slots[i].shipped_at = Instant::now();
+        self.slots[i].shipped_at = self.turn_time;
         Ok(())
     }
 

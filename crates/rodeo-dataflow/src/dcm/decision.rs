@@ -38,7 +38,7 @@ impl Dcm {
         let s = &self.slots[i];
         self.counters
             .decision_latency
-            .record(s.assigned_at.elapsed());
+            .record(self.turn_time.saturating_duration_since(s.assigned_at));
         self.counters
             .trace
             .record(s.global_id, TraceStage::Decided, 0);
@@ -93,7 +93,9 @@ impl Dcm {
             l1id: s.l1id,
             verdict,
         });
-        self.counters.build_latency.record(s.assigned_at.elapsed());
+        self.counters
+            .build_latency
+            .record(self.turn_time.saturating_duration_since(s.assigned_at));
         s.phase = Phase::Free;
         s.drop_fragments(&mut self.spare_replies);
         s.retry_at = None;

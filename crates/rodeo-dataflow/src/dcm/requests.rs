@@ -136,7 +136,7 @@ impl Dcm {
             .outstanding_requests
             .fetch_add(1, Ordering::Relaxed);
         let s = &mut self.slots[i];
-        s.sent_at[n] = Instant::now();
+        s.sent_at[n] = self.turn_time;
         s.asked |= 1 << n;
         self.counters
             .trace
@@ -203,7 +203,9 @@ impl Dcm {
         let s = &self.slots[i];
         self.counters
             .request_latency
-            .record(s.sent_at.get(n).map_or(Duration::ZERO, |t| t.elapsed()));
+            .record(s.sent_at.get(n).map_or(Duration::ZERO, |&t| {
+                self.turn_time.saturating_duration_since(t)
+            }));
         self.counters
             .trace
             .record(s.global_id, TraceStage::RequestAnswered, n as u32);
