@@ -1,43 +1,17 @@
-//! Streaming (non-temporal) copies into memory that another core reads later: the store pages a
-//! SW ROD builder fills and the core thread indexes. A plain copy into such cold lines first
-//! reads each line into this core's cache (a read for ownership) and stalls once the store
-//! buffer fills with misses; streaming stores write whole lines through the write-combining
-//! buffers without reading them, and leave this core's cache to the builder's own data.
+//! Streaming (non-temporal) copies into memory that is mostly never read again: the store pages
+//! the core thread copies the DMA input's fragments into (most are cleared unread). A plain
+//! copy into such cold lines first reads each line into this core's cache (a read for
+//! ownership) and stalls once the store buffer fills with misses; streaming stores write whole
+//! lines through the write-combining buffers without reading them, and leave this core's cache
+//! to its own data. Where another core reads the lines soon after (the SW ROD sink's fragments,
+//! which the core thread indexes) plain stores measured faster: the lines go from cache to
+//! cache instead of to memory and back.
 //!
 //! Streaming stores are weakly ordered: after a run of [`copy_words`] calls and before any
 //! other access to the written words (Rust's contract for the intrinsics asks it also of the
 //! writing thread's own later reads and writes), and so before they are handed to another
 //! thread, call [`fence`] (the hand-over's release ordering does not cover them). On targets
 //! without streaming stores both are plain: a `copy_from_slice` and a no-op.
-
-/// A destination of streaming stores, written piece by piece: the pieces of one fragment in
-/// order, each wherever the last one ended.
-#[derive(Debug)]
-pub struct StreamWriter<'a> {
-    dst: &'a mut [u32],
-    at: usize,
-}
-
-impl<'a> StreamWriter<'a> {
-    /// A writer at the start of `dst`.
-    pub fn new(dst: &'a mut [u32]) -> StreamWriter<'a> {
-        StreamWriter { dst, at: 0 }
-    }
-
-    /// Appends as much of `src` as fits; returns the words written.
-    #[inline]
-    pub fn push(&mut self, src: &[u32]) -> usize {
-        let n = src.len().min(self.dst.len() - self.at);
-        copy_words(&mut self.dst[self.at..self.at + n], &src[..n]);
-        self.at += n;
-        n
-    }
-
-    /// Words written so far.
-    pub fn written(&self) -> usize {
-        self.at
-    }
-}
 
 /// Copies `src` into `dst` (the same length) with streaming stores where the target has
 /// them. Panics if the lengths differ, as `copy_from_slice` does.
@@ -121,19 +95,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// A writer lays pieces back to back and stops at the end of its destination.
-    #[test]
-    fn a_writer_appends_pieces_until_full() {
-        let mut dst = [0u32; 10];
-        let mut w = StreamWriter::new(&mut dst[1..]);
-        assert_eq!(w.push(&[1, 2, 3]), 3);
-        assert_eq!(w.push(&[4, 5, 6, 7, 8]), 5);
-        assert_eq!(w.push(&[9, 10, 11]), 1);
-        assert_eq!(w.written(), 9);
-        fence();
-        assert_eq!(dst, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     }
 
     #[test]

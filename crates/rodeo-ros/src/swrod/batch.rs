@@ -3,7 +3,6 @@
 //! lent page has room ([`Batch`], [`Room`]); and the constants that size it.
 
 use rodeo_format::fragment::Status;
-use rodeo_memory::stream::StreamWriter;
 use rodeo_swrod::ROB_HEADER_WORDS;
 
 use crate::store::{EventStore, LentPage, ROD_L1ID_WORD};
@@ -132,12 +131,12 @@ impl Batch {
     }
 }
 
-/// Streams `pieces` less the builder's ROB header into `dst` (at most what it has room for);
+/// Copies `pieces` less the builder's ROB header into `dst` (at most what it has room for);
 /// returns the words written and the ROD's extended L1ID (word 5), read from the pieces as
-/// they pass (reading it back from `dst` would wait for the streaming stores).
+/// they pass.
 pub(super) fn gather<'a>(
     pieces: impl Iterator<Item = &'a [u32]>,
-    dst: &mut StreamWriter<'_>,
+    dst: &mut [u32],
 ) -> (usize, Option<u32>) {
     let mut skip = ROB_HEADER_WORDS;
     let mut at = 0;
@@ -146,7 +145,8 @@ pub(super) fn gather<'a>(
         let n = skip.min(piece.len());
         skip -= n;
         let piece = &piece[n..];
-        let m = dst.push(piece);
+        let m = piece.len().min(dst.len() - at);
+        dst[at..at + m].copy_from_slice(&piece[..m]);
         if l1id.is_none() && at <= ROD_L1ID_WORD && ROD_L1ID_WORD < at + m {
             l1id = Some(piece[ROD_L1ID_WORD - at]);
         }

@@ -4,7 +4,6 @@
 //! the hand-over.
 
 use rodeo_format::fragment::Status;
-use rodeo_memory::stream::{self, StreamWriter};
 use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Fragment, ROB_HEADER_WORDS};
@@ -100,21 +99,15 @@ impl Link {
     ) {
         let mut guard = lock(&self.open);
         self.append_locked(&mut guard, size, pieces, status);
-        // Before the lock goes: another builder thread may hand the batch over next, and its
-        // fence orders only its own streaming stores.
-        stream::fence();
     }
 
     /// The sink's side: appends a run of fragments as [`append`](Link::append) does each,
-    /// under one lock (one pass through the link's mutex, whose release waits for the
-    /// fragments' streaming stores, per run rather than per fragment).
+    /// under one lock (one pass through the link's mutex per run rather than per fragment).
     pub(super) fn append_run(&self, fragments: &[Fragment<'_>]) {
         let mut guard = lock(&self.open);
         for f in fragments {
             self.append_locked(&mut guard, f.size_words(), f.pieces(), f.status());
         }
-        // As in `append`: this thread's streaming stores drain before another takes the lock.
-        stream::fence();
     }
 
     fn append_locked<'a>(
@@ -153,11 +146,11 @@ impl Link {
                 let lent = &mut batch.pages[i];
                 let header = lent.rob_header(rob_words, status);
                 let dst = &mut lent.words_mut()[offset..offset + rob_words];
-                // Streaming stores: the page is cold here and read by the core thread (see
-                // `rodeo_memory::stream`); fenced by `hand_over` and before the lock goes.
-                let mut out = StreamWriter::new(&mut dst[..]);
-                out.push(&header);
-                let (copied, l1id) = gather(pieces, &mut out);
+                // Plain stores: the lines stay in this core's cache until the core thread
+                // reads them (streaming stores sent them to memory and back and waited on the
+                // write-combining buffers: 25-30% fewer fragments a second, 2026-12-05).
+                dst[..ROB_HEADER_WORDS].copy_from_slice(&header);
+                let (copied, l1id) = gather(pieces, &mut dst[ROB_HEADER_WORDS..]);
                 debug_assert_eq!(copied, rod_words, "a fragment's pieces are its size");
                 // Words the pieces did not cover (never, for a builder's fragment) read as 0.
                 dst[ROB_HEADER_WORDS + copied..].fill(0);
@@ -239,9 +232,6 @@ impl Link {
             return;
         }
         let in_place = batch.in_place;
-        // The fragments were streamed into the lent pages: they reach memory before the core
-        // thread can take the batch.
-        stream::fence();
         let pushed = self.ready.push(batch);
         debug_assert!(pushed.is_ok(), "ros.swrod.ready has a slot per batch");
         self.fragments.fetch_add(n, Ordering::Relaxed);
