@@ -155,12 +155,23 @@ mod tests {
     use super::{
         narrow_thread, pin_to_cpu, process_cpus, set_thread_cpus, thread_cpu_time, thread_cpus,
     };
+    use std::sync::{Mutex, MutexGuard};
+
+    /// The tests that set CPUs take turns: `narrow_process_threads` sets every thread of the
+    /// test process, those of the tests running beside it too (a narrowed thread's child then
+    /// inherited both CPUs instead of one, CI 2026-12-05).
+    static PLACING: Mutex<()> = Mutex::new(());
+
+    fn placing() -> MutexGuard<'static, ()> {
+        PLACING.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     /// A thread narrowed to one of its CPUs sees that set, a thread it starts inherits it, and
     /// the process's CPUs stay what they were at the first look; an empty or impossible set is
     /// refused.
     #[test]
     fn a_thread_narrowed_to_a_set_runs_there_and_passes_it_on() {
+        let _turn = placing();
         let all = process_cpus().to_vec();
         assert!(!all.is_empty(), "no CPU known");
         std::thread::spawn(move || {
@@ -189,6 +200,7 @@ mod tests {
     /// running beside are not narrowed), a thread started afterwards included.
     #[test]
     fn every_thread_of_the_process_takes_a_set() {
+        let _turn = placing();
         let all = process_cpus().to_vec();
         let placed = super::narrow_process_threads(&all);
         assert!(placed >= 1, "not even this thread");
@@ -198,6 +210,7 @@ mod tests {
 
     #[test]
     fn a_thread_pinned_to_a_cpu_runs_there_and_an_impossible_cpu_is_refused() {
+        let _turn = placing();
         std::thread::spawn(|| {
             assert!(pin_to_cpu(0), "the kernel refused CPU 0");
             // SAFETY: sched_getcpu has no preconditions; it returns the CPU of this thread.

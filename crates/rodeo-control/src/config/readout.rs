@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use rodeo_cards::generator::SlinkConfig;
 use rodeo_format::felix::packet_len;
 use rodeo_format::fragment::{ROD_HEADER_WORDS, ROD_TRAILER_WORDS};
+use rodeo_ros::inputs::dma::dma_superpage_bytes;
 use rodeo_ros::node::NodeConfig;
 use rodeo_ros::store::ROB_HEADER_WORDS;
 use rodeo_swrod::SwRodConfig;
@@ -30,7 +31,6 @@ use super::error::Checks;
 use super::ros::RosInput;
 use super::PartitionConfig;
 
-use rodeo_ros::inputs::dma::dma_superpage_bytes;
 /// The largest superpage of the emulated S-LINK cards of `ros.input = "dma"` (the readout
 /// node's own figure, with which it refuses a fragment too large).
 pub use rodeo_ros::inputs::dma::DMA_SUPERPAGE_BYTES;
