@@ -3,9 +3,8 @@
 //! copy into such cold lines first reads each line into this core's cache (a read for
 //! ownership) and stalls once the store buffer fills with misses; streaming stores write whole
 //! lines through the write-combining buffers without reading them, and leave this core's cache
-//! to its own data. Where another core reads the lines soon after (the SW ROD sink's fragments,
-//! which the core thread indexes) plain stores measured faster: the lines go from cache to
-//! cache instead of to memory and back.
+//! to its own data. The SW ROD sink's copy into lent store pages measured faster with plain
+//! stores (docs/architecture.md, "The copies of an event byte on the SW ROD path").
 //!
 //! Streaming stores are weakly ordered: after a run of [`copy_words`] calls and before any
 //! other access to the written words (Rust's contract for the intrinsics asks it also of the

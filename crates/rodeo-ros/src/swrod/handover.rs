@@ -146,9 +146,9 @@ impl Link {
                 let lent = &mut batch.pages[i];
                 let header = lent.rob_header(rob_words, status);
                 let dst = &mut lent.words_mut()[offset..offset + rob_words];
-                // Plain stores: the lines stay in this core's cache until the core thread
-                // reads them (streaming stores sent them to memory and back and waited on the
-                // write-combining buffers: 25-30% fewer fragments a second, 2026-12-05).
+                // Plain stores: streaming stores waited on the write-combining buffers and the
+                // node took 25-30% fewer fragments a second with them (2026-12-05; a lent page
+                // is lent again soon after it is freed, its lines often still cached).
                 dst[..ROB_HEADER_WORDS].copy_from_slice(&header);
                 let (copied, l1id) = gather(pieces, &mut dst[ROB_HEADER_WORDS..]);
                 debug_assert_eq!(copied, rod_words, "a fragment's pieces are its size");
