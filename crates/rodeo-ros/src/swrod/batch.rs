@@ -131,28 +131,29 @@ impl Batch {
     }
 }
 
-/// Copies `pieces` less the builder's ROB header into `dst` (at most what it has room for);
-/// returns the words written and the ROD's extended L1ID (word 5), read from the pieces as
-/// they pass.
-pub(super) fn gather<'a>(
+/// `pieces` less the builder's ROB header (its first [`ROB_HEADER_WORDS`] words, which may
+/// span pieces): the ROD fragment's words, piece by piece.
+pub(super) fn rod_pieces<'a>(
     pieces: impl Iterator<Item = &'a [u32]>,
-    dst: &mut [u32],
-) -> (usize, Option<u32>) {
+) -> impl Iterator<Item = &'a [u32]> {
     let mut skip = ROB_HEADER_WORDS;
-    let mut at = 0;
-    let mut l1id = None;
-    for piece in pieces {
+    pieces.map(move |piece| {
         let n = skip.min(piece.len());
         skip -= n;
-        let piece = &piece[n..];
+        &piece[n..]
+    })
+}
+
+/// Copies the ROD words of `pieces` ([`rod_pieces`]) into `dst`, at most what it has room
+/// for; returns the words written.
+pub(super) fn gather<'a>(pieces: impl Iterator<Item = &'a [u32]>, dst: &mut [u32]) -> usize {
+    let mut at = 0;
+    for piece in rod_pieces(pieces) {
         let m = piece.len().min(dst.len() - at);
         dst[at..at + m].copy_from_slice(&piece[..m]);
-        if l1id.is_none() && at <= ROD_L1ID_WORD && ROD_L1ID_WORD < at + m {
-            l1id = Some(piece[ROD_L1ID_WORD - at]);
-        }
         at += m;
     }
-    (at, l1id)
+    at
 }
 
 /// The L1ID of a ROD fragment's words, if it has one.

@@ -8,7 +8,7 @@ use rodeo_memory::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Orderi
 use rodeo_memory::{BoundedQueue, FullPolicy};
 use rodeo_swrod::{Fragment, ROB_HEADER_WORDS};
 
-use super::batch::{gather, l1id_of, Batch, Frag, Room, SPILLED};
+use super::batch::{gather, l1id_of, rod_pieces, Batch, Frag, Room, SPILLED};
 use super::counters::SwRodLinkCounters;
 
 /// The sink's state behind the link's mutex.
@@ -150,7 +150,8 @@ impl Link {
                 // node took 25-30% fewer fragments a second with them (2026-12-05; a lent page
                 // is lent again soon after it is freed, its lines often still cached).
                 dst[..ROB_HEADER_WORDS].copy_from_slice(&header);
-                let (copied, l1id) = gather(pieces, &mut dst[ROB_HEADER_WORDS..]);
+                let copied = gather(pieces, &mut dst[ROB_HEADER_WORDS..]);
+                let l1id = l1id_of(&dst[ROB_HEADER_WORDS..ROB_HEADER_WORDS + copied]);
                 debug_assert_eq!(copied, rod_words, "a fragment's pieces are its size");
                 // Words the pieces did not cover (never, for a builder's fragment) read as 0.
                 dst[ROB_HEADER_WORDS + copied..].fill(0);
@@ -168,11 +169,8 @@ impl Link {
             }
             Room::Spill | Room::PagesFull => {
                 let start = batch.words.len();
-                let mut skip = ROB_HEADER_WORDS;
-                for piece in pieces {
-                    let n = skip.min(piece.len());
-                    batch.words.extend_from_slice(&piece[n..]);
-                    skip -= n;
+                for piece in rod_pieces(pieces) {
+                    batch.words.extend_from_slice(piece);
                 }
                 let rod = &batch.words[start..];
                 batch.frags.push(Frag {
