@@ -14,13 +14,21 @@
 
 /// Copies `src` into `dst` (the same length) with streaming stores where the target has
 /// them. Panics if the lengths differ, as `copy_from_slice` does.
+///
+/// # Safety
+///
+/// The caller calls [`fence`] on this thread after the copy and before any other access to
+/// `dst`'s words (its own reads and writes included) and before `dst` can reach another
+/// thread: the module docs. Unsafe because a safe caller could otherwise read the words
+/// back, or hand them over, before the weakly ordered stores are ordered.
 #[inline]
-pub fn copy_words(dst: &mut [u32], src: &[u32]) {
+pub unsafe fn copy_words(dst: &mut [u32], src: &[u32]) {
     assert_eq!(dst.len(), src.len(), "streaming copy of unequal lengths");
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: the lengths are equal (asserted above) and both slices are valid for their
-        // lengths; `stream_x86` writes exactly `dst` and reads exactly `src`.
+        // lengths; `stream_x86` writes exactly `dst` and reads exactly `src`; the ordering of
+        // the streamed stores is the caller's contract.
         unsafe { stream_x86(dst.as_mut_ptr(), src.as_ptr(), src.len()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -86,7 +94,8 @@ mod tests {
             for d_off in 0..4 {
                 for n in 0..70 {
                     let mut dst = vec![0xDEAD_BEEFu32; 80];
-                    copy_words(&mut dst[d_off..d_off + n], &src[s_off..s_off + n]);
+                    // SAFETY: fenced right after, before the words are read back.
+                    unsafe { copy_words(&mut dst[d_off..d_off + n], &src[s_off..s_off + n]) };
                     fence();
                     assert_eq!(&dst[d_off..d_off + n], &src[s_off..s_off + n]);
                     assert!(dst[..d_off].iter().all(|&w| w == 0xDEAD_BEEF));
@@ -99,6 +108,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "unequal lengths")]
     fn unequal_lengths_panic() {
-        copy_words(&mut [0; 3], &[1, 2]);
+        // SAFETY: the copy panics before it writes anything.
+        unsafe { copy_words(&mut [0; 3], &[1, 2]) };
     }
 }

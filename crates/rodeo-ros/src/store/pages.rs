@@ -179,7 +179,9 @@ impl PageTable {
         let dst = unsafe {
             std::slice::from_raw_parts_mut(self.base[p as usize].add(offset), words.len())
         };
-        rodeo_memory::stream::copy_words(dst, words);
+        // SAFETY: the store fences before any other access to these words and before they
+        // reach another thread (the doc comment above lists where).
+        unsafe { rodeo_memory::stream::copy_words(dst, words) };
     }
 
     /// Hints the CPU to bring the cache line holding word `offset` of page `p` into cache
