@@ -522,13 +522,17 @@ impl Dcm {
         }
     }
 
+    /// The error of a failed transport call: what the loop was doing, in which application.
+    /// Built only when the call fails (its `map_err` runs on every receive).
     fn terr(
         &self,
-        what: &str,
-    ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError {
-        let app = self.config.name.clone();
-        let what = what.to_string();
-        move |source| DataflowError::Transport { app, what, source }
+        what: &'static str,
+    ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError + '_ {
+        move |source| DataflowError::Transport {
+            app: self.config.name.clone(),
+            what: what.to_string(),
+            source,
+        }
     }
 
     /// The readout node the configuration gives ROB `rob` to (`None`: not configured).
@@ -551,11 +555,14 @@ impl Dcm {
         while !stop.load(Ordering::Acquire) {
             let timeout = self.next_timer_ms();
             let ready = {
-                let mut all: Vec<&Socket> = Vec::with_capacity(1 + readout.len() + loggers.len());
-                all.push(&supervisor);
-                all.extend(readout.iter());
-                all.extend(loggers.iter());
-                poll_readable(&all, timeout).map_err(self.terr("poll"))?
+                // On the stack, not allocated each turn: at most 64 sockets (the mask's bits).
+                let mut all: [&Socket; 64] = [&supervisor; 64];
+                let mut n = 1;
+                for s in readout.iter().chain(loggers.iter()).take(63) {
+                    all[n] = s;
+                    n += 1;
+                }
+                poll_readable(&all[..n], timeout).map_err(self.terr("poll"))?
             };
             let now = Instant::now();
             self.turn_time = now;

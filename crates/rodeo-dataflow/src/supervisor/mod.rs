@@ -272,13 +272,17 @@ impl Supervisor {
         }
     }
 
+    /// The error of a failed transport call: what the loop was doing, in which application.
+    /// Built only when the call fails (its `map_err` runs on every receive).
     fn terr(
         &self,
-        what: &str,
-    ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError {
-        let app = self.config.name.clone();
-        let what = what.to_string();
-        move |source| DataflowError::Transport { app, what, source }
+        what: &'static str,
+    ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError + '_ {
+        move |source| DataflowError::Transport {
+            app: self.config.name.clone(),
+            what: what.to_string(),
+            source,
+        }
     }
 
     fn run(
