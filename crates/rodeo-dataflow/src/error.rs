@@ -77,3 +77,34 @@ pub enum DataflowError {
         what: String,
     },
 }
+
+/// The error of a failed socket call of application `app` doing `what`, for `map_err`: the
+/// strings are built only when the call fails (a loop's receive calls it on every message).
+pub(crate) fn transport_err<'a>(
+    app: &'a str,
+    what: &'static str,
+) -> impl FnOnce(TransportError) -> DataflowError + 'a {
+    move |source| DataflowError::Transport {
+        app: app.to_string(),
+        what: what.to_string(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error names the application and what it was doing, around the socket's error.
+    #[test]
+    fn transport_errors_say_who_and_what() {
+        let socket = TransportError::Unsupported {
+            endpoint: "shm://x".into(),
+            detail: "gone".into(),
+        };
+        let e = transport_err("dcm-3", "receive")(socket);
+        let text = e.to_string();
+        assert!(text.starts_with("dcm-3: receive: "), "{text}");
+        assert!(matches!(e, DataflowError::Transport { .. }));
+    }
+}

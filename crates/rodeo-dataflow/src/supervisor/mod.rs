@@ -272,17 +272,12 @@ impl Supervisor {
         }
     }
 
-    /// The error of a failed transport call: what the loop was doing, in which application.
-    /// Built only when the call fails (its `map_err` runs on every receive).
+    /// The error of a failed socket call of this application ([`crate::error::transport_err`]).
     fn terr(
         &self,
         what: &'static str,
     ) -> impl FnOnce(rodeo_transport::socket::TransportError) -> DataflowError + '_ {
-        move |source| DataflowError::Transport {
-            app: self.config.name.clone(),
-            what: what.to_string(),
-            source,
-        }
+        crate::error::transport_err(&self.config.name, what)
     }
 
     fn run(
