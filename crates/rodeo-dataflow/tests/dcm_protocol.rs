@@ -6,6 +6,7 @@
 //! of a real partition runs; every wait has a deadline.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -649,4 +650,46 @@ fn kept_replies_build_every_event_word_for_word() {
     assert!(replies >= 32, "two replies per event: {replies}");
     let s = h.stop();
     assert_eq!((s.accepted, s.partial), (16, 0));
+}
+
+/// A DCM whose supervisor is not there yet (a partition's processes start in any order; a
+/// supervisor restarts) tries its Update again about every `UPDATE_RETRY`, not on every turn
+/// of its loop: it spun at 100% of a core before. The failed tries are counted, and in 300 ms
+/// they stay far below a spinning loop's hundreds of thousands.
+#[test]
+fn a_dcm_without_its_supervisor_retries_its_update_without_spinning() {
+    let t = Transport::new(1).unwrap();
+    let base = format!("inproc://dcm-nosv-{}", std::process::id());
+    let _ros = Peer::bind(&t, &format!("{base}-ros"));
+    let _logger = Peer::bind(&t, &format!("{base}-log"));
+    // Shared memory: a send into an inbox nobody made fails at once (ZeroMQ would queue it).
+    let supervisor = format!("shm://rodeo-test-{}-nosv", std::process::id());
+    let c = DcmConfig::new(
+        "dcm-1",
+        &supervisor,
+        vec![ReadoutPeer {
+            endpoint: format!("{base}-ros"),
+            robs: ROBS.to_vec(),
+        }],
+        vec![format!("{base}-log")],
+        4,
+    );
+    let trigger = AcceptFraction {
+        fraction: 0.0,
+        stream: 0,
+        shares: Vec::new(),
+        time: TimeDistribution::Zero,
+    };
+    let counters = Arc::new(DcmCounters::default());
+    let handle = dcm::spawn(c, &t, Box::new(trigger), Arc::clone(&counters)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let tries = counters.send_failures.load(Ordering::Relaxed);
+    let summary = handle.stop().unwrap();
+    assert!(tries >= 1, "the DCM never tried to reach its supervisor");
+    let most = 2 * (300 / dcm::UPDATE_RETRY.as_millis() as u64) + 100;
+    assert!(
+        tries <= most,
+        "{tries} failed Updates in 300 ms (at most {most} expected)"
+    );
+    assert!(summary.send_failures >= tries);
 }

@@ -33,7 +33,9 @@
 //! # Heartbeat and shutdown
 //!
 //! An `Update` goes out at least every [`HEARTBEAT`], so the supervisor knows the node lives.
-//! On stop the node finishes nothing more: events in its slots are the supervisor's to
+//! One the supervisor does not take (not started yet, restarting, not reading) is tried again
+//! after [`UPDATE_RETRY`], the loop asleep in its poll meanwhile, its decisions and credits
+//! kept (each failed try counted in `send_failures`). On stop the node finishes nothing more: events in its slots are the supervisor's to
 //! reassign (what a crash would also leave behind).
 //!
 //! # Layout
@@ -80,6 +82,11 @@ pub use sampler::SampleConfig;
 
 /// Longest interval between two `Update`s of a DCM (its heartbeat).
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
+
+/// After an `Update` the supervisor did not take (not started yet, restarting, or not
+/// reading), the next try waits this long: the loop sleeps in its poll instead of trying again
+/// on every turn (it spun at 100% of a core while the supervisor's process started).
+pub const UPDATE_RETRY: Duration = Duration::from_millis(1);
 
 /// Readout nodes and loggers one DCM talks to, at most: it polls a socket for each, besides
 /// its supervisor and control sockets (64 in all).
@@ -437,6 +444,8 @@ struct Dcm {
     decisions: Vec<Decision>,
     credits: u32,
     last_update: Instant,
+    /// No `Update` is tried before this after one failed ([`UPDATE_RETRY`]).
+    update_retry: Option<Instant>,
     summary: DcmSummary,
     buf: Vec<u8>,
     /// The built event, or (without compression) its words before the ROB fragments.
@@ -503,6 +512,7 @@ impl Dcm {
             decisions: Vec::new(),
             credits: config.slots as u32,
             last_update: Instant::now() - HEARTBEAT,
+            update_retry: None,
             summary: DcmSummary::default(),
             buf: Vec::with_capacity(4096),
             event: Vec::new(),
@@ -622,7 +632,7 @@ impl Dcm {
         let now = self.turn_time;
         let mut next = self.last_update + HEARTBEAT;
         if !self.decisions.is_empty() || self.credits > 0 {
-            next = now;
+            next = self.update_retry.map_or(now, |t| t.max(now));
         }
         if let Some(t) = self.timer_due {
             next = next.min(t);
@@ -651,6 +661,9 @@ impl Dcm {
         if self.decisions.is_empty() && self.credits == 0 && !due && !force {
             return Ok(());
         }
+        if !force && !due && self.update_retry.is_some_and(|t| now < t) {
+            return Ok(());
+        }
         self.buf.clear();
         encode_update(&mut self.buf, 0, self.credits, &self.decisions);
         if supervisor.send([Frame::Copy(&self.buf)]).is_err() {
@@ -660,11 +673,13 @@ impl Dcm {
             self.summary.send_failures += 1;
             self.counters.send_failures.fetch_add(1, Ordering::Relaxed);
             self.last_update = now;
+            self.update_retry = Some(now + UPDATE_RETRY);
             return Ok(());
         }
         self.decisions.clear();
         self.credits = 0;
         self.last_update = now;
+        self.update_retry = None;
         Ok(())
     }
 

@@ -742,9 +742,12 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
             return Ok(queued);
         }
         let wait = match deadline {
+            // Rounded up: a wait of 0.9 ms left is 1 ms, not 0 (with 0, a caller's 1 ms
+            // timeout became a loop of polls that never slept).
             Some(d) => d
                 .saturating_duration_since(std::time::Instant::now())
-                .as_millis()
+                .as_micros()
+                .div_ceil(1000)
                 .min(i64::MAX as u128) as i64,
             None if timeout_ms == 0 => 0,
             None => -1,

@@ -294,6 +294,38 @@ fn poll_readable_names_the_sockets_with_messages() {
     assert_eq!(poll_readable(&[&a, &b], 5000).unwrap(), 0b10);
 }
 
+/// A short timeout is waited, not skipped: 20 polls of 1 ms with nothing to read take at
+/// least 20 ms, on ZeroMQ and on shared memory (the remaining wait was rounded down to 0 ms,
+/// and a DCM whose 1 ms timer was due polled in a loop that never slept).
+#[test]
+fn poll_readable_waits_a_one_millisecond_timeout() {
+    let t = Transport::new(1).unwrap();
+    let z = t.socket(SocketKind::Router).unwrap();
+    z.bind(&Endpoint::parse("inproc://poll-wait").unwrap())
+        .unwrap();
+    let s = t.socket(SocketKind::Router).unwrap();
+    s.bind(
+        &Endpoint::parse(&format!(
+            "shm://rodeo-test-{}-poll-wait",
+            std::process::id()
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    for socket in [&z, &s] {
+        let t0 = std::time::Instant::now();
+        for _ in 0..20 {
+            assert_eq!(poll_readable(&[socket], 1).unwrap(), 0);
+        }
+        let took = t0.elapsed();
+        assert!(
+            took >= std::time::Duration::from_millis(20),
+            "20 polls of 1 ms took {took:?} (shm: {})",
+            socket.is_shm()
+        );
+    }
+}
+
 #[test]
 fn a_pub_socket_on_a_stream_endpoint_is_refused_with_what_to_do() {
     let t = Transport::new(1).unwrap();
