@@ -35,8 +35,9 @@
 //! An `Update` goes out at least every [`HEARTBEAT`], so the supervisor knows the node lives.
 //! One the supervisor does not take (not started yet, restarting, not reading) is tried again
 //! after [`UPDATE_RETRY`], the loop asleep in its poll meanwhile, its decisions and credits
-//! kept (each failed try counted in `send_failures`). On stop the node finishes nothing more: events in its slots are the supervisor's to
-//! reassign (what a crash would also leave behind).
+//! kept (each failed try counted in `send_failures`). On stop the node finishes nothing more:
+//! events in its slots are the supervisor's to reassign (what a crash would also leave
+//! behind).
 //!
 //! # Layout
 //!
