@@ -561,8 +561,7 @@ pub fn serve(
         let wait = next_beat
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(50));
-        // Rounded up: the last fraction of a millisecond is waited, not polled for.
-        let got = sock.recv(&mut msg, wait.as_micros().div_ceil(1000) as i64)?;
+        let got = sock.recv(&mut msg, rodeo_transport::socket::timeout_ms(wait))?;
         if let Some(limit) = dead_after {
             // This turn took far longer than its wait: we were held up, not the controller.
             if let Some(gap) = silence.turn(Instant::now(), stall_limit(limit)) {

@@ -72,7 +72,9 @@ use rodeo_format::compress::EventCompressor;
 use rodeo_format::fragment::RobFragment;
 use rodeo_transport::endpoint::Endpoint;
 use rodeo_transport::message::{decode, encode_update, Decision, Message};
-use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, SocketKind, Transport};
+use rodeo_transport::socket::{
+    poll_readable, timeout_ms, Frame, Received, Socket, SocketKind, Transport,
+};
 
 use crate::error::DataflowError;
 use crate::handle::AppHandle;
@@ -638,11 +640,7 @@ impl Dcm {
         if let Some(t) = self.timer_due {
             next = next.min(t);
         }
-        let ms = next
-            .saturating_duration_since(now)
-            .as_micros()
-            .div_ceil(1000);
-        (ms as i64).min(50)
+        timeout_ms(next.saturating_duration_since(now)).min(50)
     }
 
     /// Notes that a slot's timer (`retry_at`, or the end of a hold) is set for `t`.

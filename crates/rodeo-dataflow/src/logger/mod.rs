@@ -113,7 +113,7 @@ use std::time::Instant;
 
 use rodeo_format::compress::EventCompressor;
 use rodeo_transport::endpoint::Endpoint;
-use rodeo_transport::socket::{Received, SocketKind, Transport};
+use rodeo_transport::socket::{timeout_ms, Received, SocketKind, Transport};
 
 use crate::dedup::{DedupWindow, DEFAULT_WINDOW_IDS};
 use crate::disks::Disks;
@@ -299,7 +299,7 @@ impl Logger {
                         // Due, but a sync is on its way: look again in a millisecond.
                         None if self.commits_in_flight() > 0 => 1,
                         None => 0,
-                        Some(left) => left.as_micros().div_ceil(1000).max(1) as i64,
+                        Some(left) => timeout_ms(left).max(1),
                     },
                 };
                 if wait > 0 {

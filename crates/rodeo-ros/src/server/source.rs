@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use rodeo_transport::message::{decode, Message, U32List};
-use rodeo_transport::socket::{Frame, FrameOwner, Received, Socket};
+use rodeo_transport::socket::{timeout_ms, Frame, FrameOwner, Received, Socket};
 
 use crate::store::{EventStore, HeldSegment, PageRef};
 
@@ -183,8 +183,7 @@ impl RequestSource for ZmqSource {
     }
 
     fn recv_timeout(&mut self, buf: &mut Received, timeout: Duration) -> bool {
-        let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-        matches!(self.socket.recv(buf, ms), Ok(true))
+        matches!(self.socket.recv(buf, timeout_ms(timeout)), Ok(true))
     }
 
     fn view(buf: &Received) -> Incoming<'_> {

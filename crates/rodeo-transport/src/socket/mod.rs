@@ -706,6 +706,12 @@ impl Socket {
     }
 }
 
+/// `wait` as the millisecond timeout the receives and [`poll_readable`] take: rounded up (0.9
+/// ms left is 1 ms, not a poll that returns at once and a loop that never sleeps), saturating.
+pub fn timeout_ms(wait: std::time::Duration) -> i64 {
+    wait.as_micros().div_ceil(1000).min(i64::MAX as u128) as i64
+}
+
 /// Waits up to `timeout_ms` (-1: forever, 0: not at all) until at least one of `sockets` has a
 /// message to receive; returns a bit per socket (bit `i` set: `sockets[i]` is readable), 0 on
 /// timeout. An application thread that owns several sockets (a DCM: supervisor, readout nodes,
@@ -742,13 +748,7 @@ pub fn poll_readable(sockets: &[&Socket], timeout_ms: i64) -> Result<u64, Transp
             return Ok(queued);
         }
         let wait = match deadline {
-            // Rounded up: a wait of 0.9 ms left is 1 ms, not 0 (with 0, a caller's 1 ms
-            // timeout became a loop of polls that never slept).
-            Some(d) => d
-                .saturating_duration_since(std::time::Instant::now())
-                .as_micros()
-                .div_ceil(1000)
-                .min(i64::MAX as u128) as i64,
+            Some(d) => self::timeout_ms(d.saturating_duration_since(std::time::Instant::now())),
             None if timeout_ms == 0 => 0,
             None => -1,
         };
