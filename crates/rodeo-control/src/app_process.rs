@@ -383,6 +383,14 @@ impl AppControl {
         self.heartbeat_locked(&mut inner)
     }
 
+    /// Whether the run ended by itself (the supervisor's L1 source is done, a logger halted),
+    /// looked at now: the application loop says so at once rather than at the next heartbeat.
+    pub fn finished_now(&self) -> bool {
+        let mut inner = self.lock();
+        self.refresh(&mut inner);
+        inner.driver.finished()
+    }
+
     fn heartbeat_locked(&self, inner: &mut Inner) -> Heartbeat {
         self.refresh(inner);
         Heartbeat {
@@ -529,6 +537,8 @@ pub fn serve(
     let mut msg = Received::default();
     let mut bad = 0u64;
     let mut next_beat = Instant::now();
+    // What the last heartbeat said of the run's end.
+    let mut said_finished = false;
     // The controller's liveness: when it was last heard, and after how long of silence it is
     // dead (given at the start, then from each ping).
     let mut silence = Silence::new(Instant::now());
@@ -554,8 +564,12 @@ pub fn serve(
             return Ok(bad);
         }
         let now = Instant::now();
-        if now >= next_beat {
-            beat(&mut sock, &ToController::Heartbeat(app.heartbeat()));
+        // The run's end goes out at once (within a turn of this loop, 50 ms at most), not up
+        // to a heartbeat period later: the controller stops the run on it.
+        if now >= next_beat || (!said_finished && app.finished_now()) {
+            let hb = app.heartbeat();
+            said_finished = hb.finished;
+            beat(&mut sock, &ToController::Heartbeat(hb));
             next_beat = now + heartbeat;
         }
         let wait = next_beat
@@ -632,7 +646,9 @@ pub fn serve(
         // Our own command's time is not the controller's silence.
         silence.heard(Instant::now());
         // Tell the controller the new state at once.
-        beat(&mut sock, &ToController::Heartbeat(app.heartbeat()));
+        let hb = app.heartbeat();
+        said_finished = hb.finished;
+        beat(&mut sock, &ToController::Heartbeat(hb));
         next_beat = Instant::now() + heartbeat;
         if command == Command::Shutdown && app.state() == State::None {
             return Ok(bad);

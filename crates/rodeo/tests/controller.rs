@@ -311,3 +311,37 @@ fn the_embedded_partition_and_processes_export_the_same_metric_families() {
         processes.difference(&in_process).collect::<Vec<_>>()
     );
 }
+
+/// The run's end reaches the controller within a turn of the supervisor process's loop, not
+/// at its next heartbeat, and every command goes out as soon as it is posted, not after the
+/// monitor's wait: with heartbeats every 10 s, a run of 500 events is seen to end within a
+/// few seconds of its start (before, at the first heartbeat after it: 10 s), and walked down.
+#[test]
+fn a_run_that_ends_by_itself_is_seen_at_once_not_at_the_next_heartbeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = small_config(dir.path(), 6);
+    c.run.events = 500;
+    c.run.seconds = 0.0;
+    c.control.heartbeat_ms = 10_000;
+    c.control.dead_after_ms = 30_000;
+    let ctl = Controller::new(c, rodeo_bin!().into()).unwrap();
+    for cmd in [Command::Initialize, Command::Configure, Command::Connect] {
+        ctl.command(cmd).unwrap();
+    }
+    let started = std::time::Instant::now();
+    assert_eq!(ctl.command(Command::Start).unwrap(), State::Running);
+    let seen = rodeo_testkit::holds_within(Duration::from_secs(6), || ctl.run_finished());
+    assert!(
+        seen,
+        "a 500-event run at 2 kHz not seen to end {:?} after its start",
+        started.elapsed()
+    );
+    for (cmd, state) in [
+        (Command::Stop, State::Connected),
+        (Command::Disconnect, State::Configured),
+        (Command::Unconfigure, State::Initial),
+        (Command::Shutdown, State::None),
+    ] {
+        assert_eq!(ctl.command(cmd).unwrap(), state, "{cmd}");
+    }
+}

@@ -3,13 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use rodeo_transport::socket::Frame;
-
 use crate::application::{Role, RunEnd};
 use crate::channel::{self, ToApp};
 use crate::lifecycle::{Command, State};
 use crate::summary::AppSummary;
 
+use super::state::Outgoing;
 use super::Controller;
 
 /// A command answered later than this is logged with the application's name: the one place
@@ -58,16 +57,17 @@ impl Controller {
             abandon_drain: run.abandon_drain,
             rejoin_at,
         };
-        let sent = self
-            .state
-            .socket()
-            .try_send_to(name.as_bytes(), [Frame::Copy(&channel::encode(&msg))]);
+        // The monitor thread sends it (it owns the control socket); a send that fails comes
+        // back as this command's reply.
+        self.state.post(Outgoing {
+            app: i,
+            peer: name.clone(),
+            seq,
+            command,
+            bytes: channel::encode(&msg),
+        });
         let deadline = Instant::now() + timeout;
         let mut t = self.state.table();
-        if let Err(e) = sent {
-            t.apps[i].waiting = None;
-            return Err(format!("cannot send {command}: {e}"));
-        }
         let asked = Instant::now();
         loop {
             let a = &mut t.apps[i];

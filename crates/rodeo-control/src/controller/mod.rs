@@ -31,9 +31,10 @@
 //! replies) into a table behind a mutex, checks liveness every 50 ms and sends every
 //! application that said hello a [`ToApp::Ping`] every heartbeat period (the controller's own
 //! liveness: an application that hears nothing for `control.dead_after_ms` walks itself down,
-//! so a frozen controller leaves no application running); commands are
-//! serialised by their own mutex, send under the socket's mutex (never while holding the
-//! table's) and wait on a condition variable for their reply, so status and metrics never wait
+//! so a frozen controller leaves no application running). It alone owns the control
+//! socket: commands are serialised by their own mutex, posted to the monitor's outbox (which
+//! rings an inproc bell the monitor waits on beside the control socket, so a command goes out
+//! at once) and wait on a condition variable for their reply, so status and metrics never wait
 //! for a command. Dropping the controller shuts everything down.
 //!
 //! # Files
@@ -52,7 +53,7 @@
 
 use std::path::PathBuf;
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -73,7 +74,10 @@ mod processes;
 mod restart;
 mod state;
 
-use state::{App, ControllerState, Policy, Table};
+use state::{App, ControllerState, Outbox, Policy, Table};
+
+/// Numbers the controllers' inproc bell endpoints (one per controller in this process).
+static BELLS: AtomicU64 = AtomicU64::new(0);
 
 /// Why a controller could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -149,10 +153,22 @@ impl Controller {
                 Some(App::new(name, role, host))
             })
             .collect();
+        // The outbox's bell: commands are posted to the monitor thread, which owns the
+        // control socket (`monitor::run`).
+        let door = transport.socket(SocketKind::Router)?;
+        let bell_at = door.bind(&Endpoint::parse(&format!(
+            "inproc://rodeo-controller-bell-{}",
+            BELLS.fetch_add(1, Ordering::Relaxed)
+        ))?)?;
+        let bell = transport.socket(SocketKind::Dealer)?;
+        bell.connect(&Endpoint::parse(&bell_at)?)?;
         let state = Arc::new(ControllerState {
             table: Mutex::new(Table::new(apps, Policy::of(&config.control))),
             changed: Condvar::new(),
-            socket: Mutex::new(socket),
+            outbox: Mutex::new(Outbox {
+                queue: Vec::new(),
+                bell,
+            }),
             stop: AtomicBool::new(false),
             dead_after: Duration::from_millis(config.control.dead_after_ms),
             ping_every: Duration::from_millis(config.control.heartbeat_ms),
@@ -160,7 +176,7 @@ impl Controller {
         let s = Arc::clone(&state);
         let monitor = std::thread::Builder::new()
             .name("controller".into())
-            .spawn(move || monitor::run(&s, transport))?;
+            .spawn(move || monitor::run(&s, transport, socket, door))?;
         Ok(Controller {
             state,
             commands: Mutex::new(()),
@@ -274,5 +290,77 @@ mod tests {
         assert_eq!(c.status().state, State::Error);
         assert!(c.status().error.unwrap().contains("logger-1"));
         assert_eq!(c.command(Command::Shutdown).unwrap(), State::None);
+    }
+
+    /// A command goes through the monitor's outbox to its application and the reply comes
+    /// back; one to an application that is not connected fails at once naming the send, not
+    /// after the command's timeout.
+    #[test]
+    fn commands_go_out_through_the_monitor_and_unsendable_ones_fail_at_once() {
+        use crate::application::RunEnd;
+        use crate::channel::{self, ToApp, ToController};
+        use rodeo_transport::socket::{Frame, Received};
+
+        let c = Controller::new(PartitionConfig::default(), PathBuf::from("/nonexistent")).unwrap();
+        let timeout = Duration::from_secs(30);
+        let asked = std::time::Instant::now();
+        let e = c
+            .send_command(0, Command::Configure, RunEnd::default(), timeout)
+            .unwrap_err();
+        assert!(e.contains("cannot send configure"), "{e}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            asked.elapsed()
+        );
+
+        // An application of our own: a DEALER named as the first application.
+        let name = c.state.table().apps[0].name.clone();
+        let transport = Transport::new(1).unwrap();
+        let mut app = transport.socket(SocketKind::Dealer).unwrap();
+        app.set_identity(name.as_bytes()).unwrap();
+        app.connect(&Endpoint::parse(c.endpoint()).unwrap())
+            .unwrap();
+        let answer = std::thread::spawn(move || {
+            let mut msg = Received::default();
+            // The router learns our name from our first message.
+            let hello = ToController::Hello {
+                name: name.clone(),
+                role: "logger".into(),
+                pid: 1,
+                state: State::Initial,
+            };
+            app.try_send([Frame::Copy(&channel::encode(&hello))])
+                .unwrap();
+            loop {
+                assert!(app.recv(&mut msg, 20_000).unwrap(), "no command came");
+                if let Ok(ToApp::Command { seq, command, .. }) =
+                    channel::decode::<ToApp>(&msg.bytes)
+                {
+                    assert_eq!(command, Command::Configure);
+                    let reply = ToController::Reply {
+                        seq,
+                        state: State::Configured,
+                        error: None,
+                        summary: None,
+                    };
+                    app.try_send([Frame::Copy(&channel::encode(&reply))])
+                        .unwrap();
+                    return;
+                }
+            }
+        });
+        // Until the hello is in, the send may still find no such peer.
+        let state = loop {
+            match c.send_command(0, Command::Configure, RunEnd::default(), timeout) {
+                Ok(s) => break s,
+                Err(e) if e.contains("cannot send") && asked.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(state, State::Configured);
+        answer.join().unwrap();
     }
 }

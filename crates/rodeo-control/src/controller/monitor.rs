@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rodeo_transport::socket::{Frame, Received, Transport};
+use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, Transport};
 
 use crate::channel::{self, ToApp, ToController};
 use crate::lifecycle::State;
@@ -13,27 +13,43 @@ use crate::metrics::AppMetrics;
 
 use super::state::ControllerState;
 
-/// The monitor thread's loop, until `s.stop`; it keeps `transport` (the ZeroMQ context of the
-/// control socket) alive.
-pub(super) fn run(s: &ControllerState, transport: Transport) {
-    // Keep the transport (ZeroMQ context) alive as long as the socket.
+/// How long the monitor waits for a message at most before it looks at liveness and pings.
+const WAIT_MS: i64 = 20;
+
+/// The monitor thread's loop, until `s.stop`. It alone owns the control socket (`control`,
+/// the applications' ROUTER) and the ROUTER end of the outbox's bell (`door`), and waits on
+/// both at once: a posted command goes out as soon as it is posted, not after the wait (a
+/// socket shared under a mutex held through the wait held each command back by up to the
+/// wait, and a transition of five applications by a quarter of a second). It keeps
+/// `transport` (the ZeroMQ context of both sockets) alive.
+pub(super) fn run(
+    s: &ControllerState,
+    transport: Transport,
+    mut control: Socket,
+    mut door: Socket,
+) {
     let _transport = transport;
     let mut msg = Received::default();
     let mut last_check = Instant::now();
     let mut last_ping = Instant::now();
     while !s.stop.load(Ordering::Acquire) {
-        let got = s.socket().recv(&mut msg, 20);
-        match got {
-            Ok(true) => {
-                s.on_message(&msg);
-                // Drain what is queued before judging anyone's silence: after a
-                // stall of this thread the heartbeats are here, only unread.
-                while matches!(s.socket().try_recv(&mut msg), Ok(true)) {
-                    s.on_message(&msg);
-                }
+        let ready = match poll_readable(&[&control, &door], WAIT_MS) {
+            Ok(r) => r,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(WAIT_MS as u64));
+                0
             }
-            Ok(false) => {}
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        };
+        if ready & 2 != 0 {
+            while matches!(door.try_recv(&mut msg), Ok(true)) {}
+        }
+        s.send_posted(&mut control);
+        if ready & 1 != 0 {
+            // Drain what is queued before judging anyone's silence: after a stall of this
+            // thread the heartbeats are here, only unread.
+            while matches!(control.try_recv(&mut msg), Ok(true)) {
+                s.on_message(&msg);
+            }
         }
         let since_check = last_check.elapsed();
         if since_check >= Duration::from_millis(50) {
@@ -41,7 +57,7 @@ pub(super) fn run(s: &ControllerState, transport: Transport) {
             last_check = Instant::now();
         }
         if last_ping.elapsed() >= s.ping_every {
-            s.ping_all();
+            s.ping_all(&mut control);
             last_ping = Instant::now();
         }
     }
@@ -125,9 +141,33 @@ impl ControllerState {
         self.changed.notify_all();
     }
 
+    /// Sends what the commanding threads posted; a send that fails is the command's reply
+    /// (`cannot send ...`), so its sender does not wait out its timeout.
+    pub(super) fn send_posted(&self, control: &mut Socket) {
+        for o in self.take_posted() {
+            let Err(e) = control.try_send_to(o.peer.as_bytes(), [Frame::Copy(&o.bytes)]) else {
+                continue;
+            };
+            let mut t = self.table();
+            if let Some(a) = t.apps.get_mut(o.app) {
+                if a.waiting == Some(o.seq) {
+                    a.waiting = None;
+                    let state = a.state;
+                    a.reply = Some((
+                        o.seq,
+                        state,
+                        Some(format!("cannot send {}: {e}", o.command)),
+                    ));
+                }
+            }
+            drop(t);
+            self.changed.notify_all();
+        }
+    }
+
     /// Sends a ping to every application that said hello and is neither dead nor leaving
     /// (never waiting: one that does not read loses its ping, nobody else is delayed).
-    pub(super) fn ping_all(&self) {
+    pub(super) fn ping_all(&self, control: &mut Socket) {
         let names: Vec<String> = {
             let t = self.table();
             t.apps
@@ -142,9 +182,8 @@ impl ControllerState {
         let ping = channel::encode(&ToApp::Ping {
             dead_after_ms: self.dead_after.as_millis() as u64,
         });
-        let mut sock = self.socket();
         for n in &names {
-            let _ = sock.try_send_to(n.as_bytes(), [Frame::Copy(&ping)]);
+            let _ = control.try_send_to(n.as_bytes(), [Frame::Copy(&ping)]);
         }
     }
 

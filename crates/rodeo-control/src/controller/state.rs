@@ -9,11 +9,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rodeo_transport::socket::Socket;
+use rodeo_transport::socket::{Frame, Socket};
 
 use crate::application::Role;
 use crate::config::ControlSection;
-use crate::lifecycle::{Lifecycle, State};
+use crate::lifecycle::{Command, Lifecycle, State};
 use crate::metrics::AppMetrics;
 use crate::summary::AppSummary;
 
@@ -196,12 +196,31 @@ impl Policy {
     }
 }
 
-/// What the controller and its monitor thread share: the table, the control socket, the
-/// condition variable commands wait on for replies, and the monitor's settings.
+/// A message for one application, posted by a commanding thread for the monitor thread to
+/// send (it alone owns the control socket).
+pub(super) struct Outgoing {
+    /// The application's index in the table and its name (the ROUTER's peer identity).
+    pub(super) app: usize,
+    pub(super) peer: String,
+    /// The command's sequence number and the command: a send that fails is its reply.
+    pub(super) seq: u64,
+    pub(super) command: Command,
+    pub(super) bytes: Vec<u8>,
+}
+
+/// Messages posted for the monitor thread to send, and the bell that wakes it: a DEALER on an
+/// inproc endpoint whose ROUTER end the monitor waits on beside the control socket.
+pub(super) struct Outbox {
+    pub(super) queue: Vec<Outgoing>,
+    pub(super) bell: Socket,
+}
+
+/// What the controller and its monitor thread share: the table, the outbox, the condition
+/// variable commands wait on for replies, and the monitor's settings.
 pub(super) struct ControllerState {
     pub(super) table: Mutex<Table>,
     pub(super) changed: Condvar,
-    pub(super) socket: Mutex<Socket>,
+    pub(super) outbox: Mutex<Outbox>,
     pub(super) stop: AtomicBool,
     pub(super) dead_after: Duration,
     /// How often every application gets a ping.
@@ -214,8 +233,18 @@ impl ControllerState {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The control socket (ROUTER; sends happen under this lock, never under the table's).
-    pub(super) fn socket(&self) -> MutexGuard<'_, Socket> {
-        self.socket.lock().unwrap_or_else(|p| p.into_inner())
+    /// Queues `out` for the monitor thread and rings its bell. A ring that cannot go (the
+    /// bell's queue full: the monitor is behind) loses nothing: the monitor looks at the
+    /// queue on every turn, at the latest after its wait.
+    pub(super) fn post(&self, out: Outgoing) {
+        let mut o = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        o.queue.push(out);
+        let _ = o.bell.try_send([Frame::Copy(&[1])]);
+    }
+
+    /// The messages posted since the last call (the monitor thread's, to send).
+    pub(super) fn take_posted(&self) -> Vec<Outgoing> {
+        let mut o = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut o.queue)
     }
 }
