@@ -313,9 +313,9 @@ fn the_embedded_partition_and_processes_export_the_same_metric_families() {
 }
 
 /// The run's end reaches the controller within a turn of the supervisor process's loop, not
-/// at its next heartbeat, and every command goes out as soon as it is posted, not after the
-/// monitor's wait: with heartbeats every 10 s, a run of 500 events is seen to end within a
-/// few seconds of its start (before, at the first heartbeat after it: 10 s), and walked down.
+/// at its next heartbeat: with heartbeats every 10 s, a run of 500 events is seen to end
+/// within a few seconds of its start (before, at the first heartbeat after it: 10 s), and the
+/// partition then walks down to NONE.
 #[test]
 fn a_run_that_ends_by_itself_is_seen_at_once_not_at_the_next_heartbeat() {
     let dir = tempfile::tempdir().unwrap();
