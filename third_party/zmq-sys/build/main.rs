@@ -23,9 +23,33 @@ pub fn configure() {
     );
     // zeromq-src prints this search path with `{:?}` (quoted); give it unquoted too.
     println!("cargo:rustc-link-search=native={}", std::path::Path::new(&lib).display());
+    linux_platform_defines();
     zeromq_src::Build::new()
         .with_libsodium(Some(zeromq_src::LibLocation::new(lib, include)))
         .build();
+}
+
+/// rodeo's second change: zeromq-src compiles libzmq without running its CMake platform checks,
+/// so on Linux it leaves out `ZMQ_HAVE_EVENTFD`: every mailbox signaler (one per socket and per
+/// I/O thread, rung whenever a pipe wakes its reader) is then a Unix socket pair, each signal a
+/// `send` and a `recv` through the kernel's socket buffers. With it, a signaler is one eventfd
+/// (an 8-byte `write` and `read`), as libzmq's own CMake build makes it on Linux; with the
+/// `CLOEXEC` variants eventfds and sockets are close-on-exec from their creation (without them
+/// libzmq sets it with a second call, `fcntl`, after). zeromq-src's `cc` build reads
+/// `CXXFLAGS` from this process's environment, so the defines go there.
+fn linux_platform_defines() {
+    println!("cargo:rerun-if-env-changed=CXXFLAGS");
+    let target = std::env::var("TARGET").unwrap_or_default();
+    if !target.contains("linux") || target.contains("android") {
+        return;
+    }
+    let defines = "-DZMQ_HAVE_EVENTFD=1 -DZMQ_HAVE_EVENTFD_CLOEXEC=1 -DZMQ_HAVE_SOCK_CLOEXEC=1";
+    let flags = match std::env::var("CXXFLAGS") {
+        Ok(old) if !old.trim().is_empty() => format!("{} {}", old, defines),
+        _ => defines.to_string(),
+    };
+    // A build script is one thread: nothing else reads the environment while it changes.
+    std::env::set_var("CXXFLAGS", flags);
 }
 
 fn main() {
