@@ -37,7 +37,7 @@ use rodeo_transport::socket::{Frame, Received, SocketKind, Transport, TransportE
 pub use crate::application::Role;
 use crate::application::{self, AppContext, RunEnd};
 use crate::channel::{self, stall_limit, Heartbeat, ToApp, ToController};
-use crate::config::{PartitionConfig, RunWords};
+use crate::config::{PartitionConfig, RunWords, TransportKind};
 use crate::driver::{AppDriver, CommandInput};
 use crate::lifecycle::{Command, State, TransitionError};
 use crate::partition::Layout;
@@ -50,6 +50,8 @@ struct Inner {
     driver: AppDriver,
     config: Option<PartitionConfig>,
     run_start: Option<Instant>,
+    /// The runtime directory of the ipc endpoints, once a configuration with ipc came.
+    ipc_runtime_dir: Option<std::path::PathBuf>,
 }
 
 /// What the HTTP server answers from while a command holds [`Inner`] (module docs): copied
@@ -140,6 +142,7 @@ impl AppControl {
             driver,
             config,
             run_start: None,
+            ipc_runtime_dir: None,
         };
         AppControl {
             name: name.to_string(),
@@ -149,6 +152,12 @@ impl AppControl {
             marks: std::sync::atomic::AtomicU64::new(0),
             inner: Mutex::new(inner),
         }
+    }
+
+    /// The runtime directory of the run's ipc endpoints (socket files), once a configuration
+    /// with the ipc transport came; `None` for the other transports.
+    pub fn ipc_runtime_dir(&self) -> Option<std::path::PathBuf> {
+        self.lock().ipc_runtime_dir.clone()
     }
 
     /// The application's name.
@@ -344,6 +353,9 @@ impl AppControl {
                     if let Some(n) = rejoin_at {
                         l.rejoin_at(n);
                     }
+                    if l.transport == TransportKind::Ipc {
+                        inner.ipc_runtime_dir = Some(l.runtime.clone());
+                    }
                     layout = Some(l);
                     inner.config = Some(c);
                 }
@@ -494,11 +506,20 @@ pub enum ServeError {
     Transport(#[from] TransportError),
 }
 
+/// How [`serve`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// Control frames dropped because they did not decode.
+    pub bad_frames: u64,
+    /// The application walked itself down because the controller fell silent (frozen or gone),
+    /// not on a `shutdown` or `quit()`.
+    pub controller_silent: bool,
+}
+
 /// Serves `app` on the control channel at `endpoint` (the controller's ROUTER): says hello,
 /// runs the commands it receives, sends a heartbeat every `heartbeat`. Returns after a
 /// `shutdown` command, or when `quit()` turns true or the controller fell silent (module docs:
-/// then it walks the application down by itself). Returns the number of control frames dropped
-/// because they did not decode.
+/// then it walks the application down by itself), saying which ([`Served`]).
 ///
 /// `dead_after`: the controller's silence after which it is judged dead until its first ping
 /// says (`None`: only once a ping said; a controller frozen before its first ping reached us
@@ -509,7 +530,7 @@ pub fn serve(
     heartbeat: Duration,
     dead_after: Option<Duration>,
     quit: impl Fn() -> bool,
-) -> Result<u64, ServeError> {
+) -> Result<Served, ServeError> {
     let ep = Endpoint::parse(endpoint)?;
     let mut sock = app.transport.socket(SocketKind::Dealer)?;
     sock.set_max_message_size(i64::try_from(app.control_message_limit()).unwrap_or(i64::MAX))?;
@@ -561,7 +582,10 @@ pub fn serve(
             }
             let hb = app.heartbeat();
             beat(&mut sock, &ToController::Heartbeat(hb));
-            return Ok(bad);
+            return Ok(Served {
+                bad_frames: bad,
+                controller_silent: controller_dead,
+            });
         }
         let now = Instant::now();
         // The run's end goes out at once (within a turn of this loop, 50 ms at most), not up
@@ -651,7 +675,10 @@ pub fn serve(
         beat(&mut sock, &ToController::Heartbeat(hb));
         next_beat = Instant::now() + heartbeat;
         if command == Command::Shutdown && app.state() == State::None {
-            return Ok(bad);
+            return Ok(Served {
+                bad_frames: bad,
+                controller_silent: false,
+            });
         }
     }
 }

@@ -1,8 +1,10 @@
 //! What runs of this user whose processes are gone left in the temporary directory: their
-//! runtime directories (`<tmp>/rodeo-<hash>`, the ipc endpoints' socket files), which a run
-//! removes at its end but a run whose controller was killed cannot. A controller removes them
-//! when it starts ([`remove_stale_runtime_dirs`], one log line), as every process's first
-//! shared-memory socket removes what dead processes left in shared memory.
+//! runtime directories (`<tmp>/rodeo-<hash>`, the ipc endpoints' socket files), which a run's
+//! controller removes at its end. When the controller is killed or frozen, the applications
+//! walking themselves down remove it, the last one to close its endpoints
+//! ([`remove_runtime_dir_when_unused`]); what even they cannot (every application killed too)
+//! a controller removes when it starts ([`remove_stale_runtime_dirs`], one log line), as every
+//! process's first shared-memory socket removes what dead processes left in shared memory.
 //!
 //! A runtime directory is stale when it belongs to this user, holds socket files none of which
 //! any process listens on (`/proc/net/unix` lists every bound unix socket by path), and has not
@@ -98,6 +100,40 @@ pub fn remove_stale_runtime_dirs() -> usize {
     removed.len()
 }
 
+/// Removes the runtime directory `dir` of a run whose controller is gone, once no socket in it
+/// is bound any more (every application of the run has closed its endpoints), waiting at most
+/// `wait`. Each application that walks itself down after its controller's death calls this
+/// after closing its own sockets: whichever sees the others' sockets gone removes the directory
+/// (the others find it gone). Returns whether `dir` is gone; a directory still in use after
+/// `wait`, or holding anything but socket files, stays (the next controller's start removes it
+/// once stale, [`remove_stale_runtime_dirs`]).
+pub fn remove_runtime_dir_when_unused(dir: &Path, wait: Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return !dir.exists();
+        };
+        let bound = bound_unix_sockets();
+        let mut in_use = false;
+        for f in entries.flatten() {
+            match f.file_type() {
+                Ok(t) if t.is_socket() => in_use |= bound.contains(&f.path()),
+                // Not a runtime directory's content: not ours to remove.
+                _ => return false,
+            }
+        }
+        if !in_use {
+            // Another application may be removing it at the same moment: gone either way.
+            let _ = std::fs::remove_dir_all(dir);
+            return !dir.exists();
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +170,43 @@ mod tests {
         assert_eq!(stale_runtime_dirs(tmp.path()), vec![dead.clone()]);
         assert!(is_runtime_name("rodeo-0123456789abcdef"));
         assert!(!is_runtime_name("rodeo-bench-12.sock"));
+    }
+
+    /// The last application out removes the directory: not while a socket in it is bound,
+    /// at once when none is; a directory holding anything else stays.
+    #[test]
+    fn a_runtime_dir_goes_once_no_socket_in_it_is_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("rodeo-00000000000000cc");
+        std::fs::create_dir(&dir).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(dir.join("ros-1.sock")).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(dir.join("logger-1.sock")).unwrap());
+        let t0 = std::time::Instant::now();
+        assert!(!remove_runtime_dir_when_unused(
+            &dir,
+            Duration::from_millis(50)
+        ));
+        assert!(
+            t0.elapsed() >= Duration::from_millis(50),
+            "it waited for the socket"
+        );
+        assert!(
+            dir.join("logger-1.sock").exists(),
+            "nothing removed while one is bound"
+        );
+        drop(listener);
+        // A child another test spawns may hold the closed listener until its exec (above).
+        assert!(remove_runtime_dir_when_unused(
+            &dir,
+            Duration::from_secs(10)
+        ));
+        assert!(!dir.exists());
+        // Gone already: nothing to do.
+        assert!(remove_runtime_dir_when_unused(&dir, Duration::ZERO));
+        let other = tmp.path().join("rodeo-00000000000000dd");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("notes.txt"), b"not a socket").unwrap();
+        assert!(!remove_runtime_dir_when_unused(&other, Duration::ZERO));
+        assert!(other.join("notes.txt").exists());
     }
 }

@@ -266,12 +266,40 @@ fn stream_a_readout_node_then_a_logger_killed_are_restarted_and_the_run_balances
     assert!(v["recovered_events"].as_u64().unwrap() > 0, "{v}");
 }
 
+/// The run's ipc runtime directories under the temporary directory (`rodeo-` and 16 hex
+/// digits): the test holds ONE_AT_A_TIME, and cargo runs one test binary at a time.
+fn runtime_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("rodeo-")
+                .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Rounds 2 and 4 over ipc: there the applications walking down also remove the run's runtime
+/// directory (the socket files), which the killed controller cannot.
 #[test]
 fn applications_leave_within_3_s_of_the_controllers_kill_9_five_times_of_five() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for round in 1..=5 {
-        let mut run = Run::start(&config("shm", 3, ""), 60);
+        let kind = if round % 2 == 0 { "ipc" } else { "shm" };
+        let before = runtime_dirs();
+        let mut run = Run::start(&config(kind, 3, ""), 60);
         let marker = run.marker();
+        if kind == "ipc" {
+            assert!(
+                runtime_dirs().iter().any(|d| !before.contains(d)),
+                "round {round}: an ipc run has a runtime directory"
+            );
+        }
         assert_eq!(
             apps_of(&marker).len(),
             5,
@@ -297,6 +325,19 @@ fn applications_leave_within_3_s_of_the_controllers_kill_9_five_times_of_five() 
             .filter(|p| p.to_string_lossy().ends_with(".writing"))
             .collect();
         assert!(open.is_empty(), "round {round}: files left open: {open:?}");
+        // New ones only: a controller's start may remove stale ones older tests left.
+        let new = || -> Vec<PathBuf> {
+            runtime_dirs()
+                .into_iter()
+                .filter(|d| !before.contains(d))
+                .collect()
+        };
+        let clean = holds_within(Duration::from_secs(5), || new().is_empty());
+        assert!(
+            clean,
+            "round {round} ({kind}): runtime directories left: {:?}",
+            new()
+        );
         let _ = run.child.status_with_deadline(Duration::from_secs(10));
     }
 }

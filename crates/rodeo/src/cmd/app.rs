@@ -71,6 +71,10 @@ fn role_parser() -> impl clap::builder::TypedValueParser<Value = Role> {
         .try_map(|s| s.parse::<Role>())
 }
 
+/// How long an application whose controller is gone waits for the run's other applications to
+/// close their ipc endpoints before it leaves their runtime directory to the next controller.
+const RUNTIME_DIR_WAIT: Duration = Duration::from_millis(500);
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
     let config = match &args.config {
@@ -121,7 +125,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
             .context("cannot start the stdin watcher")?;
     }
-    let bad = serve(
+    let served = serve(
         &app,
         &args.control,
         Duration::from_millis(args.heartbeat_ms),
@@ -129,8 +133,28 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         || crate::signal::interrupted() || eof.load(Ordering::SeqCst),
     )
     .with_context(|| format!("{}: control channel {}", args.name, args.control))?;
-    if bad > 0 {
-        eprintln!("{}: {bad} control frames did not decode", args.name);
+    if served.bad_frames > 0 {
+        eprintln!(
+            "{}: {} control frames did not decode",
+            args.name, served.bad_frames
+        );
+    }
+    if served.controller_silent || eof.load(Ordering::SeqCst) {
+        // The controller is gone (or frozen): it will not remove the run's ipc socket files.
+        // The applications walking down do, the last of them to close its endpoints.
+        if let Some(dir) = app.ipc_runtime_dir() {
+            drop(_server);
+            // Our sockets close with the transport's context (libzmq unlinks the files).
+            drop(app);
+            if !rodeo_control::leftovers::remove_runtime_dir_when_unused(&dir, RUNTIME_DIR_WAIT) {
+                eprintln!(
+                    "{}: the runtime directory {} is still in use; the next controller's start \
+                     removes it once nothing listens there",
+                    args.name,
+                    dir.display()
+                );
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
