@@ -50,8 +50,6 @@ struct Inner {
     driver: AppDriver,
     config: Option<PartitionConfig>,
     run_start: Option<Instant>,
-    /// The runtime directory of the ipc endpoints, once a configuration with ipc came.
-    ipc_runtime_dir: Option<std::path::PathBuf>,
 }
 
 /// What the HTTP server answers from while a command holds [`Inner`] (module docs): copied
@@ -142,7 +140,6 @@ impl AppControl {
             driver,
             config,
             run_start: None,
-            ipc_runtime_dir: None,
         };
         AppControl {
             name: name.to_string(),
@@ -154,10 +151,12 @@ impl AppControl {
         }
     }
 
-    /// The runtime directory of the run's ipc endpoints (socket files), once a configuration
-    /// with the ipc transport came; `None` for the other transports.
+    /// The runtime directory of the run's ipc endpoints (socket files), of the configuration
+    /// last taken, when its transport is ipc; `None` for the other transports.
     pub fn ipc_runtime_dir(&self) -> Option<std::path::PathBuf> {
-        self.lock().ipc_runtime_dir.clone()
+        let inner = self.lock();
+        let config = inner.config.as_ref()?;
+        (config.transport.kind == TransportKind::Ipc).then(|| Layout::new(config).runtime)
     }
 
     /// The application's name.
@@ -352,9 +351,6 @@ impl AppControl {
                     }
                     if let Some(n) = rejoin_at {
                         l.rejoin_at(n);
-                    }
-                    if l.transport == TransportKind::Ipc {
-                        inner.ipc_runtime_dir = Some(l.runtime.clone());
                     }
                     layout = Some(l);
                     inner.config = Some(c);

@@ -33,8 +33,34 @@ fn bound_unix_sockets() -> HashSet<PathBuf> {
         .collect()
 }
 
+/// What a runtime directory holds ([`contents`]).
+#[derive(Default)]
+struct Contents {
+    /// Its socket files.
+    sockets: usize,
+    /// One of them is bound now.
+    listened: bool,
+    /// It holds something besides socket files.
+    other: bool,
+}
+
+/// What `dir` holds, its sockets judged bound by `bound`; `None` when it cannot be read.
+fn contents(dir: &Path, bound: &HashSet<PathBuf>) -> Option<Contents> {
+    let mut c = Contents::default();
+    for f in std::fs::read_dir(dir).ok()?.flatten() {
+        match f.file_type() {
+            Ok(t) if t.is_socket() => {
+                c.sockets += 1;
+                c.listened |= bound.contains(&f.path());
+            }
+            _ => c.other = true,
+        }
+    }
+    Some(c)
+}
+
 /// Whether `name` is a runtime directory's name: `rodeo-` and 16 hex digits.
-fn is_runtime_name(name: &str) -> bool {
+pub fn is_runtime_name(name: &str) -> bool {
     name.strip_prefix("rodeo-")
         .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
@@ -53,18 +79,11 @@ pub fn stale_runtime_dirs(tmp: &Path) -> Vec<PathBuf> {
         }
         let age = meta.modified().ok().and_then(|m| m.elapsed().ok());
         let Some(age) = age else { continue };
-        let mut sockets = 0;
-        let mut listened = false;
-        let mut other = false;
-        for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
-            match f.file_type() {
-                Ok(t) if t.is_socket() => {
-                    sockets += 1;
-                    listened |= bound.contains(&f.path());
-                }
-                _ => other = true,
-            }
-        }
+        let Contents {
+            sockets,
+            listened,
+            other,
+        } = contents(&e.path(), &bound).unwrap_or_default();
         let old_enough = if sockets == 0 && !other {
             age >= EMPTY_STALE_AFTER
         } else {
@@ -110,19 +129,14 @@ pub fn remove_stale_runtime_dirs() -> usize {
 pub fn remove_runtime_dir_when_unused(dir: &Path, wait: Duration) -> bool {
     let deadline = std::time::Instant::now() + wait;
     loop {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        let Some(c) = contents(dir, &bound_unix_sockets()) else {
             return !dir.exists();
         };
-        let bound = bound_unix_sockets();
-        let mut in_use = false;
-        for f in entries.flatten() {
-            match f.file_type() {
-                Ok(t) if t.is_socket() => in_use |= bound.contains(&f.path()),
-                // Not a runtime directory's content: not ours to remove.
-                _ => return false,
-            }
+        if c.other {
+            // Not a runtime directory's content: not ours to remove.
+            return false;
         }
-        if !in_use {
+        if !c.listened {
             // Another application may be removing it at the same moment: gone either way.
             let _ = std::fs::remove_dir_all(dir);
             return !dir.exists();

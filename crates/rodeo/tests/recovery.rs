@@ -266,18 +266,13 @@ fn stream_a_readout_node_then_a_logger_killed_are_restarted_and_the_run_balances
     assert!(v["recovered_events"].as_u64().unwrap() > 0, "{v}");
 }
 
-/// The run's ipc runtime directories under the temporary directory (`rodeo-` and 16 hex
-/// digits): the test holds ONE_AT_A_TIME, and cargo runs one test binary at a time.
+/// The runs' ipc runtime directories under the temporary directory: the test holds ONE_AT_A_TIME, and cargo runs one test binary at a time.
 fn runtime_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_prefix("rodeo-")
-                .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        })
+        .filter(|e| rodeo_control::leftovers::is_runtime_name(&e.file_name().to_string_lossy()))
         .map(|e| e.path())
         .collect();
     dirs.sort();
