@@ -33,9 +33,11 @@ pub struct NodeArgs {
     /// Store page size in bytes (64..=16777216, a multiple of 8).
     #[arg(long, default_value_t = 4096, value_parser = cli_values::count(64..=1 << 24))]
     pub page_bytes: usize,
-    /// Input: emulated cards through DMA superpages and the S-LINK checks (`dma`), the
-    /// inline firmware-style generator writing into the store's pages (`firmware`), or per ROB
-    /// a SW ROD fragment builder fed by an emulated FELIX card (`swrod`, see --elinks).
+    /// Input: emulated cards through DMA superpages and the S-LINK checks (`dma`), emulated
+    /// cards writing straight into the store's pages, checked there, as a RobinNP does
+    /// (`dma-pages`: fragments whose whole units fill 80% of a page), the inline
+    /// firmware-style generator writing into the store's pages (`firmware`), or per ROB a SW
+    /// ROD fragment builder fed by an emulated FELIX card (`swrod`, see --elinks).
     #[arg(long, value_enum, default_value = "dma")]
     pub input: InputKind,
     /// With `--input firmware`: write the whole fragment (`full`) or headers only (`headers`,
@@ -89,6 +91,9 @@ pub struct NodeArgs {
 pub enum InputKind {
     /// Emulated card threads, superpages, S-LINK checks.
     Dma,
+    /// Emulated card threads writing into the store's pages (RobinNP-style: no copy), S-LINK
+    /// checks; fragments whose whole units fill at least 80% of a store page.
+    DmaPages,
     /// Inline generator writing straight into store pages.
     Firmware,
     /// Per ROB a SW ROD fragment builder fed by an emulated FELIX card (`--elinks` E-links).
@@ -132,6 +137,9 @@ pub fn node_config(a: &NodeArgs) -> NodeConfig {
             PayloadKind::Headers => Payload::HeadersOnly,
         }),
         InputKind::Dma => NodeInput::Dma {
+            rate_hz: a.input_rate,
+        },
+        InputKind::DmaPages => NodeInput::DmaPages {
             rate_hz: a.input_rate,
         },
         InputKind::Swrod => NodeInput::SwRod {

@@ -201,6 +201,37 @@ fn tester_in_process_with_the_sw_rod_input_balances() {
     );
 }
 
+/// `rodeo tester --input dma-pages`: the cards write into the store's pages, every request of
+/// the mix is answered, nothing lost or bad; a fragment size whose units would waste most of a
+/// page is refused with what to use instead.
+#[test]
+fn tester_in_process_with_the_page_dma_input_balances_and_refuses_a_wasteful_size() {
+    let t = rodeo!()
+        .args(["tester", "--input", "dma-pages", "--channels", "4"])
+        .args(["--fragment-words", "200", "--pages-per-channel", "256"])
+        .args(["--pending-timeout-ms", "10000", "--seconds", "60"])
+        .args(["--events", "4000", "--json"])
+        .output();
+    assert!(t.status.success(), "{}", t.stderr);
+    let v: Value = serde_json::from_str(&t.stdout).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["events"], 4000, "{v}");
+    assert_eq!(row["bad_replies"], 0, "{v}");
+    assert_eq!(row["lost_fragments"], 0, "{v}");
+    assert_eq!(row["unanswered"], 0, "{v}");
+    assert!(row["fragments"].as_u64().unwrap() > 0, "{v}");
+    let refused = rodeo!()
+        .args(["tester", "--input", "dma-pages", "--channels", "2"])
+        .args(["--fragment-words", "350", "--seconds", "5", "--json"])
+        .output();
+    assert!(!refused.status.success(), "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("page DMA input") && refused.stderr.contains("--input dma"),
+        "{}",
+        refused.stderr
+    );
+}
+
 /// `rodeo ros --input swrod` prints the builders' and links' counters with the node's, and
 /// every fragment built is stored or counted dropped at shutdown.
 #[test]

@@ -264,13 +264,7 @@ pub(crate) fn build(
     config: &ChannelSetup<'_>,
     rate_hz: Option<f64>,
 ) -> Result<BuiltInput, NodeError> {
-    let slink = |c: usize| SlinkConfig {
-        source_id: config.base_source_id + c as u32,
-        data_words: WordRange::fixed(config.fragment_words),
-        l1id_wrap: config.l1id_wrap,
-        framing: true,
-        ..SlinkConfig::default()
-    };
+    let slink = |c: usize| slink_config(config, c);
     let framed = slink(0).fragment_words(config.fragment_words);
     if framed > DMA_SUPERPAGE_BYTES / 4 {
         let overhead = framed - config.fragment_words as usize;
@@ -294,6 +288,18 @@ pub(crate) fn build(
             g
         },
     )
+}
+
+/// The emulated S-LINK link of channel `c` of a node's DMA input: framed fragments of
+/// `config.fragment_words` data words, its ROB's source id.
+pub(crate) fn slink_config(config: &ChannelSetup<'_>, c: usize) -> SlinkConfig {
+    SlinkConfig {
+        source_id: config.base_source_id + c as u32,
+        data_words: WordRange::fixed(config.fragment_words),
+        l1id_wrap: config.l1id_wrap,
+        framing: true,
+        ..SlinkConfig::default()
+    }
 }
 
 /// Bytes of the largest superpage of the node's emulated S-LINK (DMA) cards: the largest framed

@@ -5,6 +5,7 @@
 //! | input | module | its `Input` |
 //! |---|---|---|
 //! | emulated S-LINK cards through DMA superpages and the S-LINK checks | [`dma`] | [`DmaInput`] |
+//! | emulated S-LINK cards writing straight into store pages (RobinNP-style), through the S-LINK checks | [`page_dma`] | [`page_dma::PageDmaInput`] |
 //! | the inline firmware-style generator writing into store pages | [`firmware`] | [`FirmwareInput`] |
 //! | raw-data files replayed through emulated S-LINK cards | [`replay`] | [`DmaInput`] |
 //! | per ROB a UDP/TCP receiver of S-LINK fragments | [`network`] | [`DmaInput`] |
@@ -30,6 +31,7 @@ pub mod dma;
 pub mod file;
 pub mod firmware;
 pub mod network;
+pub mod page_dma;
 pub mod progress;
 pub mod replay;
 pub(crate) mod setup;

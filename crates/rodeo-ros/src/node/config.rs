@@ -19,6 +19,14 @@ pub enum NodeInput {
         /// Fragments per second per channel at most (`None`: as fast as the store takes).
         rate_hz: Option<f64>,
     },
+    /// Emulated S-LINK card threads writing framed fragments straight into the store's pages,
+    /// checked and indexed where they lie, as a RobinNP stores them
+    /// ([`crate::inputs::page_dma`]). Only for fragments whose whole units fill most of a page
+    /// (`inputs::page_dma::fits`; else the node is not built). `rate_hz` as for `Dma`.
+    DmaPages {
+        /// Fragments per second per channel at most (`None`: as fast as the store takes).
+        rate_hz: Option<f64>,
+    },
     /// The inline generator writing fragments straight into store pages (no card threads).
     Firmware(Payload),
     /// One SW ROD for all channels (ROBs): per ROB a single-thread fragment builder

@@ -37,7 +37,7 @@ use crate::inputs::progress::ProgressInput;
 use crate::inputs::setup::BuiltInput;
 use crate::inputs::watch::LaneProbe;
 use crate::inputs::{
-    dma, file, network, replay, FirmwareInput, InputWatch, NetTotals, ReadoutProgress,
+    dma, file, network, page_dma, replay, FirmwareInput, InputWatch, NetTotals, ReadoutProgress,
 };
 use crate::server::{DirectClient, Input, RequestServer, ServerCounters, Stopped};
 use crate::store::{EventStore, StoreConfig};
@@ -235,6 +235,20 @@ impl Parts {
                 errors: None,
                 net: Vec::new(),
             },
+            NodeInput::DmaPages { rate_hz } => {
+                if !page_dma::fits(&setup, store.page_words()) {
+                    return Err(NodeError::Config(format!(
+                        "the page DMA input stores whole fragments only, and {} data words \
+                         per fragment fill less than {}% of a store page of {} words: use \
+                         `--input dma` (superpages, fragments packed and chained across \
+                         pages), or another fragment or page size",
+                        config.fragment_words,
+                        100 * page_dma::MIN_PAGE_USE.0 / page_dma::MIN_PAGE_USE.1,
+                        store.page_words()
+                    )));
+                }
+                page_dma::build(&setup, store.pages_per_channel(), *rate_hz)?
+            }
             NodeInput::Dma { rate_hz } => dma::build(&setup, *rate_hz)?,
             NodeInput::Replay(r) => replay::build(&setup, r)?,
             NodeInput::Network(n) => network::build(&setup, n)?,
@@ -245,6 +259,7 @@ impl Parts {
         store.set_runs_ahead(matches!(
             config.input,
             NodeInput::Dma { .. }
+                | NodeInput::DmaPages { .. }
                 | NodeInput::Firmware(_)
                 | NodeInput::SwRod { .. }
                 | NodeInput::Replay(_)

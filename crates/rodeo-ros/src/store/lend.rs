@@ -57,6 +57,9 @@ pub struct LentPage {
     /// The store indexed a fragment of it: readers may hold its words, so nobody writes it
     /// any more.
     sealed: bool,
+    /// The end (word offset) of the furthest fragment the store indexed on it: the store
+    /// writes a ROB header only past it ([`EventStore::adopt_rod`]).
+    adopted_end: usize,
 }
 
 impl std::fmt::Debug for LentPage {
@@ -102,6 +105,12 @@ impl LentPage {
     /// Words per page.
     pub fn page_words(&self) -> usize {
         self.table.page_words()
+    }
+
+    /// Hints the CPU to bring the cache line holding word `offset` of the page into cache
+    /// (nothing past the page's end). Never reads or writes memory.
+    pub fn prefetch(&self, offset: usize) {
+        self.table.prefetch(self.page, offset);
     }
 
     /// Where the first of fragments of `words` words (header included) goes in this page:
@@ -151,6 +160,7 @@ impl EventStore {
             page: p,
             source_id: ch.source_id,
             sealed: false,
+            adopted_end: 0,
         })
     }
 
@@ -182,6 +192,7 @@ impl EventStore {
         );
         let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
         lent.sealed = true;
+        lent.adopted_end = lent.adopted_end.max(offset + words);
         let loc = Location {
             page: p,
             offset: offset as u32,
@@ -221,6 +232,44 @@ impl EventStore {
         ch.counters.words += words as u64;
         note_l1id(ch, l1id);
         Ok(Ingested::Stored)
+    }
+
+    /// Indexes on channel `c` the ROD fragment of `rod_words` words that a card wrote at word
+    /// `offset + ROB_HEADER_WORDS` of the lent page (now back on the store thread), under
+    /// extended L1ID `l1id`, after writing its 8-word ROB header with `status` into the
+    /// [`ROB_HEADER_WORDS`] before it (the card's headroom): the page DMA input
+    /// (`inputs::page_dma`), a RobinNP's way of storing fragments where the card put them.
+    /// Otherwise as [`EventStore::adopt`] (a refused fragment may be offered again).
+    ///
+    /// # Panics
+    ///
+    /// As [`EventStore::adopt`], and when the header would overlap a fragment already indexed
+    /// on the page (`offset` before the end of the furthest one).
+    pub fn adopt_rod(
+        &mut self,
+        c: usize,
+        lent: &mut LentPage,
+        offset: usize,
+        rod_words: usize,
+        l1id: u32,
+        status: Status,
+    ) -> Result<Ingested, IngestError> {
+        let words = ROB_HEADER_WORDS + rod_words;
+        let p = lent.page;
+        assert!(
+            Arc::ptr_eq(&lent.table, &self.table)
+                && usize::from(self.page_channel[p as usize]) == c
+                && offset >= lent.adopted_end
+                && offset + words <= self.page_words,
+            "ROB header of a fragment outside channel {c}'s lent page {p} or over an indexed one"
+        );
+        // SAFETY: the lent page's holder (`&mut lent`, on this thread: it came back through
+        // the card's queue, whose pop orders the card's writes before this) is the page's one
+        // writer; these words lie past every fragment indexed on it (asserted), so no reply
+        // refers to them and no other reference to them exists while the slice lives.
+        let header = unsafe { self.table.slice_mut(p, offset, ROB_HEADER_WORDS) };
+        header.copy_from_slice(&rob_header(lent.source_id, words, status));
+        self.adopt(c, lent, offset, words, l1id)
     }
 
     /// Ends the lend of `lent` on the store thread: the page is free again once no adopted
@@ -348,6 +397,43 @@ mod tests {
             1,
             "only the copied fragment's page"
         );
+    }
+
+    /// A ROD fragment a card wrote behind a headroom gets its ROB header there and is answered
+    /// as one ROB fragment; a header over an indexed fragment is refused.
+    #[test]
+    fn adopt_rod_writes_the_header_into_the_headroom() {
+        let (_pool, mut st) = store(8);
+        let mut lent = st.lend(0).expect("free pages");
+        for (at, l1id) in [(0usize, 4u32), (20, 5)] {
+            let w = &mut lent.words_mut()[at..at + 20];
+            w[..8].fill(0xeeee_eeee);
+            for (i, x) in w[8..].iter_mut().enumerate() {
+                *x = l1id * 100 + i as u32;
+            }
+            w[8 + 5] = l1id;
+        }
+        let bad = Status::DATA_CORRUPTION;
+        assert_eq!(
+            st.adopt_rod(0, &mut lent, 0, 12, 4, Status::OK),
+            Ok(Ingested::Stored)
+        );
+        assert_eq!(
+            st.adopt_rod(0, &mut lent, 20, 12, 5, bad),
+            Ok(Ingested::Stored)
+        );
+        for (l1id, status) in [(4, Status::OK), (5, bad)] {
+            let mut words = Vec::new();
+            assert!(st.with_segments(0, l1id, |r| words.extend_from_slice(r.words())));
+            assert_eq!(words.len(), 20);
+            assert_eq!(words[..8], lent.rob_header(20, status));
+            assert_eq!(words[8 + 5], l1id);
+        }
+        let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = st.adopt_rod(0, &mut lent, 30, 2, 6, Status::OK);
+        }));
+        assert!(over.is_err(), "a header over fragment 5 is refused");
+        st.take_back(lent);
     }
 }
 

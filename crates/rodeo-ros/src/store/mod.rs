@@ -428,6 +428,13 @@ impl EventStore {
         k
     }
 
+    /// Pages of channel `c` lent: to a writer with no fragment on them yet, or holding
+    /// fragments ahead of the L1 front (module docs); what [`ChannelCounters::lent_pages`]
+    /// reports.
+    pub fn lent_pages(&self, c: usize) -> usize {
+        lent_pages(&self.channels[c], self.l1_front, self.pages_per_channel)
+    }
+
     /// Marks the input as one that runs ahead of the L1 (an emulated card, a replay): pages
     /// whose first fragment is newer than the L1 front count as lent, not fill (module docs).
     /// Off by default (a real input's every fragment is fill).
