@@ -159,6 +159,20 @@ fn bench_ros_tcp_json_shape() {
     bench("tcp");
 }
 
+/// The tester's JSON after a successful run of `events` events, checked balanced: every
+/// request answered, no bad reply, no lost fragment, some fragments moved.
+fn balanced_tester_row(t: &rodeo_testkit::cli::Output, events: u64) -> Value {
+    assert!(t.status.success(), "{}", t.stderr);
+    let v: Value = serde_json::from_str(&t.stdout).unwrap();
+    let row = &v["rows"][0];
+    assert_eq!(row["events"], events, "{v}");
+    assert_eq!(row["bad_replies"], 0, "{v}");
+    assert_eq!(row["lost_fragments"], 0, "{v}");
+    assert_eq!(row["unanswered"], 0, "{v}");
+    assert!(row["fragments"].as_u64().unwrap() > 0, "{v}");
+    v
+}
+
 /// `rodeo tester --input swrod`: an in-process node fed by SW ROD fragment builders answers
 /// every request of the mix, nothing lost, nothing bad.
 #[test]
@@ -178,15 +192,9 @@ fn tester_in_process_with_the_sw_rod_input_balances() {
         .args(["--pending-timeout-ms", "10000", "--seconds", "60"])
         .args(["--events", "4000", "--json"])
         .output();
-    assert!(t.status.success(), "{}", t.stderr);
-    let v: Value = serde_json::from_str(&t.stdout).unwrap();
+    let v = balanced_tester_row(&t, 4000);
     let row = &v["rows"][0];
-    assert_eq!(row["events"], 4000, "{v}");
-    assert_eq!(row["bad_replies"], 0, "{v}");
-    assert_eq!(row["lost_fragments"], 0, "{v}");
-    assert_eq!(row["unanswered"], 0, "{v}");
     assert_eq!(row["clears"], 40, "{v}");
-    assert!(row["fragments"].as_u64().unwrap() > 0, "{v}");
     // The in-process node's own figures: its SW ROD sinks wrote into lent store pages.
     let node = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
     assert!(node("node_swrod_fragments") >= 4 * 4000, "{v}");
@@ -212,14 +220,7 @@ fn tester_in_process_with_the_page_dma_input_balances_and_refuses_a_wasteful_siz
         .args(["--pending-timeout-ms", "10000", "--seconds", "60"])
         .args(["--events", "4000", "--json"])
         .output();
-    assert!(t.status.success(), "{}", t.stderr);
-    let v: Value = serde_json::from_str(&t.stdout).unwrap();
-    let row = &v["rows"][0];
-    assert_eq!(row["events"], 4000, "{v}");
-    assert_eq!(row["bad_replies"], 0, "{v}");
-    assert_eq!(row["lost_fragments"], 0, "{v}");
-    assert_eq!(row["unanswered"], 0, "{v}");
-    assert!(row["fragments"].as_u64().unwrap() > 0, "{v}");
+    balanced_tester_row(&t, 4000);
     let refused = rodeo!()
         .args(["tester", "--input", "dma-pages", "--channels", "2"])
         .args(["--fragment-words", "350", "--seconds", "5", "--json"])

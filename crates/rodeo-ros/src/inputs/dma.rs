@@ -145,11 +145,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
     }
 
     fn slink_counters(&self) -> SlinkCounters {
-        let mut t = SlinkCounters::default();
-        for l in &self.lanes {
-            t.add(l.checker.counters());
-        }
-        t
+        checker_totals(self.lanes.iter().map(|l| &l.checker))
     }
 
     fn stalls(&self) -> u64 {
@@ -166,6 +162,17 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
             l.current.is_none() && !s.link_up && s.ready_queue_len == 0
         })
     }
+}
+
+/// The counters of `checkers` (one per channel) summed.
+pub(crate) fn checker_totals<'a>(
+    checkers: impl Iterator<Item = &'a SlinkChecker>,
+) -> SlinkCounters {
+    let mut t = SlinkCounters::default();
+    for c in checkers {
+        t.add(c.counters());
+    }
+    t
 }
 
 /// How many fragments ahead of the checks [`DmaInput`] prefetches a sized superpage's words.

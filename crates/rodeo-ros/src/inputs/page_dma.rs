@@ -43,7 +43,7 @@ use rodeo_cards::dma::{
 use rodeo_cards::generator::SlinkGenerator;
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
-use super::dma::{slink_config, CHANNELS_PER_CARD};
+use super::dma::{checker_totals, slink_config, CHANNELS_PER_CARD};
 use super::setup::{error_file, BuiltInput, ChannelSetup};
 use super::watch::{LaneErrors, LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
@@ -316,11 +316,7 @@ impl Input for PageDmaInput {
     }
 
     fn slink_counters(&self) -> SlinkCounters {
-        let mut t = SlinkCounters::default();
-        for l in &self.lanes {
-            t.add(l.checker.counters());
-        }
-        t
+        checker_totals(self.lanes.iter().map(|l| &l.checker))
     }
 
     fn stalls(&self) -> u64 {
