@@ -260,31 +260,30 @@ impl PageDmaInput {
                     }
                 };
                 if let Some((rod_at, rod_words, l1id, status)) = found {
-                    if rod_at == 0 {
-                        // No begin word before it: no room for its ROB header (counted by the
-                        // checks as missing its begin word); dumped, not stored.
-                        let words = r
-                            .filled
-                            .superpage
-                            .words(r.unit_at + HEADROOM_WORDS, rod_words);
-                        self.dump.dump(c, words);
-                    } else {
-                        let offset = r.unit_at + HEADROOM_WORDS + rod_at - ROB_HEADER_WORDS;
-                        let adopted = store.adopt_rod(
-                            c,
-                            &mut r.filled.superpage,
-                            offset,
-                            rod_words,
-                            l1id,
-                            status,
-                        );
-                        if let Err(IngestError::Full) = adopted {
-                            // Offered again on a later poll.
-                            lane.checker.unread();
-                            r.pos = before;
-                            blocked = true;
-                            break;
-                        }
+                    // Its ROB header goes in the 8 words before it: the headroom and begin word
+                    // of a well-formed unit; in a damaged one, words the checks dropped.
+                    let rod_offset = r.unit_at + HEADROOM_WORDS + rod_at;
+                    let page = &r.filled.superpage;
+                    let header_at = rod_offset
+                        .checked_sub(ROB_HEADER_WORDS)
+                        .filter(|&o| o >= page.indexed_end());
+                    let Some(offset) = header_at else {
+                        // No room for the header before it (no begin word at the unit's
+                        // start, or right behind a fragment just stored: counted by the checks
+                        // as a missing begin word): dumped, not stored.
+                        self.dump.dump(c, page.words(rod_offset, rod_words));
+                        consumed += 1;
+                        budget -= 1;
+                        continue;
+                    };
+                    let page = &mut r.filled.superpage;
+                    let adopted = store.adopt_rod(c, page, offset, rod_words, l1id, status);
+                    if let Err(IngestError::Full) = adopted {
+                        // Offered again on a later poll.
+                        lane.checker.unread();
+                        r.pos = before;
+                        blocked = true;
+                        break;
                     }
                 }
                 consumed += 1;
@@ -441,6 +440,8 @@ mod tests {
     use rodeo_format::fragment::{RobFragment, Status};
     use rodeo_format::synth::check_counter;
     use rodeo_memory::{PagePool, PagePoolConfig};
+
+    use rodeo_cards::generator::{SlinkConfig, WordRange};
 
     use super::*;
     use crate::store::{Lookup, StoreConfig};
@@ -698,6 +699,69 @@ mod tests {
         }
         assert_eq!(st.counters(0).fragments, 60);
         assert_eq!(st.lookup(0, 59), Lookup::Present);
+        input.release(&mut st);
+    }
+
+    /// Units holding two fragments, the second without a begin word, then zero words.
+    struct TwoInOne {
+        inner: SlinkGenerator,
+        framed_words: usize,
+    }
+
+    impl Generator for TwoInOne {
+        fn fill(&mut self, buf: &mut [u8], max_units: u64) -> Fill {
+            let bytes = 4 * self.framed_words;
+            let mut fill = Fill::default();
+            if max_units == 0 || buf.len() < bytes {
+                return fill;
+            }
+            let out = &mut buf[..bytes];
+            out.fill(0);
+            let word = |out: &mut [u8], at: usize, w: u32| {
+                out[at..at + 4].copy_from_slice(&w.to_le_bytes());
+            };
+            word(out, 0, rodeo_format::fragment::SLINK_BEGIN);
+            let a = self.inner.fill(&mut out[4..], 1).bytes;
+            word(out, 4 + a, rodeo_format::fragment::SLINK_END);
+            let b = self.inner.fill(&mut out[8 + a..], 1).bytes;
+            assert!(
+                8 + a + b < bytes,
+                "room for the words after the second fragment"
+            );
+            fill.push_unit(bytes);
+            fill
+        }
+    }
+
+    /// A unit holding two fragments, the second without a begin word, then words that are
+    /// none: the checks find both, the first is stored, the second (its ROB header would
+    /// overlap the first) is dumped, nothing panics, and the units after it are stored.
+    #[test]
+    fn a_damaged_unit_with_two_fragments_is_counted_not_a_panic() {
+        let config = setup(1, 20);
+        let (_pool, mut st) = store(1, 512, 64);
+        st.note_l1(1000);
+        let framed_words = unit_words(&config) - HEADROOM_WORDS;
+        let BuiltInput { mut input, .. } = with_generators(&config, 8, None, |c| Headroom {
+            inner: TwoInOne {
+                inner: SlinkGenerator::new(SlinkConfig {
+                    framing: false,
+                    data_words: WordRange::fixed(0),
+                    ..slink_config(&config, c)
+                }),
+                framed_words,
+            },
+        })
+        .unwrap();
+        // Units of L1IDs (0, 1), (2, 3), ...: the even ones stored.
+        poll_until(input.as_mut(), &mut st, |st| st.counters(0).fragments >= 20);
+        assert!(input.slink_counters().errors() > 0);
+        for l1id in (0..40u32).step_by(2) {
+            let words = stored(&st, 0, l1id);
+            let rob = RobFragment::parse(&words).unwrap();
+            assert_eq!(rob.rod().extended_l1id(), l1id);
+            assert_eq!(rob.source_id().word(), SOURCE);
+        }
         input.release(&mut st);
     }
 }

@@ -107,6 +107,12 @@ impl LentPage {
         self.table.page_words()
     }
 
+    /// The end (word offset) of the furthest fragment the store indexed on the page (0: none):
+    /// [`EventStore::adopt_rod`] writes a ROB header only from here on.
+    pub fn indexed_end(&self) -> usize {
+        self.adopted_end
+    }
+
     /// Hints the CPU to bring the cache line holding word `offset` of the page into cache
     /// (nothing past the page's end). Never reads or writes memory.
     pub fn prefetch(&self, offset: usize) {
@@ -192,7 +198,6 @@ impl EventStore {
         );
         let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
         lent.sealed = true;
-        lent.adopted_end = lent.adopted_end.max(offset + words);
         let loc = Location {
             page: p,
             offset: offset as u32,
@@ -209,6 +214,9 @@ impl EventStore {
                 return Err(IngestError::Full);
             }
         }
+        // Indexed: from here on a reply may read these words (a refused fragment, above, may
+        // be offered again at the same offset).
+        lent.adopted_end = lent.adopted_end.max(offset + words);
         // The fragment's hold; the page's first adds the store's shared reference beside the
         // lend's.
         let h = &mut self.holds[p as usize];
@@ -433,6 +441,44 @@ mod tests {
             let _ = st.adopt_rod(0, &mut lent, 30, 2, 6, Status::OK);
         }));
         assert!(over.is_err(), "a header over fragment 5 is refused");
+        st.take_back(lent);
+    }
+
+    /// A fragment refused for a full index is offered again at the same place once a clear
+    /// made room, and stored.
+    #[test]
+    fn adopt_rod_refused_for_a_full_index_is_taken_at_the_same_offset_later() {
+        let pool = PagePool::new(PagePoolConfig {
+            page_bytes: 1024,
+            pages: 8,
+            ..PagePoolConfig::default()
+        })
+        .unwrap();
+        // The smallest index: 7 entries (the table's load limit), a page of 12 fragments.
+        let mut config = StoreConfig::with_channels(1, 7, 8);
+        config.index_capacity = 1;
+        let mut st = EventStore::new(&pool, &config).unwrap();
+        let mut lent = st.lend(0).expect("free pages");
+        for i in 0..12usize {
+            lent.words_mut()[20 * i + 8 + 5] = 10 + i as u32;
+        }
+        let mut refused = None;
+        for i in 0..12usize {
+            let l1id = 10 + i as u32;
+            match st.adopt_rod(0, &mut lent, 20 * i, 12, l1id, Status::OK) {
+                Ok(r) => assert_eq!(r, Ingested::Stored),
+                Err(e) => {
+                    assert_eq!(e, IngestError::Full);
+                    refused = Some((i, l1id));
+                    break;
+                }
+            }
+        }
+        let (i, l1id) = refused.expect("the index filled before the page");
+        st.clear([10]);
+        let again = st.adopt_rod(0, &mut lent, 20 * i, 12, l1id, Status::OK);
+        assert_eq!(again, Ok(Ingested::Stored));
+        assert_eq!(st.lookup(0, l1id), Lookup::Present);
         st.take_back(lent);
     }
 }
