@@ -15,6 +15,10 @@ use super::Controller;
 /// that says which application made a transition slow.
 pub(super) const SLOW_ANSWER: Duration = Duration::from_secs(5);
 
+/// How the reply of a command that could not be sent begins (`cannot send stop: ...`): the
+/// control socket found no connection to the application.
+pub(super) const SEND_FAILED: &str = "cannot send";
+
 /// Logs `name`'s answer to `what` when it took [`SLOW_ANSWER`] or more.
 fn slow(name: &str, what: &str, took: Duration) {
     if took >= SLOW_ANSWER {
@@ -104,6 +108,34 @@ impl Controller {
         }
     }
 
+    /// True when application `i` is dead, or when `error` says its command could not be sent
+    /// and the monitor sees it dead within twice the heartbeat's `dead_after`: a killed
+    /// application's control connection goes before the monitor sees its process end, so a
+    /// command sent in between finds no peer ([`SEND_FAILED`]). Any other failure is not waited
+    /// on.
+    pub(super) fn dead_or_gone(&self, i: usize, error: &str) -> bool {
+        let mut t = self.state.table();
+        if t.apps[i].dead || !error.starts_with(SEND_FAILED) {
+            return t.apps[i].dead;
+        }
+        let deadline = Instant::now() + 2 * self.state.dead_after;
+        loop {
+            if t.apps[i].dead {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            t = self
+                .state
+                .changed
+                .wait_timeout(t, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     /// An up or down command through every live application, in dependency order.
     pub(super) fn step(&self, command: Command) -> Result<(), (String, String)> {
         let n = self.state.table().apps.len();
@@ -137,7 +169,7 @@ impl Controller {
             if let Err(e) = self.send_command(i, command, run, timeout) {
                 // One that died during a downward command is skipped as one dead before it:
                 // its death had its policy applied when it was seen (`Table::dead`).
-                if command.is_downward() && self.state.table().apps[i].dead {
+                if command.is_downward() && self.dead_or_gone(i, &e) {
                     continue;
                 }
                 return Err((name, e));

@@ -292,6 +292,42 @@ mod tests {
         assert_eq!(c.command(Command::Shutdown).unwrap(), State::None);
     }
 
+    /// A command that found no connection to its application (a killed one's goes before its
+    /// process's end is seen) waits for the application's death to be seen, at most twice the
+    /// heartbeat's dead time, before it counts as a failure; any other failure does not wait.
+    #[test]
+    fn a_command_that_finds_no_peer_waits_for_the_death_to_be_seen() {
+        use crate::application::RunEnd;
+        let mut config = PartitionConfig::default();
+        config.control.heartbeat_ms = 100;
+        config.control.dead_after_ms = 200;
+        let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
+        let e = c
+            .send_command(0, Command::Stop, RunEnd::default(), Duration::from_secs(5))
+            .unwrap_err();
+        assert!(e.starts_with(commands::SEND_FAILED), "{e}");
+        // Nobody sees it die: a failure, after the wait.
+        let asked = std::time::Instant::now();
+        assert!(!c.dead_or_gone(0, &e));
+        let waited = asked.elapsed();
+        assert!(waited >= Duration::from_millis(400), "{waited:?}");
+        // Another failure is not waited on.
+        let asked = std::time::Instant::now();
+        assert!(!c.dead_or_gone(0, "no reply to stop within 5 ms"));
+        assert!(asked.elapsed() < Duration::from_millis(100));
+        // Its death seen while the command waits: skipped as dead.
+        let state = Arc::clone(&c.state);
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            state
+                .table()
+                .dead(0, "its process exited (signal 9)".into());
+            state.changed.notify_all();
+        });
+        assert!(c.dead_or_gone(0, &e));
+        killer.join().unwrap();
+    }
+
     /// A command goes through the monitor's outbox to its application and the reply comes
     /// back; one to an application that is not connected fails at once naming the send, not
     /// after the command's timeout.

@@ -11,6 +11,7 @@ use crate::channel::{self, ToApp, ToController};
 use crate::lifecycle::State;
 use crate::metrics::AppMetrics;
 
+use super::commands::SEND_FAILED;
 use super::state::ControllerState;
 
 /// How long the monitor waits for a message at most before it looks at liveness and pings.
@@ -156,7 +157,7 @@ impl ControllerState {
                     a.reply = Some((
                         o.seq,
                         state,
-                        Some(format!("cannot send {}: {e}", o.command)),
+                        Some(format!("{SEND_FAILED} {}: {e}", o.command)),
                     ));
                 }
             }
