@@ -91,20 +91,16 @@ impl Controller {
                     a.error.clone().unwrap_or_default()
                 ));
             }
-            let now = Instant::now();
-            if now >= deadline {
-                a.waiting = None;
-                return Err(format!(
-                    "no reply to {command} within {} ms",
-                    timeout.as_millis()
-                ));
-            }
-            t = self
-                .state
-                .changed
-                .wait_timeout(t, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            t = match self.state.wait_changed(t, deadline) {
+                Ok(t) => t,
+                Err(mut t) => {
+                    t.apps[i].waiting = None;
+                    return Err(format!(
+                        "no reply to {command} within {} ms",
+                        timeout.as_millis()
+                    ));
+                }
+            };
         }
     }
 
@@ -119,21 +115,13 @@ impl Controller {
             return t.apps[i].dead;
         }
         let deadline = Instant::now() + 2 * self.state.dead_after;
-        loop {
-            if t.apps[i].dead {
-                return true;
+        while !t.apps[i].dead {
+            match self.state.wait_changed(t, deadline) {
+                Ok(next) => t = next,
+                Err(_) => return false,
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            t = self
-                .state
-                .changed
-                .wait_timeout(t, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
         }
+        true
     }
 
     /// An up or down command through every live application, in dependency order.

@@ -147,23 +147,19 @@ impl Controller {
                 }
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= deadline {
-                let a = t.apps.iter().find(|a| !a.hello).map(|a| a.name.clone());
-                return Err((
-                    a.unwrap_or_default(),
-                    format!(
-                        "no hello within {} ms of being started",
-                        self.config.control.spawn_timeout_ms
-                    ),
-                ));
-            }
-            t = self
-                .state
-                .changed
-                .wait_timeout(t, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            t = match self.state.wait_changed(t, deadline) {
+                Ok(t) => t,
+                Err(t) => {
+                    let a = t.apps.iter().find(|a| !a.hello).map(|a| a.name.clone());
+                    return Err((
+                        a.unwrap_or_default(),
+                        format!(
+                            "no hello within {} ms of being started",
+                            self.config.control.spawn_timeout_ms
+                        ),
+                    ));
+                }
+            };
         }
     }
 

@@ -207,19 +207,15 @@ impl Controller {
             if a.hello {
                 break;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(format!(
-                    "no hello within {} ms of being started",
-                    timeout.as_millis()
-                ));
-            }
-            t = self
-                .state
-                .changed
-                .wait_timeout(t, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            t = match self.state.wait_changed(t, deadline) {
+                Ok(t) => t,
+                Err(_) => {
+                    return Err(format!(
+                        "no hello within {} ms of being started",
+                        timeout.as_millis()
+                    ))
+                }
+            };
         }
         // Ahead of the L1 by what it issues in REJOIN_AHEAD: the node must start past every
         // event decided before it can receive clears, or those fragments would never be

@@ -233,6 +233,25 @@ impl ControllerState {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits with the table `t` for a change (a reply, a hello, a death) until `deadline`:
+    /// `Ok` with the table again after a wait (notified or timed out), `Err` with it as it was
+    /// when the deadline had already passed, for the caller to say what did not come.
+    pub(super) fn wait_changed<'a>(
+        &self,
+        t: MutexGuard<'a, Table>,
+        deadline: Instant,
+    ) -> Result<MutexGuard<'a, Table>, MutexGuard<'a, Table>> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(t);
+        }
+        Ok(self
+            .changed
+            .wait_timeout(t, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0)
+    }
+
     /// Queues `out` for the monitor thread and rings its bell. A ring that cannot go (the
     /// bell's queue full: the monitor is behind) loses nothing: the monitor looks at the
     /// queue on every turn, at the latest after its wait.

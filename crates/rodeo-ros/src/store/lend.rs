@@ -306,13 +306,25 @@ mod tests {
     use rodeo_memory::{PagePool, PagePoolConfig};
 
     fn store(pages: usize) -> (PagePool, EventStore) {
+        store_with(256, pages, 0)
+    }
+
+    /// One channel of `pages` pages of `page_bytes`, its index sized `index_capacity` (0: the
+    /// store's default).
+    fn store_with(
+        page_bytes: usize,
+        pages: usize,
+        index_capacity: usize,
+    ) -> (PagePool, EventStore) {
         let pool = PagePool::new(PagePoolConfig {
-            page_bytes: 256,
+            page_bytes,
             pages,
             ..PagePoolConfig::default()
         })
         .unwrap();
-        let store = EventStore::new(&pool, &StoreConfig::with_channels(1, 7, pages)).unwrap();
+        let mut config = StoreConfig::with_channels(1, 7, pages);
+        config.index_capacity = index_capacity;
+        let store = EventStore::new(&pool, &config).unwrap();
         (pool, store)
     }
 
@@ -448,16 +460,8 @@ mod tests {
     /// made room, and stored.
     #[test]
     fn adopt_rod_refused_for_a_full_index_is_taken_at_the_same_offset_later() {
-        let pool = PagePool::new(PagePoolConfig {
-            page_bytes: 1024,
-            pages: 8,
-            ..PagePoolConfig::default()
-        })
-        .unwrap();
         // The smallest index: 7 entries (the table's load limit), a page of 12 fragments.
-        let mut config = StoreConfig::with_channels(1, 7, 8);
-        config.index_capacity = 1;
-        let mut st = EventStore::new(&pool, &config).unwrap();
+        let (_pool, mut st) = store_with(1024, 8, 1);
         let mut lent = st.lend(0).expect("free pages");
         for i in 0..12usize {
             lent.words_mut()[20 * i + 8 + 5] = 10 + i as u32;
