@@ -11,12 +11,12 @@
 
 use std::sync::Arc;
 
-use rodeo_cards::dma::{DmaChannel, EmulatedChannel, EmulatedConfig, Filled, Generator};
+use rodeo_cards::dma::{DmaChannel, EmulatedConfig, Filled, Generator};
 use rodeo_cards::generator::{SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 use rodeo_memory::{RegionOptions, Superpage, SuperpagePool, SuperpagePoolConfig};
 
-use super::setup::{error_file, BuiltInput, ChannelSetup};
+use super::setup::{error_file, start_card, BuiltInput, ChannelSetup};
 use super::watch::{LaneErrors, LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
 use crate::server::input::{Input, POLL_BUDGET};
@@ -218,14 +218,11 @@ pub(crate) fn emulated_cards<G: Generator>(
     };
     let channels: Vec<usize> = (0..config.channels).collect();
     for (k, group) in channels.chunks(CHANNELS_PER_CARD).enumerate() {
-        let card = EmulatedChannel::start_card(
-            &format!("slink{k}"),
+        let card = start_card(
+            config,
+            k,
             group.iter().map(|&c| (card_config, generator(c))).collect(),
-        )
-        .map_err(|source| NodeError::Io {
-            what: format!("starting card thread slink{k}"),
-            source,
-        })?;
+        )?;
         for ch in card {
             for _ in 0..depth {
                 let s = sp

@@ -21,10 +21,12 @@
 //! ([`fits`]; else the node is not built): a page holds only whole units, so the rest of it is
 //! lost to the store. The partition's `dma` input keeps the superpage input and its copy
 //! ([`super::dma`], which packs and chains fragments across pages): measured against it in
-//! `rodeo run` (default partition), this input took 20% less CPU per L1 accept in one process
-//! and ran 8% faster, but with `--processes` it took 10% less and ran 9% slower, not yet
-//! explained
-//! (docs/benchmarks-history-2026-12a.md, "tenth session").
+//! `rodeo bench partition` (default partition, both cards on the node's core CPU,
+//! [`super::setup::start_card`]), this input took 6.0 us per L1 accept at 292 kHz in one
+//! process against 7.1 us at 247 kHz, but with `--processes` 8.4-9.0 us at 196-215 kHz against
+//! 8.2-8.3 us at 223-225 kHz: slower there, its card thread costing 1.7-1.9 us per L1 accept
+//! against 1.1 in one process, not yet explained (docs/benchmarks-history-2026-12a.md, "tenth
+//! session" and "eleventh session").
 //!
 //! # Back-pressure
 //!
@@ -44,7 +46,7 @@ use rodeo_cards::generator::SlinkGenerator;
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
 use super::dma::{checker_totals, slink_config, CHANNELS_PER_CARD};
-use super::setup::{error_file, BuiltInput, ChannelSetup};
+use super::setup::{error_file, start_card, BuiltInput, ChannelSetup};
 use super::watch::{LaneErrors, LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
 use crate::server::input::{Input, POLL_BUDGET};
@@ -400,11 +402,7 @@ fn with_generators<G: Generator>(
     let channels: Vec<usize> = (0..config.channels).collect();
     for (k, group) in channels.chunks(CHANNELS_PER_CARD).enumerate() {
         let generators = group.iter().map(|&c| (card_config, generator(c)));
-        let card = EmulatedChannel::start_card(&format!("slink{k}"), generators.collect())
-            .map_err(|source| NodeError::Io {
-                what: format!("starting card thread slink{k}"),
-                source,
-            })?;
+        let card = start_card(config, k, generators.collect())?;
         for ch in card {
             probes.push(LaneProbe {
                 address: "emulated".to_string(),
@@ -456,6 +454,7 @@ mod tests {
             l1id_wrap: 1 << 24,
             first_event: 0,
             error_file: None,
+            card_cpu: None,
         }
     }
 

@@ -144,6 +144,7 @@ impl NodeConfig {
             l1id_wrap: self.l1id_wrap,
             first_event: self.first_event,
             error_file: self.error_file.as_deref(),
+            card_cpu: self.core_cpu,
         }
     }
 }
