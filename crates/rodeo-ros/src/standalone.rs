@@ -75,7 +75,8 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 1 << 24,
           value_parser = clap::value_parser!(u32).range(i64::from(cli_values::MIN_L1ID_WRAP)..=1 << 24))]
     pub l1id_wrap: u32,
-    /// Pin the node's core thread to this CPU (default: the kernel places it).
+    /// Pin the node's core thread to this CPU, with its emulated S-LINK cards' engine threads
+    /// (default: the kernel places them).
     #[arg(long, value_name = "CPU")]
     pub core_cpu: Option<usize>,
     /// Largest incoming message, in bytes; a peer sending a larger one is disconnected
