@@ -24,9 +24,9 @@
 //! `rodeo bench partition` (default partition, both cards on the node's core CPU,
 //! [`super::setup::start_card`]), this input took 6.0 us per L1 accept at 292 kHz in one
 //! process against 7.1 us at 247 kHz, but with `--processes` 8.4-9.0 us at 196-215 kHz against
-//! 8.2-8.3 us at 223-225 kHz: slower there, its card thread costing 1.7-1.9 us per L1 accept
-//! against 1.1 in one process, not yet explained (docs/benchmarks-history-2026-12a.md, "tenth
-//! session" and "eleventh session").
+//! 8.2-8.3 us at 223-225 kHz: slower there (its two threads, on one CPU, cost ~30% more than
+//! in one process), not yet explained (docs/benchmarks-history-2026-12a.md, "tenth session" and
+//! "eleventh session").
 //!
 //! # Back-pressure
 //!
