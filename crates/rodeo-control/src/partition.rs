@@ -264,6 +264,7 @@ impl Layout {
             let nc = NodeConfig {
                 channels: config.ros.channels,
                 fragment_words: config.ros.fragment_words,
+                pages_per_channel: config.ros.pages_per_channel,
                 base_source_id: (u32::from(config.ros.subdetector) << 16)
                     | (i * config.ros.channels) as u32,
                 l1id_wrap: config.l1.l1id_wrap,

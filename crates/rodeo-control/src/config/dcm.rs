@@ -100,7 +100,7 @@ mod tests {
     /// is no limit (20 + 40 + 4 nodes were refused while the check summed all three).
     #[test]
     fn many_dcms_beside_many_readout_nodes_make_a_valid_partition() {
-        let text = "[ros]\nnodes = 20\n[dcm]\nnodes = 40\nslots = 64\n[logger]\nnodes = 4\n";
+        let text = "[ros]\nnodes = 20\n[dcm]\nnodes = 40\nslots = 48\n[logger]\nnodes = 4\n";
         let c = PartitionConfig::from_toml(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((c.ros.nodes, c.dcm.nodes, c.logger.nodes), (20, 40, 4));
     }

@@ -71,7 +71,10 @@ pub use readout::{
     SWROD_SUPERPAGE_BYTES, SWROD_WINDOW,
 };
 pub use report::CheckReport;
-pub use ros::{ListenMode, ReplayL1id, RosInput, RosSection};
+pub use ros::{
+    ListenMode, ReplayL1id, RosInput, RosSection, DEFAULT_PAGES_PER_CHANNEL, MAX_PAGES_PER_CHANNEL,
+    MIN_PAGES_PER_CHANNEL,
+};
 pub use run::{CpuPlan, RunConfig, RunWords, MAX_COMMENT_BYTES, MAX_RUN_SECONDS, MAX_WORD_BYTES};
 pub use supervisor::SupervisorSection;
 pub use transport::{TransportConfig, TransportKind};

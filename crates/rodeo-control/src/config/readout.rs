@@ -28,7 +28,7 @@ use rodeo_ros::store::ROB_HEADER_WORDS;
 use rodeo_swrod::SwRodConfig;
 
 use super::error::Checks;
-use super::ros::RosInput;
+use super::ros::{RosInput, RosSection};
 use super::PartitionConfig;
 
 /// The largest superpage of the emulated S-LINK cards of `ros.input = "dma"` (the readout
@@ -54,7 +54,8 @@ pub const SWROD_SUPERPAGES_PER_CHANNEL: usize = 2;
 /// block size); their block pool holds two windows per ROB.
 pub const SWROD_WINDOW: usize = rodeo_format::felix::DEFAULT_BLOCK_SIZE / 2;
 
-/// The readout node's store as the partition builds it (`Layout::new`: `NodeConfig` defaults).
+/// The readout node's store as the partition builds it (`Layout::new`: `ros.pages_per_channel`
+/// pages of `NodeConfig`'s default size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreShape {
     /// Bytes per page.
@@ -66,13 +67,12 @@ pub struct StoreShape {
 }
 
 impl StoreShape {
-    /// The partition's store (the layout leaves `NodeConfig`'s defaults).
-    pub fn of_partition() -> StoreShape {
-        let n = NodeConfig::default();
+    /// The store of each channel of the partition configured with `ros`.
+    pub fn of_partition(ros: &RosSection) -> StoreShape {
         StoreShape {
-            page_bytes: n.page_bytes,
-            pages_per_channel: n.pages_per_channel,
-            index_per_channel: 4 * n.pages_per_channel,
+            page_bytes: NodeConfig::default().page_bytes,
+            pages_per_channel: ros.pages_per_channel,
+            index_per_channel: 4 * ros.pages_per_channel,
         }
     }
 
@@ -204,13 +204,19 @@ impl PartitionConfig {
 
     /// `dcm.nodes` x `dcm.slots` against the fragments a readout channel holds.
     fn check_in_flight(&self, c: &mut Checks) {
-        if c.has_any(&["dcm.nodes", "dcm.slots", "ros.nodes", "ros.channels"]) {
+        if c.has_any(&[
+            "dcm.nodes",
+            "dcm.slots",
+            "ros.nodes",
+            "ros.channels",
+            "ros.pages_per_channel",
+        ]) {
             return;
         }
         let Some(words) = self.stored_fragment_words() else {
             return;
         };
-        let store = StoreShape::of_partition();
+        let store = StoreShape::of_partition(&self.ros);
         let holds = store.fragments_per_channel(words);
         let in_flight = self.events_in_flight();
         if in_flight <= holds {
@@ -223,7 +229,7 @@ impl PartitionConfig {
              holds {holds} fragments of {words} words ({} pages of {} bytes, {} index entries); \
              the events beyond wait for room, their requests time out and they are built \
              without their fragments (partial). Lower dcm.slots or dcm.nodes, or \
-             ros.fragment_words",
+             ros.fragment_words, or raise ros.pages_per_channel",
             store.pages_per_channel, store.page_bytes, store.index_per_channel
         )
         .into();
@@ -265,7 +271,36 @@ mod tests {
         // Three pages per fragment.
         assert_eq!(s.fragments_per_channel(2100), 341);
         assert_eq!(s.channel_bytes(), 4 << 20);
-        assert_eq!(StoreShape::of_partition(), s);
+        let ros = RosSection {
+            pages_per_channel: 1024,
+            ..RosSection::default()
+        };
+        assert_eq!(StoreShape::of_partition(&ros), s);
+    }
+
+    #[test]
+    fn the_store_size_is_checked_and_sets_the_events_in_flight_a_partition_may_have() {
+        let parse = |text: &str| PartitionConfig::from_toml(text, "t.toml");
+        // The default: 512 pages, 2044 fragments of 221 words, 2 x 256 in flight.
+        let c = parse("").unwrap();
+        assert_eq!(c.ros.pages_per_channel, 512);
+        assert_eq!(
+            StoreShape::of_partition(&c.ros).fragments_per_channel(221),
+            2044
+        );
+        // Out of range: refused naming the field and the range.
+        for pages in [0, 15, (1 << 20) + 1] {
+            let e = parse(&format!("[ros]\npages_per_channel = {pages}\n")).unwrap_err();
+            assert_eq!(e.fields(), ["ros.pages_per_channel"], "{e}");
+            assert!(e.to_string().contains("16..=1048576"), "{e}");
+        }
+        // 4 x 1000 events in flight: refused with 512 pages, saying which field admits them,
+        // and taken with 1024.
+        let e = parse("[dcm]\nnodes = 4\nslots = 1000\n").unwrap_err();
+        assert_eq!(e.fields(), ["dcm.slots"], "{e}");
+        assert!(e.to_string().contains("raise ros.pages_per_channel"), "{e}");
+        let c = parse("[ros]\npages_per_channel = 1024\n[dcm]\nnodes = 4\nslots = 1000\n");
+        assert_eq!(c.unwrap().events_in_flight(), 4000);
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub struct RosSection {
     pub channels: usize,
     /// Data words per fragment.
     pub fragment_words: u32,
+    /// Store pages (4 KiB each) per readout channel: the node's buffer, which holds every
+    /// event in flight and what the emulated inputs write ahead of the L1.
+    pub pages_per_channel: usize,
     /// Sub-detector id.
     pub subdetector: u8,
     /// What feeds each ROB.
@@ -55,6 +58,17 @@ pub struct RosSection {
     pub input_silence_seconds: f64,
 }
 
+/// `ros.pages_per_channel` when not set: 2 MiB of 4 KiB pages per channel, 2,044 events in
+/// flight with the default fragments. Measured against 1,024 pages (docs/configuration.md,
+/// "Events in flight must fit the readout channels"): 3-5% less CPU per L1 accept and 5%
+/// more L1 rate (the emulated cards write ahead into fewer pages, still in the caches when
+/// reused), and half the memory to warm before a run.
+pub const DEFAULT_PAGES_PER_CHANNEL: usize = 512;
+/// The fewest `ros.pages_per_channel`.
+pub const MIN_PAGES_PER_CHANNEL: usize = 16;
+/// The most `ros.pages_per_channel` (4 GiB of pages per channel).
+pub const MAX_PAGES_PER_CHANNEL: usize = 1 << 20;
+
 /// `[ros] listen_mode`: the framing of a network input.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -81,6 +95,7 @@ impl Default for RosSection {
             nodes: 1,
             channels: 12,
             fragment_words: 200,
+            pages_per_channel: DEFAULT_PAGES_PER_CHANNEL,
             subdetector: 0x41,
             input: RosInput::Dma,
             elinks: 4,
@@ -135,6 +150,13 @@ impl RosSection {
         }
         if self.channels == 0 || self.channels > MAX_CHANNELS {
             c.bad("ros.channels", self.channels, format!("1..={MAX_CHANNELS}"));
+        }
+        if !(MIN_PAGES_PER_CHANNEL..=MAX_PAGES_PER_CHANNEL).contains(&self.pages_per_channel) {
+            c.bad(
+                "ros.pages_per_channel",
+                self.pages_per_channel,
+                format!("{MIN_PAGES_PER_CHANNEL}..={MAX_PAGES_PER_CHANNEL}"),
+            );
         }
         if self.fragment_words == 0 || self.fragment_words > 1 << 20 {
             c.bad("ros.fragment_words", self.fragment_words, "1..=1048576");
