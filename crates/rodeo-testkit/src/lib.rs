@@ -10,7 +10,8 @@
 //!
 //! Modules:
 //! - waits (here): [`wait_until`], [`wait_for`], [`holds_within`]; [`files_under`];
-//!   [`shm_entries`] (what iceoryx2 holds on this host, compared before and after a run).
+//!   [`shm_entries`] (what iceoryx2 holds on this host, compared before and after a run);
+//!   [`threads_named`] (this process's threads of a name, from `/proc`).
 //! - `cli`: running the `rodeo` binary with a deadline (`rodeo!()`, [`cli::Rodeo`],
 //!   [`cli::Running`]): the one way the tests start it.
 //! - `process`: the applications of a `--processes` partition, found from `/proc`.
@@ -64,6 +65,19 @@ pub fn holds_within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// The `/proc/self/task/TID` directories of this process's threads named `name` (none where
+/// `/proc` cannot be read): a thread names itself once it runs, so wait for one with
+/// [`wait_for`].
+pub fn threads_named(name: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| t.path())
+        .filter(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .collect()
 }
 
 /// Every file under `dir`, at any depth (none if it does not exist): what a run left in its

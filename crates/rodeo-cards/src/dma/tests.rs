@@ -281,18 +281,9 @@ fn bandwidth_limit_bounds_the_byte_rate() {
     );
 }
 
-/// Threads of this process named `name` (Linux: /proc/self/task/*/comm).
+/// Threads of this process named `name`.
 fn threads_named(name: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|t| {
-                    std::fs::read_to_string(t.path().join("comm"))
-                        .is_ok_and(|c| c.trim_end() == name)
-                })
-                .count()
-        })
-        .unwrap_or(1)
+    rodeo_testkit::threads_named(name).len()
 }
 
 #[test]

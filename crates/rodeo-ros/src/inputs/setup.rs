@@ -111,28 +111,14 @@ mod tests {
         line.split(':').nth(1).unwrap().trim().to_string()
     }
 
-    /// The `/proc` directories of this process's threads named `name`, waiting up to 5 s for
-    /// one (a new thread names itself once it runs).
-    fn threads_named(name: &str) -> Vec<String> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let found = named_now(name);
-            if !found.is_empty() || std::time::Instant::now() > deadline {
-                return found;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    fn named_now(name: &str) -> Vec<String> {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .flatten()
-            .map(|t| t.path().to_string_lossy().into_owned())
-            .filter(|task| {
-                std::fs::read_to_string(format!("{task}/comm")).is_ok_and(|c| c.trim() == name)
-            })
-            .collect()
+    /// The `/proc` directory of this process's one thread named `name`, once it has named
+    /// itself.
+    fn thread_named(name: &str) -> String {
+        let found = rodeo_testkit::wait_for(name, std::time::Duration::from_secs(5), || {
+            Some(rodeo_testkit::threads_named(name)).filter(|t| !t.is_empty())
+        });
+        assert_eq!(found.len(), 1, "{found:?}");
+        found[0].to_string_lossy().into_owned()
     }
 
     fn setup(card_cpu: Option<usize>) -> ChannelSetup<'static> {
@@ -160,14 +146,10 @@ mod tests {
         };
         // Card 7 on the last CPU: its engine thread `slink7` may run there only.
         let placed = card(Some(cpu), 7);
-        let tids = threads_named("slink7");
-        assert_eq!(tids.len(), 1, "{tids:?}");
-        assert_eq!(allowed(&tids[0]), cpu.to_string());
+        assert_eq!(allowed(&thread_named("slink7")), cpu.to_string());
         // Card 8 without a CPU: where its starter may run, which the first start left as it was.
         let free = card(None, 8);
-        let tids = threads_named("slink8");
-        assert_eq!(tids.len(), 1, "{tids:?}");
-        assert_eq!(allowed(&tids[0]), me);
+        assert_eq!(allowed(&thread_named("slink8")), me);
         assert_eq!(allowed("/proc/thread-self"), me);
         drop((placed, free));
     }
