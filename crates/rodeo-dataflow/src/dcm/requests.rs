@@ -72,6 +72,31 @@ impl Dcm {
         Ok(())
     }
 
+    /// Sends node `n`'s queued requests while it has room (`max_outstanding`), in order; a
+    /// request whose slot has moved on is dropped. Called after the turn's replies from the
+    /// node (one reply frees room for one request: sent one by one, each would go out alone,
+    /// one shared-memory sample per request; after the replies, one batch for them all) and
+    /// after requests given up (`faults`). A node that is down sends nothing.
+    pub(super) fn send_queued(
+        &mut self,
+        n: usize,
+        readout: &mut [Socket],
+    ) -> Result<(), DataflowError> {
+        while !self.nodes[n].down && self.nodes[n].outstanding < self.config.max_outstanding.max(1)
+        {
+            let Some((q, g)) = self.nodes[n].queue.pop_front() else {
+                break;
+            };
+            self.counters
+                .queued_requests
+                .fetch_sub(1, Ordering::Relaxed);
+            if self.slots[q].generation == g && matches!(self.slots[q].phase, Phase::Fetching(_)) {
+                self.send_request(q, n, readout)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Sends (or queues, over the per-node bound) the slot's wanted requests.
     fn dispatch_wanted(&mut self, i: usize, readout: &mut [Socket]) -> Result<(), DataflowError> {
         for n in 0..self.nodes.len() {
@@ -84,7 +109,11 @@ impl Dcm {
                 continue;
             }
             self.slots[i].waiting += 1;
-            if self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
+            // Behind requests already queued for the node (their room may have been freed by
+            // replies of this turn, which `send_queued` fills after the replies): in order.
+            if self.nodes[n].outstanding < self.config.max_outstanding.max(1)
+                && self.nodes[n].queue.is_empty()
+            {
                 self.send_request(i, n, readout)?;
             } else {
                 let g = self.slots[i].generation;
@@ -178,18 +207,8 @@ impl Dcm {
             }
             self.nodes[n].outstanding = self.nodes[n].outstanding.saturating_sub(1);
         }
-        // A freed request slot on this node: send the next queued request.
-        while self.nodes[n].outstanding < self.config.max_outstanding.max(1) {
-            let Some((q, g)) = self.nodes[n].queue.pop_front() else {
-                break;
-            };
-            self.counters
-                .queued_requests
-                .fetch_sub(1, Ordering::Relaxed);
-            if self.slots[q].generation == g && matches!(self.slots[q].phase, Phase::Fetching(_)) {
-                self.send_request(q, n, readout)?;
-            }
-        }
+        // The room this reply freed on the node is filled by `send_queued` once the turn has
+        // read every reply the node sent, so that the requests it frees go out together.
         let live = asked
             && self
                 .slots
