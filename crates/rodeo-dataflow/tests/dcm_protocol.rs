@@ -500,7 +500,7 @@ fn rule3_requests_per_readout_node_are_bounded() {
 
 /// Requests queued for a node keep their order: the room a reply frees goes to the oldest
 /// queued request, not to one the reply itself causes (an accepted event's request for the rest
-/// of its fragments), and the requests freed by the replies of one turn go out after them.
+/// of its fragments), although that one is made before the turn fills the room.
 #[test]
 fn queued_requests_keep_their_order_when_a_reply_frees_room() {
     let mut h = Harness::start(
