@@ -196,8 +196,13 @@ impl Harness {
 
     /// Sends a Process (or Build) for `global_id` / `l1id` with both ROBs as RoIs.
     fn assign(&mut self, build: bool, global_id: u64, l1id: u32) {
+        self.assign_rois(build, global_id, l1id, &ROBS);
+    }
+
+    /// As [`Harness::assign`], with the RoIs in `rois`.
+    fn assign_rois(&mut self, build: bool, global_id: u64, l1id: u32, rois: &[u32]) {
         self.sv.buf.clear();
-        encode_assignment(&mut self.sv.buf, build, 1, global_id, l1id, 7, 1, &ROBS);
+        encode_assignment(&mut self.sv.buf, build, 1, global_id, l1id, 7, 1, rois);
         let id = self.dcm_id.clone();
         self.sv.send_to(&id);
     }
@@ -513,12 +518,8 @@ fn queued_requests_keep_their_order_when_a_reply_frees_room() {
     );
     h.credits(2);
     // RoIs of the first ROB only: an accepted event then asks for the second.
-    for (global_id, l1id) in [(100, 200), (101, 201)] {
-        h.sv.buf.clear();
-        encode_assignment(&mut h.sv.buf, false, 1, global_id, l1id, 7, 1, &ROBS[..1]);
-        let id = h.dcm_id.clone();
-        h.sv.send_to(&id);
-    }
+    h.assign_rois(false, 100, 200, &ROBS[..1]);
+    h.assign_rois(false, 101, 201, &ROBS[..1]);
     let first = h
         .request(Duration::from_millis(500))
         .expect("the first event's request");
