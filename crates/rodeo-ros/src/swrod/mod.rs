@@ -37,9 +37,10 @@
 //! store pages that the core thread lent it ([`EventStore::lend`], up to
 //! `BATCH_PAGES_BYTES` worth): the sink writes each fragment straight into the next room in
 //! them, behind the store's own 8-word ROB header with the builder's status (TIMEOUT,
-//! FRAGMENT_LOST, BCID_CHECK_FAIL, ...), in place of the builder's header, and warms the lines
-//! where the next one goes. A batch goes to the core thread when the builder has read a
-//! superpage (`FragmentSink::flush`), when its pages are full, or at [`BATCH_FRAGMENTS`]
+//! FRAGMENT_LOST, BCID_CHECK_FAIL, ...), in place of the builder's header, with plain stores
+//! (no prefetch of the next one's lines: within the noise when last tried, 2026-12-06). A
+//! batch goes to the core thread when the builder has read a superpage
+//! (`FragmentSink::flush`), when its pages are full, or at [`BATCH_FRAGMENTS`]
 //! fragments: a batch is to the SW ROD input what a superpage is to the S-LINK input, so the
 //! two threads exchange one queue item per superpage, not one per fragment (a queue hop moves
 //! a few cache lines between the cores: per fragment it cost more than the fragment's
