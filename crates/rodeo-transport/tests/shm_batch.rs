@@ -60,7 +60,7 @@ fn small_messages_wait_for_the_senders_flush_and_arrive_in_order_with_large_ones
     let mut sent = Vec::new();
     for i in 0..300 {
         let len = match i {
-            100 => 4000,
+            100 => 6000,
             _ => 40 + i % 50,
         };
         sent.push(message(i, len));
@@ -95,6 +95,44 @@ fn small_messages_wait_for_the_senders_flush_and_arrive_in_order_with_large_ones
         assert_eq!(msg.bytes, message(i, 8));
     }
     assert!(!client.try_recv(&mut msg).unwrap());
+}
+
+/// A server answering a batch of requests one by one sends its replies together: a receive
+/// that takes the next message of the batch being read does not publish what waits; the
+/// receive after the batch's last message does, in order.
+#[test]
+fn replies_to_a_batch_of_requests_wait_until_the_batch_is_read() {
+    let t = Transport::new(1).unwrap();
+    let (mut server, ep) = bound_router(&t, "held");
+    let mut client = connected_dealer(&t, &ep, "dcm-1");
+    for i in 0..3 {
+        client.send([Frame::Copy(&message(i, 40))]).unwrap();
+    }
+    client.flush();
+    let mut req = Received::default();
+    let mut rep = Received::default();
+    for i in 0..3 {
+        assert!(server.recv(&mut req, 5000).unwrap(), "request {i}");
+        assert_eq!(req.bytes, message(i, 40));
+        // The replies before this one still wait: this receive read the batch being read.
+        assert!(
+            !client.try_recv(&mut rep).unwrap(),
+            "a reply out before request {i}'s"
+        );
+        let reply = message(100 + i, 2300);
+        server.try_send_to(b"dcm-1", [Frame::Copy(&reply)]).unwrap();
+    }
+    assert!(
+        !client.try_recv(&mut rep).unwrap(),
+        "out before the batch was read"
+    );
+    // The batch is read: this receive finds nothing and publishes the replies.
+    assert!(!server.try_recv(&mut req).unwrap());
+    for i in 0..3 {
+        assert!(client.recv(&mut rep, 5000).unwrap(), "reply {i}");
+        assert_eq!(rep.bytes, message(100 + i, 2300));
+    }
+    assert!(!client.try_recv(&mut rep).unwrap());
 }
 
 #[test]

@@ -4,10 +4,19 @@
 //! iceoryx2's cost is per sample (loan, publish, the subscriber's queue, release: about 1 us
 //! of CPU for the two ends on the 2-core development machine), whatever its size. A socket that
 //! batches appends each message of at most [`BATCH_MESSAGE_BYTES`] to a batch of its outbox
-//! and publishes the batch as one sample when the socket's owner next receives, polls or
-//! flushes (its loop does on every turn: the contract of `set_batching`), before a larger
-//! message (order is kept), when the batch would pass [`BATCH_BYTES`], and when the socket is
-//! dropped.
+//! and publishes the batch as one sample when the socket's owner next receives (once it has
+//! read every message of the batch sample it is reading), polls or flushes (its loop does on
+//! every turn: the contract of `set_batching`), before a larger message (order is kept), when
+//! the batch would pass [`BATCH_BYTES`], and when the socket is dropped.
+//!
+//! A receive takes the next message of the batch sample being read without publishing: a
+//! server that answers a batch of requests one by one (a readout node, the requests of a DCM's
+//! turn) then sends its answers together, in one sample per peer, instead of one per answer
+//! (each receive publishing the answer before it). The wait this adds is the reading of one
+//! received batch; before a receive waits, or looks at its queue for the next sample, what
+//! waits goes out. Measured (`rodeo bench partition --processes`, default partition,
+//! 2026-12-06, three pairs): 7.87-8.58 us of CPU per L1 accept against 9.04-9.29 with a flush
+//! at every receive (docs/benchmarks.md).
 //!
 //! A batch sample is `[BATCH_MARK][identity length][identity]` then, per message, its length
 //! (u32, little-endian) and its bytes. [`BATCH_MARK`] is never an identity length (at most 64),
@@ -16,10 +25,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Messages of at most this many bytes wait in a batch when batching is on.
-pub const BATCH_MESSAGE_BYTES: usize = 1024;
-/// A batch is published before it would hold more than this many bytes of messages.
-pub const BATCH_BYTES: usize = 8192;
+/// Messages of at most this many bytes wait in a batch when batching is on: a readout node's
+/// reply of a few fragments (the default partition's: about 2.2 KiB) included.
+pub const BATCH_MESSAGE_BYTES: usize = 4096;
+/// A batch is published before it would hold more than this many bytes of messages: with its
+/// mark and the longest identity (64 bytes) a batch sample stays within 16 KiB, the slot size
+/// batch samples of 8 KiB took before.
+pub const BATCH_BYTES: usize = 16 * 1024 - 2 - 64;
 /// The first byte of a batch sample (an identity length is at most 64).
 pub(crate) const BATCH_MARK: u8 = 0xFF;
 

@@ -483,9 +483,20 @@ impl ShmSocket {
     }
 
     /// Receives one message if one is queued, without waiting and without a system call.
+    /// What waits in a batch goes out first, unless the message is the next one of the batch
+    /// sample being read (module `batch`).
     pub(crate) fn try_recv(&mut self, msg: &mut Received) -> Result<bool, TransportError> {
-        self.flush(false);
+        if !self.holds_more() {
+            self.flush(false);
+        }
         self.take(msg)
+    }
+
+    /// True while the batch sample being read has a message left.
+    fn holds_more(&self) -> bool {
+        self.held
+            .as_ref()
+            .is_some_and(|(s, at)| *at < s.payload().len())
     }
 
     /// Consumes this inbox's pending notification (a non-blocking read of its datagram), then
@@ -506,7 +517,10 @@ impl ShmSocket {
         msg: &mut Received,
         timeout_ms: i64,
     ) -> Result<bool, TransportError> {
-        self.flush(false);
+        // As `try_recv`: the next message of the batch being read comes without a flush.
+        if !self.holds_more() {
+            self.flush(false);
+        }
         if self.take(msg)? {
             return Ok(true);
         }
@@ -555,10 +569,7 @@ impl ShmSocket {
 
     /// True when a message is queued (no system call).
     pub(crate) fn has_message(&self) -> bool {
-        self.held
-            .as_ref()
-            .is_some_and(|(s, at)| *at < s.payload().len())
-            || self.inbox.sub.has_samples().unwrap_or(true)
+        self.holds_more() || self.inbox.sub.has_samples().unwrap_or(true)
     }
 
     /// The file descriptor that becomes readable when a sender notifies this inbox. Valid while

@@ -390,7 +390,8 @@ impl Socket {
     /// Lets small messages wait and go out together (the stream transport and shared memory;
     /// ZeroMQ batches on its own and ignores it): a message sent on this socket (stream: of at
     /// most 16 KiB; shared memory: of at most [`crate::shm::BATCH_MESSAGE_BYTES`], in batches
-    /// of up to [`crate::shm::BATCH_BYTES`]) waits until this socket's next receive or
+    /// of up to [`crate::shm::BATCH_BYTES`]) waits until this socket's next receive (on shared
+    /// memory: one that is not the next message of a batch being read) or
     /// [`poll_readable`], the next larger message, [`Socket::flush`], or the socket's drop.
     /// Only for an owner whose loop receives or polls this socket on every turn (or flushes):
     /// a message could otherwise wait indefinitely. Set it before or after `bind`/`connect`.
