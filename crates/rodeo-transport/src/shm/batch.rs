@@ -10,13 +10,13 @@
 //! the batch would pass [`BATCH_BYTES`], and when the socket is dropped.
 //!
 //! A receive takes the next message of the batch sample being read without publishing: a
-//! server that answers a batch of requests one by one (a readout node, the requests of a DCM's
-//! turn) then sends its answers together, in one sample per peer, instead of one per answer
-//! (each receive publishing the answer before it). The wait this adds is the reading of one
-//! received batch; before a receive waits, or looks at its queue for the next sample, what
-//! waits goes out. Measured (`rodeo bench partition --processes`, default partition,
-//! 2026-12-06, three pairs): 7.87-8.58 us of CPU per L1 accept against 9.04-9.29 with a flush
-//! at every receive (docs/benchmarks.md).
+//! server that answers a batch of requests one by one (a readout node answering the requests a
+//! DCM sent in one turn) then sends its answers together, in one sample per peer, instead of
+//! one per answer (each receive publishing the answer before it). The wait this adds is the
+//! reading of one received batch; before a receive waits, or looks at its queue for the next
+//! sample, what waits goes out. Measured (`rodeo bench partition --processes`, default
+//! partition, 2026-12-06, three pairs): 7.87-8.58 us of CPU per L1 accept against 9.04-9.29
+//! before (a flush at every receive, messages of at most 1 KiB batched; docs/benchmarks.md).
 //!
 //! A batch sample is `[BATCH_MARK][identity length][identity]` then, per message, its length
 //! (u32, little-endian) and its bytes. [`BATCH_MARK`] is never an identity length (at most 64),
