@@ -18,8 +18,8 @@
 //!
 //! One trigger unit at a time. Its clean close (between records) ends the input: the supervisor
 //! assigns what is queued and the run ends. A close inside a record is counted (`broken`) and
-//! ends the input too. A connection that closes before sending a byte (a port scan, a health
-//! probe) ends nothing: the input waits for the next one (counted,
+//! ends the input too. A connection that closes (or resets) before sending a byte (a port scan, a
+//! health probe) ends nothing: the input waits for the next one (counted,
 //! [`ExternalTrigger::dropped_connections`]). A connection that stays open holds the input,
 //! sending or not: a newer one waits in the listen queue (no takeover: any byte a stranger
 //! sends would be an 8-byte record, so a scan could replace a unit waiting for beam; the
@@ -202,9 +202,20 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
             continue;
         }
         full.reset();
-        match stream.read(&mut record[have..]) {
-            Ok(0) if !spoke => {
-                // A probe: closed before a byte. Wait for the trigger unit.
+        let read = stream.read(&mut record[have..]);
+        // Nothing yet: look again (the stop, the busy state) and read on.
+        if let Err(e) = &read {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ) {
+                continue;
+            }
+        }
+        match read {
+            // A probe: closed, or reset (a health check that closes with our ready byte
+            // unread), before sending a byte. Wait for the trigger unit.
+            Ok(0) | Err(_) if !spoke => {
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
                 let Some(next) = wait_for_unit(listener, shared) else {
                     return;
@@ -236,13 +247,6 @@ fn serve(listener: &TcpListener, queue: &BoundedQueue<(u32, u32)>, shared: &Read
                     shared.received.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
             Err(_) => {
                 shared.broken.fetch_add(1, Ordering::Relaxed);
                 break;
@@ -319,6 +323,55 @@ mod tests {
         assert_eq!(got, (0..10).map(|l| (l, 1)).collect::<Vec<_>>());
         assert_eq!(ext.counts(), (10, 0));
         assert_eq!(ext.dropped_connections(), 2);
+    }
+
+    /// A probe that resets its connection (closes with the ready byte unread, or with a zero
+    /// linger) before sending a byte ends nothing either: the read's reset error counts it as a
+    /// probe, as a clean close does (it ended the input, seen under load in CI).
+    #[test]
+    fn a_probe_that_resets_ends_nothing() {
+        use std::os::fd::AsRawFd;
+        let ext = ExternalTrigger::start("tcp://127.0.0.1:0").unwrap();
+        let mut probe = TcpStream::connect(ext.local_addr()).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        // The ready byte: the input has accepted this connection.
+        let mut state = [0u8; 1];
+        probe.read_exact(&mut state).unwrap();
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt reads size_of::<linger>() bytes from a valid reference; the
+        // descriptor is the open socket `probe` owns.
+        let rc = unsafe {
+            libc::setsockopt(
+                probe.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        // A zero linger: the close sends a reset, not a FIN.
+        drop(probe);
+        rodeo_testkit::wait_until("the reset probe counted", Duration::from_secs(10), || {
+            ext.dropped_connections() == 1
+        });
+        assert!(!ext.ended(), "a reset probe does not end the input");
+        let mut unit = TcpStream::connect(ext.local_addr()).unwrap();
+        for l1id in 0..5u32 {
+            let mut rec = l1id.to_le_bytes().to_vec();
+            rec.extend_from_slice(&2u32.to_le_bytes());
+            unit.write_all(&rec).unwrap();
+        }
+        close_as_a_unit(unit);
+        rodeo_testkit::wait_until("the unit's close", Duration::from_secs(10), || ext.ended());
+        let got: Vec<(u32, u32)> = std::iter::from_fn(|| ext.pop()).collect();
+        assert_eq!(got, (0..5).map(|l| (l, 2)).collect::<Vec<_>>());
+        assert_eq!(ext.counts(), (5, 0));
     }
 
     /// A trigger unit that never reads its busy bytes: the writes give up after `POLL`, so
