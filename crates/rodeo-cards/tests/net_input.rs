@@ -291,7 +291,7 @@ fn a_tcp_input_reports_its_state() {
     use std::io::Write as _;
     (&raw).write_all(&100u32.to_le_bytes()).unwrap();
     (&raw).write_all(&[0u8; 40]).unwrap();
-    reset(raw);
+    rodeo_testkit::net::close_with_reset(raw);
     rodeo_testkit::wait_until("lost", Duration::from_secs(20), || {
         recycle();
         net.state() == LinkState::Lost
@@ -401,27 +401,4 @@ fn recycle_all(card: &Card) {
     while let Some(f) = ch.pop_superpage() {
         ch.push_superpage(f.superpage).unwrap();
     }
-}
-
-/// Closes `stream` with a reset (SO_LINGER on, 0 s): what a killed sender's kernel sends when
-/// data was pending, and what a crashed front-end's link does.
-fn reset(stream: std::net::TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: the descriptor is `stream`'s, open for the call; the option value points to a
-    // live `linger` and the length is its size, as setsockopt(2) requires.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
-    drop(stream);
 }

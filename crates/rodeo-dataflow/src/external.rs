@@ -330,7 +330,6 @@ mod tests {
     /// probe, as a clean close does (it ended the input, seen under load in CI).
     #[test]
     fn a_probe_that_resets_ends_nothing() {
-        use std::os::fd::AsRawFd;
         let ext = ExternalTrigger::start("tcp://127.0.0.1:0").unwrap();
         let mut probe = TcpStream::connect(ext.local_addr()).unwrap();
         probe
@@ -339,24 +338,8 @@ mod tests {
         // The ready byte: the input has accepted this connection.
         let mut state = [0u8; 1];
         probe.read_exact(&mut state).unwrap();
-        let linger = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        // SAFETY: setsockopt reads size_of::<linger>() bytes from a valid reference; the
-        // descriptor is the open socket `probe` owns.
-        let rc = unsafe {
-            libc::setsockopt(
-                probe.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&linger as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
         // A zero linger: the close sends a reset, not a FIN.
-        drop(probe);
+        rodeo_testkit::net::close_with_reset(probe);
         rodeo_testkit::wait_until("the reset probe counted", Duration::from_secs(10), || {
             ext.dropped_connections() == 1
         });

@@ -793,7 +793,7 @@ fn a_network_node_watches_its_inputs() {
     wait_until("input 1 connected", || {
         watch.snapshot("ros-1")[1].fragments == 1
     });
-    reset(b);
+    rodeo_testkit::net::close_with_reset(b);
     wait_until("input 1 lost", || {
         let s = &watch.snapshot("ros-1")[1];
         s.state == InputState::Lost
@@ -839,26 +839,4 @@ fn a_dma_node_s_inputs_end_with_the_node() {
             .all(|s| s.state == InputState::Ended && s.problem.is_none()),
         "{end:?}"
     );
-}
-
-/// Closes `stream` with a reset (SO_LINGER on, 0 s), as a crashed sender's link may.
-fn reset(stream: std::net::TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: the descriptor is `stream`'s, open for the call; the option value points to a
-    // live `linger` and the length is its size, as setsockopt(2) requires.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
-    drop(stream);
 }

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 pub mod cli;
 pub mod hog;
 pub mod http;
+pub mod net;
 pub mod process;
 pub mod tls;
 

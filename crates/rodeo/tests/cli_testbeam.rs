@@ -634,7 +634,7 @@ fn a_sender_reset_mid_run_is_lost() {
     let LinkSender::Tcp(w) = link.sender else {
         unreachable!("a tcp link")
     };
-    reset(w.into_inner().unwrap());
+    rodeo_testkit::net::close_with_reset(w.into_inner().unwrap());
     let v = wait_for("the input lost", Duration::from_secs(60), || {
         let v = status(http);
         (v["inputs"][0]["state"] == "lost").then_some(v)
@@ -669,28 +669,6 @@ fn a_sender_reset_mid_run_is_lost() {
     assert_eq!(input["state"], "lost", "{sheet}");
     assert_eq!(input["fragments"], 100, "{sheet}");
     assert_eq!(input["problem"], problem.as_str(), "{sheet}");
-}
-
-/// Closes `stream` with a reset (SO_LINGER on, 0 s): what a crashed sender's link may do.
-fn reset(stream: std::net::TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: the descriptor is `stream`'s, open for the call; the option value points to a
-    // live `linger` and the length is its size, as setsockopt(2) requires.
-    let r = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "setsockopt(SO_LINGER)");
-    drop(stream);
 }
 
 /// `rodeo gen link --send` toward a partition still starting: started the moment its HTTP API
