@@ -269,6 +269,9 @@ impl Layout {
                     | (i * config.ros.channels) as u32,
                 l1id_wrap: config.l1.l1id_wrap,
                 input: match config.ros.input {
+                    RosInput::Dma if config.dma_into_pages() => {
+                        NodeInput::DmaPages { rate_hz: None }
+                    }
                     RosInput::Dma => NodeInput::Dma { rate_hz: None },
                     RosInput::Swrod => NodeInput::SwRod {
                         elinks: config.ros.elinks,
@@ -481,6 +484,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::config::DmaInto;
 
     #[test]
     fn every_socket_gets_a_limit_that_holds_its_largest_message() {
@@ -510,8 +514,22 @@ mod tests {
     #[test]
     fn the_layout_feeds_the_nodes_as_configured() {
         let mut c = PartitionConfig::default();
+        // The default fragments fill a store page: the cards write into the store's pages.
+        let dma = Layout::new(&c);
+        assert!(matches!(dma.nodes[0].2.input, NodeInput::DmaPages { .. }));
+        c.ros.dma_into = DmaInto::Superpages;
         let dma = Layout::new(&c);
         assert!(matches!(dma.nodes[0].2.input, NodeInput::Dma { .. }));
+        // 350 words fill 73% of a page: "auto" takes the superpages.
+        c.ros.dma_into = DmaInto::Auto;
+        c.ros.fragment_words = 350;
+        let dma = Layout::new(&c);
+        assert!(matches!(dma.nodes[0].2.input, NodeInput::Dma { .. }));
+        c.ros.dma_into = DmaInto::Pages;
+        c.ros.fragment_words = 400;
+        let dma = Layout::new(&c);
+        assert!(matches!(dma.nodes[0].2.input, NodeInput::DmaPages { .. }));
+        c.ros.dma_into = DmaInto::Auto;
         c.ros.input = RosInput::Swrod;
         c.ros.elinks = 7;
         let sw = Layout::new(&c);

@@ -241,6 +241,8 @@ impl PartitionConfig {
         let store = StoreShape::of_partition(&self.ros).channel_bytes() as u64 * ch;
         let cards = r.channels.div_ceil(CHANNELS_PER_CARD);
         let (superpages, blocks, input_threads) = match r.input {
+            // The cards write into store pages (counted above).
+            RosInput::Dma if self.dma_into_pages() => (0, 0, cards),
             RosInput::Dma => (
                 ch * (DMA_SUPERPAGES_PER_CHANNEL * self.dma_superpage_bytes()) as u64,
                 0,
@@ -516,6 +518,8 @@ mod tests {
         c.ros.nodes = 32;
         c.ros.channels = 64;
         c.ros.pages_per_channel = 1024;
+        // The cards' superpages counted (with "auto" these fragments go into store pages).
+        c.ros.dma_into = crate::config::DmaInto::Superpages;
         let e = c.estimate();
         // 2048 channels: 8 GiB of store pages and 1 GiB of superpages (64 KiB ones).
         assert!(e.host_bytes(&None) > 9 << 30, "{}", e.host_bytes(&None));

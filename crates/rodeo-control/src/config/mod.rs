@@ -72,8 +72,8 @@ pub use readout::{
 };
 pub use report::CheckReport;
 pub use ros::{
-    ListenMode, ReplayL1id, RosInput, RosSection, DEFAULT_PAGES_PER_CHANNEL, MAX_PAGES_PER_CHANNEL,
-    MIN_PAGES_PER_CHANNEL,
+    DmaInto, ListenMode, ReplayL1id, RosInput, RosSection, DEFAULT_PAGES_PER_CHANNEL,
+    MAX_PAGES_PER_CHANNEL, MIN_PAGES_PER_CHANNEL,
 };
 pub use run::{CpuPlan, RunConfig, RunWords, MAX_COMMENT_BYTES, MAX_RUN_SECONDS, MAX_WORD_BYTES};
 pub use supervisor::SupervisorSection;

@@ -23,12 +23,13 @@ use rodeo_cards::generator::SlinkConfig;
 use rodeo_format::felix::packet_len;
 use rodeo_format::fragment::{ROD_HEADER_WORDS, ROD_TRAILER_WORDS};
 use rodeo_ros::inputs::dma::dma_superpage_bytes;
+use rodeo_ros::inputs::page_dma::{fits_page, page_unit_words, MIN_PAGE_USE};
 use rodeo_ros::node::NodeConfig;
 use rodeo_ros::store::ROB_HEADER_WORDS;
 use rodeo_swrod::SwRodConfig;
 
 use super::error::Checks;
-use super::ros::{RosInput, RosSection};
+use super::ros::{DmaInto, RosInput, RosSection};
 use super::PartitionConfig;
 
 /// The largest superpage of the emulated S-LINK cards of `ros.input = "dma"` (the readout
@@ -104,6 +105,8 @@ impl PartitionConfig {
     pub fn stored_fragment_words(&self) -> Option<usize> {
         let r = &self.ros;
         match r.input {
+            // In a store page: headroom (the ROB header less one word), the framed fragment.
+            RosInput::Dma if self.dma_into_pages() => Some(page_unit_words(r.fragment_words)),
             RosInput::Dma => {
                 Some(ROB_HEADER_WORDS + ROD_HEADER_WORDS + 1 + r.fragment_words as usize + 3)
             }
@@ -113,6 +116,26 @@ impl PartitionConfig {
             }
             RosInput::Replay | RosInput::Network | RosInput::File => None,
         }
+    }
+
+    /// True when the emulated S-LINK cards of `ros.input = "dma"` write into the store's own
+    /// pages (`rodeo_ros::inputs::page_dma`): `ros.dma_into = "pages"`, or `"auto"` when whole
+    /// framed fragments fill at least 80% of a store page (the default partition's four
+    /// 222-word units fill 87% of its 1,024 words); false for the superpage input and every
+    /// other `ros.input`.
+    pub fn dma_into_pages(&self) -> bool {
+        let r = &self.ros;
+        r.input == RosInput::Dma
+            && match r.dma_into {
+                DmaInto::Pages => true,
+                DmaInto::Superpages => false,
+                DmaInto::Auto => fits_page(r.fragment_words, self.store_page_words()),
+            }
+    }
+
+    /// Words of one page of the readout nodes' stores.
+    fn store_page_words(&self) -> usize {
+        NodeConfig::default().page_bytes / 4
     }
 
     /// Events in flight at most: one per DCM slot (the supervisor's credits).
@@ -158,7 +181,33 @@ impl PartitionConfig {
         if c.has_any(&["ros.fragment_words", "ros.elinks"]) {
             return;
         }
-        if r.input == RosInput::Dma && r.fragment_words > Self::max_dma_fragment_words() {
+        if r.input == RosInput::Dma
+            && r.dma_into == DmaInto::Pages
+            && !fits_page(r.fragment_words, self.store_page_words())
+        {
+            let (page, unit) = (self.store_page_words(), page_unit_words(r.fragment_words));
+            c.bad(
+                "ros.dma_into",
+                format!(
+                    "\"pages\" (ros.fragment_words = {}: units of {unit} words, {} to a store \
+                     page of {page} words)",
+                    r.fragment_words,
+                    page / unit
+                ),
+                format!(
+                    "\"auto\" or \"superpages\" for these fragments: the page DMA input \
+                     stores whole fragments only, and they must fill at least {}% of a store \
+                     page (the rest of each page is lost to the store); or choose \
+                     ros.fragment_words so that they do (200 and 400 words do)",
+                    100 * MIN_PAGE_USE.0 / MIN_PAGE_USE.1
+                ),
+            );
+            return;
+        }
+        if r.input == RosInput::Dma
+            && !self.dma_into_pages()
+            && r.fragment_words > Self::max_dma_fragment_words()
+        {
             let framed = dma_slink().fragment_words(r.fragment_words);
             c.bad(
                 "ros.fragment_words",
@@ -308,8 +357,106 @@ mod tests {
         // 2 control words, 9 header words, 1 status word, 3 trailer words.
         assert_eq!(PartitionConfig::max_dma_fragment_words(), 65536 - 15);
         let mut c = PartitionConfig::default();
+        c.ros.dma_into = DmaInto::Superpages;
         assert_eq!(c.stored_fragment_words(), Some(221));
+        // Into store pages: the 7-word headroom, the framed fragment (its end word stays).
+        c.ros.dma_into = DmaInto::Auto;
+        assert_eq!(c.stored_fragment_words(), Some(222));
         c.ros.input = RosInput::Network;
         assert_eq!(c.stored_fragment_words(), None);
+        // A fragment larger than a superpage with "auto" is refused as before.
+        let e = PartitionConfig::from_toml(
+            "[ros]
+fragment_words = 70000
+",
+            "t.toml",
+        );
+        let e = e.unwrap_err();
+        assert_eq!(e.fields(), ["ros.fragment_words"], "{e}");
+        assert!(e.to_string().contains("at most 65521"), "{e}");
+    }
+
+    /// `ros.dma_into`: "auto" takes the store's pages when whole fragments fill 80% of one
+    /// (200 and 400 data words) and the superpages when they do not (350 words: 73%); "pages"
+    /// for fragments that do not fill them is refused naming the field, the units and the way
+    /// out; a value other than "auto" with another input is refused, as it would do nothing.
+    #[test]
+    fn dma_into_takes_store_pages_that_fragments_fill_and_refuses_what_would_waste_them() {
+        let parse = |text: &str| PartitionConfig::from_toml(text, "t.toml");
+        let c = parse("").unwrap();
+        assert_eq!(c.ros.dma_into, DmaInto::Auto);
+        assert!(c.dma_into_pages());
+        assert!(parse(
+            "[ros]
+fragment_words = 400
+"
+        )
+        .unwrap()
+        .dma_into_pages());
+        let c = parse(
+            "[ros]
+fragment_words = 350
+",
+        )
+        .unwrap();
+        assert!(!c.dma_into_pages());
+        assert_eq!(c.stored_fragment_words(), Some(371));
+        assert!(!parse(
+            "[ros]
+dma_into = \"superpages\"
+"
+        )
+        .unwrap()
+        .dma_into_pages());
+        assert!(parse(
+            "[ros]
+dma_into = \"pages\"
+"
+        )
+        .unwrap()
+        .dma_into_pages());
+        for words in [350, 600, 2000] {
+            let e = parse(&format!(
+                "[ros]\ndma_into = \"pages\"\nfragment_words = {words}\n"
+            ))
+            .unwrap_err();
+            assert_eq!(e.fields(), ["ros.dma_into"], "{e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("fragment_words = {words}"))
+                    && text.contains("80%")
+                    && text.contains("\"superpages\""),
+                "{text}"
+            );
+        }
+        let e = parse(
+            "[ros]
+input = \"swrod\"
+dma_into = \"pages\"
+",
+        )
+        .unwrap_err();
+        assert_eq!(e.fields(), ["ros.dma_into"], "{e}");
+        assert!(
+            e.to_string().contains("pages with ros.input = swrod"),
+            "{e}"
+        );
+        let e = parse(
+            "[ros]
+dma_into = \"ram\"
+",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dma_into") && e.contains("superpages"), "{e}");
+        // Pages need no superpages: the memory estimate has none.
+        let pages = parse("").unwrap();
+        let superpages = parse(
+            "[ros]
+dma_into = \"superpages\"
+",
+        )
+        .unwrap();
+        assert!(pages.estimate().host_bytes(&None) < superpages.estimate().host_bytes(&None));
     }
 }

@@ -25,6 +25,8 @@ pub struct RosSection {
     pub subdetector: u8,
     /// What feeds each ROB.
     pub input: RosInput,
+    /// [`RosInput::Dma`]: where the emulated cards write (store pages or superpages).
+    pub dma_into: DmaInto,
     /// E-links per ROB for [`RosInput::Swrod`].
     pub elinks: usize,
     /// Files replayed by [`RosInput::Replay`].
@@ -98,6 +100,7 @@ impl Default for RosSection {
             pages_per_channel: DEFAULT_PAGES_PER_CHANNEL,
             subdetector: 0x41,
             input: RosInput::Dma,
+            dma_into: DmaInto::Auto,
             elinks: 4,
             replay_files: Vec::new(),
             replay_rate_hz: 0.0,
@@ -133,6 +136,20 @@ pub enum RosInput {
     File,
 }
 
+/// `[ros] dma_into`: where the emulated S-LINK cards of `input = "dma"` write their fragments.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DmaInto {
+    /// Store pages when whole fragments fill most of a page
+    /// (`rodeo_ros::inputs::page_dma::fits_page`), superpages otherwise.
+    Auto,
+    /// The store's own pages, checked and indexed where they lie
+    /// (`rodeo_ros::inputs::page_dma`); refused for fragments that fill too little of a page.
+    Pages,
+    /// Superpages, checked and copied into the store (`rodeo_ros::inputs::dma`).
+    Superpages,
+}
+
 impl RosSection {
     /// ROBs of the partition (`nodes` x `channels`), saturating: the checks ask it of counts
     /// their own rules refuse (any size TOML allows), and a wrapped product would pass for a
@@ -156,6 +173,14 @@ impl RosSection {
                 "ros.pages_per_channel",
                 self.pages_per_channel,
                 format!("{MIN_PAGES_PER_CHANNEL}..={MAX_PAGES_PER_CHANNEL}"),
+            );
+        }
+        if self.input != RosInput::Dma && self.dma_into != DmaInto::Auto {
+            c.bad(
+                "ros.dma_into",
+                format!("{:?} with ros.input = {:?}", self.dma_into, self.input).to_lowercase(),
+                "\"auto\": it chooses where the emulated S-LINK cards of ros.input = \"dma\" \
+                 write, and no other input has them",
             );
         }
         if self.fragment_words == 0 || self.fragment_words > 1 << 20 {

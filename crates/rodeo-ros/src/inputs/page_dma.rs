@@ -16,17 +16,18 @@
 //!
 //! # When
 //!
-//! A node runs it for [`crate::node::NodeInput::DmaPages`] (`rodeo ros` and `rodeo tester`
-//! `--input dma-pages`) when whole units fill at least [`MIN_PAGE_USE`] of a store page
-//! ([`fits`]; else the node is not built): a page holds only whole units, so the rest of it is
-//! lost to the store. The partition's `dma` input keeps the superpage input and its copy
-//! ([`super::dma`], which packs and chains fragments across pages): measured against it in
-//! `rodeo bench partition` (default partition, both cards on the node's core CPU,
-//! [`super::setup::start_card`]), this input took 6.0 us per L1 accept at 292 kHz in one
-//! process against 7.1 us at 247 kHz, but with `--processes` 8.4-9.0 us at 196-215 kHz against
-//! 8.2-8.3 us at 223-225 kHz: slower there (its two threads, on one CPU, cost ~30% more than
-//! in one process), not yet explained (docs/benchmarks-history-2026-12a.md, "tenth session" and
-//! "eleventh session").
+//! A node runs it for [`crate::node::NodeInput::DmaPages`]: the partition's `dma` input when
+//! `ros.dma_into` is `"pages"`, or `"auto"` (the default) and the fragments fit, and `rodeo
+//! ros` and `rodeo tester` `--input dma-pages`. It needs whole units to fill at least
+//! [`MIN_PAGE_USE`] of a store page ([`fits_page`]; else the node is not built and `config
+//! check` refuses `"pages"`): a page holds only whole units, so the rest of it is lost to the
+//! store. Other fragment sizes take the superpage input and its copy ([`super::dma`], which
+//! packs and chains fragments across pages). Measured against it (default partition,
+//! `/usr/bin/time` around `rodeo run --events 300000`, CPU of every process,
+//! docs/benchmarks-history-2026-12a.md, "fourteenth session"): 7.5-8.2 us per L1 accept at
+//! 234-250 kHz in one process against 8.6-8.8 us at 207-214 kHz, and 7.7-8.4 us at 230-253 kHz
+//! with `--processes` against 8.3-8.6 us at 218-231 kHz (before d04aa12 batched a node's
+//! replies on shared memory, it was the slower one with `--processes`).
 //!
 //! # Back-pressure
 //!
@@ -42,7 +43,7 @@ use std::sync::Arc;
 use rodeo_cards::dma::{
     DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Filled, Generator, SuperpageBuffer,
 };
-use rodeo_cards::generator::SlinkGenerator;
+use rodeo_cards::generator::{SlinkConfig, SlinkGenerator};
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
 use super::dma::{checker_totals, slink_config, CHANNELS_PER_CARD};
@@ -79,17 +80,37 @@ pub fn depth(pages_per_channel: usize) -> usize {
 /// ([`fits`]), as a fraction `MIN_PAGE_USE.0 / MIN_PAGE_USE.1`.
 pub const MIN_PAGE_USE: (usize, usize) = (4, 5);
 
-/// Words of one unit (headroom and framed fragment) for `data_words` data words per fragment.
+/// Words of one unit (headroom and framed fragment) for `config`'s fragments.
 fn unit_words(config: &ChannelSetup<'_>) -> usize {
     HEADROOM_WORDS + slink_config(config, 0).fragment_words(config.fragment_words)
 }
 
-/// True when the page DMA input carries `config`'s fragments in store pages of `page_words`:
-/// the whole units that fit a page fill at least [`MIN_PAGE_USE`] of it.
-pub(crate) fn fits(config: &ChannelSetup<'_>, page_words: usize) -> bool {
-    let unit = unit_words(config);
+/// Words of one unit in a store page (headroom, then the framed S-LINK fragment: control
+/// words, ROD header, status, `data_words` data words, trailer) for fragments of `data_words`
+/// data words: what a fragment of this input takes of a page (the partition's checks count
+/// fragments per channel with it).
+pub fn page_unit_words(data_words: u32) -> usize {
+    let framed = SlinkConfig {
+        framing: true,
+        ..SlinkConfig::default()
+    };
+    HEADROOM_WORDS + framed.fragment_words(data_words)
+}
+
+/// True when the page DMA input carries fragments of `data_words` data words in store pages
+/// of `page_words` words: the whole units that fit a page fill at least [`MIN_PAGE_USE`] of it
+/// (the partition's `ros.dma_into = "auto"` takes this input then, the superpage input
+/// otherwise).
+pub fn fits_page(data_words: u32, page_words: usize) -> bool {
+    let unit = page_unit_words(data_words);
     let used = (page_words / unit) * unit;
     used > 0 && used * MIN_PAGE_USE.1 >= page_words * MIN_PAGE_USE.0
+}
+
+/// [`fits_page`] for a node's channels.
+pub(crate) fn fits(config: &ChannelSetup<'_>, page_words: usize) -> bool {
+    debug_assert_eq!(unit_words(config), page_unit_words(config.fragment_words));
+    fits_page(config.fragment_words, page_words)
 }
 
 /// A lent store page as a card's DMA buffer: the card writes it as bytes.
@@ -439,7 +460,7 @@ mod tests {
     use rodeo_format::synth::check_counter;
     use rodeo_memory::{PagePool, PagePoolConfig};
 
-    use rodeo_cards::generator::{SlinkConfig, WordRange};
+    use rodeo_cards::generator::WordRange;
 
     use super::*;
     use crate::store::{Lookup, StoreConfig};
@@ -544,6 +565,11 @@ mod tests {
         assert!(!fits(&setup(1, 350), 1024));
         // Larger than a page.
         assert!(!fits(&setup(1, 2000), 1024));
+        // The word-based forms the partition's checks use agree.
+        for words in [1, 200, 350, 400, 800, 1010, 2000] {
+            assert_eq!(page_unit_words(words), unit_words(&setup(1, words)));
+            assert_eq!(fits_page(words, 1024), fits(&setup(1, words), 1024));
+        }
         assert_eq!(depth(1024), PAGE_DMA_DEPTH);
         assert_eq!(depth(64), 16);
         assert_eq!(depth(2), 1);
@@ -624,6 +650,39 @@ mod tests {
             assert_eq!(k.pages_in_use, 0, "channel {c}: every page back");
             assert_eq!(k.lent_pages, 0);
         }
+    }
+
+    /// Fragments small enough that the index fills before the pages (22 to a page, 4 index
+    /// entries a page; the partition's 16-word fragments are 26 to a page): each one the full
+    /// index refuses is found again, whole, when it is offered again after clears made room.
+    /// Before the fix the refused fragment's ROB header had already replaced its begin word,
+    /// and the retry counted link errors and dropped it.
+    #[test]
+    fn fragments_the_full_index_refused_are_stored_whole_later() {
+        let config = setup(1, 1);
+        let (_pool, mut st) = store(1, 2048, 16);
+        assert_eq!(st.page_words() / unit_words(&config), 22);
+        st.note_l1(100_000);
+        let BuiltInput { mut input, .. } = build(&config, st.pages_per_channel(), None).unwrap();
+        let refusals = |st: &EventStore| st.counters(0).full + st.counters(0).full_ahead;
+        let mut cleared = 0u32;
+        for _ in 0..20 {
+            // Until the full index refuses a fragment again, then clear what it holds.
+            let before = refusals(&st);
+            poll_until(input.as_mut(), &mut st, |st| refusals(st) > before);
+            let upto = st.counters(0).fragments as u32;
+            for l1id in cleared..upto {
+                let words = stored(&st, 0, l1id);
+                let rob = RobFragment::parse(&words).unwrap();
+                assert_eq!(rob.status(), Status::OK, "L1ID {l1id}");
+                assert_eq!(rob.rod().extended_l1id(), l1id);
+            }
+            st.clear(cleared..upto);
+            cleared = upto;
+        }
+        assert!(cleared >= 20 * 50, "{cleared} stored");
+        assert_eq!(input.slink_counters().errors(), 0);
+        input.release(&mut st);
     }
 
     /// A generator that breaks the end word of every third fragment, as a link that loses
