@@ -24,10 +24,10 @@
 //! store. Other fragment sizes take the superpage input and its copy ([`super::dma`], which
 //! packs and chains fragments across pages). Measured against it (default partition,
 //! `/usr/bin/time` around `rodeo run --events 300000`, CPU of every process,
-//! docs/benchmarks-history-2026-12a.md, "fourteenth session"): 7.5-8.2 us per L1 accept at
-//! 234-250 kHz in one process against 8.6-8.8 us at 207-214 kHz, and 7.7-8.4 us at 230-253 kHz
-//! with `--processes` against 8.3-8.6 us at 218-231 kHz (before d04aa12 batched a node's
-//! replies on shared memory, it was the slower one with `--processes`).
+//! docs/benchmarks-history-2026-12a.md, "fourteenth session"): in one process 6.6-6.8 us per
+//! L1 accept at 270-281 kHz against 7.6-7.8 us at 230-240 kHz (7.5-8.2 against 8.6-8.8 in a
+//! slower regime); with `--processes` no cheaper in total (7.1-7.5 against 7.3-7.4 us), its
+//! readout node's process 0.1-0.4 us cheaper (`rodeo bench partition`).
 //!
 //! # Back-pressure
 //!
