@@ -365,12 +365,7 @@ mod tests {
         c.ros.input = RosInput::Network;
         assert_eq!(c.stored_fragment_words(), None);
         // A fragment larger than a superpage with "auto" is refused as before.
-        let e = PartitionConfig::from_toml(
-            "[ros]
-fragment_words = 70000
-",
-            "t.toml",
-        );
+        let e = PartitionConfig::from_toml("[ros]\nfragment_words = 70000\n", "t.toml");
         let e = e.unwrap_err();
         assert_eq!(e.fields(), ["ros.fragment_words"], "{e}");
         assert!(e.to_string().contains("at most 65521"), "{e}");
@@ -386,35 +381,18 @@ fragment_words = 70000
         let c = parse("").unwrap();
         assert_eq!(c.ros.dma_into, DmaInto::Auto);
         assert!(c.dma_into_pages());
-        assert!(parse(
-            "[ros]
-fragment_words = 400
-"
-        )
-        .unwrap()
-        .dma_into_pages());
-        let c = parse(
-            "[ros]
-fragment_words = 350
-",
-        )
-        .unwrap();
+        assert!(parse("[ros]\nfragment_words = 400\n")
+            .unwrap()
+            .dma_into_pages());
+        let c = parse("[ros]\nfragment_words = 350\n").unwrap();
         assert!(!c.dma_into_pages());
         assert_eq!(c.stored_fragment_words(), Some(371));
-        assert!(!parse(
-            "[ros]
-dma_into = \"superpages\"
-"
-        )
-        .unwrap()
-        .dma_into_pages());
-        assert!(parse(
-            "[ros]
-dma_into = \"pages\"
-"
-        )
-        .unwrap()
-        .dma_into_pages());
+        assert!(!parse("[ros]\ndma_into = \"superpages\"\n")
+            .unwrap()
+            .dma_into_pages());
+        assert!(parse("[ros]\ndma_into = \"pages\"\n")
+            .unwrap()
+            .dma_into_pages());
         for words in [350, 600, 2000] {
             let e = parse(&format!(
                 "[ros]\ndma_into = \"pages\"\nfragment_words = {words}\n"
@@ -429,34 +407,19 @@ dma_into = \"pages\"
                 "{text}"
             );
         }
-        let e = parse(
-            "[ros]
-input = \"swrod\"
-dma_into = \"pages\"
-",
-        )
-        .unwrap_err();
+        let e = parse("[ros]\ninput = \"swrod\"\ndma_into = \"pages\"\n").unwrap_err();
         assert_eq!(e.fields(), ["ros.dma_into"], "{e}");
         assert!(
             e.to_string().contains("pages with ros.input = swrod"),
             "{e}"
         );
-        let e = parse(
-            "[ros]
-dma_into = \"ram\"
-",
-        )
-        .unwrap_err()
-        .to_string();
+        let e = parse("[ros]\ndma_into = \"ram\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dma_into") && e.contains("superpages"), "{e}");
         // Pages need no superpages: the memory estimate has none.
         let pages = parse("").unwrap();
-        let superpages = parse(
-            "[ros]
-dma_into = \"superpages\"
-",
-        )
-        .unwrap();
+        let superpages = parse("[ros]\ndma_into = \"superpages\"\n").unwrap();
         assert!(pages.estimate().host_bytes(&None) < superpages.estimate().host_bytes(&None));
     }
 }
