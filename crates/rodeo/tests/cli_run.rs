@@ -445,6 +445,11 @@ fn config_check_refuses_what_cannot_run() {
     let ok = format!("{run}[transport]\nkind = \"tcp\"\nbase_port = 65533\n");
     let (good, text) = config_check(dir.path(), &ok, false);
     assert!(good, "{text}");
+    // It says where the readout's cards write (the default fragments: the store's pages).
+    assert!(
+        text.contains("readout input: emulated S-LINK cards writing into store pages"),
+        "{text}"
+    );
     // Three endpoints (logger, readout node, supervisor) from 65535: past the last port.
     for port in [65535, 65534, 0] {
         let bad = format!("{run}[transport]\nkind = \"tcp\"\nbase_port = {port}\n");

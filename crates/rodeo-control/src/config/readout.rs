@@ -133,6 +133,44 @@ impl PartitionConfig {
             }
     }
 
+    /// Where the emulated S-LINK cards of `ros.input = "dma"` write, in words, for `config
+    /// check` to say (`None` for another input): store pages or superpages, the `dma_into`
+    /// that chose it and, for `"auto"`, why.
+    pub fn dma_path(&self) -> Option<String> {
+        let r = &self.ros;
+        if r.input != RosInput::Dma {
+            return None;
+        }
+        let page = self.store_page_words();
+        let unit = page_unit_words(r.fragment_words);
+        let per_page = page / unit;
+        // Rounded to the nearest percent.
+        let fill = (200 * per_page * unit / page).div_ceil(2);
+        let into = if self.dma_into_pages() {
+            "store pages"
+        } else {
+            "superpages"
+        };
+        let setting = format!("{:?}", r.dma_into).to_lowercase();
+        Some(if r.dma_into == DmaInto::Auto {
+            format!(
+                "emulated S-LINK cards writing into {into} (ros.dma_into = \"auto\": \
+                 {per_page} fragment{} of {unit} words fill{} {fill}% of a {page}-word store \
+                 page, {} {}%)",
+                if per_page == 1 { "" } else { "s" },
+                if per_page == 1 { "s" } else { "" },
+                if self.dma_into_pages() {
+                    "at least"
+                } else {
+                    "under"
+                },
+                100 * MIN_PAGE_USE.0 / MIN_PAGE_USE.1
+            )
+        } else {
+            format!("emulated S-LINK cards writing into {into} (ros.dma_into = \"{setting}\")")
+        })
+    }
+
     /// Words of one page of the readout nodes' stores.
     fn store_page_words(&self) -> usize {
         NodeConfig::default().page_bytes / 4
@@ -417,6 +455,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("dma_into") && e.contains("superpages"), "{e}");
+        // `config check` says which, and why.
+        let said = |text: &str| parse(text).unwrap().dma_path().unwrap();
+        assert_eq!(
+            said(""),
+            "emulated S-LINK cards writing into store pages (ros.dma_into = \"auto\": 4 \
+             fragments of 222 words fill 87% of a 1024-word store page, at least 80%)"
+        );
+        assert!(said("[ros]\nfragment_words = 350\n").contains(
+            "into superpages (ros.dma_into = \"auto\": 2 fragments of 372 words fill 73%"
+        ));
+        assert!(said("[ros]\nfragment_words = 2000\n[dcm]\nslots = 64\n")
+            .contains("0 fragments of 2022 words"));
+        assert!(said("[ros]\ndma_into = \"superpages\"\n")
+            .ends_with("into superpages (ros.dma_into = \"superpages\")"));
+        assert_eq!(
+            parse("[ros]\ninput = \"swrod\"\n").unwrap().dma_path(),
+            None
+        );
         // Pages need no superpages: the memory estimate has none.
         let pages = parse("").unwrap();
         let superpages = parse("[ros]\ndma_into = \"superpages\"\n").unwrap();

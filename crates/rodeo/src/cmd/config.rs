@@ -103,6 +103,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                         let on = host.as_deref().unwrap_or("this host");
                         outln!("{name}: estimate on {on}: {}", e.describe(&host));
                     }
+                    if let Some(path) = config.dma_path() {
+                        outln!("{name}: readout input: {path}");
+                    }
                 }
                 outln!("{name}: OK");
                 Ok(ExitCode::SUCCESS)
