@@ -19,11 +19,12 @@
 //! - **Small messages together**, where the owner asks for it
 //!   ([`crate::socket::Socket::set_batching`]: a loop that receives or polls this socket on
 //!   every turn). Messages of at most 16 KiB wait in their connection's buffer (64 KiB at most)
-//!   and go out together: at the next receive or poll of this socket, which flushes first,
-//!   with the next larger message, at [`StreamSocket::flush`], or when the socket is dropped
-//!   (what the kernel takes). A DCM's requests of one loop turn, a readout node's replies to
-//!   one batch of requests and a logger's acknowledgements then cost one system call instead
-//!   of one per message.
+//!   and go out together: at the next receive or poll of this socket that finds no message
+//!   already read from the kernel (one that takes such a message, the next of a batch read
+//!   together, does not flush), with the next larger message, at [`StreamSocket::flush`], or
+//!   when the socket is dropped (what the kernel takes). A DCM's requests of one loop turn, a
+//!   readout node's replies to one batch of requests and a logger's acknowledgements then
+//!   cost one system call instead of one per message.
 //! - **One copy on receipt.** A message is copied from the connection's buffer into the
 //!   [`Received`] (the socket's receive contract owns its bytes; ZeroMQ copies as well). Sends
 //!   take the frames where they lie, zero-copy frames included, in one vectored write.
@@ -244,14 +245,22 @@ impl StreamSocket {
         }
     }
 
-    /// Flushes, then keeps a message for the next receive: one already read from the kernel
-    /// (`None`: no other system call), or one that comes within the timeout (`Some`, accepting
-    /// peers and reading on the way); whether one is kept.
+    /// Keeps a message for the next receive: one already read from the kernel, without a
+    /// flush or a system call; else, after a flush, one that comes within the timeout (`Some`,
+    /// accepting peers and reading on the way; `None`: none); whether one is kept. Not
+    /// flushing while messages read together are taken one by one lets the replies to a
+    /// batch of requests go out together, in one write, once the batch is read (as the
+    /// shared-memory sockets do, `crate::shm`); nothing waits longer than that batch.
     pub(crate) fn take(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
-        if self.ready {
+        if self.ready || self.take_within(None)? {
             return Ok(true);
         }
         self.flush();
+        self.take_within(timeout)
+    }
+
+    /// [`StreamSocket::take`] without the flush.
+    fn take_within(&mut self, timeout: Option<Duration>) -> Result<bool, TransportError> {
         let got = match &mut self.side {
             Side::Router(r) => r.recv(
                 timeout,
@@ -822,6 +831,42 @@ mod tests {
             .unwrap();
         drop(r);
         assert_eq!(recv(&mut d, 2000).unwrap().bytes, b"last");
+    }
+
+    /// The replies to a batch of requests read together wait until the batch is read: a
+    /// receive that takes a message already read from the kernel does not flush; the first
+    /// that finds none does, and the replies go out together.
+    #[test]
+    fn replies_to_a_batch_of_requests_wait_until_the_batch_is_read() {
+        let (mut r, addr) = bound_router();
+        let mut d = StreamSocket::connect(&addr, b"dcm-1", None, 10, None);
+        d.send(None, [Frame::Copy(b"hello")], None).unwrap();
+        assert_eq!(recv(&mut r, 2000).unwrap().bytes, b"hello");
+        r.set_cork(true);
+        d.set_cork(true);
+        for i in 0..3u8 {
+            d.send(None, [Frame::Copy(&[i; 10])], None).unwrap();
+        }
+        // The three requests in one write, all in the router's kernel buffer before it reads.
+        d.flush();
+        std::thread::sleep(Duration::from_millis(50));
+        for i in 0..3u8 {
+            assert_eq!(recv(&mut r, 2000).expect("a request").bytes, [i; 10]);
+            r.send(Some(b"dcm-1"), [Frame::Copy(&[100 + i; 10])], None)
+                .unwrap();
+            if i < 2 {
+                assert!(
+                    recv(&mut d, 100).is_none(),
+                    "a reply out before request {} was read",
+                    i + 1
+                );
+            }
+        }
+        // The router's next receive finds nothing read: the three replies go, in order.
+        assert!(!r.take(Some(Duration::ZERO)).unwrap());
+        for i in 0..3u8 {
+            assert_eq!(recv(&mut d, 2000).expect("a reply").bytes, [100 + i; 10]);
+        }
     }
 
     #[test]
