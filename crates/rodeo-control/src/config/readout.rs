@@ -144,8 +144,8 @@ impl PartitionConfig {
         let page = self.store_page_words();
         let unit = page_unit_words(r.fragment_words);
         let per_page = page / unit;
-        // Rounded to the nearest percent.
-        let fill = (200 * per_page * unit / page).div_ceil(2);
+        // Rounded down, so that a fill just under the bar never reads as the bar.
+        let fill = 100 * per_page * unit / page;
         let into = if self.dma_into_pages() {
             "store pages"
         } else {
@@ -460,10 +460,10 @@ mod tests {
         assert_eq!(
             said(""),
             "emulated S-LINK cards writing into store pages (ros.dma_into = \"auto\": 4 \
-             fragments of 222 words fill 87% of a 1024-word store page, at least 80%)"
+             fragments of 222 words fill 86% of a 1024-word store page, at least 80%)"
         );
         assert!(said("[ros]\nfragment_words = 350\n").contains(
-            "into superpages (ros.dma_into = \"auto\": 2 fragments of 372 words fill 73%"
+            "into superpages (ros.dma_into = \"auto\": 2 fragments of 372 words fill 72%"
         ));
         assert!(said("[ros]\nfragment_words = 2000\n[dcm]\nslots = 64\n")
             .contains("0 fragments of 2022 words"));
