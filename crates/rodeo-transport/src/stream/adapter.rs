@@ -661,8 +661,12 @@ impl DealerSide {
                 true
             }
             Ok(None) => false,
-            // A bad frame (counted): the next full receive connects again.
+            // A bad frame (counted): the next full receive connects again. What this socket
+            // had corked goes to the kernel first, as it did when every receive flushed.
             Err(_) => {
+                if let Some(d) = self.dealer.as_mut() {
+                    d.flush_pending();
+                }
                 self.drop_connection();
                 false
             }
