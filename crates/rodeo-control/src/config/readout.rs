@@ -146,11 +146,8 @@ impl PartitionConfig {
         let per_page = page / unit;
         // Rounded down, so that a fill just under the bar never reads as the bar.
         let fill = 100 * per_page * unit / page;
-        let into = if self.dma_into_pages() {
-            "store pages"
-        } else {
-            "superpages"
-        };
+        let pages = self.dma_into_pages();
+        let into = if pages { "store pages" } else { "superpages" };
         let setting = format!("{:?}", r.dma_into).to_lowercase();
         Some(if r.dma_into == DmaInto::Auto {
             format!(
@@ -159,11 +156,7 @@ impl PartitionConfig {
                  page, {} {}%)",
                 if per_page == 1 { "" } else { "s" },
                 if per_page == 1 { "s" } else { "" },
-                if self.dma_into_pages() {
-                    "at least"
-                } else {
-                    "under"
-                },
+                if pages { "at least" } else { "under" },
                 100 * MIN_PAGE_USE.0 / MIN_PAGE_USE.1
             )
         } else {

@@ -301,6 +301,15 @@ pub(crate) fn slink_config(config: &ChannelSetup<'_>, c: usize) -> SlinkConfig {
         source_id: config.base_source_id + c as u32,
         data_words: WordRange::fixed(config.fragment_words),
         l1id_wrap: config.l1id_wrap,
+        ..framed_slink()
+    }
+}
+
+/// The framing of every emulated S-LINK link of a node's DMA inputs (control words, no CRC
+/// word): what sets a framed fragment's length ([`slink_config`],
+/// [`super::page_dma::page_unit_words`]).
+pub(crate) fn framed_slink() -> SlinkConfig {
+    SlinkConfig {
         framing: true,
         ..SlinkConfig::default()
     }

@@ -43,10 +43,10 @@ use std::sync::Arc;
 use rodeo_cards::dma::{
     DmaChannel, EmulatedChannel, EmulatedConfig, Fill, Filled, Generator, SuperpageBuffer,
 };
-use rodeo_cards::generator::{SlinkConfig, SlinkGenerator};
+use rodeo_cards::generator::SlinkGenerator;
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
-use super::dma::{checker_totals, slink_config, CHANNELS_PER_CARD};
+use super::dma::{checker_totals, framed_slink, slink_config, CHANNELS_PER_CARD};
 use super::setup::{error_file, start_card, BuiltInput, ChannelSetup};
 use super::watch::{LaneErrors, LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
@@ -82,7 +82,7 @@ pub const MIN_PAGE_USE: (usize, usize) = (4, 5);
 
 /// Words of one unit (headroom and framed fragment) for `config`'s fragments.
 fn unit_words(config: &ChannelSetup<'_>) -> usize {
-    HEADROOM_WORDS + slink_config(config, 0).fragment_words(config.fragment_words)
+    page_unit_words(config.fragment_words)
 }
 
 /// Words of one unit in a store page (headroom, then the framed S-LINK fragment: control
@@ -90,11 +90,7 @@ fn unit_words(config: &ChannelSetup<'_>) -> usize {
 /// data words: what a fragment of this input takes of a page (the partition's checks count
 /// fragments per channel with it).
 pub fn page_unit_words(data_words: u32) -> usize {
-    let framed = SlinkConfig {
-        framing: true,
-        ..SlinkConfig::default()
-    };
-    HEADROOM_WORDS + framed.fragment_words(data_words)
+    HEADROOM_WORDS + framed_slink().fragment_words(data_words)
 }
 
 /// True when the page DMA input carries fragments of `data_words` data words in store pages
@@ -109,7 +105,6 @@ pub fn fits_page(data_words: u32, page_words: usize) -> bool {
 
 /// [`fits_page`] for a node's channels.
 pub(crate) fn fits(config: &ChannelSetup<'_>, page_words: usize) -> bool {
-    debug_assert_eq!(unit_words(config), page_unit_words(config.fragment_words));
     fits_page(config.fragment_words, page_words)
 }
 
@@ -460,7 +455,7 @@ mod tests {
     use rodeo_format::synth::check_counter;
     use rodeo_memory::{PagePool, PagePoolConfig};
 
-    use rodeo_cards::generator::WordRange;
+    use rodeo_cards::generator::{SlinkConfig, WordRange};
 
     use super::*;
     use crate::store::{Lookup, StoreConfig};
