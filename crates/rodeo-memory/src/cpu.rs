@@ -1,6 +1,6 @@
 //! The CPUs a thread runs on: pinning a thread to one CPU ([`pin_to_cpu`]) or a set
 //! ([`set_thread_cpus`]), the CPUs the process was given ([`process_cpus`]), and the CPU time
-//! of the calling thread ([`thread_cpu_time`]), for benchmarks that must say what a thread costs
+//! of the calling thread ([`thread_cpu_time`]) and of the whole process ([`process_cpu_time`]), for benchmarks that must say what a thread costs
 //! per unit of work independently of how many other processes share the cores (wall-clock rates
 //! on a loaded machine measure the neighbours as much as the code).
 
@@ -150,10 +150,32 @@ pub fn thread_cpu_time() -> Duration {
     )
 }
 
+/// CPU time every thread of this process has used so far, ended ones included (user and
+/// system), from `CLOCK_PROCESS_CPUTIME_ID`; zero if the clock is unavailable. What an
+/// in-process node, its emulated cards and its clients cost together over a measured window
+/// (the difference of two readings).
+pub fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the valid, exclusively borrowed pointer
+    // and has no other effect.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::{
-        narrow_thread, pin_to_cpu, process_cpus, set_thread_cpus, thread_cpu_time, thread_cpus,
+        narrow_thread, pin_to_cpu, process_cpu_time, process_cpus, set_thread_cpus,
+        thread_cpu_time, thread_cpus,
     };
     use std::sync::{Mutex, MutexGuard};
 
@@ -238,5 +260,33 @@ mod tests {
         let t2 = thread_cpu_time();
         // Sleeping costs (almost) no CPU: far less than the 50 ms slept.
         assert!(t2 - t1 < std::time::Duration::from_millis(40));
+    }
+
+    /// The process clock counts another thread's work, after that thread has ended: at least
+    /// the CPU time the thread measured on its own clock.
+    #[test]
+    fn process_cpu_time_counts_an_ended_threads_work() {
+        let p0 = process_cpu_time();
+        let worked = std::thread::spawn(|| {
+            let t0 = thread_cpu_time();
+            let mut x = 0u64;
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            thread_cpu_time() - t0
+        })
+        .join()
+        .unwrap();
+        let p1 = process_cpu_time();
+        assert!(
+            worked > std::time::Duration::ZERO,
+            "busy work used no CPU time"
+        );
+        assert!(
+            p1 - p0 >= worked,
+            "process clock grew {:?}, the ended thread alone used {worked:?}",
+            p1 - p0
+        );
     }
 }

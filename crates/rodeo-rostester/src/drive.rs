@@ -146,6 +146,15 @@ pub struct NodeRow {
     pub node_swrod_in_place: u64,
     /// Store pages in use at the end, summed over channels.
     pub node_pages_in_use: u64,
+    /// CPU time of the whole process while the tester ran (every thread: the node's core
+    /// thread, its inputs' threads and emulated cards, the tester), from the process CPU
+    /// clock; the node's start-up and warm-up before the first request and its stop after the
+    /// last reply are not in it ([`NodeRow::with_process_cpu`]).
+    pub node_process_cpu_ns: u64,
+    /// [`NodeRow::node_process_cpu_ns`] per event the tester completed, in microseconds: what
+    /// a node costs per event on whatever cores it got, which a wall-clock rate beside other
+    /// load does not say (0 without events).
+    pub node_cpu_us_per_event: f64,
 }
 
 impl NodeRow {
@@ -164,7 +173,22 @@ impl NodeRow {
             node_swrod_fragments: sw.link.fragments,
             node_swrod_in_place: sw.link.in_place,
             node_pages_in_use: store.pages_in_use,
+            node_process_cpu_ns: 0,
+            node_cpu_us_per_event: 0.0,
         }
+    }
+
+    /// The row with the process's CPU time over the tester's run (`cpu_ns`, the difference of
+    /// two readings of [`rodeo_memory::cpu::process_cpu_time`] around it) and its share per
+    /// event of the `events` the tester completed.
+    pub fn with_process_cpu(mut self, cpu_ns: u64, events: u64) -> NodeRow {
+        self.node_process_cpu_ns = cpu_ns;
+        self.node_cpu_us_per_event = if events == 0 {
+            0.0
+        } else {
+            cpu_ns as f64 / events as f64 / 1e3
+        };
+        self
     }
 }
 

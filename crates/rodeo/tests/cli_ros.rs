@@ -207,6 +207,16 @@ fn tester_in_process_with_the_sw_rod_input_balances() {
         node("node_core_cpu_ns") >= node("node_core_idle_cpu_ns"),
         "{v}"
     );
+    // The whole process's CPU over the run: the builders' threads worked in it, and its share
+    // per event is that CPU over the 4,000 events.
+    let process = node("node_process_cpu_ns");
+    assert!(process > 0, "{v}");
+    let per_event = row["node_cpu_us_per_event"].as_f64().unwrap();
+    let want = process as f64 / 4000.0 / 1e3;
+    assert!(
+        (per_event - want).abs() <= want * 1e-9,
+        "{per_event} != {want}: {v}"
+    );
 }
 
 /// `rodeo tester --input dma-pages`: the cards write into the store's pages, every request of

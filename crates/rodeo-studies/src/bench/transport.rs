@@ -140,15 +140,7 @@ type Measured = (u64, f64, u64, Option<Wake>);
 
 /// CPU time (user + system) of this process so far, in nanoseconds.
 fn process_cpu_ns() -> u64 {
-    // SAFETY: rusage is plain old data; all-zero is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct we pass and reads nothing else.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    if rc != 0 {
-        return 0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    tv(usage.ru_utime) + tv(usage.ru_stime)
+    rodeo_memory::cpu::process_cpu_time().as_nanos() as u64
 }
 
 /// The consumer process: binds, says `ready`, receives until the end marker, prints

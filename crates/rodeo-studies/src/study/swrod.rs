@@ -51,7 +51,9 @@ fn measure(
         ..crate::defaults()
     };
     let (n, mut client) = start_direct_node(&node)?;
+    let cpu0 = rodeo_memory::cpu::process_cpu_time();
     let r = run_direct_tester(&mut client, &node.robs(), node.l1id_wrap, &mix);
+    let cpu = rodeo_memory::cpu::process_cpu_time().saturating_sub(cpu0);
     drop(client);
     let stopped = n.stop();
     let r = r?;
@@ -59,7 +61,7 @@ fn measure(
         l1_rate_hz: r.l1_rate_hz(),
         lost: r.lost_fragments,
         bad: r.bad_replies,
-        node: NodeRow::from_stopped(&stopped),
+        node: NodeRow::from_stopped(&stopped).with_process_cpu(cpu.as_nanos() as u64, r.events),
     })
 }
 

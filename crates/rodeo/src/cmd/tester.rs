@@ -9,6 +9,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
+use rodeo_memory::cpu::process_cpu_time;
 use rodeo_ros::standalone::{start_direct_node, start_node, NodeArgs};
 use rodeo_rostester::drive::{run_direct_tester, run_testers, MixArgs, NodeRow, Row};
 use rodeo_studies::report::Report;
@@ -63,9 +64,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         None if args.transport == InProcess::Direct => {
             let (node, mut client) = start_direct_node(&args.node).context("in-process node")?;
+            let cpu0 = process_cpu_time();
             let r = run_direct_tester(&mut client, &robs, args.node.l1id_wrap, &args.mix)?;
+            let cpu = process_cpu_time().saturating_sub(cpu0);
             drop(client);
-            (r, Some(NodeRow::from_stopped(&node.stop())))
+            let row = NodeRow::from_stopped(&node.stop());
+            let events = r.events;
+            (r, Some(row.with_process_cpu(cpu.as_nanos() as u64, events)))
         }
         None => {
             // Requests beyond the node's descriptors that would wait are answered PENDING
@@ -82,8 +87,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             let node = start_node(&t, &args.node, "inproc://rodeo-tester-node")
                 .context("in-process node")?;
+            let cpu0 = process_cpu_time();
             let r = run_testers(&t, node.endpoint(), &robs, args.node.l1id_wrap, &args.mix)?;
-            (r, Some(NodeRow::from_stopped(&node.stop())))
+            let cpu = process_cpu_time().saturating_sub(cpu0);
+            let row = NodeRow::from_stopped(&node.stop());
+            let events = r.events;
+            (r, Some(row.with_process_cpu(cpu.as_nanos() as u64, events)))
         }
     };
     let mut row = Row::from_report(&report);
