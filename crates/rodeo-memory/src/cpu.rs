@@ -1,7 +1,8 @@
 //! The CPUs a thread runs on: pinning a thread to one CPU ([`pin_to_cpu`]) or a set
 //! ([`set_thread_cpus`]), the CPUs the process was given ([`process_cpus`]), and the CPU time
-//! of the calling thread ([`thread_cpu_time`]) and of the whole process ([`process_cpu_time`]), for benchmarks that must say what a thread costs
-//! per unit of work independently of how many other processes share the cores (wall-clock rates
+//! of the calling thread ([`thread_cpu_time`]) and of the whole process
+//! ([`process_cpu_time`]), for benchmarks that must say what a thread or a process costs per
+//! unit of work independently of how many other processes share the cores (wall-clock rates
 //! on a loaded machine measure the neighbours as much as the code).
 
 use std::sync::OnceLock;
