@@ -135,20 +135,7 @@ fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> bool {
 /// CPU time the calling thread has used so far (user and system), from
 /// `CLOCK_THREAD_CPUTIME_ID`; zero if the clock is unavailable.
 pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through the valid, exclusively borrowed pointer
-    // and has no other effect.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// CPU time every thread of this process has used so far, ended ones included (user and
@@ -156,13 +143,18 @@ pub fn thread_cpu_time() -> Duration {
 /// in-process node, its emulated cards and its clients cost together over a measured window
 /// (the difference of two readings).
 pub fn process_cpu_time() -> Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// The CPU-time clock `clock` now; zero if it is unavailable.
+fn cpu_clock(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec through the valid, exclusively borrowed pointer
     // and has no other effect.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
         return Duration::ZERO;
     }
