@@ -178,10 +178,11 @@ impl NodeRow {
         }
     }
 
-    /// The row with the process's CPU time over the tester's run (`cpu_ns`, the difference of
+    /// The row with the process's CPU time over the tester's run (`cpu`, the difference of
     /// two readings of [`rodeo_memory::cpu::process_cpu_time`] around it) and its share per
     /// event of the `events` the tester completed.
-    pub fn with_process_cpu(mut self, cpu_ns: u64, events: u64) -> NodeRow {
+    pub fn with_process_cpu(mut self, cpu: Duration, events: u64) -> NodeRow {
+        let cpu_ns = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
         self.node_process_cpu_ns = cpu_ns;
         self.node_cpu_us_per_event = if events == 0 {
             0.0

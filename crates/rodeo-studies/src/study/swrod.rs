@@ -61,7 +61,7 @@ fn measure(
         l1_rate_hz: r.l1_rate_hz(),
         lost: r.lost_fragments,
         bad: r.bad_replies,
-        node: NodeRow::from_stopped(&stopped).with_process_cpu(cpu.as_nanos() as u64, r.events),
+        node: NodeRow::from_stopped(&stopped).with_process_cpu(cpu, r.events),
     })
 }
 

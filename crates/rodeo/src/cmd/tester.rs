@@ -68,9 +68,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let r = run_direct_tester(&mut client, &robs, args.node.l1id_wrap, &args.mix)?;
             let cpu = process_cpu_time().saturating_sub(cpu0);
             drop(client);
-            let row = NodeRow::from_stopped(&node.stop());
-            let events = r.events;
-            (r, Some(row.with_process_cpu(cpu.as_nanos() as u64, events)))
+            let row = NodeRow::from_stopped(&node.stop()).with_process_cpu(cpu, r.events);
+            (r, Some(row))
         }
         None => {
             // Requests beyond the node's descriptors that would wait are answered PENDING
@@ -90,9 +89,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             let cpu0 = process_cpu_time();
             let r = run_testers(&t, node.endpoint(), &robs, args.node.l1id_wrap, &args.mix)?;
             let cpu = process_cpu_time().saturating_sub(cpu0);
-            let row = NodeRow::from_stopped(&node.stop());
-            let events = r.events;
-            (r, Some(row.with_process_cpu(cpu.as_nanos() as u64, events)))
+            let row = NodeRow::from_stopped(&node.stop()).with_process_cpu(cpu, r.events);
+            (r, Some(row))
         }
     };
     let mut row = Row::from_report(&report);
