@@ -147,25 +147,8 @@ impl<'b, 'p, D: PacketDecoder, K: FragmentSink<'p>, C: ?Sized> Lane<'b, 'p, '_, 
     }
 }
 
-/// CPU time of the calling thread in nanoseconds (0 where the clock is unavailable).
+/// CPU time of the calling thread in nanoseconds (0 where the clock is unavailable), from
+/// [`rodeo_memory::cpu::thread_cpu_time`], the one reader of the thread CPU clock.
 pub(crate) fn thread_cpu_ns() -> u64 {
-    #[cfg(unix)]
-    {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec through a valid, exclusive pointer.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        if rc != 0 {
-            return 0;
-        }
-        (ts.tv_sec as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec as u64)
-    }
-    #[cfg(not(unix))]
-    {
-        0
-    }
+    u64::try_from(rodeo_memory::cpu::thread_cpu_time().as_nanos()).unwrap_or(u64::MAX)
 }
