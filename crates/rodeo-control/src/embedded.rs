@@ -455,7 +455,9 @@ impl EmbeddedPartition {
 /// The reason of a failed transition (without the application's name, which goes separately).
 fn failure_reason(e: &TransitionError) -> String {
     match e {
-        TransitionError::Failed { reason, .. } => reason.clone(),
+        TransitionError::Failed { reason, .. } | TransitionError::Lost { reason, .. } => {
+            reason.clone()
+        }
         other => other.to_string(),
     }
 }

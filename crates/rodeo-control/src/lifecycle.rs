@@ -222,13 +222,26 @@ pub enum TransitionError {
         /// The reason, from the application.
         reason: String,
     },
+    /// No command failed: an application died or failed while the partition was in `from`
+    /// (a death with no restart left, during the run); the partition is now in ERROR.
+    #[error("{who} went to ERROR while {from}: {reason}")]
+    Lost {
+        /// The application (or the partition) that failed.
+        who: String,
+        /// The state it was in.
+        from: State,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl TransitionError {
     /// The application named in the error.
     pub fn who(&self) -> &str {
         match self {
-            TransitionError::Illegal { who, .. } | TransitionError::Failed { who, .. } => who,
+            TransitionError::Illegal { who, .. }
+            | TransitionError::Failed { who, .. }
+            | TransitionError::Lost { who, .. } => who,
         }
     }
 }

@@ -206,6 +206,10 @@ pub trait Partition: RunControl {
 /// How often [`run_to_end`] looks at the partition, and how often it calls its tick.
 const POLL: Duration = Duration::from_millis(20);
 const TICK: Duration = Duration::from_millis(200);
+/// A run without any L1 accept this long after its start says so on stderr (then again after
+/// twice as long, and so on): an external trigger that never connects otherwise kept a run
+/// waiting in silence for as long as nobody looked.
+const FIRST_SILENCE_WARNING: Duration = Duration::from_secs(10);
 
 /// Brings `p` up to RUNNING (from whatever state it is in: a service keeps its partition
 /// CONNECTED between runs), runs it until the event count, the configured seconds, an
@@ -234,6 +238,8 @@ pub fn run_to_end(
     }
     let limit = p.run_limit_seconds();
     let mut last_tick = Instant::now();
+    let started = last_tick;
+    let mut silence_warning = FIRST_SILENCE_WARNING;
     while p.partition_state() == State::Running {
         std::thread::sleep(POLL);
         p.maintain();
@@ -241,6 +247,15 @@ pub fn run_to_end(
         if last_tick.elapsed() >= TICK {
             tick(l1, seconds);
             last_tick = Instant::now();
+        }
+        if l1 == 0 && started.elapsed() >= silence_warning {
+            tracing::warn!(
+                "no L1 accept {} s after the start: is the trigger sending (an external unit \
+                 connected, the RoIB's or the readout's inputs delivering)? The run waits for its \
+                 events; Ctrl-C or `rodeo ctl stop` ends it",
+                silence_warning.as_secs()
+            );
+            silence_warning = silence_warning.saturating_mul(2);
         }
         if (limit > 0.0 && seconds >= limit) || p.run_ended() || quit() {
             break;

@@ -319,7 +319,6 @@ pub fn request_for(
     rest: &[&str],
     words: &rodeo_control::config::RunWords,
 ) -> anyhow::Result<(&'static str, String, String)> {
-    use anyhow::Context as _;
     let get = |path: &str| ("GET", path.to_string(), String::new());
     if !words.is_empty() {
         if command != "start" || !rest.is_empty() {
@@ -349,7 +348,7 @@ pub fn request_for(
         ("config", ["put", file]) => (
             "PUT",
             "/api/config".into(),
-            std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?,
+            rodeo_control::config::read_config_file(std::path::Path::new(file))?,
         ),
         ("config", _) => anyhow::bail!("use `rodeo ctl config get` or `rodeo ctl config put FILE`"),
         ("ack", [name]) => (

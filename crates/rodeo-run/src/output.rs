@@ -60,16 +60,21 @@ impl OutputDir {
     }
 
     /// The next free run number: one more than the largest run directory and recorded run (1
-    /// in a fresh directory).
+    /// in a fresh directory). An error when the largest is the last 32-bit number (taken
+    /// with `--run-number 4294967295`): there is no next one to take.
     pub fn next_run_number(&self) -> anyhow::Result<u32> {
-        let in_db = self
-            .db
-            .last_run_number()?
-            .map_or(1, |n| n.saturating_add(1));
-        let in_dir = run_directories(&self.path)
-            .last()
-            .map_or(1, |(n, _)| n.saturating_add(1));
-        Ok(in_db.max(in_dir))
+        let in_db = self.db.last_run_number()?;
+        let in_dir = run_directories(&self.path).last().map(|(n, _)| *n);
+        match in_db.max(in_dir) {
+            None => Ok(1),
+            Some(n) => n.checked_add(1).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} holds run {n}, the largest run number: there is no next one. Give \
+                     --run-number with a free number below it, or use another output directory.",
+                    self.path.display()
+                )
+            }),
+        }
     }
 
     /// Records one run: its sheet, the configuration it ran with, when it started and who
@@ -277,6 +282,38 @@ mod tests {
         assert!(
             text.contains("(hidden)") && text.contains("slots = 8"),
             "{text}"
+        );
+    }
+
+    /// The next number follows the largest run; after the last 32-bit number there is none,
+    /// said as such (it was the same number again, refused as "taken before").
+    #[test]
+    fn the_next_run_number_follows_the_largest_and_ends_at_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            OutputDir::open(dir.path(), "test")
+                .unwrap()
+                .next_run_number()
+                .unwrap(),
+            1
+        );
+        std::fs::create_dir(dir.path().join("run-00000007")).unwrap();
+        assert_eq!(
+            OutputDir::open(dir.path(), "test")
+                .unwrap()
+                .next_run_number()
+                .unwrap(),
+            8
+        );
+        std::fs::create_dir(dir.path().join(format!("run-{}", u32::MAX))).unwrap();
+        let e = OutputDir::open(dir.path(), "test")
+            .unwrap()
+            .next_run_number()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the largest run number") && e.contains("--run-number"),
+            "{e}"
         );
     }
 

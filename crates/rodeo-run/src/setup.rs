@@ -3,15 +3,13 @@
 
 use std::path::Path;
 
-use anyhow::Context as _;
 use rodeo_control::config::PartitionConfig;
 
 /// Loads the configuration file `path` (None: the built-in default partition).
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<PartitionConfig> {
     Ok(match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read configuration {}", p.display()))?;
+            let text = rodeo_control::config::read_config_file(p)?;
             PartitionConfig::from_toml(&text, &p.display().to_string())?
         }
         None => PartitionConfig::default(),

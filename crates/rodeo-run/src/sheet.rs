@@ -354,12 +354,23 @@ impl RunSheet {
     ) -> RunSheet {
         let mut sheet = RunSheet::from_files(run_number, directory, files);
         sheet.add_last_counts(metrics);
-        sheet.problems = vec![Problem::new(
-            ProblemKind::RunFailed,
-            None,
-            None,
-            reason.clone(),
-        )];
+        // The L1 accepts the last reports left without a decision: lost or in flight when the
+        // run failed, named rather than left for the reader to subtract.
+        let undecided = sheet.l1_accepts.map(|l1| {
+            let decided = [sheet.accepted, sheet.rejected, sheet.forced_accepts]
+                .iter()
+                .map(|n| n.unwrap_or(0))
+                .fold(0u64, u64::saturating_add);
+            l1.saturating_sub(decided)
+        });
+        let text = match undecided {
+            Some(n) if n > 0 => format!(
+                "{reason}; {n} L1 accepts had no decision in the applications' last reports \
+                 (lost or in flight when the run failed)"
+            ),
+            _ => reason.clone(),
+        };
+        sheet.problems = vec![Problem::new(ProblemKind::RunFailed, undecided, None, text)];
         sheet.reason = Some(reason);
         sheet
     }
@@ -479,6 +490,22 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
             format!(
                 "{name} died during the run ({why}): its events were reassigned as forced \
                  accepts ({} in the run) and the run went on without it",
+                s.forced_accepts
+            ),
+        ));
+    }
+    if s.dcms_lost.is_empty() && s.forced_accepts > 0 {
+        // Written like accepted events, but not the trigger's decision: a run that forced
+        // some is not "ok" (before 2026-12-07 it was, with 204 forced accepts after a DCM's
+        // full queue dropped assignments).
+        out.push(Problem::new(
+            ProblemKind::ForcedAccepts,
+            Some(s.forced_accepts),
+            Some("supervisor".into()),
+            format!(
+                "{} events were accepted without the trigger's decision (forced accepts: \
+                 assignments not decided within `supervisor.event_timeout_ms`, or dropped by a DCM's \
+                 full queue, were given again as forced accepts)",
                 s.forced_accepts
             ),
         ));
@@ -623,6 +650,30 @@ mod tests {
         assert_eq!(s.accepted, Some(324));
         assert_eq!(s.rejected, Some(0));
         assert_eq!(s.l1_accepts, Some(324));
+        assert_eq!(s.problems[0].count, Some(0));
+    }
+
+    /// A failed run names the L1 accepts its last reports left undecided.
+    #[test]
+    fn a_failed_sheet_names_the_undecided_accepts() {
+        let sup = AppMetrics::Supervisor(Box::new(rodeo_control::metrics::SupervisorMetrics {
+            l1_accepts: 7424,
+            l1_missed: 0,
+            accepted: 752,
+            rejected: 6434,
+            forced_accepts: 0,
+            in_flight: 0,
+            credits: 0,
+            decision_latency: rodeo_memory::histogram::LogHistogram::new().snapshot(),
+            bad_messages: 0,
+        }));
+        let metrics = vec![("supervisor".to_string(), sup)];
+        let s = RunSheet::failed(1, "/x".into(), "ros-1 is dead".into(), &[], &metrics);
+        assert_eq!(s.problems[0].count, Some(238));
+        assert!(s.problems[0]
+            .text
+            .starts_with("ros-1 is dead; 238 L1 accepts had no decision"));
+        assert_eq!(s.reason.as_deref(), Some("ros-1 is dead"));
     }
 
     /// A run that took no L1 accept balances trivially; its verdict says it did nothing.
@@ -643,6 +694,32 @@ mod tests {
         };
         let s = RunSheet::from_summary(&some, 100_000.0, None, false);
         assert!(s.problems.iter().all(|p| p.kind != ProblemKind::NoEvents));
+    }
+
+    /// Forced accepts while every DCM lived (timeouts, a DCM's full queue) make the run
+    /// degraded, with their count; with a lost DCM its own problem says them.
+    #[test]
+    fn forced_accepts_without_a_lost_dcm_are_a_problem() {
+        let forced = RunSummary {
+            l1_accepts: 10,
+            accepted: 6,
+            forced_accepts: 4,
+            events_written: 10,
+            events_verified: 10,
+            ..RunSummary::default()
+        };
+        let s = RunSheet::from_summary(&forced, 100_000.0, None, false);
+        assert!(s.balanced, "{:?}", s.problems);
+        assert_eq!(s.verdict, Verdict::Degraded);
+        let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
+        assert_eq!(p, [(ProblemKind::ForcedAccepts, Some(4))]);
+        let lost = RunSummary {
+            dcms_lost: vec![("dcm-2".into(), "its process exited".into())],
+            ..forced
+        };
+        let s = RunSheet::from_summary(&lost, 100_000.0, None, false);
+        let kinds: Vec<_> = s.problems.iter().map(|p| p.kind).collect();
+        assert_eq!(kinds, [ProblemKind::DcmLost]);
     }
 
     #[test]

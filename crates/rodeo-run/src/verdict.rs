@@ -69,6 +69,9 @@ pub enum ProblemKind {
     /// A DCM that died during the run: its events were reassigned as forced accepts and the
     /// run went on with the other DCMs.
     DcmLost,
+    /// Events accepted without the trigger's decision while every DCM lived (assignments that
+    /// timed out, or that a DCM's full queue could not take, given again as forced accepts).
+    ForcedAccepts,
     /// The run took no L1 accept: it balances trivially, but read out nothing.
     NoEvents,
     /// A problem written by an older rodeo, kept as its text.
@@ -92,6 +95,7 @@ impl ProblemKind {
             | ProblemKind::Restarts
             | ProblemKind::DiedAtStop
             | ProblemKind::DcmLost
+            | ProblemKind::ForcedAccepts
             | ProblemKind::NoEvents => Verdict::Degraded,
         }
     }

@@ -66,11 +66,12 @@ fn pause_and_resume(name: &str) {
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{name} paused: {v}");
     // Nothing lost without its count: at worst L1 accepts the paused partition could not take
-    // on schedule, and (a paused readout node) events built without its fragments.
+    // on schedule, (a paused readout node) events built without its fragments, and (a pause
+    // that outlasted an assignment's timeout on a loaded machine) forced accepts.
     for p in v["problems"].as_array().unwrap() {
         let kind = p["kind"].as_str().unwrap_or_default();
         assert!(
-            ["l1_missed", "partial_events"].contains(&kind),
+            ["l1_missed", "partial_events", "forced_accepts"].contains(&kind),
             "{name} paused: {v}"
         );
     }

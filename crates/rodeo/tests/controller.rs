@@ -323,7 +323,7 @@ fn a_run_that_ends_by_itself_is_seen_at_once_not_at_the_next_heartbeat() {
     c.run.events = 500;
     c.run.seconds = 0.0;
     c.control.heartbeat_ms = 10_000;
-    c.control.dead_after_ms = 30_000;
+    c.control.dead_after_ms = 40_000;
     let ctl = Controller::new(c, rodeo_bin!().into()).unwrap();
     for cmd in [Command::Initialize, Command::Configure, Command::Connect] {
         ctl.command(cmd).unwrap();

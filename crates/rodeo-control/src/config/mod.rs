@@ -41,6 +41,7 @@ mod control;
 mod dcm;
 pub(crate) mod error;
 mod estimate;
+mod file;
 mod l1;
 mod limits;
 mod logger;
@@ -61,6 +62,7 @@ pub use estimate::{
     human, AppEstimate, Estimate, Machine, CONTROLLER_BYTES, MAX_THREADS_PER_CORE,
     OUTSIDE_FRAGMENT_BYTES, PROCESS_BASE_BYTES, WARN_THREADS_PER_CORE,
 };
+pub use file::{read_config_file, ConfigFileError, MAX_CONFIG_FILE_BYTES};
 pub use l1::{L1Config, L1Mode, MAX_RATE_HZ, MAX_TIMEOUT_MS, MIN_RATE_HZ};
 pub use limits::{MessageLimits, EXTERNAL_FRAGMENT_BYTES, MIN_MESSAGE_LIMIT};
 pub use logger::{CompressionName, FormatName, LoggerSection};

@@ -200,9 +200,8 @@ impl Partition for Controller {
         last.or_else(|| {
             let t = self.state.table();
             let why = t.lifecycle.error()?.to_string();
-            Some(TransitionError::Failed {
+            Some(TransitionError::Lost {
                 who: "partition".into(),
-                command: Command::Start,
                 from: State::Running,
                 reason: why,
             })

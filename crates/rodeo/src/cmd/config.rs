@@ -3,9 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use rodeo_control::binds::{try_binds, BindOutcome};
-use rodeo_control::config::{human, Machine, PartitionConfig, DEFAULT_TOML};
+use rodeo_control::config::{human, read_config_file, Machine, PartitionConfig, DEFAULT_TOML};
 
 /// Arguments of `rodeo config`.
 #[derive(Debug, clap::Args)]
@@ -53,8 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             estimate,
             served,
         } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("cannot read configuration {}", file.display()))?;
+            let text = read_config_file(&file)?;
             let name = file.display().to_string();
             let report = PartitionConfig::check_text(&text, &name, &Machine::this_host(), served);
             for w in &report.warnings {
