@@ -127,6 +127,15 @@ pub enum ConvertError {
         /// The output.
         path: PathBuf,
     },
+    /// The input cannot be opened as a raw-data file: nothing was written.
+    #[error("reading {}: {source}; nothing was converted (no output written)", input.display())]
+    Open {
+        /// The input.
+        input: PathBuf,
+        /// The reader's error.
+        #[source]
+        source: Box<DataFileError>,
+    },
     /// Reading the input stopped (every event before it was converted: see `events`).
     #[error("reading {}: {source}; {events} events were converted before it, the output is left as {}", input.display(), output.display())]
     Read {
@@ -326,10 +335,8 @@ pub fn convert_file(
         }
         _ => {}
     }
-    let mut reader = DataFileReader::open(input).map_err(|source| ConvertError::Read {
+    let mut reader = DataFileReader::open(input).map_err(|source| ConvertError::Open {
         input: input.to_path_buf(),
-        output: output.to_path_buf(),
-        events: 0,
         source: Box::new(source),
     })?;
     let info = reader.info().clone();
@@ -359,12 +366,39 @@ pub fn convert_file(
         })?;
         (work, Some(output.to_path_buf()))
     };
+    let converted = write_converted(
+        &mut reader,
+        info,
+        input,
+        &dir,
+        rename_to.as_deref(),
+        options,
+    );
+    if converted.is_err() && rename_to.is_some() {
+        // The private work directory and whatever it holds: the conversion failed before its
+        // file was renamed to the output (a read error after some events is not such a
+        // failure: its output is renamed first, and the directory is gone).
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    converted
+}
+
+/// Converts what `reader` reads into a file written in `dir`, renamed to `rename_to` if given
+/// (then `dir` is removed); the rest of [`convert_file`].
+fn write_converted(
+    reader: &mut DataFileReader,
+    info: FileInfo,
+    input: &Path,
+    dir: &Path,
+    rename_to: Option<&Path>,
+    options: &ConvertOptions,
+) -> Result<ConvertSummary, ConvertError> {
     let app = file_name_part(&info.app_name, "convert");
     let stream = file_name_part(&info.stream, "physics_Main");
     let lumiblock = info.lumiblock.unwrap_or(0);
     let mut out = match options.format {
         Container::Rodeo => {
-            let mut c = RawFileConfig::new(&dir, info.run_number, &app, &stream);
+            let mut c = RawFileConfig::new(dir, info.run_number, &app, &stream);
             debug_assert!(valid_name(&app) && valid_name(&stream));
             c.lumiblock = lumiblock;
             c.max_file_bytes = u64::MAX / 2;
@@ -386,7 +420,7 @@ pub fn convert_file(
             let (stream_type, stream_name) = split_stream(&stream);
             let stream_type = stream_type.replace('_', "-");
             let mut c = EsWriterConfig::new(
-                &dir,
+                dir,
                 project,
                 info.run_number,
                 stream_type,
@@ -456,17 +490,17 @@ pub fn convert_file(
     .ok_or_else(|| ConvertError::Options("the writer closed no file".into()))?;
     let final_path = match rename_to {
         Some(to) => {
-            std::fs::rename(&written, &to).map_err(|source| ConvertError::Io {
+            std::fs::rename(&written, to).map_err(|source| ConvertError::Io {
                 op: "rename to",
-                path: to.clone(),
+                path: to.to_path_buf(),
                 source,
             })?;
-            std::fs::remove_dir(&dir).map_err(|source| ConvertError::Io {
+            std::fs::remove_dir(dir).map_err(|source| ConvertError::Io {
                 op: "remove the work directory",
-                path: dir.clone(),
+                path: dir.to_path_buf(),
                 source,
             })?;
-            to
+            to.to_path_buf()
         }
         None => written,
     };

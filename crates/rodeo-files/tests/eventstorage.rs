@@ -827,3 +827,24 @@ proptest::proptest! {
         proptest::prop_assert!(v.error_offset.is_none_or(|o| o <= len), "{v:?}");
     }
 }
+
+/// An input that is not a raw-data file converts nothing and says so: no output, no work
+/// directory next to it (it said "the output is left as OUT" of a file that was never made).
+#[test]
+fn an_input_that_does_not_open_leaves_nothing() {
+    use rodeo_files::convert::{convert_file, ConvertError, ConvertOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let input = save(dir.path(), "junk.data", &[0u8; 4096]);
+    let output = dir.path().join("out.data");
+    for format in [Container::Rodeo, Container::EventStorage] {
+        let e = convert_file(&input, &output, &ConvertOptions::new(format)).unwrap_err();
+        assert!(matches!(e, ConvertError::Open { .. }), "{e}");
+        assert!(e.to_string().contains("nothing was converted"), "{e}");
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["junk.data"], "{format:?}");
+    }
+}

@@ -124,6 +124,16 @@ impl RunService {
         }))
     }
 
+    /// Gives the prepared run up before any start (the HTTP API could not be served): the
+    /// partition comes down and the run's directory goes, so its number stays free (it was
+    /// recorded as a crashed run at the next start).
+    pub fn abandon(self: &Arc<Self>) {
+        self.shut_down.store(true, Ordering::Relaxed);
+        if let Some(run) = lock(&self.current).prepared.take() {
+            run.abandon();
+        }
+    }
+
     /// The number of the run prepared or running (never waits).
     pub fn run_number(&self) -> u32 {
         self.number_now.load(Ordering::Relaxed)

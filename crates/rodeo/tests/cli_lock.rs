@@ -254,3 +254,34 @@ fn two_services_on_one_directory_the_second_is_refused_and_the_first_loses_nothi
     b.wait_with_deadline(Duration::from_secs(60))
         .assert_success();
 }
+
+/// A `serve` whose HTTP address is taken cannot be run: it exits non-zero naming the address
+/// and leaves no run behind (it left `run-00000001/`, which the next service recorded as a
+/// crashed run and went on at run 2).
+#[test]
+fn a_serve_whose_address_is_taken_leaves_no_run_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let out = dir.path().join("out");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (o, _) = rodeo_timed(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--http",
+        &addr,
+    ]);
+    assert!(!o.status.success(), "{}", o.text());
+    assert!(o.stderr.contains(&addr), "{}", o.text());
+    let runs: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run-"))
+        .collect();
+    assert!(runs.is_empty(), "left behind: {runs:?}");
+    drop(taken);
+}

@@ -70,13 +70,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
     crate::signal::abort_on_second();
     let https = args.tls.files();
-    let _server = rodeo_run::http::serve_section(
+    let server = rodeo_run::http::serve_section(
         &config.control,
         service.control(),
         Some(db),
         https.as_ref(),
-    )?
-    .context("rodeo serve needs --http")?;
+    )
+    .and_then(|s| s.context("rodeo serve needs --http"));
+    let _server = match server {
+        Ok(s) => s,
+        Err(e) => {
+            // Nothing can start a run: the prepared one goes, its number stays free.
+            service.abandon();
+            return Err(e);
+        }
+    };
     eprintln!(
         "rodeo: serving; run {} is ready (CONNECTED): POST {{\"command\":\"start\"}}",
         service.run_number()
