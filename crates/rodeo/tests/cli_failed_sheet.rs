@@ -158,6 +158,35 @@ fn a_failed_restart_leaves_a_sheet_naming_the_application() {
     assert!(why.contains("ros-1"), "{v}");
 }
 
+/// A logger that dies with no restart to come fails the run at once: the partition's
+/// teardown does not wait for the events the logger can never write (it waited out the 10 s
+/// command timeout in silence), and the reason says what happened, not a failed `start`.
+#[test]
+fn a_dead_logger_without_restarts_ends_the_run_within_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, out_dir, marker) = partition_writing(dir.path(), "restart = false\n", None);
+    let pid = wait_for("logger-1's process", Duration::from_secs(20), || {
+        find_app("logger-1", &marker)
+    });
+    let killed = std::time::Instant::now();
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let v = assert_failed_sheet(child, &out_dir, &marker);
+    let took = killed.elapsed();
+    let why = v["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("logger-1") && why.contains("went to ERROR while RUNNING"),
+        "{v}"
+    );
+    assert!(!why.contains("start failed"), "{v}");
+    // Death seen at the process's exit, teardown with the drain's 1 s grace: a few seconds
+    // even on a loaded machine, against the 10 s command timeout it used to wait out.
+    assert!(
+        took < Duration::from_secs(8),
+        "the run ended {took:?} after the kill: {v}"
+    );
+}
+
 /// A run that cannot be made (its HTTP address is in use) is not a failed run: exit status 1
 /// as documented, no sheet (`--json` prints an object naming the error), no run number taken.
 /// It took run 1's directory and exited 2, and the next run recorded run 1 as "crashed".

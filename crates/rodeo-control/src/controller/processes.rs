@@ -166,8 +166,18 @@ impl Controller {
     /// `shutdown` (and the teardown on drop): every live application walked down to NONE,
     /// then its stdin closed, then whatever is left killed.
     pub(super) fn teardown(&self) {
-        let n = self.state.table().apps.len();
+        let (n, in_error) = {
+            let t = self.state.table();
+            (t.apps.len(), t.lifecycle.state() == State::Error)
+        };
         let timeout = Duration::from_millis(self.config.control.command_timeout_ms.min(10_000));
+        // From ERROR nobody takes a balance sheet: the supervisor's drain waits its grace for
+        // the events that can still be decided, not for those a dead application holds (it
+        // waited out the 10 s command timeout, in silence, after a logger's death).
+        let run = RunEnd {
+            l1_accepts: None,
+            abandon_drain: in_error,
+        };
         for i in (0..n).rev() {
             let (alive, from) = {
                 let t = self.state.table();
@@ -180,7 +190,7 @@ impl Controller {
                     if c == Command::Shutdown {
                         self.state.table().apps[i].leaving = true;
                     }
-                    if self.send_command(i, c, RunEnd::default(), timeout).is_err() {
+                    if self.send_command(i, c, run, timeout).is_err() {
                         break;
                     }
                 }
