@@ -331,7 +331,19 @@ impl Run {
                 } else {
                     &summary.checked_files
                 };
-                let files = file_records(&summary.files, checked);
+                let mut files = file_records(&summary.files, checked);
+                let mut sheet = sheet;
+                // Files a logger gave up (`.writing`) are not in its summary: read them back.
+                let unfinished: Vec<PathBuf> = self
+                    .files_on_disk()
+                    .into_iter()
+                    .filter(|p| {
+                        p.to_string_lossy().ends_with(".writing") && !summary.files.contains(p)
+                    })
+                    .collect();
+                let unfinished = file_records(&unfinished, &[]);
+                sheet.add_unfinished(&unfinished);
+                files.extend(unfinished);
                 (sheet, files)
             }
             Ok(summary) => {

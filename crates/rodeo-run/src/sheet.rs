@@ -375,6 +375,34 @@ impl RunSheet {
         sheet
     }
 
+    /// Adds the data files a logger left unfinished (`.writing`, no end record: it gave them
+    /// up when a write failed, e.g. the kernel's ENOSPC on a disk without margin) that the
+    /// loggers' summaries did not list: read back (`files`: their complete events), named in
+    /// the sheet's files and in a failed `files` problem. The sheet listed no file then, with
+    /// thousands of events on disk.
+    pub fn add_unfinished(&mut self, files: &[FileRecord]) {
+        if files.is_empty() {
+            return;
+        }
+        let events: u64 = files.iter().map(|f| f.events).sum();
+        let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
+        self.files.extend(files.iter().map(|f| f.path.clone()));
+        self.problems.push(Problem::new(
+            ProblemKind::Files,
+            Some(events),
+            Some(names.join(", ")),
+            format!(
+                "{} file(s) left unfinished, without an end record (a write failed: a full \
+                 disk?): {events} complete events in them, read back; `rodeo verify` refuses \
+                 such a file, rodeo's readers recover its events",
+                files.len()
+            ),
+        ));
+        self.verdict = judge(&self.problems);
+        self.status = RunStatus::of(self.verdict);
+        self.reason = first_reason(self.verdict, &self.problems);
+    }
+
     /// The sheet of a run found at a later start without a record or a `summary.json`: its
     /// process died before it could record it; what its files prove.
     pub fn crashed(run_number: u32, directory: PathBuf, files: &[FileRecord]) -> RunSheet {
@@ -720,6 +748,33 @@ mod tests {
         let s = RunSheet::from_summary(&lost, 100_000.0, None, false);
         let kinds: Vec<_> = s.problems.iter().map(|p| p.kind).collect();
         assert_eq!(kinds, [ProblemKind::DcmLost]);
+    }
+
+    /// A file a logger gave up is named in the files and in a failed problem with its events.
+    #[test]
+    fn an_unfinished_file_is_listed_and_fails_the_run() {
+        let done = RunSummary {
+            l1_accepts: 10,
+            accepted: 10,
+            events_written: 10,
+            events_verified: 10,
+            files: vec![PathBuf::from("/x/1.data")],
+            ..RunSummary::default()
+        };
+        let mut s = RunSheet::from_summary(&done, 100_000.0, None, false);
+        s.add_unfinished(&[]);
+        assert_eq!(s.verdict, Verdict::Ok, "{:?}", s.problems);
+        let left = FileRecord {
+            path: PathBuf::from("/x/2.data.writing"),
+            ..file(7)
+        };
+        s.add_unfinished(&[left]);
+        assert_eq!(s.verdict, Verdict::Failed);
+        assert_eq!(s.files.len(), 2);
+        let p = s.problems.last().unwrap();
+        assert_eq!((p.kind, p.count), (ProblemKind::Files, Some(7)));
+        assert_eq!(p.place.as_deref(), Some("/x/2.data.writing"));
+        assert_eq!(s.reason.as_deref(), Some(p.text.as_str()));
     }
 
     #[test]
