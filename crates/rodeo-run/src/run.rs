@@ -380,10 +380,15 @@ impl Run {
         sheet.conditions = conditions_at_ends(output, self.started_at_ns);
         if self.layout.output.is_dir() {
             let path = self.layout.output.join("summary.json");
+            // Whole or not at all: written beside it, then renamed (a full disk left a
+            // 0-byte `summary.json`, which a later start could not read as a sheet).
+            let part = self.layout.output.join(".summary.json.part");
             if let Err(e) = serde_json::to_vec_pretty(&sheet)
                 .map_err(std::io::Error::other)
-                .and_then(|b| std::fs::write(&path, b))
+                .and_then(|b| std::fs::write(&part, b))
+                .and_then(|()| std::fs::rename(&part, &path))
             {
+                let _ = std::fs::remove_file(&part);
                 eprintln!("rodeo: warning: cannot write {}: {e}", path.display());
             }
         }
