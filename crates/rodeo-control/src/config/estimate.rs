@@ -476,7 +476,33 @@ impl PartitionConfig {
                  be a fraction of what the partition can do"
             ));
         }
+        warnings.extend(self.margin_warning());
         Ok(warnings)
+    }
+
+    /// A free-space margin too small for the loggers to see a full disk before the kernel
+    /// does: what a run then leaves (2026-12-07, `min_free_bytes` 0 to 4 MiB on a 30-60 MiB
+    /// disk: the open file unfinished, no `summary.json`, no record in the run database).
+    fn margin_warning(&self) -> Option<String> {
+        const BUFFER_BYTES: u64 = 4 << 20;
+        let l = &self.logger;
+        let streams = (l.streams.len() as u64).max(1);
+        let floor = (l.nodes as u64)
+            .saturating_mul(rodeo_dataflow::disks::CHECK_EVERY_BYTES + BUFFER_BYTES * streams)
+            .saturating_add(BUFFER_BYTES);
+        (l.min_free_bytes < floor && l.min_free_fraction == 0.0).then(|| {
+            format!(
+                "disk: logger.min_free_bytes = {} is below {} ({} logger(s) x (the {} between \
+                 free-space checks + {} of write buffers per stream) + room for the end \
+                 records and the run's summary): the kernel's \"no space left\" may stop the \
+                 writes first, leaving the open file unfinished and the run unrecorded",
+                l.min_free_bytes,
+                human(floor),
+                l.nodes,
+                human(rodeo_dataflow::disks::CHECK_EVERY_BYTES),
+                human(BUFFER_BYTES)
+            )
+        })
     }
 }
 
@@ -490,6 +516,27 @@ mod tests {
             total_bytes: Some(avail_gb << 30),
             cpus,
         }
+    }
+
+    /// The default margin (64 MiB) says nothing; one the kernel's ENOSPC would beat is
+    /// warned of, naming the field and the floor.
+    #[test]
+    fn a_margin_below_the_checks_and_buffers_is_warned_of() {
+        let mut c = PartitionConfig::default();
+        assert_eq!(c.margin_warning(), None);
+        c.logger.min_free_bytes = 4 << 20;
+        let w = c.margin_warning().expect("a warning");
+        assert!(
+            w.contains("logger.min_free_bytes = 4194304") && w.contains("12.6 MB"),
+            "{w}"
+        );
+        let warnings = c.check_resources_on(&machine(16, 2)).unwrap();
+        assert!(
+            warnings.iter().any(|x| x.starts_with("disk:")),
+            "{warnings:?}"
+        );
+        c.logger.min_free_fraction = 0.1;
+        assert_eq!(c.margin_warning(), None, "the fraction may set the margin");
     }
 
     #[test]
