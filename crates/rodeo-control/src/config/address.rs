@@ -44,6 +44,18 @@ pub(crate) fn host_ok(host: &str) -> bool {
             .any(|c| c.is_whitespace() || c.is_control() || c == '/' || c == '"')
 }
 
+/// A bare host of a tcp endpoint this partition binds or connects (`transport.host`,
+/// `control.address`): [`host_ok`], a dotted address only if it is a real IPv4 address
+/// (`999.1.1.1` passed and failed at the run's bind as "No such device"), and no IPv6
+/// literal (the endpoints are written `tcp://HOST:PORT`, which an IPv6 address cannot be).
+pub(crate) fn bare_host_ok(host: &str) -> bool {
+    let dotted = host.chars().all(|c| c.is_ascii_digit() || c == '.');
+    host_ok(host)
+        && !host.contains(':')
+        && !host.contains("://")
+        && (!dotted || host.parse::<std::net::Ipv4Addr>().is_ok())
+}
+
 fn scheme_words(schemes: &[&str]) -> String {
     let list: Vec<String> = schemes.iter().map(|s| format!("{s}://HOST:PORT")).collect();
     list.join(" or ")
@@ -76,5 +88,18 @@ mod tests {
             assert!(e.contains(words), "{a}: {e}");
         }
         assert!(host_ok("node-1.cern.ch") && !host_ok("a b") && !host_ok("-oProxy"));
+        for ok in ["127.0.0.1", "10.200.0.2", "node-1.cern.ch", "localhost"] {
+            assert!(bare_host_ok(ok), "{ok}");
+        }
+        for bad in [
+            "999.1.1.1",
+            "1.2.3",
+            "::1",
+            "[::1]",
+            "tcp://h",
+            "127.0.0.1:5000",
+        ] {
+            assert!(!bare_host_ok(bad), "{bad}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::address::host_ok;
+use super::address::bare_host_ok;
 use super::error::Checks;
 use super::l1::MAX_TIMEOUT_MS;
 
@@ -161,7 +161,7 @@ impl ControlSection {
                 "a token other than control.token (the expert's role is more than the operator's)",
             );
         }
-        if !host_ok(&self.address) || self.address.contains("://") {
+        if !bare_host_ok(&self.address) {
             c.bad(
                 "control.address",
                 format!("{:?}", self.address),

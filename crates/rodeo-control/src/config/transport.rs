@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::address::host_ok;
+use super::address::bare_host_ok;
 use super::error::Checks;
 
 /// Transport kinds.
@@ -138,11 +138,11 @@ impl TransportConfig {
         if self.io_threads == 0 || self.io_threads > 16 {
             c.bad("transport.io_threads", self.io_threads, "1..=16");
         }
-        if !host_ok(&self.host) || self.host.contains("://") {
+        if !bare_host_ok(&self.host) {
             c.bad(
                 "transport.host",
                 format!("{:?}", self.host),
-                "a host name or address of tcp endpoints, without scheme or port",
+                "a host name or IPv4 address of tcp endpoints, without scheme or port (IPv6 is not supported)",
             );
         }
     }
