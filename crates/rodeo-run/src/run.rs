@@ -98,6 +98,8 @@ pub struct Run {
     started_by: String,
     /// The applications' counters as last seen while the run ran (for a failed run's sheet).
     last_metrics: Vec<(String, AppMetrics)>,
+    /// Whether `quit` stopped the run before its end ([`RunSheet::stopped_early`]).
+    stopped_early: bool,
     _forwarder: Option<Forwarder>,
 }
 
@@ -196,6 +198,7 @@ impl Run {
             started_at_ns: None,
             started_by: options.started_by,
             last_metrics: Vec::new(),
+            stopped_early: false,
             _forwarder: forwarder,
         })
     }
@@ -257,7 +260,13 @@ impl Run {
         self.started_at_ns = Some(now_ns());
         let partition = Arc::clone(&self.partition);
         let mut seen = Vec::new();
-        let result = run_to_end(partition.as_ref(), quit, |l1, seconds| {
+        let stopped = std::cell::Cell::new(false);
+        let quit_seen = || {
+            let q = quit();
+            stopped.set(stopped.get() || q);
+            q
+        };
+        let result = run_to_end(partition.as_ref(), &quit_seen, |l1, seconds| {
             // What the applications last said, kept for a sheet of a run that fails.
             let now = partition.last_metrics();
             if !now.is_empty() {
@@ -267,6 +276,7 @@ impl Run {
         });
         let now = partition.last_metrics();
         self.last_metrics = if now.is_empty() { seen } else { now };
+        self.stopped_early = stopped.get();
         self.clean_up_runtime();
         if let (Some(c), Ok(summary)) = (&self.controller, &result) {
             for (name, why) in c.dead_apps() {
@@ -373,6 +383,7 @@ impl Run {
             }
         };
         let mut sheet = sheet;
+        sheet.stopped_early = self.stopped_early;
         let words = self.config.run.words();
         sheet.comment = words.comment;
         sheet.run_type = words.run_type;

@@ -167,6 +167,9 @@ pub struct RunSheet {
     pub l1_rate_requested_hz: f64,
     /// Why the run ended early (the supervisor's death), if something ended it.
     pub ended_by: Option<String>,
+    /// Whether it was stopped before its events or seconds ran out (a signal to `rodeo run`,
+    /// a `stop` over HTTP): not a fault, but a run shorter than configured.
+    pub stopped_early: bool,
     /// Whether the balance sheet adds up (protocol rule 6, and the files hold what the loggers
     /// wrote).
     pub balanced: bool,

@@ -37,6 +37,12 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
     if !words.is_empty() {
         writeln!(out, "  {}", words.join("; "))?;
     }
+    if s.stopped_early {
+        writeln!(
+            out,
+            "  stopped before its end (a signal, or a stop command)"
+        )?;
+    }
     if s.l1_accepts.is_none() && s.events_written.is_none() {
         return writeln!(out, "  verdict: {}", verdict_line(s.verdict, &s.problems));
     }
