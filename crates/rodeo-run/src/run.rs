@@ -372,13 +372,15 @@ impl Run {
             }
             Err(e) => {
                 let files = file_records(&self.files_on_disk(), &[]);
-                let sheet = RunSheet::failed(
+                let mut sheet = RunSheet::failed(
                     self.number(),
                     self.layout.output.clone(),
                     format!("{e:#}"),
                     &files,
                     &self.last_metrics,
                 );
+                // The controller counted the run's restarts (a failed sheet left them null).
+                sheet.restarts = Some(self.partition.status().restarts);
                 (sheet, files)
             }
         };

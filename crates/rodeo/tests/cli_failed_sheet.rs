@@ -87,6 +87,7 @@ fn assert_failed_sheet(child: Running, out_dir: &Path, marker: &str) -> Value {
         "rejected",
         "events_written",
         "bytes_written",
+        "restarts",
     ] {
         assert!(v[key].is_u64(), "{key} is not an integer: {v}");
     }
