@@ -263,6 +263,7 @@ pub fn detect_container(path: &Path) -> Result<Container, DataFileError> {
         path: path.to_path_buf(),
         source,
     };
+    crate::regular_file(path).map_err(|e| io("open", e))?;
     let mut f = File::open(path).map_err(|e| io("open", e))?;
     let mut head = [0u8; 8];
     let mut n = 0;

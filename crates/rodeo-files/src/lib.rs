@@ -49,3 +49,66 @@ pub mod recover;
 pub mod replay;
 pub mod space;
 pub mod verify;
+
+/// `Ok` when `path` is a regular file (symbolic links followed); otherwise an `InvalidInput`
+/// error saying what it is. Checked before a reader opens a file: opening a FIFO without a
+/// writer blocks for ever, and one with a writer was read as a file that "ends at byte 0"
+/// (and its writer killed by SIGPIPE).
+pub fn regular_file(path: &std::path::Path) -> std::io::Result<()> {
+    let kind = std::fs::metadata(path)?.file_type();
+    if kind.is_file() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else {
+        use std::os::unix::fs::FileTypeExt as _;
+        if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        }
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{what}, not a regular file: a data file is read from a file"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO (no writer: opening it would block) and a directory are refused before any open,
+    /// by the readers too; a file is not.
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path and a mode; no memory is shared.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = regular_file(&fifo).unwrap_err();
+        assert!(e.to_string().starts_with("a FIFO"), "{e}");
+        assert!(regular_file(dir.path())
+            .unwrap_err()
+            .to_string()
+            .starts_with("a directory"));
+        let e = datafile::DataFileReader::open(&fifo)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a FIFO"), "{e}");
+        let e = verify::check_file(&fifo);
+        assert!(
+            !e.ok && e.error.as_deref().is_some_and(|m| m.contains("a FIFO")),
+            "{e:?}"
+        );
+        let file = dir.path().join("a.data");
+        std::fs::write(&file, [0u8; 8]).unwrap();
+        regular_file(&file).unwrap();
+    }
+}

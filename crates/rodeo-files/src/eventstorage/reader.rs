@@ -88,6 +88,7 @@ impl EsReader {
             let path = path.to_path_buf();
             move |source| EsError::Io { op, path, source }
         };
+        crate::regular_file(path.as_ref()).map_err(io("open", &path))?;
         let file = File::open(&path).map_err(io("open", &path))?;
         let file_len = file.metadata().map_err(io("stat", &path))?.len();
         let mut r = EsReader {

@@ -48,6 +48,7 @@ pub(super) struct DirectIn {
 impl DirectIn {
     /// Opens `path` for reading, with `O_DIRECT` when the file system takes it.
     pub(super) fn open(path: &Path) -> io::Result<DirectIn> {
+        crate::regular_file(path)?;
         let (file, direct) = match OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)

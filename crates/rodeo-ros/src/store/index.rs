@@ -144,6 +144,11 @@ impl L1idIndex {
         self.len
     }
 
+    /// The entries it holds at most.
+    pub(crate) fn capacity(&self) -> usize {
+        self.limit
+    }
+
     /// True when no further insert fits.
     pub(crate) fn is_full(&self) -> bool {
         self.len >= self.limit

@@ -147,6 +147,28 @@ fn duplicates_early_clears_and_unknown_clears_are_counted() {
     assert_eq!(s.counters(0).stored, 1);
 }
 
+/// A clear further ahead of the input than the index holds is not remembered: it could only be
+/// hostile or mistaken, and its marker would stay forever (random L1IDs filled the index and
+/// took a node from 170 to 30 kHz). Within the index's reach an early clear still is.
+#[test]
+fn clears_far_ahead_of_the_input_leave_no_marker() {
+    let pool = pool(1024, 16);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 8)).unwrap();
+    s.ingest(0, &rod(9, 10, 5), Status::OK).unwrap();
+    let reach = 10 + s.channels[0].index.capacity() as u32;
+    let far: Vec<u32> = (1..=1000u32).map(|i| reach + i * 7919).collect();
+    s.clear(far.iter().copied());
+    assert_eq!(s.counters(0).unknown_clears, 1000);
+    assert_eq!(s.channels[0].index.len(), 1, "only the stored fragment");
+    s.clear([reach]);
+    assert_eq!(
+        s.lookup(0, reach),
+        Lookup::Lost,
+        "remembered at the edge of reach"
+    );
+    assert_eq!(s.counters(0).unknown_clears, 1000);
+}
+
 #[test]
 fn l1id_wrap_and_ecr_index_correctly() {
     let pool = pool(1024, 32);

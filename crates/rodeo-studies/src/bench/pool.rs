@@ -409,6 +409,20 @@ pub fn measure_report(args: Args) -> anyhow::Result<Report> {
     let touch_mib = args.touch_mib.unwrap_or(if args.quick { 16 } else { 256 });
     anyhow::ensure!(live_mib >= 1, "--live-mib must be at least 1");
     anyhow::ensure!(touch_mib >= 1, "--touch-mib must be at least 1");
+    // The workload holds --live-mib, each allocator's in turn, and touches --touch-mib more:
+    // past what the machine has, it ran it out of memory (60000 on a 24 GiB machine).
+    if let Some(avail) = rodeo_memory::machine::MemInfo::read().available_bytes {
+        let need = (live_mib as u64)
+            .saturating_add(touch_mib as u64)
+            .saturating_mul(1 << 20);
+        anyhow::ensure!(
+            need <= avail / 2,
+            "--live-mib {live_mib} and --touch-mib {touch_mib} need {} MiB, more than half of the \
+             {} MiB this machine has available: choose smaller ones",
+            need >> 20,
+            avail >> 20
+        );
+    }
     let live_chunks = (live_mib << 20) / CHUNK;
     anyhow::ensure!(args.repeat >= 1, "--repeat must be at least 1");
     let calib = Calibration::start();

@@ -18,14 +18,15 @@ use crate::report::Report;
 /// Arguments of `rodeo bench queue`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Operations per measurement.
-    #[arg(long, default_value_t = 2_000_000)]
+    /// Operations per measurement (1..=1000000000).
+    #[arg(long, default_value_t = 2_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub ops: u64,
-    /// Repetitions (each measures both queues; the median is reported).
-    #[arg(long, default_value_t = 7)]
+    /// Repetitions (each measures both queues; the median is reported; 1..=1000).
+    #[arg(long, default_value_t = 7, value_parser = rodeo_ros::cli_values::count(1..=1000))]
     pub reps: usize,
-    /// Queue capacity.
-    #[arg(long, default_value_t = 64)]
+    /// Queue capacity (1..=16777216: larger ones panicked allocating, or grew without end).
+    #[arg(long, default_value_t = 64, value_parser = rodeo_ros::cli_values::count(1..=1 << 24))]
     pub capacity: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
