@@ -54,6 +54,15 @@ pub enum TransportError {
         /// What cannot be done, and what to do instead.
         detail: String,
     },
+    /// An `ipc://` path that must not be bound: ZeroMQ removes whatever is there first, so a
+    /// file there would be destroyed and a live socket taken over from its process.
+    #[error("cannot bind {endpoint}: {detail}")]
+    IpcPath {
+        /// The endpoint.
+        endpoint: String,
+        /// What is at the path, and what to do.
+        detail: String,
+    },
     /// The partition's TLS keys (for `stream://` connections) could not be made or used.
     #[error("{0}")]
     TlsKeys(#[from] crate::stream::tls::TlsKeyError),

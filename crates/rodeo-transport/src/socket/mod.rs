@@ -209,6 +209,41 @@ impl std::fmt::Debug for Socket {
     }
 }
 
+/// Whether an `ipc://` endpoint's path may be bound. ZeroMQ unlinks the path before it binds:
+/// `rodeo ros --listen ipc://FILE` replaced a regular file with its socket, and a second node
+/// on a live node's path took its clients over in silence. Nothing there, or a socket nobody
+/// listens on (left by a process that ended), may be bound; anything else is refused.
+fn check_ipc_path(endpoint: &Endpoint) -> Result<(), TransportError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let address = endpoint.address();
+    // ZeroMQ's own names (`*`: a new temporary path; `@`: the abstract namespace).
+    if address == "*" || address.starts_with('@') {
+        return Ok(());
+    }
+    let path = std::path::Path::new(address);
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let refuse = |detail: &str| {
+        Err(TransportError::IpcPath {
+            endpoint: endpoint.to_string(),
+            detail: detail.into(),
+        })
+    };
+    if !meta.file_type().is_socket() {
+        return refuse(
+            "something that is not a socket is at this path, and binding would replace it: \
+             remove it or choose another path",
+        );
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => refuse(
+            "a process listens on this socket (another node?): stop it or choose another path",
+        ),
+        Err(_) => Ok(()),
+    }
+}
+
 impl Socket {
     /// Binds `endpoint`; returns the endpoint actually bound (tcp port 0 or `*` resolved).
     pub fn bind(&self, endpoint: &Endpoint) -> Result<String, TransportError> {
@@ -229,6 +264,9 @@ impl Socket {
             )?;
             self.set_stream(s, endpoint)?;
             return Ok(bound);
+        }
+        if endpoint.scheme() == Scheme::Ipc {
+            check_ipc_path(endpoint)?;
         }
         self.prepare_curve(endpoint, true)?;
         self.inner
