@@ -235,3 +235,32 @@ impl ControlSection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::PartitionConfig;
+
+    /// Heartbeats a busy core delays are not deaths: 10 / 20 ms passed the check and failed runs
+    /// beside a CPU hog; the floors are 50 ms and 1000 ms (and four heartbeats).
+    #[test]
+    fn heartbeats_and_deaths_have_floors_a_busy_core_keeps() {
+        let refused = |text: &str| {
+            PartitionConfig::from_toml(text, "h.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = refused("[control]\nheartbeat_ms = 10\ndead_after_ms = 20\n");
+        assert!(
+            e.contains("control.heartbeat_ms") && e.contains("control.dead_after_ms"),
+            "{e}"
+        );
+        let e = refused("[control]\nheartbeat_ms = 500\ndead_after_ms = 1500\n");
+        assert!(e.contains("four times"), "{e}");
+        let ok = "[control]\nheartbeat_ms = 50\ndead_after_ms = 1000\n";
+        let c = PartitionConfig::from_toml(ok, "h.toml").unwrap();
+        assert_eq!(
+            (c.control.heartbeat_ms, c.control.dead_after_ms),
+            (50, 1000)
+        );
+    }
+}
