@@ -55,9 +55,9 @@ impl EventStore {
                         // further ahead could only be a hostile or mistaken clear, and kept
                         // forever (100 clears of random L1IDs took a node from 170 to 30 kHz).
                         let cap = ch.index.capacity() as u32;
-                        let soon = ch.last_l1id.is_none_or(|last| {
-                            l1id_newer(l1id, last) && l1id.wrapping_sub(last) <= cap
-                        });
+                        let soon = ch
+                            .last_l1id
+                            .is_none_or(|last| within_reach(l1id, last, cap));
                         if !soon
                             || rejoining
                             || ch.index.insert_absent(l1id, Slot::ClearedEarly).is_err()
@@ -100,6 +100,15 @@ impl EventStore {
         }
         self.pages_per_channel - ch.free.len()
     }
+}
+
+/// Whether `l1id`, not stored yet, may be an early clear of a channel whose newest L1ID is
+/// `last`: newer, and at most `cap` L1IDs ahead, or (in a later ECR period, whose L1IDs
+/// restart at 0 after a wrap of any length) at most `cap` into that period.
+fn within_reach(l1id: u32, last: u32, cap: u32) -> bool {
+    const LOW: u32 = 0x00FF_FFFF;
+    l1id_newer(l1id, last)
+        && (l1id.wrapping_sub(last) <= cap || (l1id >> 24 != last >> 24 && l1id & LOW <= cap))
 }
 
 /// Drops the store's holds of a cleared fragment at `loc`: one per page it touches; pages

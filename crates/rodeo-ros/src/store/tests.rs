@@ -167,6 +167,12 @@ fn clears_far_ahead_of_the_input_leave_no_marker() {
         "remembered at the edge of reach"
     );
     assert_eq!(s.counters(0).unknown_clears, 1000);
+    // The next ECR period (L1IDs from 0 again after a wrap): its first L1IDs are in reach,
+    // its far ones are not.
+    let next_ecr = 1u32 << 24;
+    s.clear([next_ecr + 3, next_ecr + 0x0080_0000]);
+    assert_eq!(s.lookup(0, next_ecr + 3), Lookup::Lost);
+    assert_eq!(s.counters(0).unknown_clears, 1001);
 }
 
 #[test]
