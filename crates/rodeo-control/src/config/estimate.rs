@@ -484,12 +484,13 @@ impl PartitionConfig {
     /// does: what a run then leaves (2026-12-07, `min_free_bytes` 0 to 4 MiB on a 30-60 MiB
     /// disk: the open file unfinished, no `summary.json`, no record in the run database).
     fn margin_warning(&self) -> Option<String> {
-        const BUFFER_BYTES: u64 = 4 << 20;
+        // The file writer's own buffer size, as the memory estimate above takes it.
+        let buffer = rodeo_files::rawfile::RawFileConfig::new("", 1, "", "").buffer_bytes as u64;
         let l = &self.logger;
         let streams = (l.streams.len() as u64).max(1);
         let floor = (l.nodes as u64)
-            .saturating_mul(rodeo_dataflow::disks::CHECK_EVERY_BYTES + BUFFER_BYTES * streams)
-            .saturating_add(BUFFER_BYTES);
+            .saturating_mul(rodeo_dataflow::disks::CHECK_EVERY_BYTES + buffer * streams)
+            .saturating_add(buffer);
         (l.min_free_bytes < floor && l.min_free_fraction == 0.0).then(|| {
             format!(
                 "disk: logger.min_free_bytes = {} is below {} ({} logger(s) x (the {} between \
@@ -500,7 +501,7 @@ impl PartitionConfig {
                 human(floor),
                 l.nodes,
                 human(rodeo_dataflow::disks::CHECK_EVERY_BYTES),
-                human(BUFFER_BYTES)
+                human(buffer)
             )
         })
     }
