@@ -227,6 +227,8 @@ pub struct ChannelReport {
     pub status: ChannelStatus,
     /// Units and bytes dropped by a network receiver (size errors), if any.
     pub net_dropped_units: u64,
+    /// Datagrams the kernel dropped before a UDP receiver read them (socket buffer full).
+    pub net_kernel_dropped_units: u64,
     /// A network channel's link state (`None` for the other channels).
     pub net_state: Option<LinkState>,
 }
@@ -334,6 +336,10 @@ impl Card {
                 status: c.channel.status(),
                 net_dropped_units: c.net.as_ref().map_or(0, |n| {
                     n.dropped_units.load(std::sync::atomic::Ordering::Relaxed)
+                }),
+                net_kernel_dropped_units: c.net.as_ref().map_or(0, |n| {
+                    n.kernel_dropped_units
+                        .load(std::sync::atomic::Ordering::Relaxed)
                 }),
                 net_state: c.net.as_ref().map(|n| n.state()),
             })

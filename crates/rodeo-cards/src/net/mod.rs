@@ -10,7 +10,10 @@
 //!   back-pressure: when the card stalls, the kernel's socket buffer fills and drops datagrams,
 //!   and the loss shows downstream as FELIX block-sequence gaps or S-LINK L1ID sequence errors.
 //!   Datagrams of the wrong size (not the block size in FELIX mode, not whole words in S-LINK
-//!   mode, larger than the largest unit) are dropped and counted in [`NetCounters`].
+//!   mode, larger than the largest unit) are dropped and counted in [`NetCounters`]; so are the
+//!   datagrams the kernel dropped because the socket buffer was full (its own count for the
+//!   socket, `drops` in `/proc/net/udp`, read every 100 ms and when the receiver ends:
+//!   `drops.rs`).
 //! - **TCP** ([`TcpReceiver`], `tcp.rs`): a listening socket accepts one sender at a time; the
 //!   stream is a sequence of records, `u32` length in bytes then the unit zero-padded to a
 //!   multiple of 4 (the unit records of a link capture file). TCP has back-pressure: a stalled
@@ -40,6 +43,7 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
+mod drops;
 mod tcp;
 mod udp;
 mod wait;

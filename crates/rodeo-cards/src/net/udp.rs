@@ -5,6 +5,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::drops::KernelDrops;
 use super::wait::wait_readable;
 use super::{
     set_receive_buffer, LinkState, NetCounters, UnitRule, FLUSH_INTERVAL, POLL_INTERVAL,
@@ -18,6 +19,7 @@ pub struct UdpReceiver {
     socket: UdpSocket,
     rule: UnitRule,
     counters: Arc<NetCounters>,
+    drops: KernelDrops,
 }
 
 impl UdpReceiver {
@@ -28,6 +30,7 @@ impl UdpReceiver {
         socket.set_nonblocking(true)?;
         set_receive_buffer(&socket, UDP_RECEIVE_BUFFER);
         Ok(UdpReceiver {
+            drops: KernelDrops::of(&socket),
             socket,
             rule,
             counters: Arc::default(),
@@ -42,6 +45,22 @@ impl UdpReceiver {
     /// The counters (shared: keep a clone to read them while the channel runs).
     pub fn counters(&self) -> Arc<NetCounters> {
         Arc::clone(&self.counters)
+    }
+
+    /// Copies the kernel's drop count of the socket into the counters.
+    fn note_kernel_drops(&self, dropped: Option<u64>) {
+        if let Some(n) = dropped {
+            self.counters
+                .kernel_dropped_units
+                .store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for UdpReceiver {
+    /// The last count: datagrams dropped since the last read are losses of this run too.
+    fn drop(&mut self) {
+        self.note_kernel_drops(self.drops.read());
     }
 }
 
@@ -85,6 +104,8 @@ impl Generator for UdpReceiver {
         let mut now = Instant::now();
         self.counters.look(now);
         let mut waited = false;
+        let dropped = self.drops.due(now);
+        self.note_kernel_drops(dropped);
         while fill.units < max_units {
             let Some(dst) = buf.get_mut(fill.bytes..fill.bytes + room) else {
                 break;
@@ -136,5 +157,53 @@ impl Generator for UdpReceiver {
 
     fn waits_for_input(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::net::drops::SAMPLE_EVERY;
+
+    /// Datagrams sent faster than the receiver reads overflow the socket buffer: the kernel's
+    /// drops are counted, and with the datagrams received they make up every one sent
+    /// (loopback loses nothing else).
+    #[test]
+    fn datagrams_the_kernel_dropped_are_counted() {
+        let mut rx =
+            UdpReceiver::bind("127.0.0.1:0".parse().unwrap(), UnitRule::Words(1024)).unwrap();
+        let to = rx.local_addr().unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Far more than the 8 MiB buffer holds, none read while they are sent.
+        const SENT: u64 = 40_000;
+        let datagram = [0u8; 1024];
+        for _ in 0..SENT {
+            tx.send_to(&datagram, to).unwrap();
+        }
+        let counters = rx.counters();
+        let mut buf = vec![0u8; 1 << 20];
+        // Read until the socket is empty, then once more after a sample is due.
+        loop {
+            if rx.fill(&mut buf, u64::MAX).units == 0 {
+                break;
+            }
+        }
+        std::thread::sleep(SAMPLE_EVERY);
+        rx.fill(&mut buf, u64::MAX);
+        let units = counters.units.load(Ordering::Relaxed);
+        let dropped = counters.kernel_dropped_units.load(Ordering::Relaxed);
+        assert!(
+            dropped > 0,
+            "{units} received, none dropped: the buffer held all"
+        );
+        assert_eq!(units + dropped, SENT, "{units} received, {dropped} dropped");
+        // Drops after the last sample are read when the receiver ends.
+        for _ in 0..SENT {
+            tx.send_to(&datagram, to).unwrap();
+        }
+        drop(rx);
+        assert!(counters.kernel_dropped_units.load(Ordering::Relaxed) > dropped);
     }
 }

@@ -72,6 +72,9 @@ pub struct NetCounters {
     pub dropped_units: AtomicU64,
     /// Bytes dropped (those units, and the rest of a broken TCP stream).
     pub dropped_bytes: AtomicU64,
+    /// Datagrams the kernel dropped before the receiver read them, its socket buffer full (UDP:
+    /// the socket's own count, read every 100 ms and when the receiver ends).
+    pub kernel_dropped_units: AtomicU64,
     /// TCP connections accepted.
     pub connections: AtomicU64,
     /// TCP connections ended by an invalid record, a reset or a record cut by the close.
@@ -99,6 +102,7 @@ impl Default for NetCounters {
             bytes: AtomicU64::new(0),
             dropped_units: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
+            kernel_dropped_units: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             broken_connections: AtomicU64::new(0),
             epoch: Instant::now(),

@@ -138,6 +138,15 @@ impl Application for RosApp {
                  record (docs/test-beam.md)"
             );
         }
+        if net.kernel_dropped_units > 0 {
+            tracing::warn!(
+                node = %self.name,
+                units = net.units,
+                kernel_dropped_units = net.kernel_dropped_units,
+                "network input: the kernel dropped datagrams, the UDP socket buffer full (the \
+                 node read slower than the sender sent; docs/test-beam.md)"
+            );
+        }
         let watch = node.input_watch();
         let s = node.stop();
         let k = s.store.total_counters();
@@ -151,7 +160,7 @@ impl Application for RosApp {
             stored_now: k.stored,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
             swrod_error: s.swrod_error,
-            input_errors: s.slink.errors() + net.dropped_units,
+            input_errors: s.slink.errors() + net.dropped_units + net.kernel_dropped_units,
             input_dropped_words: s.slink.dropped_words,
             restarted: false,
             died_at_stop: false,

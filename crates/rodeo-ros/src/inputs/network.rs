@@ -59,6 +59,8 @@ pub struct NetTotals {
     pub bytes: u64,
     /// Units dropped for their size.
     pub dropped_units: u64,
+    /// Datagrams the kernel dropped, the socket buffer full (UDP).
+    pub kernel_dropped_units: u64,
     /// TCP connections accepted.
     pub connections: u64,
     /// TCP connections ended by an invalid record.
@@ -73,6 +75,7 @@ pub(crate) fn net_totals(net: &[Arc<NetCounters>]) -> NetTotals {
         t.units += ld(&n.units);
         t.bytes += ld(&n.bytes);
         t.dropped_units += ld(&n.dropped_units);
+        t.kernel_dropped_units += ld(&n.kernel_dropped_units);
         t.connections += ld(&n.connections);
         t.broken_connections += ld(&n.broken_connections);
     }

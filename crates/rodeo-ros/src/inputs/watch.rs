@@ -222,6 +222,7 @@ impl InputWatch {
                         fragments: ld(&counters.units),
                         bytes: ld(&counters.bytes),
                         errors: ld(&counters.dropped_units)
+                            + ld(&counters.kernel_dropped_units)
                             + ld(&counters.broken_connections)
                             + slink_errors,
                         age: counters.last_data_age(),

@@ -190,6 +190,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "good": m.good(),
                     "bad": m.bad(),
                     "net_dropped_units": r.net_dropped_units,
+                    "net_kernel_dropped_units": r.net_kernel_dropped_units,
                     "input_state": r.net_state.map(|s| s.name()),
                     "errors": errors,
                 })
