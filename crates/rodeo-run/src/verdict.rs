@@ -58,6 +58,10 @@ pub enum ProblemKind {
     PartialEvents,
     /// Errors the readout inputs found in the link data (their events are flagged).
     InputErrors,
+    /// Fragments a readout node received over the network that are in no event built: their
+    /// L1IDs were never accepted (missing on another input, or received after the last L1
+    /// accept), so the detector's data is not in the files.
+    UnbuiltFragments,
     /// A readout input that never delivered, closed early, was lost or went silent.
     Input,
     /// L1 accepts the partition could not take at the configured rate.
@@ -90,6 +94,7 @@ impl ProblemKind {
             | ProblemKind::Other => Verdict::Failed,
             ProblemKind::PartialEvents
             | ProblemKind::InputErrors
+            | ProblemKind::UnbuiltFragments
             | ProblemKind::Input
             | ProblemKind::L1Missed
             | ProblemKind::Restarts

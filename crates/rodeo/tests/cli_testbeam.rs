@@ -142,6 +142,44 @@ accept_fraction = 1.0
     assert_eq!(events, UNITS);
 }
 
+/// Fragments one link sent beyond what the other did are never built: the run ends when
+/// both senders close, degraded, the unbuilt fragments counted and the node named.
+#[test]
+fn fragments_received_and_never_built_are_a_problem_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
+    let run = run_json(&config, &dir.path().join("out")).spawn();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let senders: Vec<_> = addresses
+        .iter()
+        .cloned()
+        .zip([300, 200])
+        .map(|(a, n)| std::thread::spawn(move || send(&a, n, deadline)))
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    assert_eq!(out.status.code(), Some(3), "{v}");
+    assert_eq!(v["verdict"], "degraded", "{v}");
+    assert_eq!(v["l1_accepts"], 200, "{v}");
+    assert_eq!(v["readout_nodes"][0]["unbuilt_fragments"], 100, "{v}");
+    let unbuilt: Vec<&Value> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "unbuilt_fragments")
+        .collect();
+    assert_eq!(unbuilt.len(), 1, "{v}");
+    assert_eq!(unbuilt[0]["count"], 100, "{v}");
+    assert_eq!(unbuilt[0]["where"], "ros-1", "{v}");
+}
+
 #[test]
 fn dump_shows_the_robs_of_zstd_compressed_events() {
     let dir = tempfile::tempdir().unwrap();
