@@ -648,7 +648,10 @@ pub fn serve(
             l1_accepts: expect_cleared,
             abandon_drain,
         };
-        let reply = match app.handle_run(command, config.as_deref(), run, rejoin_at) {
+        let outcome = while_beating(&mut sock, heartbeat, seq, || {
+            app.handle_run(command, config.as_deref(), run, rejoin_at)
+        });
+        let reply = match outcome {
             Ok((state, summary)) => ToController::Reply {
                 seq,
                 state,
@@ -677,6 +680,42 @@ pub fn serve(
             });
         }
     }
+}
+
+/// Runs `work` (command `seq`) while a thread of its own tells the controller every
+/// `heartbeat` that the application lives ([`ToController::Busy`]): a command may take long (a
+/// stop's drain, a configure's memory warm-up), and the controller judges silences during
+/// commands too, so a frozen process is found dead within `dead_after` at any time. The
+/// socket is the beating thread's until `work` returns.
+fn while_beating<T>(
+    sock: &mut rodeo_transport::socket::Socket,
+    heartbeat: Duration,
+    seq: u64,
+    work: impl FnOnce() -> T,
+) -> T {
+    let busy = channel::encode(&ToController::Busy { seq });
+    std::thread::scope(|s| {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let beating = std::thread::Builder::new()
+            .name("rodeo-beat".into())
+            .spawn_scoped(s, move || {
+                // Ends when `stop` is dropped: the work returned (or unwound).
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(heartbeat)
+                {
+                    // Never waits: a beat the controller cannot take is replaced by the next.
+                    let _ = sock.try_send([Frame::Copy(&busy)]);
+                }
+            });
+        if beating.is_err() {
+            // No thread to spare: the command runs without beats (a long one may then be
+            // taken for a death, as before they existed).
+            tracing::warn!("no thread for the beats during command {seq}");
+        }
+        let out = work();
+        drop(stop);
+        out
+    })
 }
 
 /// The controller's silence as this process can judge it: since the last message heard, but
@@ -724,6 +763,33 @@ impl Silence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While a command runs the controller hears `Busy` every heartbeat period, and the
+    /// command's result comes back as it was.
+    #[test]
+    fn a_long_command_is_heard_beating() {
+        let t = Transport::new(1).unwrap();
+        let router = t.socket(SocketKind::Router).unwrap();
+        let at = router
+            .bind(&Endpoint::parse("tcp://127.0.0.1:*").unwrap())
+            .unwrap();
+        let mut dealer = t.socket(SocketKind::Dealer).unwrap();
+        dealer.set_identity(b"app").unwrap();
+        dealer.connect(&Endpoint::parse(&at).unwrap()).unwrap();
+        let out = while_beating(&mut dealer, Duration::from_millis(50), 7, || {
+            std::thread::sleep(Duration::from_millis(400));
+            42
+        });
+        assert_eq!(out, 42);
+        let (mut router, mut msg, mut beats) = (router, Received::default(), 0);
+        while router.recv(&mut msg, 200).unwrap() {
+            match channel::decode::<ToController>(&msg.bytes) {
+                Ok(ToController::Busy { seq: 7 }) => beats += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!((2..=9).contains(&beats), "{beats} beats in 400 ms at 50 ms");
+    }
 
     #[test]
     fn a_stall_of_our_own_loop_is_not_the_controllers_silence() {

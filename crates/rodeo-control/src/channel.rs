@@ -5,9 +5,10 @@
 //!
 //! - application -> controller: [`ToController::Hello`] once on connect, a
 //!   [`ToController::Heartbeat`] every heartbeat period (state, typed live counters:
-//!   [`AppMetrics`]), and one [`ToController::Reply`] per command (the new state, or why it
-//!   failed, and the application's typed [`AppSummary`] where the command ends its part of the
-//!   run);
+//!   [`AppMetrics`]), [`ToController::Busy`] every heartbeat period while a command runs (so a
+//!   long command is no silence, and a frozen process is one even during a command), and one
+//!   [`ToController::Reply`] per command (the new state, or why it failed, and the
+//!   application's typed [`AppSummary`] where the command ends its part of the run);
 //! - controller -> application: [`ToApp::Command`], numbered by `seq` (the reply repeats it),
 //!   and a [`ToApp::Ping`] every heartbeat period: the controller's liveness. An application
 //!   that has had a ping and then hears nothing from the controller for the ping's
@@ -119,6 +120,12 @@ pub enum ToController {
     },
     /// Sent every heartbeat period.
     Heartbeat(Heartbeat),
+    /// Sent every heartbeat period while a command runs (instead of the heartbeat, whose
+    /// state the command is changing): the application lives and is working on command `seq`.
+    Busy {
+        /// The command's sequence number.
+        seq: u64,
+    },
     /// The answer to one command.
     Reply {
         /// The command's sequence number.

@@ -127,7 +127,8 @@ pub enum ConvertError {
         /// The output.
         path: PathBuf,
     },
-    /// The input cannot be opened as a raw-data file: nothing was written.
+    /// The input cannot be opened as a raw-data file, or its first event cannot be read:
+    /// nothing was written.
     #[error("reading {}: {source}; nothing was converted (no output written)", input.display())]
     Open {
         /// The input.
@@ -359,11 +360,7 @@ pub fn convert_file(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let work = parent.join(format!(".{name}.converting"));
-        std::fs::create_dir(&work).map_err(|source| ConvertError::Io {
-            op: "create the work directory",
-            path: work.clone(),
-            source,
-        })?;
+        make_work_dir(&work)?;
         (work, Some(output.to_path_buf()))
     };
     let converted = write_converted(
@@ -381,6 +378,39 @@ pub fn convert_file(
         let _ = std::fs::remove_dir_all(&dir);
     }
     converted
+}
+
+/// The file in a work directory that names the process converting into it.
+const WORK_OWNER: &str = ".pid";
+
+/// Makes the private work directory `work` of a conversion, with the converting process's id
+/// in it. One left by a conversion that was killed (its process gone) is removed first; one
+/// whose process lives is another conversion into the same output: refused, saying so.
+fn make_work_dir(work: &Path) -> Result<(), ConvertError> {
+    let io = |op, source| ConvertError::Io {
+        op,
+        path: work.to_path_buf(),
+        source,
+    };
+    if let Err(e) = std::fs::create_dir(work) {
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(io("create the work directory", e));
+        }
+        let owner = std::fs::read_to_string(work.join(WORK_OWNER)).ok();
+        let pid = owner.as_deref().and_then(|p| p.trim().parse::<u32>().ok());
+        if let Some(pid) = pid.filter(|&p| Path::new(&format!("/proc/{p}")).exists()) {
+            return Err(ConvertError::Options(format!(
+                "{}: process {pid} is converting into the same output (its work directory); \
+                 wait for it, or choose another output",
+                work.display()
+            )));
+        }
+        // Left by a conversion that was killed: nothing in it is anyone's.
+        std::fs::remove_dir_all(work).map_err(|e| io("remove the stale work directory", e))?;
+        std::fs::create_dir(work).map_err(|e| io("create the work directory", e))?;
+    }
+    std::fs::write(work.join(WORK_OWNER), std::process::id().to_string())
+        .map_err(|e| io("write the owner of the work directory", e))
 }
 
 /// Converts what `reader` reads into a file written in `dir`, renamed to `rename_to` if given
@@ -488,13 +518,33 @@ fn write_converted(
         Out::Es(w) => w.finish()?.pop().map(|c| c.path),
     }
     .ok_or_else(|| ConvertError::Options("the writer closed no file".into()))?;
+    if let Some(source) = read_error.take().filter(|_| events == 0) {
+        // Not one event read: no output (a file of no events verified "OK, 0 events").
+        let _ = std::fs::remove_file(&written);
+        return Err(ConvertError::Open {
+            input: input.to_path_buf(),
+            source: Box::new(source),
+        });
+    }
     let final_path = match rename_to {
         Some(to) => {
-            std::fs::rename(&written, to).map_err(|source| ConvertError::Io {
-                op: "rename to",
-                path: to.to_path_buf(),
-                source,
+            // A link, not a rename: a file that appeared at `to` since the start is not
+            // replaced (a rename overwrote it, or a dangling link there).
+            std::fs::hard_link(&written, to).map_err(|source| {
+                if source.kind() == std::io::ErrorKind::AlreadyExists {
+                    ConvertError::Exists {
+                        path: to.to_path_buf(),
+                    }
+                } else {
+                    ConvertError::Io {
+                        op: "link the output as",
+                        path: to.to_path_buf(),
+                        source,
+                    }
+                }
             })?;
+            let _ = std::fs::remove_file(&written);
+            let _ = std::fs::remove_file(dir.join(WORK_OWNER));
             std::fs::remove_dir(dir).map_err(|source| ConvertError::Io {
                 op: "remove the work directory",
                 path: dir.to_path_buf(),

@@ -624,6 +624,63 @@ fn convert_round_trips_between_the_containers() {
     assert!(!dir.path().join("x.data").exists());
 }
 
+/// A conversion killed earlier left its work directory: the next one into the same output
+/// takes it over (its process is gone); a live one's is refused. A link or file that appears
+/// at the output is never replaced, and an input of no readable event leaves no output.
+#[test]
+fn convert_recovers_a_killed_conversion_and_never_replaces_the_output() {
+    use rodeo_files::convert::{convert_file, ConvertError, ConvertOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = RawFileConfig::new(dir.path(), 7, "SFO-1", "physics_Main");
+    c.fsync_on_close = false;
+    c.free_disk_margin_bytes = 0;
+    let mut w = RawFileWriter::create(c).unwrap();
+    for e in &events(5, 7) {
+        w.write_event(e, 0).unwrap();
+    }
+    let input = w.finish().unwrap()[0].path.clone();
+    let mut o = ConvertOptions::new(Container::EventStorage);
+    o.fsync = false;
+    // A stale work directory (no process 4294967 on Linux: pid_max is below it).
+    let out = dir.path().join("a.data");
+    let stale = dir.path().join(".a.data.converting");
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join(".pid"), "4294967").unwrap();
+    std::fs::write(stale.join("half.data.writing"), [0u8; 100]).unwrap();
+    assert_eq!(convert_file(&input, &out, &o).unwrap().events, 5);
+    assert!(!stale.exists());
+    // A live one's (ours) is refused, naming the process.
+    let busy = dir.path().join(".b.data.converting");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join(".pid"), std::process::id().to_string()).unwrap();
+    let e = convert_file(&input, &dir.path().join("b.data"), &o).unwrap_err();
+    assert!(
+        e.to_string().contains("is converting into the same output"),
+        "{e}"
+    );
+    // A dangling link at the output stays as it was.
+    let link = dir.path().join("c.data");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+    let e = convert_file(&input, &link, &o).unwrap_err();
+    assert!(matches!(e, ConvertError::Exists { .. }), "{e}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert!(!dir.path().join(".c.data.converting").exists());
+    // Not one readable event: no output.
+    let first = DataFileReader::open(&input)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .offset;
+    let cut = dir.path().join("cut.data");
+    std::fs::write(&cut, &std::fs::read(&input).unwrap()[..first as usize + 12]).unwrap();
+    let none = dir.path().join("none.data");
+    let e = convert_file(&cut, &none, &o).unwrap_err();
+    assert!(matches!(e, ConvertError::Open { .. }), "{e}");
+    assert!(!none.exists(), "{e}");
+    assert!(!dir.path().join(".none.data.converting").exists());
+}
+
 #[test]
 fn convert_lifts_eformat_3_and_4_robs_into_eformat_5_events() {
     use rodeo_files::convert::{convert_file, ConvertOptions};

@@ -162,9 +162,32 @@ pub fn keep_fixed_fields(
                     ),
                 });
             }
+            if let Some(run) =
+                run_directory_of(&root, &at).filter(|_| field == "logger.directories")
+            {
+                return Err(FixedFieldError {
+                    field,
+                    why: format!(
+                        "entry {entry:?} is in {run}, a run directory of the service's (each \
+                         run makes its own, and a later run could not; give a directory of \
+                         its own inside the output directory, e.g. {})",
+                        root.join("data").display()
+                    ),
+                });
+            }
         }
     }
     Ok(())
+}
+
+/// The run directory (`run-…` right under `root`) that `at` is or lies in, if any: the
+/// service makes one per run, so a logger directory there wedged the next run's start (an
+/// expert's `config put` naming `run-00000003` ended run 2 with "run-00000003 already
+/// exists" and left the service refusing every command, 2026-12-07).
+fn run_directory_of(root: &Path, at: &Path) -> Option<String> {
+    let first = at.strip_prefix(root).ok()?.components().next()?;
+    let name = first.as_os_str().to_string_lossy();
+    name.starts_with("run-").then(|| name.into_owned())
 }
 
 /// Whether the body's tables name `field` (`section.name`, or a top-level `hosts`).
@@ -383,6 +406,17 @@ mod tests {
                     "{e}"
                 );
             }
+        }
+        // A run directory of the service's, or a place in one: refused for the loggers.
+        for run in ["run-00000003", "run-00000001/x"] {
+            let body = format!("[logger]\ndirectories = [{:?}]\n", out.join(run));
+            let (mut new, named) = parse(&body);
+            let e = keep_fixed_fields(&s, &mut new, &named, &out).unwrap_err();
+            assert_eq!(e.field, "logger.directories");
+            assert!(
+                e.to_string().contains("a run directory of the service's"),
+                "{e}"
+            );
         }
     }
 

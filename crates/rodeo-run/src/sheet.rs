@@ -227,11 +227,59 @@ impl RunSheet {
             sheet.bytes_written = read.bytes_written;
             sheet.verified_by_reading = true;
             sheet.files = read.files;
+            sheet.written_from_files(summary, files);
         }
         if summary.missing.iter().any(|m| m == "supervisor") {
             sheet.add_last_counts(metrics);
         }
         sheet
+    }
+
+    /// Rule 6's line for the events written, with the events the files hold (read back: a
+    /// logger left no summary, so the loggers' count lacks its events), and a failed `files`
+    /// problem for the files left unfinished among them. The sheet said "9229 read back and
+    /// verified" beside "events written 0 != accepted 9229" for a logger frozen at the stop,
+    /// its `.writing` file unnamed.
+    fn written_from_files(&mut self, summary: &RunSummary, files: &[FileRecord]) {
+        let written = self.events_written.unwrap_or(0);
+        let expected = summary.accepted + summary.forced_accepts;
+        let prefix = format!("events written {} != ", summary.events_written);
+        self.problems
+            .retain(|p| !(p.kind == ProblemKind::Balance && p.text.starts_with(&prefix)));
+        if written != expected {
+            self.problems.push(Problem::new(
+                ProblemKind::Balance,
+                Some(written.abs_diff(expected)),
+                None,
+                format!(
+                    "events written {written} (read back from the files: a logger left no \
+                     summary) != accepted {} + forced {}",
+                    summary.accepted, summary.forced_accepts
+                ),
+            ));
+        }
+        let unfinished: Vec<FileRecord> = files
+            .iter()
+            .filter(|f| {
+                f.path
+                    .to_string_lossy()
+                    .ends_with(rodeo_files::rawfile::WRITING_SUFFIX)
+            })
+            .cloned()
+            .collect();
+        self.problems.extend(unfinished_problem(&unfinished));
+        self.rejudge();
+    }
+
+    /// The verdict, status, reason and balance again, after problems were added.
+    fn rejudge(&mut self) {
+        self.balanced &= !self
+            .problems
+            .iter()
+            .any(|p| matches!(p.kind, ProblemKind::Balance | ProblemKind::Files));
+        self.verdict = judge(&self.problems);
+        self.status = RunStatus::of(self.verdict);
+        self.reason = first_reason(self.verdict, &self.problems);
     }
 
     /// The balance sheet of `summary` (see [`RunSheet::from_summary`]).
@@ -388,26 +436,9 @@ impl RunSheet {
     /// the sheet's files and in a failed `files` problem. The sheet listed no file then, with
     /// thousands of events on disk.
     pub fn add_unfinished(&mut self, files: &[FileRecord]) {
-        if files.is_empty() {
-            return;
-        }
-        let events: u64 = files.iter().map(|f| f.events).sum();
-        let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
         self.files.extend(files.iter().map(|f| f.path.clone()));
-        self.problems.push(Problem::new(
-            ProblemKind::Files,
-            Some(events),
-            Some(names.join(", ")),
-            format!(
-                "{} file(s) left unfinished, without an end record (a write failed: a full \
-                 disk?): {events} complete events in them, read back; `rodeo verify` refuses \
-                 such a file, rodeo's readers recover its events",
-                files.len()
-            ),
-        ));
-        self.verdict = judge(&self.problems);
-        self.status = RunStatus::of(self.verdict);
-        self.reason = first_reason(self.verdict, &self.problems);
+        self.problems.extend(unfinished_problem(files));
+        self.rejudge();
     }
 
     /// The sheet of a run found at a later start without a record or a `summary.json`: its
@@ -677,6 +708,27 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
     out
 }
 
+/// The failed `files` problem of data files left unfinished (`.writing`, no end record),
+/// with the complete events read back from them; `None` without any.
+fn unfinished_problem(files: &[FileRecord]) -> Option<Problem> {
+    if files.is_empty() {
+        return None;
+    }
+    let events: u64 = files.iter().map(|f| f.events).sum();
+    let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
+    Some(Problem::new(
+        ProblemKind::Files,
+        Some(events),
+        Some(names.join(", ")),
+        format!(
+            "{} file(s) left unfinished, without an end record (a write failed, or its logger \
+             died: a full disk? a frozen or killed process?): {events} complete events in them, \
+             read back; `rodeo verify` refuses such a file, rodeo's readers recover its events",
+            files.len()
+        ),
+    ))
+}
+
 /// The first problem of the verdict's severity: the sheet's `reason`.
 fn first_reason(verdict: Verdict, problems: &[Problem]) -> Option<String> {
     problems
@@ -843,6 +895,7 @@ mod tests {
         let mut s = RunSheet::from_summary(&done, 100_000.0, None, false);
         s.add_unfinished(&[]);
         assert_eq!(s.verdict, Verdict::Ok, "{:?}", s.problems);
+        assert!(s.balanced);
         let left = FileRecord {
             path: PathBuf::from("/x/2.data.writing"),
             ..file(7)
@@ -854,6 +907,41 @@ mod tests {
         assert_eq!((p.kind, p.count), (ProblemKind::Files, Some(7)));
         assert_eq!(p.place.as_deref(), Some("/x/2.data.writing"));
         assert_eq!(s.reason.as_deref(), Some(p.text.as_str()));
+        assert!(!s.balanced, "the files do not hold what the loggers wrote");
+    }
+
+    /// A logger that left no summary (frozen at the stop): rule 6 counts what the files hold,
+    /// and its unfinished file fails the run by name.
+    #[test]
+    fn a_logger_without_a_summary_is_counted_from_its_files() {
+        let mut summary = RunSummary {
+            l1_accepts: 10,
+            accepted: 10,
+            missing: vec!["logger-1".into()],
+            ..RunSummary::default()
+        };
+        rodeo_control::summary::check_balance(&mut summary, 0);
+        summary
+            .problems
+            .push("logger-1 ended without its summary".into());
+        let left = FileRecord {
+            path: PathBuf::from("/x/1.data.writing"),
+            ..file(10)
+        };
+        let s = RunSheet::from_summary_and_files(&summary, 1.0, None, false, Some(&[left]), &[]);
+        let texts: Vec<&str> = s.problems.iter().map(|p| p.text.as_str()).collect();
+        assert_eq!(s.events_written, Some(10));
+        assert!(
+            !texts.iter().any(|t| t.starts_with("events written")),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(&"logger-1 ended without its summary"),
+            "{texts:?}"
+        );
+        let p = s.problems.last().unwrap();
+        assert_eq!((p.kind, p.count), (ProblemKind::Files, Some(10)));
+        assert_eq!((s.verdict, s.balanced), (Verdict::Failed, false));
     }
 
     #[test]

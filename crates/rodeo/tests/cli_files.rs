@@ -172,6 +172,26 @@ fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
     assert_eq!(v["events"].as_array().unwrap().len(), 5);
     assert_eq!(v["error"]["offset"], recs[5] as u64);
     assert_eq!(v["error"]["events_recovered"], 5);
+    // A file that does not open is an object with its error, and the next file is dumped
+    // (it stopped the dump before the good file, 2026-12-07); `--limit` holds.
+    let missing = dir.path().join("missing.data");
+    let out = rodeo!()
+        .args(["dump", "--json", "--limit", "3"])
+        .args([&missing, &f])
+        .output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    let lines: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", out.stdout);
+    assert!(lines[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("missing.data"));
+    assert_eq!(lines[1]["events"].as_array().unwrap().len(), 3);
+    assert!(lines[1]["error"].is_null() && lines[1]["container"].is_string());
 }
 
 #[test]

@@ -19,8 +19,9 @@
 //! An illegal command is refused naming the partition's state. A command that fails in an
 //! application puts the partition in ERROR naming that application and its reason; the
 //! remaining applications are not sent the command. An application is dead when its local
-//! process (or its ssh client) exits unasked, or when it sends no heartbeat for
-//! `control.dead_after_ms` while no command is pending with it. A dead DCM is survivable
+//! process (or its ssh client) exits unasked, or when it is silent for `control.dead_after_ms`
+//! (an application sends a heartbeat every period, and `Busy` while a command runs, so a
+//! process frozen during a command is dead too, its command's wait ended). A dead DCM is survivable
 //! while another DCM lives — the supervisor reassigns its events — so it is marked ERROR,
 //! reported in status and the recent errors, and skipped by later commands; any other dead
 //! application (or the last DCM) puts the partition in ERROR naming it.
@@ -398,5 +399,86 @@ mod tests {
         };
         assert_eq!(state, State::Configured);
         answer.join().unwrap();
+    }
+
+    /// An application that falls silent during a command (frozen) is dead after `dead_after`
+    /// and the command's wait ends then, not at its timeout; one that says `Busy` lives on
+    /// while its command takes longer than `dead_after`.
+    #[test]
+    fn a_silent_application_dies_during_a_command_and_a_busy_one_lives() {
+        use crate::application::RunEnd;
+        use crate::channel::{self, ToApp, ToController};
+        use rodeo_transport::socket::{Frame, Received};
+
+        let mut config = PartitionConfig::default();
+        config.control.heartbeat_ms = 100;
+        config.control.dead_after_ms = 1000;
+        config.control.restart = false;
+        let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
+        let name = c.state.table().apps[0].name.clone();
+        let transport = Transport::new(1).unwrap();
+        let mut app = transport.socket(SocketKind::Dealer).unwrap();
+        app.set_identity(name.as_bytes()).unwrap();
+        app.connect(&Endpoint::parse(c.endpoint()).unwrap())
+            .unwrap();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let fake = std::thread::spawn(move || {
+            let send = |app: &mut rodeo_transport::socket::Socket, m: &ToController| {
+                let _ = app.try_send([Frame::Copy(&channel::encode(m))]);
+            };
+            let hello = ToController::Hello {
+                name,
+                role: "logger".into(),
+                pid: 1,
+                state: State::Initial,
+            };
+            send(&mut app, &hello);
+            let mut msg = Received::default();
+            loop {
+                if !app.recv(&mut msg, 20_000).unwrap() {
+                    return;
+                }
+                let Ok(ToApp::Command { seq, command, .. }) = channel::decode(&msg.bytes) else {
+                    continue;
+                };
+                if command != Command::Configure {
+                    // Frozen: no beat, no reply, the connection open until released.
+                    let _ = released.recv_timeout(Duration::from_secs(60));
+                    return;
+                }
+                // Busy for 1.5 s, longer than `dead_after`, then the reply.
+                for _ in 0..15 {
+                    send(&mut app, &ToController::Busy { seq });
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let reply = ToController::Reply {
+                    seq,
+                    state: State::Configured,
+                    error: None,
+                    summary: None,
+                };
+                send(&mut app, &reply);
+            }
+        });
+        let timeout = Duration::from_secs(30);
+        let state = loop {
+            match c.send_command(0, Command::Configure, RunEnd::default(), timeout) {
+                Ok(s) => break s,
+                Err(e) if e.contains("cannot send") => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(state, State::Configured);
+        let asked = std::time::Instant::now();
+        let e = c
+            .send_command(0, Command::Connect, RunEnd::default(), timeout)
+            .unwrap_err();
+        let waited = asked.elapsed();
+        assert!(e.starts_with("died during connect"), "{e}");
+        assert!(waited < Duration::from_secs(10), "{waited:?}: {e}");
+        let _ = release.send(());
+        fake.join().unwrap();
     }
 }

@@ -118,6 +118,8 @@ impl ControllerState {
                     a.metrics = hb.metrics;
                 }
             }
+            // Alive and working on a command: `last_heard` above is all it says.
+            ToController::Busy { .. } => {}
             ToController::Reply {
                 seq,
                 state,
@@ -231,7 +233,11 @@ impl ControllerState {
                     }
                 }
             }
-            if a.hello && !a.leaving && a.waiting.is_none() {
+            // Also while a command runs: the application says `Busy` every heartbeat period
+            // then, so a process frozen during the run's stop is dead after `dead_after` (it
+            // held the stop for the command's whole timeout, 60 s, Ctrl-C unheard, before
+            // 2026-12-07).
+            if a.hello && !a.leaving {
                 if let Some(h) = a.last_heard {
                     let age = silence(h, listening_since, now);
                     if age > self.dead_after {
