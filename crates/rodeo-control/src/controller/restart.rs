@@ -83,12 +83,32 @@ impl Table {
         self.restart_attempts += 1;
         self.apps[i].restart_at = Some(Instant::now() + p.backoff);
         self.record(format!(
-            "{name} will be restarted in {} ms (restart {} of at most {} in this run)",
+            "{name} will be restarted in {} ms (attempt {} of at most {} in this run)",
             p.backoff.as_millis(),
             self.restart_attempts,
             p.max
         ));
         true
+    }
+
+    /// A restart of `i` (named `name`) that failed (`why`). A death the monitor saw during it
+    /// (the new process exited or fell silent) was judged by the policy then, a further
+    /// attempt scheduled or the partition failed: it is not counted again (one death during
+    /// a restart's configure took two attempts). Any other failure (no spawn, no hello, a
+    /// refused command) is a death here, judged likewise.
+    pub(super) fn restart_failed(&mut self, i: usize, name: &str, why: &str) {
+        self.record(format!("{name}: restart failed: {why}"));
+        if self.apps[i].dead {
+            return;
+        }
+        let a = &mut self.apps[i];
+        a.dead = true;
+        a.state = State::Error;
+        a.error = Some(format!("restart failed: {why}"));
+        if !self.schedule_restart(i, name) && self.lifecycle.state() == State::Running {
+            self.lifecycle
+                .fail(format!("{name} is dead and could not be restarted: {why}"));
+        }
     }
 }
 
@@ -140,19 +160,7 @@ impl Controller {
                          this run)"
                     ));
                 }
-                Err(why) => {
-                    t.record(format!("{name}: restart failed: {why}"));
-                    let a = &mut t.apps[i];
-                    if !a.dead {
-                        a.dead = true;
-                        a.state = State::Error;
-                        a.error = Some(format!("restart failed: {why}"));
-                    }
-                    if !t.schedule_restart(i, &name) && t.lifecycle.state() == State::Running {
-                        t.lifecycle
-                            .fail(format!("{name} is dead and could not be restarted: {why}"));
-                    }
-                }
+                Err(why) => t.restart_failed(i, &name, &why),
             }
             drop(t);
             self.state.changed.notify_all();
@@ -238,5 +246,53 @@ impl Controller {
                 .map_err(|e| format!("{c}: {e}"))?;
         }
         Ok(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::PartitionConfig;
+
+    /// One death during a restart is one attempt: the monitor's judgement of the death, not
+    /// again when the restart then fails; a failure without a death seen is one attempt too.
+    #[test]
+    fn a_death_during_a_restart_counts_one_attempt() {
+        let mut config = PartitionConfig::default();
+        config.control.restart = true;
+        config.control.max_restarts_per_run = 3;
+        let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
+        let mut t = c.state.table();
+        for cmd in [
+            Command::Initialize,
+            Command::Configure,
+            Command::Connect,
+            Command::Start,
+        ] {
+            t.lifecycle.apply(cmd, || Ok::<(), String>(())).unwrap();
+        }
+        let i = t.apps.iter().position(|a| a.role == Role::Ros).unwrap();
+        let name = t.apps[i].name.clone();
+        // Dies in the run: attempt 1 scheduled.
+        t.dead(i, "its process exited".into());
+        assert_eq!(t.restart_attempts, 1);
+        // The restart's process dies during its configure (the monitor: attempt 2), then the
+        // restart fails: still 2.
+        t.apps[i].dead = false;
+        t.dead(i, "its process exited".into());
+        t.restart_failed(i, &name, "configure: died during configure");
+        assert_eq!(t.restart_attempts, 2);
+        // A failure with no death seen (no hello): attempt 3.
+        t.apps[i].dead = false;
+        t.restart_failed(i, &name, "no hello within 10000 ms of being started");
+        assert_eq!(t.restart_attempts, 3);
+        assert_eq!(t.lifecycle.state(), State::Running);
+        // None left: the partition fails.
+        t.apps[i].dead = false;
+        t.restart_failed(i, &name, "no hello");
+        assert_eq!(t.restart_attempts, 3);
+        assert_eq!(t.lifecycle.state(), State::Error);
     }
 }
