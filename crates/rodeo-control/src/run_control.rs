@@ -64,7 +64,8 @@ pub struct PartitionStatus {
     pub l1_accepts: u64,
     /// Events written since the start of the run.
     pub events_written: u64,
-    /// Applications restarted after a death in this run (0 between runs).
+    /// Applications restarted after a death in the current run, or in the last one between
+    /// runs (reset when a run starts).
     #[serde(default)]
     pub restarts: u64,
     /// Every application.

@@ -177,6 +177,17 @@ impl Run {
                 config.run.number,
             );
         }
+        // A number the run database has recorded, its directory gone: taking it again would
+        // replace that run's record (its sheet, files, comments) without a word.
+        if output.db().has_run(config.run.number)? {
+            anyhow::bail!(
+                "run {} is recorded in {} already (its directory is gone): a new run with its \
+                 number would replace that record. Leave out --run-number to take the next \
+                 free number ({next_free}), or choose another.",
+                config.run.number,
+                output.db().path().display(),
+            );
+        }
         let snapshot = write_snapshot(&layout, &config)?;
         let built = build(&config, &options, snapshot);
         let (partition, embedded, controller, forwarder) = match built {

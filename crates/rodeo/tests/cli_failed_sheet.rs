@@ -188,6 +188,41 @@ fn a_dead_logger_without_restarts_ends_the_run_within_seconds() {
     );
 }
 
+/// A run whose restarts ran out fails with the restarts it had on its sheet (it said 0 after
+/// the controller had restarted the node: the count read only while RUNNING).
+#[test]
+fn a_run_out_of_restarts_counts_them_on_its_failed_sheet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, out_dir, marker) =
+        partition_writing(dir.path(), "max_restarts_per_run = 1\n", None);
+    let first = wait_for("ros-1's process", Duration::from_secs(20), || {
+        find_app("ros-1", &marker)
+    });
+    // Well into the run (a death before the partition is RUNNING is not restarted).
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+    // Restarted (a new process that rejoined the run), then killed again: none left.
+    let second = wait_for("ros-1 restarted", Duration::from_secs(60), || {
+        find_app("ros-1", &marker).filter(|&p| p != first)
+    });
+    // Its node runs (the core thread is there) once the restart's start is done.
+    wait_until("the restart rejoined", Duration::from_secs(60), || {
+        std::fs::read_dir(format!("/proc/{second}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "ros-core")
+            })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(second, libc::SIGKILL) }, 0);
+    let v = assert_failed_sheet(child, &out_dir, &marker);
+    assert_eq!(v["restarts"], 1, "{v}");
+}
+
 /// A run that cannot be made (its HTTP address is in use) is not a failed run: exit status 1
 /// as documented, no sheet (`--json` prints an object naming the error), no run number taken.
 /// It took run 1's directory and exited 2, and the next run recorded run 1 as "crashed".

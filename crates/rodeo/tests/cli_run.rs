@@ -682,6 +682,26 @@ fn a_run_number_that_exists_is_refused_before_the_run() {
         t0.elapsed() < std::time::Duration::from_secs(10),
         "it ran first"
     );
+    // A recorded run whose directory is gone: its number is refused too (the new run
+    // replaced its record in the run database without a word).
+    let run = |n: Option<&str>| {
+        let mut c = rodeo!();
+        c.args(["run", "--events", "500", "--quiet", "--output"])
+            .arg(dir.path());
+        if let Some(n) = n {
+            c.args(["--run-number", n]);
+        }
+        c.output()
+    };
+    run(None).assert_success();
+    std::fs::remove_dir_all(dir.path().join("run-00000002")).unwrap();
+    let out = run(Some("2"));
+    assert_eq!(out.status.code(), Some(1), "{}", out.text());
+    assert!(
+        out.stderr.contains("run 2 is recorded in") && out.stderr.contains("next free number (3)"),
+        "{}",
+        out.text()
+    );
 }
 
 /// The number after `key` in `line` (`"... 88.2 kHz ..."` with key `" kHz"`: 88.2).

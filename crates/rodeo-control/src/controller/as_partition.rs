@@ -43,11 +43,10 @@ impl RunControl for Controller {
             write_rate_hz: rate(Role::Logger),
             l1_accepts: totals.l1_accepts,
             events_written: totals.written,
-            restarts: if state == State::Running {
-                t.restarts
-            } else {
-                0
-            },
+            // The current or last run's (reset when a run starts): a failed run's sheet takes
+            // it from here after the teardown (it read 0 after three restarts, the last one's
+            // death failing the run, when only RUNNING showed it).
+            restarts: t.restarts,
             apps: t
                 .apps
                 .iter()

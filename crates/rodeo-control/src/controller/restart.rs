@@ -93,12 +93,12 @@ impl Table {
 
     /// A restart of `i` (named `name`) that failed (`why`). A death the monitor saw during it
     /// (the new process exited or fell silent) was judged by the policy then, a further
-    /// attempt scheduled or the partition failed: it is not counted again (one death during
-    /// a restart's configure took two attempts). Any other failure (no spawn, no hello, a
-    /// refused command) is a death here, judged likewise.
+    /// attempt scheduled (`restart_at`, cleared when this one began) or the partition failed:
+    /// it is not counted again (one death during a restart's configure took two attempts).
+    /// Any other failure (no spawn, no hello, a refused command) is judged here likewise.
     pub(super) fn restart_failed(&mut self, i: usize, name: &str, why: &str) {
         self.record(format!("{name}: restart failed: {why}"));
-        if self.apps[i].dead {
+        if self.apps[i].restart_at.is_some() || self.lifecycle.state() != State::Running {
             return;
         }
         let a = &mut self.apps[i];
@@ -278,20 +278,22 @@ mod tests {
         // Dies in the run: attempt 1 scheduled.
         t.dead(i, "its process exited".into());
         assert_eq!(t.restart_attempts, 1);
-        // The restart's process dies during its configure (the monitor: attempt 2), then the
-        // restart fails: still 2.
+        // The restart begins (its time cleared), its process dies during its configure (the
+        // monitor: attempt 2), then the restart fails: still 2.
+        t.apps[i].restart_at = None;
         t.apps[i].dead = false;
         t.dead(i, "its process exited".into());
         t.restart_failed(i, &name, "configure: died during configure");
         assert_eq!(t.restart_attempts, 2);
-        // A failure with no death seen (no hello): attempt 3.
+        // A failure with no death seen (no hello): attempt 3; a failure to spawn (the old
+        // death's mark still on it): none left, the partition fails.
+        t.apps[i].restart_at = None;
         t.apps[i].dead = false;
         t.restart_failed(i, &name, "no hello within 10000 ms of being started");
         assert_eq!(t.restart_attempts, 3);
         assert_eq!(t.lifecycle.state(), State::Running);
-        // None left: the partition fails.
-        t.apps[i].dead = false;
-        t.restart_failed(i, &name, "no hello");
+        t.apps[i].restart_at = None;
+        t.restart_failed(i, &name, "cannot spawn");
         assert_eq!(t.restart_attempts, 3);
         assert_eq!(t.lifecycle.state(), State::Error);
     }
