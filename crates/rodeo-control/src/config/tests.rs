@@ -507,29 +507,6 @@ fn high_water_marks_come_from_the_file_and_bad_ones_name_the_field() {
     }
 }
 
-/// The supervisor's queue to a DCM holds an assignment for each of the DCM's slots: a smaller
-/// high-water mark is refused by name (it ran, with every dropped assignment waiting for the
-/// event timeout), one as large as the slots passes; over ipc and tcp twice the slots.
-#[test]
-fn a_high_water_mark_below_the_dcm_slots_is_refused() {
-    let (e, _) = refused("[transport]\nkind = \"ipc\"\nhigh_water_mark = 300\n");
-    assert!(
-        e.contains("high_water_mark") && e.contains("at least 512 (twice"),
-        "{e}"
-    );
-    let (e, _) = refused("[transport]\nhigh_water_mark = 255\n");
-    assert!(
-        e.contains("transport.high_water_mark") && e.contains("at least 256"),
-        "{e}"
-    );
-    let ok = PartitionConfig::from_toml(
-        "[transport]\nhigh_water_mark = 64\n[dcm]\nslots = 64\n",
-        "t.toml",
-    )
-    .unwrap();
-    assert_eq!((ok.transport.high_water_mark, ok.dcm.slots), (64, 64));
-}
-
 #[test]
 fn max_message_bytes_must_hold_the_partitions_largest_message_and_names_the_field() {
     let c = PartitionConfig::from_toml("[transport]\nmax_message_bytes = 16777216\n", "t.toml")

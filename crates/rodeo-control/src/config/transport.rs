@@ -147,3 +147,38 @@ impl TransportConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::PartitionConfig;
+
+    fn refused(text: &str) -> String {
+        PartitionConfig::from_toml(text, "t.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// The supervisor's queue to a DCM holds an assignment for each of the DCM's slots: a
+    /// smaller high-water mark is refused by name (it ran, with every dropped assignment
+    /// waiting for the event timeout), one as large as the slots passes; over ipc and tcp
+    /// twice the slots.
+    #[test]
+    fn a_high_water_mark_below_the_dcm_slots_is_refused() {
+        let e = refused("[transport]\nkind = \"ipc\"\nhigh_water_mark = 300\n");
+        assert!(
+            e.contains("high_water_mark") && e.contains("at least 512 (twice"),
+            "{e}"
+        );
+        let e = refused("[transport]\nhigh_water_mark = 255\n");
+        assert!(
+            e.contains("transport.high_water_mark") && e.contains("at least 256"),
+            "{e}"
+        );
+        let ok = PartitionConfig::from_toml(
+            "[transport]\nhigh_water_mark = 64\n[dcm]\nslots = 64\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!((ok.transport.high_water_mark, ok.dcm.slots), (64, 64));
+    }
+}
