@@ -680,9 +680,9 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
             Some(late.len() as u64),
             Some(late.join(", ")),
             format!(
-                "{} died during the run's stop, too late to be restarted: its own counts are \
-                 its last heartbeat's (the events are counted by the supervisor, the DCMs and \
-                 the loggers)",
+                "{} died too late to be restarted (during the run's stop, or before its \
+                 restart was due when the stop came): its own counts are its last heartbeat's \
+                 (the events are counted by the supervisor, the DCMs and the loggers)",
                 late.join(", ")
             ),
         ));

@@ -108,9 +108,19 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
         s.files.len(),
     )?;
     for node in &s.readout_nodes {
+        // A node restarted into the run saw the clears from its rejoin on, one that died at
+        // the stop counted until its last heartbeat: rule 6 does not check their clears, and
+        // the line says why they are short of the L1 accepts.
+        let exempt = if node.restarted {
+            " (restarted into the run: from its rejoin on, not checked against the run's)"
+        } else if node.died_at_stop {
+            " (its last heartbeat's count: not checked against the run's)"
+        } else {
+            ""
+        };
         writeln!(
             out,
-            "  {}: {} requests, clears for {} events",
+            "  {}: {} requests, clears for {} events{exempt}",
             node.name, node.requests, node.cleared
         )?;
         if node.swrod_built > 0 || node.swrod_error.is_some() {
@@ -168,5 +178,29 @@ mod tests {
         let text = render(&sheet);
         let second = text.lines().nth(1).unwrap();
         assert_eq!(second, "  type: calibration; comment: HV scan", "{text}");
+    }
+
+    /// A restarted node's clears are short of the L1 accepts by design: its line says so next
+    /// to "balance: OK".
+    #[test]
+    fn a_restarted_node_s_clears_are_said_to_be_exempt() {
+        let node = |restarted| crate::sheet::NodeSheet {
+            name: "ros-1".into(),
+            cleared: 194_026,
+            restarted,
+            ..crate::sheet::NodeSheet::default()
+        };
+        let mut sheet = RunSheet {
+            l1_accepts: Some(271_414),
+            balanced: true,
+            readout_nodes: vec![node(true)],
+            ..RunSheet::default()
+        };
+        assert!(render(&sheet).contains(
+            "ros-1: 0 requests, clears for 194026 events (restarted into the run: from its \
+             rejoin on, not checked against the run's)"
+        ));
+        sheet.readout_nodes = vec![node(false)];
+        assert!(render(&sheet).contains("clears for 194026 events\n"));
     }
 }

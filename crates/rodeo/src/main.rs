@@ -20,6 +20,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = cmd::Cli::parse();
+    // The parser took the arguments: a `--json` among them is the flag.
+    let json = std::env::args_os().any(|a| a == "--json");
     logging::init();
     match cmd::dispatch(cli) {
         Ok(code) => code,
@@ -28,9 +30,20 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::SUCCESS;
             }
             print_error(&err);
+            if json {
+                print_json_error(&err);
+            }
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// With `--json`, a command that ends in `err` also says so on stdout as one object,
+/// `{"error": "..."}`, so that `| jq` finds the reason (dump, convert, runs, gen and serve
+/// printed nothing there on a missing file or a damaged run database).
+fn print_json_error(err: &anyhow::Error) {
+    let text = rodeo_run::error_text::error_text(err);
+    outln!("{}", serde_json::json!({ "error": text }));
 }
 
 /// The `rodeo: error:` line of a command that ends in `err`, each cause said once.

@@ -192,6 +192,16 @@ fn dump_json_lists_events_and_robs_and_the_error_of_a_truncated_file() {
         .contains("missing.data"));
     assert_eq!(lines[1]["events"].as_array().unwrap().len(), 3);
     assert!(lines[1]["error"].is_null() && lines[1]["container"].is_string());
+    // Any command that fails with `--json` says why on stdout as one object too.
+    let out = rodeo!()
+        .args(["convert", "--json", "--format", "rodeo"])
+        .arg(&missing)
+        .arg(dir.path().join("o.data"))
+        .output();
+    assert!(!out.status.success(), "{}", out.text());
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.text()));
+    assert!(v["error"].as_str().unwrap().contains("missing.data"), "{v}");
 }
 
 #[test]

@@ -99,6 +99,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Err(e @ ConvertError::Read { .. }) => {
             eprintln!("rodeo convert: {e}");
+            if let (true, ConvertError::Read { output, events, .. }) = (args.json, &e) {
+                outln!(
+                    "{}",
+                    json!({ "error": e.to_string(), "output": output, "events": events })
+                );
+            }
             Ok(ExitCode::from(1))
         }
         Err(e) => Err(e).with_context(|| {

@@ -11,7 +11,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use rodeo_control::lifecycle::TransitionError;
 use rodeo_control::run_control::RunControl as _;
+use rodeo_control::summary::RunSummary;
 use rodeo_run::output::{started_by, OutputDir};
 use rodeo_run::run::{Mode, Run, RunOptions};
 use rodeo_run::setup::{load_config, Overrides};
@@ -223,7 +225,33 @@ fn drive_and_finish(
             return Ok(not_made(&e, args.json));
         }
     };
-    let outcome = match run.embedded().cloned() {
+    // The note of an interrupt is said when it comes, also while the run is stopping (its
+    // loop looks at the flag only while it runs: a Ctrl-C during a long stop said nothing).
+    let ended = std::sync::atomic::AtomicBool::new(false);
+    let note = || {
+        while !ended.load(std::sync::atomic::Ordering::Relaxed) && !interrupted_with_note() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let outcome = std::thread::scope(|s| {
+        s.spawn(note);
+        let outcome = drive(&args, &mut run);
+        ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        outcome
+    });
+    let outcome = outcome.map_err(|e| anyhow::Error::from(e).context("the partition failed"));
+    let sheet = run.finish(output, outcome, trigger_report.map(|r| r()));
+    if args.json {
+        outln!("{}", sheet.to_json());
+    } else {
+        out!("{}", rodeo_run::text::render(&sheet));
+    }
+    Ok(exit_code(&sheet, args.accept_degraded))
+}
+
+/// Runs `run` to its end, with the status line of an embedded partition and its trace.
+fn drive(args: &Args, run: &mut Run) -> Result<RunSummary, TransitionError> {
+    match run.embedded().cloned() {
         Some(partition) => {
             let mut line = crate::status::StatusLine::new(
                 args.quiet,
@@ -249,15 +277,7 @@ fn drive_and_finish(
             outcome
         }
         None => run.drive(&interrupted_with_note, |_, _| {}),
-    };
-    let outcome = outcome.map_err(|e| anyhow::Error::from(e).context("the partition failed"));
-    let sheet = run.finish(output, outcome, trigger_report.map(|r| r()));
-    if args.json {
-        outln!("{}", sheet.to_json());
-    } else {
-        out!("{}", rodeo_run::text::render(&sheet));
     }
-    Ok(exit_code(&sheet, args.accept_degraded))
 }
 
 /// `rodeo run`'s exit status (docs/run-control.md, "Verdicts"): 0 ok, 2 failed, 3 degraded
