@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::datafile::{Container, DataFileError, DataFileReader, EventError, FileEvent};
+use rodeo_format::checksum::ChecksumType;
 use rodeo_format::compress::{decompress_event, CompressError};
 use rodeo_format::fragment::{ErrorKind, FragmentError, FragmentKind, FullEvent};
 
@@ -33,6 +34,9 @@ pub struct FileVerdict {
     pub good_events: u64,
     /// Good events per eformat major version (index 3, 4 and 5; the others stay 0).
     pub events_by_eformat: [u64; 6],
+    /// Good eformat-5 events whose checksum type is none: their payload is checked only as
+    /// far as their ROBs' own checksums go (`rodeo verify` says so beside "OK").
+    pub events_without_checksum: u64,
     /// ROB fragments in the good events.
     pub robs: u64,
     /// Bytes of the good events (as stored: compressed rodeo events count compressed, zlib
@@ -60,6 +64,7 @@ pub fn check_file(path: &Path) -> FileVerdict {
         start_record_checked: false,
         good_events: 0,
         events_by_eformat: [0; 6],
+        events_without_checksum: 0,
         robs: 0,
         event_bytes: 0,
         error_offset: None,
@@ -106,7 +111,12 @@ pub fn check_file(path: &Path) -> FileVerdict {
         }
         let robs = if ev.eformat == 5 {
             match check_event(&ev.words) {
-                Ok(robs) => robs,
+                Ok(robs) => {
+                    let unsummed = FullEvent::parse(&ev.words)
+                        .is_ok_and(|e| e.checksum_type() == ChecksumType::None);
+                    v.events_without_checksum += u64::from(unsummed);
+                    robs
+                }
                 Err(e) => {
                     v.error_offset = Some(fragment_offset(container, &ev, e.offset()));
                     v.error = Some(format!(

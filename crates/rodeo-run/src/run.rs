@@ -394,6 +394,10 @@ impl Run {
                 );
                 // The controller counted the run's restarts (a failed sheet left them null).
                 sheet.restarts = Some(self.partition.status().restarts);
+                // How long it ran, on this process's clock (the sheet read "in 0.00 s").
+                sheet.seconds = self
+                    .started_at_ns
+                    .map(|t| now_ns().saturating_sub(t) as f64 / 1e9);
                 (sheet, files)
             }
         };

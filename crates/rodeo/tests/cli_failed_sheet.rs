@@ -92,6 +92,7 @@ fn assert_failed_sheet(child: Running, out_dir: &Path, marker: &str) -> Value {
         assert!(v[key].is_u64(), "{key} is not an integer: {v}");
     }
     assert!(v["l1_accepts"].as_u64() > Some(0), "{v}");
+    assert!(v["seconds"].as_f64() > Some(0.0), "how long it ran: {v}");
     let in_files = events_in_files(out_dir);
     assert_eq!(v["events_written"].as_u64(), Some(in_files), "{v}");
     // The run database says the same.

@@ -52,6 +52,9 @@ fn verify_accepts_generated_files_for_every_checksum() {
         let out = rodeo!().args(["verify", f.to_str().unwrap()]).output();
         assert!(out.status.success(), "{}", out.text());
         assert!(out.text().contains("OK, 50 events"), "{}", out.text());
+        // "OK" says when the events carry no checksum of their own.
+        let unsummed = out.text().contains("50 events without an event checksum");
+        assert_eq!(unsummed, *c == "none", "{}", out.text());
     }
 }
 

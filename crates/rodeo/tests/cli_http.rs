@@ -274,6 +274,9 @@ fn every_run_is_recorded_in_the_run_database_and_served_at_api_runs() {
     assert_eq!(one["summary"]["events_written"], first["events_written"]);
     assert!(one["config_toml"].as_str().unwrap().contains("[l1]"));
     assert_eq!(http(addr, "GET", "/api/runs/99", None, "").0, 404);
+    let (code, body) = http(addr, "GET", "/api/runs/4294967296", None, "");
+    assert_eq!(code, 400);
+    assert!(body.contains("from 0 to 4294967295"), "{body}");
     // Stop the second run once it runs; it is recorded too, and the CLI agrees with the API.
     // With its first L1 accepts: a run stopped before any is degraded (`no_events`).
     wait_for("the second run RUNNING", Duration::from_secs(60), || {

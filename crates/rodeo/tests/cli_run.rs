@@ -704,6 +704,25 @@ fn a_run_number_that_exists_is_refused_before_the_run() {
     );
 }
 
+/// `rodeo runs` on an empty run database says so and leaves the file as it is (it wrote the
+/// schema into it).
+#[test]
+fn listing_an_empty_run_database_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.sqlite");
+    std::fs::write(&db, b"").unwrap();
+    let out = rodeo!()
+        .args(["runs", "--json", "--output"])
+        .arg(dir.path())
+        .output();
+    assert!(!out.status.success(), "{}", out.text());
+    assert!(out.stderr.contains("is empty (0 bytes)"), "{}", out.text());
+    let v: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.text()));
+    assert!(v["error"].as_str().unwrap().contains("empty"), "{v}");
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0);
+}
+
 /// The number after `key` in `line` (`"... 88.2 kHz ..."` with key `" kHz"`: 88.2).
 fn number_before(line: &str, key: &str) -> f64 {
     let end = line

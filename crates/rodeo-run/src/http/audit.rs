@@ -221,7 +221,10 @@ impl Store {
             };
         }
         let Ok(n) = rest.parse::<u32>() else {
-            return Response::error(400, "a run number is a decimal integer: /api/runs/N");
+            return Response::error(
+                400,
+                "a run number is a decimal integer from 0 to 4294967295: /api/runs/N",
+            );
         };
         match self.with(|db| db.get(n)) {
             None => Response::error(404, "no run database here"),

@@ -347,7 +347,8 @@ fn route(shared: &Shared, role: Role, peer: &Peer, request: &Request) -> Respons
             let Some(Some(n)) = comment_run(p) else {
                 return Response::error(
                     400,
-                    "a run number is a decimal integer: /api/runs/N/comment",
+                    "a run number is a decimal integer from 0 to 4294967295: \
+                     /api/runs/N/comment",
                 );
             };
             let current = control.run_number();

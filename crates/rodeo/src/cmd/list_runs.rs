@@ -49,6 +49,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.output.display()
         );
     }
+    // Listing writes nothing: an empty file is not given a schema (it was, by the open).
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+        anyhow::bail!(
+            "run database {} is empty (0 bytes): no run is recorded in it (left as it is; the \
+             next run in --output {} makes it a run database)",
+            path.display(),
+            args.output.display()
+        );
+    }
     let db = RunDb::open(&path)?;
     let runs = db.list()?;
     if let Some(What::Note { run, text }) = args.what {

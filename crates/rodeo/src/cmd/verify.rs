@@ -74,11 +74,17 @@ fn kind(v: &FileVerdict) -> String {
         (false, Container::Rodeo) => "v1 file: start record unchecked, not checksummed",
         (false, Container::EventStorage) => "start record unchecked (no checksum in the format)",
     };
+    // Events without a checksum of their own: "OK" covers less of them (their ROBs' checksums,
+    // if any, and the structure).
+    let unsummed = match v.events_without_checksum {
+        0 => String::new(),
+        n => format!(", {n} events without an event checksum (their payload unchecked)"),
+    };
     if eformat.is_empty() {
-        format!("{} {version}, {start}", c.name())
+        format!("{} {version}, {start}{unsummed}", c.name())
     } else {
         format!(
-            "{} {version}, eformat {}, {start}",
+            "{} {version}, eformat {}, {start}{unsummed}",
             c.name(),
             eformat.join("/")
         )
@@ -98,6 +104,7 @@ fn verdict_json(v: &FileVerdict) -> serde_json::Value {
         "container": v.container.map(|c| c.name()),
         "version": v.version,
         "start_record_checked": v.start_record_checked,
+        "events_without_checksum": v.events_without_checksum,
         "events_by_eformat": {
             "3": v.events_by_eformat[3],
             "4": v.events_by_eformat[4],
