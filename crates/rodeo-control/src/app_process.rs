@@ -64,6 +64,9 @@ struct Seen {
     /// The configuration as `config_toml` shows it (secrets hidden).
     config_toml: String,
     probe: Option<crate::application::Probe>,
+    /// What makes its drain give up (the supervisor's), for a message that comes while a
+    /// `stop` holds `Inner`.
+    abandoner: Option<crate::application::Abandoner>,
     /// The commands that asked for `Inner`, oldest first (the first holds it, or is about to;
     /// the rest wait), each with its mark's number and since when.
     commands: Vec<(u64, Command, Instant)>,
@@ -80,6 +83,7 @@ impl Seen {
             run_start: inner.run_start,
             config_toml,
             probe: inner.driver.probe(),
+            abandoner: inner.driver.abandoner(),
             commands: Vec::new(),
         }
     }
@@ -648,7 +652,8 @@ pub fn serve(
             l1_accepts: expect_cleared,
             abandon_drain,
         };
-        let outcome = while_beating(&mut sock, heartbeat, seq, || {
+        let abandoner = app.seen().abandoner.clone();
+        let outcome = while_beating(&mut sock, heartbeat, seq, abandoner, || {
             app.handle_run(command, config.as_deref(), run, rejoin_at)
         });
         let reply = match outcome {
@@ -685,26 +690,45 @@ pub fn serve(
 /// Runs `work` (command `seq`) while a thread of its own tells the controller every
 /// `heartbeat` that the application lives ([`ToController::Busy`]): a command may take long (a
 /// stop's drain, a configure's memory warm-up), and the controller judges silences during
-/// commands too, so a frozen process is found dead within `dead_after` at any time. The
-/// socket is the beating thread's until `work` returns.
+/// commands too, so a frozen process is found dead within `dead_after` at any time. The same
+/// thread takes what the controller sends meanwhile: [`ToApp::AbandonDrain`] calls
+/// `abandoner` (the supervisor's drain gives up: a logger died during the stop); pings are
+/// read and dropped (the command's end counts as the controller heard). The socket is the
+/// beating thread's until `work` returns.
 fn while_beating<T>(
     sock: &mut rodeo_transport::socket::Socket,
     heartbeat: Duration,
     seq: u64,
+    abandoner: Option<crate::application::Abandoner>,
     work: impl FnOnce() -> T,
 ) -> T {
     let busy = channel::encode(&ToController::Busy { seq });
+    // How often the socket is looked at: a message waits this long at most.
+    let look = heartbeat.min(Duration::from_millis(20));
     std::thread::scope(|s| {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let beating = std::thread::Builder::new()
             .name("rodeo-beat".into())
             .spawn_scoped(s, move || {
+                let mut msg = Received::default();
+                let mut next_beat = Instant::now() + heartbeat;
                 // Ends when `stop` is dropped: the work returned (or unwound).
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(heartbeat)
+                    stopped.recv_timeout(look)
                 {
-                    // Never waits: a beat the controller cannot take is replaced by the next.
-                    let _ = sock.try_send([Frame::Copy(&busy)]);
+                    while let Ok(true) = sock.try_recv(&mut msg) {
+                        if let (Ok(ToApp::AbandonDrain), Some(a)) =
+                            (channel::decode::<ToApp>(&msg.bytes), &abandoner)
+                        {
+                            a();
+                        }
+                    }
+                    if Instant::now() >= next_beat {
+                        // Never waits: a beat the controller cannot take is replaced by the
+                        // next.
+                        let _ = sock.try_send([Frame::Copy(&busy)]);
+                        next_beat += heartbeat;
+                    }
                 }
             });
         if beating.is_err() {
@@ -764,31 +788,59 @@ impl Silence {
 mod tests {
     use super::*;
 
-    /// While a command runs the controller hears `Busy` every heartbeat period, and the
-    /// command's result comes back as it was.
+    /// While a command runs the controller hears `Busy` every heartbeat period, an
+    /// `abandon_drain` it sends meanwhile reaches the abandoner, and the command's result comes
+    /// back as it was.
     #[test]
     fn a_long_command_is_heard_beating() {
         let t = Transport::new(1).unwrap();
-        let router = t.socket(SocketKind::Router).unwrap();
+        let mut router = t.socket(SocketKind::Router).unwrap();
         let at = router
             .bind(&Endpoint::parse("tcp://127.0.0.1:*").unwrap())
             .unwrap();
         let mut dealer = t.socket(SocketKind::Dealer).unwrap();
         dealer.set_identity(b"app").unwrap();
         dealer.connect(&Endpoint::parse(&at).unwrap()).unwrap();
-        let out = while_beating(&mut dealer, Duration::from_millis(50), 7, || {
-            std::thread::sleep(Duration::from_millis(400));
-            42
+        let abandoned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&abandoned);
+        let abandoner: crate::application::Abandoner =
+            std::sync::Arc::new(move || flag.store(true, std::sync::atomic::Ordering::Release));
+        let (mut msg, mut beats) = (Received::default(), 0);
+        let out = std::thread::scope(|s| {
+            let work = s.spawn(|| {
+                while_beating(
+                    &mut dealer,
+                    Duration::from_millis(50),
+                    7,
+                    Some(abandoner),
+                    || {
+                        // The work ends once the abandon came (or after 5 s, failing below).
+                        let t0 = Instant::now();
+                        while !abandoned.load(std::sync::atomic::Ordering::Acquire)
+                            && t0.elapsed() < Duration::from_secs(5)
+                        {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        42
+                    },
+                )
+            });
+            // The first beat tells the router the application's name: then the abandon.
+            assert!(router.recv(&mut msg, 5000).unwrap(), "no beat");
+            beats += 1;
+            let abandon = channel::encode(&ToApp::AbandonDrain);
+            router.send_to(b"app", [Frame::Copy(&abandon)]).unwrap();
+            work.join().unwrap()
         });
         assert_eq!(out, 42);
-        let (mut router, mut msg, mut beats) = (router, Received::default(), 0);
+        assert!(abandoned.load(std::sync::atomic::Ordering::Acquire));
         while router.recv(&mut msg, 200).unwrap() {
             match channel::decode::<ToController>(&msg.bytes) {
                 Ok(ToController::Busy { seq: 7 }) => beats += 1,
                 other => panic!("{other:?}"),
             }
         }
-        assert!((2..=9).contains(&beats), "{beats} beats in 400 ms at 50 ms");
+        assert!(beats >= 1 && beats <= 110, "{beats} beats");
     }
 
     #[test]

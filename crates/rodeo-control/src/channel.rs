@@ -63,6 +63,10 @@ pub enum ToApp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rejoin_at: Option<u64>,
     },
+    /// To the supervisor while its `stop` runs: a logger died since, so the drain gives up
+    /// after its grace instead of waiting for events no logger can write (as `abandon_drain`
+    /// with the command, for a death the command could not know of).
+    AbandonDrain,
     /// The controller is alive; sent to every application every heartbeat period.
     Ping {
         /// The controller's `control.dead_after_ms`: the application judges the controller dead

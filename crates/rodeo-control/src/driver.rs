@@ -105,6 +105,12 @@ impl AppDriver {
         self.probe.clone()
     }
 
+    /// What makes its drain give up while a `stop` runs (the supervisor's; see
+    /// [`crate::application::Abandoner`]).
+    pub fn abandoner(&self) -> Option<crate::application::Abandoner> {
+        self.app.abandoner()
+    }
+
     /// Its live counters now, if it has been connected.
     pub fn metrics(&self) -> Option<AppMetrics> {
         self.probe.as_ref().map(|p| p())

@@ -224,6 +224,71 @@ fn a_run_out_of_restarts_counts_them_on_its_failed_sheet() {
     assert_eq!(v["restarts"], 1, "{v}");
 }
 
+/// A logger frozen as the run stops: its death (silence for `dead_after_ms`) tells the
+/// supervisor's drain to give up, and the run ends within seconds, failed, its unfinished
+/// file named (the drain waited its whole 30 s timeout for events no logger could write).
+#[test]
+fn a_logger_frozen_at_the_stop_ends_the_run_within_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        "[l1]\nrate_hz = 2000.0\n[dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
+         dead_after_ms = 1500\nrestart = false\n",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let child = rodeo!()
+        .args([
+            "run",
+            "--processes",
+            "--seconds",
+            "120",
+            "--json",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .args(["--http", "127.0.0.1:0"])
+        .env("RODEO_TOKEN", "tok")
+        .deadline(Duration::from_secs(150))
+        .spawn();
+    let http = child.http_address(Duration::from_secs(60));
+    let marker = out_dir.to_str().unwrap().to_string();
+    let logger = wait_for("logger-1 writing", Duration::from_secs(60), || {
+        let writing = files_under(&out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".data.writing"));
+        find_app("logger-1", &marker).filter(|_| writing)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(logger, libc::SIGSTOP) }, 0);
+    let asked = std::time::Instant::now();
+    let (code, body) = rodeo_testkit::http::request(
+        http,
+        "POST",
+        "/api/command",
+        Some("tok"),
+        r#"{"command":"stop"}"#,
+    );
+    // Answered when the stop ended: refused (409) when the death put the partition in
+    // ERROR first.
+    assert!(code == 200 || code == 409, "{code} {body}");
+    let v = assert_failed_sheet(child, &out_dir, &marker);
+    let took = asked.elapsed();
+    // Death after 1.5 s, the drain's 1 s grace, the teardown: well under the 30 s drain
+    // timeout even on a loaded machine.
+    assert!(took < Duration::from_secs(15), "{took:?}: {v}");
+    let named = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["kind"] == "files" || p["text"].as_str().unwrap_or("").contains("logger-1"));
+    assert!(named, "{v}");
+}
+
 /// A run that cannot be made (its HTTP address is in use) is not a failed run: exit status 1
 /// as documented, no sheet (`--json` prints an object naming the error), no run number taken.
 /// It took run 1's directory and exited 2, and the next run recorded run 1 as "crashed".

@@ -60,6 +60,10 @@ pub type AppError = String;
 /// waits for a command.
 pub type Probe = Arc<dyn Fn() -> AppMetrics + Send + Sync>;
 
+/// Tells a running drain to give up after its grace (the supervisor's); callable while a
+/// command holds the application, never waits.
+pub type Abandoner = Arc<dyn Fn() + Send + Sync>;
+
 /// What [`Application::poll`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Poll {
@@ -161,6 +165,11 @@ pub trait Application: Send {
 
     /// The reader of its live counters (after connect; `None` before).
     fn probe(&self) -> Option<Probe>;
+
+    /// What makes its drain give up (the supervisor's, after connect); `None` for the others.
+    fn abandoner(&self) -> Option<Abandoner> {
+        None
+    }
 
     /// Whether a thread ended by itself (module docs).
     fn poll(&mut self) -> Poll {

@@ -152,6 +152,13 @@ impl Application for SupervisorApp {
         }
     }
 
+    fn abandoner(&self) -> Option<super::Abandoner> {
+        let c = Arc::clone(self.counters.as_ref()?);
+        Some(Arc::new(move || {
+            c.abandon_drain.store(true, Ordering::Release)
+        }))
+    }
+
     fn probe(&self) -> Option<Probe> {
         let c = Arc::clone(self.counters.as_ref()?);
         Some(Arc::new(move || {

@@ -45,6 +45,7 @@ impl Controller {
             t.next_seq += 1;
             let a = &mut t.apps[i];
             a.waiting = Some(seq);
+            a.waiting_for = Some(command);
             a.reply = None;
             let rejoin = if command == Command::Configure {
                 a.rejoin_at.take()

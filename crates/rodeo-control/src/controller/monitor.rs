@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rodeo_transport::socket::{poll_readable, Frame, Received, Socket, Transport};
 
+use crate::application::Role;
 use crate::channel::{self, ToApp, ToController};
 use crate::lifecycle::State;
 use crate::metrics::AppMetrics;
@@ -55,6 +56,7 @@ pub(super) fn run(
         let since_check = last_check.elapsed();
         if since_check >= Duration::from_millis(50) {
             s.check_liveness(since_check);
+            s.send_abandon(&mut control);
             last_check = Instant::now();
         }
         if last_ping.elapsed() >= s.ping_every {
@@ -165,6 +167,31 @@ impl ControllerState {
             }
             drop(t);
             self.changed.notify_all();
+        }
+    }
+
+    /// Tells the supervisor's drain to give up when a logger died during its `stop`
+    /// ([`ToApp::AbandonDrain`], never waiting).
+    pub(super) fn send_abandon(&self, control: &mut Socket) {
+        let names: Vec<String> = {
+            let mut t = self.table();
+            if !std::mem::take(&mut t.abandon_due) || !t.supervisor_stopping() {
+                return;
+            }
+            t.record(
+                "a logger died during the run's stop: the supervisor's drain gives up after its \
+                 grace (the events it would wait for cannot be written)"
+                    .into(),
+            );
+            t.apps
+                .iter()
+                .filter(|a| a.role == Role::Supervisor && a.waiting.is_some())
+                .map(|a| a.name.clone())
+                .collect()
+        };
+        let abandon = channel::encode(&ToApp::AbandonDrain);
+        for n in &names {
+            let _ = control.try_send_to(n.as_bytes(), [Frame::Copy(&abandon)]);
         }
     }
 

@@ -44,6 +44,8 @@ pub(super) struct App {
     pub(super) finished: bool,
     /// The command in flight with this application (its seq).
     pub(super) waiting: Option<u64>,
+    /// Which command that is (set with `waiting`).
+    pub(super) waiting_for: Option<Command>,
     pub(super) reply: Option<(u64, State, Option<String>)>,
     pub(super) summary: Option<AppSummary>,
     pub(super) dead: bool,
@@ -83,6 +85,7 @@ impl App {
             rate_hz: 0.0,
             finished: false,
             waiting: None,
+            waiting_for: None,
             reply: None,
             summary: None,
             dead: false,
@@ -115,9 +118,21 @@ pub(super) struct Table {
     pub(super) ended_by: Option<String>,
     /// The end of the monitor's last stall: no silence before it counts (`check_liveness`).
     pub(super) listening_since: Option<Instant>,
+    /// A logger died while the supervisor's `stop` ran: the monitor tells the supervisor's
+    /// drain to give up (`send_abandon`).
+    pub(super) abandon_due: bool,
 }
 
 impl Table {
+    /// Whether a `stop` is in flight with the supervisor (its drain runs).
+    pub(super) fn supervisor_stopping(&self) -> bool {
+        self.apps.iter().any(|a| {
+            a.role == Role::Supervisor
+                && a.waiting.is_some()
+                && a.waiting_for == Some(Command::Stop)
+        })
+    }
+
     /// The table of a partition in NONE with applications `apps` and the restart `policy`.
     pub(super) fn new(apps: Vec<App>, policy: Policy) -> Table {
         Table {
@@ -133,6 +148,7 @@ impl Table {
             restarts: 0,
             ended_by: None,
             listening_since: None,
+            abandon_due: false,
         }
     }
 
@@ -158,6 +174,12 @@ impl Table {
         a.error = Some(why.clone());
         let (name, role) = (a.name.clone(), a.role);
         self.record(format!("{name} ({role}) is dead: {why}"));
+        // The events the supervisor's drain waits for may need this logger: they cannot be
+        // written now (the drain waited its whole timeout, 30 s, for a logger killed or
+        // frozen during the stop).
+        if role == Role::Logger && self.supervisor_stopping() {
+            self.abandon_due = true;
+        }
         if self.restart_or_end(i, &why) {
             return;
         }
