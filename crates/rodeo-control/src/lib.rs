@@ -55,6 +55,7 @@ pub mod driver;
 
 // Running them.
 pub mod app_process;
+mod beat;
 pub mod channel;
 pub mod controller;
 pub mod embedded;
