@@ -196,6 +196,11 @@ pub trait Partition: RunControl {
     /// e.g. the controller restarting a dead application into the run. Default: nothing.
     fn maintain(&self) {}
 
+    /// The run is to stop (an interrupt came): upkeep that waits ([`Partition::maintain`]: a
+    /// restart waiting for its process's hello) gives up, so the stop is not held behind it.
+    /// Never waits. Default: nothing.
+    fn stop_wanted(&self) {}
+
     /// Every application's counters as it last reported them (its heartbeats under a
     /// controller, its live counters in this process): what a failed run's balance sheet is
     /// made of. Default: none.

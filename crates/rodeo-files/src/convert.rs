@@ -310,8 +310,8 @@ enum Out {
 }
 
 /// Converts `input` (either container, any version) into `output`: a file path (it must not
-/// exist; the file is written under its container's own name in the same directory, then
-/// renamed), or an existing directory (the file keeps its container's name there). See the
+/// exist), or an existing directory (the file keeps its container's own name there). The file
+/// is written in a private work directory, then linked to its place, which it never replaces. See the
 /// module documentation for what is converted. A damaged input converts every event before the
 /// damage, closes the output and returns [`ConvertError::Read`].
 pub fn convert_file(
@@ -341,10 +341,17 @@ pub fn convert_file(
         source: Box::new(source),
     })?;
     let info = reader.info().clone();
-    // A file path: the writer works in a private directory next to it (its container's own
-    // name cannot collide with files there), then the file is renamed to `output`.
+    // The writer works in a private directory (its container's own name cannot collide with
+    // files there), then the closed file is linked to its place: `output`, or its own name
+    // in the directory `output` (a link never replaces a file that appeared there meanwhile).
     let (dir, rename_to) = if output.is_dir() {
-        (output.to_path_buf(), None)
+        remove_stale_work_dirs(output);
+        let work = output.join(format!(
+            "{DIR_WORK_PREFIX}{}{WORK_SUFFIX}",
+            std::process::id()
+        ));
+        make_work_dir(&work)?;
+        (work, Target::IntoDir(output.to_path_buf()))
     } else {
         if output.exists() {
             return Err(ConvertError::Exists {
@@ -359,19 +366,12 @@ pub fn convert_file(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let work = parent.join(format!(".{name}.converting"));
+        let work = parent.join(format!(".{name}{WORK_SUFFIX}"));
         make_work_dir(&work)?;
-        (work, Some(output.to_path_buf()))
+        (work, Target::File(output.to_path_buf()))
     };
-    let converted = write_converted(
-        &mut reader,
-        info,
-        input,
-        &dir,
-        rename_to.as_deref(),
-        options,
-    );
-    if converted.is_err() && rename_to.is_some() {
+    let converted = write_converted(&mut reader, info, input, &dir, &rename_to, options);
+    if converted.is_err() {
         // The private work directory and whatever it holds: the conversion failed before its
         // file was renamed to the output (a read error after some events is not such a
         // failure: its output is renamed first, and the directory is gone).
@@ -380,8 +380,62 @@ pub fn convert_file(
     converted
 }
 
-/// The file in a work directory that names the process converting into it.
+/// The file in a work directory that names the process converting into it: its pid and
+/// start time (so a pid used again by another process is not taken for the owner).
 const WORK_OWNER: &str = ".pid";
+
+/// The name of a work directory ends so (`.OUT.converting` next to a file output).
+const WORK_SUFFIX: &str = ".converting";
+
+/// The name of a work directory in a directory output starts so (then the pid).
+const DIR_WORK_PREFIX: &str = ".rodeo-convert.";
+
+/// Where a conversion's file goes when closed.
+enum Target {
+    /// This path.
+    File(PathBuf),
+    /// Its own name in this directory.
+    IntoDir(PathBuf),
+}
+
+/// The owner record of this process: `PID START` (start time in clock ticks since boot).
+fn owner_record() -> String {
+    let pid = std::process::id();
+    format!("{pid} {}", process_start(pid).unwrap_or(0))
+}
+
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`), if it exists.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The live process an owner record names, if it still runs (same pid, same start).
+fn live_owner(record: &str) -> Option<u32> {
+    let mut parts = record.split_whitespace();
+    let pid: u32 = parts.next()?.parse().ok()?;
+    let start: u64 = parts.next()?.parse().ok()?;
+    (process_start(pid)? == start).then_some(pid)
+}
+
+/// Removes the work directories in `dir` (a directory output) of conversions that were
+/// killed: their owners no longer run. Best effort.
+fn remove_stale_work_dirs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with(DIR_WORK_PREFIX) && name.ends_with(WORK_SUFFIX)) {
+            continue;
+        }
+        let owner = std::fs::read_to_string(e.path().join(WORK_OWNER)).unwrap_or_default();
+        if live_owner(&owner).is_none() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
 
 /// Makes the private work directory `work` of a conversion, with the converting process's id
 /// in it. One left by a conversion that was killed (its process gone) is removed first; one
@@ -396,9 +450,8 @@ fn make_work_dir(work: &Path) -> Result<(), ConvertError> {
         if e.kind() != std::io::ErrorKind::AlreadyExists {
             return Err(io("create the work directory", e));
         }
-        let owner = std::fs::read_to_string(work.join(WORK_OWNER)).ok();
-        let pid = owner.as_deref().and_then(|p| p.trim().parse::<u32>().ok());
-        if let Some(pid) = pid.filter(|&p| Path::new(&format!("/proc/{p}")).exists()) {
+        let owner = std::fs::read_to_string(work.join(WORK_OWNER)).unwrap_or_default();
+        if let Some(pid) = live_owner(&owner) {
             return Err(ConvertError::Options(format!(
                 "{}: process {pid} is converting into the same output (its work directory); \
                  wait for it, or choose another output",
@@ -409,7 +462,7 @@ fn make_work_dir(work: &Path) -> Result<(), ConvertError> {
         std::fs::remove_dir_all(work).map_err(|e| io("remove the stale work directory", e))?;
         std::fs::create_dir(work).map_err(|e| io("create the work directory", e))?;
     }
-    std::fs::write(work.join(WORK_OWNER), std::process::id().to_string())
+    std::fs::write(work.join(WORK_OWNER), owner_record())
         .map_err(|e| io("write the owner of the work directory", e))
 }
 
@@ -420,7 +473,7 @@ fn write_converted(
     info: FileInfo,
     input: &Path,
     dir: &Path,
-    rename_to: Option<&Path>,
+    target: &Target,
     options: &ConvertOptions,
 ) -> Result<ConvertSummary, ConvertError> {
     let app = file_name_part(&info.app_name, "convert");
@@ -526,34 +579,31 @@ fn write_converted(
             source: Box::new(source),
         });
     }
-    let final_path = match rename_to {
-        Some(to) => {
-            // A link, not a rename: a file that appeared at `to` since the start is not
-            // replaced (a rename overwrote it, or a dangling link there).
-            std::fs::hard_link(&written, to).map_err(|source| {
-                if source.kind() == std::io::ErrorKind::AlreadyExists {
-                    ConvertError::Exists {
-                        path: to.to_path_buf(),
-                    }
-                } else {
-                    ConvertError::Io {
-                        op: "link the output as",
-                        path: to.to_path_buf(),
-                        source,
-                    }
-                }
-            })?;
-            let _ = std::fs::remove_file(&written);
-            let _ = std::fs::remove_file(dir.join(WORK_OWNER));
-            std::fs::remove_dir(dir).map_err(|source| ConvertError::Io {
-                op: "remove the work directory",
-                path: dir.to_path_buf(),
-                source,
-            })?;
-            to.to_path_buf()
-        }
-        None => written,
+    let to = match target {
+        Target::File(to) => to.clone(),
+        Target::IntoDir(d) => d.join(written.file_name().unwrap_or_default()),
     };
+    // A link, not a rename: a file that appeared at `to` since the start is not replaced (a
+    // rename overwrote it, or a dangling link there).
+    std::fs::hard_link(&written, &to).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::AlreadyExists {
+            ConvertError::Exists { path: to.clone() }
+        } else {
+            ConvertError::Io {
+                op: "link the output as",
+                path: to.clone(),
+                source,
+            }
+        }
+    })?;
+    let _ = std::fs::remove_file(&written);
+    let _ = std::fs::remove_file(dir.join(WORK_OWNER));
+    std::fs::remove_dir(dir).map_err(|source| ConvertError::Io {
+        op: "remove the work directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let final_path = to;
     if let Some(source) = read_error {
         return Err(ConvertError::Read {
             input: input.to_path_buf(),

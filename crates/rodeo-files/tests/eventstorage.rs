@@ -649,15 +649,37 @@ fn convert_recovers_a_killed_conversion_and_never_replaces_the_output() {
     std::fs::write(stale.join("half.data.writing"), [0u8; 100]).unwrap();
     assert_eq!(convert_file(&input, &out, &o).unwrap().events, 5);
     assert!(!stale.exists());
-    // A live one's (ours) is refused, naming the process.
+    // A live one's (ours: pid and start time) is refused, naming the process; a pid alone
+    // (another process may have it now) is not a live owner.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string();
     let busy = dir.path().join(".b.data.converting");
     std::fs::create_dir(&busy).unwrap();
-    std::fs::write(busy.join(".pid"), std::process::id().to_string()).unwrap();
+    std::fs::write(busy.join(".pid"), format!("{} {start}", std::process::id())).unwrap();
     let e = convert_file(&input, &dir.path().join("b.data"), &o).unwrap_err();
     assert!(
         e.to_string().contains("is converting into the same output"),
         "{e}"
     );
+    // Into a directory: a file that appeared under the output's name stays as it was, and a
+    // killed conversion's work directory there is removed.
+    let into = dir.path().join("into");
+    std::fs::create_dir(&into).unwrap();
+    let first = convert_file(&input, &into, &o).unwrap().output;
+    std::fs::rename(&first, dir.path().join("moved.data")).unwrap();
+    std::fs::write(&first, "precious").unwrap();
+    let killed = into.join(".rodeo-convert.4294967.converting");
+    std::fs::create_dir(&killed).unwrap();
+    std::fs::write(killed.join(".pid"), "4294967 1").unwrap();
+    let e = convert_file(&input, &into, &o).unwrap_err();
+    assert!(matches!(e, ConvertError::Exists { .. }), "{e}");
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), "precious");
+    let left: Vec<_> = std::fs::read_dir(&into).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "only the file: {left:?}");
     // A dangling link at the output stays as it was.
     let link = dir.path().join("c.data");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();

@@ -161,8 +161,17 @@ impl Run {
         options: RunOptions,
     ) -> anyhow::Result<Run> {
         config.run.output = output.path().display().to_string();
-        let next_free = output.next_run_number()?;
-        config.run.number = options.run_number.unwrap_or(next_free);
+        // An explicit number does not need a next one (a directory holding run 4294967295
+        // refused every --run-number).
+        let next = output.next_run_number();
+        let next_free = match &next {
+            Ok(n) => format!("take the next free number ({n})"),
+            Err(_) => "take the next free number (there is none above the largest)".into(),
+        };
+        config.run.number = match options.run_number {
+            Some(n) => n,
+            None => next?,
+        };
         for warning in Run::check_config(&mut config, options.mode)? {
             tracing::warn!("{warning}");
         }
@@ -172,7 +181,7 @@ impl Run {
         if layout.output.exists() {
             anyhow::bail!(
                 "the run directory {} already exists: run {} was taken before. Leave out \
-                 --run-number to take the next free number ({next_free}), or choose another.",
+                 --run-number to {next_free}, or choose another.",
                 layout.output.display(),
                 config.run.number,
             );
@@ -182,8 +191,8 @@ impl Run {
         if output.db().has_run(config.run.number)? {
             anyhow::bail!(
                 "run {} is recorded in {} already (its directory is gone): a new run with its \
-                 number would replace that record. Leave out --run-number to take the next \
-                 free number ({next_free}), or choose another.",
+                 number would replace that record. Leave out --run-number to {next_free}, or \
+                 choose another.",
                 config.run.number,
                 output.db().path().display(),
             );

@@ -702,6 +702,10 @@ fn a_run_number_that_exists_is_refused_before_the_run() {
         "{}",
         out.text()
     );
+    // With the largest number taken, a free number below it is still taken when given (every
+    // --run-number was refused for want of a next one).
+    run(Some("4294967295")).assert_success();
+    run(Some("5")).assert_success();
 }
 
 /// `rodeo runs` on an empty run database says so and leaves the file as it is (it wrote the

@@ -69,6 +69,10 @@ impl RunControl for Controller {
     }
 
     fn command(&self, command: Command) -> Result<State, TransitionError> {
+        if matches!(command, Command::Stop | Command::Shutdown) {
+            // Asked before the commands' lock: a restart holding it gives up its wait.
+            Partition::stop_wanted(self);
+        }
         let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
         let from = {
             let mut t = self.state.table();
@@ -77,6 +81,7 @@ impl RunControl for Controller {
                 // A service runs many runs in one partition: restarts are counted per run.
                 t.restart_attempts = 0;
                 t.restarts = 0;
+                t.stop_wanted = false;
             }
             t.lifecycle.state()
         };
@@ -209,6 +214,11 @@ impl Partition for Controller {
 
     fn run_limit_seconds(&self) -> f64 {
         self.config.run.seconds
+    }
+
+    fn stop_wanted(&self) {
+        self.state.table().stop_wanted = true;
+        self.state.changed.notify_all();
     }
 
     fn maintain(&self) {

@@ -247,6 +247,20 @@ impl ControllerState {
                 continue;
             }
             if let Some(c) = a.child.as_mut() {
+                // Before its hello no heartbeat can tell: a local process stopped (SIGSTOP, a
+                // debugger) for `dead_after` is dead all the same (it waited out the 20 s
+                // `control.spawn_timeout_ms`, a restart and the stop behind it).
+                let stopped = !a.hello && a.host.is_none() && process_stopped(c.id());
+                match (stopped, a.stopped_since) {
+                    (false, _) => a.stopped_since = None,
+                    (true, None) => a.stopped_since = Some(now),
+                    (true, Some(since)) if now.duration_since(since) > self.dead_after => {
+                        let ms = now.duration_since(since).as_millis();
+                        deaths.push((i, format!("stopped before its hello for {ms} ms")));
+                        continue;
+                    }
+                    (true, Some(_)) => {}
+                }
                 if let Ok(Some(status)) = c.try_wait() {
                     a.child = None;
                     a.stdin = None;
@@ -284,6 +298,17 @@ impl ControllerState {
     }
 }
 
+/// Whether process `pid` is stopped (state `T` or `t` in `/proc/PID/stat`: SIGSTOP, a
+/// debugger); `false` when it cannot be read.
+fn process_stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name in parentheses, which may hold anything.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("T" | "t"))
+}
+
 /// How long an application last heard at `heard` has been silent at `now`, counted only since
 /// the monitor listened again after its last stall (`listening_since`).
 fn silence(heard: Instant, listening_since: Option<Instant>, now: Instant) -> Duration {
@@ -293,6 +318,36 @@ fn silence(heard: Instant, listening_since: Option<Instant>, now: Instant) -> Du
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child stopped with SIGSTOP reads as stopped, and as running again after SIGCONT.
+    #[test]
+    fn a_stopped_process_is_seen_stopped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(!process_stopped(pid));
+        let signal = |sig| {
+            // SAFETY: kill(2) on our own child's pid with a valid signal number.
+            assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+        };
+        signal(libc::SIGSTOP);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !process_stopped(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(process_stopped(pid));
+        signal(libc::SIGCONT);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while process_stopped(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!process_stopped(pid));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!process_stopped(u32::MAX), "no such process");
+    }
 
     #[test]
     fn silence_counts_only_while_the_monitor_listened() {

@@ -111,6 +111,7 @@ impl Controller {
             a.summary = None;
             a.finished = false;
             a.last_heard = None;
+            a.stopped_since = None;
             a.rate_base = None;
             a.metrics = None;
             match self.spawn_one(a) {

@@ -42,6 +42,9 @@ use crate::summary::RunSummary;
 use super::state::Table;
 use super::Controller;
 
+/// Why a restart gave up waiting for its process: a stop was asked for.
+const STOPPING: &str = "the run is stopping: the restart gives up";
+
 /// A restarted readout node starts this far ahead of the L1 (at the L1 rate last measured).
 const REJOIN_AHEAD: Duration = Duration::from_millis(250);
 /// ... and at least this many events ahead.
@@ -98,6 +101,15 @@ impl Table {
     /// Any other failure (no spawn, no hello, a refused command) is judged here likewise.
     pub(super) fn restart_failed(&mut self, i: usize, name: &str, why: &str) {
         self.record(format!("{name}: restart failed: {why}"));
+        if self.stop_wanted {
+            // Too late: the run stops. Dead, its restart still due when the stop came (a
+            // readout node's row is then made from its last heartbeat: `died_at_stop`).
+            let a = &mut self.apps[i];
+            a.dead = true;
+            a.state = State::Error;
+            a.restart_at.get_or_insert_with(Instant::now);
+            return;
+        }
         if self.apps[i].restart_at.is_some() || self.lifecycle.state() != State::Running {
             return;
         }
@@ -141,6 +153,10 @@ impl Controller {
             let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());
             {
                 let mut t = self.state.table();
+                if t.stop_wanted {
+                    // The run stops: too late (its restart stays due, for the sheet).
+                    continue;
+                }
                 t.apps[i].restart_at = None;
                 if t.lifecycle.state() != State::Running {
                     continue;
@@ -187,6 +203,7 @@ impl Controller {
             a.summary = None;
             a.finished = false;
             a.last_heard = None;
+            a.stopped_since = None;
             a.rate_base = None;
             a.metrics = None;
             a.waiting = None;
@@ -214,6 +231,9 @@ impl Controller {
             }
             if a.hello {
                 break;
+            }
+            if t.stop_wanted {
+                return Err(STOPPING.into());
             }
             t = match self.state.wait_changed(t, deadline) {
                 Ok(t) => t,

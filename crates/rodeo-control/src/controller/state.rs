@@ -46,6 +46,9 @@ pub(super) struct App {
     pub(super) waiting: Option<u64>,
     /// Which command that is (set with `waiting`).
     pub(super) waiting_for: Option<Command>,
+    /// Since when its local process has been stopped (SIGSTOP) before its hello (`None`: it
+    /// is not, or it said hello: then its heartbeats tell).
+    pub(super) stopped_since: Option<Instant>,
     pub(super) reply: Option<(u64, State, Option<String>)>,
     pub(super) summary: Option<AppSummary>,
     pub(super) dead: bool,
@@ -86,6 +89,7 @@ impl App {
             finished: false,
             waiting: None,
             waiting_for: None,
+            stopped_since: None,
             reply: None,
             summary: None,
             dead: false,
@@ -121,6 +125,11 @@ pub(super) struct Table {
     /// A logger died while the supervisor's `stop` ran: the monitor tells the supervisor's
     /// drain to give up (`send_abandon`).
     pub(super) abandon_due: bool,
+    /// A `stop` or `shutdown` is asked for (from when it is asked, before it has the commands'
+    /// lock, until the next `start`): a restart waiting for its process's hello gives up, so
+    /// the stop does not wait behind it (it waited up to `control.spawn_timeout_ms`, Ctrl-C
+    /// unheard).
+    pub(super) stop_wanted: bool,
 }
 
 impl Table {
@@ -149,6 +158,7 @@ impl Table {
             ended_by: None,
             listening_since: None,
             abandon_due: false,
+            stop_wanted: false,
         }
     }
 

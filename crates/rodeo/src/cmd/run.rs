@@ -227,9 +227,16 @@ fn drive_and_finish(
     };
     // The note of an interrupt is said when it comes, also while the run is stopping (its
     // loop looks at the flag only while it runs: a Ctrl-C during a long stop said nothing).
+    // The partition hears of it at once too: a restart waiting for its process gives up (the
+    // run's loop, held in that wait, could not ask for the stop for up to 20 s).
     let ended = std::sync::atomic::AtomicBool::new(false);
+    let partition = run.partition();
     let note = || {
-        while !ended.load(std::sync::atomic::Ordering::Relaxed) && !interrupted_with_note() {
+        while !ended.load(std::sync::atomic::Ordering::Relaxed) {
+            if interrupted_with_note() {
+                partition.stop_wanted();
+                break;
+            }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     };
