@@ -308,7 +308,7 @@ impl Run {
             }
             if summary.restarts > 0 {
                 eprintln!(
-                    "note: {} application(s) restarted into the run ({} partial events, {} \
+                    "note: {} restart(s) of applications into the run ({} partial events, {} \
                      events recovered from files left open)",
                     summary.restarts, summary.partial_events, summary.recovered_events
                 );

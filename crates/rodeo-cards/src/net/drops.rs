@@ -50,6 +50,26 @@ impl KernelDrops {
         let table = std::fs::read_to_string(self.table).ok()?;
         drops_of(&table, self.inode?)
     }
+
+    /// The count and the bytes queued unread in the socket now (`rx_queue`), if they can be
+    /// read: at the end, what the readout never read.
+    pub(super) fn read_with_queue(&self) -> Option<(u64, u64)> {
+        let table = std::fs::read_to_string(self.table).ok()?;
+        let inode = self.inode?;
+        Some((drops_of(&table, inode)?, rx_queue_of(&table, inode)?))
+    }
+}
+
+/// The `rx_queue` half (hex bytes) of the `tx_queue:rx_queue` column of the socket's line.
+fn rx_queue_of(table: &str, inode: u64) -> Option<u64> {
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(9)?.parse::<u64>().ok()? != inode {
+            return None;
+        }
+        let (_, rx) = fields.get(4)?.split_once(':')?;
+        u64::from_str_radix(rx, 16).ok()
+    })
 }
 
 /// The inode of a `socket:[N]` link of `/proc/self/fd`.
@@ -82,6 +102,8 @@ mod tests {
             \x20 40: 0100007F:A1B2 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 5551 2 0000000000000000 0\n\
             \x20 41: 0100007F:C3D4 00000000:0000 07 00000000:00080000 00:00000000 00000000     0        0 5552 2 0000000000000000 6937\n";
         assert_eq!(drops_of(table, 5552), Some(6937));
+        assert_eq!(rx_queue_of(table, 5552), Some(0x80000));
+        assert_eq!(rx_queue_of(table, 5551), Some(0));
         assert_eq!(drops_of(table, 5551), Some(0));
         assert_eq!(drops_of(table, 9), None);
         assert_eq!(drops_of("header only\n", 5552), None);

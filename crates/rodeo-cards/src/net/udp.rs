@@ -58,9 +58,15 @@ impl UdpReceiver {
 }
 
 impl Drop for UdpReceiver {
-    /// The last count: datagrams dropped since the last read are losses of this run too.
+    /// The last counts: datagrams dropped since the last read are losses of this run too, and
+    /// so are the bytes still queued unread.
     fn drop(&mut self) {
-        self.note_kernel_drops(self.drops.read());
+        if let Some((dropped, unread)) = self.drops.read_with_queue() {
+            self.note_kernel_drops(Some(dropped));
+            self.counters
+                .unread_bytes
+                .store(unread, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -199,11 +205,13 @@ mod tests {
             "{units} received, none dropped: the buffer held all"
         );
         assert_eq!(units + dropped, SENT, "{units} received, {dropped} dropped");
-        // Drops after the last sample are read when the receiver ends.
+        // Drops after the last sample are read when the receiver ends, and the bytes left
+        // unread in the buffer are counted.
         for _ in 0..SENT {
             tx.send_to(&datagram, to).unwrap();
         }
         drop(rx);
         assert!(counters.kernel_dropped_units.load(Ordering::Relaxed) > dropped);
+        assert!(counters.unread_bytes.load(Ordering::Relaxed) >= 1024);
     }
 }

@@ -75,6 +75,9 @@ pub struct NetCounters {
     /// Datagrams the kernel dropped before the receiver read them, its socket buffer full (UDP:
     /// the socket's own count, read every 100 ms and when the receiver ends).
     pub kernel_dropped_units: AtomicU64,
+    /// Bytes of datagrams left unread in the socket buffer when the receiver ended (UDP): data
+    /// the kernel received that the readout never read (the run stopped first).
+    pub unread_bytes: AtomicU64,
     /// TCP connections accepted.
     pub connections: AtomicU64,
     /// TCP connections ended by an invalid record, a reset or a record cut by the close.
@@ -103,6 +106,7 @@ impl Default for NetCounters {
             dropped_units: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
             kernel_dropped_units: AtomicU64::new(0),
+            unread_bytes: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             broken_connections: AtomicU64::new(0),
             epoch: Instant::now(),

@@ -127,7 +127,12 @@ impl Application for RosApp {
         let Some(node) = self.node.take() else {
             return Ok(None);
         };
-        let net = node.net_totals();
+        let net_counters = node.net_counters();
+        let watch = node.input_watch();
+        let s = node.stop();
+        // After the stop: the receivers' last counts (a UDP receiver reads its kernel drops
+        // as it ends; a stalled one had not read them for the whole stall).
+        let net = rodeo_ros::inputs::NetTotals::of(&net_counters);
         if net.dropped_units > 0 || net.broken_connections > 0 {
             tracing::warn!(
                 node = %self.name,
@@ -147,8 +152,14 @@ impl Application for RosApp {
                  node read slower than the sender sent; docs/test-beam.md)"
             );
         }
-        let watch = node.input_watch();
-        let s = node.stop();
+        if net.unread_bytes > 0 {
+            tracing::warn!(
+                node = %self.name,
+                unread_bytes = net.unread_bytes,
+                "network input: datagrams were left unread in the UDP socket buffer when the \
+                 input ended (received by the kernel, never read: the run stopped first)"
+            );
+        }
         let k = s.store.total_counters();
         let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
         Ok(Some(AppSummary::Ros(NodeSummary {

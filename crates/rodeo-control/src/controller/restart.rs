@@ -107,6 +107,8 @@ impl Table {
             let a = &mut self.apps[i];
             a.dead = true;
             a.state = State::Error;
+            a.error
+                .get_or_insert_with(|| format!("restart given up: {why}"));
             a.restart_at.get_or_insert_with(Instant::now);
             return;
         }

@@ -61,10 +61,19 @@ pub struct NetTotals {
     pub dropped_units: u64,
     /// Datagrams the kernel dropped, the socket buffer full (UDP).
     pub kernel_dropped_units: u64,
+    /// Bytes left unread in the socket buffers when the receivers ended (UDP).
+    pub unread_bytes: u64,
     /// TCP connections accepted.
     pub connections: u64,
     /// TCP connections ended by an invalid record.
     pub broken_connections: u64,
+}
+
+impl NetTotals {
+    /// The totals of `net` (a node's [`crate::node::ReadoutNode::net_counters`]).
+    pub fn of(net: &[Arc<NetCounters>]) -> NetTotals {
+        net_totals(net)
+    }
 }
 
 /// Sums the receivers' counters.
@@ -76,6 +85,7 @@ pub(crate) fn net_totals(net: &[Arc<NetCounters>]) -> NetTotals {
         t.bytes += ld(&n.bytes);
         t.dropped_units += ld(&n.dropped_units);
         t.kernel_dropped_units += ld(&n.kernel_dropped_units);
+        t.unread_bytes += ld(&n.unread_bytes);
         t.connections += ld(&n.connections);
         t.broken_connections += ld(&n.broken_connections);
     }

@@ -332,6 +332,12 @@ impl ReadoutNode {
         net_totals(&self.net)
     }
 
+    /// The network receivers' counters (shared): read after [`ReadoutNode::stop`] they hold
+    /// the receivers' last counts (a UDP receiver reads its kernel drops when it ends).
+    pub fn net_counters(&self) -> Vec<Arc<rodeo_cards::net::NetCounters>> {
+        self.net.clone()
+    }
+
     /// The node's page pool (a cheap shared handle; its stats are the buffer occupancy).
     pub fn page_pool(&self) -> PagePool {
         self._pool.clone()
