@@ -556,6 +556,8 @@ pub fn serve(
     };
     send(&mut sock, &hello);
     let mut msg = Received::default();
+    // Messages that came while a command ran (`beat::while_beating`), to take in order.
+    let mut held: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
     let mut bad = 0u64;
     let mut next_beat = Instant::now();
     // What the last heartbeat said of the run's end.
@@ -599,7 +601,14 @@ pub fn serve(
         let wait = next_beat
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(50));
-        let got = sock.recv(&mut msg, rodeo_transport::socket::timeout_ms(wait))?;
+        // Messages the beats kept during the last command come first, in order.
+        let got = match held.pop_front() {
+            Some(bytes) => {
+                msg.bytes = bytes;
+                true
+            }
+            None => sock.recv(&mut msg, rodeo_transport::socket::timeout_ms(wait))?,
+        };
         if let Some(limit) = dead_after {
             // This turn took far longer than its wait: we were held up, not the controller.
             if let Some(gap) = silence.turn(Instant::now(), stall_limit(limit)) {
@@ -653,9 +662,11 @@ pub fn serve(
             abandon_drain,
         };
         let abandoner = app.seen().abandoner.clone();
-        let outcome = crate::beat::while_beating(&mut sock, heartbeat, seq, abandoner, || {
-            app.handle_run(command, config.as_deref(), run, rejoin_at)
-        });
+        let (outcome, kept) =
+            crate::beat::while_beating(&mut sock, heartbeat, seq, abandoner, || {
+                app.handle_run(command, config.as_deref(), run, rejoin_at)
+            });
+        held.extend(kept);
         let reply = match outcome {
             Ok((state, summary)) => ToController::Reply {
                 seq,

@@ -16,15 +16,16 @@ use crate::channel::{self, ToApp, ToController};
 /// commands too, so a frozen process is found dead within `dead_after` at any time. The same
 /// thread takes what the controller sends meanwhile: [`ToApp::AbandonDrain`] calls
 /// `abandoner` (the supervisor's drain gives up: a logger died during the stop); pings are
-/// read and dropped (the command's end counts as the controller heard). The socket is the
-/// beating thread's until `work` returns.
+/// read and dropped (the command's end counts as the controller heard); anything else (a
+/// command the controller sent after this one's timeout) is kept and returned, for the
+/// caller to take in order. The socket is the beating thread's until `work` returns.
 pub(crate) fn while_beating<T>(
     sock: &mut rodeo_transport::socket::Socket,
     heartbeat: Duration,
     seq: u64,
     abandoner: Option<crate::application::Abandoner>,
     work: impl FnOnce() -> T,
-) -> T {
+) -> (T, Vec<Vec<u8>>) {
     let busy = channel::encode(&ToController::Busy { seq });
     // How often the socket is looked at: a message waits this long at most.
     let look = heartbeat.min(Duration::from_millis(20));
@@ -34,16 +35,21 @@ pub(crate) fn while_beating<T>(
             .name("rodeo-beat".into())
             .spawn_scoped(s, move || {
                 let mut msg = Received::default();
+                let mut held = Vec::new();
                 let mut next_beat = Instant::now() + heartbeat;
                 // Ends when `stop` is dropped: the work returned (or unwound).
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(look)
                 {
                     while let Ok(true) = sock.try_recv(&mut msg) {
-                        if let (Ok(ToApp::AbandonDrain), Some(a)) =
-                            (channel::decode::<ToApp>(&msg.bytes), &abandoner)
-                        {
-                            a();
+                        match channel::decode::<ToApp>(&msg.bytes) {
+                            Ok(ToApp::AbandonDrain) => {
+                                if let Some(a) = &abandoner {
+                                    a();
+                                }
+                            }
+                            Ok(ToApp::Ping { .. }) => {}
+                            _ => held.push(std::mem::take(&mut msg.bytes)),
                         }
                     }
                     if Instant::now() >= next_beat {
@@ -53,6 +59,7 @@ pub(crate) fn while_beating<T>(
                         next_beat += heartbeat;
                     }
                 }
+                held
             });
         if beating.is_err() {
             // No thread to spare: the command runs without beats (a long one may then be
@@ -61,7 +68,11 @@ pub(crate) fn while_beating<T>(
         }
         let out = work();
         drop(stop);
-        out
+        let held = match beating {
+            Ok(b) => b.join().unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        (out, held)
     })
 }
 
@@ -73,8 +84,8 @@ mod tests {
     use super::*;
 
     /// While a command runs the controller hears `Busy` every heartbeat period, an
-    /// `abandon_drain` it sends meanwhile reaches the abandoner, and the command's result comes
-    /// back as it was.
+    /// `abandon_drain` it sends meanwhile reaches the abandoner, another command is kept for
+    /// the caller, and the command's result comes back as it was.
     #[test]
     fn a_long_command_is_heard_beating() {
         let t = Transport::new(1).unwrap();
@@ -90,6 +101,14 @@ mod tests {
         let abandoner: crate::application::Abandoner =
             std::sync::Arc::new(move || flag.store(true, std::sync::atomic::Ordering::Release));
         let (mut msg, mut beats) = (Received::default(), 0);
+        let command = channel::encode(&ToApp::Command {
+            seq: 8,
+            command: crate::lifecycle::Command::Disconnect,
+            config: None,
+            expect_cleared: None,
+            abandon_drain: false,
+            rejoin_at: None,
+        });
         let out = std::thread::scope(|s| {
             let work = s.spawn(|| {
                 while_beating(
@@ -112,11 +131,18 @@ mod tests {
             // The first beat tells the router the application's name: then the abandon.
             assert!(router.recv(&mut msg, 5000).unwrap(), "no beat");
             beats += 1;
+            // A command sent meanwhile (after a timeout) is kept for the caller; a ping is not.
+            let ping = channel::encode(&ToApp::Ping {
+                dead_after_ms: 1000,
+            });
+            router.send_to(b"app", [Frame::Copy(&ping)]).unwrap();
+            router.send_to(b"app", [Frame::Copy(&command)]).unwrap();
             let abandon = channel::encode(&ToApp::AbandonDrain);
             router.send_to(b"app", [Frame::Copy(&abandon)]).unwrap();
             work.join().unwrap()
         });
-        assert_eq!(out, 42);
+        assert_eq!(out.0, 42);
+        assert_eq!(out.1, [command], "the command kept, the ping not");
         assert!(abandoned.load(std::sync::atomic::Ordering::Acquire));
         while router.recv(&mut msg, 200).unwrap() {
             match channel::decode::<ToController>(&msg.bytes) {
