@@ -21,7 +21,8 @@
 //! remaining applications are not sent the command. An application is dead when its local
 //! process (or its ssh client) exits unasked, or when it is silent for `control.dead_after_ms`
 //! (an application sends a heartbeat every period, and `Busy` while a command runs, so a
-//! process frozen during a command is dead too, its command's wait ended). A dead DCM is survivable
+//! process frozen during a command is dead too, its command's wait ended), or when its local
+//! process is stopped for as long before its hello. A dead DCM is survivable
 //! while another DCM lives — the supervisor reassigns its events — so it is marked ERROR,
 //! reported in status and the recent errors, and skipped by later commands; any other dead
 //! application (or the last DCM) puts the partition in ERROR naming it.

@@ -217,8 +217,10 @@ impl ControllerState {
         }
     }
 
-    /// Marks dead every application whose process exited unasked or that has been silent for
-    /// `dead_after` while no command is pending with it (module docs of `controller`).
+    /// Marks dead every application whose process exited unasked, that has been silent for
+    /// `dead_after` (also while a command is pending with it: it says `busy` then), or whose
+    /// local process has been stopped for `dead_after` before its hello (module docs of
+    /// `controller`).
     ///
     /// Silence is counted only while this monitor was listening: when the check comes late
     /// (`since_check`, plus the wait for the table) by a quarter of `dead_after` (at least
