@@ -69,8 +69,10 @@ impl RunControl for Controller {
     }
 
     fn command(&self, command: Command) -> Result<State, TransitionError> {
-        if matches!(command, Command::Stop | Command::Shutdown) {
-            // Asked before the commands' lock: a restart holding it gives up its wait.
+        // A legal stop, asked before the commands' lock: a restart holding it gives up its
+        // wait (a refused one changes nothing: the run goes on with its restarts).
+        let legal = self.state.table().lifecycle.check(command).is_ok();
+        if command == Command::Stop && legal {
             Partition::stop_wanted(self);
         }
         let _serial = self.commands.lock().unwrap_or_else(|p| p.into_inner());

@@ -125,8 +125,8 @@ pub(super) struct Table {
     /// A logger died while the supervisor's `stop` ran: the monitor tells the supervisor's
     /// drain to give up (`send_abandon`).
     pub(super) abandon_due: bool,
-    /// A `stop` or `shutdown` is asked for (from when it is asked, before it has the commands'
-    /// lock, until the next `start`): a restart waiting for its process's hello gives up, so
+    /// A `stop` is asked for (from when it is asked, before it has the commands' lock, or an
+    /// interrupt came, until the next `start`): a restart waiting for its process's hello gives up, so
     /// the stop does not wait behind it (it waited up to `control.spawn_timeout_ms`, Ctrl-C
     /// unheard).
     pub(super) stop_wanted: bool,
