@@ -585,17 +585,21 @@ fn write_converted(
     };
     // A link, not a rename: a file that appeared at `to` since the start is not replaced (a
     // rename overwrote it, or a dangling link there).
-    std::fs::hard_link(&written, &to).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::AlreadyExists {
-            ConvertError::Exists { path: to.clone() }
-        } else {
-            ConvertError::Io {
-                op: "link the output as",
+    // A file system without hard links (some FUSE mounts) gets the rename, checked first.
+    match std::fs::hard_link(&written, &to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(ConvertError::Exists { path: to });
+        }
+        Err(_) if std::fs::symlink_metadata(&to).is_err() => {
+            std::fs::rename(&written, &to).map_err(|source| ConvertError::Io {
+                op: "rename to",
                 path: to.clone(),
                 source,
-            }
+            })?;
         }
-    })?;
+        Err(_) => return Err(ConvertError::Exists { path: to }),
+    }
     let _ = std::fs::remove_file(&written);
     let _ = std::fs::remove_file(dir.join(WORK_OWNER));
     std::fs::remove_dir(dir).map_err(|source| ConvertError::Io {
