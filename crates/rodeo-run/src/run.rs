@@ -368,9 +368,7 @@ impl Run {
                     .files_on_disk()
                     .into_iter()
                     .filter(|p| {
-                        p.to_string_lossy()
-                            .ends_with(rodeo_files::rawfile::WRITING_SUFFIX)
-                            && !summary.files.contains(p)
+                        rodeo_files::rawfile::is_unfinished(p) && !summary.files.contains(p)
                     })
                     .collect();
                 let unfinished = file_records(&unfinished, &[]);

@@ -260,11 +260,7 @@ impl RunSheet {
         }
         let unfinished: Vec<FileRecord> = files
             .iter()
-            .filter(|f| {
-                f.path
-                    .to_string_lossy()
-                    .ends_with(rodeo_files::rawfile::WRITING_SUFFIX)
-            })
+            .filter(|f| rodeo_files::rawfile::is_unfinished(&f.path))
             .cloned()
             .collect();
         self.problems.extend(unfinished_problem(&unfinished));

@@ -14,6 +14,29 @@ use serde_json::Value;
 
 /// A `--processes` partition writing at 2 kHz for up to 120 s; returns it once it writes.
 fn partition_writing(dir: &Path, extra: &str, bin: Option<&Path>) -> (Running, PathBuf, String) {
+    let (mut cmd, out_dir) = partition_command(dir, extra, bin);
+    let child = cmd.spawn();
+    let marker = out_dir.to_str().unwrap().to_string();
+    wait_until(
+        "the partition up and writing",
+        Duration::from_secs(60),
+        || {
+            apps_of(&marker).len() == 5
+                && files_under(&out_dir)
+                    .iter()
+                    .any(|p| p.to_string_lossy().contains(".data"))
+        },
+    );
+    (child, out_dir, marker)
+}
+
+/// The command of that partition (`extra` added to its `[control]` section, `bin` the program
+/// if given), not started, and its output directory.
+fn partition_command(
+    dir: &Path,
+    extra: &str,
+    bin: Option<&Path>,
+) -> (rodeo_testkit::cli::Rodeo, PathBuf) {
     let cfg = dir.join("p.toml");
     std::fs::write(
         &cfg,
@@ -29,32 +52,19 @@ fn partition_writing(dir: &Path, extra: &str, bin: Option<&Path>) -> (Running, P
         Some(b) => rodeo_testkit::cli::Rodeo::new(b),
         None => rodeo!(),
     };
-    let child = cmd
-        .args([
-            "run",
-            "--processes",
-            "--seconds",
-            "120",
-            "--json",
-            "--config",
-        ])
-        .arg(&cfg)
-        .arg("--output")
-        .arg(&out_dir)
-        .deadline(Duration::from_secs(150))
-        .spawn();
-    let marker = out_dir.to_str().unwrap().to_string();
-    wait_until(
-        "the partition up and writing",
-        Duration::from_secs(60),
-        || {
-            apps_of(&marker).len() == 5
-                && files_under(&out_dir)
-                    .iter()
-                    .any(|p| p.to_string_lossy().contains(".data"))
-        },
-    );
-    (child, out_dir, marker)
+    cmd.args([
+        "run",
+        "--processes",
+        "--seconds",
+        "120",
+        "--json",
+        "--config",
+    ])
+    .arg(&cfg)
+    .arg("--output")
+    .arg(&out_dir)
+    .deadline(Duration::from_secs(150));
+    (cmd, out_dir)
 }
 
 /// The events in the data files under `out` (read completely, as `rodeo verify` counts).
@@ -230,29 +240,10 @@ fn a_run_out_of_restarts_counts_them_on_its_failed_sheet() {
 #[test]
 fn a_logger_frozen_at_the_stop_ends_the_run_within_seconds() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("p.toml");
-    std::fs::write(
-        &cfg,
-        "[l1]\nrate_hz = 2000.0\n[dcm]\nnodes = 2\nslots = 8\n[control]\nheartbeat_ms = 200\n\
-         dead_after_ms = 1500\nrestart = false\n",
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let child = rodeo!()
-        .args([
-            "run",
-            "--processes",
-            "--seconds",
-            "120",
-            "--json",
-            "--config",
-        ])
-        .arg(&cfg)
-        .arg("--output")
-        .arg(&out_dir)
+    let (mut cmd, out_dir) = partition_command(dir.path(), "restart = false\n", None);
+    let child = cmd
         .args(["--http", "127.0.0.1:0"])
         .env("RODEO_TOKEN", "tok")
-        .deadline(Duration::from_secs(150))
         .spawn();
     let http = child.http_address(Duration::from_secs(60));
     let marker = out_dir.to_str().unwrap().to_string();

@@ -62,13 +62,17 @@ impl KernelDrops {
 
 /// The `rx_queue` half (hex bytes) of the `tx_queue:rx_queue` column of the socket's line.
 fn rx_queue_of(table: &str, inode: u64) -> Option<u64> {
+    let fields = line_of(table, inode)?;
+    let (_, rx) = fields.get(4)?.split_once(':')?;
+    u64::from_str_radix(rx, 16).ok()
+}
+
+/// The fields of the line of `table` (the text of `/proc/net/udp`) whose `inode` column (the
+/// tenth) is `inode`.
+fn line_of(table: &str, inode: u64) -> Option<Vec<&str>> {
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.get(9)?.parse::<u64>().ok()? != inode {
-            return None;
-        }
-        let (_, rx) = fields.get(4)?.split_once(':')?;
-        u64::from_str_radix(rx, 16).ok()
+        (fields.get(9)?.parse::<u64>().ok()? == inode).then_some(fields)
     })
 }
 
@@ -80,16 +84,9 @@ fn socket_inode(link: &str) -> Option<u64> {
         .ok()
 }
 
-/// The `drops` column (the last) of the line of `table` (the text of `/proc/net/udp`) whose
-/// `inode` column (the tenth) is `inode`.
+/// The `drops` column (the last) of the socket's line of `table`.
 fn drops_of(table: &str, inode: u64) -> Option<u64> {
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.get(9)?.parse::<u64>().ok()? != inode {
-            return None;
-        }
-        fields.last()?.parse().ok()
-    })
+    line_of(table, inode)?.last()?.parse().ok()
 }
 
 #[cfg(test)]

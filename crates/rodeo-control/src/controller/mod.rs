@@ -353,12 +353,7 @@ mod tests {
         );
 
         // An application of our own: a DEALER named as the first application.
-        let name = c.state.table().apps[0].name.clone();
-        let transport = Transport::new(1).unwrap();
-        let mut app = transport.socket(SocketKind::Dealer).unwrap();
-        app.set_identity(name.as_bytes()).unwrap();
-        app.connect(&Endpoint::parse(c.endpoint()).unwrap())
-            .unwrap();
+        let (name, _transport, mut app) = fake_app(&c);
         let answer = std::thread::spawn(move || {
             let mut msg = Received::default();
             // The router learns our name from our first message.
@@ -416,12 +411,7 @@ mod tests {
         config.control.dead_after_ms = 1000;
         config.control.restart = false;
         let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
-        let name = c.state.table().apps[0].name.clone();
-        let transport = Transport::new(1).unwrap();
-        let mut app = transport.socket(SocketKind::Dealer).unwrap();
-        app.set_identity(name.as_bytes()).unwrap();
-        app.connect(&Endpoint::parse(c.endpoint()).unwrap())
-            .unwrap();
+        let (name, _transport, mut app) = fake_app(&c);
         let (release, released) = std::sync::mpsc::channel::<()>();
         let fake = std::thread::spawn(move || {
             let send = |app: &mut rodeo_transport::socket::Socket, m: &ToController| {
@@ -481,5 +471,17 @@ mod tests {
         assert!(waited < Duration::from_secs(10), "{waited:?}: {e}");
         let _ = release.send(());
         fake.join().unwrap();
+    }
+
+    /// A DEALER connected to `c`'s control socket under the name of its first application
+    /// (the name, the transport that must outlive it, the socket).
+    fn fake_app(c: &Controller) -> (String, Transport, rodeo_transport::socket::Socket) {
+        let name = c.state.table().apps[0].name.clone();
+        let transport = Transport::new(1).unwrap();
+        let app = transport.socket(SocketKind::Dealer).unwrap();
+        app.set_identity(name.as_bytes()).unwrap();
+        app.connect(&Endpoint::parse(c.endpoint()).unwrap())
+            .unwrap();
+        (name, transport, app)
     }
 }

@@ -104,6 +104,12 @@ pub const FLAG_COMPRESSED: u32 = 1;
 /// Suffix of a file that is still being written.
 pub const WRITING_SUFFIX: &str = ".writing";
 
+/// Whether `path` names a data file left unfinished (still named [`WRITING_SUFFIX`]: being
+/// written, or given up by its writer).
+pub fn is_unfinished(path: &std::path::Path) -> bool {
+    path.to_string_lossy().ends_with(WRITING_SUFFIX)
+}
+
 /// Longest application or stream name accepted, in bytes.
 pub const MAX_NAME_BYTES: usize = 255;
 
