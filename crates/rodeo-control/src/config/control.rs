@@ -136,6 +136,9 @@ impl ControlSection {
                  port; \"\": off)",
             );
         }
+        if let Err(why) = check_log_filter(&self.log) {
+            c.bad("control.log", format!("{:?}", self.log), why);
+        }
         if self.trace_every == 0 {
             c.bad("control.trace_every", 0, ">= 1");
         }
@@ -236,9 +239,73 @@ impl ControlSection {
     }
 }
 
+/// The level names a log directive may end in (as `tracing`'s filter reads them, any case).
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks `control.log` as the run will read it (`tracing-subscriber`'s filter syntax: the run
+/// refused `rodeo_ros=dbug` after `config check` had let it through), and refuses a bare word
+/// that is neither a level nor one of rodeo's targets: the filter reads it as a target name at
+/// every level, so `wran` turned every warning off without a word. Another crate's target is
+/// written with its level (`zmq=debug`).
+fn check_log_filter(log: &str) -> Result<(), String> {
+    if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(log) {
+        return Err(format!(
+            "a log filter: {e} (directives separated by commas, each a level or \
+             target=level, e.g. \"warn,rodeo_ros=debug\")"
+        ));
+    }
+    for directive in log.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[']);
+        let level = LOG_LEVELS.iter().any(|l| directive.eq_ignore_ascii_case(l))
+            || matches!(directive, "0" | "1" | "2" | "3" | "4" | "5");
+        if bare && !level && !directive.starts_with("rodeo") {
+            return Err(format!(
+                "a log filter whose bare words are levels ({}) or rodeo's targets \
+                 (rodeo_ros, ...); {directive:?} is neither (another crate's target is written \
+                 with its level, e.g. \"{directive}=debug\")",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::PartitionConfig;
+
+    /// `config check` refuses a log filter the run would refuse, and a typo the filter would
+    /// take as a target (turning warnings off); levels, targets with levels and rodeo's bare
+    /// targets pass.
+    #[test]
+    fn a_log_filter_is_checked_as_the_run_reads_it() {
+        let check = |log: &str| {
+            PartitionConfig::from_toml(&format!("[control]\nlog = {log:?}\n"), "l.toml")
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for bad in [
+            "warn,rodeo_ros=dbug",
+            "wran",
+            "info,bogus",
+            "rodeo_ros=[",
+            "zmq",
+        ] {
+            let e = check(bad).unwrap_err();
+            assert!(e.contains("control.log"), "{bad}: {e}");
+        }
+        assert!(check("wran").unwrap_err().contains("\"wran\" is neither"));
+        for good in [
+            "",
+            "warn",
+            "INFO",
+            "warn,rodeo_ros=debug",
+            "rodeo_ros",
+            "zmq=trace,3",
+        ] {
+            assert_eq!(check(good), Ok(()), "{good}");
+        }
+    }
 
     /// Heartbeats a busy core delays are not deaths: 10 / 20 ms passed the check and failed runs
     /// beside a CPU hog; the floors are 50 ms and 1000 ms (and four heartbeats).
