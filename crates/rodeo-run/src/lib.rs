@@ -17,7 +17,8 @@
 //! - [`output`]: the owned output directory: lock, run database, run numbers, records.
 //! - [`run`]: [`run::Run`], one run from its number to its record.
 //! - [`sheet`]: [`sheet::RunSheet`], the balance sheet in its one shape; [`verdict`]: ok,
-//!   degraded or failed, and the problems behind it; [`text`]: the sheet for people.
+//!   degraded or failed, and the problems behind it; [`text`]: the sheet for people;
+//!   [`unbuilt`]: a detector's fragments never built, lost or cut by the stop.
 //! - [`rundb`]: the run database (`runs.sqlite`, SQLite); [`runs_table`]: its runs as an
 //!   aligned table (`rodeo runs`); [`ctl_tables`]: `rodeo ctl status|runs|alarms` as tables,
 //!   and the request of each `rodeo ctl` command.
@@ -54,4 +55,5 @@ pub mod service;
 pub mod setup;
 pub mod sheet;
 pub mod text;
+pub mod unbuilt;
 pub mod verdict;

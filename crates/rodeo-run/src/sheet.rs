@@ -80,9 +80,13 @@ pub struct NodeSheet {
     pub input_errors: u64,
     /// Words its inputs dropped.
     pub input_dropped_words: u64,
-    /// Fragments it received over the network that are in no event built (still stored at
-    /// the end, never accepted at L1); 0 for other inputs, whose emulators run ahead of the L1.
+    /// Fragments it received over the network that are in no event built and should have
+    /// been (passed over by the L1, or after the last accept when every sender had finished:
+    /// [`crate::unbuilt`]); 0 for other inputs, whose emulators run ahead of the L1.
     pub unbuilt_fragments: u64,
+    /// Fragments it received over the network after the last L1 accept while a stream was
+    /// still flowing: the stop cut their events (said on the sheet, not a problem).
+    pub unbuilt_cut_by_stop: u64,
     /// Whether it was restarted into the run.
     pub restarted: bool,
     /// Whether it died during the run's stop, too late to be restarted (its counts are its
@@ -358,20 +362,24 @@ impl RunSheet {
             readout_nodes: s
                 .nodes
                 .iter()
-                .map(|n| NodeSheet {
-                    name: n.name.clone(),
-                    requests: n.requests,
-                    cleared: n.cleared,
-                    clear_gaps: n.clear_gaps,
-                    stored: n.stored,
-                    swrod_built: n.swrod_built,
-                    swrod_error: n.swrod_error.clone(),
-                    input_errors: n.input_errors,
-                    input_dropped_words: n.input_dropped_words,
-                    unbuilt_fragments: unbuilt_fragments(n),
-                    restarted: n.restarted,
-                    died_at_stop: n.died_at_stop,
-                    inputs: n.inputs.clone(),
+                .map(|n| {
+                    let unbuilt = crate::unbuilt::Unbuilt::of(n);
+                    NodeSheet {
+                        name: n.name.clone(),
+                        requests: n.requests,
+                        cleared: n.cleared,
+                        clear_gaps: n.clear_gaps,
+                        stored: n.stored,
+                        swrod_built: n.swrod_built,
+                        swrod_error: n.swrod_error.clone(),
+                        input_errors: n.input_errors,
+                        input_dropped_words: n.input_dropped_words,
+                        unbuilt_fragments: unbuilt.lost,
+                        unbuilt_cut_by_stop: unbuilt.cut,
+                        restarted: n.restarted,
+                        died_at_stop: n.died_at_stop,
+                        inputs: n.inputs.clone(),
+                    }
                 })
                 .collect(),
             seconds: Some(s.seconds),
@@ -529,21 +537,6 @@ impl RunSheet {
     }
 }
 
-/// The fragments a node received over the network (`tcp://`, `udp://` inputs: the
-/// detector's data) that are still stored at the end, never built into an event. Emulated
-/// inputs, file players and replays run ahead of the L1 by design and count none.
-fn unbuilt_fragments(n: &rodeo_control::summary::NodeSummary) -> u64 {
-    let network = !n.inputs.is_empty()
-        && n.inputs
-            .iter()
-            .all(|i| i.address.starts_with("tcp://") || i.address.starts_with("udp://"));
-    if network {
-        n.stored_now
-    } else {
-        0
-    }
-}
-
 /// The losses of a run that balanced or not: each a degraded problem with its count and place
 /// (or, for events short of ROBs without the partial flag, a failed one).
 fn losses(s: &RunSummary) -> Vec<Problem> {
@@ -624,19 +617,8 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
         }
     }
     for n in &s.nodes {
-        let unbuilt = unbuilt_fragments(n);
-        if unbuilt > 0 {
-            out.push(Problem::new(
-                ProblemKind::UnbuiltFragments,
-                Some(unbuilt),
-                Some(n.name.clone()),
-                format!(
-                    "{}: {unbuilt} fragments received over the network are in no event built \
-                     (never accepted at L1: missing on another input, or received after the \
-                     last accept)",
-                    n.name
-                ),
-            ));
+        if let Some(p) = crate::unbuilt::Unbuilt::of(n).problem(&n.name) {
+            out.push(p);
         }
     }
     for input in s.nodes.iter().flat_map(|n| &n.inputs) {
@@ -808,47 +790,6 @@ mod tests {
         };
         let s = RunSheet::from_summary(&some, 100_000.0, None, false);
         assert!(s.problems.iter().all(|p| p.kind != ProblemKind::NoEvents));
-    }
-
-    /// Fragments a node received over the network and never built are a degraded problem
-    /// with their count; the fragments an emulated input stored ahead of the L1 are not.
-    #[test]
-    fn unbuilt_network_fragments_are_a_problem() {
-        use rodeo_control::summary::{InputState, InputStatus, NodeSummary};
-        let node = |address: &str| NodeSummary {
-            name: "ros-1".into(),
-            stored: 33_063,
-            stored_now: 13_211,
-            inputs: vec![InputStatus {
-                node: "ros-1".into(),
-                rob: 0x0041_0001,
-                address: address.into(),
-                state: InputState::Ended,
-                fragments: 33_063,
-                bytes: 0,
-                errors: 0,
-                last_data_age_ms: None,
-                rate_hz: 0.0,
-                problem: None,
-            }],
-            ..NodeSummary::default()
-        };
-        let run = |n: NodeSummary| RunSummary {
-            l1_accepts: 19_852,
-            accepted: 19_852,
-            events_written: 19_852,
-            events_verified: 19_852,
-            nodes: vec![n],
-            ..RunSummary::default()
-        };
-        let s = RunSheet::from_summary(&run(node("udp://127.0.0.1:5001")), 1.0, None, false);
-        let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
-        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(13_211))]);
-        assert_eq!(s.verdict, Verdict::Degraded);
-        assert_eq!(s.readout_nodes[0].unbuilt_fragments, 13_211);
-        let s = RunSheet::from_summary(&run(node("emulated")), 1.0, None, false);
-        assert!(s.problems.is_empty(), "{:?}", s.problems);
-        assert_eq!(s.readout_nodes[0].unbuilt_fragments, 0);
     }
 
     /// Forced accepts while every DCM lived (timeouts, a DCM's full queue) make the run

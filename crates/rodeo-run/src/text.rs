@@ -123,6 +123,14 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
             "  {}: {} requests, clears for {} events{exempt}",
             node.name, node.requests, node.cleared
         )?;
+        if node.unbuilt_cut_by_stop > 0 {
+            writeln!(
+                out,
+                "    {} fragments received after the last L1 accept: the stop cut their events \
+                 (the stream was still flowing), not built",
+                node.unbuilt_cut_by_stop
+            )?;
+        }
         if node.swrod_built > 0 || node.swrod_error.is_some() {
             writeln!(
                 out,

@@ -180,6 +180,74 @@ fn fragments_received_and_never_built_are_a_problem_of_the_run() {
     assert_eq!(unbuilt[0]["where"], "ros-1", "{v}");
 }
 
+/// A detector still sending over UDP when `run.seconds` stops the run (UDP has no end): the
+/// fragments after the last accept are cut by the stop, said on the sheet, and no problem (a
+/// UDP run ended by its duration was degraded every time). One link runs 20 fragments ahead of
+/// the other, so the stop always cuts some.
+#[test]
+fn a_stream_cut_by_the_stop_is_no_loss_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| {
+            let port = std::net::UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            format!("udp://127.0.0.1:{port}")
+        })
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 3");
+    let (run, http) = run_with_http(&config, &dir.path().join("out"), "t");
+    wait_for("RUNNING", Duration::from_secs(60), || {
+        (status(http)["state"] == "RUNNING").then_some(())
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let detector = {
+        let stop = Arc::clone(&stop);
+        let addresses = addresses.clone();
+        std::thread::spawn(move || {
+            let mut links: Vec<Link> = addresses
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Link::connect(a, 0x0051_0000 + i as u32))
+                .collect();
+            for _ in 0..20 {
+                links[0].send();
+            }
+            // About 1 kHz per link, until the run has ended (bounded: 60 s).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                for link in &mut links {
+                    let unit = link.source.next_unit().unwrap();
+                    // The partition's sockets close at its end: a refused datagram ends it.
+                    if link
+                        .sender
+                        .send(unit)
+                        .and_then(|()| link.sender.flush())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let v = sheet(run, Duration::from_secs(90));
+    stop.store(true, Ordering::Relaxed);
+    detector.join().unwrap();
+    let node = &v["readout_nodes"][0];
+    assert_eq!(node["unbuilt_fragments"], 0, "{v}");
+    assert!(node["unbuilt_cut_by_stop"].as_u64().unwrap() >= 20, "{v}");
+    assert!(
+        node["inputs"][0]["fragments"].as_u64().unwrap() > 1000,
+        "{v}"
+    );
+    assert_eq!(v["verdict"], "ok", "{v}");
+    assert_eq!(v["problems"].as_array().map(Vec::len), Some(0), "{v}");
+}
+
 #[test]
 fn dump_shows_the_robs_of_zstd_compressed_events() {
     let dir = tempfile::tempdir().unwrap();

@@ -161,6 +161,7 @@ impl Application for RosApp {
             );
         }
         let k = s.store.total_counters();
+        let (stored_behind_l1, stored_ahead_of_l1) = s.store.stored_around_l1_front();
         let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
         Ok(Some(AppSummary::Ros(NodeSummary {
             name: self.name.clone(),
@@ -169,6 +170,8 @@ impl Application for RosApp {
             clear_gaps: s.counters.clear_gaps,
             stored: k.fragments,
             stored_now: k.stored,
+            stored_behind_l1,
+            stored_ahead_of_l1,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
             swrod_error: s.swrod_error,
             input_errors: s.slink.errors() + net.dropped_units + net.kernel_dropped_units,

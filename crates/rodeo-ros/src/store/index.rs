@@ -144,6 +144,15 @@ impl L1idIndex {
         self.len
     }
 
+    /// The stored fragments (early-clear markers left out) whose L1ID `pick` takes: a walk
+    /// of the whole table, for the end of a run.
+    pub(crate) fn count_stored(&self, mut pick: impl FnMut(u32) -> bool) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.used() && e.page != CLEARED && pick(e.l1id))
+            .count()
+    }
+
     /// The entries it holds at most.
     pub(crate) fn capacity(&self) -> usize {
         self.limit
@@ -457,6 +466,19 @@ mod tests {
             n += 1;
         }
         assert!(small.is_full());
+    }
+
+    /// Counting walks stored fragments only: early-clear markers are not fragments.
+    #[test]
+    fn count_stored_leaves_markers_out() {
+        let mut ix = L1idIndex::new(64);
+        for l1id in 0..10 {
+            ix.insert(l1id, loc(l1id)).unwrap();
+        }
+        ix.insert(20, Slot::ClearedEarly).unwrap();
+        assert_eq!(ix.len(), 11);
+        assert_eq!(ix.count_stored(|_| true), 10);
+        assert_eq!(ix.count_stored(|l1id| l1id >= 5), 5);
     }
 
     #[test]

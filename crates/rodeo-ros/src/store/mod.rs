@@ -456,6 +456,24 @@ impl EventStore {
         self.l1_front
     }
 
+    /// The fragments stored now, over every channel, split at the L1 front (the newest L1ID
+    /// a request or clear named, [`EventStore::l1_front`]): `(behind, ahead)`, at or before it
+    /// and after it (every one ahead without a front). At the end of a run with a detector's
+    /// input, the ones ahead came after the last accept, the ones behind were passed over by
+    /// the L1 (missing on another input). A walk of every index: for the end of a run.
+    pub fn stored_around_l1_front(&self) -> (u64, u64) {
+        let front = self.l1_front;
+        let (mut behind, mut ahead) = (0, 0);
+        for ch in &self.channels {
+            let after = ch
+                .index
+                .count_stored(|l1id| front.is_none_or(|f| l1id_newer(l1id, f)));
+            ahead += after as u64;
+            behind += (ch.index.count_stored(|_| true) - after) as u64;
+        }
+        (behind, ahead)
+    }
+
     /// Counters summed over channels.
     pub fn total_counters(&self) -> ChannelCounters {
         let mut t = ChannelCounters::default();

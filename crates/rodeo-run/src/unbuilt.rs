@@ -1,0 +1,155 @@
+//! A detector's fragments that are in no event built: which of them the run lost, and which
+//! the stop cut.
+//!
+//! A readout node fed over the network (`tcp://`, `udp://` inputs) builds an event for every
+//! L1ID each of its inputs delivered (the data-driven L1). What it still stores at the end
+//! splits at the L1 front, the newest L1ID a request or clear named
+//! (`rodeo_ros::store::EventStore::stored_around_l1_front`):
+//!
+//! - **behind** the front: the L1 passed them over (missing on another input). Lost: a problem.
+//! - **ahead** of it: received after the last accept. When a stream was still flowing at the
+//!   stop (UDP has no end; a TCP sender still connected), the stop cut those events: said on
+//!   the sheet, not a problem (a UDP run ended by `run.seconds` was degraded every time, 612
+//!   fragments of two links 15 ms apart). When every sender had finished (closed), the other
+//!   inputs never sent those events: lost, a problem.
+//!
+//! Emulated inputs, file players and replays run ahead of the L1 by design and count none.
+
+use rodeo_control::summary::{InputState, NodeSummary};
+
+use crate::verdict::{Problem, ProblemKind};
+
+/// One node's fragments in no event built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Unbuilt {
+    /// Fragments that should have been built: a problem of the run.
+    pub lost: u64,
+    /// Fragments after the last accept of a stream the stop cut: not a problem.
+    pub cut: u64,
+}
+
+impl Unbuilt {
+    /// The split of node `n`'s summary. A summary without the split (an older version) counts
+    /// every fragment still stored as lost, as that version did.
+    pub fn of(n: &NodeSummary) -> Unbuilt {
+        let network = !n.inputs.is_empty()
+            && n.inputs
+                .iter()
+                .all(|i| i.address.starts_with("tcp://") || i.address.starts_with("udp://"));
+        if !network {
+            return Unbuilt::default();
+        }
+        if n.stored_behind_l1 + n.stored_ahead_of_l1 == 0 {
+            return Unbuilt {
+                lost: n.stored_now,
+                cut: 0,
+            };
+        }
+        let flowing = n.inputs.iter().any(|i| i.state == InputState::Connected);
+        if flowing {
+            Unbuilt {
+                lost: n.stored_behind_l1,
+                cut: n.stored_ahead_of_l1,
+            }
+        } else {
+            Unbuilt {
+                lost: n.stored_behind_l1 + n.stored_ahead_of_l1,
+                cut: 0,
+            }
+        }
+    }
+
+    /// The degraded problem of node `name`'s lost fragments, if any.
+    pub fn problem(&self, name: &str) -> Option<Problem> {
+        (self.lost > 0).then(|| {
+            Problem::new(
+                ProblemKind::UnbuiltFragments,
+                Some(self.lost),
+                Some(name.to_string()),
+                format!(
+                    "{name}: {} fragments received over the network are in no event built \
+                     (passed over by the L1: missing on another input; or sent after the \
+                     other inputs' last event)",
+                    self.lost
+                ),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rodeo_control::summary::{InputStatus, RunSummary};
+
+    use super::*;
+    use crate::sheet::RunSheet;
+    use crate::verdict::Verdict;
+
+    fn node(address: &str, state: InputState, behind: u64, ahead: u64) -> NodeSummary {
+        NodeSummary {
+            name: "ros-1".into(),
+            stored: 33_063,
+            stored_now: 13_211,
+            stored_behind_l1: behind,
+            stored_ahead_of_l1: ahead,
+            inputs: vec![InputStatus {
+                node: "ros-1".into(),
+                rob: 0x0041_0001,
+                address: address.into(),
+                state,
+                fragments: 33_063,
+                bytes: 0,
+                errors: 0,
+                last_data_age_ms: None,
+                rate_hz: 0.0,
+                problem: None,
+            }],
+            ..NodeSummary::default()
+        }
+    }
+
+    fn sheet(n: NodeSummary) -> RunSheet {
+        let run = RunSummary {
+            l1_accepts: 19_852,
+            accepted: 19_852,
+            events_written: 19_852,
+            events_verified: 19_852,
+            nodes: vec![n],
+            ..RunSummary::default()
+        };
+        RunSheet::from_summary(&run, 1.0, None, false)
+    }
+
+    /// Fragments a node received over the network and never built are a degraded problem
+    /// with their count; the fragments an emulated input stored ahead of the L1 are not.
+    #[test]
+    fn unbuilt_network_fragments_are_a_problem() {
+        let s = sheet(node("udp://127.0.0.1:5001", InputState::Closed, 0, 0));
+        let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
+        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(13_211))]);
+        assert_eq!(s.verdict, Verdict::Degraded);
+        assert_eq!(s.readout_nodes[0].unbuilt_fragments, 13_211);
+        let s = sheet(node("emulated", InputState::Ended, 0, 0));
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        assert_eq!(s.readout_nodes[0].unbuilt_fragments, 0);
+    }
+
+    /// A stream still flowing at the stop: its fragments after the last accept are cut, not
+    /// lost; the ones the L1 passed over still are. When every sender had closed, both are.
+    #[test]
+    fn the_stop_cuts_a_flowing_stream_and_loses_nothing_by_it() {
+        let s = sheet(node("udp://127.0.0.1:5001", InputState::Connected, 0, 612));
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        assert_eq!(s.verdict, Verdict::Ok);
+        let n = &s.readout_nodes[0];
+        assert_eq!((n.unbuilt_fragments, n.unbuilt_cut_by_stop), (0, 612));
+        let s = sheet(node("udp://127.0.0.1:5001", InputState::Connected, 3, 612));
+        let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
+        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(3))]);
+        assert_eq!(s.readout_nodes[0].unbuilt_cut_by_stop, 612);
+        let s = sheet(node("tcp://127.0.0.1:5001", InputState::Closed, 3, 100));
+        let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
+        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(103))]);
+        assert_eq!(s.readout_nodes[0].unbuilt_cut_by_stop, 0);
+    }
+}
