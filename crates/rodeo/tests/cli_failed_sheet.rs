@@ -269,9 +269,10 @@ fn a_logger_frozen_at_the_stop_ends_the_run_within_seconds() {
     assert!(code == 200 || code == 409, "{code} {body}");
     let v = assert_failed_sheet(child, &out_dir, &marker);
     let took = asked.elapsed();
-    // Death after 1.5 s, the drain's 1 s grace, the teardown: well under the 30 s drain
-    // timeout even on a loaded machine.
-    assert!(took < Duration::from_secs(15), "{took:?}: {v}");
+    // Death after 1.5 s, the drain's 1 s grace, the teardown, which kills the stopped
+    // process at once: well under the 30 s drain timeout even on a loaded machine (9.4 s
+    // quiet with `rodeo run --seconds 5`; 14.8 s while the teardown gave it its 5 s grace).
+    assert!(took < Duration::from_secs(13), "{took:?}: {v}");
     let named = v["problems"]
         .as_array()
         .unwrap()

@@ -302,7 +302,7 @@ impl ControllerState {
 
 /// Whether process `pid` is stopped (state `T` or `t` in `/proc/PID/stat`: SIGSTOP, a
 /// debugger); `false` when it cannot be read.
-fn process_stopped(pid: u32) -> bool {
+pub(super) fn process_stopped(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The state follows the command name in parentheses, which may hold anything.
     let state = stat

@@ -203,7 +203,9 @@ impl Controller {
                 let _ = s.flush();
             }
         }
-        // Grace period, then kill.
+        // Grace period, then kill; a local process stopped (SIGSTOP, a debugger) at once: it
+        // cannot act on its closed stdin or a SIGTERM before it runs again, and waited out the
+        // whole grace (a node frozen at the stop ended its run 5 s after it was found dead).
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let mut t = self.state.table();
@@ -213,7 +215,13 @@ impl Controller {
                 if let Some(c) = a.child.as_mut() {
                     match c.try_wait() {
                         Ok(Some(_)) | Err(_) => a.child = None,
-                        Ok(None) if Instant::now() >= deadline => overdue.extend(a.child.take()),
+                        Ok(None)
+                            if Instant::now() >= deadline
+                                || (a.host.is_none()
+                                    && super::monitor::process_stopped(c.id())) =>
+                        {
+                            overdue.extend(a.child.take())
+                        }
                         Ok(None) => left += 1,
                     }
                 }
