@@ -161,6 +161,20 @@ pub enum ConvertError {
         #[source]
         source: LiftError,
     },
+    /// An event's run number is not its file's (the start record's): the converted file
+    /// would carry the disagreement, and `verify` fails it. Nothing is written.
+    #[error(
+        "event {index} (byte {offset} of the input): {why}; nothing was converted (no output \
+         written: `rodeo verify` fails such a file)"
+    )]
+    RunMismatch {
+        /// Index of the event in the input.
+        index: u64,
+        /// Byte offset of its record.
+        offset: u64,
+        /// Both run numbers.
+        why: String,
+    },
     /// Compressing an event failed.
     #[error("event {index}: {source}")]
     Compress {
@@ -539,6 +553,14 @@ fn write_converted(
                 break;
             }
         };
+        // As `verify` checks it: an output that carries the disagreement would fail there.
+        crate::verify::cross_check(&ev, info.run_number).map_err(|why| {
+            ConvertError::RunMismatch {
+                index: ev.index,
+                offset: ev.offset,
+                why,
+            }
+        })?;
         lift_to_v5(&ev, &mut v5).map_err(|source| ConvertError::Lift {
             index: ev.index,
             offset: ev.offset,

@@ -156,7 +156,7 @@ pub fn check_file(path: &Path) -> FileVerdict {
 /// Checks an event against its file's start record: the same run number. (Stream tags are not
 /// checked: a file may rightly hold events copied from another stream, e.g. a replay or a
 /// debug stream.)
-fn cross_check(ev: &FileEvent, file_run: u32) -> Result<(), String> {
+pub(crate) fn cross_check(ev: &FileEvent, file_run: u32) -> Result<(), String> {
     if ev.run_number != file_run {
         return Err(format!(
             "run number {} disagrees with the file start record's run {file_run}",

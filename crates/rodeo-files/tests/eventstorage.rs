@@ -802,9 +802,24 @@ fn verify_cross_checks_the_run_parameters_against_every_event() {
     );
     // The reader itself reads such a file (the disagreement is verify's to find).
     assert_eq!(DataFileReader::open(&p).unwrap().count(), 3);
-    // The same file with the right run number passes.
+    // `convert` refuses it as `verify` does, and writes nothing (it converted the file, exit
+    // status 0, into one that verify failed).
+    use rodeo_files::convert::{convert_file, ConvertError, ConvertOptions};
+    let out = dir.path().join("converted.data");
+    let o = ConvertOptions::new(Container::Rodeo);
+    let e = convert_file(&p, &out, &o).unwrap_err();
+    assert!(
+        matches!(e, ConvertError::RunMismatch { index: 0, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("run 12346"), "{e}");
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "no work directory left: {left:?}");
+    // The same file with the right run number passes, and converts.
     let p = save(dir.path(), "same-run.data", &es_file(2, 12_345, &evs, true));
     assert_eq!(verified(&p).good_events, 3);
+    assert_eq!(convert_file(&p, &out, &o).unwrap().events, 3);
 }
 
 #[test]
