@@ -161,18 +161,19 @@ pub enum ConvertError {
         #[source]
         source: LiftError,
     },
-    /// An event's run number is not its file's (the start record's): the converted file
-    /// would carry the disagreement, and `verify` fails it. Nothing is written.
+    /// An event fails the checks `rodeo verify` makes (its run number is not its file's start
+    /// record's; an eformat 5 event's structure or checksums are bad): the converted file
+    /// would carry it and fail there. Nothing is written.
     #[error(
         "event {index} (byte {offset} of the input): {why}; nothing was converted (no output \
-         written: `rodeo verify` fails such a file)"
+         written: `rodeo verify` fails such an event; `rodeo dump` shows it)"
     )]
-    RunMismatch {
+    Unverifiable {
         /// Index of the event in the input.
         index: u64,
         /// Byte offset of its record.
         offset: u64,
-        /// Both run numbers.
+        /// What the check found.
         why: String,
     },
     /// Compressing an event failed.
@@ -553,13 +554,18 @@ fn write_converted(
                 break;
             }
         };
-        // As `verify` checks it: an output that carries the disagreement would fail there.
-        crate::verify::cross_check(&ev, info.run_number).map_err(|why| {
-            ConvertError::RunMismatch {
-                index: ev.index,
-                offset: ev.offset,
-                why,
+        // As `verify` checks it: an output that carried a bad event would fail there (a file
+        // with bad ROB checksums, or a start record of another run, converted with exit 0).
+        let checked = crate::verify::cross_check(&ev, info.run_number).and_then(|()| {
+            if ev.eformat == 5 {
+                crate::verify::check_event(&ev.words).map_err(|e| e.to_string())?;
             }
+            Ok(())
+        });
+        checked.map_err(|why| ConvertError::Unverifiable {
+            index: ev.index,
+            offset: ev.offset,
+            why,
         })?;
         lift_to_v5(&ev, &mut v5).map_err(|source| ConvertError::Lift {
             index: ev.index,

@@ -809,7 +809,7 @@ fn verify_cross_checks_the_run_parameters_against_every_event() {
     let o = ConvertOptions::new(Container::Rodeo);
     let e = convert_file(&p, &out, &o).unwrap_err();
     assert!(
-        matches!(e, ConvertError::RunMismatch { index: 0, .. }),
+        matches!(e, ConvertError::Unverifiable { index: 0, .. }),
         "{e}"
     );
     assert!(e.to_string().contains("run 12346"), "{e}");
@@ -820,6 +820,34 @@ fn verify_cross_checks_the_run_parameters_against_every_event() {
     let p = save(dir.path(), "same-run.data", &es_file(2, 12_345, &evs, true));
     assert_eq!(verified(&p).good_events, 3);
     assert_eq!(convert_file(&p, &out, &o).unwrap().events, 3);
+}
+
+/// An event whose checksum is bad fails `verify`, and `convert` refuses the file the same
+/// way, naming the event, writing nothing (it copied such events with exit status 0).
+#[test]
+fn convert_refuses_an_event_that_verify_fails() {
+    use rodeo_files::convert::{convert_file, ConvertError, ConvertOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut evs = events(4, 77);
+    // A data word of event 2, after its headers: its ROB's checksum no longer holds.
+    let n = evs[2].len();
+    evs[2][n - 20] ^= 0x1;
+    let sub = dir.path().join("in");
+    std::fs::create_dir(&sub).unwrap();
+    let input = write(&sub, config(&sub, 77), &evs).pop().unwrap();
+    assert!(!check_file(&input).ok);
+    let out = dir.path().join("out.data");
+    let e = convert_file(&input, &out, &ConvertOptions::new(Container::Rodeo)).unwrap_err();
+    assert!(
+        matches!(e, ConvertError::Unverifiable { index: 2, .. }),
+        "{e}"
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the input's directory"
+    );
 }
 
 #[test]
