@@ -339,38 +339,64 @@ impl PartitionConfig {
         }
     }
 
-    /// `l1.l1id_wrap` against the events in flight: the extended L1ID (ECR in bits 31..24)
-    /// repeats every `l1id_wrap x 256` events, and "newer" is the signed distance of two of
-    /// them, so every event still in flight (one per DCM slot, plus a clear group not yet
-    /// sent) must be within half that cycle of the newest. Measured (20,000 events, default
-    /// partition, 612 in flight): a wrap of 1 or 2 built 330 and 4 events partial, 4 and
-    /// more none.
+    /// `l1.l1id_wrap` against the L1IDs alive at once: the extended L1ID (ECR in bits
+    /// 31..24) repeats every `l1id_wrap x 256` events, and "newer" is the signed distance of
+    /// two of them, so every L1ID alive must be within half that cycle of the newest. Alive:
+    /// the fragments a readout channel holds (emulated cards, replays and files write ahead of
+    /// the L1 until the store is full; every event in flight holds one too, one per DCM slot)
+    /// and a clear group not yet sent. Counting the events in flight alone let wraps of 5 to
+    /// 10 through on the default partition, whose store holds 2,044 fragments a channel: 20,000
+    /// events built 618 to 1,015 partial (`--processes`, wrap 10: 673); with 160 pages a
+    /// channel, wrap 8 and 10 built none (2026-12-07).
     fn check_l1id_cycle(&self, c: &mut Checks) {
         if c.has_any(&[
             "l1.l1id_wrap",
             "dcm.slots",
             "dcm.nodes",
             "supervisor.clear_group",
+            "ros.pages_per_channel",
+            "ros.fragment_words",
         ]) {
             return;
         }
-        let in_flight =
-            (self.events_in_flight() as u64).saturating_add(self.supervisor.clear_group as u64);
+        let in_flight = self.events_in_flight() as u64;
+        let stored = self.l1ids_stored_ahead() as u64;
+        let alive = in_flight
+            .max(stored)
+            .saturating_add(self.supervisor.clear_group as u64);
         let half_cycle = u64::from(self.l1.l1id_wrap) * 128;
-        if half_cycle <= in_flight {
+        if half_cycle <= alive {
             c.bad(
                 "l1.l1id_wrap",
                 format!(
-                    "{} (half the extended L1ID cycle is {half_cycle} events; {in_flight} may be \
-                     in flight: dcm.nodes x dcm.slots + supervisor.clear_group)",
+                    "{} (half the extended L1ID cycle is {half_cycle} events; {alive} L1IDs may \
+                     be alive at once: the larger of the {stored} fragments a readout channel \
+                     holds ahead of the L1 and the {in_flight} events in flight (dcm.nodes x \
+                     dcm.slots), + supervisor.clear_group)",
                     self.l1.l1id_wrap
                 ),
                 format!(
-                    "at least {} here: l1id_wrap x 128 must exceed the events in flight, or \
-                     two events in flight share an extended L1ID (or fewer dcm.slots)",
-                    in_flight / 128 + 1
+                    "at least {} here: l1id_wrap x 128 must exceed the L1IDs alive, or two \
+                     fragments alive at once share an extended L1ID and events are built \
+                     partial (or fewer ros.pages_per_channel and dcm.slots)",
+                    alive / 128 + 1
                 ),
             );
+        }
+    }
+
+    /// The L1IDs a readout channel may hold ahead of the L1: the fragments its store holds
+    /// when its input writes ahead (emulated cards, replays, files: until the store is full;
+    /// the SW ROD input's and replays' fragment sizes vary, so the index's entries); none for
+    /// a detector's network input, which the data-driven L1 follows.
+    fn l1ids_stored_ahead(&self) -> usize {
+        let store = StoreShape::of_partition(&self.ros);
+        match self.ros.input {
+            RosInput::Network => 0,
+            RosInput::Dma => self
+                .stored_fragment_words()
+                .map_or(store.index_per_channel, |w| store.fragments_per_channel(w)),
+            RosInput::Swrod | RosInput::Replay | RosInput::File => store.index_per_channel,
         }
     }
 

@@ -97,36 +97,34 @@ fn the_ros_input_and_elinks_parse_and_are_checked() {
     assert!(swrod("elinks = 40\n").is_ok());
     let e = swrod("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
     assert!(e.contains("l1.l1id_wrap") && e.contains("swrod"), "{e}");
-    // The same values with the DMA input (and few enough events in flight for a wrap of 4).
+    // The same values with the DMA input (and few enough L1IDs alive for a wrap of 4).
     assert!(PartitionConfig::from_toml(
-        "[ros]\nelinks = 50\n[l1]\nl1id_wrap = 4\n[dcm]\nslots = 64\n",
+        "[ros]\nelinks = 50\npages_per_channel = 64\n[l1]\nl1id_wrap = 4\n[dcm]\nslots = 64\n",
         "t.toml"
     )
     .is_ok());
 }
 
-/// A wrap whose half extended-L1ID cycle (`l1id_wrap x 128`) does not exceed the events in
-/// flight (`dcm.nodes x dcm.slots + supervisor.clear_group`) is refused, naming the wrap and
-/// the smallest one that would do; fewer slots make the same wrap fine.
+/// A wrap whose half extended-L1ID cycle (`l1id_wrap x 128`) does not exceed the L1IDs alive
+/// (the fragments a channel holds ahead of the L1, or the events in flight, + a clear group)
+/// is refused, naming the wrap and the smallest one that would do; a smaller store makes the
+/// same wrap fine.
 #[test]
-fn the_l1id_cycle_must_hold_the_events_in_flight() {
+fn the_l1id_cycle_must_hold_the_l1ids_alive() {
     let parse = |text: &str| PartitionConfig::from_toml(text, "t.toml");
-    // Default: 2 DCMs x 256 slots + 100 = 612 in flight; a wrap of 4 gives 512, 5 gives 640.
-    let e = parse("[l1]\nl1id_wrap = 4\n").unwrap_err().to_string();
+    // Default: 2,044 fragments a channel + 100 = 2,144 alive; a wrap of 16 gives 2,048.
+    let e = parse("[l1]\nl1id_wrap = 16\n").unwrap_err().to_string();
     assert!(
-        e.contains("l1.l1id_wrap")
-            && e.contains("612 may be in flight")
-            && e.contains("at least 5"),
+        e.contains("l1.l1id_wrap") && e.contains("2144 L1IDs") && e.contains("at least 17"),
         "{e}"
     );
-    assert!(parse("[l1]\nl1id_wrap = 5\n").is_ok());
-    // One slot fewer in all and the same wrap fits: 2 x 205 + 100 = 510 < 512.
-    assert!(parse("[l1]\nl1id_wrap = 4\n[dcm]\nslots = 205\n").is_ok());
-    assert!(parse("[l1]\nl1id_wrap = 4\n[dcm]\nslots = 206\n").is_err());
-    // A wrap of 1 (every L1ID 0, only the ECR counts): 128 events at most.
-    assert!(
-        parse("[l1]\nl1id_wrap = 1\n[dcm]\nslots = 8\n[supervisor]\nclear_group = 50\n").is_ok()
-    );
+    assert!(parse("[l1]\nl1id_wrap = 17\n").is_ok());
+    // 160 pages hold 636 fragments: 736 alive, a wrap of 6 (768) does, 5 (640) does not.
+    assert!(parse("[l1]\nl1id_wrap = 6\n[ros]\npages_per_channel = 160\n").is_ok());
+    assert!(parse("[l1]\nl1id_wrap = 5\n[ros]\npages_per_channel = 160\n").is_err());
+    // A wrap of 1 (every L1ID 0, only the ECR counts): 128 L1IDs alive at most.
+    let small = "[ros]\npages_per_channel = 16\n[dcm]\nslots = 8\n[supervisor]\nclear_group = 50\n";
+    assert!(parse(&format!("[l1]\nl1id_wrap = 1\n{small}")).is_ok());
     // A value already refused on its own is not named twice.
     let e = parse("[l1]\nl1id_wrap = 0\n").unwrap_err();
     assert_eq!(e.errors().len(), 1, "{e}");
