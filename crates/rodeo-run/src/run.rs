@@ -28,6 +28,7 @@ use rodeo_control::run_control::{run_to_end, Partition};
 use rodeo_control::summary::RunSummary;
 use serde_json::Value;
 
+use crate::lock::OutputLock;
 use crate::output::{data_files, file_records, OutputDir};
 use crate::rundb::now_ns;
 use crate::sheet::RunSheet;
@@ -101,6 +102,9 @@ pub struct Run {
     /// Whether `quit` stopped the run before its end ([`RunSheet::stopped_early`]).
     stopped_early: bool,
     _forwarder: Option<Forwarder>,
+    /// The locks of `[logger] directories` other than the output directory, for the run's
+    /// life ([`lock_logger_directories`]).
+    _logger_locks: Vec<OutputLock>,
 }
 
 impl std::fmt::Debug for Run {
@@ -197,6 +201,7 @@ impl Run {
                 output.db().path().display(),
             );
         }
+        let logger_locks = lock_logger_directories(&config, output.path())?;
         let snapshot = write_snapshot(&layout, &config)?;
         let built = build(&config, &options, snapshot);
         let (partition, embedded, controller, forwarder) = match built {
@@ -220,6 +225,7 @@ impl Run {
             last_metrics: Vec::new(),
             stopped_early: false,
             _forwarder: forwarder,
+            _logger_locks: logger_locks,
         })
     }
 
@@ -563,6 +569,45 @@ pub fn bring_down(p: &dyn Partition) {
 /// `partition.toml`: the record of what ran, and the file the local `rodeo app` processes of a
 /// run with processes name on their command line. Readable by the owner only: it may hold the
 /// command token (control.token).
+/// Locks each of `[logger] directories` that is not the output directory itself, for the
+/// run's life: one directory has one owner ([`crate::lock`]). One that another `rodeo run` or
+/// `rodeo serve` owns is refused, naming the holder: a run whose loggers wrote into a serving
+/// service's directory put its file into the service's next run directory, where the
+/// service's run of that number added its own, each calling the run its own (2026-12-07). A
+/// run directory that exists there already is refused, as in the output directory. With
+/// `[hosts]` the loggers may write on other hosts: nothing is locked here.
+fn lock_logger_directories(
+    config: &PartitionConfig,
+    output: &Path,
+) -> anyhow::Result<Vec<OutputLock>> {
+    if !config.hosts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut held: Vec<PathBuf> = std::fs::canonicalize(output).into_iter().collect();
+    let mut locks = Vec::new();
+    for d in &config.logger.directories {
+        let dir = Path::new(d);
+        let field = || format!("logger.directories: {}", dir.display());
+        std::fs::create_dir_all(dir).with_context(field)?;
+        let real = std::fs::canonicalize(dir).with_context(field)?;
+        if held.contains(&real) {
+            continue;
+        }
+        locks.push(OutputLock::acquire(&real, &crate::lock::this_command()).with_context(field)?);
+        let run_dir = real.join(format!("run-{:08}", config.run.number));
+        if run_dir.exists() {
+            anyhow::bail!(
+                "logger.directories: the run directory {} already exists: run {} was taken \
+                 there before. Choose another run number or directory.",
+                run_dir.display(),
+                config.run.number
+            );
+        }
+        held.push(real);
+    }
+    Ok(locks)
+}
+
 fn write_snapshot(layout: &Layout, config: &PartitionConfig) -> anyhow::Result<PathBuf> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;

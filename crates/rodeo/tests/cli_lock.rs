@@ -76,10 +76,25 @@ fn a_second_serve_or_run_on_a_directory_in_use_is_refused_within_2s_naming_the_h
     let (first, _addr) = serve(&out, &cfg, false);
     let holder = format!("pid {}", first.id());
     let out_s = out.to_str().unwrap();
+    // Another partition whose loggers would write into the service's directory: its files
+    // went into the service's next run directory, two runs under one number.
+    let into = dir.path().join("into.toml");
+    std::fs::write(&into, format!("[logger]\ndirectories = [{out_s:?}]\n")).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    let (into_s, elsewhere_s) = (into.to_str().unwrap(), elsewhere.to_str().unwrap());
     for args in [
         vec!["serve", "--output", out_s, "--http", "127.0.0.1:0"],
         vec!["run", "--output", out_s, "--events", "1000"],
         vec!["run", "--output", out_s, "--events", "1000", "--processes"],
+        vec![
+            "run",
+            "--output",
+            elsewhere_s,
+            "--config",
+            into_s,
+            "--events",
+            "1000",
+        ],
     ] {
         let (o, took) = rodeo_timed(&args);
         let err = &o.stderr;
