@@ -302,6 +302,30 @@ impl PartitionConfig {
                 ),
             );
         }
+        // A readout node's replies to one DCM: up to dcm.max_outstanding requests in flight,
+        // a reply beyond the mark dropped (asked again at the DCM's timeout, else the event is
+        // built partial). Over ipc and tcp, twice that, for the same reason: tcp, 20,000
+        // events, max_outstanding 64: 6,232 and 10,455 partial at a mark of 1, 59 at 64 (ipc:
+        // 62), none at 128 (2026-12-07).
+        let (ros_hwm, outstanding) = (self.ros.high_water_mark, self.dcm.max_outstanding);
+        let zeromq_pipes = matches!(self.transport.kind, TransportKind::Ipc | TransportKind::Tcp);
+        if zeromq_pipes
+            && ros_hwm != 0
+            && (ros_hwm as usize) < 2 * outstanding
+            && !c.has("dcm.max_outstanding")
+        {
+            c.bad(
+                "ros.high_water_mark",
+                ros_hwm,
+                format!(
+                    "at least {} over ipc and tcp (twice dcm.max_outstanding, {outstanding}: a \
+                     DCM may have that many requests in flight to a node, and ZeroMQ's queue \
+                     counts what its reader took only every half high-water mark): a reply the \
+                     queue cannot hold is dropped, and its event built partial",
+                    2 * outstanding
+                ),
+            );
+        }
     }
 
     /// `dcm.stream_shares`: one weight per `logger.streams` entry.

@@ -181,4 +181,26 @@ mod tests {
         .unwrap();
         assert_eq!((ok.transport.high_water_mark, ok.dcm.slots), (64, 64));
     }
+
+    /// A readout node's queue of replies to a DCM holds what the DCM may have in flight to it,
+    /// twice over ipc and tcp (a mark of 64 built 59 events partial over tcp); within a
+    /// process (inproc, shm) the mark is not bounded so.
+    #[test]
+    fn a_readout_node_mark_below_the_requests_in_flight_is_refused_over_ipc_and_tcp() {
+        for kind in ["ipc", "tcp"] {
+            let e = refused(&format!(
+                "[transport]\nkind = \"{kind}\"\n[ros]\nhigh_water_mark = 127\n"
+            ));
+            assert!(
+                e.contains("ros.high_water_mark") && e.contains("at least 128"),
+                "{kind}: {e}"
+            );
+            let text = format!("[transport]\nkind = \"{kind}\"\n[ros]\nhigh_water_mark = 128\n");
+            assert!(
+                PartitionConfig::from_toml(&text, "t.toml").is_ok(),
+                "{kind}"
+            );
+        }
+        assert!(PartitionConfig::from_toml("[ros]\nhigh_water_mark = 1\n", "t.toml").is_ok());
+    }
 }
