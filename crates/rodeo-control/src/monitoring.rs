@@ -208,6 +208,8 @@ pub struct Forwarder {
     stop: Arc<AtomicBool>,
     forwarded: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
+    /// The socket files of its `ipc://` endpoints, removed when it is dropped.
+    ipc_files: Vec<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -258,10 +260,16 @@ impl Forwarder {
                 endpoint: m.endpoint.clone(),
                 source: zmq::Error::from_raw(e.raw_os_error().unwrap_or(libc_enomem())),
             })?;
+        let ipc_files = [input.as_str(), m.endpoint.as_str()]
+            .iter()
+            .filter_map(|e| e.strip_prefix("ipc://"))
+            .map(std::path::PathBuf::from)
+            .collect();
         Ok(Forwarder {
             stop,
             forwarded,
             thread: Some(thread),
+            ipc_files,
         })
     }
 
@@ -281,6 +289,14 @@ impl Drop for Forwarder {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // The sockets are closed (their thread ended): their ipc files go too, only if they
+        // are still sockets (every run left both behind, `<endpoint>` and `<endpoint>.in`).
+        for path in &self.ipc_files {
+            use std::os::unix::fs::FileTypeExt as _;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
@@ -744,6 +760,33 @@ mod tests {
         ] {
             assert_eq!(field(m), f);
         }
+    }
+
+    /// A forwarder on ipc endpoints leaves no socket file behind when dropped (every run left
+    /// `<endpoint>` and `<endpoint>.in`), and removes nothing that is not a socket.
+    #[test]
+    fn a_forwarder_leaves_no_ipc_socket_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("mon.sock");
+        let m = MonitoringSection {
+            endpoint: format!("ipc://{}", sock.display()),
+            ..MonitoringSection::default()
+        };
+        let f = Forwarder::start(&m).unwrap();
+        let input = dir.path().join("mon.sock.in");
+        assert!(sock.exists() && input.exists());
+        drop(f);
+        assert!(!sock.exists() && !input.exists());
+        // A plain file at the endpoint's path is not the forwarder's: left alone.
+        let m = MonitoringSection {
+            endpoint: format!("ipc://{}", dir.path().join("other").display()),
+            ..MonitoringSection::default()
+        };
+        let f = Forwarder::start(&m).unwrap();
+        std::fs::remove_file(dir.path().join("other")).unwrap();
+        std::fs::write(dir.path().join("other"), b"data").unwrap();
+        drop(f);
+        assert!(dir.path().join("other").exists());
     }
 
     #[test]
