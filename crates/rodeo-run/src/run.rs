@@ -153,6 +153,8 @@ impl Run {
         // one ends, often on the disk that run filled to the margin and that may be freed
         // before the start.)
         config.check_directories()?;
+        // The inputs' files, as the readout node will read them: before any run number.
+        config.check_input_files()?;
         Ok(warnings)
     }
 

@@ -42,6 +42,7 @@ mod dcm;
 pub(crate) mod error;
 mod estimate;
 mod file;
+mod input_files;
 mod l1;
 mod limits;
 mod logger;

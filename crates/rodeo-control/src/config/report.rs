@@ -63,6 +63,7 @@ impl PartitionConfig {
         c.check(valid);
         c.check(config.check_output());
         c.check(config.check_directories());
+        c.check(config.check_input_files());
         let mut warnings = Vec::new();
         if was_valid {
             c.check(config.check_free_space());
@@ -92,6 +93,7 @@ impl PartitionConfig {
         let mut c = Checks::new();
         c.check(self.check_output());
         c.check(self.check_directories());
+        c.check(self.check_input_files());
         c.check(self.check_free_space());
         let warnings = match self.check_resources_on(machine) {
             Ok(w) => w,

@@ -1,0 +1,199 @@
+//! Checks on this host of the files a readout input reads: `ros.replay_files` (loaded as the
+//! node loads them) and `ros.link_files` (regular files this process can open). `config
+//! check` passed a replay file that did not exist, was a TOML file, a directory or
+//! `/dev/zero`, and the run then failed at once; and a replay without `replay_loop` asked for
+//! more events than its files hold built every event past their end partial, one request
+//! timeout each (20,000 asked of a 2,021-event file: still running after 60 s).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rodeo_files::replay::ReplayEvents;
+
+use super::error::{bad, ConfigError};
+use super::{L1Mode, PartitionConfig, ReplayL1id, RosInput};
+
+/// Replay files larger than this in all are opened, not loaded, by the check (the node loads
+/// them at its start in any case).
+const LOAD_AT_MOST_BYTES: u64 = 1 << 30;
+
+impl PartitionConfig {
+    /// Checks the readout inputs' files on this host (module docs). Readout nodes placed on
+    /// other hosts (`[hosts]`) read their own disks and are not checked here.
+    pub fn check_input_files(&self) -> Result<(), ConfigError> {
+        if self.hosts.keys().any(|app| app.starts_with("ros-")) {
+            return Ok(());
+        }
+        match self.ros.input {
+            RosInput::Replay => self.check_replay_files(),
+            RosInput::File => {
+                for entry in &self.ros.link_files {
+                    regular_file(Path::new(entry))
+                        .map_err(|why| bad("ros.link_files", format!("{entry:?}"), why))?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_replay_files(&self) -> Result<(), ConfigError> {
+        let r = &self.ros;
+        let mut total = 0;
+        for entry in &r.replay_files {
+            regular_file(Path::new(entry))
+                .map_err(|why| bad("ros.replay_files", format!("{entry:?}"), why))?;
+            total += std::fs::metadata(entry).map_or(0, |m| m.len());
+        }
+        let files: Vec<PathBuf> = r.replay_files.iter().map(PathBuf::from).collect();
+        if total > LOAD_AT_MOST_BYTES {
+            for f in &files {
+                rodeo_files::datafile::DataFileReader::open(f).map_err(|e| {
+                    bad(
+                        "ros.replay_files",
+                        format!("{:?}", f.display().to_string()),
+                        format!("raw-data files (rodeo or EventStorage): {e}"),
+                    )
+                })?;
+            }
+            return Ok(());
+        }
+        let map: HashMap<u32, u32> = r.replay_source_map.iter().map(|&[a, b]| (a, b)).collect();
+        let events = ReplayEvents::load(&files, &map).map_err(|e| {
+            bad(
+                "ros.replay_files",
+                format!("{:?}", r.replay_files),
+                format!("raw-data files the replay can load: {e}"),
+            )
+        })?;
+        let held = events.len() as u64;
+        let asks = self.run.events;
+        // The L1 emulator and the RoI builder issue L1IDs from 0 whatever the files hold; the
+        // data-driven and external L1s accept only what comes.
+        let counted = matches!(self.l1.mode, L1Mode::Emulator | L1Mode::Roib);
+        if counted
+            && !r.replay_loop
+            && r.replay_l1id == ReplayL1id::Renumber
+            && (asks == 0 || asks > held)
+        {
+            let asked = if asks == 0 {
+                "0 (no count: the run would go on past their end)".to_string()
+            } else {
+                asks.to_string()
+            };
+            return Err(bad(
+                "run.events",
+                asked,
+                format!(
+                    "at most {held}, the events of ros.replay_files, without ros.replay_loop \
+                     (every event past their end would be built without fragments, one request \
+                     timeout each); or set ros.replay_loop = true"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `path` is a regular file this process can open for reading (a link to one too).
+fn regular_file(path: &Path) -> Result<(), String> {
+    let m = std::fs::metadata(path).map_err(|e| format!("a file that exists: {e}"))?;
+    if !m.is_file() {
+        return Err("a regular file (this is a directory, a device or a pipe)".into());
+    }
+    std::fs::File::open(path)
+        .map(|_| ())
+        .map_err(|e| format!("a file this process can read: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
+    use rodeo_format::synth::{EventSynth, SynthConfig};
+
+    use super::*;
+
+    /// A raw-data file of `n` events (run 1) in `dir`.
+    fn raw_file(dir: &Path, n: u64) -> PathBuf {
+        let mut c = RawFileConfig::new(dir, 1, "test", "physics_Main");
+        c.fsync_on_close = false;
+        let mut w = RawFileWriter::create(c).unwrap();
+        let mut synth = EventSynth::new(SynthConfig {
+            robs: 12,
+            run_number: 1,
+            ..SynthConfig::default()
+        });
+        let mut out = Vec::new();
+        for g in 0..n {
+            out.clear();
+            synth.event(g, &mut out).unwrap();
+            w.write_event(&out, 0).unwrap();
+        }
+        w.finish().unwrap().pop().unwrap().path
+    }
+
+    fn config(body: &str) -> PartitionConfig {
+        PartitionConfig::from_toml(body, "t.toml").unwrap()
+    }
+
+    /// A replay of `files` with `[run]` body `run` and more `[ros]` lines `ros`.
+    fn replay(files: &[&Path], run: &str, ros: &str) -> PartitionConfig {
+        let list: Vec<String> = files
+            .iter()
+            .map(|f| format!("{:?}", f.display().to_string()))
+            .collect();
+        config(&format!(
+            "[run]\n{run}\n[ros]\ninput = \"replay\"\nreplay_files = [{}]\n{ros}\n",
+            list.join(", ")
+        ))
+    }
+
+    /// A replay file that is missing, a directory or not raw data is refused by name; so is
+    /// a missing link file.
+    #[test]
+    fn input_files_that_cannot_be_read_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = dir.path().join("p.toml");
+        std::fs::write(&toml, "[run]\n").unwrap();
+        for bad in [dir.path().join("none.data"), dir.path().to_path_buf(), toml] {
+            let e = replay(&[&bad], "events = 10", "")
+                .check_input_files()
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("ros.replay_files"),
+                "{}: {e}",
+                bad.display()
+            );
+        }
+        let c = config(
+            "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n[ros]\nchannels = 1\ninput = \"file\"\n\
+             link_files = [\"/nonexistent/l0\"]\n",
+        );
+        let e = c.check_input_files().unwrap_err().to_string();
+        assert!(
+            e.contains("ros.link_files") && e.contains("/nonexistent/l0"),
+            "{e}"
+        );
+    }
+
+    /// Without `replay_loop` the run asks for at most the events the files hold (no count
+    /// would go past their end); with the loop, or fewer events, it passes.
+    #[test]
+    fn a_replay_without_its_loop_asks_for_no_more_events_than_its_files_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = raw_file(dir.path(), 30);
+        let e = replay(&[&f], "events = 31", "")
+            .check_input_files()
+            .unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("run.events") && e.contains("at most 30"), "{e}");
+        let e = replay(&[&f], "events = 0\nseconds = 5.0", "").check_input_files();
+        assert!(e.unwrap_err().to_string().contains("run.events"));
+        replay(&[&f], "events = 30", "")
+            .check_input_files()
+            .unwrap();
+        replay(&[&f], "events = 31", "replay_loop = true")
+            .check_input_files()
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
