@@ -34,15 +34,20 @@ pub struct NodeSummary {
     pub stored: u64,
     /// Fragments still stored at the end (not yet cleared: the emulated inputs run ahead).
     pub stored_now: u64,
-    /// Of `stored_now`, the fragments at or before the L1 front (the newest L1ID a request
-    /// or clear named): passed over by the L1, e.g. missing on another input. Early-clear
-    /// markers are not counted here.
+    /// With a detector's input (network, link files: not an emulator that runs ahead of the
+    /// L1), of `stored_now`, the fragments at or before the L1 front (the newest L1ID a
+    /// request or clear named): passed over by the L1, e.g. missing on another input.
+    /// Early-clear markers are not counted here.
     #[serde(default)]
     pub stored_behind_l1: u64,
-    /// Of `stored_now`, the fragments after the L1 front: received after the last accept
-    /// (with a detector's stream cut by the stop, its last events).
+    /// As `stored_behind_l1`, the fragments after the L1 front: received after the last
+    /// accept (with a stream cut by the stop, its last events).
     #[serde(default)]
     pub stored_ahead_of_l1: u64,
+    /// Of `stored_ahead_of_l1`, the fragments of L1IDs some channel of the node does not
+    /// hold (never to be complete once every input has ended).
+    #[serde(default)]
+    pub stored_ahead_incomplete: u64,
     /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).
     pub swrod_built: u64,
     /// The SW ROD input's first error at the stop (a builder that failed), if any: also a

@@ -80,12 +80,14 @@ pub struct NodeSheet {
     pub input_errors: u64,
     /// Words its inputs dropped.
     pub input_dropped_words: u64,
-    /// Fragments it received over the network that are in no event built and should have
-    /// been (passed over by the L1, or after the last accept when every sender had finished:
-    /// [`crate::unbuilt`]); 0 for other inputs, whose emulators run ahead of the L1.
+    /// Fragments it received from the detector (network inputs, link files) that are in no
+    /// event built and should have been (passed over by the L1, or after the last accept,
+    /// every input ended, with an L1ID some channel lacks: [`crate::unbuilt`]); 0 for
+    /// emulated inputs and replays, which run ahead of the L1.
     pub unbuilt_fragments: u64,
-    /// Fragments it received over the network after the last L1 accept while a stream was
-    /// still flowing: the stop cut their events (said on the sheet, not a problem).
+    /// Fragments it received from the detector after the last L1 accept whose events the
+    /// run's end cut (a stream still flowing, or L1IDs every channel holds): said on the
+    /// sheet, not a problem ([`crate::unbuilt`]).
     pub unbuilt_cut_by_stop: u64,
     /// Whether it was restarted into the run.
     pub restarted: bool,

@@ -126,8 +126,8 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
         if node.unbuilt_cut_by_stop > 0 {
             writeln!(
                 out,
-                "    {} fragments received after the last L1 accept: the stop cut their events \
-                 (the stream was still flowing), not built",
+                "    {} fragments received after the last L1 accept: the run's end cut their \
+                 events, not built",
                 node.unbuilt_cut_by_stop
             )?;
         }

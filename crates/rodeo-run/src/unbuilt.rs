@@ -1,8 +1,9 @@
 //! A detector's fragments that are in no event built: which of them the run lost, and which
 //! the stop cut.
 //!
-//! A readout node fed over the network (`tcp://`, `udp://` inputs) builds an event for every
-//! L1ID each of its inputs delivered (the data-driven L1). What it still stores at the end
+//! A readout node fed by a detector (network inputs, `tcp://` or `udp://`, or link files:
+//! inputs that do not run ahead of the L1) builds an event for every L1ID the L1 accepts (with
+//! the data-driven L1, every L1ID each of its inputs delivered). What it still stores at the end
 //! splits at the L1 front, the newest L1ID a request or clear named
 //! (`rodeo_ros::store::EventStore::stored_around_l1_front`):
 //!
@@ -10,10 +11,12 @@
 //! - **ahead** of it: received after the last accept. When a stream was still flowing at the
 //!   stop (UDP has no end; a TCP sender still connected), the stop cut those events: said on
 //!   the sheet, not a problem (a UDP run ended by `run.seconds` was degraded every time, 612
-//!   fragments of two links 15 ms apart). When every sender had finished (closed), the other
-//!   inputs never sent those events: lost, a problem.
+//!   fragments of two links 15 ms apart). When every input had ended, the fragments of L1IDs
+//!   every channel holds are events the run's end cut (`run.events` reached); those of L1IDs
+//!   some channel lacks could never be built: lost, a problem (two link files of 1,000 and 500
+//!   fragments in the data-driven L1 ran "ok" with 500 of them unbuilt and unsaid).
 //!
-//! Emulated inputs, file players and replays run ahead of the L1 by design and count none.
+//! Emulated inputs and replays run ahead of the L1 by design and count none.
 
 use rodeo_control::summary::{InputState, NodeSummary};
 
@@ -29,33 +32,30 @@ pub struct Unbuilt {
 }
 
 impl Unbuilt {
-    /// The split of node `n`'s summary. A summary without the split (an older version) counts
-    /// every fragment still stored as lost, as that version did.
+    /// The split of node `n`'s summary. A summary without the split (an older version, or
+    /// nothing but early-clear markers left) counts a network input's fragments still stored
+    /// as lost, as that version did.
     pub fn of(n: &NodeSummary) -> Unbuilt {
-        let network = !n.inputs.is_empty()
-            && n.inputs
-                .iter()
-                .all(|i| i.address.starts_with("tcp://") || i.address.starts_with("udp://"));
-        if !network {
-            return Unbuilt::default();
-        }
-        if n.stored_behind_l1 + n.stored_ahead_of_l1 == 0 {
+        let split = n.stored_behind_l1 + n.stored_ahead_of_l1 > 0;
+        if !split {
+            let network = !n.inputs.is_empty()
+                && n.inputs
+                    .iter()
+                    .all(|i| i.address.starts_with("tcp://") || i.address.starts_with("udp://"));
             return Unbuilt {
-                lost: n.stored_now,
+                lost: if network { n.stored_now } else { 0 },
                 cut: 0,
             };
         }
         let flowing = n.inputs.iter().any(|i| i.state == InputState::Connected);
-        if flowing {
-            Unbuilt {
-                lost: n.stored_behind_l1,
-                cut: n.stored_ahead_of_l1,
-            }
+        let never = if flowing {
+            0
         } else {
-            Unbuilt {
-                lost: n.stored_behind_l1 + n.stored_ahead_of_l1,
-                cut: 0,
-            }
+            n.stored_ahead_incomplete.min(n.stored_ahead_of_l1)
+        };
+        Unbuilt {
+            lost: n.stored_behind_l1 + never,
+            cut: n.stored_ahead_of_l1 - never,
         }
     }
 
@@ -67,9 +67,9 @@ impl Unbuilt {
                 Some(self.lost),
                 Some(name.to_string()),
                 format!(
-                    "{name}: {} fragments received over the network are in no event built \
-                     (passed over by the L1: missing on another input; or sent after the \
-                     other inputs' last event)",
+                    "{name}: {} fragments received from the detector are in no event built \
+                     (passed over by the L1, or after the last accept with no other input \
+                     holding their L1ID: missing on another input)",
                     self.lost
                 ),
             )
@@ -85,13 +85,14 @@ mod tests {
     use crate::sheet::RunSheet;
     use crate::verdict::Verdict;
 
-    fn node(address: &str, state: InputState, behind: u64, ahead: u64) -> NodeSummary {
+    fn node(address: &str, state: InputState, behind: u64, ahead: (u64, u64)) -> NodeSummary {
         NodeSummary {
             name: "ros-1".into(),
             stored: 33_063,
             stored_now: 13_211,
             stored_behind_l1: behind,
-            stored_ahead_of_l1: ahead,
+            stored_ahead_of_l1: ahead.0,
+            stored_ahead_incomplete: ahead.1,
             inputs: vec![InputStatus {
                 node: "ros-1".into(),
                 rob: 0x0041_0001,
@@ -124,32 +125,47 @@ mod tests {
     /// with their count; the fragments an emulated input stored ahead of the L1 are not.
     #[test]
     fn unbuilt_network_fragments_are_a_problem() {
-        let s = sheet(node("udp://127.0.0.1:5001", InputState::Closed, 0, 0));
+        let s = sheet(node("udp://127.0.0.1:5001", InputState::Closed, 0, (0, 0)));
         let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
         assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(13_211))]);
         assert_eq!(s.verdict, Verdict::Degraded);
         assert_eq!(s.readout_nodes[0].unbuilt_fragments, 13_211);
-        let s = sheet(node("emulated", InputState::Ended, 0, 0));
+        let s = sheet(node("emulated", InputState::Ended, 0, (0, 0)));
         assert!(s.problems.is_empty(), "{:?}", s.problems);
         assert_eq!(s.readout_nodes[0].unbuilt_fragments, 0);
     }
 
     /// A stream still flowing at the stop: its fragments after the last accept are cut, not
-    /// lost; the ones the L1 passed over still are. When every sender had closed, both are.
+    /// lost; the ones the L1 passed over still are. When every input had ended, the ones of
+    /// L1IDs some channel lacks are lost, the others cut by the run's end.
     #[test]
     fn the_stop_cuts_a_flowing_stream_and_loses_nothing_by_it() {
-        let s = sheet(node("udp://127.0.0.1:5001", InputState::Connected, 0, 612));
+        let split = |s: &RunSheet| {
+            let n = &s.readout_nodes[0];
+            (n.unbuilt_fragments, n.unbuilt_cut_by_stop)
+        };
+        let udp = "udp://127.0.0.1:5001";
+        let s = sheet(node(udp, InputState::Connected, 0, (612, 612)));
         assert!(s.problems.is_empty(), "{:?}", s.problems);
         assert_eq!(s.verdict, Verdict::Ok);
-        let n = &s.readout_nodes[0];
-        assert_eq!((n.unbuilt_fragments, n.unbuilt_cut_by_stop), (0, 612));
-        let s = sheet(node("udp://127.0.0.1:5001", InputState::Connected, 3, 612));
+        assert_eq!(split(&s), (0, 612));
+        let s = sheet(node(udp, InputState::Connected, 3, (612, 600)));
         let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
         assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(3))]);
-        assert_eq!(s.readout_nodes[0].unbuilt_cut_by_stop, 612);
-        let s = sheet(node("tcp://127.0.0.1:5001", InputState::Closed, 3, 100));
+        assert_eq!(split(&s), (3, 612));
+        // Every sender closed: 100 L1IDs on one link only are lost, 40 on both were cut.
+        let s = sheet(node(
+            "tcp://127.0.0.1:5001",
+            InputState::Closed,
+            3,
+            (140, 100),
+        ));
         let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
         assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(103))]);
-        assert_eq!(s.readout_nodes[0].unbuilt_cut_by_stop, 0);
+        assert_eq!(split(&s), (103, 40));
+        // Link files read to their end: the same.
+        let s = sheet(node("/data/link0.bin", InputState::Ended, 0, (500, 500)));
+        assert_eq!(split(&s), (500, 0));
+        assert_eq!(s.verdict, Verdict::Degraded);
     }
 }

@@ -248,6 +248,46 @@ fn a_stream_cut_by_the_stop_is_no_loss_of_the_run() {
     assert_eq!(v["problems"].as_array().map(Vec::len), Some(0), "{v}");
 }
 
+/// Two link files of 1,000 and 500 fragments into the data-driven L1: 500 events built, the
+/// first file's other 500 counted as unbuilt (the run said "ok" with them unsaid).
+#[test]
+fn link_files_of_unequal_length_leave_their_extra_fragments_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut links = Vec::new();
+    for (i, units) in [1000, 500].into_iter().enumerate() {
+        let path = dir.path().join(format!("l{i}.bin"));
+        let out = rodeo!()
+            .args(["gen", "link", "--mode", "slink", "--units"])
+            .arg(units.to_string())
+            .arg("-o")
+            .arg(&path)
+            .output();
+        assert!(out.status.success(), "{}", out.stderr);
+        links.push(format!("{:?}", path.to_str().unwrap()));
+    }
+    let config = dir.path().join("files.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[run]\nevents = 0\n[l1]\nmode = \"readout\"\nrois_per_event = [1, 1]\n[ros]\n\
+             channels = 2\ninput = \"file\"\nlink_files = [{}]\n[dcm]\nnodes = 1\n\
+             accept_fraction = 1.0\n",
+            links.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = run_json(&config, &dir.path().join("out"))
+        .deadline(Duration::from_secs(120))
+        .output();
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    assert_eq!(v["l1_accepts"], 500, "{v}");
+    assert_eq!(v["readout_nodes"][0]["unbuilt_fragments"], 500, "{v}");
+    assert_eq!(v["readout_nodes"][0]["unbuilt_cut_by_stop"], 0, "{v}");
+    assert_eq!(v["verdict"], "degraded", "{v}");
+    assert_eq!(out.status.code(), Some(3), "{v}");
+}
+
 #[test]
 fn dump_shows_the_robs_of_zstd_compressed_events() {
     let dir = tempfile::tempdir().unwrap();

@@ -161,7 +161,12 @@ impl Application for RosApp {
             );
         }
         let k = s.store.total_counters();
-        let (stored_behind_l1, stored_ahead_of_l1) = s.store.stored_around_l1_front();
+        // A detector's fragments never built (an emulator's run ahead by design).
+        let at_end = if s.store.runs_ahead() {
+            rodeo_ros::store::StoredAtEnd::default()
+        } else {
+            s.store.stored_around_l1_front()
+        };
         let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
         Ok(Some(AppSummary::Ros(NodeSummary {
             name: self.name.clone(),
@@ -170,8 +175,9 @@ impl Application for RosApp {
             clear_gaps: s.counters.clear_gaps,
             stored: k.fragments,
             stored_now: k.stored,
-            stored_behind_l1,
-            stored_ahead_of_l1,
+            stored_behind_l1: at_end.behind,
+            stored_ahead_of_l1: at_end.ahead,
+            stored_ahead_incomplete: at_end.ahead_incomplete,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
             swrod_error: s.swrod_error,
             input_errors: s.slink.errors() + net.dropped_units + net.kernel_dropped_units,

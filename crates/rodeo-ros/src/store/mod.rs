@@ -141,6 +141,18 @@ pub fn l1id_newer(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) > 0
 }
 
+/// What a store holds at the end of a run, split at the L1 front
+/// ([`EventStore::stored_around_l1_front`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoredAtEnd {
+    /// Fragments at or before the L1 front.
+    pub behind: u64,
+    /// Fragments after it.
+    pub ahead: u64,
+    /// Of `ahead`, the fragments of L1IDs that some channel does not hold.
+    pub ahead_incomplete: u64,
+}
+
 /// Configuration of an [`EventStore`].
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -435,6 +447,11 @@ impl EventStore {
         lent_pages(&self.channels[c], self.l1_front, self.pages_per_channel)
     }
 
+    /// Whether the input runs ahead of the L1 ([`EventStore::set_runs_ahead`]).
+    pub fn runs_ahead(&self) -> bool {
+        self.runs_ahead
+    }
+
     /// Marks the input as one that runs ahead of the L1 (an emulated card, a replay): pages
     /// whose first fragment is newer than the L1 front count as lent, not fill (module docs).
     /// Off by default (a real input's every fragment is fill).
@@ -457,21 +474,34 @@ impl EventStore {
     }
 
     /// The fragments stored now, over every channel, split at the L1 front (the newest L1ID
-    /// a request or clear named, [`EventStore::l1_front`]): `(behind, ahead)`, at or before it
-    /// and after it (every one ahead without a front). At the end of a run with a detector's
-    /// input, the ones ahead came after the last accept, the ones behind were passed over by
-    /// the L1 (missing on another input). A walk of every index: for the end of a run.
-    pub fn stored_around_l1_front(&self) -> (u64, u64) {
+    /// a request or clear named, [`EventStore::l1_front`]; every one is ahead without a
+    /// front). At the end of a run with a detector's input, the ones behind were passed over
+    /// by the L1 (missing on another input), the ones ahead came after the last accept; of
+    /// those, `ahead_incomplete` are of L1IDs some channel does not hold. A walk of every
+    /// index: for the end of a run.
+    pub fn stored_around_l1_front(&self) -> StoredAtEnd {
         let front = self.l1_front;
-        let (mut behind, mut ahead) = (0, 0);
+        let is_ahead = |l1id: u32| front.is_none_or(|f| l1id_newer(l1id, f));
+        let mut out = StoredAtEnd::default();
+        let mut holders: std::collections::HashMap<u32, usize> = Default::default();
         for ch in &self.channels {
-            let after = ch
-                .index
-                .count_stored(|l1id| front.is_none_or(|f| l1id_newer(l1id, f)));
-            ahead += after as u64;
-            behind += (ch.index.count_stored(|_| true) - after) as u64;
+            let all = ch.index.count_stored(|_| true) as u64;
+            let ahead = ch.index.count_stored(|l1id| {
+                if is_ahead(l1id) {
+                    *holders.entry(l1id).or_default() += 1;
+                }
+                is_ahead(l1id)
+            }) as u64;
+            out.ahead += ahead;
+            out.behind += all - ahead;
         }
-        (behind, ahead)
+        let channels = self.channels.len();
+        out.ahead_incomplete = holders
+            .values()
+            .filter(|&&n| n < channels)
+            .map(|&n| n as u64)
+            .sum();
+        out
     }
 
     /// Counters summed over channels.
