@@ -66,6 +66,29 @@ impl PartitionConfig {
                 format!("raw-data files the replay can load: {e}"),
             )
         })?;
+        // Every ROB of the files must have a channel somewhere in the partition: the others
+        // were left out of every event, unsaid (a 12-ROB file into 6 channels ran "ok").
+        let base = u32::from(r.subdetector) << 16;
+        let robs = (r.nodes * r.channels) as u32;
+        let orphans: Vec<u32> = events
+            .source_ids()
+            .into_iter()
+            .filter(|id| !(base..base.saturating_add(robs)).contains(id))
+            .collect();
+        if let Some(first) = orphans.first() {
+            return Err(bad(
+                "ros.channels",
+                format!(
+                    "{} (ros.nodes x ros.channels = {robs} ROBs, 0x{base:08x}..; the replay files \
+                     hold {} ROB(s) outside them, the first 0x{first:08x})",
+                    r.channels,
+                    orphans.len()
+                ),
+                "a channel for every ROB of ros.replay_files (the others would be left out of \
+                 every event): more ros.channels or ros.nodes, the files' ros.subdetector, or \
+                 ros.replay_source_map to rename them",
+            ));
+        }
         let held = events.len() as u64;
         let asks = self.run.events;
         // The L1 emulator and the RoI builder issue L1IDs from 0 whatever the files hold; the
@@ -132,6 +155,22 @@ mod tests {
         w.finish().unwrap().pop().unwrap().path
     }
 
+    /// `[ros] replay_source_map` lines renaming the test files' ROBs to the first `n`
+    /// channels of the partition (`0x00410000`...).
+    fn onto_channels(n: usize) -> String {
+        let synth = EventSynth::new(SynthConfig {
+            robs: 12,
+            ..SynthConfig::default()
+        });
+        let pairs: Vec<String> = synth
+            .source_ids()
+            .take(n)
+            .enumerate()
+            .map(|(i, id)| format!("[{}, {}]", id.word(), 0x0041_0000 + i as u32))
+            .collect();
+        format!("replay_source_map = [{}]", pairs.join(", "))
+    }
+
     fn config(body: &str) -> PartitionConfig {
         PartitionConfig::from_toml(body, "t.toml").unwrap()
     }
@@ -182,17 +221,31 @@ mod tests {
     fn a_replay_without_its_loop_asks_for_no_more_events_than_its_files_hold() {
         let dir = tempfile::tempdir().unwrap();
         let f = raw_file(dir.path(), 30);
-        let e = replay(&[&f], "events = 31", "")
+        let map = onto_channels(12);
+        let e = replay(&[&f], "events = 31", &map)
             .check_input_files()
             .unwrap_err();
         let e = e.to_string();
         assert!(e.contains("run.events") && e.contains("at most 30"), "{e}");
-        let e = replay(&[&f], "events = 0\nseconds = 5.0", "").check_input_files();
+        let e = replay(&[&f], "events = 0\nseconds = 5.0", &map).check_input_files();
         assert!(e.unwrap_err().to_string().contains("run.events"));
-        replay(&[&f], "events = 30", "")
+        replay(&[&f], "events = 30", &map)
             .check_input_files()
             .unwrap();
-        replay(&[&f], "events = 31", "replay_loop = true")
+        // Its 12 ROBs need 12 channels: 6 (or 6 left unmapped) would leave half of each
+        // event out.
+        let six = format!("channels = 6\n{map}");
+        let e = replay(&[&f], "events = 30", &six).check_input_files();
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("ros.channels") && e.contains("6 ROB(s) outside"),
+            "{e}"
+        );
+        let half = onto_channels(6);
+        assert!(replay(&[&f], "events = 30", &half)
+            .check_input_files()
+            .is_err());
+        replay(&[&f], "events = 31", &format!("replay_loop = true\n{map}"))
             .check_input_files()
             .unwrap_or_else(|e| panic!("{e}"));
     }
