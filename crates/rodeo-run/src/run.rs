@@ -155,6 +155,8 @@ impl Run {
         config.check_directories()?;
         // The inputs' files, as the readout node will read them: before any run number.
         config.check_input_files()?;
+        // The partition's own addresses: none twice, every host this host's.
+        config.check_binds_here()?;
         Ok(warnings)
     }
 

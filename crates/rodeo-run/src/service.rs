@@ -392,6 +392,7 @@ impl RunService {
             .and_then(|()| new.check_output())
             .and_then(|()| new.check_directories())
             .and_then(|()| new.check_input_files())
+            .and_then(|()| new.check_binds_here())
             .and_then(|()| new.check_free_space())
             .and_then(|()| {
                 // The partition prepared now gives its memory back before the new one is

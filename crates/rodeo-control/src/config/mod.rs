@@ -37,6 +37,7 @@ use error::num;
 
 mod address;
 mod alarm_metrics;
+mod binds_here;
 mod control;
 mod dcm;
 pub(crate) mod error;

@@ -66,6 +66,7 @@ impl PartitionConfig {
         c.check(config.check_input_files());
         let mut warnings = Vec::new();
         if was_valid {
+            c.check(config.check_binds_here());
             c.check(config.check_free_space());
             match config.check_resources_on(machine) {
                 Ok(w) => warnings = w,
@@ -94,6 +95,7 @@ impl PartitionConfig {
         c.check(self.check_output());
         c.check(self.check_directories());
         c.check(self.check_input_files());
+        c.check(self.check_binds_here());
         c.check(self.check_free_space());
         let warnings = match self.check_resources_on(machine) {
             Ok(w) => w,

@@ -1,0 +1,241 @@
+//! Checks of the addresses a partition binds, without binding them where they are in use: two
+//! of the partition's own on one port, and hosts that are not this host's. `config check`
+//! passed a `[monitoring] endpoint` on the partition's own data port, an `l1.external_listen`
+//! or `control.http` on it, a `transport.host` or `control.address` of another machine
+//! (`8.8.8.8`, `example.invalid`), and an ipc endpoint in a directory that does not exist: each
+//! run then failed at its first bind, blaming "another process". (`config check --bind` also
+//! binds every address, which fails while a run holds them.)
+
+use std::net::{TcpListener, ToSocketAddrs as _};
+use std::path::Path;
+
+use super::error::{bad, ConfigError};
+use super::{L1Mode, PartitionConfig, RosInput};
+use crate::partition::Layout;
+
+/// One address the partition binds on this host.
+struct Bind {
+    /// The field that sets it (or the application, for the transport's endpoints).
+    field: String,
+    /// `tcp`, `udp` or `ipc`.
+    scheme: &'static str,
+    /// Host (tcp, udp) or path (ipc).
+    host: String,
+    /// Port (0: any, never a collision).
+    port: u16,
+}
+
+impl PartitionConfig {
+    /// Checks the addresses this partition binds on this host (module docs): no two of its own
+    /// on one port, every host an address of this host (it binds there, on a port the system
+    /// picks), every ipc endpoint's directory there. Applications placed on other hosts
+    /// (`[hosts]`) are not checked here.
+    pub fn check_binds_here(&self) -> Result<(), ConfigError> {
+        let binds = self.binds_here();
+        for (i, b) in binds.iter().enumerate() {
+            if b.port == 0 {
+                continue;
+            }
+            let wild = |h: &str| h == "*" || h == "0.0.0.0";
+            let same = binds[..i].iter().find(|a| {
+                a.scheme == b.scheme
+                    && a.port == b.port
+                    && (a.host == b.host || wild(&a.host) || wild(&b.host))
+            });
+            if let Some(a) = same {
+                return Err(bad(
+                    field_of(&b.field),
+                    format!("{}://{}:{} ({})", b.scheme, b.host, b.port, b.field),
+                    format!(
+                        "a port the partition does not bind already: {} binds {}://{}:{} (the run \
+                         would fail at its bind)",
+                        a.field, a.scheme, a.host, a.port
+                    ),
+                ));
+            }
+        }
+        let mut tried: Vec<&str> = Vec::new();
+        for b in &binds {
+            if tried.contains(&b.host.as_str()) {
+                continue;
+            }
+            tried.push(&b.host);
+            let value = || format!("{:?} ({})", b.host, b.field);
+            if b.scheme == "ipc" {
+                let dir = Path::new(&b.host)
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty());
+                if dir.is_some_and(|d| !d.is_dir()) {
+                    return Err(bad(
+                        field_of(&b.field),
+                        value(),
+                        "an ipc path in a directory that exists (ZeroMQ makes the socket file, \
+                         not its directory)",
+                    ));
+                }
+                continue;
+            }
+            let host = if b.host == "*" { "0.0.0.0" } else { &b.host };
+            let bound = (host, 0)
+                .to_socket_addrs()
+                .map_err(|e| e.to_string())
+                .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
+                .and_then(|a| TcpListener::bind(a).map_err(|e| e.to_string()));
+            if let Err(why) = bound {
+                return Err(bad(
+                    field_of(&b.field),
+                    value(),
+                    format!("a name or address of this host ({why})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The addresses bound on this host (module docs), with the field that sets each.
+    fn binds_here(&self) -> Vec<Bind> {
+        let mut out = Vec::new();
+        let mut add = |field: String, address: &str| {
+            if let Some(b) = parse(field, address) {
+                out.push(b);
+            }
+        };
+        let here = |app: &str| !self.hosts.contains_key(app);
+        if self.transport.uses_ports() {
+            // (ipc endpoints live in the run's own runtime directory, made at its start.)
+            for (name, ep) in Layout::new(self).endpoints() {
+                if here(&name) && ep.starts_with("tcp://") {
+                    add(format!("{name}'s endpoint (transport.base_port)"), &ep);
+                }
+            }
+        }
+        if self.ros.input == RosInput::Network {
+            for (i, a) in self.ros.listen.iter().enumerate() {
+                if here(&format!("ros-{}", i / self.ros.channels.max(1) + 1)) {
+                    add(format!("ros.listen[{i}]"), a);
+                }
+            }
+        }
+        if self.l1.mode == L1Mode::External && here("supervisor") {
+            add("l1.external_listen".into(), &self.l1.external_listen);
+        }
+        if !self.control.http.is_empty() {
+            add(
+                "control.http".into(),
+                &format!("tcp://{}", self.control.http),
+            );
+        }
+        add(
+            "control.address".into(),
+            &format!("tcp://{}:0", self.control.address),
+        );
+        let m = &self.monitoring;
+        if m.enabled() {
+            add("monitoring.endpoint".into(), &m.endpoint);
+            add("monitoring.input".into(), &m.input_bind());
+        }
+        out
+    }
+}
+
+/// The configuration field named by a [`Bind`]'s description.
+fn field_of(what: &str) -> &'static str {
+    const FIELDS: [&str; 6] = [
+        "ros.listen",
+        "l1.external_listen",
+        "control.http",
+        "control.address",
+        "monitoring.endpoint",
+        "monitoring.input",
+    ];
+    FIELDS
+        .into_iter()
+        .find(|f| what.starts_with(f))
+        .unwrap_or("transport.base_port")
+}
+
+/// `tcp://HOST:PORT`, `udp://HOST:PORT` or `ipc://PATH` as a [`Bind`]; anything else (inproc,
+/// a value `validate` refuses) is none.
+fn parse(field: String, address: &str) -> Option<Bind> {
+    let (scheme, rest) = address.split_once("://")?;
+    let scheme = match scheme {
+        "tcp" => "tcp",
+        "udp" => "udp",
+        "ipc" => {
+            return Some(Bind {
+                field,
+                scheme: "ipc",
+                host: rest.to_string(),
+                port: 0,
+            })
+        }
+        _ => return None,
+    };
+    let (host, port) = rest.rsplit_once(':')?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Some(Bind {
+        field,
+        scheme,
+        host,
+        port: port.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> Result<(), String> {
+        PartitionConfig::from_toml(text, "b.toml")
+            .map_err(|e| e.to_string())?
+            .check_binds_here()
+            .map_err(|e| e.to_string())
+    }
+
+    /// The partition's own addresses on one port are refused naming both; hosts of other
+    /// machines and ipc endpoints in missing directories are refused by field.
+    #[test]
+    fn the_partitions_own_binds_do_not_collide_and_are_on_this_host() {
+        let tcp = "[transport]\nkind = \"tcp\"\n";
+        let e = check(&format!(
+            "{tcp}[monitoring]\nendpoint = \"tcp://127.0.0.1:47001\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("monitoring.endpoint") && e.contains("ros-1"),
+            "{e}"
+        );
+        let e = check(&format!(
+            "{tcp}[l1]\nmode = \"external\"\nexternal_listen = \"tcp://127.0.0.1:47000\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("l1.external_listen") && e.contains("logger-1"),
+            "{e}"
+        );
+        let e = check(&format!("{tcp}[control]\nhttp = \"127.0.0.1:47002\"\n")).unwrap_err();
+        assert!(e.contains("control.http"), "{e}");
+        // The forwarder's input is the endpoint's port + 1.
+        let e = check("[monitoring]\nendpoint = \"tcp://127.0.0.1:47100\"\ninput = \"tcp://127.0.0.1:47100\"\n");
+        assert!(e.is_err());
+        let e = check(&format!("{tcp}host = \"8.8.8.8\"\n")).unwrap_err();
+        assert!(
+            e.contains("transport.base_port") && e.contains("this host"),
+            "{e}"
+        );
+        let e = check("[control]\naddress = \"example.invalid\"\n").unwrap_err();
+        assert!(e.contains("control.address"), "{e}");
+        let e = check("[monitoring]\nendpoint = \"ipc:///nonexistent/dir/sock\"\n").unwrap_err();
+        assert!(
+            e.contains("monitoring.endpoint") && e.contains("directory"),
+            "{e}"
+        );
+        // The default, tcp on its own ports, and a wildcard HTTP address on a free port pass.
+        check("").unwrap();
+        check(tcp).unwrap();
+        check(&format!("{tcp}[control]\nhttp = \"0.0.0.0:0\"\n")).unwrap();
+    }
+}
