@@ -89,6 +89,20 @@ impl L1Config {
                 format!("[{lo}, {hi}]"),
                 "[min, max] with min <= max <= 16",
             );
+        } else if hi == 0
+            && self.rate_hz == 0.0
+            && matches!(self.mode, L1Mode::Emulator | L1Mode::Roib)
+        {
+            // No RoI request waits for an event's data, so nothing paces an unlimited L1 to
+            // the readout: 20,000 events built 1,052 partial in 6.6 s (0.2 s with RoIs; with
+            // a rate of 20 or 100 kHz none; 2026-12-07).
+            c.bad(
+                "l1.rois_per_event",
+                "[0, 0]",
+                "at least one RoI in some events (max >= 1), or an l1.rate_hz: with no RoI \
+                 the DCMs decide before the readout holds an event's data and the unlimited L1 \
+                 outruns the inputs (events built partial)",
+            );
         }
         if self.roib_inputs == 0 || self.roib_inputs > 16 {
             c.bad("l1.roib_inputs", self.roib_inputs, "1..=16");
@@ -103,5 +117,24 @@ impl L1Config {
         if self.l1id_wrap == 0 || self.l1id_wrap > 1 << 24 {
             c.bad("l1.l1id_wrap", self.l1id_wrap, "1..=16777216");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::PartitionConfig;
+
+    /// No RoI in any event with an unlimited L1 is refused (the L1 outran the readout and
+    /// events were built partial); a rate, or RoIs in some events, pass.
+    #[test]
+    fn no_roi_at_all_needs_a_paced_l1() {
+        let parse = |t: &str| PartitionConfig::from_toml(t, "l.toml").map_err(|e| e.to_string());
+        let e = parse("[l1]\nrois_per_event = [0, 0]\n").unwrap_err();
+        assert!(
+            e.contains("l1.rois_per_event") && e.contains("rate_hz"),
+            "{e}"
+        );
+        parse("[l1]\nrois_per_event = [0, 0]\nrate_hz = 20000.0\n").unwrap();
+        parse("[l1]\nrois_per_event = [0, 1]\n").unwrap();
     }
 }
