@@ -18,7 +18,7 @@ pub enum TransportError {
         source: zmq::Error,
     },
     /// Binding an endpoint failed (in use, bad interface, missing directory).
-    #[error("cannot bind {endpoint}: {source} (is another process using it?)")]
+    #[error("cannot bind {endpoint}: {source}{}", bind_hint(source))]
     Bind {
         /// The endpoint.
         endpoint: String,
@@ -90,6 +90,17 @@ pub enum TransportError {
         /// iceoryx2's error.
         detail: String,
     },
+}
+
+/// What to look at when a bind fails: another process only when the address is in use (the
+/// hint was given for an address of another host or a missing directory too).
+fn bind_hint(e: &zmq::Error) -> &'static str {
+    match e {
+        zmq::Error::EADDRINUSE => " (is another process using it?)",
+        zmq::Error::EADDRNOTAVAIL | zmq::Error::ENODEV => " (not an address of this host)",
+        zmq::Error::ENOENT => " (its directory does not exist)",
+        _ => "",
+    }
 }
 
 impl TransportError {
@@ -209,4 +220,24 @@ pub fn oversized_count() -> u64 {
 /// Counts one refused message in the process-wide [`oversized_count`].
 pub(crate) fn count_oversized() {
     OVERSIZED.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed bind says what to look at: another process only for an address in use.
+    #[test]
+    fn a_bind_error_names_its_likely_cause() {
+        let bind = |source| {
+            TransportError::Bind {
+                endpoint: "tcp://x:1".into(),
+                source,
+            }
+            .to_string()
+        };
+        assert!(bind(zmq::Error::EADDRINUSE).ends_with("(is another process using it?)"));
+        assert!(bind(zmq::Error::EADDRNOTAVAIL).ends_with("(not an address of this host)"));
+        assert!(!bind(zmq::Error::EINVAL).contains("another process"));
+    }
 }
