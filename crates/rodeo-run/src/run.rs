@@ -147,7 +147,15 @@ impl Run {
         config.validate()?;
         // What this host can give the partition (memory, cores): refused here, before any
         // data is taken, as `rodeo config check` refuses it.
-        let warnings = config.check_resources()?;
+        let mut warnings = config.check_resources()?;
+        if mode != Mode::Processes && !config.hosts.is_empty() {
+            // It ran everything here without a word (2026-12-07).
+            warnings.push(format!(
+                "[hosts] places {} application(s) on other hosts only with --processes: this \
+                 run runs every application in this process",
+                config.hosts.len()
+            ));
+        }
         // The loggers' output directories, like run.output: writable or creatable. (Their free
         // space is `rodeo run`'s check, not here: a served partition prepares its next run as
         // one ends, often on the disk that run filled to the margin and that may be freed
@@ -631,4 +639,22 @@ fn write_snapshot(layout: &Layout, config: &PartitionConfig) -> anyhow::Result<P
         .and_then(|mut f| f.write_all(config.to_toml().as_bytes()))
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[hosts]` without `--processes` runs everything here, and says so.
+    #[test]
+    fn hosts_without_processes_are_said_to_be_ignored() {
+        let mut c = PartitionConfig::default();
+        c.hosts.insert("dcm-1".into(), "node7".into());
+        c.transport.kind = TransportKind::Tcp;
+        let w = Run::check_config(&mut c, Mode::Embedded).unwrap();
+        assert!(w.iter().any(|w| w.contains("[hosts]")), "{w:?}");
+        let mut c = PartitionConfig::default();
+        let w = Run::check_config(&mut c, Mode::Embedded).unwrap();
+        assert!(!w.iter().any(|w| w.contains("[hosts]")), "{w:?}");
+    }
 }
