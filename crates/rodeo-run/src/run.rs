@@ -577,22 +577,19 @@ pub fn bring_down(p: &dyn Partition) {
     }
 }
 
-/// Writes the configuration of the run into its run directory (made here) as
-/// `partition.toml`: the record of what ran, and the file the local `rodeo app` processes of a
-/// run with processes name on their command line. Readable by the owner only: it may hold the
-/// command token (control.token).
 /// Locks each of `[logger] directories` that is not the output directory itself, for the
 /// run's life: one directory has one owner ([`crate::lock`]). One that another `rodeo run` or
 /// `rodeo serve` owns is refused, naming the holder: a run whose loggers wrote into a serving
 /// service's directory put its file into the service's next run directory, where the
 /// service's run of that number added its own, each calling the run its own (2026-12-07). A
 /// run directory that exists there already is refused, as in the output directory. With
-/// `[hosts]` the loggers may write on other hosts: nothing is locked here.
+/// `[hosts]` placing a logger on another host, the directories may be that host's: nothing is
+/// locked here.
 fn lock_logger_directories(
     config: &PartitionConfig,
     output: &Path,
 ) -> anyhow::Result<Vec<OutputLock>> {
-    if !config.hosts.is_empty() {
+    if config.hosts.keys().any(|app| app.starts_with("logger-")) {
         return Ok(Vec::new());
     }
     let mut held: Vec<PathBuf> = std::fs::canonicalize(output).into_iter().collect();
@@ -620,6 +617,10 @@ fn lock_logger_directories(
     Ok(locks)
 }
 
+/// Writes the configuration of the run into its run directory (made here) as
+/// `partition.toml`: the record of what ran, and the file the local `rodeo app` processes of a
+/// run with processes name on their command line. Readable by the owner only: it may hold the
+/// command token (control.token).
 fn write_snapshot(layout: &Layout, config: &PartitionConfig) -> anyhow::Result<PathBuf> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
