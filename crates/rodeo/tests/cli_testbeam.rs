@@ -207,11 +207,7 @@ fn a_stream_cut_by_the_stop_is_no_loss_of_the_run() {
         let stop = Arc::clone(&stop);
         let addresses = addresses.clone();
         std::thread::spawn(move || {
-            let mut links: Vec<Link> = addresses
-                .iter()
-                .enumerate()
-                .map(|(i, a)| Link::connect(a, 0x0051_0000 + i as u32))
-                .collect();
+            let mut links = Link::connect_all(&addresses);
             for _ in 0..20 {
                 links[0].send();
             }
@@ -561,6 +557,15 @@ impl Link {
         }
     }
 
+    /// One link per address, ROB `0x00510000 + i` on the `i`th.
+    fn connect_all(addresses: &[String]) -> Vec<Link> {
+        addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Link::connect(a, 0x0051_0000 + i as u32))
+            .collect()
+    }
+
     /// Sends the next fragment now (flushed).
     fn send(&mut self) {
         self.sender.send(self.source.next_unit().unwrap()).unwrap();
@@ -601,11 +606,7 @@ fn a_steady_detector_is_built_live(rate: f64) {
         let sent = Arc::clone(&sent);
         let addresses = addresses.clone();
         std::thread::spawn(move || {
-            let mut links: Vec<Link> = addresses
-                .iter()
-                .enumerate()
-                .map(|(i, a)| Link::connect(a, 0x0051_0000 + i as u32))
-                .collect();
+            let mut links = Link::connect_all(&addresses);
             let start = Instant::now();
             for n in 0..units {
                 let due = start + Duration::from_secs_f64(n as f64 / rate);

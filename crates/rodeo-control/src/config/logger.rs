@@ -136,7 +136,9 @@ impl LoggerSection {
                     "directory paths, not empty, without NUL",
                 );
             }
-            if self.directories[..i].contains(d) {
+            // Compared as paths: `d`, `d/` and `./d` are one directory (they passed as three).
+            let same = |e: &String| lexical(e) == lexical(d);
+            if self.directories[..i].iter().any(same) {
                 c.bad(
                     "logger.directories",
                     format!("{d:?} twice"),
@@ -188,4 +190,12 @@ impl LoggerSection {
             }
         }
     }
+}
+/// A path with its `.` components and trailing separators left out (`d/`, `./d` and `d`
+/// alike); `..` is kept (it may cross a symbolic link).
+fn lexical(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(path)
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect()
 }

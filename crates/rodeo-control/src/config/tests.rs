@@ -343,11 +343,13 @@ fn output_directories_and_margins_are_checked_naming_the_field() {
     };
     let e = err("[logger]\nmin_free_fraction = 1.5\n");
     assert!(e.contains("logger.min_free_fraction"), "{e}");
-    let e = err("[logger]\ndirectories = [\"/a\", \"/a\"]\n");
-    assert!(
-        e.contains("logger.directories") && e.contains("twice"),
-        "{e}"
-    );
+    for twice in ["\"/a\", \"/a\"", "\"d\", \"./d/\""] {
+        let e = err(&format!("[logger]\ndirectories = [{twice}]\n"));
+        assert!(
+            e.contains("logger.directories") && e.contains("twice"),
+            "{e}"
+        );
+    }
     let e = err("[logger]\ndirectories = [\"\"]\n");
     assert!(e.contains("logger.directories"), "{e}");
     // On this host: an entry under a plain file cannot take files; a new path under a
