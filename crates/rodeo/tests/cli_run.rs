@@ -633,6 +633,11 @@ fn sigint_stops_a_single_process_run_in_order_with_its_balance_sheet() {
     let interrupted = std::time::Instant::now();
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    // The same request delivered again at once, as `timeout` does (the process, then its
+    // process group): not an operator's second interrupt, which aborts (it did: no sheet).
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let out = child.wait_with_deadline(Duration::from_secs(60));
     let took = interrupted.elapsed();
     assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
