@@ -116,6 +116,16 @@ pub fn run(args: &Args) -> anyhow::Result<Outcome> {
     let name = args.name.as_str();
     let dir = args.output.join(name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Tried before the measurement, not after it (an existing directory this process cannot
+    // write in failed the study only at its end).
+    let probe = dir.join(format!(".rodeo-study-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"").with_context(|| {
+        format!(
+            "{} is not a directory this process can write in: choose another --output",
+            dir.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(&probe);
     if let Some(s) = args.seconds {
         anyhow::ensure!(s > 0.0 && s.is_finite(), "--seconds must be positive");
     }
