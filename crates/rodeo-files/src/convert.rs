@@ -599,7 +599,10 @@ fn write_converted(
         Out::Es(w) => w.finish()?.pop().map(|c| c.path),
     }
     .ok_or_else(|| ConvertError::Options("the writer closed no file".into()))?;
-    if let Some(source) = read_error.take().filter(|_| events == 0) {
+    // (`take` only when nothing was read: a later read error is the exit status's, below; a
+    // `take().filter(..)` here dropped it, and a file damaged after 6 events converted them
+    // with exit 0.)
+    if let Some(source) = read_error.take_if(|_| events == 0) {
         // Not one event read: no output (a file of no events verified "OK, 0 events").
         let _ = std::fs::remove_file(&written);
         return Err(ConvertError::Open {

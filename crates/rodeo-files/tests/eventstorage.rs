@@ -848,6 +848,26 @@ fn convert_refuses_an_event_that_verify_fails() {
         1,
         "only the input's directory"
     );
+    // A record damaged in rodeo's container (its Adler-32 fails): the events before it are
+    // converted and the conversion fails, saying how many (it said nothing, exit status 0).
+    let mut c = RawFileConfig::new(&sub, 77, "test", "physics_Main");
+    c.fsync_on_close = false;
+    let mut w = RawFileWriter::create(c).unwrap();
+    for e in &events(4, 77) {
+        w.write_event(e, 0).unwrap();
+    }
+    let raw = w.finish().unwrap().pop().unwrap().path;
+    let mut bytes = std::fs::read(&raw).unwrap();
+    let at = bytes.len() * 3 / 4;
+    bytes[at] ^= 0x40;
+    std::fs::write(&raw, bytes).unwrap();
+    assert!(!check_file(&raw).ok);
+    let e = convert_file(&raw, &out, &ConvertOptions::new(Container::Rodeo)).unwrap_err();
+    match e {
+        ConvertError::Read { events, .. } => assert!((1..4).contains(&events), "{events}"),
+        e => panic!("{e}"),
+    }
+    assert!(out.exists());
 }
 
 #[test]
