@@ -9,8 +9,8 @@
 //!
 //! - **behind** the front: the L1 passed them over (missing on another input). Lost: a problem.
 //! - **ahead** of it: received after the last accept. When a stream was still flowing at the
-//!   stop (UDP has no end; a TCP sender still connected), the stop cut those events: said on
-//!   the sheet, not a problem (a UDP run ended by `run.seconds` was degraded every time, 612
+//!   stop on every input (UDP has no end; a TCP sender still connected), the stop cut those
+//!   events: said on the sheet, not a problem (a UDP run ended by `run.seconds` was degraded every time, 612
 //!   fragments of two links 15 ms apart). When every input had ended, the fragments of L1IDs
 //!   every channel holds are events the run's end cut (`run.events` reached); those of L1IDs
 //!   some channel lacks could never be built: lost, a problem (two link files of 1,000 and 500
@@ -47,7 +47,10 @@ impl Unbuilt {
                 cut: 0,
             };
         }
-        let flowing = n.inputs.iter().any(|i| i.state == InputState::Connected);
+        // Cut by the stop only when every input was still flowing: one that had ended (closed,
+        // lost) while others went on will never send the L1IDs it lacks (an input closed 3 s
+        // before the stop had 1,535 fragments of the others called "cut", verdict ok).
+        let flowing = n.inputs.iter().all(|i| i.state == InputState::Connected);
         let never = if flowing {
             0
         } else {
@@ -153,6 +156,12 @@ mod tests {
         let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
         assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(3))]);
         assert_eq!(split(&s), (3, 612));
+        // One input closed early while the other flowed: what it lacks is lost.
+        let mut early = node(udp, InputState::Connected, 0, (1535, 1535));
+        let mut closed = early.inputs[0].clone();
+        closed.state = InputState::Closed;
+        early.inputs.push(closed);
+        assert_eq!(split(&sheet(early)), (1535, 0));
         // Every sender closed: 100 L1IDs on one link only are lost, 40 on both were cut.
         let s = sheet(node(
             "tcp://127.0.0.1:5001",
