@@ -468,6 +468,13 @@ impl Run {
             let _ = std::fs::remove_file(dir.join("partition.toml"));
             let _ = std::fs::remove_dir(dir);
         }
+        // The loggers made the run's directory in each of `[logger] directories` too: gone if
+        // empty (a service shut down left one per directory behind).
+        if let Some(run) = dir.file_name() {
+            for d in &self.config.logger.directories {
+                let _ = std::fs::remove_dir(Path::new(d).join(run));
+            }
+        }
     }
 
     /// The data files of this run on disk: in the run directory and in the run's directory
@@ -582,7 +589,7 @@ pub fn bring_down(p: &dyn Partition) {
 /// `rodeo serve` owns is refused, naming the holder: a run whose loggers wrote into a serving
 /// service's directory put its file into the service's next run directory, where the
 /// service's run of that number added its own, each calling the run its own (2026-12-07). A
-/// run directory that exists there already is refused, as in the output directory. With
+/// run directory holding anything there already is refused, as in the output directory. With
 /// `[hosts]` placing a logger on another host, the directories may be that host's: nothing is
 /// locked here.
 fn lock_logger_directories(
@@ -603,11 +610,13 @@ fn lock_logger_directories(
             continue;
         }
         locks.push(OutputLock::acquire(&real, &crate::lock::this_command()).with_context(field)?);
+        // An empty one is a prepared run's that never started (its service killed).
         let run_dir = real.join(format!("run-{:08}", config.run.number));
-        if run_dir.exists() {
+        let holds_something = std::fs::read_dir(&run_dir).is_ok_and(|mut d| d.next().is_some());
+        if holds_something {
             anyhow::bail!(
-                "logger.directories: the run directory {} already exists: run {} was taken \
-                 there before. Choose another run number or directory.",
+                "logger.directories: the run directory {} already holds files: run {} was \
+                 taken there before. Choose another run number or directory.",
                 run_dir.display(),
                 config.run.number
             );

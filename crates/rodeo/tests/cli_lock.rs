@@ -300,3 +300,38 @@ fn a_serve_whose_address_is_taken_leaves_no_run_behind() {
     assert!(runs.is_empty(), "left behind: {runs:?}");
     drop(taken);
 }
+
+/// A service whose loggers write into `[logger] directories` leaves no empty run directory
+/// there when it shuts down with a run prepared, and comes up again on the same files (the
+/// next start refused: "the run directory ... already exists").
+#[test]
+fn a_service_with_logger_directories_shuts_down_clean_and_comes_up_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let logs = dir.path().join("logs");
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[run]\nevents = 0\nseconds = 3600.0\n[l1]\nrate_hz = 3000.0\n[dcm]\nslots = 16\n\
+             [logger]\ndirectories = [{:?}]\n",
+            logs.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    for round in 0..2 {
+        let (child, addr) = serve(&out, &cfg, false);
+        assert_eq!(command(addr, "shutdown").0, 200, "round {round}");
+        child
+            .wait_with_deadline(Duration::from_secs(60))
+            .assert_success();
+        let left: Vec<_> = std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("run-"))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "round {round}: {left:?}");
+    }
+}
