@@ -23,6 +23,8 @@ struct Bind {
     host: String,
     /// Port (0: any, never a collision).
     port: u16,
+    /// Bound by ZeroMQ, which takes an IP address, `*` or an interface name, no host name.
+    zmq: bool,
 }
 
 impl PartitionConfig {
@@ -75,6 +77,19 @@ impl PartitionConfig {
                 }
                 continue;
             }
+            // The transport's own endpoints are named by their host field.
+            let field = match field_of(&b.field) {
+                "transport.base_port" => "transport.host",
+                f => f,
+            };
+            if b.zmq && !zmq_bindable(&b.host) {
+                return Err(bad(
+                    field,
+                    value(),
+                    "an IP address of this host or \"*\" (ZeroMQ binds no host name: \
+                     \"127.0.0.1\" for \"localhost\")",
+                ));
+            }
             let host = if b.host == "*" { "0.0.0.0" } else { &b.host };
             let bound = (host, 0)
                 .to_socket_addrs()
@@ -83,7 +98,7 @@ impl PartitionConfig {
                 .and_then(|a| TcpListener::bind(a).map_err(|e| e.to_string()));
             if let Err(why) = bound {
                 return Err(bad(
-                    field_of(&b.field),
+                    field,
                     value(),
                     format!("a name or address of this host ({why})"),
                 ));
@@ -95,8 +110,9 @@ impl PartitionConfig {
     /// The addresses bound on this host (module docs), with the field that sets each.
     fn binds_here(&self) -> Vec<Bind> {
         let mut out = Vec::new();
-        let mut add = |field: String, address: &str| {
-            if let Some(b) = parse(field, address) {
+        let mut add = |field: String, address: &str, zmq: bool| {
+            if let Some(mut b) = parse(field, address) {
+                b.zmq = zmq;
                 out.push(b);
             }
         };
@@ -105,34 +121,40 @@ impl PartitionConfig {
             // (ipc endpoints live in the run's own runtime directory, made at its start.)
             for (name, ep) in Layout::new(self).endpoints() {
                 if here(&name) && ep.starts_with("tcp://") {
-                    add(format!("{name}'s endpoint (transport.base_port)"), &ep);
+                    add(
+                        format!("{name}'s endpoint (transport.base_port)"),
+                        &ep,
+                        true,
+                    );
                 }
             }
         }
         if self.ros.input == RosInput::Network {
             for (i, a) in self.ros.listen.iter().enumerate() {
                 if here(&format!("ros-{}", i / self.ros.channels.max(1) + 1)) {
-                    add(format!("ros.listen[{i}]"), a);
+                    add(format!("ros.listen[{i}]"), a, false);
                 }
             }
         }
         if self.l1.mode == L1Mode::External && here("supervisor") {
-            add("l1.external_listen".into(), &self.l1.external_listen);
+            add("l1.external_listen".into(), &self.l1.external_listen, false);
         }
         if !self.control.http.is_empty() {
             add(
                 "control.http".into(),
                 &format!("tcp://{}", self.control.http),
+                false,
             );
         }
         add(
             "control.address".into(),
             &format!("tcp://{}:0", self.control.address),
+            true,
         );
         let m = &self.monitoring;
         if m.enabled() {
-            add("monitoring.endpoint".into(), &m.endpoint);
-            add("monitoring.input".into(), &m.input_bind());
+            add("monitoring.endpoint".into(), &m.endpoint, true);
+            add("monitoring.input".into(), &m.input_bind(), true);
         }
         out
     }
@@ -167,6 +189,7 @@ fn parse(field: String, address: &str) -> Option<Bind> {
                 scheme: "ipc",
                 host: rest.to_string(),
                 port: 0,
+                zmq: false,
             })
         }
         _ => return None,
@@ -181,7 +204,15 @@ fn parse(field: String, address: &str) -> Option<Bind> {
         scheme,
         host,
         port: port.parse().ok()?,
+        zmq: false,
     })
+}
+
+/// Whether `host` is one ZeroMQ binds and the partition's peers connect to: `*` or an IP
+/// address (ZeroMQ reads any other word as an interface name to bind, which nobody can
+/// connect to).
+fn zmq_bindable(host: &str) -> bool {
+    host == "*" || host.parse::<std::net::IpAddr>().is_ok()
 }
 
 #[cfg(test)]
@@ -223,7 +254,13 @@ mod tests {
         assert!(e.is_err());
         let e = check(&format!("{tcp}host = \"8.8.8.8\"\n")).unwrap_err();
         assert!(
-            e.contains("transport.base_port") && e.contains("this host"),
+            e.contains("transport.host") && e.contains("this host"),
+            "{e}"
+        );
+        // ZeroMQ binds no host name (the run failed: "No such device").
+        let e = check(&format!("{tcp}host = \"localhost\"\n")).unwrap_err();
+        assert!(
+            e.contains("transport.host") && e.contains("no host name"),
             "{e}"
         );
         let e = check("[control]\naddress = \"example.invalid\"\n").unwrap_err();

@@ -89,6 +89,24 @@ impl PartitionConfig {
                  ros.replay_source_map to rename them",
             ));
         }
+        // And every channel a ROB of the files: one without is asked for fragments that never
+        // come (16 channels for a 12-ROB file built every event partial, "degraded").
+        let ids = events.source_ids();
+        let empty = (base..base.saturating_add(robs))
+            .filter(|id| !ids.contains(id))
+            .count();
+        if empty > 0 {
+            return Err(bad(
+                "ros.channels",
+                format!(
+                    "{} (ros.nodes x ros.channels = {robs} ROBs; {empty} of them are in no \
+                     event of ros.replay_files)",
+                    r.channels
+                ),
+                "as many channels as the replay files have ROBs (a channel without is asked \
+                 for fragments that never come: every event built partial)",
+            ));
+        }
         let held = events.len() as u64;
         let asks = self.run.events;
         // The L1 emulator and the RoI builder issue L1IDs from 0 whatever the files hold; the
@@ -245,6 +263,10 @@ mod tests {
         assert!(replay(&[&f], "events = 30", &half)
             .check_input_files()
             .is_err());
+        // And 16 channels for its 12 ROBs: 4 would wait for fragments that never come.
+        let e = replay(&[&f], "events = 30", &format!("channels = 16\n{map}"));
+        let e = e.check_input_files().unwrap_err().to_string();
+        assert!(e.contains("ros.channels") && e.contains("4 of them"), "{e}");
         replay(&[&f], "events = 31", &format!("replay_loop = true\n{map}"))
             .check_input_files()
             .unwrap_or_else(|e| panic!("{e}"));
