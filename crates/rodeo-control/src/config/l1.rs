@@ -25,6 +25,10 @@ pub enum L1Mode {
     External,
 }
 
+/// The fastest L1 a partition without RoIs runs at (measured: 100 kHz built every event
+/// whole, 1 MHz did not).
+const MAX_RATE_WITHOUT_ROIS_HZ: f64 = 100_000.0;
+
 /// `[l1]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -90,18 +94,18 @@ impl L1Config {
                 "[min, max] with min <= max <= 16",
             );
         } else if hi == 0
-            && self.rate_hz == 0.0
+            && (self.rate_hz == 0.0 || self.rate_hz > MAX_RATE_WITHOUT_ROIS_HZ)
             && matches!(self.mode, L1Mode::Emulator | L1Mode::Roib)
         {
             // No RoI request waits for an event's data, so nothing paces an unlimited L1 to
             // the readout: 20,000 events built 1,052 partial in 6.6 s (0.2 s with RoIs; with
-            // a rate of 20 or 100 kHz none; 2026-12-07).
+            // a rate of 20 or 100 kHz none, with 1 MHz 1,259; 2026-12-07).
             c.bad(
                 "l1.rois_per_event",
                 "[0, 0]",
-                "at least one RoI in some events (max >= 1), or an l1.rate_hz: with no RoI \
-                 the DCMs decide before the readout holds an event's data and the unlimited L1 \
-                 outruns the inputs (events built partial)",
+                "at least one RoI in some events (max >= 1), or an l1.rate_hz of at most \
+                 100000: with no RoI the DCMs decide before the readout holds an event's data \
+                 and a faster L1 outruns the inputs (events built partial)",
             );
         }
         if self.roib_inputs == 0 || self.roib_inputs > 16 {
@@ -135,6 +139,7 @@ mod tests {
             "{e}"
         );
         parse("[l1]\nrois_per_event = [0, 0]\nrate_hz = 20000.0\n").unwrap();
+        assert!(parse("[l1]\nrois_per_event = [0, 0]\nrate_hz = 1000000.0\n").is_err());
         parse("[l1]\nrois_per_event = [0, 1]\n").unwrap();
     }
 }
