@@ -8,13 +8,14 @@
 //! (`rodeo_ros::store::EventStore::stored_around_l1_front`):
 //!
 //! - **behind** the front: the L1 passed them over (missing on another input). Lost: a problem.
-//! - **ahead** of it: received after the last accept. When a stream was still flowing at the
-//!   stop on every input (UDP has no end; a TCP sender still connected), the stop cut those
-//!   events: said on the sheet, not a problem (a UDP run ended by `run.seconds` was degraded every time, 612
-//!   fragments of two links 15 ms apart). When every input had ended, the fragments of L1IDs
-//!   every channel holds are events the run's end cut (`run.events` reached); those of L1IDs
-//!   some channel lacks could never be built: lost, a problem (two link files of 1,000 and 500
-//!   fragments in the data-driven L1 ran "ok" with 500 of them unbuilt and unsaid).
+//! - **ahead** of it: received after the last accept. When every input was still flowing at
+//!   the stop (UDP has no end; TCP senders still connected), the stop cut those events: said
+//!   on the sheet, not a problem (a UDP run ended by `run.seconds` was degraded every time,
+//!   612 fragments of two links 15 ms apart). Otherwise (an input closed or lost, or all of
+//!   them ended), the fragments of L1IDs every channel holds are events the run's end cut
+//!   (`run.events` reached); those of L1IDs some channel lacks could never be built: lost, a
+//!   problem (two link files of 1,000 and 500 fragments in the data-driven L1 ran "ok" with
+//!   500 of them unbuilt and unsaid).
 //!
 //! Emulated inputs and replays run ahead of the L1 by design and count none.
 
