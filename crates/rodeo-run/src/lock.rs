@@ -23,8 +23,8 @@ pub const LOCK_FILE: &str = ".rodeo.lock";
 pub enum LockError {
     /// Another process holds the directory.
     #[error(
-        "the output directory {dir} is in use by {holder}: one directory has one owner; wait \
-         for it to end, stop it, or choose another output directory"
+        "the directory {dir} is in use by {holder}: one directory has one owner; wait for it \
+         to end, stop it, or choose another directory"
     )]
     Held {
         /// The output directory.

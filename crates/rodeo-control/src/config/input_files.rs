@@ -25,6 +25,8 @@ impl PartitionConfig {
             return Ok(());
         }
         match self.ros.input {
+            // No file at all is `validate`'s error, said once.
+            RosInput::Replay if self.ros.replay_files.is_empty() => Ok(()),
             RosInput::Replay => self.check_replay_files(),
             RosInput::File => {
                 for entry in &self.ros.link_files {
@@ -222,6 +224,10 @@ mod tests {
                 bad.display()
             );
         }
+        // No file at all is `validate`'s error alone (it was said twice).
+        let mut none = PartitionConfig::default();
+        none.ros.input = RosInput::Replay;
+        assert!(none.check_input_files().is_ok());
         let c = config(
             "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n[ros]\nchannels = 1\ninput = \"file\"\n\
              link_files = [\"/nonexistent/l0\"]\n",
