@@ -49,35 +49,90 @@ impl std::fmt::Display for BindTry {
 /// Something bound (a socket, a listener), held until every address was tried.
 type Held = Box<dyn std::any::Any>;
 
+/// One address a partition binds ([`partition_binds`]).
+pub(crate) struct PartitionBind {
+    /// Who binds it: an application (`logger-1`) or a field (`ros.listen[3] (ros-1)`).
+    pub(crate) what: String,
+    /// The address as bound (`control.http` as `tcp://HOST:PORT`).
+    pub(crate) address: String,
+    /// The address as the configuration writes it.
+    pub(crate) written: String,
+    /// Bound by ZeroMQ (else by the operating system's sockets).
+    pub(crate) zmq: bool,
+    /// One of the layout's endpoints (the transport's).
+    pub(crate) endpoint: bool,
+    /// The host `[hosts]` places it on, when another.
+    pub(crate) host: Option<String>,
+}
+
+/// Every address `config` binds, in the order: endpoints, `ros.listen`,
+/// `l1.external_listen`, `control.http`, `[monitoring]` (what [`try_binds`] tries and
+/// `PartitionConfig::check_binds_here` checks).
+pub(crate) fn partition_binds(config: &PartitionConfig, layout: &Layout) -> Vec<PartitionBind> {
+    let bind =
+        |what: String, address: String, zmq, endpoint, host: Option<&String>| PartitionBind {
+            what,
+            written: address.clone(),
+            address,
+            zmq,
+            endpoint,
+            host: host.cloned(),
+        };
+    let mut out = Vec::new();
+    for (name, ep) in layout.endpoints() {
+        let host = config.hosts.get(&name);
+        out.push(bind(name, ep, true, true, host));
+    }
+    let ros = &config.ros;
+    if ros.input == RosInput::Network {
+        for (i, a) in ros.listen.iter().enumerate() {
+            let node = format!("ros-{}", i / ros.channels.max(1) + 1);
+            let what = format!("ros.listen[{i}] ({node})");
+            out.push(bind(what, a.clone(), false, false, config.hosts.get(&node)));
+        }
+    }
+    if config.l1.mode == L1Mode::External {
+        let a = config.l1.external_listen.clone();
+        let host = config.hosts.get("supervisor");
+        out.push(bind("l1.external_listen".into(), a, false, false, host));
+    }
+    if !config.control.http.is_empty() {
+        let a = format!("tcp://{}", config.control.http);
+        let mut b = bind("control.http".into(), a, false, false, None);
+        b.written = config.control.http.clone();
+        out.push(b);
+    }
+    let m = &config.monitoring;
+    if m.enabled() {
+        out.push(bind(
+            "monitoring.endpoint".into(),
+            m.endpoint.clone(),
+            true,
+            false,
+            None,
+        ));
+        out.push(bind(
+            "monitoring.input".into(),
+            m.input_bind(),
+            true,
+            false,
+            None,
+        ));
+    }
+    out
+}
+
 /// Tries every address of `config` this host would bind (module docs), all held at once,
-/// then released; one entry per address, in the order: endpoints, `ros.listen`,
-/// `l1.external_listen`, `control.http`, `[monitoring]`.
+/// then released; one entry per address, in the order of [`partition_binds`].
 pub fn try_binds(config: &PartitionConfig) -> Vec<BindTry> {
     let mut held: Vec<Held> = Vec::new();
-    let mut out = Vec::new();
     let transport = Transport::new(1).ok();
     let layout = Layout::new(config);
-    let zmq = |what: String, address: String, out: &mut Vec<BindTry>, held: &mut Vec<Held>| {
-        let outcome = match &transport {
-            None => BindOutcome::Fails("no ZeroMQ context".into()),
-            Some(t) => match bind_zmq(t, &address) {
-                Ok(s) => {
-                    held.push(Box::new(s));
-                    BindOutcome::Binds
-                }
-                Err(e) => BindOutcome::Fails(e),
-            },
-        };
-        out.push(BindTry {
-            what,
-            address,
-            outcome,
-        });
-    };
-    for (name, ep) in layout.endpoints() {
-        let not_tried = if let Some(host) = config.hosts.get(&name) {
+    let mut out = Vec::new();
+    for b in partition_binds(config, &layout) {
+        let not_tried = if let Some(host) = &b.host {
             Some(format!("on host {host}, not tried here"))
-        } else {
+        } else if b.endpoint {
             match config.transport.kind {
                 TransportKind::Inproc => Some("in process, nothing to bind".into()),
                 TransportKind::Ipc if !layout.output.is_dir() => Some(format!(
@@ -86,53 +141,31 @@ pub fn try_binds(config: &PartitionConfig) -> Vec<BindTry> {
                 )),
                 _ => None,
             }
+        } else {
+            None
         };
-        match not_tried {
-            Some(why) => out.push(BindTry {
-                what: name,
-                address: ep,
-                outcome: BindOutcome::NotTried(why),
-            }),
-            None => zmq(name, ep, &mut out, &mut held),
-        }
-    }
-    let ros = &config.ros;
-    if ros.input == RosInput::Network {
-        for (i, a) in ros.listen.iter().enumerate() {
-            let node = format!("ros-{}", i / ros.channels.max(1) + 1);
-            let what = format!("ros.listen[{i}] ({node})");
-            out.push(bind_plain(what, a, config.hosts.get(&node), &mut held));
-        }
-    }
-    if config.l1.mode == L1Mode::External {
-        let a = &config.l1.external_listen;
-        out.push(bind_plain(
-            "l1.external_listen".into(),
-            a,
-            config.hosts.get("supervisor"),
-            &mut held,
-        ));
-    }
-    if !config.control.http.is_empty() {
-        let a = format!("tcp://{}", config.control.http);
-        let mut t = bind_plain("control.http".into(), &a, None, &mut held);
-        t.address = config.control.http.clone();
-        out.push(t);
-    }
-    let m = &config.monitoring;
-    if m.enabled() {
-        zmq(
-            "monitoring.endpoint".into(),
-            m.endpoint.clone(),
-            &mut out,
-            &mut held,
-        );
-        zmq(
-            "monitoring.input".into(),
-            m.input_bind(),
-            &mut out,
-            &mut held,
-        );
+        let bound = match (not_tried, b.zmq) {
+            (Some(why), _) => Err(BindOutcome::NotTried(why)),
+            (None, true) => match &transport {
+                None => Err(BindOutcome::Fails("no ZeroMQ context".into())),
+                Some(t) => bind_zmq(t, &b.address)
+                    .map(|s| Box::new(s) as Held)
+                    .map_err(BindOutcome::Fails),
+            },
+            (None, false) => bind_os(&b.address).map_err(BindOutcome::Fails),
+        };
+        let outcome = match bound {
+            Ok(h) => {
+                held.push(h);
+                BindOutcome::Binds
+            }
+            Err(o) => o,
+        };
+        out.push(BindTry {
+            what: b.what,
+            address: b.written,
+            outcome,
+        });
     }
     drop(held);
     out
@@ -146,42 +179,23 @@ fn bind_zmq(t: &Transport, address: &str) -> Result<rodeo_transport::socket::Soc
 }
 
 /// Binds `tcp://HOST:PORT` or `udp://HOST:PORT` with the operating system's sockets (what the
-/// network input, the external trigger and the HTTP server use).
-fn bind_plain(what: String, address: &str, host: Option<&String>, held: &mut Vec<Held>) -> BindTry {
-    let outcome = if let Some(h) = host {
-        BindOutcome::NotTried(format!("on host {h}, not tried here"))
-    } else {
-        match address.split_once("://") {
-            Some((scheme @ ("tcp" | "udp"), rest)) => {
-                let rest = rest.replacen('*', "0.0.0.0", 1);
-                let bound = rest
-                    .to_socket_addrs()
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
-                    .and_then(|a| {
-                        if scheme == "tcp" {
-                            TcpListener::bind(a).map(|l| Box::new(l) as Held)
-                        } else {
-                            UdpSocket::bind(a).map(|u| Box::new(u) as Held)
-                        }
-                        .map_err(|e| e.to_string())
-                    });
-                match bound {
-                    Ok(h) => {
-                        held.push(h);
-                        BindOutcome::Binds
-                    }
-                    Err(e) => BindOutcome::Fails(e),
-                }
-            }
-            _ => BindOutcome::Fails("not tcp://HOST:PORT or udp://HOST:PORT".into()),
-        }
+/// network input, the external trigger and the HTTP server use); `*` is every address.
+pub(crate) fn bind_os(address: &str) -> Result<Box<dyn std::any::Any>, String> {
+    let Some((scheme @ ("tcp" | "udp"), rest)) = address.split_once("://") else {
+        return Err("not tcp://HOST:PORT or udp://HOST:PORT".into());
     };
-    BindTry {
-        what,
-        address: address.to_string(),
-        outcome,
+    let rest = rest.replacen('*', "0.0.0.0", 1);
+    let a = rest
+        .to_socket_addrs()
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or_else(|| "no address".to_string())?;
+    if scheme == "tcp" {
+        TcpListener::bind(a).map(|l| Box::new(l) as Held)
+    } else {
+        UdpSocket::bind(a).map(|u| Box::new(u) as Held)
     }
+    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -6,11 +6,10 @@
 //! run then failed at its first bind, blaming "another process". (`config check --bind` also
 //! binds every address, which fails while a run holds them.)
 
-use std::net::{TcpListener, ToSocketAddrs as _};
 use std::path::Path;
 
 use super::error::{bad, ConfigError};
-use super::{L1Mode, PartitionConfig, RosInput};
+use super::PartitionConfig;
 use crate::partition::Layout;
 
 /// One address the partition binds on this host.
@@ -90,12 +89,13 @@ impl PartitionConfig {
                      \"127.0.0.1\" for \"localhost\")",
                 ));
             }
-            let host = if b.host == "*" { "0.0.0.0" } else { &b.host };
-            let bound = (host, 0)
-                .to_socket_addrs()
-                .map_err(|e| e.to_string())
-                .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
-                .and_then(|a| TcpListener::bind(a).map_err(|e| e.to_string()));
+            // Bound on a port the system picks: released at once.
+            let at = if b.host.contains(':') {
+                format!("tcp://[{}]:0", b.host)
+            } else {
+                format!("tcp://{}:0", b.host)
+            };
+            let bound = crate::binds::bind_os(&at).map(drop);
             if let Err(why) = bound {
                 return Err(bad(
                     field,
@@ -107,55 +107,26 @@ impl PartitionConfig {
         Ok(())
     }
 
-    /// The addresses bound on this host (module docs), with the field that sets each.
+    /// The addresses bound on this host (module docs), with the field that sets each: the
+    /// partition's binds ([`crate::binds::partition_binds`]) placed here, but the transport's
+    /// ipc endpoints (in the run's own runtime directory, made at its start), and the
+    /// controller's `control.address`.
     fn binds_here(&self) -> Vec<Bind> {
-        let mut out = Vec::new();
-        let mut add = |field: String, address: &str, zmq: bool| {
-            if let Some(mut b) = parse(field, address) {
-                b.zmq = zmq;
-                out.push(b);
-            }
-        };
-        let here = |app: &str| !self.hosts.contains_key(app);
-        if self.transport.uses_ports() {
-            // (ipc endpoints live in the run's own runtime directory, made at its start.)
-            for (name, ep) in Layout::new(self).endpoints() {
-                if here(&name) && ep.starts_with("tcp://") {
-                    add(
-                        format!("{name}'s endpoint (transport.base_port)"),
-                        &ep,
-                        true,
-                    );
-                }
-            }
-        }
-        if self.ros.input == RosInput::Network {
-            for (i, a) in self.ros.listen.iter().enumerate() {
-                if here(&format!("ros-{}", i / self.ros.channels.max(1) + 1)) {
-                    add(format!("ros.listen[{i}]"), a, false);
-                }
-            }
-        }
-        if self.l1.mode == L1Mode::External && here("supervisor") {
-            add("l1.external_listen".into(), &self.l1.external_listen, false);
-        }
-        if !self.control.http.is_empty() {
-            add(
-                "control.http".into(),
-                &format!("tcp://{}", self.control.http),
-                false,
-            );
-        }
-        add(
-            "control.address".into(),
-            &format!("tcp://{}:0", self.control.address),
-            true,
-        );
-        let m = &self.monitoring;
-        if m.enabled() {
-            add("monitoring.endpoint".into(), &m.endpoint, true);
-            add("monitoring.input".into(), &m.input_bind(), true);
-        }
+        let layout = Layout::new(self);
+        let mut out: Vec<Bind> = crate::binds::partition_binds(self, &layout)
+            .into_iter()
+            .filter(|b| b.host.is_none() && (!b.endpoint || b.address.starts_with("tcp://")))
+            .filter_map(|b| {
+                let field = if b.endpoint {
+                    format!("{}'s endpoint (transport.base_port)", b.what)
+                } else {
+                    b.what
+                };
+                parse(field, &b.address, b.zmq)
+            })
+            .collect();
+        let controller = format!("tcp://{}:0", self.control.address);
+        out.extend(parse("control.address".into(), &controller, true));
         out
     }
 }
@@ -178,7 +149,7 @@ fn field_of(what: &str) -> &'static str {
 
 /// `tcp://HOST:PORT`, `udp://HOST:PORT` or `ipc://PATH` as a [`Bind`]; anything else (inproc,
 /// a value `validate` refuses) is none.
-fn parse(field: String, address: &str) -> Option<Bind> {
+fn parse(field: String, address: &str, zmq: bool) -> Option<Bind> {
     let (scheme, rest) = address.split_once("://")?;
     let scheme = match scheme {
         "tcp" => "tcp",
@@ -189,7 +160,7 @@ fn parse(field: String, address: &str) -> Option<Bind> {
                 scheme: "ipc",
                 host: rest.to_string(),
                 port: 0,
-                zmq: false,
+                zmq,
             })
         }
         _ => return None,
@@ -204,7 +175,7 @@ fn parse(field: String, address: &str) -> Option<Bind> {
         scheme,
         host,
         port: port.parse().ok()?,
-        zmq: false,
+        zmq,
     })
 }
 

@@ -485,12 +485,14 @@ impl EventStore {
         let mut out = StoredAtEnd::default();
         let mut holders: std::collections::HashMap<u32, usize> = Default::default();
         for ch in &self.channels {
-            let all = ch.index.count_stored(|_| true) as u64;
-            let ahead = ch.index.count_stored(|l1id| {
+            // One walk: every stored fragment counted, those ahead apart.
+            let mut ahead = 0;
+            let all = ch.index.count_stored(|l1id| {
                 if is_ahead(l1id) {
+                    ahead += 1;
                     *holders.entry(l1id).or_default() += 1;
                 }
-                is_ahead(l1id)
+                true
             }) as u64;
             out.ahead += ahead;
             out.behind += all - ahead;
