@@ -48,6 +48,13 @@ pub struct NodeSummary {
     /// hold (never to be complete once every input has ended).
     #[serde(default)]
     pub stored_ahead_incomplete: u64,
+    /// With a detector's input, fragments its receivers (players) counted that the store
+    /// never took in, nor dropped as a duplicate or as cleared before they came: still in the
+    /// input's queues when the node stopped (it reads them in at its stop, for up to 2 s; a
+    /// full store refuses them). 0 when the input's checks found errors (a damaged unit is no
+    /// fragment, so the two counts differ by design) and for other inputs.
+    #[serde(default)]
+    pub received_not_stored: u64,
     /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).
     pub swrod_built: u64,
     /// The SW ROD input's first error at the stop (a builder that failed), if any: also a

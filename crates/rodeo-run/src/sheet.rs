@@ -85,6 +85,9 @@ pub struct NodeSheet {
     /// every input ended, with an L1ID some channel lacks: [`crate::unbuilt`]); 0 for
     /// emulated inputs and replays, which run ahead of the L1.
     pub unbuilt_fragments: u64,
+    /// Of `unbuilt_fragments`, those its inputs counted as received that never reached the
+    /// store (still queued when it stopped).
+    pub received_not_stored: u64,
     /// Fragments it received from the detector after the last L1 accept whose events the
     /// run's end cut (a stream still flowing, or L1IDs every channel holds): said on the
     /// sheet, not a problem ([`crate::unbuilt`]).
@@ -377,6 +380,7 @@ impl RunSheet {
                         input_errors: n.input_errors,
                         input_dropped_words: n.input_dropped_words,
                         unbuilt_fragments: unbuilt.lost,
+                        received_not_stored: unbuilt.not_stored,
                         unbuilt_cut_by_stop: unbuilt.cut,
                         restarted: n.restarted,
                         died_at_stop: n.died_at_stop,

@@ -17,6 +17,12 @@
 //!   problem (two link files of 1,000 and 500 fragments in the data-driven L1 ran "ok" with
 //!   500 of them unbuilt and unsaid).
 //!
+//! Fragments a receiver counted that never reached the store (`NodeSummary::
+//! received_not_stored`: still in the input's queues when the node stopped) are lost too. The
+//! node reads its network and file inputs in at its stop (`rodeo_ros`'s `Input::end_links`):
+//! before that, a UDP run ended by `run.seconds` received 122-305 fragments more than it
+//! stored, and said nothing.
+//!
 //! Emulated inputs and replays run ahead of the L1 by design and count none.
 
 use rodeo_control::summary::{InputState, NodeSummary};
@@ -30,6 +36,8 @@ pub struct Unbuilt {
     pub lost: u64,
     /// Fragments after the last accept of a stream the stop cut: not a problem.
     pub cut: u64,
+    /// Of `lost`, fragments received and never stored.
+    pub not_stored: u64,
 }
 
 impl Unbuilt {
@@ -44,8 +52,9 @@ impl Unbuilt {
                     .iter()
                     .all(|i| i.address.starts_with("tcp://") || i.address.starts_with("udp://"));
             return Unbuilt {
-                lost: if network { n.stored_now } else { 0 },
+                lost: if network { n.stored_now } else { 0 } + n.received_not_stored,
                 cut: 0,
+                not_stored: n.received_not_stored,
             };
         }
         // Cut by the stop only when every input was still flowing: one that had ended (closed,
@@ -58,8 +67,9 @@ impl Unbuilt {
             n.stored_ahead_incomplete.min(n.stored_ahead_of_l1)
         };
         Unbuilt {
-            lost: n.stored_behind_l1 + never,
+            lost: n.stored_behind_l1 + never + n.received_not_stored,
             cut: n.stored_ahead_of_l1 - never,
+            not_stored: n.received_not_stored,
         }
     }
 
@@ -73,8 +83,17 @@ impl Unbuilt {
                 format!(
                     "{name}: {} fragments received from the detector are in no event built \
                      (passed over by the L1, or after the last accept with no other input \
-                     holding their L1ID: missing on another input)",
-                    self.lost
+                     holding their L1ID: missing on another input){}",
+                    self.lost,
+                    if self.not_stored > 0 {
+                        format!(
+                            "; {} of them never stored (still in the input's queues when the \
+                             node stopped: the store full?)",
+                            self.not_stored
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             )
         })
@@ -177,5 +196,27 @@ mod tests {
         let s = sheet(node("/data/link0.bin", InputState::Ended, 0, (500, 500)));
         assert_eq!(split(&s), (500, 0));
         assert_eq!(s.verdict, Verdict::Degraded);
+    }
+
+    /// Fragments received and never stored (left in the input's queues at the stop) are lost
+    /// on top of the split, said in the problem, and shown apart on the node's line.
+    #[test]
+    fn fragments_received_and_never_stored_are_lost() {
+        let mut n = node("udp://127.0.0.1:5001", InputState::Connected, 0, (612, 612));
+        n.received_not_stored = 305;
+        let s = sheet(n);
+        let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
+        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(305))]);
+        assert!(s.problems[0].text.contains("305 of them never stored"));
+        assert_eq!(s.verdict, Verdict::Degraded);
+        let node = &s.readout_nodes[0];
+        assert_eq!(
+            (
+                node.unbuilt_fragments,
+                node.received_not_stored,
+                node.unbuilt_cut_by_stop
+            ),
+            (305, 305, 612)
+        );
     }
 }

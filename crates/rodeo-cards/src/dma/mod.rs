@@ -70,6 +70,13 @@
 //! [`EmulatedChannel::stop`] (or drop) stops the channel after the unit it is writing (and
 //! waits until its engine has let it go); the card's thread ends with its last channel.
 //! Superpages still queued can be popped (filled) or are dropped with the channel (empty).
+//!
+//! [`DmaChannel::end_link`] ends the link without losing what the card holds: the engine
+//! stops writing, hands over its partly filled superpage and the one a full ready queue kept
+//! back (waiting, turn after turn, for the reader to make room), and only then takes the link
+//! down. A reader that keeps popping until the link is down and the ready queue empty has
+//! every unit the card wrote: a network receiver's datagrams received before the end are all
+//! read (a readout node's stop, `rodeo_ros`'s core thread). `stop` still ends at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,9 +85,10 @@ use std::time::{Duration, Instant};
 
 use rodeo_memory::{Backoff, BackoffSpec, BoundedQueue, FullPolicy};
 
+mod engine;
 mod limits;
 
-use limits::Limits;
+use engine::{engine_loop, Lane};
 
 /// The longest a unit waits in a partly filled superpage before the channel hands the
 /// superpage over (module docs, "When a partly filled superpage is handed over").
@@ -183,6 +191,12 @@ pub trait DmaChannel<S: SuperpageBuffer>: Send + Sync {
     fn reader_write_ns(&self) -> u64 {
         0
     }
+    /// Asks the card to end the link once everything it wrote is handed over: it writes no
+    /// more, hands over its partly filled superpage (and one a full ready queue kept back, as
+    /// soon as the reader makes room), then takes the link down
+    /// ([`ChannelStatus::link_up`] false). Does not wait; the reader keeps popping until the
+    /// link is down and the ready queue empty. A channel that cannot end this way ignores it.
+    fn end_link(&self) {}
 }
 
 impl SuperpageBuffer for rodeo_memory::Superpage {
@@ -327,6 +341,8 @@ struct ChannelState<S> {
     /// fit and retries on its next turn, the channel stalled meanwhile).
     ready: BoundedQueue<Filled<S>>,
     stop: AtomicBool,
+    /// [`DmaChannel::end_link`]: hand over everything written, then down.
+    ending: AtomicBool,
     running: AtomicBool,
     superpages: AtomicU64,
     bytes: AtomicU64,
@@ -345,6 +361,7 @@ impl<S: SuperpageBuffer> ChannelState<S> {
                 FullPolicy::Block(BackoffSpec::IDLE),
             ),
             stop: AtomicBool::new(false),
+            ending: AtomicBool::new(false),
             running: AtomicBool::new(true),
             superpages: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -687,6 +704,10 @@ impl<S: SuperpageBuffer> DmaChannel<S> for EmulatedChannel<S> {
             .as_ref()
             .map_or(0, |l| l.state.write_ns.load(Ordering::Relaxed))
     }
+
+    fn end_link(&self) {
+        self.shared.ending.store(true, Ordering::Release);
+    }
 }
 
 /// How a lazy channel times its writing (its reader's thread writes).
@@ -696,282 +717,6 @@ enum FillClock {
     ThreadCpu,
     /// The wall clock (vDSO reads): `EngineState::write_ns`, for the reader to scale.
     Wall,
-}
-
-/// One channel as its card's engine sees it.
-struct Lane<S, G> {
-    shared: Arc<ChannelState<S>>,
-    generator: G,
-    limits: Option<Limits>,
-    sequence: u64,
-    /// The superpage being filled and what it holds so far.
-    current: Option<(S, Fill)>,
-    /// When the current superpage must be handed over (set with its first unit; module docs).
-    flush_by: Option<Instant>,
-    /// A filled superpage the full ready queue did not take yet.
-    ready: Option<Filled<S>>,
-    /// The ready queue was full at the last attempt (its full event is counted).
-    ready_full: bool,
-    /// When the channel started to wait for an empty superpage or ready-queue room.
-    stalled_since: Option<Instant>,
-    /// Stopped, finished or unfit: the engine no longer serves it.
-    done: bool,
-    /// A lazy channel's engine state and clock: each `fill`'s time is added to it (an engine
-    /// thread measures its own instead).
-    fill_clock: Option<(Arc<EngineState>, FillClock)>,
-}
-
-impl<S: SuperpageBuffer, G: Generator> Lane<S, G> {
-    fn new(config: EmulatedConfig, generator: G) -> Lane<S, G> {
-        Lane {
-            shared: Arc::new(ChannelState::new(config.queue_depth.max(1))),
-            generator,
-            limits: Limits::new(&config),
-            sequence: 0,
-            current: None,
-            flush_by: None,
-            ready: None,
-            ready_full: false,
-            stalled_since: None,
-            done: false,
-            fill_clock: None,
-        }
-    }
-
-    /// `generator.fill`, its time added to the lazy channel's state when `fill_clock` is set:
-    /// CPU time, or wall time for the reader to scale.
-    fn fill(
-        generator: &mut G,
-        fill_clock: &Option<(Arc<EngineState>, FillClock)>,
-        buf: &mut [u8],
-        max_units: u64,
-        flush_by: &mut Option<Instant>,
-    ) -> Fill {
-        match fill_clock {
-            None => generator.fill_until(buf, max_units, flush_by),
-            Some((state, FillClock::ThreadCpu)) => {
-                let t0 = rodeo_memory::cpu::thread_cpu_time();
-                let f = generator.fill_until(buf, max_units, flush_by);
-                let ns = rodeo_memory::cpu::thread_cpu_time()
-                    .saturating_sub(t0)
-                    .as_nanos() as u64;
-                state.cpu_ns.fetch_add(ns, Ordering::Relaxed);
-                f
-            }
-            Some((state, FillClock::Wall)) => {
-                let t0 = Instant::now();
-                let f = generator.fill_until(buf, max_units, flush_by);
-                let ns = t0.elapsed().as_nanos() as u64;
-                state.write_ns.fetch_add(ns, Ordering::Relaxed);
-                f
-            }
-        }
-    }
-
-    fn stall(&mut self) {
-        if self.stalled_since.is_none() {
-            self.shared.stalls.fetch_add(1, Ordering::Relaxed);
-            self.stalled_since = Some(Instant::now());
-        }
-    }
-
-    fn unstall(&mut self) {
-        if let Some(t) = self.stalled_since.take() {
-            self.shared
-                .stall_ns
-                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        }
-    }
-
-    fn finish(&mut self) {
-        self.unstall();
-        self.done = true;
-        self.shared.running.store(false, Ordering::Release);
-    }
-
-    /// Hands the current superpage over (to the ready queue, or kept until it has room).
-    fn hand_over(&mut self) {
-        self.flush_by = None;
-        let Some((superpage, fill)) = self.current.take() else {
-            return;
-        };
-        self.shared
-            .bytes
-            .fetch_add(fill.bytes as u64, Ordering::Relaxed);
-        self.shared.units.fetch_add(fill.units, Ordering::Relaxed);
-        self.ready = Some(Filled {
-            superpage,
-            bytes_used: fill.bytes,
-            units: fill.units,
-            sequence: self.sequence,
-            unit_bytes: fill.unit_bytes,
-        });
-        self.sequence += 1;
-        self.push_ready();
-    }
-
-    /// Pushes the kept filled superpage; true when it went (or there was none).
-    fn push_ready(&mut self) -> bool {
-        let Some(filled) = self.ready.take() else {
-            return true;
-        };
-        // The first attempt applies the queue's policy and counts a full event; retries on the
-        // following turns of the same stall do not count again.
-        let pushed = if self.ready_full {
-            self.shared.ready.retry_push(filled)
-        } else {
-            self.shared.ready.push(filled).map(drop).map_err(|r| r.item)
-        };
-        match pushed {
-            Ok(()) => {
-                self.ready_full = false;
-                self.unstall();
-                self.shared.superpages.fetch_add(1, Ordering::Relaxed);
-                if self.generator.is_finished() {
-                    self.finish();
-                }
-                true
-            }
-            Err(filled) => {
-                self.ready = Some(filled);
-                self.ready_full = true;
-                self.stall();
-                false
-            }
-        }
-    }
-
-    /// One turn: returns true when the channel moved (a superpage taken, units written or a
-    /// superpage handed over).
-    fn turn(&mut self) -> bool {
-        if self.shared.stop.load(Ordering::Acquire) {
-            // What was written is handed over if the ready queue has room; then down.
-            if self.current.as_ref().is_some_and(|c| c.1.units > 0) {
-                self.hand_over();
-            }
-            self.finish();
-            return true;
-        }
-        if self.ready.is_some() {
-            return self.push_ready();
-        }
-        let mut moved = false;
-        if self.current.is_none() {
-            match self.shared.transfer.pop() {
-                Some(s) => {
-                    self.unstall();
-                    self.current = Some((s, Fill::default()));
-                    moved = true;
-                }
-                None => {
-                    self.stall();
-                    return false;
-                }
-            }
-        }
-        let max_units = match &mut self.limits {
-            None => u64::MAX,
-            Some(l) => match l.grant() {
-                0 => {
-                    // Paced out for now: what waits in the superpage goes at its deadline.
-                    let now = l.last;
-                    if self.flush_by.is_some_and(|d| now >= d) {
-                        self.hand_over();
-                        return true;
-                    }
-                    return moved;
-                }
-                n => n,
-            },
-        };
-        let waits = self.generator.waits_for_input();
-        let Some((superpage, fill)) = self.current.as_mut() else {
-            return moved;
-        };
-        let buf = superpage.as_bytes_mut();
-        let f = if fill.bytes < buf.len() && !self.generator.is_finished() {
-            Self::fill(
-                &mut self.generator,
-                &self.fill_clock,
-                &mut buf[fill.bytes..],
-                max_units,
-                &mut self.flush_by,
-            )
-        } else {
-            Fill::default()
-        };
-        if let Some(l) = &mut self.limits {
-            l.charge(f);
-        }
-        fill.append(f);
-        let total = *fill;
-        let finished = self.generator.is_finished();
-        if f.units > 0 {
-            // Unlimited sources fill a superpage in one call; the others go on next turn
-            // until a call writes nothing (full, or an outside source paused), or until the
-            // superpage's deadline (one clock read per turn, never per unit).
-            if (self.limits.is_none() && !waits) || finished {
-                self.hand_over();
-                return true;
-            }
-            let now = Instant::now();
-            match self.flush_by {
-                None => self.flush_by = Some(now + FLUSH_INTERVAL),
-                Some(d) if now >= d => self.hand_over(),
-                Some(_) => {}
-            }
-            return true;
-        }
-        if total.units > 0 || finished {
-            self.hand_over();
-            return true;
-        }
-        if waits {
-            return moved; // nothing arrived yet: keep waiting with an empty superpage
-        }
-        // Not even one unit fits an empty superpage: a configuration error; the link goes down.
-        self.current = None;
-        self.finish();
-        true
-    }
-}
-
-fn engine_loop<S: SuperpageBuffer, G: Generator>(mut lanes: Vec<Lane<S, G>>, engine: &EngineState) {
-    // Only when no channel of the card could do anything: an idle or stalled card costs little
-    // CPU yet resumes within about 100 us.
-    let mut backoff = Backoff::new(BackoffSpec::IDLE);
-    let mut last_cpu = Instant::now();
-    let publish = || {
-        let ns = rodeo_memory::cpu::thread_cpu_time().as_nanos() as u64;
-        engine.cpu_ns.store(ns, Ordering::Relaxed);
-    };
-    loop {
-        let mut moved = false;
-        let mut live = 0usize;
-        for lane in lanes.iter_mut().filter(|l| !l.done) {
-            moved |= lane.turn();
-            live += usize::from(!lane.done);
-        }
-        if live == 0 {
-            break;
-        }
-        if engine.stop.load(Ordering::Acquire) {
-            break;
-        }
-        if last_cpu.elapsed() >= Duration::from_millis(1) {
-            last_cpu = Instant::now();
-            publish();
-        }
-        if moved {
-            backoff.reset();
-        } else {
-            backoff.wait();
-        }
-    }
-    for lane in lanes.iter_mut().filter(|l| !l.done) {
-        lane.finish();
-    }
-    publish();
 }
 
 #[cfg(test)]

@@ -423,3 +423,60 @@ fn stop_ends_a_stalled_card() {
     ch.stop();
     assert!(!ch.status().link_up);
 }
+
+/// `end_link` loses nothing the card wrote: a superpage kept back by a full ready queue goes
+/// to the reader once it makes room, then the link goes down (`stop` drops that one).
+#[test]
+fn end_link_hands_over_what_a_full_ready_queue_kept_back() {
+    let ch: EmulatedChannel<Vec<u8>> = EmulatedChannel::start(
+        "end-card",
+        EmulatedConfig {
+            queue_depth: 2,
+            ..EmulatedConfig::default()
+        },
+        Counter {
+            next: 0,
+            limit: None,
+        },
+    )
+    .unwrap();
+    // Three superpages of ten units: two fill the ready queue, the third is kept back.
+    ch.push_superpage(vec![0; 640]).unwrap();
+    ch.push_superpage(vec![0; 640]).unwrap();
+    rodeo_testkit::wait_until("two superpages filled", Duration::from_secs(20), || {
+        ch.status().ready_queue_len == 2
+    });
+    ch.push_superpage(vec![0; 640]).unwrap();
+    rodeo_testkit::wait_until("the third kept back", Duration::from_secs(20), || {
+        ch.status().counters.units == 30 && ch.status().counters.stalls > 0
+    });
+    ch.end_link();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut words = Vec::new();
+    loop {
+        let st = ch.status();
+        if !st.link_up && st.ready_queue_len == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the link never ended: {st:?}");
+        match ch.pop_superpage() {
+            Some(f) => words.extend(
+                f.data()
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes(b.try_into().unwrap())),
+            ),
+            None => std::thread::yield_now(),
+        }
+    }
+    assert_eq!(
+        words.len(),
+        30 * 16,
+        "every unit written reaches the reader"
+    );
+    assert!(words.iter().enumerate().all(|(i, &w)| w == i as u32));
+    assert_eq!(
+        ch.status().counters.units,
+        30,
+        "nothing written after the end"
+    );
+}

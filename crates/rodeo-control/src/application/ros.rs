@@ -168,6 +168,16 @@ impl Application for RosApp {
             s.store.stored_around_l1_front()
         };
         let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
+        let input_errors = s.slink.errors() + net.dropped_units + net.kernel_dropped_units;
+        let received_not_stored = received_not_stored(&inputs, &k, input_errors);
+        if received_not_stored > 0 {
+            tracing::warn!(
+                node = %self.name,
+                received_not_stored,
+                "fragments received from the detector were never stored (still in the input's \
+                 queues at the stop)"
+            );
+        }
         Ok(Some(AppSummary::Ros(NodeSummary {
             name: self.name.clone(),
             requests: s.counters.requests,
@@ -179,8 +189,9 @@ impl Application for RosApp {
             stored_ahead_of_l1: at_end.ahead,
             stored_ahead_incomplete: at_end.ahead_incomplete,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
+            received_not_stored,
             swrod_error: s.swrod_error,
-            input_errors: s.slink.errors() + net.dropped_units + net.kernel_dropped_units,
+            input_errors,
             input_dropped_words: s.slink.dropped_words,
             restarted: false,
             died_at_stop: false,
@@ -270,6 +281,21 @@ impl Application for RosApp {
     }
 }
 
+/// Fragments a detector's inputs counted as received that the store neither took in nor
+/// dropped as a duplicate or already cleared ([`NodeSummary::received_not_stored`]); 0 without
+/// such inputs, or when their checks found errors (a damaged unit is not one fragment).
+fn received_not_stored(
+    inputs: &[InputStatus],
+    store: &rodeo_ros::store::ChannelCounters,
+    input_errors: u64,
+) -> u64 {
+    if inputs.is_empty() || input_errors > 0 {
+        return 0;
+    }
+    let received: u64 = inputs.iter().map(|i| i.fragments).sum();
+    received.saturating_sub(store.fragments + store.duplicates + store.dropped_after_clear)
+}
+
 /// The inputs of the summary: their counters and states after the node stopped, their
 /// problems as judged when the run ended (`at_end`), when it ended in order.
 fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<InputStatus> {
@@ -283,4 +309,44 @@ fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<
             n
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rodeo_ros::inputs::{InputState, InputStatus};
+    use rodeo_ros::store::ChannelCounters;
+
+    use super::received_not_stored;
+
+    fn input(fragments: u64) -> InputStatus {
+        InputStatus {
+            node: "ros-1".into(),
+            rob: 0x0051_0000,
+            address: "udp://127.0.0.1:5001".into(),
+            state: InputState::Connected,
+            fragments,
+            bytes: 0,
+            errors: 0,
+            last_data_age_ms: None,
+            rate_hz: 0.0,
+            problem: None,
+        }
+    }
+
+    /// What the receivers counted less what the store took in, dropped as duplicates or as
+    /// cleared: nothing without a detector's input or with damaged input.
+    #[test]
+    fn received_not_stored_is_what_the_store_never_saw() {
+        let store = ChannelCounters {
+            fragments: 61_454,
+            duplicates: 3,
+            dropped_after_clear: 2,
+            ..ChannelCounters::default()
+        };
+        let inputs = [input(31_049), input(30_710)];
+        assert_eq!(received_not_stored(&inputs, &store, 0), 300);
+        assert_eq!(received_not_stored(&inputs, &store, 1), 0, "damaged input");
+        assert_eq!(received_not_stored(&[], &store, 0), 0, "an emulated input");
+        assert_eq!(received_not_stored(&[input(10)], &store, 0), 0);
+    }
 }

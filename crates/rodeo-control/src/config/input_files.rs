@@ -29,9 +29,24 @@ impl PartitionConfig {
             RosInput::Replay if self.ros.replay_files.is_empty() => Ok(()),
             RosInput::Replay => self.check_replay_files(),
             RosInput::File => {
-                for entry in &self.ros.link_files {
+                // One file per ROB: the same capture for two channels would put one link's
+                // data into both ROBs of every event (found by a QA pass: it ran "ok").
+                let mut seen: HashMap<PathBuf, usize> = HashMap::new();
+                for (i, entry) in self.ros.link_files.iter().enumerate() {
                     regular_file(Path::new(entry))
                         .map_err(|why| bad("ros.link_files", format!("{entry:?}"), why))?;
+                    let real = std::fs::canonicalize(entry).unwrap_or_else(|_| entry.into());
+                    if let Some(first) = seen.insert(real, i) {
+                        return Err(bad(
+                            "ros.link_files",
+                            format!("{entry:?}"),
+                            format!(
+                                "one capture per ROB: entry {i} is the same file as entry \
+                                 {first} ({:?})",
+                                self.ros.link_files[first]
+                            ),
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -237,6 +252,38 @@ mod tests {
             e.contains("ros.link_files") && e.contains("/nonexistent/l0"),
             "{e}"
         );
+    }
+
+    /// One capture for two channels (written alike, or another way to the same file: a
+    /// relative path, a symbolic link) is refused naming both entries; two captures pass.
+    #[test]
+    fn one_link_file_for_two_channels_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("l0.bin"), dir.path().join("l1.bin"));
+        std::fs::write(&a, b"x").unwrap();
+        std::fs::write(&b, b"x").unwrap();
+        let link = dir.path().join("alias.bin");
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        let files = |x: &std::path::Path, y: &std::path::Path| {
+            config(&format!(
+                "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n[ros]\nchannels = 2\n\
+                 input = \"file\"\nlink_files = [{:?}, {:?}]\n",
+                x.display().to_string(),
+                y.display().to_string()
+            ))
+        };
+        assert!(files(&a, &b).check_input_files().is_ok());
+        for twin in [a.clone(), link, dir.path().join(".").join("l0.bin")] {
+            let e = files(&a, &twin)
+                .check_input_files()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("ros.link_files") && e.contains("entry 1 is the same file as entry 0"),
+                "{}: {e}",
+                twin.display()
+            );
+        }
     }
 
     /// Without `replay_loop` the run asks for at most the events the files hold (no count

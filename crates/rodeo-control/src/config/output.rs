@@ -22,7 +22,12 @@ impl PartitionConfig {
     /// Checks on this host that every `logger.directories` entry can take files, as
     /// [`PartitionConfig::check_output`] does for `run.output` (exists and writable, or
     /// creatable); the error names the entry.
+    ///
+    /// Two entries naming one existing directory another way (relative and absolute, through
+    /// a symbolic link) are refused here too: the lexical check of `validate` let them pass as
+    /// two, and the run's loggers then shared one directory as if it were two.
     pub fn check_directories(&self) -> Result<(), ConfigError> {
+        let mut seen: Vec<(std::path::PathBuf, &str)> = Vec::new();
         for entry in &self.logger.directories {
             check_writable_dir(Path::new(entry)).map_err(|(path, reason)| {
                 ConfigError::Directory {
@@ -31,6 +36,20 @@ impl PartitionConfig {
                     reason,
                 }
             })?;
+            let Ok(real) = std::fs::canonicalize(entry) else {
+                // Not made yet: the run creates it, where no other entry can be.
+                continue;
+            };
+            if let Some((_, first)) = seen.iter().find(|(r, _)| *r == real) {
+                return Err(ConfigError::Directory {
+                    entry: entry.clone(),
+                    path: real.display().to_string(),
+                    reason: format!(
+                        "the same directory as entry {first:?}: give each directory once"
+                    ),
+                });
+            }
+            seen.push((real, entry));
         }
         Ok(())
     }
@@ -177,5 +196,43 @@ fn probe_writable(dir: &Path) -> Result<(), (String, String)> {
             dir.display().to_string(),
             format!("is a directory this process cannot write in: {e}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One existing directory named twice another way (through a symbolic link, or by a path
+    /// `validate` cannot tell is the same) is refused on this host, naming both entries; two
+    /// directories pass.
+    #[test]
+    fn one_logger_directory_named_two_ways_is_refused_on_this_host() {
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (t.path().join("a"), t.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let alias = t.path().join("alias");
+        std::os::unix::fs::symlink(&a, &alias).unwrap();
+        let dirs = |x: &std::path::Path, y: &std::path::Path| {
+            PartitionConfig::from_toml(
+                &format!(
+                    "[logger]\ndirectories = [{:?}, {:?}]\n",
+                    x.display().to_string(),
+                    y.display().to_string()
+                ),
+                "t.toml",
+            )
+            .unwrap()
+        };
+        dirs(&a, &b).check_directories().unwrap();
+        for twin in [alias, b.join("..").join("a")] {
+            let e = dirs(&a, &twin).check_directories().unwrap_err().to_string();
+            assert!(
+                e.contains("logger.directories") && e.contains("the same directory as entry"),
+                "{}: {e}",
+                twin.display()
+            );
+        }
     }
 }

@@ -40,6 +40,10 @@ impl DmaChannel<Superpage> for LinkChannel {
     fn status(&self) -> ChannelStatus {
         self.0.status()
     }
+
+    fn end_link(&self) {
+        self.0.end_link();
+    }
 }
 
 /// The started channels of a network or file input, with how to check what they carry.
@@ -154,7 +158,8 @@ pub(super) fn link_input(
         }
     }
     let dump = ErrorDump::new(error_file(config)?, 10);
-    let input = DmaInput::new(links.channels, links.check, dump);
+    // Data received from outside: at the stop, what the receivers (players) hold is read in.
+    let input = DmaInput::new(links.channels, links.check, dump).ending_links_at_stop();
     Ok(BuiltInput {
         errors: Some(input.lane_errors()),
         input: Box::new(input),

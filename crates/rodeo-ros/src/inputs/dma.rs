@@ -48,6 +48,9 @@ pub struct DmaInput<D> {
     dump: ErrorDump,
     /// Per channel, the checks' errors so far, for the input watch.
     errors: Arc<LaneErrors>,
+    /// At the stop, the channels end their links and the core thread reads what they hold
+    /// ([`DmaInput::ending_links_at_stop`]).
+    end_at_stop: bool,
 }
 
 impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
@@ -65,7 +68,18 @@ impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
                 .collect(),
             dump,
             errors: Arc::new(LaneErrors::new(n)),
+            end_at_stop: false,
         }
+    }
+
+    /// At the node's stop, ends every channel's link ([`DmaChannel::end_link`]) and has the
+    /// core thread read what the channels still hold ([`Input::end_links`]): for channels
+    /// carrying data from outside (network receivers, file players), whose every unit was
+    /// counted as received. An emulated card's data is made up: what it wrote past the stop
+    /// is not read.
+    pub fn ending_links_at_stop(mut self) -> DmaInput<D> {
+        self.end_at_stop = true;
+        self
     }
 
     /// Per channel, the S-LINK check errors so far (published after each superpage).
@@ -153,6 +167,15 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
             .iter()
             .map(|l| l.channel.status().counters.stalls)
             .sum()
+    }
+
+    fn end_links(&mut self) -> bool {
+        if self.end_at_stop {
+            for lane in &self.lanes {
+                lane.channel.end_link();
+            }
+        }
+        self.end_at_stop
     }
 
     fn finished(&self) -> bool {

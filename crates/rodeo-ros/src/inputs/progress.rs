@@ -117,6 +117,10 @@ impl Input for ProgressInput {
         self.inner.finished()
     }
 
+    fn end_links(&mut self) -> bool {
+        self.inner.end_links()
+    }
+
     fn release(&mut self, store: &mut EventStore) {
         self.inner.release(store);
     }

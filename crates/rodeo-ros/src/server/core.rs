@@ -15,6 +15,7 @@ use super::source::{Ids, Incoming, ReplyRefused, RequestSource};
 
 /// How long an idle loop waits for a message before polling the input again.
 const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+use super::input::END_LINKS_LIMIT;
 use super::{bump, Input, ServerConfig, ServerStats, Stopped};
 use crate::store::{empty_rob, EventStore, HeldSegment, Lookup, PageRef};
 
@@ -209,6 +210,7 @@ impl<S: RequestSource> Core<S> {
                 }
             }
         }
+        self.end_links();
         // Answer everything still pending, flagged.
         self.recheck(Instant::now(), true);
         self.source.maintain(&mut self.store);
@@ -228,6 +230,37 @@ impl<S: RequestSource> Core<S> {
             swrod: None,
             swrod_error: None,
             store: self.store,
+        }
+    }
+
+    /// At the stop, an input of data from outside ends its links and is read until it has
+    /// handed over everything it received ([`Input::end_links`]), at most
+    /// [`END_LINKS_LIMIT`]: fragments a receiver counted are stored (the balance sheet's
+    /// unbuilt or cut ones), not left in its queues.
+    fn end_links(&mut self) {
+        if !self.input.end_links() {
+            return;
+        }
+        let deadline = Instant::now() + END_LINKS_LIMIT;
+        let mut backoff = Backoff::new(BackoffSpec::IDLE);
+        while !self.input.finished() {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    endpoint = %self.endpoint,
+                    "the input's links did not hand over everything they received within {} s \
+                     of the stop (the store full?): what they still hold is not stored",
+                    END_LINKS_LIMIT.as_secs()
+                );
+                return;
+            }
+            self.store.reclaim();
+            let n = self.input.poll(&mut self.store);
+            if n > 0 {
+                bump(&self.stats.input_fragments, n);
+                backoff.reset();
+            } else {
+                backoff.wait();
+            }
         }
     }
 

@@ -30,12 +30,27 @@ pub trait Input: Send + 'static {
     fn finished(&self) -> bool {
         false
     }
+    /// The core thread is stopping (before its last answers): asks the input's producers to
+    /// end once they have handed over what they hold; true when the input then ends by
+    /// itself ([`Input::finished`]) and the core thread should read it until it has (bounded
+    /// by [`END_LINKS_LIMIT`]). For data from outside, counted as received where it arrived (a
+    /// network receiver's datagrams): stored, or counted where it is dropped, never left in a
+    /// queue. False (the default): the input is not read any more.
+    fn end_links(&mut self) -> bool {
+        false
+    }
     /// The core thread is stopping (after its last poll): gives back to `store` what the input
     /// holds of it (store pages lent to it), so that the stopped store counts them free.
     fn release(&mut self, store: &mut EventStore) {
         let _ = store;
     }
 }
+
+/// How long the core thread reads an input whose links it ended at the stop
+/// ([`Input::end_links`]) at most: a receiver hands over within a turn of its engine, and the
+/// reader drains eight superpages a channel in milliseconds; only a store refusing fragments
+/// (full) makes it wait this long.
+pub(crate) const END_LINKS_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Fragments taken per channel per poll, so one busy channel cannot starve requests.
 pub(crate) const POLL_BUDGET: usize = 256;
