@@ -43,6 +43,11 @@ pub fn serve_section(
     if token.is_none() && expert_token.is_none() {
         eprintln!("rodeo: note: no RODEO_TOKEN or control.token: HTTP commands are refused");
     }
+    for (role, t) in [("operator", &token), ("expert", &expert_token)] {
+        if let Some(w) = t.as_deref().and_then(|t| weak_token(role, t)) {
+            eprintln!("rodeo: warning: {w}");
+        }
+    }
     let tls = match https {
         Some(f) => Some(
             tls::server_config(&f.cert, &f.key)
@@ -73,4 +78,37 @@ pub fn serve_section(
         );
     }
     Ok(Some(server))
+}
+
+/// Tokens shorter than this are said to be guessable when the server starts: failed tokens
+/// are not rate-limited beyond the connection bounds (docs/security.md), so a 1-byte token
+/// falls in at most 256 requests.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// The warning for `role`'s token `token` when it is shorter than [`MIN_TOKEN_BYTES`]; the
+/// token itself is never printed.
+fn weak_token(role: &str, token: &str) -> Option<String> {
+    (token.len() < MIN_TOKEN_BYTES).then(|| {
+        format!(
+            "the {role}'s token is {} byte(s): anyone who reaches the HTTP port can guess it \
+             (failed tokens are not rate-limited); give {MIN_TOKEN_BYTES} or more random \
+             characters (e.g. `openssl rand -hex 16`)",
+            token.len()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A short token is said, by role and length, never by value; a long one is not.
+    #[test]
+    fn a_short_token_is_said_to_be_guessable() {
+        let w = weak_token("operator", "t").unwrap();
+        assert!(w.contains("operator's token is 1 byte(s)"), "{w}");
+        assert!(!w.contains("\"t\"") && !w.contains(" t "), "{w}");
+        assert!(weak_token("expert", &"x".repeat(15)).is_some());
+        assert!(weak_token("expert", &"x".repeat(16)).is_none());
+    }
 }
