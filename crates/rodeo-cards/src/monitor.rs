@@ -189,6 +189,7 @@ impl LinkMonitor {
                     ("format_errors", c.format_errors),
                     ("duplicates", c.duplicates),
                     ("l1id_sequence_errors", c.l1id_sequence_errors),
+                    ("source_mismatches", c.source_mismatches),
                     ("short_fragments", c.short_fragments),
                     ("garbage_spans", c.garbage_spans),
                     ("dropped_words", c.dropped_words),

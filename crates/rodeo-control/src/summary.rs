@@ -51,8 +51,8 @@ pub struct NodeSummary {
     /// With a detector's input, fragments its receivers (players) counted that the store
     /// never took in, nor dropped as a duplicate or as cleared before they came: still in the
     /// input's queues when the node stopped (it reads them in at its stop, for up to 2 s; a
-    /// full store refuses them). 0 when the input's checks found errors (a damaged unit is no
-    /// fragment, so the two counts differ by design) and for other inputs.
+    /// full store refuses them). 0 when the input's checks dropped words (a damaged unit is
+    /// then no fragment, so the two counts differ by design) and for other inputs.
     #[serde(default)]
     pub received_not_stored: u64,
     /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).

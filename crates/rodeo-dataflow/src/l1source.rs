@@ -268,13 +268,15 @@ impl Pacer {
 }
 
 /// One readout node's progress as the data-driven L1 reads it: (L1IDs complete on every
-/// channel, counted from L1ID 0 in the wrap order; the node's input ended). `ended` is read
+/// channel, counted from L1ID 0 in the wrap order; that count is final: a channel at the
+/// lowest count has ended, `rodeo_ros::inputs::ReadoutProgress::ended`). The flag is read
 /// first: once it is true, the count read after it is final.
 pub type ReadoutMark = std::sync::Arc<dyn Fn() -> (u64, bool) + Send + Sync>;
 
 /// The readout nodes' progress, the input of the data-driven L1 (`[l1] mode = "readout"`):
 /// an L1 accept is issued for each L1ID every node has complete, in order, and the source is
-/// done when every node's input ended and each of its L1IDs was issued. The nodes and the
+/// done when the count is final (a node at the lowest count has its count final: every input
+/// ended, or one the others passed) and each of its L1IDs was issued. The nodes and the
 /// supervisor share it in one process (a readout node's `ReadoutProgress`).
 #[derive(Clone, Default)]
 pub struct ReadoutFeed {
@@ -291,19 +293,23 @@ impl std::fmt::Debug for ReadoutFeed {
 }
 
 impl ReadoutFeed {
-    /// (L1IDs complete on every node, every node's input ended); (0, false) without nodes.
+    /// (L1IDs complete on every node, that count final: a node at the lowest count has its
+    /// own final); (0, false) without nodes.
     pub fn read(&self) -> (u64, bool) {
         if self.nodes.is_empty() {
             return (0, false);
         }
         let mut complete = u64::MAX;
-        let mut ended = true;
+        let mut fin = false;
         for n in &self.nodes {
-            let (c, e) = n();
-            complete = complete.min(c);
-            ended &= e;
+            let (c, f) = n();
+            if c < complete {
+                (complete, fin) = (c, f);
+            } else if c == complete {
+                fin |= f;
+            }
         }
-        (complete, ended)
+        (complete, fin)
     }
 }
 
@@ -312,7 +318,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_feed_takes_the_slowest_node_and_ends_when_all_have() {
+    fn the_feed_takes_the_slowest_node_and_ends_when_its_count_is_final() {
         use std::sync::atomic::{AtomicU64, Ordering};
         use std::sync::Arc;
         let a = Arc::new(AtomicU64::new(5));
@@ -324,8 +330,12 @@ mod tests {
             ],
         };
         assert_eq!(feed.read(), (5, false));
+        // The slowest node is the one that ended: no L1ID past 9 can be complete any more.
         a.store(12, Ordering::Relaxed);
-        assert_eq!(feed.read(), (9, false));
+        assert_eq!(feed.read(), (9, true));
+        // A node behind the one that ended can still catch up: not final.
+        a.store(7, Ordering::Relaxed);
+        assert_eq!(feed.read(), (7, false));
         assert_eq!(ReadoutFeed::default().read(), (0, false));
     }
     use std::time::Duration;

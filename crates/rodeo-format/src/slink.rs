@@ -166,6 +166,9 @@ pub struct SlinkCounters {
     pub duplicates: u64,
     /// Fragments whose L1ID does not follow the previous one.
     pub l1id_sequence_errors: u64,
+    /// Fragments whose ROD source identifier (sub-detector and module, the low 24 bits) is not
+    /// the channel's ([`SlinkChecker::expect_source`]): a link cabled to the wrong input.
+    pub source_mismatches: u64,
     /// Fragments dropped because their L1ID is unreadable.
     pub short_fragments: u64,
     /// Spans of words outside any fragment.
@@ -193,6 +196,7 @@ impl SlinkCounters {
         self.l1id_sequence_errors += o.l1id_sequence_errors;
         self.short_fragments += o.short_fragments;
         self.garbage_spans += o.garbage_spans;
+        self.source_mismatches += o.source_mismatches;
         self.dropped_words += o.dropped_words;
         self.sized_fragments += o.sized_fragments;
     }
@@ -203,8 +207,8 @@ impl SlinkCounters {
     }
 
     /// Every error found, whatever its kind (a fragment with several counts once per kind):
-    /// framing, truncation, CRC, marker, format, duplicate and L1ID sequence errors, dropped
-    /// short fragments and garbage spans.
+    /// framing, truncation, CRC, marker, format, duplicate, L1ID sequence and source errors,
+    /// dropped short fragments and garbage spans.
     pub fn errors(&self) -> u64 {
         self.missing_begin
             + self.missing_end
@@ -216,6 +220,7 @@ impl SlinkCounters {
             + self.l1id_sequence_errors
             + self.short_fragments
             + self.garbage_spans
+            + self.source_mismatches
     }
 }
 
@@ -224,6 +229,8 @@ impl SlinkCounters {
 #[derive(Debug, Clone)]
 pub struct SlinkChecker {
     config: SlinkCheckConfig,
+    /// The channel's ROD source identifier, when checked ([`SlinkChecker::expect_source`]).
+    source: Option<u32>,
     last_l1id: Option<u32>,
     counters: SlinkCounters,
     /// State before the last item, for [`SlinkChecker::unread`].
@@ -235,10 +242,20 @@ impl SlinkChecker {
     pub fn new(config: SlinkCheckConfig) -> SlinkChecker {
         SlinkChecker {
             config,
+            source: None,
             last_l1id: None,
             counters: SlinkCounters::default(),
             undo: None,
         }
+    }
+
+    /// Checks every fragment's ROD source identifier against `source_id` (the low 24 bits:
+    /// sub-detector and module; the top byte is optional): one of another source is kept,
+    /// flagged `ROB_FORMAT_ERROR` and `DATA_CORRUPTION`, and counted in
+    /// [`SlinkCounters::source_mismatches`]. For links from outside (a detector's cables, link
+    /// captures): two swapped links ran "ok" before 2026-12-07.
+    pub fn expect_source(&mut self, source_id: u32) {
+        self.source = Some(source_id);
     }
 
     /// The configuration.
@@ -459,6 +476,13 @@ impl SlinkChecker {
                 }
             },
         }
+        if let Some(want) = self.source {
+            if (rod[3] ^ want) & 0x00FF_FFFF != 0 {
+                self.counters.source_mismatches += 1;
+                status.insert(Status::ROB_FORMAT_ERROR);
+                status.insert(Status::DATA_CORRUPTION);
+            }
+        }
         let l1id = rod[5];
         match self.last_l1id {
             Some(last) if last == l1id => {
@@ -579,6 +603,25 @@ mod tests {
             SlinkItem::Dropped(d) => drops.push(d.reason),
         });
         (frags, drops)
+    }
+
+    /// With a source expected, a fragment of another sub-detector or module is kept, flagged
+    /// and counted; the optional top byte is not compared; without one nothing is checked.
+    #[test]
+    fn a_fragment_of_another_source_is_flagged_when_a_source_is_expected() {
+        let mut words = rod(0, 2);
+        words.extend(rod(1, 2));
+        words[3] = 0x0011_0002; // the first from module 2
+        let mut c = SlinkChecker::new(SlinkCheckConfig::default());
+        c.expect_source(0xAB11_0001);
+        let (frags, drops) = collect(&mut c, &words);
+        assert!(drops.is_empty());
+        let flags = (Status::ROB_FORMAT_ERROR | Status::DATA_CORRUPTION).word();
+        assert_eq!(frags, [(0, flags), (1, 0)]);
+        assert_eq!(c.counters().source_mismatches, 1);
+        assert_eq!(c.counters().errors(), 1);
+        let mut any = SlinkChecker::new(SlinkCheckConfig::default());
+        assert_eq!(collect(&mut any, &words).0, [(0, 0), (1, 0)]);
     }
 
     #[test]

@@ -207,6 +207,7 @@ pub fn summary(s: &Stopped) -> Value {
         "slink_dropped_fragments": s.slink.dropped_fragments(),
         "slink_garbage_spans": s.slink.garbage_spans,
         "slink_sequence_errors": s.slink.l1id_sequence_errors,
+        "slink_source_mismatches": s.slink.source_mismatches,
         "slink_sized_fragments": s.slink.sized_fragments,
         "input_stalls": s.input_stalls,
         "core_cpu_ns": u64::try_from(s.core_cpu.as_nanos()).unwrap_or(u64::MAX),

@@ -86,7 +86,8 @@ pub struct NodeSheet {
     /// emulated inputs and replays, which run ahead of the L1.
     pub unbuilt_fragments: u64,
     /// Of `unbuilt_fragments`, those its inputs counted as received that never reached the
-    /// store (still queued when it stopped).
+    /// store (still queued when it stopped, the store full; when every input still flowed
+    /// they are in `unbuilt_cut_by_stop` instead, and 0 here).
     pub received_not_stored: u64,
     /// Fragments it received from the detector after the last L1 accept whose events the
     /// run's end cut (a stream still flowing, or L1IDs every channel holds): said on the

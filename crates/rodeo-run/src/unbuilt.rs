@@ -18,10 +18,12 @@
 //!   500 of them unbuilt and unsaid).
 //!
 //! Fragments a receiver counted that never reached the store (`NodeSummary::
-//! received_not_stored`: still in the input's queues when the node stopped) are lost too. The
-//! node reads its network and file inputs in at its stop (`rodeo_ros`'s `Input::end_links`):
-//! before that, a UDP run ended by `run.seconds` received 122-305 fragments more than it
-//! stored, and said nothing.
+//! received_not_stored`: still in the input's queues when the node stopped, the store full)
+//! came after every fragment stored on their link: cut by the stop when every input was still
+//! flowing, as the stored ones ahead of the L1 (a TCP detector at full speed fills the store
+//! before every stop: 1,880 of them, a QA pass), lost otherwise. The node reads its network and
+//! file inputs in at its stop (`rodeo_ros`'s `Input::end_links`): before that, a UDP run
+//! ended by `run.seconds` received 122-305 fragments more than it stored, and said nothing.
 //!
 //! Emulated inputs and replays run ahead of the L1 by design and count none.
 
@@ -40,6 +42,21 @@ pub struct Unbuilt {
     pub not_stored: u64,
 }
 
+/// Whether every input of node `n` was still flowing at the stop (connected).
+fn flowing(n: &NodeSummary) -> bool {
+    n.inputs.iter().all(|i| i.state == InputState::Connected)
+}
+
+/// Node `n`'s fragments received and never stored, as (lost, cut): cut when every input was
+/// still flowing (module docs).
+fn not_stored(n: &NodeSummary) -> (u64, u64) {
+    if flowing(n) {
+        (0, n.received_not_stored)
+    } else {
+        (n.received_not_stored, 0)
+    }
+}
+
 impl Unbuilt {
     /// The split of node `n`'s summary. A summary without the split (an older version, or
     /// nothing but early-clear markers left) counts a network input's fragments still stored
@@ -51,26 +68,47 @@ impl Unbuilt {
                 && n.inputs
                     .iter()
                     .all(|i| i.address.starts_with("tcp://") || i.address.starts_with("udp://"));
+            let (lost, cut) = not_stored(n);
             return Unbuilt {
-                lost: if network { n.stored_now } else { 0 } + n.received_not_stored,
-                cut: 0,
-                not_stored: n.received_not_stored,
+                lost: if network { n.stored_now } else { 0 } + lost,
+                cut,
+                not_stored: lost,
             };
         }
         // Cut by the stop only when every input was still flowing: one that had ended (closed,
         // lost) while others went on will never send the L1IDs it lacks (an input closed 3 s
         // before the stop had 1,535 fragments of the others called "cut", verdict ok).
-        let flowing = n.inputs.iter().all(|i| i.state == InputState::Connected);
-        let never = if flowing {
+        let never = if flowing(n) {
             0
         } else {
             n.stored_ahead_incomplete.min(n.stored_ahead_of_l1)
         };
+        let (lost, cut) = not_stored(n);
         Unbuilt {
-            lost: n.stored_behind_l1 + never + n.received_not_stored,
-            cut: n.stored_ahead_of_l1 - never,
-            not_stored: n.received_not_stored,
+            lost: n.stored_behind_l1 + never + lost,
+            cut: n.stored_ahead_of_l1 - never + cut,
+            not_stored: lost,
         }
+    }
+
+    /// Why the lost fragments are lost, each cause with its count.
+    fn why(&self) -> String {
+        let stored = self.lost - self.not_stored;
+        let mut parts = Vec::new();
+        if stored > 0 {
+            parts.push(format!(
+                "{stored} passed over by the L1, or after the last accept with no other input \
+                 holding their L1ID (missing on another input)"
+            ));
+        }
+        if self.not_stored > 0 {
+            parts.push(format!(
+                "{} never stored (still in the input's queues when the node stopped: the store \
+                 full?)",
+                self.not_stored
+            ));
+        }
+        parts.join("; ")
     }
 
     /// The degraded problem of node `name`'s lost fragments, if any.
@@ -81,19 +119,9 @@ impl Unbuilt {
                 Some(self.lost),
                 Some(name.to_string()),
                 format!(
-                    "{name}: {} fragments received from the detector are in no event built \
-                     (passed over by the L1, or after the last accept with no other input \
-                     holding their L1ID: missing on another input){}",
+                    "{name}: {} fragments received from the detector are in no event built: {}",
                     self.lost,
-                    if self.not_stored > 0 {
-                        format!(
-                            "; {} of them never stored (still in the input's queues when the \
-                             node stopped: the store full?)",
-                            self.not_stored
-                        )
-                    } else {
-                        String::new()
-                    }
+                    self.why()
                 ),
             )
         })
@@ -198,25 +226,33 @@ mod tests {
         assert_eq!(s.verdict, Verdict::Degraded);
     }
 
-    /// Fragments received and never stored (left in the input's queues at the stop) are lost
-    /// on top of the split, said in the problem, and shown apart on the node's line.
+    /// Fragments received and never stored (left in the input's queues at the stop) are cut
+    /// with the stream when every input still flowed; lost on top of the split, said in the
+    /// problem, when one had ended; shown apart on the node's line either way.
     #[test]
-    fn fragments_received_and_never_stored_are_lost() {
-        let mut n = node("udp://127.0.0.1:5001", InputState::Connected, 0, (612, 612));
+    fn fragments_received_and_never_stored_are_cut_or_lost_as_their_stream() {
+        let row = |s: &RunSheet| {
+            let n = &s.readout_nodes[0];
+            (
+                n.unbuilt_fragments,
+                n.received_not_stored,
+                n.unbuilt_cut_by_stop,
+            )
+        };
+        let mut n = node("tcp://127.0.0.1:5001", InputState::Connected, 0, (612, 612));
         n.received_not_stored = 305;
+        let s = sheet(n.clone());
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        assert_eq!(row(&s), (0, 0, 917));
+        n.inputs[0].state = InputState::Closed;
         let s = sheet(n);
         let p: Vec<_> = s.problems.iter().map(|p| (p.kind, p.count)).collect();
-        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(305))]);
-        assert!(s.problems[0].text.contains("305 of them never stored"));
-        assert_eq!(s.verdict, Verdict::Degraded);
-        let node = &s.readout_nodes[0];
-        assert_eq!(
-            (
-                node.unbuilt_fragments,
-                node.received_not_stored,
-                node.unbuilt_cut_by_stop
-            ),
-            (305, 305, 612)
+        assert_eq!(p, [(ProblemKind::UnbuiltFragments, Some(612 + 305))]);
+        assert!(
+            s.problems[0].text.contains("612 passed over")
+                && s.problems[0].text.contains("; 305 never stored")
         );
+        assert_eq!(s.verdict, Verdict::Degraded);
+        assert_eq!(row(&s), (917, 305, 0));
     }
 }

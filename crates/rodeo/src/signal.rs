@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 static ABORT_ON_SECOND: AtomicBool = AtomicBool::new(false);
+/// `--json`: the abort writes one JSON object to stdout ([`json_on_abort`]), with this run
+/// number (`u64::MAX`: none).
+static JSON_ON_ABORT: AtomicBool = AtomicBool::new(false);
+static ABORT_RUN: AtomicU64 = AtomicU64::new(u64::MAX);
 /// When the first signal came (CLOCK_MONOTONIC, ns).
 static FIRST_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -25,9 +29,58 @@ extern "C" fn on_signal(_sig: libc::c_int) {
         return;
     }
     if ABORT_ON_SECOND.load(Ordering::SeqCst) && asks_again(FIRST_NS.load(Ordering::SeqCst), now) {
+        if JSON_ON_ABORT.load(Ordering::SeqCst) {
+            let mut buf = [0u8; 256];
+            let n = abort_json(&mut buf, ABORT_RUN.load(Ordering::SeqCst));
+            // SAFETY: `write` is async-signal-safe; `buf[..n]` is initialised and in bounds
+            // (`abort_json` returns at most `buf.len()`). A short write is not retried.
+            unsafe { libc::write(1, buf.as_ptr().cast(), n) };
+        }
         // SAFETY: `_exit` is async-signal-safe and ends the process without running anything.
         unsafe { libc::_exit(130) };
     }
+}
+
+/// Writes `rodeo run --json`'s object for an aborted run into `buf` (no allocation, no lock:
+/// it runs in the signal handler); returns its length. `run` is `u64::MAX` when the run has
+/// no number yet.
+fn abort_json(buf: &mut [u8; 256], run: u64) -> usize {
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        let n = bytes.len().min(buf.len() - at);
+        buf[at..at + n].copy_from_slice(&bytes[..n]);
+        at += n;
+    };
+    put(b"{\"made\":true,\"run_number\":");
+    if run == u64::MAX {
+        put(b"null");
+    } else {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut v = run;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        put(&digits[i..]);
+    }
+    put(
+        b",\"verdict\":\"aborted\",\"exit_status\":130,\"error\":\"interrupted twice: the run \
+          was abandoned without its balance sheet (its files and summary are incomplete)\"}\n",
+    );
+    at
+}
+
+/// Makes the abort (a second signal) write `rodeo run --json`'s object for an aborted run,
+/// with `run_number`, to stdout before the process ends: a script reading `--json` gets an
+/// object on every path (it got nothing).
+pub(crate) fn json_on_abort(run_number: u32) {
+    ABORT_RUN.store(u64::from(run_number), Ordering::SeqCst);
+    JSON_ON_ABORT.store(true, Ordering::SeqCst);
 }
 
 /// Whether a signal at `now_ns` after a first one at `first_ns` is a second request.
@@ -79,6 +132,25 @@ mod tests {
             libc::raise(libc::SIGTERM);
         }
         assert!(super::interrupted());
+    }
+
+    /// The abort's object is one line of JSON with the run number (or null) and the verdict.
+    #[test]
+    fn the_abort_object_is_json_with_the_run_number() {
+        let mut buf = [0u8; 256];
+        for (run, want) in [
+            (42u64, serde_json::json!(42)),
+            (u64::MAX, serde_json::Value::Null),
+        ] {
+            let n = super::abort_json(&mut buf, run);
+            assert_eq!(buf[n - 1], b'\n');
+            let v: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
+            assert_eq!(v["run_number"], want);
+            assert_eq!(v["verdict"], "aborted");
+            assert_eq!(v["exit_status"], 130);
+        }
+        let n = super::abort_json(&mut buf, u64::from(u32::MAX));
+        assert!(serde_json::from_slice::<serde_json::Value>(&buf[..n]).is_ok());
     }
 
     /// One request delivered twice within half a second does not abort; a second one later

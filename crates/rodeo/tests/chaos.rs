@@ -142,7 +142,10 @@ fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
     let senders: Vec<_> = addresses
         .iter()
         .cloned()
-        .map(|address| {
+        .enumerate()
+        // The default sub-detector's ROBs, 0x00410000 and on: a sender of another source is
+        // a swapped cable (counted apart from the corruption).
+        .map(|(i, address)| {
             std::thread::spawn(move || {
                 wait_until(
                     "a corrupting sender to deliver its stream",
@@ -151,6 +154,7 @@ fn a_corrupted_link_stream_is_counted_and_the_run_balances() {
                         rodeo!()
                             .args(["gen", "link", "--mode", "slink", "--units"])
                             .arg(UNITS.to_string())
+                            .args(["--source-id", &(0x0041_0000 + i as u32).to_string()])
                             .args(["--data-words", "16..64", "--corrupt", "0.02", "--send"])
                             .arg(&address)
                             .output()

@@ -43,7 +43,7 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process:
 
 /// Sends `units` S-LINK fragments to `address` with `rodeo gen link --send`, which retries
 /// its connection until the partition listens (bounded by `deadline`).
-fn send(address: &str, units: u64, deadline: Instant) {
+fn send(address: &str, source: u32, units: u64, deadline: Instant) {
     let retry = deadline
         .saturating_duration_since(Instant::now())
         .as_secs_f64();
@@ -51,6 +51,7 @@ fn send(address: &str, units: u64, deadline: Instant) {
         .args(["gen", "link", "--mode", "slink", "--units"])
         .arg(units.to_string())
         .args(["--data-words", "16..64", "--send", address])
+        .args(["--source-id", &source.to_string()])
         .args(["--retry-seconds", &format!("{retry:.1}")])
         .output();
     assert!(
@@ -100,7 +101,9 @@ accept_fraction = 1.0
     let senders: Vec<_> = addresses
         .iter()
         .cloned()
-        .map(|a| std::thread::spawn(move || send(&a, UNITS, deadline)))
+        .enumerate()
+        // The default sub-detector's ROBs, 0x00410000 and on.
+        .map(|(i, a)| std::thread::spawn(move || send(&a, 0x0041_0000 + i as u32, UNITS, deadline)))
         .collect();
     for s in senders {
         s.join().unwrap();
@@ -157,7 +160,10 @@ fn fragments_received_and_never_built_are_a_problem_of_the_run() {
         .iter()
         .cloned()
         .zip([300, 200])
-        .map(|(a, n)| std::thread::spawn(move || send(&a, n, deadline)))
+        .enumerate()
+        .map(|(i, (a, n))| {
+            std::thread::spawn(move || send(&a, 0x0051_0000 + i as u32, n, deadline))
+        })
         .collect();
     for s in senders {
         s.join().unwrap();
@@ -178,6 +184,43 @@ fn fragments_received_and_never_built_are_a_problem_of_the_run() {
     assert_eq!(unbuilt.len(), 1, "{v}");
     assert_eq!(unbuilt[0]["count"], 100, "{v}");
     assert_eq!(unbuilt[0]["where"], "ros-1", "{v}");
+}
+
+/// A sender that ends first while the other's tail does not fit the store: the run ends by
+/// itself once the L1 has every L1ID the first sent (no later event can be built), the
+/// other's extra fragments unbuilt, a problem. Before, that sender waited on back-pressure
+/// forever and the run never ended (found by a QA pass).
+#[test]
+fn a_sender_that_ends_first_ends_the_run_when_no_later_event_can_be_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
+    // 16 pages of 4 KiB a channel: a few hundred fragments, far fewer than the long tail.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("[ros]\n", "[ros]\npages_per_channel = 16\n"),
+    )
+    .unwrap();
+    let run = run_json(&config, &dir.path().join("out")).spawn();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // The long sender fails when the partition closes its connection: not asserted.
+    let long = rodeo!()
+        .args(["gen", "link", "--mode", "slink", "--units", "20000"])
+        .args(["--data-words", "16..64", "--source-id", "0x00510001"])
+        .args(["--send", &addresses[1], "--retry-seconds", "60"])
+        .spawn();
+    send(&addresses[0], 0x0051_0000, 300, deadline);
+    let out = run.wait_with_deadline(Duration::from_secs(60));
+    drop(long);
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    assert_eq!(v["l1_accepts"], 300, "{v}");
+    assert_eq!(v["verdict"], "degraded", "{v}");
+    let node = &v["readout_nodes"][0];
+    assert!(node["unbuilt_fragments"].as_u64().unwrap() > 0, "{v}");
 }
 
 /// A detector still sending over UDP when `run.seconds` stops the run (UDP has no end): the
@@ -265,6 +308,7 @@ fn link_files_of_unequal_length_leave_their_extra_fragments_counted() {
         let out = rodeo!()
             .args(["gen", "link", "--mode", "slink", "--units"])
             .arg(units.to_string())
+            .args(["--source-id", &(0x0051_0000 + i as u32).to_string()])
             .arg("-o")
             .arg(&path)
             .output();
@@ -842,10 +886,11 @@ fn a_sender_started_as_the_api_answers_is_not_refused() {
         .collect();
     let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
     let (run, http) = run_with_http(&config, &dir.path().join("out"), "t");
-    let sender = |address: &str, retry: Option<&str>| {
+    let sender = |address: &str, source: u32, retry: Option<&str>| {
         let mut cmd = rodeo!();
         cmd.args(["gen", "link", "--mode", "slink", "--units"])
             .arg(UNITS.to_string())
+            .args(["--source-id", &source.to_string()])
             .args(["--data-words", "16..64", "--send", address])
             .deadline(Duration::from_secs(60));
         if let Some(r) = retry {
@@ -854,11 +899,11 @@ fn a_sender_started_as_the_api_answers_is_not_refused() {
         cmd.spawn()
     };
     // The API answers: the first sender starts now, whatever the partition's state.
-    let early = sender(&addresses[0], None);
+    let early = sender(&addresses[0], 0x0051_0000, None);
     wait_for("RUNNING", Duration::from_secs(60), || {
         (status(http)["state"] == "RUNNING").then_some(())
     });
-    let on_time = sender(&addresses[1], Some("0"));
+    let on_time = sender(&addresses[1], 0x0051_0001, Some("0"));
     for (name, s) in [
         ("the early sender", early),
         ("the sender at RUNNING", on_time),

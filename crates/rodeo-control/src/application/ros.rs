@@ -169,7 +169,7 @@ impl Application for RosApp {
         };
         let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
         let input_errors = s.slink.errors() + net.dropped_units + net.kernel_dropped_units;
-        let received_not_stored = received_not_stored(&inputs, &k, input_errors);
+        let received_not_stored = received_not_stored(&inputs, &k, s.slink.dropped_words);
         if received_not_stored > 0 {
             tracing::warn!(
                 node = %self.name,
@@ -283,21 +283,26 @@ impl Application for RosApp {
 
 /// Fragments a detector's inputs counted as received that the store neither took in nor
 /// dropped as a duplicate or already cleared ([`NodeSummary::received_not_stored`]); 0 without
-/// such inputs, or when their checks found errors (a damaged unit is not one fragment).
+/// such inputs, or when their checks dropped words (a damaged unit is then not one fragment).
+/// Errors that drop nothing (L1ID sequence errors, a CRC flagged) keep one fragment per unit,
+/// and datagrams the kernel or the receiver dropped were never counted as received: a run
+/// with kernel drops counts what it received and did not store (a QA pass found 901 unsaid).
 fn received_not_stored(
     inputs: &[InputStatus],
     store: &rodeo_ros::store::ChannelCounters,
-    input_errors: u64,
+    dropped_words: u64,
 ) -> u64 {
-    if inputs.is_empty() || input_errors > 0 {
+    if inputs.is_empty() || dropped_words > 0 {
         return 0;
     }
     let received: u64 = inputs.iter().map(|i| i.fragments).sum();
     received.saturating_sub(store.fragments + store.duplicates + store.dropped_after_clear)
 }
 
-/// The inputs of the summary: their counters and states after the node stopped, their
-/// problems as judged when the run ended (`at_end`), when it ended in order.
+/// The inputs of the summary: their counters after the node stopped (what it read in at its
+/// stop included), their states and problems as judged when the run ended (`at_end`), when it
+/// ended in order: a link file the stop cut in the middle was still being played ("ended"
+/// only after the node's stop, which made its read-ahead lost rather than cut by the stop).
 fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<InputStatus> {
     let Some(at_end) = at_end else {
         return now;
@@ -306,6 +311,7 @@ fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<
         .zip(at_end)
         .map(|(mut n, e)| {
             n.problem = e.problem;
+            n.state = e.state;
             n
         })
         .collect()
@@ -316,7 +322,7 @@ mod tests {
     use rodeo_ros::inputs::{InputState, InputStatus};
     use rodeo_ros::store::ChannelCounters;
 
-    use super::received_not_stored;
+    use super::{final_inputs, received_not_stored};
 
     fn input(fragments: u64) -> InputStatus {
         InputStatus {
@@ -334,7 +340,7 @@ mod tests {
     }
 
     /// What the receivers counted less what the store took in, dropped as duplicates or as
-    /// cleared: nothing without a detector's input or with damaged input.
+    /// cleared: nothing without a detector's input or when the checks dropped words.
     #[test]
     fn received_not_stored_is_what_the_store_never_saw() {
         let store = ChannelCounters {
@@ -345,8 +351,23 @@ mod tests {
         };
         let inputs = [input(31_049), input(30_710)];
         assert_eq!(received_not_stored(&inputs, &store, 0), 300);
-        assert_eq!(received_not_stored(&inputs, &store, 1), 0, "damaged input");
+        assert_eq!(received_not_stored(&inputs, &store, 1), 0, "words dropped");
         assert_eq!(received_not_stored(&[], &store, 0), 0, "an emulated input");
         assert_eq!(received_not_stored(&[input(10)], &store, 0), 0);
+    }
+
+    /// The counters after the stop, the state and problem at the run's end: a link file cut
+    /// in the middle by the stop stays "connected" (flowing), not "ended".
+    #[test]
+    fn the_summary_takes_the_state_at_the_run_s_end_and_the_counts_after_the_stop() {
+        let mut after = input(5_445);
+        after.state = InputState::Ended;
+        let mut at_end = input(5_400);
+        at_end.problem = Some("silent".into());
+        let got = final_inputs(vec![after.clone()], Some(vec![at_end]));
+        assert_eq!(got[0].fragments, 5_445);
+        assert_eq!(got[0].state, InputState::Connected);
+        assert_eq!(got[0].problem.as_deref(), Some("silent"));
+        assert_eq!(final_inputs(vec![after.clone()], None), vec![after]);
     }
 }

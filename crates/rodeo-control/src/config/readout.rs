@@ -209,6 +209,17 @@ impl PartitionConfig {
     /// `dcm.slots` against what a readout channel holds (module docs).
     pub(super) fn check_readout(&self, c: &mut Checks) {
         let r = &self.ros;
+        if r.input == RosInput::File && r.link_loop && self.l1.mode == super::L1Mode::Readout {
+            // Found by a QA pass (2026-12-07): one pass built, then nothing until run.seconds,
+            // every loop counted as a link error.
+            c.bad(
+                "ros.link_loop",
+                true,
+                "false with l1.mode = \"readout\": each pass of a looping capture starts its \
+                 L1IDs again at 0, which the data-driven L1 has built already; play the files \
+                 once (the run ends with them)",
+            );
+        }
         if c.has_any(&["ros.fragment_words", "ros.elinks"]) {
             return;
         }

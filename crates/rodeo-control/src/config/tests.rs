@@ -304,6 +304,11 @@ fn network_and_file_inputs_and_the_data_driven_l1_are_checked() {
     assert!(e.contains("ros.listen_mode"), "{e}");
     let e = err("[ros]\nchannels = 2\ninput = \"file\"\nlink_files = [\"a\"]\n");
     assert!(e.contains("ros.link_files"), "{e}");
+    // A looping capture with the data-driven L1 built one pass, then nothing.
+    let looped = "[run]\nseconds = 5\n[l1]\nmode = \"readout\"\n[ros]\nchannels = 1\n\
+                  input = \"file\"\nlink_files = [\"a\"]\nlink_loop = true\n";
+    assert!(err(looped).contains("ros.link_loop"));
+    ok(&looped.replace("link_loop = true", "link_loop = false"));
     // A data-driven run over inputs that end may have neither events nor seconds...
     let tcp = format!(
         "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n{net}\

@@ -159,7 +159,10 @@ pub(super) fn link_input(
     }
     let dump = ErrorDump::new(error_file(config)?, 10);
     // Data received from outside: at the stop, what the receivers (players) hold is read in.
-    let input = DmaInput::new(links.channels, links.check, dump).ending_links_at_stop();
+    let sources = (0..config.channels as u32).map(|c| config.base_source_id + c);
+    let input = DmaInput::new(links.channels, links.check, dump)
+        .expecting_sources(sources)
+        .ending_links_at_stop();
     Ok(BuiltInput {
         errors: Some(input.lane_errors()),
         input: Box::new(input),

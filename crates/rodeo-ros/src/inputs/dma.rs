@@ -72,6 +72,16 @@ impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
         }
     }
 
+    /// Checks each channel's fragments against its ROD source identifier (`ids`, channel by
+    /// channel; [`SlinkChecker::expect_source`]): for links from outside, where a swapped
+    /// cable is a real fault; an emulated card writes its channel's own.
+    pub fn expecting_sources(mut self, ids: impl IntoIterator<Item = u32>) -> DmaInput<D> {
+        for (lane, id) in self.lanes.iter_mut().zip(ids) {
+            lane.checker.expect_source(id);
+        }
+        self
+    }
+
     /// At the node's stop, ends every channel's link ([`DmaChannel::end_link`]) and has the
     /// core thread read what the channels still hold ([`Input::end_links`]): for channels
     /// carrying data from outside (network receivers, file players), whose every unit was
@@ -179,7 +189,11 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
     }
 
     fn finished(&self) -> bool {
-        self.lanes.iter().all(|l| {
+        (0..self.lanes.len()).all(|c| self.channel_ended(c))
+    }
+
+    fn channel_ended(&self, c: usize) -> bool {
+        self.lanes.get(c).is_some_and(|l| {
             // The card puts its last superpage on the ready queue before its link goes down.
             let s = l.channel.status();
             l.current.is_none() && !s.link_up && s.ready_queue_len == 0

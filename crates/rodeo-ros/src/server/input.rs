@@ -30,6 +30,12 @@ pub trait Input: Send + 'static {
     fn finished(&self) -> bool {
         false
     }
+    /// True once channel `c`'s link is down and everything it delivered was read (its newest
+    /// L1ID is final); by default, when the whole input has [`Input::finished`].
+    fn channel_ended(&self, c: usize) -> bool {
+        let _ = c;
+        self.finished()
+    }
     /// The core thread is stopping (before its last answers): asks the input's producers to
     /// end once they have handed over what they hold; true when the input then ends by
     /// itself ([`Input::finished`]) and the core thread should read it until it has (bounded
@@ -48,9 +54,15 @@ pub trait Input: Send + 'static {
 
 /// How long the core thread reads an input whose links it ended at the stop
 /// ([`Input::end_links`]) at most: a receiver hands over within a turn of its engine, and the
-/// reader drains eight superpages a channel in milliseconds; only a store refusing fragments
-/// (full) makes it wait this long.
+/// reader drains eight superpages a channel in milliseconds.
 pub(crate) const END_LINKS_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long the core thread goes on reading such an input that gives it nothing: a store that
+/// refuses fragments (full, and nothing clears it any more at the stop) would otherwise hold
+/// every node's stop for [`END_LINKS_LIMIT`], one node after the other (a QA pass: 9 nodes of
+/// full stores stopped in 16 s). An engine's last hand-over comes within a turn (a receiver
+/// waits on its socket at most `FLUSH_INTERVAL`, 5 ms).
+pub(crate) const END_LINKS_IDLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Fragments taken per channel per poll, so one busy channel cannot starve requests.
 pub(crate) const POLL_BUDGET: usize = 256;

@@ -83,7 +83,7 @@ pub fn serve_section(
 /// Tokens shorter than this are said to be guessable when the server starts: failed tokens
 /// are not rate-limited beyond the connection bounds (docs/security.md), so a 1-byte token
 /// falls in at most 256 requests.
-pub const MIN_TOKEN_BYTES: usize = 16;
+const MIN_TOKEN_BYTES: usize = 16;
 
 /// The warning for `role`'s token `token` when it is shorter than [`MIN_TOKEN_BYTES`]; the
 /// token itself is never printed.

@@ -211,6 +211,9 @@ fn drive_and_finish(
     // aborts.
     crate::signal::install();
     crate::signal::abort_on_second();
+    if args.json {
+        crate::signal::json_on_abort(run.number());
+    }
     let _server = match rodeo_run::http::serve_section(
         &run.config().control,
         run.partition(),
