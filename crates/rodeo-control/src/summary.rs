@@ -51,8 +51,9 @@ pub struct NodeSummary {
     /// With a detector's input, fragments its receivers (players) counted that the store
     /// never took in, nor dropped as a duplicate or as cleared before they came: still in the
     /// input's queues when the node stopped (it reads them in at its stop, for up to 2 s; a
-    /// full store refuses them). 0 when the input's checks dropped words (a damaged unit is
-    /// then no fragment, so the two counts differ by design) and for other inputs.
+    /// full store refuses them). When the input's checks dropped words (a damaged unit is then
+    /// not one fragment), the units the links still held, as their cards counted them; 0 for
+    /// other inputs.
     #[serde(default)]
     pub received_not_stored: u64,
     /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).
@@ -69,6 +70,10 @@ pub struct NodeSummary {
     /// Words of link data dropped by those checks (garbage, short fragments).
     #[serde(default)]
     pub input_dropped_words: u64,
+    /// Of `input_errors`, fragments whose ROD source identifier was not their input's ROB (a
+    /// detector's cables swapped or mislabelled; `SlinkCounters::source_mismatches`).
+    #[serde(default)]
+    pub input_source_mismatches: u64,
     /// Restarted into the run (set by the controller): it saw the clears from its rejoin on
     /// only, so its clear count and sequence are not checked against the run's.
     #[serde(default)]

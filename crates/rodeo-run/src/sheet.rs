@@ -80,14 +80,16 @@ pub struct NodeSheet {
     pub input_errors: u64,
     /// Words its inputs dropped.
     pub input_dropped_words: u64,
+    /// Of `input_errors`, fragments of another source than their input's ROB (cables swapped?).
+    pub input_source_mismatches: u64,
     /// Fragments it received from the detector (network inputs, link files) that are in no
     /// event built and should have been (passed over by the L1, or after the last accept,
     /// every input ended, with an L1ID some channel lacks: [`crate::unbuilt`]); 0 for
     /// emulated inputs and replays, which run ahead of the L1.
     pub unbuilt_fragments: u64,
-    /// Of `unbuilt_fragments`, those its inputs counted as received that never reached the
-    /// store (still queued when it stopped, the store full; when every input still flowed
-    /// they are in `unbuilt_cut_by_stop` instead, and 0 here).
+    /// Fragments its inputs counted as received that never reached the store (still queued
+    /// when it stopped, the store full): in `unbuilt_fragments` when lost, in
+    /// `unbuilt_cut_by_stop` when every input of the run still flowed ([`crate::unbuilt`]).
     pub received_not_stored: u64,
     /// Fragments it received from the detector after the last L1 accept whose events the
     /// run's end cut (a stream still flowing, or L1IDs every channel holds): said on the
@@ -369,7 +371,7 @@ impl RunSheet {
                 .nodes
                 .iter()
                 .map(|n| {
-                    let unbuilt = crate::unbuilt::Unbuilt::of(n);
+                    let unbuilt = crate::unbuilt::Unbuilt::in_run(n, &s.nodes);
                     NodeSheet {
                         name: n.name.clone(),
                         requests: n.requests,
@@ -380,8 +382,9 @@ impl RunSheet {
                         swrod_error: n.swrod_error.clone(),
                         input_errors: n.input_errors,
                         input_dropped_words: n.input_dropped_words,
+                        input_source_mismatches: n.input_source_mismatches,
                         unbuilt_fragments: unbuilt.lost,
-                        received_not_stored: unbuilt.not_stored,
+                        received_not_stored: n.received_not_stored,
                         unbuilt_cut_by_stop: unbuilt.cut,
                         restarted: n.restarted,
                         died_at_stop: n.died_at_stop,
@@ -616,15 +619,26 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
                 Some(n.input_errors),
                 Some(n.name.clone()),
                 format!(
-                    "{}: {} link errors in the input ({} words dropped); their events are \
+                    "{}: {} link errors in the input ({} words dropped{}); their events are \
                      flagged",
-                    n.name, n.input_errors, n.input_dropped_words
+                    n.name,
+                    n.input_errors,
+                    n.input_dropped_words,
+                    if n.input_source_mismatches > 0 {
+                        format!(
+                            ", {} fragments of another source than their input's ROB: cables \
+                             swapped?",
+                            n.input_source_mismatches
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             ));
         }
     }
     for n in &s.nodes {
-        if let Some(p) = crate::unbuilt::Unbuilt::of(n).problem(&n.name) {
+        if let Some(p) = crate::unbuilt::Unbuilt::in_run(n, &s.nodes).problem(&n.name) {
             out.push(p);
         }
     }

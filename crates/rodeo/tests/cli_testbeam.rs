@@ -186,6 +186,46 @@ fn fragments_received_and_never_built_are_a_problem_of_the_run() {
     assert_eq!(unbuilt[0]["where"], "ros-1", "{v}");
 }
 
+/// Two cables swapped (each link's fragments carry the other's ROB): every fragment is
+/// flagged and counted, the sheet names them (they ran "ok" before, found by a QA pass).
+#[test]
+fn swapped_links_are_flagged_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let addresses: Vec<String> = (0..2)
+        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
+        .collect();
+    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
+    let run = run_json(&config, &dir.path().join("out")).spawn();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let senders: Vec<_> = addresses
+        .iter()
+        .cloned()
+        .zip([0x0051_0001, 0x0051_0000])
+        .map(|(a, source)| std::thread::spawn(move || send(&a, source, 200, deadline)))
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    assert_eq!(v["verdict"], "degraded", "{v}");
+    assert_eq!(v["readout_nodes"][0]["input_source_mismatches"], 400, "{v}");
+    let problem = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "input_errors")
+        .unwrap_or_else(|| panic!("no input_errors problem: {v}"));
+    assert!(
+        problem["text"]
+            .as_str()
+            .unwrap()
+            .contains("400 fragments of another source"),
+        "{v}"
+    );
+}
+
 /// A sender that ends first while the other's tail does not fit the store: the run ends by
 /// itself once the L1 has every L1ID the first sent (no later event can be built), the
 /// other's extra fragments unbuilt, a problem. Before, that sender waited on back-pressure

@@ -169,7 +169,12 @@ impl Application for RosApp {
         };
         let inputs = final_inputs(watch.at_run_end(&self.name), self.inputs_at_end.take());
         let input_errors = s.slink.errors() + net.dropped_units + net.kernel_dropped_units;
-        let received_not_stored = received_not_stored(&inputs, &k, s.slink.dropped_words);
+        // Only a detector's inputs: an emulated card's units run ahead of the store by design.
+        let received_not_stored = if s.input_from_outside {
+            received_not_stored(&inputs, &k, s.slink.dropped_words, s.input_units_left)
+        } else {
+            0
+        };
         if received_not_stored > 0 {
             tracing::warn!(
                 node = %self.name,
@@ -193,6 +198,7 @@ impl Application for RosApp {
             swrod_error: s.swrod_error,
             input_errors,
             input_dropped_words: s.slink.dropped_words,
+            input_source_mismatches: s.slink.source_mismatches,
             restarted: false,
             died_at_stop: false,
             inputs,
@@ -283,26 +289,33 @@ impl Application for RosApp {
 
 /// Fragments a detector's inputs counted as received that the store neither took in nor
 /// dropped as a duplicate or already cleared ([`NodeSummary::received_not_stored`]); 0 without
-/// such inputs, or when their checks dropped words (a damaged unit is then not one fragment).
-/// Errors that drop nothing (L1ID sequence errors, a CRC flagged) keep one fragment per unit,
-/// and datagrams the kernel or the receiver dropped were never counted as received: a run
-/// with kernel drops counts what it received and did not store (a QA pass found 901 unsaid).
+/// such inputs. Errors that drop nothing (L1ID sequence errors, a CRC flagged) keep one
+/// fragment per unit, and datagrams the kernel or the receiver dropped were never counted as
+/// received: a run with kernel drops counts what it received and did not store (a QA pass
+/// found 901 unsaid). When the checks dropped words a damaged unit is not one fragment, and
+/// the count is the units the links still held at the stop (`units_left`, counted by the
+/// cards: 16 dropped words had hidden 932 of them).
 fn received_not_stored(
     inputs: &[InputStatus],
     store: &rodeo_ros::store::ChannelCounters,
     dropped_words: u64,
+    units_left: u64,
 ) -> u64 {
-    if inputs.is_empty() || dropped_words > 0 {
+    if inputs.is_empty() {
         return 0;
+    }
+    if dropped_words > 0 {
+        return units_left;
     }
     let received: u64 = inputs.iter().map(|i| i.fragments).sum();
     received.saturating_sub(store.fragments + store.duplicates + store.dropped_after_clear)
 }
 
 /// The inputs of the summary: their counters after the node stopped (what it read in at its
-/// stop included), their states and problems as judged when the run ended (`at_end`), when it
-/// ended in order: a link file the stop cut in the middle was still being played ("ended"
-/// only after the node's stop, which made its read-ahead lost rather than cut by the stop).
+/// stop included), their states, problems, last data and rates as judged when the run ended
+/// (`at_end`), when it ended in order: a link file the stop cut in the middle was still being
+/// played ("ended" only after the node's stop, which made its read-ahead lost rather than cut
+/// by the stop).
 fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<InputStatus> {
     let Some(at_end) = at_end else {
         return now;
@@ -312,6 +325,8 @@ fn final_inputs(now: Vec<InputStatus>, at_end: Option<Vec<InputStatus>>) -> Vec<
         .map(|(mut n, e)| {
             n.problem = e.problem;
             n.state = e.state;
+            n.last_data_age_ms = e.last_data_age_ms;
+            n.rate_hz = e.rate_hz;
             n
         })
         .collect()
@@ -340,7 +355,8 @@ mod tests {
     }
 
     /// What the receivers counted less what the store took in, dropped as duplicates or as
-    /// cleared: nothing without a detector's input or when the checks dropped words.
+    /// cleared; the units the links still held when the checks dropped words; nothing without
+    /// a detector's input.
     #[test]
     fn received_not_stored_is_what_the_store_never_saw() {
         let store = ChannelCounters {
@@ -350,10 +366,18 @@ mod tests {
             ..ChannelCounters::default()
         };
         let inputs = [input(31_049), input(30_710)];
-        assert_eq!(received_not_stored(&inputs, &store, 0), 300);
-        assert_eq!(received_not_stored(&inputs, &store, 1), 0, "words dropped");
-        assert_eq!(received_not_stored(&[], &store, 0), 0, "an emulated input");
-        assert_eq!(received_not_stored(&[input(10)], &store, 0), 0);
+        assert_eq!(received_not_stored(&inputs, &store, 0, 0), 300);
+        assert_eq!(
+            received_not_stored(&inputs, &store, 16, 932),
+            932,
+            "words dropped: the units the links held"
+        );
+        assert_eq!(
+            received_not_stored(&[], &store, 0, 0),
+            0,
+            "an emulated input"
+        );
+        assert_eq!(received_not_stored(&[input(10)], &store, 0, 0), 0);
     }
 
     /// The counters after the stop, the state and problem at the run's end: a link file cut

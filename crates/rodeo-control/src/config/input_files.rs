@@ -31,12 +31,17 @@ impl PartitionConfig {
             RosInput::File => {
                 // One file per ROB: the same capture for two channels would put one link's
                 // data into both ROBs of every event (found by a QA pass: it ran "ok").
-                let mut seen: HashMap<PathBuf, usize> = HashMap::new();
+                // By device and inode: a path another way, a symbolic or a hard link all name
+                // the same file.
+                let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
                 for (i, entry) in self.ros.link_files.iter().enumerate() {
                     regular_file(Path::new(entry))
                         .map_err(|why| bad("ros.link_files", format!("{entry:?}"), why))?;
-                    let real = std::fs::canonicalize(entry).unwrap_or_else(|_| entry.into());
-                    if let Some(first) = seen.insert(real, i) {
+                    let Ok(meta) = std::fs::metadata(entry) else {
+                        continue;
+                    };
+                    use std::os::unix::fs::MetadataExt as _;
+                    if let Some(first) = seen.insert((meta.dev(), meta.ino()), i) {
                         return Err(bad(
                             "ros.link_files",
                             format!("{entry:?}"),
@@ -255,7 +260,8 @@ mod tests {
     }
 
     /// One capture for two channels (written alike, or another way to the same file: a
-    /// relative path, a symbolic link) is refused naming both entries; two captures pass.
+    /// relative path, a symbolic or a hard link) is refused naming both entries; two captures
+    /// pass.
     #[test]
     fn one_link_file_for_two_channels_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -264,6 +270,8 @@ mod tests {
         std::fs::write(&b, b"x").unwrap();
         let link = dir.path().join("alias.bin");
         std::os::unix::fs::symlink(&a, &link).unwrap();
+        let hard = dir.path().join("hard.bin");
+        std::fs::hard_link(&a, &hard).unwrap();
         let files = |x: &std::path::Path, y: &std::path::Path| {
             config(&format!(
                 "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n[ros]\nchannels = 2\n\
@@ -273,7 +281,7 @@ mod tests {
             ))
         };
         assert!(files(&a, &b).check_input_files().is_ok());
-        for twin in [a.clone(), link, dir.path().join(".").join("l0.bin")] {
+        for twin in [a.clone(), link, hard, dir.path().join(".").join("l0.bin")] {
             let e = files(&a, &twin)
                 .check_input_files()
                 .unwrap_err()

@@ -36,10 +36,7 @@ impl PartitionConfig {
                     reason,
                 }
             })?;
-            let Ok(real) = std::fs::canonicalize(entry) else {
-                // Not made yet: the run creates it, where no other entry can be.
-                continue;
-            };
+            let real = resolved(Path::new(entry));
             if let Some((_, first)) = seen.iter().find(|(r, _)| *r == real) {
                 return Err(ConfigError::Directory {
                     entry: entry.clone(),
@@ -52,6 +49,36 @@ impl PartitionConfig {
             seen.push((real, entry));
         }
         Ok(())
+    }
+}
+
+/// Where `path` leads on this host: its nearest existing ancestor resolved as the kernel
+/// would (symbolic links, `..`), and the rest, not made yet, appended as written (`.` left
+/// out). Two directories not made yet under one directory reached two ways were two entries
+/// before (a QA pass: `dirs/a/x` and `dirs/syma/x`, `syma` a link to `a`).
+fn resolved(path: &Path) -> std::path::PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return out;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+            }
+            // `..` or `.` at the end, or the root: as written.
+            _ => return path.components().collect(),
+        }
     }
 }
 
@@ -226,6 +253,15 @@ mod tests {
             .unwrap()
         };
         dirs(&a, &b).check_directories().unwrap();
+        // Not made yet, under one directory reached two ways.
+        let dirs_not_made = |x: &str, y: &str| dirs(&a.join(x), &t.path().join(y));
+        assert!(dirs_not_made("new", "alias/new")
+            .check_directories()
+            .is_err());
+        assert!(dirs_not_made("new", "b/../a/new")
+            .check_directories()
+            .is_err());
+        assert!(dirs_not_made("new", "a/other").check_directories().is_ok());
         for twin in [alias, b.join("..").join("a")] {
             let e = dirs(&a, &twin).check_directories().unwrap_err().to_string();
             assert!(

@@ -158,7 +158,8 @@ pub(super) fn link_input(
         }
     }
     let dump = ErrorDump::new(error_file(config)?, 10);
-    // Data received from outside: at the stop, what the receivers (players) hold is read in.
+    // Data from outside: each fragment's source must be its channel's ROB (a swapped cable is
+    // flagged and counted), and at the stop what the receivers (players) hold is read in.
     let sources = (0..config.channels as u32).map(|c| config.base_source_id + c);
     let input = DmaInput::new(links.channels, links.check, dump)
         .expecting_sources(sources)

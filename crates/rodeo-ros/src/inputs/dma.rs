@@ -29,6 +29,9 @@ struct DmaLane<D> {
     /// The superpage being read, the word the checker resumes at, and the length in words
     /// of its fragments while the card's report of it holds (`SlinkChecker::next_item_sized`).
     current: Option<(Filled<Superpage>, usize, Option<usize>)>,
+    /// Items (fragments, dropped spans) the checks took from `current` so far: its units
+    /// less these are its unread rest ([`Input::units_left`]).
+    taken: u64,
 }
 
 /// One DMA channel per store channel (channel `i` feeds store channel `i`), each superpage
@@ -64,6 +67,7 @@ impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
                     channel,
                     checker: SlinkChecker::new(check),
                     current: None,
+                    taken: 0,
                 })
                 .collect(),
             dump,
@@ -115,6 +119,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                             let sized = (f.unit_bytes % 4 == 0 && f.unit_bytes > 0)
                                 .then_some(f.unit_bytes / 4);
                             lane.current = Some((f, 0, sized));
+                            lane.taken = 0;
                         }
                         None => break,
                     }
@@ -152,6 +157,7 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
                         SlinkItem::Dropped(d) => self.dump.dump(c, d.words),
                     }
                     consumed += 1;
+                    lane.taken += 1;
                     budget -= 1;
                 }
                 if blocked {
@@ -190,6 +196,19 @@ impl<D: DmaChannel<Superpage> + 'static> Input for DmaInput<D> {
 
     fn finished(&self) -> bool {
         (0..self.lanes.len()).all(|c| self.channel_ended(c))
+    }
+
+    fn units_left(&mut self) -> u64 {
+        let mut left = 0;
+        for lane in &mut self.lanes {
+            if let Some((filled, ..)) = lane.current.take() {
+                left += filled.units.saturating_sub(lane.taken);
+            }
+            while let Some(filled) = lane.channel.pop_superpage() {
+                left += filled.units;
+            }
+        }
+        left
     }
 
     fn channel_ended(&self, c: usize) -> bool {

@@ -159,6 +159,10 @@ impl Input for ProgressInput {
         self.inner.end_links()
     }
 
+    fn units_left(&mut self) -> u64 {
+        self.inner.units_left()
+    }
+
     fn release(&mut self, store: &mut EventStore) {
         self.inner.release(store);
     }

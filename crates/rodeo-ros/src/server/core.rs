@@ -210,7 +210,12 @@ impl<S: RequestSource> Core<S> {
                 }
             }
         }
-        self.end_links();
+        let input_from_outside = self.input.end_links();
+        let input_units_left = if input_from_outside {
+            self.read_links_in()
+        } else {
+            0
+        };
         // Answer everything still pending, flagged.
         self.recheck(Instant::now(), true);
         self.source.maintain(&mut self.store);
@@ -229,18 +234,18 @@ impl<S: RequestSource> Core<S> {
             peer_drops: self.drops.snapshot(),
             swrod: None,
             swrod_error: None,
+            input_units_left,
+            input_from_outside,
             store: self.store,
         }
     }
 
-    /// At the stop, an input of data from outside ends its links and is read until it has
-    /// handed over everything it received ([`Input::end_links`]), at most
-    /// [`END_LINKS_LIMIT`], and no longer than [`END_LINKS_IDLE`] without a fragment: fragments a receiver counted are stored (the balance sheet's
-    /// unbuilt or cut ones), not left in its queues.
-    fn end_links(&mut self) {
-        if !self.input.end_links() {
-            return;
-        }
+    /// At the stop, an input of data from outside that ended its links ([`Input::end_links`])
+    /// is read until it has handed over everything it received, at most [`END_LINKS_LIMIT`],
+    /// and no longer than [`END_LINKS_IDLE`] without a fragment: fragments a receiver counted
+    /// are stored (the balance sheet's unbuilt or cut ones), not left in its queues. Returns
+    /// the units the links still held when it gave up ([`Input::units_left`]).
+    fn read_links_in(&mut self) -> u64 {
         let start = Instant::now();
         let mut moved = start;
         let mut backoff = Backoff::new(BackoffSpec::IDLE);
@@ -253,7 +258,7 @@ impl<S: RequestSource> Core<S> {
                      (the store full?): those are not stored, counted as received_not_stored",
                     (now - start).as_millis()
                 );
-                return;
+                return self.input.units_left();
             }
             self.store.reclaim();
             let n = self.input.poll(&mut self.store);
@@ -265,6 +270,7 @@ impl<S: RequestSource> Core<S> {
                 backoff.wait();
             }
         }
+        0
     }
 
     /// Handles one message; true when it may let pending requests complete (a clear).

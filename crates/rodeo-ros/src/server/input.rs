@@ -45,6 +45,13 @@ pub trait Input: Send + 'static {
     fn end_links(&mut self) -> bool {
         false
     }
+    /// After [`Input::end_links`]' reading: the units the links still hold, counted by their
+    /// card (superpages handed over and not read, and the unread rest of the one being read),
+    /// which are then given up. Exact in units whatever the checks found (a damaged unit is not
+    /// one fragment, so the fragments' count cannot tell). 0 by default.
+    fn units_left(&mut self) -> u64 {
+        0
+    }
     /// The core thread is stopping (after its last poll): gives back to `store` what the input
     /// holds of it (store pages lent to it), so that the stopped store counts them free.
     fn release(&mut self, store: &mut EventStore) {

@@ -290,6 +290,13 @@ pub struct Stopped {
     /// did): its ROB's fragments stopped there, and the builder counters are the last ones
     /// published. `None` when every builder ran to its end, or for other inputs.
     pub swrod_error: Option<String>,
+    /// Units an input of data from outside still held when the core thread gave up reading it
+    /// in at the stop ([`Input::units_left`]; 0 when it read everything, or for other inputs).
+    pub input_units_left: u64,
+    /// The input carries data from outside (a detector's network receivers or link files:
+    /// [`Input::end_links`]), whose every unit its receivers counted must reach the store;
+    /// false for emulated cards, which run ahead by design.
+    pub input_from_outside: bool,
 }
 
 /// A running request server. See the module docs.
