@@ -283,6 +283,11 @@ struct Channel {
     write_same: bool,
     index: L1idIndex,
     last_l1id: Option<u32>,
+    /// A fragment's L1ID far ahead of `last_l1id` ([`MAX_L1ID_STEP`]), not yet taken as the
+    /// channel's newest: a later fragment past it confirms it (a real jump: lost data, an
+    /// ECR with a short L1ID cycle), the sequence coming back below it leaves it aside (a
+    /// corrupted L1ID).
+    jump: Option<u32>,
     alarm: bool,
     /// The first L1ID of each page taken while ahead of the L1 front, oldest first (only for
     /// an input that runs ahead; at most the channel's pages).
@@ -367,6 +372,7 @@ impl EventStore {
                 write_same: false,
                 index: L1idIndex::new(cap),
                 last_l1id: None,
+                jump: None,
                 alarm: false,
                 ahead: VecDeque::with_capacity(per),
                 lent_empty: 0,
@@ -718,11 +724,45 @@ fn known_l1id(ch: &mut Channel, l1id: u32) -> Option<Ingested> {
     }
 }
 
-/// Notes `l1id` as channel `ch`'s last L1ID when it is newer than the last one.
+/// How far (in raw extended L1IDs) a fragment may be ahead of its channel's newest and be
+/// taken as the newest at once; a larger jump waits for the next fragment to confirm it
+/// (`Channel::jump`). One corrupted L1ID far ahead made every L1ID in the gap "older than the
+/// newest", answered LOST (protocol rule 3), and moved the readout L1 past them: +2000 gave
+/// 2000 partial events (a QA pass, 2026-12-07).
+pub const MAX_L1ID_STEP: u32 = 4096;
+
+/// Notes `l1id` as channel `ch`'s last L1ID when it is newer than the last one: at once within
+/// [`MAX_L1ID_STEP`], else once the next fragment confirms the jump.
 #[inline(always)]
 fn note_l1id(ch: &mut Channel, l1id: u32) {
-    if ch.last_l1id.is_none_or(|last| l1id_newer(l1id, last)) {
-        ch.last_l1id = Some(l1id);
+    match ch.last_l1id {
+        None => ch.last_l1id = Some(l1id),
+        Some(last) if l1id_newer(l1id, last) => {
+            if l1id.wrapping_sub(last) <= MAX_L1ID_STEP {
+                ch.last_l1id = Some(l1id);
+                // The sequence went on below a jump waiting: that one was corrupted.
+                ch.jump = None;
+            } else {
+                note_jump(ch, l1id);
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+/// A fragment far ahead of its channel's newest L1ID: the newest when it comes right after the
+/// jump waiting for confirmation and past it (the sequence goes on from there), else the jump
+/// waiting (see [`MAX_L1ID_STEP`]). After a corrupted L1ID the real sequence comes back below
+/// it, and the next step of it drops the jump (`note_l1id`).
+#[cold]
+#[inline(never)]
+fn note_jump(ch: &mut Channel, l1id: u32) {
+    match ch.jump {
+        Some(j) if l1id_newer(l1id, j) => {
+            ch.last_l1id = Some(l1id);
+            ch.jump = None;
+        }
+        _ => ch.jump = Some(l1id),
     }
 }
 

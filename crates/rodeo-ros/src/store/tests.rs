@@ -671,3 +671,30 @@ fn a_real_input_fills_what_it_stores_and_lent_pages_stay_apart() {
     s.reclaim();
     assert_eq!(s.counters(0).lent_pages, 0);
 }
+
+/// One corrupted L1ID far ahead does not make the L1IDs before it LOST (nor the channel's
+/// newest); a real jump is the newest once the next fragment goes on past it.
+#[test]
+fn a_corrupted_l1id_far_ahead_does_not_make_the_gap_lost() {
+    let pool = pool(1024, 64);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 5, 64)).unwrap();
+    for id in 0..3 {
+        s.ingest(0, &rod(5, id, 8), Status::OK).unwrap();
+    }
+    // L1ID 4300 instead of 3, then the sequence goes on.
+    s.ingest(0, &rod(5, 4300, 8), Status::OK).unwrap();
+    assert_eq!(s.last_l1id(0), Some(2));
+    assert_eq!(s.lookup(0, 3), Lookup::Pending, "3 may still come");
+    for id in 4..6 {
+        s.ingest(0, &rod(5, id, 8), Status::OK).unwrap();
+    }
+    assert_eq!(s.last_l1id(0), Some(5));
+    assert_eq!(s.lookup(0, 3), Lookup::Lost, "passed by the real sequence");
+    assert_eq!(s.lookup(0, 100), Lookup::Pending);
+    // A real jump (data lost at the source): the next fragment confirms it.
+    s.ingest(0, &rod(5, 20_000, 8), Status::OK).unwrap();
+    assert_eq!(s.last_l1id(0), Some(5));
+    s.ingest(0, &rod(5, 20_001, 8), Status::OK).unwrap();
+    assert_eq!(s.last_l1id(0), Some(20_001));
+    assert_eq!(s.lookup(0, 100), Lookup::Lost);
+}
