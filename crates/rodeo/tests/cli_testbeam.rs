@@ -211,6 +211,18 @@ fn swapped_links_are_flagged_and_named() {
         .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
     assert_eq!(v["verdict"], "degraded", "{v}");
     assert_eq!(v["readout_nodes"][0]["input_source_mismatches"], 400, "{v}");
+    // The inputs' own error counts add up to the node's.
+    let per_input: u64 = v["readout_nodes"][0]["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["errors"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        Some(per_input),
+        v["readout_nodes"][0]["input_errors"].as_u64(),
+        "{v}"
+    );
     let problem = v["problems"]
         .as_array()
         .unwrap()
