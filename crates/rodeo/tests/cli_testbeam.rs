@@ -145,10 +145,9 @@ accept_fraction = 1.0
     assert_eq!(events, UNITS);
 }
 
-/// Fragments one link sent beyond what the other did are never built: the run ends when
-/// both senders close, degraded, the unbuilt fragments counted and the node named.
-#[test]
-fn fragments_received_and_never_built_are_a_problem_of_the_run() {
+/// A data-driven run of two TCP inputs (ROBs 0x00510000 and 0x00510001) ended by its senders,
+/// each `(source id, fragments)`: its JSON sheet and exit code.
+fn two_tcp_senders(senders: [(u32, u64); 2]) -> (Value, Option<i32>) {
     let dir = tempfile::tempdir().unwrap();
     let addresses: Vec<String> = (0..2)
         .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
@@ -156,22 +155,27 @@ fn fragments_received_and_never_built_are_a_problem_of_the_run() {
     let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
     let run = run_json(&config, &dir.path().join("out")).spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let senders: Vec<_> = addresses
+    let threads: Vec<_> = addresses
         .iter()
         .cloned()
-        .zip([300, 200])
-        .enumerate()
-        .map(|(i, (a, n))| {
-            std::thread::spawn(move || send(&a, 0x0051_0000 + i as u32, n, deadline))
-        })
+        .zip(senders)
+        .map(|(a, (source, n))| std::thread::spawn(move || send(&a, source, n, deadline)))
         .collect();
-    for s in senders {
-        s.join().unwrap();
+    for t in threads {
+        t.join().unwrap();
     }
     let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
     let v: Value = serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
-    assert_eq!(out.status.code(), Some(3), "{v}");
+    (v, out.status.code())
+}
+
+/// Fragments one link sent beyond what the other did are never built: the run ends when
+/// both senders close, degraded, the unbuilt fragments counted and the node named.
+#[test]
+fn fragments_received_and_never_built_are_a_problem_of_the_run() {
+    let (v, code) = two_tcp_senders([(0x0051_0000, 300), (0x0051_0001, 200)]);
+    assert_eq!(code, Some(3), "{v}");
     assert_eq!(v["verdict"], "degraded", "{v}");
     assert_eq!(v["l1_accepts"], 200, "{v}");
     assert_eq!(v["readout_nodes"][0]["unbuilt_fragments"], 100, "{v}");
@@ -190,25 +194,7 @@ fn fragments_received_and_never_built_are_a_problem_of_the_run() {
 /// flagged and counted, the sheet names them (they ran "ok" before, found by a QA pass).
 #[test]
 fn swapped_links_are_flagged_and_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let addresses: Vec<String> = (0..2)
-        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-        .collect();
-    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
-    let run = run_json(&config, &dir.path().join("out")).spawn();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let senders: Vec<_> = addresses
-        .iter()
-        .cloned()
-        .zip([0x0051_0001, 0x0051_0000])
-        .map(|(a, source)| std::thread::spawn(move || send(&a, source, 200, deadline)))
-        .collect();
-    for s in senders {
-        s.join().unwrap();
-    }
-    let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    let (v, _) = two_tcp_senders([(0x0051_0001, 200), (0x0051_0000, 200)]);
     assert_eq!(v["verdict"], "degraded", "{v}");
     assert_eq!(v["readout_nodes"][0]["input_source_mismatches"], 400, "{v}");
     // The inputs' own error counts add up to the node's.
