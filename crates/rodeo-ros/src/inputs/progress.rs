@@ -76,8 +76,8 @@ impl ProgressInput {
     }
 
     /// Whether the count every channel has reached is final (module docs): the input has
-    /// finished, or a channel at the lowest count has ended. Asked on idle polls only, after
-    /// the counts took in everything stored.
+    /// finished, or a channel at the lowest count has ended. Asked on idle polls and every
+    /// [`FINAL_CHECK_EVERY`]-th busy one, after the counts took in everything stored.
     fn is_final(&self) -> bool {
         if self.inner.finished() {
             return true;
