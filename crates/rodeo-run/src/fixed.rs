@@ -17,9 +17,9 @@
 //! the change is refused (400) naming the field, before anything is built or run.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
-use rodeo_control::config::PartitionConfig;
+use rodeo_control::config::{resolve_path, PartitionConfig};
 
 /// A change `PUT /api/config` may not make (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,7 +128,7 @@ pub fn keep_fixed_fields(
     ] {
         keep_token(field, has(field), started, new)?;
     }
-    let root = resolve(output);
+    let root = resolve_path(output);
     for (field, old, new) in [
         (
             "logger.directories",
@@ -150,7 +150,7 @@ pub fn keep_fixed_fields(
             if old.contains(entry) {
                 continue;
             }
-            let at = resolve(Path::new(entry));
+            let at = resolve_path(Path::new(entry));
             if !at.starts_with(&root) {
                 return Err(FixedFieldError {
                     field,
@@ -256,35 +256,6 @@ fn keep_token(
     }
     *new = started.to_string();
     Ok(())
-}
-
-/// `path` made absolute (against the working directory) with its symbolic links and `..`
-/// resolved as the kernel would: every existing component through `canonicalize`, the rest
-/// (not yet made) lexically.
-pub fn resolve(path: &Path) -> PathBuf {
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .unwrap_or_else(|_| PathBuf::from("/"))
-            .join(path)
-    };
-    let mut at = PathBuf::from("/");
-    for c in absolute.components() {
-        match c {
-            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
-            Component::ParentDir => {
-                at.pop();
-            }
-            Component::Normal(name) => {
-                at.push(name);
-                if let Ok(real) = at.canonicalize() {
-                    at = real;
-                }
-            }
-        }
-    }
-    at
 }
 
 #[cfg(test)]
@@ -418,15 +389,5 @@ mod tests {
                 "{e}"
             );
         }
-    }
-
-    #[test]
-    fn resolve_follows_links_and_dot_dot() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().canonicalize().unwrap();
-        std::os::unix::fs::symlink("/etc", dir.path().join("l")).unwrap();
-        assert_eq!(resolve(&dir.path().join("l/a/../b")), Path::new("/etc/b"));
-        assert_eq!(resolve(&dir.path().join("x/../y/./z")), real.join("y/z"));
-        assert_eq!(resolve(Path::new("/../..")), Path::new("/"));
     }
 }

@@ -4,7 +4,7 @@
 //! names the field (and the entry). And that the loggers' margin of free space leaves them
 //! room to write ([`PartitionConfig::check_free_space`]).
 
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use super::error::ConfigError;
 use super::PartitionConfig;
@@ -27,7 +27,7 @@ impl PartitionConfig {
     /// a symbolic link) are refused here too: the lexical check of `validate` let them pass as
     /// two, and the run's loggers then shared one directory as if it were two.
     pub fn check_directories(&self) -> Result<(), ConfigError> {
-        let mut seen: Vec<(std::path::PathBuf, &str)> = Vec::new();
+        let mut seen: Vec<(PathBuf, &str)> = Vec::new();
         for entry in &self.logger.directories {
             check_writable_dir(Path::new(entry)).map_err(|(path, reason)| {
                 ConfigError::Directory {
@@ -36,7 +36,7 @@ impl PartitionConfig {
                     reason,
                 }
             })?;
-            let real = resolved(Path::new(entry));
+            let real = resolve_path(Path::new(entry));
             if let Some((_, first)) = seen.iter().find(|(r, _)| *r == real) {
                 return Err(ConfigError::Directory {
                     entry: entry.clone(),
@@ -52,34 +52,35 @@ impl PartitionConfig {
     }
 }
 
-/// Where `path` leads on this host: its nearest existing ancestor resolved as the kernel
-/// would (symbolic links, `..`), and the rest, not made yet, appended as written (`.` left
-/// out). Two directories not made yet under one directory reached two ways were two entries
-/// before (a QA pass: `dirs/a/x` and `dirs/syma/x`, `syma` a link to `a`).
-fn resolved(path: &Path) -> std::path::PathBuf {
-    let mut rest = Vec::new();
-    let mut at = path;
-    loop {
-        if let Ok(real) = std::fs::canonicalize(at) {
-            let mut out = real;
-            for part in rest.iter().rev() {
-                out.push(part);
+/// `path` made absolute (against the working directory) with its symbolic links and `..`
+/// resolved as the kernel would: every existing component through `canonicalize`, the rest
+/// (not yet made) lexically. Where two configured paths lead on this host: `logger.directories`
+/// named two ways (also not made yet: `dirs/a/x` and `dirs/syma/x`, `syma` a link to `a`,
+/// passed as two before a QA pass), and what `PUT /api/config` may name (`rodeo_run::fixed`).
+pub fn resolve_path(path: &Path) -> PathBuf {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
+    };
+    let mut at = PathBuf::from("/");
+    for c in absolute.components() {
+        match c {
+            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
             }
-            return out;
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                at = if parent.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    parent
-                };
+            Component::Normal(name) => {
+                at.push(name);
+                if let Ok(real) = at.canonicalize() {
+                    at = real;
+                }
             }
-            // `..` or `.` at the end, or the root: as written.
-            _ => return path.components().collect(),
         }
     }
+    at
 }
 
 impl PartitionConfig {
@@ -229,6 +230,22 @@ fn probe_writable(dir: &Path) -> Result<(), (String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resolve_follows_links_and_dot_dot() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("l")).unwrap();
+        assert_eq!(
+            resolve_path(&dir.path().join("l/a/../b")),
+            Path::new("/etc/b")
+        );
+        assert_eq!(
+            resolve_path(&dir.path().join("x/../y/./z")),
+            real.join("y/z")
+        );
+        assert_eq!(resolve_path(Path::new("/../..")), Path::new("/"));
+    }
 
     /// One existing directory named twice another way (through a symbolic link, or by a path
     /// `validate` cannot tell is the same) is refused on this host, naming both entries; two
