@@ -56,6 +56,16 @@ pub struct NodeSummary {
     /// other inputs.
     #[serde(default)]
     pub received_not_stored: u64,
+    /// Fragments the store dropped as duplicates of an L1ID its channel held (a detector
+    /// sending an L1ID twice: the first is kept). With `store_dropped_after_clear` and
+    /// `received_not_stored` they close a detector's inputs: received = `stored` + these three
+    /// (unless the checks dropped words).
+    #[serde(default)]
+    pub store_duplicates: u64,
+    /// Fragments the store dropped because their L1ID had been cleared before they came
+    /// (late fragments).
+    #[serde(default)]
+    pub store_dropped_after_clear: u64,
     /// Fragments the SW ROD fragment builders built (`[ros] input = "swrod"`; 0 otherwise).
     pub swrod_built: u64,
     /// The SW ROD input's first error at the stop (a builder that failed), if any: also a

@@ -91,6 +91,13 @@ pub struct NodeSheet {
     /// when it stopped, the store full): in `unbuilt_fragments` when lost, in
     /// `unbuilt_cut_by_stop` when every input of the run still flowed ([`crate::unbuilt`]).
     pub received_not_stored: u64,
+    /// Fragments its store dropped as duplicates of an L1ID it held (a detector sending an
+    /// L1ID twice: the first kept). A detector's inputs close: the fragments they received =
+    /// `stored` + `store_duplicates` + `store_dropped_after_clear` + `received_not_stored`
+    /// (when no words were dropped).
+    pub store_duplicates: u64,
+    /// Fragments its store dropped because their L1ID was cleared before they came.
+    pub store_dropped_after_clear: u64,
     /// Fragments it received from the detector after the last L1 accept whose events the
     /// run's end cut (a stream still flowing, or L1IDs every channel holds): said on the
     /// sheet, not a problem ([`crate::unbuilt`]).
@@ -385,6 +392,8 @@ impl RunSheet {
                         input_source_mismatches: n.input_source_mismatches,
                         unbuilt_fragments: unbuilt.lost,
                         received_not_stored: n.received_not_stored,
+                        store_duplicates: n.store_duplicates,
+                        store_dropped_after_clear: n.store_dropped_after_clear,
                         unbuilt_cut_by_stop: unbuilt.cut,
                         restarted: n.restarted,
                         died_at_stop: n.died_at_stop,
@@ -619,11 +628,20 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
                 Some(n.input_errors),
                 Some(n.name.clone()),
                 format!(
-                    "{}: {} link errors in the input ({} words dropped{}); their events are \
+                    "{}: {} link errors in the input ({} words dropped{}{}); their events are \
                      flagged",
                     n.name,
                     n.input_errors,
                     n.input_dropped_words,
+                    if n.store_duplicates > 0 {
+                        format!(
+                            ", {} fragment(s) of an L1ID already stored, dropped (the first \
+                             kept)",
+                            n.store_duplicates
+                        )
+                    } else {
+                        String::new()
+                    },
                     if n.input_source_mismatches > 0 {
                         format!(
                             ", {} fragments of another source than their input's ROB: cables \

@@ -131,6 +131,14 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
                 node.unbuilt_cut_by_stop
             )?;
         }
+        if node.store_duplicates > 0 || node.store_dropped_after_clear > 0 {
+            writeln!(
+                out,
+                "    store dropped {} duplicate fragment(s) (an L1ID sent twice: the first \
+                 kept) and {} that came after their event was cleared",
+                node.store_duplicates, node.store_dropped_after_clear
+            )?;
+        }
         if node.swrod_built > 0 || node.swrod_error.is_some() {
             writeln!(
                 out,
@@ -210,5 +218,28 @@ mod tests {
         ));
         sheet.readout_nodes = vec![node(false)];
         assert!(render(&sheet).contains("clears for 194026 events\n"));
+    }
+
+    /// Fragments the store dropped (duplicates, late after a clear) are said under the node,
+    /// and only when there are some.
+    #[test]
+    fn fragments_the_store_dropped_are_said_under_the_node() {
+        let mut node = crate::sheet::NodeSheet {
+            name: "ros-1".into(),
+            ..crate::sheet::NodeSheet::default()
+        };
+        let sheet = |node: &crate::sheet::NodeSheet| RunSheet {
+            l1_accepts: Some(10),
+            balanced: true,
+            readout_nodes: vec![node.clone()],
+            ..RunSheet::default()
+        };
+        assert!(!render(&sheet(&node)).contains("store dropped"));
+        node.store_duplicates = 3;
+        node.store_dropped_after_clear = 1;
+        assert!(render(&sheet(&node)).contains(
+            "    store dropped 3 duplicate fragment(s) (an L1ID sent twice: the first kept) and \
+             1 that came after their event was cleared"
+        ));
     }
 }

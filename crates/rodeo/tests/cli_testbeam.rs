@@ -3,7 +3,9 @@
 //! (`[l1] mode = "readout"`), fed by `rodeo gen link --send tcp://...` senders as a detector's
 //! front-ends would; the run ends when the senders end. Every deadline is bounded.
 
-use std::net::{SocketAddr, TcpListener};
+mod testbeam_common;
+
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,15 +18,7 @@ use rodeo_testkit::cli::Running;
 use rodeo_testkit::http::{get_ok, request};
 use rodeo_testkit::{rodeo, wait_for};
 use serde_json::Value;
-
-/// A port free now on 127.0.0.1 (the listener is closed again; the partition binds it).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use testbeam_common::{beam_config, free_port, run_json, send};
 
 /// Waits for `child` (a Python helper) until `deadline`; kills it and panics past it.
 fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process::ExitStatus {
@@ -39,26 +33,6 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process:
         panic!("{what} did not finish in time");
     }
     status.expect("the child ended")
-}
-
-/// Sends `units` S-LINK fragments to `address` with `rodeo gen link --send`, which retries
-/// its connection until the partition listens (bounded by `deadline`).
-fn send(address: &str, source: u32, units: u64, deadline: Instant) {
-    let retry = deadline
-        .saturating_duration_since(Instant::now())
-        .as_secs_f64();
-    let out = rodeo!()
-        .args(["gen", "link", "--mode", "slink", "--units"])
-        .arg(units.to_string())
-        .args(["--data-words", "16..64", "--send", address])
-        .args(["--source-id", &source.to_string()])
-        .args(["--retry-seconds", &format!("{retry:.1}")])
-        .output();
-    assert!(
-        out.status.success(),
-        "gen link --send {address} failed: {}",
-        out.stderr
-    );
 }
 
 #[test]
@@ -145,122 +119,6 @@ accept_fraction = 1.0
     assert_eq!(events, UNITS);
 }
 
-/// A data-driven run of two TCP inputs (ROBs 0x00510000 and 0x00510001) ended by its senders,
-/// each `(source id, fragments)`: its JSON sheet and exit code.
-fn two_tcp_senders(senders: [(u32, u64); 2]) -> (Value, Option<i32>) {
-    let dir = tempfile::tempdir().unwrap();
-    let addresses: Vec<String> = (0..2)
-        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-        .collect();
-    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
-    let run = run_json(&config, &dir.path().join("out")).spawn();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let threads: Vec<_> = addresses
-        .iter()
-        .cloned()
-        .zip(senders)
-        .map(|(a, (source, n))| std::thread::spawn(move || send(&a, source, n, deadline)))
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
-    (v, out.status.code())
-}
-
-/// Fragments one link sent beyond what the other did are never built: the run ends when
-/// both senders close, degraded, the unbuilt fragments counted and the node named.
-#[test]
-fn fragments_received_and_never_built_are_a_problem_of_the_run() {
-    let (v, code) = two_tcp_senders([(0x0051_0000, 300), (0x0051_0001, 200)]);
-    assert_eq!(code, Some(3), "{v}");
-    assert_eq!(v["verdict"], "degraded", "{v}");
-    assert_eq!(v["l1_accepts"], 200, "{v}");
-    assert_eq!(v["readout_nodes"][0]["unbuilt_fragments"], 100, "{v}");
-    let unbuilt: Vec<&Value> = v["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["kind"] == "unbuilt_fragments")
-        .collect();
-    assert_eq!(unbuilt.len(), 1, "{v}");
-    assert_eq!(unbuilt[0]["count"], 100, "{v}");
-    assert_eq!(unbuilt[0]["where"], "ros-1", "{v}");
-}
-
-/// Two cables swapped (each link's fragments carry the other's ROB): every fragment is
-/// flagged and counted, the sheet names them (they ran "ok" before, found by a QA pass).
-#[test]
-fn swapped_links_are_flagged_and_named() {
-    let (v, _) = two_tcp_senders([(0x0051_0001, 200), (0x0051_0000, 200)]);
-    assert_eq!(v["verdict"], "degraded", "{v}");
-    assert_eq!(v["readout_nodes"][0]["input_source_mismatches"], 400, "{v}");
-    // The inputs' own error counts add up to the node's.
-    let per_input: u64 = v["readout_nodes"][0]["inputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["errors"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        Some(per_input),
-        v["readout_nodes"][0]["input_errors"].as_u64(),
-        "{v}"
-    );
-    let problem = v["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["kind"] == "input_errors")
-        .unwrap_or_else(|| panic!("no input_errors problem: {v}"));
-    assert!(
-        problem["text"]
-            .as_str()
-            .unwrap()
-            .contains("400 fragments of another source"),
-        "{v}"
-    );
-}
-
-/// A sender that ends first while the other's tail does not fit the store: the run ends by
-/// itself once the L1 has every L1ID the first sent (no later event can be built), the
-/// other's extra fragments unbuilt, a problem. Before, that sender waited on back-pressure
-/// forever and the run never ended (found by a QA pass).
-#[test]
-fn a_sender_that_ends_first_ends_the_run_when_no_later_event_can_be_built() {
-    let dir = tempfile::tempdir().unwrap();
-    let addresses: Vec<String> = (0..2)
-        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-        .collect();
-    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
-    // 16 pages of 4 KiB a channel: a few hundred fragments, far fewer than the long tail.
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace("[ros]\n", "[ros]\npages_per_channel = 16\n"),
-    )
-    .unwrap();
-    let run = run_json(&config, &dir.path().join("out")).spawn();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    // The long sender fails when the partition closes its connection: not asserted.
-    let long = rodeo!()
-        .args(["gen", "link", "--mode", "slink", "--units", "20000"])
-        .args(["--data-words", "16..64", "--source-id", "0x00510001"])
-        .args(["--send", &addresses[1], "--retry-seconds", "60"])
-        .spawn();
-    send(&addresses[0], 0x0051_0000, 300, deadline);
-    let out = run.wait_with_deadline(Duration::from_secs(60));
-    drop(long);
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
-    assert_eq!(v["l1_accepts"], 300, "{v}");
-    assert_eq!(v["verdict"], "degraded", "{v}");
-    let node = &v["readout_nodes"][0];
-    assert!(node["unbuilt_fragments"].as_u64().unwrap() > 0, "{v}");
-}
-
 /// A detector still sending over UDP when `run.seconds` stops the run (UDP has no end): the
 /// fragments after the last accept are cut by the stop, said on the sheet, and no problem (a
 /// UDP run ended by its duration was degraded every time). One link runs 20 fragments ahead of
@@ -333,47 +191,6 @@ fn a_stream_cut_by_the_stop_is_no_loss_of_the_run() {
     assert_eq!(node["received_not_stored"], 0, "{v}");
     assert_eq!(v["verdict"], "ok", "{v}");
     assert_eq!(v["problems"].as_array().map(Vec::len), Some(0), "{v}");
-}
-
-/// Two link files of 1,000 and 500 fragments into the data-driven L1: 500 events built, the
-/// first file's other 500 counted as unbuilt (the run said "ok" with them unsaid).
-#[test]
-fn link_files_of_unequal_length_leave_their_extra_fragments_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut links = Vec::new();
-    for (i, units) in [1000, 500].into_iter().enumerate() {
-        let path = dir.path().join(format!("l{i}.bin"));
-        let out = rodeo!()
-            .args(["gen", "link", "--mode", "slink", "--units"])
-            .arg(units.to_string())
-            .args(["--source-id", &(0x0051_0000 + i as u32).to_string()])
-            .arg("-o")
-            .arg(&path)
-            .output();
-        assert!(out.status.success(), "{}", out.stderr);
-        links.push(format!("{:?}", path.to_str().unwrap()));
-    }
-    let config = dir.path().join("files.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[run]\nevents = 0\n[l1]\nmode = \"readout\"\nrois_per_event = [1, 1]\n[ros]\n\
-             channels = 2\ninput = \"file\"\nlink_files = [{}]\n[dcm]\nnodes = 1\n\
-             accept_fraction = 1.0\n",
-            links.join(", ")
-        ),
-    )
-    .unwrap();
-    let out = run_json(&config, &dir.path().join("out"))
-        .deadline(Duration::from_secs(120))
-        .output();
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
-    assert_eq!(v["l1_accepts"], 500, "{v}");
-    assert_eq!(v["readout_nodes"][0]["unbuilt_fragments"], 500, "{v}");
-    assert_eq!(v["readout_nodes"][0]["unbuilt_cut_by_stop"], 0, "{v}");
-    assert_eq!(v["verdict"], "degraded", "{v}");
-    assert_eq!(out.status.code(), Some(3), "{v}");
 }
 
 #[test]
@@ -565,42 +382,11 @@ fn a_run_without_any_l1_accept_is_degraded_not_ok() {
     assert_eq!(kinds, ["no_events"], "{v}");
 }
 
-/// `rodeo run --config CONFIG --output OUT --json`, to run or spawn.
-fn run_json(config: &std::path::Path, out: &std::path::Path) -> rodeo_testkit::cli::Rodeo {
-    let mut r = rodeo!();
-    r.arg("run")
-        .arg("--config")
-        .arg(config)
-        .arg("--output")
-        .arg(out)
-        .arg("--json");
-    r
-}
-
 /// Waits (bounded) for the run `run` to end by itself; its `--json` sheet.
 fn sheet(run: Running, limit: Duration) -> Value {
     let out = run.wait_with_deadline(limit);
     serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr))
-}
-
-/// The test-beam partition of docs/test-beam.md with one node of `addresses.len()` ROBs fed
-/// over the network, every event kept; `run` is the `[run]` section's body.
-fn beam_config(dir: &std::path::Path, addresses: &[String], run: &str) -> std::path::PathBuf {
-    let listen: Vec<String> = addresses.iter().map(|a| format!("{a:?}")).collect();
-    let config = dir.join("beam.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[run]\n{run}\n[l1]\nmode = \"readout\"\nrois_per_event = [1, 1]\n[ros]\nnodes = 1\n\
-             channels = {}\nsubdetector = 0x51\ninput = \"network\"\nlisten = [{}]\n\
-             [dcm]\nnodes = 1\naccept_fraction = 1.0\n",
-            addresses.len(),
-            listen.join(", ")
-        ),
-    )
-    .unwrap();
-    config
 }
 
 /// `rodeo run --config CONFIG --http 127.0.0.1:0 --json` with `token`; the child and the

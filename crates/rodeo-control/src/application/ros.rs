@@ -195,6 +195,8 @@ impl Application for RosApp {
             stored_ahead_incomplete: at_end.ahead_incomplete,
             swrod_built: s.swrod.map_or(0, |c| c.builder.fragments),
             received_not_stored,
+            store_duplicates: k.duplicates,
+            store_dropped_after_clear: k.dropped_after_clear,
             swrod_error: s.swrod_error,
             input_errors,
             input_dropped_words: s.slink.dropped_words,

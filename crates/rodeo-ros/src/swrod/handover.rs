@@ -90,15 +90,22 @@ impl Link {
     /// a free batch first if none is open: into a lent store page behind the store's ROB
     /// header when one has room (a batch whose pages are full is handed over first), else
     /// into the batch's words. Hands the batch over when full. Without a consumer the
-    /// fragment is dropped and counted.
+    /// fragment is dropped and counted. The fragment's L1ID (ROD word 5) is read from the
+    /// pieces. The tests' way in: a builder's fragments, which know their L1ID, go through
+    /// [`append_run`](Link::append_run).
+    #[cfg(any(test, loom))]
     pub(super) fn append<'a>(
         &self,
         size: usize,
-        pieces: impl Iterator<Item = &'a [u32]>,
+        pieces: impl Iterator<Item = &'a [u32]> + Clone,
         status: Status,
     ) {
+        let l1id = rod_pieces(pieces.clone())
+            .flatten()
+            .nth(crate::store::ROD_L1ID_WORD)
+            .copied();
         let mut guard = lock(&self.open);
-        self.append_locked(&mut guard, size, pieces, status);
+        self.append_locked(&mut guard, size, pieces, status, l1id);
     }
 
     /// The sink's side: appends a run of fragments as [`append`](Link::append) does each,
@@ -106,7 +113,11 @@ impl Link {
     pub(super) fn append_run(&self, fragments: &[Fragment<'_>]) {
         let mut guard = lock(&self.open);
         for f in fragments {
-            self.append_locked(&mut guard, f.size_words(), f.pieces(), f.status());
+            // The builder wrote `f.l1id()` into the ROD header: passing it on spares a read of
+            // the page just written, which waited for the copy's stores to drain (a fifth of
+            // this function's samples beside a busy core, 2026-12-07).
+            let l1id = Some(f.l1id());
+            self.append_locked(&mut guard, f.size_words(), f.pieces(), f.status(), l1id);
         }
     }
 
@@ -116,6 +127,7 @@ impl Link {
         size: usize,
         pieces: impl Iterator<Item = &'a [u32]>,
         status: Status,
+        l1id: Option<u32>,
     ) {
         let rod_words = size.saturating_sub(ROB_HEADER_WORDS);
         let rob_words = ROB_HEADER_WORDS + rod_words;
@@ -151,7 +163,11 @@ impl Link {
                 // is lent again soon after it is freed, its lines often still cached).
                 dst[..ROB_HEADER_WORDS].copy_from_slice(&header);
                 let copied = gather(pieces, &mut dst[ROB_HEADER_WORDS..]);
-                let l1id = l1id_of(&dst[ROB_HEADER_WORDS..ROB_HEADER_WORDS + copied]);
+                debug_assert_eq!(
+                    l1id,
+                    l1id_of(&dst[ROB_HEADER_WORDS..ROB_HEADER_WORDS + copied]),
+                    "the L1ID passed is the one written"
+                );
                 debug_assert_eq!(copied, rod_words, "a fragment's pieces are its size");
                 // Words the pieces did not cover (never, for a builder's fragment) read as 0.
                 dst[ROB_HEADER_WORDS + copied..].fill(0);
@@ -178,7 +194,7 @@ impl Link {
                     start: start as u32,
                     len: rod.len() as u32,
                     status,
-                    l1id: l1id_of(rod),
+                    l1id,
                 });
             }
         }

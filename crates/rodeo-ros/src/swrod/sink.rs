@@ -59,8 +59,7 @@ impl<'p> FragmentSink<'p> for StoreSink {
     /// words) and lets the builder keep its blocks: they go back to the calling thread's pool
     /// caches in batches, not one shared free per block.
     fn inspect(&self, fragment: &Fragment<'p>) -> Option<Flow> {
-        self.link
-            .append(fragment.size_words(), fragment.pieces(), fragment.status());
+        self.link.append_run(std::slice::from_ref(fragment));
         Some(Flow::Continue)
     }
 
