@@ -70,9 +70,14 @@ impl Endpoints {
 }
 
 /// The runtime directory of the run whose output directory is `output`: `rodeo-<hash>` under
-/// the system's temporary directory, the hash (64-bit FNV-1a) taken over the output path as
-/// written, so that the applications of one run agree without talking.
+/// the system's temporary directory, the hash (64-bit FNV-1a) taken over the output path
+/// resolved on this host ([`resolve_path`](crate::config::resolve_path): absolute, links and
+/// `..` resolved), so that the applications of one run agree without talking, and two runs
+/// share it only when they share an output directory, which its lock refuses. Over the path as
+/// written, two partitions with the default relative `rodeo-output` in two working
+/// directories shared one, and the first to end removed the other's sockets (a QA pass).
 fn runtime_dir(output: &std::path::Path) -> PathBuf {
+    let output = crate::config::resolve_path(output);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in output.as_os_str().as_encoded_bytes() {
         h ^= u64::from(*b);
@@ -441,6 +446,37 @@ impl Layout {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    /// The runtime directory follows the output directory as resolved, not as written: a
+    /// relative path and the same path made absolute, or named through a symbolic link, give
+    /// one; two output directories give two.
+    #[test]
+    fn the_runtime_directory_is_keyed_on_the_resolved_output_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let of = |p: PathBuf| super::runtime_dir(&p);
+        assert_eq!(
+            of(real.join("run-00000001")),
+            of(dir.path().join("link/run-00000001"))
+        );
+        assert_eq!(
+            of(real.join("run-00000001")),
+            of(dir.path().join("real/../real/./run-00000001"))
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            of(PathBuf::from("rodeo-output/run-00000001")),
+            of(cwd.join("rodeo-output/run-00000001"))
+        );
+        assert_ne!(
+            of(real.join("run-00000001")),
+            of(dir.path().join("other/run-00000001"))
+        );
+    }
+
     /// The plan's split: the last CPUs to the nodes' core threads, the rest shared; none when
     /// nothing would be left.
     #[test]

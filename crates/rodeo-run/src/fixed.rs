@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rodeo_control::config::{resolve_path, PartitionConfig};
+use rodeo_control::config::{output_entry_of, resolve_path, PartitionConfig};
 
 /// A change `PUT /api/config` may not make (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,15 +162,16 @@ pub fn keep_fixed_fields(
                     ),
                 });
             }
-            if let Some(run) =
-                run_directory_of(&root, &at).filter(|_| field == "logger.directories")
+            if let Some(own) =
+                output_entry_of(&root, &at).filter(|_| field == "logger.directories")
             {
                 return Err(FixedFieldError {
                     field,
                     why: format!(
-                        "entry {entry:?} is in {run}, a run directory of the service's (each \
-                         run makes its own, and a later run could not; give a directory of \
-                         its own inside the output directory, e.g. {})",
+                        "entry {entry:?} is in {own}, one of the service's own entries (its \
+                         run database `runs.sqlite*`, its lock, its run directories `run-*`, \
+                         which each run makes anew); give a directory of its own inside the \
+                         output directory, e.g. {}",
                         root.join("data").display()
                     ),
                 });
@@ -178,16 +179,6 @@ pub fn keep_fixed_fields(
         }
     }
     Ok(())
-}
-
-/// The run directory (`run-…` right under `root`) that `at` is or lies in, if any: the
-/// service makes one per run, so a logger directory there wedged the next run's start (an
-/// expert's `config put` naming `run-00000003` ended run 2 with "run-00000003 already
-/// exists" and left the service refusing every command, 2026-12-07).
-fn run_directory_of(root: &Path, at: &Path) -> Option<String> {
-    let first = at.strip_prefix(root).ok()?.components().next()?;
-    let name = first.as_os_str().to_string_lossy();
-    name.starts_with("run-").then(|| name.into_owned())
 }
 
 /// Whether the body's tables name `field` (`section.name`, or a top-level `hosts`).
@@ -378,14 +369,20 @@ mod tests {
                 );
             }
         }
-        // A run directory of the service's, or a place in one: refused for the loggers.
-        for run in ["run-00000003", "run-00000001/x"] {
+        // A run directory of the service's, a place in one, its run database's journals:
+        // refused for the loggers.
+        for run in [
+            "run-00000003",
+            "run-00000001/x",
+            "runs.sqlite-journal",
+            ".rodeo.lock",
+        ] {
             let body = format!("[logger]\ndirectories = [{:?}]\n", out.join(run));
             let (mut new, named) = parse(&body);
             let e = keep_fixed_fields(&s, &mut new, &named, &out).unwrap_err();
             assert_eq!(e.field, "logger.directories");
             assert!(
-                e.to_string().contains("a run directory of the service's"),
+                e.to_string().contains("one of the service's own entries"),
                 "{e}"
             );
         }

@@ -185,6 +185,9 @@ pub struct Machine {
     pub total_bytes: Option<u64>,
     /// Cores this process may run on.
     pub cpus: usize,
+    /// The memory limit of this process's cgroups (None: none), which in a container is lower
+    /// than `MemTotal` and `MemAvailable` (the host's).
+    pub cgroup_limit_bytes: Option<u64>,
 }
 
 impl Machine {
@@ -195,6 +198,7 @@ impl Machine {
             available_bytes: m.available_bytes,
             total_bytes: m.total_bytes,
             cpus: cpus(),
+            cgroup_limit_bytes: rodeo_memory::machine::cgroup_memory_limit(),
         }
     }
 }
@@ -412,16 +416,44 @@ impl PartitionConfig {
         for host in e.hosts() {
             let need = e.host_bytes(&host);
             let here = host.is_none();
+            // What this host has at most: its memory, or its cgroups' limit when lower (a
+            // budget above it was taken as it was: 51.6 GB passed on a 24 GiB host).
+            let physical = match (machine.total_bytes, machine.cgroup_limit_bytes) {
+                (Some(t), Some(c)) => Some(t.min(c)),
+                (t, c) => t.or(c),
+            }
+            .filter(|_| here);
+            let cgroup = match machine.cgroup_limit_bytes {
+                Some(c) if here && machine.total_bytes.is_none_or(|t| c < t) => {
+                    format!(", its memory cgroup's limit {}", human(c))
+                }
+                _ => String::new(),
+            };
             let (limit, what) = match (budget, machine.available_bytes) {
+                (1.., _) if physical.is_some_and(|p| p < budget) => {
+                    let p = physical.unwrap_or(budget);
+                    (
+                        p,
+                        format!(
+                            "run.memory_budget_bytes = {budget} is more than this host has: {} \
+                             (MemTotal {}{cgroup})",
+                            human(p),
+                            machine.total_bytes.map_or("?".into(), human)
+                        ),
+                    )
+                }
                 (1.., _) => (budget, format!("run.memory_budget_bytes = {budget}")),
-                (0, Some(avail)) if here => (
-                    avail,
-                    format!(
-                        "this host has {} available (MemAvailable) of {} (MemTotal)",
-                        human(avail),
-                        machine.total_bytes.map_or("?".into(), human)
-                    ),
-                ),
+                (0, Some(avail)) if here => {
+                    let limit = machine.cgroup_limit_bytes.map_or(avail, |c| avail.min(c));
+                    (
+                        limit,
+                        format!(
+                            "this host has {} available (MemAvailable) of {} (MemTotal){cgroup}",
+                            human(avail),
+                            machine.total_bytes.map_or("?".into(), human)
+                        ),
+                    )
+                }
                 _ => continue,
             };
             let name = host.as_deref().unwrap_or("this host");
@@ -516,6 +548,7 @@ mod tests {
             available_bytes: Some(avail_gb << 30),
             total_bytes: Some(avail_gb << 30),
             cpus,
+            cgroup_limit_bytes: None,
         }
     }
 
@@ -596,6 +629,30 @@ mod tests {
         c.run.memory_budget_bytes = 0;
         let w = c.check_resources_on(&machine(20, 64)).unwrap();
         assert!(w.len() == 1 && w[0].starts_with("memory:"), "{w:?}");
+        // A budget above the machine's memory does not raise it (51.6 GB passed on 24 GiB).
+        c.run.memory_budget_bytes = 60_000_000_000;
+        let err = c
+            .check_resources_on(&machine(8, 64))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("run.memory_budget_bytes = 60000000000 is more than this host has"),
+            "{err}"
+        );
+        c.check_resources_on(&machine(20, 64)).unwrap();
+        // A memory cgroup's limit below the host's memory is the limit (a container).
+        let boxed = Machine {
+            cgroup_limit_bytes: Some(3 << 30),
+            ..machine(20, 64)
+        };
+        for budget in [0, 60_000_000_000] {
+            c.run.memory_budget_bytes = budget;
+            let err = c.check_resources_on(&boxed).unwrap_err().to_string();
+            assert!(
+                err.contains("its memory cgroup's limit 3.2 GB"),
+                "{budget}: {err}"
+            );
+        }
     }
 
     #[test]

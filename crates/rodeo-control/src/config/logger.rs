@@ -76,6 +76,28 @@ impl Default for LoggerSection {
 }
 
 impl LoggerSection {
+    /// The longest name a file of stream `st` can have (with the `.writing` suffix): at the
+    /// largest run and file numbers, from the last logger, in this configuration's format.
+    fn longest_file_name(&self, st: &str) -> usize {
+        let app = format!("logger-{}", self.nodes.max(1));
+        let name = match self.format {
+            FormatName::Rodeo => rodeo_files::rawfile::file_name(u32::MAX, st, &app, u32::MAX),
+            FormatName::Eventstorage => {
+                let (t, n) = rodeo_files::eventstorage::split_stream(st);
+                rodeo_files::eventstorage::file_name(
+                    &self.project,
+                    u32::MAX,
+                    t,
+                    n,
+                    u32::MAX,
+                    &app,
+                    u32::MAX,
+                )
+            }
+        };
+        name.len() + rodeo_files::eventstorage::WRITING_SUFFIX.len()
+    }
+
     /// Checks this section's own values, each error naming its field (checks across sections
     /// are [`super::PartitionConfig::validate`]'s).
     pub(super) fn validate(&self, c: &mut Checks) {
@@ -99,6 +121,25 @@ impl LoggerSection {
                     format!("{st:?}"),
                     "1 to 255 ASCII letters, digits, '_' or '-' (a stream name is part of its \
                      files' names)",
+                );
+            }
+        }
+        // A stream's files are named after it, the run number, the logger and the file's
+        // sequence number (and `.writing` while written): the whole name must fit a file
+        // system's 255 bytes at any run and sequence number. A 220-character stream passed the
+        // check, and its logger died at its first file ("File name too long") while the run
+        // stalled (a QA pass).
+        for st in &self.streams {
+            let longest = self.longest_file_name(st);
+            if longest > 255 {
+                c.bad(
+                    "logger.streams",
+                    format!("{st:?}"),
+                    format!(
+                        "a shorter name: its files' names would be up to {longest} bytes with \
+                         the run number, the logger, the file's number and `.writing`, more \
+                         than the 255 a file system takes"
+                    ),
                 );
             }
         }
@@ -198,4 +239,37 @@ fn lexical(path: &str) -> std::path::PathBuf {
         .components()
         .filter(|c| !matches!(c, std::path::Component::CurDir))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::PartitionConfig;
+
+    fn check(toml: &str) -> Result<PartitionConfig, String> {
+        PartitionConfig::from_toml(toml, "t.toml").map_err(|e| e.to_string())
+    }
+
+    /// A stream whose files' names would pass 255 bytes at some run or file number is refused,
+    /// naming the field and the length, in both formats; one that fits passes.
+    #[test]
+    fn a_stream_whose_file_names_cannot_fit_is_refused() {
+        let stream = |n: usize| "a".repeat(n);
+        let e = check(&format!("[logger]\nstreams = [{:?}]\n", stream(220))).unwrap_err();
+        assert!(
+            e.contains("logger.streams") && e.contains("more than the 255"),
+            "{e}"
+        );
+        check(&format!("[logger]\nstreams = [{:?}]\n", stream(200))).unwrap();
+        let es = |project: usize, name: usize| {
+            check(&format!(
+                "[logger]\nformat = \"eventstorage\"\ncompression = \"none\"\nproject = {:?}\n\
+                 streams = [\"physics_{}\"]\n",
+                "p".repeat(project),
+                stream(name)
+            ))
+        };
+        let e = es(200, 100).unwrap_err();
+        assert!(e.contains("logger.streams"), "{e}");
+        es(20, 100).unwrap();
+    }
 }

@@ -16,7 +16,22 @@ impl PartitionConfig {
     /// from mode bits: a probe file is created and removed.
     pub fn check_output(&self) -> Result<(), ConfigError> {
         check_writable_dir(Path::new(&self.run.output))
-            .map_err(|(path, reason)| ConfigError::Output { path, reason })
+            .map_err(|(path, reason)| ConfigError::Output { path, reason })?;
+        // The run database's journal is the longest path the output directory itself holds:
+        // SQLite opens no path of 512 bytes or more (a 515-byte output passed the check, and
+        // the run failed with "unable to open database file").
+        let journal = resolve_path(Path::new(&self.run.output)).join("runs.sqlite-journal");
+        let len = journal.as_os_str().len();
+        if len >= SQLITE_MAX_PATH {
+            return Err(ConfigError::Output {
+                path: self.run.output.clone(),
+                reason: format!(
+                    "too long: its run database's journal would be a path of {len} bytes, and \
+                     SQLite opens none of {SQLITE_MAX_PATH} or more; give a shorter path"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Checks on this host that every `logger.directories` entry can take files, as
@@ -37,6 +52,20 @@ impl PartitionConfig {
                 }
             })?;
             let real = resolve_path(Path::new(entry));
+            if let Some(own) = output_entry_of(&resolve_path(Path::new(&self.run.output)), &real)
+            {
+                return Err(ConfigError::Directory {
+                    entry: entry.clone(),
+                    path: real.display().to_string(),
+                    reason: format!(
+                        "it is or lies in {own:?}, one of the output directory's own entries \
+                         (the run database and its journals `runs.sqlite*`, the lock \
+                         `.rodeo.lock`, the runs' directories `run-*`, which each run makes \
+                         anew): give the loggers a directory of their own, e.g. `data` inside \
+                         the output directory"
+                    ),
+                });
+            }
             if let Some((_, first)) = seen.iter().find(|(r, _)| *r == real) {
                 return Err(ConfigError::Directory {
                     entry: entry.clone(),
@@ -50,6 +79,22 @@ impl PartitionConfig {
         }
         Ok(())
     }
+}
+
+/// SQLite's longest path (`SQLITE_MAX_PATHNAME`) plus one: the run database's paths must be
+/// shorter.
+const SQLITE_MAX_PATH: usize = 512;
+
+/// The entry right under the output directory `root` that `at` is or lies in, when it is one
+/// of the output directory's own: the run database and its journals (`runs.sqlite*`: a logger
+/// directory named `runs.sqlite-journal` broke the database of the directory for good, a QA
+/// pass), the lock (`.rodeo.lock`), a run directory (`run-*`: each run makes its own, and a
+/// logger directory in a later run's wedged that run's start).
+pub fn output_entry_of(root: &Path, at: &Path) -> Option<String> {
+    let first = at.strip_prefix(root).ok()?.components().next()?;
+    let name = first.as_os_str().to_string_lossy();
+    (name.starts_with("runs.sqlite") || name == ".rodeo.lock" || name.starts_with("run-"))
+        .then(|| name.into_owned())
 }
 
 /// `path` made absolute (against the working directory) with its symbolic links and `..`
@@ -245,6 +290,65 @@ mod tests {
             real.join("y/z")
         );
         assert_eq!(resolve_path(Path::new("/../..")), Path::new("/"));
+    }
+
+    /// An output directory whose run database's journal would be a path SQLite cannot open is
+    /// refused, naming the field and the length.
+    #[test]
+    fn an_output_too_long_for_the_run_database_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let long = t.path().join("e".repeat(250)).join("f".repeat(250));
+        let config = PartitionConfig::from_toml(
+            &format!("[run]\noutput = {:?}\n", long.display().to_string()),
+            "t.toml",
+        )
+        .unwrap();
+        let e = config.check_output().unwrap_err().to_string();
+        assert!(
+            e.contains("run.output") && e.contains("SQLite opens none of 512"),
+            "{e}"
+        );
+        let short = PartitionConfig::from_toml(
+            &format!("[run]\noutput = {:?}\n", t.path().join("e").display().to_string()),
+            "t.toml",
+        )
+        .unwrap();
+        short.check_output().unwrap();
+    }
+
+    /// A logger directory that is (or lies in) one of the output directory's own entries is
+    /// refused, naming it; a directory of its own inside the output directory passes.
+    #[test]
+    fn a_logger_directory_among_the_output_directory_s_own_entries_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("out");
+        let config = |dir: &str| {
+            PartitionConfig::from_toml(
+                &format!(
+                    "[run]\noutput = {:?}\n[logger]\ndirectories = [{:?}]\n",
+                    out.display().to_string(),
+                    out.join(dir).display().to_string()
+                ),
+                "t.toml",
+            )
+            .unwrap()
+        };
+        for own in [
+            "runs.sqlite-journal",
+            "runs.sqlite-wal",
+            "runs.sqlite",
+            ".rodeo.lock",
+            "run-00000002",
+            "run-00000001/x",
+        ] {
+            let e = config(own).check_directories().unwrap_err().to_string();
+            assert!(
+                e.contains("logger.directories") && e.contains("the output directory's own"),
+                "{own}: {e}"
+            );
+        }
+        config("data").check_directories().unwrap();
+        config("data/runs.sqlite-journal").check_directories().unwrap();
     }
 
     /// One existing directory named twice another way (through a symbolic link, or by a path

@@ -719,6 +719,7 @@ fn the_measured_cases_of_issue_36_are_refused_naming_field_and_limit() {
         available_bytes: Some(8 << 30),
         total_bytes: Some(8 << 30),
         cpus: 2,
+        cgroup_limit_bytes: None,
     };
     let e = c.check_here_on(&small).unwrap_err().to_string();
     assert!(e.contains("the partition needs 10.0 GB"), "{e}");
