@@ -195,12 +195,12 @@ impl MonitoringSection {
 /// Why the forwarder could not start.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "monitoring forwarder: cannot {what} {endpoint}: {source} (free it or change [monitoring])"
+    "monitoring forwarder: cannot {what} {endpoint}: {detail} (free it or change [monitoring])"
 )]
 pub struct ForwarderError {
     what: &'static str,
     endpoint: String,
-    source: zmq::Error,
+    detail: String,
 }
 
 /// The forwarder (module docs): runs on its own thread until dropped.
@@ -224,12 +224,26 @@ impl Forwarder {
         let ctx = zmq::Context::new();
         let err = |what, endpoint: &str| {
             let endpoint = endpoint.to_string();
-            move |source| ForwarderError {
+            move |source: zmq::Error| ForwarderError {
                 what,
                 endpoint,
-                source,
+                detail: source.to_string(),
             }
         };
+        // ZeroMQ unlinks an ipc path before it binds: what is there must be a socket nobody
+        // listens on (a file at the path was deleted, and a live service's socket taken over,
+        // before a QA pass).
+        for e in [m.input_bind(), m.endpoint.clone()] {
+            if let Some(path) = e.strip_prefix("ipc://") {
+                rodeo_transport::socket::check_ipc_bind(path).map_err(|detail| {
+                    ForwarderError {
+                        what: "bind",
+                        endpoint: e.clone(),
+                        detail,
+                    }
+                })?;
+            }
+        }
         let input = m.input_bind();
         let xsub = ctx
             .socket(zmq::XSUB)
@@ -258,7 +272,7 @@ impl Forwarder {
             .map_err(|e| ForwarderError {
                 what: "start a thread for",
                 endpoint: m.endpoint.clone(),
-                source: zmq::Error::from_raw(e.raw_os_error().unwrap_or(libc_enomem())),
+                detail: e.to_string(),
             })?;
         let ipc_files = [input.as_str(), m.endpoint.as_str()]
             .iter()
@@ -277,11 +291,6 @@ impl Forwarder {
     pub fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::Relaxed)
     }
-}
-
-/// ENOMEM, for a thread that could not be made.
-fn libc_enomem() -> i32 {
-    12
 }
 
 impl Drop for Forwarder {
@@ -563,10 +572,10 @@ impl SampleSubscriber {
         let ctx = zmq::Context::new();
         let err = |what| {
             let endpoint = endpoint.to_string();
-            move |source| ForwarderError {
+            move |source: zmq::Error| ForwarderError {
                 what,
                 endpoint,
-                source,
+                detail: source.to_string(),
             }
         };
         let sub = ctx
@@ -600,7 +609,7 @@ impl SampleSubscriber {
             .map_err(|e| ForwarderError {
                 what: "start a thread for",
                 endpoint: endpoint.to_string(),
-                source: zmq::Error::from_raw(e.raw_os_error().unwrap_or(libc_enomem())),
+                detail: e.to_string(),
             })?;
         Ok(SampleSubscriber {
             stop,
@@ -787,6 +796,21 @@ mod tests {
         std::fs::write(dir.path().join("other"), b"data").unwrap();
         drop(f);
         assert!(dir.path().join("other").exists());
+        // A forwarder never binds over a file, nor over a live forwarder's socket (ZeroMQ
+        // unlinks the path first: a file there was deleted, a live service's socket taken
+        // over, before a QA pass).
+        let e = Forwarder::start(&m).unwrap_err().to_string();
+        assert!(e.contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read(dir.path().join("other")).unwrap(), b"data");
+        let m = MonitoringSection {
+            endpoint: format!("ipc://{}", sock.display()),
+            ..MonitoringSection::default()
+        };
+        let live = Forwarder::start(&m).unwrap();
+        let e = Forwarder::start(&m).unwrap_err().to_string();
+        assert!(e.contains("a process listens"), "{e}");
+        drop(live);
+        drop(Forwarder::start(&m).unwrap());
     }
 
     #[test]

@@ -74,6 +74,15 @@ impl PartitionConfig {
                          not its directory)",
                     ));
                 }
+                // ZeroMQ unlinks the path before it binds: a file there would be deleted, a
+                // live socket (a service's monitoring) taken over (a QA pass).
+                if let Err(why) = rodeo_transport::socket::check_ipc_bind(&b.host) {
+                    return Err(bad(
+                        field_of(&b.field),
+                        value(),
+                        format!("an ipc path the partition may bind: {why}"),
+                    ));
+                }
                 continue;
             }
             // The transport's own endpoints are named by their host field.
@@ -245,5 +254,32 @@ mod tests {
         check("").unwrap();
         check(tcp).unwrap();
         check(&format!("{tcp}[control]\nhttp = \"0.0.0.0:0\"\n")).unwrap();
+    }
+
+    /// An ipc path holding a file, or a socket a process listens on, is refused by field (ZeroMQ
+    /// would delete the file, or take the socket over, a QA pass found); a socket nobody
+    /// listens on (left by an ended run) and nothing at all pass.
+    #[test]
+    fn an_ipc_path_holding_a_file_or_a_live_socket_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| dir.path().join(name).display().to_string();
+        let config = |path: &str| format!("[monitoring]\nendpoint = \"ipc://{path}\"\n");
+        std::fs::write(at("precious.txt"), "data").unwrap();
+        let e = check(&config(&at("precious.txt"))).unwrap_err();
+        assert!(
+            e.contains("monitoring.endpoint") && e.contains("not a socket"),
+            "{e}"
+        );
+        assert!(std::path::Path::new(&at("precious.txt")).exists());
+        // The forwarder's input is the endpoint's path + ".in".
+        std::fs::write(at("mon.sock.in"), "data").unwrap();
+        let e = check(&config(&at("mon.sock"))).unwrap_err();
+        assert!(e.contains("monitoring.input"), "{e}");
+        let live = std::os::unix::net::UnixListener::bind(at("live.sock")).unwrap();
+        let e = check(&config(&at("live.sock"))).unwrap_err();
+        assert!(e.contains("a process listens"), "{e}");
+        drop(live);
+        check(&config(&at("live.sock"))).unwrap();
+        check(&config(&at("new.sock"))).unwrap();
     }
 }

@@ -214,8 +214,19 @@ impl std::fmt::Debug for Socket {
 /// on a live node's path took its clients over in silence. Nothing there, or a socket nobody
 /// listens on (left by a process that ended), may be bound; anything else is refused.
 fn check_ipc_path(endpoint: &Endpoint) -> Result<(), TransportError> {
+    check_ipc_bind(endpoint.address()).map_err(|detail| TransportError::IpcPath {
+        endpoint: endpoint.to_string(),
+        detail,
+    })
+}
+
+/// Whether the path `address` of an `ipc://` endpoint may be bound by a ZeroMQ socket, which
+/// unlinks what is there first: nothing, or a socket nobody listens on (left by a process that
+/// ended); ZeroMQ's own names (`*`, `@...`) too. Otherwise why not. For sockets bound outside
+/// [`Socket`] (the monitoring forwarder's, which deleted a file at its path and took a live
+/// service's socket over before a QA pass).
+pub fn check_ipc_bind(address: &str) -> Result<(), String> {
     use std::os::unix::fs::FileTypeExt as _;
-    let address = endpoint.address();
     // ZeroMQ's own names (`*`: a new temporary path; `@`: the abstract namespace).
     if address == "*" || address.starts_with('@') {
         return Ok(());
@@ -224,21 +235,17 @@ fn check_ipc_path(endpoint: &Endpoint) -> Result<(), TransportError> {
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());
     };
-    let refuse = |detail: &str| {
-        Err(TransportError::IpcPath {
-            endpoint: endpoint.to_string(),
-            detail: detail.into(),
-        })
-    };
     if !meta.file_type().is_socket() {
-        return refuse(
+        return Err(
             "something that is not a socket is at this path, and binding would replace it: \
-             remove it or choose another path",
+             remove it or choose another path"
+                .into(),
         );
     }
     match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => refuse(
-            "a process listens on this socket (another node?): stop it or choose another path",
+        Ok(_) => Err(
+            "a process listens on this socket (another node?): stop it or choose another path"
+                .into(),
         ),
         Err(_) => Ok(()),
     }
