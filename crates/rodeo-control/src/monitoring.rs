@@ -235,12 +235,10 @@ impl Forwarder {
         // before a QA pass).
         for e in [m.input_bind(), m.endpoint.clone()] {
             if let Some(path) = e.strip_prefix("ipc://") {
-                rodeo_transport::socket::check_ipc_bind(path).map_err(|detail| {
-                    ForwarderError {
-                        what: "bind",
-                        endpoint: e.clone(),
-                        detail,
-                    }
+                rodeo_transport::socket::check_ipc_bind(path).map_err(|detail| ForwarderError {
+                    what: "bind",
+                    endpoint: e.clone(),
+                    detail,
                 })?;
             }
         }

@@ -145,9 +145,18 @@ mod tests {
         };
         let v1 = "4:memory:/a/b\n3:cpu:/\n";
         let read = files(&[
-            ("/sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "9223372036854771712\n"),
-            ("/sys/fs/cgroup/memory/a/memory.limit_in_bytes", "3221225472\n"),
-            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            (
+                "/sys/fs/cgroup/memory/a/b/memory.limit_in_bytes",
+                "9223372036854771712\n",
+            ),
+            (
+                "/sys/fs/cgroup/memory/a/memory.limit_in_bytes",
+                "3221225472\n",
+            ),
+            (
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                "9223372036854771712\n",
+            ),
         ]);
         assert_eq!(cgroup_limit_from(v1, read), Some(3 << 30));
         let v2 = "0::/user.slice/app\n";

@@ -162,8 +162,7 @@ pub fn keep_fixed_fields(
                     ),
                 });
             }
-            if let Some(own) =
-                output_entry_of(&root, &at).filter(|_| field == "logger.directories")
+            if let Some(own) = output_entry_of(&root, &at).filter(|_| field == "logger.directories")
             {
                 return Err(FixedFieldError {
                     field,

@@ -32,6 +32,21 @@ pub enum LockError {
         /// Who holds it, as its lock file says (`pid 123: rodeo serve ...`).
         holder: String,
     },
+    /// The directory lies inside another output directory that another process holds (a
+    /// served directory's run directories are the service's: a run made in one wedged the
+    /// service's next run, a QA pass).
+    #[error(
+        "the directory {dir} lies inside the output directory {outer}, in use by {holder}: \
+         its runs' directories there are the holder's; choose a directory outside it"
+    )]
+    InsideHeld {
+        /// The output directory asked for.
+        dir: PathBuf,
+        /// The held output directory it lies in.
+        outer: PathBuf,
+        /// Who holds that one, as its lock file says.
+        holder: String,
+    },
     /// The lock file could not be made or locked.
     #[error("cannot lock the output directory {dir} ({file}): {source}")]
     Io {
@@ -55,6 +70,13 @@ impl OutputLock {
     /// Takes the lock of `dir` (which must exist) for this process, described as `what`
     /// (written into the lock file with the pid, for whoever is refused next).
     pub fn acquire(dir: &Path, what: &str) -> Result<OutputLock, LockError> {
+        if let Some((outer, holder)) = held_above(dir) {
+            return Err(LockError::InsideHeld {
+                dir: dir.to_path_buf(),
+                outer,
+                holder,
+            });
+        }
         let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io {
             dir: dir.to_path_buf(),
@@ -118,6 +140,38 @@ impl Drop for OutputLock {
     }
 }
 
+/// The nearest directory above `dir` (resolved) whose lock another process holds, and its
+/// holder as its lock file names it. Asked by trying the lock (shared, not waiting), which is
+/// let go at once. A lock this process holds (its lock file names its pid: a run's logger
+/// directories inside its own output directory) is no refusal.
+fn held_above(dir: &Path) -> Option<(PathBuf, String)> {
+    let real = std::fs::canonicalize(dir).ok()?;
+    let own = format!("pid {}:", std::process::id());
+    for outer in real.ancestors().skip(1) {
+        let Ok(file) = File::open(outer.join(LOCK_FILE)) else {
+            continue;
+        };
+        // SAFETY: `flock` on a descriptor `file` owns and keeps open for the call; it reads
+        // and writes no memory of ours. The lock, if taken, goes when `file` is closed.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if r != 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock {
+            let mut text = String::new();
+            let _ = (&file).read_to_string(&mut text);
+            let holder = text.lines().next().unwrap_or("").trim();
+            if holder.starts_with(&own) {
+                continue;
+            }
+            let holder = if holder.is_empty() {
+                "another process".to_string()
+            } else {
+                holder.to_string()
+            };
+            return Some((outer.to_path_buf(), holder));
+        }
+    }
+    None
+}
+
 /// `flock(LOCK_EX | LOCK_NB)` on `file`: `WouldBlock` when another open file holds it.
 fn try_lock(file: &File) -> std::io::Result<()> {
     loop {
@@ -168,6 +222,35 @@ mod tests {
         drop(first);
         let again = OutputLock::acquire(dir.path(), "rodeo run").unwrap();
         assert_eq!(again.path(), dir.path().join(LOCK_FILE));
+    }
+
+    /// A directory inside a held output directory is refused, naming that one and its holder
+    /// (a run made in a served directory's `run-…` wedged the service); once it is let go, or
+    /// with a lock file nobody holds, it is taken.
+    #[test]
+    fn a_directory_inside_a_held_one_is_refused_naming_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("run-00000004").join("deeper");
+        std::fs::create_dir_all(&inner).unwrap();
+        let outer = OutputLock::acquire(dir.path(), "rodeo serve --output x").unwrap();
+        // Held by this process: no refusal (a run's logger directory inside its output).
+        drop(OutputLock::acquire(&inner, "rodeo run").unwrap());
+        // As another process's (its lock file names another pid; the lock stays held).
+        std::fs::write(outer.path(), "pid 1: rodeo serve --output x\n").unwrap();
+        let e = OutputLock::acquire(&inner, "rodeo run").unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, LockError::InsideHeld { .. }), "{text}");
+        assert!(
+            text.contains(&dir.path().canonicalize().unwrap().display().to_string())
+                && text.contains("rodeo serve --output x"),
+            "{text}"
+        );
+        drop(outer);
+        let taken = OutputLock::acquire(&inner, "rodeo run").unwrap();
+        drop(taken);
+        // The outer directory's lock file is left behind, held by nobody: no refusal.
+        assert!(dir.path().join(LOCK_FILE).exists());
+        OutputLock::acquire(&inner, "rodeo run").unwrap();
     }
 
     #[test]

@@ -52,8 +52,7 @@ impl PartitionConfig {
                 }
             })?;
             let real = resolve_path(Path::new(entry));
-            if let Some(own) = output_entry_of(&resolve_path(Path::new(&self.run.output)), &real)
-            {
+            if let Some(own) = output_entry_of(&resolve_path(Path::new(&self.run.output)), &real) {
                 return Err(ConfigError::Directory {
                     entry: entry.clone(),
                     path: real.display().to_string(),
@@ -309,7 +308,10 @@ mod tests {
             "{e}"
         );
         let short = PartitionConfig::from_toml(
-            &format!("[run]\noutput = {:?}\n", t.path().join("e").display().to_string()),
+            &format!(
+                "[run]\noutput = {:?}\n",
+                t.path().join("e").display().to_string()
+            ),
             "t.toml",
         )
         .unwrap();
@@ -348,7 +350,9 @@ mod tests {
             );
         }
         config("data").check_directories().unwrap();
-        config("data/runs.sqlite-journal").check_directories().unwrap();
+        config("data/runs.sqlite-journal")
+            .check_directories()
+            .unwrap();
     }
 
     /// One existing directory named twice another way (through a symbolic link, or by a path
