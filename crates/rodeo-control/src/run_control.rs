@@ -237,6 +237,13 @@ pub fn run_to_end(
         ]
     });
     for c in up {
+        // Interrupted while the partition came up: it goes down without starting (a SIGTERM
+        // during a minute-long connect started the run anyway, took 1,920 accepts and ended
+        // it, a QA pass); its sheet says it took none.
+        if c == Command::Start && quit() {
+            tracing::warn!("interrupted before the start: the run is not started");
+            break;
+        }
         if let Err(e) = p.command(c) {
             let _ = p.command(Command::Shutdown);
             return Err(e);
@@ -362,6 +369,8 @@ mod tests {
         state: Mutex<State>,
         summary: Mutex<Option<RunSummary>>,
         failure: Mutex<Option<TransitionError>>,
+        /// Every command it was sent, in order.
+        sent: Mutex<Vec<Command>>,
     }
 
     impl DiesAt {
@@ -371,6 +380,7 @@ mod tests {
                 state: Mutex::new(State::None),
                 summary: Mutex::new(None),
                 failure: Mutex::new(None),
+                sent: Mutex::new(Vec::new()),
             }
         }
     }
@@ -380,6 +390,7 @@ mod tests {
             unreachable!("run_to_end reads the status only without a recorded failure")
         }
         fn command(&self, command: Command) -> Result<State, TransitionError> {
+            self.sent.lock().unwrap().push(command);
             let mut state = self.state.lock().unwrap();
             let next = match command {
                 Command::Shutdown => State::None,
@@ -445,5 +456,23 @@ mod tests {
         let e = run_to_end(&p, &|| false, |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("ros-1 is dead"), "{e}");
         assert_eq!(p.partition_state(), State::None);
+    }
+
+    /// Interrupted while it comes up (the quit asked before the start is true): the partition
+    /// is taken down from CONNECTED without a start, and the run's sheet is still taken.
+    #[test]
+    fn an_interrupt_before_the_start_takes_the_partition_down_unstarted() {
+        // Dies at a stop, which a run never started is not sent.
+        let p = DiesAt::new(Command::Stop);
+        let s = run_to_end(&p, &|| true, |_, _| {}).unwrap();
+        let sent = p.sent.lock().unwrap().clone();
+        assert!(!sent.contains(&Command::Start), "{sent:?}");
+        assert_eq!(
+            sent[..3],
+            [Command::Initialize, Command::Configure, Command::Connect]
+        );
+        assert!(sent.contains(&Command::Disconnect), "{sent:?}");
+        assert_eq!(p.partition_state(), State::None);
+        assert_eq!(s.l1_accepts, 10);
     }
 }
