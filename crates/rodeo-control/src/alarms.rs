@@ -123,13 +123,12 @@ pub(crate) fn check(specs: &[AlarmSpec], c: &mut Checks) {
                 "give below = X or above = X (or both)".into(),
             );
         }
-        if a.below.is_some_and(|v| !v.is_finite()) || a.above.is_some_and(|v| !v.is_finite()) {
-            bad(
-                "alarms.above",
-                i,
-                format!("{:?} / {:?}", a.below, a.above),
-                "finite numbers".into(),
-            );
+        // Each bound named by itself (a bad `below` was named `alarms.above`, its value shown
+        // as `Some(NaN) / None`).
+        for (field, bound) in [("alarms.below", a.below), ("alarms.above", a.above)] {
+            if let Some(v) = bound.filter(|v| !v.is_finite()) {
+                bad(field, i, num(v), "a finite number".into());
+            }
         }
         if !(0.0..=MAX_FOR_SECONDS).contains(&a.for_seconds) {
             bad(
@@ -394,6 +393,23 @@ mod tests {
             for_seconds: s,
             always: false,
         }
+    }
+
+    /// A bound that is not a finite number is refused naming that bound, with its value.
+    #[test]
+    fn a_bound_that_is_not_finite_is_named_by_itself() {
+        let e = validate(&[spec("a", "l1_rate_hz", Some(f64::NAN), None, 0.0)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alarms.below") && !e.contains("Some("), "{e}");
+        let e = validate(&[spec("a", "l1_rate_hz", None, Some(f64::INFINITY), 0.0)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("alarms.above") && !e.contains("alarms.below"),
+            "{e}"
+        );
+        validate(&[spec("a", "l1_rate_hz", Some(1.0), Some(2.0), 0.0)]).unwrap();
     }
 
     #[test]

@@ -51,11 +51,11 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
     match (s.l1_seconds, s.l1_accepts) {
         (Some(span), Some(n)) if span > 0.0 => writeln!(
             out,
-            "  L1: {n} accepts, {:.1} kHz over the {span:.2} s from the first to the last{}; \
+            "  L1: {n} accepts, {} over the {span:.2} s from the first to the last{}; \
              the run took {:.2} s",
-            rate / 1e3,
+            rate_text(rate),
             if requested > 0.0 {
-                format!(" (requested {:.1} kHz)", requested / 1e3)
+                format!(" (requested {})", rate_text(requested))
             } else {
                 String::new()
             },
@@ -178,6 +178,15 @@ pub fn one_line(s: &RunSheet) -> String {
     )
 }
 
+/// A rate in kHz to one decimal from 1 kHz on, in Hz below (20 Hz read "0.0 kHz").
+fn rate_text(hz: f64) -> String {
+    if hz >= 1e3 {
+        format!("{:.1} kHz", hz / 1e3)
+    } else {
+        format!("{hz:.1} Hz")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +227,14 @@ mod tests {
         ));
         sheet.readout_nodes = vec![node(false)];
         assert!(render(&sheet).contains("clears for 194026 events\n"));
+    }
+
+    /// Rates from 1 kHz on in kHz, below in Hz (never "0.0 kHz").
+    #[test]
+    fn low_rates_are_said_in_hz() {
+        assert_eq!(super::rate_text(20.0), "20.0 Hz");
+        assert_eq!(super::rate_text(999.9), "999.9 Hz");
+        assert_eq!(super::rate_text(114_300.0), "114.3 kHz");
     }
 
     /// Fragments the store dropped (duplicates, late after a clear) are said under the node,

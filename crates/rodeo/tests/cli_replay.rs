@@ -155,4 +155,16 @@ fn a_replayed_file_rebuilds_the_same_events() {
             .unwrap_or_else(|| panic!("L1ID {l1id} missing"));
         assert!(got == robs, "L1ID {l1id}: {}", diff(robs, got));
     }
+
+    // Kept from the original, whose accepted events' L1IDs are sparse: the gaps are no link
+    // error (every fragment was flagged one, the run degraded unexplained, before a QA pass).
+    let sparse = run(
+        dir.path(),
+        "sparse",
+        n,
+        &replay_toml(&input, "keep", "rodeo"),
+    );
+    assert_eq!(sparse["events_written"].as_u64(), Some(n), "{sparse}");
+    assert_eq!(sparse["readout_nodes"][0]["input_errors"], 0, "{sparse}");
+    assert_eq!(sparse["verdict"], "ok", "{sparse}");
 }

@@ -86,6 +86,15 @@ impl<D: DmaChannel<Superpage> + 'static> DmaInput<D> {
         self
     }
 
+    /// Takes gaps in each channel's L1ID sequence as no error
+    /// ([`SlinkChecker::allow_l1id_gaps`]): a replay of recorded data keeping its L1IDs.
+    pub fn allowing_l1id_gaps(mut self) -> DmaInput<D> {
+        for lane in &mut self.lanes {
+            lane.checker.allow_l1id_gaps();
+        }
+        self
+    }
+
     /// At the node's stop, ends every channel's link ([`DmaChannel::end_link`]) and has the
     /// core thread read what the channels still hold ([`Input::end_links`]): for channels
     /// carrying data from outside (network receivers, file players), whose every unit was
@@ -256,13 +265,14 @@ pub const CHANNELS_PER_CARD: usize = 12;
 
 /// Per channel an emulated S-LINK link running `generator(channel)`, [`CHANNELS_PER_CARD`] to
 /// a card (one engine thread), `depth` superpages of
-/// `superpage_bytes` each, read through the S-LINK checks (framing on): the node's DMA input
-/// ([`build`]) and its replay input ([`super::replay`]).
+/// `superpage_bytes` each, read through the S-LINK checks (framing on; L1ID gaps no error with
+/// `l1id_gaps`): the node's DMA input ([`build`]) and its replay input ([`super::replay`]).
 pub(crate) fn emulated_cards<G: Generator>(
     config: &ChannelSetup<'_>,
     rate_hz: Option<f64>,
     superpage_bytes: usize,
     address: &str,
+    l1id_gaps: bool,
     generator: impl Fn(usize) -> G,
 ) -> Result<BuiltInput, NodeError> {
     let depth = 8;
@@ -311,7 +321,10 @@ pub(crate) fn emulated_cards<G: Generator>(
         crc: false,
         l1id_wrap: config.l1id_wrap,
     };
-    let input = DmaInput::new(chans, check, ErrorDump::new(file, 10));
+    let mut input = DmaInput::new(chans, check, ErrorDump::new(file, 10));
+    if l1id_gaps {
+        input = input.allowing_l1id_gaps();
+    }
     Ok(BuiltInput {
         errors: Some(input.lane_errors()),
         input: Box::new(input),
@@ -350,6 +363,7 @@ pub(crate) fn build(
         rate_hz,
         dma_superpage_bytes(framed),
         "emulated",
+        false,
         |c| {
             let mut g = SlinkGenerator::new(slink(c));
             g.skip(config.first_event);

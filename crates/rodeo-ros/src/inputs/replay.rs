@@ -45,7 +45,10 @@ pub(crate) fn build(config: &ChannelSetup<'_>, r: &ReplayInput) -> Result<BuiltI
         [first, rest @ ..] => format!("replay:{} (+{} more)", first.display(), rest.len()),
         [] => "replay".to_string(),
     };
-    emulated_cards(config, r.rate_hz, superpage_bytes, &address, |c| {
+    // Recorded data keeping its L1IDs has gaps wherever the trigger rejected: no error (every
+    // fragment was flagged, unexplained, before a QA pass); a repeat still is.
+    let gaps = r.l1id == L1idMode::Keep;
+    emulated_cards(config, r.rate_hz, superpage_bytes, &address, gaps, |c| {
         ReplayGenerator::new(
             Arc::clone(&events),
             config.base_source_id + c as u32,
