@@ -80,7 +80,9 @@ pub use ros::{
     DmaInto, ListenMode, ReplayL1id, RosInput, RosSection, DEFAULT_PAGES_PER_CHANNEL,
     MAX_PAGES_PER_CHANNEL, MIN_PAGES_PER_CHANNEL,
 };
-pub use run::{CpuPlan, RunConfig, RunWords, MAX_COMMENT_BYTES, MAX_RUN_SECONDS, MAX_WORD_BYTES};
+pub use run::{
+    hides_text, CpuPlan, RunConfig, RunWords, MAX_COMMENT_BYTES, MAX_RUN_SECONDS, MAX_WORD_BYTES,
+};
 pub use supervisor::SupervisorSection;
 pub use transport::{TransportConfig, TransportKind};
 

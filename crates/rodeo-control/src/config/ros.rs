@@ -38,6 +38,7 @@ pub struct RosSection {
     /// L1IDs of the replay.
     pub replay_l1id: ReplayL1id,
     /// Source ids renamed for the replay: `[id in the file, ROB id here]`.
+    #[serde(deserialize_with = "source_pairs")]
     pub replay_source_map: Vec<[u32; 2]>,
     /// [`RosInput::Network`]: one address per ROB (`udp://` or `tcp://HOST:PORT`).
     pub listen: Vec<String>,
@@ -309,4 +310,20 @@ impl RosSection {
             );
         }
     }
+}
+
+/// `ros.replay_source_map`'s entries, each exactly two ids (a third was dropped in silence:
+/// a fixed-size array reads its first two, a QA pass).
+fn source_pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<[u32; 2]>, D::Error> {
+    let entries = <Vec<Vec<u32>> as serde::Deserialize>::deserialize(d)?;
+    entries
+        .into_iter()
+        .map(|e| match e[..] {
+            [from, to] => Ok([from, to]),
+            _ => Err(serde::de::Error::custom(format!(
+                "an entry of {} ids ({e:?}): each entry is [id in the file, ROB id here]",
+                e.len()
+            ))),
+        })
+        .collect()
 }

@@ -97,6 +97,23 @@ impl RunWords {
     }
 }
 
+/// Whether `ch` would not show as itself in a table or a terminal: a control character, or an
+/// invisible formatting one (bidirectional overrides and isolates, zero-width characters, the
+/// byte-order mark): a comment holding U+202E was printed reversed by `rodeo runs`, a way to
+/// make a run's line say what it does not (a QA pass, 2026-12-07).
+pub fn hides_text(ch: char) -> bool {
+    ch.is_control()
+        || matches!(
+            ch,
+            '\u{061C}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
 fn check_words(w: &RunWords, c: &mut Checks) {
     let quoted = |s: &str| format!("{:?}", s.chars().take(40).collect::<String>());
     for (field, value, max) in [
@@ -104,11 +121,14 @@ fn check_words(w: &RunWords, c: &mut Checks) {
         ("run.run_type", &w.run_type, MAX_WORD_BYTES),
         ("run.shifter", &w.shifter, MAX_WORD_BYTES),
     ] {
-        if value.len() > max || value.chars().any(char::is_control) {
+        if value.len() > max || value.chars().any(hides_text) {
             c.bad(
                 field,
                 quoted(value),
-                format!("at most {max} bytes of text without control characters"),
+                format!(
+                    "at most {max} bytes of text without control or invisible formatting \
+                     characters (bidirectional overrides, zero-width ones)"
+                ),
             );
         }
     }
@@ -179,5 +199,37 @@ impl RunConfig {
             );
         }
         check_words(&self.words(), c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunWords;
+
+    /// Control characters and invisible formatting ones (a right-to-left override printed a
+    /// comment reversed in `rodeo runs`) are refused in every word, naming the field; plain
+    /// text in any script passes.
+    #[test]
+    fn words_that_would_hide_their_text_are_refused() {
+        for bad in [
+            "a\u{202E}b",
+            "x\u{200B}y",
+            "\u{2066}z",
+            "bom\u{FEFF}",
+            "tab\there",
+        ] {
+            let w = RunWords {
+                comment: bad.into(),
+                ..RunWords::default()
+            };
+            let e = w.check().unwrap_err();
+            assert!(e.contains("run.comment"), "{bad:?}: {e}");
+        }
+        let w = RunWords {
+            comment: "HV scan, secteur 3 (Überprüfung), 測試".into(),
+            shifter: "Åsa".into(),
+            ..RunWords::default()
+        };
+        w.check().unwrap();
     }
 }

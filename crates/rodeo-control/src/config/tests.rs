@@ -198,10 +198,12 @@ fn the_replay_input_parses_and_is_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("ros.replay_files"), "{e}");
-    let e = PartitionConfig::from_toml("[ros]\nreplay_source_map = [[1, 2], [1, 3]]\n", "t.toml")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("ros.replay_source_map"), "{e}");
+    for map in ["[[1, 2], [1, 3]]", "[[1, 2, 7]]", "[[1]]"] {
+        let e = PartitionConfig::from_toml(&format!("[ros]\nreplay_source_map = {map}\n"), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ros.replay_source_map"), "{map}: {e}");
+    }
 }
 
 #[test]

@@ -80,7 +80,7 @@ pub enum ConditionsError {
     /// A value that is not a number, a short string or a boolean.
     #[error(
         "condition {0}: a number, true/false, or a string of at most {MAX_VALUE_BYTES} bytes \
-         without control characters"
+         without control or invisible formatting characters"
     )]
     BadValue(String),
 }
@@ -133,7 +133,9 @@ pub fn parse(body: &[u8]) -> Result<Vec<Condition>, ConditionsError> {
             let value_ok = match &value {
                 Value::Number(n) => n.as_f64().is_some_and(f64::is_finite),
                 Value::Bool(_) => true,
-                Value::String(s) => s.len() <= MAX_VALUE_BYTES && !s.chars().any(char::is_control),
+                Value::String(s) => {
+                    s.len() <= MAX_VALUE_BYTES && !s.chars().any(rodeo_control::config::hides_text)
+                }
                 _ => false,
             };
             if !value_ok {
