@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::sheet::RunSheet;
-use crate::verdict::verdict_line;
+use crate::verdict::{verdict_line, Verdict};
 
 /// The sheet as text, one line per fact, the verdict last.
 pub fn render(sheet: &RunSheet) -> String {
@@ -156,6 +156,9 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
             "  balance: {}",
             if s.balanced {
                 "OK (every L1 accept decided, cleared and written once)"
+            } else if s.verdict == Verdict::Failed && s.l1_accepts == Some(0) {
+                // Nothing to balance: "MISMATCH" read as lost events (a port in use).
+                "not checked: the run failed before its first L1 accept"
             } else {
                 "MISMATCH"
             }
@@ -227,6 +230,21 @@ mod tests {
         ));
         sheet.readout_nodes = vec![node(false)];
         assert!(render(&sheet).contains("clears for 194026 events\n"));
+    }
+
+    /// A run that failed before its first accept has no balance to check: the line says so
+    /// rather than "MISMATCH".
+    #[test]
+    fn a_run_failed_before_its_first_accept_has_its_balance_not_checked() {
+        let mut sheet = RunSheet {
+            l1_accepts: Some(0),
+            verdict: Verdict::Failed,
+            ..RunSheet::default()
+        };
+        assert!(render(&sheet)
+            .contains("balance: not checked: the run failed before its first L1 accept"));
+        sheet.l1_accepts = Some(10);
+        assert!(render(&sheet).contains("balance: MISMATCH"));
     }
 
     /// Rates from 1 kHz on in kHz, below in Hz (never "0.0 kHz").
