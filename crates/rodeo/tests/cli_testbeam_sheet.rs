@@ -12,7 +12,9 @@ use rodeo_cards::generator::{SlinkConfig, SlinkGenerator, WordRange};
 use rodeo_cards::net::{LinkAddress, LinkSender};
 use rodeo_testkit::rodeo;
 use serde_json::Value;
-use testbeam_common::{beam_config, free_port, run_json, send, two_tcp_senders};
+use testbeam_common::{
+    beam_config, free_port, json_sheet, problem_text, received, run_json, send, two_tcp_senders,
+};
 
 /// Fragments one link sent beyond what the other did are never built: the run ends when
 /// both senders close, degraded, the unbuilt fragments counted and the node named.
@@ -53,17 +55,8 @@ fn swapped_links_are_flagged_and_named() {
         v["readout_nodes"][0]["input_errors"].as_u64(),
         "{v}"
     );
-    let problem = v["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["kind"] == "input_errors")
-        .unwrap_or_else(|| panic!("no input_errors problem: {v}"));
     assert!(
-        problem["text"]
-            .as_str()
-            .unwrap()
-            .contains("400 fragments of another source"),
+        problem_text(&v, "input_errors").contains("400 fragments of another source"),
         "{v}"
     );
 }
@@ -97,8 +90,7 @@ fn a_sender_that_ends_first_ends_the_run_when_no_later_event_can_be_built() {
     send(&addresses[0], 0x0051_0000, 300, deadline);
     let out = run.wait_with_deadline(Duration::from_secs(60));
     drop(long);
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    let v = json_sheet(&out);
     assert_eq!(v["l1_accepts"], 300, "{v}");
     assert_eq!(v["verdict"], "degraded", "{v}");
     let node = &v["readout_nodes"][0];
@@ -137,8 +129,7 @@ fn link_files_of_unequal_length_leave_their_extra_fragments_counted() {
     let out = run_json(&config, &dir.path().join("out"))
         .deadline(Duration::from_secs(120))
         .output();
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    let v = json_sheet(&out);
     assert_eq!(v["l1_accepts"], 500, "{v}");
     assert_eq!(v["readout_nodes"][0]["unbuilt_fragments"], 500, "{v}");
     assert_eq!(v["readout_nodes"][0]["unbuilt_cut_by_stop"], 0, "{v}");
@@ -186,33 +177,19 @@ fn an_l1id_sent_twice_is_dropped_once_and_closes_the_node_s_inputs() {
     drop(sender);
     second.join().unwrap();
     let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
+    let v = json_sheet(&out);
     assert_eq!(v["l1_accepts"], 200, "{v}");
     assert_eq!(v["events_written"], 200, "{v}");
     let node = &v["readout_nodes"][0];
     assert_eq!(node["store_duplicates"], 1, "{v}");
     // The duplicate is a link error of the detector's, named in the run's problem.
     assert_eq!(v["verdict"], "degraded", "{v}");
-    let problem = v["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["kind"] == "input_errors")
-        .unwrap_or_else(|| panic!("no input_errors problem: {v}"));
     assert!(
-        problem["text"]
-            .as_str()
-            .unwrap()
+        problem_text(&v, "input_errors")
             .contains("1 fragment(s) of an L1ID already stored, dropped"),
         "{v}"
     );
-    let received: u64 = node["inputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["fragments"].as_u64().unwrap())
-        .sum();
+    let received = received(node);
     assert_eq!(received, 401, "{v}");
     let n = |k: &str| node[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
     assert_eq!(

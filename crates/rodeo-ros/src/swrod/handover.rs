@@ -108,14 +108,14 @@ impl Link {
         self.append_locked(&mut guard, size, pieces, status, l1id);
     }
 
-    /// The sink's side: appends a run of fragments as [`append`](Link::append) does each,
+    /// The sink's side: appends a run of fragments as `append` does each,
     /// under one lock (one pass through the link's mutex per run rather than per fragment).
     pub(super) fn append_run(&self, fragments: &[Fragment<'_>]) {
         let mut guard = lock(&self.open);
         for f in fragments {
             // The builder wrote `f.l1id()` into the ROD header: passing it on spares a read of
-            // the page just written, which waited for the copy's stores to drain (a fifth of
-            // this function's samples beside a busy core, 2026-12-07).
+            // the page just written (its samples beside a busy core were the copy's stores
+            // waiting: no gain measured, docs/benchmarks-history-2026-12b.md).
             let l1id = Some(f.l1id());
             self.append_locked(&mut guard, f.size_words(), f.pieces(), f.status(), l1id);
         }

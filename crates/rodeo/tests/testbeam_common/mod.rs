@@ -7,6 +7,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use rodeo_testkit::cli::Output;
 use rodeo_testkit::rodeo;
 use serde_json::Value;
 
@@ -90,7 +91,32 @@ pub fn two_tcp_senders(senders: [(u32, u64); 2]) -> (Value, Option<i32>) {
         t.join().unwrap();
     }
     let out = run.wait_with_deadline(deadline.saturating_duration_since(Instant::now()));
-    let v: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr));
-    (v, out.status.code())
+    (json_sheet(&out), out.status.code())
+}
+
+/// The `--json` sheet a finished `rodeo run` printed (panics showing its output without one).
+pub fn json_sheet(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON sheet ({e}): {}\n{}", out.stdout, out.stderr))
+}
+
+/// The text of the sheet's problem of `kind` (panics showing the sheet without one).
+pub fn problem_text<'a>(v: &'a Value, kind: &str) -> &'a str {
+    v["problems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["kind"] == kind)
+        .and_then(|p| p["text"].as_str())
+        .unwrap_or_else(|| panic!("no {kind} problem: {v}"))
+}
+
+/// The fragments a readout node's inputs (its `readout_nodes` row) received, summed.
+pub fn received(node: &Value) -> u64 {
+    node["inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| i["fragments"].as_u64().unwrap_or(0))
+        .sum()
 }
