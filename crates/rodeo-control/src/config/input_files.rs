@@ -40,6 +40,8 @@ impl PartitionConfig {
                     let Ok(meta) = std::fs::metadata(entry) else {
                         continue;
                     };
+                    check_link_file(Path::new(entry), meta.len())
+                        .map_err(|why| bad("ros.link_files", format!("{entry:?}"), why))?;
                     use std::os::unix::fs::MetadataExt as _;
                     if let Some(first) = seen.insert((meta.dev(), meta.ino()), i) {
                         return Err(bad(
@@ -169,6 +171,27 @@ fn regular_file(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("a file this process can read: {e}"))
 }
 
+/// A link capture as the file player reads it: up to [`LOAD_AT_MOST_BYTES`] read whole
+/// (every unit framed, at least one: an empty capture or one cut inside a unit passed the
+/// check and failed the run at once), a larger one by its header.
+fn check_link_file(path: &Path, len: u64) -> Result<(), String> {
+    use rodeo_files::linkfile::{LinkFile, LINK_FILE_HEADER_WORDS};
+    let what = |e: rodeo_files::linkfile::LinkFileError| format!("a link capture file: {e}");
+    if len > LOAD_AT_MOST_BYTES {
+        let mut header = vec![0u8; 4 * LINK_FILE_HEADER_WORDS];
+        use std::io::Read as _;
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .map_err(|e| format!("a link capture file: cannot read its header: {e}"))?;
+        return LinkFile::from_bytes(path, header).map(|_| ()).map_err(what);
+    }
+    let file = LinkFile::read(path).map_err(what)?;
+    if file.units() == 0 {
+        return Err("a link capture file with at least one unit: it holds none".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use rodeo_files::rawfile::{RawFileConfig, RawFileWriter};
@@ -266,8 +289,8 @@ mod tests {
     fn one_link_file_for_two_channels_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("l0.bin"), dir.path().join("l1.bin"));
-        std::fs::write(&a, b"x").unwrap();
-        std::fs::write(&b, b"x").unwrap();
+        link_file(&a, 1);
+        link_file(&b, 1);
         let link = dir.path().join("alias.bin");
         std::os::unix::fs::symlink(&a, &link).unwrap();
         let hard = dir.path().join("hard.bin");
@@ -292,6 +315,54 @@ mod tests {
                 twin.display()
             );
         }
+    }
+
+    /// An S-LINK link capture of `units` units of two words at `path`.
+    fn link_file(path: &std::path::Path, units: usize) {
+        use rodeo_files::linkfile::{LinkFileHeader, LinkFileWriter, LinkMode};
+        let header = LinkFileHeader {
+            mode: LinkMode::Slink,
+            block_size: 0,
+            framing: false,
+            crc: false,
+            l1id_wrap: 1 << 24,
+        };
+        let mut w = LinkFileWriter::create(path, &header).unwrap();
+        for _ in 0..units {
+            w.write_unit(&[0u8; 8]).unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    /// A link capture that is not one, holds no unit, or is cut inside a unit is refused by
+    /// name (each passed the check and failed the run at once); a whole one passes.
+    #[test]
+    fn an_empty_or_truncated_link_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l0.bin");
+        let check = || {
+            config(&format!(
+                "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n[ros]\nchannels = 1\n\
+                 input = \"file\"\nlink_files = [{:?}]\n",
+                path.display().to_string()
+            ))
+            .check_input_files()
+            .map_err(|e| e.to_string())
+        };
+        link_file(&path, 3);
+        check().unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &whole[..whole.len() - 4]).unwrap();
+        let e = check().unwrap_err();
+        assert!(
+            e.contains("ros.link_files") && e.contains("link capture"),
+            "{e}"
+        );
+        link_file(&path, 0);
+        let e = check().unwrap_err();
+        assert!(e.contains("it holds none"), "{e}");
+        std::fs::write(&path, b"not a capture").unwrap();
+        assert!(check().unwrap_err().contains("ros.link_files"));
     }
 
     /// Without `replay_loop` the run asks for at most the events the files hold (no count
