@@ -21,6 +21,11 @@ use crate::summary::{AppSummary, NodeSummary};
 
 /// How long `stop` waits for the last clears of the run.
 const CLEAR_WAIT: Duration = Duration::from_secs(5);
+/// How long `stop` waits for the next clear before it takes the clears as all in: the
+/// supervisor stopped first, having sent every clear, so two seconds without one mean the
+/// rest are not coming (an overloaded partition's eight nodes, none of which got its clears,
+/// took 5 s each, one after another).
+const CLEAR_IDLE: Duration = Duration::from_secs(2);
 
 /// What the probe reads of a running node.
 type Monitor = (
@@ -115,9 +120,14 @@ impl Application for RosApp {
         }
         // The supervisor's last clears are on their way: wait for them (bounded).
         if let (Some(node), Some(n)) = (&self.node, run.l1_accepts) {
-            let deadline = Instant::now() + CLEAR_WAIT;
-            while node.stats().cleared_l1ids < n && Instant::now() < deadline {
+            let start = Instant::now();
+            let (mut seen, mut last) = (node.stats().cleared_l1ids, start);
+            while seen < n && start.elapsed() < CLEAR_WAIT && last.elapsed() < CLEAR_IDLE {
                 std::thread::sleep(Duration::from_millis(5));
+                let now = node.stats().cleared_l1ids;
+                if now > seen {
+                    (seen, last) = (now, Instant::now());
+                }
             }
         }
         Ok(None)
