@@ -70,13 +70,7 @@ impl OutputLock {
     /// Takes the lock of `dir` (which must exist) for this process, described as `what`
     /// (written into the lock file with the pid, for whoever is refused next).
     pub fn acquire(dir: &Path, what: &str) -> Result<OutputLock, LockError> {
-        if let Some((outer, holder)) = held_above(dir) {
-            return Err(LockError::InsideHeld {
-                dir: dir.to_path_buf(),
-                outer,
-                holder,
-            });
-        }
+        OutputLock::check_not_inside_held(dir)?;
         let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io {
             dir: dir.to_path_buf(),
@@ -126,6 +120,21 @@ impl OutputLock {
         Ok(OutputLock { file, path })
     }
 
+    /// Refuses `dir` when it lies inside an output directory another process holds
+    /// ([`LockError::InsideHeld`]); `dir` need not exist yet. Asked before anything is made
+    /// there: a refused run that had made `<served>/run-00000006/foo` first left the service
+    /// unable to prepare its run 6 (a QA pass).
+    pub fn check_not_inside_held(dir: &Path) -> Result<(), LockError> {
+        match held_above(dir) {
+            Some((outer, holder)) => Err(LockError::InsideHeld {
+                dir: dir.to_path_buf(),
+                outer,
+                holder,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -145,7 +154,8 @@ impl Drop for OutputLock {
 /// let go at once. A lock this process holds (its lock file names its pid: a run's logger
 /// directories inside its own output directory) is no refusal.
 fn held_above(dir: &Path) -> Option<(PathBuf, String)> {
-    let real = std::fs::canonicalize(dir).ok()?;
+    // Resolved as far as it exists (links, `..`), the rest as written: it may not exist yet.
+    let real = rodeo_control::config::resolve_path(dir);
     let own = format!("pid {}:", std::process::id());
     for outer in real.ancestors().skip(1) {
         let Ok(file) = File::open(outer.join(LOCK_FILE)) else {
@@ -231,8 +241,13 @@ mod tests {
     fn a_directory_inside_a_held_one_is_refused_naming_its_holder() {
         let dir = tempfile::tempdir().unwrap();
         let inner = dir.path().join("run-00000004").join("deeper");
-        std::fs::create_dir_all(&inner).unwrap();
         let outer = OutputLock::acquire(dir.path(), "rodeo serve --output x").unwrap();
+        // Refused before anything is made (the directory does not exist yet).
+        std::fs::write(outer.path(), "pid 1: rodeo serve --output x\n").unwrap();
+        assert!(OutputLock::check_not_inside_held(&inner).is_err());
+        assert!(!dir.path().join("run-00000004").exists());
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::write(outer.path(), format!("pid {}: x\n", std::process::id())).unwrap();
         // Held by this process: no refusal (a run's logger directory inside its output).
         drop(OutputLock::acquire(&inner, "rodeo run").unwrap());
         // As another process's (its lock file names another pid; the lock stays held).

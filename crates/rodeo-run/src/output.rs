@@ -30,6 +30,11 @@ impl OutputDir {
     /// Makes `path` if need be, locks it for this process (described as `what` to whoever is
     /// refused next), opens its run database and records the runs a crash left unrecorded.
     pub fn open(path: &Path, what: &str) -> anyhow::Result<OutputDir> {
+        // Before anything is made: inside a held directory, or too long for the run
+        // database's paths (both made their directories before failing, a QA pass).
+        OutputLock::check_not_inside_held(path)?;
+        rodeo_control::config::check_run_database_path(path)
+            .map_err(|why| anyhow::anyhow!("output directory {}: {why}", path.display()))?;
         std::fs::create_dir_all(path)
             .with_context(|| format!("cannot create output directory {}", path.display()))?;
         let lock = OutputLock::acquire(path, what)?;

@@ -604,6 +604,8 @@ fn lock_logger_directories(
     for d in &config.logger.directories {
         let dir = Path::new(d);
         let field = || format!("logger.directories: {}", dir.display());
+        // Before it is made: a refused run must leave nothing in another's directory.
+        OutputLock::check_not_inside_held(dir).with_context(field)?;
         std::fs::create_dir_all(dir).with_context(field)?;
         let real = std::fs::canonicalize(dir).with_context(field)?;
         if held.contains(&real) {

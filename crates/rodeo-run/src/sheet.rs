@@ -628,8 +628,7 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
                 Some(n.input_errors),
                 Some(n.name.clone()),
                 format!(
-                    "{}: {} link errors in the input ({} words dropped{}{}); their events are \
-                     flagged",
+                    "{}: {} link errors in the input ({} words dropped{}{}); {}",
                     n.name,
                     n.input_errors,
                     n.input_dropped_words,
@@ -650,6 +649,13 @@ fn losses(s: &RunSummary) -> Vec<Problem> {
                         )
                     } else {
                         String::new()
+                    },
+                    // A duplicate the store dropped is in no event (a QA pass found "flagged"
+                    // said of duplicates alone, and nothing flagged).
+                    if n.input_errors > n.store_duplicates {
+                        "their events are flagged"
+                    } else {
+                        "no event holds them"
                     }
                 ),
             ));

@@ -131,6 +131,26 @@ impl PartitionConfig {
                  for fragments that never come: every event built partial)",
             ));
         }
+        // Kept L1IDs must each be once: the same file listed twice wrote every event twice,
+        // unflagged (or, asked for the file's count, half of them twice and half not at all),
+        // while the sheet said they were flagged (a QA pass).
+        if r.replay_l1id == ReplayL1id::Keep {
+            let mut l1ids = events.l1ids();
+            l1ids.sort_unstable();
+            if let Some(w) = l1ids.windows(2).find(|w| w[0] == w[1]) {
+                return Err(bad(
+                    "ros.replay_files",
+                    format!("{:?}", r.replay_files),
+                    format!(
+                        "with ros.replay_l1id = \"keep\", events of L1IDs that are each once: \
+                         L1ID {:#010x} is in them more than once (a file listed twice?), and \
+                         its events would be built and written twice; or ros.replay_l1id = \
+                         \"renumber\"",
+                        w[0]
+                    ),
+                ));
+            }
+        }
         let held = events.len() as u64;
         let asks = self.run.events;
         // The L1 emulator and the RoI builder issue L1IDs from 0 whatever the files hold; the
@@ -363,6 +383,30 @@ mod tests {
         assert!(e.contains("it holds none"), "{e}");
         std::fs::write(&path, b"not a capture").unwrap();
         assert!(check().unwrap_err().contains("ros.link_files"));
+    }
+
+    /// Keeping the files' L1IDs, a file listed twice (each L1ID twice) is refused naming the
+    /// L1ID; once it passes, and renumbered twice too.
+    #[test]
+    fn a_replay_keeping_l1ids_refuses_an_l1id_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = raw_file(dir.path(), 30);
+        let map = onto_channels(12);
+        let keep = format!("replay_l1id = \"keep\"\n{map}");
+        let e = replay(&[&f, &f], "events = 30", &keep)
+            .check_input_files()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ros.replay_files") && e.contains("more than once"),
+            "{e}"
+        );
+        replay(&[&f], "events = 30", &keep)
+            .check_input_files()
+            .unwrap();
+        replay(&[&f, &f], "events = 60", &map)
+            .check_input_files()
+            .unwrap();
     }
 
     /// Without `replay_loop` the run asks for at most the events the files hold (no count

@@ -129,9 +129,20 @@ impl LoggerSection {
         // system's 255 bytes at any run and sequence number. A 220-character stream passed the
         // check, and its logger died at its first file ("File name too long") while the run
         // stalled (a QA pass).
+        let shortest = self.longest_file_name("physics_a");
+        if self.format == FormatName::Eventstorage && shortest > 255 {
+            c.bad(
+                "logger.project",
+                format!("{:?}", self.project),
+                format!(
+                    "a shorter name: with it every file's name is at least {shortest} bytes, \
+                     more than the 255 a file system takes"
+                ),
+            );
+        }
         for st in &self.streams {
             let longest = self.longest_file_name(st);
-            if longest > 255 {
+            if longest > 255 && shortest <= 255 {
                 c.bad(
                     "logger.streams",
                     format!("{st:?}"),
@@ -268,8 +279,14 @@ mod tests {
                 stream(name)
             ))
         };
-        let e = es(200, 100).unwrap_err();
+        let e = es(100, 150).unwrap_err();
         assert!(e.contains("logger.streams"), "{e}");
+        // A project too long for any stream is named itself.
+        let e = es(250, 1).unwrap_err();
+        assert!(
+            e.contains("logger.project") && !e.contains("logger.streams"),
+            "{e}"
+        );
         es(20, 100).unwrap();
     }
 }

@@ -68,7 +68,7 @@ pub use file::{read_config_file, ConfigFileError, MAX_CONFIG_FILE_BYTES};
 pub use l1::{L1Config, L1Mode, MAX_RATE_HZ, MAX_TIMEOUT_MS, MIN_RATE_HZ};
 pub use limits::{MessageLimits, EXTERNAL_FRAGMENT_BYTES, MIN_MESSAGE_LIMIT};
 pub use logger::{CompressionName, FormatName, LoggerSection};
-pub use output::{output_entry_of, resolve_path};
+pub use output::{check_run_database_path, output_entry_of, resolve_path};
 pub use parse::MAX_FIELD_ERRORS;
 pub use readout::{
     StoreShape, DMA_SUPERPAGES_PER_CHANNEL, DMA_SUPERPAGE_BYTES, LINK_SUPERPAGES_PER_CHANNEL,

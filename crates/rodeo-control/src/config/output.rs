@@ -17,21 +17,10 @@ impl PartitionConfig {
     pub fn check_output(&self) -> Result<(), ConfigError> {
         check_writable_dir(Path::new(&self.run.output))
             .map_err(|(path, reason)| ConfigError::Output { path, reason })?;
-        // The run database's journal is the longest path the output directory itself holds:
-        // SQLite opens no path of 512 bytes or more (a 515-byte output passed the check, and
-        // the run failed with "unable to open database file").
-        let journal = resolve_path(Path::new(&self.run.output)).join("runs.sqlite-journal");
-        let len = journal.as_os_str().len();
-        if len >= SQLITE_MAX_PATH {
-            return Err(ConfigError::Output {
-                path: self.run.output.clone(),
-                reason: format!(
-                    "too long: its run database's journal would be a path of {len} bytes, and \
-                     SQLite opens none of {SQLITE_MAX_PATH} or more; give a shorter path"
-                ),
-            });
-        }
-        Ok(())
+        check_run_database_path(Path::new(&self.run.output)).map_err(|reason| ConfigError::Output {
+            path: self.run.output.clone(),
+            reason,
+        })
     }
 
     /// Checks on this host that every `logger.directories` entry can take files, as
@@ -83,6 +72,23 @@ impl PartitionConfig {
 /// SQLite's longest path (`SQLITE_MAX_PATHNAME`) plus one: the run database's paths must be
 /// shorter.
 const SQLITE_MAX_PATH: usize = 512;
+
+/// Whether the output directory `output` is short enough for its run database: the journal
+/// is the longest path the directory itself holds, and SQLite opens no path of 512 bytes or
+/// more (a 515-byte output passed the check, and the run failed with "unable to open database
+/// file" after making its directories). Asked by the check and by `rodeo run`/`serve` before
+/// they make the directory (`-o` is not the configuration's).
+pub fn check_run_database_path(output: &Path) -> Result<(), String> {
+    let journal = resolve_path(output).join("runs.sqlite-journal");
+    let len = journal.as_os_str().len();
+    if len >= SQLITE_MAX_PATH {
+        return Err(format!(
+            "too long: its run database's journal would be a path of {len} bytes, and SQLite \
+             opens none of {SQLITE_MAX_PATH} or more; give a shorter path"
+        ));
+    }
+    Ok(())
+}
 
 /// The entry right under the output directory `root` that `at` is or lies in, when it is one
 /// of the output directory's own: the run database and its journals (`runs.sqlite*`: a logger

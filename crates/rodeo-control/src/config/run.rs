@@ -98,19 +98,29 @@ impl RunWords {
 }
 
 /// Whether `ch` would not show as itself in a table or a terminal: a control character, or an
-/// invisible formatting one (bidirectional overrides and isolates, zero-width characters, the
-/// byte-order mark): a comment holding U+202E was printed reversed by `rodeo runs`, a way to
-/// make a run's line say what it does not (a QA pass, 2026-12-07).
+/// invisible or formatting one (bidirectional overrides and isolates, zero-width and filler
+/// characters, line and paragraph separators, variation selectors, tags, the byte-order
+/// mark): a comment holding U+202E was printed reversed by `rodeo runs`, a way to make a run's
+/// line say what it does not (two QA passes, 2026-12-07).
 pub fn hides_text(ch: char) -> bool {
     ch.is_control()
         || matches!(
             ch,
-            '\u{061C}'
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{061C}'
+                | '\u{115F}'..='\u{1160}'
+                | '\u{17B4}'..='\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
                 | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
                 | '\u{FEFF}'
+                | '\u{FFA0}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{E0000}'..='\u{E0FFF}'
         )
 }
 
@@ -217,6 +227,11 @@ mod tests {
             "\u{2066}z",
             "bom\u{FEFF}",
             "tab\there",
+            "soft\u{00AD}hyphen",
+            "tag\u{E0041}",
+            "line\u{2028}sep",
+            "filler\u{3164}",
+            "vs\u{FE0F}",
         ] {
             let w = RunWords {
                 comment: bad.into(),

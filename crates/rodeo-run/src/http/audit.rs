@@ -246,10 +246,16 @@ impl Store {
             Ok(b) => b.text,
             Err(e) => return Response::error(400, &e),
         };
-        if text.trim().is_empty() || text.len() > MAX_COMMENT_BYTES {
+        if text.trim().is_empty()
+            || text.len() > MAX_COMMENT_BYTES
+            || crate::rundb::hides_text(&text)
+        {
             return Response::error(
                 400,
-                &format!("a comment is 1 to {MAX_COMMENT_BYTES} bytes of text"),
+                &format!(
+                    "a comment is 1 to {MAX_COMMENT_BYTES} bytes of text, lines without \
+                     control or invisible formatting characters"
+                ),
             );
         }
         let comment = Comment {

@@ -763,5 +763,14 @@ pub fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Whether a comment or note would not show as itself in `rodeo runs` or on the page: a
+/// control character other than a line break or a tab, or an invisible formatting one
+/// ([`rodeo_control::config::hides_text`]: a U+202E stored as given printed the rest
+/// reversed, a QA pass).
+pub fn hides_text(text: &str) -> bool {
+    text.chars()
+        .any(|c| c != '\n' && c != '\t' && rodeo_control::config::hides_text(c))
+}
+
 #[cfg(test)]
 mod tests;

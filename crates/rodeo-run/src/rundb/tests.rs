@@ -302,3 +302,21 @@ fn runs_come_in_pages_and_a_run_takes_a_bounded_number_of_comments() {
     );
     assert_eq!(db.list().unwrap()[0]["files"].as_array().unwrap().len(), 15);
 }
+
+/// A comment or note may hold line breaks and tabs, and text in any script, but no other
+/// control character and no invisible formatting one (a U+202E printed the rest reversed).
+#[test]
+fn comments_that_would_hide_their_text_are_told_apart() {
+    assert!(!super::hides_text(
+        "HV scan\n\tsecteur 3 (Überprüfung), 測試"
+    ));
+    for bad in [
+        "a\u{202E}b",
+        "zero\u{200B}width",
+        "bom\u{FEFF}",
+        "bell\u{7}",
+        "tag\u{E0041}",
+    ] {
+        assert!(super::hides_text(bad), "{bad:?}");
+    }
+}

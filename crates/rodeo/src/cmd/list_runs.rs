@@ -62,8 +62,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let runs = db.list()?;
     if let Some(What::Note { run, text }) = args.what {
         let text = text.join(" ");
-        if text.trim().is_empty() || text.len() > MAX_NOTE_BYTES {
-            anyhow::bail!("a note is 1 to {MAX_NOTE_BYTES} bytes of text");
+        if text.trim().is_empty()
+            || text.len() > MAX_NOTE_BYTES
+            || rodeo_run::rundb::hides_text(&text)
+        {
+            anyhow::bail!(
+                "a note is 1 to {MAX_NOTE_BYTES} bytes of text, lines without control or \
+                 invisible formatting characters"
+            );
         }
         if !runs.iter().any(|r| r["run_number"] == run) {
             anyhow::bail!(
