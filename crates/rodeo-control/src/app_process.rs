@@ -677,7 +677,7 @@ pub fn serve(
             Err(e) => ToController::Reply {
                 seq,
                 state: app.state(),
-                error: Some(e.to_string()),
+                error: Some(reply_error(e)),
                 summary: None,
             },
         };
@@ -740,8 +740,38 @@ impl Silence {
     }
 }
 
+/// What a failed command's reply says: the failure's own reason, as the controller names the
+/// command, the application and its state itself (`"connect failed in ros-1 (was
+/// CONFIGURED): connect failed in ros-1 (was CONFIGURED): ..."` was said twice); any other
+/// error whole.
+fn reply_error(e: TransitionError) -> String {
+    match e {
+        TransitionError::Failed { reason, .. } => reason,
+        e => e.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// A failure's reply is its reason alone; an illegal command's says it all.
+    #[test]
+    fn an_application_s_failure_is_said_once() {
+        use crate::lifecycle::{Command, State, TransitionError};
+        let failed = TransitionError::Failed {
+            who: "ros-1".into(),
+            command: Command::Connect,
+            from: State::Configured,
+            reason: "cannot bind tcp://127.0.0.1:1".into(),
+        };
+        assert_eq!(super::reply_error(failed), "cannot bind tcp://127.0.0.1:1");
+        let illegal = TransitionError::Illegal {
+            who: "ros-1".into(),
+            command: Command::Start,
+            state: State::Configured,
+        };
+        assert_eq!(super::reply_error(illegal.clone()), illegal.to_string());
+    }
+
     use super::*;
 
     #[test]

@@ -92,10 +92,7 @@ impl OutputLock {
                 // in between reads again for a moment (bounded) to name it.
                 let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
                 let holder = loop {
-                    let mut text = String::new();
-                    let _ = file.seek(SeekFrom::Start(0));
-                    let _ = file.read_to_string(&mut text);
-                    let holder = text.lines().next().unwrap_or("").trim().to_string();
+                    let holder = holder_line(&mut file);
                     if !holder.is_empty() || std::time::Instant::now() >= deadline {
                         break holder;
                     }
@@ -103,11 +100,7 @@ impl OutputLock {
                 };
                 return Err(LockError::Held {
                     dir: dir.to_path_buf(),
-                    holder: if holder.is_empty() {
-                        "another process".into()
-                    } else {
-                        holder
-                    },
+                    holder: named(holder),
                 });
             }
             Err(e) => return Err(io(e)),
@@ -158,28 +151,39 @@ fn held_above(dir: &Path) -> Option<(PathBuf, String)> {
     let real = rodeo_control::config::resolve_path(dir);
     let own = format!("pid {}:", std::process::id());
     for outer in real.ancestors().skip(1) {
-        let Ok(file) = File::open(outer.join(LOCK_FILE)) else {
+        let Ok(mut file) = File::open(outer.join(LOCK_FILE)) else {
             continue;
         };
         // SAFETY: `flock` on a descriptor `file` owns and keeps open for the call; it reads
         // and writes no memory of ours. The lock, if taken, goes when `file` is closed.
         let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
         if r != 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock {
-            let mut text = String::new();
-            let _ = (&file).read_to_string(&mut text);
-            let holder = text.lines().next().unwrap_or("").trim();
+            let holder = holder_line(&mut file);
             if holder.starts_with(&own) {
                 continue;
             }
-            let holder = if holder.is_empty() {
-                "another process".to_string()
-            } else {
-                holder.to_string()
-            };
-            return Some((outer.to_path_buf(), holder));
+            return Some((outer.to_path_buf(), named(holder)));
         }
     }
     None
+}
+
+/// The first line of a lock file (`pid 123: rodeo serve ...`), read from its start; empty
+/// when it has none yet.
+fn holder_line(file: &mut File) -> String {
+    let mut text = String::new();
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.read_to_string(&mut text);
+    text.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// A holder as a refusal names it: its lock file's line, or "another process".
+fn named(holder: String) -> String {
+    if holder.is_empty() {
+        "another process".into()
+    } else {
+        holder
+    }
 }
 
 /// `flock(LOCK_EX | LOCK_NB)` on `file`: `WouldBlock` when another open file holds it.

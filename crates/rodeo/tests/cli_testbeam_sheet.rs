@@ -13,7 +13,8 @@ use rodeo_cards::net::{LinkAddress, LinkSender};
 use rodeo_testkit::rodeo;
 use serde_json::Value;
 use testbeam_common::{
-    beam_config, free_port, json_sheet, problem_text, received, run_json, send, two_tcp_senders,
+    beam_config, free_port, json_sheet, problem_text, received, run_json, send, two_tcp_inputs,
+    two_tcp_senders,
 };
 
 /// Fragments one link sent beyond what the other did are never built: the run ends when
@@ -144,13 +145,7 @@ fn link_files_of_unequal_length_leave_their_extra_fragments_counted() {
 /// sheet before.
 #[test]
 fn an_l1id_sent_twice_is_dropped_once_and_closes_the_node_s_inputs() {
-    let dir = tempfile::tempdir().unwrap();
-    let addresses: Vec<String> = (0..2)
-        .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
-        .collect();
-    let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
-    let run = run_json(&config, &dir.path().join("out")).spawn();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let (_dir, addresses, run, deadline) = two_tcp_inputs();
     let second = {
         let a = addresses[1].clone();
         std::thread::spawn(move || send(&a, 0x0051_0001, 200, deadline))

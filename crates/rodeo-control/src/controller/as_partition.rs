@@ -123,7 +123,6 @@ impl RunControl for Controller {
                 r
             }
             Err((who, reason)) => {
-                let reason = own_reason(command, &who, reason);
                 t.lifecycle
                     .fail(format!("{command} failed in {who}: {reason}"));
                 t.record(format!("{command} failed in {who}: {reason}"));
@@ -326,40 +325,4 @@ fn died_at_stop(a: &App) -> Option<AppSummary> {
         died_at_stop: true,
         ..NodeSummary::default()
     }))
-}
-
-/// An application's failure without the "`command` failed in `who` (was STATE): " its own
-/// error already starts with: the controller's error says it once (every cause of a
-/// `--processes` run's failure was said twice).
-fn own_reason(command: Command, who: &str, reason: String) -> String {
-    let prefix = format!("{command} failed in {who} (was ");
-    match reason
-        .strip_prefix(&prefix)
-        .and_then(|rest| rest.split_once("): "))
-    {
-        Some((_, cause)) => cause.to_string(),
-        None => reason,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_application_s_failure_is_said_once() {
-        let doubled = "connect failed in ros-1 (was CONFIGURED): cannot bind tcp://127.0.0.1:1";
-        assert_eq!(
-            own_reason(Command::Connect, "ros-1", doubled.into()),
-            "cannot bind tcp://127.0.0.1:1"
-        );
-        // Another application's or command's words are kept.
-        for other in [
-            "connect failed in ros-2 (was CONFIGURED): x",
-            "start failed in ros-1 (was CONNECTED): x",
-            "its process exited",
-        ] {
-            assert_eq!(own_reason(Command::Connect, "ros-1", other.into()), other);
-        }
-    }
 }

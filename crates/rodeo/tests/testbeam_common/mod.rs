@@ -7,7 +7,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use rodeo_testkit::cli::Output;
+use rodeo_testkit::cli::{Output, Running};
 use rodeo_testkit::rodeo;
 use serde_json::Value;
 
@@ -71,9 +71,10 @@ pub fn beam_config(dir: &std::path::Path, addresses: &[String], run: &str) -> st
     config
 }
 
-/// A data-driven run of two TCP inputs (ROBs 0x00510000 and 0x00510001) ended by its senders,
-/// each `(source id, fragments)`: its JSON sheet and exit code.
-pub fn two_tcp_senders(senders: [(u32, u64); 2]) -> (Value, Option<i32>) {
+/// A data-driven run of two TCP inputs (ROBs 0x00510000 and 0x00510001, ended by their
+/// senders) started: its directory (kept while the run lives), the inputs' addresses, the run
+/// and a deadline 120 s away.
+pub fn two_tcp_inputs() -> (tempfile::TempDir, Vec<String>, Running, Instant) {
     let dir = tempfile::tempdir().unwrap();
     let addresses: Vec<String> = (0..2)
         .map(|_| format!("tcp://127.0.0.1:{}", free_port()))
@@ -81,6 +82,13 @@ pub fn two_tcp_senders(senders: [(u32, u64); 2]) -> (Value, Option<i32>) {
     let config = beam_config(dir.path(), &addresses, "events = 0\nseconds = 0");
     let run = run_json(&config, &dir.path().join("out")).spawn();
     let deadline = Instant::now() + Duration::from_secs(120);
+    (dir, addresses, run, deadline)
+}
+
+/// A data-driven run of two TCP inputs ([`two_tcp_inputs`]) ended by its senders, each
+/// `(source id, fragments)`: its JSON sheet and exit code.
+pub fn two_tcp_senders(senders: [(u32, u64); 2]) -> (Value, Option<i32>) {
+    let (_dir, addresses, run, deadline) = two_tcp_inputs();
     let threads: Vec<_> = addresses
         .iter()
         .cloned()
