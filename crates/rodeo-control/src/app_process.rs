@@ -426,6 +426,14 @@ impl AppControl {
             .as_ref()
             .map_or(limit, |c| c.control_message_limit(limit))
     }
+
+    /// Whether this application's partition exchanges data through shared memory.
+    fn on_shared_memory(&self) -> bool {
+        self.lock()
+            .config
+            .as_ref()
+            .is_some_and(|c| c.transport.kind == TransportKind::Shm)
+    }
 }
 
 /// The error a heartbeat and the status show: the application's, or why it halted (a halted
@@ -580,6 +588,15 @@ pub fn serve(
             for c in Command::path(from, State::None).unwrap_or_else(|| vec![Command::Shutdown]) {
                 if app.handle_run(c, None, run, None).is_err() {
                     break;
+                }
+            }
+            if app.on_shared_memory() {
+                // The controller removes what dead applications left in shared memory at the
+                // run's end; gone (killed, or aborted by a second interrupt), it will not: a
+                // logger killed before it stayed in /dev/shm (a QA pass). Every application
+                // that walks itself down does it instead (one pass at a time, bounded).
+                if let Err(e) = rodeo_transport::shm::cleanup_dead_nodes() {
+                    tracing::warn!("shared-memory clean-up: {e}");
                 }
             }
             let hb = app.heartbeat();

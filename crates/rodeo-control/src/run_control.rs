@@ -217,6 +217,20 @@ const TICK: Duration = Duration::from_millis(200);
 /// waiting in silence for as long as nobody looked.
 const FIRST_SILENCE_WARNING: Duration = Duration::from_secs(10);
 
+/// A command refused because the partition went to ERROR between two commands (an
+/// application died meanwhile), as that failure, which names the application: it read
+/// "connect refused: partition is ERROR, and connect is not legal there" (a QA pass). Any
+/// other error as it is.
+pub fn cause_of_refusal(p: &dyn Partition, e: TransitionError) -> TransitionError {
+    match e {
+        TransitionError::Illegal {
+            state: State::Error,
+            ..
+        } => p.last_failure().unwrap_or(e),
+        e => e,
+    }
+}
+
 /// Brings `p` up to RUNNING (from whatever state it is in: a service keeps its partition
 /// CONNECTED between runs), runs it until the event count, the configured seconds, an
 /// application failure, `quit()` or a `stop` from elsewhere (HTTP), then down to NONE, and
@@ -247,6 +261,7 @@ pub fn run_to_end(
             break;
         }
         if let Err(e) = p.command(c) {
+            let e = cause_of_refusal(p, e);
             let _ = p.command(Command::Shutdown);
             return Err(e);
         }
@@ -409,7 +424,16 @@ mod tests {
             let mut state = self.state.lock().unwrap();
             let next = match command {
                 Command::Shutdown => State::None,
-                c => c.target(*state).expect("run_to_end sends legal commands"),
+                c => match c.target(*state) {
+                    Some(next) => next,
+                    None => {
+                        return Err(TransitionError::Illegal {
+                            who: "partition".into(),
+                            command: c,
+                            state: *state,
+                        })
+                    }
+                },
             };
             if command == Command::Disconnect {
                 *self.summary.lock().unwrap() = Some(RunSummary {
@@ -475,6 +499,17 @@ mod tests {
 
     /// Interrupted while it comes up (the quit asked before the start is true): the partition
     /// is taken down from CONNECTED without a start, and the run fails saying so.
+    /// An application dead between two commands of the bring-up (the partition in ERROR
+    /// when the next is sent): the error is the death, naming the application, not the
+    /// refusal of the next command ("connect refused: partition is ERROR").
+    #[test]
+    fn a_death_during_the_bring_up_is_the_error_not_the_next_refusal() {
+        let p = DiesAt::new(Command::Configure);
+        let e = run_to_end(&p, &|| false, |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("ros-1 is dead"), "{e}");
+        assert!(!e.to_string().contains("refused"), "{e}");
+    }
+
     #[test]
     fn an_interrupt_before_the_start_takes_the_partition_down_unstarted() {
         // Dies at a stop, which a run never started is not sent.

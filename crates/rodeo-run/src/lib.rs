@@ -44,6 +44,7 @@ pub mod error_text;
 pub mod fixed;
 pub mod http;
 pub mod lock;
+pub mod losses;
 pub mod observe;
 pub mod output;
 pub mod proc_threads;

@@ -280,6 +280,7 @@ impl Run {
     pub fn prepare(&self) -> Result<(), TransitionError> {
         for c in [Command::Initialize, Command::Configure, Command::Connect] {
             if let Err(e) = self.partition.command(c) {
+                let e = rodeo_control::run_control::cause_of_refusal(self.partition.as_ref(), e);
                 let _ = self.partition.command(Command::Shutdown);
                 return Err(e);
             }
@@ -427,7 +428,9 @@ impl Run {
             }
         };
         let mut sheet = sheet;
-        sheet.stopped_early = self.stopped_early;
+        if self.stopped_early {
+            sheet.mark_stopped_early();
+        }
         let words = self.config.run.words();
         sheet.comment = words.comment;
         sheet.run_type = words.run_type;

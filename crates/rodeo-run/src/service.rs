@@ -343,13 +343,22 @@ impl RunService {
         if self.shut_down.load(Ordering::Relaxed) {
             return Ok(State::None);
         }
-        let next = lock(&self.current).number.saturating_add(1);
+        // The next number is taken before the run is prepared: when that fails, the service
+        // waits in NONE with it, so a `PUT /api/config` prepares it (it prepared the ended
+        // run's number again, into that run's directory). A run directory made meanwhile by
+        // something else is skipped, as at the service's start.
+        let after = lock(&self.current).number.saturating_add(1);
+        let free = lock(&self.output).next_run_number().unwrap_or(after);
+        let next = after.max(free);
+        {
+            let mut cur = lock(&self.current);
+            cur.number = next;
+            self.number_now.store(next, Ordering::Relaxed);
+        }
         let run = self.prepare(next)?;
         let mut cur = lock(&self.current);
         cur.partition = run.partition();
         cur.prepared = Some(run);
-        cur.number = next;
-        self.number_now.store(next, Ordering::Relaxed);
         Ok(State::Connected)
     }
 

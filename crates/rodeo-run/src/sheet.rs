@@ -214,6 +214,26 @@ pub struct RunSheet {
 }
 
 impl RunSheet {
+    /// Marks the sheet of a run stopped before its end (a signal, a `stop`): it says so, and
+    /// a run stopped before its first L1 accept says that it was, rather than blaming the
+    /// trigger for taking none (an interrupt just after the start read "the run took no L1
+    /// accept" as if the trigger had failed).
+    pub fn mark_stopped_early(&mut self) {
+        self.stopped_early = true;
+        let mut changed = false;
+        for p in &mut self.problems {
+            if p.kind == ProblemKind::NoEvents {
+                p.text = "the run was stopped (a signal or a stop command) before its first L1 \
+                          accept: nothing was read out, built or written"
+                    .into();
+                changed = true;
+            }
+        }
+        if changed {
+            self.reason = first_reason(self.verdict, &self.problems);
+        }
+    }
+
     /// The sheet of a run that ended in order: `summary`'s counts; the events written must all
     /// be in the files, intact (the loggers' check: record checksums computed on the way, each
     /// closed file's end record and size read back; with `verify_after` every file re-read
@@ -348,7 +368,7 @@ impl RunSheet {
                 format!("ended early: {why}; {} events were in flight", s.unfinished),
             ));
         }
-        problems.extend(losses(s));
+        problems.extend(crate::losses::losses(s));
         let verdict = judge(&problems);
         RunSheet {
             run_number: s.run,
@@ -504,13 +524,20 @@ impl RunSheet {
     /// read back completely.
     fn from_files(run_number: u32, directory: PathBuf, files: &[FileRecord]) -> RunSheet {
         let events: u64 = files.iter().map(|f| f.events).sum();
+        // Verified: those in finished files; an unfinished one (`.writing`, no end record) is
+        // read back but `rodeo verify` refuses it.
+        let finished: u64 = files
+            .iter()
+            .filter(|f| !f.path.to_string_lossy().ends_with(".writing"))
+            .map(|f| f.events)
+            .sum();
         RunSheet {
             run_number,
             directory,
             status: RunStatus::Failed,
             verdict: Verdict::Failed,
             events_written: Some(events),
-            events_verified: Some(events),
+            events_verified: Some(finished),
             verified_by_reading: true,
             bytes_written: Some(files.iter().map(|f| f.size_bytes).sum()),
             files: files.iter().map(|f| f.path.clone()).collect(),
@@ -554,181 +581,6 @@ impl RunSheet {
         let decided = self.accepted.unwrap_or(0) + self.rejected.unwrap_or(0);
         self.l1_accepts = at_least(self.l1_accepts, decided);
     }
-}
-
-/// The losses of a run that balanced or not: each a degraded problem with its count and place
-/// (or, for events short of ROBs without the partial flag, a failed one).
-fn losses(s: &RunSummary) -> Vec<Problem> {
-    let mut out = Vec::new();
-    if s.l1_accepts == 0 {
-        // Balanced trivially: "OK" would tell the shift that a run that did nothing was fine.
-        out.push(Problem::new(
-            ProblemKind::NoEvents,
-            Some(0),
-            Some("supervisor".into()),
-            "the run took no L1 accept: nothing was read out, built or written".into(),
-        ));
-    }
-    for (name, why) in &s.dcms_lost {
-        // Not a loss of events (the supervisor reassigned them), but of a DCM: the run went
-        // on with fewer, its events came back as forced accepts (not the trigger's decision).
-        out.push(Problem::new(
-            ProblemKind::DcmLost,
-            None,
-            Some(name.clone()),
-            format!(
-                "{name} died during the run ({why}): its events were reassigned as forced \
-                 accepts ({} in the run) and the run went on without it",
-                s.forced_accepts
-            ),
-        ));
-    }
-    if s.dcms_lost.is_empty() && s.forced_accepts > 0 {
-        // Written like accepted events, but not the trigger's decision: a run that forced
-        // some is not "ok" (before 2026-12-07 it was, with 204 forced accepts after a DCM's
-        // full queue dropped assignments).
-        out.push(Problem::new(
-            ProblemKind::ForcedAccepts,
-            Some(s.forced_accepts),
-            Some("supervisor".into()),
-            format!(
-                "{} events were accepted without the trigger's decision (forced accepts: \
-                 assignments not decided within `supervisor.event_timeout_ms`, or dropped by a DCM's \
-                 full queue, were given again as forced accepts)",
-                s.forced_accepts
-            ),
-        ));
-    }
-    if s.events_short_unflagged > 0 {
-        out.push(Problem::new(
-            ProblemKind::Incomplete,
-            Some(s.events_short_unflagged),
-            Some("loggers".into()),
-            format!(
-                "{} events written short of ROBs without the partial flag",
-                s.events_short_unflagged
-            ),
-        ));
-    }
-    if s.partial_events > 0 {
-        out.push(Problem::new(
-            ProblemKind::PartialEvents,
-            Some(s.partial_events),
-            Some("DCMs".into()),
-            format!(
-                "{} events built without some of their fragments (flagged partial)",
-                s.partial_events
-            ),
-        ));
-    }
-    for n in &s.nodes {
-        if n.input_errors > 0 {
-            out.push(Problem::new(
-                ProblemKind::InputErrors,
-                Some(n.input_errors),
-                Some(n.name.clone()),
-                format!(
-                    "{}: {} link errors in the input ({} words dropped{}{}); {}",
-                    n.name,
-                    n.input_errors,
-                    n.input_dropped_words,
-                    if n.store_duplicates > 0 {
-                        format!(
-                            ", {} fragment(s) of an L1ID already stored, dropped (the first \
-                             kept)",
-                            n.store_duplicates
-                        )
-                    } else {
-                        String::new()
-                    },
-                    if n.input_source_mismatches > 0 {
-                        format!(
-                            ", {} fragments of another source than their input's ROB: cables \
-                             swapped?",
-                            n.input_source_mismatches
-                        )
-                    } else {
-                        String::new()
-                    },
-                    // A duplicate the store dropped is in no event (a QA pass found "flagged"
-                    // said of duplicates alone, and nothing flagged).
-                    if n.input_errors > n.store_duplicates {
-                        "their events are flagged"
-                    } else {
-                        "no event holds them"
-                    }
-                ),
-            ));
-        }
-    }
-    for n in &s.nodes {
-        if let Some(p) = crate::unbuilt::Unbuilt::in_run(n, &s.nodes).problem(&n.name) {
-            out.push(p);
-        }
-    }
-    for input in s.nodes.iter().flat_map(|n| &n.inputs) {
-        if let Some(why) = &input.problem {
-            out.push(Problem::new(
-                ProblemKind::Input,
-                None,
-                Some(format!(
-                    "{} ROB {:#010x} {}",
-                    input.node, input.rob, input.address
-                )),
-                why.clone(),
-            ));
-        }
-    }
-    if s.l1_missed > 0 {
-        out.push(Problem::new(
-            ProblemKind::L1Missed,
-            Some(s.l1_missed),
-            Some("supervisor".into()),
-            format!(
-                "{} L1 accepts fell behind the configured rate and were not sent (the \
-                 partition could not take l1.rate_hz)",
-                s.l1_missed
-            ),
-        ));
-    }
-    let late: Vec<&str> = s
-        .nodes
-        .iter()
-        .filter(|n| n.died_at_stop)
-        .map(|n| n.name.as_str())
-        .collect();
-    if !late.is_empty() {
-        out.push(Problem::new(
-            ProblemKind::DiedAtStop,
-            Some(late.len() as u64),
-            Some(late.join(", ")),
-            format!(
-                "{} died too late to be restarted (during the run's stop, or before its \
-                 restart was due when the stop came): its own counts are its last heartbeat's \
-                 (the events are counted by the supervisor, the DCMs and the loggers)",
-                late.join(", ")
-            ),
-        ));
-    }
-    if s.restarts > 0 {
-        let names: Vec<&str> = s
-            .nodes
-            .iter()
-            .filter(|n| n.restarted)
-            .map(|n| n.name.as_str())
-            .collect();
-        out.push(Problem::new(
-            ProblemKind::Restarts,
-            Some(s.restarts),
-            (!names.is_empty()).then(|| names.join(", ")),
-            format!(
-                "{} application restart(s) into the run ({} events recovered from files left \
-                 open)",
-                s.restarts, s.recovered_events
-            ),
-        ));
-    }
-    out
 }
 
 /// The failed `files` problem of data files left unfinished (`.writing`, no end record),
@@ -826,6 +678,17 @@ mod tests {
         assert_eq!(s.verdict, Verdict::Degraded);
         assert_eq!(s.problems.len(), 1, "{:?}", s.problems);
         assert_eq!(s.problems[0].kind, ProblemKind::NoEvents);
+        // Stopped before its first accept (an interrupt just after the start): said so.
+        let mut stopped = s.clone();
+        stopped.mark_stopped_early();
+        assert!(stopped.stopped_early);
+        assert!(
+            stopped.problems[0].text.contains("stopped"),
+            "{:?}",
+            stopped.problems
+        );
+        assert_eq!(stopped.reason.as_ref(), Some(&stopped.problems[0].text));
+        assert_eq!(stopped.verdict, Verdict::Degraded);
         let some = RunSummary {
             l1_accepts: 10,
             accepted: 10,

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::sheet::RunSheet;
-use crate::verdict::{verdict_line, Verdict};
+use crate::verdict::{verdict_line, Problem, ProblemKind, Verdict};
 
 /// The sheet as text, one line per fact, the verdict last.
 pub fn render(sheet: &RunSheet) -> String {
@@ -87,7 +87,19 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
             a + r + f
         )?;
     }
-    let checked = if s.verified_by_reading {
+    let unfinished = s
+        .files
+        .iter()
+        .any(|f| f.to_string_lossy().ends_with(".writing"));
+    let checked = if s.verified_by_reading && unfinished && s.events_verified < s.events_written {
+        // Some in files left unfinished: read back, but no file check passes them (the sheet
+        // said "read back and verified" of a `.writing` file `rodeo verify` refuses).
+        format!(
+            "{} read back, {} of them in finished files (verified), the rest in unfinished ones",
+            n(s.events_written),
+            n(s.events_verified)
+        )
+    } else if s.verified_by_reading {
         format!("{} read back and verified", n(s.events_verified))
     } else {
         format!(
@@ -155,12 +167,16 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
             out,
             "  balance: {}",
             if s.balanced {
-                "OK (every L1 accept decided, cleared and written once)"
+                "OK (every L1 accept decided, cleared and written once)".to_string()
             } else if s.verdict == Verdict::Failed && s.l1_accepts == Some(0) {
                 // Nothing to balance: "MISMATCH" read as lost events (a port in use).
-                "not checked: the run failed before its first L1 accept"
+                "not checked: the run failed before its first L1 accept".into()
+            } else if let Some(who) = only_summaries_missing(&s.problems) {
+                // Every count the sheet has adds up; an application's own are missing
+                // ("MISMATCH" read as counts that disagree, a QA pass).
+                format!("INCOMPLETE ({who} ended without the summary: its counts are missing)")
             } else {
-                "MISMATCH"
+                "MISMATCH".into()
             }
         )?;
     }
@@ -188,6 +204,21 @@ fn rate_text(hz: f64) -> String {
     } else {
         format!("{hz:.1} Hz")
     }
+}
+
+/// The applications named by the balance problems when every one of them is an application
+/// that ended without its summary (`"logger-1, ros-1"`); `None` otherwise.
+fn only_summaries_missing(problems: &[Problem]) -> Option<String> {
+    const MISSING: &str = " ended without its summary";
+    let balance: Vec<&Problem> = problems
+        .iter()
+        .filter(|p| p.kind == ProblemKind::Balance)
+        .collect();
+    let names: Option<Vec<&str>> = balance
+        .iter()
+        .map(|p| p.text.strip_suffix(MISSING))
+        .collect();
+    names.filter(|n| !n.is_empty()).map(|n| n.join(", "))
 }
 
 #[cfg(test)]
@@ -230,6 +261,45 @@ mod tests {
         ));
         sheet.readout_nodes = vec![node(false)];
         assert!(render(&sheet).contains("clears for 194026 events\n"));
+    }
+
+    /// A run whose only balance problems are applications that ended without their summary:
+    /// "INCOMPLETE" naming them, not "MISMATCH"; files partly unfinished are read back, and
+    /// only the finished ones called verified.
+    #[test]
+    fn missing_summaries_make_the_balance_incomplete_and_unfinished_files_are_not_verified() {
+        let missing = Problem::new(
+            ProblemKind::Balance,
+            None,
+            None,
+            "logger-1 ended without its summary".into(),
+        );
+        let mut sheet = RunSheet {
+            l1_accepts: Some(10),
+            verdict: Verdict::Failed,
+            problems: vec![missing.clone()],
+            events_written: Some(10),
+            events_verified: Some(8),
+            verified_by_reading: true,
+            files: vec!["r.0001.data".into(), "r.0002.data.writing".into()],
+            ..RunSheet::default()
+        };
+        let text = render(&sheet);
+        assert!(
+            text.contains("balance: INCOMPLETE (logger-1 ended without the summary"),
+            "{text}"
+        );
+        assert!(
+            text.contains("10 read back, 8 of them in finished files (verified)"),
+            "{text}"
+        );
+        sheet.problems.push(Problem::new(
+            ProblemKind::Balance,
+            None,
+            None,
+            "events written 8 != accepted 10".into(),
+        ));
+        assert!(render(&sheet).contains("balance: MISMATCH"));
     }
 
     /// A run that failed before its first accept has no balance to check: the line says so

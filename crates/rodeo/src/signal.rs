@@ -117,7 +117,19 @@ pub(crate) fn install() {
     }
 }
 
-/// True once SIGINT or SIGTERM arrived.
+/// Installs the handler for SIGHUP too (`rodeo app`): a hang-up is its controller's end. The
+/// kernel sends SIGHUP and SIGCONT to an application stopped (SIGSTOP) when its controller
+/// ends, its process group orphaned: its default action ended the application without its
+/// walk-down, its shared memory left behind (a QA pass: a frozen logger, then the run aborted
+/// by a second interrupt).
+pub(crate) fn install_hangup() {
+    // SAFETY: as in `install`: the handler only touches atomics and async-signal-safe calls.
+    unsafe {
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// True once SIGINT or SIGTERM (or, after `install_hangup`, SIGHUP) arrived.
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
@@ -130,6 +142,19 @@ mod tests {
         // SAFETY: raising SIGTERM in this process runs the handler installed above.
         unsafe {
             libc::raise(libc::SIGTERM);
+        }
+        assert!(super::interrupted());
+    }
+
+    /// SIGHUP after `install_hangup` sets the flag (without the handler it ends the process,
+    /// this test's with it).
+    #[test]
+    fn a_hang_up_is_an_interrupt_once_installed() {
+        super::install();
+        super::install_hangup();
+        // SAFETY: raising SIGHUP in this process runs the handler installed above.
+        unsafe {
+            libc::raise(libc::SIGHUP);
         }
         assert!(super::interrupted());
     }

@@ -424,3 +424,83 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
         second["runs"].as_array().unwrap()[..3]
     );
 }
+
+/// A service whose next run cannot be prepared (its link capture gone when the run ended)
+/// waits in NONE holding the next number, and `PUT /api/config` prepares that number once the
+/// capture is back. It held the ended run's number, so the PUT prepared run 1 again, refused
+/// ("the run directory ... already exists"), and only `shutdown` got out (a QA pass).
+#[test]
+fn a_next_run_that_cannot_be_prepared_leaves_its_number_to_the_next_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("link0.bin");
+    rodeo!()
+        .args(["gen", "link", "--mode", "slink", "--units", "20000"])
+        .args(["--source-id", &0x0051_0000u32.to_string(), "-o"])
+        .arg(&capture)
+        .output()
+        .assert_success();
+    // Served until stop, the L1 emulator at 1 kHz: the capture lasts 20 s.
+    let toml = format!(
+        "[run]\nevents = 0\nseconds = 0\n[l1]\nrate_hz = 1000.0\n\
+         [ros]\nnodes = 1\nchannels = 1\ninput = \"file\"\nlink_files = [{:?}]\n",
+        capture.to_str().unwrap()
+    );
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(&cfg, &toml).unwrap();
+    let out_dir = dir.path().join("out");
+    let child = rodeo!()
+        .args(["serve", "--config", cfg.to_str().unwrap(), "--output"])
+        .arg(&out_dir)
+        .args(["--http", "127.0.0.1:0"])
+        .env("RODEO_TOKEN", "tok")
+        .env("RODEO_EXPERT_TOKEN", "tok-expert")
+        .echo_stderr()
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
+    let status = || -> Value {
+        let (_, st) = http(addr, "GET", "/api/status", None, "");
+        serde_json::from_str(&st).unwrap()
+    };
+    let command = |c: &str| {
+        http(
+            addr,
+            "POST",
+            "/api/command",
+            Some("tok"),
+            &format!("{{\"command\":\"{c}\"}}"),
+        )
+    };
+    assert_eq!(command("start").0, 200);
+    wait_for("events flowing", Duration::from_secs(30), || {
+        (status()["l1_accepts"].as_u64().unwrap_or(0) > 50).then_some(())
+    });
+    let kept = std::fs::read(&capture).unwrap();
+    std::fs::remove_file(&capture).unwrap();
+    // The stop ends run 1 and fails to prepare run 2 (its capture is gone).
+    let (code, body) = command("stop");
+    assert_ne!(code, 200, "{body}");
+    assert!(body.contains("link0.bin"), "{body}");
+    let st = status();
+    assert_eq!(st["state"], "NONE", "{st}");
+    assert_eq!(st["run_number"], 2, "{st}");
+    std::fs::write(&capture, kept).unwrap();
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &toml);
+    assert_eq!(code, 200, "{body}");
+    let st = status();
+    assert_eq!(st["state"], "CONNECTED", "{st}");
+    assert_eq!(st["run_number"], 2, "{st}");
+    assert_eq!(command("start").0, 200);
+    assert_eq!(status()["run_number"], 2);
+    assert_eq!(command("stop").0, 200);
+    assert_eq!(command("shutdown").0, 200);
+    let out = child.wait_with_deadline(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+    let runs = rodeo_json(&["runs", "--output", out_dir.to_str().unwrap(), "--json"]);
+    let numbers: Vec<u64> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![2, 1], "{runs}");
+}

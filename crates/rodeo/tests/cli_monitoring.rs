@@ -84,6 +84,10 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
     let reader = sub(&ctx, &endpoint, 1000);
     // Subscribed and never read: its queue fills at once, the forwarder drops for it.
     let _deaf = sub(&ctx, &endpoint, 1);
+    // `rodeo monitor` beside them: it connects (its socket's own events say so) and counts.
+    let monitor = rodeo!()
+        .args(["monitor", &endpoint, "--seconds", "5", "--json"])
+        .spawn();
     let child = rodeo!()
         .args(["run", "--accept-degraded", "--json", "--config"])
         .arg(&cfg)
@@ -107,6 +111,28 @@ fn a_plain_sub_socket_receives_sampled_full_events_and_a_deaf_one_stalls_nothing
         assert_eq!(p["kind"], "l1_missed", "{sheet}");
     }
     assert!(!seen.is_empty());
+    let out = monitor.wait_with_deadline(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let totals: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(totals["connected"], true, "{totals}");
+    assert!(totals["events"].as_u64().unwrap() > 0, "{totals}");
+}
+
+/// `rodeo monitor` on an endpoint nobody serves says it never connected and exits 1: it
+/// exited 0 with "0 events", as if the partition sampled nothing.
+#[test]
+fn a_monitor_that_never_connects_says_so_and_fails() {
+    let port = free_port_pair();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let out = rodeo!()
+        .args(["monitor", &endpoint, "--seconds", "1.5", "--json"])
+        .deadline(Duration::from_secs(30))
+        .output();
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    let totals: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(totals["connected"], false, "{totals}");
+    assert_eq!(totals["events"], 0, "{totals}");
+    assert!(out.stderr.contains("never connected"), "{}", out.stderr);
 }
 
 /// Starts `rodeo ARGS` with RODEO_TOKEN set (and RODEO_EXPERT_TOKEN, `TOKEN-expert`, for

@@ -1,5 +1,6 @@
-//! Nothing left behind (issue 37, point 5): runs (shared memory with restarts, ipc with its
-//! controller killed), a service (`rodeo serve --processes` over shared memory and ipc: a
+//! Nothing left behind (issue 37, point 5): runs (shared memory with restarts, aborted by a
+//! second interrupt with a logger frozen, its controller killed after a logger's death; ipc
+//! with its controller killed), a service (`rodeo serve --processes` over shared memory and ipc: a
 //! partition prepared, run, stopped, the next one prepared, shut down) and benches (`rodeo
 //! bench transport` over ZeroMQ ipc and iceoryx2) leave nothing new in /dev/shm, in iceoryx2's
 //! directories, nor in the temporary directory.
@@ -55,6 +56,17 @@ fn kill(name: &str, marker: &str) {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
 }
 
+/// Waits (bounded) until nothing in shared memory is new against `before`, before any later
+/// process could clean it up.
+fn nothing_new_in_shared_memory(before: &std::collections::BTreeSet<String>, what: &str) {
+    let mut new = Vec::new();
+    let clean = holds_within(Duration::from_secs(10), || {
+        new = shm_entries().difference(before).cloned().collect();
+        new.is_empty()
+    });
+    assert!(clean, "{what}: left behind {new:?}");
+}
+
 #[test]
 fn runs_a_service_and_benches_leave_nothing_behind() {
     let shm_before = shm_entries();
@@ -90,6 +102,89 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
     let v: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["balanced"], true, "{v}\n{}", o.stderr);
     assert_eq!(v["restarts"], 2, "{v}\n{}", o.stderr);
+
+    // 1b. Shared memory, the run aborted (a second interrupt) while a logger is frozen: the
+    // kernel hangs the orphaned, stopped logger up (SIGHUP, SIGCONT), which walks itself
+    // down; it died of the hang-up, its node left in /dev/shm.
+    let out = work.path().join("shm-abort");
+    let mut run = rodeo!();
+    run.args([
+        "run",
+        "--processes",
+        "--json",
+        "--seconds",
+        "60",
+        "--config",
+    ])
+    .arg(config(work.path(), "shm"))
+    .arg("--output")
+    .arg(&out)
+    .env("TMPDIR", &tmp_env);
+    let mut run = run.spawn();
+    wait_until(
+        "events written (shm abort)",
+        Duration::from_secs(60),
+        || data_written(&out),
+    );
+    let marker = out.to_str().unwrap().to_string();
+    let logger = wait_for("logger-1", Duration::from_secs(30), || {
+        find_app("logger-1", &marker)
+    });
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(logger, libc::SIGSTOP) }, 0);
+    run.signal(libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(700));
+    run.signal(libc::SIGINT);
+    let status = run.status_with_deadline(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(
+        holds_within(Duration::from_secs(15), || apps_of(&marker).is_empty()),
+        "the applications left after the abort"
+    );
+    nothing_new_in_shared_memory(&shm_before, "the abort with a logger frozen");
+
+    // 1c. Shared memory, a logger killed, then its controller killed before the restart: the
+    // applications that walk themselves down remove the dead logger's node.
+    let out = work.path().join("shm-killed");
+    let slow = work.path().join("slow.toml");
+    std::fs::write(
+        &slow,
+        std::fs::read_to_string(config(work.path(), "shm"))
+            .unwrap()
+            .replace("restart_backoff_ms = 200", "restart_backoff_ms = 30000"),
+    )
+    .unwrap();
+    let mut run = rodeo!();
+    run.args([
+        "run",
+        "--processes",
+        "--json",
+        "--seconds",
+        "60",
+        "--config",
+    ])
+    .arg(&slow)
+    .arg("--output")
+    .arg(&out)
+    .env("TMPDIR", &tmp_env);
+    let mut run = run.spawn();
+    wait_until(
+        "events written (shm killed)",
+        Duration::from_secs(60),
+        || data_written(&out),
+    );
+    let marker = out.to_str().unwrap().to_string();
+    kill("logger-1", &marker);
+    run.wait_for_stderr("the restart scheduled", Duration::from_secs(30), |t| {
+        t.contains("logger-1 will be restarted").then_some(())
+    });
+    run.signal(libc::SIGKILL);
+    let _ = run.status_with_deadline(Duration::from_secs(10));
+    assert!(
+        holds_within(Duration::from_secs(15), || apps_of(&marker).is_empty()),
+        "the applications left after their controller's death"
+    );
+    nothing_new_in_shared_memory(&shm_before, "a logger killed, then its controller");
 
     // 2. ipc: the controller killed with -9: its applications walk themselves down, and the
     // last of them to close its endpoints removes the run's runtime directory ...

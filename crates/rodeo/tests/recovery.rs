@@ -388,3 +388,32 @@ fn a_run_directory_made_read_only_mid_run_ends_the_run_in_order_with_its_counts(
     assert_eq!(ids_in_files(&v).len() as u64, written, "{v}");
     assert_eq!(v["restarts"], 0, "no restart spun on the directory: {v}");
 }
+
+/// A logger killed, then the run stopped (SIGINT) while its restart waits out the back-off:
+/// the restart is given up, and the supervisor's drain does not wait for the events the
+/// DCMs hold for the dead logger. It waited out its whole 30 s drain (a QA pass: 33 s from
+/// the interrupt to the sheet).
+#[test]
+fn shm_a_stop_while_a_dead_logger_waits_for_its_restart_does_not_wait_out_the_drain() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let config =
+        config("shm", 3, "").replace("restart_backoff_ms = 200", "restart_backoff_ms = 60000");
+    let run = Run::start(&config, 60);
+    run.kill("logger-1");
+    run.child.wait_for_stderr(
+        "the logger's restart scheduled",
+        Duration::from_secs(30),
+        |text| text.contains("logger-1 will be restarted").then_some(()),
+    );
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(
+        unsafe { libc::kill(run.child.id() as i32, libc::SIGINT) },
+        0
+    );
+    // The deadline is the check: the drain alone would take 30 s.
+    let (_out, v, _dir) = run.finish(Duration::from_secs(20));
+    assert!(
+        v["reason"].as_str().unwrap_or("").contains("logger-1"),
+        "{v}"
+    );
+}

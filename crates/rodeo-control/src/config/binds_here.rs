@@ -63,6 +63,8 @@ impl PartitionConfig {
             tried.push(&b.host);
             let value = || format!("{:?} ({})", b.host, b.field);
             if b.scheme == "ipc" {
+                // The endpoint as written: the path alone read as a file name.
+                let value = || format!("\"ipc://{}\" ({})", b.host, b.field);
                 let dir = Path::new(&b.host)
                     .parent()
                     .filter(|p| !p.as_os_str().is_empty());
@@ -277,6 +279,8 @@ mod tests {
             e.contains("monitoring.endpoint") && e.contains("not a socket"),
             "{e}"
         );
+        // Named as written, the scheme with it.
+        assert!(e.contains(&format!("ipc://{}", at("precious.txt"))), "{e}");
         assert!(std::path::Path::new(&at("precious.txt")).exists());
         // The forwarder's input is the endpoint's path + ".in".
         std::fs::write(at("mon.sock.in"), "data").unwrap();

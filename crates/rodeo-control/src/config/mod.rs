@@ -224,7 +224,7 @@ impl PartitionConfig {
         let inputs_end = self.l1.mode == L1Mode::External
             || self.l1.mode == L1Mode::Readout
                 && match self.ros.input {
-                    RosInput::File => !self.ros.link_loop,
+                    RosInput::File => true,
                     RosInput::Network => {
                         self.ros.listen_end_on_close
                             && self.ros.listen.iter().all(|a| a.starts_with("tcp://"))
@@ -237,7 +237,7 @@ impl PartitionConfig {
                 r.events,
                 "give run.events > 0 or run.seconds > 0 (a run nobody can stop must end by \
                  itself; only l1.mode = \"readout\" with inputs that end, ros.input = \"file\" \
-                 without link_loop or \"network\" over tcp with listen_end_on_close, or \
+                 or \"network\" over tcp with listen_end_on_close, or \
                  l1.mode = \"external\", may have neither), or serve it (rodeo serve, rodeo run \
                  --http, [control] http): it then lasts until stop",
             );

@@ -107,7 +107,16 @@ pub fn output_entry_of(root: &Path, at: &Path) -> Option<String> {
 /// (not yet made) lexically. Where two configured paths lead on this host: `logger.directories`
 /// named two ways (also not made yet: `dirs/a/x` and `dirs/syma/x`, `syma` a link to `a`,
 /// passed as two before a QA pass), and what `PUT /api/config` may name (`rodeo_run::fixed`).
+/// A symbolic link whose target is not made yet is followed too (a link to a later run's
+/// directory passed as a logger directory of its own, a QA pass), at most [`LINK_HOPS`] deep.
 pub fn resolve_path(path: &Path) -> PathBuf {
+    resolve_within(path, LINK_HOPS)
+}
+
+/// Symbolic links [`resolve_path`] follows by hand at most (the kernel's limit).
+const LINK_HOPS: usize = 40;
+
+fn resolve_within(path: &Path, hops: usize) -> PathBuf {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -126,6 +135,11 @@ pub fn resolve_path(path: &Path) -> PathBuf {
                 at.push(name);
                 if let Ok(real) = at.canonicalize() {
                     at = real;
+                } else if let (Ok(target), true) = (at.read_link(), hops > 0) {
+                    // A link to what is not made yet: where it leads, as the kernel will
+                    // once it is made (a relative target from the link's directory).
+                    let from = at.parent().map(Path::to_path_buf).unwrap_or_default();
+                    at = resolve_within(&from.join(target), hops - 1);
                 }
             }
         }
@@ -295,6 +309,15 @@ mod tests {
             real.join("y/z")
         );
         assert_eq!(resolve_path(Path::new("/../..")), Path::new("/"));
+        // Links to what is not made yet: followed, relative ones from their directory; a
+        // loop ends.
+        std::os::unix::fs::symlink("later/x", dir.path().join("soon")).unwrap();
+        assert_eq!(
+            resolve_path(&dir.path().join("soon/y")),
+            real.join("later/x/y")
+        );
+        std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+        assert!(resolve_path(&dir.path().join("loop")).starts_with(&real));
     }
 
     /// An output directory whose run database's journal would be a path SQLite cannot open is
@@ -355,6 +378,11 @@ mod tests {
                 "{own}: {e}"
             );
         }
+        // Through a symbolic link to a later run's directory, not made yet.
+        std::fs::create_dir_all(&out).unwrap();
+        std::os::unix::fs::symlink("run-00000009", out.join("later")).unwrap();
+        let e = config("later").check_directories().unwrap_err().to_string();
+        assert!(e.contains("run-00000009"), "{e}");
         config("data").check_directories().unwrap();
         config("data/runs.sqlite-journal")
             .check_directories()

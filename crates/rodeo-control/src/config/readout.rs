@@ -209,15 +209,20 @@ impl PartitionConfig {
     /// `dcm.slots` against what a readout channel holds (module docs).
     pub(super) fn check_readout(&self, c: &mut Checks) {
         let r = &self.ros;
-        if r.input == RosInput::File && r.link_loop && self.l1.mode == super::L1Mode::Readout {
-            // Found by a QA pass (2026-12-07): one pass built, then nothing until run.seconds,
-            // every loop counted as a link error.
+        if r.input == RosInput::File && r.link_loop {
+            // Found by QA passes (2026-12-07): with the data-driven L1 one pass built, then
+            // nothing until run.seconds, every loop counted as a link error; with the L1
+            // emulator every event past the capture's L1IDs partial, and 86 million repeated
+            // fragments dropped in 3 s (the loop runs unpaced). `rodeo cards --play --loop`
+            // still loops a capture (the card's throughput, no store).
             c.bad(
                 "ros.link_loop",
                 true,
-                "false with l1.mode = \"readout\": each pass of a looping capture starts its \
-                 L1IDs again at 0, which the data-driven L1 has built already; play the files \
-                 once (the run ends with them)",
+                "false: each pass of a looping capture starts its L1IDs again at 0, so every \
+                 event past the capture's last L1ID would take no fragment of it and every \
+                 later pass repeats L1IDs already built; play the files once (a run with \
+                 l1.mode = \"readout\" ends with them), or replay raw data files with \
+                 ros.input = \"replay\" and ros.replay_loop, which numbers each pass on",
             );
         }
         if c.has_any(&["ros.fragment_words", "ros.elinks"]) {

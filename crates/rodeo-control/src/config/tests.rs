@@ -311,6 +311,9 @@ fn network_and_file_inputs_and_the_data_driven_l1_are_checked() {
                   input = \"file\"\nlink_files = [\"a\"]\nlink_loop = true\n";
     assert!(err(looped).contains("ros.link_loop"));
     ok(&looped.replace("link_loop = true", "link_loop = false"));
+    // With the L1 emulator every event past the capture's L1IDs was partial.
+    let emulated = looped.replace("mode = \"readout\"", "mode = \"emulator\"");
+    assert!(err(&emulated).contains("ros.link_loop"), "{emulated}");
     // A data-driven run over inputs that end may have neither events nor seconds...
     let tcp = format!(
         "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n{net}\

@@ -307,7 +307,7 @@ impl Controller {
 /// from its last heartbeat; `None` for anything else. Its events are counted by the
 /// supervisor, the DCMs and the loggers, so the run may still balance; its clears are not
 /// checked against the run's.
-fn died_at_stop(a: &App) -> Option<AppSummary> {
+pub(super) fn died_at_stop(a: &App) -> Option<AppSummary> {
     if a.role != Role::Ros || !a.dead || a.restart_at.is_none() || a.summary.is_some() {
         return None;
     }

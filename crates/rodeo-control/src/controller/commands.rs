@@ -39,6 +39,13 @@ impl Controller {
         run: RunEnd,
         timeout: Duration,
     ) -> Result<State, String> {
+        let asked = self.post_command(i, command, run);
+        self.await_reply(i, &asked, timeout)
+    }
+
+    /// Sends `command` to application `i` without waiting (its reply is awaited with
+    /// [`Controller::await_reply`]).
+    fn post_command(&self, i: usize, command: Command, run: RunEnd) -> Asked {
         let (name, seq, rejoin_at) = {
             let mut t = self.state.table();
             let seq = t.next_seq;
@@ -71,14 +78,25 @@ impl Controller {
             command,
             bytes: channel::encode(&msg),
         });
-        let deadline = Instant::now() + timeout;
+        Asked {
+            name,
+            seq,
+            command,
+            at: Instant::now(),
+        }
+    }
+
+    /// Waits for application `i`'s reply to the command `asked`, at most `timeout` from when
+    /// it was sent.
+    fn await_reply(&self, i: usize, asked: &Asked, timeout: Duration) -> Result<State, String> {
+        let command = asked.command;
+        let deadline = asked.at + timeout;
         let mut t = self.state.table();
-        let asked = Instant::now();
         loop {
             let a = &mut t.apps[i];
             if let Some((s, state, error)) = a.reply.take() {
-                if s == seq {
-                    slow(&name, command.name(), asked.elapsed());
+                if s == asked.seq {
+                    slow(&asked.name, command.name(), asked.at.elapsed());
                     return match error {
                         None => Ok(state),
                         Some(e) => Err(e),
@@ -125,7 +143,12 @@ impl Controller {
         true
     }
 
-    /// An up or down command through every live application, in dependency order.
+    /// An up or down command through every live application, in dependency order: one role
+    /// after the other (loggers, readout nodes, DCMs, supervisor, upward; the reverse
+    /// downward), the applications of one role at once. Nothing within a role depends on
+    /// another of it, and one after the other a stop of many readout nodes, each waiting for
+    /// its last clears, or a connect of 64 DCMs took the sum of their times. The first
+    /// failure of a role is returned once every application of the role has answered.
     pub(super) fn step(&self, command: Command) -> Result<(), (String, String)> {
         let n = self.state.table().apps.len();
         let order: Vec<usize> = if command.is_downward() {
@@ -135,42 +158,70 @@ impl Controller {
         };
         let timeout = Duration::from_millis(self.config.control.command_timeout_ms);
         let mut l1_accepts = None;
-        for i in order {
-            let (dead, role, name, restarted) = {
-                let t = self.state.table();
-                let a = &t.apps[i];
-                (a.dead, a.role, a.name.clone(), a.restarted)
-            };
-            if dead {
-                continue;
-            }
-            let run = RunEnd {
-                // A restarted node never sees the clears of the events before its rejoin.
-                l1_accepts: (command == Command::Stop && role == Role::Ros && !restarted)
-                    .then_some(l1_accepts)
-                    .flatten(),
-                // A logger halted (its disks are full): events it cannot write cannot be
-                // decided, the supervisor's drain does not wait for them.
-                abandon_drain: command == Command::Stop
-                    && role == Role::Supervisor
-                    && self.run_halted(),
-            };
-            if let Err(e) = self.send_command(i, command, run, timeout) {
-                // One that died during a downward command is skipped as one dead before it:
-                // its death had its policy applied when it was seen (`Table::dead`).
-                if command.is_downward() && self.dead_or_gone(i, &e) {
+        let mut at = 0;
+        while at < order.len() {
+            let role = self.state.table().apps[order[at]].role;
+            let group: Vec<usize> = order[at..]
+                .iter()
+                .copied()
+                .take_while(|&i| self.state.table().apps[i].role == role)
+                .collect();
+            at += group.len();
+            let mut asked = Vec::with_capacity(group.len());
+            for &i in &group {
+                let (dead, restarted) = {
+                    let t = self.state.table();
+                    (t.apps[i].dead, t.apps[i].restarted)
+                };
+                if dead {
                     continue;
                 }
-                return Err((name, e));
+                let run = RunEnd {
+                    // A restarted node never sees the clears of the events before its rejoin.
+                    l1_accepts: (command == Command::Stop && role == Role::Ros && !restarted)
+                        .then_some(l1_accepts)
+                        .flatten(),
+                    // A logger halted (its disks are full) or dead: events it cannot write
+                    // cannot be decided, the supervisor's drain does not wait for them.
+                    abandon_drain: command == Command::Stop
+                        && role == Role::Supervisor
+                        && self.run_halted(),
+                };
+                asked.push((i, self.post_command(i, command, run)));
+            }
+            let mut failed = None;
+            for (i, a) in &asked {
+                let Err(e) = self.await_reply(*i, a, timeout) else {
+                    continue;
+                };
+                // One that died during a downward command is skipped as one dead before it:
+                // its death had its policy applied when it was seen (`Table::dead`).
+                if command.is_downward() && self.dead_or_gone(*i, &e) {
+                    continue;
+                }
+                failed.get_or_insert((a.name.clone(), e));
+            }
+            if let Some(f) = failed {
+                return Err(f);
             }
             if command == Command::Stop && role == Role::Supervisor {
                 let t = self.state.table();
-                if let Some(AppSummary::Supervisor(s)) = &t.apps[i].summary {
-                    // Undecided events (a drain given up) are never cleared.
-                    l1_accepts = Some(s.l1_accepts.saturating_sub(s.undecided));
+                for &i in &group {
+                    if let Some(AppSummary::Supervisor(s)) = &t.apps[i].summary {
+                        // Undecided events (a drain given up) are never cleared.
+                        l1_accepts = Some(s.l1_accepts.saturating_sub(s.undecided));
+                    }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// A command sent to one application, its reply awaited.
+struct Asked {
+    name: String,
+    seq: u64,
+    command: Command,
+    at: Instant,
 }

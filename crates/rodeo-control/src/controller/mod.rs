@@ -215,10 +215,16 @@ impl Controller {
                 .any(|a| matches!(a.role, Role::Supervisor | Role::Logger) && a.finished)
     }
 
-    /// Whether a logger halted (every output directory full; its heartbeat said so).
+    /// Whether a logger halted (every output directory full; its heartbeat said so) or is
+    /// dead at the stop (its restart, if one was due, is given up for the stop): the events
+    /// its DCMs hold for it cannot be written, the supervisor's drain does not wait for them.
+    /// A logger killed, then a stop during its restart's back-off, waited out the whole
+    /// 30 s drain (a QA pass).
     fn run_halted(&self) -> bool {
         let t = self.state.table();
-        t.apps.iter().any(|a| a.role == Role::Logger && a.finished)
+        t.apps
+            .iter()
+            .any(|a| a.role == Role::Logger && (a.finished || a.dead))
     }
 
     /// Every application's last summary (`None`: it gave none, e.g. it died), in

@@ -130,10 +130,10 @@ impl Table {
 /// events in flight.
 pub(super) fn in_flight_note(why: &str, s: &RunSummary) -> String {
     format!(
-        "{why}; the DCMs decided {} events whose decisions it never received ({} accepted \
-         and written: the {} events written by the loggers are in the files, which are \
-         closed); {} events were in flight in the DCMs at the stop and stay undecided (no \
-         supervisor to reassign them)",
+        "{why}; the DCMs decided {} events in the run, by their own counts (the supervisor's \
+         died with it; {} accepted and written: the {} events written by the loggers are in \
+         the files, which are closed); {} events were in flight in the DCMs at the stop and \
+         stay undecided (no supervisor to reassign them)",
         s.dcm_decided, s.dcm_logged, s.events_written, s.unfinished
     )
 }
@@ -318,5 +318,35 @@ mod tests {
         t.restart_failed(i, &name, "cannot spawn");
         assert_eq!(t.restart_attempts, 3);
         assert_eq!(t.lifecycle.state(), State::Error);
+    }
+
+    /// A readout node that dies once the run has stopped (during the disconnect that hands
+    /// its summary back) has its row made from its last heartbeat (`died_at_stop`), as one
+    /// whose restart was due at the stop: it was "ended without its summary", a failed run.
+    #[test]
+    fn a_readout_node_dead_after_the_stop_is_died_at_stop() {
+        let c = Controller::new(PartitionConfig::default(), PathBuf::from("/nonexistent")).unwrap();
+        let mut t = c.state.table();
+        for cmd in [
+            Command::Initialize,
+            Command::Configure,
+            Command::Connect,
+            Command::Start,
+            Command::Stop,
+        ] {
+            t.lifecycle.apply(cmd, || Ok::<(), String>(())).unwrap();
+        }
+        let i = t.apps.iter().position(|a| a.role == Role::Ros).unwrap();
+        // Before the stop was asked (a death outside a run): no row of its own.
+        t.dead(i, "its process exited".into());
+        assert!(super::super::as_partition::died_at_stop(&t.apps[i]).is_none());
+        t.apps[i].dead = false;
+        t.stop_wanted = true;
+        t.dead(i, "its process exited".into());
+        let row = super::super::as_partition::died_at_stop(&t.apps[i]);
+        assert!(
+            matches!(row, Some(crate::summary::AppSummary::Ros(ref n)) if n.died_at_stop),
+            "{row:?}"
+        );
     }
 }

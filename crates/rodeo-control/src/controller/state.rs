@@ -190,6 +190,16 @@ impl Table {
         if role == Role::Logger && self.supervisor_stopping() {
             self.abandon_due = true;
         }
+        if role == Role::Ros && self.stop_wanted && self.lifecycle.state() != State::Running {
+            // Once the run has stopped (its disconnect, which hands the summaries back) a
+            // readout node is too late for a restart, as one whose restart was still due at
+            // the stop: its row is made from its last heartbeat (`died_at_stop`). It failed
+            // the run with "ended without its summary" while the counts all stood (a QA
+            // pass: a kill 4.10-4.15 s into a 4 s run).
+            self.apps[i]
+                .restart_at
+                .get_or_insert_with(std::time::Instant::now);
+        }
         if self.restart_or_end(i, &why) {
             return;
         }

@@ -77,6 +77,7 @@ const RUNTIME_DIR_WAIT: Duration = Duration::from_millis(500);
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     crate::signal::install();
+    crate::signal::install_hangup();
     let config = match &args.config {
         Some(p) => Some(rodeo_run::setup::load_config(Some(p))?),
         None => None,
