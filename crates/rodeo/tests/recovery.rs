@@ -405,11 +405,10 @@ fn shm_a_stop_while_a_dead_logger_waits_for_its_restart_does_not_wait_out_the_dr
         Duration::from_secs(30),
         |text| text.contains("logger-1 will be restarted").then_some(()),
     );
+    let pid = run.child.id() as i32;
     // SAFETY: kill(2) on our own child's pid with a valid signal number.
-    assert_eq!(
-        unsafe { libc::kill(run.child.id() as i32, libc::SIGINT) },
-        0
-    );
+    let sent = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(sent, 0);
     // The deadline is the check: the drain alone would take 30 s.
     let (_out, v, _dir) = run.finish(Duration::from_secs(20));
     assert!(
