@@ -225,6 +225,17 @@ impl AppMetrics {
             AppMetrics::Ros(r) => r.requests,
         }
     }
+
+    /// Messages the application dropped as malformed (a broken or hostile peer on its
+    /// sockets: `rodeo_errors_total{kind="bad_message"}`).
+    pub fn bad_messages(&self) -> u64 {
+        match self {
+            AppMetrics::Supervisor(s) => s.bad_messages,
+            AppMetrics::Dcm(d) => d.bad_messages,
+            AppMetrics::Logger(l) => l.bad_messages,
+            AppMetrics::Ros(r) => r.bad_messages,
+        }
+    }
 }
 
 /// One family of `/metrics`: its name, its Prometheus type and its labels.

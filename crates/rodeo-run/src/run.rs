@@ -431,6 +431,7 @@ impl Run {
         if self.stopped_early {
             sheet.mark_stopped_early();
         }
+        sheet.set_bad_messages(&self.last_metrics);
         let words = self.config.run.words();
         sheet.comment = words.comment;
         sheet.run_type = words.run_type;

@@ -192,6 +192,10 @@ pub struct RunSheet {
     /// Whether it was stopped before its events or seconds ran out (a signal to `rodeo run`,
     /// a `stop` over HTTP): not a fault, but a run shorter than configured.
     pub stopped_early: bool,
+    /// Malformed messages the applications dropped, by application, as they last reported
+    /// them (a broken or hostile peer on the partition's sockets; no event of the run is in
+    /// them): only `/metrics` said so, a run that took 380,000 of them read "ok" (a QA pass).
+    pub bad_messages: std::collections::BTreeMap<String, u64>,
     /// Whether the balance sheet adds up (protocol rule 6, and the files hold what the loggers
     /// wrote).
     pub balanced: bool,
@@ -214,6 +218,16 @@ pub struct RunSheet {
 }
 
 impl RunSheet {
+    /// Takes the malformed messages each application dropped from `metrics` (their last
+    /// report), those with any.
+    pub fn set_bad_messages(&mut self, metrics: &[(String, AppMetrics)]) {
+        self.bad_messages = metrics
+            .iter()
+            .map(|(name, m)| (name.clone(), m.bad_messages()))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+    }
+
     /// Marks the sheet of a run stopped before its end (a signal, a `stop`): it says so, and
     /// a run stopped before its first L1 accept says that it was, rather than blaming the
     /// trigger for taking none (an interrupt just after the start read "the run took no L1

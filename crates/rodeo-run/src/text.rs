@@ -180,6 +180,21 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
             }
         )?;
     }
+    let bad: u64 = s.bad_messages.values().sum();
+    if bad > 0 {
+        let each: Vec<String> = s
+            .bad_messages
+            .iter()
+            .map(|(app, n)| format!("{app} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "  dropped: {} malformed message(s) on the partition's sockets ({}): a broken or \
+             hostile peer; no event of the run is in them",
+            bad,
+            each.join(", ")
+        )?;
+    }
     for p in &s.problems {
         writeln!(out, "  problem ({}): {}", p.verdict.as_str(), p.text)?;
     }
@@ -300,6 +315,23 @@ mod tests {
             "events written 8 != accepted 10".into(),
         ));
         assert!(render(&sheet).contains("balance: MISMATCH"));
+    }
+
+    /// Malformed messages dropped by the applications are said, with who dropped them; none,
+    /// nothing is said.
+    #[test]
+    fn malformed_messages_are_said_by_application() {
+        let mut sheet = RunSheet {
+            l1_accepts: Some(10),
+            ..RunSheet::default()
+        };
+        assert!(!render(&sheet).contains("malformed"));
+        sheet.bad_messages.insert("ros-1".into(), 126_382);
+        sheet.bad_messages.insert("supervisor".into(), 2);
+        assert!(render(&sheet).contains(
+            "dropped: 126384 malformed message(s) on the partition's sockets (ros-1 126382, \
+             supervisor 2)"
+        ));
     }
 
     /// A run that failed before its first accept has no balance to check: the line says so
