@@ -33,6 +33,16 @@ fn cmdline(pid: i32) -> Vec<String> {
         .collect()
 }
 
+/// The data endpoint of application `name` in `layout`.
+fn endpoint_of(layout: &Layout, name: &str) -> String {
+    layout
+        .endpoints()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, ep)| ep)
+        .unwrap()
+}
+
 /// A stranger's socket: a plain ZeroMQ DEALER (no keys) that connects to `endpoint`.
 fn stranger(ctx: &zmq::Context, endpoint: &str, identity: &[u8]) -> zmq::Socket {
     let s = ctx.socket(zmq::DEALER).unwrap();
@@ -62,14 +72,7 @@ fn a_tcp_stranger_without_the_partitions_keys_is_refused_counted_and_changes_not
         "CURVE is the default over tcp"
     );
     let layout = Layout::new(&config);
-    let endpoint_of = |name: &str| {
-        layout
-            .endpoints()
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, ep)| ep)
-            .unwrap()
-    };
+    let endpoint_of = |name: &str| endpoint_of(&layout, name);
     let (ros_endpoint, sup_endpoint) = (endpoint_of("ros-1"), endpoint_of("supervisor"));
     let first_rob = layout.nodes[0].2.base_source_id;
 
@@ -223,14 +226,7 @@ fn malformed_messages_of_a_plain_tcp_peer_are_on_the_balance_sheet() {
     let config_file = dir.path().join("partition.toml");
     std::fs::write(&config_file, &toml).unwrap();
     let layout = Layout::new(&PartitionConfig::from_toml(&toml, "test").unwrap());
-    let endpoint_of = |name: &str| {
-        layout
-            .endpoints()
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, ep)| ep)
-            .unwrap()
-    };
+    let endpoint_of = |name: &str| endpoint_of(&layout, name);
     let child = rodeo!()
         .args([
             "run",

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use rodeo_testkit::cli::Running;
 use rodeo_testkit::process::{apps_of, find_app};
 use rodeo_testkit::{files_under, holds_within, rodeo, shm_entries, wait_for, wait_until};
 use serde_json::Value;
@@ -50,6 +51,26 @@ fn data_written(out: &Path) -> bool {
     })
 }
 
+/// `rodeo run --processes --json ARGS --config CONFIG --output OUT` with `tmp` as its
+/// temporary directory, waited for (bounded) until it has written events.
+fn start_writing(config: &Path, out: &Path, tmp: &str, args: &[&str]) -> Running {
+    let mut run = rodeo!();
+    run.args(["run", "--processes", "--json"])
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .arg("--output")
+        .arg(out)
+        .env("TMPDIR", tmp);
+    let run = run.spawn();
+    wait_until(
+        &format!("events written in {}", out.display()),
+        Duration::from_secs(60),
+        || data_written(out),
+    );
+    run
+}
+
 fn kill(name: &str, marker: &str) {
     let pid = wait_for(name, Duration::from_secs(30), || find_app(name, marker));
     // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
@@ -74,27 +95,16 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
     let tmp = work.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let tmp_env = tmp.to_str().unwrap().to_string();
+    let (shm, ipc) = (config(work.path(), "shm"), config(work.path(), "ipc"));
 
     // 1. Shared memory: a readout node and a logger killed with -9 and restarted.
     let out = work.path().join("shm");
-    let mut run = rodeo!();
-    run.args([
-        "run",
-        "--processes",
-        "--json",
-        "--accept-degraded",
-        "--seconds",
-        "8",
-    ])
-    .arg("--config")
-    .arg(config(work.path(), "shm"))
-    .arg("--output")
-    .arg(&out)
-    .env("TMPDIR", &tmp_env);
-    let run = run.spawn();
-    wait_until("events written (shm)", Duration::from_secs(60), || {
-        data_written(&out)
-    });
+    let run = start_writing(
+        &shm,
+        &out,
+        &tmp_env,
+        &["--accept-degraded", "--seconds", "8"],
+    );
     let marker = out.to_str().unwrap();
     kill("ros-1", marker);
     kill("logger-1", marker);
@@ -107,25 +117,7 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
     // kernel hangs the orphaned, stopped logger up (SIGHUP, SIGCONT), which walks itself
     // down; it died of the hang-up, its node left in /dev/shm.
     let out = work.path().join("shm-abort");
-    let mut run = rodeo!();
-    run.args([
-        "run",
-        "--processes",
-        "--json",
-        "--seconds",
-        "60",
-        "--config",
-    ])
-    .arg(config(work.path(), "shm"))
-    .arg("--output")
-    .arg(&out)
-    .env("TMPDIR", &tmp_env);
-    let mut run = run.spawn();
-    wait_until(
-        "events written (shm abort)",
-        Duration::from_secs(60),
-        || data_written(&out),
-    );
+    let mut run = start_writing(&shm, &out, &tmp_env, &["--seconds", "60"]);
     let marker = out.to_str().unwrap().to_string();
     let logger = wait_for("logger-1", Duration::from_secs(30), || {
         find_app("logger-1", &marker)
@@ -149,30 +141,12 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
     let slow = work.path().join("slow.toml");
     std::fs::write(
         &slow,
-        std::fs::read_to_string(config(work.path(), "shm"))
+        std::fs::read_to_string(&shm)
             .unwrap()
             .replace("restart_backoff_ms = 200", "restart_backoff_ms = 30000"),
     )
     .unwrap();
-    let mut run = rodeo!();
-    run.args([
-        "run",
-        "--processes",
-        "--json",
-        "--seconds",
-        "60",
-        "--config",
-    ])
-    .arg(&slow)
-    .arg("--output")
-    .arg(&out)
-    .env("TMPDIR", &tmp_env);
-    let mut run = run.spawn();
-    wait_until(
-        "events written (shm killed)",
-        Duration::from_secs(60),
-        || data_written(&out),
-    );
+    let mut run = start_writing(&slow, &out, &tmp_env, &["--seconds", "60"]);
     let marker = out.to_str().unwrap().to_string();
     kill("logger-1", &marker);
     run.wait_for_stderr("the restart scheduled", Duration::from_secs(30), |t| {
@@ -189,23 +163,7 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
     // 2. ipc: the controller killed with -9: its applications walk themselves down, and the
     // last of them to close its endpoints removes the run's runtime directory ...
     let out = work.path().join("ipc-killed");
-    let mut run = rodeo!();
-    run.args([
-        "run",
-        "--processes",
-        "--json",
-        "--seconds",
-        "60",
-        "--config",
-    ])
-    .arg(config(work.path(), "ipc"))
-    .arg("--output")
-    .arg(&out)
-    .env("TMPDIR", &tmp_env);
-    let mut run = run.spawn();
-    wait_until("events written (ipc)", Duration::from_secs(60), || {
-        data_written(&out)
-    });
+    let mut run = start_writing(&ipc, &out, &tmp_env, &["--seconds", "60"]);
     run.signal(libc::SIGKILL);
     let _ = run.status_with_deadline(Duration::from_secs(10));
     let marker = out.to_str().unwrap().to_string();
@@ -239,7 +197,7 @@ fn runs_a_service_and_benches_leave_nothing_behind() {
         "3000",
         "--config",
     ])
-    .arg(config(work.path(), "ipc"))
+    .arg(&ipc)
     .arg("--output")
     .arg(work.path().join("ipc-next"))
     .env("TMPDIR", &tmp_env);

@@ -278,6 +278,18 @@ mod tests {
     use super::*;
     use crate::config::PartitionConfig;
 
+    /// Takes `t`'s partition up to CONNECTED, then through `more`; returns the readout
+    /// node's index.
+    fn walk_to(t: &mut Table, more: &[Command]) -> usize {
+        for &cmd in [Command::Initialize, Command::Configure, Command::Connect]
+            .iter()
+            .chain(more)
+        {
+            t.lifecycle.apply(cmd, || Ok::<(), String>(())).unwrap();
+        }
+        t.apps.iter().position(|a| a.role == Role::Ros).unwrap()
+    }
+
     /// One death during a restart is one attempt: the monitor's judgement of the death, not
     /// again when the restart then fails; a failure without a death seen is one attempt too.
     #[test]
@@ -287,15 +299,7 @@ mod tests {
         config.control.max_restarts_per_run = 3;
         let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
         let mut t = c.state.table();
-        for cmd in [
-            Command::Initialize,
-            Command::Configure,
-            Command::Connect,
-            Command::Start,
-        ] {
-            t.lifecycle.apply(cmd, || Ok::<(), String>(())).unwrap();
-        }
-        let i = t.apps.iter().position(|a| a.role == Role::Ros).unwrap();
+        let i = walk_to(&mut t, &[Command::Start]);
         let name = t.apps[i].name.clone();
         // Dies in the run: attempt 1 scheduled.
         t.dead(i, "its process exited".into());
@@ -327,16 +331,7 @@ mod tests {
     fn a_readout_node_dead_after_the_stop_is_died_at_stop() {
         let c = Controller::new(PartitionConfig::default(), PathBuf::from("/nonexistent")).unwrap();
         let mut t = c.state.table();
-        for cmd in [
-            Command::Initialize,
-            Command::Configure,
-            Command::Connect,
-            Command::Start,
-            Command::Stop,
-        ] {
-            t.lifecycle.apply(cmd, || Ok::<(), String>(())).unwrap();
-        }
-        let i = t.apps.iter().position(|a| a.role == Role::Ros).unwrap();
+        let i = walk_to(&mut t, &[Command::Start, Command::Stop]);
         // Before the stop was asked (a death outside a run): no row of its own.
         t.dead(i, "its process exited".into());
         assert!(super::super::as_partition::died_at_stop(&t.apps[i]).is_none());
