@@ -67,6 +67,25 @@ impl L1idCounter {
     }
 }
 
+/// The event number (from 0) whose extended L1ID is `extended` on a channel wrapping at
+/// `wrap`, of those the extended L1ID repeats every `256 x wrap` events the one nearest
+/// `near`; `None` for an L1ID at or above the wrap, which no event has.
+pub fn event_near(wrap: u32, extended: u32, near: u64) -> Option<u64> {
+    let wrap = u64::from(wrap.clamp(1, DEFAULT_L1ID_WRAP));
+    let low = u64::from(extended & 0x00FF_FFFF);
+    if low >= wrap {
+        return None;
+    }
+    let cycle = 256 * wrap;
+    let base = u64::from(extended >> 24) * wrap + low;
+    let ahead = (base + cycle - near % cycle) % cycle;
+    Some(if ahead <= cycle / 2 {
+        near + ahead
+    } else {
+        near.saturating_sub(cycle - ahead)
+    })
+}
+
 /// The extended L1ID that follows `extended` on a channel wrapping at `wrap`.
 pub fn next_extended_l1id(extended: u32, wrap: u32) -> u32 {
     let wrap = wrap.clamp(1, DEFAULT_L1ID_WRAP);
@@ -82,6 +101,21 @@ pub fn next_extended_l1id(extended: u32, wrap: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `event_near` inverts `expected` near any event, in every wrap, across ECR cycles.
+    #[test]
+    fn event_near_inverts_expected_near_the_event() {
+        for wrap in [1, 3, 1000, DEFAULT_L1ID_WRAP] {
+            let cycle = 256 * u64::from(wrap);
+            for n in [0, 1, 999, 5_000, cycle - 1, cycle, 3 * cycle + 17] {
+                let x = L1idCounter::expected(wrap, n);
+                for near in [n, n.saturating_sub(100), n + 100] {
+                    assert_eq!(event_near(wrap, x, near), Some(n), "wrap {wrap} n {n}");
+                }
+            }
+        }
+        assert_eq!(event_near(1000, 1000, 0), None);
+    }
 
     #[test]
     fn skip_is_advance_repeated() {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rodeo_files::rawfile::RawFileReader;
 use rodeo_format::compress::decompress_event;
-use rodeo_format::fragment::FullEvent;
+use rodeo_format::fragment::{FullEvent, Status};
 use rodeo_testkit::cli::{Output, Running};
 use rodeo_testkit::hog::BusyCore;
 use rodeo_testkit::process::{apps_of, find_app};
@@ -414,5 +414,40 @@ fn shm_a_stop_while_a_dead_logger_waits_for_its_restart_does_not_wait_out_the_dr
     assert!(
         v["reason"].as_str().unwrap_or("").contains("logger-1"),
         "{v}"
+    );
+}
+
+/// A readout node killed at the full L1 rate rejoins and follows the run: its emulated inputs
+/// move on to where the run's clears say it is (`rodeo_ros::inputs::follow`), so the run's
+/// last events are whole again. Its inputs began where the node's restart was decided, the
+/// run was 100,000 events further on when they did, the node never caught up and 98-100% of
+/// the run's events were partial, to its end (a QA pass).
+#[test]
+fn shm_a_readout_node_killed_at_the_full_rate_follows_the_run_after_its_restart() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // The default partition, its L1 as fast as it goes.
+    let config = "[control]\nrestart_backoff_ms = 200\ndead_after_ms = 1500\n";
+    let run = Run::start(config, 8);
+    run.kill("ros-1");
+    run.wait_rejoined(1);
+    let (out, v, dir) = run.finish(Duration::from_secs(90));
+    assert_survived(&out, &v, 1, dir.path());
+    // The last events written, in file order: whole (none flagged partial).
+    let mut last: Vec<bool> = Vec::new();
+    let mut plain = Vec::new();
+    for f in v["files"].as_array().expect("files") {
+        let mut reader = RawFileReader::open(f.as_str().unwrap()).unwrap();
+        while let Some(event) = reader.next_event() {
+            decompress_event(event.unwrap().words, &mut plain).unwrap();
+            let e = FullEvent::parse(&plain).unwrap();
+            last.push(e.status().contains(Status::EVENT_PARTIAL));
+        }
+    }
+    let tail = &last[last.len().saturating_sub(200)..];
+    let partial = tail.iter().filter(|&&p| p).count();
+    assert!(
+        partial == 0,
+        "{partial} of the last {} events partial: the node did not catch up\n{v}",
+        tail.len()
     );
 }

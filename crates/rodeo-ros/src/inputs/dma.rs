@@ -367,7 +367,7 @@ pub(crate) fn build(
         |c| {
             let mut g = SlinkGenerator::new(slink(c));
             g.skip(config.first_event);
-            g
+            super::follow::Following::new(g, config.front.cloned())
         },
     )
 }

@@ -30,6 +30,7 @@ mod card_channels;
 pub mod dma;
 pub mod file;
 pub mod firmware;
+pub mod follow;
 pub mod network;
 pub mod page_dma;
 pub mod progress;

@@ -47,6 +47,7 @@ use rodeo_cards::generator::SlinkGenerator;
 use rodeo_format::slink::{SlinkCheckConfig, SlinkChecker, SlinkCounters, SlinkItem};
 
 use super::dma::{checker_totals, framed_slink, slink_config, CHANNELS_PER_CARD};
+use super::follow::Following;
 use super::setup::{error_file, start_card, BuiltInput, ChannelSetup};
 use super::watch::{LaneErrors, LaneProbe, ProbeSource};
 use crate::node::error::NodeError;
@@ -391,7 +392,9 @@ pub(crate) fn build(
     with_generators(config, depth(pages_per_channel), rate_hz, |c| {
         let mut g = SlinkGenerator::new(slink_config(config, c));
         g.skip(config.first_event);
-        Headroom { inner: g }
+        Headroom {
+            inner: Following::new(g, config.front.cloned()),
+        }
     })
 }
 
@@ -471,6 +474,7 @@ mod tests {
             first_event: 0,
             error_file: None,
             card_cpu: None,
+            front: None,
         }
     }
 

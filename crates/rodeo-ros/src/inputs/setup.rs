@@ -60,6 +60,9 @@ pub(crate) struct ChannelSetup<'a> {
     /// The CPU the emulated S-LINK cards' engine threads run on: the node's core CPU (module
     /// docs); `None`: wherever the thread that builds the input may run.
     pub(crate) card_cpu: Option<usize>,
+    /// A rejoined node's run front, which its emulated S-LINK inputs follow
+    /// ([`super::follow`]); `None` for a node that was not restarted.
+    pub(crate) front: Option<&'a super::follow::RunFront>,
 }
 
 /// Starts emulated S-LINK card `k` of the node (its engine thread `slink{k}`) with `channels`,
@@ -130,6 +133,7 @@ mod tests {
             first_event: 0,
             error_file: None,
             card_cpu,
+            front: None,
         }
     }
 

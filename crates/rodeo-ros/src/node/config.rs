@@ -145,12 +145,17 @@ impl NodeConfig {
             first_event: self.first_event,
             error_file: self.error_file.as_deref(),
             card_cpu: self.core_cpu,
+            front: None,
         }
     }
 }
 
 /// The request server's configuration for a node built from `config`, serving on `endpoint`.
-pub(super) fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig {
+pub(super) fn server_config(
+    config: &NodeConfig,
+    endpoint: &str,
+    run_front: Option<crate::inputs::follow::RunFront>,
+) -> ServerConfig {
     ServerConfig {
         endpoint: endpoint.to_string(),
         descriptors: config.descriptors,
@@ -161,6 +166,7 @@ pub(super) fn server_config(config: &NodeConfig, endpoint: &str) -> ServerConfig
             rodeo_format::l1id::L1idCounter::expected(config.l1id_wrap, config.first_event)
         }),
         high_water_mark: config.high_water_mark,
+        run_front,
         ..ServerConfig::default()
     }
 }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use rodeo_memory::{PagePool, PagePoolConfig, RegionOptions, SuperpagePool};
 use rodeo_transport::socket::Transport;
 
+use crate::inputs::follow::RunFront;
 use crate::inputs::network::net_totals;
 use crate::inputs::progress::ProgressInput;
 use crate::inputs::setup::BuiltInput;
@@ -123,18 +124,23 @@ impl ReadoutNode {
         config: &NodeConfig,
         endpoint: &str,
     ) -> Result<ReadoutNode, NodeError> {
-        let (memory, store, input) = Parts::build(memory, config)?.split();
-        let server =
-            RequestServer::start(transport, &server_config(config, endpoint), store, input)?;
+        let (memory, store, input, front) = Parts::build(memory, config)?.split();
+        let server = RequestServer::start(
+            transport,
+            &server_config(config, endpoint, front),
+            store,
+            input,
+        )?;
         memory.node(server, config)
     }
 
     /// Builds the node and starts serving the one client returned, over the direct in-process
     /// link ([`crate::server::direct`]): the same core thread, without ZeroMQ.
     pub fn start_direct(config: &NodeConfig) -> Result<(ReadoutNode, DirectClient), NodeError> {
-        let (memory, store, input) = Parts::build(NodeMemory::allocate(config)?, config)?.split();
+        let (memory, store, input, front) =
+            Parts::build(NodeMemory::allocate(config)?, config)?.split();
         let (server, client) =
-            RequestServer::start_direct(&server_config(config, "direct"), store, input)?;
+            RequestServer::start_direct(&server_config(config, "direct", front), store, input)?;
         Ok((memory.node(server, config)?, client))
     }
 }
@@ -149,6 +155,8 @@ struct Parts {
     net: Vec<Arc<rodeo_cards::net::NetCounters>>,
     watch: InputWatch,
     l1id_wrap: u32,
+    /// A rejoined node's run front, shared by its inputs and its server (`inputs::follow`).
+    front: Option<RunFront>,
 }
 
 /// The memory (and the SW ROD builders, not yet running) a running node keeps.
@@ -181,7 +189,7 @@ impl Memory {
 }
 
 impl Parts {
-    fn split(self) -> (Memory, EventStore, Box<dyn Input>) {
+    fn split(self) -> (Memory, EventStore, Box<dyn Input>, Option<RunFront>) {
         let input = ProgressInput::new(self.input, self.store.channels(), self.l1id_wrap);
         let memory = Memory {
             pool: self.pool,
@@ -191,7 +199,7 @@ impl Parts {
             net: self.net,
             watch: self.watch,
         };
-        (memory, self.store, Box::new(input))
+        (memory, self.store, Box::new(input), self.front)
     }
 
     /// The store in `memory`, and the input `config` selects, built by its own module.
@@ -205,7 +213,11 @@ impl Parts {
                 config.pages_per_channel,
             ),
         )?;
-        let setup = config.channel_setup();
+        // A node restarted into a running run: its emulated inputs follow the run's clears.
+        let front =
+            (config.first_event > 0).then(|| RunFront::new(config.l1id_wrap, config.first_event));
+        let mut setup = config.channel_setup();
+        setup.front = front.as_ref();
         let mut swrod = None;
         let built = match &config.input {
             NodeInput::SwRod {
@@ -279,6 +291,7 @@ impl Parts {
             net: built.net,
             watch,
             l1id_wrap: config.l1id_wrap,
+            front,
         })
     }
 }

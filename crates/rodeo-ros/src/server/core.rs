@@ -45,6 +45,8 @@ pub(super) struct Core<S: RequestSource> {
     last_clear: Option<u32>,
     /// A rejoined node's next L1ID to release without a clear (`rejoin`).
     sweep_from: Option<u32>,
+    /// A rejoined node's run front, moved on by each clear (`inputs::follow`).
+    run_front: Option<crate::inputs::follow::RunFront>,
     /// Reply scratch: header, L1ID, count and the empty fragments, as bytes.
     head: Vec<u8>,
     /// Reply scratch: the present fragments' page segments.
@@ -97,6 +99,7 @@ impl<S: RequestSource> Core<S> {
             channels,
         } = figures;
         let config_rejoin = config.rejoin_from;
+        let run_front = config.run_front.clone();
         let mut store = store;
         store.set_rejoining(config_rejoin.is_some());
         let descriptors = Descriptors::new(
@@ -122,6 +125,7 @@ impl<S: RequestSource> Core<S> {
             descriptors,
             last_clear: None,
             sweep_from: config_rejoin,
+            run_front,
         }
     }
 
@@ -392,6 +396,9 @@ impl<S: RequestSource> Core<S> {
                 };
                 if let Some(first) = first {
                     super::rejoin::sweep_stale(&mut self.store, &mut self.sweep_from, first);
+                    if let Some(front) = &self.run_front {
+                        front.cleared(first);
+                    }
                 }
                 true
             }

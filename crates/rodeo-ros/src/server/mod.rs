@@ -131,6 +131,9 @@ pub struct ServerConfig {
     /// A node restarted into a running run: the extended L1ID its inputs start at. Its clears
     /// then also release what no clear will ever name (see [`rejoin`]). Default `None`.
     pub rejoin_from: Option<u32>,
+    /// A node restarted into a running run: the front its emulated inputs follow, which its
+    /// clears move on ([`crate::inputs::follow`]). Default `None`.
+    pub run_front: Option<crate::inputs::follow::RunFront>,
 }
 
 impl Default for ServerConfig {
@@ -144,6 +147,7 @@ impl Default for ServerConfig {
             max_message_bytes: None,
             core_cpu: None,
             rejoin_from: None,
+            run_front: None,
         }
     }
 }
