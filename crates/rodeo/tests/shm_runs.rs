@@ -175,3 +175,25 @@ fn kill_9_of_each_role_then_a_clean_run_of_the_same_partition() {
         assert_nothing_new(&before, &format!("the run after {role}'s kill"));
     }
 }
+
+/// Runs of 3 events beside a busy core, each balanced: the supervisor's first clear (sent
+/// within milliseconds of the start) never reached the readout node in 10 of 12 such runs,
+/// which failed with "ros-1 received clears for 0 events" (a QA pass). The supervisor now sends
+/// each readout node a KeepAlive as soon as it connects (`rodeo_dataflow::supervisor`).
+#[test]
+fn runs_of_three_events_beside_a_busy_core_get_their_clears() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let hog = rodeo_testkit::hog::BusyCore::start();
+    for i in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let out = rodeo!()
+            .args(["run", "--processes", "--json", "--events", "3", "--output"])
+            .arg(dir.path().join("out"))
+            .deadline(Duration::from_secs(60))
+            .output();
+        let v: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+        assert_eq!(v["balanced"], true, "run {i}: {v}\n{}", out.stderr);
+        assert_eq!(v["readout_nodes"][0]["cleared"], 3, "run {i}: {v}");
+    }
+    assert!(hog.spins() > 0);
+}

@@ -289,6 +289,7 @@ impl Supervisor {
         let mut msg = Received::default();
         let mut draining_since: Option<Instant> = None;
         let mut last_turn = Instant::now();
+        self.hello_readout(&mut readout);
         loop {
             // Everything that arrived, without waiting.
             let mut got_any = false;
