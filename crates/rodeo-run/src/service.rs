@@ -42,6 +42,9 @@ struct Current {
     started_by: Option<String>,
     /// Who stopped it, once stopped by a command.
     stopped_by: Option<String>,
+    /// Why no run is prepared (its preparation failed): said by the status and a refused
+    /// `start` (only the service's stderr said it).
+    unprepared: Option<String>,
 }
 
 /// The service (see the module docs).
@@ -117,6 +120,7 @@ impl RunService {
                 quit: Arc::new(AtomicBool::new(false)),
                 started_by: None,
                 stopped_by: None,
+                unprepared: None,
             }),
             commands: Mutex::new(()),
             shut_down: AtomicBool::new(false),
@@ -206,6 +210,16 @@ impl RunService {
         let partition = {
             let cur = lock(&self.current);
             let state = cur.partition.partition_state();
+            if let (None, None, Some(why)) = (&cur.thread, &cur.prepared, &cur.unprepared) {
+                return Err(failed(
+                    Command::Start,
+                    format!(
+                        "run {} could not be prepared ({why}): fix the cause and PUT /api/config \
+                         to prepare it",
+                        cur.number
+                    ),
+                ));
+            }
             if cur.thread.is_some() || cur.prepared.is_none() || state != State::Connected {
                 return Err(TransitionError::Illegal {
                     who: "partition".into(),
@@ -279,6 +293,20 @@ impl RunService {
         let mut cur = lock(&self.current);
         cur.partition = run.partition();
         cur.prepared = Some(run);
+        cur.unprepared = None;
+    }
+
+    /// The number the next run takes, its run directory not made yet: `number`, or the next
+    /// free one when something made `number`'s directory (or recorded it) meanwhile (a run
+    /// directory made while the service waited in NONE failed every `PUT /api/config`, a QA
+    /// pass). Kept as the current run's number.
+    fn free_number(&self, number: u32) -> u32 {
+        let free = lock(&self.output).next_run_number().unwrap_or(number);
+        let next = number.max(free);
+        let mut cur = lock(&self.current);
+        cur.number = next;
+        self.number_now.store(next, Ordering::Relaxed);
+        next
     }
 
     /// One run to its end: its sheet recorded (with who started and stopped it) and handed
@@ -355,10 +383,10 @@ impl RunService {
             cur.number = next;
             self.number_now.store(next, Ordering::Relaxed);
         }
-        let run = self.prepare(next)?;
-        let mut cur = lock(&self.current);
-        cur.partition = run.partition();
-        cur.prepared = Some(run);
+        let run = self.prepare(next).inspect_err(|e| {
+            lock(&self.current).unprepared = Some(e.to_string());
+        })?;
+        self.put_prepared(run);
         Ok(State::Connected)
     }
 
@@ -428,6 +456,7 @@ impl RunService {
             Some(run) => run.abandon(),
             None => bring_down(partition.as_ref()),
         }
+        let number = self.free_number(number);
         let old = std::mem::replace(&mut *lock(&self.config), new.clone());
         let attempt = match self.observer.reconfigure(&new.alarms, &new.monitoring) {
             Ok(()) => self.prepare_isolated(number),
@@ -449,10 +478,14 @@ impl RunService {
                 self.put_prepared(run);
                 "the previous configuration is back in effect (CONNECTED)".to_string()
             }
-            Err(e) => format!(
-                "and the previous configuration could not be brought back up either ({e}): \
-                 the service is in NONE, `shutdown` it"
-            ),
+            Err(e) => {
+                lock(&self.current).unprepared = Some(e.to_string());
+                format!(
+                    "and the previous configuration could not be brought back up either ({e}): \
+                     the service is in NONE; fix the cause and PUT a configuration again, or \
+                     `shutdown` it"
+                )
+            }
         };
         Err(match error {
             ConfigChangeError::Invalid(e) => invalid(format!("{e}; {again}")),
@@ -518,12 +551,36 @@ struct ServiceControl(Arc<RunService>);
 
 impl RunControl for ServiceControl {
     fn status(&self) -> PartitionStatus {
-        let (partition, number) = {
+        let (partition, number, unprepared) = {
             let cur = lock(&self.0.current);
-            (cur.partition.clone(), cur.number)
+            let waiting = cur.thread.is_none() && cur.prepared.is_none();
+            let why = cur.unprepared.clone().filter(|_| waiting);
+            (cur.partition.clone(), cur.number, why)
         };
         let mut s = partition.status();
         s.run_number = number;
+        if let Some(why) = unprepared {
+            // The partition shown is the ended run's: none of its applications, counts or
+            // rates are the run waiting to be prepared's (its dead pids and rates were shown).
+            let why = format!("run {number} could not be prepared: {why}");
+            s = PartitionStatus {
+                partition: s.partition,
+                state: State::None,
+                error: Some(why.clone()),
+                run_number: number,
+                run_seconds: 0.0,
+                l1_rate_hz: 0.0,
+                event_rate_hz: 0.0,
+                write_rate_hz: 0.0,
+                l1_accepts: 0,
+                events_written: 0,
+                restarts: 0,
+                apps: Vec::new(),
+                recent_errors: vec![why],
+                inputs: Vec::new(),
+                words: s.words,
+            };
+        }
         s
     }
 

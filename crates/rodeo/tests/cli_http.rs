@@ -426,8 +426,9 @@ fn serve_runs_many_runs_with_consecutive_numbers_and_goes_on_after_a_restart() {
 }
 
 /// A service whose next run cannot be prepared (its link capture gone when the run ended)
-/// waits in NONE holding the next number, and `PUT /api/config` prepares that number once the
-/// capture is back. It held the ended run's number, so the PUT prepared run 1 again, refused
+/// waits in NONE holding the next number, says why (status, a refused start), and `PUT
+/// /api/config` prepares that number once the capture is back, or the next free one when
+/// something made its directory meanwhile. It held the ended run's number, so the PUT prepared run 1 again, refused
 /// ("the run directory ... already exists"), and only `shutdown` got out (a QA pass).
 #[test]
 fn a_next_run_that_cannot_be_prepared_leaves_its_number_to_the_next_put() {
@@ -483,14 +484,32 @@ fn a_next_run_that_cannot_be_prepared_leaves_its_number_to_the_next_put() {
     let st = status();
     assert_eq!(st["state"], "NONE", "{st}");
     assert_eq!(st["run_number"], 2, "{st}");
+    // Why is in the status (it was on the service's stderr only, the ended run's applications
+    // and counts shown under the new number) and in a refused start.
+    assert!(
+        st["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("could not be prepared"),
+        "{st}"
+    );
+    assert_eq!(st["apps"].as_array().map(Vec::len), Some(0), "{st}");
+    assert_eq!(st["l1_accepts"], 0, "{st}");
+    let (code, body) = command("start");
+    assert_ne!(code, 200, "{body}");
+    assert!(body.contains("could not be prepared"), "{body}");
     std::fs::write(&capture, kept).unwrap();
+    // Something makes run 2's directory meanwhile: the PUT takes the next free number (every
+    // PUT failed, "run 2 was taken before").
+    std::fs::create_dir(out_dir.join("run-00000002")).unwrap();
     let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &toml);
     assert_eq!(code, 200, "{body}");
     let st = status();
     assert_eq!(st["state"], "CONNECTED", "{st}");
-    assert_eq!(st["run_number"], 2, "{st}");
+    assert_eq!(st["run_number"], 3, "{st}");
+    assert_eq!(st["error"], Value::Null, "{st}");
     assert_eq!(command("start").0, 200);
-    assert_eq!(status()["run_number"], 2);
+    assert_eq!(status()["run_number"], 3);
     assert_eq!(command("stop").0, 200);
     assert_eq!(command("shutdown").0, 200);
     let out = child.wait_with_deadline(Duration::from_secs(30));
@@ -502,5 +521,6 @@ fn a_next_run_that_cannot_be_prepared_leaves_its_number_to_the_next_put() {
         .iter()
         .map(|r| r["run_number"].as_u64().unwrap())
         .collect();
-    assert_eq!(numbers, vec![2, 1], "{runs}");
+    // Run 2's directory was made by something else: no run of the service.
+    assert_eq!(numbers, vec![3, 1], "{runs}");
 }

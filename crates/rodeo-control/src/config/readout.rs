@@ -218,7 +218,8 @@ impl PartitionConfig {
             c.bad(
                 "ros.link_loop",
                 true,
-                "false: each pass of a looping capture starts its L1IDs again at 0, so every \
+                "not in a partition: each pass of a looping capture starts its L1IDs again at \
+                 0, so every \
                  event past the capture's last L1ID would take no fragment of it and every \
                  later pass repeats L1IDs already built; play the files once (a run with \
                  l1.mode = \"readout\" ends with them), or replay raw data files with \
