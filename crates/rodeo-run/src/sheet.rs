@@ -300,13 +300,27 @@ impl RunSheet {
         self.problems
             .retain(|p| !(p.kind == ProblemKind::Balance && p.text.starts_with(&prefix)));
         if written != expected {
+            // More in the files than accepted reads as events written twice; they are events
+            // the dead logger wrote and never acknowledged, undecided for the run (a QA pass:
+            // each once in its `.writing` file).
+            let more = if written > expected {
+                format!(
+                    "; the {} more are events the logger wrote before it ended and never \
+                     acknowledged, which the run counts as undecided (events in the DCMs' \
+                     slots at the stop: {})",
+                    written - expected,
+                    summary.unfinished
+                )
+            } else {
+                String::new()
+            };
             self.problems.push(Problem::new(
                 ProblemKind::Balance,
                 Some(written.abs_diff(expected)),
                 None,
                 format!(
                     "events written {written} (read back from the files: a logger left no \
-                     summary) != accepted {} + forced {}",
+                     summary) != accepted {} + forced {}{more}",
                     summary.accepted, summary.forced_accepts
                 ),
             ));
@@ -801,6 +815,20 @@ mod tests {
         let p = s.problems.last().unwrap();
         assert_eq!((p.kind, p.count), (ProblemKind::Files, Some(10)));
         assert_eq!((s.verdict, s.balanced), (Verdict::Failed, false));
+        // Files holding more than accepted: said to be the dead logger's unacknowledged
+        // events, not read as events written twice.
+        let more = FileRecord {
+            path: PathBuf::from("/x/1.data.writing"),
+            ..file(12)
+        };
+        let s = RunSheet::from_summary_and_files(&summary, 1.0, None, false, Some(&[more]), &[]);
+        assert!(
+            s.problems
+                .iter()
+                .any(|p| p.text.contains("the 2 more are events the logger wrote")),
+            "{:?}",
+            s.problems
+        );
     }
 
     #[test]
