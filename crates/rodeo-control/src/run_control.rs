@@ -497,8 +497,6 @@ mod tests {
         assert_eq!(p.partition_state(), State::None);
     }
 
-    /// Interrupted while it comes up (the quit asked before the start is true): the partition
-    /// is taken down from CONNECTED without a start, and the run fails saying so.
     /// An application dead between two commands of the bring-up (the partition in ERROR
     /// when the next is sent): the error is the death, naming the application, not the
     /// refusal of the next command ("connect refused: partition is ERROR").
@@ -510,6 +508,8 @@ mod tests {
         assert!(!e.to_string().contains("refused"), "{e}");
     }
 
+    /// Interrupted while it comes up (the quit asked before the start is true): the partition
+    /// is taken down from CONNECTED without a start, and the run fails saying so.
     #[test]
     fn an_interrupt_before_the_start_takes_the_partition_down_unstarted() {
         // Dies at a stop, which a run never started is not sent.

@@ -376,13 +376,7 @@ impl RunService {
         // run's number again, into that run's directory). A run directory made meanwhile by
         // something else is skipped, as at the service's start.
         let after = lock(&self.current).number.saturating_add(1);
-        let free = lock(&self.output).next_run_number().unwrap_or(after);
-        let next = after.max(free);
-        {
-            let mut cur = lock(&self.current);
-            cur.number = next;
-            self.number_now.store(next, Ordering::Relaxed);
-        }
+        let next = self.free_number(after);
         let run = self.prepare(next).inspect_err(|e| {
             lock(&self.current).unprepared = Some(e.to_string());
         })?;
