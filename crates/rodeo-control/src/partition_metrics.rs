@@ -219,21 +219,8 @@ mod tests {
             restarts: 0,
         };
         let status = PartitionStatus {
-            partition: "p".into(),
-            state: State::Running,
-            error: None,
-            run_number: 1,
-            run_seconds: 0.0,
-            l1_rate_hz: 0.0,
-            event_rate_hz: 0.0,
-            write_rate_hz: 0.0,
-            l1_accepts: 0,
-            events_written: 0,
-            restarts: 0,
             apps: vec![app("supervisor", "supervisor"), app("ros-1", "ros")],
-            recent_errors: Vec::new(),
-            inputs: Vec::new(),
-            words: Default::default(),
+            ..PartitionStatus::empty("p".into(), State::Running, 1)
         };
         let sup = AppMetrics::Supervisor(Box::new(SupervisorMetrics {
             l1_accepts: 1,

@@ -82,6 +82,30 @@ pub struct PartitionStatus {
     pub words: RunWords,
 }
 
+impl PartitionStatus {
+    /// The status of partition `partition` in `state` for run `run_number`, before anything
+    /// happened in it: no application, count, rate, error or run words.
+    pub fn empty(partition: String, state: State, run_number: u32) -> PartitionStatus {
+        PartitionStatus {
+            partition,
+            state,
+            error: None,
+            run_number,
+            run_seconds: 0.0,
+            l1_rate_hz: 0.0,
+            event_rate_hz: 0.0,
+            write_rate_hz: 0.0,
+            l1_accepts: 0,
+            events_written: 0,
+            restarts: 0,
+            apps: Vec::new(),
+            recent_errors: Vec::new(),
+            inputs: Vec::new(),
+            words: RunWords::default(),
+        }
+    }
+}
+
 /// Something that can be controlled and watched: a partition or one application.
 ///
 /// Implementations are shared between the HTTP server's threads and their owner, so every

@@ -558,21 +558,10 @@ impl RunControl for ServiceControl {
             // rates are the run waiting to be prepared's (its dead pids and rates were shown).
             let why = format!("run {number} could not be prepared: {why}");
             s = PartitionStatus {
-                partition: s.partition,
-                state: State::None,
                 error: Some(why.clone()),
-                run_number: number,
-                run_seconds: 0.0,
-                l1_rate_hz: 0.0,
-                event_rate_hz: 0.0,
-                write_rate_hz: 0.0,
-                l1_accepts: 0,
-                events_written: 0,
-                restarts: 0,
-                apps: Vec::new(),
                 recent_errors: vec![why],
-                inputs: Vec::new(),
                 words: s.words,
+                ..PartitionStatus::empty(s.partition, State::None, number)
             };
         }
         s
@@ -710,21 +699,9 @@ mod tests {
     #[test]
     fn a_prepared_partition_with_a_dead_application_is_not_whole() {
         let status = |state, apps| PartitionStatus {
-            partition: "p".into(),
-            state,
             error: (state == State::Error).then(|| "logger-1 is dead: killed".into()),
-            run_number: 3,
-            run_seconds: 0.0,
-            l1_rate_hz: 0.0,
-            event_rate_hz: 0.0,
-            write_rate_hz: 0.0,
-            l1_accepts: 0,
-            events_written: 0,
-            restarts: 0,
             apps,
-            recent_errors: Vec::new(),
-            inputs: Vec::new(),
-            words: RunWords::default(),
+            ..PartitionStatus::empty("p".into(), state, 3)
         };
         let whole = vec![app("dcm-1", State::Connected, None)];
         assert_eq!(lost_application(&status(State::Connected, whole)), None);

@@ -41,17 +41,22 @@ impl Supervisor {
             self.send_clear(readout, now)?;
         }
         if now.duration_since(self.last_clear) >= self.config.keepalive {
-            self.buf.clear();
-            encode_keepalive(&mut self.buf, self.clear_sequence);
-            for s in readout.iter_mut() {
-                if s.send([Frame::Copy(&self.buf)]).is_err() {
-                    self.summary.send_failures += 1;
-                }
-            }
-            self.summary.keepalives += 1;
-            self.last_clear = now;
+            self.send_keepalive(readout, now);
         }
         Ok(())
+    }
+
+    /// A KeepAlive to every readout node (a node that does not take it is counted).
+    fn send_keepalive(&mut self, readout: &mut [Socket], now: Instant) {
+        self.buf.clear();
+        encode_keepalive(&mut self.buf, self.clear_sequence);
+        for s in readout.iter_mut() {
+            if s.send([Frame::Copy(&self.buf)]).is_err() {
+                self.summary.send_failures += 1;
+            }
+        }
+        self.summary.keepalives += 1;
+        self.last_clear = now;
     }
 
     /// A KeepAlive to every readout node as the run begins, before any clear: over shared
@@ -62,15 +67,7 @@ impl Supervisor {
     /// such runs got their clear. Why the clear was lost is not understood (iceoryx2 reported
     /// no failed connection; docs/faults.md).
     pub(super) fn hello_readout(&mut self, readout: &mut [Socket]) {
-        self.buf.clear();
-        encode_keepalive(&mut self.buf, self.clear_sequence);
-        for s in readout.iter_mut() {
-            if s.send([Frame::Copy(&self.buf)]).is_err() {
-                self.summary.send_failures += 1;
-            }
-        }
-        self.summary.keepalives += 1;
-        self.last_clear = Instant::now();
+        self.send_keepalive(readout, Instant::now());
     }
 
     fn send_clear(&mut self, readout: &mut [Socket], now: Instant) -> Result<(), DataflowError> {
