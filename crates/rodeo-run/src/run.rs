@@ -118,14 +118,12 @@ impl std::fmt::Debug for Run {
 }
 
 impl Run {
-    /// Checks `config` as a run in `mode` takes it, before any run directory or run number:
-    /// the transport a `--processes` run uses on one host (shared memory unless the
-    /// configuration says otherwise, which this sets), what that mode cannot run, every
-    /// field (`validate`), what this host can give the partition (memory, cores: the
-    /// warnings are returned) and the output directories (writable or creatable).
-    /// [`Run::new`] calls it; `rodeo run` calls it first too, so that a refused configuration
-    /// leaves no output directory behind.
-    pub fn check_config(config: &mut PartitionConfig, mode: Mode) -> anyhow::Result<Vec<String>> {
+    /// What `mode` refuses and sets in `config` before its fields are checked: a
+    /// `--processes` run refuses the data-driven L1 (it reads the nodes' progress in one
+    /// process) and exchanges data over shared memory on one host (TCP across `[hosts]`)
+    /// unless `[transport] kind` says otherwise. `rodeo config check` applies it for
+    /// `--processes` (and warns without it), so that the check refuses what the run would.
+    pub fn adapt_to_mode(config: &mut PartitionConfig, mode: Mode) -> anyhow::Result<()> {
         if mode == Mode::Processes {
             if config.l1.mode == L1Mode::Readout {
                 anyhow::bail!(
@@ -144,6 +142,18 @@ impl Run {
                 };
             }
         }
+        Ok(())
+    }
+
+    /// Checks `config` as a run in `mode` takes it, before any run directory or run number:
+    /// the transport a `--processes` run uses on one host (shared memory unless the
+    /// configuration says otherwise, which this sets), what that mode cannot run, every
+    /// field (`validate`), what this host can give the partition (memory, cores: the
+    /// warnings are returned) and the output directories (writable or creatable).
+    /// [`Run::new`] calls it; `rodeo run` calls it first too, so that a refused configuration
+    /// leaves no output directory behind.
+    pub fn check_config(config: &mut PartitionConfig, mode: Mode) -> anyhow::Result<Vec<String>> {
+        Run::adapt_to_mode(config, mode)?;
         config.validate()?;
         // What this host can give the partition (memory, cores): refused here, before any
         // data is taken, as `rodeo config check` refuses it.

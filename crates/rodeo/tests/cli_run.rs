@@ -540,6 +540,57 @@ fn config_check_refuses_what_cannot_run() {
     assert_eq!(msg.matches(": binds").count(), 3, "{msg}");
 }
 
+/// What `--processes` refuses (the data-driven L1 in its own process) is a warning of `config
+/// check`, an error of `config check --processes`, and the same refusal from `run
+/// --processes`: the check refuses what the run would (it passed without a word, 2026-12-07).
+#[test]
+fn config_check_processes_refuses_what_a_processes_run_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let text = format!(
+        "[run]\noutput = {:?}\nevents = 1000\n[l1]\nmode = \"readout\"\n",
+        out.display().to_string()
+    );
+    let cfg = dir.path().join("readout.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let plain = rodeo!().args(["config", "check"]).arg(&cfg).output();
+    assert!(plain.status.success(), "{}", plain.text());
+    assert!(
+        plain
+            .stderr
+            .contains("warning: refused with --processes (run or serve): l1.mode = \"readout\""),
+        "{}",
+        plain.text()
+    );
+    let checked = rodeo!()
+        .args(["config", "check", "--processes"])
+        .arg(&cfg)
+        .output();
+    assert_eq!(checked.status.code(), Some(2), "{}", checked.text());
+    assert!(
+        checked.stderr.contains("error: l1.mode = \"readout\""),
+        "{}",
+        checked.text()
+    );
+    let run = rodeo!()
+        .args(["run", "--processes", "-q", "--config"])
+        .arg(&cfg)
+        .output();
+    assert!(!run.status.success(), "{}", run.text());
+    assert!(run.stderr.contains("l1.mode = \"readout\""), "{}", run.text());
+    assert!(!out.exists(), "a refused run left its output directory");
+    // The default partition passes both ways, its estimate as processes with the flag.
+    let default = dir.path().join("default.toml");
+    let d = rodeo!().args(["config", "default"]).output();
+    std::fs::write(&default, &d.stdout).unwrap();
+    let ok = rodeo!()
+        .args(["config", "check", "--processes"])
+        .arg(&default)
+        .output();
+    assert!(ok.status.success(), "{}", ok.text());
+    assert!(!ok.text().contains("(one process)"), "{}", ok.text());
+}
+
 #[test]
 fn config_check_names_every_error_on_its_own_line_in_words() {
     let dir = tempfile::tempdir().unwrap();

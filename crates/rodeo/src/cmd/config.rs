@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use rodeo_control::binds::{try_binds, BindOutcome};
 use rodeo_control::config::{human, read_config_file, Machine, PartitionConfig, DEFAULT_TOML};
+use rodeo_run::run::{Mode, Run};
 
 /// Arguments of `rodeo config`.
 #[derive(Debug, clap::Args)]
@@ -37,6 +38,11 @@ enum What {
         /// no end condition (no run.events or run.seconds) and last until `stop`.
         #[arg(long)]
         served: bool,
+        /// The partition will run as separate processes (`rodeo run --processes`, `rodeo serve
+        /// --processes`): what that mode refuses is an error (without this flag, a warning),
+        /// and its data transport (shared memory on one host) is the one checked.
+        #[arg(long)]
+        processes: bool,
     },
 }
 
@@ -51,19 +57,32 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             bind,
             estimate,
             served,
+            processes,
         } => {
             let text = read_config_file(&file)?;
             let name = file.display().to_string();
             let report = PartitionConfig::check_text(&text, &name, &Machine::this_host(), served);
-            for w in &report.warnings {
+            let mut warnings = report.warnings.clone();
+            let mut errors = report.error_lines();
+            // The configuration the estimate and the binds are of: as `--processes` takes it
+            // with that flag.
+            let mut checked = report.config.clone();
+            if let (true, Some(config)) = (report.accepted(), &report.config) {
+                let (w, e, adapted) = as_processes(config, processes);
+                warnings.extend(w);
+                errors.extend(e);
+                if processes {
+                    checked = Some(adapted);
+                }
+            }
+            for w in &warnings {
                 eprintln!("rodeo: warning: {w}");
             }
-            let errors = report.error_lines();
             for e in &errors {
                 eprintln!("rodeo: error: {e}");
             }
             let mut binds_ok = true;
-            if let (true, Some(config)) = (bind, &report.config) {
+            if let (true, Some(config)) = (bind, &checked) {
                 for t in try_binds(config) {
                     binds_ok &= !matches!(t.outcome, BindOutcome::Fails(_));
                     outln!("{t}");
@@ -78,7 +97,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             if errors.is_empty() && binds_ok {
-                if let Some(config) = &report.config {
+                if let Some(config) = &checked {
                     let e = config.estimate();
                     if estimate {
                         for a in e.apps.iter().chain([&e.shared]) {
@@ -118,5 +137,39 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(2))
             }
         }
+    }
+}
+
+/// The checks of an accepted configuration as `--processes` takes it
+/// ([`Run::adapt_to_mode`]: its refusals, its data transport, then every field and this host's
+/// resources again): `(warnings, errors, the configuration as adapted)`. With `processes` its refusals are errors; without
+/// it they are warnings that say they hold for `--processes` only, so that a file `config
+/// check` accepts is not refused by the first `--processes` run or `serve --processes` that
+/// takes it.
+fn as_processes(
+    config: &PartitionConfig,
+    processes: bool,
+) -> (Vec<String>, Vec<String>, PartitionConfig) {
+    let mut adapted = config.clone();
+    let machine = Machine::this_host();
+    let refusals: Vec<String> = match Run::adapt_to_mode(&mut adapted, Mode::Processes) {
+        Err(e) => vec![format!("{e:#}")],
+        Ok(()) => match adapted
+            .validate()
+            .and_then(|()| adapted.check_resources_on(&machine))
+        {
+            Err(e) => e.errors().iter().map(ToString::to_string).collect(),
+            // Its warnings are the ones already given, for another transport at most.
+            Ok(_) => Vec::new(),
+        },
+    };
+    if processes {
+        (Vec::new(), refusals, adapted)
+    } else {
+        let warnings = refusals
+            .into_iter()
+            .map(|r| format!("refused with --processes (run or serve): {r}"))
+            .collect();
+        (warnings, Vec::new(), adapted)
     }
 }
