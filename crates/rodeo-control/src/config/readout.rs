@@ -209,12 +209,13 @@ impl PartitionConfig {
     /// `dcm.slots` against what a readout channel holds (module docs).
     pub(super) fn check_readout(&self, c: &mut Checks) {
         let r = &self.ros;
-        if r.input == RosInput::File && r.link_loop {
+        if r.link_loop {
             // Found by QA passes (2026-12-07): with the data-driven L1 one pass built, then
             // nothing until run.seconds, every loop counted as a link error; with the L1
             // emulator every event past the capture's L1IDs partial, and 86 million repeated
             // fragments dropped in 3 s (the loop runs unpaced). `rodeo cards --play --loop`
-            // still loops a capture (the card's throughput, no store).
+            // still loops a capture (the card's throughput, no store). With any other input it
+            // did nothing and passed without a word (QA pass 10): refused there too.
             c.bad(
                 "ros.link_loop",
                 true,
@@ -223,7 +224,8 @@ impl PartitionConfig {
                  event past the capture's last L1ID would take no fragment of it and every \
                  later pass repeats L1IDs already built; play the files once (a run with \
                  l1.mode = \"readout\" ends with them), or replay raw data files with \
-                 ros.input = \"replay\" and ros.replay_loop, which numbers each pass on",
+                 ros.input = \"replay\" and ros.replay_loop, which numbers each pass on (with \
+                 any other ros.input it loops nothing: leave it out)",
             );
         }
         if c.has_any(&["ros.fragment_words", "ros.elinks"]) {
