@@ -112,7 +112,7 @@ pub struct SwRodMetrics {
 }
 
 /// A readout node's live counters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RosMetrics {
     /// Data requests served.
     pub requests: u64,

@@ -99,6 +99,44 @@ pub struct NodeSummary {
     /// docs/run-control.md, "Inputs"). Empty in summaries of older versions.
     #[serde(default)]
     pub inputs: Vec<InputStatus>,
+    /// What its earlier lives in the run counted, when it was restarted into it (set by the
+    /// controller): the counts above are its last life's only.
+    #[serde(default)]
+    pub earlier_lives: Option<EarlierLives>,
+}
+
+/// What the earlier lives of a readout node restarted into the run counted, each to its last
+/// heartbeat before it died (what it did after that heartbeat is known to nobody), summed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EarlierLives {
+    /// Lives that died and were followed by a restart.
+    pub lives: u64,
+    /// Of `lives`, those that died before any heartbeat (their counts are not in the sums).
+    pub unheard: u64,
+    /// Data requests they answered.
+    pub requests: u64,
+    /// L1IDs they cleared.
+    pub cleared: u64,
+    /// Fragments their inputs delivered to their stores.
+    pub stored: u64,
+    /// Missing fragments they answered FRAGMENT_LOST.
+    pub lost_fragments: u64,
+}
+
+impl EarlierLives {
+    /// Adds one life that died, with its last heartbeat's counters (`None`: it never sent one).
+    pub fn add(&mut self, last: Option<&crate::metrics::RosMetrics>) {
+        self.lives += 1;
+        match last {
+            Some(m) => {
+                self.requests += m.requests;
+                self.cleared += m.cleared_l1ids;
+                self.stored += m.input_fragments;
+                self.lost_fragments += m.lost_fragments;
+            }
+            None => self.unheard += 1,
+        }
+    }
 }
 
 /// What an application hands back at the end of its part of a run.

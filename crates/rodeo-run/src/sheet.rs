@@ -110,6 +110,9 @@ pub struct NodeSheet {
     pub died_at_stop: bool,
     /// Its inputs at the end: state, counters, problem (rodeo_control's `NodeSummary::inputs`).
     pub inputs: Vec<rodeo_control::summary::InputStatus>,
+    /// Restarted into the run: what its earlier lives counted, each to its last heartbeat
+    /// (the counts above are its last life's).
+    pub earlier_lives: Option<rodeo_control::summary::EarlierLives>,
 }
 
 /// The balance sheet of one run, in the one shape every record of a run has (module docs).
@@ -446,6 +449,7 @@ impl RunSheet {
                         restarted: n.restarted,
                         died_at_stop: n.died_at_stop,
                         inputs: n.inputs.clone(),
+                        earlier_lives: n.earlier_lives.clone(),
                     }
                 })
                 .collect(),

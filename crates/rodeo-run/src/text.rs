@@ -135,6 +135,9 @@ fn write_sheet(out: &mut String, s: &RunSheet) -> std::fmt::Result {
             "  {}: {} requests, clears for {} events{exempt}",
             node.name, node.requests, node.cleared
         )?;
+        if let Some(e) = &node.earlier_lives {
+            writeln!(out, "    {}", earlier_lives_text(e))?;
+        }
         if node.unbuilt_cut_by_stop > 0 {
             writeln!(
                 out,
@@ -276,6 +279,26 @@ mod tests {
         ));
         sheet.readout_nodes = vec![node(false)];
         assert!(render(&sheet).contains("clears for 194026 events\n"));
+        // Its earlier lives' counts under its line (they were on no sheet).
+        let mut restarted = node(true);
+        restarted.earlier_lives = Some(rodeo_control::summary::EarlierLives {
+            lives: 2,
+            unheard: 1,
+            requests: 9,
+            cleared: 77_388,
+            stored: 80_000,
+            lost_fragments: 0,
+        });
+        sheet.readout_nodes = vec![restarted];
+        let text = render(&sheet);
+        assert!(
+            text.contains(
+                "    its 2 earlier lives (to the last heartbeat before each death): 80000 \
+                 fragments stored, 9 requests, clears for 77388 events, 0 fragments answered \
+                 lost; 1 of them died before their first heartbeat: not counted"
+            ),
+            "{text}"
+        );
     }
 
     /// A run whose only balance problems are applications that ended without their summary:
@@ -379,4 +402,24 @@ mod tests {
              1 that came after their event was cleared"
         ));
     }
+}
+
+/// A restarted readout node's earlier lives in one line: their counts, each to its last
+/// heartbeat, and the lives that died before any.
+fn earlier_lives_text(e: &rodeo_control::summary::EarlierLives) -> String {
+    let lives = if e.lives == 1 {
+        "its earlier life".to_string()
+    } else {
+        format!("its {} earlier lives", e.lives)
+    };
+    let unheard = match e.unheard {
+        0 => String::new(),
+        1 if e.lives == 1 => "; it died before its first heartbeat: not counted".into(),
+        k => format!("; {k} of them died before their first heartbeat: not counted"),
+    };
+    format!(
+        "{lives} (to the last heartbeat before each death): {} fragments stored, {} requests, \
+         clears for {} events, {} fragments answered lost{unheard}",
+        e.stored, e.requests, e.cleared, e.lost_fragments
+    )
 }

@@ -577,7 +577,11 @@ fn config_check_processes_refuses_what_a_processes_run_refuses() {
         .arg(&cfg)
         .output();
     assert!(!run.status.success(), "{}", run.text());
-    assert!(run.stderr.contains("l1.mode = \"readout\""), "{}", run.text());
+    assert!(
+        run.stderr.contains("l1.mode = \"readout\""),
+        "{}",
+        run.text()
+    );
     assert!(!out.exists(), "a refused run left its output directory");
     // The default partition passes both ways, its estimate as processes with the flag.
     let default = dir.path().join("default.toml");

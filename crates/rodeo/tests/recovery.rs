@@ -177,6 +177,8 @@ fn shm_a_readout_node_killed_as_often_as_the_budget_allows_rejoins_each_time() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     const BUDGET: u32 = 3;
     let run = Run::start(&config("shm", BUDGET, ""), 16);
+    // Some heartbeats (every 250 ms) of the first life in the run, for its counts.
+    std::thread::sleep(Duration::from_millis(1500));
     for k in 1..=BUDGET as usize {
         run.kill("ros-1");
         run.wait_rejoined(k);
@@ -184,6 +186,15 @@ fn shm_a_readout_node_killed_as_often_as_the_budget_allows_rejoins_each_time() {
     let (out, v, dir) = run.finish(Duration::from_secs(90));
     assert_survived(&out, &v, u64::from(BUDGET), dir.path());
     assert!(v["partial_events"].as_u64().unwrap() > 0, "{v}");
+    // Its earlier lives' counts, to their last heartbeats, are on the sheet beside its last
+    // life's (they were on none): the first life's at least, 1.5 s into the run.
+    let node = &v["readout_nodes"][0];
+    assert_eq!(node["restarted"], true, "{node}");
+    let earlier = &node["earlier_lives"];
+    assert_eq!(earlier["lives"], u64::from(BUDGET), "{node}");
+    for count in ["stored", "requests", "cleared"] {
+        assert!(earlier[count].as_u64().unwrap() > 0, "{count}: {node}");
+    }
 }
 
 #[test]

@@ -214,6 +214,7 @@ impl Application for RosApp {
             restarted: false,
             died_at_stop: false,
             inputs,
+            earlier_lives: None,
         })))
     }
 

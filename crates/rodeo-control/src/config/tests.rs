@@ -316,7 +316,10 @@ fn network_and_file_inputs_and_the_data_driven_l1_are_checked() {
     assert!(err(&emulated).contains("ros.link_loop"), "{emulated}");
     // With another input it looped nothing and passed without a word.
     let e = err("[run]\nevents = 10\n[ros]\ninput = \"dma\"\nlink_loop = true\n");
-    assert!(e.contains("ros.link_loop") && e.contains("leave it out"), "{e}");
+    assert!(
+        e.contains("ros.link_loop") && e.contains("leave it out"),
+        "{e}"
+    );
     // A data-driven run over inputs that end may have neither events nor seconds...
     let tcp = format!(
         "[run]\nevents = 0\n[l1]\nmode = \"readout\"\n{net}\

@@ -248,6 +248,7 @@ impl Controller {
                 let mut s = a.summary.clone().or_else(|| died_at_stop(a))?;
                 if let AppSummary::Ros(n) = &mut s {
                     n.restarted = a.restarted;
+                    n.earlier_lives = a.earlier_lives.clone();
                 }
                 Some((a.name.clone(), s))
             })

@@ -106,6 +106,7 @@ impl Controller {
             a.restart_at = None;
             a.restarted = false;
             a.rejoin_at = None;
+            a.earlier_lives = None;
             a.hello = false;
             a.error = None;
             a.summary = None;

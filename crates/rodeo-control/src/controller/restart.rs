@@ -207,7 +207,7 @@ impl Controller {
             a.last_heard = None;
             a.stopped_since = None;
             a.rate_base = None;
-            a.metrics = None;
+            a.end_life();
             a.waiting = None;
             a.reply = None;
             a.pid = None;
@@ -343,5 +343,36 @@ mod tests {
             matches!(row, Some(crate::summary::AppSummary::Ros(ref n)) if n.died_at_stop),
             "{row:?}"
         );
+    }
+
+    /// A readout node's dead lives are kept for the sheet at each restart: the last
+    /// heartbeat's counts of one that sent one, and a count of those that died before any.
+    #[test]
+    fn a_restart_keeps_the_dead_lifes_counts_for_the_sheet() {
+        let c = Controller::new(PartitionConfig::default(), PathBuf::from("/nonexistent")).unwrap();
+        let mut t = c.state.table();
+        let i = walk_to(&mut t, &[Command::Start]);
+        let m = crate::metrics::RosMetrics {
+            requests: 70,
+            cleared_l1ids: 500,
+            input_fragments: 2000,
+            lost_fragments: 3,
+            ..Default::default()
+        };
+        t.apps[i].metrics = Some(crate::metrics::AppMetrics::Ros(Box::new(m)));
+        t.apps[i].end_life();
+        assert!(t.apps[i].metrics.is_none());
+        // The next life died before its first heartbeat.
+        t.apps[i].end_life();
+        let e = t.apps[i].earlier_lives.clone().unwrap();
+        assert_eq!((e.lives, e.unheard), (2, 1), "{e:?}");
+        assert_eq!(
+            (e.stored, e.requests, e.cleared, e.lost_fragments),
+            (2000, 70, 500, 3)
+        );
+        // Other roles keep none (a logger's files say what its lives wrote).
+        let l = t.apps.iter().position(|a| a.role == Role::Logger).unwrap();
+        t.apps[l].end_life();
+        assert!(t.apps[l].earlier_lives.is_none());
     }
 }

@@ -15,7 +15,7 @@ use crate::application::Role;
 use crate::config::ControlSection;
 use crate::lifecycle::{Command, Lifecycle, State};
 use crate::metrics::AppMetrics;
-use crate::summary::AppSummary;
+use crate::summary::{AppSummary, EarlierLives};
 
 /// How many recent errors the status keeps.
 const RECENT_ERRORS: usize = 32;
@@ -62,6 +62,8 @@ pub(super) struct App {
     pub(super) restarts: u64,
     /// With its next `configure`: the event it rejoins the run at.
     pub(super) rejoin_at: Option<u64>,
+    /// A readout node's lives in this run before its current one ([`App::end_life`]).
+    pub(super) earlier_lives: Option<EarlierLives>,
 }
 
 impl App {
@@ -98,7 +100,24 @@ impl App {
             restarted: false,
             restarts: 0,
             rejoin_at: None,
+            earlier_lives: None,
         }
+    }
+
+    /// Before a restart into the run: a readout node's dead life, with its last heartbeat's
+    /// counters, goes into `earlier_lives` (its next life counts from 0, and the balance sheet
+    /// gives both); the heartbeat's counters are then cleared.
+    pub(super) fn end_life(&mut self) {
+        if self.role == Role::Ros {
+            let last = match &self.metrics {
+                Some(AppMetrics::Ros(m)) => Some(&**m),
+                _ => None,
+            };
+            self.earlier_lives
+                .get_or_insert_with(EarlierLives::default)
+                .add(last);
+        }
+        self.metrics = None;
     }
 }
 
