@@ -213,6 +213,10 @@ pub fn summary(s: &Stopped) -> Value {
         "core_cpu_ns": u64::try_from(s.core_cpu.as_nanos()).unwrap_or(u64::MAX),
         "core_idle_cpu_ns": u64::try_from(s.core_idle_cpu.as_nanos()).unwrap_or(u64::MAX),
     });
+    // What the store's record of the run's clears could not take (`EventStore::clears_unrecorded`).
+    let (passed, beyond) = s.store.clears_unrecorded();
+    v["clears_passed_uncleared"] = json!(passed);
+    v["clears_beyond_window"] = json!(beyond);
     // The SW ROD input: its builders' counters (`swrod_*`) and its links' (`swrod_link_*`).
     if let (Some(sw), Value::Object(m)) = (&s.swrod, &mut v) {
         for (k, n) in sw.builder.fields() {

@@ -203,3 +203,77 @@ fn a_paused_supervisor_delays_the_run_but_loses_nothing() {
 fn a_paused_dcm_delays_its_events_but_loses_nothing() {
     pause_and_resume("dcm-1");
 }
+
+/// A readout node paused past the DCMs' request timeout (below the dead-application limit)
+/// catches up with the run when it resumes: the clears of the events decided meanwhile (40,000
+/// at 20 kHz, far beyond its channels' early-clear markers) are kept by its store
+/// (`store::cleared`), so the fragments its input then makes of those events are dropped as
+/// cleared. Without that they were stored and never cleared, the store filled, and every
+/// later request waited for its timeout: 76,000 L1 accepts in 10 s instead of 200,000, the
+/// L1 at 200 Hz to the run's end (a QA pass, 2026-12-08).
+#[test]
+fn a_readout_node_paused_past_the_request_timeout_catches_up_with_the_run() {
+    const RATE: u64 = 20_000;
+    const SECONDS: u64 = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[l1]\nrate_hz = {RATE}.0\n[ros]\nnodes = 2\nchannels = 4\n\
+             [dcm]\nnodes = 2\nslots = 64\n[control]\ndead_after_ms = 5000\n"
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let child = rodeo!()
+        .args([
+            "run",
+            "--processes",
+            "--json",
+            "--accept-degraded",
+            "--seconds",
+        ])
+        .arg(SECONDS.to_string())
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--output")
+        .arg(&out_dir)
+        .spawn();
+    let marker = out_dir.to_str().unwrap().to_string();
+    wait_until("events being written", Duration::from_secs(60), || {
+        files_under(&out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".data"))
+    });
+    let pid = wait_for("ros-1", Duration::from_secs(20), || {
+        find_app("ros-1", &marker)
+    });
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The fault itself: past the DCMs' 1.5 s request timeout (the duration, not a wait).
+    std::thread::sleep(Duration::from_millis(2500));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let out = child.wait_with_deadline(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["balanced"], true, "{v}");
+    let node = v["readout_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "ros-1")
+        .unwrap();
+    assert!(
+        node["store_dropped_after_clear"].as_u64().unwrap() > 0,
+        "{node}"
+    );
+    // The pause costs its own 2.5 s of events at most, not the rest of the run.
+    let accepts = v["l1_accepts"].as_u64().unwrap();
+    assert!(
+        accepts >= RATE * SECONDS * 6 / 10,
+        "{accepts} L1 accepts of {}: the node did not catch up\n{v}",
+        RATE * SECONDS
+    );
+}

@@ -207,11 +207,15 @@ impl Parts {
         let pool = memory.pool;
         let mut store = EventStore::new(
             &pool,
-            &StoreConfig::with_channels(
-                config.channels,
-                config.base_source_id,
-                config.pages_per_channel,
-            ),
+            &StoreConfig {
+                l1id_wrap: config.l1id_wrap,
+                first_event: config.first_event,
+                ..StoreConfig::with_channels(
+                    config.channels,
+                    config.base_source_id,
+                    config.pages_per_channel,
+                )
+            },
         )?;
         // A node restarted into a running run: its emulated inputs follow the run's clears.
         let front =

@@ -21,7 +21,9 @@ impl EventStore {
         rodeo_memory::stream::fence();
         self.clear_ids.clear();
         self.clear_ids.extend(l1ids);
-        // The L1 front moves to the newest L1ID cleared.
+        // Every L1ID is noted as cleared, for a fragment that comes later however far behind
+        // its input is (`cleared`); the L1 front moves to the newest L1ID cleared.
+        self.cleared.mark_all(&self.clear_ids);
         for &l1id in &self.clear_ids {
             if self.l1_front.is_none_or(|f| l1id_newer(l1id, f)) {
                 self.l1_front = Some(l1id);

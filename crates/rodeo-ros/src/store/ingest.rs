@@ -176,7 +176,8 @@ impl EventStore {
     /// L1IDs). Places and indexes it, and returns its page, word offset and the channel's
     /// source id: the caller writes the words there before anything looks the L1ID up (the
     /// store has one thread). Anything else (no such channel, duplicates, early clears,
-    /// collisions, fragments spanning pages, a full channel) changes nothing and returns
+    /// collisions, fragments spanning pages, a full channel, an L1ID the run's clears named)
+    /// changes nothing and returns
     /// `None`: ask [`EventStore::ingest_general`].
     ///
     /// `layout` is the card run's [`layout_key`] (`NO_LAYOUT` for any other writer); the last
@@ -194,7 +195,7 @@ impl EventStore {
     ) -> Option<(u32, usize, u32, bool)> {
         let pw = self.page_words;
         let ch = self.channels.get_mut(c)?;
-        if words > pw {
+        if words > pw || self.cleared.is_cleared(l1id) {
             return None;
         }
         let home = ch.index.vacant_home(l1id)?;
@@ -274,7 +275,7 @@ impl EventStore {
         let holds = &mut self.holds;
         let page_words = table.page_words();
         let ch = self.channels.get_mut(c).ok_or(IngestError::NoChannel(c))?;
-        if let Some(known) = known_l1id(ch, l1id) {
+        if let Some(known) = known_l1id(ch, &self.cleared, l1id) {
             return Ok(known);
         }
         let words = ROB_HEADER_WORDS + rod_words;

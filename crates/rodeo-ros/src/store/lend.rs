@@ -203,10 +203,16 @@ impl EventStore {
             offset: offset as u32,
             words: words as u32,
         };
-        if let Some(home) = ch.index.vacant_home(l1id) {
+        // A vacant home slot holds no marker, but the run's clears may still name the L1ID.
+        let home = if self.cleared.is_cleared(l1id) {
+            None
+        } else {
+            ch.index.vacant_home(l1id)
+        };
+        if let Some(home) = home {
             ch.index.fill_home(home, l1id, loc);
         } else {
-            if let Some(known) = known_l1id(ch, l1id) {
+            if let Some(known) = known_l1id(ch, &self.cleared, l1id) {
                 return Ok(known);
             }
             if ch.index.insert_absent(l1id, Slot::Stored(loc)).is_err() {

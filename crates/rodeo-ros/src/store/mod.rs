@@ -54,7 +54,13 @@
 //! [`EventStore::clear`] releases the listed L1IDs on every channel. A clear for an L1ID that a
 //! channel has not received yet (it is newer than the channel's last L1ID) is remembered in the
 //! index and the fragment is dropped when it arrives (counted, `dropped_after_clear`); a clear
-//! for an L1ID that is older and absent is counted (`unknown_clears`) and harmless.
+//! for an L1ID that is older and absent is counted (`unknown_clears`) and harmless. A channel's
+//! markers reach only an index's worth of L1IDs ahead of its input; beyond that the store's
+//! record of the run's clears (`cleared`: every event from the first clear's on through a
+//! watermark, and a window of 2^20 events beyond it) still names the events cleared, so an
+//! input far behind the run (its node paused past the DCMs' timeout) drops the fragments of
+//! the events decided meanwhile as they come, rather than storing them for no clear to
+//! release ([`EventStore::clears_unrecorded`] counts what that record could not take).
 //!
 //! # Page layouts (the card's rewrites)
 //!
@@ -93,6 +99,7 @@
 //!   `slink`: the S-LINK error dump.
 
 mod clear;
+mod cleared;
 mod index;
 mod ingest;
 mod lend;
@@ -164,6 +171,11 @@ pub struct StoreConfig {
     pub index_capacity: usize,
     /// Occupancy fraction at which a channel's alarm is raised (default 0.9).
     pub alarm_fraction: f64,
+    /// The run's L1ID wrap (default 2^24), for numbering the events its clears name.
+    pub l1id_wrap: u32,
+    /// The event the node's inputs begin at (0; a restarted node's rejoin event): its first
+    /// clear is numbered near it.
+    pub first_event: u64,
 }
 
 impl StoreConfig {
@@ -174,6 +186,8 @@ impl StoreConfig {
             pages_per_channel,
             index_capacity: 0,
             alarm_fraction: 0.9,
+            l1id_wrap: rodeo_format::l1id::DEFAULT_L1ID_WRAP,
+            first_event: 0,
         }
     }
 }
@@ -331,6 +345,9 @@ pub struct EventStore {
     runs_ahead: bool,
     /// Per page: lent and no fragment adopted on it yet.
     lent_empty: Box<[bool]>,
+    /// The events the run's clears have named, for fragments that come after their clear
+    /// however far the input lags (`cleared`).
+    cleared: cleared::ClearedEvents,
 }
 
 impl EventStore {
@@ -403,6 +420,7 @@ impl EventStore {
             l1_front: None,
             runs_ahead: false,
             lent_empty: vec![false; wanted].into_boxed_slice(),
+            cleared: cleared::ClearedEvents::new(config.l1id_wrap, config.first_event),
         })
     }
 
@@ -554,6 +572,17 @@ impl EventStore {
     /// dropped are released by the rejoin sweep instead.
     pub fn set_rejoining(&mut self, on: bool) {
         self.rejoining = on;
+    }
+
+    /// What the store's record of the run's clears (`cleared`) could not take: events its
+    /// window passed over without their clear (a clear lost, or an event decided later than
+    /// a window of 2^20 events), and clears too far beyond the window to be noted (a hostile
+    /// or mistaken clear). Both 0 in a healthy run.
+    pub fn clears_unrecorded(&self) -> (u64, u64) {
+        (
+            self.cleared.passed_uncleared(),
+            self.cleared.beyond_window(),
+        )
     }
 
     /// The last (newest) L1ID channel `c` stored, if any.
@@ -708,7 +737,7 @@ fn unhold(holds: &mut [u32], table: &PageTable, p: u32) -> bool {
 /// a stored L1ID, or an L1ID cleared before it came (its early clear's marker then removed);
 /// counted. `None`: the L1ID is absent, to be stored.
 #[inline(always)]
-fn known_l1id(ch: &mut Channel, l1id: u32) -> Option<Ingested> {
+fn known_l1id(ch: &mut Channel, cleared: &cleared::ClearedEvents, l1id: u32) -> Option<Ingested> {
     match ch.index.get(l1id) {
         Some(index::Slot::Stored(_)) => {
             ch.counters.duplicates += 1;
@@ -716,6 +745,13 @@ fn known_l1id(ch: &mut Channel, l1id: u32) -> Option<Ingested> {
         }
         Some(index::Slot::ClearedEarly) => {
             ch.index.remove(l1id);
+            ch.counters.dropped_after_clear += 1;
+            note_l1id(ch, l1id);
+            Some(Ingested::AlreadyCleared)
+        }
+        // Cleared beyond the reach of the channel's markers (an input far behind the run):
+        // the run's clears say so (`cleared`).
+        None if cleared.is_cleared(l1id) => {
             ch.counters.dropped_after_clear += 1;
             note_l1id(ch, l1id);
             Some(Ingested::AlreadyCleared)

@@ -204,6 +204,53 @@ fn clears_far_ahead_of_the_input_leave_no_marker() {
     assert_eq!(s.counters(0).unknown_clears, 1001);
 }
 
+/// An input far behind the run (its node paused past the DCMs' timeout) finds the events
+/// cleared meanwhile, beyond its markers' reach, dropped as cleared when their fragments come,
+/// by single ingests and card runs alike: they were stored, never cleared again, and the store
+/// filled (a QA pass, 2026-12-08).
+#[test]
+fn fragments_of_events_cleared_far_ahead_of_the_input_are_dropped_when_they_come() {
+    let pool = pool(1024, 16);
+    let mut s = EventStore::new(&pool, &StoreConfig::with_channels(1, 9, 8)).unwrap();
+    for l1id in 0..3 {
+        s.ingest(0, &rod(9, l1id, 5), Status::OK).unwrap();
+    }
+    let reach = s.channels[0].index.capacity() as u32;
+    let decided = 40 * reach;
+    // The run decided events 0 to `decided` while the input stood at 2.
+    s.clear(0..decided);
+    assert_eq!(s.counters(0).cleared, 3);
+    for l1id in 3..decided / 2 {
+        assert_eq!(
+            s.ingest(0, &rod(9, l1id, 5), Status::OK).unwrap(),
+            Ingested::AlreadyCleared
+        );
+    }
+    let rod_words = rod(9, 0, 5).len();
+    let mut next = decided / 2;
+    let (done, err) = s.ingest_run(
+        0,
+        rod_words,
+        Status::OK,
+        (decided / 2 + 10) as usize,
+        || {
+            next += 1;
+            next - 1
+        },
+        |l1id, words, _| words.copy_from_slice(&rod(9, l1id, 5)),
+    );
+    assert_eq!((done, err), ((decided / 2 + 10) as usize, None));
+    assert_eq!(
+        s.counters(0).dropped_after_clear,
+        u64::from(decided - 3),
+        "every fragment of a decided event"
+    );
+    // The ten after the decided ones are stored, and the store holds nothing else.
+    assert_eq!(s.counters(0).stored, 10);
+    assert_eq!(s.lookup(0, decided), Lookup::Present);
+    assert_eq!(s.clears_unrecorded(), (0, 0));
+}
+
 #[test]
 fn l1id_wrap_and_ecr_index_correctly() {
     let pool = pool(1024, 32);
