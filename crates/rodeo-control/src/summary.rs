@@ -209,6 +209,8 @@ pub struct RunSummary {
     pub problems: Vec<String>,
     /// Applications the controller restarted into the run (process mode).
     pub restarts: u64,
+    /// Their names (each once, however often it was restarted).
+    pub restarted_apps: Vec<String>,
     /// Events in the DCMs' slots when they stopped (left to the supervisor to reassign; a
     /// run that lost its supervisor leaves them undecided).
     pub unfinished: u64,

@@ -24,7 +24,8 @@ pub(crate) fn losses(s: &RunSummary) -> Vec<Problem> {
         // on with fewer, its events came back as forced accepts (not the trigger's decision).
         out.push(Problem::new(
             ProblemKind::DcmLost,
-            None,
+            // One DCM per problem (the forced accepts are the run's, in the text).
+            Some(1),
             Some(name.clone()),
             if s.forced_accepts > 0 {
                 format!(
@@ -167,12 +168,16 @@ pub(crate) fn losses(s: &RunSummary) -> Vec<Problem> {
         ));
     }
     if s.restarts > 0 {
-        let names: Vec<&str> = s
-            .nodes
-            .iter()
-            .filter(|n| n.restarted)
-            .map(|n| n.name.as_str())
-            .collect();
+        // Every application restarted (the loggers too: only the readout nodes were named).
+        let mut names: Vec<&str> = s.restarted_apps.iter().map(String::as_str).collect();
+        if names.is_empty() {
+            names = s
+                .nodes
+                .iter()
+                .filter(|n| n.restarted)
+                .map(|n| n.name.as_str())
+                .collect();
+        }
         out.push(Problem::new(
             ProblemKind::Restarts,
             Some(s.restarts),

@@ -158,6 +158,7 @@ impl Run {
         // What this host can give the partition (memory, cores): refused here, before any
         // data is taken, as `rodeo config check` refuses it.
         let mut warnings = config.check_resources()?;
+        warnings.extend(config.unused_settings());
         if mode != Mode::Processes && !config.hosts.is_empty() {
             // It ran everything here without a word (2026-12-07).
             warnings.push(format!(

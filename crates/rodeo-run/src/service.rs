@@ -419,12 +419,19 @@ impl RunService {
         crate::fixed::keep_fixed_fields(&self.started, &mut new, &named, &output)
             .map_err(|e| invalid(e.to_string()))?;
         let before = lock(&self.config).clone();
-        new.validate()
-            .and_then(|()| new.check_output())
-            .and_then(|()| new.check_directories())
-            .and_then(|()| new.check_input_files())
-            .and_then(|()| new.check_binds_here())
-            .and_then(|()| new.check_free_space())
+        // Checked as the service's mode runs it (what `--processes` refuses is a bad request,
+        // not a partition that failed to come up: it was a 500, a QA pass, 2026-12-08).
+        let mut checked = new.clone();
+        crate::run::Run::adapt_to_mode(&mut checked, self.mode)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let new_checked = &checked;
+        new_checked
+            .validate()
+            .and_then(|()| new_checked.check_output())
+            .and_then(|()| new_checked.check_directories())
+            .and_then(|()| new_checked.check_input_files())
+            .and_then(|()| new_checked.check_binds_here())
+            .and_then(|()| new_checked.check_free_space())
             .and_then(|()| {
                 // The partition prepared now gives its memory back before the new one is
                 // brought up.
@@ -432,7 +439,7 @@ impl RunService {
                 here.available_bytes = here
                     .available_bytes
                     .map(|a| a.saturating_add(before.estimate().host_bytes(&None)));
-                new.check_resources_on(&here).map(|_| ())
+                new_checked.check_resources_on(&here).map(|_| ())
             })
             .map_err(|e| invalid(e.to_string()))?;
         // The lock on the current run is held only to look and to put the new run in: the

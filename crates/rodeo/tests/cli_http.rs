@@ -524,3 +524,53 @@ fn a_next_run_that_cannot_be_prepared_leaves_its_number_to_the_next_put() {
     // Run 2's directory was made by something else: no run of the service.
     assert_eq!(numbers, vec![3, 1], "{runs}");
 }
+
+/// `PUT /api/config` to `serve --processes` with what that mode refuses (the data-driven L1
+/// in its own process) is a bad request, 400 with the reason, the partition untouched: it was
+/// a 500 "configure failed in serve" after the prepared run had been given up (a QA pass).
+#[test]
+fn a_put_that_processes_mode_refuses_is_a_bad_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = "[run]\nevents = 0\nseconds = 0\n[l1]\nrate_hz = 1000.0\n";
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let out_dir = dir.path().join("out");
+    let child = rodeo!()
+        .args([
+            "serve",
+            "--processes",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--output",
+        ])
+        .arg(&out_dir)
+        .args(["--http", "127.0.0.1:0"])
+        .env("RODEO_TOKEN", "tok")
+        .env("RODEO_EXPERT_TOKEN", "tok-expert")
+        .spawn();
+    let addr = child.http_address(Duration::from_secs(60));
+    let status = || -> Value {
+        let (_, st) = http(addr, "GET", "/api/status", None, "");
+        serde_json::from_str(&st).unwrap()
+    };
+    wait_for("the first run prepared", Duration::from_secs(60), || {
+        (status()["state"] == "CONNECTED").then_some(())
+    });
+    let readout = format!("{toml}mode = \"readout\"\n");
+    let (code, body) = http(addr, "PUT", "/api/config", Some("tok-expert"), &readout);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("l1.mode = \\\"readout\\\""), "{body}");
+    let st = status();
+    assert_eq!(st["state"], "CONNECTED", "{st}");
+    assert_eq!(st["run_number"], 1, "{st}");
+    let (code, body) = http(
+        addr,
+        "POST",
+        "/api/command",
+        Some("tok"),
+        "{\"command\":\"shutdown\"}",
+    );
+    assert_eq!(code, 200, "{body}");
+    let out = child.wait_with_deadline(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+}

@@ -593,6 +593,32 @@ fn config_check_processes_refuses_what_a_processes_run_refuses() {
         .output();
     assert!(ok.status.success(), "{}", ok.text());
     assert!(!ok.text().contains("(one process)"), "{}", ok.text());
+    // With [hosts], which only --processes runs, its refusal is an error without the flag.
+    let hosts = format!("{text}[transport]\nkind = \"tcp\"\n[hosts]\n\"dcm-1\" = \"10.9.9.9\"\n");
+    std::fs::write(&cfg, &hosts).unwrap();
+    let o = rodeo!().args(["config", "check"]).arg(&cfg).output();
+    assert_eq!(o.status.code(), Some(2), "{}", o.text());
+    assert!(
+        o.stderr
+            .contains("error: [hosts] is run with --processes only, which refuses: l1.mode"),
+        "{}",
+        o.text()
+    );
+    // A file list the input does not read: said (the run took emulated data, "ok").
+    let unread = format!(
+        "[run]\noutput = {:?}\nevents = 1000\n[ros]\ninput = \"swrod\"\nlink_files = [\"/etc/hostname\"]\n",
+        out.display().to_string()
+    );
+    std::fs::write(&cfg, &unread).unwrap();
+    let o = rodeo!().args(["config", "check"]).arg(&cfg).output();
+    assert!(o.status.success(), "{}", o.text());
+    assert!(
+        o.stderr.contains(
+            "warning: ros.link_files lists 1 entry that ros.input = \"swrod\" does not read"
+        ),
+        "{}",
+        o.text()
+    );
 }
 
 #[test]

@@ -236,6 +236,14 @@ fn shm_a_logger_killed_twice_accounts_for_the_files_of_all_its_lives() {
     let (out, v, dir) = run.finish(Duration::from_secs(90));
     assert_survived(&out, &v, 2, dir.path());
     assert!(v["recovered_events"].as_u64().unwrap() > 0, "{v}");
+    // The restarts' problem names the logger (its `where` was null: only readout nodes were).
+    let restarts = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "restarts")
+        .unwrap();
+    assert_eq!(restarts["where"], "logger-1", "{restarts}");
 }
 
 /// A port free now (the partition takes it as base_port and the few after it).

@@ -205,6 +205,32 @@ impl PartitionConfig {
         Some(sw.block_bytes_for(packet_len(payload)))
     }
 
+    /// Settings of `[ros]` that the chosen `ros.input` does not read, one warning each (a file
+    /// list with the SW ROD input ran on emulated data, "ok", without a word: a QA pass,
+    /// 2026-12-08). `rodeo config check` and every run print them.
+    pub fn unused_settings(&self) -> Vec<String> {
+        let r = &self.ros;
+        let input = format!("{:?}", r.input).to_lowercase();
+        let lists: [(&str, usize, RosInput); 3] = [
+            ("ros.link_files", r.link_files.len(), RosInput::File),
+            ("ros.replay_files", r.replay_files.len(), RosInput::Replay),
+            ("ros.listen", r.listen.len(), RosInput::Network),
+        ];
+        lists
+            .into_iter()
+            .filter(|&(_, n, reader)| n > 0 && r.input != reader)
+            .map(|(field, n, reader)| {
+                format!(
+                    "{field} lists {n} entr{} that ros.input = \"{input}\" does not read (only \
+                     \"{}\" does): this partition takes no data from {}",
+                    if n == 1 { "y" } else { "ies" },
+                    format!("{reader:?}").to_lowercase(),
+                    if n == 1 { "it" } else { "them" },
+                )
+            })
+            .collect()
+    }
+
     /// `ros.fragment_words` against the superpage or packet that carries it, and
     /// `dcm.slots` against what a readout channel holds (module docs).
     pub(super) fn check_readout(&self, c: &mut Checks) {
@@ -355,6 +381,20 @@ fn dma_slink() -> SlinkConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file list the chosen input does not read is said (the run took emulated data from a
+    /// SW ROD input, "ok"); the input that reads it says nothing.
+    #[test]
+    fn settings_the_input_does_not_read_are_warned() {
+        let parse = |text: &str| PartitionConfig::from_toml(text, "t.toml").unwrap();
+        let c = parse("[ros]\ninput = \"swrod\"\nlink_files = [\"a\", \"b\"]\nlisten = [\"tcp://127.0.0.1:1\"]\n");
+        let w = c.unused_settings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("ros.link_files lists 2 entries") && w[0].contains("\"file\""));
+        assert!(w[1].starts_with("ros.listen lists 1 entry") && w[1].contains("\"swrod\""));
+        let c = parse("[ros]\nchannels = 1\ninput = \"file\"\nlink_files = [\"a\"]\n");
+        assert!(c.unused_settings().is_empty());
+    }
 
     #[test]
     fn a_channel_holds_whole_fragments_per_page_or_chains_of_pages() {

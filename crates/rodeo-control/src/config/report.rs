@@ -72,6 +72,7 @@ impl PartitionConfig {
                 Ok(w) => warnings = w,
                 Err(e) => c.push(e),
             }
+            warnings.extend(config.unused_settings());
         }
         CheckReport {
             config: Some(config),

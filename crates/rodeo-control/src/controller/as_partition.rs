@@ -272,6 +272,12 @@ impl Controller {
             &missing,
         );
         s.restarts = t.restarts;
+        s.restarted_apps = t
+            .apps
+            .iter()
+            .filter(|a| a.restarted)
+            .map(|a| a.name.clone())
+            .collect();
         s.dcms_lost = t
             .apps
             .iter()

@@ -142,8 +142,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// The checks of an accepted configuration as `--processes` takes it
 /// ([`Run::adapt_to_mode`]: its refusals, its data transport, then every field and this host's
-/// resources again): `(warnings, errors, the configuration as adapted)`. With `processes` its refusals are errors; without
-/// it they are warnings that say they hold for `--processes` only, so that a file `config
+/// resources again): `(warnings, errors, the configuration as adapted)`. With `processes`
+/// (or `[hosts]`, which only `--processes` runs) its refusals are errors; without it they are
+/// warnings that say they hold for `--processes` only, so that a file `config
 /// check` accepts is not refused by the first `--processes` run or `serve --processes` that
 /// takes it.
 fn as_processes(
@@ -165,6 +166,18 @@ fn as_processes(
     };
     if processes {
         (Vec::new(), refusals, adapted)
+    } else if !config.hosts.is_empty() {
+        // Only `--processes` runs a partition over `[hosts]`: what it refuses cannot run.
+        let errors = refusals
+            .into_iter()
+            .map(|r| format!("[hosts] is run with --processes only, which refuses: {r}"))
+            .collect();
+        let warning = format!(
+            "[hosts] places {} application(s) on other hosts with --processes only: `rodeo \
+             run` without it runs every application in its own process, here",
+            config.hosts.len()
+        );
+        (vec![warning], errors, adapted)
     } else {
         let warnings = refusals
             .into_iter()

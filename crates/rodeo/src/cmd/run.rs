@@ -39,8 +39,9 @@ pub(crate) struct Args {
     /// L1 accept rate in Hz (overrides l1.rate_hz; 0: as fast as the partition takes).
     #[arg(long)]
     rate: Option<f64>,
-    /// Run every application as its own `rodeo app` process on this host (ipc endpoints unless
-    /// the configuration says tcp), same configuration, same summary.
+    /// Run every application as its own `rodeo app` process under a controller (on this host,
+    /// or on `[hosts]` over ssh): data over shared memory on one host (TCP across hosts)
+    /// unless `[transport] kind` says otherwise, same configuration, same summary.
     #[arg(long)]
     processes: bool,
     /// Serve the HTTP API (status, commands, /metrics, the web page) on this address during
