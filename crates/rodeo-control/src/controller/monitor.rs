@@ -232,6 +232,9 @@ impl ControllerState {
         let mut t = self.table();
         let now = Instant::now();
         let late = since_check + now.duration_since(asked);
+        if late >= self.dead_after {
+            t.held_up(late, self.dead_after);
+        }
         if late >= channel::stall_limit(self.dead_after) {
             t.listening_since = Some(now);
             if late >= Duration::from_secs(1) {

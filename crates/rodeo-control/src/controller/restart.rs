@@ -375,4 +375,27 @@ mod tests {
         t.apps[l].end_life();
         assert!(t.apps[l].earlier_lives.is_none());
     }
+
+    /// After the controller itself was held up past `dead_after`, the applications that then
+    /// leave are not restarted and the partition's failure says why (it blamed the first
+    /// application to exit, and scheduled restarts for those that had left on purpose).
+    #[test]
+    fn deaths_after_the_controller_was_held_up_are_its_own() {
+        let mut config = PartitionConfig::default();
+        config.control.restart = true;
+        config.control.max_restarts_per_run = 3;
+        let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
+        let mut t = c.state.table();
+        let i = walk_to(&mut t, &[Command::Start]);
+        t.held_up(Duration::from_millis(5013), Duration::from_millis(3000));
+        t.dead(i, "its process exited (exit status: 0)".into());
+        assert_eq!(t.restart_attempts, 0);
+        assert!(t.apps[i].restart_at.is_none());
+        assert_eq!(t.lifecycle.state(), State::Error);
+        let why = t.lifecycle.error().unwrap_or_default().to_string();
+        assert!(
+            why.contains("the controller was held up for 5013 ms"),
+            "{why}"
+        );
+    }
 }

@@ -19,6 +19,8 @@ use crate::summary::{AppSummary, EarlierLives};
 
 /// How many recent errors the status keeps.
 const RECENT_ERRORS: usize = 32;
+/// After a hold-up of the controller, deaths within `dead_after` and this much are its own.
+const HELD_UP_MARGIN: Duration = Duration::from_secs(5);
 
 /// What the controller knows of one application.
 #[derive(Debug)]
@@ -149,9 +151,37 @@ pub(super) struct Table {
     /// the stop does not wait behind it (it waited up to `control.spawn_timeout_ms`, Ctrl-C
     /// unheard).
     pub(super) stop_wanted: bool,
+    /// The controller itself was held up past `dead_after` (noticed then, for how long): its
+    /// applications leave on their own after that silence, so the deaths that follow are its
+    /// own (`held_up`).
+    pub(super) held_up: Option<(Instant, Duration)>,
 }
 
 impl Table {
+    /// The monitor noticed it was held up for `late`, at least `dead_after`: the applications
+    /// will have walked down on their own ("no message from the controller"), so the deaths it
+    /// sees within `dead_after` and a margin from now are said to be the controller's (the
+    /// sheet blamed "dcm-2 is dead: its process exited" and restarts were scheduled for
+    /// applications that had left on purpose: a QA pass, 2026-12-08), and none is restarted.
+    pub(super) fn held_up(&mut self, late: Duration, dead_after: Duration) {
+        // A warning only: applications held up as long (the whole machine frozen) count
+        // their own stall and stay.
+        tracing::warn!(
+            "the controller was held up for {} ms, past control.dead_after_ms ({} ms) after \
+             which its applications leave on their own unless they were held up as well",
+            late.as_millis(),
+            dead_after.as_millis()
+        );
+        self.held_up = Some((Instant::now() + dead_after + HELD_UP_MARGIN, late));
+    }
+
+    /// How long the controller was held up, when the deaths seen now are its own.
+    fn held_up_now(&self) -> Option<Duration> {
+        self.held_up
+            .filter(|(until, _)| Instant::now() < *until)
+            .map(|(_, late)| late)
+    }
+
     /// Whether a `stop` is in flight with the supervisor (its drain runs).
     pub(super) fn supervisor_stopping(&self) -> bool {
         self.apps.iter().any(|a| {
@@ -178,6 +208,7 @@ impl Table {
             listening_since: None,
             abandon_due: false,
             stop_wanted: false,
+            held_up: None,
         }
     }
 
@@ -218,6 +249,19 @@ impl Table {
             self.apps[i]
                 .restart_at
                 .get_or_insert_with(std::time::Instant::now);
+        }
+        if let Some(late) = self.held_up_now() {
+            // It left because the controller was silent: no restart, and the reason is the
+            // controller's.
+            let ps = self.lifecycle.state();
+            if ps != State::None && ps != State::Error {
+                self.lifecycle.fail(format!(
+                    "the controller was held up for {} ms (a frozen or overloaded machine?), \
+                     longer than its applications wait for it: they left ({name}: {why})",
+                    late.as_millis()
+                ));
+            }
+            return;
         }
         if self.restart_or_end(i, &why) {
             return;
