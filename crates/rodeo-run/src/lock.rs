@@ -128,6 +128,14 @@ impl OutputLock {
         }
     }
 
+    /// The directory that holds `dir` for another process: `dir` itself or the nearest one
+    /// above it whose lock another process holds, with its holder as its lock file names it.
+    /// `rodeo config check` warns with it (it said OK to an output directory a running
+    /// service held, which every run then refused: a QA pass).
+    pub fn holder_of(dir: &Path) -> Option<(PathBuf, String)> {
+        held_from(dir, 0)
+    }
+
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -147,10 +155,15 @@ impl Drop for OutputLock {
 /// let go at once. A lock this process holds (its lock file names its pid: a run's logger
 /// directories inside its own output directory) is no refusal.
 fn held_above(dir: &Path) -> Option<(PathBuf, String)> {
+    held_from(dir, 1)
+}
+
+/// As [`held_above`], from `dir`'s ancestor `skip` levels up (0: `dir` itself).
+fn held_from(dir: &Path, skip: usize) -> Option<(PathBuf, String)> {
     // Resolved as far as it exists (links, `..`), the rest as written: it may not exist yet.
     let real = rodeo_control::config::resolve_path(dir);
     let own = format!("pid {}:", std::process::id());
-    for outer in real.ancestors().skip(1) {
+    for outer in real.ancestors().skip(skip) {
         let Ok(mut file) = File::open(outer.join(LOCK_FILE)) else {
             continue;
         };
@@ -236,6 +249,27 @@ mod tests {
         drop(first);
         let again = OutputLock::acquire(dir.path(), "rodeo run").unwrap();
         assert_eq!(again.path(), dir.path().join(LOCK_FILE));
+    }
+
+    /// The holder of a directory, or of one above it, for `config check`'s warning; none once
+    /// it is let go.
+    #[test]
+    fn the_holder_of_a_directory_or_one_above_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(OutputLock::holder_of(dir.path()).is_none());
+        let held = OutputLock::acquire(dir.path(), "rodeo serve --output x").unwrap();
+        // As another process's lock file names it (this process's own is no holder).
+        std::fs::write(held.path(), "pid 1: rodeo serve --output x\n").unwrap();
+        let real = rodeo_control::config::resolve_path(dir.path());
+        for d in [dir.path().to_path_buf(), dir.path().join("run-00000001")] {
+            let (at, holder) = OutputLock::holder_of(&d).unwrap();
+            assert_eq!(
+                (at.as_path(), holder.as_str()),
+                (real.as_path(), "pid 1: rodeo serve --output x")
+            );
+        }
+        drop(held);
+        assert!(OutputLock::holder_of(dir.path()).is_none());
     }
 
     /// A directory inside a held output directory is refused, naming that one and its holder

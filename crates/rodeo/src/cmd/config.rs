@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use rodeo_control::binds::{try_binds, BindOutcome};
 use rodeo_control::config::{human, read_config_file, Machine, PartitionConfig, DEFAULT_TOML};
+use rodeo_run::lock::OutputLock;
 use rodeo_run::run::{Mode, Run};
 
 /// Arguments of `rodeo config`.
@@ -67,6 +68,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             // The configuration the estimate and the binds are of: as `--processes` takes it
             // with that flag.
             let mut checked = report.config.clone();
+            if let Some(config) = &report.config {
+                warnings.extend(held_directories(config));
+            }
             if let (true, Some(config)) = (report.accepted(), &report.config) {
                 let (w, e, adapted) = as_processes(config, processes);
                 warnings.extend(w);
@@ -185,4 +189,27 @@ fn as_processes(
             .collect();
         (warnings, Vec::new(), adapted)
     }
+}
+
+/// A warning for each output or logger directory another process holds now (a running
+/// service or run: every run there is refused while it does), naming the holder. A warning,
+/// not an error: the holder may be gone by the time the file is run.
+fn held_directories(config: &PartitionConfig) -> Vec<String> {
+    let output = std::path::Path::new(&config.run.output);
+    let loggers = config.logger.directories.iter().map(std::path::Path::new);
+    std::iter::once(output)
+        .chain(loggers)
+        .filter_map(|dir| {
+            let (held, holder) = OutputLock::holder_of(dir)?;
+            let inside = if held.as_path() == dir {
+                String::new()
+            } else {
+                format!(" (inside {})", held.display())
+            };
+            Some(format!(
+                "{}{inside} is held now by {holder}: a run there is refused while it holds it",
+                dir.display()
+            ))
+        })
+        .collect()
 }
