@@ -239,6 +239,26 @@ fn only_summaries_missing(problems: &[Problem]) -> Option<String> {
     names.filter(|n| !n.is_empty()).map(|n| n.join(", "))
 }
 
+/// A restarted readout node's earlier lives in one line: their counts, each to its last
+/// heartbeat, and the lives that died before any.
+fn earlier_lives_text(e: &rodeo_control::summary::EarlierLives) -> String {
+    let lives = if e.lives == 1 {
+        "its earlier life".to_string()
+    } else {
+        format!("its {} earlier lives", e.lives)
+    };
+    let unheard = match e.unheard {
+        0 => String::new(),
+        1 if e.lives == 1 => "; it died before its first heartbeat: not counted".into(),
+        k => format!("; {k} of them died before their first heartbeat: not counted"),
+    };
+    format!(
+        "{lives} (to the last heartbeat before each death): {} fragments stored, {} requests, \
+         clears for {} events, {} fragments answered lost{unheard}",
+        e.stored, e.requests, e.cleared, e.lost_fragments
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,24 +422,4 @@ mod tests {
              1 that came after their event was cleared"
         ));
     }
-}
-
-/// A restarted readout node's earlier lives in one line: their counts, each to its last
-/// heartbeat, and the lives that died before any.
-fn earlier_lives_text(e: &rodeo_control::summary::EarlierLives) -> String {
-    let lives = if e.lives == 1 {
-        "its earlier life".to_string()
-    } else {
-        format!("its {} earlier lives", e.lives)
-    };
-    let unheard = match e.unheard {
-        0 => String::new(),
-        1 if e.lives == 1 => "; it died before its first heartbeat: not counted".into(),
-        k => format!("; {k} of them died before their first heartbeat: not counted"),
-    };
-    format!(
-        "{lives} (to the last heartbeat before each death): {} fragments stored, {} requests, \
-         clears for {} events, {} fragments answered lost{unheard}",
-        e.stored, e.requests, e.cleared, e.lost_fragments
-    )
 }
