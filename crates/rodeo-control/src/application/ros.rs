@@ -137,6 +137,10 @@ impl Application for RosApp {
         let Some(node) = self.node.take() else {
             return Ok(None);
         };
+        // Stopped after a start (`stop` noted the inputs): a partition brought down without a
+        // run (a served one shut down in CONNECTED) lost nothing of a run, and its inputs'
+        // read-ahead is no warning.
+        let ran = self.inputs_at_end.is_some();
         let net_counters = node.net_counters();
         let watch = node.input_watch();
         let s = node.stop();
@@ -185,7 +189,7 @@ impl Application for RosApp {
         } else {
             0
         };
-        if received_not_stored > 0 {
+        if received_not_stored > 0 && ran {
             tracing::warn!(
                 node = %self.name,
                 received_not_stored,

@@ -50,7 +50,8 @@
 //!   the ones that die;
 //! - `assignment`: events assigned against credits, reassigned after a timeout or a dead DCM
 //!   (forced accepts), and the timeouts;
-//! - `clears`: the clear group sent to every readout node, and the KeepAlives;
+//! - `clears`: the clear group sent to every readout node, and the KeepAlives, each node's
+//!   backlog of what its inbox could not take yet (a clear is never dropped for a slow node);
 //! - `counters`: [`SupervisorCounters`] (live) and [`SupervisorSummary`] (the run's counts,
 //!   which must balance).
 
@@ -184,7 +185,7 @@ pub fn spawn(
     }
     // The loop receives on the router on every turn (which flushes): the assignments of one
     // turn go out together (the stream transport). The readout nodes' clear sockets are only
-    // sent on, so they send at once.
+    // sent on, so they send at once (without waiting: `clears`, the backlog).
     router.set_batching(true);
     router
         .bind(&ep(&config.endpoint)?)
@@ -227,6 +228,9 @@ struct Supervisor {
     next_number: u64,
     clear: Vec<u32>,
     clear_sequence: u32,
+    /// Per readout node (in `readout` order), the clears its inbox could not take yet
+    /// (`clears`, module docs).
+    backlogs: Vec<clears::Backlog>,
     last_clear: Instant,
     oldest_pending_clear: Option<Instant>,
     /// When the supervisor started, moved on by its own stalls (for `start_timeout`).
@@ -261,6 +265,7 @@ impl Supervisor {
             reassign: VecDeque::new(),
             next_number: 0,
             clear_sequence: 0,
+            backlogs: Vec::new(),
             last_clear: Instant::now(),
             oldest_pending_clear: None,
             started: Instant::now(),
@@ -354,6 +359,7 @@ impl Supervisor {
         router.flush();
         self.summary.undecided = (self.assigned.len() + self.reassign.len()) as u64;
         self.maybe_flush_clears(&mut readout, Instant::now(), true)?;
+        self.flush_backlogs(&mut readout);
         self.summary.l1_accepts = self.l1.produced();
         if let (Some(first), Some(last)) = (self.l1_first, self.l1_last) {
             self.summary.l1_span_ns =

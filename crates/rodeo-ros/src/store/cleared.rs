@@ -21,8 +21,17 @@
 //! run's clears have moved on past an event whose clear never came: a clear lost on the way,
 //! or an event in flight longer than the window) and only by up to a window at a time; the
 //! events passed over unmarked are counted (`passed_uncleared`). A lone clear far ahead (a
-//! hostile peer, a flipped bit) finds the window nearly empty and is only counted
-//! (`beyond_window`): it cannot make the store drop the run's fragments.
+//! flipped bit, a mistaken peer) finds the window nearly empty and is only counted
+//! (`beyond_window`): it does not make the store drop the run's fragments. A peer allowed to
+//! send clears (the supervisor's socket; CURVE keeps others out of a partition) releases what
+//! it names anyway, and by naming half a window of events ahead it moves the window past
+//! events it did not name (counted in `passed_uncleared`, their fragments then dropped as
+//! they come): the record widens what such a peer can do by up to a window, no further.
+//!
+//! The window is at most a quarter of the extended L1IDs' cycle (256 times the L1ID wrap), so
+//! that an L1ID names one event around the watermark: with a small `l1.l1id_wrap` (32: 2,048
+//! events) an input that lags the run by more than that cannot be told apart from one ahead
+//! of it, here as in the store's index, and the record helps only within that distance.
 //!
 //! Events are numbered from the extended L1IDs with the run's L1ID wrap (`rodeo_format::l1id`);
 //! within one ECR the number is a subtraction, across one `event_near`.
@@ -47,7 +56,10 @@ pub(super) struct ClearedEvents {
     through: u64,
     /// The extended L1ID of event `through`.
     through_l1id: u32,
-    /// Event `e` in `through..through + WINDOW` is cleared when bit `e % WINDOW` is set.
+    /// Events the window holds: [`WINDOW`], or a quarter of the extended L1IDs' cycle (256
+    /// times the wrap) when that is less, so that an L1ID names one event in and around it.
+    window: u64,
+    /// Event `e` in `through..through + window` is cleared when bit `e % window` is set.
     bits: Box<[u64]>,
     /// Bits set.
     marked: u64,
@@ -60,13 +72,16 @@ pub(super) struct ClearedEvents {
 impl ClearedEvents {
     /// For a run whose L1IDs wrap at `wrap` and whose clears begin near event `first_event`.
     pub(super) fn new(wrap: u32, first_event: u64) -> ClearedEvents {
+        let cycle = 256 * u64::from(wrap.clamp(1, rodeo_format::l1id::DEFAULT_L1ID_WRAP));
+        let window = WINDOW.min(cycle / 4).max(1);
         ClearedEvents {
+            window,
             wrap,
             hint: first_event,
             start: None,
             through: 0,
             through_l1id: 0,
-            bits: vec![0; (WINDOW / 64) as usize].into_boxed_slice(),
+            bits: vec![0; window.div_ceil(64) as usize].into_boxed_slice(),
             marked: 0,
             passed_uncleared: 0,
             beyond_window: 0,
@@ -89,7 +104,7 @@ impl ClearedEvents {
 
     #[inline(always)]
     fn bit(&self, e: u64) -> bool {
-        let i = (e % WINDOW) as usize;
+        let i = (e % self.window) as usize;
         self.bits[i / 64] & (1 << (i % 64)) != 0
     }
 
@@ -108,7 +123,7 @@ impl ClearedEvents {
             // The first clear must be near where the node's inputs begin: a first clear far
             // from it (a hostile peer before the run's own) would leave the run's clears all
             // behind the record.
-            if e.abs_diff(self.hint) >= WINDOW {
+            if e.abs_diff(self.hint) >= self.window {
                 self.beyond_window += l1ids.len() as u64;
                 return;
             }
@@ -129,19 +144,19 @@ impl ClearedEvents {
         if e < self.through {
             return;
         }
-        if e >= self.through + WINDOW {
-            if e >= self.through + 2 * WINDOW || self.marked < WINDOW / 2 {
+        if e >= self.through + self.window {
+            if e >= self.through + 2 * self.window || self.marked < self.window / 2 {
                 self.beyond_window += 1;
                 return;
             }
-            let to = e - WINDOW + 1;
+            let to = e - self.window + 1;
             while self.through < to {
                 if !self.take_through() {
                     self.passed_uncleared += 1;
                 }
             }
         }
-        let i = (e % WINDOW) as usize;
+        let i = (e % self.window) as usize;
         let (word, mask) = (i / 64, 1u64 << (i % 64));
         if self.bits[word] & mask == 0 {
             self.bits[word] |= mask;
@@ -154,7 +169,7 @@ impl ClearedEvents {
 
     /// Moves `through` on by one event, taking its bit; whether it was set.
     fn take_through(&mut self) -> bool {
-        let i = (self.through % WINDOW) as usize;
+        let i = (self.through % self.window) as usize;
         let (word, mask) = (i / 64, 1u64 << (i % 64));
         let was = self.bits[word] & mask != 0;
         if was {
@@ -178,7 +193,7 @@ impl ClearedEvents {
         if e < self.through {
             return e >= start;
         }
-        e < self.through + WINDOW && self.bit(e)
+        e < self.through + self.window && self.bit(e)
     }
 
     /// Events the window passed over without their clear.
@@ -240,6 +255,20 @@ mod tests {
             !c.is_cleared(L1idCounter::expected(wrap, 980)),
             "before the first clear"
         );
+    }
+
+    /// With a small L1ID wrap the window is a quarter of the extended L1IDs' cycle, and the
+    /// record still follows the clears across the wraps.
+    #[test]
+    fn a_small_wrap_narrows_the_window() {
+        let wrap = 32;
+        let mut c = ClearedEvents::new(wrap, 0);
+        assert_eq!(c.window, 256 * 32 / 4);
+        let l1ids: Vec<u32> = (0..5000).map(|e| L1idCounter::expected(wrap, e)).collect();
+        c.mark_all(&l1ids);
+        assert_eq!(c.through, 5000);
+        assert!(c.is_cleared(L1idCounter::expected(wrap, 4990)));
+        assert!(!c.is_cleared(L1idCounter::expected(wrap, 5001)));
     }
 
     /// A first clear far from where the inputs begin starts nothing: the run's own clears
