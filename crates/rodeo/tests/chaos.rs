@@ -47,19 +47,7 @@ fn pause_and_resume(name: &str) {
         .arg("--output")
         .arg(&out_dir)
         .spawn();
-    let marker = out_dir.to_str().unwrap().to_string();
-    wait_until("events being written", Duration::from_secs(60), || {
-        files_under(&out_dir)
-            .iter()
-            .any(|p| p.to_string_lossy().contains(".data"))
-    });
-    let pid = wait_for(name, Duration::from_secs(20), || find_app(name, &marker));
-    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    // The fault itself lasts PAUSE (this sleep is the fault's duration, not synchronisation).
-    std::thread::sleep(PAUSE);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    pause_once_writing(&out_dir, name, PAUSE);
     let out = child.wait_with_deadline(Duration::from_secs(120));
     let stderr = &out.stderr;
     assert!(out.status.success(), "{name} paused: {stderr}");
@@ -84,6 +72,25 @@ fn pause_and_resume(name: &str) {
         "{v}"
     );
     assert_eq!(events_in_files(&v), written, "{v}");
+}
+
+/// Once the run writing into `out_dir` has events on disk, stops its application `name`
+/// (SIGSTOP) for `pause`, then lets it go on (SIGCONT).
+fn pause_once_writing(out_dir: &std::path::Path, name: &str, pause: Duration) {
+    let marker = out_dir.to_str().unwrap().to_string();
+    wait_until("events being written", Duration::from_secs(60), || {
+        files_under(out_dir)
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".data"))
+    });
+    let pid = wait_for(name, Duration::from_secs(20), || find_app(name, &marker));
+    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The fault itself lasts `pause` (this sleep is the fault's duration, not
+    // synchronisation).
+    std::thread::sleep(pause);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
 }
 
 /// Reads every file of the balance sheet; returns how many distinct events they hold (panics
@@ -269,21 +276,7 @@ fn pause_a_readout_node(rate: u64, seconds: u64, pause: Duration) -> Value {
         .arg("--output")
         .arg(&out_dir)
         .spawn();
-    let marker = out_dir.to_str().unwrap().to_string();
-    wait_until("events being written", Duration::from_secs(60), || {
-        files_under(&out_dir)
-            .iter()
-            .any(|p| p.to_string_lossy().contains(".data"))
-    });
-    let pid = wait_for("ros-1", Duration::from_secs(20), || {
-        find_app("ros-1", &marker)
-    });
-    // SAFETY: kill(2) with a pid read from /proc and a valid signal number.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    // The fault itself: past the DCMs' 1.5 s request timeout (its duration, not a wait).
-    std::thread::sleep(pause);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    pause_once_writing(&out_dir, "ros-1", pause);
     let out = child.wait_with_deadline(Duration::from_secs(120));
     assert!(out.status.success(), "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();

@@ -290,14 +290,19 @@ mod tests {
         t.apps.iter().position(|a| a.role == Role::Ros).unwrap()
     }
 
+    /// A controller of the default partition with restarts on, three a run.
+    fn restarting_controller() -> Controller {
+        let mut config = PartitionConfig::default();
+        config.control.restart = true;
+        config.control.max_restarts_per_run = 3;
+        Controller::new(config, PathBuf::from("/nonexistent")).unwrap()
+    }
+
     /// One death during a restart is one attempt: the monitor's judgement of the death, not
     /// again when the restart then fails; a failure without a death seen is one attempt too.
     #[test]
     fn a_death_during_a_restart_counts_one_attempt() {
-        let mut config = PartitionConfig::default();
-        config.control.restart = true;
-        config.control.max_restarts_per_run = 3;
-        let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
+        let c = restarting_controller();
         let mut t = c.state.table();
         let i = walk_to(&mut t, &[Command::Start]);
         let name = t.apps[i].name.clone();
@@ -381,10 +386,7 @@ mod tests {
     /// application to exit, and scheduled restarts for those that had left on purpose).
     #[test]
     fn deaths_after_the_controller_was_held_up_are_its_own() {
-        let mut config = PartitionConfig::default();
-        config.control.restart = true;
-        config.control.max_restarts_per_run = 3;
-        let c = Controller::new(config, PathBuf::from("/nonexistent")).unwrap();
+        let c = restarting_controller();
         let mut t = c.state.table();
         let i = walk_to(&mut t, &[Command::Start]);
         t.held_up(Duration::from_millis(5013), Duration::from_millis(3000));

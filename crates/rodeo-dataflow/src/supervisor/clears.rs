@@ -24,6 +24,9 @@ use std::time::Instant;
 use rodeo_transport::message::{encode_clear, encode_keepalive};
 use rodeo_transport::socket::{Frame, Socket};
 
+use super::Supervisor;
+use crate::error::DataflowError;
+
 /// The most bytes of messages one readout node's backlog holds (module docs).
 pub(super) const MAX_BACKLOG_BYTES: usize = 64 << 20;
 
@@ -61,15 +64,11 @@ impl Backlog {
         true
     }
 
-    /// Messages waiting.
-    pub(super) fn len(&self) -> usize {
-        self.queue.len()
+    /// Whether nothing waits.
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
     }
 }
-
-use crate::error::DataflowError;
-
-use super::Supervisor;
 
 impl Supervisor {
     pub(super) fn add_clear(&mut self, l1id: u32, now: Instant) {
@@ -107,7 +106,7 @@ impl Supervisor {
         Ok(())
     }
 
-    /// A KeepAlive to every readout node (a node that does not take it is counted).
+    /// A KeepAlive to every readout node, as a clear goes (`send_to_readout`).
     fn send_keepalive(&mut self, readout: &mut [Socket], now: Instant) {
         self.buf.clear();
         encode_keepalive(&mut self.buf, self.clear_sequence);
@@ -146,7 +145,7 @@ impl Supervisor {
         self.backlogs.resize_with(readout.len(), Backlog::default);
         for (s, b) in readout.iter_mut().zip(self.backlogs.iter_mut()) {
             self.summary.send_failures += b.drain(s);
-            if b.len() == 0 {
+            if b.is_empty() {
                 match s.try_send([Frame::Copy(&self.buf)]) {
                     Ok(()) => continue,
                     Err(e) if e.is_would_block() => {}
@@ -167,7 +166,7 @@ impl Supervisor {
     /// Sends what the readout nodes' backlogs hold, as far as their inboxes take it now.
     fn drain_backlogs(&mut self, readout: &mut [Socket]) {
         for (s, b) in readout.iter_mut().zip(self.backlogs.iter_mut()) {
-            if b.len() > 0 {
+            if !b.is_empty() {
                 self.summary.send_failures += b.drain(s);
             }
         }

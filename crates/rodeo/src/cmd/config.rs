@@ -177,8 +177,8 @@ fn as_processes(
             .map(|r| format!("[hosts] is run with --processes only, which refuses: {r}"))
             .collect();
         let warning = format!(
-            "[hosts] places {} application(s) on other hosts with --processes only: `rodeo \
-             run` without it runs every application in its own process, here",
+            "[hosts] places {} application(s) on other hosts with --processes only: without \
+             it `rodeo run` runs every application here, in its one process",
             config.hosts.len()
         );
         (vec![warning], errors, adapted)
@@ -201,7 +201,7 @@ fn held_directories(config: &PartitionConfig) -> Vec<String> {
         .chain(loggers)
         .filter_map(|dir| {
             let (held, holder) = OutputLock::holder_of(dir)?;
-            let inside = if held.as_path() == dir {
+            let inside = if held == rodeo_control::config::resolve_path(dir) {
                 String::new()
             } else {
                 format!(" (inside {})", held.display())
