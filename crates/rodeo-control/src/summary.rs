@@ -123,22 +123,6 @@ pub struct EarlierLives {
     pub lost_fragments: u64,
 }
 
-impl EarlierLives {
-    /// Adds one life that died, with its last heartbeat's counters (`None`: it never sent one).
-    pub fn add(&mut self, last: Option<&crate::metrics::RosMetrics>) {
-        self.lives += 1;
-        match last {
-            Some(m) => {
-                self.requests += m.requests;
-                self.cleared += m.cleared_l1ids;
-                self.stored += m.input_fragments;
-                self.lost_fragments += m.lost_fragments;
-            }
-            None => self.unheard += 1,
-        }
-    }
-}
-
 /// What an application hands back at the end of its part of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]

@@ -111,13 +111,17 @@ impl App {
     /// gives both); the heartbeat's counters are then cleared.
     pub(super) fn end_life(&mut self) {
         if self.role == Role::Ros {
-            let last = match &self.metrics {
-                Some(AppMetrics::Ros(m)) => Some(&**m),
-                _ => None,
-            };
-            self.earlier_lives
-                .get_or_insert_with(EarlierLives::default)
-                .add(last);
+            let e = self.earlier_lives.get_or_insert_with(EarlierLives::default);
+            e.lives += 1;
+            match &self.metrics {
+                Some(AppMetrics::Ros(m)) => {
+                    e.requests += m.requests;
+                    e.cleared += m.cleared_l1ids;
+                    e.stored += m.input_fragments;
+                    e.lost_fragments += m.lost_fragments;
+                }
+                _ => e.unheard += 1,
+            }
         }
         self.metrics = None;
     }
